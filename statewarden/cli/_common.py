@@ -1,0 +1,82 @@
+"""What every command shares: ``--config``, ``--json``, error handling, output helpers."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import click
+
+from statewarden.config import Config, load_config
+from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, StatewardenError
+
+F = TypeVar("F", bound=Callable[..., Any])
+ENV_DEBUG = "STATEWARDEN_DEBUG"
+
+
+def fail(prog: str, message: str, code: int) -> None:
+    click.echo(f"{prog}: error: {message}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(func: F) -> F:
+    """Turn any error into one line on stderr and an exit code; never a traceback.
+
+    Set ``STATEWARDEN_DEBUG=1`` to see the traceback of an unexpected error.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        prog = click.get_current_context().find_root().command.name or "statewarden"
+        try:
+            return func(*args, **kwargs)
+        except StatewardenError as exc:
+            fail(prog, str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            fail(prog, "interrupted", EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:
+            if os.environ.get(ENV_DEBUG):
+                raise
+            fail(
+                prog,
+                f"unexpected {type(exc).__name__}: {exc} (set {ENV_DEBUG}=1 for the traceback)",
+                EXIT_FAILED,
+            )
+        return None
+
+    return cast(F, wrapper)
+
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=str,
+    default=None,
+    help="Config file (default: $STATEWARDEN_CONFIG, else $XDG_CONFIG_HOME/statewarden/config.yaml).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def get_config(config_path: str | None) -> Config:
+    return load_config(config_path)
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str, sort_keys=False))
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover

@@ -1,0 +1,27 @@
+"""``statewardenctl``: status, config, and (in their own modules) the other commands."""
+
+from __future__ import annotations
+
+import click
+
+from statewarden import __version__
+from statewarden.cli.config_cmd import config_group
+from statewarden.cli.status_cmd import status
+
+
+@click.group("statewardenctl", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="statewardenctl")
+def main() -> None:
+    """Inspect and repair Hermes Agent's state.db.
+
+    Exit codes: 0 ok, 1 failed, 2 usage or config error, 3 data loss or base damage,
+    4 unreadable database, 130 interrupted.
+    """
+
+
+main.add_command(status)
+main.add_command(config_group)
+
+
+if __name__ == "__main__":
+    main()

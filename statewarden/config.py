@@ -1,0 +1,436 @@
+"""Configuration: one YAML file -> validated, frozen dataclasses.
+
+Where the file is: ``--config`` > ``$STATEWARDEN_CONFIG`` >
+``$XDG_CONFIG_HOME/statewarden/config.yaml``. No file at the default place means
+every default; a file named explicitly must exist. Every key is documented in
+``etc/statewarden.yaml`` and a test keeps that file and this schema in step.
+
+A section is a dataclass field of :class:`Config`; adding one is adding a field.
+Every invalid file raises :class:`ConfigError` naming the file, the line when YAML
+knows it, the dotted key path and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+
+from statewarden.errors import ConfigError
+
+ENV_CONFIG = "STATEWARDEN_CONFIG"
+
+# Named defaults, units in the names.
+DEFAULT_RESCAN_INTERVAL_S = 30.0
+DEFAULT_LOG_LEVEL = "info"
+DEFAULT_LOG_FORMAT = "auto"
+
+
+class _Duration:
+    """Marker: a duration in seconds, written as ``30s``, ``5m``, ``1h``, ``250ms`` or a number."""
+
+
+class _Bytes:
+    """Marker: a size in bytes, written as ``50MiB``, ``4KB``, ``1GiB`` or an integer."""
+
+
+class _Secret:
+    """Marker: a value redacted by ``config show`` and in logs."""
+
+
+Duration = Annotated[float, _Duration]
+ByteSize = Annotated[int, _Bytes]
+Secret = Annotated[str, _Secret]
+
+REDACTED = "***redacted***"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """One Hermes home to watch, named explicitly instead of discovered."""
+
+    home: Path
+    name: str | None = None
+    db: Path | None = None
+    logs_dir: Path | None = None
+    gateway_unit: str | None = None
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig:
+    """How Hermes homes are found when ``targets`` is empty."""
+
+    hermes_home: Path | None = None
+    profiles: bool = True
+    rescan_interval: Duration = DEFAULT_RESCAN_INTERVAL_S
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    """Where statewarden keeps its own files (``null`` = the XDG default)."""
+
+    state_dir: Path | None = None
+    runtime_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Log level and output format of statewarden itself."""
+
+    level: Literal["debug", "info", "warning", "error"] = DEFAULT_LOG_LEVEL
+    format: Literal["auto", "console", "json", "journald", "plain"] = DEFAULT_LOG_FORMAT
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration, validated once."""
+
+    targets: tuple[TargetConfig, ...] = ()
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    source: str | None = field(default=None, metadata={"internal": True})
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def xdg_dir(env_name: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_*`` if set to an absolute path (the spec ignores relative ones), else the fallback."""
+    env = os.environ if env is None else env
+    value = env.get(env_name, "")
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path(os.path.expanduser(fallback))
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path:
+    return xdg_dir("XDG_CONFIG_HOME", "~/.config", env) / "statewarden" / "config.yaml"
+
+
+def state_dir(config: Config, env: Mapping[str, str] | None = None) -> Path:
+    if config.paths.state_dir is not None:
+        return config.paths.state_dir
+    return xdg_dir("XDG_STATE_HOME", "~/.local/state", env) / "statewarden"
+
+
+def runtime_dir(config: Config, env: Mapping[str, str] | None = None) -> Path:
+    if config.paths.runtime_dir is not None:
+        return config.paths.runtime_dir
+    env = os.environ if env is None else env
+    base = env.get("XDG_RUNTIME_DIR", "")
+    if base and os.path.isabs(base):
+        return Path(base) / "statewarden"
+    # No runtime dir (no login session): fall back to the state dir, which is private.
+    return state_dir(config, env) / "run"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load the effective configuration; raise :class:`ConfigError` if it is invalid."""
+    env = os.environ if env is None else env
+    explicit = path is not None or bool(env.get(ENV_CONFIG))
+    chosen = Path(path) if path is not None else Path(env.get(ENV_CONFIG) or default_config_path(env))
+    source = str(chosen)
+    try:
+        text = chosen.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if not explicit:
+            return Config()
+        raise ConfigError("no such file", source=source) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, expected a YAML file", source=source) from None
+    except PermissionError:
+        raise ConfigError("cannot read: permission denied", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text (byte {exc.start} is invalid)", source=source
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from None
+    return parse_config(text, source=source)
+
+
+def parse_config(text: str, *, source: str = "<config>") -> Config:
+    """Validate YAML text into a :class:`Config`."""
+    if not text.strip() or all(
+        not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()
+    ):
+        raise ConfigError(
+            "the file is empty; expected a mapping of sections",
+            source=source,
+            hint="write {} to use every default, or delete the file",
+        )
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
+        if "\t" in problem or "'\\t'" in problem:
+            raise ConfigError(
+                "a tab character is not allowed in YAML indentation; use spaces",
+                source=source,
+                line=line,
+            ) from None
+        raise ConfigError(f"YAML syntax error: {problem}", source=source, line=line) from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(
+            f"YAML cannot contain the character #x{exc.character:04x} (offset {exc.position})",
+            source=source,
+        ) from None
+    except yaml.YAMLError as exc:
+        one_line = " ".join(str(exc).split())
+        raise ConfigError(f"YAML syntax error: {one_line}", source=source) from None
+    lines = _line_map(node)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"expected a mapping of sections at the top level, got {_kind(data)}",
+            source=source,
+            line=lines.get((), 1),
+        )
+    config = _build(Config, data, (), _Ctx(source, lines))
+    return dataclasses.replace(config, source=source)
+
+
+class _Ctx:
+    def __init__(self, source: str, lines: dict[tuple[str | int, ...], int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def error(self, path: tuple[str | int, ...], problem: str) -> ConfigError:
+        line = None
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.lines:
+                line = self.lines[path[:end]]
+                break
+        return ConfigError(problem, source=self.source, line=line, key=_dotted(path) or None)
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _line_map(node: yaml.Node | None) -> dict[tuple[str | int, ...], int]:
+    """Key path -> 1-based line where that key (or list item) starts."""
+    lines: dict[tuple[str | int, ...], int] = {}
+
+    def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for key_node, value_node in n.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
+                lines[(*path, key)] = key_node.start_mark.line + 1
+                walk(value_node, (*path, key))
+        elif isinstance(n, yaml.SequenceNode):
+            for index, item in enumerate(n.value):
+                lines[(*path, index)] = item.start_mark.line + 1
+                walk(item, (*path, index))
+
+    if node is not None:
+        lines[()] = node.start_mark.line + 1
+        walk(node, ())
+    return lines
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f'a string ("{value}")'
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def public_fields(cls: type) -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+
+
+def _build(cls: type, data: object, path: tuple[str | int, ...], ctx: _Ctx) -> Any:
+    if not isinstance(data, dict):
+        raise ctx.error(path, f"expected a mapping, got {_kind(data)}")
+    fields = {f.name: f for f in public_fields(cls)}
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for key in data:
+        if not isinstance(key, str) or key not in fields:
+            known = ", ".join(fields)
+            raise ctx.error((*path, str(key)), f"unknown key (known keys here: {known})")
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name in data:
+            values[name] = _convert(hints[name], data[name], (*path, name), ctx)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ctx.error((*path, name), "is required")
+    return cls(**values)
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_BYTES_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+def parse_duration(value: object) -> float | None:
+    """Seconds for ``30s`` / ``5m`` / ``1h`` / ``250ms`` / ``2d`` / a number; ``None`` if invalid.
+
+    Every duration in the config is an interval or a time limit, so it must be above zero.
+    """
+    seconds: float | None = None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if m:
+            seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds is None or not seconds > 0 or seconds == float("inf"):
+        return None
+    return seconds
+
+
+def parse_bytes(value: object) -> int | None:
+    """Bytes for ``50MiB`` / ``4KB`` / an integer; ``None`` if invalid."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str):
+        m = _BYTES_RE.match(value)
+        if m:
+            unit = (m.group(2) or "B").lower()
+            return int(float(m.group(1)) * _BYTES_UNITS[unit])
+    return None
+
+
+def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -> Any:
+    origin = get_origin(hint)
+    if origin is Annotated:
+        base, *markers = get_args(hint)
+        if _Duration in markers:
+            seconds = parse_duration(value)
+            if seconds is None:
+                raise ctx.error(
+                    path, f"expected a duration above zero such as 30s, 5m, 1h or 250ms, got {_kind(value)}"
+                )
+            return seconds
+        if _Bytes in markers:
+            size = parse_bytes(value)
+            if size is None:
+                raise ctx.error(path, f"expected a size such as 50MiB or 4096, got {_kind(value)}")
+            return size
+        return _convert(base, value, path, ctx)
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, path, ctx)
+    if origin is Literal:
+        choices = get_args(hint)
+        if value not in choices or isinstance(value, bool):
+            raise ctx.error(
+                path, f"expected one of {', '.join(map(str, choices))}, got {_kind(value)}"
+            )
+        return value
+    if origin is tuple:
+        (item_type, _ellipsis) = get_args(hint)
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise ctx.error(path, f"expected a list, got {_kind(value)}")
+        return tuple(_convert(item_type, v, (*path, i), ctx) for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if value is None:
+            return hint()
+        return _build(hint, value, path, ctx)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ctx.error(path, f"expected true or false, got {_kind(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ctx.error(path, f"expected a whole number, got {_kind(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ctx.error(path, f"expected a number, got {_kind(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str) or not value:
+            raise ctx.error(path, f"expected a non-empty string, got {_kind(value)}")
+        return value
+    if hint is Path:
+        if not isinstance(value, str) or not value.strip():
+            raise ctx.error(path, f"expected a path, got {_kind(value)}")
+        return Path(os.path.expandvars(os.path.expanduser(value)))
+    raise ctx.error(path, f"unsupported type {hint!r}")  # pragma: no cover - schema bug
+
+
+# --------------------------------------------------------------------------- showing
+
+
+def is_secret(cls: type, name: str) -> bool:
+    hint = typing.get_type_hints(cls, include_extras=True).get(name)
+    return get_origin(hint) is Annotated and _Secret in get_args(hint)
+
+
+def to_plain(value: Any, *, redact: bool = True) -> Any:
+    """The config as plain YAML/JSON-ready data, secrets replaced by :data:`REDACTED`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in public_fields(type(value)):
+            item = getattr(value, f.name)
+            if redact and item and is_secret(type(value), f.name):
+                out[f.name] = REDACTED
+            else:
+                out[f.name] = to_plain(item, redact=redact)
+        return out
+    if isinstance(value, tuple | list):
+        return [to_plain(v, redact=redact) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def schema_keys(cls: type = Config, prefix: str = "") -> list[str]:
+    """Every documented key path, ``targets[].home`` style for list items."""
+    keys: list[str] = []
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in public_fields(cls):
+        name = f"{prefix}{f.name}"
+        keys.append(name)
+        hint = hints[f.name]
+        if get_origin(hint) is tuple:
+            item = get_args(hint)[0]
+            if dataclasses.is_dataclass(item) and isinstance(item, type):
+                keys.extend(schema_keys(item, f"{name}[]."))
+        elif dataclasses.is_dataclass(hint) and isinstance(hint, type):
+            keys.extend(schema_keys(hint, f"{name}."))
+    return keys

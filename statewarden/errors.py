@@ -1,0 +1,82 @@
+"""Every error statewarden raises on purpose, under one root.
+
+Each error carries the exit code the CLI turns it into and, where there is one, a
+hint telling the user what to do next. The CLI prints ``str(error)`` as one line;
+nothing here is meant to reach the user as a traceback.
+"""
+
+from __future__ import annotations
+
+# Exit codes shared by every command (documented in README.md, "Exit codes").
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BASE_DAMAGE = 3
+EXIT_UNREADABLE = 4
+EXIT_INTERRUPTED = 130
+
+
+class StatewardenError(Exception):
+    """Root of every error statewarden raises for the user to read."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+
+class UsageError(StatewardenError):
+    """The command line asked for something that cannot be done as asked."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(StatewardenError):
+    """The configuration file is missing, unreadable or invalid.
+
+    ``location`` is ``file`` or ``file:line``; ``key`` is the dotted key path.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        source: str,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.source = source
+        self.line = line
+        self.key = key
+        self.problem = problem
+        where = source if line is None else f"{source}:{line}"
+        text = f"{where}: {key}: {problem}" if key else f"{where}: {problem}"
+        super().__init__(text, hint=hint)
+
+
+class DatabaseError(StatewardenError):
+    """A database could not be read as asked (missing, locked, not SQLite, ...)."""
+
+
+class DatabaseUnreadable(DatabaseError):
+    """The file is not a SQLite database, or its header, schema or page 1 is damaged."""
+
+    exit_code = EXIT_UNREADABLE
+
+
+class DatabaseChanged(DatabaseError):
+    """The source changed while it was being copied: someone is writing to it."""
+
+
+class SystemdUnavailable(StatewardenError):
+    """The systemd user manager could not be reached over D-Bus."""

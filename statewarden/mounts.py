@@ -1,0 +1,100 @@
+"""The filesystem under a database, and whether WAL is safe on it.
+
+WAL needs coherent POSIX locks and a coherent shared memory map of ``-shm`` between
+every process using the database. Network filesystems (NFS, SMB/CIFS, Ceph,
+GlusterFS) and cross-VM shares (virtiofs on Docker Desktop / OrbStack, 9p and drvfs
+on Windows) do not give that, and FUSE filesystems cannot be trusted to: there WAL
+can corrupt silently while ``integrity_check`` passes (HERMES.md, story 8).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+# Filesystem types on which WAL is unsafe (exact names); any ``fuse.*`` also is.
+UNSAFE_FOR_WAL = frozenset(
+    {
+        "virtiofs", "9p", "9p2000", "drvfs", "vboxsf", "prl_fs", "vmhgfs",
+        "fuse", "fuseblk",
+        "nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs",
+        "ceph", "glusterfs", "lustre", "gpfs", "afs", "ocfs2", "gfs2", "beegfs",
+    }
+)  # fmt: skip
+
+_ESCAPE_RE = re.compile(r"\\([0-7]{3})")
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_point: str
+    fstype: str
+    source: str
+    options: str
+
+    @property
+    def unsafe_for_wal(self) -> bool:
+        return is_unsafe_for_wal(self.fstype)
+
+
+def is_unsafe_for_wal(fstype: str) -> bool:
+    return fstype in UNSAFE_FOR_WAL or fstype.startswith("fuse.")
+
+
+def unescape(field: str) -> str:
+    """Decode the octal escapes the kernel writes in mountinfo (``\\040`` is a space)."""
+    return _ESCAPE_RE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """Parse ``/proc/<pid>/mountinfo`` (proc(5)); malformed lines are skipped."""
+    mounts: list[Mount] = []
+    for line in text.splitlines():
+        fields = line.split(" ")
+        try:
+            sep = fields.index("-", 6)
+        except ValueError:
+            continue
+        if len(fields) < sep + 3:
+            continue
+        mounts.append(
+            Mount(
+                mount_point=unescape(fields[4]),
+                fstype=fields[sep + 1],
+                source=unescape(fields[sep + 2]),
+                options=fields[5],
+            )
+        )
+    return mounts
+
+
+def read_mounts(path: Path = MOUNTINFO) -> list[Mount]:
+    try:
+        return parse_mountinfo(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return []
+
+
+def mount_for(path: Path, mounts: list[Mount] | None = None) -> Mount | None:
+    """The mount a path lives on: the longest mount point that is a prefix of it.
+
+    The path is resolved first (symlinks followed), since the mount is where the file
+    really lives. For a path that does not exist yet, its nearest existing parent counts.
+    A later mount on the same point hides an earlier one, so the last one wins.
+    """
+    mounts = read_mounts() if mounts is None else mounts
+    probe = Path(os.path.abspath(path))
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    real = os.path.realpath(probe)
+    best: Mount | None = None
+    for m in mounts:
+        point = m.mount_point.rstrip("/") or "/"
+        if real == point or real.startswith(point + "/") or point == "/":
+            if best is None or len(point) >= len(best.mount_point.rstrip("/") or "/"):
+                best = m
+    return best

@@ -1,0 +1,118 @@
+"""``statewardenctl status``: the facts about each watched database, read without harm.
+
+Nothing here writes, checkpoints or takes a write lock. The header is read raw first,
+with no connection open (DESIGN.md rule 2); then one short read-only connection asks
+for the page count, the freelist and Hermes' ``schema_version``. In WAL mode a reader
+never blocks a writer; the connection lives for a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statewarden import sqlite
+from statewarden.errors import DatabaseError
+from statewarden.mounts import Mount, mount_for, read_mounts
+from statewarden.targets import Target
+
+
+@dataclass
+class FilesystemFacts:
+    type: str
+    mount_point: str
+    source: str
+    unsafe_for_wal: bool
+
+
+@dataclass
+class DatabaseStatus:
+    profile: str
+    home: str
+    path: str
+    gateway_unit: str
+    exists: bool
+    size_bytes: int | None = None
+    page_size: int | None = None
+    page_count: int | None = None
+    freelist_count: int | None = None
+    journal_mode: str | None = None
+    wal_bytes: int | None = None
+    shm_bytes: int | None = None
+    journal_bytes: int | None = None
+    schema_version: int | None = None
+    sqlite_user_version: int | None = None
+    filesystem: FilesystemFacts | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _filesystem(path: Path, mounts: list[Mount]) -> FilesystemFacts | None:
+    m = mount_for(path, mounts)
+    if m is None:
+        return None
+    return FilesystemFacts(m.fstype, m.mount_point, m.source, m.unsafe_for_wal)
+
+
+def database_status(target: Target, mounts: list[Mount] | None = None) -> DatabaseStatus:
+    """Everything ``status`` reports about one target; problems are listed, not raised."""
+    mounts = read_mounts() if mounts is None else mounts
+    st = DatabaseStatus(
+        profile=target.name,
+        home=str(target.home),
+        path=str(target.db),
+        gateway_unit=target.gateway_unit,
+        exists=target.db.exists(),
+        filesystem=_filesystem(target.db, mounts),
+    )
+    st.wal_bytes = _size(target.wal)
+    st.shm_bytes = _size(target.shm)
+    st.journal_bytes = _size(target.journal)
+    if not st.exists:
+        st.problems.append("state.db does not exist (yet)")
+        return st
+    st.size_bytes = _size(target.db)
+    try:
+        header = sqlite.read_header(target.db)
+    except DatabaseError as exc:
+        st.problems.append(str(exc))
+        return st
+    st.page_size = header.page_size
+    st.page_count = header.page_count if header.page_count_valid else None
+    st.freelist_count = header.freelist_count
+    st.journal_mode = header.journal_mode
+    st.sqlite_user_version = header.user_version
+    if st.filesystem and st.filesystem.unsafe_for_wal and header.journal_mode == "wal":
+        st.problems.append(
+            f"WAL database on {st.filesystem.type}: locks are not coherent there, "
+            "WAL can corrupt silently"
+        )
+    # The header is closed; now (and only now) a SQLite connection may open.
+    try:
+        closed = header.journal_mode == "wal" and sqlite.wal_sidecars_absent(target.db)
+        with sqlite.readonly(target.db, immutable=closed) as conn:
+            # The live view includes commits still in the WAL, which the header lacks.
+            st.page_count = sqlite.pragma_int(conn, "page_count")
+            st.freelist_count = sqlite.pragma_int(conn, "freelist_count")
+            st.schema_version = sqlite.hermes_schema_version(conn)
+    except DatabaseError as exc:
+        st.problems.append(str(exc))
+    except Exception as exc:  # noqa: BLE001 - any SQLite failure is a fact to report
+        st.problems.append(str(sqlite.classify_error(target.db, exc)))
+    return st
+
+
+def status_all(targets: list[Target]) -> list[DatabaseStatus]:
+    mounts = read_mounts()
+    return [database_status(t, mounts) for t in targets]

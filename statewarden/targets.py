@@ -1,0 +1,155 @@
+"""Targets: the Hermes homes statewarden watches, each with one state.db.
+
+A target is a Hermes home (``$HERMES_HOME`` or ``~/.hermes``) or one of its
+profiles (``<root>/profiles/<name>/``), which is a full home of its own with its
+own ``state.db``, ``logs/`` and gateway unit. Targets come from the config's
+explicit list or, when that is empty, from discovery, which runs again on every
+rescan so a home or profile created later is picked up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from statewarden.config import Config
+
+DB_NAME = "state.db"
+SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
+DEFAULT_PROFILE = "default"
+_GATEWAY_UNIT_BASE = "hermes-gateway"
+# Hermes only gives a profile its own unit name when the name matches this rule
+# (hermes_cli/gateway.py, _profile_suffix); other homes get a short hash.
+_PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One Hermes database to watch, and where its home, logs and gateway unit are."""
+
+    name: str
+    home: Path
+    db: Path
+    logs_dir: Path
+    gateway_unit: str
+
+    @property
+    def wal(self) -> Path:
+        return self.db.with_name(self.db.name + "-wal")
+
+    @property
+    def shm(self) -> Path:
+        return self.db.with_name(self.db.name + "-shm")
+
+    @property
+    def journal(self) -> Path:
+        return self.db.with_name(self.db.name + "-journal")
+
+    def bundle(self) -> tuple[Path, Path, Path, Path]:
+        """The database and its sidecars, in the order SQLite writes them."""
+        return (self.db, self.wal, self.shm, self.journal)
+
+
+def default_hermes_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    value = env.get("HERMES_HOME", "").strip()
+    if value:
+        return Path(os.path.expanduser(value))
+    return Path(os.path.expanduser("~/.hermes"))
+
+
+def gateway_unit_for(home: Path) -> str:
+    """The systemd --user unit Hermes installs for the gateway of ``home``.
+
+    Mirrors Hermes: ``~/.hermes`` -> ``hermes-gateway.service``;
+    ``~/.hermes/profiles/coder`` -> ``hermes-gateway-coder.service``; any other home ->
+    ``hermes-gateway-<first 8 hex of sha256(resolved path)>.service``.
+    """
+    resolved = _resolve(home)
+    native = _resolve(Path(os.path.expanduser("~/.hermes")))
+    if resolved == native:
+        return f"{_GATEWAY_UNIT_BASE}.service"
+    try:
+        parts = resolved.relative_to(native / "profiles").parts
+    except ValueError:
+        parts = ()
+    if len(parts) == 1 and _PROFILE_NAME_RE.match(parts[0]):
+        return f"{_GATEWAY_UNIT_BASE}-{parts[0]}.service"
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:8]
+    return f"{_GATEWAY_UNIT_BASE}-{digest}.service"
+
+
+def _resolve(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:
+        return path.absolute()
+
+
+def _target(name: str, home: Path) -> Target:
+    return Target(
+        name=name,
+        home=home,
+        db=home / DB_NAME,
+        logs_dir=home / "logs",
+        gateway_unit=gateway_unit_for(home),
+    )
+
+
+def discover(config: Config, env: Mapping[str, str] | None = None) -> list[Target]:
+    """The targets to watch now: the config's explicit list, else what is found on disk.
+
+    Discovery returns the root home as target ``default`` when its directory exists,
+    plus one target per ``profiles/<name>/`` directory (when ``discovery.profiles``).
+    """
+    if config.targets:
+        out = []
+        for t in config.targets:
+            home = t.home
+            name = t.name or (home.name if home.parent.name == "profiles" else DEFAULT_PROFILE)
+            out.append(
+                Target(
+                    name=name,
+                    home=home,
+                    db=t.db or home / DB_NAME,
+                    logs_dir=t.logs_dir or home / "logs",
+                    gateway_unit=t.gateway_unit or gateway_unit_for(home),
+                )
+            )
+        return out
+    root = config.discovery.hermes_home or default_hermes_home(env)
+    if not root.is_dir():
+        return []
+    found = [_target(DEFAULT_PROFILE, root)]
+    profiles_dir = root / "profiles"
+    if config.discovery.profiles and profiles_dir.is_dir():
+        try:
+            entries = sorted(profiles_dir.iterdir())
+        except OSError:
+            entries = []
+        found.extend(_target(p.name, p) for p in entries if p.is_dir())
+    return found
+
+
+def find_target(targets: list[Target], profile: str) -> Target | None:
+    for t in targets:
+        if t.name == profile:
+            return t
+    return None
+
+
+def target_for_db(db: Path) -> Target:
+    """A target for a database named on the command line (``--db PATH``)."""
+    db = Path(os.path.expanduser(str(db)))
+    home = db.parent
+    return Target(
+        name=home.name if home.parent.name == "profiles" else DEFAULT_PROFILE,
+        home=home,
+        db=db,
+        logs_dir=home / "logs",
+        gateway_unit=gateway_unit_for(home),
+    )

@@ -1,0 +1,31 @@
+"""Shared pytest fixtures: real Hermes homes, isolated XDG dirs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hermes_fixtures import TINY, make_home
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees the developer's own config, state or Hermes home."""
+    for name in ("STATEWARDEN_CONFIG", "NOTIFY_SOCKET", "JOURNAL_STREAM", "INVOCATION_ID",
+                 "WATCHDOG_USEC", "WATCHDOG_PID"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg-runtime"))
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "no-hermes-here"))
+    yield
+
+
+@pytest.fixture
+def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A tiny Hermes home written by real Hermes code; ``$HERMES_HOME`` points at it."""
+    home = make_home(tmp_path / "hermes", TINY)
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    return home

@@ -1,0 +1,145 @@
+"""Hermes homes for tests and benchmarks, written by the real Hermes code.
+
+A database is built once per spec by ``tests/hermes_writer.py`` in a subprocess and
+cached under ``$STATEWARDEN_FIXTURE_CACHE`` (default ``<repo>/.cache/fixtures``);
+each test gets its own copy. Log lines use Hermes' real line format.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WRITER = Path(__file__).resolve().parent / "hermes_writer.py"
+HERMES_VERSION = "0.19.0"
+
+
+@dataclass(frozen=True)
+class Spec:
+    sessions: int = 12
+    messages: int = 60
+    text_bytes: int = 200
+    seed: int = 1
+
+    def key(self) -> str:
+        raw = json.dumps({**asdict(self), "hermes": HERMES_VERSION, "v": 1}, sort_keys=True)
+        return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+TINY = Spec()
+SMALL = Spec(sessions=64, messages=2000, text_bytes=600)
+# Like the database in HERMES.md: ~640 sessions, ~40,000 messages, ~250 MB.
+LARGE = Spec(sessions=640, messages=40_000, text_bytes=1000, seed=7)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("STATEWARDEN_FIXTURE_CACHE") or REPO / ".cache" / "fixtures")
+
+
+def hermes_python() -> str:
+    """The interpreter that runs Hermes writers (has hermes-agent installed)."""
+    return os.environ.get("STATEWARDEN_HERMES_PYTHON") or sys.executable
+
+
+def writer_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["HERMES_HOME"] = str(home)
+    return env
+
+
+def built_db(spec: Spec) -> Path:
+    """Path of the cached, closed state.db for ``spec`` (built on first use)."""
+    root = cache_dir() / spec.key()
+    db = root / "home" / "state.db"
+    if db.exists():
+        return db
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if db.exists():
+            return db
+        tmp = root / "building"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(
+            [hermes_python(), str(WRITER), "build", "--home", str(tmp),
+             "--sessions", str(spec.sessions), "--messages", str(spec.messages),
+             "--text-bytes", str(spec.text_bytes), "--seed", str(spec.seed)],
+            check=True, env=writer_env(tmp), stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        for side in ("-wal", "-shm"):
+            if (tmp / f"state.db{side}").exists():
+                raise RuntimeError(f"Hermes left state.db{side} behind after close")
+        (root / "home").mkdir(exist_ok=True)
+        os.replace(tmp / "state.db", db)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return db
+
+
+def make_home(dest: Path, spec: Spec = TINY, *, profiles: tuple[str, ...] = ()) -> Path:
+    """A Hermes home at ``dest`` with a copy of the cached database (and profiles)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "logs").mkdir(exist_ok=True)
+    shutil.copyfile(built_db(spec), dest / "state.db")
+    for name in profiles:
+        make_home(dest / "profiles" / name, spec)
+    return dest
+
+
+class Holder:
+    """A real Hermes process holding state.db open (``hermes_writer.py hold``)."""
+
+    def __init__(self, home: Path, write_every_s: float = 0.0) -> None:
+        self.proc = subprocess.Popen(
+            [hermes_python(), str(WRITER), "hold", "--home", str(home),
+             "--write-every", str(write_every_s)],
+            env=writer_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.proc.kill()
+            raise RuntimeError(f"Hermes holder did not start (said {line!r})")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def holding(home: Path, write_every_s: float = 0.0) -> Iterator[Holder]:
+    h = Holder(home, write_every_s)
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def log_line(
+    when: dt.datetime, level: str, logger: str, message: str, session: str | None = None
+) -> str:
+    """One line in Hermes' format: ``%(asctime)s %(levelname)s%(session_tag)s %(name)s: %(message)s``."""
+    stamp = when.strftime("%Y-%m-%d %H:%M:%S") + f",{when.microsecond // 1000:03d}"
+    tag = f" [{session}]" if session else ""
+    return f"{stamp} {level}{tag} {logger}: {message}"

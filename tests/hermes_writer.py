@@ -1,0 +1,140 @@
+"""A real Hermes writer, run as a subprocess: ``python tests/hermes_writer.py COMMAND ...``.
+
+Uses hermes-agent 0.19.0's own ``hermes_state.SessionDB`` (installed ``--no-deps``),
+so every byte of the database is written by Hermes code, as in real life. It runs in
+its own process because Hermes uses the stdlib ``sqlite3`` and statewarden uses apsw
+(DESIGN.md rule 6), and because real writers are other processes.
+
+Commands:
+  build --home H --sessions N --messages M --text-bytes B --seed S
+      create a state.db with N sessions (every 7th a ``cron_<job>_<stamp>`` session,
+      most with a unique title), M messages spread over them (user / assistant with
+      tool calls / tool results), token usage rows and gateway routing entries.
+  hold --home H [--write-every SECONDS]
+      open the database as Hermes does, append one message, print ``ready`` and stay
+      open (writing every SECONDS if given) until stdin closes or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+WORDS = (
+    "the session gateway cron brief schedule memory agent sqlite index page checkpoint "
+    "writer reader telegram dashboard container volume backup restore rotate token model "
+    "reply message tool call result status device service timer morning report weather "
+    "calendar meeting deploy review commit branch merge build test release monitor alert"
+).split()
+
+
+def _text(rng: random.Random, n_bytes: int) -> str:
+    out: list[str] = []
+    size = 0
+    while size < n_bytes:
+        w = rng.choice(WORDS)
+        if rng.random() < 0.05:
+            w = f"{w}{rng.randint(0, 99999)}"
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)
+
+
+def _open(home: str):  # type: ignore[no-untyped-def]
+    os.environ["HERMES_HOME"] = home
+    os.makedirs(home, exist_ok=True)
+    from hermes_state import SessionDB
+
+    return SessionDB()
+
+
+def build(args: argparse.Namespace) -> None:
+    rng = random.Random(args.seed)
+    db = _open(args.home)
+    base = 1_788_000_000  # 2026-08-29, a fixed start so fixtures are reproducible
+    session_ids: list[str] = []
+    for i in range(args.sessions):
+        stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(base + i * 3607))
+        if i % 7 == 3:
+            sid = f"cron_{rng.getrandbits(48):012x}_{stamp}"
+            source = "cron"
+        else:
+            sid = f"{stamp}_{rng.getrandbits(24):06x}"
+            source = rng.choice(["telegram", "cli", "desktop", "api"])
+        db.create_session(sid, source, model="hermes-4-70b", user_id="u1", cwd="/home/u")
+        if i % 5 != 4:
+            db.set_session_title(sid, f"{rng.choice(WORDS)} {rng.choice(WORDS)} #{i}")
+        db.update_token_counts(
+            sid, input_tokens=rng.randint(10, 5000), output_tokens=rng.randint(10, 2000),
+            model="hermes-4-70b", api_call_count=1,
+        )
+        session_ids.append(sid)
+    for j in range(args.messages):
+        sid = session_ids[j * len(session_ids) // max(args.messages, 1)]
+        kind = j % 4
+        size = max(16, int(rng.expovariate(1 / args.text_bytes)))
+        if kind == 0:
+            db.append_message(sid, "user", _text(rng, size))
+        elif kind == 1:
+            calls = [{"id": f"call_{j}", "type": "function",
+                      "function": {"name": "terminal", "arguments": json.dumps({"cmd": "ls"})}}]
+            db.append_message(sid, "assistant", _text(rng, size), tool_calls=calls)
+        elif kind == 2:
+            db.append_message(sid, "tool", _text(rng, size), tool_name="terminal",
+                              tool_call_id=f"call_{j - 1}")
+        else:
+            db.append_message(sid, "assistant", _text(rng, size))
+    for k in range(min(3, len(session_ids))):
+        db.save_gateway_routing_entry(
+            f"telegram:dm:{1000 + k}", json.dumps({"session_id": session_ids[k]})
+        )
+    db.close()
+    print(json.dumps({"sessions": len(session_ids), "messages": args.messages}))
+
+
+def hold(args: argparse.Namespace) -> None:
+    db = _open(args.home)
+    sid = f"hold_{os.getpid()}"
+    db.create_session(sid, "cli")
+    db.append_message(sid, "user", "holding the database open")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def wait_stdin() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=wait_stdin, daemon=True).start()
+    print("ready", flush=True)
+    n = 0
+    while not stop.wait(args.write_every or 3600):
+        if args.write_every:
+            n += 1
+            db.append_message(sid, "assistant", f"tick {n}")
+    db.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--home", required=True)
+    b.add_argument("--sessions", type=int, default=10)
+    b.add_argument("--messages", type=int, default=40)
+    b.add_argument("--text-bytes", type=int, default=200)
+    b.add_argument("--seed", type=int, default=1)
+    h = sub.add_parser("hold")
+    h.add_argument("--home", required=True)
+    h.add_argument("--write-every", type=float, default=0.0)
+    args = p.parse_args()
+    {"build": build, "hold": hold}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
