@@ -30,8 +30,10 @@ ENV_CONFIG = "STATEWARDEN_CONFIG"
 
 # Named defaults, units in the names.
 DEFAULT_RESCAN_INTERVAL_S = 30.0
-DEFAULT_LOG_LEVEL = "info"
-DEFAULT_LOG_FORMAT = "auto"
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["auto", "console", "json", "journald", "plain"]
+DEFAULT_LOG_LEVEL: LogLevel = "info"
+DEFAULT_LOG_FORMAT: LogFormat = "auto"
 
 
 class _Duration:
@@ -85,8 +87,8 @@ class PathsConfig:
 class LoggingConfig:
     """Log level and output format of statewarden itself."""
 
-    level: Literal["debug", "info", "warning", "error"] = DEFAULT_LOG_LEVEL
-    format: Literal["auto", "console", "json", "journald", "plain"] = DEFAULT_LOG_FORMAT
+    level: LogLevel = DEFAULT_LOG_LEVEL
+    format: LogFormat = DEFAULT_LOG_FORMAT
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,9 @@ def load_config(
     """Load the effective configuration; raise :class:`ConfigError` if it is invalid."""
     env = os.environ if env is None else env
     explicit = path is not None or bool(env.get(ENV_CONFIG))
-    chosen = Path(path) if path is not None else Path(env.get(ENV_CONFIG) or default_config_path(env))
+    chosen = (
+        Path(path) if path is not None else Path(env.get(ENV_CONFIG) or default_config_path(env))
+    )
     source = str(chosen)
     try:
         text = chosen.read_text(encoding="utf-8")
@@ -155,9 +159,7 @@ def load_config(
     except PermissionError:
         raise ConfigError("cannot read: permission denied", source=source) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"not UTF-8 text (byte {exc.start} is invalid)", source=source
-        ) from None
+        raise ConfigError(f"not UTF-8 text (byte {exc.start} is invalid)", source=source) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror or exc}", source=source) from None
     return parse_config(text, source=source)
@@ -204,7 +206,7 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             source=source,
             line=lines.get((), 1),
         )
-    config = _build(Config, data, (), _Ctx(source, lines))
+    config: Config = _build(Config, data, (), _Ctx(source, lines))
     return dataclasses.replace(config, source=source)
 
 
@@ -338,7 +340,9 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
             seconds = parse_duration(value)
             if seconds is None:
                 raise ctx.error(
-                    path, f"expected a duration above zero such as 30s, 5m, 1h or 250ms, got {_kind(value)}"
+                    path,
+                    "expected a duration above zero such as 30s, 5m, 1h or 250ms, "
+                    f"got {_kind(value)}",
                 )
             return seconds
         if _Bytes in markers:

@@ -11,6 +11,7 @@ next rescan.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,12 +132,10 @@ class Daemon:
         journald.notify_ready(self._status_line())
         try:
             while self._stop_signal is None:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
                         self._wake.wait(), timeout=self.config.discovery.rescan_interval
                     )
-                except TimeoutError:
-                    pass
                 self._wake.clear()
                 if self._stop_signal is not None:
                     break

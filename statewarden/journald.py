@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import array
 import errno
+import fcntl
 import os
 import socket
+import stat
 import struct
 import time
 from collections.abc import Mapping
@@ -69,8 +71,6 @@ class JournalSender:
     @property
     def available(self) -> bool:
         try:
-            import stat
-
             return stat.S_ISSOCK(os.stat(self.path).st_mode)
         except OSError:
             return False
@@ -95,8 +95,6 @@ class JournalSender:
         fd = os.memfd_create("statewarden-journal", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.write(fd, data)
-            import fcntl
-
             seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
             fds = array.array("i", [fd])

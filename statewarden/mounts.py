@@ -94,7 +94,7 @@ def mount_for(path: Path, mounts: list[Mount] | None = None) -> Mount | None:
     best: Mount | None = None
     for m in mounts:
         point = m.mount_point.rstrip("/") or "/"
-        if real == point or real.startswith(point + "/") or point == "/":
-            if best is None or len(point) >= len(best.mount_point.rstrip("/") or "/"):
-                best = m
+        inside = point in ("/", real) or real.startswith(point + "/")
+        if inside and (best is None or len(point) >= len(best.mount_point.rstrip("/") or "/")):
+            best = m
     return best

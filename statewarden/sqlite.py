@@ -193,7 +193,7 @@ def pragma_int(conn: apsw.Connection, name: str) -> int:
     row = conn.execute(f"PRAGMA {name}").fetchone()
     if row is None:
         raise DatabaseError(f"PRAGMA {name} returned nothing")
-    return int(row[0])  # type: ignore[arg-type]
+    return int(row[0])
 
 
 def hermes_schema_version(conn: apsw.Connection) -> int | None:
@@ -204,7 +204,7 @@ def hermes_schema_version(conn: apsw.Connection) -> int | None:
         return None
     if row is None or row[0] is None:
         return None
-    return int(row[0])  # type: ignore[arg-type]
+    return int(row[0])
 
 
 def sqlite_library_version() -> str:

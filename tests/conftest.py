@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from tests.hermes_fixtures import TINY, make_home
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's own config, state or Hermes home."""
     for name in ("STATEWARDEN_CONFIG", "NOTIFY_SOCKET", "JOURNAL_STREAM", "INVOCATION_ID",
                  "WATCHDOG_USEC", "WATCHDOG_PID"):  # fmt: skip
@@ -20,7 +19,6 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[No
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg-runtime"))
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "no-hermes-here"))
-    yield
 
 
 @pytest.fixture

@@ -26,12 +26,55 @@ import sys
 import threading
 import time
 
-WORDS = (
-    "the session gateway cron brief schedule memory agent sqlite index page checkpoint "
-    "writer reader telegram dashboard container volume backup restore rotate token model "
-    "reply message tool call result status device service timer morning report weather "
-    "calendar meeting deploy review commit branch merge build test release monitor alert"
-).split()
+WORDS = [
+    "the",
+    "session",
+    "gateway",
+    "cron",
+    "brief",
+    "schedule",
+    "memory",
+    "agent",
+    "sqlite",
+    "index",
+    "page",
+    "checkpoint",
+    "writer",
+    "reader",
+    "telegram",
+    "dashboard",
+    "container",
+    "volume",
+    "backup",
+    "restore",
+    "rotate",
+    "token",
+    "model",
+    "reply",
+    "message",
+    "tool",
+    "call",
+    "result",
+    "status",
+    "device",
+    "service",
+    "timer",
+    "morning",
+    "report",
+    "weather",
+    "calendar",
+    "meeting",
+    "deploy",
+    "review",
+    "commit",
+    "branch",
+    "merge",
+    "build",
+    "test",
+    "release",
+    "monitor",
+    "alert",
+]
 
 
 def _text(rng: random.Random, n_bytes: int) -> str:
@@ -71,8 +114,11 @@ def build(args: argparse.Namespace) -> None:
         if i % 5 != 4:
             db.set_session_title(sid, f"{rng.choice(WORDS)} {rng.choice(WORDS)} #{i}")
         db.update_token_counts(
-            sid, input_tokens=rng.randint(10, 5000), output_tokens=rng.randint(10, 2000),
-            model="hermes-4-70b", api_call_count=1,
+            sid,
+            input_tokens=rng.randint(10, 5000),
+            output_tokens=rng.randint(10, 2000),
+            model="hermes-4-70b",
+            api_call_count=1,
         )
         session_ids.append(sid)
     for j in range(args.messages):
@@ -82,12 +128,18 @@ def build(args: argparse.Namespace) -> None:
         if kind == 0:
             db.append_message(sid, "user", _text(rng, size))
         elif kind == 1:
-            calls = [{"id": f"call_{j}", "type": "function",
-                      "function": {"name": "terminal", "arguments": json.dumps({"cmd": "ls"})}}]
+            calls = [
+                {
+                    "id": f"call_{j}",
+                    "type": "function",
+                    "function": {"name": "terminal", "arguments": json.dumps({"cmd": "ls"})},
+                }
+            ]
             db.append_message(sid, "assistant", _text(rng, size), tool_calls=calls)
         elif kind == 2:
-            db.append_message(sid, "tool", _text(rng, size), tool_name="terminal",
-                              tool_call_id=f"call_{j - 1}")
+            db.append_message(
+                sid, "tool", _text(rng, size), tool_name="terminal", tool_call_id=f"call_{j - 1}"
+            )
         else:
             db.append_message(sid, "assistant", _text(rng, size))
     for k in range(min(3, len(session_ids))):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -40,7 +41,9 @@ class TestLoading:
         """With no file at the default place, every default applies."""
         assert load_config() == Config()
 
-    def test_precedence_flag_over_env_over_xdg(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_precedence_flag_over_env_over_xdg(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """--config beats $STATEWARDEN_CONFIG, which beats the XDG default."""
         xdg = Path(os.environ["XDG_CONFIG_HOME"]) / "statewarden"
         xdg.mkdir(parents=True)
@@ -128,8 +131,12 @@ BAD_CONFIGS = [
 
 
 class TestBadConfig:
-    @pytest.mark.parametrize(("case", "text", "expected"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
-    def test_bad_config_one_line_exit_2(self, tmp_path: Path, case: str, text: str, expected: str) -> None:
+    @pytest.mark.parametrize(
+        ("case", "text", "expected"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS]
+    )
+    def test_bad_config_one_line_exit_2(
+        self, tmp_path: Path, case: str, text: str, expected: str
+    ) -> None:
         """Each class of bad config: exactly one line naming file, line, key and expectation; exit 2."""
         f = tmp_path / "config.yaml"
         f.write_text(text)
@@ -218,7 +225,9 @@ class TestProperties:
         assert info.value.line == 2
 
     @settings(max_examples=200, deadline=None)
-    @given(st.dictionaries(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), st.integers(), min_size=1))
+    @given(
+        st.dictionaries(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), st.integers(), min_size=1)
+    )
     def test_unknown_top_level_keys_rejected(self, data: dict[str, int]) -> None:
         """Any top-level key that is not a section is rejected by name."""
         known = {"targets", "discovery", "paths", "logging"}
@@ -262,8 +271,6 @@ class TestShow:
         f.write_text("logging:\n  level: debug\n")
         r = CliRunner().invoke(ctl, ["config", "show", "--config", str(f), "--json"])
         assert r.exit_code == 0
-        import json
-
         data = json.loads(r.stdout)
         assert data["config"]["logging"] == {"level": "debug", "format": "auto"}
         assert data["config"]["discovery"]["rescan_interval"] == 30.0

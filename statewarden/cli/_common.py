@@ -7,12 +7,14 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
 
 from statewarden.config import Config, load_config
-from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, StatewardenError
+from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, StatewardenError, UsageError
+from statewarden.targets import Target, discover, find_target, target_for_db
 
 F = TypeVar("F", bound=Callable[..., Any])
 ENV_DEBUG = "STATEWARDEN_DEBUG"
@@ -58,13 +60,39 @@ config_option = click.option(
     "config_path",
     type=str,
     default=None,
-    help="Config file (default: $STATEWARDEN_CONFIG, else $XDG_CONFIG_HOME/statewarden/config.yaml).",
+    help="Config file (default: $STATEWARDEN_CONFIG, else "
+    "$XDG_CONFIG_HOME/statewarden/config.yaml).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+db_option = click.option(
+    "--db", type=str, default=None, help="A state.db path instead of discovery."
+)
+profile_option = click.option("--profile", type=str, default=None, help="Only this Hermes profile.")
 
 
 def get_config(config_path: str | None) -> Config:
     return load_config(config_path)
+
+
+def select_targets(
+    config_path: str | None, db: str | None, profile: str | None
+) -> tuple[list[Target], str]:
+    """The targets a command works on, and a note when none were found."""
+    if db and profile:
+        raise UsageError("--db and --profile cannot be used together")
+    if db:
+        return [target_for_db(Path(db))], ""
+    config = get_config(config_path)
+    targets = discover(config)
+    if profile:
+        t = find_target(targets, profile)
+        if t is None:
+            names = ", ".join(x.name for x in targets) or "none"
+            raise UsageError(f"no Hermes profile named {profile!r} (found: {names})")
+        return [t], ""
+    if not targets:
+        return [], "no Hermes home found ($HERMES_HOME or ~/.hermes); nothing to report"
+    return targets, ""
 
 
 def print_json(data: Any) -> None:

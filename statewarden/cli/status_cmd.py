@@ -2,42 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from statewarden.cli._common import (
     config_option,
-    get_config,
+    db_option,
     handle_errors,
     human_bytes,
     json_option,
     print_json,
+    profile_option,
+    select_targets,
 )
-from statewarden.errors import UsageError
 from statewarden.status import DatabaseStatus, status_all
-from statewarden.targets import Target, discover, find_target, target_for_db
 
 
-def select_targets(
-    config_path: str | None, db: str | None, profile: str | None
-) -> tuple[list[Target], str]:
-    """The targets a command works on, and a note when none were found."""
-    if db and profile:
-        raise UsageError("--db and --profile cannot be used together")
-    if db:
-        return [target_for_db(Path(db))], ""
-    config = get_config(config_path)
-    targets = discover(config)
-    if profile:
-        t = find_target(targets, profile)
-        if t is None:
-            names = ", ".join(x.name for x in targets) or "none"
-            raise UsageError(f"no Hermes profile named {profile!r} (found: {names})")
-        return [t], ""
-    if not targets:
-        return [], "no Hermes home found ($HERMES_HOME or ~/.hermes); nothing to report"
-    return targets, ""
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def _render(st: DatabaseStatus) -> None:
@@ -47,15 +28,21 @@ def _render(st: DatabaseStatus) -> None:
     else:
         click.echo(f"  size            {human_bytes(st.size_bytes)}")
         click.echo(
-            f"  pages           {st.page_count if st.page_count is not None else '-'}"
-            f" x {st.page_size or '-'} B, {st.freelist_count if st.freelist_count is not None else '-'} free"
+            f"  pages           {_or_dash(st.page_count)} x {_or_dash(st.page_size)} B,"
+            f" {_or_dash(st.freelist_count)} free"
         )
         click.echo(f"  journal mode    {st.journal_mode or '-'}")
         click.echo(
             f"  -wal / -shm     {human_bytes(st.wal_bytes)} / {human_bytes(st.shm_bytes)}"
-            + (f", -journal {human_bytes(st.journal_bytes)}" if st.journal_bytes is not None else "")
+            + (
+                f", -journal {human_bytes(st.journal_bytes)}"
+                if st.journal_bytes is not None
+                else ""
+            )
         )
-        click.echo(f"  schema_version  {st.schema_version if st.schema_version is not None else '-'}")
+        click.echo(
+            f"  schema_version  {st.schema_version if st.schema_version is not None else '-'}"
+        )
     if st.filesystem:
         fs = st.filesystem
         verdict = "UNSAFE for WAL" if fs.unsafe_for_wal else "safe for WAL"
@@ -67,8 +54,8 @@ def _render(st: DatabaseStatus) -> None:
 
 @click.command()
 @config_option
-@click.option("--db", type=str, default=None, help="A state.db path instead of discovery.")
-@click.option("--profile", type=str, default=None, help="Only this Hermes profile.")
+@db_option
+@profile_option
 @json_option
 @handle_errors
 def status(config_path: str | None, db: str | None, profile: str | None, as_json: bool) -> None:
@@ -79,7 +66,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
     targets, note = select_targets(config_path, db, profile)
     results = status_all(targets)
     if as_json:
-        print_json({"source": "local", "databases": [r.to_json() for r in results], "note": note or None})
+        print_json(
+            {"source": "local", "databases": [r.to_json() for r in results], "note": note or None}
+        )
         return
     if note:
         click.echo(note)
