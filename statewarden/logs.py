@@ -31,7 +31,7 @@ REDACTED = "***redacted***"
 LEVEL_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "critical": 2}
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)
 # Telegram bot tokens look like 123456789:AAH...; redact them wherever they appear.
-_BOT_TOKEN_RE = re.compile(r"\b\d{6,12}:[A-Za-z0-9_-]{30,}\b")
+_BOT_TOKEN_RE = re.compile(r"(?<!\d)\d{6,12}:[A-Za-z0-9_-]{30,}")
 
 
 def redact_secrets(

@@ -82,15 +82,12 @@ def read_mounts(path: Path = MOUNTINFO) -> list[Mount]:
 def mount_for(path: Path, mounts: list[Mount] | None = None) -> Mount | None:
     """The mount a path lives on: the longest mount point that is a prefix of it.
 
-    The path is resolved first (symlinks followed), since the mount is where the file
-    really lives. For a path that does not exist yet, its nearest existing parent counts.
-    A later mount on the same point hides an earlier one, so the last one wins.
+    The path is resolved first (symlinks followed as far as they exist), since the mount
+    is where the file really lives. A later mount on the same point hides an earlier
+    one, so the last one wins.
     """
     mounts = read_mounts() if mounts is None else mounts
-    probe = Path(os.path.abspath(path))
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    real = os.path.realpath(probe)
+    real = os.path.realpath(os.path.abspath(path))
     best: Mount | None = None
     for m in mounts:
         point = m.mount_point.rstrip("/") or "/"

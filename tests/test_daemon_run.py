@@ -1,0 +1,142 @@
+"""`statewarden run` as a real process: start-up, waiting for Hermes, signals, sd_notify."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hermes_fixtures import TINY, make_home
+
+
+class Daemon:
+    """A `statewarden run` subprocess whose stderr is read line by line."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain", *args],
+            env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+
+    def wait_for(self, text: str, timeout_s: float = 30) -> str:
+        """Read stderr until a line contains ``text``; fail with what was seen."""
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if text in line:
+                return line
+        raise AssertionError(f"never saw {text!r}; saw: {self.lines}")
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, HERMES_HOME=str(tmp_path / "hermes"))
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    f = tmp_path / "config.yaml"
+    f.write_text("discovery:\n  rescan_interval: 100ms\n")
+    return f
+
+
+@pytest.fixture
+def run_daemon(daemon_env: dict[str, str], config_file: Path) -> Iterator[Daemon]:
+    d = Daemon(daemon_env, "--config", str(config_file))
+    yield d
+    d.stop(signal.SIGKILL)
+
+
+class TestStartStop:
+    def test_no_hermes_home_keeps_running_and_picks_it_up(self, run_daemon: Daemon, daemon_env: dict[str, str]) -> None:
+        """With no Hermes home the daemon says so and keeps running; a home and database
+        created later are picked up by the next rescan."""
+        run_daemon.wait_for("statewarden started")
+        line = run_daemon.wait_for("no Hermes home found")
+        assert line.startswith("warning: no Hermes home found; waiting for one to appear")
+        assert run_daemon.proc.poll() is None
+        home = Path(daemon_env["HERMES_HOME"])
+        home.mkdir()
+        line = run_daemon.wait_for("watching database")
+        assert f"db={home / 'state.db'}" in line
+        assert "present=false" in line
+        make_home(home, TINY)
+        run_daemon.wait_for("database appeared")
+        assert run_daemon.stop(signal.SIGTERM) == 0
+        assert "statewarden stopped signal=SIGTERM" in run_daemon.wait_for("statewarden stopped")
+
+    def test_lists_every_database_at_start(self, tmp_path: Path, config_file: Path) -> None:
+        """At start-up each discovered database (profiles included) is logged once."""
+        home = make_home(tmp_path / "h", TINY, profiles=("coder",))
+        d = Daemon(dict(os.environ, HERMES_HOME=str(home)), "--config", str(config_file))
+        try:
+            first = d.wait_for("watching database")
+            second = d.wait_for("watching database")
+            assert f"profile=default db={home / 'state.db'} present=true" in first
+            assert f"profile=coder db={home / 'profiles/coder/state.db'} present=true" in second
+            assert d.stop(signal.SIGINT) == 0
+        finally:
+            d.stop(signal.SIGKILL)
+
+    def test_sigint_stops_cleanly(self, run_daemon: Daemon) -> None:
+        """Ctrl-C (SIGINT) is a clean stop with exit code 0."""
+        run_daemon.wait_for("statewarden started")
+        assert run_daemon.stop(signal.SIGINT) == 0
+
+    def test_sighup_with_broken_config_keeps_running(self, run_daemon: Daemon, config_file: Path) -> None:
+        """SIGHUP re-reads the config; an invalid one is reported and the old one kept."""
+        run_daemon.wait_for("statewarden started")
+        config_file.write_text("discovery:\n  rescan_interval: never\n")
+        run_daemon.proc.send_signal(signal.SIGHUP)
+        line = run_daemon.wait_for("config reload failed")
+        assert "discovery.rescan_interval: expected a duration" in line
+        assert run_daemon.proc.poll() is None
+        config_file.write_text("discovery:\n  rescan_interval: 200ms\n")
+        run_daemon.proc.send_signal(signal.SIGHUP)
+        run_daemon.wait_for("config reloaded")
+        assert run_daemon.stop() == 0
+
+
+class TestNotify:
+    def test_ready_status_watchdog_stopping(self, daemon_env: dict[str, str], config_file: Path, tmp_path: Path) -> None:
+        """Under a (fake) service manager: READY=1 with STATUS, WATCHDOG=1 pings, STOPPING=1."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(tmp_path / "notify"))
+        sock.settimeout(20)
+        env = dict(daemon_env, NOTIFY_SOCKET=str(tmp_path / "notify"), WATCHDOG_USEC="200000")
+        d = Daemon(env, "--config", str(config_file))
+        try:
+            got: list[str] = []
+            while not any(m.startswith("READY=1") for m in got):
+                got.append(sock.recv(4096).decode())
+            ready = next(m for m in got if m.startswith("READY=1"))
+            assert ready == "READY=1\nSTATUS=waiting for a Hermes home"
+            while got.count("WATCHDOG=1") < 2:
+                got.append(sock.recv(4096).decode())
+            assert d.stop() == 0
+            while "STOPPING=1" not in got:
+                got.append(sock.recv(4096).decode())
+        finally:
+            d.stop(signal.SIGKILL)
+            sock.close()
