@@ -1,0 +1,132 @@
+"""The evidence timeline: what the watchers saw around each database, kept for a while.
+
+The question a postmortem cannot answer afterwards is *why*: which writers held the
+file, which cron job ran, when the WAL stopped shrinking, just before the first
+error. The timeline keeps that history per database: holders arriving and leaving,
+WAL size samples and checkpoints, sidecar creations and deletions, cron sessions
+starting, unit restarts, and every incident change.
+
+Storage: one JSON-lines file per database under ``<state_dir>/timeline/``, appended
+to (cheap), and compacted when it passes ``max_bytes`` or holds entries older than
+``max_age_s``: the file is rewritten with what is young enough, newest half first
+when size is the reason. Bounded in both time and space.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_AGE_S = 14 * 86400.0
+DEFAULT_MAX_BYTES = 16 * 2**20
+# A signal that fires again within this window is not written again (a flood is
+# one line a minute in the timeline, with the count so far).
+SIGNAL_REPEAT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    at: float
+    what: str
+    text: str
+    fields: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "what": self.what, "text": self.text, "fields": self.fields}
+
+
+class Timeline:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        self.directory = directory
+        self.max_age_s = max_age_s
+        self.max_bytes = max_bytes
+        self._last_signal: dict[str, float] = {}
+
+    def path_for(self, db: str) -> Path:
+        digest = hashlib.sha256(db.encode()).hexdigest()[:16]
+        return self.directory / f"{digest}.jsonl"
+
+    def add(self, db: str, what: str, text: str, at: float | None = None, **fields: Any) -> None:
+        entry = {
+            "at": time.time() if at is None else at,
+            "what": what,
+            "text": text,
+            "db": db,
+            "fields": fields,
+        }
+        path = self.path_for(db)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(entry, default=str) + "\n"
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+            size = f.tell()
+        if size > self.max_bytes:
+            self.compact(db)
+
+    def add_signal(self, db: str, fingerprint: str, text: str, at: float, **fields: Any) -> bool:
+        """Record a signal unless the same fingerprint was written in the last minute."""
+        last = self._last_signal.get(fingerprint)
+        if last is not None and at - last < SIGNAL_REPEAT_S:
+            return False
+        self._last_signal[fingerprint] = at
+        self.add(db, "signal", text, at, **fields)
+        return True
+
+    def entries(self, db: str) -> list[Entry]:
+        path = self.path_for(db)
+        out: list[Entry] = []
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            try:
+                raw = json.loads(line)
+                out.append(
+                    Entry(
+                        float(raw["at"]),
+                        str(raw["what"]),
+                        str(raw["text"]),
+                        dict(raw.get("fields") or {}),
+                    )
+                )
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line after a crash; skip it
+        out.sort(key=lambda e: e.at)
+        return out
+
+    def around(
+        self, db: str, at: float, before_s: float = 3600.0, after_s: float = 600.0
+    ) -> list[Entry]:
+        """Entries from ``before_s`` before ``at`` to ``after_s`` after it."""
+        return [e for e in self.entries(db) if at - before_s <= e.at <= at + after_s]
+
+    def compact(self, db: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        path = self.path_for(db)
+        keep = [e for e in self.entries(db) if now - e.at <= self.max_age_s]
+        lines = [json.dumps({**e.to_json(), "db": db}, default=str) + "\n" for e in keep]
+        while lines and sum(len(x) for x in lines) > self.max_bytes // 2:
+            lines = lines[len(lines) // 2 :]  # drop the older half
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def format_entry(entry: Entry) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.at))
+    return f"{stamp}  {entry.text}"

@@ -1,0 +1,155 @@
+"""The journal follower: the Hermes units' own journal, where their stdout goes.
+
+The gateway *prints* ``[gateway] Warning: SQLite session store unavailable, falling back
+to JSONL: ...`` to stdout, which only the journal of its unit has (HERMES.md). So
+statewarden follows that journal with ``journalctl -f -o json`` as a subprocess:
+
+- as a normal user: ``journalctl --user -u <unit> ...``;
+- as root (a root daemon, or tests): ``journalctl _SYSTEMD_USER_UNIT=<unit> ...``, since
+  ``--user-unit`` filters on the caller's own uid.
+
+The cursor of the last entry handled is saved (atomically, at most once a second) and
+passed back with ``--after-cursor`` on restart, so nothing is handled twice or missed
+while the daemon was down. On first start it begins at the end (``-n 0``): history is
+not alerted on. If journalctl is missing or dies, it is restarted with capped
+exponential backoff and the reason is kept in ``status`` (never a crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 300.0
+CURSOR_SAVE_EVERY_S = 1.0
+MAX_ENTRY_BYTES = 1 << 20
+
+
+def journalctl_command(
+    units: list[str], cursor: str | None, *, as_root: bool, journalctl: str = "journalctl"
+) -> list[str]:
+    cmd = [journalctl, "-f", "-o", "json", "--no-pager"]
+    if as_root:
+        cmd += [f"_SYSTEMD_USER_UNIT={u}" for u in units]
+    else:
+        cmd.append("--user")
+        for u in units:
+            cmd += ["-u", u]
+    cmd += [f"--after-cursor={cursor}"] if cursor else ["-n", "0"]
+    return cmd
+
+
+class JournalFollower:
+    def __init__(
+        self,
+        units: list[str],
+        cursor_path: Path,
+        on_entry: Callable[[dict[str, Any]], None],
+        *,
+        as_root: bool | None = None,
+        journalctl: str | None = None,
+    ) -> None:
+        self.units = units
+        self.cursor_path = cursor_path
+        self.on_entry = on_entry
+        self.as_root = os.geteuid() == 0 if as_root is None else as_root
+        self.journalctl = journalctl or shutil.which("journalctl") or "journalctl"
+        self.status = "starting"
+        self.errors = 0
+        self._cursor: str | None = self._load_cursor()
+        self._cursor_saved_at = 0.0
+        self._proc: asyncio.subprocess.Process | None = None
+        self.entries_seen = 0
+
+    def _load_cursor(self) -> str | None:
+        try:
+            value = self.cursor_path.read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return value or None
+
+    def _save_cursor(self, force: bool = False) -> None:
+        if self._cursor is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._cursor_saved_at < CURSOR_SAVE_EVERY_S:
+            return
+        self._cursor_saved_at = now
+        self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cursor_path.with_name(self.cursor_path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(self._cursor)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.cursor_path)
+
+    async def _follow_once(self) -> None:
+        cmd = journalctl_command(
+            self.units, self._cursor, as_root=self.as_root, journalctl=self.journalctl
+        )
+        self._proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=MAX_ENTRY_BYTES,
+        )
+        assert self._proc.stdout is not None
+        self.status = f"following {', '.join(self.units)}"
+        while True:
+            try:
+                line = await self._proc.stdout.readline()
+            except ValueError:  # an entry over the limit: skip to the next line
+                continue
+            if not line:
+                break
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(entry, dict):
+                continue
+            self.entries_seen += 1
+            self.errors = 0
+            cursor = entry.get("__CURSOR")
+            if isinstance(cursor, str):
+                self._cursor = cursor
+            self.on_entry(entry)
+            self._save_cursor()
+        code = await self._proc.wait()
+        err = b""
+        if self._proc.stderr is not None:
+            with contextlib.suppress(Exception):
+                err = await asyncio.wait_for(self._proc.stderr.read(4096), timeout=1)
+        text = err.decode(errors="replace").strip().splitlines()
+        raise RuntimeError(f"journalctl exited with {code}" + (f": {text[-1]}" if text else ""))
+
+    async def run(self) -> None:
+        """Follow until cancelled; restart journalctl with backoff when it fails."""
+        delay = BACKOFF_START_S
+        try:
+            while True:
+                try:
+                    await self._follow_once()
+                except FileNotFoundError:
+                    self.status = f"journal not followed: {self.journalctl} not found"
+                except (OSError, RuntimeError) as exc:
+                    self.status = f"journal not followed: {exc}; retrying in {delay:.0f} s"
+                self.errors += 1
+                self._save_cursor(force=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+        finally:
+            self._save_cursor(force=True)
+            if self._proc is not None and self._proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._proc.wait(), timeout=2)
