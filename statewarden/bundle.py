@@ -1,0 +1,277 @@
+"""A private, consistent copy of a database bundle (db, -wal, -journal) to work on.
+
+The source is only ever read: each file is copied with plain reads while this process
+has no SQLite connection to it (DESIGN.md rule 2), and the files' fingerprints (size,
+mtime, ctime, inode of every bundle member) are taken before and after the copy; if
+they differ, a writer was active and the copy is refused (rule 4). ``-shm`` is never
+copied: it is a cache of the WAL's index that SQLite rebuilds from the ``-wal`` itself,
+and a copy taken from a live file would describe some other moment.
+
+The copy is then opened once read-write (it is ours) so SQLite replays the WAL or rolls
+back a hot journal, and checkpointed, leaving one self-contained file whose pages can
+also be read raw (``pages.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
+from statewarden.sqlite import HEADER_SIZE, HeaderFacts, classify_error, parse_header
+
+COPY_SUFFIXES = ("", "-wal", "-journal")
+FINGERPRINT_SUFFIXES = ("", "-wal", "-shm", "-journal")
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
+WAL_HEADER_BYTES = 32
+WAL_FRAME_HEADER_BYTES = 24
+_WAL_MAGICS = (0x377F0682, 0x377F0683)
+# Ask for this much headroom on top of what the work needs, for SQLite's temp files.
+FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
+
+Fingerprint = tuple[tuple[str, int, int, int, int] | tuple[str], ...]
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class WorkCopy:
+    """A folded copy of the source bundle inside ``work_dir``."""
+
+    work_dir: Path
+    db: Path
+    source: Path
+    source_header: HeaderFacts
+    source_bytes: int
+    copied: tuple[str, ...]  # which bundle members existed and were copied
+    truncated_note: str | None  # set when the file is shorter than its header says
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def fingerprint(db: Path) -> Fingerprint:
+    """Cheap identity of every bundle member: any write changes size, mtime or ctime."""
+    out: list[tuple[str, int, int, int, int] | tuple[str]] = []
+    for suffix in FINGERPRINT_SUFFIXES:
+        try:
+            st = os.stat(f"{db}{suffix}")
+        except FileNotFoundError:
+            out.append((suffix,))
+            continue
+        out.append((suffix, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return tuple(out)
+
+
+def bundle_bytes(db: Path) -> int:
+    total = 0
+    for suffix in COPY_SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):
+            total += os.stat(f"{db}{suffix}").st_size
+    return total
+
+
+def check_free_space(directory: Path, needed: int) -> None:
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    if free < needed + FREE_SPACE_MARGIN_BYTES:
+        raise DatabaseError(
+            f"{directory}: not enough free space: {free} bytes free,"
+            f" {needed + FREE_SPACE_MARGIN_BYTES} needed",
+            hint="free some space or choose another output directory",
+        )
+
+
+def validate_source(db: Path) -> HeaderFacts:
+    """Raw checks of the source, with no connection open: exists, a file, a SQLite header."""
+    if not os.path.lexists(db):
+        raise UsageError(f"{db}: no such file")
+    if db.is_dir():
+        raise DatabaseUnreadable(f"{db}: is a directory, not a database")
+    try:
+        with open(db, "rb") as f:
+            head = f.read(HEADER_SIZE)
+    except PermissionError:
+        raise DatabaseUnreadable(f"{db}: permission denied") from None
+    return parse_header(head, str(db))
+
+
+def make_work_copy(
+    source: Path,
+    work_parent: Path,
+    *,
+    space_factor: int = 1,
+    attempts: int = 3,
+    progress: ProgressFn | None = None,
+) -> WorkCopy:
+    """Copy the bundle into a new directory under ``work_parent`` and fold it into one file.
+
+    ``space_factor`` is how many source-sized files the caller will write there (the
+    copy itself, plus an output for a repair). A copy during which the source changed
+    is retried up to ``attempts`` times, then refused with :class:`DatabaseChanged`.
+    """
+    header = validate_source(source)
+    size = bundle_bytes(source)
+    work_parent.mkdir(parents=True, exist_ok=True)
+    check_free_space(work_parent, size * space_factor)
+    work_dir = Path(tempfile.mkdtemp(prefix=".statewarden-work-", dir=work_parent))
+    try:
+        copy = _copy_consistent(source, work_dir, size, attempts, progress)
+        header = _check_wal_belongs(copy, header, source)
+        truncated = _truncation(copy, header)
+        _fold(copy, source, truncated)
+        return WorkCopy(
+            work_dir=work_dir,
+            db=copy,
+            source=source,
+            source_header=header,
+            source_bytes=size,
+            copied=tuple(s for s in COPY_SUFFIXES if os.path.exists(f"{copy}{s}") or s == ""),
+            truncated_note=truncated,
+        )
+    except BaseException:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+
+
+def _copy_consistent(
+    source: Path, work_dir: Path, size: int, attempts: int, progress: ProgressFn | None
+) -> Path:
+    dest = work_dir / source.name
+    for _ in range(attempts):
+        before = fingerprint(source)
+        done = 0
+        for suffix in COPY_SUFFIXES:
+            target = Path(f"{dest}{suffix}")
+            if target.exists():
+                target.unlink()
+            try:
+                src = open(f"{source}{suffix}", "rb")  # noqa: SIM115 - closed below
+            except FileNotFoundError:
+                continue
+            with src, open(target, "wb") as out:
+                while chunk := src.read(COPY_CHUNK_BYTES):
+                    out.write(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress("copy", done, size)
+        if fingerprint(source) == before:
+            return dest
+    raise DatabaseChanged(
+        f"{source}: changed while it was being copied ({attempts} attempts)",
+        hint="a live writer holds it; stop Hermes (see statewardenctl holders) and retry",
+    )
+
+
+def _check_wal_belongs(copy: Path, header: HeaderFacts, source: Path) -> HeaderFacts:
+    """Refuse a ``-wal`` that was written for another database.
+
+    Nothing in a WAL names its database, so two facts are checked: the WAL's page size
+    must be the database's, and the newest committed page 1 in the WAL must not be
+    older than page 1 in the file (the schema cookie only grows within one database).
+    """
+    wal = Path(f"{copy}-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        return header
+    with open(wal, "rb") as f:
+        head = f.read(WAL_HEADER_BYTES)
+        if len(head) < WAL_HEADER_BYTES:
+            return header  # SQLite ignores a WAL without a full header
+        magic, _version, page_size, _seq, salt1, salt2 = struct.unpack(">6I", head[:24])
+        if magic not in _WAL_MAGICS:
+            raise DatabaseUnreadable(f"{source}-wal: not a SQLite WAL file (bad magic number)")
+        if page_size != header.page_size:
+            raise DatabaseUnreadable(
+                f"{source}-wal: belongs to another database (page size {page_size},"
+                f" database has {header.page_size})",
+                hint="move the -wal aside to read the database file alone",
+            )
+        newest_page1: bytes | None = None
+        frame = WAL_FRAME_HEADER_BYTES + page_size
+        offset = WAL_HEADER_BYTES
+        while True:
+            f.seek(offset)
+            fh = f.read(WAL_FRAME_HEADER_BYTES)
+            if len(fh) < WAL_FRAME_HEADER_BYTES:
+                break
+            pgno, _commit, s1, s2 = struct.unpack(">4I", fh[:16])
+            if (s1, s2) != (salt1, salt2):
+                break  # frames of an older WAL generation: SQLite stops here too
+            if pgno == 1:
+                newest_page1 = f.read(HEADER_SIZE)
+            offset += frame
+    if newest_page1 is not None:
+        try:
+            wal_header = parse_header(newest_page1, f"{source}-wal")
+        except DatabaseUnreadable:
+            raise DatabaseUnreadable(
+                f"{source}-wal: its page 1 has no SQLite header; it belongs to no database"
+            ) from None
+        if wal_header.schema_cookie < header.schema_cookie:
+            raise DatabaseUnreadable(
+                f"{source}-wal: belongs to another database (its schema cookie"
+                f" {wal_header.schema_cookie} is older than the file's {header.schema_cookie})",
+                hint="move the -wal aside to read the database file alone",
+            )
+        return wal_header
+    return header
+
+
+def _truncation(copy: Path, header: HeaderFacts) -> str | None:
+    size = copy.stat().st_size
+    pages_present = size // header.page_size
+    if size % header.page_size:
+        return (
+            f"the file is truncated: {size} bytes is not a whole number of"
+            f" {header.page_size}-byte pages"
+        )
+    if (
+        header.page_count_valid
+        and pages_present < header.page_count
+        and not Path(f"{copy}-wal").exists()
+    ):
+        return (
+            f"the file is truncated: the header says {header.page_count} pages,"
+            f" {pages_present} are present"
+        )
+    return None
+
+
+def _fold(copy: Path, source: Path, truncated: str | None) -> None:
+    """Replay the WAL / roll back a hot journal into the copy, then checkpoint it away.
+
+    Errors name the source (the copy is an implementation detail) and say when the
+    file is truncated, since that is then the reason the schema cannot be read.
+    """
+
+    def error(exc: apsw.Error) -> DatabaseError:
+        err = classify_error(source, exc)
+        if truncated:
+            return DatabaseUnreadable(f"{source}: {truncated}; the schema cannot be read")
+        if isinstance(err, DatabaseUnreadable):
+            return DatabaseUnreadable(f"{source}: the schema cannot be read ({exc})")
+        return err
+
+    try:
+        conn = apsw.Connection(str(copy))
+    except apsw.Error as exc:
+        raise error(exc) from None
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()
+        if mode and str(mode[0]).lower() == "wal":
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except apsw.Error as exc:
+        raise error(exc) from None
+    finally:
+        conn.close()
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(f"{copy}{suffix}") and os.path.getsize(f"{copy}{suffix}") == 0:
+            os.unlink(f"{copy}{suffix}")

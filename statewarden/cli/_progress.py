@@ -1,0 +1,71 @@
+"""Progress for long commands (check, recover): a bar on a TTY, JSON lines, or nothing.
+
+``--progress auto`` (the default) draws a rich progress bar on stderr when stderr is a
+terminal and stays silent otherwise; ``json`` writes one JSON object per event on
+stderr (``{"event": "progress", "phase": ..., "done": ..., "total": ...}``), so stdout
+keeps only the command's result, also with ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+PROGRESS_CHOICES = ("auto", "bar", "json", "none")
+JSON_MIN_INTERVAL_S = 0.5
+
+ProgressFn = Callable[[str, int, int], None]
+
+progress_option = click.option(
+    "--progress",
+    "progress_mode",
+    type=click.Choice(PROGRESS_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Progress on stderr: a bar on a TTY (auto), JSON lines, or none.",
+)
+
+
+@contextmanager
+def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
+    if mode == "auto":
+        mode = "bar" if sys.stderr.isatty() else "none"
+    if mode == "none":
+        yield None
+        return
+    if mode == "json":
+        last: dict[str, float] = {}
+
+        def emit(phase: str, done: int, total: int) -> None:
+            now = time.monotonic()
+            if total and done < total and now - last.get(phase, 0.0) < JSON_MIN_INTERVAL_S:
+                return
+            last[phase] = now
+            event = {"event": "progress", "phase": phase, "done": done, "total": total}
+            click.echo(json.dumps(event), err=True)
+
+        yield emit
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def draw(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total or None)
+            bar.update(tasks[phase], completed=done, total=total or None)
+
+        yield draw

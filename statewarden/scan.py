@@ -1,0 +1,149 @@
+"""Read every row of a table that can still be read, in rowid order, past damaged stretches.
+
+A full scan (``NOT INDEXED``) walks the table's own b-tree; a damaged page makes SQLite
+stop with an error. This reader then finds where reading can resume: a one-row probe
+``rowid >= p`` succeeds exactly when the leaf that would hold ``p`` is readable, so an
+exponential search followed by bisection narrows the unreadable stretch to the smallest
+rowid range bounded by readable leaves. A row whose own content cannot be read (a broken
+overflow chain) is skipped and counted alone (DESIGN.md rule 8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from statewarden.sqlite import quote_ident
+
+MIN_ROWID = -(2**63)
+MAX_ROWID = 2**63 - 1
+
+Row = tuple[Any, ...]
+
+
+@dataclass
+class ScanResult:
+    rows_read: int = 0
+    unreadable_rows: int = 0  # single rows whose content failed (counted alone)
+    unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
+    first_error: str | None = None
+
+    def add_range(self, lo: int, hi: int) -> None:
+        if self.unreadable_ranges and self.unreadable_ranges[-1][1] + 1 >= lo:
+            self.unreadable_ranges[-1][1] = max(self.unreadable_ranges[-1][1], hi)
+        else:
+            self.unreadable_ranges.append([lo, hi])
+
+
+def _is_damage(exc: apsw.Error) -> bool:
+    return not isinstance(exc, apsw.InterruptError | apsw.BusyError | apsw.LockedError)
+
+
+def scan_table(
+    conn: apsw.Connection,
+    table: str,
+    columns: Sequence[str],
+    on_row: Callable[[Row], None],
+) -> ScanResult:
+    """Call ``on_row((rowid, *columns))`` for every readable row, in b-tree order.
+
+    Rows stored twice (a duplicated cell pointer) are delivered twice: deciding what
+    a duplicate is belongs to the caller.
+    """
+    t = quote_ident(table)
+    cols = "".join(", " + quote_ident(c) for c in columns)
+    full = f"SELECT rowid{cols} FROM {t} NOT INDEXED"
+    resume = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid"
+    one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
+    probe = f"SELECT rowid FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1"
+    result = ScanResult()
+    last: int | None = None
+    start: int | None = None  # None: from the beginning
+    while True:
+        try:
+            cursor = conn.execute(full) if start is None else conn.execute(resume, (start,))
+            for row in cursor:
+                last = int(row[0])
+                result.rows_read += 1
+                on_row(tuple(row))
+            return result
+        except apsw.Error as exc:
+            if not _is_damage(exc):
+                raise
+            result.first_error = result.first_error or str(exc).split("\n", 1)[0]
+        lo = MIN_ROWID if last is None else last + 1
+        if lo > MAX_ROWID:
+            return result
+        status, value = _probe(conn, probe, lo)
+        if status == "row":
+            assert value is not None
+            # The leaf is readable but this row is not: skip it alone.
+            try:
+                bad = conn.execute(one, (value,)).fetchall()
+            except apsw.Error as exc:
+                if not _is_damage(exc):
+                    raise
+                bad = []
+            if bad:  # readable after all (the failure was further on): deliver and go on
+                for row in bad:
+                    result.rows_read += 1
+                    on_row(tuple(row))
+            else:
+                result.unreadable_rows += 1
+                result.add_range(value, value)
+            last = value
+            start = value + 1 if value < MAX_ROWID else None
+            if start is None:
+                return result
+            continue
+        if status == "end":
+            return result
+        resume_at = _bisect(conn, probe, lo)
+        if resume_at is None:
+            result.add_range(lo, MAX_ROWID)
+            return result
+        result.add_range(lo, resume_at - 1)
+        last = resume_at - 1
+        start = resume_at
+
+
+def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:
+    """("row", rowid) | ("end", None) | ("error", None) for the first rowid >= p."""
+    try:
+        row = conn.execute(sql, (p,)).fetchone()
+    except apsw.Error as exc:
+        if not _is_damage(exc):
+            raise
+        return "error", None
+    if row is None:
+        return "end", None
+    return "row", int(row[0])
+
+
+def _bisect(conn: apsw.Connection, sql: str, lo: int) -> int | None:
+    """Smallest p > lo whose probe does not fail, or None if every probe fails."""
+    bad = lo
+    step = 1
+    good: int | None = None
+    while True:
+        p = bad + step
+        p = min(p, MAX_ROWID)
+        status, _ = _probe(conn, sql, p)
+        if status != "error":
+            good = p
+            break
+        bad = p
+        if p == MAX_ROWID:
+            return None
+        step *= 2
+    while good - bad > 1:
+        mid = (bad + good) // 2
+        status, _ = _probe(conn, sql, mid)
+        if status == "error":
+            bad = mid
+        else:
+            good = mid
+    return good

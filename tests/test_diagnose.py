@@ -1,0 +1,289 @@
+"""`statewardenctl check` and diagnose.py on real Hermes databases with real byte damage.
+
+Every expected number comes from the corruption lab's ground truth (its own b-tree
+walker on the pristine file), never from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import apsw
+import pytest
+from click.testing import CliRunner
+
+from statewarden.bundle import fingerprint
+from statewarden.cli.ctl import main as ctl
+from statewarden.diagnose import check_database
+from tests import corruption_lab as lab
+from tests.hermes_fixtures import SMALL, built_db
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(ctl, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def check_json(db: Path, tmp_path: Path) -> tuple[int, dict[str, object]]:
+    code, out, err = run("check", "--db", str(db), "--json", "--work-dir", str(tmp_path / "w"))
+    assert err == ""
+    doc = json.loads(out)
+    return code, doc["databases"][0]
+
+
+def groups(doc: dict[str, object]) -> dict[str, int]:
+    return {g["object"]: g["errors"] for g in doc["groups"]}  # type: ignore[attr-defined,index]
+
+
+def table(doc: dict[str, object], name: str) -> dict[str, object]:
+    return next(t for t in doc["tables"] if t["name"] == name)  # type: ignore[attr-defined,index]
+
+
+def pristine_count(sql: str) -> int:
+    return int(lab.table_rows(built_db(SMALL), sql)[0][0])  # type: ignore[call-overload]
+
+
+class TestHealthy:
+    def test_pristine_hermes_database_is_healthy(self, tmp_path: Path) -> None:
+        """A database Hermes wrote and closed: exit 0, damage none, counts agree."""
+        case = lab.fresh_copy(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 0
+        assert doc["damage"] == "none"
+        assert doc["integrity_ok"] is True
+        assert doc["groups"] == []
+        msgs = table(doc, "messages")
+        n = pristine_count("SELECT count(*) FROM messages")
+        assert (msgs["planner_rows"], msgs["scan_rows"], msgs["distinct_keys"]) == (n, n, n)
+        assert doc["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        assert doc["orphans"] == {}
+
+    def test_source_bundle_is_not_touched(self, tmp_path: Path) -> None:
+        """The check works on a copy: the source's bytes, times and inode stay the same
+        and no -wal/-shm appears next to it; the work dir is removed."""
+        case = lab.phantom_row(tmp_path / "db")
+        before = fingerprint(case.db)
+        data = case.db.read_bytes()
+        run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert fingerprint(case.db) == before
+        assert case.db.read_bytes() == data
+        assert sorted(os.listdir(case.db.parent)) == ["state.db"]
+        assert os.listdir(tmp_path / "w") == []
+
+    def test_text_output_says_healthy(self, tmp_path: Path) -> None:
+        """The human output names the verdict on its last line."""
+        case = lab.fresh_copy(tmp_path / "db")
+        code, out, _ = run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert code == 0
+        assert out.splitlines()[-1] == "  damage: none (healthy)"
+        assert "  integrity check: ok" in out
+
+
+class TestPhantomRow:
+    def test_phantom_row_is_base_damage_named_by_rowid(self, tmp_path: Path) -> None:
+        """HERMES.md story 3: the planner counts 64 sessions, the full scan 65, 64 distinct
+        ids; the check names the phantom duplicate by its rowid and exits 3."""
+        case = lab.phantom_row(tmp_path / "db")
+        rowid = case.phantom["sessions"]
+        n = pristine_count("SELECT count(*) FROM sessions")
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 3
+        assert doc["damage"] == "base"
+        s = table(doc, "sessions")
+        assert (s["planner_rows"], s["scan_rows"], s["distinct_keys"]) == (n, n + 1, n)
+        assert s["duplicate_rowids"] == {str(rowid): 2}
+        assert (
+            f"sessions: {n + 1} stored rows, {n} distinct ids: 1 phantom duplicate, rowid {rowid}"
+            in doc["findings"]  # type: ignore[operator]
+        )
+        assert groups(doc)["sessions"] == 2  # "Rowid out of order" + "Multiple uses for byte"
+        assert groups(doc)["sqlite_autoindex_sessions_1"] == 1
+
+
+class TestCappedCheckTrap:
+    def test_default_cap_hides_sessions_but_check_finds_it(self, tmp_path: Path) -> None:
+        """HERMES.md story 2: SQLite's quick_check with its default cap of 100 shows only
+        the FTS tree; the uncapped check also finds the damage in sessions."""
+        case = lab.capped_check_trap(tmp_path / "db")
+        conn = apsw.Connection(
+            f"file:{case.db}?mode=ro&immutable=1",
+            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+        )
+        capped = "\n".join(r[0] for r in conn.execute("PRAGMA quick_check"))
+        conn.close()
+        root = case.roots["sessions"]
+        assert f"Tree {root} " not in capped
+        assert capped.count("\n") >= 99
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 3
+        g = groups(doc)
+        assert g["messages_fts_trigram_docsize"] > 100
+        assert g["sessions"] == 2
+        assert doc["damage"] == "base"
+
+    def test_text_output_names_fts_of_messages(self, tmp_path: Path) -> None:
+        """Errors are shown by object and logical table, worst first."""
+        case = lab.capped_check_trap(tmp_path / "db")
+        code, out, _ = run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert code == 3
+        lines = out.splitlines()
+        assert lines[2].startswith("  messages_fts_trigram_docsize (FTS of messages): ")
+        assert "  sessions: 2 errors" in lines
+
+
+class TestDerivedDamage:
+    def test_fts_shadow_pages_are_derived(self, tmp_path: Path) -> None:
+        """Zeroed leaves of messages_fts_data and messages_fts_trigram_data: derived
+        damage only (exit 1); every message is still readable by a full scan."""
+        case = lab.scribbled_trees(
+            tmp_path / "db", {"messages_fts_data": 2, "messages_fts_trigram_data": 3}
+        )
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 1
+        assert doc["damage"] == "derived"
+        g = groups(doc)
+        assert g["messages_fts_data"] == 2
+        assert g["messages_fts_trigram_data"] == 3
+        assert all(x["derived"] for x in doc["groups"])  # type: ignore[attr-defined,index]
+        n = pristine_count("SELECT count(*) FROM messages")
+        assert table(doc, "messages")["scan_rows"] == n
+        assert doc["fts"]["messages_fts"] != "ok"  # type: ignore[index]
+
+    def test_index_page_is_derived(self, tmp_path: Path) -> None:
+        """A zeroed leaf of idx_messages_session: derived damage (exit 1)."""
+        case = lab.scribbled_trees(tmp_path / "db", {"idx_messages_session": 1})
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 1
+        assert doc["damage"] == "derived"
+        assert groups(doc) == {"idx_messages_session": 2}
+        n = pristine_count("SELECT count(*) FROM messages")
+        m = table(doc, "messages")
+        assert (m["scan_rows"], m["distinct_keys"], m["unreadable_ranges"]) == (n, n, [])
+
+
+class TestBaseDamage:
+    def test_zeroed_messages_leaf_names_the_lost_rowids(self, tmp_path: Path) -> None:
+        """A zeroed messages leaf: base damage, and the unreadable rowid range is exactly
+        the rowids that lived on that page."""
+        case = lab.zeroed_leaf(tmp_path / "db")
+        lost = case.lost_rowids["messages"]
+        n = pristine_count("SELECT count(*) FROM messages")
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 3
+        m = table(doc, "messages")
+        assert m["scan_rows"] == n - len(lost)
+        assert m["unreadable_ranges"] == [[lost[0], lost[-1]]]
+        assert lost == list(range(lost[0], lost[-1] + 1))
+        assert f"messages: rowids {lost[0]}..{lost[-1]} cannot be read" in doc["findings"]  # type: ignore[operator]
+
+    def test_zeroed_interior_page_makes_every_row_unreachable(self, tmp_path: Path) -> None:
+        """The only interior page of messages zeroed: a full scan reaches no row; the
+        leaves are reported as pages no b-tree uses."""
+        case = lab.zeroed_interior(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 3
+        assert table(doc, "messages")["scan_rows"] == 0
+        _, leaves = lab.PristineFile(case.pristine).tree_pages(case.roots["messages"])
+        assert groups(doc)["(unattached pages)"] >= len(leaves)
+
+
+class TestUnreadableInputs:
+    @pytest.mark.parametrize(
+        ("name", "content", "message"),
+        [
+            ("empty.db", b"", "the file is empty (0 bytes), not a SQLite database"),
+            (
+                "text.db",
+                b"hello, this is a text file\n",
+                "not a SQLite database (no SQLite header)",
+            ),
+            (
+                "zeroed.db",
+                b"\x00" * 8192,
+                "the database header is zeroed; the file is unreadable as SQLite",
+            ),
+            ("short.db", b"SQLite format 3\x00\x10\x00", "truncated inside the 100-byte header"),
+        ],
+    )
+    def test_not_a_database(self, tmp_path: Path, name: str, content: bytes, message: str) -> None:
+        """Each prints one line naming the file and exits 4, no traceback."""
+        path = tmp_path / name
+        path.write_bytes(content)
+        code, out, err = run("check", "--db", str(path))
+        assert (code, out) == (4, "")
+        assert err == f"statewardenctl: error: {path}: {message}\n"
+
+    def test_zeroed_header_of_a_real_database(self, tmp_path: Path) -> None:
+        """The first 100 bytes of a Hermes database zeroed: exit 4."""
+        case = lab.fresh_copy(tmp_path / "db")
+        with open(case.db, "r+b") as f:
+            f.write(b"\x00" * 100)
+        code, _, err = run("check", "--db", str(case.db))
+        assert code == 4
+        assert (
+            err
+            == f"statewardenctl: error: {case.db}: the database header is zeroed; the file is unreadable as SQLite\n"
+        )
+
+    def test_truncated_file(self, tmp_path: Path) -> None:
+        """A file cut short: SQLite refuses it (the header promises more pages); the
+        message says it is truncated and by how much; exit 4."""
+        case = lab.fresh_copy(tmp_path / "db")
+        pages = case.db.stat().st_size // 4096
+        lab.truncate(case, 4096 * (pages // 2))
+        code, _, err = run("check", "--db", str(case.db))
+        assert code == 4
+        assert err == (
+            f"statewardenctl: error: {case.db}: the file is truncated: the header says"
+            f" {pages} pages, {pages // 2} are present; the schema cannot be read\n"
+        )
+
+    def test_directory(self, tmp_path: Path) -> None:
+        code, _, err = run("check", "--db", str(tmp_path))
+        assert code == 4
+        assert err == f"statewardenctl: error: {tmp_path}: is a directory, not a database\n"
+
+    def test_missing_file_is_a_usage_error(self, tmp_path: Path) -> None:
+        """A path that does not exist is the caller's mistake: exit 2."""
+        code, _, err = run("check", "--db", str(tmp_path / "nope.db"))
+        assert code == 2
+        assert err == f"statewardenctl: error: {tmp_path / 'nope.db'}: no such file\n"
+
+    def test_wal_from_another_database(self, tmp_path: Path) -> None:
+        """A -wal written for a different database is refused with a clear line, exit 4,
+        and the source bundle is left exactly as it was."""
+        case = lab.foreign_wal(tmp_path / "db")
+        before = fingerprint(case.db)
+        code, _, err = run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert code == 4
+        assert err == (
+            f"statewardenctl: error: {case.db}-wal: belongs to another database (its schema"
+            " cookie 1 is older than the file's 42) (move the -wal aside to read the"
+            " database file alone)\n"
+        )
+        assert fingerprint(case.db) == before
+
+
+class TestLibrary:
+    def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
+        """The diagnosis names the source, not the private copy."""
+        case = lab.fresh_copy(tmp_path / "db")
+        d = check_database(case.db, tmp_path / "w")
+        assert d.path == str(case.db)
+        assert d.damage == "none"
+
+    def test_progress_json_lines_on_stderr(self, tmp_path: Path) -> None:
+        """--progress json writes one JSON object per line on stderr; stdout stays the
+        result document."""
+        case = lab.fresh_copy(tmp_path / "db")
+        result = CliRunner().invoke(
+            ctl, ["check", "--db", str(case.db), "--json", "--progress", "json"]
+        )
+        assert result.exit_code == 0
+        events = [json.loads(line) for line in result.stderr.splitlines()]
+        assert events
+        assert {e["event"] for e in events} == {"progress"}
+        assert "copy" in {e["phase"] for e in events}
+        assert json.loads(result.stdout)["damage"] == "none"
