@@ -7,6 +7,7 @@ import click
 from statewarden import __version__
 from statewarden.cli.check_cmd import check
 from statewarden.cli.config_cmd import config_group
+from statewarden.cli.holders_cmd import holders
 from statewarden.cli.status_cmd import status
 
 
@@ -21,6 +22,7 @@ def main() -> None:
 
 
 main.add_command(status)
+main.add_command(holders)
 main.add_command(config_group)
 main.add_command(check)
 

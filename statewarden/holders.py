@@ -1,0 +1,595 @@
+"""Who holds a state.db: every process with a descriptor or a mapping on its files.
+
+A holder is found by matching ``(st_dev, st_ino)`` of ``state.db``, ``-wal``, ``-shm``
+and ``-journal`` against every ``/proc/<pid>/fd/*`` (``stat`` follows the magic link
+to the open file without opening it) and every ``/proc/<pid>/maps`` line (SQLite
+mmaps ``-shm``). Nothing here opens a database file (DESIGN.md rule 2).
+
+A descriptor on the same device whose link names one of those files but whose inode
+is not the current one is **stale**: an old or deleted state.db / -wal / -shm still
+written through (HERMES.md stories 6 and 7).
+
+Locks come from ``/proc/locks``. A SQLite connection in WAL mode keeps a SHARED lock
+on the database file for as long as it is open (bytes 1073741826..1073742335, and
+byte 128 of ``-shm``); the last connection to close takes EXCLUSIVE and deletes
+``-wal`` / ``-shm``. A process with the WAL files open but no lock on the database
+has **lost its locks** (closing any descriptor on a file drops the process's POSIX
+locks on it, story 7), so another process's close can delete the files under it.
+
+Fail closed (rule 1): a process whose descriptors or maps cannot be read (another
+user's process, EACCES) makes the scan ``complete: false`` with the reason. A process
+that exits while it is read holds nothing any more and is listed under ``vanished``.
+
+Incremental scans reuse a cache keyed by (pid, start time). One ``stat`` of
+``/proc/<pid>/fd`` gives both the descriptor count (``st_size``, Linux >= 6.2) and an
+inode that is new for every process instance; a process is read again when either
+changed, when it holds a target, when the targets' inodes changed, and in a
+round-robin of ``refresh_per_scan`` processes per scan, so a descriptor swapped for
+another at the same count is found within ``ceil(processes / refresh_per_scan)``
+scans. Maintenance uses full scans.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statewarden import processes as P
+
+FILE_NAMES = ("state.db", "state.db-wal", "state.db-shm", "state.db-journal")
+SUFFIXES = ("", "-wal", "-shm", "-journal")
+DEFAULT_REFRESH_PER_SCAN = 32
+DEFAULT_PARENT_DEPTH = 16
+# Processes (by comm) that may stay uninspectable without making a scan incomplete,
+# e.g. a sandbox's own init that denies ptrace access even to root. They are still
+# listed under ``uninspectable`` with ``exempt: true``. Empty: nothing is exempt.
+DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
+_DELETED = " (deleted)"
+LOCK_HELD = "held"
+LOCK_LOST = "lost"
+LOCK_NONE = "none"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One ``/proc/locks`` entry a holder owns on one of the bundle's files."""
+
+    file: str
+    kind: str  # POSIX, FLOCK, OFDLCK
+    mode: str  # READ, WRITE
+    start: int
+    end: str  # a number or EOF
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "kind": self.kind, "mode": self.mode,
+                "start": self.start, "end": self.end}  # fmt: skip
+
+
+@dataclass
+class Holder:
+    """A process holding one or more of a database's files."""
+
+    pid: int
+    ppid: int
+    uid: int | None
+    comm: str
+    kind: str
+    unit: str | None
+    cgroup: str | None
+    orphan: bool
+    fds: dict[str, int]
+    maps: dict[str, int]
+    stale_files: list[str]
+    locks: list[LockInfo]
+    lock_state: str
+    cmdline: list[str]
+    exe: str | None
+    start_ticks: int
+    started_at: dt.datetime
+    ssh_connection: str | None
+    parents: list[dict[str, Any]]
+    main_pid_of_unit: bool | None = None
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.stale_files)
+
+    @property
+    def flags(self) -> list[str]:
+        out = []
+        if self.stale:
+            out.append("STALE")
+        if self.lock_state == LOCK_LOST:
+            out.append("LOST-LOCKS")
+        elif self.lock_state == LOCK_NONE and self.fds.get("state.db"):
+            out.append("NO-LOCK")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "ppid": self.ppid,
+            "uid": self.uid,
+            "comm": self.comm,
+            "kind": self.kind,
+            "unit": self.unit,
+            "orphan": self.orphan,
+            "stale": self.stale,
+            "stale_files": list(self.stale_files),
+            "locks": [lk.to_json() for lk in self.locks],
+            "lock_state": self.lock_state,
+            "flags": self.flags,
+            "fds": dict(self.fds),
+            "maps": dict(self.maps),
+            "cmdline": list(self.cmdline),
+            "exe": self.exe,
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "ssh_connection": self.ssh_connection,
+            "parents": list(self.parents),
+            "main_pid_of_unit": self.main_pid_of_unit,
+        }
+
+
+@dataclass
+class HolderScan:
+    """The holders of one database, as found by one scan."""
+
+    db: Path
+    files: dict[str, tuple[int, int] | None]
+    holders: list[Holder]
+    problems: list[str]
+    uninspectable: list[dict[str, Any]]
+    vanished: list[int]
+    processes: int
+    mode: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "db": str(self.db),
+            "scan": self.mode,
+            "processes": self.processes,
+            "files": {
+                k: (None if v is None else {"dev": v[0], "ino": v[1]})
+                for k, v in self.files.items()
+            },
+            "holders": [h.to_json() for h in self.holders],
+            "problems": list(self.problems),
+            "uninspectable": list(self.uninspectable),
+            "vanished": list(self.vanished),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class _Target:
+    db: Path
+    dir_real: str
+    ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
+    names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
+
+
+@dataclass
+class _Entry:
+    """What one process instance was found holding, cached by (pid, start time)."""
+
+    pid: int
+    start_ticks: int
+    comm: str
+    ppid: int
+    fd_dir: tuple[int, int]  # (st_ino, st_size) of /proc/<pid>/fd when read
+    # (target index, file name, stale) -> count
+    fds: dict[tuple[int, str, bool], int]
+    maps: dict[tuple[int, str, bool], int]
+    error: str | None = None  # why it could not be inspected
+
+
+# (pid, target index) -> (file name, kind, mode, start, end) of each lock it owns
+_Locks = dict[tuple[int, int], list[tuple[str, str, str, int, str]]]
+
+
+class _Vanished(Exception):
+    pass
+
+
+def _stat_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _real_dir(db: Path) -> str:
+    return os.path.realpath(db.parent)
+
+
+class HolderScanner:
+    """Scans ``/proc`` for the holders of one or more databases, with a cache.
+
+    ``scan(full=True)`` reads every process; ``scan(full=False)`` reads only what
+    changed since the last scan (module docstring). One scanner serves many
+    databases with one pass over ``/proc``.
+    """
+
+    def __init__(
+        self,
+        dbs: Sequence[Path],
+        *,
+        proc: str = "/proc",
+        refresh_per_scan: int = DEFAULT_REFRESH_PER_SCAN,
+        parent_depth: int = DEFAULT_PARENT_DEPTH,
+        exempt_comms: Iterable[str] = DEFAULT_EXEMPT_COMMS,
+    ) -> None:
+        self.dbs = [Path(os.path.abspath(os.path.expanduser(str(d)))) for d in dbs]
+        self.proc = proc
+        self.refresh_per_scan = refresh_per_scan
+        self.parent_depth = parent_depth
+        self.exempt_comms = frozenset(exempt_comms)
+        self._cache: dict[int, _Entry] = {}
+        self._targets_key: tuple[Any, ...] | None = None
+        self._rr = 0
+
+    # -- public ---------------------------------------------------------------
+
+    def scan(self, *, full: bool = True) -> list[HolderScan]:
+        targets = [self._target(db) for db in self.dbs]
+        key = tuple((t.dir_real, tuple(sorted(t.ids.items()))) for t in targets)
+        if key != self._targets_key:
+            full = True
+            self._targets_key = key
+        devs = {i[0] for t in targets for i in t.ids.values() if i}
+        # A deleted file keeps the device of its folder: stale holders are found there.
+        devs |= {d[0] for d in (_stat_id(t.db.parent) for t in targets) if d}
+        pids = self._list_pids()
+        vanished: list[int] = []
+        if full:
+            self._cache.clear()
+        for gone in set(self._cache) - set(pids):
+            del self._cache[gone]
+        refresh = self._refresh_set(pids) if not full else set()
+        for pid in pids:
+            cached = self._cache.get(pid)
+            try:
+                if cached is not None and not self._needs_read(cached, pid in refresh):
+                    continue
+                entry = self._inspect(pid, targets, devs, cached)
+            except _Vanished:
+                self._cache.pop(pid, None)
+                vanished.append(pid)
+                continue
+            self._cache[pid] = entry
+        locks = self._read_locks(targets)
+        mode = "full" if full else "incremental"
+        return [
+            self._result(i, t, locks, vanished=vanished, n=len(pids), mode=mode)
+            for i, t in enumerate(targets)
+        ]
+
+    # -- reading /proc --------------------------------------------------------
+
+    def _target(self, db: Path) -> _Target:
+        ids = {name: _stat_id(db.with_name(db.name + suffix))
+               for name, suffix in zip(FILE_NAMES, SUFFIXES, strict=True)}  # fmt: skip
+        names = {db.name + suffix: name for name, suffix in zip(FILE_NAMES, SUFFIXES, strict=True)}
+        return _Target(db=db, dir_real=_real_dir(db), ids=ids, names=names)
+
+    def _list_pids(self) -> list[int]:
+        return [int(n) for n in os.listdir(self.proc) if n.isdigit()]
+
+    def _refresh_set(self, pids: list[int]) -> set[int]:
+        if self.refresh_per_scan <= 0 or not pids:
+            return set()
+        pids = sorted(pids)
+        start = self._rr % len(pids)
+        chosen = pids[start : start + self.refresh_per_scan]
+        self._rr = start + len(chosen)
+        return set(chosen)
+
+    def _fd_dir(self, pid: int) -> tuple[int, int]:
+        st = os.stat(f"{self.proc}/{pid}/fd")
+        return (st.st_ino, st.st_size)
+
+    def _needs_read(self, cached: _Entry, refresh: bool) -> bool:
+        if refresh or cached.error or cached.fds or cached.maps:
+            return True
+        try:
+            return self._fd_dir(cached.pid) != cached.fd_dir
+        except OSError:
+            return True
+
+    def _inspect(
+        self, pid: int, targets: list[_Target], devs: set[int], cached: _Entry | None
+    ) -> _Entry:
+        base = f"{self.proc}/{pid}"
+        try:
+            st = P.read_stat(pid, self.proc)
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise _Vanished from exc
+        except OSError as exc:
+            return _Entry(pid, 0, "?", 0, (0, 0), {}, {}, f"{base}/stat: {exc.strerror}")
+        if cached is not None and cached.start_ticks != st.start_ticks:
+            cached = None  # pid reused by a new process
+        entry = _Entry(pid, st.start_ticks, st.comm, st.ppid, (0, 0), {}, {})
+        if st.state in ("Z", "X"):
+            return entry  # a zombie has closed all its files
+        try:
+            entry.fd_dir = self._fd_dir(pid)
+            fds = os.listdir(f"{base}/fd")
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            entry.error = self._gone_or(pid, st, f"{base}/fd", exc)
+            return entry
+        except OSError as exc:
+            entry.error = f"{base}/fd: {exc.strerror or exc}"
+            return entry
+        for fd in fds:
+            path = f"{base}/fd/{fd}"
+            try:
+                fst = os.stat(path)
+            except FileNotFoundError:
+                continue  # closed since it was listed
+            except PermissionError as exc:
+                entry.error = f"{path}: {exc.strerror}"
+                return entry
+            except OSError as exc:
+                # ESTALE / EIO: the file is gone from under the descriptor; its name
+                # still says whether it was one of ours.
+                try:
+                    hit = self._stale_name(os.readlink(path), targets)
+                except OSError:
+                    entry.error = f"{path}: {exc.strerror or exc}"
+                    return entry
+                if hit is not None:
+                    entry.fds[hit] = entry.fds.get(hit, 0) + 1
+                continue
+            if fst.st_dev not in devs:
+                continue
+            hit = self._match(fst.st_dev, fst.st_ino, path, targets)
+            if hit is not None:
+                entry.fds[hit] = entry.fds.get(hit, 0) + 1
+        try:
+            with open(f"{base}/maps", "rb") as f:
+                maps = f.read()
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            entry.error = self._gone_or(pid, st, f"{base}/maps", exc)
+            return entry
+        except OSError as exc:
+            entry.error = f"{base}/maps: {exc.strerror or exc}"
+            return entry
+        if any(t.db.name.encode() in maps for t in targets):
+            self._match_maps(maps, targets, entry)
+        return entry
+
+    def _gone_or(self, pid: int, st: P.ProcStat, what: str, exc: OSError) -> str:
+        """Raise :class:`_Vanished` if the process exited mid-read, else say what failed.
+
+        A process that has exited (or become a zombie) has closed every file; one that
+        still runs but whose entry could not be read counts against completeness.
+        """
+        try:
+            again = P.read_stat(pid, self.proc)
+        except OSError:
+            raise _Vanished from exc
+        if again.start_ticks != st.start_ticks or again.state in ("Z", "X"):
+            raise _Vanished from exc
+        return f"{what}: vanished while the process still runs ({exc.strerror or exc})"
+
+    def _match(
+        self, dev: int, ino: int, link: str, targets: list[_Target]
+    ) -> tuple[int, str, bool] | None:
+        for i, t in enumerate(targets):
+            for name, fid in t.ids.items():
+                if fid == (dev, ino):
+                    return (i, name, False)
+        try:
+            where = os.readlink(link)
+        except OSError:
+            return None
+        return self._stale_name(where, targets)
+
+    @staticmethod
+    def _stale_name(where: str, targets: list[_Target]) -> tuple[int, str, bool] | None:
+        if where.endswith(_DELETED):
+            where = where[: -len(_DELETED)]
+        folder, _, base = where.rpartition("/")
+        for i, t in enumerate(targets):
+            if folder == t.dir_real and base in t.names:
+                return (i, t.names[base], True)
+        return None
+
+    def _match_maps(self, maps: bytes, targets: list[_Target], entry: _Entry) -> None:
+        wanted: dict[tuple[str, int], tuple[int, str]] = {}
+        for i, t in enumerate(targets):
+            for name, fid in t.ids.items():
+                if fid:
+                    dev = f"{os.major(fid[0]):02x}:{os.minor(fid[0]):02x}"
+                    wanted[(dev, fid[1])] = (i, name)
+        seen: set[tuple[str, int]] = set()
+        for raw in maps.splitlines():
+            if not any(t.db.name.encode() in raw for t in targets):
+                continue
+            parts = raw.decode("utf-8", "replace").split(None, 5)
+            if len(parts) < 6:
+                continue
+            key = (parts[3], int(parts[4]))
+            if key in seen:
+                continue  # one file mapped in several regions counts once
+            seen.add(key)
+            hit: tuple[int, str, bool] | None = None
+            if key in wanted:
+                i, name = wanted[key]
+                hit = (i, name, False)
+            else:
+                hit = self._stale_name(parts[5], targets)
+            if hit is not None:
+                entry.maps[hit] = entry.maps.get(hit, 0) + 1
+
+    def _read_locks(self, targets: list[_Target]) -> _Locks:
+        """``(pid, target index)`` -> locks it owns on that target's current files."""
+        by_id: dict[tuple[int, int, int], tuple[int, str]] = {}
+        for i, t in enumerate(targets):
+            for name, fid in t.ids.items():
+                if fid:
+                    by_id[(os.major(fid[0]), os.minor(fid[0]), fid[1])] = (i, name)
+        out: _Locks = {}
+        with open(f"{self.proc}/locks", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) < 8 or parts[1] == "->":
+                continue  # a waiter, not an owner
+            try:
+                pid = int(parts[4])
+                maj, mnr, ino = parts[5].split(":")
+                key = (int(maj, 16), int(mnr, 16), int(ino))
+            except ValueError:
+                continue
+            if key not in by_id:
+                continue
+            i, name = by_id[key]
+            out.setdefault((pid, i), []).append((name, parts[1], parts[3], int(parts[6]), parts[7]))
+        return out
+
+    # -- building the result ----------------------------------------------------
+
+    def _result(
+        self, index: int, target: _Target, locks: _Locks, *, vanished: list[int], n: int, mode: str
+    ) -> HolderScan:
+        scan = HolderScan(
+            db=target.db, files=dict(target.ids), holders=[], problems=[], uninspectable=[],
+            vanished=list(vanished), processes=n, mode=mode,
+        )  # fmt: skip
+        if target.ids["state.db"] is None:
+            scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
+        for pid, entry in sorted(self._cache.items()):
+            if entry.error:
+                uid = _uid_or_none(pid, self.proc)
+                exempt = entry.comm in self.exempt_comms
+                scan.uninspectable.append(
+                    {"pid": pid, "uid": uid, "comm": entry.comm, "reason": entry.error,
+                     "exempt": exempt}
+                )  # fmt: skip
+                if exempt:
+                    continue
+                scan.problems.append(
+                    f"pid {pid} ({entry.comm}, uid {uid if uid is not None else '?'})"
+                    f" could not be inspected: {entry.error}"
+                )
+                continue
+            mine = {k: v for k, v in entry.fds.items() if k[0] == index}
+            mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
+            if not mine and not mapped:
+                continue
+            try:
+                scan.holders.append(self._holder(entry, index, mine, mapped, locks))
+            except (FileNotFoundError, ProcessLookupError):
+                scan.vanished.append(pid)  # exited after it was read: holds nothing now
+            except OSError as exc:
+                scan.problems.append(f"pid {pid} ({entry.comm}): holder details unreadable: {exc}")
+        return scan
+
+    def _holder(
+        self,
+        entry: _Entry,
+        index: int,
+        fds: dict[tuple[int, str, bool], int],
+        maps: dict[tuple[int, str, bool], int],
+        locks: _Locks,
+    ) -> Holder:
+        pid = entry.pid
+        argv = P.read_cmdline(pid, self.proc)
+        cgroup = P.systemd_cgroup_path(P.read_cgroup(pid, self.proc))
+        unit = P.unit_from_cgroup(cgroup)
+        parents = self._parents(entry.ppid)
+        counts = dict.fromkeys(FILE_NAMES[:3], 0)
+        mapcounts: dict[str, int] = {}
+        stale: set[str] = set()
+        for (_, name, is_stale), c in fds.items():
+            if is_stale:
+                stale.add(name)
+            else:
+                counts[name] = counts.get(name, 0) + c
+        for (_, name, is_stale), c in maps.items():
+            if is_stale:
+                stale.add(name)
+            else:
+                mapcounts[name] = mapcounts.get(name, 0) + c
+        owned = [LockInfo(*lk) for lk in locks.get((pid, index), [])]
+        wal_conn = bool(counts.get("state.db-shm") or mapcounts.get("state.db-shm"))
+        if any(lk.file == "state.db" for lk in owned):
+            lock_state = LOCK_HELD
+        elif counts.get("state.db") and wal_conn:
+            lock_state = LOCK_LOST
+        else:
+            lock_state = LOCK_NONE
+        parent_is_manager = bool(parents) and parents[0].get("user_manager", False)
+        orphan = entry.ppid == 1 or parent_is_manager
+        if orphan and parent_is_manager and unit and unit.endswith(".service"):
+            # The manager's direct child in a service is that unit's main process (until
+            # systemd says otherwise: holders_with_units() refines it with MainPID).
+            orphan = False
+        return Holder(
+            pid=pid,
+            ppid=entry.ppid,
+            uid=_uid_or_none(pid, self.proc),
+            comm=entry.comm,
+            kind=P.classify(argv),
+            unit=unit,
+            cgroup=cgroup,
+            orphan=orphan,
+            fds=counts,
+            maps=mapcounts,
+            stale_files=sorted(stale, key=FILE_NAMES.index),
+            locks=owned,
+            lock_state=lock_state,
+            cmdline=argv,
+            exe=P.read_exe(pid, self.proc),
+            start_ticks=entry.start_ticks,
+            started_at=P.started_at(entry.start_ticks),
+            ssh_connection=P.read_environ_var(pid, "SSH_CONNECTION", self.proc),
+            parents=parents,
+        )
+
+    def _parents(self, ppid: int) -> list[dict[str, Any]]:
+        chain: list[dict[str, Any]] = []
+        pid = ppid
+        while pid > 0 and len(chain) < self.parent_depth:
+            try:
+                st = P.read_stat(pid, self.proc)
+                argv = P.read_cmdline(pid, self.proc)
+            except OSError:
+                chain.append({"pid": pid, "comm": None, "cmdline": None})
+                break
+            item: dict[str, Any] = {"pid": pid, "comm": st.comm, "cmdline": " ".join(argv)}
+            if P.is_user_manager(argv, st.comm):
+                item["user_manager"] = True
+            chain.append(item)
+            pid = st.ppid
+        return chain
+
+
+def _uid_or_none(pid: int, proc: str) -> int | None:
+    try:
+        return P.read_uid(pid, proc)
+    except OSError:
+        return None
+
+
+def scan_holders(dbs: Iterable[Path], *, full: bool = True) -> list[HolderScan]:
+    """One full scan of ``/proc`` for the holders of ``dbs``."""
+    return HolderScanner(list(dbs)).scan(full=full)
+
+
+def age_seconds(holder: Holder, now: float | None = None) -> float:
+    now = time.time() if now is None else now
+    return now - holder.started_at.timestamp()

@@ -1,0 +1,279 @@
+"""Facts about one process from ``/proc``, and what kind of Hermes process it is.
+
+Everything here reads small ``/proc/<pid>/`` text files (``stat``, ``cmdline``,
+``cgroup``, ``environ``); nothing opens a database file (DESIGN.md rule 2).
+Readers raise ``OSError`` so the caller (``holders``) decides what an unreadable or
+vanished entry means for the scan; classification functions are pure.
+
+Kinds follow HERMES.md, "Processes that hold state.db": the Hermes command line is
+recognised by argv[0]'s basename (``hermes``, ``hermes-agent``, ``hermes-acp``), by
+``python -m hermes_cli.main`` / ``-m tui_gateway.entry`` / ``-m acp_adapter``, or by a
+script ending in ``hermes_cli/main.py`` or ``run_agent.py``. A console script runs as
+``/venv/bin/python3 /venv/bin/hermes serve``, so a Python interpreter's script argument
+is treated as argv[0].
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+KINDS = (
+    "gateway",
+    "dashboard",
+    "serve",
+    "serve-isolated",
+    "cli",
+    "tui",
+    "cron",
+    "acp",
+    "sqlite3",
+    "litestream",
+    "unknown",
+)
+HERMES_EXECUTABLES = frozenset({"hermes", "hermes-agent", "hermes-acp"})
+_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
+# Interpreter options that take a separate argument (python -X dev -W error -m ...).
+_PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "--check-hash-based-pycs"})
+# Hermes' global options that take a value before the subcommand (hermes -p coder chat).
+_HERMES_OPTS_WITH_ARG = frozenset({"--profile", "-p", "--home", "--config", "-c", "--model", "-m"})
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` a holder report needs."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    start_ticks: int
+
+
+def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
+    with open(f"{proc}/{pid}/stat", "rb") as f:
+        raw = f.read().decode("utf-8", "replace")
+    # comm may contain spaces and parentheses: it ends at the last ')'.
+    left = raw.index("(")
+    right = raw.rindex(")")
+    rest = raw[right + 2 :].split()
+    return ProcStat(
+        pid=pid,
+        comm=raw[left + 1 : right],
+        state=rest[0],
+        ppid=int(rest[1]),
+        start_ticks=int(rest[19]),
+    )
+
+
+def read_cmdline(pid: int, proc: str = "/proc") -> list[str]:
+    with open(f"{proc}/{pid}/cmdline", "rb") as f:
+        raw = f.read()
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a] if raw else []
+
+
+def read_uid(pid: int, proc: str = "/proc") -> int:
+    """The real uid (``Uid:`` first field of ``status``): who the process runs as."""
+    with open(f"{proc}/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Uid:"):
+                return int(line.split()[1])
+    raise OSError(f"{proc}/{pid}/status has no Uid line")
+
+
+def read_exe(pid: int, proc: str = "/proc") -> str | None:
+    try:
+        return os.readlink(f"{proc}/{pid}/exe")
+    except OSError:
+        return None
+
+
+def read_environ_var(pid: int, name: str, proc: str = "/proc") -> str | None:
+    """One variable of the process's start-up environment, or None if unset or unreadable."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode("utf-8", "replace")
+    return None
+
+
+def read_cgroup(pid: int, proc: str = "/proc") -> str:
+    with open(f"{proc}/{pid}/cgroup", "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def systemd_cgroup_path(cgroup_text: str) -> str | None:
+    """The path in systemd's hierarchy: ``name=systemd`` (v1 / hybrid), else the v2 one."""
+    unified = None
+    for line in cgroup_text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[1] == "name=systemd":
+            return parts[2]
+        if parts[0] == "0" and parts[1] == "":
+            unified = parts[2]
+    return unified
+
+
+def unit_from_cgroup(path: str | None) -> str | None:
+    """The innermost ``.service`` or ``.scope`` on a cgroup path, or None.
+
+    ``/user.slice/user-1000.slice/user@1000.service/app.slice/hermes-gateway.service``
+    -> ``hermes-gateway.service``; ``.../session-4.scope`` -> ``session-4.scope``.
+    """
+    if not path:
+        return None
+    for part in reversed(path.strip("/").split("/")):
+        if part.endswith((".service", ".scope")):
+            return part
+    return None
+
+
+def is_user_manager(argv: Sequence[str], comm: str) -> bool:
+    """A ``systemd --user`` instance (orphans of a user session are re-parented to it)."""
+    return comm == "systemd" and "--user" in argv
+
+
+def _basename(arg: str) -> str:
+    return arg.rsplit("/", 1)[-1]
+
+
+def _program(argv: Sequence[str]) -> tuple[str, str | None, list[str]]:
+    """(program name, python module or None, remaining arguments) for a command line.
+
+    For a Python interpreter the program is the script (its basename) or the ``-m``
+    module; the remaining arguments follow it.
+    """
+    if not argv:
+        return "", None, []
+    name = _basename(argv[0])
+    if not _PYTHON_RE.match(name):
+        return name, None, list(argv[1:])
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" and i + 1 < len(argv):
+            return name, argv[i + 1], list(argv[i + 2 :])
+        if arg.startswith("-m") and len(arg) > 2:
+            return name, arg[2:], list(argv[i + 1 :])
+        if arg in _PYTHON_OPTS_WITH_ARG:
+            i += 2
+            continue
+        if arg == "-c":
+            return name, None, []
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return _basename(arg), None, list(argv[i + 1 :])
+    return name, None, []
+
+
+def _script_path(argv: Sequence[str]) -> str:
+    for arg in argv[1:]:
+        if not arg.startswith("-"):
+            return arg
+    return ""
+
+
+def _hermes_subcommand(args: Sequence[str]) -> tuple[str, list[str]]:
+    """The first Hermes subcommand after global options, and the arguments after it."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _HERMES_OPTS_WITH_ARG:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg, list(args[i + 1 :])
+    return "", []
+
+
+def _hermes_kind(args: Sequence[str]) -> str:
+    sub, rest = _hermes_subcommand(args)
+    if sub == "gateway":
+        return "gateway"
+    if sub == "dashboard":
+        return "dashboard"
+    if sub == "serve":
+        return "serve-isolated" if "--isolated" in rest else "serve"
+    if sub == "cron":
+        return "cron"
+    if sub in ("acp", "mcp"):
+        return "acp"
+    # `hermes`, `hermes chat` and every other subcommand (doctor, sessions, ...) is the
+    # interactive CLI opening the database on the user's behalf.
+    return "cli"
+
+
+def classify(argv: Sequence[str]) -> str:
+    """The kind of a process from its command line (one of :data:`KINDS`)."""
+    program, module, rest = _program(argv)
+    if module is not None:
+        if module == "hermes_cli.main" or module.startswith("hermes_cli.main"):
+            return _hermes_kind(rest)
+        if module == "tui_gateway.entry":
+            return "tui"
+        if module == "acp_adapter" or module.startswith("acp_adapter."):
+            return "acp"
+        return "unknown"
+    if program == "hermes-acp":
+        return "acp"
+    if program in HERMES_EXECUTABLES:
+        return _hermes_kind(rest)
+    script = _script_path(argv) if argv and _PYTHON_RE.match(_basename(argv[0])) else ""
+    if script.endswith("hermes_cli/main.py"):
+        return _hermes_kind(rest)
+    if script.endswith("run_agent.py"):
+        return "cli"
+    if program == "sqlite3":
+        return "sqlite3"
+    if program == "litestream":
+        return "litestream"
+    return "unknown"
+
+
+@functools.cache
+def clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def boot_time(proc: str = "/proc") -> float:
+    with open(f"{proc}/stat", "rb") as f:
+        for line in f:
+            if line.startswith(b"btime "):
+                return float(line.split()[1])
+    raise OSError(f"{proc}/stat has no btime line")  # pragma: no cover
+
+
+def started_at(start_ticks: int) -> dt.datetime:
+    """Wall-clock start of a process from its start time in clock ticks since boot."""
+    epoch = boot_time() + start_ticks / clock_ticks()
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
+
+
+def human_age(seconds: float) -> str:
+    """``2d 3h``, ``5h``, ``1m``, ``12s``: the two largest units, for the SINCE column."""
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m"
+    return f"{s}s"

@@ -1,0 +1,476 @@
+"""A dbus-fast client of the systemd user manager: units, stop/start with job wait.
+
+Talks to ``org.freedesktop.systemd1`` on the user's session bus
+(``$DBUS_SESSION_BUS_ADDRESS``, else ``$XDG_RUNTIME_DIR/bus``). Everything that goes
+wrong before the manager answers (no bus, refused, access denied, no systemd on the
+bus) is a :class:`~statewarden.errors.SystemdUnavailable` with one line that says so;
+holders are still found through ``/proc`` without it.
+
+Stop and start follow the rule of every D-Bus wait: subscribe first, then act. The
+client calls ``Subscribe`` and adds a match for ``JobRemoved`` *before* ``StopUnit`` /
+``StartUnit``, records every ``JobRemoved`` it sees, and then waits (with a timeout)
+for the one whose job path the call returned, so a job that finishes before the
+reply arrives is not missed.
+
+:class:`UserManager` is the asyncio client (for the daemon); the ``*_sync`` functions
+and :func:`annotate_holders` wrap it for the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dbus_fast import Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
+from dbus_fast.errors import AuthError, DBusFastError
+
+from statewarden.errors import StatewardenError, SystemdUnavailable
+from statewarden.holders import HolderScan
+
+DEFAULT_UNIT_PATTERNS = ("hermes-gateway*.service", "hermes.service", "hermes-dashboard*.service")
+DEFAULT_JOB_TIMEOUT_S = 90.0
+DEFAULT_CALL_TIMEOUT_S = 10.0
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+UNREACHABLE = "systemd user manager not reachable"
+_FALLBACK = "holders are still found through /proc"
+
+_BUS = "org.freedesktop.DBus"
+_BUS_PATH = "/org/freedesktop/DBus"
+_SYSTEMD = "org.freedesktop.systemd1"
+_PATH = "/org/freedesktop/systemd1"
+_MANAGER = "org.freedesktop.systemd1.Manager"
+_UNIT = "org.freedesktop.systemd1.Unit"
+_SERVICE = "org.freedesktop.systemd1.Service"
+_SCOPE = "org.freedesktop.systemd1.Scope"
+_PROPS = "org.freedesktop.DBus.Properties"
+_UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
+_NOT_THERE = (
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+    "org.freedesktop.DBus.Error.UnknownObject",
+)
+_ACCESS_DENIED = (
+    "org.freedesktop.DBus.Error.AccessDenied",
+    "org.freedesktop.DBus.Error.AuthFailed",
+    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
+)
+_JOB_REMOVED_RULE = (
+    f"type='signal',sender='{_SYSTEMD}',path='{_PATH}',interface='{_MANAGER}',member='JobRemoved'"
+)
+_PROPERTIES_RULE = (
+    f"type='signal',sender='{_SYSTEMD}',interface='{_PROPS}',member='PropertiesChanged',"
+    f"path_namespace='{_UNIT_PATH_PREFIX.rstrip('/')}'"
+)
+
+
+class SystemdCallFailed(StatewardenError):
+    """The user manager answered a call with an error (no such unit, refused job, ...)."""
+
+    def __init__(self, member: str, error_name: str, text: str) -> None:
+        super().__init__(f"systemd {member} failed: {error_name}: {text}")
+        self.error_name = error_name
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    """One loaded unit of the user manager, with what statewarden needs to act on it."""
+
+    name: str
+    description: str
+    load_state: str
+    active_state: str
+    sub_state: str
+    main_pid: int
+    control_group: str
+    n_restarts: int
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "load_state": self.load_state,
+            "active_state": self.active_state,
+            "sub_state": self.sub_state,
+            "main_pid": self.main_pid,
+            "control_group": self.control_group,
+            "n_restarts": self.n_restarts,
+        }
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a stop or start job ended: systemd's result, or ``timeout`` if we gave up."""
+
+    unit: str
+    action: str
+    job: str
+    result: str  # done, failed, timeout, canceled, dependency, skipped
+    waited_s: float
+    gave_up: bool = False  # our own wait timed out (result is then "timeout")
+
+    @property
+    def ok(self) -> bool:
+        return self.result == "done"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unit": self.unit, "action": self.action, "job": self.job,
+                "result": self.result, "waited_s": round(self.waited_s, 3),
+                "gave_up": self.gave_up}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class UnitChange:
+    """A ``PropertiesChanged`` signal of one unit, with the values that changed."""
+
+    unit: str
+    interface: str
+    changed: dict[str, Any]
+
+
+def session_bus_address(env: Mapping[str, str] | None = None) -> str:
+    """The user's bus: ``$DBUS_SESSION_BUS_ADDRESS``, else ``$XDG_RUNTIME_DIR/bus``."""
+    env = os.environ if env is None else env
+    address = env.get("DBUS_SESSION_BUS_ADDRESS", "").strip()
+    if address:
+        return address
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime and os.path.exists(os.path.join(runtime, "bus")):
+        return f"unix:path={os.path.join(runtime, 'bus')}"
+    raise SystemdUnavailable(
+        f"{UNREACHABLE}: no session bus ($DBUS_SESSION_BUS_ADDRESS is unset and"
+        f" $XDG_RUNTIME_DIR/bus does not exist); {_FALLBACK}"
+    )
+
+
+def unit_name_from_path(path: str) -> str:
+    """Undo systemd's object-path escaping (``_2d`` is ``-``, ``_2e`` is ``.``).
+
+    ``/org/freedesktop/systemd1/unit/hermes_2dgateway_2eservice`` -> ``hermes-gateway.service``
+    """
+    raw = path.removeprefix(_UNIT_PATH_PREFIX)
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] == "_" and i + 2 < len(raw):
+            try:
+                out.append(int(raw[i + 1 : i + 3], 16))
+                i += 3
+                continue
+            except ValueError:
+                pass
+        out.extend(raw[i].encode())
+        i += 1
+    return out.decode("utf-8", "replace")
+
+
+def _unwrap(value: Any) -> Any:
+    return value.value if isinstance(value, Variant) else value
+
+
+class UserManager:
+    """An asyncio client of the systemd user manager. Use ``async with``."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.call_timeout_s = call_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._bus: MessageBus | None = None
+        self._subscribed = False
+        self._removed: dict[str, str] = {}
+        self._removed_event = asyncio.Event()
+        self._changes: asyncio.Queue[UnitChange] | None = None
+
+    async def __aenter__(self) -> UserManager:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connection -------------------------------------------------------------
+
+    async def connect(self) -> None:
+        address = self.address or session_bus_address()
+        self.address = address
+        try:
+            bus = MessageBus(bus_address=address)
+            self._bus = await asyncio.wait_for(bus.connect(), self.connect_timeout_s)
+        except TimeoutError as exc:
+            raise self._unavailable(f"the bus at {address} did not answer"
+                                    f" within {self.connect_timeout_s:g} s") from exc  # fmt: skip
+        except AuthError as exc:
+            raise self._unavailable(f"access denied by the bus at {address} ({exc})") from exc
+        except PermissionError as exc:
+            raise self._unavailable(f"access denied to {address} ({exc.strerror})") from exc
+        except (OSError, DBusFastError, ValueError, EOFError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise self._unavailable(f"cannot connect to {address} ({reason})") from exc
+        self._bus.add_message_handler(self._on_message)
+        try:
+            version = await self.get_property(_PATH, _MANAGER, "Version")
+        except SystemdCallFailed as exc:
+            self.close()
+            if exc.error_name in _NOT_THERE:
+                raise self._unavailable(f"no systemd on the bus at {address}") from exc
+            if exc.error_name in _ACCESS_DENIED:
+                raise self._unavailable(f"access denied by systemd on {address}") from exc
+            raise self._unavailable(str(exc)) from exc
+        self.version = str(version)
+
+    def close(self) -> None:
+        if self._bus is not None:
+            self._bus.disconnect()
+            self._bus = None
+
+    @staticmethod
+    def _unavailable(reason: str) -> SystemdUnavailable:
+        return SystemdUnavailable(f"{UNREACHABLE}: {reason}; {_FALLBACK}")
+
+    # -- calls ------------------------------------------------------------------
+
+    async def _call(
+        self,
+        member: str,
+        signature: str = "",
+        body: Sequence[Any] = (),
+        *,
+        interface: str = _MANAGER,
+        path: str = _PATH,
+        destination: str = _SYSTEMD,
+    ) -> list[Any]:
+        if self._bus is None:
+            raise self._unavailable("not connected")
+        msg = Message(destination=destination, path=path, interface=interface,
+                      member=member, signature=signature, body=list(body))  # fmt: skip
+        try:
+            reply = await asyncio.wait_for(self._bus.call(msg), self.call_timeout_s)
+        except TimeoutError as exc:
+            reason = f"no reply within {self.call_timeout_s:g} s"
+            raise SystemdCallFailed(member, "timeout", reason) from exc
+        except (OSError, EOFError, DBusFastError) as exc:
+            raise self._unavailable(f"the bus connection failed during {member} ({exc})") from exc
+        if reply.message_type == MessageType.ERROR:
+            text = str(reply.body[0]) if reply.body else ""
+            raise SystemdCallFailed(member, str(reply.error_name), text)
+        return list(reply.body)
+
+    async def get_property(self, path: str, interface: str, name: str) -> Any:
+        body = await self._call("Get", "ss", [interface, name], interface=_PROPS, path=path)
+        return _unwrap(body[0])
+
+    async def get_all(self, path: str, interface: str) -> dict[str, Any]:
+        body = await self._call("GetAll", "s", [interface], interface=_PROPS, path=path)
+        return {k: _unwrap(v) for k, v in body[0].items()}
+
+    async def list_units(self, patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS) -> list[UnitInfo]:
+        """Loaded units whose names match ``patterns`` (shell globs), sorted by name."""
+        body = await self._call("ListUnitsByPatterns", "asas", [[], list(patterns)])
+        out = []
+        for row in body[0]:
+            name, description, load, active, sub, _following, path = row[:7]
+            out.append(await self._unit_info(name, path, description=description, load=load,
+                                             active=active, sub=sub))  # fmt: skip
+        return sorted(out, key=lambda u: u.name)
+
+    async def unit(self, name: str) -> UnitInfo | None:
+        """One unit by name, loading it if needed; None if systemd knows no such unit."""
+        try:
+            body = await self._call("LoadUnit", "s", [name])
+        except SystemdCallFailed as exc:
+            if exc.error_name.endswith(("NoSuchUnit", "InvalidArgs")):
+                return None
+            raise
+        path = body[0]
+        u = await self.get_all(path, _UNIT)
+        return await self._unit_info(
+            name, path, description=u.get("Description", ""), load=u.get("LoadState", ""),
+            active=u.get("ActiveState", ""), sub=u.get("SubState", ""),
+        )  # fmt: skip
+
+    async def _unit_info(
+        self, name: str, path: str, *, description: str, load: str, active: str, sub: str
+    ) -> UnitInfo:
+        props: dict[str, Any] = {}
+        if name.endswith(".service"):
+            props = await self.get_all(path, _SERVICE)
+        elif name.endswith(".scope"):
+            props = await self.get_all(path, _SCOPE)
+        return UnitInfo(name=name, description=description, load_state=load,
+                        active_state=active, sub_state=sub,
+                        main_pid=int(props.get("MainPID", 0) or 0),
+                        control_group=str(props.get("ControlGroup", "") or ""),
+                        n_restarts=int(props.get("NRestarts", 0) or 0), path=path)  # fmt: skip
+
+    async def unit_by_pid(self, pid: int) -> str | None:
+        """The unit the manager puts ``pid`` in, or None if it belongs to none of its units."""
+        try:
+            body = await self._call("GetUnitByPID", "u", [pid])
+        except SystemdCallFailed as exc:
+            if exc.error_name.endswith(("NoUnitForPID", "UnixProcessIdUnknown", "InvalidArgs")):
+                return None
+            raise
+        return str(await self.get_property(body[0], _UNIT, "Id"))
+
+    # -- jobs ---------------------------------------------------------------------
+
+    async def _subscribe(self) -> None:
+        if self._subscribed:
+            return
+        await self._add_match(_JOB_REMOVED_RULE)
+        await self._call("Subscribe")
+        self._subscribed = True
+
+    async def _add_match(self, rule: str) -> None:
+        await self._call("AddMatch", "s", [rule], interface=_BUS, path=_BUS_PATH, destination=_BUS)
+
+    def _on_message(self, msg: Message) -> None:
+        if msg.message_type != MessageType.SIGNAL:
+            return
+        if msg.member == "JobRemoved" and msg.interface == _MANAGER:
+            _id, job, _unit, result = msg.body
+            self._removed[str(job)] = str(result)
+            self._removed_event.set()
+        elif (
+            msg.member == "PropertiesChanged"
+            and self._changes is not None
+            and str(msg.path).startswith(_UNIT_PATH_PREFIX)
+        ):
+            iface, changed, _invalidated = msg.body
+            values = {k: _unwrap(v) for k, v in changed.items()}
+            self._changes.put_nowait(
+                UnitChange(unit_name_from_path(str(msg.path)), str(iface), values)
+            )
+
+    async def _job(
+        self, action: str, member: str, unit: str, mode: str, timeout_s: float
+    ) -> JobResult:
+        await self._subscribe()  # before the call, so its JobRemoved cannot be missed
+        started = time.monotonic()
+        body = await self._call(member, "ss", [unit, mode])
+        job = str(body[0])
+        deadline = started + timeout_s
+        while job not in self._removed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return JobResult(unit, action, job, "timeout", time.monotonic() - started, True)
+            self._removed_event.clear()
+            if job in self._removed:
+                break
+            try:
+                await asyncio.wait_for(self._removed_event.wait(), left)
+            except TimeoutError:
+                continue
+        result = self._removed.pop(job)
+        return JobResult(unit, action, job, result, time.monotonic() - started)
+
+    async def stop_unit(self, unit: str, *, mode: str = "replace",
+                        timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+        return await self._job("stop", "StopUnit", unit, mode, timeout_s)
+
+    async def start_unit(self, unit: str, *, mode: str = "replace",
+                         timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+        return await self._job("start", "StartUnit", unit, mode, timeout_s)
+
+    # -- watching -------------------------------------------------------------------
+
+    async def watch_units(
+        self, patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS
+    ) -> AsyncIterator[UnitChange]:
+        """Yield ``PropertiesChanged`` of units matching ``patterns`` until cancelled.
+
+        The match is added (and ``Subscribe`` called) before the first state is read by
+        the caller, so a change between the two is not lost.
+        """
+        if self._changes is None:
+            self._changes = asyncio.Queue()
+            await self._add_match(_PROPERTIES_RULE)
+            await self._subscribe()
+        while True:
+            change = await self._changes.get()
+            if any(fnmatch.fnmatchcase(change.unit, p) for p in patterns):
+                yield change
+
+
+# -- sync wrappers for the CLI ----------------------------------------------------------
+
+
+def list_units_sync(patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS,
+                    address: str | None = None) -> list[UnitInfo]:  # fmt: skip
+    async def run() -> list[UnitInfo]:
+        async with UserManager(address) as m:
+            return await m.list_units(patterns)
+
+    return asyncio.run(run())
+
+
+def stop_unit_sync(unit: str, *, address: str | None = None,
+                   timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+    async def run() -> JobResult:
+        async with UserManager(address) as m:
+            return await m.stop_unit(unit, timeout_s=timeout_s)
+
+    return asyncio.run(run())
+
+
+def start_unit_sync(unit: str, *, address: str | None = None,
+                    timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+    async def run() -> JobResult:
+        async with UserManager(address) as m:
+            return await m.start_unit(unit, timeout_s=timeout_s)
+
+    return asyncio.run(run())
+
+
+async def annotate(manager: UserManager, scans: Iterable[HolderScan]) -> None:
+    """Confirm each holder's unit with ``GetUnitByPID`` and refine ``orphan`` with MainPID.
+
+    The cgroup gave a first answer; the manager's answer wins when it has one. A holder
+    that is its unit's main process is never an orphan; one re-parented to the manager
+    that is not the main process of its service is.
+    """
+    units: dict[str, UnitInfo | None] = {}
+    for scan in scans:
+        for h in scan.holders:
+            name = await manager.unit_by_pid(h.pid)
+            if name is None:
+                continue
+            h.unit = name
+            if name not in units:
+                units[name] = await manager.unit(name)
+            info = units[name]
+            if info is None:
+                continue
+            h.main_pid_of_unit = info.main_pid == h.pid
+            reparented = h.ppid == 1 or bool(h.parents and h.parents[0].get("user_manager"))
+            h.orphan = reparented and not h.main_pid_of_unit
+
+
+def annotate_holders(scans: Sequence[HolderScan], address: str | None = None) -> str | None:
+    """:func:`annotate` for the CLI: None when done, else the one-line reason it could not."""
+    if not any(s.holders for s in scans):
+        return None
+
+    async def run() -> None:
+        async with UserManager(address) as m:
+            await annotate(m, scans)
+
+    try:
+        asyncio.run(run())
+    except SystemdUnavailable as exc:
+        return str(exc)
+    except SystemdCallFailed as exc:
+        return f"{UNREACHABLE}: {exc}; {_FALLBACK}"
+    return None

@@ -1,0 +1,67 @@
+"""A stand-in for the ``hermes`` console script, so a real process shows
+``hermes serve --isolated`` (or ``hermes dashboard``, ...) in its command line.
+
+``install_fake_hermes(dir)`` writes ``dir/hermes``: an executable whose shebang is the
+test interpreter, the way pip installs Hermes' own console script. Whatever the
+subcommand, it opens ``$HERMES_HOME/state.db`` with Hermes' real ``SessionDB`` and
+holds it until SIGTERM. ``serve --isolated`` first daemonises with a double fork
+(PPID 1), as the desktop app's backend does. When ``$FAKE_HERMES_PIDFILE`` is set,
+the holding process writes its pid there (atomically) once the database is open.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+PIDFILE_ENV = "FAKE_HERMES_PIDFILE"
+
+
+def install_fake_hermes(bin_dir: Path, python: str | None = None) -> Path:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    exe = bin_dir / "hermes"
+    exe.write_text(f"#!{python or sys.executable}\n" + Path(__file__).read_text())
+    exe.chmod(0o755)
+    return exe
+
+
+def _daemonise() -> None:
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["serve"] and "--isolated" in args:
+        _daemonise()
+    from hermes_state import SessionDB
+
+    db = SessionDB()
+    sid = f"fake_{os.getpid()}"
+    db.create_session(sid, "cli")
+    db.append_message(sid, "user", " ".join(["hermes", *args]))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        tmp = f"{pidfile}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(tmp, pidfile)
+    print("ready", flush=True)
+    while not stop.wait(3600):
+        pass
+    db.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,576 @@
+"""Holders: real Hermes processes found through /proc, flagged, classified, counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from statewarden.cli.ctl import main as ctl
+from statewarden.holders import Holder, HolderScan, HolderScanner
+from statewarden.processes import (
+    classify,
+    human_age,
+    systemd_cgroup_path,
+    unit_from_cgroup,
+)
+from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
+from tests.hermes_fixtures import TINY, holding, make_home, writer_env
+
+REPO = Path(__file__).resolve().parent.parent
+WAIT_S = 60.0
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(
+    not IS_ROOT, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
+)
+
+# Holds the file open with a plain open(): no SQLite, no lock.
+PLAIN_OPEN = "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
+# A SQLite connection in WAL mode that then opens and closes the database file outside
+# SQLite: closing that descriptor drops the process's POSIX locks (story 7).
+DROP_LOCKS = (
+    "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+    " c.execute('select count(*) from sessions').fetchall();"
+    " os.close(os.open(sys.argv[1], os.O_RDONLY)); print('ready', flush=True); sys.stdin.read()"
+)
+
+
+def wait_for(cond: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
+    """Poll until ``cond()`` is true; a deadline for a hung child, not a timing check."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def kill_and_wait(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    wait_for(lambda: not alive(pid), f"pid {pid} to exit")
+
+
+def read_pid(pidfile: Path) -> int:
+    try:
+        return int(pidfile.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def scan(db: Path) -> HolderScan:
+    return HolderScanner([db]).scan()[0]
+
+
+def holder(result: HolderScan, pid: int) -> Holder:
+    found = [h for h in result.holders if h.pid == pid]
+    assert found, f"pid {pid} not among holders {[h.pid for h in result.holders]}"
+    return found[0]
+
+
+def pids(result: HolderScan) -> set[int]:
+    return {h.pid for h in result.holders}
+
+
+class Helper:
+    """A small real process from ``python -c CODE DB`` that prints ``ready``."""
+
+    def __init__(self, code: str, db: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(db)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=WAIT_S)
+
+
+@pytest.fixture
+def helpers() -> Iterator[Callable[[str, Path], Helper]]:
+    started: list[Helper] = []
+
+    def start(code: str, db: Path) -> Helper:
+        h = Helper(code, db)
+        started.append(h)
+        return h
+
+    yield start
+    for h in started:
+        if h.proc.poll() is None:
+            h.proc.kill()
+            h.proc.wait()
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    install_fake_hermes(bin_dir)
+    return bin_dir
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[int]]:
+    """Pids of daemonised processes a test started; each is killed at teardown."""
+    found: list[int] = []
+    yield found
+    for pid in found:
+        kill_and_wait(pid)
+
+
+def hermes_env(home: Path, bin_dir: Path, pidfile: Path) -> dict[str, str]:
+    env = writer_env(home)
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
+    env[PIDFILE_ENV] = str(pidfile)
+    return env
+
+
+class TestClassify:
+    @pytest.mark.parametrize(
+        ("argv", "kind"),
+        [
+            (["/venv/bin/python3", "-m", "hermes_cli.main", "gateway", "run"], "gateway"),
+            (
+                ["python", "-m", "hermes_cli.main", "--profile", "coder", "gateway", "run"],
+                "gateway",
+            ),
+            (["hermes", "dashboard"], "dashboard"),
+            (["/venv/bin/python3", "/venv/bin/hermes", "serve"], "serve"),
+            (["/venv/bin/python3", "/venv/bin/hermes", "serve", "--isolated"], "serve-isolated"),
+            (["hermes"], "cli"),
+            (["hermes", "chat"], "cli"),
+            (["hermes", "-p", "work", "chat"], "cli"),
+            (["hermes", "sessions", "repair"], "cli"),
+            (["python3.11", "-u", "-m", "tui_gateway.entry"], "tui"),
+            (["hermes", "cron", "run"], "cron"),
+            (["hermes-acp"], "acp"),
+            (["python", "-m", "acp_adapter"], "acp"),
+            (["hermes-agent", "gateway", "run"], "gateway"),
+            (["python3", "/src/hermes-agent/hermes_cli/main.py", "dashboard"], "dashboard"),
+            (["python3", "/src/hermes-agent/run_agent.py", "--query", "x"], "cli"),
+            (["sqlite3", "/home/u/.hermes/state.db"], "sqlite3"),
+            (["/usr/local/bin/litestream", "replicate"], "litestream"),
+            (["python3", "tests/hermes_writer.py", "hold"], "unknown"),
+            (["bash"], "unknown"),
+            ([], "unknown"),
+        ],
+    )
+    def test_kinds(self, argv: list[str], kind: str) -> None:
+        """Each command line in HERMES.md is recognised as its kind; anything else is unknown."""
+        assert classify(argv) == kind
+
+
+class TestCgroupUnit:
+    def test_user_service(self) -> None:
+        """The innermost .service on a user manager's cgroup path is the unit."""
+        path = "/user.slice/user-1000.slice/user@1000.service/app.slice/hermes-gateway.service"
+        assert unit_from_cgroup(path) == "hermes-gateway.service"
+
+    def test_session_scope(self) -> None:
+        """A login session's process belongs to its .scope."""
+        assert unit_from_cgroup("/user.slice/user-1000.slice/session-4.scope") == "session-4.scope"
+
+    def test_no_unit(self) -> None:
+        """The root cgroup (or a non-systemd one) names no unit."""
+        assert unit_from_cgroup("/") is None
+        assert unit_from_cgroup(None) is None
+
+    def test_hybrid_prefers_name_systemd(self) -> None:
+        """On hybrid hierarchies systemd's own v1 hierarchy is the one that names units."""
+        text = "12:name=systemd:/system.slice/a.service\n0::/system.slice/b.service\n"
+        assert systemd_cgroup_path(text) == "/system.slice/a.service"
+        assert systemd_cgroup_path("0::/x.slice/c.scope\n") == "/x.slice/c.scope"
+
+
+class TestHumanAge:
+    @pytest.mark.parametrize(
+        ("seconds", "text"),
+        [(12, "12s"), (60, "1m"), (5 * 3600, "5h"), (5 * 3600 + 120, "5h 2m"),
+         (2 * 86400 + 3 * 3600 + 5, "2d 3h"), (86400, "1d"), (-3, "0s")],
+    )  # fmt: skip
+    def test_since_column(self, seconds: int, text: str) -> None:
+        """The SINCE column shows the two largest units."""
+        assert human_age(seconds) == text
+
+
+class TestWriters:
+    def test_two_hermes_writers_are_found_with_their_files_and_locks(
+        self, hermes_home: Path
+    ) -> None:
+        """Two real Hermes writers: each found with 1/1/1 descriptors, -shm mapped, locks held."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as a, holding(hermes_home, write_every_s=0.05) as b:
+            result = scan(db)
+            assert {a.pid, b.pid} <= pids(result)
+            for pid in (a.pid, b.pid):
+                h = holder(result, pid)
+                assert h.fds == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
+                assert h.maps == {"state.db-shm": 1}
+                assert h.stale_files == []
+                assert h.lock_state == "held"
+                assert h.flags == []
+                assert {(lk.file, lk.kind, lk.mode) for lk in h.locks} == {
+                    ("state.db", "POSIX", "READ"), ("state.db-shm", "POSIX", "READ")}  # fmt: skip
+                assert h.kind == "unknown"  # tests/hermes_writer.py is not a Hermes command
+                assert h.ppid == os.getpid()
+                assert h.parents[0]["pid"] == os.getpid()
+                assert h.uid == os.getuid()
+                assert h.cmdline[1].endswith("hermes_writer.py")
+                assert not h.orphan
+
+    def test_no_holders_after_writers_exit(self, hermes_home: Path) -> None:
+        """Once the writers have closed the database, no process holds it."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as a:
+            assert a.pid in pids(scan(db))
+        assert scan(db).holders == []
+
+    def test_one_pass_serves_several_databases(self, tmp_path: Path) -> None:
+        """One scanner over two homes attributes each holder to its own database."""
+        one, two = make_home(tmp_path / "one", TINY), make_home(tmp_path / "two", TINY)
+        with holding(one) as a, holding(two) as b:
+            r1, r2 = HolderScanner([one / "state.db", two / "state.db"]).scan()
+            assert a.pid in pids(r1)
+            assert a.pid not in pids(r2)
+            assert b.pid in pids(r2)
+            assert b.pid not in pids(r1)
+
+    def test_scanner_opens_no_database_file(self, hermes_home: Path) -> None:
+        """Rule 2: the scanner itself never opens state.db or its sidecars."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home):
+            result = scan(db)
+        assert os.getpid() not in pids(result)
+        mine = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
+        assert not [p for p in mine if "state.db" in p]
+
+
+class TestOrphanServeIsolated:
+    def test_double_forked_serve_isolated_is_an_orphan(
+        self, hermes_home: Path, fake_bin: Path, tmp_path: Path, daemons: list[int]
+    ) -> None:
+        """`hermes serve --isolated` daemonised to PPID 1 is kind serve-isolated, orphan, no unit."""
+        pidfile = tmp_path / "serve.pid"
+        env = hermes_env(hermes_home, fake_bin, pidfile)
+        subprocess.run(["hermes", "serve", "--isolated"], env=env, check=True)
+        wait_for(lambda: read_pid(pidfile), "the daemon's pid file")
+        pid = read_pid(pidfile)
+        daemons.append(pid)
+        h = holder(scan(hermes_home / "state.db"), pid)
+        assert h.kind == "serve-isolated"
+        assert h.ppid == 1
+        assert h.orphan
+        assert h.cmdline[-3:] == [str(fake_bin / "hermes"), "serve", "--isolated"]
+        assert h.fds == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
+        assert h.lock_state == "held"
+
+    def test_respawned_serve_isolated_comes_back_as_a_new_holder(
+        self, hermes_home: Path, fake_bin: Path, tmp_path: Path, daemons: list[int]
+    ) -> None:
+        """Story 5: killing the desktop's serve --isolated brings a new one; the scan sees it."""
+        pidfile = tmp_path / "serve.pid"
+        env = hermes_env(hermes_home, fake_bin, pidfile)
+        app = subprocess.Popen([sys.executable, str(REPO / "tests" / "respawner.py"),
+                                "hermes", "serve", "--isolated"], env=env)  # fmt: skip
+        try:
+            wait_for(lambda: read_pid(pidfile), "the first serve --isolated")
+            first = read_pid(pidfile)
+            daemons.append(first)
+            db = hermes_home / "state.db"
+            assert holder(scan(db), first).orphan
+            kill_and_wait(first)
+            wait_for(lambda: read_pid(pidfile) not in (0, first), "the respawned serve")
+            second = read_pid(pidfile)
+            daemons.append(second)
+            result = scan(db)
+            assert first not in pids(result)
+            h = holder(result, second)
+            assert (h.kind, h.orphan, h.ppid) == ("serve-isolated", True, 1)
+        finally:
+            app.terminate()
+            app.wait(timeout=WAIT_S)
+
+
+class TestStale:
+    def test_holder_of_a_deleted_wal_is_stale(self, hermes_home: Path) -> None:
+        """Story 7: a writer still holding a -wal another process unlinked is flagged STALE."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as old:
+            subprocess.run(["rm", str(hermes_home / "state.db-wal")], check=True)
+            result = scan(db)
+            h = holder(result, old.pid)
+            assert h.stale_files == ["state.db-wal"]
+            assert h.stale
+            assert "STALE" in h.flags
+            assert h.fds["state.db-wal"] == 0  # no descriptor on the current (absent) -wal
+            assert result.files["state.db-wal"] is None
+            # The next writer finds no -wal and no -shm and creates both: two generations.
+            subprocess.run(["rm", str(hermes_home / "state.db-shm")], check=True)
+            with holding(hermes_home) as new:
+                assert (hermes_home / "state.db-wal").exists()
+                result = scan(db)
+                assert holder(result, old.pid).stale_files == ["state.db-wal", "state.db-shm"]
+                assert holder(result, old.pid).maps == {}
+                fresh = holder(result, new.pid)
+                assert fresh.stale_files == []
+                assert fresh.fds["state.db-wal"] == 1
+
+    def test_holder_of_a_replaced_db_is_stale(self, hermes_home: Path) -> None:
+        """Story 6: after state.db is replaced by rename, the old writer holds the old inode."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as old:
+            shutil.copyfile(db, hermes_home / "new.db")
+            os.replace(hermes_home / "new.db", db)
+            h = holder(scan(db), old.pid)
+            assert "state.db" in h.stale_files
+            assert h.fds["state.db"] == 0
+
+    def test_cli_exit_code_3_for_stale(self, hermes_home: Path) -> None:
+        """A STALE holder makes `holders` exit 3 and say STALE(state.db-wal) in its row."""
+        with holding(hermes_home) as old:
+            os.unlink(hermes_home / "state.db-wal")
+            result = CliRunner().invoke(ctl, ["holders", "--db", str(hermes_home / "state.db")])
+        assert result.exit_code == 3
+        row = next(line for line in result.stdout.splitlines() if line.startswith(f"{old.pid} "))
+        assert "STALE(state.db-wal)" in row
+
+
+class TestLocks:
+    def test_plain_open_holds_without_lock(
+        self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
+    ) -> None:
+        """A process with the file open outside SQLite holds no lock: NO-LOCK, not LOST-LOCKS."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as writer:
+            plain = helpers(PLAIN_OPEN, db)
+            result = scan(db)
+            h = holder(result, plain.pid)
+            assert h.fds == {"state.db": 1, "state.db-wal": 0, "state.db-shm": 0}
+            assert (h.lock_state, h.flags, h.locks) == ("none", ["NO-LOCK"], [])
+            assert holder(result, writer.pid).lock_state == "held"
+
+    def test_connection_that_closed_a_descriptor_lost_its_locks(
+        self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
+    ) -> None:
+        """Story 7: a WAL connection whose process closed another fd on the db has LOST-LOCKS."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as writer:
+            dropper = helpers(DROP_LOCKS, db)
+            result = scan(db)
+            h = holder(result, dropper.pid)
+            assert h.fds["state.db-shm"] == 1
+            assert h.lock_state == "lost"
+            assert h.flags == ["LOST-LOCKS"]
+            assert [lk.file for lk in h.locks] == ["state.db-shm"]  # the -shm lock survives
+            assert holder(result, writer.pid).flags == []
+            cli = CliRunner().invoke(ctl, ["holders", "--db", str(db), "--json", "--no-systemd"])
+        assert cli.exit_code == 3
+        data = json.loads(cli.stdout)
+        (entry,) = [x for x in data["holders"] if x["pid"] == dropper.pid]
+        assert entry["lock_state"] == "lost"
+        assert entry["flags"] == ["LOST-LOCKS"]
+
+
+class TestIncremental:
+    def test_new_and_gone_holders_are_seen(self, hermes_home: Path) -> None:
+        """An incremental re-scan sees a holder that started and one that exited since."""
+        db = hermes_home / "state.db"
+        scanner = HolderScanner([db])
+        with holding(hermes_home) as first:  # keeps -wal / -shm (and their inodes) in place
+            assert pids(scanner.scan()[0]) == {first.pid}
+            with holding(hermes_home) as second:
+                r = scanner.scan(full=False)[0]
+                assert r.mode == "incremental"
+                assert pids(r) == {first.pid, second.pid}
+            r = scanner.scan(full=False)[0]
+            assert r.mode == "incremental"
+            assert pids(r) == {first.pid}
+
+    def test_cached_process_that_opens_the_db_later_is_seen(
+        self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
+    ) -> None:
+        """A process cached as a non-holder that opens state.db later is found incrementally."""
+        db = hermes_home / "state.db"
+        code = ("import sys; print('ready', flush=True); sys.stdin.readline();"
+                " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()")  # fmt: skip
+        late = helpers(code, db)
+        scanner = HolderScanner([db], refresh_per_scan=0)
+        assert late.pid not in pids(scanner.scan()[0])
+        assert late.proc.stdin is not None
+        assert late.proc.stdout is not None
+        late.proc.stdin.write("go\n")
+        late.proc.stdin.flush()
+        assert late.proc.stdout.readline().strip() == "opened"
+        assert late.pid in pids(scanner.scan(full=False)[0])
+
+    def test_replaced_files_force_a_full_rescan(self, hermes_home: Path) -> None:
+        """When a target file's inode changes, cached matches are dropped: a full scan runs."""
+        db = hermes_home / "state.db"
+        scanner = HolderScanner([db])
+        with holding(hermes_home) as old:
+            scanner.scan()
+            os.unlink(hermes_home / "state.db-wal")
+            r = scanner.scan(full=False)[0]
+            assert r.mode == "full"
+            assert holder(r, old.pid).stale_files == ["state.db-wal"]
+
+
+class TestFailClosed:
+    def test_other_users_processes_make_the_scan_incomplete(self, hermes_home: Path) -> None:
+        """Run as nobody: root's holder cannot be inspected, so complete is false, exit 1."""
+        if not IS_ROOT:
+            pytest.skip("needs root to run the scan as another uid; run the suite as root")
+        shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
+        try:
+            shared.chmod(0o755)
+            home = make_home(shared / "home", TINY)
+            for p in (home, home / "state.db"):
+                p.chmod(0o755 if p.is_dir() else 0o644)
+            with holding(home) as writer:
+                proc = subprocess.run(
+                    ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                     sys.executable, "-m", "statewarden.cli.ctl", "holders",
+                     "--db", str(home / "state.db"), "--json", "--no-systemd"],
+                    capture_output=True, text=True, cwd=REPO, check=False,
+                    env={**os.environ, "HOME": "/nonexistent"},
+                )  # fmt: skip
+            assert proc.returncode == 1, proc.stderr
+            data = json.loads(proc.stdout)
+            assert data["complete"] is False
+            assert data["holders"] == []
+            bad = {u["pid"]: u for u in data["uninspectable"]}
+            assert writer.pid in bad
+            assert bad[writer.pid]["uid"] == 0
+            assert bad[writer.pid]["reason"] == f"/proc/{writer.pid}/fd: Permission denied"
+            assert (
+                f"pid {writer.pid} (python, uid 0) could not be inspected: /proc/{writer.pid}/fd: Permission denied"
+                in data["problems"]
+            )
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+
+    def test_exempt_comms_are_listed_but_do_not_block(self) -> None:
+        """An exempt process that cannot be inspected is listed with exempt: true, not a problem."""
+        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        blocked = {u["comm"] for u in result.uninspectable}
+        exempted = HolderScanner([Path("/nonexistent/state.db")], exempt_comms=blocked).scan()[0]
+        assert exempted.complete
+        assert {u["comm"] for u in exempted.uninspectable if u["exempt"]} == blocked
+        assert result.complete == (not blocked)
+
+    @needs_root
+    def test_complete_scan_in_a_private_pid_namespace(self, hermes_home: Path) -> None:
+        """With every process inspectable, the scan is complete: exit 0 and the documented table."""
+        proc = subprocess.run(
+            # Under sh, so the driver is not the namespace's PID 1 (whose children would
+            # have PPID 1 and count as orphans).
+            ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh",
+             sys.executable, "-m", "tests.ns_holders", str(hermes_home), "--db", str(hermes_home / "state.db"),
+             "--no-systemd"],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["rc"] == 0, out
+        lines = out["stdout"].splitlines()
+        assert lines[0] == f"default: {hermes_home / 'state.db'}"
+        assert re.fullmatch(
+            r"PID +KIND +UNIT +FDS \(db/wal/shm\) +ORPHAN +SINCE +FLAGS +COMMAND", lines[1]
+        )
+        assert re.fullmatch(
+            rf"{out['holder']} +unknown +\(none\) +1/1/1 +- +\d+s +- +\S*python\S* \S*hermes_writ.*",
+            lines[2],
+        )
+        assert len(lines) == 3
+        assert out["stderr"] == ""
+
+
+class TestCli:
+    def test_nonexistent_db(self, tmp_path: Path) -> None:
+        """--db naming no file: one line, exit 2."""
+        result = CliRunner().invoke(ctl, ["holders", "--db", str(tmp_path / "nope.db")])
+        assert result.exit_code == 2
+        assert (
+            result.stderr == f"statewardenctl: error: --db {tmp_path / 'nope.db'}: no such file\n"
+        )
+
+    def test_directory_db(self, tmp_path: Path) -> None:
+        """--db naming a directory: one line, exit 2."""
+        result = CliRunner().invoke(ctl, ["holders", "--db", str(tmp_path)])
+        assert result.exit_code == 2
+        assert (
+            result.stderr
+            == f"statewardenctl: error: --db {tmp_path}: is a directory; give the path of the state.db file\n"
+        )
+
+    def test_unknown_profile(self, hermes_home: Path) -> None:
+        """An unknown --profile: one line naming the profiles found, exit 2."""
+        result = CliRunner().invoke(ctl, ["holders", "--profile", "nope"])
+        assert result.exit_code == 2
+        assert (
+            result.stderr
+            == "statewardenctl: error: no Hermes profile named 'nope' (found: default)\n"
+        )
+
+    def test_json_shape(self, hermes_home: Path) -> None:
+        """--json has the documented fields for each holder; without a bus, systemd says why."""
+        with holding(hermes_home) as w:
+            result = CliRunner().invoke(ctl, ["holders", "--json"])
+        data = json.loads(result.stdout)
+        assert data["db"] == str(hermes_home / "state.db")
+        assert isinstance(data["complete"], bool)
+        assert result.exit_code == (0 if data["complete"] else 1)
+        (h,) = [x for x in data["holders"] if x["pid"] == w.pid]
+        for key in ("pid", "ppid", "uid", "kind", "unit", "orphan", "stale", "locks", "fds",
+                    "cmdline", "started_at", "parents"):  # fmt: skip
+            assert key in h
+        assert h["fds"] == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
+        assert data["systemd"] == (
+            "systemd user manager not reachable: no session bus ($DBUS_SESSION_BUS_ADDRESS is"
+            " unset and $XDG_RUNTIME_DIR/bus does not exist); holders are still found through /proc"
+        )
+
+    def test_incomplete_scan_is_reported_and_exits_1(self, hermes_home: Path) -> None:
+        """Problems are printed under 'scan INCOMPLETE' and the exit code is 1."""
+        probe = HolderScanner([hermes_home / "state.db"]).scan()[0]
+        if probe.complete:
+            pytest.skip("every process on this machine is inspectable; see TestFailClosed")
+        result = CliRunner().invoke(ctl, ["holders", "--no-systemd"])
+        assert result.exit_code == 1
+        assert "scan INCOMPLETE:" in result.stdout
+        assert "no holders" in result.stdout
+
+    def test_watch_prints_each_scan(self, hermes_home: Path) -> None:
+        """--watch --count 2 --json prints one JSON object per scan, the second incremental."""
+        with holding(hermes_home) as w:
+            args = ["--watch", "--count", "2", "--interval", "0.05", "--json", "--no-systemd"]
+            result = CliRunner().invoke(ctl, ["holders", *args])
+        objs = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [o["scan"] for o in objs] == ["full", "incremental"]
+        assert all(w.pid in {h["pid"] for h in o["holders"]} for o in objs)
