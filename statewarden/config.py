@@ -30,6 +30,14 @@ ENV_CONFIG = "STATEWARDEN_CONFIG"
 
 # Named defaults, units in the names.
 DEFAULT_RESCAN_INTERVAL_S = 30.0
+DEFAULT_POLL_INTERVAL_S = 1.0  # safety-net poll; inotify events wake the daemon sooner
+DEFAULT_HOLDERS_INTERVAL_S = 5.0
+DEFAULT_WAL_WARN_BYTES = 50 * 1000 * 1000  # the size at which `hermes doctor` warns
+DEFAULT_WAL_GROWTH_WINDOW_S = 300.0
+DEFAULT_QUIET_RESOLVE_S = 3600.0
+DEFAULT_REOPEN_WINDOW_S = 600.0
+DEFAULT_TIMELINE_MAX_AGE_S = 14 * 86400.0
+DEFAULT_TIMELINE_MAX_BYTES = 16 * 2**20
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
 DEFAULT_LOG_LEVEL: LogLevel = "info"
@@ -92,6 +100,33 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True)
+class WatchConfig:
+    """What the daemon watches and how often."""
+
+    poll_interval: Duration = DEFAULT_POLL_INTERVAL_S
+    holders_interval: Duration = DEFAULT_HOLDERS_INTERVAL_S
+    wal_warn_bytes: ByteSize = DEFAULT_WAL_WARN_BYTES
+    wal_growth_window: Duration = DEFAULT_WAL_GROWTH_WINDOW_S
+    journal: bool = True
+
+
+@dataclass(frozen=True)
+class IncidentsConfig:
+    """How incidents open, resolve and are kept."""
+
+    quiet_resolve: Duration = DEFAULT_QUIET_RESOLVE_S
+    reopen_window: Duration = DEFAULT_REOPEN_WINDOW_S
+
+
+@dataclass(frozen=True)
+class TimelineConfig:
+    """How much evidence history is kept per database."""
+
+    max_age: Duration = DEFAULT_TIMELINE_MAX_AGE_S
+    max_bytes: ByteSize = DEFAULT_TIMELINE_MAX_BYTES
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration, validated once."""
 
@@ -99,6 +134,9 @@ class Config:
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
+    timeline: TimelineConfig = field(default_factory=TimelineConfig)
     source: str | None = field(default=None, metadata={"internal": True})
 
 

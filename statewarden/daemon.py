@@ -1,36 +1,46 @@
 """The asyncio supervisor behind ``statewarden run``.
 
-Start-up runs in named phases (config, discovery, ready); the main loop wakes on a
-ticker (``discovery.rescan_interval``) or a signal. Signal handlers only record the
-signal; the loop acts on it: SIGTERM/SIGINT stop, SIGHUP reloads the config and keeps
-the old one if the new one is invalid. With no Hermes home on the machine the daemon
-says so and keeps running: a home or database that appears later is picked up on the
-next rescan.
+Start-up phases: state (incident book, timeline) -> control socket -> discovery and
+watchers -> file events -> ``READY=1``. The main loop wakes on a file event (inotify,
+through watchdog's observer thread and ``call_soon_threadsafe``), on the
+``watch.poll_interval`` ticker, or on a signal; each wake polls every database's
+watchers (cheap: stats and new log bytes). Discovery runs again every
+``discovery.rescan_interval``, so a home or database that appears later is picked up.
+
+Signal handlers only record the signal; the loop acts on it: SIGTERM/SIGINT stop
+(in stages, each with a time limit), SIGHUP reloads the config and keeps the old one
+if the new one is invalid. What watchers find goes to :meth:`Daemon.handle`:
+observations into the timeline, signals into the incident book, and every incident
+that opens, reopens, escalates or resolves to the journal with its kind's MESSAGE_ID.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from statewarden import journald
-from statewarden.config import Config
-from statewarden.errors import ConfigError
+from statewarden import __version__, journald
+from statewarden.config import Config, runtime_dir, state_dir
+from statewarden.control import ControlServer, socket_path
+from statewarden.errors import ConfigError, StatewardenError, UsageError
+from statewarden.incidents import IncidentBook, Update
 from statewarden.logs import get_logger
+from statewarden.monitor import Found, TargetMonitor
+from statewarden.mounts import read_mounts
+from statewarden.signals import MESSAGE_IDS, Observation, Signal
+from statewarden.status import database_status
 from statewarden.targets import Target, discover
+from statewarden.timeline import Timeline, format_entry
+from statewarden.watch.events import FileEvents
 
-
-@dataclass
-class _Seen:
-    """What the last rescan found, to log only what changed."""
-
-    targets: dict[str, Target] = field(default_factory=dict)
-    present: dict[str, bool] = field(default_factory=dict)
-    announced_empty: bool = False
+STOP_STAGE_TIMEOUT_S = 5.0
+MIN_POLL_GAP_S = 0.02  # a burst of file events is one poll, not hundreds
+_LOG_LEVEL = {"info": "info", "warning": "warning", "error": "error", "critical": "critical"}
 
 
 class Daemon:
@@ -41,7 +51,25 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stop_signal: int | None = None
         self._reload_requested = False
-        self._seen = _Seen()
+        self.started_at = time.time()
+        self.monitors: dict[str, TargetMonitor] = {}
+        self._present: dict[str, bool] = {}
+        self._announced_empty = False
+        self._last_rescan = 0.0
+        self._unsafe_checked: dict[str, bool] = {}
+        sdir = state_dir(config)
+        self.book = IncidentBook(
+            sdir / "incidents.json",
+            reopen_window_s=config.incidents.reopen_window,
+            quiet_resolve_s=config.incidents.quiet_resolve,
+        )
+        self.timeline = Timeline(
+            sdir / "timeline",
+            max_age_s=config.timeline.max_age,
+            max_bytes=config.timeline.max_bytes,
+        )
+        self.control = ControlServer(socket_path(runtime_dir(config)), self.handle_request)
+        self.events: FileEvents | None = None
 
     # -------------------------------------------------------------- signals
 
@@ -52,29 +80,62 @@ class Daemon:
             self._stop_signal = signum
         self._wake.set()
 
-    def request_stop(self) -> None:
-        self._on_signal(signal.SIGTERM)
+    def wake(self) -> None:
+        """Called (thread-safely, via the loop) when a watched file changed."""
+        self._wake.set()
 
-    # -------------------------------------------------------------- phases
+    # -------------------------------------------------------------- findings
+
+    def handle(self, found: Found) -> Update | None:
+        if isinstance(found, Observation):
+            self.timeline.add(found.db, found.what, found.text, found.at, **found.fields)
+            return None
+        update = self.book.record(found)
+        if not found.clears:
+            self.timeline.add_signal(
+                found.db, found.fingerprint, found.summary, found.at, kind=found.kind
+            )
+        if update is not None and update.change != "updated":
+            self._announce(update, found)
+        return update
+
+    def _announce(self, update: Update, sig: Signal) -> None:
+        inc = update.incident
+        level = "info" if update.change == "resolved" else _LOG_LEVEL[inc.severity]
+        text = f"incident {update.change}: {inc.summary}"
+        if update.change == "resolved":
+            text = f"incident resolved: {inc.kind} ({inc.resolution})"
+        getattr(self.log, level)(
+            text,
+            message_id=MESSAGE_IDS[inc.kind],
+            incident=inc.id,
+            kind=inc.kind,
+            db=inc.db,
+            count=inc.count,
+            change=update.change,
+            source=sig.source or None,
+        )
+        self.timeline.add(inc.db, "incident", text, time.time(), incident=inc.id, kind=inc.kind)
+
+    # -------------------------------------------------------------- discovery
 
     def rescan(self) -> list[Target]:
-        """Discover targets and log what appeared or went away since the last scan."""
+        """Discover targets; start watching new ones; log what appeared or went away."""
+        self._last_rescan = time.monotonic()
         targets = discover(self.config)
-        seen = self._seen
-        if not targets:
-            if not seen.announced_empty:
-                self.log.warning(
-                    "no Hermes home found; waiting for one to appear",
-                    looked_for="$HERMES_HOME or ~/.hermes",
-                    rescan_interval_s=self.config.discovery.rescan_interval,
-                )
-                seen.announced_empty = True
-        else:
-            seen.announced_empty = False
+        if not targets and not self._announced_empty:
+            self.log.warning(
+                "no Hermes home found; waiting for one to appear",
+                looked_for=str(self.config.discovery.hermes_home or "$HERMES_HOME or ~/.hermes"),
+                rescan_interval_s=self.config.discovery.rescan_interval,
+            )
+        self._announced_empty = not targets
         current = {str(t.db): t for t in targets}
+        mounts = read_mounts()
         for key, t in current.items():
             exists = t.db.exists()
-            if key not in seen.targets:
+            if key not in self.monitors:
+                self.monitors[key] = TargetMonitor(t, self.config)
                 self.log.info(
                     "watching database",
                     profile=t.name,
@@ -82,24 +143,108 @@ class Daemon:
                     present=exists,
                     gateway_unit=t.gateway_unit,
                 )
-            elif exists and not seen.present.get(key):
+            elif exists and not self._present.get(key):
                 self.log.info("database appeared", profile=t.name, db=key)
-            elif not exists and seen.present.get(key):
+            elif not exists and self._present.get(key):
                 self.log.warning("database disappeared", profile=t.name, db=key)
-            seen.present[key] = exists
-        for key, t in seen.targets.items():
+            self._present[key] = exists
+            if exists:
+                self._check_mount(t, mounts)
+        for key in list(self.monitors):
             if key not in current:
+                t = self.monitors.pop(key).target
+                self._present.pop(key, None)
                 self.log.info("no longer watching database", profile=t.name, db=key)
-                seen.present.pop(key, None)
-        seen.targets = current
+        if self.events is not None:
+            self.events.watch_dirs(self._watched_dirs())
         return targets
 
-    def _status_line(self) -> str:
-        n = len(self._seen.targets)
-        present = sum(1 for v in self._seen.present.values() if v)
+    def _check_mount(self, t: Target, mounts: list[Any]) -> None:
+        st = database_status(t, mounts)
+        fs = st.filesystem
+        unsafe = bool(fs and fs.unsafe_for_wal and st.journal_mode == "wal")
+        key = str(t.db)
+        if unsafe and fs is not None:
+            self.handle(
+                Signal(
+                    "unsafe_mount",
+                    key,
+                    f"state.db is in WAL mode on {fs.type} ({fs.mount_point}): locks are not "
+                    "coherent there and WAL can corrupt silently; stop Hermes and convert to "
+                    "journal_mode=DELETE or move it to a local volume",
+                    source="mounts",
+                    fields={"fstype": fs.type, "mount_point": fs.mount_point},
+                )
+            )
+        elif self._unsafe_checked.get(key):
+            self.handle(
+                Signal(
+                    "unsafe_mount",
+                    key,
+                    "no longer on an unsafe filesystem",
+                    source="mounts",
+                    clears=True,
+                )
+            )
+        self._unsafe_checked[key] = unsafe
+
+    def _watched_dirs(self) -> set[str]:
+        dirs: set[str] = set()
+        for m in self.monitors.values():
+            dirs.add(str(m.target.db.parent))
+            dirs.add(str(m.target.logs_dir))
+        return {d for d in dirs if os.path.isdir(d)}
+
+    # -------------------------------------------------------------- control
+
+    def status_line(self) -> str:
+        n = len(self.monitors)
         if n == 0:
             return "waiting for a Hermes home"
-        return f"{n} database{'s' if n != 1 else ''} watched, {present} present"
+        opened = len(self.book.open_incidents())
+        return (
+            f"{n} database{'s' if n != 1 else ''}, "
+            f"{opened} open incident{'s' if opened != 1 else ''}"
+        )
+
+    async def handle_request(self, req: dict[str, Any]) -> Any:
+        cmd = req["cmd"]
+        if cmd == "status":
+            mounts = read_mounts()
+            dbs = []
+            for key, m in self.monitors.items():
+                st = await asyncio.to_thread(database_status, m.target, mounts)
+                dbs.append(
+                    {
+                        **st.to_json(),
+                        "watchers": m.status(),
+                        "open_incidents": sum(1 for i in self.book.open_incidents() if i.db == key),
+                    }
+                )
+            return {
+                "daemon": {
+                    "pid": os.getpid(),
+                    "version": __version__,
+                    "started_at": self.started_at,
+                    "config": self.config.source,
+                    "status": self.status_line(),
+                },
+                "databases": dbs,
+            }
+        if cmd == "incidents":
+            return [i.to_json() for i in self.book.listing(include_resolved=bool(req.get("all")))]
+        if cmd == "incident":
+            inc = self.book.get(_int_arg(req, "id"))
+            entries = self.timeline.around(inc.db, inc.first_seen)
+            return {
+                "incident": inc.to_json(),
+                "timeline": [{**e.to_json(), "line": format_entry(e)} for e in entries],
+            }
+        if cmd == "ack":
+            return self.book.ack(_int_arg(req, "id")).to_json()
+        raise UsageError(f"unknown request {cmd!r}")
+
+    # -------------------------------------------------------------- life cycle
 
     def _apply_reload(self) -> None:
         journald.notify_reloading()
@@ -109,9 +254,22 @@ class Daemon:
             self.log.error("config reload failed; keeping the running config", error=str(exc))
         else:
             self.config = new
+            for m in self.monitors.values():
+                m.files.wal_warn_bytes = new.watch.wal_warn_bytes
+                m.files.wal_growth_window_s = new.watch.wal_growth_window
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
-        journald.notify("READY=1", f"STATUS={self._status_line()}")
+        journald.notify("READY=1", f"STATUS={self.status_line()}")
+
+    def poll_all(self) -> None:
+        now = time.time()
+        for m in list(self.monitors.values()):
+            for found in m.poll(now):
+                self.handle(found)
+        for update in self.book.tick(now):
+            self._announce(
+                update, Signal(update.incident.kind, update.incident.db, "", clears=True)
+            )
 
     async def _watchdog(self, interval_s: float) -> None:
         # Pinged from the loop itself, so a hung loop stops pinging and gets restarted.
@@ -127,14 +285,30 @@ class Daemon:
         interval = journald.watchdog_interval_s()
         if interval:
             tasks.append(asyncio.create_task(self._watchdog(interval)))
-        self.log.info("statewarden started", config=self.config.source or "defaults")
+        self.log.info(
+            "statewarden started", config=self.config.source or "defaults", version=__version__
+        )
+        try:
+            await self.control.start()
+        except StatewardenError as exc:
+            self.log.error(
+                "control socket unavailable; statewardenctl will work locally", error=str(exc)
+            )
+
+        def from_observer_thread() -> None:
+            loop.call_soon_threadsafe(self.wake)
+
+        self.events = FileEvents(from_observer_thread)
+        self.events.start()
         self.rescan()
-        journald.notify_ready(self._status_line())
+        self.poll_all()  # the baseline
+        journald.notify_ready(self.status_line())
+        last_poll = 0.0
         try:
             while self._stop_signal is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
-                        self._wake.wait(), timeout=self.config.discovery.rescan_interval
+                        self._wake.wait(), timeout=self.config.watch.poll_interval
                     )
                 self._wake.clear()
                 if self._stop_signal is not None:
@@ -142,16 +316,44 @@ class Daemon:
                 if self._reload_requested:
                     self._reload_requested = False
                     self._apply_reload()
-                    continue
-                self.rescan()
-                journald.notify_status(self._status_line())
+                if time.monotonic() - self._last_rescan >= self.config.discovery.rescan_interval:
+                    self.rescan()
+                gap = time.monotonic() - last_poll
+                if gap < MIN_POLL_GAP_S:
+                    await asyncio.sleep(MIN_POLL_GAP_S - gap)
+                last_poll = time.monotonic()
+                self.poll_all()
+                journald.notify_status(self.status_line())
         finally:
             journald.notify_stopping()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._shutdown(tasks)
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
         name = signal.Signals(self._stop_signal).name if self._stop_signal else "?"
         self.log.info("statewarden stopped", signal=name)
         return 0
+
+    async def _shutdown(self, tasks: list[asyncio.Task[Any]]) -> None:
+        """Stop in stages, each with a time limit; safe to call twice."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.control.close(), STOP_STAGE_TIMEOUT_S)
+        if self.events is not None:
+            await asyncio.to_thread(self.events.stop, STOP_STAGE_TIMEOUT_S)
+            self.events = None
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.gather(*tasks, return_exceptions=True), STOP_STAGE_TIMEOUT_S
+            )
+        self.book.save()
+
+
+def _int_arg(req: dict[str, Any], name: str) -> int:
+    value = req.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UsageError(f"{name} must be an incident number")
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{name} must be an incident number, got {value!r}") from None

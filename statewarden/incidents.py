@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.signals import DEFAULT_QUIET_RESOLVE_S, KINDS, Severity, Signal
+from statewarden.signals import KINDS, Severity, Signal
 
-DEFAULT_REOPEN_WINDOW_S = 600.0
 DEFAULT_SAVE_INTERVAL_S = 1.0
 DEFAULT_KEEP_RESOLVED = 500
 EVIDENCE_KEEP = 10  # evidence lines kept per incident: the first few and the latest
@@ -50,6 +50,7 @@ STATE_KINDS = frozenset(
         "watcher_failed",
     }
 )
+# "database is locked" bursts come and go with load; they resolve sooner.
 QUIET_RESOLVE_S: dict[str, float] = {"write_failures": 900.0}
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
@@ -98,11 +99,13 @@ class IncidentBook:
         path: Path | None,
         *,
         reopen_window_s: float = DEFAULT_REOPEN_WINDOW_S,
+        quiet_resolve_s: float = DEFAULT_QUIET_RESOLVE_S,
         save_interval_s: float = DEFAULT_SAVE_INTERVAL_S,
         keep_resolved: int = DEFAULT_KEEP_RESOLVED,
     ) -> None:
         self.path = path
         self.reopen_window_s = reopen_window_s
+        self.quiet_resolve_s = quiet_resolve_s
         self.save_interval_s = save_interval_s
         self.keep_resolved = keep_resolved
         self.incidents: dict[int, Incident] = {}
@@ -254,7 +257,7 @@ class IncidentBook:
         for inc in list(self.incidents.values()):
             if inc.state != "open" or inc.kind in STATE_KINDS:
                 continue
-            quiet = QUIET_RESOLVE_S.get(inc.kind, DEFAULT_QUIET_RESOLVE_S)
+            quiet = min(QUIET_RESOLVE_S.get(inc.kind, self.quiet_resolve_s), self.quiet_resolve_s)
             if now - inc.last_seen >= quiet:
                 out.append(self._resolve(inc, now, f"no new signal for {quiet:.0f} s"))
         self.save(force=False)

@@ -55,8 +55,6 @@ MESSAGE_IDS: dict[str, str] = {
     "watcher_failed": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0e",
 }
 
-# Log rules resolve after this long without a new matching signal.
-DEFAULT_QUIET_RESOLVE_S = 3600.0
 
 
 @dataclass(frozen=True)

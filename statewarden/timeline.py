@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_MAX_AGE_S = 14 * 86400.0
-DEFAULT_MAX_BYTES = 16 * 2**20
+from statewarden.config import DEFAULT_TIMELINE_MAX_AGE_S as DEFAULT_MAX_AGE_S
+from statewarden.config import DEFAULT_TIMELINE_MAX_BYTES as DEFAULT_MAX_BYTES
+
 # A signal that fires again within this window is not written again (a flood is
 # one line a minute in the timeline, with the count so far).
 SIGNAL_REPEAT_S = 60.0

@@ -26,11 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from statewarden.config import DEFAULT_WAL_GROWTH_WINDOW_S, DEFAULT_WAL_WARN_BYTES
 from statewarden.signals import Observation, Signal
 from statewarden.targets import Target
 
-DEFAULT_WAL_WARN_BYTES = 50 * 1000 * 1000
-DEFAULT_WAL_GROWTH_WINDOW_S = 300.0
 WAL_SAMPLE_EVERY_S = 60.0
 HERMES_LOCK_SUFFIXES = (".repair.lock", ".fts_rebuild.lock", ".auto-maintenance.lock")
 

@@ -1,0 +1,110 @@
+"""One database's watchers, each behind a guard that keeps a failing watcher from
+taking the daemon down.
+
+A :class:`Guard` runs one watcher's poll. When the poll raises, the watcher is backed
+off exponentially (``BACKOFF_START_S`` doubling up to ``BACKOFF_MAX_S``), the failure is
+reported once (a log line and a ``watcher_failed`` signal), and further failures in the
+same streak are only counted. When the watcher works again, "recovered after N errors"
+is logged and the signal clears.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from statewarden.config import Config
+from statewarden.logs import get_logger
+from statewarden.signals import Observation, Signal
+from statewarden.targets import Target
+from statewarden.watch.files import FileWatcher
+
+BACKOFF_START_S = 1.0
+BACKOFF_MAX_S = 300.0
+
+Found = Signal | Observation
+Poll = Callable[[float], list[Found]]
+
+
+@dataclass
+class Guard:
+    name: str
+    db: str
+    poll: Poll
+    errors: int = 0
+    last_error: str = ""
+    next_try: float = 0.0
+    log: Any = field(default_factory=get_logger)
+
+    def run(self, now: float) -> list[Found]:
+        if now < self.next_try:
+            return []
+        try:
+            found = self.poll(now)
+        except Exception as exc:  # noqa: BLE001 - a watcher failure must not stop the daemon
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.next_try = now + min(BACKOFF_START_S * 2 ** (self.errors - 1), BACKOFF_MAX_S)
+            if self.errors > 1:
+                return []
+            self.log.error("watcher failed", watcher=self.name, db=self.db, error=self.last_error)
+            return [
+                Signal(
+                    "watcher_failed",
+                    self.db,
+                    f"the {self.name} watcher failed: {self.last_error}",
+                    now,
+                    key=self.name,
+                    source=self.name,
+                )
+            ]
+        if self.errors:
+            self.log.info(
+                "watcher recovered", watcher=self.name, db=self.db, after_errors=self.errors
+            )
+            found = [
+                *found,
+                Signal(
+                    "watcher_failed",
+                    self.db,
+                    f"the {self.name} watcher recovered after {self.errors} errors",
+                    now,
+                    key=self.name,
+                    clears=True,
+                ),
+            ]
+            self.errors = 0
+            self.last_error = ""
+        return found
+
+    def status(self) -> dict[str, Any]:
+        return {"watcher": self.name, "errors": self.errors, "last_error": self.last_error or None}
+
+
+class TargetMonitor:
+    """Everything watched for one database; each watcher is a guarded poll."""
+
+    def __init__(self, target: Target, config: Config) -> None:
+        self.target = target
+        self.db = str(target.db)
+        self.files = FileWatcher(
+            target,
+            wal_warn_bytes=config.watch.wal_warn_bytes,
+            wal_growth_window_s=config.watch.wal_growth_window,
+        )
+        self.guards: list[Guard] = [Guard("files", self.db, self.files.poll)]
+
+    def add(self, name: str, poll: Poll) -> None:
+        self.guards.append(Guard(name, self.db, poll))
+
+    def poll(self, now: float | None = None) -> list[Found]:
+        now = time.time() if now is None else now
+        out: list[Found] = []
+        for guard in self.guards:
+            out.extend(guard.run(now))
+        return out
+
+    def status(self) -> list[dict[str, Any]]:
+        return [g.status() for g in self.guards]
