@@ -301,8 +301,9 @@ class Daemon:
         self.events = FileEvents(from_observer_thread)
         self.events.start()
         self.rescan()
-        self.poll_all()  # the baseline
+        self.poll_all()  # the baseline: what exists now is not news
         journald.notify_ready(self.status_line())
+        self.log.info("statewarden ready", status=self.status_line())
         last_poll = 0.0
         try:
             while self._stop_signal is None:

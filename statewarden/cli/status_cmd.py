@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from statewarden.cli._common import (
     config_option,
     db_option,
+    get_config,
     handle_errors,
     human_bytes,
     json_option,
@@ -14,7 +17,9 @@ from statewarden.cli._common import (
     profile_option,
     select_targets,
 )
-from statewarden.status import DatabaseStatus, status_all
+from statewarden.config import runtime_dir
+from statewarden.control import DaemonNotRunning, request, socket_path
+from statewarden.status import DatabaseStatus, FilesystemFacts, status_all
 
 
 def _or_dash(value: object) -> str:
@@ -63,16 +68,47 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
 
     Example: statewardenctl status --json
     """
+    daemon = None if (db or profile) else _from_daemon(config_path)
+    if daemon is not None:
+        if as_json:
+            print_json({"source": "daemon", **daemon})
+            return
+        click.echo(f"daemon: pid {daemon['daemon']['pid']}, {daemon['daemon']['status']}")
+        for d in daemon["databases"]:
+            click.echo()
+            _render(_from_json(d))
+            click.echo(f"  open incidents  {d['open_incidents']}")
+            for w in d["watchers"]:
+                if w["errors"]:
+                    click.echo(f"  watcher         {w['watcher']}: {w['errors']} errors")
+        return
     targets, note = select_targets(config_path, db, profile)
     results = status_all(targets)
     if as_json:
-        print_json(
-            {"source": "local", "databases": [r.to_json() for r in results], "note": note or None}
-        )
+        databases = [r.to_json() for r in results]
+        print_json({"source": "local", "databases": databases, "note": note or None})
         return
+    click.echo("(daemon not running: computed locally)", err=True)
     if note:
         click.echo(note)
     for i, st in enumerate(results):
         if i:
             click.echo()
         _render(st)
+
+
+def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
+    """The running daemon's status, or None when no daemon answers."""
+    config = get_config(config_path)
+    try:
+        result = request(socket_path(runtime_dir(config)), "status")
+    except DaemonNotRunning:
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def _from_json(d: dict[str, Any]) -> DatabaseStatus:
+    fields = {k: v for k, v in d.items() if k in DatabaseStatus.__dataclass_fields__}
+    fs = fields.get("filesystem")
+    fields["filesystem"] = FilesystemFacts(**fs) if fs else None
+    return DatabaseStatus(**fields)

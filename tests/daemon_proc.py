@@ -1,0 +1,91 @@
+"""A real `statewarden run` subprocess for tests, with its stderr read line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from click.testing import CliRunner
+
+from statewarden.cli.ctl import main as ctl
+
+T = TypeVar("T")
+
+
+class DaemonProc:
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.env = env
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.daemon_cmd",
+                "run",
+                "--log-format",
+                "plain",
+                *args,
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, text: str, timeout_s: float = 30) -> str:
+        """Read stderr until a line contains ``text``; fail with what was seen."""
+        assert self.proc.stderr is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line.rstrip("\n"))
+            if text in line:
+                return line
+        raise AssertionError(f"never saw {text!r}; saw: {self.lines}")
+
+    def ctl(self, *args: str) -> Any:
+        """Run `statewardenctl ARGS --json` against this daemon's environment."""
+        r = CliRunner(env=self.env).invoke(ctl, [*args, "--json"])
+        assert r.exit_code == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def eventually(fn: Callable[[], T | None], timeout_s: float = 30.0, what: str = "condition") -> T:
+    """Call ``fn`` until it returns something truthy (no timing is asserted, only the outcome)."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"{what} never happened (last: {last!r})")
+
+
+def daemon_env(tmp_path: Path, home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HERMES_HOME=str(home),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg-config"),
+        XDG_STATE_HOME=str(tmp_path / "xdg-state"),
+        XDG_RUNTIME_DIR=str(tmp_path / "xdg-runtime"),
+    )
+    return env

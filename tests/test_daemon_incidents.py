@@ -1,0 +1,110 @@
+"""The daemon on a real Hermes home: incidents reach the control socket, survive restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from statewarden.cli.ctl import main as ctl
+from tests.daemon_proc import DaemonProc, daemon_env, eventually
+
+
+@pytest.fixture
+def env(tmp_path: Path, hermes_home: Path) -> dict[str, str]:
+    return daemon_env(tmp_path, hermes_home)
+
+
+@pytest.fixture
+def daemon(env: dict[str, str]) -> Iterator[DaemonProc]:
+    d = DaemonProc(env)
+    d.wait_for("statewarden ready")
+    eventually(
+        lambda: Path(env["XDG_RUNTIME_DIR"], "statewarden", "control.sock").exists(), what="socket"
+    )
+    yield d
+    d.stop()
+
+
+def open_of(d: DaemonProc, kind: str) -> list[dict[str, Any]]:
+    return [i for i in d.ctl("incidents")["incidents"] if i["kind"] == kind]
+
+
+class TestDaemonIncidents:
+    def test_status_comes_from_the_daemon(self, daemon: DaemonProc, hermes_home: Path) -> None:
+        """With the daemon up, status answers from it, with per-database watcher state."""
+        data = daemon.ctl("status")
+        assert data["source"] == "daemon"
+        (db,) = data["databases"]
+        assert db["path"] == str(hermes_home / "state.db")
+        assert db["schema_version"] == 22
+        assert db["open_incidents"] == 0
+        assert db["watchers"][0] == {"watcher": "files", "errors": 0, "last_error": None}
+
+    def test_self_repair_backup_opens_incident(self, daemon: DaemonProc, hermes_home: Path) -> None:
+        """A new malformed-backup file is an incident on the socket, with the backup named."""
+        (hermes_home / "state.db.malformed-backup-20260909_191208").write_bytes(b"x")
+        (inc,) = eventually(lambda: open_of(daemon, "self_repair"), what="self_repair incident")
+        assert inc["summary"] == (
+            "Hermes found state.db corrupt and repaired it in place "
+            "(backup state.db.malformed-backup-20260909_191208)"
+        )
+        assert inc["db"] == str(hermes_home / "state.db")
+        line = daemon.wait_for("incident opened")
+        assert "kind=self_repair" in line
+        assert "message_id=5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a05" in line
+
+    def test_restart_keeps_incidents_without_duplicates(
+        self, env: dict[str, str], hermes_home: Path
+    ) -> None:
+        """After a restart the same incident is there once; new signals update it."""
+        d = DaemonProc(env)
+        d.wait_for("statewarden ready")
+        (hermes_home / "sessions").mkdir()
+        f = hermes_home / "sessions" / "s1.jsonl"
+        f.write_text("{}\n")
+        (first,) = eventually(lambda: open_of(d, "jsonl_fallback"), what="jsonl incident")
+        assert d.stop() == 0
+        d2 = DaemonProc(env)
+        try:
+            d2.wait_for("statewarden ready")
+            assert [i["id"] for i in open_of(d2, "jsonl_fallback")] == [first["id"]]
+            with open(f, "a") as fh:
+                fh.write("{}\n")
+            (again,) = eventually(
+                lambda: [i for i in open_of(d2, "jsonl_fallback") if i["count"] == 2],
+                what="count 2",
+            )
+            assert again["id"] == first["id"]
+        finally:
+            d2.stop()
+
+    def test_show_and_ack(self, daemon: DaemonProc, hermes_home: Path, env: dict[str, str]) -> None:
+        """`incidents show` gives the evidence and timeline; `ack` marks it."""
+        (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
+        (inc,) = eventually(lambda: open_of(daemon, "self_repair"))
+        shown = daemon.ctl("incidents", "show", str(inc["id"]))
+        assert shown["incident"]["evidence"] == ["state.db.malformed-backup-20260101_000000"]
+        assert any(e["what"] == "signal" for e in shown["timeline"])
+        r = CliRunner(env=env).invoke(ctl, ["incidents", "ack", str(inc["id"])])
+        assert r.exit_code == 0
+        assert r.stdout == f"incident #{inc['id']} acknowledged\n"
+        assert open_of(daemon, "self_repair")[0]["acked"] is True
+        r = CliRunner(env=env).invoke(ctl, ["incidents", "show", "999"])
+        assert r.exit_code == 1
+        assert r.stderr == "statewardenctl: error: no incident 999\n"
+
+    def test_local_fallback_without_daemon(self, env: dict[str, str], hermes_home: Path) -> None:
+        """With no daemon, incidents are read from the state directory, and it says so."""
+        d = DaemonProc(env)
+        d.wait_for("statewarden ready")
+        (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
+        eventually(lambda: open_of(d, "self_repair"))
+        d.stop()
+        r = CliRunner(env=env).invoke(ctl, ["incidents"])
+        assert r.exit_code == 0
+        assert "(daemon not running: read from the state directory)" in r.stderr
+        assert "self_repair" in r.stdout
