@@ -47,13 +47,15 @@ def scan_table(
     table: str,
     columns: Sequence[str],
     on_row: Callable[[Row], None],
+    *,
+    db_name: str = "main",
 ) -> ScanResult:
     """Call ``on_row((rowid, *columns))`` for every readable row, in b-tree order.
 
     Rows stored twice (a duplicated cell pointer) are delivered twice: deciding what
     a duplicate is belongs to the caller.
     """
-    t = quote_ident(table)
+    t = f"{quote_ident(db_name)}.{quote_ident(table)}"
     cols = "".join(", " + quote_ident(c) for c in columns)
     full = f"SELECT rowid{cols} FROM {t} NOT INDEXED"
     resume = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid"

@@ -1,0 +1,145 @@
+"""The recovery report: only what was measured on the source copy and the output file.
+
+Loss is computed from key sets (DESIGN.md rule 7): a key is *known to exist in the
+source* when a full scan read its row, an intact index of the source lists it, or its
+row was decoded from a page; it is *lost* when the output has no row with that key.
+``loss_detected`` is true exactly when some known key is lost or some rowid range of
+the source could not be read at all (its keys cannot even be listed).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+from statewarden.diagnose import describe_range
+from statewarden.verify import Verification
+
+DEDUPE_RULE = (
+    "A row stored twice with the same key and identical content is kept once"
+    " (duplicates_dropped). Two different rows claiming the same rowid or primary key:"
+    " the first in rowid order is kept, the later one is set aside in this report"
+    " (set_aside), never dropped silently. A row that only collides on another UNIQUE"
+    " index (for example sessions.title) is kept with the colliding text value renamed"
+    " to '<value> (duplicate, rowid N)' (renamed). Orphans (rows whose parent is"
+    " missing) are kept and counted (orphans)."
+)
+SAMPLE_LOST_KEYS = 100
+
+
+def json_value(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"base64": base64.b64encode(v).decode()}
+    return v
+
+
+@dataclass
+class TableReport:
+    source_rows: int = 0
+    source_distinct: int = 0
+    recovered: int = 0
+    duplicates_dropped: int = 0
+    unreadable_rows: int = 0
+    unreadable_ranges: list[list[int]] = field(default_factory=list)
+    status: str = "complete"
+    recovered_from_pages: int = 0
+    set_aside: int = 0
+    renamed: int = 0
+    lost_keys: list[Any] = field(default_factory=list)
+    lost: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source_rows": self.source_rows,
+            "source_distinct": self.source_distinct,
+            "recovered": self.recovered,
+            "duplicates_dropped": self.duplicates_dropped,
+            "unreadable_rows": self.unreadable_rows,
+            "unreadable_ranges": self.unreadable_ranges,
+            "status": self.status,
+            "recovered_from_pages": self.recovered_from_pages,
+            "set_aside": self.set_aside,
+            "renamed": self.renamed,
+            "lost_keys_sample": [
+                list(k) if isinstance(k, tuple) else k for k in self.lost_keys[:SAMPLE_LOST_KEYS]
+            ],
+        }
+
+
+@dataclass
+class Report:
+    source: str
+    output: str
+    damage: str
+    strategy: str = "none"
+    verified: bool = False
+    tables: dict[str, TableReport] = field(default_factory=dict)
+    verification: Verification | None = None
+    set_aside: list[dict[str, Any]] = field(default_factory=list)
+    renamed: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> dict[str, int]:
+        return {name: t.lost for name, t in self.tables.items() if t.lost}
+
+    @property
+    def loss_detected(self) -> bool:
+        return any(t.lost or t.unreadable_ranges for t in self.tables.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "output": self.output,
+            "strategy": self.strategy,
+            "verified": self.verified,
+            "loss_detected": self.loss_detected,
+            "tables": {name: t.to_json() for name, t in self.tables.items()},
+            "lost": self.lost,
+            "damage": self.damage,
+            "orphans": self.verification.orphans if self.verification else {},
+            "verification": self.verification.to_json() if self.verification else None,
+            "dedupe_rule": DEDUPE_RULE,
+            "set_aside": self.set_aside,
+            "renamed": self.renamed,
+            "notes": self.notes,
+        }
+
+    def render(self) -> list[str]:
+        """The human table: one line per table, then the verdict."""
+        head = (
+            f"{'table':<28} {'source':>8} {'distinct':>8} {'recovered':>9}"
+            f" {'dups':>5} {'lost':>5}  status"
+        )
+        out = [f"source {self.source}", f"output {self.output}", f"strategy {self.strategy}", head]
+        for name, t in self.tables.items():
+            out.append(
+                f"{name:<28} {t.source_rows:>8} {t.source_distinct:>8} {t.recovered:>9}"
+                f" {t.duplicates_dropped:>5} {t.lost:>5}  {t.status}"
+            )
+            out.extend(
+                f"  {name}: {describe_range(lo, hi)} could not be read"
+                for lo, hi in t.unreadable_ranges
+            )
+            if t.recovered_from_pages:
+                out.append(f"  {name}: {t.recovered_from_pages} rows recovered from pages")
+        for s in self.set_aside:
+            out.append(f"  set aside: {s['table']} rowid {s['rowid']}: {s['reason']}")
+        for r in self.renamed:
+            out.append(f"  renamed: {r['table']} rowid {r['rowid']}: {r['column']} -> {r['new']!r}")
+        if self.verification:
+            for o, n in self.verification.orphans.items():
+                out.append(f"  orphans kept: {o}: {n}")
+            out.extend(f"  verification problem: {p}" for p in self.verification.problems)
+        out.extend(f"  note: {n}" for n in self.notes)
+        verdict = "verified" if self.verified else "NOT verified"
+        loss = (
+            "loss detected: " + ", ".join(f"{k} {v}" for k, v in self.lost.items())
+            if self.loss_detected
+            else "no loss"
+        )
+        if self.loss_detected and not self.lost:
+            loss = "loss detected: unreadable rowid ranges"
+        out.append(f"result: {verdict}, {loss}")
+        return out

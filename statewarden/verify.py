@@ -1,0 +1,118 @@
+"""Verification of a repaired database, judged on its own terms (HERMES.md story 4).
+
+What is measured on the output file: ``integrity_check`` is ``ok``; for every table the
+planner's count equals a full scan's; ``foreign_key_check`` (orphans are reported, not
+a failure: they are kept on purpose); each FTS table passes its ``integrity-check`` and
+answers a ``MATCH`` query; Hermes' ``schema_version`` and the journal mode are the
+source's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from statewarden.schema import read_schema
+from statewarden.sqlite import hermes_schema_version, quote_ident, read_header
+
+_WORD_RE = re.compile(r"[A-Za-z0-9]{3,}")
+
+
+@dataclass
+class Verification:
+    integrity: str = "not run"
+    counts_agree: bool = False
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    orphans: dict[str, int] = field(default_factory=dict)
+    fts: dict[str, str] = field(default_factory=dict)
+    schema_version: int | None = None
+    schema_version_preserved: bool = False
+    journal_mode: str | None = None
+    journal_mode_preserved: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def verify_output(
+    path: Path, *, source_schema_version: int | None, source_journal_mode: str
+) -> Verification:
+    """Measure ``path`` (closed, ours) and list every way it falls short.
+
+    The connection is read-write only for FTS5's ``integrity-check`` command, an INSERT
+    that changes nothing; it is closed before the header is read raw.
+    """
+    v = Verification()
+    conn = apsw.Connection(str(path))
+    try:
+        rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
+        v.integrity = "ok" if rows == ["ok"] else "; ".join(rows[:5])
+        if v.integrity != "ok":
+            v.problems.append(f"integrity_check: {v.integrity}")
+        schema = read_schema(conn)
+        v.counts_agree = True
+        for obj in schema.base_tables():
+            q = quote_ident(obj.name)
+            planner = _count(conn, f"SELECT count(*) FROM {q}")
+            scan = _count(conn, f"SELECT count(*) FROM {q} NOT INDEXED")
+            v.counts[obj.name] = {"planner": planner, "scan": scan}
+            if planner != scan:
+                v.counts_agree = False
+                v.problems.append(f"{obj.name}: planner counts {planner}, full scan {scan}")
+            n = sum(1 for _ in conn.execute(f"PRAGMA foreign_key_check({q})"))
+            if n:
+                v.orphans[obj.name] = n
+        for obj in schema.tables():
+            if obj.module == "fts5":
+                v.fts[obj.name] = _fts_verdict(conn, obj.name)
+                if v.fts[obj.name] != "ok":
+                    v.problems.append(f"{obj.name}: {v.fts[obj.name]}")
+        v.schema_version = hermes_schema_version(conn)
+    except apsw.Error as exc:
+        v.problems.append(f"verification stopped: {exc}")
+    finally:
+        conn.close()
+    v.schema_version_preserved = v.schema_version == source_schema_version
+    if not v.schema_version_preserved:
+        v.problems.append(
+            f"schema_version {v.schema_version}, the source has {source_schema_version}"
+        )
+    v.journal_mode = read_header(path).journal_mode
+    v.journal_mode_preserved = v.journal_mode == source_journal_mode
+    if not v.journal_mode_preserved:
+        v.problems.append(f"journal mode {v.journal_mode}, the source's is {source_journal_mode}")
+    return v
+
+
+def _count(conn: apsw.Connection, sql: str) -> int:
+    row = conn.execute(sql).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _fts_verdict(conn: apsw.Connection, name: str) -> str:
+    q = quote_ident(name)
+    try:
+        conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
+    except apsw.Error as exc:
+        return f"integrity-check failed: {exc}"
+    row = conn.execute(f"SELECT * FROM {q} LIMIT 1").fetchone()
+    if row is None:
+        return "ok"  # empty: nothing to match
+    word = next(
+        (m.group(0) for v in row if isinstance(v, str) for m in [_WORD_RE.search(v)] if m), None
+    )
+    if word is None:
+        return "ok"
+    hits = conn.execute(f"SELECT count(*) FROM {q} WHERE {q} MATCH ?", (f'"{word}"',)).fetchone()
+    if not hits or int(hits[0]) == 0:
+        return f"MATCH {word!r} found nothing"
+    return "ok"

@@ -1,0 +1,285 @@
+"""`statewardenctl recover` on real Hermes databases with real byte damage.
+
+The expected numbers come from the corruption lab's ground truth and from the pristine
+file (what Hermes wrote), never from the code under test. Every recovered row is
+compared with the pristine row, column by column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from statewarden.bundle import fingerprint
+from statewarden.cli.ctl import main as ctl
+from statewarden.sqlite import read_header
+from tests import corruption_lab as lab
+from tests.hermes_fixtures import SMALL, built_db
+
+REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
+TABLE_KEYS = {
+    "source_rows",
+    "source_distinct",
+    "recovered",
+    "duplicates_dropped",
+    "unreadable_rows",
+    "unreadable_ranges",
+    "status",
+}
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(ctl, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def recover_json(case: lab.Case, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
+    out = tmp_path / "out" / "recovered.db"
+    out.parent.mkdir()
+    report = tmp_path / "report.json"
+    code, stdout, stderr = run(
+        "recover", "--source", str(case.db), "--output", str(out), "--report", str(report), "--json"
+    )
+    assert stderr == ""
+    doc = json.loads(stdout)
+    assert json.loads(report.read_text()) == doc
+    return code, doc, out
+
+
+def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    return lab.table_rows(path, sql)
+
+
+def pristine(sql: str) -> list[tuple[object, ...]]:
+    return rows(built_db(SMALL), sql)
+
+
+def n_pristine(table: str) -> int:
+    return int(pristine(f"SELECT count(*) FROM {table}")[0][0])  # type: ignore[call-overload]
+
+
+def assert_same_rows(out: Path, table: str, missing: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    """Every pristine row of ``table`` except ``missing`` rowids is in the output, equal."""
+    want = [
+        r for r in pristine(f"SELECT rowid, * FROM {table} ORDER BY rowid") if r[0] not in missing
+    ]
+    assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want
+
+
+class TestReportShape:
+    def test_healthy_database(self, tmp_path: Path) -> None:
+        """A healthy database: strategy none, verified, no loss, exit 0, every table
+        complete with source = distinct = recovered, and the report keys of the issue."""
+        case = lab.fresh_copy(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert set(doc) >= REPORT_KEYS
+        assert doc["strategy"] == "none"
+        assert (doc["verified"], doc["loss_detected"], doc["lost"]) == (True, False, {})
+        for name, t in doc["tables"].items():
+            assert set(t) >= TABLE_KEYS
+            n = n_pristine(name)
+            assert (t["source_rows"], t["source_distinct"], t["recovered"]) == (n, n, n)
+            assert t["status"] == "complete"
+        assert_same_rows(out, "messages")
+        assert_same_rows(out, "sessions")
+
+    def test_output_keeps_journal_mode_and_schema(self, tmp_path: Path) -> None:
+        """The output is in WAL mode like the source, with the same sqlite_schema SQL and
+        Hermes' schema_version; no -wal/-shm are left behind."""
+        case = lab.phantom_row(tmp_path / "db")
+        _, doc, out = recover_json(case, tmp_path)
+        assert read_header(out).journal_mode == "wal"
+        schema_sql = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name"
+        assert rows(out, schema_sql) == pristine(schema_sql)
+        assert rows(out, "SELECT version FROM schema_version") == [(22,)]
+        assert doc["verification"]["schema_version_preserved"] is True
+        assert sorted(os.listdir(out.parent)) == ["recovered.db"]
+
+
+class TestPhantomRow:
+    def test_one_phantom_row_costs_nothing(self, tmp_path: Path) -> None:
+        """HERMES.md story 3: 65 stored rows, 64 distinct ids; the row is kept once, one
+        duplicate dropped, nothing lost, verified, exit 0."""
+        case = lab.phantom_row(tmp_path / "db")
+        n = n_pristine("sessions")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        s = doc["tables"]["sessions"]
+        assert (s["source_rows"], s["source_distinct"], s["recovered"]) == (n + 1, n, n)
+        assert (s["duplicates_dropped"], s["status"]) == (1, "complete")
+        assert (doc["verified"], doc["loss_detected"], doc["lost"]) == (True, False, {})
+        assert doc["strategy"] == "rebuild"
+        rowid = case.phantom["sessions"]
+        assert rows(out, f"SELECT count(*) FROM sessions NOT INDEXED WHERE rowid = {rowid}") == [
+            (1,)
+        ]
+        assert_same_rows(out, "sessions")
+        assert_same_rows(out, "messages")
+
+    def test_source_is_untouched_and_work_dir_removed(self, tmp_path: Path) -> None:
+        """The source bundle keeps its bytes and fingerprint; only the output (and the
+        report) appear in the output directory."""
+        case = lab.phantom_row(tmp_path / "db")
+        before, data = fingerprint(case.db), case.db.read_bytes()
+        recover_json(case, tmp_path)
+        assert (fingerprint(case.db), case.db.read_bytes()) == (before, data)
+        assert sorted(os.listdir(case.db.parent)) == ["state.db"]
+        assert sorted(os.listdir(tmp_path / "out")) == ["recovered.db"]
+
+    def test_capped_check_trap_recovers_everything(self, tmp_path: Path) -> None:
+        """FTS damage plus the phantom row: FTS rebuilt, the row kept once, no loss."""
+        case = lab.capped_check_trap(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert doc["tables"]["sessions"]["duplicates_dropped"] == 1
+        assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        assert rows(out, "SELECT count(*) FROM messages_fts_trigram") == [(n_pristine("messages"),)]
+
+
+class TestDerivedDamage:
+    @pytest.mark.parametrize(
+        "trees",
+        [
+            {"messages_fts_data": 2, "messages_fts_trigram_data": 3},
+            {"idx_messages_session": 1},
+        ],
+        ids=["fts", "index"],
+    )
+    def test_derived_damage_is_lossless(self, tmp_path: Path, trees: dict[str, int]) -> None:
+        """FTS shadow or index pages zeroed: strategy reindex, every row kept, FTS
+        answers MATCH like the pristine file, exit 0."""
+        case = lab.scribbled_trees(tmp_path / "db", trees)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert doc["strategy"] == "reindex"
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)
+        assert_same_rows(out, "messages")
+        for fts in ("messages_fts", "messages_fts_trigram"):
+            q = f"SELECT rowid FROM {fts} WHERE {fts} MATCH 'checkpoint' ORDER BY rowid"
+            assert rows(out, q) == pristine(q)
+            assert len(rows(out, q)) > 0
+
+
+class TestBaseDamage:
+    def test_zeroed_leaf_loses_exactly_its_rowids(self, tmp_path: Path) -> None:
+        """A zeroed messages leaf: every other message is recovered, lost = the rowids
+        on that page exactly, the range is named, exit 3."""
+        case = lab.zeroed_leaf(tmp_path / "db")
+        lost = case.lost_rowids["messages"]
+        n = n_pristine("messages")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        m = doc["tables"]["messages"]
+        assert (m["source_rows"], m["recovered"]) == (n - len(lost), n - len(lost))
+        assert m["unreadable_ranges"] == [[lost[0], lost[-1]]]
+        assert m["lost_keys_sample"] == lost
+        assert doc["lost"] == {"messages": len(lost)}
+        assert (doc["verified"], doc["loss_detected"], m["status"]) == (True, True, "partial")
+        assert_same_rows(out, "messages", missing=set(lost))
+        assert rows(out, "SELECT count(*) FROM messages_fts") == [(n - len(lost),)]
+
+    def test_zeroed_interior_page_recovered_from_pages(self, tmp_path: Path) -> None:
+        """The interior page of messages zeroed: every leaf below it is decoded from the
+        file; all messages come back identical; strategy salvage; no loss."""
+        case = lab.zeroed_interior(tmp_path / "db")
+        n = n_pristine("messages")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert doc["strategy"] == "salvage"
+        assert (m["recovered"], m["recovered_from_pages"], m["unreadable_ranges"]) == (n, n, [])
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)
+        assert_same_rows(out, "messages")
+        assert rows(out, "SELECT seq FROM sqlite_sequence WHERE name = 'messages'") == pristine(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
+        )
+
+
+class TestRefusals:
+    def test_output_exists(self, tmp_path: Path) -> None:
+        """An existing --output is never overwritten: exit 2, file unchanged."""
+        case = lab.fresh_copy(tmp_path / "db")
+        out = tmp_path / "exists.db"
+        out.write_text("keep me")
+        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 2
+        assert err == f"statewardenctl: error: {out}: already exists; refusing to overwrite it\n"
+        assert out.read_text() == "keep me"
+
+    @pytest.mark.parametrize(
+        ("content", "message"),
+        [
+            (b"", "the file is empty (0 bytes), not a SQLite database"),
+            (b"just text\n", "not a SQLite database (no SQLite header)"),
+            (b"\x00" * 4096, "the database header is zeroed; the file is unreadable as SQLite"),
+        ],
+    )
+    def test_unreadable_source(self, tmp_path: Path, content: bytes, message: str) -> None:
+        """Not a database: exit 4, one line, no output file, no work dir left."""
+        src = tmp_path / "src.db"
+        src.write_bytes(content)
+        out = tmp_path / "o" / "out.db"
+        out.parent.mkdir()
+        code, _, err = run("recover", "--source", str(src), "--output", str(out))
+        assert code == 4
+        assert err == f"statewardenctl: error: {src}: {message}\n"
+        assert os.listdir(out.parent) == []
+
+    def test_foreign_wal(self, tmp_path: Path) -> None:
+        """A -wal from another database: refused (exit 4), source bundle untouched."""
+        case = lab.foreign_wal(tmp_path / "db")
+        before = fingerprint(case.db)
+        out = tmp_path / "o" / "out.db"
+        out.parent.mkdir()
+        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 4
+        assert err.startswith(f"statewardenctl: error: {case.db}-wal: belongs to another database")
+        assert fingerprint(case.db) == before
+        assert os.listdir(out.parent) == []
+
+    def test_no_space(self, tmp_path: Path) -> None:
+        """Not enough room next to --output (a real 1 MiB tmpfs): exit 1, one line, the
+        source untouched, nothing written there. Needs root to mount; skips otherwise."""
+        case = lab.fresh_copy(tmp_path / "db")
+        small = tmp_path / "small"
+        small.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a 1 MiB tmpfs needs root (run the suite as root, as CI does)")
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+        try:
+            before = fingerprint(case.db)
+            code, _, err = run("recover", "--source", str(case.db), "--output", str(small / "x.db"))
+            assert code == 1
+            assert err.startswith(f"statewardenctl: error: {small}: not enough free space: ")
+            assert err.endswith(" needed (free some space or choose another output directory)\n")
+            assert os.listdir(small) == []
+            assert fingerprint(case.db) == before
+        finally:
+            subprocess.run(["umount", str(small)], check=True)
+
+    def test_missing_output_directory(self, tmp_path: Path) -> None:
+        case = lab.fresh_copy(tmp_path / "db")
+        out = tmp_path / "nope" / "out.db"
+        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 2
+        assert err == f"statewardenctl: error: {out.parent}: no such directory for --output\n"
+
+
+class TestHumanReport:
+    def test_table_and_verdict(self, tmp_path: Path) -> None:
+        """The text report has one line per table and ends with the verdict."""
+        case = lab.zeroed_leaf(tmp_path / "db")
+        lost = case.lost_rowids["messages"]
+        out = tmp_path / "out.db"
+        code, stdout, _ = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 3
+        lines = stdout.splitlines()
+        assert lines[-1] == f"result: verified, loss detected: messages {len(lost)}"
+        assert f"  messages: rowids {lost[0]}..{lost[-1]} could not be read" in lines
