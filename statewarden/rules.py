@@ -1,0 +1,497 @@
+"""Rules: Hermes log records and journal entries -> signals and observations.
+
+Pure functions, no I/O. The log tailer (``watch/logtail.py``) cuts files into
+records; the journal follower hands over journald JSON entries; both end here.
+
+How a record becomes signals:
+
+1. **Specific rules** (``RULES``, first match wins): each message text Hermes writes
+   when its storage is in trouble (HERMES.md, "Messages worth a signal"), with the
+   kind, severity and fingerprint key it maps to.
+2. **Corruption** (any record from state.db code whose text says ``database disk
+   image is malformed``, ``malformed database schema``, ``disk I/O error`` or ``file
+   is not a database``), unless a specific rule already reported corruption.
+3. **Locked** (``database is locked`` from state.db code) when no specific rule matched.
+
+"State.db code" is decided by ``is_state_db_record``: a Hermes logger that only
+touches state.db, a message naming state.db or the session store, or a traceback
+through ``hermes_state*.py`` -- and never a record that only names another database
+(``kanban.db``, ``response_store.db``), since those share Hermes' SQLite helpers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statewarden.signals import Observation, Severity, Signal
+from statewarden.targets import Target
+
+# Evidence kept per signal: the record text, cut to this many characters.
+EVIDENCE_MAX_CHARS = 4000
+# The error part quoted in a one-line summary is cut to this many characters.
+SUMMARY_ERROR_MAX_CHARS = 160
+# A transcript append failing this many times in a row is an error, not a warning.
+TRANSCRIPT_FAILURES_ERROR = 10
+# Cron session ids remembered by ``CronSessions`` (oldest forgotten first).
+CRON_SESSIONS_REMEMBERED = 4096
+
+# ``%(asctime)s %(levelname)s%(session_tag)s %(name)s: %(message)s`` (hermes_logging.py).
+_STAMP = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}"
+RECORD_START_RE = re.compile(_STAMP + " ")
+_LINE_RE = re.compile(
+    r"(?P<stamp>" + _STAMP + r") (?P<level>[A-Z]+|Level \d+)"
+    r"(?: \[(?P<session>[^\]\s]+)\])? (?P<logger>[^\s:]+(?::[^\s:]+)*): (?P<message>.*)",
+    re.DOTALL,
+)
+_CRON_RE = re.compile(r"\bcron_(?P<job>[0-9A-Za-z-]+(?:_[0-9A-Za-z-]+)*?)_(?P<stamp>\d{8}_\d{6})\b")
+
+_CORRUPTION_RE = re.compile(
+    r"database disk image is malformed|malformed database schema|disk I/O error"
+    r"|file is not a database",
+    re.IGNORECASE,
+)
+_CANONICAL = {
+    t.lower(): t
+    for t in ("database disk image is malformed", "malformed database schema", "disk I/O error",
+              "file is not a database")
+}  # fmt: skip
+_LOCKED_RE = re.compile(r"database is locked", re.IGNORECASE)
+# Loggers of Hermes modules whose only database is state.db.
+_STATE_LOGGERS = ("hermes_state", "gateway.session", "run_agent")
+_STATE_TEXT_RE = re.compile(
+    r"state\.db|Session ?DB|session store|session storage|routing (?:save|load)", re.IGNORECASE
+)
+_STATE_FRAME_RE = re.compile(r'File "[^"]*hermes_state\w*\.py"')
+# Another database named in the text (kanban.db, response_store.db, ...).
+_OTHER_DB_RE = re.compile(r"\b(?!state\.db\b)[\w-]+\.db\b")
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One Hermes log record: its first line, parsed, plus any traceback lines."""
+
+    path: str  # the file it was read from ("" when unknown), or "journal:<unit>"
+    at: dt.datetime | None  # Hermes' asctime (naive local time); None for a line without one
+    level: str  # "ERROR", ...; "" when the line is not in Hermes' format
+    session: str | None  # the [session_tag], if any
+    logger: str  # logger name; "" when the line is not in Hermes' format
+    message: str  # the message part of the first line
+    text: str  # the whole record: first line and traceback lines, joined by "\n"
+    truncated: bool = False  # a line or the record was cut to the tailer's bound
+
+    @property
+    def timestamp(self) -> float | None:
+        """Seconds since the epoch, reading ``at`` as local time (as Hermes wrote it)."""
+        return None if self.at is None else self.at.timestamp()
+
+
+def starts_record(line: str) -> bool:
+    """True when ``line`` begins a new record (it starts with Hermes' asctime)."""
+    return RECORD_START_RE.match(line) is not None
+
+
+def parse_record(text: str, path: str = "", *, truncated: bool = False) -> LogRecord:
+    """Parse one record (first line + traceback lines); never raises.
+
+    A first line not in Hermes' format gives a record with ``level == logger == ""``
+    and the whole first line as ``message``, so rules can still read it.
+    """
+    first, _, _rest = text.partition("\n")
+    m = _LINE_RE.match(first)
+    if m is None:
+        return LogRecord(path, None, "", None, "", first, text, truncated)
+    try:
+        at: dt.datetime | None = dt.datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:  # 2026-13-45: the shape matched, the calendar did not
+        at = None
+    return LogRecord(path, at, m["level"], m["session"], m["logger"], m["message"], text, truncated)
+
+
+def is_state_db_record(record: LogRecord) -> bool:
+    """True when the record comes from code working on state.db (see module doc)."""
+    text = record.text
+    named_state = _STATE_TEXT_RE.search(text) is not None
+    if not named_state and _OTHER_DB_RE.search(text):
+        return False
+    if named_state or _STATE_FRAME_RE.search(text):
+        return True
+    return any(
+        record.logger == name or record.logger.startswith(name + ".") for name in _STATE_LOGGERS
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One message text Hermes writes, and the signal it becomes."""
+
+    name: str
+    pattern: re.Pattern[str]  # searched in the record's first-line message
+    kind: str
+    severity: Severity | None
+    summary: str  # str.format over the match's named groups plus {logger}
+    key: Callable[[re.Match[str]], str] = field(default=lambda _m: "")
+    # Return False to let the record fall through to the next rules.
+    applies: Callable[[re.Match[str], Target], bool] = field(default=lambda _m, _t: True)
+    corruption: bool = False  # this rule itself reports corruption (skip the generic one)
+
+
+def _is_target_db(m: re.Match[str], target: Target) -> bool:
+    label = Path(m["label"]).name
+    return label in ("state.db", target.db.name)
+
+
+def _rule(
+    name: str,
+    pattern: str,
+    kind: str,
+    severity: Severity | None,
+    summary: str,
+    *,
+    key: str | Callable[[re.Match[str]], str] = "",
+    **kw: Any,
+) -> Rule:
+    if callable(key):
+        key_fn = key
+    else:
+        fixed = key
+
+        def key_fn(_m: re.Match[str]) -> str:
+            return fixed
+
+    return Rule(name, re.compile(pattern, re.DOTALL), kind, severity, summary, key_fn, **kw)
+
+
+# First match wins; the order puts the narrower text first.
+RULES: tuple[Rule, ...] = (
+    # newer: FATAL lines.
+    _rule("db_replaced", r"FATAL: state\.db was replaced underneath the gateway", "stale_holder",
+          "critical", "state.db was replaced while the gateway had it open; it stopped writing",
+          key="db_replaced"),
+    _rule("fatal_corruption", r"FATAL: state\.db reported structural corruption", "corruption",
+          "critical", "Hermes stopped: state.db reported structural corruption", corruption=True),
+    _rule("deleted_sidecar", r"FATAL: session storage stopped writing because another Hermes "
+          r"process still holds a deleted state\.db-(?:wal|shm)", "stale_holder", "critical",
+          "Hermes stopped writing: another Hermes process holds a deleted state.db-wal/-shm",
+          key="deleted_sidecar"),
+    _rule("fatal_other", r"FATAL: .*(?:state\.db|session storage)", "write_failures",
+          "critical", "Hermes stopped writing session storage: {rest}", key="fatal"),
+    _rule("jsonl_divert_failed", r"JSONL divert failed after state\.db (?P<cause>.+?) for "
+          r"(?P<session>[^\s:]+)", "messages_dropped", "critical",
+          "messages are being lost: state.db {cause} and the JSONL divert failed too "
+          "(session {session})"),
+    _rule("turn_stopped", r"No reply: the turn was stopped because session storage could not "
+          r"be written", "write_failures", "critical",
+          "a turn got no reply because session storage could not be written", key="turn_stopped"),
+    _rule("cross_vm_wal", r"existing WAL-mode database is on a cross-VM filesystem",
+          "unsafe_mount", "error",
+          "state.db is a WAL database on a cross-VM filesystem (locks are not coherent there)",
+          key="cross_vm"),
+    # 0.19.0
+    _rule("queue_full", r"Session DB transcript pending queue full for (?P<session>\S+) "
+          r"\(cap=(?P<cap>\d+)\)", "messages_dropped", "critical",
+          "messages are being lost: the transcript queue of session {session} is full "
+          "(cap {cap}), oldest dropped"),
+    _rule("transcript_append", r"Session DB transcript append failed for (?P<session>\S+) "
+          r"\(failure_count=(?P<failure_count>\d+), pending=(?P<pending>\d+)\); will retry: "
+          r"(?P<error>.*)", "write_failures", None,
+          "transcript append to state.db failed (session {session}, {failure_count} failures, "
+          "{pending} pending): {error}", key="transcript_append"),
+    _rule("append_message", r"Session DB append_message failed: (?P<error>.*)",
+          "write_failures", None, "writing a message to state.db failed: {error}",
+          key="append_message"),
+    _rule("routing", r"state\.db routing (?P<op>save|load) failed: (?P<error>.*)",
+          "write_failures", None, "state.db routing {op} failed: {error}",
+          key=lambda m: f"routing_{m['op']}"),
+    _rule("gave_up", r"Supervised task (?P<task>.+?) died (?P<times>\d+) times in rapid "
+          r"succession.*giving up restarts", "task_died", "critical",
+          "gateway task {task} died {times} times in a row; Hermes gave up restarting it",
+          key=lambda m: m["task"]),
+    _rule("task_died", r"Supervised task (?P<task>.+?) died: (?P<error>.*)", "task_died", None,
+          "gateway task {task} died: {error}", key=lambda m: m["task"]),
+    _rule("schema_malformed", r"state\.db schema is malformed \((?P<error>.*?)\) — attempting "
+          r"automatic repair", "self_repair", "error",
+          "state.db schema is malformed; Hermes is repairing it in place ({error})",
+          key="schema_repair"),
+    _rule("schema_unrecoverable", r"state\.db schema repair could not recover", "self_repair",
+          "critical", "Hermes could not repair the state.db schema; manual repair needed",
+          key="schema_repair_failed"),
+    _rule("fts_corruption", r"state\.db write failed with an FTS-corruption error "
+          r"\((?P<error>.*?)\) — ", "self_repair", "error",
+          "state.db full-text index is corrupt; Hermes is rebuilding it in place ({error})",
+          key="fts_rebuild"),
+    _rule("fts_rebuild_failed", r"In-place FTS rebuild (?P<how>failed|made no progress)",
+          "self_repair", "critical",
+          "Hermes' in-place rebuild of the state.db full-text index {how}; offline repair needed",
+          key="fts_rebuild_failed"),
+    _rule("wal_fallback", r"(?P<label>\S+): WAL journal_mode unsupported on this filesystem "
+          r"\((?P<error>.*?)\) — falling back to journal_mode=DELETE", "unsafe_mount", "warning",
+          "state.db's filesystem does not support WAL; Hermes fell back to journal_mode=DELETE",
+          key="wal_fallback", applies=_is_target_db),
+    _rule("transcript_lag", r"Persisted transcript lagged live cached history for session "
+          r"(?P<session>\S+) \(disk=(?P<disk>\d+), memory=(?P<memory>\d+)\)", "write_failures",
+          "error", "session {session}: state.db holds {disk} messages, memory {memory} "
+          "(writes are not reaching state.db; possible FTS corruption)", key="transcript_lag"),
+)  # fmt: skip
+
+_JSONL_FALLBACK_RE = re.compile(
+    r"SQLite session store unavailable, falling back to JSONL: (?P<error>.*)", re.DOTALL
+)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _evidence(record: LogRecord) -> tuple[str, ...]:
+    text = record.text
+    if len(text) > EVIDENCE_MAX_CHARS:
+        text = text[:EVIDENCE_MAX_CHARS] + f"\n…[{len(record.text) - EVIDENCE_MAX_CHARS} chars cut]"
+    return (text,)
+
+
+def _source(record: LogRecord) -> str:
+    if record.path.startswith("journal:"):
+        return record.path
+    return "log:" + Path(record.path).name if record.path else "log"
+
+
+def _signal(
+    record: LogRecord,
+    target: Target,
+    kind: str,
+    summary: str,
+    *,
+    key: str,
+    severity: Severity | None,
+    now: float | None,
+    **fields: Any,
+) -> Signal:
+    at = record.timestamp
+    if at is None:
+        at = time.time() if now is None else now
+    if record.logger:
+        fields.setdefault("logger", record.logger)
+    if record.session:
+        fields.setdefault("session", record.session)
+    return Signal(
+        kind=kind,
+        db=str(target.db),
+        summary=_clip(summary, 300),
+        at=at,
+        key=key,
+        evidence=_evidence(record),
+        source=_source(record),
+        severity=severity,
+        fields=fields,
+    )
+
+
+def _apply_rule(rule: Rule, m: re.Match[str], record: LogRecord, target: Target,
+                now: float | None) -> Signal:  # fmt: skip
+    groups = {k: (v or "") for k, v in m.groupdict().items()}
+    values = {k: _clip(v, SUMMARY_ERROR_MAX_CHARS) for k, v in groups.items()}
+    values["rest"] = _clip(record.message[m.start() :], SUMMARY_ERROR_MAX_CHARS)
+    severity = rule.severity
+    fields: dict[str, Any] = {"rule": rule.name}
+    for name, value in groups.items():
+        if name in ("failure_count", "pending", "cap", "times", "disk", "memory"):
+            fields[name] = int(value)
+        elif name in ("session", "task", "op"):
+            fields[name] = value
+        elif name == "error":
+            fields["error"] = _clip(value, SUMMARY_ERROR_MAX_CHARS)
+    failures = int(groups.get("failure_count") or 0)
+    if rule.name == "transcript_append" and failures >= TRANSCRIPT_FAILURES_ERROR:
+        severity = "error"
+    return _signal(record, target, rule.kind, rule.summary.format(**values), key=rule.key(m),
+                   severity=severity, now=now, **fields)  # fmt: skip
+
+
+def _line_at(text: str, pos: int) -> str:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def _corruption_signal(record: LogRecord, target: Target, now: float | None) -> Signal:
+    m = _CORRUPTION_RE.search(record.message)
+    where = record.message
+    if m is None:
+        # Said only in the traceback: quote the line that says it.
+        m = _CORRUPTION_RE.search(record.text)
+        assert m is not None
+        where = _line_at(record.text, m.start())
+    what = _CANONICAL.get(m.group(0).lower(), m.group(0))
+    who = record.logger or "Hermes"
+    quoted = _clip(where, SUMMARY_ERROR_MAX_CHARS)
+    summary = f"state.db corruption: {who} reported '{what}': {quoted}"
+    return _signal(record, target, "corruption", summary, key="", severity=None, now=now,
+                   rule="corruption", error=what)  # fmt: skip
+
+
+def signals_from_record(
+    record: LogRecord,
+    target: Target,
+    *,
+    cron: CronSessions | None = None,
+    now: float | None = None,
+) -> list[Signal | Observation]:
+    """Every signal (and cron observation) one log record gives. Never raises.
+
+    ``cron``, when given, remembers the cron session ids seen so far; a new one gives
+    an ``Observation(what="cron_started")``. ``now`` stamps records without a time.
+    """
+    out: list[Signal | Observation] = []
+    if cron is not None:
+        out.extend(cron.observe(record, target, now))
+    matched: Rule | None = None
+    for rule in RULES:
+        m = rule.pattern.search(record.message)
+        if m is not None and rule.applies(m, target):
+            matched = rule
+            out.append(_apply_rule(rule, m, record, target, now))
+            break
+    state_db = None
+    if (matched is None or not matched.corruption) and _CORRUPTION_RE.search(record.text):
+        state_db = is_state_db_record(record)
+        if state_db:
+            out.append(_corruption_signal(record, target, now))
+    if matched is None and _LOCKED_RE.search(record.text):
+        if state_db is None:
+            state_db = is_state_db_record(record)
+        if state_db:
+            summary = f"state.db is locked: {record.logger or 'Hermes'} could not write: " + (
+                _clip(record.message, SUMMARY_ERROR_MAX_CHARS)
+            )
+            out.append(_signal(record, target, "write_failures", summary, key="locked",
+                               severity=None, now=now, rule="locked"))  # fmt: skip
+    return out
+
+
+def signals_from_log(
+    record: LogRecord | str,
+    target: Target,
+    *,
+    cron: CronSessions | None = None,
+    now: float | None = None,
+) -> list[Signal | Observation]:
+    """``signals_from_record`` for a record, or for raw record text (parsed first)."""
+    if isinstance(record, str):
+        record = parse_record(record)
+    return signals_from_record(record, target, cron=cron, now=now)
+
+
+def _journal_text(value: object) -> str:
+    # journalctl -o json gives a field that is not valid UTF-8 as a list of byte values.
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(b, int) and 0 <= b < 256 for b in value):
+        return bytes(value).decode("utf-8", errors="replace")
+    return "" if value is None else str(value)
+
+
+def journal_record(entry: Mapping[str, Any]) -> LogRecord:
+    """The log record carried by one journald JSON entry of a Hermes unit."""
+    unit = _journal_text(
+        entry.get("_SYSTEMD_USER_UNIT") or entry.get("USER_UNIT") or entry.get("_SYSTEMD_UNIT")
+        or entry.get("UNIT") or "hermes"
+    )  # fmt: skip
+    message = _journal_text(entry.get("MESSAGE")).replace("\x00", "")
+    record = parse_record(message, f"journal:{unit}")
+    if record.at is None:
+        try:
+            usec = int(_journal_text(entry.get("__REALTIME_TIMESTAMP")))
+            at = dt.datetime.fromtimestamp(usec / 1e6)  # naive local, like Hermes' own lines
+        except (ValueError, OverflowError, OSError):
+            at = None
+        record = LogRecord(record.path, at, record.level, record.session, record.logger,
+                           record.message, record.text, record.truncated)  # fmt: skip
+    return record
+
+
+def signals_from_journal(
+    entry: Mapping[str, Any],
+    target: Target,
+    *,
+    cron: CronSessions | None = None,
+    now: float | None = None,
+) -> list[Signal | Observation]:
+    """Signals from one journald JSON entry (``journalctl -o json``) of a Hermes unit.
+
+    The gateway prints ``[gateway] Warning: SQLite session store unavailable, falling
+    back to JSONL: <error>`` to stdout, so only its unit's journal has it: that is
+    ``jsonl_fallback``. Every log-file rule applies to the message as well (the gateway
+    also logs to stderr). Never raises.
+    """
+    record = journal_record(entry)
+    out: list[Signal | Observation] = []
+    m = _JSONL_FALLBACK_RE.search(record.message)
+    if m is not None:
+        error = _clip(m["error"], SUMMARY_ERROR_MAX_CHARS)
+        out.append(_signal(
+            record, target, "jsonl_fallback",
+            f"the gateway cannot use state.db and writes sessions to JSONL: {error}",
+            key="", severity=None, now=now, rule="jsonl_fallback", error=error,
+        ))  # fmt: skip
+    for item in signals_from_record(record, target, cron=cron, now=now):
+        # The fallback line already says the store failed; "locked" in it is its cause.
+        if m is not None and isinstance(item, Signal) and item.fields.get("rule") == "locked":
+            continue
+        out.append(item)
+    return out
+
+
+def cron_sessions(record: LogRecord) -> list[str]:
+    """The cron session ids (``cron_<job>_<YYYYmmdd_HHMMSS>``) a record names, in order."""
+    found: list[str] = []
+    for text in (record.session or "", record.message):
+        for m in _CRON_RE.finditer(text):
+            if m.group(0) not in found:
+                found.append(m.group(0))
+    return found
+
+
+class CronSessions:
+    """Which cron session ids were seen already (bounded; oldest forgotten first)."""
+
+    def __init__(self, remember: int = CRON_SESSIONS_REMEMBERED) -> None:
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember
+
+    def __contains__(self, session: object) -> bool:
+        return session in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def observe(
+        self, record: LogRecord, target: Target, now: float | None = None
+    ) -> list[Observation]:
+        """A ``cron_started`` observation per cron session id not seen before."""
+        out = []
+        for session in cron_sessions(record):
+            if session in self._seen:
+                self._seen.move_to_end(session)
+                continue
+            self._seen[session] = None
+            while len(self._seen) > self._remember:
+                self._seen.popitem(last=False)
+            m = _CRON_RE.fullmatch(session)
+            job = m["job"] if m else session
+            at = record.timestamp
+            if at is None:
+                at = time.time() if now is None else now
+            out.append(Observation(
+                what="cron_started", db=str(target.db),
+                text=f"cron job {job} started (session {session})", at=at,
+                fields={"session": session, "job": job, "source": _source(record)},
+            ))  # fmt: skip
+        return out

@@ -1,0 +1,6 @@
+"""Watchers: what statewarden looks at to see trouble coming.
+
+``logtail`` follows the Hermes log files and hands records to ``statewarden.rules``;
+``journal`` follows the Hermes units' journal; ``files`` watches state.db and its
+sidecars. Each watcher produces signals and observations (``statewarden.signals``).
+"""

@@ -1,0 +1,616 @@
+"""The log tailer: new records from a Hermes home's ``logs/*.log``, nothing twice.
+
+``LogTailer.poll()`` reads only the bytes written since the last poll and returns the
+complete records (a line plus its traceback lines, see ``rules.parse_record``). There is
+no background loop inside: a test (or the daemon) calls ``poll()`` when it wants, as
+Litestream's tests drive ``sync()``. ``LogWatch`` is the optional push side: watchdog's
+inotify observer calls a callback on the asyncio loop (``call_soon_threadsafe``) when a
+log file changes, and the daemon polls then (and on a slow ticker as a safety net).
+
+Following the files:
+
+- ``RotatingFileHandler`` renames ``x.log`` to ``x.log.1`` and creates a new ``x.log``.
+  The tailer keeps the old file open, so it reads the old inode to its end first, then
+  any younger ``x.log.N`` it skipped (rotated twice between polls), then the new file.
+  logrotate's ``create`` mode looks the same.
+- copytruncate: the same inode got shorter than what was read -> start again at 0.
+- A file that appears later is read from its start; a deleted one is read to its end.
+- A log path that became a directory (or anything not a regular file) is reported in
+  ``notices``; the tailer goes on with the other files.
+
+Offsets are persisted per file as (device, inode, offset) in a JSON file, written
+atomically (tmp + fsync + rename), so a restart neither re-reads old lines nor misses
+lines written while it was down (a file rotated while it was down is found again by its
+inode among ``x.log.N``). The saved offset is the start of the first record not yet
+returned, so a record still being written is read again whole after a restart, never
+half. On a first start (no offsets file), existing logs are read from their end:
+history is not news (``start_at_end``).
+
+Bounds: a line longer than ``max_line_bytes`` is cut (the rest is skipped and counted,
+and the line says so); a record keeps at most ``max_record_chars``; each poll reads at
+most ``max_poll_bytes`` per file. Bytes are decoded as UTF-8 with replacement, NUL
+bytes (the hole a copytruncate leaves under a writer without O_APPEND) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog.observers import Observer
+
+from statewarden.rules import LogRecord, parse_record, starts_record
+from statewarden.targets import Target
+
+LOG_NAMES = ("agent.log", "errors.log", "gateway.log", "gui.log")
+OFFSETS_VERSION = 1
+DEFAULT_MAX_LINE_BYTES = 64 * 1024
+DEFAULT_MAX_RECORD_CHARS = 256 * 1024
+DEFAULT_MAX_POLL_BYTES = 16 * 1024 * 1024
+DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is complete
+DEFAULT_READ_CHUNK_BYTES = 64 * 1024
+# Bytes at the start of a log whose digest is saved with its offset.
+HEAD_BYTES = 256
+# RotatingFileHandler keeps x.log.1 .. x.log.<backupCount>; Hermes uses at most 5.
+MAX_ROTATED_LOOKED_AT = 20
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something about a log file the user may want to know (not a Hermes signal)."""
+
+    file: str  # the log's name: "agent.log"
+    what: str  # "rotated", "truncated", "gap", "not_a_file", "unreadable", "line_cut"
+    text: str  # one line a person reads
+
+
+@dataclass
+class TailStats:
+    bytes_read: int = 0
+    lines: int = 0
+    records: int = 0
+    lines_cut: int = 0  # lines longer than max_line_bytes
+    bytes_cut: int = 0  # bytes skipped from those lines and from over-long records
+
+
+@dataclass
+class _Limits:
+    max_line_bytes: int
+    max_record_chars: int
+    idle_flush_s: float
+    chunk: int
+
+
+@dataclass
+class _Reader:
+    """One open log file, cut into lines and records."""
+
+    fd: int
+    label: str  # the path records say they come from
+    dev: int
+    ino: int
+    pos: int  # next byte to read
+    limits: _Limits
+    stats: TailStats
+    line_start: int = 0  # offset where the partial line starts
+    partial: bytearray = field(default_factory=bytearray)
+    partial_cut: int = 0
+    lines: list[str] = field(default_factory=list)
+    rec_start: int = 0
+    rec_chars: int = 0
+    rec_truncated: bool = False
+    last_line_at: float = 0.0
+    _head: str | None = None
+
+    def __post_init__(self) -> None:
+        self.line_start = self.pos
+
+    @property
+    def committed(self) -> int:
+        """Where a restart must read from so that nothing is lost or returned twice."""
+        return self.rec_start if self.lines else self.line_start
+
+    def seek(self, offset: int) -> None:
+        self.pos = self.line_start = offset
+        self.partial.clear()
+        self.partial_cut = 0
+
+    def read(self, out: list[LogRecord], now: float, budget: int | None) -> bool:
+        """Read up to ``budget`` bytes (None: to the end); True when more is waiting."""
+        done = 0
+        while budget is None or done < budget:
+            want = self.limits.chunk if budget is None else min(self.limits.chunk, budget - done)
+            chunk = os.pread(self.fd, want, self.pos)
+            if not chunk:
+                return False
+            self._feed(chunk, out, now)
+            done += len(chunk)
+            self.pos += len(chunk)
+            self.stats.bytes_read += len(chunk)
+        return True
+
+    def _feed(self, chunk: bytes, out: list[LogRecord], now: float) -> None:
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            piece = chunk[start:] if nl < 0 else chunk[start:nl]
+            room = self.limits.max_line_bytes - len(self.partial)
+            if len(piece) > room:
+                self.partial += piece[: max(room, 0)]
+                self.partial_cut += len(piece) - max(room, 0)
+            else:
+                self.partial += piece
+            if nl < 0:
+                return
+            self._line(out, now)
+            self.line_start = self.pos + nl + 1
+            start = nl + 1
+
+    def _line(self, out: list[LogRecord], now: float) -> None:
+        raw = bytes(self.partial).replace(b"\x00", b"")
+        cut = self.partial_cut
+        self.partial.clear()
+        self.partial_cut = 0
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if cut:
+            self.stats.lines_cut += 1
+            self.stats.bytes_cut += cut
+            text += f" …[line cut: {cut} more bytes not kept]"
+        if not text.strip() and not self.lines:
+            return
+        self.stats.lines += 1
+        self.last_line_at = now
+        if starts_record(text) or not self.lines:
+            self.emit(out)
+            self.rec_start = self.line_start
+            self.rec_truncated = bool(cut)
+            self.rec_chars = 0
+        elif self.rec_chars + len(text) > self.limits.max_record_chars:
+            self.rec_truncated = True
+            self.stats.bytes_cut += len(text)
+            return
+        self.lines.append(text)
+        self.rec_chars += len(text) + 1
+        if cut:
+            self.rec_truncated = True
+
+    def emit(self, out: list[LogRecord]) -> None:
+        while self.lines and not self.lines[-1].strip():
+            self.lines.pop()  # blank lines between records belong to neither
+        if self.lines:
+            out.append(parse_record("\n".join(self.lines), self.label,
+                                    truncated=self.rec_truncated))  # fmt: skip
+            self.stats.records += 1
+            self.lines = []
+            self.rec_chars = 0
+            self.rec_truncated = False
+            self.rec_start = self.line_start
+
+    def finish(self, out: list[LogRecord], now: float) -> None:
+        """The file ends here for good (rotated, truncated, deleted): emit everything."""
+        if self.partial or self.partial_cut:
+            self._line(out, now)
+            self.line_start = self.pos
+        self.emit(out)
+
+    def idle(self, out: list[LogRecord], now: float) -> None:
+        if self.lines and now - self.last_line_at >= self.limits.idle_flush_s:
+            self.emit(out)
+
+    def saved(self) -> _Saved:
+        """This file's position as the offsets file keeps it."""
+        if self._head is None or int(self._head.partition(":")[0]) < HEAD_BYTES:
+            self._head = _head(self.fd, HEAD_BYTES)  # cached once the file has that many
+        return _Saved(self.dev, self.ino, self.committed, self._head)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class _Saved:
+    dev: int
+    ino: int
+    offset: int
+    head: str  # digest of the file's first bytes: an inode number can be reused
+
+
+def _head(fd: int, upto: int) -> str:
+    """Digest of the first ``min(upto, HEAD_BYTES)`` bytes: tells a reused inode apart."""
+    data = os.pread(fd, min(upto, HEAD_BYTES), 0)
+    return f"{len(data)}:{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def _is_saved_file(path: Path, saved: _Saved) -> bool:
+    """True when ``path`` is the file the offsets file describes (inode and first bytes)."""
+    opened = _open(path)
+    if opened is None:
+        return False
+    fd, st = opened
+    try:
+        if (st.st_dev, st.st_ino) != (saved.dev, saved.ino):
+            return False
+        length = int(saved.head.partition(":")[0] or 0)
+        return _head(fd, length) == saved.head
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Tail:
+    name: str
+    path: Path
+    reader: _Reader | None = None
+    resume: _Saved | None = None  # where the last run stopped, from the offsets file
+    seen: bool = False  # polled at least once
+    problem: str = ""
+
+
+def _open(path: Path) -> tuple[int, os.stat_result] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+
+class LogTailer:
+    """New records from the log files of one Hermes home (see the module doc)."""
+
+    def __init__(
+        self,
+        logs_dir: Path,
+        offsets_path: Path,
+        *,
+        names: Iterable[str] = LOG_NAMES,
+        start_at_end: bool = True,
+        idle_flush_s: float = DEFAULT_IDLE_FLUSH_S,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_record_chars: int = DEFAULT_MAX_RECORD_CHARS,
+        max_poll_bytes: int = DEFAULT_MAX_POLL_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logs_dir = Path(logs_dir)
+        self.offsets_path = Path(offsets_path)
+        self.max_poll_bytes = max_poll_bytes
+        self.clock = clock
+        self.stats = TailStats()
+        self.behind = False  # the last poll stopped at max_poll_bytes: poll again soon
+        self._limits = _Limits(max_line_bytes, max_record_chars, idle_flush_s,
+                               DEFAULT_READ_CHUNK_BYTES)  # fmt: skip
+        self._tails = [_Tail(n, self.logs_dir / n) for n in names]
+        self._notices: list[Notice] = []
+        saved = self._load()
+        self._first_start = saved is None and start_at_end
+        for tail in self._tails:
+            if saved and tail.name in saved:
+                tail.resume = saved[tail.name]
+        self._saved: dict[str, Any] | None = None
+
+    @classmethod
+    def for_target(cls, target: Target, state_dir: Path, **kw: Any) -> LogTailer:
+        """A tailer for ``target``'s logs, offsets in ``<state_dir>/logtail-<name>.json``."""
+        return cls(target.logs_dir, Path(state_dir) / f"logtail-{target.name}.json", **kw)
+
+    # -- polling -------------------------------------------------------------------
+
+    def poll(self) -> list[LogRecord]:
+        """Complete records written since the last poll, oldest first per file."""
+        now = self.clock()
+        out: list[LogRecord] = []
+        self.behind = False
+        for tail in self._tails:
+            try:
+                self._poll_file(tail, out, now)
+            except OSError as exc:  # EIO, ESTALE on a network home: report, keep going
+                self._problem(tail, "unreadable", f"{tail.name}: cannot read: {exc}")
+            tail.seen = True
+        self.save()
+        return out
+
+    def flush(self) -> list[LogRecord]:
+        """Return the records still waiting for a next line (as at the idle delay)."""
+        out: list[LogRecord] = []
+        for tail in self._tails:
+            if tail.reader is not None:
+                tail.reader.emit(out)
+        self.save()
+        return out
+
+    def next_flush_in(self) -> float | None:
+        """Seconds until a waiting record becomes complete by the idle delay, or None."""
+        waits = [
+            t.reader.last_line_at + self._limits.idle_flush_s - self.clock()
+            for t in self._tails
+            if t.reader is not None and t.reader.lines
+        ]
+        return max(0.0, min(waits)) if waits else None
+
+    def drain_notices(self) -> list[Notice]:
+        out, self._notices = self._notices, []
+        return out
+
+    @property
+    def problems(self) -> dict[str, str]:
+        """The log files that cannot be followed now, with why."""
+        return {t.name: t.problem for t in self._tails if t.problem}
+
+    def close(self) -> None:
+        """Save offsets and close every file (records still waiting are read again later)."""
+        self.save()
+        for tail in self._tails:
+            if tail.reader is not None:
+                tail.reader.close()
+                tail.reader = None
+
+    def _reader(self, fd: int, st: os.stat_result, path: Path, pos: int) -> _Reader:
+        return _Reader(fd, str(path), st.st_dev, st.st_ino, pos, self._limits, self.stats)
+
+    def _poll_file(self, tail: _Tail, out: list[LogRecord], now: float) -> None:
+        try:
+            st: os.stat_result | None = os.stat(tail.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            self._problem(tail, "not_a_file", f"{tail.path} is {kind}, not a log file")
+            st = None
+        elif tail.problem:
+            tail.problem = ""
+        r = tail.reader
+        if r is not None and st is not None and (st.st_dev, st.st_ino) == (r.dev, r.ino):
+            if st.st_size < r.pos:
+                r.finish(out, now)
+                r.seek(0)
+                self._notice(tail, "truncated",
+                             f"{tail.name} was truncated; reading it from the start")  # fmt: skip
+            self.behind |= r.read(out, now, self.max_poll_bytes)
+            r.idle(out, now)
+            return
+        if r is not None:
+            # Rotated, replaced or deleted: the old inode's tail first, then what came after.
+            r.read(out, now, None)
+            r.finish(out, now)
+            r.close()
+            tail.reader = None
+            self._read_younger(tail, r, out, now)
+        elif tail.resume is not None:
+            saved, tail.resume = tail.resume, None
+            if st is not None and _is_saved_file(tail.path, saved):
+                self._start(tail, saved.offset, out, now, truncated_ok=True)
+                return
+            if not self._read_younger(tail, saved, out, now):
+                self._notice(tail, "gap", f"{tail.name} was rotated away while statewarden was "
+                             "not running; lines in between were not read")  # fmt: skip
+        if st is None:
+            return
+        at_end = self._first_start and not tail.seen
+        self._start(tail, None if at_end else 0, out, now)
+
+    def _start(self, tail: _Tail, offset: int | None, out: list[LogRecord], now: float,
+               *, truncated_ok: bool = False) -> None:  # fmt: skip
+        """Open ``tail.path``, read from ``offset`` (None: from its end)."""
+        opened = _open(tail.path)
+        if opened is None:
+            return
+        fd, st = opened
+        pos = st.st_size if offset is None else offset
+        if pos > st.st_size:
+            if truncated_ok:
+                self._notice(tail, "truncated", f"{tail.name} was truncated while statewarden "
+                             "was not running; reading it from the start")  # fmt: skip
+            pos = 0
+        tail.reader = self._reader(fd, st, tail.path, pos)
+        self.behind |= tail.reader.read(out, now, self.max_poll_bytes)
+        tail.reader.idle(out, now)
+
+    def _read_younger(self, tail: _Tail, old: _Reader | _Saved, out: list[LogRecord],
+                      now: float) -> bool:  # fmt: skip
+        """Find the file ``old`` among ``x.log.N``; read its rest (when it is a saved
+        position) and every younger rotated file fully, oldest first. False when it is
+        not there."""
+        ident = (old.dev, old.ino)
+        offset = old.offset if isinstance(old, _Saved) else None
+        chain: list[tuple[Path, os.stat_result]] = []
+        for n in range(1, MAX_ROTATED_LOOKED_AT + 1):
+            p = tail.path.with_name(f"{tail.name}.{n}")
+            try:
+                chain.append((p, os.stat(p)))
+            except OSError:
+                break
+        found = next((i for i, (_p, s) in enumerate(chain) if (s.st_dev, s.st_ino) == ident), None)
+        if found is None:
+            return False
+        if isinstance(old, _Saved) and not _is_saved_file(chain[found][0], old):
+            return False
+        todo = [(chain[found][0], offset)] if offset is not None else []
+        todo += [(p, 0) for p, _s in reversed(chain[:found])]
+        if found or offset is not None:
+            self._notice(tail, "rotated", f"{tail.name} was rotated; read "
+                         f"{len(todo)} rotated file(s) to their end")  # fmt: skip
+        for path, pos in todo:
+            opened = _open(path)
+            if opened is None:
+                continue
+            fd, st = opened
+            r = self._reader(fd, st, path, min(pos or 0, st.st_size))
+            try:
+                r.read(out, now, None)
+                r.finish(out, now)
+            finally:
+                r.close()
+        return True
+
+    def _notice(self, tail: _Tail, what: str, text: str) -> None:
+        self._notices.append(Notice(tail.name, what, text))
+
+    def _problem(self, tail: _Tail, what: str, text: str) -> None:
+        if tail.problem != text:  # reported once, not on every poll
+            tail.problem = text
+            self._notice(tail, what, text)
+
+    # -- offsets -------------------------------------------------------------------
+
+    def offsets(self) -> dict[str, dict[str, int | str]]:
+        """What the offsets file holds now: per log name, device, inode, offset and a
+        digest of the file's first bytes (``"<length>:<sha256 prefix>"``)."""
+        files: dict[str, dict[str, int | str]] = {}
+        for t in self._tails:
+            saved = t.resume
+            if t.reader is not None:
+                saved = t.reader.saved()
+            if saved is not None:
+                files[t.name] = {"dev": saved.dev, "inode": saved.ino, "offset": saved.offset,
+                                 "head": saved.head}  # fmt: skip
+        return files
+
+    def save(self) -> None:
+        """Write the offsets file if it changed (tmp + fsync + rename, then the dir)."""
+        data = {"version": OFFSETS_VERSION, "files": self.offsets()}
+        if data == self._saved:
+            return
+        self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.offsets_path.with_name(self.offsets_path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.offsets_path)
+        dfd = os.open(self.offsets_path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._saved = data
+
+    def _load(self) -> dict[str, _Saved] | None:
+        try:
+            raw = json.loads(self.offsets_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            # A damaged offsets file: not a first start (history is not news), nothing known.
+            return {}
+        out: dict[str, _Saved] = {}
+        files = raw.get("files") if isinstance(raw, dict) else None
+        if isinstance(files, dict):
+            for name, v in files.items():
+                try:
+                    out[name] = _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]),
+                                       str(v["head"]))  # fmt: skip
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return out
+
+
+class LogWatch:
+    """Calls ``callback`` on ``loop`` soon after a log file in ``logs_dir`` changes.
+
+    watchdog's observer thread only schedules the callback (``call_soon_threadsafe``),
+    at most once until it has run, so a flood of writes is one poll, not thousands.
+    When ``logs_dir`` does not exist yet, its parent is watched until it appears.
+    """
+
+    def __init__(
+        self,
+        logs_dir: Path,
+        loop: asyncio.AbstractEventLoop,
+        callback: Callable[[], None],
+        *,
+        names: Iterable[str] = LOG_NAMES,
+    ) -> None:
+        self.logs_dir = Path(logs_dir)
+        self.loop = loop
+        self.callback = callback
+        self.names = tuple(names)
+        self._scheduled = False
+        self._lock = threading.Lock()
+        self._observer: Any = None
+        self._watching_dir = False
+
+    def start(self) -> None:
+        self._observer = Observer()
+        self._schedule()
+        self._observer.daemon = True
+        self._observer.start()
+
+    def stop(self) -> None:
+        """Stop the observer thread; safe to call twice."""
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=5)
+
+    def _schedule(self) -> None:
+        handler = _Handler(self)
+        if self.logs_dir.is_dir():
+            self._observer.schedule(handler, str(self.logs_dir), recursive=False)
+            self._watching_dir = True
+        elif self.logs_dir.parent.is_dir():
+            self._observer.schedule(handler, str(self.logs_dir.parent), recursive=False)
+
+    def _relevant(self, path: str) -> bool:
+        p = Path(path)
+        if p == self.logs_dir:
+            return True
+        if p.parent != self.logs_dir:
+            return False
+        base, _, suffix = p.name.partition(".log")
+        name = base + ".log"
+        return name in self.names and (suffix == "" or suffix[1:].isdigit())
+
+    def _on_event(self, event: Any) -> None:
+        # Our own reads make "opened" and "closed_no_write" events: never react to them.
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        paths = [os.fsdecode(event.src_path)]
+        if getattr(event, "dest_path", ""):
+            paths.append(os.fsdecode(event.dest_path))
+        if not any(self._relevant(p) for p in paths):
+            return
+        if not self._watching_dir and self.logs_dir.is_dir() and self._observer is not None:
+            with contextlib.suppress(OSError):
+                self._observer.schedule(_Handler(self), str(self.logs_dir), recursive=False)
+                self._watching_dir = True
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: we are shutting down
+            self.loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self._scheduled = False
+        self.callback()
+
+
+class _Handler:
+    """The watchdog event handler (duck-typed: watchdog calls ``dispatch``)."""
+
+    def __init__(self, watch: LogWatch) -> None:
+        self.watch = watch
+
+    def dispatch(self, event: Any) -> None:
+        self.watch._on_event(event)

@@ -1,0 +1,504 @@
+"""The log tailer on real files: appends, rotation by the real RotatingFileHandler,
+copytruncate, restarts with persisted offsets, hostile bytes, and real inotify."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+import logging
+import logging.handlers
+import os
+import shutil
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statewarden.rules import LogRecord
+from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer, LogWatch
+from tests.hermes_fixtures import log_line
+
+WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
+HERMES_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/opt/hermes/hermes_state.py", line 1402, in append_message\n'
+    "    cur.execute(sql, params)\n"
+    "sqlite3.DatabaseError: database disk image is malformed"
+)
+
+
+def line(i: int) -> str:
+    return log_line(WHEN, "INFO", "gateway.run", f"line {i}")
+
+
+def append(path: Path, *lines: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for text in lines:
+            f.write(text + "\n")
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+class Clock:
+    """A clock the test moves by hand, so idle delays need no sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def messages(records: list[LogRecord]) -> list[str]:
+    return [r.message for r in records]
+
+
+def drain(tailer: LogTailer) -> list[LogRecord]:
+    out = tailer.poll()
+    while tailer.behind:
+        out += tailer.poll()
+    return out + tailer.flush()
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    d = tmp_path / "home" / "logs"
+    d.mkdir(parents=True)
+    return d
+
+
+@pytest.fixture
+def offsets(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "logtail-default.json"
+
+
+def tailer(logs: Path, offsets: Path, **kw: object) -> LogTailer:
+    kw.setdefault("idle_flush_s", 0.0)
+    return LogTailer(logs, offsets, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def rotating(logs: Path) -> Iterator[logging.Logger]:
+    """A logger writing agent.log through the real RotatingFileHandler (small files)."""
+    handler = logging.handlers.RotatingFileHandler(
+        logs / "agent.log", maxBytes=2000, backupCount=3, encoding="utf-8"
+    )
+    handler.setFormatter(logging.Formatter(HERMES_FORMAT))
+    logger = logging.getLogger(f"gateway.run.test{id(handler)}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield logger
+    logger.removeHandler(handler)
+    handler.close()
+
+
+class TestReading:
+    def test_first_start_begins_at_end(self, logs: Path, offsets: Path) -> None:
+        """On a first start, lines already in a log are history: only new ones come back."""
+        append(logs / "agent.log", line(1), line(2))
+        t = tailer(logs, offsets)
+        assert t.poll() == []
+        append(logs / "agent.log", line(3), line(4))
+        assert messages(t.poll()) == ["line 3", "line 4"]
+
+    def test_start_at_start_reads_history(self, logs: Path, offsets: Path) -> None:
+        """start_at_end=False reads existing logs from their first byte."""
+        append(logs / "errors.log", line(1), line(2))
+        t = tailer(logs, offsets, start_at_end=False)
+        assert messages(t.poll()) == ["line 1", "line 2"]
+
+    def test_only_new_bytes_are_read(self, logs: Path, offsets: Path) -> None:
+        """A second poll with nothing written reads no byte and returns nothing."""
+        append(logs / "agent.log", line(1))
+        t = tailer(logs, offsets, start_at_end=False)
+        t.poll()
+        read = t.stats.bytes_read
+        assert t.poll() == []
+        assert t.stats.bytes_read == read == (logs / "agent.log").stat().st_size
+
+    def test_every_log_file_is_followed(self, logs: Path, offsets: Path) -> None:
+        """agent.log, errors.log, gateway.log and gui.log are all read, each record
+        saying which file it came from."""
+        t = tailer(logs, offsets)
+        t.poll()
+        for name in LOG_NAMES:
+            append(logs / name, log_line(WHEN, "INFO", "x", name))
+        got = {r.message: Path(r.path).name for r in t.poll()}
+        assert got == {name: name for name in LOG_NAMES}
+
+    def test_traceback_is_joined_to_its_line(self, logs: Path, offsets: Path) -> None:
+        """Lines that do not start with a timestamp belong to the record before them."""
+        clock = Clock()
+        t = tailer(logs, offsets, idle_flush_s=5.0, clock=clock)
+        t.poll()
+        first = log_line(WHEN, "ERROR", "run_agent", "Session DB append_message failed: boom")
+        append(logs / "agent.log", first, TRACEBACK, line(2))
+        [record] = t.poll()
+        assert record.text == first + "\n" + TRACEBACK
+        assert record.message == "Session DB append_message failed: boom"
+        assert record.logger == "run_agent"
+
+    def test_record_waits_for_next_line_or_idle_delay(self, logs: Path, offsets: Path) -> None:
+        """A record being written (traceback still coming) is not returned until the
+        next record starts or the idle delay has passed with no new line."""
+        clock = Clock()
+        t = tailer(logs, offsets, idle_flush_s=5.0, clock=clock)
+        t.poll()
+        first = log_line(WHEN, "ERROR", "gateway.run", "Supervised task x died: E()")
+        append(logs / "agent.log", first, "Traceback (most recent call last):")
+        assert t.poll() == []
+        assert t.next_flush_in() == 5.0
+        clock.now += 4.0
+        append(logs / "agent.log", '  File "/x/run.py", line 1, in f')
+        assert t.poll() == []
+        clock.now += 5.0
+        [record] = t.poll()
+        assert record.text == (
+            first + "\nTraceback (most recent call last):\n" + '  File "/x/run.py", line 1, in f'
+        )
+        assert t.next_flush_in() is None
+
+    def test_partial_last_line_waits_for_its_newline(self, logs: Path, offsets: Path) -> None:
+        """A line without its newline yet is not a line: it comes back whole later."""
+        t = tailer(logs, offsets)
+        t.poll()
+        append_bytes(logs / "agent.log", line(1)[:30].encode())
+        assert t.poll() == []
+        append_bytes(logs / "agent.log", line(1)[30:].encode() + b"\n")
+        assert messages(t.poll()) == ["line 1"]
+
+    def test_file_appearing_later_is_read_from_its_start(
+        self, tmp_path: Path, offsets: Path
+    ) -> None:
+        """A log created after start-up (even the logs dir itself) is read from byte 0."""
+        logs = tmp_path / "late" / "logs"
+        t = tailer(logs, offsets)
+        assert t.poll() == []
+        logs.mkdir(parents=True)
+        append(logs / "gateway.log", line(1), line(2))
+        assert messages(t.poll()) == ["line 1", "line 2"]
+
+    def test_invalid_utf8_is_replaced(self, logs: Path, offsets: Path) -> None:
+        """Bytes that are not UTF-8 become U+FFFD; the record is still parsed."""
+        t = tailer(logs, offsets)
+        t.poll()
+        append_bytes(logs / "agent.log", line(1).encode() + b" \xff\xfe\xc3(\n")
+        [record] = t.poll()
+        assert record.message == "line 1 \ufffd\ufffd\ufffd("
+
+    def test_nul_bytes_are_dropped(self, logs: Path, offsets: Path) -> None:
+        """NUL bytes (a copytruncate hole) vanish; the line after them is intact."""
+        t = tailer(logs, offsets)
+        t.poll()
+        append_bytes(logs / "agent.log", b"\x00" * 4096 + line(1).encode() + b"\n\x00\x00\n")
+        [record] = t.poll()
+        assert record.text == line(1)
+
+    def test_ten_megabyte_line_is_cut_with_bounded_memory(self, logs: Path, offsets: Path) -> None:
+        """A 10 MB line is kept to max_line_bytes, marked and counted; reading it does
+        not hold it in memory; the next line is intact."""
+        t = tailer(logs, offsets)
+        t.poll()
+        head = log_line(WHEN, "ERROR", "run_agent", "big: ")
+        big = head.encode() + b"x" * 10_000_000
+        append_bytes(logs / "agent.log", big + b"\n" + line(2).encode() + b"\n")
+        tracemalloc.start()
+        try:
+            records = drain(t)
+            _current, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert messages(records)[1] == "line 2"
+        cut = len(big) - DEFAULT_MAX_LINE_BYTES
+        assert records[0].truncated is True
+        assert records[0].text.endswith(f" …[line cut: {cut} more bytes not kept]")
+        assert len(records[0].text) == DEFAULT_MAX_LINE_BYTES + len(
+            f" …[line cut: {cut} more bytes not kept]"
+        )
+        assert (t.stats.lines_cut, t.stats.bytes_cut) == (1, cut)
+        assert peak < 2 * 1024 * 1024
+
+    def test_file_replaced_by_directory_is_reported(self, logs: Path, offsets: Path) -> None:
+        """agent.log turning into a directory is a problem reported once; the lines it
+        had are still returned and the other logs are still followed."""
+        append(logs / "agent.log", line(0))
+        t = tailer(logs, offsets)
+        t.poll()
+        append(logs / "agent.log", line(1))
+        append(logs / "errors.log", line(2))
+        os.unlink(logs / "agent.log")
+        (logs / "agent.log").mkdir()
+        assert messages(t.poll()) == ["line 1", "line 2"]
+        assert t.problems == {"agent.log": f"{logs / 'agent.log'} is a directory, not a log file"}
+        assert [n.what for n in t.drain_notices()] == ["not_a_file"]
+        append(logs / "errors.log", line(3))
+        assert messages(t.poll()) == ["line 3"]
+        assert t.drain_notices() == []
+        (logs / "agent.log").rmdir()
+        append(logs / "agent.log", line(4))
+        assert messages(t.poll()) == ["line 4"]
+        assert t.problems == {}
+
+    def test_deleted_file_is_read_to_its_end(self, logs: Path, offsets: Path) -> None:
+        """Lines written just before a log is deleted are still returned."""
+        t = tailer(logs, offsets)
+        t.poll()
+        append(logs / "gui.log", line(1))
+        t.poll()
+        append(logs / "gui.log", line(2))
+        os.unlink(logs / "gui.log")
+        assert messages(t.poll()) == ["line 2"]
+        assert t.poll() == []
+
+
+class TestRotation:
+    def test_rotating_file_handler_mid_write(
+        self, logs: Path, offsets: Path, rotating: logging.Logger
+    ) -> None:
+        """With the real RotatingFileHandler rotating every ~30 lines and polls falling
+        between rotations, every record comes back exactly once, in order, tracebacks
+        joined."""
+        t = tailer(logs, offsets, start_at_end=False)
+        got: list[LogRecord] = []
+        for i in range(200):
+            if i % 25 == 0:
+                try:
+                    raise RuntimeError(f"boom {i}")
+                except RuntimeError:
+                    rotating.exception("line %d", i)
+            else:
+                rotating.info("line %d", i)
+            if i % 7 == 0:
+                got += t.poll()
+        got += drain(t)
+        assert messages(got) == [f"line {i}" for i in range(200)]
+        assert (logs / "agent.log.3").exists()
+        tracebacks = [r for r in got if "\n" in r.text]
+        assert len(tracebacks) == 8
+        assert all(
+            r.text.endswith(f"RuntimeError: boom {r.message.split()[1]}") for r in tracebacks
+        )
+
+    def test_rotated_twice_between_polls(
+        self, logs: Path, offsets: Path, rotating: logging.Logger
+    ) -> None:
+        """When x.log rotated twice since the last poll, the old inode (now x.log.2), then
+        x.log.1, then the new x.log are read: nothing is skipped."""
+        t = tailer(logs, offsets, start_at_end=False)
+        rotating.info("line 0")
+        got = t.poll()
+        for i in range(1, 60):
+            rotating.info("line %d", i)
+        assert (logs / "agent.log.2").exists()
+        assert not (logs / "agent.log.3").exists()
+        got += drain(t)
+        assert messages(got) == [f"line {i}" for i in range(60)]
+        assert [n.what for n in t.drain_notices()] == ["rotated"]
+
+    def test_logrotate_create_mode(self, logs: Path, offsets: Path) -> None:
+        """logrotate's create mode (rename, new file): the old file's unread tail first."""
+        t = tailer(logs, offsets)
+        t.poll()
+        append(logs / "agent.log", line(1))
+        t.poll()
+        append(logs / "agent.log", line(2))
+        os.rename(logs / "agent.log", logs / "agent.log.1")
+        append(logs / "agent.log", line(3))
+        assert messages(t.poll()) == ["line 2", "line 3"]
+
+    def test_copytruncate(self, logs: Path, offsets: Path) -> None:
+        """copytruncate (same inode, now shorter): read again from the start."""
+        t = tailer(logs, offsets)
+        t.poll()
+        append(logs / "agent.log", line(1), line(2))
+        t.poll()
+        shutil.copyfile(logs / "agent.log", logs / "agent.log.1")
+        os.truncate(logs / "agent.log", 0)
+        append(logs / "agent.log", line(3))
+        assert messages(t.poll()) == ["line 3"]
+        assert [n.what for n in t.drain_notices()] == ["truncated"]
+
+
+class TestRestart:
+    def test_no_duplicate_and_no_missed_line(self, logs: Path, offsets: Path) -> None:
+        """Lines written while statewarden was down come back once; old ones never."""
+        append(logs / "agent.log", line(1))
+        a = tailer(logs, offsets, start_at_end=False)
+        assert messages(a.poll()) == ["line 1"]
+        a.close()
+        append(logs / "agent.log", line(2), line(3))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 2", "line 3"]
+
+    def test_offsets_file(self, logs: Path, offsets: Path) -> None:
+        """The offsets file holds (dev, inode, offset, digest of the first bytes) per
+        followed log, and no temp file is left next to it."""
+        append(logs / "agent.log", line(1))
+        a = tailer(logs, offsets)
+        a.poll()
+        st = (logs / "agent.log").stat()
+        digest = hashlib.sha256((line(1) + "\n").encode()).hexdigest()[:16]
+        assert json.loads(offsets.read_text()) == {
+            "version": 1,
+            "files": {
+                "agent.log": {
+                    "dev": st.st_dev,
+                    "inode": st.st_ino,
+                    "offset": st.st_size,
+                    "head": f"{st.st_size}:{digest}",
+                }
+            },
+        }
+        assert sorted(p.name for p in offsets.parent.iterdir()) == [offsets.name]
+
+    def test_record_waiting_at_shutdown_is_read_whole_after_restart(
+        self, logs: Path, offsets: Path
+    ) -> None:
+        """A record still waiting for its traceback when statewarden stops is not lost
+        and not returned in halves: the saved offset is its start."""
+        clock = Clock()
+        first = log_line(WHEN, "ERROR", "run_agent", "Session DB append_message failed: x")
+        append(logs / "agent.log", line(1), first)
+        a = tailer(logs, offsets, start_at_end=False, idle_flush_s=60.0, clock=clock)
+        assert messages(a.poll()) == ["line 1"]
+        a.close()
+        append(logs / "agent.log", TRACEBACK, line(2))
+        b = tailer(logs, offsets, idle_flush_s=60.0, clock=clock)
+        [record] = b.poll()
+        assert record.text == first + "\n" + TRACEBACK
+
+    def test_rotation_while_down(self, logs: Path, offsets: Path, rotating: logging.Logger) -> None:
+        """A log rotated while statewarden was down is found again by its inode in
+        x.log.N: its unread tail, the files after it, then the new x.log."""
+        rotating.info("line 0")
+        a = tailer(logs, offsets, start_at_end=False)
+        assert messages(a.poll()) == ["line 0"]
+        a.close()
+        for i in range(1, 50):
+            rotating.info("line %d", i)
+        assert (logs / "agent.log.1").exists()
+        b = tailer(logs, offsets)
+        assert messages(drain(b)) == [f"line {i}" for i in range(1, 50)]
+
+    def test_rotated_away_while_down_is_a_gap(self, logs: Path, offsets: Path) -> None:
+        """When the old inode is gone altogether, the new file is read from its start
+        and the gap is reported."""
+        append(logs / "agent.log", line(1))
+        a = tailer(logs, offsets, start_at_end=False)
+        a.poll()
+        a.close()
+        os.unlink(logs / "agent.log")
+        append(logs / "agent.log", line(2))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 2"]
+        assert [n.what for n in b.drain_notices()] == ["gap"]
+
+    def test_truncated_while_down(self, logs: Path, offsets: Path) -> None:
+        """A log truncated and rewritten while statewarden was down (copytruncate) is
+        read from 0, and the lines the copy took away are reported as a gap."""
+        append(logs / "agent.log", line(1), line(2))
+        a = tailer(logs, offsets, start_at_end=False)
+        a.poll()
+        a.close()
+        os.truncate(logs / "agent.log", 0)
+        append(logs / "agent.log", line(3))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 3"]
+        assert [n.what for n in b.drain_notices()] == ["gap"]
+
+    def test_reused_inode_is_not_the_same_file(self, logs: Path, offsets: Path) -> None:
+        """A new log that got the old one's inode number back is told apart by its first
+        bytes, and read from its start."""
+        append(logs / "agent.log", line(1), line(2))
+        a = tailer(logs, offsets, start_at_end=False)
+        a.poll()
+        a.close()
+        saved = json.loads(offsets.read_text())
+        os.unlink(logs / "agent.log")
+        append(logs / "agent.log", log_line(WHEN, "INFO", "gateway.run", "new 1"), line(3))
+        saved["files"]["agent.log"]["inode"] = (logs / "agent.log").stat().st_ino
+        offsets.write_text(json.dumps(saved))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["new 1", "line 3"]
+
+    def test_log_created_while_down_is_read_from_start(self, logs: Path, offsets: Path) -> None:
+        """Not a first start: a log that appeared while statewarden was down is new."""
+        a = tailer(logs, offsets)
+        a.poll()
+        a.close()
+        append(logs / "gateway.log", line(1))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 1"]
+
+
+class TestLogWatch:
+    def test_written_line_triggers_callback(self, logs: Path, offsets: Path) -> None:
+        """With a real asyncio loop and the inotify observer, a line written to a log
+        makes the callback run on the loop, and a poll there returns it."""
+        t = tailer(logs, offsets)
+        t.poll()
+
+        async def main() -> list[LogRecord]:
+            got: list[LogRecord] = []
+            arrived = asyncio.Event()
+
+            def on_change() -> None:
+                got.extend(t.poll())
+                if got:
+                    arrived.set()
+
+            watch = LogWatch(logs, asyncio.get_running_loop(), on_change)
+            watch.start()
+            try:
+                append(logs / "agent.log", line(1))
+                await asyncio.wait_for(arrived.wait(), timeout=30)
+            finally:
+                watch.stop()
+                watch.stop()
+            return got
+
+        assert messages(asyncio.run(main())) == ["line 1"]
+
+    def test_logs_dir_created_later(self, tmp_path: Path, offsets: Path) -> None:
+        """When logs/ does not exist yet, its creation and the first line still call back."""
+        home = tmp_path / "home2"
+        home.mkdir()
+        logs = home / "logs"
+        t = tailer(logs, offsets)
+        t.poll()
+
+        async def main() -> list[LogRecord]:
+            got: list[LogRecord] = []
+            arrived = asyncio.Event()
+
+            def on_change() -> None:
+                got.extend(t.poll())
+                if got:
+                    arrived.set()
+
+            watch = LogWatch(logs, asyncio.get_running_loop(), on_change)
+            watch.start()
+            try:
+                logs.mkdir()
+                await asyncio.sleep(0.2)  # let the observer add the new directory
+                append(logs / "agent.log", line(1))
+                # A write after the watch was added is seen; keep writing until it is.
+                for i in range(2, 100):
+                    try:
+                        await asyncio.wait_for(arrived.wait(), timeout=0.5)
+                        break
+                    except TimeoutError:
+                        append(logs / "agent.log", line(i))
+            finally:
+                watch.stop()
+            return got
+
+        assert messages(asyncio.run(main()))[0] == "line 1"
