@@ -34,6 +34,7 @@ DEFAULT_POLL_INTERVAL_S = 1.0  # safety-net poll; inotify events wake the daemon
 DEFAULT_HOLDERS_INTERVAL_S = 5.0
 DEFAULT_WAL_WARN_BYTES = 50 * 1000 * 1000  # the size at which `hermes doctor` warns
 DEFAULT_WAL_GROWTH_WINDOW_S = 300.0
+DEFAULT_MAX_WRITERS = 4  # gateway, dashboard, a TUI and the desktop's serve: a normal day
 DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
 DEFAULT_TIMELINE_MAX_AGE_S = 14 * 86400.0
@@ -110,6 +111,39 @@ class WatchConfig:
     journal: bool = True
 
 
+HolderKind = Literal[
+    "gateway",
+    "dashboard",
+    "serve",
+    "serve-isolated",
+    "cli",
+    "tui",
+    "cron",
+    "acp",
+    "sqlite3",
+    "litestream",
+    "unknown",
+]
+DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
+    "gateway",
+    "dashboard",
+    "serve",
+    "serve-isolated",
+    "cli",
+    "tui",
+    "cron",
+    "acp",
+)
+
+
+@dataclass(frozen=True)
+class HoldersConfig:
+    """Which processes are expected to hold a database."""
+
+    max_writers: int = DEFAULT_MAX_WRITERS
+    expected_kinds: tuple[HolderKind, ...] = DEFAULT_EXPECTED_KINDS
+
+
 @dataclass(frozen=True)
 class IncidentsConfig:
     """How incidents open, resolve and are kept."""
@@ -135,6 +169,7 @@ class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    holders: HoldersConfig = field(default_factory=HoldersConfig)
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     source: str | None = field(default=None, metadata={"internal": True})
@@ -332,9 +367,16 @@ _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _BYTES_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}  # fmt: skip
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_duration(value: object) -> float | None:

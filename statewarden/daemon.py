@@ -30,15 +30,17 @@ from statewarden.control import ControlServer, socket_path
 from statewarden.errors import ConfigError, StatewardenError, UsageError
 from statewarden.incidents import IncidentBook, Update
 from statewarden.logs import get_logger
-from statewarden.monitor import Found, TargetMonitor
+from statewarden.monitor import Found, Guard, TargetMonitor
 from statewarden.mounts import read_mounts
 from statewarden.signals import MESSAGE_IDS, Observation, Signal
 from statewarden.status import database_status
 from statewarden.targets import Target, discover
 from statewarden.timeline import Timeline, format_entry
 from statewarden.watch.events import FileEvents
+from statewarden.watch.holders import HolderWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
+EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
 MIN_POLL_GAP_S = 0.02  # a burst of file events is one poll, not hundreds
 _LOG_LEVEL = {"info": "info", "warning": "warning", "error": "error", "critical": "critical"}
 
@@ -70,6 +72,15 @@ class Daemon:
         )
         self.control = ControlServer(socket_path(runtime_dir(config)), self.handle_request)
         self.events: FileEvents | None = None
+        self.holders = HolderWatcher(
+            [],
+            max_writers=config.holders.max_writers,
+            expected_kinds=tuple(config.holders.expected_kinds),
+        )
+        self._holders_scanned_at = 0.0
+        # Holder scans cover every database at once; their failures are reported once,
+        # under the "*" database.
+        self._holders_guard = Guard("holders", "*", lambda _now: [])
 
     # -------------------------------------------------------------- signals
 
@@ -157,6 +168,7 @@ class Daemon:
                 self.log.info("no longer watching database", profile=t.name, db=key)
         if self.events is not None:
             self.events.watch_dirs(self._watched_dirs())
+        self.holders.set_dbs([m.target.db for m in self.monitors.values()])
         return targets
 
     def _check_mount(self, t: Target, mounts: list[Any]) -> None:
@@ -231,6 +243,9 @@ class Daemon:
                 },
                 "databases": dbs,
             }
+        if cmd == "holders":
+            await self.scan_holders()
+            return [s.to_json() for s in self.holders.last.values()]
         if cmd == "incidents":
             return [i.to_json() for i in self.book.listing(include_resolved=bool(req.get("all")))]
         if cmd == "incident":
@@ -271,6 +286,24 @@ class Daemon:
                 update, Signal(update.incident.kind, update.incident.db, "", clears=True)
             )
 
+    async def scan_holders(self) -> None:
+        """One holder scan in a worker thread (it reads /proc), diffed on the loop."""
+        self._holders_scanned_at = time.monotonic()
+        if not self.monitors:
+            return
+        now = time.time()
+        if not self._holders_guard.due(now):
+            return
+        try:
+            scans = await asyncio.to_thread(self.holders.scan)
+            found = self.holders.diff(scans, now)
+        except Exception as exc:  # noqa: BLE001 - reported like any failing watcher
+            found = self._holders_guard.failed(exc, now)
+        else:
+            found = self._holders_guard.succeeded(found, now)
+        for f in found:
+            self.handle(f)
+
     async def _watchdog(self, interval_s: float) -> None:
         # Pinged from the loop itself, so a hung loop stops pinging and gets restarted.
         while True:
@@ -302,6 +335,7 @@ class Daemon:
         self.events.start()
         self.rescan()
         self.poll_all()  # the baseline: what exists now is not news
+        await self.scan_holders()
         journald.notify_ready(self.status_line())
         self.log.info("statewarden ready", status=self.status_line())
         last_poll = 0.0
@@ -324,6 +358,9 @@ class Daemon:
                     await asyncio.sleep(MIN_POLL_GAP_S - gap)
                 last_poll = time.monotonic()
                 self.poll_all()
+                since = last_poll - self._holders_scanned_at
+                if since >= self.config.watch.holders_interval or since >= EVENT_HOLDER_SCAN_GAP_S:
+                    await self.scan_holders()
                 journald.notify_status(self.status_line())
         finally:
             journald.notify_stopping()

@@ -39,45 +39,37 @@ class Guard:
     log: Any = field(default_factory=get_logger)
 
     def run(self, now: float) -> list[Found]:
-        if now < self.next_try:
+        if not self.due(now):
             return []
         try:
             found = self.poll(now)
         except Exception as exc:  # noqa: BLE001 - a watcher failure must not stop the daemon
-            self.errors += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            self.next_try = now + min(BACKOFF_START_S * 2 ** (self.errors - 1), BACKOFF_MAX_S)
-            if self.errors > 1:
-                return []
-            self.log.error("watcher failed", watcher=self.name, db=self.db, error=self.last_error)
-            return [
-                Signal(
-                    "watcher_failed",
-                    self.db,
-                    f"the {self.name} watcher failed: {self.last_error}",
-                    now,
-                    key=self.name,
-                    source=self.name,
-                )
-            ]
-        if self.errors:
-            self.log.info(
-                "watcher recovered", watcher=self.name, db=self.db, after_errors=self.errors
-            )
-            found = [
-                *found,
-                Signal(
-                    "watcher_failed",
-                    self.db,
-                    f"the {self.name} watcher recovered after {self.errors} errors",
-                    now,
-                    key=self.name,
-                    clears=True,
-                ),
-            ]
-            self.errors = 0
-            self.last_error = ""
-        return found
+            return self.failed(exc, now)
+        return self.succeeded(found, now)
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_try
+
+    def failed(self, exc: BaseException, now: float) -> list[Found]:
+        """Back off; report the first failure of a streak only."""
+        self.errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.next_try = now + min(BACKOFF_START_S * 2 ** (self.errors - 1), BACKOFF_MAX_S)
+        if self.errors > 1:
+            return []
+        self.log.error("watcher failed", watcher=self.name, db=self.db, error=self.last_error)
+        summary = f"the {self.name} watcher failed: {self.last_error}"
+        return [Signal("watcher_failed", self.db, summary, now, key=self.name, source=self.name)]
+
+    def succeeded(self, found: list[Found], now: float) -> list[Found]:
+        """After a failure streak, say it recovered and clear the signal."""
+        if not self.errors:
+            return found
+        self.log.info("watcher recovered", watcher=self.name, db=self.db, after_errors=self.errors)
+        summary = f"the {self.name} watcher recovered after {self.errors} errors"
+        self.errors = 0
+        self.last_error = ""
+        return [*found, Signal("watcher_failed", self.db, summary, now, key=self.name, clears=True)]
 
     def status(self) -> dict[str, Any]:
         return {"watcher": self.name, "errors": self.errors, "last_error": self.last_error or None}

@@ -57,6 +57,12 @@ class DaemonProc:
         assert r.exit_code == 0, r.stderr
         return json.loads(r.stdout)
 
+    def ctl_raw(self, request: str, **args: Any) -> Any:
+        """One request straight on this daemon's control socket."""
+        from statewarden.control import request as send
+
+        return send(Path(self.env["XDG_RUNTIME_DIR"]) / "statewarden" / "control.sock", request, **args)
+
     def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signum)

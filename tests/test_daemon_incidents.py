@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
 from tests.daemon_proc import DaemonProc, daemon_env, eventually
+from tests.hermes_fixtures import holding
 
 
 @pytest.fixture
@@ -108,3 +109,24 @@ class TestDaemonIncidents:
         assert r.exit_code == 0
         assert "(daemon not running: read from the state directory)" in r.stderr
         assert "self_repair" in r.stdout
+
+
+class TestDaemonHolders:
+    def test_unlinked_wal_under_live_writer_is_stale_holder(
+        self, daemon: DaemonProc, hermes_home: Path
+    ) -> None:
+        """Deleting state.db-wal under a live Hermes writer raises stale_holder for that pid;
+        when the writer exits, the incident resolves. Arrivals are on the timeline."""
+        with holding(hermes_home) as h:
+            eventually(
+                lambda: any(x["pid"] == h.pid for s in daemon.ctl_raw("holders") for x in s["holders"]),
+                what="holder seen",
+            )
+            (hermes_home / "state.db-wal").unlink()
+            (inc,) = eventually(lambda: open_of(daemon, "stale_holder"), what="stale_holder")
+            assert inc["key"] == str(h.pid)
+            assert "still holds an old or deleted state.db-wal inode" in inc["summary"]
+        eventually(lambda: not open_of(daemon, "stale_holder"), what="resolved after exit")
+        shown = daemon.ctl("incidents", "show", str(inc["id"]))
+        texts = [e["text"] for e in shown["timeline"]]
+        assert any(t.startswith(f"pid {h.pid} (") and t.endswith("opened state.db") for t in texts)
