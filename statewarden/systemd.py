@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_fast import Message, MessageType, Variant
+from dbus_fast import Message, MessageFlag, MessageType, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import AuthError, DBusFastError
 
@@ -55,6 +55,7 @@ _NOT_THERE = (
     "org.freedesktop.DBus.Error.NameHasNoOwner",
     "org.freedesktop.DBus.Error.UnknownObject",
 )
+_SPAWN = "org.freedesktop.DBus.Error.Spawn."
 _ACCESS_DENIED = (
     "org.freedesktop.DBus.Error.AccessDenied",
     "org.freedesktop.DBus.Error.AuthFailed",
@@ -215,7 +216,13 @@ class UserManager:
             raise self._unavailable(f"access denied by the bus at {address} ({exc})") from exc
         except PermissionError as exc:
             raise self._unavailable(f"access denied to {address} ({exc.strerror})") from exc
-        except (OSError, DBusFastError, ValueError, EOFError) as exc:
+        except (ConnectionResetError, BrokenPipeError, EOFError) as exc:
+            # dbus-daemon drops a connection it will not authenticate (another uid's bus).
+            raise self._unavailable(
+                f"access denied by the bus at {address} (it closed the connection while"
+                f" authenticating uid {os.getuid()})"
+            ) from exc
+        except (OSError, DBusFastError, ValueError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise self._unavailable(f"cannot connect to {address} ({reason})") from exc
         self._bus.add_message_handler(self._on_message)
@@ -223,7 +230,7 @@ class UserManager:
             version = await self.get_property(_PATH, _MANAGER, "Version")
         except SystemdCallFailed as exc:
             self.close()
-            if exc.error_name in _NOT_THERE:
+            if exc.error_name in _NOT_THERE or exc.error_name.startswith(_SPAWN):
                 raise self._unavailable(f"no systemd on the bus at {address}") from exc
             if exc.error_name in _ACCESS_DENIED:
                 raise self._unavailable(f"access denied by systemd on {address}") from exc
@@ -253,8 +260,10 @@ class UserManager:
     ) -> list[Any]:
         if self._bus is None:
             raise self._unavailable("not connected")
+        # NO_AUTO_START: a session bus without systemd must not try to activate it.
         msg = Message(destination=destination, path=path, interface=interface,
-                      member=member, signature=signature, body=list(body))  # fmt: skip
+                      member=member, signature=signature, body=list(body),
+                      flags=MessageFlag.NO_AUTOSTART)  # fmt: skip
         try:
             reply = await asyncio.wait_for(self._bus.call(msg), self.call_timeout_s)
         except TimeoutError as exc:
@@ -389,17 +398,23 @@ class UserManager:
     async def watch_units(
         self, patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS
     ) -> AsyncIterator[UnitChange]:
-        """Yield ``PropertiesChanged`` of units matching ``patterns`` until cancelled.
+        """Subscribe to ``PropertiesChanged`` of units matching ``patterns``; return the stream.
 
-        The match is added (and ``Subscribe`` called) before the first state is read by
-        the caller, so a change between the two is not lost.
+        The match rule and ``Subscribe`` are in place when this returns, so a caller
+        that reads the units' state afterwards cannot miss a change in between.
         """
         if self._changes is None:
             self._changes = asyncio.Queue()
             await self._add_match(_PROPERTIES_RULE)
             await self._subscribe()
+        return self._matching(self._changes, tuple(patterns))
+
+    @staticmethod
+    async def _matching(
+        queue: asyncio.Queue[UnitChange], patterns: tuple[str, ...]
+    ) -> AsyncIterator[UnitChange]:
         while True:
-            change = await self._changes.get()
+            change = await queue.get()
             if any(fnmatch.fnmatchcase(change.unit, p) for p in patterns):
                 yield change
 

@@ -7,6 +7,7 @@ subcommand, it opens ``$HERMES_HOME/state.db`` with Hermes' real ``SessionDB`` a
 holds it until SIGTERM. ``serve --isolated`` first daemonises with a double fork
 (PPID 1), as the desktop app's backend does. When ``$FAKE_HERMES_PIDFILE`` is set,
 the holding process writes its pid there (atomically) once the database is open.
+With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 from pathlib import Path
 
 PIDFILE_ENV = "FAKE_HERMES_PIDFILE"
+WRITE_EVERY_ENV = "FAKE_HERMES_WRITE_EVERY"
 
 
 def install_fake_hermes(bin_dir: Path, python: str | None = None) -> Path:
@@ -58,8 +60,12 @@ def main() -> None:
             f.write(str(os.getpid()))
         os.replace(tmp, pidfile)
     print("ready", flush=True)
-    while not stop.wait(3600):
-        pass
+    every = float(os.environ.get(WRITE_EVERY_ENV) or 0)
+    n = 0
+    while not stop.wait(every or 3600):
+        if every:
+            n += 1
+            db.append_message(sid, "assistant", f"tick {n}")
     db.close()
 
 
