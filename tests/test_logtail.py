@@ -303,6 +303,64 @@ class TestRotation:
         assert messages(got) == [f"line {i}" for i in range(60)]
         assert [n.what for n in t.drain_notices()] == ["rotated"]
 
+    def test_second_writer_keeps_writing_to_the_rotated_file(
+        self, logs: Path, offsets: Path
+    ) -> None:
+        """Two Hermes processes each have their own RotatingFileHandler on agent.log; when
+        one rotates, the other keeps writing to the old inode (now agent.log.1). Those
+        lines are still returned, also after a restart."""
+        gateway = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=500,
+                                                       backupCount=3)  # fmt: skip
+        dashboard = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=0)
+        for h in (gateway, dashboard):
+            h.setFormatter(logging.Formatter(HERMES_FORMAT))
+
+        def emit(handler: logging.Handler, name: str, msg: str) -> None:
+            handler.handle(logging.LogRecord(name, logging.INFO, __file__, 1, msg, None, None))
+
+        try:
+            a = tailer(logs, offsets, start_at_end=False)
+            emit(dashboard, "dashboard", "dash 0")
+            got = a.poll()
+            for i in range(12):
+                emit(gateway, "gateway.run", f"gw {i}")
+            assert (logs / "agent.log.1").exists()
+            got += a.poll()
+            emit(dashboard, "dashboard", "dash 1")
+            got += a.poll()
+            a.close()
+            emit(dashboard, "dashboard", "dash 2")
+            b = tailer(logs, offsets)
+            got += b.poll()
+            assert b.rotated_offsets()["agent.log"][0]["inode"] == (
+                (logs / "agent.log.1").stat().st_ino
+            )
+        finally:
+            gateway.close()
+            dashboard.close()
+        assert sorted(messages(got)) == sorted(
+            ["dash 0", "dash 1", "dash 2"] + [f"gw {i}" for i in range(12)]
+        )
+
+    def test_rotated_file_deleted_is_no_longer_followed(self, logs: Path, offsets: Path) -> None:
+        """A rotated file deleted by the next rotation (past backupCount) is read to its
+        end and let go."""
+        handler = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=300,
+                                                       backupCount=1)  # fmt: skip
+        handler.setFormatter(logging.Formatter(HERMES_FORMAT))
+        t = tailer(logs, offsets, start_at_end=False)
+        got: list[LogRecord] = []
+        try:
+            for i in range(40):
+                handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, f"line {i}",
+                                                 None, None))  # fmt: skip
+                got += t.poll()
+        finally:
+            handler.close()
+        assert messages(got) == [f"line {i}" for i in range(40)]
+        [followed] = t.rotated_offsets()["agent.log"]
+        assert followed["inode"] == (logs / "agent.log.1").stat().st_ino
+
     def test_logrotate_create_mode(self, logs: Path, offsets: Path) -> None:
         """logrotate's create mode (rename, new file): the old file's unread tail first."""
         t = tailer(logs, offsets)

@@ -61,6 +61,8 @@ DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is co
 DEFAULT_READ_CHUNK_BYTES = 64 * 1024
 # Bytes at the start of a log whose digest is saved with its offset.
 HEAD_BYTES = 256
+# Rotated files still followed per log (each holds a descriptor), oldest dropped first.
+MAX_ROTATED_FOLLOWED = 4
 # RotatingFileHandler keeps x.log.1 .. x.log.<backupCount>; Hermes uses at most 5.
 MAX_ROTATED_LOOKED_AT = 20
 
@@ -249,12 +251,25 @@ def _is_saved_file(path: Path, saved: _Saved) -> bool:
         os.close(fd)
 
 
+def _parse_saved(v: object) -> _Saved | None:
+    if not isinstance(v, dict):
+        return None
+    try:
+        return _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]), str(v["head"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 @dataclass
 class _Tail:
     name: str
     path: Path
     reader: _Reader | None = None
     resume: _Saved | None = None  # where the last run stopped, from the offsets file
+    # Rotated files (x.log.N) still followed: other Hermes processes keep writing to
+    # the inode they opened until they rotate themselves.
+    rotated: list[_Reader] = field(default_factory=list)
+    resume_rotated: list[_Saved] = field(default_factory=list)
     seen: bool = False  # polled at least once
     problem: str = ""
 
@@ -301,11 +316,12 @@ class LogTailer:
                                DEFAULT_READ_CHUNK_BYTES)  # fmt: skip
         self._tails = [_Tail(n, self.logs_dir / n) for n in names]
         self._notices: list[Notice] = []
-        saved = self._load()
+        saved, rotated = self._load()
         self._first_start = saved is None and start_at_end
         for tail in self._tails:
             if saved and tail.name in saved:
                 tail.resume = saved[tail.name]
+            tail.resume_rotated = rotated.get(tail.name, [])
         self._saved: dict[str, Any] | None = None
 
     @classmethod
@@ -333,17 +349,19 @@ class LogTailer:
         """Return the records still waiting for a next line (as at the idle delay)."""
         out: list[LogRecord] = []
         for tail in self._tails:
-            if tail.reader is not None:
-                tail.reader.emit(out)
+            for r in [*tail.rotated, tail.reader]:
+                if r is not None:
+                    r.emit(out)
         self.save()
         return out
 
     def next_flush_in(self) -> float | None:
         """Seconds until a waiting record becomes complete by the idle delay, or None."""
         waits = [
-            t.reader.last_line_at + self._limits.idle_flush_s - self.clock()
+            r.last_line_at + self._limits.idle_flush_s - self.clock()
             for t in self._tails
-            if t.reader is not None and t.reader.lines
+            for r in [*t.rotated, t.reader]
+            if r is not None and r.lines
         ]
         return max(0.0, min(waits)) if waits else None
 
@@ -360,14 +378,53 @@ class LogTailer:
         """Save offsets and close every file (records still waiting are read again later)."""
         self.save()
         for tail in self._tails:
-            if tail.reader is not None:
-                tail.reader.close()
-                tail.reader = None
+            for r in [*tail.rotated, tail.reader]:
+                if r is not None:
+                    r.close()
+            tail.reader = None
+            tail.rotated = []
 
     def _reader(self, fd: int, st: os.stat_result, path: Path, pos: int) -> _Reader:
         return _Reader(fd, str(path), st.st_dev, st.st_ino, pos, self._limits, self.stats)
 
+    def _poll_rotated(self, tail: _Tail, out: list[LogRecord], now: float) -> None:
+        if tail.resume_rotated:
+            chain = self._chain(tail)
+            for saved in tail.resume_rotated:
+                for path, st in chain:
+                    if (st.st_dev, st.st_ino) == (saved.dev, saved.ino) and _is_saved_file(
+                        path, saved
+                    ):
+                        self._follow_rotated(tail, path, saved.offset)
+            tail.resume_rotated = []
+        for r in list(tail.rotated):
+            self.behind |= r.read(out, now, self.max_poll_bytes)
+            if os.fstat(r.fd).st_nlink == 0:  # rotated past backupCount: deleted
+                r.read(out, now, None)
+                r.finish(out, now)
+                r.close()
+                tail.rotated.remove(r)
+            else:
+                r.idle(out, now)
+
+    def _follow_rotated(self, tail: _Tail, path: Path, offset: int) -> _Reader | None:
+        opened = _open(path)
+        if opened is None:
+            return None
+        fd, st = opened
+        r = self._reader(fd, st, path, min(offset, st.st_size))
+        self._keep_rotated(tail, r, [])
+        return r
+
+    def _keep_rotated(self, tail: _Tail, r: _Reader, out: list[LogRecord]) -> None:
+        tail.rotated.append(r)
+        while len(tail.rotated) > MAX_ROTATED_FOLLOWED:
+            oldest = tail.rotated.pop(0)
+            oldest.finish(out, self.clock())
+            oldest.close()
+
     def _poll_file(self, tail: _Tail, out: list[LogRecord], now: float) -> None:
+        self._poll_rotated(tail, out, now)
         try:
             st: os.stat_result | None = os.stat(tail.path)
         except FileNotFoundError:
@@ -390,10 +447,14 @@ class LogTailer:
             return
         if r is not None:
             # Rotated, replaced or deleted: the old inode's tail first, then what came after.
-            r.read(out, now, None)
-            r.finish(out, now)
-            r.close()
             tail.reader = None
+            r.read(out, now, None)
+            if os.fstat(r.fd).st_nlink == 0:
+                r.finish(out, now)
+                r.close()
+            else:
+                r.idle(out, now)
+                self._keep_rotated(tail, r, out)
             self._read_younger(tail, r, out, now)
         elif tail.resume is not None:
             saved, tail.resume = tail.resume, None
@@ -431,7 +492,37 @@ class LogTailer:
         position) and every younger rotated file fully, oldest first. False when it is
         not there."""
         ident = (old.dev, old.ino)
-        offset = old.offset if isinstance(old, _Saved) else None
+        chain = self._chain(tail)
+        found = next((i for i, (_p, s) in enumerate(chain) if (s.st_dev, s.st_ino) == ident), None)
+        if found is None:
+            return False
+        if isinstance(old, _Saved) and not _is_saved_file(chain[found][0], old):
+            return False
+        if isinstance(old, _Saved):
+            resumed = self._follow_rotated(tail, chain[found][0], old.offset)
+            if resumed is not None:
+                self.behind |= resumed.read(out, now, self.max_poll_bytes)
+                resumed.idle(out, now)
+        todo = [p for p, _s in reversed(chain[:found])]
+        if found or isinstance(old, _Saved):
+            self._notice(tail, "rotated", f"{tail.name} was rotated; read "
+                         f"{len(todo) + 1} rotated file(s) from where reading stopped")  # fmt: skip
+        for path in todo:
+            opened = _open(path)
+            if opened is None:
+                continue
+            fd, st = opened
+            r = self._reader(fd, st, path, 0)
+            try:
+                r.read(out, now, None)
+                r.finish(out, now)
+            finally:
+                r.close()
+        return True
+
+    @staticmethod
+    def _chain(tail: _Tail) -> list[tuple[Path, os.stat_result]]:
+        """The rotated files ``x.log.1``, ``x.log.2``, ... that exist, youngest first."""
         chain: list[tuple[Path, os.stat_result]] = []
         for n in range(1, MAX_ROTATED_LOOKED_AT + 1):
             p = tail.path.with_name(f"{tail.name}.{n}")
@@ -439,28 +530,7 @@ class LogTailer:
                 chain.append((p, os.stat(p)))
             except OSError:
                 break
-        found = next((i for i, (_p, s) in enumerate(chain) if (s.st_dev, s.st_ino) == ident), None)
-        if found is None:
-            return False
-        if isinstance(old, _Saved) and not _is_saved_file(chain[found][0], old):
-            return False
-        todo = [(chain[found][0], offset)] if offset is not None else []
-        todo += [(p, 0) for p, _s in reversed(chain[:found])]
-        if found or offset is not None:
-            self._notice(tail, "rotated", f"{tail.name} was rotated; read "
-                         f"{len(todo)} rotated file(s) to their end")  # fmt: skip
-        for path, pos in todo:
-            opened = _open(path)
-            if opened is None:
-                continue
-            fd, st = opened
-            r = self._reader(fd, st, path, min(pos or 0, st.st_size))
-            try:
-                r.read(out, now, None)
-                r.finish(out, now)
-            finally:
-                r.close()
-        return True
+        return chain
 
     def _notice(self, tail: _Tail, what: str, text: str) -> None:
         self._notices.append(Notice(tail.name, what, text))
@@ -485,9 +555,22 @@ class LogTailer:
                                  "head": saved.head}  # fmt: skip
         return files
 
+    def rotated_offsets(self) -> dict[str, list[dict[str, int | str]]]:
+        """The rotated files still followed, per log name, as ``offsets()`` gives them."""
+        out: dict[str, list[dict[str, int | str]]] = {}
+        for t in self._tails:
+            saved = [r.saved() for r in t.rotated] or t.resume_rotated
+            if saved:
+                out[t.name] = [{"dev": s.dev, "inode": s.ino, "offset": s.offset,
+                                "head": s.head} for s in saved]  # fmt: skip
+        return out
+
     def save(self) -> None:
         """Write the offsets file if it changed (tmp + fsync + rename, then the dir)."""
-        data = {"version": OFFSETS_VERSION, "files": self.offsets()}
+        data: dict[str, Any] = {"version": OFFSETS_VERSION, "files": self.offsets()}
+        rotated = self.rotated_offsets()
+        if rotated:
+            data["rotated"] = rotated
         if data == self._saved:
             return
         self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
@@ -504,24 +587,30 @@ class LogTailer:
             os.close(dfd)
         self._saved = data
 
-    def _load(self) -> dict[str, _Saved] | None:
+    def _load(self) -> tuple[dict[str, _Saved] | None, dict[str, list[_Saved]]]:
         try:
             raw = json.loads(self.offsets_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return None
+            return None, {}
         except (OSError, ValueError):
             # A damaged offsets file: not a first start (history is not news), nothing known.
-            return {}
+            return {}, {}
+        if not isinstance(raw, dict):
+            return {}, {}
         out: dict[str, _Saved] = {}
-        files = raw.get("files") if isinstance(raw, dict) else None
+        files = raw.get("files")
         if isinstance(files, dict):
             for name, v in files.items():
-                try:
-                    out[name] = _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]),
-                                       str(v["head"]))  # fmt: skip
-                except (KeyError, TypeError, ValueError):
-                    continue
-        return out
+                saved = _parse_saved(v)
+                if saved is not None:
+                    out[name] = saved
+        rotated: dict[str, list[_Saved]] = {}
+        rot = raw.get("rotated")
+        if isinstance(rot, dict):
+            for name, items in rot.items():
+                if isinstance(items, list):
+                    rotated[name] = [s for s in map(_parse_saved, items) if s is not None]
+        return out, rotated
 
 
 class LogWatch:
