@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
 import time
@@ -38,6 +39,7 @@ from statewarden.targets import Target, discover
 from statewarden.timeline import Timeline, format_entry
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import HolderWatcher
+from statewarden.watch.journal import JournalFollower
 
 STOP_STAGE_TIMEOUT_S = 5.0
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
@@ -78,6 +80,7 @@ class Daemon:
             expected_kinds=tuple(config.holders.expected_kinds),
         )
         self._holders_scanned_at = 0.0
+        self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
@@ -163,13 +166,36 @@ class Daemon:
                 self._check_mount(t, mounts)
         for key in list(self.monitors):
             if key not in current:
-                t = self.monitors.pop(key).target
+                gone = self.monitors.pop(key)
+                gone.close()
+                self._stop_journal(key)
                 self._present.pop(key, None)
-                self.log.info("no longer watching database", profile=t.name, db=key)
+                self.log.info("no longer watching database", profile=gone.target.name, db=key)
+        if self.config.watch.journal:
+            for key, m in self.monitors.items():
+                if key not in self.journals:
+                    self._start_journal(key, m)
         if self.events is not None:
             self.events.watch_dirs(self._watched_dirs())
         self.holders.set_dbs([m.target.db for m in self.monitors.values()])
         return targets
+
+    def _start_journal(self, key: str, m: TargetMonitor) -> None:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+
+        def on_entry(entry: dict[str, Any]) -> None:
+            for found in m.journal_entry(entry):
+                self.handle(found)
+
+        follower = JournalFollower(
+            [m.target.gateway_unit], state_dir(self.config) / f"journal-{digest}.cursor", on_entry
+        )
+        self.journals[key] = (follower, asyncio.get_running_loop().create_task(follower.run()))
+
+    def _stop_journal(self, key: str) -> None:
+        entry = self.journals.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
 
     def _check_mount(self, t: Target, mounts: list[Any]) -> None:
         st = database_status(t, mounts)
@@ -226,10 +252,12 @@ class Daemon:
             dbs = []
             for key, m in self.monitors.items():
                 st = await asyncio.to_thread(database_status, m.target, mounts)
+                journal = self.journals.get(key)
                 dbs.append(
                     {
                         **st.to_json(),
                         "watchers": m.status(),
+                        "journal": journal[0].status if journal else "not followed",
                         "open_incidents": sum(1 for i in self.book.open_incidents() if i.db == key),
                     }
                 )
@@ -285,6 +313,11 @@ class Daemon:
             self._announce(
                 update, Signal(update.incident.kind, update.incident.db, "", clears=True)
             )
+
+    def _wait_s(self) -> float:
+        waits = [self.config.watch.poll_interval]
+        waits += [w for m in self.monitors.values() if (w := m.next_wake_s()) is not None]
+        return max(0.0, min(waits))
 
     async def scan_holders(self) -> None:
         """One holder scan in a worker thread (it reads /proc), diffed on the loop."""
@@ -342,9 +375,7 @@ class Daemon:
         try:
             while self._stop_signal is None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._wake.wait(), timeout=self.config.watch.poll_interval
-                    )
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._wait_s())
                 self._wake.clear()
                 if self._stop_signal is not None:
                     break
@@ -378,6 +409,11 @@ class Daemon:
         if self.events is not None:
             await asyncio.to_thread(self.events.stop, STOP_STAGE_TIMEOUT_S)
             self.events = None
+        for key in list(self.journals):
+            tasks.append(self.journals[key][1])
+            self._stop_journal(key)
+        for m in self.monitors.values():
+            m.close()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):

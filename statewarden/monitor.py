@@ -10,19 +10,25 @@ is logged and the signal clears.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from statewarden.config import Config
+from statewarden.config import Config, state_dir
 from statewarden.logs import get_logger
+from statewarden.rules import CronSessions, signals_from_journal, signals_from_record
 from statewarden.signals import Observation, Signal
 from statewarden.targets import Target
 from statewarden.watch.files import FileWatcher
+from statewarden.watch.logtail import LogTailer
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
+# Python's logging writes a record and its traceback in one write(), so a record is
+# complete almost at once; this short wait only covers a writer that splits it.
+LOG_IDLE_FLUSH_S = 0.05
 
 Found = Signal | Observation
 Poll = Callable[[float], list[Found]]
@@ -86,7 +92,37 @@ class TargetMonitor:
             wal_warn_bytes=config.watch.wal_warn_bytes,
             wal_growth_window_s=config.watch.wal_growth_window,
         )
-        self.guards: list[Guard] = [Guard("files", self.db, self.files.poll)]
+        digest = hashlib.sha256(self.db.encode()).hexdigest()[:12]
+        self.logs = LogTailer(
+            target.logs_dir,
+            state_dir(config) / f"logtail-{digest}.json",
+            idle_flush_s=LOG_IDLE_FLUSH_S,
+        )
+        self.cron = CronSessions()
+        self.guards: list[Guard] = [
+            Guard("files", self.db, self.files.poll),
+            Guard("logs", self.db, self._poll_logs),
+        ]
+
+    def _poll_logs(self, now: float) -> list[Found]:
+        out: list[Found] = []
+        for record in self.logs.poll():
+            out.extend(signals_from_record(record, self.target, cron=self.cron, now=now))
+        for notice in self.logs.drain_notices():
+            out.append(
+                Observation(f"log_{notice.what}", self.db, notice.text, now, {"file": notice.file})
+            )
+        return out
+
+    def journal_entry(self, entry: dict[str, Any]) -> list[Found]:
+        return signals_from_journal(entry, self.target, cron=self.cron)
+
+    def next_wake_s(self) -> float | None:
+        """When a log record still waiting for its end becomes complete."""
+        return self.logs.next_flush_in()
+
+    def close(self) -> None:
+        self.logs.close()
 
     def add(self, name: str, poll: Poll) -> None:
         self.guards.append(Guard(name, self.db, poll))
