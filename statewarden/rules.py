@@ -73,7 +73,7 @@ _STATE_FRAME_RE = re.compile(r'File "[^"]*hermes_state\w*\.py"')
 _OTHER_DB_RE = re.compile(r"\b(?!state\.db\b)[\w-]+\.db\b")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ is the slowest part of a flood
 class LogRecord:
     """One Hermes log record: its first line, parsed, plus any traceback lines."""
 
@@ -108,7 +108,8 @@ def parse_record(text: str, path: str = "", *, truncated: bool = False) -> LogRe
     if m is None:
         return LogRecord(path, None, "", None, "", first, text, truncated)
     try:
-        at: dt.datetime | None = dt.datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f")
+        # fromisoformat is C code, many times faster than strptime on a flood.
+        at: dt.datetime | None = dt.datetime.fromisoformat(m["stamp"].replace(",", "."))
     except ValueError:  # 2026-13-45: the shape matched, the calendar did not
         at = None
     return LogRecord(path, at, m["level"], m["session"], m["logger"], m["message"], text, truncated)
@@ -240,6 +241,15 @@ RULES: tuple[Rule, ...] = (
           "(writes are not reaching state.db; possible FTS corruption)", key="transcript_lag"),
 )  # fmt: skip
 
+# Every rule's pattern contains one of these texts: a message with none of them is
+# checked against no rule (one search instead of twenty on ordinary lines).
+_RULE_TRIGGER_RE = re.compile(
+    r"FATAL: |JSONL divert failed|No reply: the turn|cross-VM filesystem|Session DB"
+    r"|state\.db|Supervised task|In-place FTS rebuild|WAL journal_mode unsupported"
+    r"|Persisted transcript lagged"
+)
+_TEXT_TRIGGER_RE = re.compile(_CORRUPTION_RE.pattern + "|" + _LOCKED_RE.pattern, re.IGNORECASE)
+
 _JSONL_FALLBACK_RE = re.compile(
     r"SQLite session store unavailable, falling back to JSONL: (?P<error>.*)", re.DOTALL
 )
@@ -353,12 +363,15 @@ def signals_from_record(
     if cron is not None:
         out.extend(cron.observe(record, target, now))
     matched: Rule | None = None
-    for rule in RULES:
-        m = rule.pattern.search(record.message)
-        if m is not None and rule.applies(m, target):
-            matched = rule
-            out.append(_apply_rule(rule, m, record, target, now))
-            break
+    if _RULE_TRIGGER_RE.search(record.message):
+        for rule in RULES:
+            m = rule.pattern.search(record.message)
+            if m is not None and rule.applies(m, target):
+                matched = rule
+                out.append(_apply_rule(rule, m, record, target, now))
+                break
+    if matched is None and not _TEXT_TRIGGER_RE.search(record.text):
+        return out
     state_db = None
     if (matched is None or not matched.corruption) and _CORRUPTION_RE.search(record.text):
         state_db = is_state_db_record(record)
@@ -452,6 +465,8 @@ def signals_from_journal(
 def cron_sessions(record: LogRecord) -> list[str]:
     """The cron session ids (``cron_<job>_<YYYYmmdd_HHMMSS>``) a record names, in order."""
     found: list[str] = []
+    if "cron_" not in record.message and not (record.session or "").startswith("cron_"):
+        return found
     for text in (record.session or "", record.message):
         for m in _CRON_RE.finditer(text):
             if m.group(0) not in found:

@@ -143,32 +143,51 @@ class _Reader:
 
     def _feed(self, chunk: bytes, out: list[LogRecord], now: float) -> None:
         start = 0
-        while True:
-            nl = chunk.find(b"\n", start)
-            piece = chunk[start:] if nl < 0 else chunk[start:nl]
-            room = self.limits.max_line_bytes - len(self.partial)
-            if len(piece) > room:
-                self.partial += piece[: max(room, 0)]
-                self.partial_cut += len(piece) - max(room, 0)
-            else:
-                self.partial += piece
-            if nl < 0:
-                return
-            self._line(out, now)
+        nl = chunk.find(b"\n")
+        if nl >= 0 and (self.partial or self.partial_cut):
+            self._append_partial(chunk[:nl])
+            self._line(self._take_partial(), self.partial_cut, out, now)
+            self.partial_cut = 0
             self.line_start = self.pos + nl + 1
             start = nl + 1
+        # Complete lines of ordinary length need no copy into the partial buffer.
+        limit = self.limits.max_line_bytes
+        pieces = chunk[start:].split(b"\n")
+        tail = pieces.pop()
+        offset = self.pos + start
+        for piece in pieces:
+            if len(piece) > limit:
+                self._line(piece[:limit], len(piece) - limit, out, now)
+            else:
+                self._line(piece, 0, out, now)
+            offset += len(piece) + 1
+            self.line_start = offset
+        self._append_partial(tail)
 
-    def _line(self, out: list[LogRecord], now: float) -> None:
-        raw = bytes(self.partial).replace(b"\x00", b"")
-        cut = self.partial_cut
+    def _append_partial(self, piece: bytes) -> None:
+        room = self.limits.max_line_bytes - len(self.partial)
+        if len(piece) > room:
+            self.partial += piece[: max(room, 0)]
+            self.partial_cut += len(piece) - max(room, 0)
+        else:
+            self.partial += piece
+
+    def _take_partial(self) -> bytes:
+        raw = bytes(self.partial)
         self.partial.clear()
-        self.partial_cut = 0
-        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        return raw
+
+    def _line(self, raw: bytes, cut: int, out: list[LogRecord], now: float) -> None:
+        if b"\x00" in raw:
+            raw = raw.replace(b"\x00", b"")
+        text = raw.decode("utf-8", errors="replace")
+        if text.endswith("\r"):
+            text = text.rstrip("\r")
         if cut:
             self.stats.lines_cut += 1
             self.stats.bytes_cut += cut
             text += f" …[line cut: {cut} more bytes not kept]"
-        if not text.strip() and not self.lines:
+        if (not text or text.isspace()) and not self.lines:
             return
         self.stats.lines += 1
         self.last_line_at = now
@@ -187,7 +206,7 @@ class _Reader:
             self.rec_truncated = True
 
     def emit(self, out: list[LogRecord]) -> None:
-        while self.lines and not self.lines[-1].strip():
+        while self.lines and (not self.lines[-1] or self.lines[-1].isspace()):
             self.lines.pop()  # blank lines between records belong to neither
         if self.lines:
             out.append(parse_record("\n".join(self.lines), self.label,
@@ -201,7 +220,8 @@ class _Reader:
     def finish(self, out: list[LogRecord], now: float) -> None:
         """The file ends here for good (rotated, truncated, deleted): emit everything."""
         if self.partial or self.partial_cut:
-            self._line(out, now)
+            self._line(self._take_partial(), self.partial_cut, out, now)
+            self.partial_cut = 0
             self.line_start = self.pos
         self.emit(out)
 
