@@ -94,13 +94,22 @@ class TableFacts:
         key = "ids" if self.key == ["id"] else ("rowids" if self.key == ["rowid"] else "keys")
         extra = self.scan_rows - self.distinct_keys
         if extra > 0:
-            rowids = ", ".join(str(r) for r in sorted(self.duplicate_rowids))
-            what = f"{extra} phantom duplicate{'s' if extra != 1 else ''}"
-            if rowids:
-                what += f", rowid{'s' if len(self.duplicate_rowids) != 1 else ''} {rowids}"
+            phantoms = sum(n - 1 for n in self.duplicate_rowids.values())
+            parts = []
+            if phantoms:
+                rowids = ", ".join(str(r) for r in sorted(self.duplicate_rowids))
+                s = "s" if phantoms != 1 else ""
+                rs = "s" if len(self.duplicate_rowids) != 1 else ""
+                parts.append(f"{phantoms} phantom duplicate{s}, rowid{rs} {rowids}")
+            if extra - phantoms > 0:
+                n = extra - phantoms
+                parts.append(
+                    f"{n} row{'s' if n != 1 else ''} under another rowid claiming"
+                    f" {'an id' if key == 'ids' else 'a key'} held by another row"
+                )
             out.append(
                 f"{self.name}: {self.scan_rows} stored rows, {self.distinct_keys}"
-                f" distinct {key}: {what}"
+                f" distinct {key}: {'; '.join(parts)}"
             )
         if self.planner_rows is not None and self.planner_rows != self.scan_rows:
             out.append(
@@ -231,7 +240,10 @@ def _diagnose(
         if progress:
             progress(f"scan {obj.name}", i, len(base))
         tables.append(table_facts(conn, obj))
-    fts = fts_integrity(conn, schema, progress)
+    if complete:
+        fts = fts_from_integrity_lines(lines, schema)
+    else:
+        fts = fts_integrity(conn, schema, progress)
     orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
@@ -391,6 +403,22 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
         unreadable_ranges=result.unreadable_ranges,
         planner_error=planner_error,
     )
+
+
+def fts_from_integrity_lines(lines: list[str], schema: Schema) -> dict[str, str]:
+    """FTS verdicts from a finished ``integrity_check``.
+
+    Since SQLite 3.44 ``PRAGMA integrity_check`` runs every virtual table's xIntegrity,
+    which for FTS5 is its ``integrity-check`` command; running that again would double
+    the most expensive part of the check (1.9 s of 4.5 s on the 266 MB fixture).
+    """
+    out: dict[str, str] = {}
+    for obj in schema.tables():
+        if obj.module != "fts5":
+            continue
+        own = [ln for ln in lines if (m := _FTS_RE.search(ln)) and m.group(1) == obj.name]
+        out[obj.name] = "ok" if not own else "; ".join(own[:3])
+    return out
 
 
 def fts_integrity(

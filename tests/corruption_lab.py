@@ -102,6 +102,7 @@ class Case:
     note: str = ""
     lost_rowids: dict[str, list[int]] = field(default_factory=dict)
     phantom: dict[str, int] = field(default_factory=dict)
+    collision: dict[str, object] = field(default_factory=dict)
     damaged_pages: list[int] = field(default_factory=list)
 
 
@@ -260,4 +261,66 @@ def foreign_wal(dest_dir: Path, spec: Spec = SMALL) -> Case:
     shutil.copyfile(f"{other}-wal", f"{case.db}-wal")
     conn.close()
     case.note = "a -wal from another database"
+    return case
+
+
+def _cell_span(pf: PristineFile, leaf: int, rowid: int) -> tuple[int, int]:
+    """(start, end) byte offsets in the file of the payload of ``rowid``'s cell."""
+    pg = pf.page(leaf)
+    for off in pf.cell_offsets(leaf):
+        size, pos = _varint(pg, off)
+        rid, pos = _varint(pg, pos)
+        if rid == rowid:
+            base = (leaf - 1) * pf.page_size
+            return base + pos, base + pos + size
+    raise LookupError(f"rowid {rowid} not on page {leaf}")
+
+
+def _leaf_of(pf: PristineFile, root: int, rowid: int) -> int:
+    _, leaves = pf.tree_pages(root)
+    return next(leaf for leaf in leaves if rowid in pf.leaf_rowids(leaf))
+
+
+def _replace_in_row(case: Case, table: str, rowid: int, old: str, new: str) -> None:
+    assert len(old.encode()) == len(new.encode())
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots[table], rowid)
+    start, end = _cell_span(pf, leaf, rowid)
+    at = pf.data.find(old.encode(), start, end)
+    assert at != -1, f"{old!r} not in the cell of rowid {rowid}"
+    _write(case.db, at, new.encode())
+    case.damaged_pages.append(leaf)
+
+
+def _two_sessions(path: Path, column: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """Two sessions (rowid, value) whose ``column`` values have the same length."""
+    rows = table_rows(
+        path, f"SELECT rowid, {column} FROM sessions WHERE {column} IS NOT NULL ORDER BY rowid"
+    )
+    for i, (ra, va) in enumerate(rows):
+        for rb, vb in rows[i + 1 :]:
+            if len(str(va).encode()) == len(str(vb).encode()) and va != vb:
+                return (int(ra), str(va)), (int(rb), str(vb))  # type: ignore[call-overload]
+    raise LookupError(f"no two sessions with {column} of equal length")
+
+
+def duplicate_key(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """A later session's id overwritten with an earlier session's id: two different rows
+    claim one primary key (the unique index still lists the old id)."""
+    case = fresh_copy(dest_dir, spec)
+    (ra, id_a), (rb, id_b) = _two_sessions(case.db, "id")
+    _replace_in_row(case, "sessions", rb, id_b, id_a)
+    case.collision = {"rowid": rb, "key": id_a, "old_key": id_b, "kept_rowid": ra}
+    case.note = f"sessions rowid {rb}: id {id_b} overwritten with {id_a} (held by rowid {ra})"
+    return case
+
+
+def duplicate_title(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """A later session's title overwritten with an earlier session's title: two different
+    rows claim one value of the UNIQUE title index."""
+    case = fresh_copy(dest_dir, spec)
+    (ra, t_a), (rb, t_b) = _two_sessions(case.db, "title")
+    _replace_in_row(case, "sessions", rb, t_b, t_a)
+    case.collision = {"rowid": rb, "key": t_a, "old_key": t_b, "kept_rowid": ra}
+    case.note = f"sessions rowid {rb}: title {t_b!r} overwritten with {t_a!r} (rowid {ra})"
     return case

@@ -102,6 +102,31 @@ class TestPhantomRow:
         assert groups(doc)["sqlite_autoindex_sessions_1"] == 1
 
 
+class TestDuplicateKeys:
+    def test_two_rows_claiming_one_id_is_base_damage(self, tmp_path: Path) -> None:
+        """A later session stored under an earlier session's id (a different rowid): the
+        full scan sees one id fewer than rows, and says so; exit 3."""
+        case = lab.duplicate_key(tmp_path / "db")
+        n = pristine_count("SELECT count(*) FROM sessions")
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 3
+        s = table(doc, "sessions")
+        assert (s["scan_rows"], s["distinct_keys"], s["duplicate_keys"]) == (n, n - 1, 1)
+        assert s["duplicate_rowids"] == {}
+        assert (
+            f"sessions: {n} stored rows, {n - 1} distinct ids: 1 row under another rowid"
+            " claiming an id held by another row" in doc["findings"]  # type: ignore[operator]
+        )
+
+    def test_two_rows_claiming_one_title_is_derived(self, tmp_path: Path) -> None:
+        """Two sessions with one title: only the UNIQUE title index disagrees; a rebuild
+        keeps both rows (the later one renamed), so the damage is derived; exit 1."""
+        case = lab.duplicate_title(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 1
+        assert groups(doc) == {"idx_sessions_title_unique": 1}
+
+
 class TestCappedCheckTrap:
     def test_default_cap_hides_sessions_but_check_finds_it(self, tmp_path: Path) -> None:
         """HERMES.md story 2: SQLite's quick_check with its default cap of 100 shows only
@@ -122,6 +147,11 @@ class TestCappedCheckTrap:
         assert g["messages_fts_trigram_docsize"] > 100
         assert g["sessions"] == 2
         assert doc["damage"] == "base"
+        # FTS5's own check ran inside integrity_check and names the trigram table only.
+        assert doc["fts"]["messages_fts"] == "ok"  # type: ignore[index]
+        assert doc["fts"]["messages_fts_trigram"] == (  # type: ignore[index]
+            "malformed inverted index for FTS5 table main.messages_fts_trigram"
+        )
 
     def test_text_output_names_fts_of_messages(self, tmp_path: Path) -> None:
         """Errors are shown by object and logical table, worst first."""

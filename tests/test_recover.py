@@ -283,3 +283,63 @@ class TestHumanReport:
         lines = stdout.splitlines()
         assert lines[-1] == f"result: verified, loss detected: messages {len(lost)}"
         assert f"  messages: rowids {lost[0]}..{lost[-1]} could not be read" in lines
+
+
+class TestCollisions:
+    def test_two_rows_claim_one_id(self, tmp_path: Path) -> None:
+        """A later session stored with an earlier session's id: the first is kept, the
+        later one is set aside in the report with its whole row (never dropped
+        silently); its old id, still listed by the unique index, counts as lost; its
+        messages are kept as orphans and counted."""
+        case = lab.duplicate_key(tmp_path / "db")
+        c = case.collision
+        n = n_pristine("sessions")
+        orphans = n_pristine(f"messages WHERE session_id = '{c['old_key']}'")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        s = doc["tables"]["sessions"]
+        assert (s["source_rows"], s["source_distinct"], s["recovered"]) == (n, n - 1, n - 1)
+        assert (s["set_aside"], s["duplicates_dropped"], s["status"]) == (1, 0, "partial")
+        assert s["lost_keys_sample"] == [[c["old_key"]]]
+        assert doc["lost"] == {"sessions": 1}
+        [aside] = doc["set_aside"]
+        assert (aside["table"], aside["rowid"], aside["row"]["id"]) == (
+            "sessions",
+            c["rowid"],
+            c["key"],
+        )
+        assert aside["reason"].startswith(
+            "a different row already has this key (UNIQUE constraint failed: sessions.id"
+        )
+        assert doc["orphans"]["messages"] == orphans > 0
+        assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
+        assert rows(out, f"SELECT rowid FROM sessions WHERE id = '{c['key']}'") == [
+            (c["kept_rowid"],)
+        ]
+        assert doc["verified"] is True
+
+    def test_two_rows_claim_one_title(self, tmp_path: Path) -> None:
+        """Two different sessions with one title (behind the UNIQUE title index): both are
+        kept, the later one with its title renamed, and the rename is in the report."""
+        case = lab.duplicate_title(tmp_path / "db")
+        c = case.collision
+        n = n_pristine("sessions")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        s = doc["tables"]["sessions"]
+        assert (s["recovered"], s["renamed"], s["set_aside"], s["status"]) == (n, 1, 0, "complete")
+        new_title = f"{c['key']} (duplicate, rowid {c['rowid']})"
+        assert doc["renamed"] == [
+            {
+                "table": "sessions",
+                "rowid": c["rowid"],
+                "column": "title",
+                "old": c["key"],
+                "new": new_title,
+            }
+        ]
+        assert rows(out, f"SELECT title FROM sessions WHERE rowid = {c['rowid']}") == [(new_title,)]
+        assert rows(out, f"SELECT title FROM sessions WHERE rowid = {c['kept_rowid']}") == [
+            (c["key"],)
+        ]
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)

@@ -34,7 +34,8 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
         click.echo("  integrity check: ok")
     else:
         state = "complete" if d.integrity_complete else "stopped early"
-        click.echo(f"  integrity check: {d.integrity_errors} errors (uncapped, {state})")
+        n = d.integrity_errors
+        click.echo(f"  integrity check: {n} error{'s' if n != 1 else ''} (uncapped, {state})")
     for line in d.findings():
         click.echo(f"  {line}")
     for name, res in d.fts.items():
