@@ -13,14 +13,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from click.testing import CliRunner
 
 from statewarden.bundle import fingerprint
 from statewarden.cli.ctl import main as ctl
+from statewarden.errors import DatabaseChanged
+from statewarden.recover import recover
 from statewarden.sqlite import read_header
 from tests import corruption_lab as lab
-from tests.hermes_fixtures import SMALL, built_db
+from tests.hermes_fixtures import SMALL, TALL, built_db, holding, make_home
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
 TABLE_KEYS = {
@@ -200,6 +203,85 @@ class TestBaseDamage:
         assert rows(out, "SELECT seq FROM sqlite_sequence WHERE name = 'messages'") == pristine(
             "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
         )
+
+    def test_zeroed_inner_interior_page_of_a_three_level_tree(self, tmp_path: Path) -> None:
+        """In a three-level messages b-tree, an interior page below the root zeroed: the
+        scan reads the other leaves, the unreachable leaves below that page are decoded
+        from the file, and every message comes back; no loss."""
+        case = lab.zeroed_interior(tmp_path / "db", spec=TALL)
+        pf = lab.PristineFile(case.pristine)
+        [target] = case.damaged_pages
+        _, below = pf.tree_pages(target)
+        on_pages = sum(len(pf.leaf_rowids(leaf)) for leaf in below)
+        n = int(rows(case.pristine, "SELECT count(*) FROM messages")[0][0])  # type: ignore[call-overload]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert target != case.roots["messages"]
+        assert (m["recovered"], m["recovered_from_pages"]) == (n, on_pages)
+        assert 0 < on_pages < n
+        assert (m["unreadable_ranges"], doc["lost"], doc["strategy"]) == ([], {}, "salvage")
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+
+
+class TestInterruptAndLiveWriter:
+    def test_interrupt_leaves_no_output_and_no_work_dir(self, tmp_path: Path) -> None:
+        """Ctrl-C in the middle of copying tables: nothing at --output, the work dir is
+        gone, the source is untouched."""
+        case = lab.phantom_row(tmp_path / "db")
+        before = fingerprint(case.db)
+        out_dir = tmp_path / "o"
+        out_dir.mkdir()
+
+        def interrupt(phase: str, done: int, total: int) -> None:
+            if phase == "copy tables" and done == 2:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            recover(case.db, out_dir / "out.db", progress=interrupt)
+        assert os.listdir(out_dir) == []
+        assert fingerprint(case.db) == before
+
+    def test_source_changing_during_the_copy_is_refused(self, tmp_path: Path) -> None:
+        """A writer commits to the source while its bundle is copied (each time the copy
+        reports progress): after three attempts the copy is refused, exit 1."""
+        case = lab.fresh_copy(tmp_path / "db")
+        writer = apsw.Connection(str(case.db))
+        writer.execute("PRAGMA journal_mode=WAL")
+        out_dir = tmp_path / "o"
+        out_dir.mkdir()
+        n = [0]
+
+        def write(phase: str, done: int, total: int) -> None:
+            if phase == "copy":
+                n[0] += 1
+                writer.execute("INSERT INTO state_meta(key, value) VALUES (?, 'x')", (f"k{n[0]}",))
+
+        try:
+            with pytest.raises(DatabaseChanged, match="changed while it was being copied"):
+                recover(case.db, out_dir / "out.db", progress=write)
+        finally:
+            writer.close()
+        assert os.listdir(out_dir) == []
+
+    def test_check_of_a_database_held_open_by_hermes(self, tmp_path: Path) -> None:
+        """A real Hermes process holds the database open with a fresh message in its
+        -wal: check reads the bundle (the message is counted), changes nothing, and the
+        holder's files keep their fingerprints."""
+        home = make_home(tmp_path / "home", SMALL)
+        with holding(home):
+            db = home / "state.db"
+            assert Path(f"{db}-wal").exists()
+            before = fingerprint(db)
+            code, stdout, _ = run(
+                "check", "--db", str(db), "--json", "--work-dir", str(tmp_path / "w")
+            )
+            assert fingerprint(db) == before
+        doc = json.loads(stdout)["databases"][0]
+        assert code == 0
+        m = next(t for t in doc["tables"] if t["name"] == "messages")
+        assert m["scan_rows"] == n_pristine("messages") + 1
 
 
 class TestRefusals:
