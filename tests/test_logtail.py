@@ -361,6 +361,48 @@ class TestRotation:
         [followed] = t.rotated_offsets()["agent.log"]
         assert followed["inode"] == (logs / "agent.log.1").stat().st_ino
 
+    def test_burst_rotating_a_new_log_before_the_first_poll(
+        self, logs: Path, offsets: Path, rotating: logging.Logger
+    ) -> None:
+        """A log that appears and rotates several times before it is first polled: the
+        rotated files are read (oldest first), then the new x.log; nothing is lost."""
+        t = tailer(logs, offsets)
+        assert t.poll() == []
+        for i in range(100):
+            rotating.info("line %d", i)
+        assert (logs / "agent.log.3").exists()
+        got = drain(t)
+        # backupCount=3 kept the last 4 files; older lines were deleted by the handler.
+        first = int(messages(got)[0].split()[1])
+        assert messages(got) == [f"line {i}" for i in range(first, 100)]
+        assert first == int((logs / "agent.log.3").read_text().splitlines()[0].rsplit(" ", 1)[1])
+
+    def test_old_file_deleted_by_rotation_between_polls(self, logs: Path, offsets: Path) -> None:
+        """When the file being read was rotated past backupCount (deleted) before the next
+        poll, its tail and every rotated file after it are still read."""
+        handler = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=300,
+                                                       backupCount=2)  # fmt: skip
+        handler.setFormatter(logging.Formatter(HERMES_FORMAT))
+
+        def emit(i: int) -> None:
+            handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, f"line {i}",
+                                             None, None))  # fmt: skip
+
+        t = tailer(logs, offsets, start_at_end=False)
+        try:
+            emit(0)
+            got = t.poll()
+            first = (logs / "agent.log").stat().st_ino
+            for i in range(1, 25):
+                emit(i)
+        finally:
+            handler.close()
+        inodes = {p.stat().st_ino for p in logs.iterdir()}
+        assert first not in inodes
+        assert len(inodes) == 3
+        got += drain(t)
+        assert messages(got) == [f"line {i}" for i in range(25)]
+
     def test_logrotate_create_mode(self, logs: Path, offsets: Path) -> None:
         """logrotate's create mode (rename, new file): the old file's unread tail first."""
         t = tailer(logs, offsets)

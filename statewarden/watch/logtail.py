@@ -271,6 +271,10 @@ def _is_saved_file(path: Path, saved: _Saved) -> bool:
         os.close(fd)
 
 
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
 def _parse_saved(v: object) -> _Saved | None:
     if not isinstance(v, dict):
         return None
@@ -290,6 +294,8 @@ class _Tail:
     # the inode they opened until they rotate themselves.
     rotated: list[_Reader] = field(default_factory=list)
     resume_rotated: list[_Saved] = field(default_factory=list)
+    # Rotated files (dev, inode) whose lines were read or are history; None = not known yet.
+    known: set[tuple[int, int]] | None = None
     seen: bool = False  # polled at least once
     problem: str = ""
 
@@ -336,12 +342,14 @@ class LogTailer:
                                DEFAULT_READ_CHUNK_BYTES)  # fmt: skip
         self._tails = [_Tail(n, self.logs_dir / n) for n in names]
         self._notices: list[Notice] = []
-        saved, rotated = self._load()
+        saved, rotated, known = self._load()
         self._first_start = saved is None and start_at_end
         for tail in self._tails:
             if saved and tail.name in saved:
                 tail.resume = saved[tail.name]
             tail.resume_rotated = rotated.get(tail.name, [])
+            if tail.name in known:
+                tail.known = known[tail.name]
         self._saved: dict[str, Any] | None = None
 
     @classmethod
@@ -460,13 +468,19 @@ class LogTailer:
             if st.st_size < r.pos:
                 r.finish(out, now)
                 r.seek(0)
+                # copytruncate: the copy (x.log.1) holds what was read already.
+                tail.known = {_ident(s) for _p, s in self._chain(tail)}
                 self._notice(tail, "truncated",
                              f"{tail.name} was truncated; reading it from the start")  # fmt: skip
             self.behind |= r.read(out, now, self.max_poll_bytes)
             r.idle(out, now)
             return
+        # The file is new, or was rotated, replaced or deleted since the last poll.
+        chain = self._chain(tail)
+        if tail.known is None:
+            tail.known = self._initial_known(tail, chain)
         if r is not None:
-            # Rotated, replaced or deleted: the old inode's tail first, then what came after.
+            # The old inode's tail first (other processes may keep writing there).
             tail.reader = None
             r.read(out, now, None)
             if os.fstat(r.fd).st_nlink == 0:
@@ -475,19 +489,60 @@ class LogTailer:
             else:
                 r.idle(out, now)
                 self._keep_rotated(tail, r, out)
-            self._read_younger(tail, r, out, now)
+            tail.known.add((r.dev, r.ino))
         elif tail.resume is not None:
             saved, tail.resume = tail.resume, None
             if st is not None and _is_saved_file(tail.path, saved):
                 self._start(tail, saved.offset, out, now, truncated_ok=True)
+                tail.known = {_ident(s) for _p, s in chain}
                 return
-            if not self._read_younger(tail, saved, out, now):
+            found = [p for p, s in chain if _ident(s) == (saved.dev, saved.ino)]
+            if found and _is_saved_file(found[0], saved):
+                resumed = self._follow_rotated(tail, found[0], saved.offset)
+                if resumed is not None:
+                    self.behind |= resumed.read(out, now, self.max_poll_bytes)
+                    resumed.idle(out, now)
+                tail.known.add((saved.dev, saved.ino))
+                self._notice(tail, "rotated", f"{tail.name} was rotated while statewarden "
+                             "was not running; reading on where it stopped")  # fmt: skip
+            else:
                 self._notice(tail, "gap", f"{tail.name} was rotated away while statewarden was "
                              "not running; lines in between were not read")  # fmt: skip
+        # Rotated files never seen before, oldest first: written (and rotated) since the
+        # last poll, e.g. a burst that rotated x.log several times before it was polled.
+        unseen = [p for p, s in reversed(chain) if _ident(s) not in tail.known]
+        if unseen:
+            self._notice(tail, "rotated", f"{tail.name} was rotated; read {len(unseen)} "
+                         "rotated file(s) not seen before")  # fmt: skip
+        for path in unseen:
+            opened = _open(path)
+            if opened is None:
+                continue
+            fd, fst = opened
+            reader = self._reader(fd, fst, path, 0)
+            try:
+                reader.read(out, now, None)
+                reader.finish(out, now)
+            finally:
+                reader.close()
+        tail.known = {_ident(s) for _p, s in chain}
         if st is None:
             return
         at_end = self._first_start and not tail.seen
         self._start(tail, None if at_end else 0, out, now)
+
+    def _initial_known(
+        self, tail: _Tail, chain: list[tuple[Path, os.stat_result]]
+    ) -> set[tuple[int, int]]:
+        """Rotated files that hold nothing new, when the offsets file does not say."""
+        if tail.resume is not None:
+            # Those at and older than the file reading stopped in (all, if it is gone).
+            ident = (tail.resume.dev, tail.resume.ino)
+            idents = [_ident(s) for _p, s in chain]
+            return set(idents[idents.index(ident) :] if ident in idents else idents)
+        if self._first_start and not tail.seen:
+            return {_ident(s) for _p, s in chain}  # history
+        return set()
 
     def _start(self, tail: _Tail, offset: int | None, out: list[LogRecord], now: float,
                *, truncated_ok: bool = False) -> None:  # fmt: skip
@@ -505,40 +560,6 @@ class LogTailer:
         tail.reader = self._reader(fd, st, tail.path, pos)
         self.behind |= tail.reader.read(out, now, self.max_poll_bytes)
         tail.reader.idle(out, now)
-
-    def _read_younger(self, tail: _Tail, old: _Reader | _Saved, out: list[LogRecord],
-                      now: float) -> bool:  # fmt: skip
-        """Find the file ``old`` among ``x.log.N``; read its rest (when it is a saved
-        position) and every younger rotated file fully, oldest first. False when it is
-        not there."""
-        ident = (old.dev, old.ino)
-        chain = self._chain(tail)
-        found = next((i for i, (_p, s) in enumerate(chain) if (s.st_dev, s.st_ino) == ident), None)
-        if found is None:
-            return False
-        if isinstance(old, _Saved) and not _is_saved_file(chain[found][0], old):
-            return False
-        if isinstance(old, _Saved):
-            resumed = self._follow_rotated(tail, chain[found][0], old.offset)
-            if resumed is not None:
-                self.behind |= resumed.read(out, now, self.max_poll_bytes)
-                resumed.idle(out, now)
-        todo = [p for p, _s in reversed(chain[:found])]
-        if found or isinstance(old, _Saved):
-            self._notice(tail, "rotated", f"{tail.name} was rotated; read "
-                         f"{len(todo) + 1} rotated file(s) from where reading stopped")  # fmt: skip
-        for path in todo:
-            opened = _open(path)
-            if opened is None:
-                continue
-            fd, st = opened
-            r = self._reader(fd, st, path, 0)
-            try:
-                r.read(out, now, None)
-                r.finish(out, now)
-            finally:
-                r.close()
-        return True
 
     @staticmethod
     def _chain(tail: _Tail) -> list[tuple[Path, os.stat_result]]:
@@ -591,6 +612,9 @@ class LogTailer:
         rotated = self.rotated_offsets()
         if rotated:
             data["rotated"] = rotated
+        known = {t.name: sorted([d, i] for d, i in t.known) for t in self._tails if t.known}
+        if known:
+            data["known_rotated"] = known
         if data == self._saved:
             return
         self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
@@ -607,16 +631,18 @@ class LogTailer:
             os.close(dfd)
         self._saved = data
 
-    def _load(self) -> tuple[dict[str, _Saved] | None, dict[str, list[_Saved]]]:
+    def _load(
+        self,
+    ) -> tuple[dict[str, _Saved] | None, dict[str, list[_Saved]], dict[str, set[tuple[int, int]]]]:
         try:
             raw = json.loads(self.offsets_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return None, {}
+            return None, {}, {}
         except (OSError, ValueError):
             # A damaged offsets file: not a first start (history is not news), nothing known.
-            return {}, {}
+            return {}, {}, {}
         if not isinstance(raw, dict):
-            return {}, {}
+            return {}, {}, {}
         out: dict[str, _Saved] = {}
         files = raw.get("files")
         if isinstance(files, dict):
@@ -630,7 +656,13 @@ class LogTailer:
             for name, items in rot.items():
                 if isinstance(items, list):
                     rotated[name] = [s for s in map(_parse_saved, items) if s is not None]
-        return out, rotated
+        known: dict[str, set[tuple[int, int]]] = {}
+        kn = raw.get("known_rotated")
+        if isinstance(kn, dict):
+            for name, pairs in kn.items():
+                with contextlib.suppress(TypeError, ValueError):
+                    known[name] = {(int(d), int(i)) for d, i in pairs}
+        return out, rotated, known
 
 
 class LogWatch:
