@@ -20,13 +20,22 @@ Fail closed (rule 1): a process whose descriptors or maps cannot be read (anothe
 user's process, EACCES) makes the scan ``complete: false`` with the reason. A process
 that exits while it is read holds nothing any more and is listed under ``vanished``.
 
-Incremental scans reuse a cache keyed by (pid, start time). One ``stat`` of
-``/proc/<pid>/fd`` gives both the descriptor count (``st_size``, Linux >= 6.2) and an
-inode that is new for every process instance; a process is read again when either
-changed, when it holds a target, when the targets' inodes changed, and in a
-round-robin of ``refresh_per_scan`` processes per scan, so a descriptor swapped for
-another at the same count is found within ``ceil(processes / refresh_per_scan)``
-scans. Maintenance uses full scans.
+Incremental scans reuse a cache: holders keyed by (pid, start time), other processes
+by pid and descriptor count (their start time is not read at all: it is most of the
+cost of a full scan and tells nothing about a process holding nothing). They read
+again: new pids, current holders, and processes that could not be inspected. Other
+processes are looked at only when an inotify ``IN_OPEN`` watch (``opens.py``) says
+someone opened a target file since the last scan, plus a round-robin of
+``refresh_per_scan`` of them per scan; "looked at" is one ``stat`` of
+``/proc/<pid>/fd``, whose size is the descriptor count (Linux >= 6.2; older kernels
+read the process again), and a process is read again only if its count changed. A
+non-holder can only become one by opening a file (an event), by being new (a new
+pid), or by receiving a descriptor over a socket (its count changes; found by the
+round-robin within ``ceil(processes / refresh_per_scan)`` scans). Replaced target
+files force a full scan. Maintenance decisions use full scans.
+
+On a host with at least ``parallel_min_processes`` processes a scan reads /proc in
+``workers`` threads (the reads release the GIL).
 """
 
 from __future__ import annotations
@@ -34,17 +43,22 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from statewarden import processes as P
+from statewarden.opens import OpenWatch
 
 FILE_NAMES = ("state.db", "state.db-wal", "state.db-shm", "state.db-journal")
 SUFFIXES = ("", "-wal", "-shm", "-journal")
-DEFAULT_REFRESH_PER_SCAN = 32
+DEFAULT_REFRESH_PER_SCAN = 128
 DEFAULT_PARENT_DEPTH = 16
+# Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes.
+DEFAULT_SCAN_WORKERS = min(4, os.cpu_count() or 1)
+PARALLEL_MIN_PROCESSES = 256
 # Processes (by comm) that may stay uninspectable without making a scan incomplete,
 # e.g. a sandbox's own init that denies ptrace access even to root. They are still
 # listed under ``uninspectable`` with ``exempt: true``. Empty: nothing is exempt.
@@ -187,7 +201,7 @@ class _Entry:
     start_ticks: int
     comm: str
     ppid: int
-    fd_dir: tuple[int, int]  # (st_ino, st_size) of /proc/<pid>/fd when read
+    fd_count: int  # descriptors listed in /proc/<pid>/fd when read
     # (target index, file name, stale) -> count
     fds: dict[tuple[int, str, bool], int]
     maps: dict[tuple[int, str, bool], int]
@@ -230,6 +244,9 @@ class HolderScanner:
         refresh_per_scan: int = DEFAULT_REFRESH_PER_SCAN,
         parent_depth: int = DEFAULT_PARENT_DEPTH,
         exempt_comms: Iterable[str] = DEFAULT_EXEMPT_COMMS,
+        watch_opens: bool = True,
+        workers: int = DEFAULT_SCAN_WORKERS,
+        parallel_min_processes: int = PARALLEL_MIN_PROCESSES,
     ) -> None:
         self.dbs = [Path(os.path.abspath(os.path.expanduser(str(d)))) for d in dbs]
         self.proc = proc
@@ -239,15 +256,30 @@ class HolderScanner:
         self._cache: dict[int, _Entry] = {}
         self._targets_key: tuple[Any, ...] | None = None
         self._rr = 0
+        self._opens = OpenWatch() if watch_opens else None
+        self.workers = workers
+        self.parallel_min_processes = parallel_min_processes
+        try:
+            # Linux >= 6.2 reports the descriptor count as the size of /proc/<pid>/fd.
+            self._fd_count_supported = os.stat(f"{proc}/self/fd").st_size > 0
+        except OSError:
+            self._fd_count_supported = False
 
     # -- public ---------------------------------------------------------------
 
     def scan(self, *, full: bool = True) -> list[HolderScan]:
         targets = [self._target(db) for db in self.dbs]
         key = tuple((t.dir_real, tuple(sorted(t.ids.items()))) for t in targets)
-        if key != self._targets_key:
+        replaced = key != self._targets_key
+        if replaced:
             full = True
             self._targets_key = key
+        # Read the open events before the processes: an open after this is seen next time.
+        opened = True
+        if self._opens is not None:
+            files = [t.db.with_name(t.db.name + sfx) for t in targets for sfx in SUFFIXES]
+            self._opens.watch(files, rearm=replaced)
+            opened = self._opens.poll()
         devs = {i[0] for t in targets for i in t.ids.values() if i}
         # A deleted file keeps the device of its folder: stale holders are found there.
         devs |= {d[0] for d in (_stat_id(t.db.parent) for t in targets) if d}
@@ -258,21 +290,26 @@ class HolderScanner:
         for gone in set(self._cache) - set(pids):
             del self._cache[gone]
         refresh = self._refresh_set(pids) if not full else set()
-        for pid in pids:
-            cached = self._cache.get(pid)
-            try:
-                if cached is not None and not self._needs_read(cached, pid in refresh):
-                    continue
-                entry = self._inspect(pid, targets, devs, cached)
-            except _Vanished:
+        todo = [
+            pid
+            for pid in pids
+            if (cached := self._cache.get(pid)) is None
+            or cached.error
+            or cached.fds
+            or cached.maps
+            or ((opened or pid in refresh) and self._fd_count_changed(cached))
+        ]  # the rest: known non-holders, and nothing says they changed
+        for pid, entry in self._inspect_all(todo, targets, devs):
+            if entry is None:
                 self._cache.pop(pid, None)
                 vanished.append(pid)
-                continue
-            self._cache[pid] = entry
+            else:
+                self._cache[pid] = entry
         locks = self._read_locks(targets)
         mode = "full" if full else "incremental"
+        entries = [e for _, e in sorted(self._cache.items()) if e.error or e.fds or e.maps]
         return [
-            self._result(i, t, locks, vanished=vanished, n=len(pids), mode=mode)
+            self._result(i, t, locks, entries, vanished=vanished, n=len(pids), mode=mode)
             for i, t in enumerate(targets)
         ]
 
@@ -296,38 +333,62 @@ class HolderScanner:
         self._rr = start + len(chosen)
         return set(chosen)
 
-    def _fd_dir(self, pid: int) -> tuple[int, int]:
-        st = os.stat(f"{self.proc}/{pid}/fd")
-        return (st.st_ino, st.st_size)
+    def _inspect_all(
+        self, todo: list[int], targets: list[_Target], devs: set[int]
+    ) -> Iterator[tuple[int, _Entry | None]]:
+        """Inspect ``todo``; on a big host in worker threads (reading /proc releases the GIL)."""
 
-    def _needs_read(self, cached: _Entry, refresh: bool) -> bool:
-        if refresh or cached.error or cached.fds or cached.maps:
+        def chunk(items: list[int]) -> list[tuple[int, _Entry | None]]:
+            out: list[tuple[int, _Entry | None]] = []
+            for pid in items:
+                try:
+                    out.append((pid, self._inspect(pid, targets, devs)))
+                except _Vanished:
+                    out.append((pid, None))
+            return out
+
+        if self.workers <= 1 or len(todo) < self.parallel_min_processes:
+            yield from chunk(todo)
+            return
+        size = -(-len(todo) // (self.workers * 4))
+        parts = [todo[i : i + size] for i in range(0, len(todo), size)]
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="holders") as pool:
+            for result in pool.map(chunk, parts):
+                yield from result
+
+    def _fd_count_changed(self, cached: _Entry) -> bool:
+        """True unless ``/proc/<pid>/fd`` still counts the descriptors it had (one stat)."""
+        if not self._fd_count_supported:
             return True
         try:
-            return self._fd_dir(cached.pid) != cached.fd_dir
+            return os.stat(f"{self.proc}/{cached.pid}/fd").st_size != cached.fd_count
         except OSError:
             return True
 
-    def _inspect(
-        self, pid: int, targets: list[_Target], devs: set[int], cached: _Entry | None
-    ) -> _Entry:
+    def _inspect(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
+        """What ``pid`` holds. ``stat`` is read only for holders and failures (cost)."""
+        entry = self._files(pid, targets, devs)
+        if entry.fds or entry.maps or entry.error:
+            try:
+                st = P.read_stat(pid, self.proc)
+            except (FileNotFoundError, ProcessLookupError) as exc:
+                raise _Vanished from exc
+            except OSError as exc:
+                entry.error = entry.error or f"{self.proc}/{pid}/stat: {exc.strerror}"
+                return entry
+            if st.state in ("Z", "X") and not entry.error:
+                raise _Vanished  # exited while being read
+            entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
+        return entry
+
+    def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         base = f"{self.proc}/{pid}"
+        entry = _Entry(pid, 0, "?", 0, 0, {}, {})
         try:
-            st = P.read_stat(pid, self.proc)
-        except (FileNotFoundError, ProcessLookupError) as exc:
-            raise _Vanished from exc
-        except OSError as exc:
-            return _Entry(pid, 0, "?", 0, (0, 0), {}, {}, f"{base}/stat: {exc.strerror}")
-        if cached is not None and cached.start_ticks != st.start_ticks:
-            cached = None  # pid reused by a new process
-        entry = _Entry(pid, st.start_ticks, st.comm, st.ppid, (0, 0), {}, {})
-        if st.state in ("Z", "X"):
-            return entry  # a zombie has closed all its files
-        try:
-            entry.fd_dir = self._fd_dir(pid)
             fds = os.listdir(f"{base}/fd")
+            entry.fd_count = len(fds)
         except (FileNotFoundError, ProcessLookupError) as exc:
-            entry.error = self._gone_or(pid, st, f"{base}/fd", exc)
+            entry.error = self._gone_or(pid, f"{base}/fd", exc)
             return entry
         except OSError as exc:
             entry.error = f"{base}/fd: {exc.strerror or exc}"
@@ -354,14 +415,13 @@ class HolderScanner:
                 continue
             if fst.st_dev not in devs:
                 continue
-            hit = self._match(fst.st_dev, fst.st_ino, path, targets)
+            hit = self._match(fst, path, targets)
             if hit is not None:
                 entry.fds[hit] = entry.fds.get(hit, 0) + 1
         try:
-            with open(f"{base}/maps", "rb") as f:
-                maps = f.read()
+            maps = P.read_file(f"{base}/maps")
         except (FileNotFoundError, ProcessLookupError) as exc:
-            entry.error = self._gone_or(pid, st, f"{base}/maps", exc)
+            entry.error = self._gone_or(pid, f"{base}/maps", exc)
             return entry
         except OSError as exc:
             entry.error = f"{base}/maps: {exc.strerror or exc}"
@@ -370,7 +430,7 @@ class HolderScanner:
             self._match_maps(maps, targets, entry)
         return entry
 
-    def _gone_or(self, pid: int, st: P.ProcStat, what: str, exc: OSError) -> str:
+    def _gone_or(self, pid: int, what: str, exc: OSError) -> str:
         """Raise :class:`_Vanished` if the process exited mid-read, else say what failed.
 
         A process that has exited (or become a zombie) has closed every file; one that
@@ -380,17 +440,22 @@ class HolderScanner:
             again = P.read_stat(pid, self.proc)
         except OSError:
             raise _Vanished from exc
-        if again.start_ticks != st.start_ticks or again.state in ("Z", "X"):
+        if again.state in ("Z", "X"):
             raise _Vanished from exc
         return f"{what}: vanished while the process still runs ({exc.strerror or exc})"
 
     def _match(
-        self, dev: int, ino: int, link: str, targets: list[_Target]
+        self, fst: os.stat_result, link: str, targets: list[_Target]
     ) -> tuple[int, str, bool] | None:
+        key = (fst.st_dev, fst.st_ino)
         for i, t in enumerate(targets):
             for name, fid in t.ids.items():
-                if fid == (dev, ino):
+                if fid == key:
                     return (i, name, False)
+        if fst.st_nlink:
+            # Linked somewhere: not a deleted or replaced bundle file (a file renamed
+            # away, e.g. into quarantine, no longer carries a bundle name either).
+            return None
         try:
             where = os.readlink(link)
         except OSError:
@@ -463,7 +528,15 @@ class HolderScanner:
     # -- building the result ----------------------------------------------------
 
     def _result(
-        self, index: int, target: _Target, locks: _Locks, *, vanished: list[int], n: int, mode: str
+        self,
+        index: int,
+        target: _Target,
+        locks: _Locks,
+        entries: list[_Entry],
+        *,
+        vanished: list[int],
+        n: int,
+        mode: str,
     ) -> HolderScan:
         scan = HolderScan(
             db=target.db, files=dict(target.ids), holders=[], problems=[], uninspectable=[],
@@ -471,7 +544,8 @@ class HolderScanner:
         )  # fmt: skip
         if target.ids["state.db"] is None:
             scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
-        for pid, entry in sorted(self._cache.items()):
+        for entry in entries:
+            pid = entry.pid
             if entry.error:
                 uid = _uid_or_none(pid, self.proc)
                 exempt = entry.comm in self.exempt_comms

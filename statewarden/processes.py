@@ -40,6 +40,7 @@ _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
 # Interpreter options that take a separate argument (python -X dev -W error -m ...).
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 # Hermes' global options that take a value before the subcommand (hermes -p coder chat).
+_READ_BYTES = 128 * 1024
 _HERMES_OPTS_WITH_ARG = frozenset({"--profile", "-p", "--home", "--config", "-c", "--model", "-m"})
 
 
@@ -54,9 +55,26 @@ class ProcStat:
     start_ticks: int
 
 
+def read_file(path: str) -> bytes:
+    """A whole /proc file with plain ``open``/``read``/``close`` (no buffering, no fstat).
+
+    On a host with thousands of processes the scan is mostly these calls.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, _READ_BYTES)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
-    with open(f"{proc}/{pid}/stat", "rb") as f:
-        raw = f.read().decode("utf-8", "replace")
+    raw = read_file(f"{proc}/{pid}/stat").decode("utf-8", "replace")
     # comm may contain spaces and parentheses: it ends at the last ')'.
     left = raw.index("(")
     right = raw.rindex(")")
@@ -71,8 +89,7 @@ def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
 
 
 def read_cmdline(pid: int, proc: str = "/proc") -> list[str]:
-    with open(f"{proc}/{pid}/cmdline", "rb") as f:
-        raw = f.read()
+    raw = read_file(f"{proc}/{pid}/cmdline")
     return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a] if raw else []
 
 

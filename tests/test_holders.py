@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
 from statewarden.holders import Holder, HolderScan, HolderScanner
+from statewarden.opens import OpenWatch
 from statewarden.processes import (
     classify,
     human_age,
@@ -439,6 +440,65 @@ class TestIncremental:
             r = scanner.scan(full=False)[0]
             assert r.mode == "full"
             assert holder(r, old.pid).stale_files == ["state.db-wal"]
+
+
+class TestOpenWatch:
+    def test_an_open_fires_and_nothing_else_does(self, hermes_home: Path) -> None:
+        """IN_OPEN on state.db fires for another process's open, and is quiet otherwise."""
+        db = hermes_home / "state.db"
+        w = OpenWatch()
+        w.watch([db])
+        assert w.poll() is False
+        subprocess.run(
+            [sys.executable, "-c", "import sys; open(sys.argv[1], 'rb').close()", str(db)],
+            check=True,
+        )
+        assert w.poll() is True
+        assert w.poll() is False
+        w.close()
+
+    def test_replaced_file_is_rearmed(self, hermes_home: Path) -> None:
+        """After state.db is replaced, re-arming watches the new inode."""
+        db = hermes_home / "state.db"
+        w = OpenWatch()
+        w.watch([db])
+        shutil.copyfile(db, hermes_home / "new.db")
+        os.replace(hermes_home / "new.db", db)
+        assert w.poll() is True  # the old inode's watch went away (IN_IGNORED)
+        w.watch([db], rearm=True)
+        assert w.poll() is False
+        subprocess.run(["cat", str(db)], check=True, stdout=subprocess.DEVNULL)
+        assert w.poll() is True
+        w.close()
+
+    def test_without_inotify_every_incremental_scan_sweeps(
+        self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
+    ) -> None:
+        """With the watch off, a cached process that opens state.db later is still found."""
+        db = hermes_home / "state.db"
+        code = ("import sys; print('ready', flush=True); sys.stdin.readline();"
+                " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()")  # fmt: skip
+        late = helpers(code, db)
+        scanner = HolderScanner([db], refresh_per_scan=0, watch_opens=False)
+        assert late.pid not in pids(scanner.scan()[0])
+        assert late.proc.stdin is not None
+        assert late.proc.stdout is not None
+        late.proc.stdin.write("go\n")
+        late.proc.stdin.flush()
+        assert late.proc.stdout.readline().strip() == "opened"
+        assert late.pid in pids(scanner.scan(full=False)[0])
+
+
+class TestThreads:
+    def test_threaded_scan_finds_the_same(self, hermes_home: Path) -> None:
+        """A scan in worker threads finds exactly what a serial scan finds."""
+        db = hermes_home / "state.db"
+        with holding(hermes_home) as a, holding(hermes_home) as b:
+            serial = HolderScanner([db], workers=1).scan()[0]
+            threaded = HolderScanner([db], workers=3, parallel_min_processes=1).scan()[0]
+        assert pids(serial) >= {a.pid, b.pid}
+        assert [h.to_json() for h in threaded.holders] == [h.to_json() for h in serial.holders]
+        assert threaded.problems == serial.problems
 
 
 class TestFailClosed:
