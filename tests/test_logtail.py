@@ -11,13 +11,16 @@ import logging
 import logging.handlers
 import os
 import shutil
+import tempfile
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from statewarden.rules import LogRecord
+from statewarden.rules import LogRecord, starts_record
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer, LogWatch
 from tests.hermes_fixtures import log_line
 
@@ -602,3 +605,53 @@ class TestLogWatch:
             return got
 
         assert messages(asyncio.run(main()))[0] == "line 1"
+
+
+_LINE_TEXT = st.text(st.characters(blacklist_characters="\n\r\x00", codec="utf-8"), max_size=120)
+
+
+class TestChunkBoundaries:
+    @settings(max_examples=150, deadline=None)
+    @given(
+        lines=st.lists(st.tuples(st.booleans(), _LINE_TEXT), min_size=1, max_size=30),
+        cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12),
+        limit=st.sampled_from([40, 64 * 1024]),
+    )
+    def test_any_write_split_gives_the_same_records(
+        self, lines: list[tuple[bool, str]], cuts: list[int], limit: int
+    ) -> None:
+        """However the bytes are split across writes and polls, the records are the
+        lines written, tracebacks joined, each line cut to ``limit`` bytes and marked."""
+        texts = [log_line(WHEN, "INFO", "x", t) if start else "  " + t for start, t in lines]
+        data = "".join(t + "\n" for t in texts).encode()
+
+        def kept(text: str) -> str:
+            raw = text.encode()
+            if len(raw) <= limit:
+                return text
+            cut = len(raw) - limit
+            return raw[:limit].decode("utf-8", errors="replace") + (
+                f" …[line cut: {cut} more bytes not kept]"
+            )
+
+        expected: list[list[str]] = []
+        for text in texts:
+            if starts_record(text) or not expected:
+                expected.append([])
+            if text.strip() or expected[-1]:
+                expected[-1].append(kept(text))
+        want = ["\n".join(r).rstrip() for r in expected]
+        want = [w for w in want if w.strip()]
+        with tempfile.TemporaryDirectory() as tmp:
+            logs = Path(tmp) / "logs"
+            logs.mkdir()
+            t = LogTailer(logs, Path(tmp) / "o.json", start_at_end=False, idle_flush_s=3600.0,
+                          max_line_bytes=limit)  # fmt: skip
+            got: list[LogRecord] = []
+            pos = 0
+            for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:
+                append_bytes(logs / "agent.log", data[pos:split])
+                pos = max(pos, split)
+                got += t.poll()
+            got += t.flush()
+        assert [r.text.rstrip() for r in got] == want
