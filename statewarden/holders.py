@@ -40,19 +40,41 @@ On a host with at least ``parallel_min_processes`` processes a scan reads /proc 
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from statewarden import processes as P
+from statewarden.holder_report import (
+    FILE_NAMES,
+    LOCK_HELD,
+    LOCK_LOST,
+    LOCK_NONE,
+    LOCK_UNKNOWN,
+    Holder,
+    HolderScan,
+    LockInfo,
+    age_seconds,
+)
 from statewarden.opens import OpenWatch
 
-FILE_NAMES = ("state.db", "state.db-wal", "state.db-shm", "state.db-journal")
+__all__ = [
+    "FILE_NAMES",
+    "LOCK_HELD",
+    "LOCK_LOST",
+    "LOCK_NONE",
+    "LOCK_UNKNOWN",
+    "Holder",
+    "HolderScan",
+    "HolderScanner",
+    "LockInfo",
+    "age_seconds",
+    "scan_holders",
+]
+
 SUFFIXES = ("", "-wal", "-shm", "-journal")
 DEFAULT_REFRESH_PER_SCAN = 128
 DEFAULT_PARENT_DEPTH = 16
@@ -64,125 +86,6 @@ PARALLEL_MIN_PROCESSES = 256
 # listed under ``uninspectable`` with ``exempt: true``. Empty: nothing is exempt.
 DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
 _DELETED = " (deleted)"
-LOCK_HELD = "held"
-LOCK_LOST = "lost"
-LOCK_NONE = "none"
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """One ``/proc/locks`` entry a holder owns on one of the bundle's files."""
-
-    file: str
-    kind: str  # POSIX, FLOCK, OFDLCK
-    mode: str  # READ, WRITE
-    start: int
-    end: str  # a number or EOF
-
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "kind": self.kind, "mode": self.mode,
-                "start": self.start, "end": self.end}  # fmt: skip
-
-
-@dataclass
-class Holder:
-    """A process holding one or more of a database's files."""
-
-    pid: int
-    ppid: int
-    uid: int | None
-    comm: str
-    kind: str
-    unit: str | None
-    cgroup: str | None
-    orphan: bool
-    fds: dict[str, int]
-    maps: dict[str, int]
-    stale_files: list[str]
-    locks: list[LockInfo]
-    lock_state: str
-    cmdline: list[str]
-    exe: str | None
-    start_ticks: int
-    started_at: dt.datetime
-    ssh_connection: str | None
-    parents: list[dict[str, Any]]
-    main_pid_of_unit: bool | None = None
-
-    @property
-    def stale(self) -> bool:
-        return bool(self.stale_files)
-
-    @property
-    def flags(self) -> list[str]:
-        out = []
-        if self.stale:
-            out.append("STALE")
-        if self.lock_state == LOCK_LOST:
-            out.append("LOST-LOCKS")
-        elif self.lock_state == LOCK_NONE and self.fds.get("state.db"):
-            out.append("NO-LOCK")
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "ppid": self.ppid,
-            "uid": self.uid,
-            "comm": self.comm,
-            "kind": self.kind,
-            "unit": self.unit,
-            "orphan": self.orphan,
-            "stale": self.stale,
-            "stale_files": list(self.stale_files),
-            "locks": [lk.to_json() for lk in self.locks],
-            "lock_state": self.lock_state,
-            "flags": self.flags,
-            "fds": dict(self.fds),
-            "maps": dict(self.maps),
-            "cmdline": list(self.cmdline),
-            "exe": self.exe,
-            "started_at": self.started_at.isoformat(timespec="seconds"),
-            "ssh_connection": self.ssh_connection,
-            "parents": list(self.parents),
-            "main_pid_of_unit": self.main_pid_of_unit,
-        }
-
-
-@dataclass
-class HolderScan:
-    """The holders of one database, as found by one scan."""
-
-    db: Path
-    files: dict[str, tuple[int, int] | None]
-    holders: list[Holder]
-    problems: list[str]
-    uninspectable: list[dict[str, Any]]
-    vanished: list[int]
-    processes: int
-    mode: str
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "complete": self.complete,
-            "db": str(self.db),
-            "scan": self.mode,
-            "processes": self.processes,
-            "files": {
-                k: (None if v is None else {"dev": v[0], "ino": v[1]})
-                for k, v in self.files.items()
-            },
-            "holders": [h.to_json() for h in self.holders],
-            "problems": list(self.problems),
-            "uninspectable": list(self.uninspectable),
-            "vanished": list(self.vanished),
-            "notes": list(self.notes),
-        }
 
 
 @dataclass(frozen=True)
@@ -499,16 +402,21 @@ class HolderScanner:
             if hit is not None:
                 entry.maps[hit] = entry.maps.get(hit, 0) + 1
 
-    def _read_locks(self, targets: list[_Target]) -> _Locks:
-        """``(pid, target index)`` -> locks it owns on that target's current files."""
+    def _read_locks(self, targets: list[_Target]) -> _Locks | str:
+        """``(pid, target index)`` -> locks it owns on that target's current files.
+
+        Returns why, instead, when ``/proc/locks`` cannot be read.
+        """
         by_id: dict[tuple[int, int, int], tuple[int, str]] = {}
         for i, t in enumerate(targets):
             for name, fid in t.ids.items():
                 if fid:
                     by_id[(os.major(fid[0]), os.minor(fid[0]), fid[1])] = (i, name)
         out: _Locks = {}
-        with open(f"{self.proc}/locks", "rb") as f:
-            text = f.read().decode("ascii", "replace")
+        try:
+            text = P.read_file(f"{self.proc}/locks").decode("ascii", "replace")
+        except OSError as exc:
+            return f"{self.proc}/locks: {exc.strerror or exc}"
         for line in text.splitlines():
             parts = line.split()
             if len(parts) < 8 or parts[1] == "->":
@@ -531,7 +439,7 @@ class HolderScanner:
         self,
         index: int,
         target: _Target,
-        locks: _Locks,
+        locks: _Locks | str,
         entries: list[_Entry],
         *,
         vanished: list[int],
@@ -544,6 +452,8 @@ class HolderScanner:
         )  # fmt: skip
         if target.ids["state.db"] is None:
             scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
+        if isinstance(locks, str):
+            scan.problems.append(f"locks could not be read, so lost locks cannot be seen: {locks}")
         for entry in entries:
             pid = entry.pid
             if entry.error:
@@ -553,13 +463,12 @@ class HolderScanner:
                     {"pid": pid, "uid": uid, "comm": entry.comm, "reason": entry.error,
                      "exempt": exempt}
                 )  # fmt: skip
-                if exempt:
-                    continue
-                scan.problems.append(
-                    f"pid {pid} ({entry.comm}, uid {uid if uid is not None else '?'})"
-                    f" could not be inspected: {entry.error}"
-                )
-                continue
+                if not exempt:
+                    scan.problems.append(
+                        f"pid {pid} ({entry.comm}, uid {uid if uid is not None else '?'})"
+                        f" could not be inspected: {entry.error}"
+                    )
+                # What was found before the failure is still shown (as a holder).
             mine = {k: v for k, v in entry.fds.items() if k[0] == index}
             mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
             if not mine and not mapped:
@@ -578,7 +487,7 @@ class HolderScanner:
         index: int,
         fds: dict[tuple[int, str, bool], int],
         maps: dict[tuple[int, str, bool], int],
-        locks: _Locks,
+        locks: _Locks | str,
     ) -> Holder:
         pid = entry.pid
         argv = P.read_cmdline(pid, self.proc)
@@ -598,16 +507,22 @@ class HolderScanner:
                 stale.add(name)
             else:
                 mapcounts[name] = mapcounts.get(name, 0) + c
-        owned = [LockInfo(*lk) for lk in locks.get((pid, index), [])]
+        owned = (
+            [] if isinstance(locks, str) else [LockInfo(*lk) for lk in locks.get((pid, index), [])]
+        )
         wal_conn = bool(counts.get("state.db-shm") or mapcounts.get("state.db-shm"))
-        if any(lk.file == "state.db" for lk in owned):
+        if isinstance(locks, str):
+            lock_state = LOCK_UNKNOWN
+        elif any(lk.file == "state.db" for lk in owned):
             lock_state = LOCK_HELD
         elif counts.get("state.db") and wal_conn:
             lock_state = LOCK_LOST
         else:
             lock_state = LOCK_NONE
-        parent_is_manager = bool(parents) and parents[0].get("user_manager", False)
-        orphan = entry.ppid == 1 or parent_is_manager
+        parent_is_manager = bool(parents) and bool(
+            parents[0].get("user_manager") or parents[0].get("system_manager")
+        )
+        orphan = entry.ppid == 1 or bool(parents and parents[0].get("user_manager"))
         if orphan and parent_is_manager and unit and unit.endswith(".service"):
             # The manager's direct child in a service is that unit's main process (until
             # systemd says otherwise: holders_with_units() refines it with MainPID).
@@ -647,6 +562,8 @@ class HolderScanner:
             item: dict[str, Any] = {"pid": pid, "comm": st.comm, "cmdline": " ".join(argv)}
             if P.is_user_manager(argv, st.comm):
                 item["user_manager"] = True
+            elif pid == 1 and st.comm == "systemd":
+                item["system_manager"] = True
             chain.append(item)
             pid = st.ppid
         return chain
@@ -662,8 +579,3 @@ def _uid_or_none(pid: int, proc: str) -> int | None:
 def scan_holders(dbs: Iterable[Path], *, full: bool = True) -> list[HolderScan]:
     """One full scan of ``/proc`` for the holders of ``dbs``."""
     return HolderScanner(list(dbs)).scan(full=full)
-
-
-def age_seconds(holder: Holder, now: float | None = None) -> float:
-    now = time.time() if now is None else now
-    return now - holder.started_at.timestamp()

@@ -12,8 +12,9 @@ with systemd 252 and hybrid cgroups:
   process of the machine, PID 1 included, into its ``init.scope``.
 * A private ``XDG_RUNTIME_DIR`` (0700) and ``DBUS_SESSION_BUS_ADDRESS`` pointing at
   ``$XDG_RUNTIME_DIR/bus`` (``dbus.socket`` of dbus-user-session serves it).
-* Ready when ``$XDG_RUNTIME_DIR/systemd/private`` exists and
-  ``systemctl --user is-system-running --wait`` returns; torn down with
+* Ready when ``$XDG_RUNTIME_DIR/systemd/private`` exists,
+  ``systemctl --user is-system-running --wait`` returns, and (after starting
+  ``dbus.service``) ``org.freedesktop.systemd1`` has an owner on the user bus; torn down with
   ``systemctl --user exit``, then journald is stopped and the cgroup folders removed.
 
 The manager runs as root (uid 0): these tests need no second uid. A lock file makes
@@ -171,10 +172,21 @@ class UserSystemd:
         r = self.systemctl("is-system-running", "--wait")
         if r.stdout.strip() not in ("running", "degraded"):
             raise HarnessUnavailable(f"manager state {r.stdout.strip()!r}: {r.stderr.strip()}")
-        while not (self.runtime_dir / "bus").exists():
+        # The bus socket is up before dbus-daemon runs (socket activation), and the
+        # manager takes its name on the bus only once dbus.service is active.
+        r = self.systemctl("start", "dbus.service")
+        if r.returncode:
+            raise HarnessUnavailable(f"dbus.service did not start: {r.stderr.strip()}")
+        while not self._systemd_on_bus():
             if time.monotonic() > deadline:
-                raise HarnessUnavailable("the user bus ($XDG_RUNTIME_DIR/bus) did not appear")
+                raise HarnessUnavailable("systemd did not take org.freedesktop.systemd1 on the bus")
             time.sleep(0.05)
+
+    def _systemd_on_bus(self) -> bool:
+        r = self._in_ns(["busctl", "--user", "call", "org.freedesktop.DBus",
+                         "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameHasOwner",
+                         "s", "org.freedesktop.systemd1"], timeout=READY_TIMEOUT_S)  # fmt: skip
+        return r.stdout.strip() == "b true"
 
     def stop(self) -> None:
         """Tear everything down; safe to call twice and after a failed start."""
@@ -249,7 +261,7 @@ def unavailable_reason() -> str | None:
     """Why the harness cannot run here, or None."""
     if os.geteuid() != 0:
         return f"needs root to start a private systemd --user and journald; {HOW_TO_RUN}"
-    for tool in ("unshare", "nsenter", "systemctl", "journalctl"):
+    for tool in ("unshare", "nsenter", "systemctl", "journalctl", "busctl"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed; {HOW_TO_RUN}"
     for path in ("/usr/lib/systemd/systemd", "/lib/systemd/systemd-journald",

@@ -1,0 +1,142 @@
+"""What a holder scan reports: one record per holder, one per database, and their JSON.
+
+The scanner (``holders.py``) fills these; the CLI, the daemon's holder watcher and
+maintenance read them. ``flags`` are the words the user sees: ``STALE`` (holds an old
+or deleted inode of a bundle file), ``LOST-LOCKS`` (a WAL connection without its
+SHARED lock on the database), ``NO-LOCK`` (the database open with no lock at all).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FILE_NAMES = ("state.db", "state.db-wal", "state.db-shm", "state.db-journal")
+LOCK_HELD = "held"
+LOCK_LOST = "lost"
+LOCK_NONE = "none"
+LOCK_UNKNOWN = "unknown"  # /proc/locks could not be read
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One ``/proc/locks`` entry a holder owns on one of the bundle's files."""
+
+    file: str
+    kind: str  # POSIX, FLOCK, OFDLCK
+    mode: str  # READ, WRITE
+    start: int
+    end: str  # a number or EOF
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "kind": self.kind, "mode": self.mode,
+                "start": self.start, "end": self.end}  # fmt: skip
+
+
+@dataclass
+class Holder:
+    """A process holding one or more of a database's files."""
+
+    pid: int
+    ppid: int
+    uid: int | None
+    comm: str
+    kind: str
+    unit: str | None
+    cgroup: str | None
+    orphan: bool
+    fds: dict[str, int]
+    maps: dict[str, int]
+    stale_files: list[str]
+    locks: list[LockInfo]
+    lock_state: str
+    cmdline: list[str]
+    exe: str | None
+    start_ticks: int
+    started_at: dt.datetime
+    ssh_connection: str | None
+    parents: list[dict[str, Any]]
+    main_pid_of_unit: bool | None = None
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.stale_files)
+
+    @property
+    def flags(self) -> list[str]:
+        out = []
+        if self.stale:
+            out.append("STALE")
+        if self.lock_state == LOCK_LOST:
+            out.append("LOST-LOCKS")
+        elif self.lock_state == LOCK_NONE and self.fds.get("state.db"):
+            out.append("NO-LOCK")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "ppid": self.ppid,
+            "uid": self.uid,
+            "comm": self.comm,
+            "kind": self.kind,
+            "unit": self.unit,
+            "orphan": self.orphan,
+            "stale": self.stale,
+            "stale_files": list(self.stale_files),
+            "locks": [lk.to_json() for lk in self.locks],
+            "lock_state": self.lock_state,
+            "flags": self.flags,
+            "fds": dict(self.fds),
+            "maps": dict(self.maps),
+            "cmdline": list(self.cmdline),
+            "exe": self.exe,
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "ssh_connection": self.ssh_connection,
+            "parents": list(self.parents),
+            "main_pid_of_unit": self.main_pid_of_unit,
+        }
+
+
+@dataclass
+class HolderScan:
+    """The holders of one database, as found by one scan."""
+
+    db: Path
+    files: dict[str, tuple[int, int] | None]
+    holders: list[Holder]
+    problems: list[str]
+    uninspectable: list[dict[str, Any]]
+    vanished: list[int]
+    processes: int
+    mode: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "db": str(self.db),
+            "scan": self.mode,
+            "processes": self.processes,
+            "files": {
+                k: (None if v is None else {"dev": v[0], "ino": v[1]})
+                for k, v in self.files.items()
+            },
+            "holders": [h.to_json() for h in self.holders],
+            "problems": list(self.problems),
+            "uninspectable": list(self.uninspectable),
+            "vanished": list(self.vanished),
+            "notes": list(self.notes),
+        }
+
+
+def age_seconds(holder: Holder, now: float | None = None) -> float:
+    now = time.time() if now is None else now
+    return now - holder.started_at.timestamp()
