@@ -126,6 +126,8 @@ def make_work_copy(
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
         header = _check_wal_belongs(copy, header, source)
         truncated = _truncation(copy, header)
+        if truncated:
+            _trust_file_size(copy, header)
         _fold(copy, source, truncated)
         return WorkCopy(
             work_dir=work_dir,
@@ -227,21 +229,34 @@ def _check_wal_belongs(copy: Path, header: HeaderFacts, source: Path) -> HeaderF
 def _truncation(copy: Path, header: HeaderFacts) -> str | None:
     size = copy.stat().st_size
     pages_present = size // header.page_size
+    short = header.page_count_valid and pages_present < header.page_count
+    if short and not Path(f"{copy}-wal").exists():
+        return (
+            f"the file is truncated: the header says {header.page_count} pages,"
+            f" {pages_present} are present ({size} bytes)"
+        )
     if size % header.page_size:
         return (
             f"the file is truncated: {size} bytes is not a whole number of"
             f" {header.page_size}-byte pages"
         )
-    if (
-        header.page_count_valid
-        and pages_present < header.page_count
-        and not Path(f"{copy}-wal").exists()
-    ):
-        return (
-            f"the file is truncated: the header says {header.page_count} pages,"
-            f" {pages_present} are present"
-        )
     return None
+
+
+def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
+    """Make SQLite read a truncated copy as far as it goes.
+
+    SQLite refuses a file shorter than the page count in its header when that count is
+    valid (header offset 92 equals the change counter). On our private copy the
+    "valid for" field is changed so SQLite takes the size from the file instead, and
+    partial last page is cut off; pages past the end then read as damage, which the
+    scans narrow down like any other. The source is not touched.
+    """
+    size = copy.stat().st_size
+    with open(copy, "r+b") as f:
+        f.truncate(size - size % header.page_size)
+        f.seek(92)
+        f.write(struct.pack(">I", (header.change_counter + 1) & 0xFFFFFFFF))
 
 
 def _fold(copy: Path, source: Path, truncated: str | None) -> None:

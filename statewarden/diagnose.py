@@ -148,6 +148,7 @@ class Diagnosis:
     orphans: dict[str, int]  # foreign_key_check rows per table
     notes: list[str]
     error_lines: list[str] = field(default_factory=list)
+    foreign_key_check_complete: bool = True
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -259,6 +260,7 @@ def _diagnose(
         orphans=orphans,
         notes=notes,
         error_lines=lines,
+        foreign_key_check_complete=not fk_errors,
     )
 
 

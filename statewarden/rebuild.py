@@ -316,7 +316,8 @@ class Rebuild:
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
-        result = scan_table(self.src, obj.name, cols, on_row)
+        hints = [k for k in tc.index_keys if isinstance(k, int)] if not key_idx else []
+        result = scan_table(self.src, obj.name, cols, on_row, hints=hints)
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
 

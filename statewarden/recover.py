@@ -242,17 +242,19 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
     """The parts of unreadable ranges that rows decoded from pages do not account for.
 
     Between two consecutive rowids decoded from pages nothing is missing only if they
-    are consecutive integers; any gap stays unreadable. An open end of the key space
-    (below the first or above the last row that could be read) counts as unreadable
-    only while some key known from an index lies in it.
+    are consecutive integers; any gap stays unreadable. When a range was (partly)
+    filled from pages, its open ends (below the first or above the last row of the
+    whole key space) are dropped unless a key known from an index lies there: every
+    orphaned leaf of the table was decoded, so rows there would have been found.
     """
     rowids = sorted(k for k in tc.page_keys if isinstance(k, int))
     known_ints = [k for k in known if isinstance(k, int)]
     out: list[list[int]] = []
     for lo, hi in ranges:
+        inside = [r for r in rowids if lo <= r <= hi]
         pieces = []
         cur = lo
-        for r in (r for r in rowids if lo <= r <= hi):
+        for r in inside:
             if r > cur:
                 pieces.append([cur, r - 1])
             cur = r + 1
@@ -260,7 +262,7 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
             pieces.append([cur, hi])
         for a, b in pieces:
             open_end = a == MIN_ROWID or b == MAX_ROWID
-            if open_end and not any(a <= k <= b for k in known_ints):
+            if inside and open_end and not any(a <= k <= b for k in known_ints):
                 continue
             out.append([a, b])
     return out

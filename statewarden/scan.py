@@ -10,6 +10,7 @@ overflow chain) is skipped and counted alone (DESIGN.md rule 8).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,9 @@ import apsw
 from statewarden.sqlite import quote_ident
 
 MIN_ROWID = -(2**63)
+# After a damaged stretch, rowids are probed one by one this many times before the
+# search starts doubling its step.
+LINEAR_PROBES = 4096
 MAX_ROWID = 2**63 - 1
 
 Row = tuple[Any, ...]
@@ -49,12 +53,15 @@ def scan_table(
     on_row: Callable[[Row], None],
     *,
     db_name: str = "main",
+    hints: Sequence[int] = (),
 ) -> ScanResult:
     """Call ``on_row((rowid, *columns))`` for every readable row, in b-tree order.
 
     Rows stored twice (a duplicated cell pointer) are delivered twice: deciding what
-    a duplicate is belongs to the caller.
+    a duplicate is belongs to the caller. ``hints`` are rowids known to exist (from an
+    intact index): where reading can resume is searched among them first.
     """
+    sorted_hints = sorted(set(hints))
     t = f"{quote_ident(db_name)}.{quote_ident(table)}"
     cols = "".join(", " + quote_ident(c) for c in columns)
     full = f"SELECT rowid{cols} FROM {t} NOT INDEXED"
@@ -103,7 +110,7 @@ def scan_table(
             continue
         if status == "end":
             return result
-        resume_at = _bisect(conn, probe, lo)
+        resume_at = _next_readable(conn, probe, lo, sorted_hints)
         if resume_at is None:
             result.add_range(lo, MAX_ROWID)
             return result
@@ -125,22 +132,41 @@ def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:
     return "row", int(row[0])
 
 
-def _bisect(conn: apsw.Connection, sql: str, lo: int) -> int | None:
-    """Smallest p > lo whose probe does not fail, or None if every probe fails."""
+def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: list[int]) -> int | None:
+    """Smallest p > lo whose probe does not fail (None if none is found); probe(lo) fails.
+
+    Damaged leaves need not be next to each other in rowid order (a truncated file
+    loses scattered pages), so a plain exponential search could jump over a readable
+    stretch. The search therefore tries, in order: the rowids an index says exist,
+    then every rowid one by one for a while (dense AUTOINCREMENT keys), and only then
+    doubles its step; the first success is narrowed back by bisection.
+    """
     bad = lo
-    step = 1
-    good: int | None = None
-    while True:
-        p = bad + step
-        p = min(p, MAX_ROWID)
+    for k in hints[bisect.bisect_right(hints, lo) :]:
+        status, _ = _probe(conn, sql, k)
+        if status != "error":
+            return _narrow(conn, sql, bad, k)
+        bad = k
+    p = max(bad, 0)  # nothing read yet: rowids start at 1 far more often than not
+    for _ in range(LINEAR_PROBES):
+        p += 1
         status, _ = _probe(conn, sql, p)
         if status != "error":
-            good = p
-            break
+            return p if p - 1 == bad else _narrow(conn, sql, bad, p)
         bad = p
-        if p == MAX_ROWID:
-            return None
+    step = LINEAR_PROBES
+    while bad < MAX_ROWID:
+        p = min(bad + step, MAX_ROWID)
+        status, _ = _probe(conn, sql, p)
+        if status != "error":
+            return _narrow(conn, sql, bad, p)
+        bad = p
         step *= 2
+    return None
+
+
+def _narrow(conn: apsw.Connection, sql: str, bad: int, good: int) -> int:
+    """Smallest p in (bad, good] whose probe does not fail, by bisection."""
     while good - bad > 1:
         mid = (bad + good) // 2
         status, _ = _probe(conn, sql, mid)

@@ -324,3 +324,17 @@ def duplicate_title(dest_dir: Path, spec: Spec = SMALL) -> Case:
     case.collision = {"rowid": rb, "key": t_a, "old_key": t_b, "kept_rowid": ra}
     case.note = f"sessions rowid {rb}: title {t_b!r} overwritten with {t_a!r} (rowid {ra})"
     return case
+
+
+def truncated(dest_dir: Path, keep_pages: int, spec: Spec = SMALL) -> Case:
+    """The file cut after ``keep_pages`` pages; lost = rows on messages leaves past the cut
+    (SMALL's messages fit in their cells: no overflow pages to lose)."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots["messages"])
+    case.lost_rowids = {
+        "messages": sorted(r for leaf in leaves if leaf > keep_pages for r in pf.leaf_rowids(leaf))
+    }
+    truncate(case, keep_pages * pf.page_size)
+    case.note = f"truncated to {keep_pages} of {len(pf.data) // pf.page_size} pages"
+    return case

@@ -257,18 +257,34 @@ class TestUnreadableInputs:
             == f"statewardenctl: error: {case.db}: the database header is zeroed; the file is unreadable as SQLite\n"
         )
 
-    def test_truncated_file(self, tmp_path: Path) -> None:
-        """A file cut short: SQLite refuses it (the header promises more pages); the
-        message says it is truncated and by how much; exit 4."""
+    def test_file_truncated_inside_the_schema(self, tmp_path: Path) -> None:
+        """Cut inside page 1: the schema cannot be read; the message says the file is
+        truncated and by how much; exit 4."""
         case = lab.fresh_copy(tmp_path / "db")
-        pages = case.db.stat().st_size // 4096
-        lab.truncate(case, 4096 * (pages // 2))
+        lab.truncate(case, 3000)
         code, _, err = run("check", "--db", str(case.db))
         assert code == 4
         assert err == (
             f"statewardenctl: error: {case.db}: the file is truncated: the header says"
-            f" {pages} pages, {pages // 2} are present; the schema cannot be read\n"
+            f" {len(lab.PristineFile(case.pristine).data) // 4096} pages, 0 are present"
+            " (3000 bytes); the schema cannot be read\n"
         )
+
+    def test_truncated_file_is_base_damage(self, tmp_path: Path) -> None:
+        """Cut in half: SQLite alone refuses the file (its header promises more pages);
+        the check reads what is there, names the truncation, and counts exactly the
+        messages on the pages that remain; exit 3."""
+        total = len(lab.PristineFile(built_db(SMALL)).data) // 4096
+        case = lab.truncated(tmp_path / "db", total // 2)
+        lost = case.lost_rowids["messages"]
+        code, doc = check_json(case.db, tmp_path)
+        assert code == 3
+        assert (
+            f"the file is truncated: the header says {total} pages, {total // 2} are present"
+            f" ({total // 2 * 4096} bytes)" in doc["findings"]  # type: ignore[operator]
+        )
+        n = pristine_count("SELECT count(*) FROM messages")
+        assert table(doc, "messages")["scan_rows"] == n - len(lost)
 
     def test_directory(self, tmp_path: Path) -> None:
         code, _, err = run("check", "--db", str(tmp_path))

@@ -224,6 +224,21 @@ class TestBaseDamage:
         want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
         assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
 
+    def test_truncated_file(self, tmp_path: Path) -> None:
+        """A file cut in half: every message on a page that remains is recovered
+        identical; each lost rowid lies in a reported unreadable range; exit 3."""
+        total = len(lab.PristineFile(built_db(SMALL)).data) // 4096
+        case = lab.truncated(tmp_path / "db", total // 2)
+        lost = case.lost_rowids["messages"]
+        assert lost
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        m = doc["tables"]["messages"]
+        assert m["recovered"] == n_pristine("messages") - len(lost)
+        assert all(any(lo <= r <= hi for lo, hi in m["unreadable_ranges"]) for r in lost)
+        assert (doc["verified"], doc["loss_detected"]) == (True, True)
+        assert_same_rows(out, "messages", missing=set(lost))
+
 
 class TestInterruptAndLiveWriter:
     def test_interrupt_leaves_no_output_and_no_work_dir(self, tmp_path: Path) -> None:

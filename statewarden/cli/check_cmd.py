@@ -41,7 +41,7 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
     for name, res in d.fts.items():
         if res == "ok":
             click.echo(f"  {name}: FTS integrity-check ok")
-    if not d.orphans:
+    if not d.orphans and d.foreign_key_check_complete:
         click.echo("  foreign keys: no orphan rows")
     if max_errors and d.error_lines:
         click.echo(f"  first {min(max_errors, len(d.error_lines))} error lines:")
