@@ -473,19 +473,29 @@ async def annotate(manager: UserManager, scans: Iterable[HolderScan]) -> None:
             h.orphan = reparented and not h.main_pid_of_unit
 
 
-def annotate_holders(scans: Sequence[HolderScan], address: str | None = None) -> str | None:
-    """:func:`annotate` for the CLI: None when done, else the one-line reason it could not."""
-    if not any(s.holders for s in scans):
-        return None
+def systemd_view(
+    scans: Sequence[HolderScan],
+    patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS,
+    address: str | None = None,
+) -> tuple[list[UnitInfo], str | None]:
+    """For the CLI: the Hermes units, with holders annotated, or why systemd could not help.
 
-    async def run() -> None:
+    Returns ``(units, None)``, or ``([], reason)`` with the one-line reason.
+    """
+
+    async def run() -> list[UnitInfo]:
         async with UserManager(address) as m:
             await annotate(m, scans)
+            return await m.list_units(patterns)
 
     try:
-        asyncio.run(run())
+        return asyncio.run(run()), None
     except SystemdUnavailable as exc:
-        return str(exc)
+        return [], str(exc)
     except SystemdCallFailed as exc:
-        return f"{UNREACHABLE}: {exc}; {_FALLBACK}"
-    return None
+        return [], f"{UNREACHABLE}: {exc}; {_FALLBACK}"
+
+
+def annotate_holders(scans: Sequence[HolderScan], address: str | None = None) -> str | None:
+    """:func:`annotate` for the CLI: None when done, else the one-line reason it could not."""
+    return systemd_view(scans, address=address)[1]

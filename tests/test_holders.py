@@ -279,6 +279,7 @@ class TestOrphanServeIsolated:
         """`hermes serve --isolated` daemonised to PPID 1 is kind serve-isolated, orphan, no unit."""
         pidfile = tmp_path / "serve.pid"
         env = hermes_env(hermes_home, fake_bin, pidfile)
+        env["SSH_CONNECTION"] = "192.0.2.7 52144 192.0.2.1 22"  # the desktop app comes over SSH
         subprocess.run(["hermes", "serve", "--isolated"], env=env, check=True)
         wait_for(lambda: read_pid(pidfile), "the daemon's pid file")
         pid = read_pid(pidfile)
@@ -290,6 +291,10 @@ class TestOrphanServeIsolated:
         assert h.cmdline[-3:] == [str(fake_bin / "hermes"), "serve", "--isolated"]
         assert h.fds == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
         assert h.lock_state == "held"
+        assert h.ssh_connection == "192.0.2.7 52144 192.0.2.1 22"
+        assert h.parents == [
+            {"pid": 1, "comm": h.parents[0]["comm"], "cmdline": h.parents[0]["cmdline"]}
+        ]
 
     def test_respawned_serve_isolated_comes_back_as_a_new_holder(
         self, hermes_home: Path, fake_bin: Path, tmp_path: Path, daemons: list[int]

@@ -227,6 +227,10 @@ class Setup:
         info = run(lambda m: m.unit(name), self.address)
         return int(info.main_pid)  # type: ignore[attr-defined]
 
+    def restarts(self, name: str) -> int:
+        info = run(lambda m: m.unit(name), self.address)
+        return int(info.n_restarts)  # type: ignore[attr-defined]
+
     def holding_pids(self) -> set[int]:
         return {h.pid for h in self.scan().holders}
 
@@ -325,6 +329,13 @@ class TestHoldersAndUnits:
             CliRunner().invoke(ctl, ["holders", "--db", str(units.db), "--json"]).stdout
         )
         assert data["systemd"] is None
+        assert [(u["name"], u["active_state"], u["sub_state"]) for u in data["units"]] == [
+            (DASHBOARD, "active", "running"), (GATEWAY, "active", "running")]  # fmt: skip
+        text = CliRunner().invoke(ctl, ["holders", "--db", str(units.db)]).stdout.splitlines()
+        assert text[text.index("systemd user units:") + 1 :] == [
+            f"  {DASHBOARD}  active/running  main pid {units.main_pid(DASHBOARD)}  restarts 0",
+            f"  {GATEWAY}    active/running  main pid {units.main_pid(GATEWAY)}  restarts {units.restarts(GATEWAY)}",
+        ]
         units_of = {
             h["pid"]: (h["unit"], h["kind"], h["main_pid_of_unit"]) for h in data["holders"]
         }

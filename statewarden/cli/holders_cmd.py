@@ -21,7 +21,7 @@ from statewarden.cli._common import (
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
 from statewarden.holders import Holder, HolderScan, HolderScanner, age_seconds
 from statewarden.processes import human_age
-from statewarden.systemd import annotate_holders
+from statewarden.systemd import UnitInfo, systemd_view
 from statewarden.targets import Target
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
@@ -69,7 +69,9 @@ def _row(h: Holder, now: float) -> tuple[str, ...]:
     )
 
 
-def render(scans: list[HolderScan], targets: list[Target], systemd_note: str | None) -> None:
+def render(
+    scans: list[HolderScan], targets: list[Target], units: list[UnitInfo], systemd_note: str | None
+) -> None:
     now = time.time()
     for i, (scan, target) in enumerate(zip(scans, targets, strict=True)):
         if i:
@@ -93,12 +95,26 @@ def render(scans: list[HolderScan], targets: list[Target], systemd_note: str | N
             )
             for p in scan.problems:
                 click.echo(f"  {p}")
+    if units:
+        click.echo()
+        click.echo("systemd user units:")
+        width = max(len(u.name) for u in units)
+        for u in units:
+            click.echo(
+                f"  {u.name.ljust(width)}  {u.active_state}/{u.sub_state}"
+                f"  main pid {u.main_pid or '-'}  restarts {u.n_restarts}"
+            )
     if systemd_note:
         click.echo(systemd_note)
 
 
-def _payload(scans: list[HolderScan], targets: list[Target], note: str | None,
-             systemd_note: str | None) -> dict[str, Any]:  # fmt: skip
+def _payload(
+    scans: list[HolderScan],
+    targets: list[Target],
+    note: str | None,
+    units: list[UnitInfo],
+    systemd_note: str | None,
+) -> dict[str, Any]:
     dbs = []
     for scan, target in zip(scans, targets, strict=True):
         item = scan.to_json()
@@ -108,6 +124,7 @@ def _payload(scans: list[HolderScan], targets: list[Target], note: str | None,
         "complete": all(s.complete for s in scans),
         "databases": dbs,
         "systemd": systemd_note,
+        "units": [u.to_json() for u in units],
         "note": note or None,
         # With one database, its fields at the top level too (the documented shape).
         **({k: v for k, v in dbs[0].items() if k != "complete"} if len(dbs) == 1 else {}),
@@ -164,10 +181,10 @@ def holders(
     try:
         while True:
             scans = scanner.scan(full=n == 0)
-            systemd_note = None if no_systemd else annotate_holders(scans)
+            units, systemd_note = ([], None) if no_systemd else systemd_view(scans)
             code = exit_code(scans)
             if as_json:
-                data = _payload(scans, targets, note, systemd_note)
+                data = _payload(scans, targets, note, units, systemd_note)
                 if watch:
                     click.echo(json.dumps(data, default=str))
                 else:
@@ -177,7 +194,7 @@ def holders(
                     click.echo(time.strftime("-- %Y-%m-%d %H:%M:%S --"))
                 if note:
                     click.echo(note)
-                render(scans, targets, systemd_note)
+                render(scans, targets, units, systemd_note)
             n += 1
             if not watch or (count and n >= count):
                 break
