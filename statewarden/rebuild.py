@@ -4,7 +4,8 @@ the source is damaged, with the dedupe rule applied to each conflicting row.
 Objects are created from the copy's ``sqlite_schema``: tables and FTS tables, then
 indexes (before the data, so that a UNIQUE conflict fails one row, never a batch:
 HERMES.md story 3), then the triggers that feed FTS tables (when an FTS table is to be
-repopulated from its base table), then the data, then views and the other triggers.
+repopulated from its base table), then the data, then views (an external-content FTS
+table may read one), the FTS contents, and the other triggers.
 
 SQLite leaves a write transaction unusable once a statement in it has read a corrupt
 page, so the source is read on its own read-only connection; only tables the diagnosis
@@ -187,9 +188,11 @@ class Rebuild:
                 for rowid, values in rows:
                     self._insert_salvaged(tc, rowid, values)
             self._copy_sequences()
+            # Views first: an external-content FTS table may be built over one.
+            self._create(lambda o: o.type == "view")
             for name, mode in fts_mode.items():
                 self._fill_fts(name, mode)
-            self._create(lambda o: o.type in ("view", "trigger") and o.name not in early)
+            self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
             dst.execute(f"PRAGMA user_version={hdr.user_version}")
             dst.execute(f"PRAGMA application_id={hdr.application_id}")
@@ -212,7 +215,10 @@ class Rebuild:
     def _fill_fts(self, name: str, mode: str) -> None:
         q = quote_ident(name)
         if mode == "rebuild":
-            self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
+            try:
+                self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
+            except apsw.Error as exc:
+                self.report.notes.append(f"{name}: FTS 'rebuild' failed: {exc}")
         elif mode == "copy":
             for obj in self.schema.tables():
                 if obj.shadow_of != name:

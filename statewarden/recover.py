@@ -6,7 +6,7 @@ Steps (each only as far as the damage needs):
    checked, fingerprinted before and after: ``bundle.py``) and diagnosed.
 2. A fresh file is created from the **source's own** ``sqlite_schema``: tables, FTS
    tables, indexes (before the data, so a UNIQUE conflict fails one row, not a bulk
-   copy), then the data, then views and the remaining triggers.
+   copy), then the data, then views, FTS contents and the remaining triggers.
 3. Tables the diagnosis found clean are copied in bulk. Damaged tables are copied one
    row at a time by a full scan in rowid order (``scan.py``): an unreadable stretch is
    narrowed by bisection and skipped, and each row that fails is set aside on its own.

@@ -338,3 +338,45 @@ def truncated(dest_dir: Path, keep_pages: int, spec: Spec = SMALL) -> Case:
     truncate(case, keep_pages * pf.page_size)
     case.note = f"truncated to {keep_pages} of {len(pf.data) // pf.page_size} pages"
     return case
+
+
+EXTERNAL_CONTENT_SCHEMA = """
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL,
+    content TEXT, tool_name TEXT);
+CREATE INDEX idx_messages_session ON messages(session_id, id);
+CREATE VIEW messages_fts_source AS
+    SELECT id, COALESCE(content, '') || ' ' || COALESCE(tool_name, '') AS body FROM messages;
+CREATE VIRTUAL TABLE messages_fts USING fts5(body, content='messages_fts_source', content_rowid='id');
+CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO messages_fts(rowid, body)
+    VALUES (new.id, COALESCE(new.content, '') || ' ' || COALESCE(new.tool_name, ''));
+END;
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+INSERT INTO schema_version VALUES (40);
+"""
+
+
+def external_content_db(dest_dir: Path, messages: int = 3000) -> Case:
+    """A database shaped like newer Hermes builds: external-content FTS5 over a view.
+
+    Written here with apsw (no newer Hermes is installable); it exists to show that
+    repair follows the file's own schema, not 0.19.0's.
+    """
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    db = dest_dir / "state.db"
+    conn = apsw.Connection(str(db))
+    conn.execute("PRAGMA journal_mode=WAL")
+    with conn:
+        conn.execute(EXTERNAL_CONTENT_SCHEMA)
+        words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+        conn.executemany(
+            "INSERT INTO messages(session_id, content, tool_name) VALUES (?, ?, ?)",
+            [
+                (f"s{i % 17}", " ".join(words[(i + k) % 8] for k in range(30)), f"tool{i % 5}")
+                for i in range(messages)
+            ],
+        )
+    conn.close()
+    pristine = dest_dir / "pristine.db"
+    shutil.copyfile(db, pristine)
+    return Case(db=db, pristine=pristine, roots=schema_roots(db), note="external-content FTS")

@@ -440,3 +440,36 @@ class TestCollisions:
             (c["key"],)
         ]
         assert (doc["verified"], doc["loss_detected"]) == (True, False)
+
+
+class TestExternalContentFts:
+    def test_fts_damage_is_rebuilt_from_the_view(self, tmp_path: Path) -> None:
+        """Newer Hermes' shape (FTS5 with content= a view): the FTS pages zeroed, the
+        index is rebuilt with FTS5's 'rebuild' from the view; MATCH answers as before."""
+        case = lab.external_content_db(tmp_path / "db")
+        pf = lab.PristineFile(case.db)
+        _, leaves = pf.tree_pages(case.roots["messages_fts_data"])
+        for leaf in leaves[:2]:
+            lab.zero_page(case, leaf)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert (doc["strategy"], doc["verified"], doc["loss_detected"]) == ("reindex", True, False)
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'tool3 AND golf' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert len(rows(out, q)) == 600
+        assert rows(out, "SELECT version FROM schema_version") == [(40,)]
+
+    def test_base_damage_rebuilds_fts_without_the_lost_rows(self, tmp_path: Path) -> None:
+        """A messages leaf zeroed: the other rows are copied, the FTS index is rebuilt
+        from what is there (no entry for a lost row), lost = the page's rowids."""
+        case = lab.external_content_db(tmp_path / "db")
+        pf = lab.PristineFile(case.db)
+        _, leaves = pf.tree_pages(case.roots["messages"])
+        lost = pf.leaf_rowids(leaves[5])
+        lab.zero_page(case, leaves[5])
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        assert doc["lost"] == {"messages": len(lost)}
+        assert doc["verification"]["fts"] == {"messages_fts": "ok"}
+        hits = rows(out, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'alpha'")
+        assert hits == rows(out, "SELECT count(*) FROM messages WHERE content LIKE '%alpha%'")
