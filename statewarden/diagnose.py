@@ -118,10 +118,11 @@ class TableFacts:
             )
         if self.planner_error:
             out.append(f"{self.name}: the planner's count failed: {self.planner_error}")
-        out.extend(
-            f"{self.name}: {describe_range(lo, hi)} cannot be read"
-            for lo, hi in self.unreadable_ranges
-        )
+        for lo, hi in self.unreadable_ranges:
+            if (lo, hi) == (MIN_ROWID, MAX_ROWID):
+                out.append(f"{self.name}: no row can be read by a full scan")
+            else:
+                out.append(f"{self.name}: {describe_range(lo, hi)} cannot be read")
         return out
 
 
@@ -231,7 +232,8 @@ def _diagnose(
     truncated: str | None,
 ) -> Diagnosis:
     notes = [truncated] if truncated else []
-    lines, complete, abort = run_integrity_check(conn, progress)
+    table_names = [o.name for o in schema.tables() if o.rootpage]
+    lines, complete, abort = run_integrity_check(conn, progress, table_names)
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
     groups = group_errors(lines, schema)
@@ -265,12 +267,15 @@ def _diagnose(
 
 
 def run_integrity_check(
-    conn: apsw.Connection, progress: ProgressFn | None = None
+    conn: apsw.Connection, progress: ProgressFn | None = None, tables: list[str] | None = None
 ) -> tuple[list[str], bool, str | None]:
-    """All error lines of an uncapped ``integrity_check``; (lines, finished, abort error).
+    """All error lines of an uncapped ``integrity_check``; (lines, finished, abort note).
 
     SQLite reports the b-tree errors first; checking rows against indexes afterwards may
-    hit a damaged page and end the pragma with an error. The lines seen so far are kept.
+    hit a damaged page and end the pragma with an error, so the cross-checks of the
+    tables after that one would never run. When that happens the check is run again
+    table by table (``PRAGMA integrity_check(T)``) so that one damaged table does not
+    hide the others; lines are kept once each, in order.
     """
     steps = [0]
 
@@ -281,23 +286,46 @@ def run_integrity_check(
         return False
 
     conn.set_progress_handler(tick, PROGRESS_EVERY_VM_STEPS)
-    rows: list[str] = []
-    abort = None
     try:
-        for (row,) in conn.execute(f"PRAGMA integrity_check({UNCAPPED_ERRORS})"):
+        rows, abort = _pragma_rows(conn, f"PRAGMA integrity_check({UNCAPPED_ERRORS})")
+        if rows == ["ok"]:
+            return [], True, None
+        lines = dict.fromkeys(_lines(rows))
+        stopped_on: list[str] = []
+        if abort is not None:
+            for name in tables or []:
+                # One table per pragma takes no error cap (SQLite's default of 100
+                # applies); the b-tree errors are already all in the first run's lines.
+                more, t_abort = _pragma_rows(conn, f"PRAGMA integrity_check({quote_ident(name)})")
+                if more != ["ok"]:
+                    lines.update(dict.fromkeys(_lines(more)))
+                if t_abort is not None:
+                    stopped_on.append(name)
+    finally:
+        conn.set_progress_handler(None)
+    note = None
+    if abort is not None:
+        where = f" on {', '.join(stopped_on)}" if stopped_on else ""
+        note = f"{abort}{where}"
+    return list(lines), abort is None, note
+
+
+def _pragma_rows(conn: apsw.Connection, sql: str) -> tuple[list[str], str | None]:
+    rows: list[str] = []
+    try:
+        for (row,) in conn.execute(sql):
             rows.append(str(row))
     except apsw.Error as exc:
         if isinstance(exc, apsw.InterruptError):
             raise
-        abort = str(exc).split("\n", 1)[0]
-    finally:
-        conn.set_progress_handler(None)
-    if rows == ["ok"]:
-        return [], True, None
-    lines = [
+        return rows, str(exc).split("\n", 1)[0]
+    return rows, None
+
+
+def _lines(rows: list[str]) -> list[str]:
+    return [
         ln for row in rows for ln in row.split("\n") if ln and not ln.startswith("*** in database")
     ]
-    return lines, abort is None, abort
 
 
 def _group_for(obj: SchemaObject, schema: Schema) -> ErrorGroup:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewarden.diagnose import describe_range
+from statewarden.scan import MAX_ROWID, MIN_ROWID
 from statewarden.verify import Verification
 
 DEDUPE_RULE = (
@@ -120,6 +121,8 @@ class Report:
             )
             out.extend(
                 f"  {name}: {describe_range(lo, hi)} could not be read"
+                if (lo, hi) != (MIN_ROWID, MAX_ROWID)
+                else f"  {name}: no row could be read by a full scan"
                 for lo, hi in t.unreadable_ranges
             )
             if t.recovered_from_pages:
