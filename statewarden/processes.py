@@ -261,6 +261,18 @@ def classify(argv: Sequence[str]) -> str:
     return "unknown"
 
 
+def short_command(argv: Sequence[str]) -> str:
+    """A command line as the user knows it: ``hermes gateway run``, not the venv paths.
+
+    ``/venv/bin/python3 /venv/bin/hermes serve`` -> ``hermes serve``;
+    ``python3.11 -m hermes_cli.main gateway run`` -> ``python -m hermes_cli.main gateway run``.
+    """
+    program, module, rest = _program(argv)
+    if module is not None:
+        return " ".join(["python", "-m", module, *rest])
+    return " ".join([program, *rest]) if program else ""
+
+
 @functools.cache
 def clock_ticks() -> int:
     return os.sysconf("SC_CLK_TCK")

@@ -23,6 +23,7 @@ from statewarden.opens import OpenWatch
 from statewarden.processes import (
     classify,
     human_age,
+    short_command,
     systemd_cgroup_path,
     unit_from_cgroup,
 )
@@ -184,6 +185,28 @@ class TestClassify:
     def test_kinds(self, argv: list[str], kind: str) -> None:
         """Each command line in HERMES.md is recognised as its kind; anything else is unknown."""
         assert classify(argv) == kind
+
+
+class TestShortCommand:
+    @pytest.mark.parametrize(
+        ("argv", "text"),
+        [
+            (
+                ["/venv/bin/python3", "/venv/bin/hermes", "serve", "--isolated"],
+                "hermes serve --isolated",
+            ),
+            (
+                ["/usr/bin/python3", "-m", "hermes_cli.main", "gateway", "run"],
+                "python -m hermes_cli.main gateway run",
+            ),
+            (["/usr/local/bin/hermes", "dashboard"], "hermes dashboard"),
+            (["sqlite3", "state.db"], "sqlite3 state.db"),
+            ([], ""),
+        ],
+    )
+    def test_command_column(self, argv: list[str], text: str) -> None:
+        """The COMMAND column drops interpreter and venv paths, as in the issue's table."""
+        assert short_command(argv) == text
 
 
 class TestCgroupUnit:
@@ -570,7 +593,7 @@ class TestFailClosed:
             r"PID +KIND +UNIT +FDS \(db/wal/shm\) +ORPHAN +SINCE +FLAGS +COMMAND", lines[1]
         )
         assert re.fullmatch(
-            rf"{out['holder']} +unknown +\(none\) +1/1/1 +- +\d+s +- +\S*python\S* \S*hermes_writ.*",
+            rf"{out['holder']} +unknown +\(none\) +1/1/1 +- +\d+s +- +hermes_writer\.py hold --home /\S+\.\.\.",  # cut at 60 characters
             lines[2],
         )
         assert len(lines) == 3

@@ -20,7 +20,7 @@ from statewarden.cli._common import (
 )
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
 from statewarden.holders import Holder, HolderScan, HolderScanner, age_seconds
-from statewarden.processes import human_age
+from statewarden.processes import human_age, short_command
 from statewarden.systemd import UnitInfo, systemd_view
 from statewarden.targets import Target
 
@@ -51,7 +51,7 @@ def _fds(h: Holder) -> str:
 
 
 def _row(h: Holder, now: float) -> tuple[str, ...]:
-    command = " ".join(h.cmdline) or f"[{h.comm}]"
+    command = short_command(h.cmdline) or f"[{h.comm}]"
     if len(command) > _COMMAND_WIDTH:
         command = command[: _COMMAND_WIDTH - 3] + "..."
     flags = ",".join(h.flags)
