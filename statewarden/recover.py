@@ -224,7 +224,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             r.recovered = n
             r.source_distinct = len(read_keys)
             r.lost = len(lost)
-            r.lost_keys = sorted(lost, key=repr)
+            r.lost_keys = _sorted_keys(lost)
             if r.unreadable_ranges:
                 r.unreadable_ranges = _uncovered(r.unreadable_ranges, tc, known)
             if r.lost == 0 and not r.unreadable_ranges:
@@ -236,6 +236,13 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             report.tables[name] = r
     finally:
         conn.close()
+
+
+def _sorted_keys(keys: set[Any]) -> list[Any]:
+    try:
+        return sorted(keys)
+    except TypeError:  # keys of mixed types (NULL in a key column): any stable order
+        return sorted(keys, key=repr)
 
 
 def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[list[int]]:

@@ -367,3 +367,17 @@ class TestHotJournal:
         )
         assert fingerprint(case.db) == before
         assert journal.exists()
+
+
+class TestSchemaDamage:
+    def test_schema_page_scribbled_behind_an_intact_header(self, tmp_path: Path) -> None:
+        """Page 1 past the 100-byte header zeroed (the root of sqlite_schema): the header
+        reads fine but the schema cannot; exit 4 with one line."""
+        case = lab.fresh_copy(tmp_path / "db")
+        with open(case.db, "r+b") as f:
+            f.seek(100)
+            f.write(b"\x00" * (4096 - 100))
+        code, out, err = run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert (code, out) == (4, "")
+        assert err.startswith(f"statewardenctl: error: {case.db}: the schema cannot be read (")
+        assert err.count("\n") == 1

@@ -473,3 +473,28 @@ class TestExternalContentFts:
         assert doc["verification"]["fts"] == {"messages_fts": "ok"}
         hits = rows(out, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'alpha'")
         assert hits == rows(out, "SELECT count(*) FROM messages WHERE content LIKE '%alpha%'")
+
+
+class TestSessionsDamage:
+    def test_zeroed_sessions_leaf(self, tmp_path: Path) -> None:
+        """A sessions leaf zeroed: the lost sessions are named by their ids (known from
+        the intact primary-key index), their messages are kept as orphans and counted."""
+        case = lab.zeroed_leaf(tmp_path / "db", table="sessions", which=0)
+        lost_rowids = case.lost_rowids["sessions"]
+        marks = ", ".join(str(r) for r in lost_rowids)
+        lost_ids = sorted(
+            r[0] for r in pristine(f"SELECT id FROM sessions WHERE rowid IN ({marks})")
+        )
+        quoted = ", ".join(f"'{i}'" for i in lost_ids)
+        orphans = n_pristine(f"messages WHERE session_id IN ({quoted})")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        s = doc["tables"]["sessions"]
+        assert doc["lost"] == {"sessions": len(lost_ids)}
+        assert s["lost_keys_sample"] == [[i] for i in lost_ids]
+        # The first leaf: nothing before it could be read either, so the range is open
+        # below ("rowids up to N").
+        assert s["unreadable_ranges"] == [[-(2**63), lost_rowids[-1]]]
+        assert doc["orphans"]["messages"] == orphans > 0
+        assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
+        assert_same_rows(out, "sessions", missing=set(lost_rowids))
