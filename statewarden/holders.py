@@ -216,6 +216,12 @@ class HolderScanner:
             for i, t in enumerate(targets)
         ]
 
+    def close(self) -> None:
+        """Release the inotify descriptor (the scanner can still scan, without it)."""
+        if self._opens is not None:
+            self._opens.close()
+            self._opens = None
+
     # -- reading /proc --------------------------------------------------------
 
     def _target(self, db: Path) -> _Target:
