@@ -241,8 +241,10 @@ def _diagnose(
     tables = []
     for i, obj in enumerate(base):
         if progress:
-            progress(f"scan {obj.name}", i, len(base))
+            progress("scan tables", i, len(base))
         tables.append(table_facts(conn, obj))
+    if progress:
+        progress("scan tables", len(base), len(base))
     if complete:
         fts = fts_from_integrity_lines(lines, schema)
     else:
@@ -459,7 +461,7 @@ def fts_integrity(
     fts_tables = [o for o in schema.tables() if o.module == "fts5"]
     for i, obj in enumerate(fts_tables):
         if progress:
-            progress(f"FTS check {obj.name}", i, len(fts_tables))
+            progress("FTS check", i, len(fts_tables))
         q = quote_ident(obj.name)
         try:
             conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")

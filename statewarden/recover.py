@@ -69,6 +69,8 @@ def recover(
         raise UsageError(f"{output.parent}: no such directory for --output")
     if report_path is not None and os.path.lexists(report_path):
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
+    if report_path is not None and not Path(report_path).parent.is_dir():
+        raise UsageError(f"{Path(report_path).parent}: no such directory for --report")
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
     try:
         report = _recover_copy(work, output, progress)
