@@ -80,6 +80,9 @@ class Daemon:
             expected_kinds=tuple(config.holders.expected_kinds),
         )
         self._holders_scanned_at = 0.0
+        self._holder_task: asyncio.Task[None] | None = None
+        self._db_dirs: set[str] = set()
+        self._db_dir_event = False
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
@@ -94,8 +97,14 @@ class Daemon:
             self._stop_signal = signum
         self._wake.set()
 
-    def wake(self) -> None:
-        """Called (thread-safely, via the loop) when a watched file changed."""
+    def wake(self, path: str = "") -> None:
+        """Called (thread-safely, via the loop) when a watched file changed.
+
+        A change next to a database (state.db opened, -wal written) may mean a new
+        holder, so it also makes a holder re-scan due.
+        """
+        if path and os.path.dirname(path) in self._db_dirs:
+            self._db_dir_event = True
         self._wake.set()
 
     # -------------------------------------------------------------- findings
@@ -178,6 +187,7 @@ class Daemon:
         if self.events is not None:
             self.events.watch_dirs(self._watched_dirs())
         self.holders.set_dbs([m.target.db for m in self.monitors.values()])
+        self._db_dirs = {str(m.target.db.parent) for m in self.monitors.values()}
         return targets
 
     def _start_journal(self, key: str, m: TargetMonitor) -> None:
@@ -361,8 +371,8 @@ class Daemon:
                 "control socket unavailable; statewardenctl will work locally", error=str(exc)
             )
 
-        def from_observer_thread() -> None:
-            loop.call_soon_threadsafe(self.wake)
+        def from_observer_thread(path: str) -> None:
+            loop.call_soon_threadsafe(self.wake, path)
 
         self.events = FileEvents(from_observer_thread)
         self.events.start()
@@ -390,8 +400,13 @@ class Daemon:
                 last_poll = time.monotonic()
                 self.poll_all()
                 since = last_poll - self._holders_scanned_at
-                if since >= self.config.watch.holders_interval or since >= EVENT_HOLDER_SCAN_GAP_S:
-                    await self.scan_holders()
+                due = since >= self.config.watch.holders_interval or (
+                    self._db_dir_event and since >= EVENT_HOLDER_SCAN_GAP_S
+                )
+                if due and (self._holder_task is None or self._holder_task.done()):
+                    self._db_dir_event = False
+                    # In the background: a /proc scan must not delay log detection.
+                    self._holder_task = asyncio.create_task(self.scan_holders())
                 journald.notify_status(self.status_line())
         finally:
             journald.notify_stopping()
@@ -409,6 +424,8 @@ class Daemon:
         if self.events is not None:
             await asyncio.to_thread(self.events.stop, STOP_STAGE_TIMEOUT_S)
             self.events = None
+        if self._holder_task is not None:
+            tasks.append(self._holder_task)
         for key in list(self.journals):
             tasks.append(self.journals[key][1])
             self._stop_journal(key)

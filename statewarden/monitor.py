@@ -28,7 +28,10 @@ BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 # Python's logging writes a record and its traceback in one write(), so a record is
 # complete almost at once; this short wait only covers a writer that splits it.
-LOG_IDLE_FLUSH_S = 0.05
+LOG_IDLE_FLUSH_S = 0.01
+# Bytes read per log file per poll: bounds memory under a flood (the loop polls again
+# at once while the tailer is behind).
+LOG_POLL_BYTES = 1 << 20
 
 Found = Signal | Observation
 Poll = Callable[[float], list[Found]]
@@ -97,6 +100,7 @@ class TargetMonitor:
             target.logs_dir,
             state_dir(config) / f"logtail-{digest}.json",
             idle_flush_s=LOG_IDLE_FLUSH_S,
+            max_poll_bytes=LOG_POLL_BYTES,
         )
         self.cron = CronSessions()
         self.guards: list[Guard] = [
@@ -118,7 +122,9 @@ class TargetMonitor:
         return signals_from_journal(entry, self.target, cron=self.cron)
 
     def next_wake_s(self) -> float | None:
-        """When a log record still waiting for its end becomes complete."""
+        """When to poll again for the logs: now if behind, or when a waiting record completes."""
+        if self.logs.behind:
+            return 0.0
         return self.logs.next_flush_in()
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
 """File events (inotify through watchdog) that wake the daemon's loop.
 
 One observer watches, non-recursively, every directory holding a watched database
-and every Hermes logs directory. Any event there calls ``on_event`` from the observer
-thread; the daemon turns that into ``loop.call_soon_threadsafe(wake)``, and the loop
-polls. Events carry no meaning here: the watchers' polls decide what changed, so a
+and every Hermes logs directory. Any event there calls ``on_event(path)`` from the
+observer thread; the daemon turns that into ``loop.call_soon_threadsafe(wake, path)``,
+and the loop polls. Events carry no meaning here: the watchers' polls decide what changed, so a
 missed or merged event costs at most one ``watch.poll_interval``.
 """
 
@@ -19,15 +19,16 @@ from statewarden.logs import get_logger
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, on_event: Callable[[], None]) -> None:
+    def __init__(self, on_event: Callable[[str], None]) -> None:
         self.on_event = on_event
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        self.on_event()
+        path = event.src_path
+        self.on_event(path.decode(errors="replace") if isinstance(path, bytes) else path)
 
 
 class FileEvents:
-    def __init__(self, on_event: Callable[[], None]) -> None:
+    def __init__(self, on_event: Callable[[str], None]) -> None:
         self._handler = _Handler(on_event)
         self._observer: Any = None
         self._watches: dict[str, Any] = {}

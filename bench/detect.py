@@ -1,0 +1,177 @@
+"""Detection figures for the daemon, each next to what a user would otherwise run.
+
+1. Latency from a Hermes log line being written to the incident being visible on the
+   control socket, p50 and p99 over N lines; next to `tail -F agent.log | grep
+   --line-buffered malformed` (time from the write to grep printing the line).
+2. A flood: 100,000 lines/s appended for 10 s (1,000,000 Hermes-format lines): how
+   many the daemon counted, how long it took to catch up, and its peak RSS (VmHWM).
+3. Idle: CPU share and RSS of the daemon over 60 s with nothing happening.
+
+Run: .venv/bin/python -m bench.detect [--lines 1000] [--flood-seconds 10] [--idle-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from statewarden.control import request
+from tests.hermes_fixtures import TINY, log_line, make_home
+
+LINE = "gateway.session: state.db routing save failed: database disk image is malformed"
+
+
+def _count(sock: Path) -> int:
+    incs = request(sock, "incidents")
+    return sum(i["count"] for i in incs if i["kind"] == "corruption")
+
+
+def _line(i: int) -> str:
+    import datetime as dt
+
+    return log_line(dt.datetime.now(), "WARNING", "gateway.session", f"{LINE} #{i}") + "\n"
+
+
+def _proc_status(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def latency(log: Path, sock: Path, n: int) -> list[float]:
+    out = []
+    base = _count(sock)
+    with open(log, "a") as f:
+        for i in range(n):
+            t0 = time.perf_counter()
+            f.write(_line(i))
+            f.flush()
+            while _count(sock) < base + i + 1:
+                pass
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+def grep_latency(log: Path, n: int) -> list[float]:
+    tail = subprocess.Popen(["tail", "-n", "0", "-F", str(log)], stdout=subprocess.PIPE)
+    grep = subprocess.Popen(
+        ["grep", "--line-buffered", "malformed"],
+        stdin=tail.stdout,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert grep.stdout is not None
+    time.sleep(1.0)
+    out = []
+    with open(log, "a") as f:
+        for i in range(n):
+            t0 = time.perf_counter()
+            f.write(_line(i))
+            f.flush()
+            grep.stdout.readline()
+            out.append(time.perf_counter() - t0)
+    tail.kill()
+    grep.kill()
+    return out
+
+
+def pct(samples: list[float], p: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * p))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lines", type=int, default=1000)
+    ap.add_argument("--flood-seconds", type=int, default=10)
+    ap.add_argument("--flood-rate", type=int, default=100_000)
+    ap.add_argument("--idle-seconds", type=int, default=60)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="statewarden-bench-"))
+    home = make_home(tmp / "hermes", TINY)
+    env = dict(
+        os.environ,
+        HERMES_HOME=str(home),
+        XDG_STATE_HOME=str(tmp / "state"),
+        XDG_RUNTIME_DIR=str(tmp / "run"),
+        XDG_CONFIG_HOME=str(tmp / "cfg"),
+    )
+    env.pop("NOTIFY_SOCKET", None)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert daemon.stderr is not None
+    while "statewarden ready" not in daemon.stderr.readline():
+        pass
+    sock = tmp / "run" / "statewarden" / "control.sock"
+    log = home / "logs" / "agent.log"
+    log.touch()
+    try:
+        time.sleep(0.5)
+        ours = latency(log, sock, args.lines)
+        theirs = grep_latency(home / "logs" / "other.log", args.lines)
+        print(
+            f"detect latency over {args.lines} lines: p50 {statistics.median(ours) * 1000:.1f} ms, "
+            f"p99 {pct(ours, 0.99) * 1000:.1f} ms (line written -> incident visible on the control socket)"
+            f"  |  tail -F | grep: p50 {statistics.median(theirs) * 1000:.1f} ms, "
+            f"p99 {pct(theirs, 0.99) * 1000:.1f} ms (line written -> grep prints it)"
+        )
+
+        before = _count(sock)
+        total = args.flood_rate * args.flood_seconds
+        chunk = "".join(_line(i) for i in range(1000))
+        t0 = time.monotonic()
+        with open(log, "a") as f:
+            for sec in range(args.flood_seconds):
+                for _ in range(args.flood_rate // 1000):
+                    f.write(chunk)
+                f.flush()
+                wait = t0 + sec + 1 - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+        written_s = time.monotonic() - t0
+        deadline = time.monotonic() + 600
+        while _count(sock) < before + total and time.monotonic() < deadline:
+            time.sleep(0.2)
+        caught_up_s = time.monotonic() - t0
+        counted = _count(sock) - before
+        peak = _proc_status(daemon.pid, "VmHWM")
+        t1 = time.monotonic()
+        subprocess.run(["grep", "-c", "malformed", str(log)], check=False, capture_output=True)
+        grep_s = time.monotonic() - t1
+        print(
+            f"flood {args.flood_rate}/s for {args.flood_seconds} s ({total} lines, written in "
+            f"{written_s:.1f} s): counted {counted}, caught up after {caught_up_s:.1f} s, "
+            f"peak RSS {peak / 2**20:.0f} MiB  |  grep -c over the same file: {grep_s:.2f} s"
+        )
+
+        time.sleep(5)  # let the flood's aftermath settle
+        cpu0, w0 = _cpu_s(daemon.pid), time.monotonic()
+        time.sleep(args.idle_seconds)
+        cpu = (_cpu_s(daemon.pid) - cpu0) / (time.monotonic() - w0)
+        rss = _proc_status(daemon.pid, "VmRSS")
+        print(f"idle over {args.idle_seconds} s: CPU {cpu * 100:.2f} %, RSS {rss / 2**20:.0f} MiB")
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
