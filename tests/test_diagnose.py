@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from statewarden.bundle import fingerprint
 from statewarden.cli.ctl import main as ctl
 from statewarden.diagnose import check_database
+from statewarden.scan import scan_table
 from tests import corruption_lab as lab
 from tests.hermes_fixtures import SMALL, built_db
 
@@ -41,6 +42,10 @@ def groups(doc: dict[str, object]) -> dict[str, int]:
 
 def table(doc: dict[str, object], name: str) -> dict[str, object]:
     return next(t for t in doc["tables"] if t["name"] == name)  # type: ignore[attr-defined,index]
+
+
+def pristine_rows(sql: str) -> list[tuple[object, ...]]:
+    return lab.table_rows(built_db(SMALL), sql)
 
 
 def pristine_count(sql: str) -> int:
@@ -381,3 +386,29 @@ class TestSchemaDamage:
         assert (code, out) == (4, "")
         assert err.startswith(f"statewardenctl: error: {case.db}: the schema cannot be read (")
         assert err.count("\n") == 1
+
+
+class TestScan:
+    @pytest.mark.parametrize("with_hints", [False, True], ids=["no-hints", "index-hints"])
+    def test_scattered_damaged_leaves(self, tmp_path: Path, with_hints: bool) -> None:
+        """Three non-adjacent messages leaves zeroed: the scan reads every other row and
+        reports exactly three unreadable ranges, one per zeroed leaf, with or without
+        index rowids to guide the search."""
+        case = lab.fresh_copy(tmp_path / "db")
+        pf = lab.PristineFile(case.db)
+        _, leaves = pf.tree_pages(case.roots["messages"])
+        chosen = [leaves[3], leaves[9], leaves[10 + 7]]
+        lost = [pf.leaf_rowids(leaf) for leaf in chosen]
+        for leaf in chosen:
+            lab.zero_page(case, leaf)
+        hints = [r[0] for r in pristine_rows("SELECT rowid FROM messages")] if with_hints else []
+        conn = apsw.Connection(str(case.db), flags=apsw.SQLITE_OPEN_READONLY)
+        seen: list[int] = []
+        try:
+            result = scan_table(conn, "messages", [], lambda row: seen.append(row[0]), hints=hints)
+        finally:
+            conn.close()
+        assert result.unreadable_ranges == [[rs[0], rs[-1]] for rs in lost]
+        n = pristine_count("SELECT count(*) FROM messages")
+        assert len(seen) == n - sum(len(rs) for rs in lost)
+        assert not set(seen) & {r for rs in lost for r in rs}
