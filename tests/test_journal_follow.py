@@ -1,0 +1,102 @@
+"""The journal follower against a real journald and systemd --user (root only).
+
+The gateway prints the JSONL fallback line to stdout, so only its unit's journal has it
+(HERMES.md). Here a real unit prints that line; the daemon, following the journal with
+journalctl, must open a jsonl_fallback incident.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_proc import DaemonProc, eventually
+from tests.hermes_fixtures import TINY, make_home
+from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+
+pytestmark = pytest.mark.systemd
+
+UNIT = "hermes-gateway.service"
+FALLBACK = "[gateway] Warning: SQLite session store unavailable, falling back to JSONL: database disk image is malformed"
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[UserSystemd]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with user_systemd(tmp_path / "manager") as m:
+        yield m
+
+
+class NsDaemon(DaemonProc):
+    """`statewarden run` inside the manager's mount namespace, where its journal lives."""
+
+    def __init__(self, env: dict[str, str], manager_pid: int, *args: str) -> None:
+        self.env = env
+        self.proc = subprocess.Popen(
+            [
+                "nsenter",
+                "-t",
+                str(manager_pid),
+                "-m",
+                sys.executable,
+                "-m",
+                "statewarden.cli.daemon_cmd",
+                "run",
+                "--log-format",
+                "plain",
+                *args,
+            ],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines = []
+
+
+def test_fallback_line_printed_by_a_unit_opens_incident(
+    manager: UserSystemd, tmp_path: Path
+) -> None:
+    """A unit printing the JSONL fallback line to stdout -> a jsonl_fallback incident."""
+    home = make_home(tmp_path / "hermes", TINY)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"targets:\n  - home: {home}\n    gateway_unit: {UNIT}\n")
+    env = dict(
+        os.environ,
+        HERMES_HOME=str(home),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_RUNTIME_DIR=str(tmp_path / "run"),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+    )
+    env.pop("NOTIFY_SOCKET", None)
+    d = NsDaemon(env, manager.manager_pid, "--config", str(config))
+    try:
+        d.wait_for("statewarden ready")
+        eventually(
+            lambda: d.ctl_raw("status")["databases"][0]["journal"].startswith("following"),
+            what="journal followed",
+        )
+        manager.write_unit(
+            UNIT, f"[Service]\nExecStart=/bin/sh -c 'echo \"{FALLBACK}\"; exec sleep 300'\n"
+        )
+        manager.daemon_reload()
+        r = manager.systemctl("start", UNIT)
+        assert r.returncode == 0, r.stderr
+        eventually(lambda: FALLBACK in manager.journal(UNIT), what="line in the unit's journal")
+        (inc,) = eventually(
+            lambda: [i for i in d.ctl("incidents")["incidents"] if i["kind"] == "jsonl_fallback"],
+            what="jsonl_fallback incident",
+        )
+        assert inc["severity"] == "critical"
+        assert "database disk image is malformed" in inc["summary"]
+        assert inc["source"].startswith("journal")
+    finally:
+        manager.systemctl("stop", UNIT)
+        assert d.stop(signal.SIGTERM) == 0
