@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import shutil
 import struct
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -380,3 +382,23 @@ def external_content_db(dest_dir: Path, messages: int = 3000) -> Case:
     pristine = dest_dir / "pristine.db"
     shutil.copyfile(db, pristine)
     return Case(db=db, pristine=pristine, roots=schema_roots(db), note="external-content FTS")
+
+
+HOT_JOURNAL_WRITER = """
+import os, sys
+import apsw
+conn = apsw.Connection(sys.argv[1])
+conn.execute("PRAGMA journal_mode=DELETE")
+conn.execute("PRAGMA cache_size=8")  # small cache: changed pages spill into the file
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("DELETE FROM messages")
+conn.execute("UPDATE sessions SET title = NULL")
+os._exit(0)  # a crash in the middle of the transaction: the -journal stays hot
+"""
+
+
+def crash_mid_transaction(case: Case) -> None:
+    """Switch the copy to rollback mode and kill a writer in the middle of a big
+    transaction (in a subprocess): the file is half-written and the -journal is hot."""
+    subprocess.run([sys.executable, "-c", HOT_JOURNAL_WRITER, str(case.db)], check=True)
+    case.note = "a writer died mid-transaction; hot -journal"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import apsw
@@ -342,26 +340,13 @@ class TestLibrary:
         assert json.loads(result.stdout)["damage"] == "none"
 
 
-HOT_JOURNAL_WRITER = """
-import os, sys
-import apsw
-conn = apsw.Connection(sys.argv[1])
-conn.execute("PRAGMA journal_mode=DELETE")
-conn.execute("PRAGMA cache_size=8")  # small cache: changed pages spill into the file
-conn.execute("BEGIN IMMEDIATE")
-conn.execute("DELETE FROM messages")
-conn.execute("UPDATE sessions SET title = NULL")
-os._exit(0)  # a crash in the middle of the transaction: the -journal stays hot
-"""
-
-
 class TestHotJournal:
     def test_crashed_writer_is_rolled_back_in_the_copy(self, tmp_path: Path) -> None:
         """A writer died mid-transaction in rollback mode, leaving a hot -journal and a
         half-written file: the check copies both, SQLite rolls the copy back, and every
         message is counted; the source's file and -journal are left as they were."""
         case = lab.fresh_copy(tmp_path / "db")
-        subprocess.run([sys.executable, "-c", HOT_JOURNAL_WRITER, str(case.db)], check=True)
+        lab.crash_mid_transaction(case)
         journal = Path(f"{case.db}-journal")
         assert journal.stat().st_size > 0
         before = fingerprint(case.db)

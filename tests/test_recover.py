@@ -498,3 +498,38 @@ class TestSessionsDamage:
         assert doc["orphans"]["messages"] == orphans > 0
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert_same_rows(out, "sessions", missing=set(lost_rowids))
+
+
+class TestBundles:
+    def test_hot_journal_source_keeps_rollback_mode(self, tmp_path: Path) -> None:
+        """A rollback-mode source with a crashed writer's hot -journal: the copy is rolled
+        back, every message is recovered, and the output stays in rollback mode."""
+        case = lab.fresh_copy(tmp_path / "db")
+        lab.crash_mid_transaction(case)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert read_header(out).journal_mode == "rollback"
+        assert doc["verification"]["journal_mode_preserved"] is True
+        assert_same_rows(out, "messages")
+        assert Path(f"{case.db}-journal").exists()
+
+    def test_wal_with_another_page_size(self, tmp_path: Path) -> None:
+        """A -wal written for a database with 1024-byte pages next to a 4096-byte one:
+        refused by its page size, exit 4."""
+        case = lab.fresh_copy(tmp_path / "db")
+        other = tmp_path / "other.db"
+        conn = apsw.Connection(str(other))
+        conn.execute("PRAGMA page_size=1024")
+        conn.execute("PRAGMA journal_mode=wal")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("CREATE TABLE t(x)")
+        Path(f"{case.db}-wal").write_bytes(Path(f"{other}-wal").read_bytes())
+        conn.close()
+        out = tmp_path / "o" / "out.db"
+        out.parent.mkdir()
+        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 4
+        assert err == (
+            f"statewardenctl: error: {case.db}-wal: belongs to another database (page size"
+            " 1024, database has 4096) (move the -wal aside to read the database file alone)\n"
+        )
