@@ -19,6 +19,8 @@ Call only with no SQLite connection open to ``path`` in this process (DESIGN.md 
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -63,8 +65,14 @@ class DatabaseFile:
     """The pages of a closed database file, read with plain reads."""
 
     def __init__(self, path: Path) -> None:
-        self.data = path.read_bytes()
-        header = parse_header(self.data[:100], str(path))
+        # Mapped, not read: a multi-gigabyte database need not fit in memory.
+        with open(path, "rb") as f:
+            self.data: bytes | mmap.mmap = (
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                if os.fstat(f.fileno()).st_size
+                else b""
+            )
+        header = parse_header(bytes(self.data[:100]), str(path))
         self.page_size = header.page_size
         self.usable = self.page_size - self.data[20]
         self.encoding = header.text_encoding
@@ -74,7 +82,11 @@ class DatabaseFile:
     def page(self, n: int) -> bytes:
         if not 1 <= n <= self.page_count:
             raise PageFormatError(f"page {n} is outside the file")
-        return self.data[(n - 1) * self.page_size : n * self.page_size]
+        return bytes(self.data[(n - 1) * self.page_size : n * self.page_size])
+
+    def close(self) -> None:
+        if isinstance(self.data, mmap.mmap):
+            self.data.close()
 
     def btree_header(self, n: int) -> tuple[int, int, int]:
         """(page type, header offset, cell count) of a b-tree page."""
@@ -267,6 +279,13 @@ def salvage_rows(path: Path, schema: Schema, tables: list[str]) -> dict[str, lis
     several wanted tables fit, the leaf is left out (it cannot be attributed safely).
     """
     db = DatabaseFile(path)
+    try:
+        return _salvage(db, schema, tables)
+    finally:
+        db.close()
+
+
+def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
     widths = {}
     for name in tables:
