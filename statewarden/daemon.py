@@ -40,6 +40,7 @@ from statewarden.timeline import Timeline, format_entry
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import HolderWatcher
 from statewarden.watch.journal import JournalFollower
+from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
@@ -84,6 +85,7 @@ class Daemon:
         self._db_dirs: set[str] = set()
         self._db_dir_event = False
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
+        self.units = UnitWatcher(self._handle_from_units, self._db_for_unit)
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
@@ -190,6 +192,16 @@ class Daemon:
         self._db_dirs = {str(m.target.db.parent) for m in self.monitors.values()}
         return targets
 
+    def _handle_from_units(self, found: Found) -> None:
+        self.handle(found)
+
+    def _db_for_unit(self, unit: str) -> str:
+        """The database a Hermes unit writes: its target's, the only one, or "*" (all)."""
+        for key, m in self.monitors.items():
+            if m.target.gateway_unit == unit:
+                return key
+        return next(iter(self.monitors)) if len(self.monitors) == 1 else "*"
+
     def _start_journal(self, key: str, m: TargetMonitor) -> None:
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
 
@@ -272,6 +284,7 @@ class Daemon:
                     }
                 )
             return {
+                "units": self.units.status,
                 "daemon": {
                     "pid": os.getpid(),
                     "version": __version__,
@@ -377,6 +390,7 @@ class Daemon:
         self.events = FileEvents(from_observer_thread)
         self.events.start()
         self.rescan()
+        tasks.append(asyncio.create_task(self.units.run()))
         self.poll_all()  # the baseline: what exists now is not news
         await self.scan_holders()
         journald.notify_ready(self.status_line())

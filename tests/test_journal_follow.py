@@ -100,3 +100,45 @@ def test_fallback_line_printed_by_a_unit_opens_incident(
     finally:
         manager.systemctl("stop", UNIT)
         assert d.stop(signal.SIGTERM) == 0
+
+
+def test_crash_looping_unit_opens_crash_loop(manager: UserSystemd, tmp_path: Path) -> None:
+    """A Hermes unit that keeps dying and being restarted by systemd is a crash_loop
+    incident, seen through NRestarts over D-Bus; restarts are on the timeline."""
+    home = make_home(tmp_path / "hermes", TINY)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"targets:\n  - home: {home}\n    gateway_unit: {UNIT}\nwatch:\n  journal: false\n"
+    )
+    env = dict(
+        manager.env(),
+        HERMES_HOME=str(home),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_RUNTIME_DIR=str(tmp_path / "run"),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+    )
+    env.pop("NOTIFY_SOCKET", None)
+    manager.write_unit(
+        UNIT,
+        "[Unit]\nStartLimitIntervalSec=0\n[Service]\nExecStart=/bin/false\n"
+        "Restart=always\nRestartSec=200ms\n",
+    )
+    manager.daemon_reload()
+    d = DaemonProc(env, "--config", str(config))
+    try:
+        d.wait_for("statewarden ready")
+        eventually(
+            lambda: d.ctl_raw("status")["units"].startswith("watching"), what="units watched"
+        )
+        manager.systemctl("start", UNIT)
+        (inc,) = eventually(
+            lambda: [i for i in d.ctl("incidents")["incidents"] if i["kind"] == "crash_loop"],
+            what="crash_loop incident",
+        )
+        assert inc["key"] == UNIT
+        assert inc["db"] == str(home / "state.db")
+        shown = d.ctl("incidents", "show", str(inc["id"]))
+        assert any(e["what"] == "unit_restarted" for e in shown["timeline"])
+    finally:
+        manager.systemctl("stop", UNIT)
+        assert d.stop(signal.SIGTERM) == 0

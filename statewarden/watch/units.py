@@ -1,0 +1,157 @@
+"""The unit watcher: the Hermes units' state changes and restarts, over D-Bus.
+
+Subscribes to ``PropertiesChanged`` of the user manager's Hermes units *before*
+reading their state (so no change falls between the two), then:
+
+- every restart (``NRestarts`` going up) and every ``ActiveState`` change is a timeline
+  observation ("hermes-gateway.service restarted (3 restarts)");
+- ``crash_restarts`` restarts within ``crash_window_s`` is ``crash_loop``; it clears
+  once the unit has run for a whole window without restarting.
+
+No bus, no user manager or access denied: the reason is kept in ``status`` and the
+connection retried with capped backoff; the rest of the daemon (and everything found
+through /proc) goes on working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from statewarden.errors import SystemdUnavailable
+from statewarden.signals import Observation, Signal
+from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UserManager
+
+DEFAULT_CRASH_RESTARTS = 5
+DEFAULT_CRASH_WINDOW_S = 600.0
+BACKOFF_START_S = 2.0
+BACKOFF_MAX_S = 300.0
+CHECK_EVERY_S = 30.0
+
+Found = Signal | Observation
+
+
+class UnitWatcher:
+    def __init__(
+        self,
+        on_found: Callable[[Found], None],
+        db_for_unit: Callable[[str], str],
+        *,
+        address: str | None = None,
+        patterns: tuple[str, ...] = tuple(DEFAULT_UNIT_PATTERNS),
+        crash_restarts: int = DEFAULT_CRASH_RESTARTS,
+        crash_window_s: float = DEFAULT_CRASH_WINDOW_S,
+    ) -> None:
+        self.on_found = on_found
+        self.db_for_unit = db_for_unit
+        self.address = address
+        self.patterns = patterns
+        self.crash_restarts = crash_restarts
+        self.crash_window_s = crash_window_s
+        self.status = "starting"
+        self._restarts_seen: dict[str, int] = {}
+        self._restart_times: dict[str, deque[float]] = {}
+        self._looping: set[str] = set()
+
+    def restarted(self, unit: str, n_restarts: int, now: float) -> None:
+        """Account for a unit's restart counter; raise crash_loop when it loops."""
+        before = self._restarts_seen.get(unit)
+        self._restarts_seen[unit] = n_restarts
+        if before is None or n_restarts <= before:
+            return
+        db = self.db_for_unit(unit)
+        times = self._restart_times.setdefault(unit, deque(maxlen=1000))
+        for _ in range(n_restarts - before):
+            times.append(now)
+        self.on_found(
+            Observation(
+                "unit_restarted",
+                db,
+                f"{unit} restarted ({n_restarts} restarts)",
+                now,
+                {"unit": unit, "n_restarts": n_restarts},
+            )
+        )
+        recent = [t for t in times if t >= now - self.crash_window_s]
+        if len(recent) >= self.crash_restarts and unit not in self._looping:
+            self._looping.add(unit)
+            self.on_found(
+                Signal(
+                    "crash_loop",
+                    db,
+                    f"{unit} restarted {len(recent)} times in {self.crash_window_s / 60:.0f} min "
+                    f"({n_restarts} restarts in all)",
+                    now,
+                    key=unit,
+                    source=f"unit:{unit}",
+                    fields={"unit": unit, "n_restarts": n_restarts},
+                )
+            )
+
+    def check_quiet(self, now: float) -> None:
+        """Clear crash_loop for units that ran a whole window without restarting."""
+        for unit in sorted(self._looping):
+            times = self._restart_times.get(unit)
+            if not times or times[-1] < now - self.crash_window_s:
+                self._looping.discard(unit)
+                self.on_found(
+                    Signal(
+                        "crash_loop",
+                        self.db_for_unit(unit),
+                        f"{unit} stable again",
+                        now,
+                        key=unit,
+                        clears=True,
+                    )
+                )
+
+    def _state_change(self, unit: str, changed: dict[str, Any], now: float) -> None:
+        if "NRestarts" in changed:
+            self.restarted(unit, int(changed["NRestarts"]), now)
+        state = changed.get("ActiveState")
+        if isinstance(state, str):
+            sub = changed.get("SubState")
+            text = f"{unit} is {state}" + (f" ({sub})" if isinstance(sub, str) else "")
+            self.on_found(
+                Observation(
+                    "unit_state",
+                    self.db_for_unit(unit),
+                    text,
+                    now,
+                    {"unit": unit, "active_state": state},
+                )
+            )
+
+    async def _watch_once(self) -> None:
+        async with UserManager(self.address) as manager:
+            stream = await manager.watch_units(self.patterns)
+            units = await manager.list_units(self.patterns)
+            now = time.time()
+            for info in units:
+                self._restarts_seen.setdefault(info.name, info.n_restarts)
+            self.status = f"watching {len(units)} Hermes unit{'s' if len(units) != 1 else ''}"
+            iterator = stream.__aiter__()
+            while True:
+                try:
+                    change = await asyncio.wait_for(iterator.__anext__(), CHECK_EVERY_S)
+                except TimeoutError:
+                    self.check_quiet(time.time())
+                    continue
+                now = time.time()
+                self._state_change(change.unit, change.changed, now)
+                self.check_quiet(now)
+
+    async def run(self) -> None:
+        delay = BACKOFF_START_S
+        while True:
+            try:
+                await self._watch_once()
+            except SystemdUnavailable as exc:
+                self.status = f"{exc}; retrying in {delay:.0f} s"
+            except (OSError, EOFError) as exc:
+                self.status = f"lost the user manager ({exc}); retrying in {delay:.0f} s"
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
