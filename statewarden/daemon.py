@@ -28,6 +28,7 @@ from typing import Any
 from statewarden import __version__, journald
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
+from statewarden.diagnose import check_database
 from statewarden.errors import ConfigError, StatewardenError, UsageError
 from statewarden.incidents import IncidentBook, Update
 from statewarden.logs import get_logger
@@ -86,6 +87,7 @@ class Daemon:
         self._db_dir_event = False
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         self.units = UnitWatcher(self._handle_from_units, self._db_for_unit)
+        self._check_lock = asyncio.Lock()
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
@@ -306,9 +308,27 @@ class Daemon:
                 "incident": inc.to_json(),
                 "timeline": [{**e.to_json(), "line": format_entry(e)} for e in entries],
             }
+        if cmd == "check":
+            return await self._check(req)
         if cmd == "ack":
             return self.book.ack(_int_arg(req, "id")).to_json()
         raise UsageError(f"unknown request {cmd!r}")
+
+    async def _check(self, req: dict[str, Any]) -> Any:
+        """Diagnose one watched database (by ``db`` path or ``profile``) on a private copy."""
+        wanted = req.get("db") or req.get("profile")
+        chosen = [m for key, m in self.monitors.items()
+                  if wanted in (None, key, m.target.name)]  # fmt: skip
+        if len(chosen) != 1:
+            names = ", ".join(f"{m.target.name} ({k})" for k, m in self.monitors.items()) or "none"
+            raise UsageError(f"name one database to check with db or profile (watched: {names})")
+        if self._check_lock.locked():
+            raise UsageError("a check is already running; try again when it has finished")
+        async with self._check_lock:
+            work = state_dir(self.config) / "work"
+            work.mkdir(parents=True, exist_ok=True)
+            diagnosis = await asyncio.to_thread(check_database, chosen[0].target.db, work)
+        return diagnosis.to_json()
 
     # -------------------------------------------------------------- life cycle
 

@@ -130,3 +130,20 @@ class TestDaemonHolders:
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         texts = [e["text"] for e in shown["timeline"]]
         assert any(t.startswith(f"pid {h.pid} (") and t.endswith("opened state.db") for t in texts)
+
+
+class TestDaemonCheck:
+    def test_check_over_the_socket(self, daemon: DaemonProc, hermes_home: Path) -> None:
+        """`check` asked of the daemon diagnoses a private copy of the watched database."""
+        result = daemon.ctl_raw("check")
+        assert result["damage"] == "none"
+        assert result["path"] == str(hermes_home / "state.db")
+        assert result["integrity_ok"] is True
+
+    def test_check_names_an_unknown_profile(self, daemon: DaemonProc) -> None:
+        """An unknown profile is a one-line error reply, and the socket keeps working."""
+        from statewarden.control import ControlError
+
+        with pytest.raises(ControlError, match="name one database to check"):
+            daemon.ctl_raw("check", profile="nope")
+        assert daemon.ctl_raw("status")["databases"]
