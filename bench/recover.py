@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/recover.py [--spec large|small] [--keep DIR]
 
-For two damaged copies of the LARGE fixture (FTS shadow pages zeroed; the phantom row)
+For damaged copies of the LARGE fixture (FTS shadow pages zeroed; the phantom row; an
+interior page of messages zeroed, which only page salvage recovers)
 it times, in one run and on the same files:
 
 - SQLite's own uncapped ``PRAGMA integrity_check`` and statewarden's ``check``
@@ -234,6 +235,8 @@ def main() -> None:
         phantom = lab.phantom_row(base / "phantom-case", spec=spec)
         expect_phantom = dict(expect)
         run_case("phantom-row", phantom, base, floors, expect_phantom)
+        interior = lab.zeroed_interior(base / "interior-case", spec=spec)
+        run_case("zeroed-interior", interior, base, floors, expect)
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
