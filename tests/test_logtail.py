@@ -11,7 +11,10 @@ import logging
 import logging.handlers
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from hypothesis import strategies as st
 
 from statewarden.rules import LogRecord, starts_record
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer, LogWatch
-from tests.hermes_fixtures import log_line
+from tests.hermes_fixtures import hermes_python, log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 HERMES_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -262,6 +265,65 @@ class TestReading:
         assert t.poll() == []
 
 
+HERMES_LOGGING_SCRIPT = """
+import logging, sys
+from pathlib import Path
+import hermes_logging
+hermes_logging.setup_logging(hermes_home=Path(sys.argv[1]), mode="gateway")
+try:
+    raise RuntimeError("database disk image is malformed")
+except RuntimeError:
+    logging.getLogger("gateway.session").exception(
+        "gateway.session: state.db routing save failed: database disk image is malformed")
+logging.getLogger("run_agent").info("turn finished")
+"""
+
+
+class TestCopies:
+    def test_real_hermes_logging_copies_are_one_record(self, tmp_path: Path, offsets: Path) -> None:
+        """Real hermes_logging (gateway mode) writes a WARNING to agent.log, errors.log and
+        gateway.log: the tailer returns it once, traceback and all."""
+        home = tmp_path / "hermes"
+        (home / "logs").mkdir(parents=True)
+        env = {**os.environ, "HERMES_HOME": str(home)}
+        subprocess.run([hermes_python(), "-c", HERMES_LOGGING_SCRIPT, str(home)], check=True,
+                       env=env, cwd=tmp_path)  # fmt: skip
+        for name in ("agent.log", "errors.log", "gateway.log"):
+            assert "routing save failed" in (home / "logs" / name).read_text()
+        t = tailer(home / "logs", offsets, start_at_end=False)
+        got = drain(t)
+        assert messages(got) == [
+            "gateway.session: state.db routing save failed: database disk image is malformed",
+            "turn finished",
+        ]
+        assert got[0].text.endswith("RuntimeError: database disk image is malformed")
+        assert t.stats.duplicates == 2
+
+    def test_same_text_twice_in_one_log_is_two_events(self, logs: Path, offsets: Path) -> None:
+        """The same line twice in agent.log is two events; errors.log's copy of one of
+        them is not a third."""
+        text = log_line(WHEN, "WARNING", "run_agent", "Session DB append_message failed: x")
+        t = tailer(logs, offsets)
+        t.poll()
+        append(logs / "agent.log", text, text)
+        append(logs / "errors.log", text)
+        assert messages(t.poll()) == ["Session DB append_message failed: x"] * 2
+        append(logs / "errors.log", text)
+        assert t.poll() == []
+        append(logs / "errors.log", text)
+        assert messages(t.poll()) == ["Session DB append_message failed: x"]
+        assert t.stats.duplicates == 2
+
+    def test_dedupe_can_be_switched_off(self, logs: Path, offsets: Path) -> None:
+        """dedupe=False returns every file's copy."""
+        text = log_line(WHEN, "WARNING", "run_agent", "x")
+        t = tailer(logs, offsets, dedupe=False)
+        t.poll()
+        append(logs / "agent.log", text)
+        append(logs / "errors.log", text)
+        assert len(t.poll()) == 2
+
+
 class TestRotation:
     def test_rotating_file_handler_mid_write(
         self, logs: Path, offsets: Path, rotating: logging.Logger
@@ -289,6 +351,42 @@ class TestRotation:
         assert all(
             r.text.endswith(f"RuntimeError: boom {r.message.split()[1]}") for r in tracebacks
         )
+
+    def test_polling_while_a_writer_thread_rotates(self, logs: Path, offsets: Path) -> None:
+        """A writer thread logging through RotatingFileHandler (rotating every ~8 records)
+        while polls run back to back, racing every rename: every record exactly once."""
+        for trial in range(20):
+            d = logs / f"t{trial}"
+            d.mkdir()
+            handler = logging.handlers.RotatingFileHandler(d / "agent.log", maxBytes=4000,
+                                                           backupCount=50)  # fmt: skip
+            handler.setFormatter(logging.Formatter(HERMES_FORMAT))
+            t = tailer(d, offsets.with_name(f"o{trial}.json"))
+            t.poll()
+            done = threading.Event()
+
+            def write(h: logging.Handler = handler, ev: threading.Event = done) -> None:
+                for i in range(60):
+                    h.handle(logging.LogRecord("gateway.session", logging.INFO, __file__, 1,
+                                               f"filler {i}", None, None))  # fmt: skip
+                    try:
+                        raise RuntimeError("database disk image is malformed")
+                    except RuntimeError:
+                        exc = sys.exc_info()
+                    h.handle(logging.LogRecord("gateway.session", logging.ERROR, __file__, 1,
+                                               f"malformed {i}", None, exc))  # fmt: skip
+                ev.set()
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            got: list[LogRecord] = []
+            while not done.is_set():
+                got += t.poll()
+            writer.join()
+            handler.close()
+            got += drain(t)
+            want = [m for i in range(60) for m in (f"filler {i}", f"malformed {i}")]
+            assert messages(got) == want, f"trial {trial}"
 
     def test_rotated_twice_between_polls(
         self, logs: Path, offsets: Path, rotating: logging.Logger

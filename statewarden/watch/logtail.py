@@ -13,6 +13,8 @@ Following the files:
   The tailer keeps the old file open, so it reads the old inode to its end first, then
   any younger ``x.log.N`` it skipped (rotated twice between polls), then the new file.
   logrotate's ``create`` mode looks the same.
+- Rotated files never seen before (a burst that rotated ``x.log`` several times before
+  a poll) are read too, oldest first; which ones were seen is persisted.
 - copytruncate: the same inode got shorter than what was read -> start again at 0.
 - A file that appears later is read from its start; a deleted one is read to its end.
 - A log path that became a directory (or anything not a regular file) is reported in
@@ -25,6 +27,11 @@ inode among ``x.log.N``). The saved offset is the start of the first record not 
 returned, so a record still being written is read again whole after a restart, never
 half. On a first start (no offsets file), existing logs are read from their end:
 history is not news (``start_at_end``).
+
+Copies: agent.log is Hermes' catch-all; errors.log (WARNING+), gateway.log and gui.log
+get the same records in the same format. A record returned from one log is not
+returned again as another log's copy (``dedupe``), so one Hermes warning is one record,
+not three.
 
 Bounds: a line longer than ``max_line_bytes`` is cut (the rest is skipped and counted,
 and the line says so); a record keeps at most ``max_record_chars``; each poll reads at
@@ -42,6 +49,7 @@ import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +69,10 @@ DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is co
 DEFAULT_READ_CHUNK_BYTES = 64 * 1024
 # Bytes at the start of a log whose digest is saved with its offset.
 HEAD_BYTES = 256
+# Records remembered to recognise another log's copy of them (oldest forgotten first).
+DEDUPE_RECORDS_REMEMBERED = 20_000
+# Looks at a log again when a writer rotated it between our stat and our open.
+MAX_RACE_RETRIES = 4
 # Rotated files still followed per log (each holds a descriptor), oldest dropped first.
 MAX_ROTATED_FOLLOWED = 4
 # RotatingFileHandler keeps x.log.1 .. x.log.<backupCount>; Hermes uses at most 5.
@@ -83,6 +95,7 @@ class TailStats:
     records: int = 0
     lines_cut: int = 0  # lines longer than max_line_bytes
     bytes_cut: int = 0  # bytes skipped from those lines and from over-long records
+    duplicates: int = 0  # records dropped as another log file's copy of one returned
 
 
 @dataclass
@@ -330,11 +343,14 @@ class LogTailer:
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         max_record_chars: int = DEFAULT_MAX_RECORD_CHARS,
         max_poll_bytes: int = DEFAULT_MAX_POLL_BYTES,
+        dedupe: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.logs_dir = Path(logs_dir)
         self.offsets_path = Path(offsets_path)
         self.max_poll_bytes = max_poll_bytes
+        self.dedupe = dedupe
+        self._recent: OrderedDict[int, dict[str, int]] = OrderedDict()
         self.clock = clock
         self.stats = TailStats()
         self.behind = False  # the last poll stopped at max_poll_bytes: poll again soon
@@ -360,16 +376,19 @@ class LogTailer:
     # -- polling -------------------------------------------------------------------
 
     def poll(self) -> list[LogRecord]:
-        """Complete records written since the last poll, oldest first per file."""
+        """Complete records written since the last poll, oldest first per file, each
+        once even when Hermes wrote it to several logs (see ``dedupe``)."""
         now = self.clock()
         out: list[LogRecord] = []
         self.behind = False
         for tail in self._tails:
+            got: list[LogRecord] = []
             try:
-                self._poll_file(tail, out, now)
+                self._poll_file(tail, got, now)
             except OSError as exc:  # EIO, ESTALE on a network home: report, keep going
                 self._problem(tail, "unreadable", f"{tail.name}: cannot read: {exc}")
             tail.seen = True
+            out += self._dedupe(tail.name, got)
         self.save()
         return out
 
@@ -377,11 +396,41 @@ class LogTailer:
         """Return the records still waiting for a next line (as at the idle delay)."""
         out: list[LogRecord] = []
         for tail in self._tails:
+            got: list[LogRecord] = []
             for r in [*tail.rotated, tail.reader]:
                 if r is not None:
-                    r.emit(out)
+                    r.emit(got)
+            out += self._dedupe(tail.name, got)
         self.save()
         return out
+
+    def _dedupe(self, name: str, records: list[LogRecord]) -> list[LogRecord]:
+        """Drop the copies: agent.log is Hermes' catch-all, and errors.log (WARNING+),
+        gateway.log and gui.log get the same records, formatted the same way.
+
+        A record (same text, to the millisecond) is a copy when some other log already
+        gave it as many times as this log has now; the same text twice in one log is
+        two events.
+        """
+        if not self.dedupe:
+            return records
+        kept = []
+        for record in records:
+            if record.at is None:  # no timestamp: nothing to tell copies apart by
+                kept.append(record)
+                continue
+            key = hash(record.text)
+            seen = self._recent.get(key)
+            if seen is None:
+                seen = self._recent[key] = {}
+                if len(self._recent) > DEDUPE_RECORDS_REMEMBERED:
+                    self._recent.popitem(last=False)
+            mine = seen[name] = seen.get(name, 0) + 1
+            if mine <= max((n for other, n in seen.items() if other != name), default=0):
+                self.stats.duplicates += 1
+                continue
+            kept.append(record)
+        return kept
 
     def next_flush_in(self) -> float | None:
         """Seconds until a waiting record becomes complete by the idle delay, or None."""
@@ -423,7 +472,7 @@ class LogTailer:
                     if (st.st_dev, st.st_ino) == (saved.dev, saved.ino) and _is_saved_file(
                         path, saved
                     ):
-                        self._follow_rotated(tail, path, saved.offset)
+                        self._follow_rotated(tail, path, (saved.dev, saved.ino), saved.offset)
             tail.resume_rotated = []
         for r in list(tail.rotated):
             self.behind |= r.read(out, now, self.max_poll_bytes)
@@ -435,11 +484,32 @@ class LogTailer:
             else:
                 r.idle(out, now)
 
-    def _follow_rotated(self, tail: _Tail, path: Path, offset: int) -> _Reader | None:
-        opened = _open(path)
+    def _open_ident(
+        self, tail: _Tail, path: Path, ident: tuple[int, int]
+    ) -> tuple[int, os.stat_result, Path] | None:
+        """Open the rotated file ``ident``, at ``path`` or wherever rotation moved it
+        since (writers rename x.log.N to N+1 while we read): never another file."""
+        candidates = [path] + [
+            tail.path.with_name(f"{tail.name}.{n}") for n in range(1, MAX_ROTATED_LOOKED_AT + 1)
+        ]
+        for _attempt in range(MAX_RACE_RETRIES):
+            for candidate in candidates:
+                opened = _open(candidate)
+                if opened is None:
+                    continue
+                fd, st = opened
+                if _ident(st) == ident:
+                    return fd, st, candidate
+                os.close(fd)
+        return None
+
+    def _follow_rotated(
+        self, tail: _Tail, path: Path, ident: tuple[int, int], offset: int
+    ) -> _Reader | None:
+        opened = self._open_ident(tail, path, ident)
         if opened is None:
             return None
-        fd, st = opened
+        fd, st, path = opened
         r = self._reader(fd, st, path, min(offset, st.st_size))
         self._keep_rotated(tail, r, [])
         return r
@@ -453,6 +523,14 @@ class LogTailer:
 
     def _poll_file(self, tail: _Tail, out: list[LogRecord], now: float) -> None:
         self._poll_rotated(tail, out, now)
+        # A writer can rotate between our stat and our open; then look again, so the file
+        # that was rotated away in between is found among the unseen rotated files.
+        for _attempt in range(MAX_RACE_RETRIES):
+            if self._poll_once(tail, out, now):
+                return
+
+    def _poll_once(self, tail: _Tail, out: list[LogRecord], now: float) -> bool:
+        """One look at ``tail``; False when the file changed under it (look again)."""
         try:
             st: os.stat_result | None = os.stat(tail.path)
         except FileNotFoundError:
@@ -474,7 +552,7 @@ class LogTailer:
                              f"{tail.name} was truncated; reading it from the start")  # fmt: skip
             self.behind |= r.read(out, now, self.max_poll_bytes)
             r.idle(out, now)
-            return
+            return True
         # The file is new, or was rotated, replaced or deleted since the last poll.
         chain = self._chain(tail)
         if tail.known is None:
@@ -493,12 +571,14 @@ class LogTailer:
         elif tail.resume is not None:
             saved, tail.resume = tail.resume, None
             if st is not None and _is_saved_file(tail.path, saved):
-                self._start(tail, saved.offset, out, now, truncated_ok=True)
+                if not self._start(tail, _ident(st), saved.offset, out, now, truncated_ok=True):
+                    tail.resume = saved
+                    return False
                 tail.known = {_ident(s) for _p, s in chain}
-                return
+                return True
             found = [p for p, s in chain if _ident(s) == (saved.dev, saved.ino)]
             if found and _is_saved_file(found[0], saved):
-                resumed = self._follow_rotated(tail, found[0], saved.offset)
+                resumed = self._follow_rotated(tail, found[0], (saved.dev, saved.ino), saved.offset)
                 if resumed is not None:
                     self.behind |= resumed.read(out, now, self.max_poll_bytes)
                     resumed.idle(out, now)
@@ -510,26 +590,34 @@ class LogTailer:
                              "not running; lines in between were not read")  # fmt: skip
         # Rotated files never seen before, oldest first: written (and rotated) since the
         # last poll, e.g. a burst that rotated x.log several times before it was polled.
-        unseen = [p for p, s in reversed(chain) if _ident(s) not in tail.known]
+        unseen: list[tuple[Path, tuple[int, int]]] = []
+        for p, s in reversed(chain):
+            # A file renamed upwards during the scan can be listed twice: read it once.
+            if _ident(s) not in tail.known:
+                tail.known.add(_ident(s))
+                unseen.append((p, _ident(s)))
         if unseen:
             self._notice(tail, "rotated", f"{tail.name} was rotated; read {len(unseen)} "
                          "rotated file(s) not seen before")  # fmt: skip
-        for path in unseen:
-            opened = _open(path)
+        for path, ident in unseen:
+            opened = self._open_ident(tail, path, ident)
             if opened is None:
                 continue
-            fd, fst = opened
-            reader = self._reader(fd, fst, path, 0)
+            fd, fst, where = opened
+            reader = self._reader(fd, fst, where, 0)
             try:
                 reader.read(out, now, None)
                 reader.finish(out, now)
             finally:
                 reader.close()
-        tail.known = {_ident(s) for _p, s in chain}
+        tail.known |= {_ident(s) for _p, s in chain}
+        if len(tail.known) > 2 * MAX_ROTATED_LOOKED_AT:
+            # Forget files rotated out of reach (their inode numbers get reused).
+            tail.known &= {_ident(s) for _p, s in chain} | {(r.dev, r.ino) for r in tail.rotated}
         if st is None:
-            return
+            return True
         at_end = self._first_start and not tail.seen
-        self._start(tail, None if at_end else 0, out, now)
+        return self._start(tail, _ident(st), None if at_end else 0, out, now)
 
     def _initial_known(
         self, tail: _Tail, chain: list[tuple[Path, os.stat_result]]
@@ -544,13 +632,25 @@ class LogTailer:
             return {_ident(s) for _p, s in chain}  # history
         return set()
 
-    def _start(self, tail: _Tail, offset: int | None, out: list[LogRecord], now: float,
-               *, truncated_ok: bool = False) -> None:  # fmt: skip
-        """Open ``tail.path``, read from ``offset`` (None: from its end)."""
+    def _start(
+        self,
+        tail: _Tail,
+        ident: tuple[int, int],
+        offset: int | None,
+        out: list[LogRecord],
+        now: float,
+        *,
+        truncated_ok: bool = False,
+    ) -> bool:
+        """Open ``tail.path``, read from ``offset`` (None: from its end). False when the
+        path is no longer the file ``ident`` (rotated meanwhile): nothing was opened."""
         opened = _open(tail.path)
         if opened is None:
-            return
+            return True  # gone or not a file now: the next poll sees it
         fd, st = opened
+        if _ident(st) != ident:
+            os.close(fd)
+            return False
         pos = st.st_size if offset is None else offset
         if pos > st.st_size:
             if truncated_ok:
@@ -560,17 +660,25 @@ class LogTailer:
         tail.reader = self._reader(fd, st, tail.path, pos)
         self.behind |= tail.reader.read(out, now, self.max_poll_bytes)
         tail.reader.idle(out, now)
+        return True
 
     @staticmethod
     def _chain(tail: _Tail) -> list[tuple[Path, os.stat_result]]:
         """The rotated files ``x.log.1``, ``x.log.2``, ... that exist, youngest first."""
         chain: list[tuple[Path, os.stat_result]] = []
+        missing = 0
         for n in range(1, MAX_ROTATED_LOOKED_AT + 1):
             p = tail.path.with_name(f"{tail.name}.{n}")
             try:
                 chain.append((p, os.stat(p)))
+                missing = 0
             except OSError:
-                break
+                # doRollover renames x.log.N -> N+1 downwards, one at a time: mid-rotation
+                # one number is missing for a moment. Stopping there would forget the
+                # older files and read them again as unseen.
+                missing += 1
+                if missing > 1:
+                    break
         return chain
 
     def _notice(self, tail: _Tail, what: str, text: str) -> None:
