@@ -15,8 +15,8 @@ Steps (each only as far as the damage needs):
 5. FTS contents: an FTS table whose shadow tables and feeding table are intact is copied
    as is; otherwise it is repopulated from the base table (Hermes 0.19.0's own-content
    FTS by its own triggers, created before the data; external content by ``'rebuild'``).
-6. The output is verified (``verify.py``) and linked into place only at the very end,
-   so an interrupted run leaves no file at ``--output``.
+6. The output is verified (``verify.py``) and linked into place only at the very end
+   and only if verified, so an interrupted or failed run leaves no file at ``--output``.
 """
 
 from __future__ import annotations
@@ -74,11 +74,15 @@ def recover(
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
     try:
         report = _recover_copy(work, output, progress)
+        if not report.verified:
+            # A file that failed verification is never left where a swap would take it.
+            report.notes.append(f"the output failed verification and was not kept at {output}")
         if report_path is not None:
             tmp = Path(f"{report_path}.tmp")
             tmp.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
             os.replace(tmp, report_path)
-        _publish(work.work_dir / "output.db", output)
+        if report.verified:
+            _publish(work.work_dir / "output.db", output)
         return report
     finally:
         work.cleanup()
@@ -105,7 +109,11 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)
-        source_version = hermes_schema_version(conn)
+        try:
+            source_version = hermes_schema_version(conn)
+        except apsw.Error as exc:
+            source_version = None
+            report.notes.append(f"Hermes' schema_version could not be read from the source: {exc}")
     finally:
         conn.close()
     damaged = _damaged_tables(diag, schema)

@@ -76,7 +76,10 @@ def verify_output(
                 v.fts[obj.name] = _fts_verdict(conn, obj.name, checked=v.integrity == "ok")
                 if v.fts[obj.name] != "ok":
                     v.problems.append(f"{obj.name}: {v.fts[obj.name]}")
-        v.schema_version = hermes_schema_version(conn)
+        try:
+            v.schema_version = hermes_schema_version(conn)
+        except apsw.Error as exc:
+            v.problems.append(f"schema_version unreadable: {exc}")
     except apsw.Error as exc:
         v.problems.append(f"verification stopped: {exc}")
     finally:

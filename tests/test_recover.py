@@ -533,3 +533,24 @@ class TestBundles:
             f"statewardenctl: error: {case.db}-wal: belongs to another database (page size"
             " 1024, database has 4096) (move the -wal aside to read the database file alone)\n"
         )
+
+
+class TestSmallTables:
+    def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
+        """The only page of schema_version zeroed: no row of it can be read; the output
+        is built and verified anyway, the loss is flagged (exit 3) and the unreadable
+        schema_version is named in the notes; every other table is complete."""
+        case = lab.zeroed_leaf(tmp_path / "db", table="schema_version", which=0)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        sv = doc["tables"]["schema_version"]
+        assert (sv["source_rows"], sv["recovered"]) == (0, 0)
+        assert sv["unreadable_ranges"] == [[-(2**63), 2**63 - 1]]
+        assert (doc["verified"], doc["loss_detected"]) == (True, True)
+        assert any(n.startswith("Hermes' schema_version could not be read") for n in doc["notes"])
+        assert all(
+            t["status"] == "complete"
+            for name, t in doc["tables"].items()
+            if name != "schema_version"
+        )
+        assert_same_rows(out, "messages")
