@@ -142,6 +142,7 @@ class HoldersConfig:
 
     max_writers: int = DEFAULT_MAX_WRITERS
     expected_kinds: tuple[HolderKind, ...] = DEFAULT_EXPECTED_KINDS
+    exempt_comms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    get_config,
     handle_errors,
     json_option,
     print_json,
@@ -175,7 +176,9 @@ def holders(
     if db:
         _check_db(db)
     targets, note = select_targets(config_path, db, profile)
-    scanner = HolderScanner([t.db for t in targets])
+    # --db works without a config file (as for status); the policy comes with discovery.
+    exempt = get_config(config_path).holders.exempt_comms if not db else ()
+    scanner = HolderScanner([t.db for t in targets], exempt_comms=exempt)
     n = 0
     code = EXIT_OK
     try:

@@ -36,9 +36,15 @@ def describe(h: Holder) -> str:
 
 class HolderWatcher:
     def __init__(
-        self, dbs: list[Path], *, max_writers: int, expected_kinds: tuple[str, ...]
+        self,
+        dbs: list[Path],
+        *,
+        max_writers: int,
+        expected_kinds: tuple[str, ...],
+        exempt_comms: tuple[str, ...] = (),
     ) -> None:
-        self.scanner = HolderScanner(dbs)
+        self.exempt_comms = exempt_comms
+        self.scanner = HolderScanner(dbs, exempt_comms=exempt_comms)
         self.max_writers = max_writers
         self.expected_kinds = frozenset(expected_kinds)
         self.last: dict[str, HolderScan] = {}
@@ -48,7 +54,7 @@ class HolderWatcher:
 
     def set_dbs(self, dbs: list[Path]) -> None:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
-            self.scanner = HolderScanner(dbs)
+            self.scanner = HolderScanner(dbs, exempt_comms=self.exempt_comms)
             self._first = True
 
     def scan(self) -> list[HolderScan]:
