@@ -350,7 +350,8 @@ class LogTailer:
         self.offsets_path = Path(offsets_path)
         self.max_poll_bytes = max_poll_bytes
         self.dedupe = dedupe
-        self._recent: OrderedDict[int, dict[str, int]] = OrderedDict()
+        # Record text hash -> the log that gave it, or how many times each log gave it.
+        self._recent: OrderedDict[int, str | dict[str, int]] = OrderedDict()
         self.clock = clock
         self.stats = TailStats()
         self.behind = False  # the last poll stopped at max_poll_bytes: poll again soon
@@ -422,9 +423,14 @@ class LogTailer:
             key = hash(record.text)
             seen = self._recent.get(key)
             if seen is None:
-                seen = self._recent[key] = {}
+                # The common case, kept cheap: first sighting, remembered as the log's name.
+                self._recent[key] = name
                 if len(self._recent) > DEDUPE_RECORDS_REMEMBERED:
                     self._recent.popitem(last=False)
+                kept.append(record)
+                continue
+            if isinstance(seen, str):
+                seen = self._recent[key] = {seen: 1}
             mine = seen[name] = seen.get(name, 0) + 1
             if mine <= max((n for other, n in seen.items() if other != name), default=0):
                 self.stats.duplicates += 1
@@ -472,7 +478,7 @@ class LogTailer:
                     if (st.st_dev, st.st_ino) == (saved.dev, saved.ino) and _is_saved_file(
                         path, saved
                     ):
-                        self._follow_rotated(tail, path, (saved.dev, saved.ino), saved.offset)
+                        self._follow_rotated(tail, path, (saved.dev, saved.ino), saved.offset, out)
             tail.resume_rotated = []
         for r in list(tail.rotated):
             self.behind |= r.read(out, now, self.max_poll_bytes)
@@ -504,14 +510,14 @@ class LogTailer:
         return None
 
     def _follow_rotated(
-        self, tail: _Tail, path: Path, ident: tuple[int, int], offset: int
+        self, tail: _Tail, path: Path, ident: tuple[int, int], offset: int, out: list[LogRecord]
     ) -> _Reader | None:
         opened = self._open_ident(tail, path, ident)
         if opened is None:
             return None
         fd, st, path = opened
         r = self._reader(fd, st, path, min(offset, st.st_size))
-        self._keep_rotated(tail, r, [])
+        self._keep_rotated(tail, r, out)
         return r
 
     def _keep_rotated(self, tail: _Tail, r: _Reader, out: list[LogRecord]) -> None:
@@ -578,7 +584,9 @@ class LogTailer:
                 return True
             found = [p for p, s in chain if _ident(s) == (saved.dev, saved.ino)]
             if found and _is_saved_file(found[0], saved):
-                resumed = self._follow_rotated(tail, found[0], (saved.dev, saved.ino), saved.offset)
+                resumed = self._follow_rotated(
+                    tail, found[0], (saved.dev, saved.ino), saved.offset, out
+                )
                 if resumed is not None:
                     self.behind |= resumed.read(out, now, self.max_poll_bytes)
                     resumed.idle(out, now)
