@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from statewarden.rules import LogRecord, starts_record
+from statewarden.targets import Target
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer, LogWatch
 from tests.hermes_fixtures import hermes_python, log_line
 
@@ -559,6 +560,40 @@ class TestRestart:
             },
         }
         assert sorted(p.name for p in offsets.parent.iterdir()) == [offsets.name]
+
+    def test_save_interval_bounds_offset_writes(self, logs: Path, offsets: Path) -> None:
+        """With save_interval_s, polls save at most that often; close() always saves,
+        so a clean restart still neither repeats nor misses a line."""
+        clock = Clock()
+        append(logs / "agent.log", line(1))
+        a = tailer(logs, offsets, start_at_end=False, save_interval_s=10.0, clock=clock)
+        a.poll()
+        saved = offsets.read_text()
+        append(logs / "agent.log", line(2))
+        clock.now += 5.0
+        assert messages(a.poll()) == ["line 2"]
+        assert offsets.read_text() == saved
+        clock.now += 5.0
+        append(logs / "agent.log", line(3))
+        assert messages(a.poll()) == ["line 3"]
+        assert offsets.read_text() != saved
+        append(logs / "agent.log", line(4))
+        assert messages(a.poll()) == ["line 4"]
+        a.close()
+        append(logs / "agent.log", line(5))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 5"]
+
+    def test_for_target(self, tmp_path: Path) -> None:
+        """for_target follows the target's logs dir, offsets named after the target."""
+        home = tmp_path / "h"
+        (home / "logs").mkdir(parents=True)
+        target = Target("work", home, home / "state.db", home / "logs", "hermes-gateway.service")
+        t = LogTailer.for_target(target, tmp_path / "state", idle_flush_s=0.0)
+        t.poll()
+        append(home / "logs" / "gui.log", line(1))
+        assert messages(t.poll()) == ["line 1"]
+        assert (tmp_path / "state" / "logtail-work.json").exists()
 
     def test_record_waiting_at_shutdown_is_read_whole_after_restart(
         self, logs: Path, offsets: Path

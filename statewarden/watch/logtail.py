@@ -69,6 +69,9 @@ DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is co
 DEFAULT_READ_CHUNK_BYTES = 64 * 1024
 # Bytes at the start of a log whose digest is saved with its offset.
 HEAD_BYTES = 256
+# Offsets are saved by every poll that moved them (0) or at most this often: each save
+# is two fsyncs. A crash re-reads at most this much; close() always saves.
+DEFAULT_SAVE_INTERVAL_S = 0.0
 # Records remembered to recognise another log's copy of them (oldest forgotten first).
 DEDUPE_RECORDS_REMEMBERED = 20_000
 # Looks at a log again when a writer rotated it between our stat and our open.
@@ -84,7 +87,7 @@ class Notice:
     """Something about a log file the user may want to know (not a Hermes signal)."""
 
     file: str  # the log's name: "agent.log"
-    what: str  # "rotated", "truncated", "gap", "not_a_file", "unreadable", "line_cut"
+    what: str  # "rotated", "truncated", "gap", "not_a_file", "unreadable"
     text: str  # one line a person reads
 
 
@@ -344,12 +347,15 @@ class LogTailer:
         max_record_chars: int = DEFAULT_MAX_RECORD_CHARS,
         max_poll_bytes: int = DEFAULT_MAX_POLL_BYTES,
         dedupe: bool = True,
+        save_interval_s: float = DEFAULT_SAVE_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.logs_dir = Path(logs_dir)
         self.offsets_path = Path(offsets_path)
         self.max_poll_bytes = max_poll_bytes
         self.dedupe = dedupe
+        self.save_interval_s = save_interval_s
+        self._last_save = float("-inf")
         # Record text hash -> the log that gave it, or how many times each log gave it.
         self._recent: OrderedDict[int, str | dict[str, int]] = OrderedDict()
         self.clock = clock
@@ -390,7 +396,7 @@ class LogTailer:
                 self._problem(tail, "unreadable", f"{tail.name}: cannot read: {exc}")
             tail.seen = True
             out += self._dedupe(tail.name, got)
-        self.save()
+        self._autosave()
         return out
 
     def flush(self) -> list[LogRecord]:
@@ -402,7 +408,7 @@ class LogTailer:
                 if r is not None:
                     r.emit(got)
             out += self._dedupe(tail.name, got)
-        self.save()
+        self._autosave()
         return out
 
     def _dedupe(self, name: str, records: list[LogRecord]) -> list[LogRecord]:
@@ -721,6 +727,12 @@ class LogTailer:
                 out[t.name] = [{"dev": s.dev, "inode": s.ino, "offset": s.offset,
                                 "head": s.head} for s in saved]  # fmt: skip
         return out
+
+    def _autosave(self) -> None:
+        now = self.clock()
+        if now - self._last_save >= self.save_interval_s:
+            self.save()
+            self._last_save = now
 
     def save(self) -> None:
         """Write the offsets file if it changed (tmp + fsync + rename, then the dir)."""
