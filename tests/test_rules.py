@@ -3,7 +3,9 @@ lines that must not become signals."""
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -532,3 +534,79 @@ class TestStateDbRecord:
     def test_plain_line_is_not(self) -> None:
         """A line with no state.db sign is not."""
         assert not is_state_db_record(record("WARNING", "gateway.run", "disk I/O error"))
+
+
+def _hermes_source(relpath: str) -> str:
+    """Source of an installed hermes-agent module, read without importing it."""
+    spec = importlib.util.find_spec("hermes_state")
+    assert spec is not None, "hermes-agent is not installed"
+    assert spec.origin is not None
+    return (Path(spec.origin).parent / relpath).read_text(encoding="utf-8")
+
+
+def _format_strings(source: str) -> list[str]:
+    """Every logging / print format string in ``source``; f-string fields become %s."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            out.append(first.value)
+        elif isinstance(first, ast.JoinedStr):
+            out.append("".join(
+                v.value if isinstance(v, ast.Constant) else "%s" for v in first.values
+            ))  # fmt: skip
+    return out
+
+
+class TestRealHermesTexts:
+    """The rules against the message texts in the installed hermes-agent 0.19.0 source,
+    filled in the way Hermes fills them, so a transcription slip cannot hide."""
+
+    @pytest.mark.parametrize(
+        ("module", "phrase", "args", "logger", "expected"),
+        [
+            ("gateway/session.py", "routing save failed", ("database disk image is malformed",),
+             "gateway.session", [("write_failures", "routing_save"), ("corruption", "")]),
+            ("gateway/session.py", "routing load failed", ("database is locked",),
+             "gateway.session", [("write_failures", "routing_load")]),
+            ("run_agent.py", "append_message failed", ("database is locked",), "run_agent",
+             [("write_failures", "append_message")]),
+            ("gateway/session.py", "transcript append failed", (SID, 3, 2, "disk I/O error"),
+             "gateway.session", [("write_failures", "transcript_append"), ("corruption", "")]),
+            ("gateway/session.py", "pending queue full", (SID, 200), "gateway.session",
+             [("messages_dropped", "")]),
+            ("gateway/run.py", "Supervised task %s died: %r", ("cron", ValueError("x")),
+             "gateway.run", [("task_died", "cron")]),
+            ("gateway/run.py", "giving up restarts", ("cron", 5, 60), "gateway.run",
+             [("task_died", "cron")]),
+            ("gateway/run.py", "Persisted transcript lagged", ("agent:main:cli", 3, 5),
+             "gateway.run", [("write_failures", "transcript_lag")]),
+            ("hermes_state.py", "schema is malformed", ("malformed database schema (x)",),
+             "hermes_state", [("self_repair", "schema_repair"), ("corruption", "")]),
+            ("hermes_state.py", "FTS-corruption error", ("vtable constructor failed",),
+             "hermes_state", [("self_repair", "fts_rebuild")]),
+            ("hermes_state.py", "In-place FTS rebuild failed", ("database is locked",),
+             "hermes_state", [("self_repair", "fts_rebuild_failed")]),
+            ("hermes_state.py", "In-place FTS rebuild made no progress", (), "hermes_state",
+             [("self_repair", "fts_rebuild_failed")]),
+            ("hermes_state.py", "schema repair could not recover", ("/h/state.db", "/h/b"),
+             "hermes_state", [("self_repair", "schema_repair_failed")]),
+            ("hermes_state.py", "WAL journal_mode unsupported", ("state.db", "locking protocol"),
+             "hermes_state", [("unsafe_mount", "wal_fallback")]),
+        ],
+    )  # fmt: skip
+    def test_log_message(self, module: str, phrase: str, args: tuple[object, ...], logger: str,
+                         expected: list[tuple[str, str]]) -> None:  # fmt: skip
+        """Each 0.19.0 log text, formatted with Hermes' own format string, gives its signals."""
+        [fmt] = {f for f in _format_strings(_hermes_source(module)) if phrase in f}
+        out = signals("WARNING", logger, fmt % args)
+        assert [(s.kind, s.key) for s in out] == expected
+
+    def test_journal_fallback_print(self) -> None:
+        """The gateway's own print() of the JSONL fallback gives jsonl_fallback."""
+        [fmt] = {f for f in _format_strings(_hermes_source("gateway/session.py"))
+                 if "falling back to JSONL" in f}  # fmt: skip
+        out = signals_from_journal({"MESSAGE": fmt % ("database is locked",)}, TARGET)
+        assert [s.kind for s in out if isinstance(s, Signal)] == ["jsonl_fallback"]
