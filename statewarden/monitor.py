@@ -32,6 +32,9 @@ LOG_IDLE_FLUSH_S = 0.01
 # Bytes read per log file per poll: bounds memory under a flood (the loop polls again
 # at once while the tailer is behind).
 LOG_POLL_BYTES = 1 << 20
+# Offsets are saved at most this often (each save is two fsyncs), and always on stop; a
+# crash re-reads at most this much of the logs.
+LOG_OFFSETS_SAVE_S = 1.0
 
 Found = Signal | Observation
 Poll = Callable[[float], list[Found]]
@@ -101,6 +104,7 @@ class TargetMonitor:
             state_dir(config) / f"logtail-{digest}.json",
             idle_flush_s=LOG_IDLE_FLUSH_S,
             max_poll_bytes=LOG_POLL_BYTES,
+            save_interval_s=LOG_OFFSETS_SAVE_S,
         )
         self.cron = CronSessions()
         self.guards: list[Guard] = [

@@ -3,7 +3,6 @@ copytruncate, restarts with persisted offsets, hostile bytes, and real inotify."
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -25,7 +24,7 @@ from hypothesis import strategies as st
 
 from statewarden.rules import LogRecord, starts_record
 from statewarden.targets import Target
-from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer, LogWatch
+from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
 from tests.hermes_fixtures import hermes_python, log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
@@ -673,71 +672,6 @@ class TestRestart:
         append(logs / "gateway.log", line(1))
         b = tailer(logs, offsets)
         assert messages(b.poll()) == ["line 1"]
-
-
-class TestLogWatch:
-    def test_written_line_triggers_callback(self, logs: Path, offsets: Path) -> None:
-        """With a real asyncio loop and the inotify observer, a line written to a log
-        makes the callback run on the loop, and a poll there returns it."""
-        t = tailer(logs, offsets)
-        t.poll()
-
-        async def main() -> list[LogRecord]:
-            got: list[LogRecord] = []
-            arrived = asyncio.Event()
-
-            def on_change() -> None:
-                got.extend(t.poll())
-                if got:
-                    arrived.set()
-
-            watch = LogWatch(logs, asyncio.get_running_loop(), on_change)
-            watch.start()
-            try:
-                append(logs / "agent.log", line(1))
-                await asyncio.wait_for(arrived.wait(), timeout=30)
-            finally:
-                watch.stop()
-                watch.stop()
-            return got
-
-        assert messages(asyncio.run(main())) == ["line 1"]
-
-    def test_logs_dir_created_later(self, tmp_path: Path, offsets: Path) -> None:
-        """When logs/ does not exist yet, its creation and the first line still call back."""
-        home = tmp_path / "home2"
-        home.mkdir()
-        logs = home / "logs"
-        t = tailer(logs, offsets)
-        t.poll()
-
-        async def main() -> list[LogRecord]:
-            got: list[LogRecord] = []
-            arrived = asyncio.Event()
-
-            def on_change() -> None:
-                got.extend(t.poll())
-                if got:
-                    arrived.set()
-
-            watch = LogWatch(logs, asyncio.get_running_loop(), on_change)
-            watch.start()
-            try:
-                logs.mkdir()
-                await asyncio.sleep(0.2)  # let the observer add the new directory
-                append(logs / "agent.log", line(1))
-                # A write after the watch was added is seen; keep writing until it is.
-                for i in range(2, 100):
-                    try:
-                        await asyncio.wait_for(arrived.wait(), timeout=0.5)
-                        break
-                    except TimeoutError:
-                        append(logs / "agent.log", line(i))
-            finally:
-                watch.stop()
-            return got
-
-        assert messages(asyncio.run(main()))[0] == "line 1"
 
 
 _LINE_TEXT = st.text(st.characters(blacklist_characters="\n\r\x00", codec="utf-8"), max_size=120)

@@ -3,9 +3,8 @@
 ``LogTailer.poll()`` reads only the bytes written since the last poll and returns the
 complete records (a line plus its traceback lines, see ``rules.parse_record``). There is
 no background loop inside: a test (or the daemon) calls ``poll()`` when it wants, as
-Litestream's tests drive ``sync()``. ``LogWatch`` is the optional push side: watchdog's
-inotify observer calls a callback on the asyncio loop (``call_soon_threadsafe``) when a
-log file changes, and the daemon polls then (and on a slow ticker as a safety net).
+Litestream's tests drive ``sync()``. The daemon polls when ``watch/events.py`` sees a
+change in the logs directory (inotify), and on a slow ticker as a safety net.
 
 Following the files:
 
@@ -41,21 +40,17 @@ bytes (the hole a copytruncate leaves under a writer without O_APPEND) are dropp
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
 import os
 import stat
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from watchdog.observers import Observer
 
 from statewarden.rules import LogRecord, parse_record, starts_record
 from statewarden.targets import Target
@@ -792,94 +787,3 @@ class LogTailer:
                     known[name] = {(int(d), int(i)) for d, i in pairs}
         return out, rotated, known
 
-
-class LogWatch:
-    """Calls ``callback`` on ``loop`` soon after a log file in ``logs_dir`` changes.
-
-    watchdog's observer thread only schedules the callback (``call_soon_threadsafe``),
-    at most once until it has run, so a flood of writes is one poll, not thousands.
-    When ``logs_dir`` does not exist yet, its parent is watched until it appears.
-    """
-
-    def __init__(
-        self,
-        logs_dir: Path,
-        loop: asyncio.AbstractEventLoop,
-        callback: Callable[[], None],
-        *,
-        names: Iterable[str] = LOG_NAMES,
-    ) -> None:
-        self.logs_dir = Path(logs_dir)
-        self.loop = loop
-        self.callback = callback
-        self.names = tuple(names)
-        self._scheduled = False
-        self._lock = threading.Lock()
-        self._observer: Any = None
-        self._watching_dir = False
-
-    def start(self) -> None:
-        self._observer = Observer()
-        self._schedule()
-        self._observer.daemon = True
-        self._observer.start()
-
-    def stop(self) -> None:
-        """Stop the observer thread; safe to call twice."""
-        observer, self._observer = self._observer, None
-        if observer is not None:
-            observer.stop()
-            observer.join(timeout=5)
-
-    def _schedule(self) -> None:
-        handler = _Handler(self)
-        if self.logs_dir.is_dir():
-            self._observer.schedule(handler, str(self.logs_dir), recursive=False)
-            self._watching_dir = True
-        elif self.logs_dir.parent.is_dir():
-            self._observer.schedule(handler, str(self.logs_dir.parent), recursive=False)
-
-    def _relevant(self, path: str) -> bool:
-        p = Path(path)
-        if p == self.logs_dir:
-            return True
-        if p.parent != self.logs_dir:
-            return False
-        base, _, suffix = p.name.partition(".log")
-        name = base + ".log"
-        return name in self.names and (suffix == "" or suffix[1:].isdigit())
-
-    def _on_event(self, event: Any) -> None:
-        # Our own reads make "opened" and "closed_no_write" events: never react to them.
-        if event.event_type in ("opened", "closed_no_write"):
-            return
-        paths = [os.fsdecode(event.src_path)]
-        if getattr(event, "dest_path", ""):
-            paths.append(os.fsdecode(event.dest_path))
-        if not any(self._relevant(p) for p in paths):
-            return
-        if not self._watching_dir and self.logs_dir.is_dir() and self._observer is not None:
-            with contextlib.suppress(OSError):
-                self._observer.schedule(_Handler(self), str(self.logs_dir), recursive=False)
-                self._watching_dir = True
-        with self._lock:
-            if self._scheduled:
-                return
-            self._scheduled = True
-        with contextlib.suppress(RuntimeError):  # the loop is closed: we are shutting down
-            self.loop.call_soon_threadsafe(self._fire)
-
-    def _fire(self) -> None:
-        with self._lock:
-            self._scheduled = False
-        self.callback()
-
-
-class _Handler:
-    """The watchdog event handler (duck-typed: watchdog calls ``dispatch``)."""
-
-    def __init__(self, watch: LogWatch) -> None:
-        self.watch = watch
-
-    def dispatch(self, event: Any) -> None:
-        self.watch._on_event(event)
