@@ -55,6 +55,7 @@ class TableFacts:
     unreadable_rows: int
     unreadable_ranges: list[list[int]]
     planner_error: str | None = None
+    text_repaired: int = 0  # rows whose key text is not valid UTF-8
 
     def findings(self) -> list[str]:
         out = []
@@ -83,6 +84,8 @@ class TableFacts:
                 f"{self.name}: the query planner counts {self.planner_rows} rows,"
                 f" a full scan {self.scan_rows}"
             )
+        if self.text_repaired:
+            out.append(f"{self.name}: {self.text_repaired} keys are text that is not valid UTF-8")
         if self.planner_error:
             out.append(f"{self.name}: the planner's count failed: {self.planner_error}")
         for lo, hi in self.unreadable_ranges:
@@ -182,7 +185,7 @@ def diagnose(
     try:
         try:
             schema = read_schema(conn)
-        except apsw.Error as exc:
+        except (apsw.Error, UnicodeDecodeError) as exc:
             raise DatabaseUnreadable(
                 f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
             ) from None
@@ -270,6 +273,7 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
         unreadable_rows=result.unreadable_rows,
         unreadable_ranges=result.unreadable_ranges,
         planner_error=planner_error,
+        text_repaired=len(result.text_repaired),
     )
 
 
@@ -325,7 +329,12 @@ def classify(
             return "unreadable"
         damage = worst(damage, "derived" if g.derived else "base")
     for t in tables:
-        if t.scan_rows != t.distinct_keys or t.unreadable_ranges or t.duplicate_keys:
+        if (
+            t.scan_rows != t.distinct_keys
+            or t.unreadable_ranges
+            or t.duplicate_keys
+            or t.text_repaired
+        ):
             damage = worst(damage, "base")
         elif t.planner_rows != t.scan_rows:
             damage = worst(damage, "derived")

@@ -110,6 +110,13 @@ def _feeding_triggers(schema: Schema, fts_names: set[str]) -> set[str]:
     return out
 
 
+class _FtsCopyFailed(Exception):
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
 class Rebuild:
     """One build of the output file from a work copy."""
 
@@ -134,18 +141,39 @@ class Rebuild:
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
+        self.force_triggers: set[str] = set()
 
     def run(self) -> dict[str, TableCopy]:
+        bulk = True
+        while True:
+            try:
+                return self._run(bulk=bulk)
+            except _FtsCopyFailed as exc:
+                # Its shadow tables looked intact but could not be copied: fill it
+                # from its base table instead, in a fresh build.
+                self.force_triggers.add(exc.name)
+                self.report.notes.append(
+                    f"{exc.name}: its shadow tables could not be copied ({exc.reason});"
+                    " repopulated from its base table"
+                )
+                self._reset()
+
+    def _reset(self) -> None:
+        self.report.set_aside.clear()
+        self.report.renamed.clear()
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            Path(f"{self.built}{suffix}").unlink(missing_ok=True)
+
+    def _run(self, *, bulk: bool) -> dict[str, TableCopy]:
         try:
-            return self._once(bulk=True)
+            return self._once(bulk=bulk)
         except apsw.CorruptError as exc:
-            self.report.set_aside.clear()
-            self.report.renamed.clear()
+            if not bulk:
+                raise
+            self._reset()
             self.report.notes.append(
                 f"a bulk copy met damage ({exc}); every table was copied row by row"
             )
-            for suffix in ("", "-journal", "-wal", "-shm"):
-                Path(f"{self.built}{suffix}").unlink(missing_ok=True)
             return self._once(bulk=False)
 
     def _once(self, *, bulk: bool) -> dict[str, TableCopy]:
@@ -168,6 +196,8 @@ class Rebuild:
             if bulk:
                 dst.execute("ATTACH ? AS src", (ro,))
             fts_mode = _fts_modes(self.schema, self.damaged, self.diag)
+            for name in self.force_triggers:
+                fts_mode[name] = "triggers"
             early = _feeding_triggers(
                 self.schema, {n for n, m in fts_mode.items() if m == "triggers"}
             )
@@ -227,7 +257,9 @@ class Rebuild:
                 self.dst.execute(f"DELETE FROM main.{s}")
                 try:
                     rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
-                except apsw.Error as exc:
+                except (apsw.Error, UnicodeDecodeError) as exc:
+                    if name in self.schema.fts_owner and name not in self.force_triggers:
+                        raise _FtsCopyFailed(name, str(exc)) from None
                     self.report.notes.append(f"{name}: copying {obj.name} failed: {exc}")
                     continue
                 if rows:
@@ -268,7 +300,7 @@ class Rebuild:
             try:
                 info = self.src.execute(f"PRAGMA index_info({quote_ident(idx.name)})")
                 cols = [r[2] for r in info]
-            except apsw.Error:
+            except (apsw.Error, UnicodeDecodeError):
                 continue
             if not cols or any(c is None for c in cols) or not set(key_cols) <= set(cols):
                 continue
@@ -278,15 +310,30 @@ class Rebuild:
                 rows = self.src.execute(
                     f"SELECT {select} FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
                 ).fetchall()
-            except apsw.Error:
+            except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
             tc.index_keys.update(tuple(r) if key_cols else int(r[0]) for r in rows)  # type: ignore[arg-type]
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
-        """Copy a clean table in one statement; False (and nothing copied) if it fails."""
+        """Copy a clean table in one statement; False (and nothing copied) if it fails.
+
+        The source's keys are read first: if even that fails (text that is not UTF-8 in
+        a key column), the table goes row by row, where such rows are handled one by one.
+        """
         obj = tc.obj
-        cols = ", ".join(quote_ident(c) for c in _columns(obj))
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        keyf = key_fn(obj)
+        sel = "".join(", " + quote_ident(c) for c in key_cols)
+        rowids = "rowid" if not obj.without_rowid else "NULL"
         t = quote_ident(obj.name)
+        try:
+            keys = [
+                keyf(tuple(r))
+                for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
+            ]
+        except UnicodeDecodeError:
+            return False
+        cols = ", ".join(quote_ident(c) for c in _columns(obj))
         rid = "" if obj.rowid_alias or obj.without_rowid else "rowid, "
         self.dst.execute("SAVEPOINT bulk")
         try:
@@ -298,13 +345,8 @@ class Rebuild:
             self.dst.execute("RELEASE bulk")
             return False
         self.dst.execute("RELEASE bulk")
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
-        keyf = key_fn(obj)
-        sel = "".join(", " + quote_ident(c) for c in key_cols)
-        rowids = "rowid" if not obj.without_rowid else "NULL"
-        for row in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED"):
-            tc.report.source_rows += 1
-            tc.source_keys.add(keyf(tuple(row)))
+        tc.report.source_rows += len(keys)
+        tc.source_keys.update(keys)
         return True
 
     def _row_copy(self, tc: TableCopy) -> None:
@@ -326,6 +368,12 @@ class Rebuild:
         result = scan_table(self.src, obj.name, cols, on_row, hints=hints)
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
+        if result.text_repaired:
+            shown = ", ".join(str(r) for r in result.text_repaired[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(result.text_repaired)} rows held text that is not valid"
+                f" UTF-8; kept, with U+FFFD for the bad bytes (rowids {shown})"
+            )
 
     def _insert_row(self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str]) -> bool:
         """Insert one row; on a conflict apply the dedupe rule. True if the row is in."""

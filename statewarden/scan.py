@@ -11,7 +11,7 @@ overflow chain) is skipped and counted alone (DESIGN.md rule 8).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ class ScanResult:
     rows_read: int = 0
     unreadable_rows: int = 0  # single rows whose content failed (counted alone)
     unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
+    text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
     first_error: str | None = None
 
     def add_range(self, lo: int, hi: int) -> None:
@@ -73,15 +74,16 @@ def scan_table(
     start: int | None = None  # None: from the beginning
     while True:
         try:
-            cursor = conn.execute(full) if start is None else conn.execute(resume, (start,))
-            for row in cursor:
+            sql, args = (full, ()) if start is None else (resume, (start,))
+            for row in _rows(conn, sql, args):
                 last = int(row[0])
                 result.rows_read += 1
                 on_row(tuple(row))
             return result
-        except apsw.Error as exc:
-            if not _is_damage(exc):
-                raise
+        except _ReadError as err:
+            exc = err.cause
+            if isinstance(exc, apsw.Error) and not _is_damage(exc):
+                raise exc from None
             result.first_error = result.first_error or str(exc).split("\n", 1)[0]
         lo = MIN_ROWID if last is None else last + 1
         if lo > MAX_ROWID:
@@ -89,17 +91,20 @@ def scan_table(
         status, value = _probe(conn, probe, lo)
         if status == "row":
             assert value is not None
-            # The leaf is readable but this row is not: skip it alone.
+            # The leaf is readable but this row may not be: read it alone.
+            bad: list[Row] = []
             try:
-                bad = conn.execute(one, (value,)).fetchall()
+                bad = [tuple(r) for r in conn.execute(one, (value,)).fetchall()]
+            except UnicodeDecodeError:
+                bad = [_lenient_row(conn, t, columns, value)]
+                result.text_repaired.append(value)
             except apsw.Error as exc:
                 if not _is_damage(exc):
                     raise
-                bad = []
             if bad:  # readable after all (the failure was further on): deliver and go on
                 for row in bad:
                     result.rows_read += 1
-                    on_row(tuple(row))
+                    on_row(row)
             else:
                 result.unreadable_rows += 1
                 result.add_range(value, value)
@@ -117,6 +122,52 @@ def scan_table(
         result.add_range(lo, resume_at - 1)
         last = resume_at - 1
         start = resume_at
+
+
+class _ReadError(Exception):
+    """A row could not be read from the cursor (damage, or text that is not UTF-8)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _rows(conn: apsw.Connection, sql: str, args: tuple[int, ...]) -> Iterator[Row]:
+    """The query's rows; a failure to read one (apsw runs the first step when the query
+    is executed) is raised as :class:`_ReadError`, so that it is never confused with an
+    error raised by the caller's ``on_row``."""
+    try:
+        it = iter(conn.execute(sql, args))
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        raise _ReadError(exc) from exc
+    while True:
+        try:
+            row = next(it)
+        except StopIteration:
+            return
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            raise _ReadError(exc) from exc
+        yield tuple(row)
+
+
+def _lenient_row(conn: apsw.Connection, t: str, columns: Sequence[str], rowid: int) -> Row:
+    """A row whose TEXT is not valid UTF-8 (scribbled bytes): text is read as bytes and
+    decoded with U+FFFD for what cannot be decoded; other values are read as they are."""
+    parts = "".join(
+        f", typeof({q}), CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
+        for q in (quote_ident(c) for c in columns)
+    )
+    raw = conn.execute(
+        f"SELECT rowid{parts} FROM {t} NOT INDEXED WHERE rowid = ?", (rowid,)
+    ).fetchone()
+    assert raw is not None
+    values: list[Any] = [int(raw[0])]
+    for i in range(len(columns)):
+        kind, value = raw[1 + 2 * i], raw[2 + 2 * i]
+        if kind == "text" and isinstance(value, bytes):
+            value = value.decode("utf-8", errors="replace")
+        values.append(value)
+    return tuple(values)
 
 
 def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:

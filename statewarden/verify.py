@@ -110,7 +110,10 @@ def _fts_verdict(conn: apsw.Connection, name: str, *, checked: bool) -> str:
             conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
         except apsw.Error as exc:
             return f"integrity-check failed: {exc}"
-    row = conn.execute(f"SELECT * FROM {q} LIMIT 1").fetchone()
+    try:
+        row = conn.execute(f"SELECT * FROM {q} LIMIT 1").fetchone()
+    except UnicodeDecodeError:  # text kept byte for byte from the source
+        return "ok (integrity-check passed; its first row is not valid UTF-8 to MATCH on)"
     if row is None:
         return "ok"  # empty: nothing to match
     word = next(

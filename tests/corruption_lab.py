@@ -402,3 +402,19 @@ def crash_mid_transaction(case: Case) -> None:
     transaction (in a subprocess): the file is half-written and the -journal is hot."""
     subprocess.run([sys.executable, "-c", HOT_JOURNAL_WRITER, str(case.db)], check=True)
     case.note = "a writer died mid-transaction; hot -journal"
+
+
+def invalid_utf8(dest_dir: Path, rowid: int = 7, spec: Spec = SMALL) -> Case:
+    """One byte of a message's text replaced by 0xFF: the row is readable but its text
+    is no longer valid UTF-8 (the record itself stays well formed)."""
+    case = fresh_copy(dest_dir, spec)
+    content = str(table_rows(case.db, f"SELECT content FROM messages WHERE rowid = {rowid}")[0][0])
+    word = content.split()[1]
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots["messages"], rowid)
+    start, end = _cell_span(pf, leaf, rowid)
+    at = pf.data.find(word.encode(), start, end)
+    _write(case.db, at, b"\xff")
+    case.phantom = {"messages": rowid}
+    case.note = f"messages rowid {rowid}: one byte of its text set to 0xFF"
+    return case

@@ -554,3 +554,36 @@ class TestSmallTables:
             if name != "schema_version"
         )
         assert_same_rows(out, "messages")
+
+
+class TestInvalidText:
+    def test_clean_table_keeps_the_bytes(self, tmp_path: Path) -> None:
+        """Text with an invalid UTF-8 byte in an otherwise healthy table: nothing flags it
+        (SQLite does not validate text), so the table is copied as stored, byte for byte."""
+        case = lab.invalid_utf8(tmp_path / "db")
+        rowid = case.phantom["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        q = f"SELECT CAST(content AS BLOB) FROM messages WHERE rowid = {rowid}"
+        assert rows(out, q) == rows(case.db, q)
+        assert b"\xff" in rows(out, q)[0][0]  # type: ignore[operator]
+
+    def test_damaged_table_row_by_row_repairs_the_text(self, tmp_path: Path) -> None:
+        """The same bad byte in a table that is copied row by row (a leaf elsewhere is
+        zeroed): the row is kept with U+FFFD for the bad byte and named in the notes."""
+        case = lab.invalid_utf8(tmp_path / "db", rowid=700)
+        pf = lab.PristineFile(case.db)
+        _, leaves = pf.tree_pages(case.roots["messages"])
+        lost = pf.leaf_rowids(leaves[3])
+        lab.zero_page(case, leaves[3])
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        assert doc["lost"] == {"messages": len(lost)}
+        assert any(
+            n.startswith("messages: 1 rows held text that is not valid UTF-8") for n in doc["notes"]
+        )
+        [(content,)] = rows(out, "SELECT content FROM messages WHERE rowid = 700")
+        assert "\ufffd" in str(content)
+        got = [r for r in rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") if r[0] != 700]
+        want = pristine("SELECT rowid, * FROM messages ORDER BY rowid")
+        assert got == [r for r in want if r[0] not in {700, *lost}]
