@@ -256,8 +256,12 @@ _JSONL_FALLBACK_RE = re.compile(
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    # Only the head is ever kept: squeeze at most a bit more than that.
+    head = text[: limit * 4]
+    squeezed = " ".join(head.split())
+    if len(squeezed) <= limit and len(head) == len(text):
+        return squeezed
+    return squeezed[: limit - 1] + "…"
 
 
 def _evidence(record: LogRecord) -> tuple[str, ...]:
@@ -270,7 +274,8 @@ def _evidence(record: LogRecord) -> tuple[str, ...]:
 def _source(record: LogRecord) -> str:
     if record.path.startswith("journal:"):
         return record.path
-    return "log:" + Path(record.path).name if record.path else "log"
+    # rpartition, not Path(): this runs for every signal of a flood.
+    return "log:" + record.path.rpartition("/")[2] if record.path else "log"
 
 
 def _signal(
