@@ -66,6 +66,7 @@ def latency(log: Path, sock: Path, n: int) -> list[float]:
 
 
 def grep_latency(log: Path, n: int) -> list[float]:
+    log.touch()  # tail follows an existing file with inotify (a missing one is polled)
     tail = subprocess.Popen(["tail", "-n", "0", "-F", str(log)], stdout=subprocess.PIPE)
     grep = subprocess.Popen(
         ["grep", "--line-buffered", "malformed"],

@@ -45,7 +45,7 @@ from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
-MIN_POLL_GAP_S = 0.02  # a burst of file events is one poll, not hundreds
+MIN_POLL_GAP_S = 0.005  # a burst of file events is one poll, not hundreds
 _LOG_LEVEL = {"info": "info", "warning": "warning", "error": "error", "critical": "critical"}
 
 

@@ -28,7 +28,7 @@ BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 # Python's logging writes a record and its traceback in one write(), so a record is
 # complete almost at once; this short wait only covers a writer that splits it.
-LOG_IDLE_FLUSH_S = 0.01
+LOG_IDLE_FLUSH_S = 0.005
 # Bytes read per log file per poll: bounds memory under a flood (the loop polls again
 # at once while the tailer is behind).
 LOG_POLL_BYTES = 1 << 20
