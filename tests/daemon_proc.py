@@ -20,10 +20,12 @@ T = TypeVar("T")
 
 
 class DaemonProc:
-    def __init__(self, env: dict[str, str], *args: str) -> None:
+    def __init__(self, env: dict[str, str], *args: str, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix`` runs the daemon under another command (e.g. nsenter)."""
         self.env = env
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "statewarden.cli.daemon_cmd",
@@ -61,7 +63,9 @@ class DaemonProc:
         """One request straight on this daemon's control socket."""
         from statewarden.control import request as send
 
-        return send(Path(self.env["XDG_RUNTIME_DIR"]) / "statewarden" / "control.sock", request, **args)
+        return send(
+            Path(self.env["XDG_RUNTIME_DIR"]) / "statewarden" / "control.sock", request, **args
+        )
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:

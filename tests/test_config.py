@@ -276,3 +276,13 @@ class TestShow:
         assert data["config"]["discovery"]["rescan_interval"] == 30.0
         r = CliRunner().invoke(ctl, ["config", "show", "--config", str(f)])
         assert "level: debug" in r.stdout
+
+
+def test_holder_kinds_match_the_classifier() -> None:
+    """The kinds the config accepts are exactly the kinds the process classifier gives."""
+    from typing import get_args
+
+    from statewarden.config import HolderKind
+    from statewarden.processes import KINDS
+
+    assert get_args(HolderKind) == KINDS

@@ -5,48 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.daemon_proc import DaemonProc
 from tests.hermes_fixtures import TINY, make_home
-
-
-class Daemon:
-    """A `statewarden run` subprocess whose stderr is read line by line."""
-
-    def __init__(self, env: dict[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain", *args],
-            env=env, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-
-    def wait_for(self, text: str, timeout_s: float = 30) -> str:
-        """Read stderr until a line contains ``text``; fail with what was seen."""
-        assert self.proc.stderr is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line.rstrip("\n"))
-            if text in line:
-                return line
-        raise AssertionError(f"never saw {text!r}; saw: {self.lines}")
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signum)
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
 
 
 @pytest.fixture
@@ -62,14 +27,16 @@ def config_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def run_daemon(daemon_env: dict[str, str], config_file: Path) -> Iterator[Daemon]:
-    d = Daemon(daemon_env, "--config", str(config_file))
+def run_daemon(daemon_env: dict[str, str], config_file: Path) -> Iterator[DaemonProc]:
+    d = DaemonProc(daemon_env, "--config", str(config_file))
     yield d
     d.stop(signal.SIGKILL)
 
 
 class TestStartStop:
-    def test_no_hermes_home_keeps_running_and_picks_it_up(self, run_daemon: Daemon, daemon_env: dict[str, str]) -> None:
+    def test_no_hermes_home_keeps_running_and_picks_it_up(
+        self, run_daemon: DaemonProc, daemon_env: dict[str, str]
+    ) -> None:
         """With no Hermes home the daemon says so and keeps running; a home and database
         created later are picked up by the next rescan."""
         run_daemon.wait_for("statewarden started")
@@ -89,7 +56,7 @@ class TestStartStop:
     def test_lists_every_database_at_start(self, tmp_path: Path, config_file: Path) -> None:
         """At start-up each discovered database (profiles included) is logged once."""
         home = make_home(tmp_path / "h", TINY, profiles=("coder",))
-        d = Daemon(dict(os.environ, HERMES_HOME=str(home)), "--config", str(config_file))
+        d = DaemonProc(dict(os.environ, HERMES_HOME=str(home)), "--config", str(config_file))
         try:
             first = d.wait_for("watching database")
             second = d.wait_for("watching database")
@@ -99,12 +66,14 @@ class TestStartStop:
         finally:
             d.stop(signal.SIGKILL)
 
-    def test_sigint_stops_cleanly(self, run_daemon: Daemon) -> None:
+    def test_sigint_stops_cleanly(self, run_daemon: DaemonProc) -> None:
         """Ctrl-C (SIGINT) is a clean stop with exit code 0."""
         run_daemon.wait_for("statewarden started")
         assert run_daemon.stop(signal.SIGINT) == 0
 
-    def test_sighup_with_broken_config_keeps_running(self, run_daemon: Daemon, config_file: Path) -> None:
+    def test_sighup_with_broken_config_keeps_running(
+        self, run_daemon: DaemonProc, config_file: Path
+    ) -> None:
         """SIGHUP re-reads the config; an invalid one is reported and the old one kept."""
         run_daemon.wait_for("statewarden started")
         config_file.write_text("discovery:\n  rescan_interval: never\n")
@@ -119,13 +88,15 @@ class TestStartStop:
 
 
 class TestNotify:
-    def test_ready_status_watchdog_stopping(self, daemon_env: dict[str, str], config_file: Path, tmp_path: Path) -> None:
+    def test_ready_status_watchdog_stopping(
+        self, daemon_env: dict[str, str], config_file: Path, tmp_path: Path
+    ) -> None:
         """Under a (fake) service manager: READY=1 with STATUS, WATCHDOG=1 pings, STOPPING=1."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(str(tmp_path / "notify"))
         sock.settimeout(20)
         env = dict(daemon_env, NOTIFY_SOCKET=str(tmp_path / "notify"), WATCHDOG_USEC="200000")
-        d = Daemon(env, "--config", str(config_file))
+        d = DaemonProc(env, "--config", str(config_file))
         try:
             got: list[str] = []
             while not any(m.startswith("READY=1") for m in got):

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,32 +33,6 @@ def manager(tmp_path: Path) -> Iterator[UserSystemd]:
         yield m
 
 
-class NsDaemon(DaemonProc):
-    """`statewarden run` inside the manager's mount namespace, where its journal lives."""
-
-    def __init__(self, env: dict[str, str], manager_pid: int, *args: str) -> None:
-        self.env = env
-        self.proc = subprocess.Popen(
-            [
-                "nsenter",
-                "-t",
-                str(manager_pid),
-                "-m",
-                sys.executable,
-                "-m",
-                "statewarden.cli.daemon_cmd",
-                "run",
-                "--log-format",
-                "plain",
-                *args,
-            ],
-            env=env,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines = []
-
-
 def test_fallback_line_printed_by_a_unit_opens_incident(
     manager: UserSystemd, tmp_path: Path
 ) -> None:
@@ -76,7 +48,10 @@ def test_fallback_line_printed_by_a_unit_opens_incident(
         XDG_CONFIG_HOME=str(tmp_path / "cfg"),
     )
     env.pop("NOTIFY_SOCKET", None)
-    d = NsDaemon(env, manager.manager_pid, "--config", str(config))
+    # Inside the manager's mount namespace, where its journal lives.
+    d = DaemonProc(
+        env, "--config", str(config), prefix=("nsenter", "-t", str(manager.manager_pid), "-m")
+    )
     try:
         d.wait_for("statewarden ready")
         eventually(
