@@ -23,6 +23,10 @@ MIN_ROWID = -(2**63)
 # After a damaged stretch, rowids are probed one by one this many times before the
 # search starts doubling its step.
 LINEAR_PROBES = 4096
+# At most this many restarts of a scan after damage (each skips a stretch or a row).
+MAX_RESUMES = 100_000
+# A rowid delivered more often than this is a loop in a damaged tree, not data.
+MAX_COPIES_PER_ROWID = 2
 MAX_ROWID = 2**63 - 1
 
 Row = tuple[Any, ...]
@@ -34,6 +38,7 @@ class ScanResult:
     unreadable_rows: int = 0  # single rows whose content failed (counted alone)
     unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
+    repeats_skipped: int = 0  # the same rowid met again and again (a looping tree)
     first_error: str | None = None
 
     def add_range(self, lo: int, hi: int) -> None:
@@ -72,11 +77,31 @@ def scan_table(
     result = ScanResult()
     last: int | None = None
     start: int | None = None  # None: from the beginning
+    resumes = 0
+    seen: dict[int, int] = {}
     while True:
+        resumes += 1
+        if resumes > MAX_RESUMES:
+            # A b-tree scribbled into cycles can keep a scan going for ever.
+            lo = MIN_ROWID if last is None else last + 1
+            result.first_error = result.first_error or "too many damaged stretches"
+            result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
+            return result
         try:
             sql, args = (full, ()) if start is None else (resume, (start,))
             for row in _rows(conn, sql, args):
-                last = int(row[0])
+                rowid = int(row[0])
+                if start is not None and last is not None and rowid <= last:
+                    continue  # a damaged tree can hand back rows already passed
+                times = seen.get(rowid, 0)
+                if times >= MAX_COPIES_PER_ROWID:
+                    # Child pointers scribbled to point at the same leaves again and
+                    # again: a phantom row shows up twice, not hundreds of times.
+                    result.repeats_skipped += 1
+                    continue
+                seen[rowid] = times + 1
+                if last is None or rowid > last or start is None:
+                    last = rowid if last is None else max(last, rowid)
                 result.rows_read += 1
                 on_row(tuple(row))
             return result
