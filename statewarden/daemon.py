@@ -26,16 +26,17 @@ from collections.abc import Callable
 from typing import Any
 
 from statewarden import __version__, journald
+from statewarden.bundle import make_work_copy
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
-from statewarden.diagnose import check_database
+from statewarden.diagnose import diagnose
 from statewarden.errors import ConfigError, StatewardenError, UsageError
 from statewarden.incidents import IncidentBook, Update
 from statewarden.logs import get_logger
 from statewarden.monitor import Found, Guard, TargetMonitor
 from statewarden.mounts import read_mounts
 from statewarden.signals import MESSAGE_IDS, Observation, Signal
-from statewarden.status import database_status
+from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
 from statewarden.timeline import Timeline, format_entry
 from statewarden.watch.events import FileEvents
@@ -89,6 +90,7 @@ class Daemon:
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         self.units = UnitWatcher(self._handle_from_units, self._db_for_unit)
         self._check_lock = asyncio.Lock()
+        self._source_io = asyncio.Lock()
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
@@ -159,7 +161,6 @@ class Daemon:
             )
         self._announced_empty = not targets
         current = {str(t.db): t for t in targets}
-        mounts = read_mounts()
         for key, t in current.items():
             exists = t.db.exists()
             if key not in self.monitors:
@@ -176,8 +177,6 @@ class Daemon:
             elif not exists and self._present.get(key):
                 self.log.warning("database disappeared", profile=t.name, db=key)
             self._present[key] = exists
-            if exists:
-                self._check_mount(t, mounts)
         for key in list(self.monitors):
             if key not in current:
                 gone = self.monitors.pop(key)
@@ -222,8 +221,23 @@ class Daemon:
         if entry is not None:
             entry[1].cancel()
 
-    def _check_mount(self, t: Target, mounts: list[Any]) -> None:
-        st = database_status(t, mounts)
+    async def source_status(self, t: Target, mounts: list[Any]) -> DatabaseStatus:
+        """``database_status`` in a worker thread, never while a check copies the file.
+
+        DESIGN.md rule 2 holds per process: a raw read of the database (the check's
+        copy, a header read) closing its descriptor would drop the locks of a SQLite
+        connection this process has open on it, so the two never overlap.
+        """
+        async with self._source_io:
+            return await asyncio.to_thread(database_status, t, mounts)
+
+    async def check_mounts(self) -> None:
+        mounts = await asyncio.to_thread(read_mounts)
+        for m in list(self.monitors.values()):
+            if m.target.db.exists():
+                self._check_mount(m.target, await self.source_status(m.target, mounts))
+
+    def _check_mount(self, t: Target, st: DatabaseStatus) -> None:
         fs = st.filesystem
         unsafe = bool(fs and fs.unsafe_for_wal and st.journal_mode == "wal")
         key = str(t.db)
@@ -276,7 +290,7 @@ class Daemon:
             mounts = read_mounts()
             dbs = []
             for key, m in self.monitors.items():
-                st = await asyncio.to_thread(database_status, m.target, mounts)
+                st = await self.source_status(m.target, mounts)
                 journal = self.journals.get(key)
                 dbs.append(
                     {
@@ -325,15 +339,24 @@ class Daemon:
             raise UsageError(f"name one database to check with db or profile (watched: {names})")
         if self._check_lock.locked():
             raise UsageError("a check is already running; try again when it has finished")
+        db = chosen[0].target.db
         async with self._check_lock:
-            work = state_dir(self.config) / "work"
-            work.mkdir(parents=True, exist_ok=True)
-            diagnosis = await asyncio.to_thread(check_database, chosen[0].target.db, work)
+            parent = state_dir(self.config) / "work"
+            parent.mkdir(parents=True, exist_ok=True)
+            async with self._source_io:  # the raw copy; see source_status
+                work = await asyncio.to_thread(make_work_copy, db, parent)
+            try:
+                diagnosis = await asyncio.to_thread(
+                    diagnose, work.db, truncated=work.truncated_note
+                )
+            finally:
+                await asyncio.to_thread(work.cleanup)
+        diagnosis.path = str(db)
         return diagnosis.to_json()
 
     # -------------------------------------------------------------- life cycle
 
-    def _apply_reload(self) -> None:
+    async def _apply_reload(self) -> None:
         journald.notify_reloading()
         try:
             new = self._reload()
@@ -346,6 +369,7 @@ class Daemon:
                 m.files.wal_growth_window_s = new.watch.wal_growth_window
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
+        await self.check_mounts()
         journald.notify("READY=1", f"STATUS={self.status_line()}")
 
     def poll_all(self) -> None:
@@ -411,6 +435,7 @@ class Daemon:
         self.events = FileEvents(from_observer_thread)
         self.events.start()
         self.rescan()
+        await self.check_mounts()
         tasks.append(asyncio.create_task(self.units.run()))
         self.poll_all()  # the baseline: what exists now is not news
         await self.scan_holders()
@@ -426,9 +451,10 @@ class Daemon:
                     break
                 if self._reload_requested:
                     self._reload_requested = False
-                    self._apply_reload()
+                    await self._apply_reload()
                 if time.monotonic() - self._last_rescan >= self.config.discovery.rescan_interval:
                     self.rescan()
+                    await self.check_mounts()
                 gap = time.monotonic() - last_poll
                 if gap < MIN_POLL_GAP_S:
                     await asyncio.sleep(MIN_POLL_GAP_S - gap)
