@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from typing import Any, Literal
 
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
+from statewarden.files import write_atomic
 from statewarden.signals import KINDS, Severity, Signal
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
@@ -146,13 +146,7 @@ class IncidentBook:
             "next_id": self._next_id,
             "incidents": [i.to_json() for i in self.incidents.values()],
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(data, default=str))
         self._dirty = False
         self._saved_at = now
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from statewarden.config import DEFAULT_TIMELINE_MAX_AGE_S as DEFAULT_MAX_AGE_S
 from statewarden.config import DEFAULT_TIMELINE_MAX_BYTES as DEFAULT_MAX_BYTES
+from statewarden.files import write_atomic
 
 # A signal that fires again within this window is not written again (a flood is
 # one line a minute in the timeline, with the count so far).
@@ -120,12 +120,7 @@ class Timeline:
         lines = [json.dumps({**e.to_json(), "db": db}, default=str) + "\n" for e in keep]
         while lines and sum(len(x) for x in lines) > self.max_bytes // 2:
             lines = lines[len(lines) // 2 :]  # drop the older half
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, "".join(lines))
 
 
 def format_entry(entry: Entry) -> str:

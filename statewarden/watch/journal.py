@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statewarden.files import write_atomic
+
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 CURSOR_SAVE_EVERY_S = 1.0
@@ -83,13 +85,7 @@ class JournalFollower:
         if not force and now - self._cursor_saved_at < CURSOR_SAVE_EVERY_S:
             return
         self._cursor_saved_at = now
-        self.cursor_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.cursor_path.with_name(self.cursor_path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self._cursor)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.cursor_path)
+        write_atomic(self.cursor_path, self._cursor)
 
     async def _follow_once(self) -> None:
         cmd = journalctl_command(

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from statewarden.files import write_atomic
 from statewarden.rules import LogRecord, parse_record, starts_record
 from statewarden.targets import Target
 
@@ -740,18 +741,7 @@ class LogTailer:
             data["known_rotated"] = known
         if data == self._saved:
             return
-        self.offsets_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.offsets_path.with_name(self.offsets_path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.offsets_path)
-        dfd = os.open(self.offsets_path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(self.offsets_path, json.dumps(data, sort_keys=True))
         self._saved = data
 
     def _load(
