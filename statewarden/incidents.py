@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from statewarden.atomic import write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.files import write_atomic
 from statewarden.signals import KINDS, Severity, Signal
 
 DEFAULT_SAVE_INTERVAL_S = 1.0

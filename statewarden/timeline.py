@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statewarden.atomic import write_atomic
 from statewarden.config import DEFAULT_TIMELINE_MAX_AGE_S as DEFAULT_MAX_AGE_S
 from statewarden.config import DEFAULT_TIMELINE_MAX_BYTES as DEFAULT_MAX_BYTES
-from statewarden.files import write_atomic
 
 # A signal that fires again within this window is not written again (a flood is
 # one line a minute in the timeline, with the count so far).

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statewarden.files import write_atomic
+from statewarden.atomic import write_atomic
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0

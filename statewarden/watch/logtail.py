@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.files import write_atomic
+from statewarden.atomic import write_atomic
 from statewarden.rules import LogRecord, parse_record, starts_record
 from statewarden.targets import Target
 
