@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.daemon_proc import DaemonProc, daemon_env
 from tests.hermes_fixtures import TINY, make_home
 
 
@@ -27,3 +29,18 @@ def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = make_home(tmp_path / "hermes", TINY)
     monkeypatch.setenv("HERMES_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def env(tmp_path: Path, hermes_home: Path) -> dict[str, str]:
+    """The environment of a daemon watching ``hermes_home`` with private XDG dirs."""
+    return daemon_env(tmp_path, hermes_home)
+
+
+@pytest.fixture
+def daemon(env: dict[str, str]) -> Iterator[DaemonProc]:
+    """A running `statewarden run` on ``hermes_home``, past its baseline poll."""
+    d = DaemonProc(env)
+    d.wait_for("statewarden ready")
+    yield d
+    d.stop()

@@ -59,6 +59,10 @@ class DaemonProc:
         assert r.exit_code == 0, r.stderr
         return json.loads(r.stdout)
 
+    def incidents_of(self, kind: str) -> list[dict[str, Any]]:
+        """Open incidents of one kind, as `statewardenctl incidents --json` lists them."""
+        return [i for i in self.ctl("incidents")["incidents"] if i["kind"] == kind]
+
     def ctl_raw(self, request: str, **args: Any) -> Any:
         """One request straight on this daemon's control socket."""
         from statewarden.control import request as send

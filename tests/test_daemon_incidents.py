@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
-from tests.daemon_proc import DaemonProc, daemon_env, eventually
+from tests.daemon_proc import DaemonProc, eventually
 from tests.hermes_fixtures import holding
-
-
-@pytest.fixture
-def env(tmp_path: Path, hermes_home: Path) -> dict[str, str]:
-    return daemon_env(tmp_path, hermes_home)
-
-
-@pytest.fixture
-def daemon(env: dict[str, str]) -> Iterator[DaemonProc]:
-    d = DaemonProc(env)
-    d.wait_for("statewarden ready")
-    eventually(
-        lambda: Path(env["XDG_RUNTIME_DIR"], "statewarden", "control.sock").exists(), what="socket"
-    )
-    yield d
-    d.stop()
-
-
-def open_of(d: DaemonProc, kind: str) -> list[dict[str, Any]]:
-    return [i for i in d.ctl("incidents")["incidents"] if i["kind"] == kind]
 
 
 class TestDaemonIncidents:
@@ -48,7 +26,7 @@ class TestDaemonIncidents:
     def test_self_repair_backup_opens_incident(self, daemon: DaemonProc, hermes_home: Path) -> None:
         """A new malformed-backup file is an incident on the socket, with the backup named."""
         (hermes_home / "state.db.malformed-backup-20260909_191208").write_bytes(b"x")
-        (inc,) = eventually(lambda: open_of(daemon, "self_repair"), what="self_repair incident")
+        (inc,) = eventually(lambda: daemon.incidents_of("self_repair"), what="self_repair incident")
         assert inc["summary"] == (
             "Hermes found state.db corrupt and repaired it in place "
             "(backup state.db.malformed-backup-20260909_191208)"
@@ -67,16 +45,16 @@ class TestDaemonIncidents:
         (hermes_home / "sessions").mkdir()
         f = hermes_home / "sessions" / "s1.jsonl"
         f.write_text("{}\n")
-        (first,) = eventually(lambda: open_of(d, "jsonl_fallback"), what="jsonl incident")
+        (first,) = eventually(lambda: d.incidents_of("jsonl_fallback"), what="jsonl incident")
         assert d.stop() == 0
         d2 = DaemonProc(env)
         try:
             d2.wait_for("statewarden ready")
-            assert [i["id"] for i in open_of(d2, "jsonl_fallback")] == [first["id"]]
+            assert [i["id"] for i in d2.incidents_of("jsonl_fallback")] == [first["id"]]
             with open(f, "a") as fh:
                 fh.write("{}\n")
             (again,) = eventually(
-                lambda: [i for i in open_of(d2, "jsonl_fallback") if i["count"] == 2],
+                lambda: [i for i in d2.incidents_of("jsonl_fallback") if i["count"] == 2],
                 what="count 2",
             )
             assert again["id"] == first["id"]
@@ -86,14 +64,14 @@ class TestDaemonIncidents:
     def test_show_and_ack(self, daemon: DaemonProc, hermes_home: Path, env: dict[str, str]) -> None:
         """`incidents show` gives the evidence and timeline; `ack` marks it."""
         (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
-        (inc,) = eventually(lambda: open_of(daemon, "self_repair"))
+        (inc,) = eventually(lambda: daemon.incidents_of("self_repair"))
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         assert shown["incident"]["evidence"] == ["state.db.malformed-backup-20260101_000000"]
         assert any(e["what"] == "signal" for e in shown["timeline"])
         r = CliRunner(env=env).invoke(ctl, ["incidents", "ack", str(inc["id"])])
         assert r.exit_code == 0
         assert r.stdout == f"incident #{inc['id']} acknowledged\n"
-        assert open_of(daemon, "self_repair")[0]["acked"] is True
+        assert daemon.incidents_of("self_repair")[0]["acked"] is True
         r = CliRunner(env=env).invoke(ctl, ["incidents", "show", "999"])
         assert r.exit_code == 1
         assert r.stderr == "statewardenctl: error: no incident 999\n"
@@ -103,7 +81,7 @@ class TestDaemonIncidents:
         d = DaemonProc(env)
         d.wait_for("statewarden ready")
         (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
-        eventually(lambda: open_of(d, "self_repair"))
+        eventually(lambda: d.incidents_of("self_repair"))
         d.stop()
         r = CliRunner(env=env).invoke(ctl, ["incidents"])
         assert r.exit_code == 0
@@ -119,14 +97,16 @@ class TestDaemonHolders:
         when the writer exits, the incident resolves. Arrivals are on the timeline."""
         with holding(hermes_home) as h:
             eventually(
-                lambda: any(x["pid"] == h.pid for s in daemon.ctl_raw("holders") for x in s["holders"]),
+                lambda: any(
+                    x["pid"] == h.pid for s in daemon.ctl_raw("holders") for x in s["holders"]
+                ),
                 what="holder seen",
             )
             (hermes_home / "state.db-wal").unlink()
-            (inc,) = eventually(lambda: open_of(daemon, "stale_holder"), what="stale_holder")
+            (inc,) = eventually(lambda: daemon.incidents_of("stale_holder"), what="stale_holder")
             assert inc["key"] == str(h.pid)
             assert "still holds an old or deleted state.db-wal inode" in inc["summary"]
-        eventually(lambda: not open_of(daemon, "stale_holder"), what="resolved after exit")
+        eventually(lambda: not daemon.incidents_of("stale_holder"), what="resolved after exit")
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         texts = [e["text"] for e in shown["timeline"]]
         assert any(t.startswith(f"pid {h.pid} (") and t.endswith("opened state.db") for t in texts)

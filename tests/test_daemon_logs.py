@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from tests.daemon_proc import DaemonProc, daemon_env, eventually
+from tests.daemon_proc import DaemonProc, eventually
 
 HERMES_FORMAT = "%(asctime)s %(levelname)s%(session_tag)s %(name)s: %(message)s"
 
@@ -49,30 +45,13 @@ def malformed(logger: logging.Logger) -> None:
         )
 
 
-@pytest.fixture
-def env(tmp_path: Path, hermes_home: Path) -> dict[str, str]:
-    return daemon_env(tmp_path, hermes_home)
-
-
-@pytest.fixture
-def daemon(env: dict[str, str]) -> Iterator[DaemonProc]:
-    d = DaemonProc(env)
-    d.wait_for("statewarden ready")
-    yield d
-    d.stop()
-
-
-def incidents(d: DaemonProc, kind: str) -> list[dict[str, Any]]:
-    return [i for i in d.ctl("incidents")["incidents"] if i["kind"] == kind]
-
-
 class TestDaemonLogs:
     def test_corruption_line_with_traceback(self, daemon: DaemonProc, hermes_home: Path) -> None:
         """A Hermes 'database disk image is malformed' line with its traceback opens one
         critical corruption incident whose evidence holds the traceback."""
         log = hermes_logger(hermes_home / "logs", "gateway.session")
         malformed(log)
-        (inc,) = eventually(lambda: incidents(daemon, "corruption"), what="corruption incident")
+        (inc,) = eventually(lambda: daemon.incidents_of("corruption"), what="corruption incident")
         assert inc["severity"] == "critical"
         assert inc["count"] == 1
         assert "Traceback (most recent call last):" in inc["evidence"][0]
@@ -87,7 +66,7 @@ class TestDaemonLogs:
             malformed(log)
         assert (hermes_home / "logs" / "agent.log.1").exists()
         eventually(
-            lambda: [i for i in incidents(daemon, "corruption") if i["count"] == 60],
+            lambda: [i for i in daemon.incidents_of("corruption") if i["count"] == 60],
             what="60 corruption records counted",
         )
 
@@ -101,7 +80,7 @@ class TestDaemonLogs:
         for _ in range(3):
             malformed(log)
         eventually(
-            lambda: [i for i in incidents(d, "corruption") if i["count"] == 3], what="3 counted"
+            lambda: [i for i in d.incidents_of("corruption") if i["count"] == 3], what="3 counted"
         )
         assert d.stop() == 0
         for _ in range(2):
@@ -110,12 +89,12 @@ class TestDaemonLogs:
         try:
             d2.wait_for("statewarden ready")
             (inc,) = eventually(
-                lambda: [i for i in incidents(d2, "corruption") if i["count"] == 5],
+                lambda: [i for i in d2.incidents_of("corruption") if i["count"] == 5],
                 what="5 counted",
             )
             d2.ctl_raw("status")  # let one more poll pass; the count must not move past 5
             eventually(lambda: d2.ctl_raw("status")["databases"][0]["watchers"][1]["errors"] == 0)
-            (same,) = incidents(d2, "corruption")
+            (same,) = d2.incidents_of("corruption")
             assert same["count"] == 5
             assert same["id"] == inc["id"]
         finally:
@@ -126,7 +105,7 @@ class TestDaemonLogs:
         log = hermes_logger(hermes_home / "logs", "cron.scheduler")
         log.info("running job", extra={"session_id": "cron_d0aa05fd7f4a_20260909_090008"})
         malformed(log)
-        (inc,) = eventually(lambda: incidents(daemon, "corruption"))
+        (inc,) = eventually(lambda: daemon.incidents_of("corruption"))
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         whats = [e["what"] for e in shown["timeline"]]
         assert "cron_started" in whats
