@@ -127,3 +127,17 @@ class TestDaemonCheck:
         with pytest.raises(ControlError, match="name one database to check"):
             daemon.ctl_raw("check", profile="nope")
         assert daemon.ctl_raw("status")["databases"]
+
+
+class TestDaemonStatusText:
+    def test_human_status_names_the_daemon_and_its_watchers(
+        self, daemon: DaemonProc, env: dict[str, str]
+    ) -> None:
+        """The text form says it came from the daemon, with the journal and units state."""
+        r = CliRunner(env=env).invoke(ctl, ["status"])
+        assert r.exit_code == 0
+        assert r.stdout.startswith(
+            f"daemon: pid {daemon.proc.pid}, 1 database, 0 open incidents\nunits: "
+        )
+        assert "  open incidents  0\n" in r.stdout
+        assert "  journal         " in r.stdout

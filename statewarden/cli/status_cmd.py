@@ -74,10 +74,12 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
             print_json({"source": "daemon", **daemon})
             return
         click.echo(f"daemon: pid {daemon['daemon']['pid']}, {daemon['daemon']['status']}")
+        click.echo(f"units: {daemon.get('units', '-')}")
         for d in daemon["databases"]:
             click.echo()
             _render(_from_json(d))
             click.echo(f"  open incidents  {d['open_incidents']}")
+            click.echo(f"  journal         {d.get('journal', '-')}")
             for w in d["watchers"]:
                 if w["errors"]:
                     click.echo(f"  watcher         {w['watcher']}: {w['errors']} errors")
