@@ -6,6 +6,8 @@
 2. A flood: 100,000 lines/s appended for 10 s (1,000,000 Hermes-format lines): how
    many the daemon counted, how long it took to catch up, and its peak RSS (VmHWM).
 3. Idle: CPU share and RSS of the daemon over 60 s with nothing happening.
+4. Busy Hermes: the daemon's CPU share while a real Hermes writer commits every 2 ms
+   (500 commits/s, far above a normal day), next to that writer's own CPU share.
 
 Run: .venv/bin/python -m bench.detect [--lines 1000] [--flood-seconds 10] [--idle-seconds 60]
 """
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 from statewarden.control import request
-from tests.hermes_fixtures import TINY, log_line, make_home
+from tests.hermes_fixtures import TINY, holding, log_line, make_home
 
 LINE = "gateway.session: state.db routing save failed: database disk image is malformed"
 
@@ -168,6 +170,18 @@ def main() -> None:
         cpu = (_cpu_s(daemon.pid) - cpu0) / (time.monotonic() - w0)
         rss = _proc_status(daemon.pid, "VmRSS")
         print(f"idle over {args.idle_seconds} s: CPU {cpu * 100:.2f} %, RSS {rss / 2**20:.0f} MiB")
+
+        with holding(home, write_every_s=0.002) as writer:
+            time.sleep(1)
+            d0, h0, w0 = _cpu_s(daemon.pid), _cpu_s(writer.pid), time.monotonic()
+            time.sleep(10)
+            wall = time.monotonic() - w0
+            ours = (_cpu_s(daemon.pid) - d0) / wall
+            theirs = (_cpu_s(writer.pid) - h0) / wall
+        print(
+            f"daemon CPU while Hermes commits every 2 ms: {ours * 100:.2f} %"
+            f"  |  the Hermes writer itself: {theirs * 100:.1f} %"
+        )
     finally:
         daemon.terminate()
         daemon.wait(30)

@@ -45,8 +45,11 @@ from statewarden.watch.journal import JournalFollower
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
+BUNDLE_CHANGES = frozenset(
+    {"sidecar_created", "sidecar_deleted", "file_replaced", "db_created", "db_deleted"}
+)
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
-MIN_POLL_GAP_S = 0.005  # a burst of file events is one poll, not hundreds
+MIN_POLL_GAP_S = 0.005  # a burst of log events is one poll, not hundreds
 _LOG_LEVEL = {"info": "info", "warning": "warning", "error": "error", "critical": "critical"}
 
 
@@ -85,8 +88,9 @@ class Daemon:
         )
         self._holders_scanned_at = 0.0
         self._holder_task: asyncio.Task[None] | None = None
-        self._db_dirs: set[str] = set()
-        self._db_dir_event = False
+        # Set when a database file was opened (a new holder) or a sidecar came, went or
+        # was replaced (a holder may now be on an old inode): a holder scan is due soon.
+        self._holder_event = False
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         self.units = UnitWatcher(self._handle_from_units, self._db_for_unit)
         self._check_lock = asyncio.Lock()
@@ -104,20 +108,16 @@ class Daemon:
             self._stop_signal = signum
         self._wake.set()
 
-    def wake(self, path: str = "") -> None:
-        """Called (thread-safely, via the loop) when a watched file changed.
-
-        A change next to a database (state.db opened, -wal written) may mean a new
-        holder, so it also makes a holder re-scan due.
-        """
-        if path and os.path.dirname(path) in self._db_dirs:
-            self._db_dir_event = True
+    def wake(self, _path: str = "") -> None:
+        """Called (thread-safely, via the loop) when a file in a logs directory changed."""
         self._wake.set()
 
     # -------------------------------------------------------------- findings
 
     def handle(self, found: Found) -> Update | None:
         if isinstance(found, Observation):
+            if found.what in BUNDLE_CHANGES:
+                self._holder_event = True
             self.timeline.add(found.db, found.what, found.text, found.at, **found.fields)
             return None
         update = self.book.record(found)
@@ -191,7 +191,6 @@ class Daemon:
         if self.events is not None:
             self.events.watch_dirs(self._watched_dirs())
         self.holders.set_dbs([m.target.db for m in self.monitors.values()])
-        self._db_dirs = {str(m.target.db.parent) for m in self.monitors.values()}
         return targets
 
     def _handle_from_units(self, found: Found) -> None:
@@ -266,10 +265,10 @@ class Daemon:
         self._unsafe_checked[key] = unsafe
 
     def _watched_dirs(self) -> set[str]:
-        dirs: set[str] = set()
-        for m in self.monitors.values():
-            dirs.add(str(m.target.db.parent))
-            dirs.add(str(m.target.logs_dir))
+        # Only the logs directories: Hermes writes -wal/-shm on every commit, and following
+        # those events costs more than the 1 s poll of a few stats. New holders are seen
+        # through inotify IN_OPEN on the database files (HolderWatcher.opened).
+        dirs = {str(m.target.logs_dir) for m in self.monitors.values()}
         return {d for d in dirs if os.path.isdir(d)}
 
     # -------------------------------------------------------------- control
@@ -332,8 +331,7 @@ class Daemon:
     async def _check(self, req: dict[str, Any]) -> Any:
         """Diagnose one watched database (by ``db`` path or ``profile``) on a private copy."""
         wanted = req.get("db") or req.get("profile")
-        chosen = [m for key, m in self.monitors.items()
-                  if wanted in (None, key, m.target.name)]  # fmt: skip
+        chosen = [m for key, m in self.monitors.items() if wanted in (None, key, m.target.name)]
         if len(chosen) != 1:
             names = ", ".join(f"{m.target.name} ({k})" for k, m in self.monitors.items()) or "none"
             raise UsageError(f"name one database to check with db or profile (watched: {names})")
@@ -461,11 +459,13 @@ class Daemon:
                 last_poll = time.monotonic()
                 self.poll_all()
                 since = last_poll - self._holders_scanned_at
+                if self.holders.opened():
+                    self._holder_event = True
                 due = since >= self.config.watch.holders_interval or (
-                    self._db_dir_event and since >= EVENT_HOLDER_SCAN_GAP_S
+                    self._holder_event and since >= EVENT_HOLDER_SCAN_GAP_S
                 )
                 if due and (self._holder_task is None or self._holder_task.done()):
-                    self._db_dir_event = False
+                    self._holder_event = False
                     # In the background: a /proc scan must not delay log detection.
                     self._holder_task = asyncio.create_task(self.scan_holders())
                 journald.notify_status(self.status_line())

@@ -18,10 +18,12 @@ worker thread and :meth:`HolderWatcher.diff` on the loop.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
-from statewarden.holders import LOCK_LOST, Holder, HolderScan, HolderScanner
+from statewarden.holders import LOCK_LOST, SUFFIXES, Holder, HolderScan, HolderScanner
+from statewarden.opens import OpenWatch
 from statewarden.signals import Observation, Signal
 
 Found = Signal | Observation
@@ -32,6 +34,13 @@ def describe(h: Holder) -> str:
     orphan = ", orphan" if h.orphan else ""
     command = " ".join(h.cmdline)[:120] or f"[{h.comm}]"
     return f"pid {h.pid} ({h.kind}, {unit}{orphan}): {command}"
+
+
+def _inode(path: Path) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return 0
 
 
 class HolderWatcher:
@@ -45,6 +54,8 @@ class HolderWatcher:
     ) -> None:
         self.exempt_comms = exempt_comms
         self.scanner = HolderScanner(dbs, exempt_comms=exempt_comms)
+        self._opens = OpenWatch()
+        self._inodes: tuple[int, ...] = ()
         self.max_writers = max_writers
         self.expected_kinds = frozenset(expected_kinds)
         self.last: dict[str, HolderScan] = {}
@@ -56,6 +67,18 @@ class HolderWatcher:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
             self.scanner = HolderScanner(dbs, exempt_comms=self.exempt_comms)
             self._first = True
+
+    def opened(self) -> bool:
+        """True if one of the databases' files may have been opened since the last call.
+
+        Hermes opens state.db when a process starts its connection, so an IN_OPEN there is
+        the moment a new holder appears. A replaced file is watched again by its new inode.
+        """
+        files = [db.with_name(db.name + sfx) for db in self.scanner.dbs for sfx in SUFFIXES]
+        inodes = tuple(_inode(f) for f in files)
+        self._opens.watch(files, rearm=inodes != self._inodes)
+        self._inodes = inodes
+        return self._opens.poll()
 
     def scan(self) -> list[HolderScan]:
         """Blocking: one incremental scan (a full one the first time)."""
