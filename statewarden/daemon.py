@@ -23,6 +23,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from statewarden import __version__, journald
@@ -68,11 +69,7 @@ class Daemon:
         self._last_rescan = 0.0
         self._unsafe_checked: dict[str, bool] = {}
         sdir = state_dir(config)
-        self.book = IncidentBook(
-            sdir / "incidents.json",
-            reopen_window_s=config.incidents.reopen_window,
-            quiet_resolve_s=config.incidents.quiet_resolve,
-        )
+        self.book = self._open_book(sdir, config)
         self.timeline = Timeline(
             sdir / "timeline",
             max_age_s=config.timeline.max_age,
@@ -98,6 +95,22 @@ class Daemon:
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
+
+    def _open_book(self, sdir: Path, config: Config) -> IncidentBook:
+        """The incident book; a damaged one is set aside (by IncidentBook) and restarted empty."""
+
+        def book() -> IncidentBook:
+            return IncidentBook(
+                sdir / "incidents.json",
+                reopen_window_s=config.incidents.reopen_window,
+                quiet_resolve_s=config.incidents.quiet_resolve,
+            )
+
+        try:
+            return book()
+        except StatewardenError as exc:
+            self.log.error("incident book damaged; starting a new one", error=str(exc))
+            return book()
 
     # -------------------------------------------------------------- signals
 

@@ -111,3 +111,29 @@ class TestNotify:
         finally:
             d.stop(signal.SIGKILL)
             sock.close()
+
+
+class TestDamagedState:
+    def test_damaged_incident_book_is_set_aside_not_fatal(
+        self, tmp_path: Path, config_file: Path
+    ) -> None:
+        """A garbage incidents.json does not stop the daemon: it is renamed aside, said, and
+        the daemon starts with an empty book."""
+        state = tmp_path / "xdg-state" / "statewarden"
+        state.mkdir(parents=True)
+        (state / "incidents.json").write_text("{torn")
+        env = dict(
+            os.environ,
+            HERMES_HOME=str(tmp_path / "hermes"),
+            XDG_STATE_HOME=str(tmp_path / "xdg-state"),
+        )
+        d = DaemonProc(env, "--config", str(config_file))
+        try:
+            line = d.wait_for("incident book damaged")
+            assert "incident book unreadable" in line
+            d.wait_for("statewarden ready")
+            assert [p.name.startswith("incidents.damaged-") for p in state.iterdir()].count(
+                True
+            ) == 1
+        finally:
+            assert d.stop() == 0
