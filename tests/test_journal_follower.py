@@ -11,6 +11,15 @@ from statewarden.watch.journal import JournalFollower, journalctl_command
 
 
 class TestCommand:
+    def test_first_start_begins_when_the_follower_was_made(self) -> None:
+        """Without a cursor, entries since the follower's creation are read (a line logged
+        while journalctl starts up is not skipped as history)."""
+        assert journalctl_command(["u.service"], None, as_root=True, since=1796000000.7)[-3:] == [
+            "-n",
+            "all",
+            "--since=@1796000000",
+        ]
+
     def test_user_and_root_forms(self) -> None:
         """A user follows its own units; root matches _SYSTEMD_USER_UNIT (--user-unit filters on
         the caller's uid). With a saved cursor it resumes after it, else it starts at the end."""

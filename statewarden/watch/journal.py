@@ -10,8 +10,9 @@ statewarden follows that journal with ``journalctl -f -o json`` as a subprocess:
 
 The cursor of the last entry handled is saved (atomically, at most once a second) and
 passed back with ``--after-cursor`` on restart, so nothing is handled twice or missed
-while the daemon was down. On first start it begins at the end (``-n 0``): history is
-not alerted on. If journalctl is missing or dies, it is restarted with capped
+while the daemon was down. On first start it begins at the moment the follower was
+made (``--since=@<epoch>``): history is not alerted on, and a line logged while
+journalctl starts up is not lost. If journalctl is missing or dies, it is restarted with capped
 exponential backoff and the reason is kept in ``status`` (never a crash).
 """
 
@@ -36,7 +37,12 @@ MAX_ENTRY_BYTES = 1 << 20
 
 
 def journalctl_command(
-    units: list[str], cursor: str | None, *, as_root: bool, journalctl: str = "journalctl"
+    units: list[str],
+    cursor: str | None,
+    *,
+    as_root: bool,
+    since: float | None = None,
+    journalctl: str = "journalctl",
 ) -> list[str]:
     cmd = [journalctl, "-f", "-o", "json", "--no-pager"]
     if as_root:
@@ -45,7 +51,14 @@ def journalctl_command(
         cmd.append("--user")
         for u in units:
             cmd += ["-u", u]
-    cmd += [f"--after-cursor={cursor}"] if cursor else ["-n", "0"]
+    if cursor:
+        cmd.append(f"--after-cursor={cursor}")
+    elif since is not None:
+        # From when the follower was made, not from when journalctl got going: a line
+        # logged while journalctl starts up is not history.
+        cmd += ["-n", "all", f"--since=@{int(since)}"]
+    else:
+        cmd += ["-n", "0"]
     return cmd
 
 
@@ -70,6 +83,7 @@ class JournalFollower:
         self._cursor_saved_at = 0.0
         self._proc: asyncio.subprocess.Process | None = None
         self.entries_seen = 0
+        self.started_at = time.time()
 
     def _load_cursor(self) -> str | None:
         try:
@@ -89,7 +103,11 @@ class JournalFollower:
 
     async def _follow_once(self) -> None:
         cmd = journalctl_command(
-            self.units, self._cursor, as_root=self.as_root, journalctl=self.journalctl
+            self.units,
+            self._cursor,
+            as_root=self.as_root,
+            since=self.started_at,
+            journalctl=self.journalctl,
         )
         self._proc = await asyncio.create_subprocess_exec(
             *cmd,
