@@ -30,7 +30,7 @@ from typing import Any, Literal
 from statewarden.atomic import write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.signals import KINDS, Severity, Signal
+from statewarden.signals import Severity, Signal
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
 DEFAULT_KEEP_RESOLVED = 500
@@ -257,19 +257,6 @@ class IncidentBook:
         self.save(force=False)
         return out
 
-    def resolve_state_kinds_except(self, db: str, kind: str, live_keys: set[str]) -> list[Update]:
-        """Resolve open state incidents of ``kind`` on ``db`` whose key is no longer live."""
-        out = []
-        for inc in list(self.incidents.values()):
-            if (
-                inc.state == "open"
-                and inc.kind == kind
-                and inc.db == db
-                and inc.key not in live_keys
-            ):
-                out.append(self._resolve(inc, time.time(), "condition cleared"))
-        return out
-
     # ------------------------------------------------------------- queries
 
     def ack(self, incident_id: int) -> Incident:
@@ -297,7 +284,3 @@ class IncidentBook:
         if not include_resolved:
             return self.open_incidents()
         return sorted(self.incidents.values(), key=lambda i: i.id)
-
-
-def kinds() -> list[str]:
-    return list(KINDS)

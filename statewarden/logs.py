@@ -24,10 +24,10 @@ from typing import Any, TextIO
 
 import structlog
 
+from statewarden.config import REDACTED
 from statewarden.journald import JournalSender, field_name
 
 IDENTIFIER = "statewarden"
-REDACTED = "***redacted***"
 LEVEL_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "critical": 2}
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)
 # Telegram bot tokens look like 123456789:AAH...; redact them wherever they appear.

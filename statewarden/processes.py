@@ -21,20 +21,12 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import get_args
 
-KINDS = (
-    "gateway",
-    "dashboard",
-    "serve",
-    "serve-isolated",
-    "cli",
-    "tui",
-    "cron",
-    "acp",
-    "sqlite3",
-    "litestream",
-    "unknown",
-)
+from statewarden.config import HolderKind
+
+# The kinds of holder, in the order the docs list them; the config validates against the same type.
+KINDS: tuple[str, ...] = get_args(HolderKind)
 HERMES_EXECUTABLES = frozenset({"hermes", "hermes-agent", "hermes-acp"})
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
 # Interpreter options that take a separate argument (python -X dev -W error -m ...).

@@ -10,6 +10,22 @@ from typing import Any
 from statewarden.watch.journal import JournalFollower, journalctl_command
 
 
+def run_until_first_failure(f: JournalFollower, limit_s: float = 4.0) -> None:
+    """Run the follower on a real event loop until journalctl has failed once."""
+
+    async def run() -> None:
+        task = asyncio.create_task(f.run())
+        for _ in range(int(limit_s / 0.02)):
+            await asyncio.sleep(0.02)
+            if f.errors:
+                break
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+
+
 class TestCommand:
     def test_first_start_begins_when_the_follower_was_made(self) -> None:
         """Without a cursor, entries since the follower's creation are read (a line logged
@@ -58,17 +74,7 @@ class TestFailures:
             journalctl=str(tmp_path / "no-such-journalctl"),
         )
 
-        async def run() -> None:
-            task = asyncio.create_task(f.run())
-            for _ in range(100):
-                await asyncio.sleep(0.02)
-                if f.errors:
-                    break
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-        asyncio.run(run())
+        run_until_first_failure(f)
         assert f.status == f"journal not followed: {tmp_path / 'no-such-journalctl'} not found"
         assert f.errors == 1
         assert entries == []
@@ -90,17 +96,7 @@ class TestFailures:
             ["u.service"], tmp_path / "cursor", entries.append, journalctl=str(fake)
         )
 
-        async def run() -> None:
-            task = asyncio.create_task(f.run())
-            for _ in range(200):
-                await asyncio.sleep(0.02)
-                if f.errors:
-                    break
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-        asyncio.run(run())
+        run_until_first_failure(f)
         assert [e["MESSAGE"] for e in entries] == ["one", "two"]
         assert (tmp_path / "cursor").read_text() == "c2"
         assert f.status.startswith("journal not followed: journalctl exited with 1")
