@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 from bench._common import time_it
-from statewarden.rules import CronSessions, signals_from_log
 from statewarden.targets import target_for_db
 from statewarden.watch.logtail import LogTailer
+from statewarden.watch.rules import CronSessions, signals_from_log
 from tests.hermes_fixtures import log_line
 
 LINES = 100_000

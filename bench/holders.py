@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from statewarden.holders import HolderScanner
+from statewarden.holders.scan import HolderScanner
 from tests.hermes_fixtures import TINY, holding, make_home
 
 

@@ -27,22 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from statewarden import __version__, journald
-from statewarden.bundle import make_work_copy
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
-from statewarden.diagnose import diagnose
 from statewarden.errors import ConfigError, StatewardenError, UsageError
-from statewarden.incidents import IncidentBook, Update
+from statewarden.incidents.book import IncidentBook, Update
+from statewarden.incidents.signals import MESSAGE_IDS, Observation, Signal
+from statewarden.incidents.timeline import Timeline, format_entry
 from statewarden.logs import get_logger
-from statewarden.monitor import Found, Guard, TargetMonitor
 from statewarden.mounts import read_mounts
-from statewarden.signals import MESSAGE_IDS, Observation, Signal
+from statewarden.recovery.bundle import make_work_copy
+from statewarden.recovery.diagnose import diagnose
 from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
-from statewarden.timeline import Timeline, format_entry
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import HolderWatcher
 from statewarden.watch.journal import JournalFollower
+from statewarden.watch.monitor import Found, Guard, TargetMonitor
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0

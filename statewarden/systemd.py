@@ -22,7 +22,7 @@ import asyncio
 import fnmatch
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,14 +31,13 @@ from dbus_fast.aio import MessageBus
 from dbus_fast.errors import AuthError, DBusFastError
 
 from statewarden.errors import StatewardenError, SystemdUnavailable
-from statewarden.holders import HolderScan
 
 DEFAULT_UNIT_PATTERNS = ("hermes-gateway*.service", "hermes.service", "hermes-dashboard*.service")
 DEFAULT_JOB_TIMEOUT_S = 90.0
 DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 UNREACHABLE = "systemd user manager not reachable"
-_FALLBACK = "holders are still found through /proc"
+FALLBACK = "holders are still found through /proc"
 
 _BUS = "org.freedesktop.DBus"
 _BUS_PATH = "/org/freedesktop/DBus"
@@ -146,7 +145,7 @@ def session_bus_address(env: Mapping[str, str] | None = None) -> str:
         return f"unix:path={os.path.join(runtime, 'bus')}"
     raise SystemdUnavailable(
         f"{UNREACHABLE}: no session bus ($DBUS_SESSION_BUS_ADDRESS is unset and"
-        f" $XDG_RUNTIME_DIR/bus does not exist); {_FALLBACK}"
+        f" $XDG_RUNTIME_DIR/bus does not exist); {FALLBACK}"
     )
 
 
@@ -244,7 +243,7 @@ class UserManager:
 
     @staticmethod
     def _unavailable(reason: str) -> SystemdUnavailable:
-        return SystemdUnavailable(f"{UNREACHABLE}: {reason}; {_FALLBACK}")
+        return SystemdUnavailable(f"{UNREACHABLE}: {reason}; {FALLBACK}")
 
     # -- calls ------------------------------------------------------------------
 
@@ -447,55 +446,3 @@ def start_unit_sync(unit: str, *, address: str | None = None,
             return await m.start_unit(unit, timeout_s=timeout_s)
 
     return asyncio.run(run())
-
-
-async def annotate(manager: UserManager, scans: Iterable[HolderScan]) -> None:
-    """Confirm each holder's unit with ``GetUnitByPID`` and refine ``orphan`` with MainPID.
-
-    The cgroup gave a first answer; the manager's answer wins when it has one. A holder
-    that is its unit's main process is never an orphan; one re-parented to the manager
-    that is not the main process of its service is.
-    """
-    units: dict[str, UnitInfo | None] = {}
-    for scan in scans:
-        for h in scan.holders:
-            name = await manager.unit_by_pid(h.pid)
-            if name is None:
-                continue
-            h.unit = name
-            if name not in units:
-                units[name] = await manager.unit(name)
-            info = units[name]
-            if info is None:
-                continue
-            h.main_pid_of_unit = info.main_pid == h.pid
-            reparented = h.ppid == 1 or bool(h.parents and h.parents[0].get("user_manager"))
-            h.orphan = reparented and not h.main_pid_of_unit
-
-
-def systemd_view(
-    scans: Sequence[HolderScan],
-    patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS,
-    address: str | None = None,
-) -> tuple[list[UnitInfo], str | None]:
-    """For the CLI: the Hermes units, with holders annotated, or why systemd could not help.
-
-    Returns ``(units, None)``, or ``([], reason)`` with the one-line reason.
-    """
-
-    async def run() -> list[UnitInfo]:
-        async with UserManager(address) as m:
-            await annotate(m, scans)
-            return await m.list_units(patterns)
-
-    try:
-        return asyncio.run(run()), None
-    except SystemdUnavailable as exc:
-        return [], str(exc)
-    except SystemdCallFailed as exc:
-        return [], f"{UNREACHABLE}: {exc}; {_FALLBACK}"
-
-
-def annotate_holders(scans: Sequence[HolderScan], address: str | None = None) -> str | None:
-    """:func:`annotate` for the CLI: None when done, else the one-line reason it could not."""
-    return systemd_view(scans, address=address)[1]

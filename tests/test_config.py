@@ -283,6 +283,6 @@ def test_holder_kinds_match_the_classifier() -> None:
     from typing import get_args
 
     from statewarden.config import HolderKind
-    from statewarden.processes import KINDS
+    from statewarden.holders.processes import KINDS
 
     assert get_args(HolderKind) == KINDS

@@ -14,10 +14,10 @@ import apsw
 import pytest
 from click.testing import CliRunner
 
-from statewarden.bundle import fingerprint
 from statewarden.cli.ctl import main as ctl
-from statewarden.diagnose import check_database
-from statewarden.scan import scan_table
+from statewarden.recovery.bundle import fingerprint
+from statewarden.recovery.diagnose import check_database
+from statewarden.recovery.scan import scan_table
 from tests import corruption_lab as lab
 from tests.hermes_fixtures import SMALL, built_db
 

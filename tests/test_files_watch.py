@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from statewarden.signals import Observation, Signal
+from statewarden.incidents.signals import Observation, Signal
 from statewarden.targets import target_for_db
 from statewarden.watch.files import FileWatcher
 from tests.hermes_fixtures import holding

@@ -18,15 +18,15 @@ import pytest
 from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
-from statewarden.holders import Holder, HolderScan, HolderScanner
-from statewarden.opens import OpenWatch
-from statewarden.processes import (
+from statewarden.holders.opens import OpenWatch
+from statewarden.holders.processes import (
     classify,
     human_age,
     short_command,
     systemd_cgroup_path,
     unit_from_cgroup,
 )
+from statewarden.holders.scan import Holder, HolderScan, HolderScanner
 from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.hermes_fixtures import TINY, holding, make_home, writer_env
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.incidents import IncidentBook
-from statewarden.signals import Signal
-from statewarden.timeline import Timeline
+from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.signals import Signal
+from statewarden.incidents.timeline import Timeline
 
 DB = "/home/u/.hermes/state.db"
 

@@ -113,7 +113,9 @@ class TestNotify:
         """Outside a service manager, notify reports False and does nothing."""
         assert journald.notify("READY=1") is False
 
-    def test_dead_notify_socket_never_raises(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_dead_notify_socket_never_raises(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """A manager that went away must not take the daemon down."""
         monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "gone"))
         assert journald.notify("READY=1") is False
@@ -121,7 +123,9 @@ class TestNotify:
     def test_watchdog_interval(self) -> None:
         """Ping at half of WATCHDOG_USEC, only when WATCHDOG_PID is ours (or unset)."""
         assert journald.watchdog_interval_s({"WATCHDOG_USEC": "10000000"}) == 5.0
-        assert journald.watchdog_interval_s({"WATCHDOG_USEC": "10000000", "WATCHDOG_PID": "1"}) is None
+        assert (
+            journald.watchdog_interval_s({"WATCHDOG_USEC": "10000000", "WATCHDOG_PID": "1"}) is None
+        )
         assert journald.watchdog_interval_s({}) is None
         assert journald.watchdog_interval_s({"WATCHDOG_USEC": "x"}) is None
 
@@ -161,7 +165,9 @@ class TestLogging:
     def test_no_journal_socket_falls_back_to_prefixed_stderr(self, tmp_path: Path) -> None:
         """Without a journal socket, lines carry <N> priority prefixes on stderr."""
         stream = io.StringIO()
-        logs.configure("info", "journald", stream=stream, journal=journald.JournalSender(str(tmp_path / "x")))
+        logs.configure(
+            "info", "journald", stream=stream, journal=journald.JournalSender(str(tmp_path / "x"))
+        )
         logs.get_logger().error("disk I/O error seen", profile="work")
         assert stream.getvalue() == "<3>disk I/O error seen profile=work\n"
 
@@ -170,24 +176,32 @@ class TestLogging:
         stream = io.StringIO()
         logs.configure("info", "plain", stream=stream)
         token = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawQ"
-        logs.get_logger().info("sending", bot_token=token, url=f"https://api.telegram.org/bot{token}/sendMessage")
+        logs.get_logger().info(
+            "sending", bot_token=token, url=f"https://api.telegram.org/bot{token}/sendMessage"
+        )
         out = stream.getvalue()
         assert token not in out
         assert "bot_token=***redacted***" in out
 
-    def test_auto_picks_journald_under_systemd(self, journal_socket: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_auto_picks_journald_under_systemd(
+        self, journal_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """INVOCATION_ID (set by systemd for every unit) switches auto to journald."""
         monkeypatch.setenv("INVOCATION_ID", "abc")
         assert logs.choose_format("auto", io.StringIO()) == "journald"
         monkeypatch.delenv("INVOCATION_ID")
         assert logs.choose_format("auto", io.StringIO()) == "plain"
 
-    def test_daemon_logs_to_journal_socket_under_systemd(self, journal_socket: socket.socket, tmp_path: Path) -> None:
+    def test_daemon_logs_to_journal_socket_under_systemd(
+        self, journal_socket: socket.socket, tmp_path: Path
+    ) -> None:
         """A real `statewarden run` with JOURNAL_STREAM set sends its start event to the journal socket."""
         env = dict(os.environ, JOURNAL_STREAM="8:1234",
                    STATEWARDEN_JOURNAL_SOCKET=journal_socket.getsockname(),
                    HERMES_HOME=str(tmp_path / "none"))  # fmt: skip
-        proc = subprocess.Popen([sys.executable, "-m", "statewarden.cli.daemon_cmd", "run"], env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run"], env=env
+        )
         try:
             entry = decode_entry(journal_socket.recv(65536))
             assert entry["MESSAGE"] == "statewarden started"

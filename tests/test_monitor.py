@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from statewarden.monitor import BACKOFF_MAX_S, Guard
-from statewarden.signals import Observation, Signal
+from statewarden.incidents.signals import Observation, Signal
+from statewarden.watch.monitor import BACKOFF_MAX_S, Guard
 
 
 class Flaky:
@@ -41,8 +41,13 @@ class TestGuard:
                 tried_at.append(now)
             now += 0.5
         signals = [f for f in found if isinstance(f, Signal)]
-        assert [(s.kind, s.clears) for s in signals] == [("watcher_failed", False), ("watcher_failed", True)]
-        assert signals[0].summary == "the logs watcher failed: OSError: [Errno 5] Input/output error"
+        assert [(s.kind, s.clears) for s in signals] == [
+            ("watcher_failed", False),
+            ("watcher_failed", True),
+        ]
+        assert (
+            signals[0].summary == "the logs watcher failed: OSError: [Errno 5] Input/output error"
+        )
         assert signals[1].summary == "the logs watcher recovered after 5 errors"
         gaps = [b - a for a, b in itertools.pairwise(tried_at)]
         assert gaps == [1.0, 2.0, 4.0, 8.0, 16.0]

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statewarden.pages import (
+from statewarden.recovery.pages import (
     DatabaseFile,
     PageFormatError,
     orphan_table_leaves,
     salvage_rows,
     varint,
 )
-from statewarden.schema import read_schema
+from statewarden.recovery.schema import read_schema
 from tests import corruption_lab as lab
 from tests.hermes_fixtures import SMALL, built_db
 

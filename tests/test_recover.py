@@ -17,10 +17,10 @@ import apsw
 import pytest
 from click.testing import CliRunner
 
-from statewarden.bundle import fingerprint
 from statewarden.cli.ctl import main as ctl
 from statewarden.errors import DatabaseChanged
-from statewarden.recover import recover
+from statewarden.recovery.bundle import fingerprint
+from statewarden.recovery.recover import recover
 from statewarden.sqlite import read_header
 from tests import corruption_lab as lab
 from tests.hermes_fixtures import SMALL, TALL, built_db, holding, make_home

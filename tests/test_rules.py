@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statewarden.rules import (
+from statewarden.incidents.signals import Observation, Signal
+from statewarden.targets import Target
+from statewarden.watch.rules import (
     EVIDENCE_MAX_CHARS,
     CronSessions,
     LogRecord,
@@ -24,8 +26,6 @@ from statewarden.rules import (
     signals_from_log,
     starts_record,
 )
-from statewarden.signals import Observation, Signal
-from statewarden.targets import Target
 from tests.hermes_fixtures import log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)

@@ -99,7 +99,9 @@ class TestStatusOnBadFiles:
         ],
         ids=["empty", "text", "zeroed-header", "truncated-header"],
     )
-    def test_unreadable_file_is_a_problem_not_a_crash(self, tmp_path: Path, content: bytes, problem: str) -> None:
+    def test_unreadable_file_is_a_problem_not_a_crash(
+        self, tmp_path: Path, content: bytes, problem: str
+    ) -> None:
         """A file that is not a database is reported as a problem; exit 0; no traceback."""
         db = tmp_path / "state.db"
         db.write_bytes(content)
@@ -131,7 +133,9 @@ class TestStatusOnBadFiles:
         """An unknown profile names the ones that exist: exit 2."""
         r = CliRunner().invoke(ctl, ["status", "--profile", "nope"])
         assert r.exit_code == 2
-        assert r.stderr == "statewardenctl: error: no Hermes profile named 'nope' (found: default)\n"
+        assert (
+            r.stderr == "statewardenctl: error: no Hermes profile named 'nope' (found: default)\n"
+        )
 
     def test_human_output(self, hermes_home: Path) -> None:
         """The text form names each fact."""
@@ -208,7 +212,9 @@ class TestTargets:
         """Unit names follow Hermes: default, profile name, else a sha256 prefix of the path."""
         monkeypatch.setenv("HOME", str(tmp_path))
         assert gateway_unit_for(tmp_path / ".hermes") == "hermes-gateway.service"
-        assert gateway_unit_for(tmp_path / ".hermes/profiles/coder") == "hermes-gateway-coder.service"
+        assert (
+            gateway_unit_for(tmp_path / ".hermes/profiles/coder") == "hermes-gateway-coder.service"
+        )
         other = tmp_path / "data"
         digest = hashlib.sha256(str(other.resolve()).encode()).hexdigest()[:8]
         assert gateway_unit_for(other) == f"hermes-gateway-{digest}.service"

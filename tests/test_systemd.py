@@ -19,13 +19,13 @@ from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
 from statewarden.errors import SystemdUnavailable
-from statewarden.holders import HolderScan, HolderScanner
+from statewarden.holders.scan import HolderScan, HolderScanner
+from statewarden.holders.units import annotate
 from statewarden.systemd import (
     JobResult,
     SystemdCallFailed,
     UnitChange,
     UserManager,
-    annotate,
     list_units_sync,
     session_bus_address,
     start_unit_sync,

@@ -3,7 +3,7 @@ in test_journal_follow.py and test_systemd.py)."""
 
 from __future__ import annotations
 
-from statewarden.signals import Observation, Signal
+from statewarden.incidents.signals import Observation, Signal
 from statewarden.watch.units import UnitWatcher
 
 DB = "/h/state.db"

@@ -17,8 +17,8 @@ from statewarden.cli._common import (
     select_targets,
 )
 from statewarden.cli._progress import progress_option, progress_reporter
-from statewarden.diagnose import Diagnosis, check_database, exit_code_for, worst
 from statewarden.errors import UsageError
+from statewarden.recovery.diagnose import Diagnosis, check_database, exit_code_for, worst
 
 VERDICTS = {
     "none": "healthy",

@@ -20,9 +20,10 @@ from statewarden.cli._common import (
     select_targets,
 )
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
-from statewarden.holders import Holder, HolderScan, HolderScanner, age_seconds
-from statewarden.processes import human_age, short_command
-from statewarden.systemd import UnitInfo, systemd_view
+from statewarden.holders.processes import human_age, short_command
+from statewarden.holders.scan import Holder, HolderScan, HolderScanner, age_seconds
+from statewarden.holders.units import systemd_view
+from statewarden.systemd import UnitInfo
 from statewarden.targets import Target
 
 DEFAULT_WATCH_INTERVAL_S = 2.0

@@ -20,8 +20,8 @@ from statewarden.cli._common import (
 )
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import DaemonNotRunning, request, socket_path
-from statewarden.incidents import IncidentBook
-from statewarden.timeline import Timeline, format_entry
+from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.timeline import Timeline, format_entry
 
 
 def _ask(config: Config, cmd: str, **args: Any) -> tuple[Any, str]:

@@ -8,7 +8,7 @@ import click
 
 from statewarden.cli._common import handle_errors, json_option, print_json
 from statewarden.cli._progress import progress_option, progress_reporter
-from statewarden.recover import exit_code_for, recover
+from statewarden.recovery.recover import exit_code_for, recover
 
 
 @click.command("recover")

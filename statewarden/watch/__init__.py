@@ -1,6 +1,6 @@
 """Watchers: what statewarden looks at to see trouble coming.
 
-``logtail`` follows the Hermes log files and hands records to ``statewarden.rules``;
+``logtail`` follows the Hermes log files and hands records to ``statewarden.watch.rules``;
 ``journal`` follows the Hermes units' journal; ``files`` watches state.db and its
-sidecars. Each watcher produces signals and observations (``statewarden.signals``).
+sidecars. Each watcher produces signals and observations (``statewarden.incidents.signals``).
 """

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from statewarden.config import DEFAULT_WAL_GROWTH_WINDOW_S, DEFAULT_WAL_WARN_BYTES
-from statewarden.signals import Observation, Signal
+from statewarden.incidents.signals import Observation, Signal
 from statewarden.targets import Target
 
 WAL_SAMPLE_EVERY_S = 60.0

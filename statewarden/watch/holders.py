@@ -1,6 +1,6 @@
 """The holder watcher: who holds each database, compared with the last scan.
 
-One :class:`~statewarden.holders.HolderScanner` serves every database (one pass over
+One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one pass over
 ``/proc``, incremental between full scans). Each scan is diffed with the previous one:
 
 - a holder arriving or leaving -> a timeline observation (pid, kind, unit, command),
@@ -22,9 +22,9 @@ import os
 import time
 from pathlib import Path
 
-from statewarden.holders import LOCK_LOST, SUFFIXES, Holder, HolderScan, HolderScanner
-from statewarden.opens import OpenWatch
-from statewarden.signals import Observation, Signal
+from statewarden.holders.opens import OpenWatch
+from statewarden.holders.scan import LOCK_LOST, SUFFIXES, Holder, HolderScan, HolderScanner
+from statewarden.incidents.signals import Observation, Signal
 
 Found = Signal | Observation
 

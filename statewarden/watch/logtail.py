@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import write_atomic
-from statewarden.rules import LogRecord, parse_record, starts_record
 from statewarden.targets import Target
+from statewarden.watch.rules import LogRecord, parse_record, starts_record
 
 LOG_NAMES = ("agent.log", "errors.log", "gateway.log", "gui.log")
 OFFSETS_VERSION = 1
@@ -776,4 +776,3 @@ class LogTailer:
                 with contextlib.suppress(TypeError, ValueError):
                     known[name] = {(int(d), int(i)) for d, i in pairs}
         return out, rotated, known
-

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statewarden.errors import SystemdUnavailable
-from statewarden.signals import Observation, Signal
+from statewarden.incidents.signals import Observation, Signal
 from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UserManager
 
 DEFAULT_CRASH_RESTARTS = 5

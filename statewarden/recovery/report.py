@@ -13,9 +13,9 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from statewarden.diagnose import describe_range
-from statewarden.scan import MAX_ROWID, MIN_ROWID
-from statewarden.verify import Verification
+from statewarden.recovery.diagnose import describe_range
+from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID
+from statewarden.recovery.verify import Verification
 
 DEDUPE_RULE = (
     "A row stored twice with the same key and identical content is kept once"

@@ -20,7 +20,6 @@ from typing import Any
 
 import apsw
 
-from statewarden.bundle import make_work_copy
 from statewarden.errors import (
     EXIT_BASE_DAMAGE,
     EXIT_FAILED,
@@ -28,14 +27,15 @@ from statewarden.errors import (
     EXIT_UNREADABLE,
     DatabaseUnreadable,
 )
-from statewarden.integrity import (
+from statewarden.recovery.bundle import make_work_copy
+from statewarden.recovery.integrity import (
     ErrorGroup,
     fts_from_integrity_lines,
     group_errors,
     run_integrity_check,
 )
-from statewarden.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
-from statewarden.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
+from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")

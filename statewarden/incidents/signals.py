@@ -56,7 +56,6 @@ MESSAGE_IDS: dict[str, str] = {
 }
 
 
-
 @dataclass(frozen=True)
 class Signal:
     """Possible trouble with one database, as one watcher saw it."""

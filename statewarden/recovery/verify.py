@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.schema import read_schema
+from statewarden.recovery.schema import read_schema
 from statewarden.sqlite import hermes_schema_version, quote_ident, read_header
 
 _WORD_RE = re.compile(r"[A-Za-z0-9]{3,}")

@@ -30,16 +30,16 @@ from typing import Any
 
 import apsw
 
-from statewarden.bundle import WorkCopy, make_work_copy
-from statewarden.diagnose import Diagnosis, diagnose
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
-from statewarden.pages import salvage_rows
-from statewarden.rebuild import Rebuild, TableCopy, key_fn
-from statewarden.report import Report, TableReport
-from statewarden.scan import MAX_ROWID, MIN_ROWID, scan_table
-from statewarden.schema import Schema, read_schema
+from statewarden.recovery.bundle import WorkCopy, make_work_copy
+from statewarden.recovery.diagnose import Diagnosis, diagnose
+from statewarden.recovery.pages import salvage_rows
+from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
+from statewarden.recovery.report import Report, TableReport
+from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
+from statewarden.recovery.schema import Schema, read_schema
+from statewarden.recovery.verify import verify_output
 from statewarden.sqlite import hermes_schema_version, quote_ident
-from statewarden.verify import verify_output
 
 ProgressFn = Callable[[str, int, int], None]
 # A recovery writes the work copy and the output next to each other.

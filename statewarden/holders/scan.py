@@ -47,8 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statewarden import processes as P
-from statewarden.holder_report import (
+from statewarden.holders import processes as P
+from statewarden.holders.opens import OpenWatch
+from statewarden.holders.report import (
     FILE_NAMES,
     LOCK_HELD,
     LOCK_LOST,
@@ -59,7 +60,6 @@ from statewarden.holder_report import (
     LockInfo,
     age_seconds,
 )
-from statewarden.opens import OpenWatch
 
 __all__ = [
     "FILE_NAMES",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import apsw
 
-from statewarden.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
+from statewarden.recovery.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
 from statewarden.sqlite import quote_ident
 
 # The check's error cap is set above anything a file can produce; --max-errors only

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewarden.config import Config, state_dir
+from statewarden.incidents.signals import Observation, Signal
 from statewarden.logs import get_logger
-from statewarden.rules import CronSessions, signals_from_journal, signals_from_record
-from statewarden.signals import Observation, Signal
 from statewarden.targets import Target
 from statewarden.watch.files import FileWatcher
 from statewarden.watch.logtail import LogTailer
+from statewarden.watch.rules import CronSessions, signals_from_journal, signals_from_record
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0

@@ -23,11 +23,11 @@ from typing import Any
 
 import apsw
 
-from statewarden.bundle import WorkCopy
-from statewarden.diagnose import Diagnosis
-from statewarden.report import Report, TableReport, json_value
-from statewarden.scan import scan_table
-from statewarden.schema import Schema, SchemaObject
+from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.report import Report, TableReport, json_value
+from statewarden.recovery.scan import scan_table
+from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import quote_ident, uri_for
 
 ProgressFn = Callable[[str, int, int], None]

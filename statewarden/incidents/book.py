@@ -30,7 +30,7 @@ from typing import Any, Literal
 from statewarden.atomic import write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.signals import Severity, Signal
+from statewarden.incidents.signals import Severity, Signal
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
 DEFAULT_KEEP_RESOLVED = 500

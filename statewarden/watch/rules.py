@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.signals import Observation, Severity, Signal
+from statewarden.incidents.signals import Observation, Severity, Signal
 from statewarden.targets import Target
 
 # Evidence kept per signal: the record text, cut to this many characters.

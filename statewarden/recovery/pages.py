@@ -25,7 +25,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from statewarden.schema import Schema
+from statewarden.recovery.schema import Schema
 from statewarden.sqlite import parse_header
 
 PAGE_TABLE_INTERIOR = 0x05

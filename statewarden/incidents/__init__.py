@@ -1,0 +1,6 @@
+"""Incidents: what watchers signal, turned into incidents a person reads.
+
+``signals`` defines signals and observations and the table of incident kinds; ``book``
+opens, updates, resolves and persists incidents; ``timeline`` keeps the bounded evidence
+timeline per database.
+"""
