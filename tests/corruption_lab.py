@@ -106,6 +106,8 @@ class Case:
     phantom: dict[str, int] = field(default_factory=dict)
     collision: dict[str, object] = field(default_factory=dict)
     damaged_pages: list[int] = field(default_factory=list)
+    # rowids intact on disk that the b-tree no longer reaches (recoverable)
+    unreached: dict[str, list[int]] = field(default_factory=dict)
 
 
 def schema_roots(path: Path) -> dict[str, int]:
@@ -417,4 +419,69 @@ def invalid_utf8(dest_dir: Path, rowid: int = 7, spec: Spec = SMALL) -> Case:
     _write(case.db, at, b"\xff")
     case.phantom = {"messages": rowid}
     case.note = f"messages rowid {rowid}: one byte of its text set to 0xFF"
+    return case
+
+
+def _interior_cell_pointer(pf: PristineFile, page: int, i: int) -> int:
+    """File offset of the child pointer of cell ``i`` of an interior page."""
+    return (page - 1) * pf.page_size + pf.cell_offsets(page)[i]
+
+
+def flipped_child_pointer(
+    dest_dir: Path, table: str = "messages", which: int = 20, spec: Spec = SMALL
+) -> Case:
+    """One bit flipped in a child pointer of ``table``'s interior page, so that it points
+    at another leaf of the same tree: no read fails, but the leaf it pointed at is no
+    longer reached (its rows are intact on disk) and the other leaf is reached twice.
+
+    ``unreached`` lists the rowids on the leaf no longer reached.
+    """
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    interior, leaves = pf.tree_pages(case.roots[table])
+    page = interior[-1]
+    kids = pf.children(page)[:-1]
+    for i in [*range(which, len(kids)), *range(which)]:
+        child = kids[i]
+        for other in leaves:
+            x = child ^ other
+            if other != child and x & (x - 1) == 0:
+                break
+        else:
+            continue
+        break
+    else:  # pragma: no cover - SMALL and TALL always have such a pair
+        raise RuntimeError("no child pointer one bit away from another leaf")
+    at = _interior_cell_pointer(pf, page, i)
+    _write(case.db, at, struct.pack(">I", other))
+    case.unreached = {table: pf.leaf_rowids(child)}
+    case.damaged_pages.append(page)
+    case.note = (
+        f"{table} interior page {page}: child pointer {i} flipped from leaf {child} to {other}"
+    )
+    return case
+
+
+def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec = SMALL) -> Case:
+    """Messages ``first``..``last`` deleted (as Hermes' ``DELETE``, FTS triggers and
+    all), then the freelist's first trunk pointer in the header zeroed: the freed
+    leaves, which still hold the deleted rows, are reached by nothing.
+
+    ``lost_rowids`` lists the deleted rowids: they must never come back.
+    """
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    conn.execute("PRAGMA secure_delete=OFF")
+    with conn:
+        conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (first, last))
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    shutil.copyfile(case.db, dest_dir / "pristine.db")
+    case.pristine = dest_dir / "pristine.db"
+    pf = PristineFile(case.db)
+    (trunk,) = struct.unpack(">I", pf.data[32:36])
+    assert trunk, "the delete freed no page"
+    _write(case.db, 32, b"\x00\x00\x00\x00")
+    case.lost_rowids = {"messages": list(range(first, last + 1))}
+    case.note = f"messages {first}..{last} deleted, then the freelist trunk pointer zeroed"
     return case

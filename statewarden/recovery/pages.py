@@ -9,10 +9,10 @@ the file itself (sqlite.org/fileformat2.html):
    pages they reach (a page that fails to parse is simply not descended into);
 2. every table-leaf page (type 0x0D) that nothing reaches is an orphan; its cells are
    decoded (varints, the record format, overflow chains) into ``(rowid, values)``;
-3. an orphan leaf is given to the wanted table whose column count its records fit
-   (records never have more fields than the table has columns; fewer after an
-   ``ALTER TABLE ADD COLUMN``). Freelist pages are never read for rows: they hold
-   deleted data.
+3. an orphan leaf is given to the one table whose shape its records fit (field count,
+   the rowid alias stored as NULL, no number in a TEXT column, no NULL in a NOT NULL
+   one: ``record_fits``). Freelist pages are never read for rows: they hold deleted
+   data.
 
 Call only with no SQLite connection open to ``path`` in this process (DESIGN.md rule 2).
 """
@@ -25,7 +25,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from statewarden.recovery.schema import Schema
+from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import parse_header
 
 PAGE_TABLE_INTERIOR = 0x05
@@ -271,12 +271,36 @@ def orphan_table_leaves(db: DatabaseFile, roots: list[int]) -> list[int]:
     return out
 
 
+def record_fits(obj: SchemaObject, values: list[Any]) -> bool:
+    """Could this record be a row of ``obj``, by its shape alone?
+
+    At most as many fields as the table stores (fewer after an ``ALTER TABLE ADD
+    COLUMN``); the INTEGER PRIMARY KEY column stored as NULL (its value is the rowid);
+    no number in a TEXT column (SQLite converts them to text); no NULL in a NOT NULL one.
+    """
+    cols = obj.stored_columns
+    if len(values) > len(cols):
+        return False
+    alias = obj.rowid_alias
+    for col, v in zip(cols, values, strict=False):
+        if col.name == alias:
+            if v is not None:
+                return False
+        elif v is None:
+            if col.notnull:
+                return False
+        elif col.text_affinity and isinstance(v, int | float):
+            return False
+    return True
+
+
 def salvage_rows(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
     """Rows on orphaned table leaves, assigned to the wanted ``tables`` by record shape.
 
-    A leaf goes to a table when every decodable record has at most as many fields as
-    the table has stored columns and at least one record has exactly that many; when
-    several wanted tables fit, the leaf is left out (it cannot be attributed safely).
+    A leaf goes to a table when every decodable record fits it (``record_fits``) and at
+    least one record has all its columns; every rowid table of the schema (FTS shadow
+    tables included) is a candidate, and a leaf that fits more than one is left out: it
+    cannot be attributed safely.
     """
     db = DatabaseFile(path)
     try:
@@ -287,12 +311,12 @@ def salvage_rows(path: Path, schema: Schema, tables: list[str]) -> dict[str, lis
 
 def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
-    widths = {}
-    for name in tables:
-        obj = schema.by_name(name)
-        if obj is not None and not obj.without_rowid:
-            widths[name] = len(obj.stored_columns)
-    out: dict[str, list[Row]] = {name: [] for name in widths}
+    candidates = [
+        o
+        for o in schema.tables()
+        if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
+    ]
+    out: dict[str, list[Row]] = {name: [] for name in tables if schema.by_name(name) is not None}
     for leaf in orphan_table_leaves(db, roots):
         try:
             rows, _bad = db.leaf_rows(leaf)
@@ -301,8 +325,12 @@ def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, l
         if not rows:
             continue
         most = max(len(v) for _, v in rows)
-        fits = [name for name, w in widths.items() if most == w]
-        if len(fits) == 1:
+        fits = [
+            o.name
+            for o in candidates
+            if most == len(o.stored_columns) and all(record_fits(o, v) for _, v in rows)
+        ]
+        if len(fits) == 1 and fits[0] in out:
             out[fits[0]].extend(rows)
     for rows in out.values():
         rows.sort(key=lambda r: r[0])

@@ -45,6 +45,9 @@ class TableCopy:
     source_keys: set[Any] = field(default_factory=set)
     index_keys: set[Any] = field(default_factory=set)
     page_keys: set[Any] = field(default_factory=set)
+    rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
+    fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
+    page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
 
 
 def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
@@ -64,12 +67,6 @@ def _insert_sql(obj: SchemaObject, cols: list[str]) -> str:
     names = ", ".join(quote_ident(c) for c in [*rid, *cols])
     marks = ", ".join("?" for _ in range(len(rid) + len(cols)))
     return f"INSERT INTO main.{quote_ident(obj.name)}({names}) VALUES ({marks})"
-
-
-def _in_ranges(
-    rows: list[tuple[int, list[Any]]], ranges: list[list[int]]
-) -> list[tuple[int, list[Any]]]:
-    return [(rid, vals) for rid, vals in rows if any(lo <= rid <= hi for lo, hi in ranges)]
 
 
 def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, str]:
@@ -131,6 +128,7 @@ class Rebuild:
         salvaged: SalvagedRows,
         report: Report,
         progress: ProgressFn | None,
+        trust_unreached: bool = True,
     ) -> None:
         self.work = work
         self.built = built
@@ -138,6 +136,9 @@ class Rebuild:
         self.diag = diag
         self.damaged = damaged
         self.salvaged = salvaged
+        # False when the freelist is damaged: an unreached leaf may then be a freed page
+        # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
+        self.trust_unreached = trust_unreached
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -214,9 +215,7 @@ class Rebuild:
                 self._index_keys(tc)
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
-                rows = _in_ranges(self.salvaged.get(obj.name, []), tc.report.unreadable_ranges)
-                for rowid, values in rows:
-                    self._insert_salvaged(tc, rowid, values)
+                self._add_unreached(tc)
             self._copy_sequences()
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
@@ -327,12 +326,12 @@ class Rebuild:
         rowids = "rowid" if not obj.without_rowid else "NULL"
         t = quote_ident(obj.name)
         try:
-            keys = [
-                keyf(tuple(r))
-                for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
+            read = [
+                tuple(r) for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
             ]
         except UnicodeDecodeError:
             return False
+        keys = [keyf(r) for r in read]
         cols = ", ".join(quote_ident(c) for c in _columns(obj))
         rid = "" if obj.rowid_alias or obj.without_rowid else "rowid, "
         self.dst.execute("SAVEPOINT bulk")
@@ -347,6 +346,8 @@ class Rebuild:
         self.dst.execute("RELEASE bulk")
         tc.report.source_rows += len(keys)
         tc.source_keys.update(keys)
+        if not obj.without_rowid:
+            tc.rowids.update(int(r[0]) for r in read)
         return True
 
     def _row_copy(self, tc: TableCopy) -> None:
@@ -359,6 +360,7 @@ class Rebuild:
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
             tc.source_keys.add(key)
+            tc.rowids.add(int(row[0]))
             self._insert_row(tc, int(row[0]), list(row[1:]), cols)
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
@@ -453,17 +455,58 @@ class Rebuild:
             }
         )
 
-    def _insert_salvaged(self, tc: TableCopy, rowid: int, values: list[Any]) -> None:
+    def _fts_rowids(self, tc: TableCopy) -> None:
+        """Rowids held by the own-content FTS tables this table feeds (Hermes 0.19.0
+        writes each message's text there under the message's id)."""
+        for fts, owner in self.schema.fts_owner.items():
+            obj = self.schema.by_name(fts)
+            if owner != tc.obj.name or obj is None or obj.fts_content is not None:
+                continue
+            content = quote_ident(f"{fts}_content")
+            try:
+                rows = self.src.execute(f"SELECT id FROM {content} NOT INDEXED").fetchall()
+            except (apsw.Error, UnicodeDecodeError):
+                continue  # a damaged FTS copy vouches for nothing
+            tc.fts_rowids.update(int(r[0]) for r in rows if isinstance(r[0], int))
+
+    def _add_unreached(self, tc: TableCopy) -> None:
+        """Rows decoded from leaves the b-tree no longer reaches, for rowids it lacks.
+
+        A rowid the b-tree holds keeps the b-tree's row (the unreached copy is counted,
+        not used). When the freelist cannot be trusted, an unreached row is taken only
+        if an intact index or FTS copy of the table lists its key: deleted rows live on
+        freed pages, and nothing else remembers them.
+        """
+        rows = self.salvaged.get(tc.obj.name, [])
+        if not rows:
+            return
+        vouched: set[Any] | None = None
+        if not self.trust_unreached:
+            self._fts_rowids(tc)
+            vouched = tc.index_keys | tc.fts_rowids
+        for rowid, values in rows:
+            if rowid in tc.rowids:
+                tc.page_versions_skipped += 1
+                continue
+            self._insert_salvaged(tc, rowid, values, vouched)
+
+    def _insert_salvaged(
+        self, tc: TableCopy, rowid: int, values: list[Any], vouched: set[Any] | None = None
+    ) -> None:
         obj = tc.obj
         cols = _columns(obj)[: len(values)]
         values = values[: len(cols)]
         if obj.rowid_alias and obj.rowid_alias in cols:
             values[cols.index(obj.rowid_alias)] = rowid
-        tc.report.source_rows += 1
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         if key_cols and not set(key_cols) <= set(cols):
             return
         key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
+        if vouched is not None and key not in vouched and rowid not in vouched:
+            tc.report.unvouched_skipped += 1
+            return
+        tc.rowids.add(rowid)
+        tc.report.source_rows += 1
         tc.page_keys.add(key)
         if self._insert_row(tc, rowid, values, cols):
             tc.report.recovered_from_pages += 1

@@ -118,10 +118,12 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         conn.close()
     damaged = _damaged_tables(diag, schema)
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
-    if any(t.unreadable_ranges for t in diag.tables):
-        # Raw page reads, with no SQLite connection open to the copy (DESIGN.md rule 2).
-        wanted = [t.name for t in diag.tables if t.unreadable_ranges]
-        salvaged = salvage_rows(work.db, schema, wanted)
+    if damaged:
+        # Evidence that rows may be missing (a read error, pages no b-tree reaches, a
+        # count that differs from the planner's, a page reached twice): decode every
+        # leaf no b-tree reaches, read errors or not. Raw page reads, with no SQLite
+        # connection open to the copy (DESIGN.md rule 2).
+        salvaged = salvage_rows(work.db, schema, sorted(damaged))
     built = work.work_dir / "output.db"
     if diag.damage == "none":
         report.strategy = "none"
@@ -138,6 +140,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             salvaged=salvaged,
             report=report,
             progress=progress,
+            trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
         ).run()
         if any(c.report.recovered_from_pages for c in copies.values()):
             report.strategy = "salvage"

@@ -45,6 +45,7 @@ class TableReport:
     unreadable_ranges: list[list[int]] = field(default_factory=list)
     status: str = "complete"
     recovered_from_pages: int = 0
+    unvouched_skipped: int = 0  # unreached rows not taken: nothing vouches they are live
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -60,6 +61,7 @@ class TableReport:
             "unreadable_ranges": self.unreadable_ranges,
             "status": self.status,
             "recovered_from_pages": self.recovered_from_pages,
+            "unvouched_skipped": self.unvouched_skipped,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -126,7 +128,16 @@ class Report:
                 for lo, hi in t.unreadable_ranges
             )
             if t.recovered_from_pages:
-                out.append(f"  {name}: {t.recovered_from_pages} rows recovered from pages")
+                out.append(
+                    f"  {name}: {t.recovered_from_pages} rows recovered from leaf pages"
+                    " the b-tree no longer reaches"
+                )
+            if t.unvouched_skipped:
+                out.append(
+                    f"  {name}: {t.unvouched_skipped} rows on unreached pages not taken"
+                    " (the freelist is damaged and no index or FTS copy lists them:"
+                    " they may be deleted rows)"
+                )
         for s in self.set_aside:
             out.append(f"  set aside: {s['table']} rowid {s['rowid']}: {s['reason']}")
         for r in self.renamed:

@@ -29,6 +29,13 @@ class Column:
     decl_type: str
     pk: int  # 1-based position in the primary key, 0 if not part of it
     hidden: int  # table_xinfo: 0 normal, 1 hidden (virtual tables), 2/3 generated
+    notnull: bool = False
+
+    @property
+    def text_affinity(self) -> bool:
+        """SQLite stores numbers given to such a column as text (never as numbers)."""
+        t = self.decl_type.upper()
+        return "INT" not in t and any(k in t for k in ("CHAR", "CLOB", "TEXT"))
 
 
 @dataclass
@@ -166,7 +173,13 @@ def read_schema(conn: apsw.Connection) -> Schema:
                     o.shadow_of = fts
         if o.type == "table" and o.shadow_of is None:
             o.columns = [
-                Column(name=str(r[1]), decl_type=str(r[2] or ""), pk=int(r[5]), hidden=int(r[6]))
+                Column(
+                    name=str(r[1]),
+                    decl_type=str(r[2] or ""),
+                    pk=int(r[5]),
+                    hidden=int(r[6]),
+                    notnull=bool(r[3]),
+                )
                 for r in conn.execute(f"PRAGMA table_xinfo({quote_ident(o.name)})")
             ]
     schema = Schema(objects)
