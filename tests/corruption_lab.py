@@ -485,3 +485,97 @@ def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec 
     case.lost_rowids = {"messages": list(range(first, last + 1))}
     case.note = f"messages {first}..{last} deleted, then the freelist trunk pointer zeroed"
     return case
+
+
+CRASHING_APPENDER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+db.create_session("after_the_bad_frame", "cli", model="hermes-4-70b")
+for i in range(int(sys.argv[2])):
+    db.append_message("after_the_bad_frame", "user", f"message {i} written after the checkpoint")
+os._exit(0)  # killed: no checkpoint on close, every commit stays in the -wal
+"""
+
+
+def fold_copy(db: Path, dest: Path) -> None:
+    """A self-contained copy of ``db`` with its ``-wal`` replayed (what SQLite reads)."""
+    shutil.copyfile(db, dest)
+    if Path(f"{db}-wal").exists():
+        shutil.copyfile(f"{db}-wal", f"{dest}-wal")
+    conn = apsw.Connection(str(dest))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+
+
+def wal_commits(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
+    """Hermes appends ``messages`` messages (one transaction each) to a copy of the
+    fixture and is killed: every commit is still in the ``-wal``. ``pristine`` is the
+    copy with that WAL replayed; ``unreached['messages']`` the appended rowids."""
+    case = fresh_copy(dest_dir, spec)
+    from tests.hermes_fixtures import hermes_python
+
+    subprocess.run(
+        [hermes_python(), "-c", CRASHING_APPENDER, str(dest_dir), str(messages)], check=True
+    )
+    Path(f"{case.db}-shm").unlink(missing_ok=True)
+    case.pristine = dest_dir / "pristine" / "state.db"
+    case.pristine.parent.mkdir()
+    fold_copy(case.db, case.pristine)
+    before = {int(r[0]) for r in table_rows(built_db(spec), "SELECT rowid FROM messages")}
+    after = {int(r[0]) for r in table_rows(case.pristine, "SELECT rowid FROM messages")}
+    case.unreached = {"messages": sorted(after - before)}
+    case.note = f"{messages} Hermes commits in the -wal"
+    return case
+
+
+def wal_frames(path: Path) -> list[tuple[int, int, int]]:
+    """(offset of the frame, page number, commit size) of every frame of the WAL's
+    current generation (frames whose salts are the header's)."""
+    data = Path(path).read_bytes()
+    (page_size,) = struct.unpack(">I", data[8:12])
+    salts = data[16:24]
+    out = []
+    offset = 32
+    while offset + 24 + page_size <= len(data):
+        page, commit = struct.unpack(">II", data[offset : offset + 8])
+        if data[offset + 8 : offset + 16] != salts:
+            break
+        out.append((offset, page, commit))
+        offset += 24 + page_size
+    return out
+
+
+def wal_bad_frame(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
+    """``wal_commits``, then one byte flipped in the page image of a frame a quarter of
+    the way in: SQLite's replay stops at that frame, dropping every later commit."""
+    case = wal_commits(dest_dir, messages, spec)
+    frames = wal_frames(Path(f"{case.db}-wal"))
+    offset, page, _ = frames[len(frames) // 4]
+    with open(f"{case.db}-wal", "r+b") as f:
+        f.seek(offset + 24 + 2000)
+        b = f.read(1)
+        f.seek(offset + 24 + 2000)
+        f.write(bytes([b[0] ^ 0x01]))
+    case.note += f"; frame {len(frames) // 4 + 1} of {len(frames)} (page {page}): one bit flipped"
+    return case
+
+
+def wal_header_damage(dest_dir: Path, how: str, spec: Spec = SMALL) -> Case:
+    """``wal_commits`` with the WAL header damaged: ``zeroed`` (the whole file),
+    ``magic`` (its magic number zeroed) or ``page-size`` (one bit of it flipped)."""
+    case = wal_commits(dest_dir, 20, spec)
+    wal = Path(f"{case.db}-wal")
+    if how == "zeroed":
+        wal.write_bytes(b"\x00" * wal.stat().st_size)
+    elif how == "magic":
+        _write(wal, 0, b"\x00\x00\x00\x00")
+    elif how == "page-size":
+        data = wal.read_bytes()
+        _write(wal, 10, bytes([data[10] ^ 0x01]))
+    else:  # pragma: no cover - a typo in a test
+        raise ValueError(how)
+    case.note += f"; WAL header damaged ({how})"
+    return case

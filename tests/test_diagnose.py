@@ -317,6 +317,35 @@ class TestUnreadableInputs:
         assert fingerprint(case.db) == before
 
 
+class TestWal:
+    def test_commits_dropped_after_a_bad_frame_are_base_damage(self, tmp_path: Path) -> None:
+        """A WAL frame with one bit flipped: SQLite's integrity check says ok, but check
+        names the frame and the committed transactions SQLite drops after it: base
+        damage, exit 3, and the source bundle is left as it was."""
+        case = lab.wal_bad_frame(tmp_path / "db")
+        before = fingerprint(case.db)
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"], doc["integrity_ok"]) == (3, "base", True)
+        assert doc["wal_dropped_commits"] > 0
+        notes = doc["notes"]
+        assert any("fails its checksum; SQLite replays" in n for n in notes)  # type: ignore[attr-defined]
+        assert fingerprint(case.db) == before
+
+    @pytest.mark.parametrize("how", ["zeroed", "magic", "page-size"])
+    def test_damaged_wal_header_never_hides_the_database(self, tmp_path: Path, how: str) -> None:
+        """A WAL SQLite ignores (zero-filled, magic zeroed, page size flipped) no longer
+        makes check give up (exit 4): the database is checked as SQLite reads it and
+        the WAL is named as ignored; commits still in it are base damage."""
+        case = lab.wal_header_damage(tmp_path / "db", how)
+        code, doc = check_json(case.db, tmp_path)
+        assert any("ignored, as SQLite does" in n for n in doc["notes"])  # type: ignore[attr-defined]
+        assert table(doc, "messages")["scan_rows"] == pristine_count(
+            "SELECT count(*) FROM messages"
+        )
+        want = (0, "none") if how == "zeroed" else (3, "base")
+        assert (code, doc["damage"]) == want
+
+
 class TestLibrary:
     def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
         """The diagnosis names the source, not the private copy."""

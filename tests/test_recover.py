@@ -572,6 +572,60 @@ class TestBundles:
         )
 
 
+class TestWal:
+    def test_commits_after_a_bad_frame_come_back(self, tmp_path: Path) -> None:
+        """One bit flipped in a WAL frame: SQLite replays the frames before it and drops
+        every later commit without a word. recover walks the frames, names the bad one,
+        counts the dropped commits and adds their rows from the frame images: every
+        message and session of the pristine (fully replayed) file comes back."""
+        case = lab.wal_bad_frame(tmp_path / "db")
+        as_sqlite_reads_it = tmp_path / "folded.db"
+        lab.fold_copy(case.db, as_sqlite_reads_it)
+        sqlite_sees = int(rows(as_sqlite_reads_it, "SELECT count(*) FROM messages")[0][0])  # type: ignore[call-overload]
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert sqlite_sees < len(want)  # the damage hides rows from SQLite
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert m["recovered_from_wal"] == len(want) - sqlite_sees
+        assert (doc["strategy"], doc["loss_detected"]) == ("salvage", False)
+        assert any("fails its checksum" in n for n in doc["notes"])
+        assert any("committed transactions" in n for n in doc["notes"])
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        for t in ("sessions", "session_model_usage"):
+            q = f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q)
+
+    @pytest.mark.parametrize("how", ["magic", "page-size"])
+    def test_wal_with_a_damaged_header_is_ignored_and_its_commits_salvaged(
+        self, tmp_path: Path, how: str
+    ) -> None:
+        """A WAL whose header SQLite rejects (magic zeroed, a page-size bit flipped):
+        the database is read as SQLite reads it (without the WAL), the WAL is named as
+        ignored, and its committed frames, which still check out one by one, give back
+        every row written to it."""
+        case = lab.wal_header_damage(tmp_path / "db", how)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any("ignored, as SQLite does" in n for n in doc["notes"])
+        for t in ("messages", "sessions"):
+            q = f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q)
+        assert doc["tables"]["messages"]["recovered_from_wal"] == len(case.unreached["messages"])
+
+    def test_zero_filled_wal_is_ignored(self, tmp_path: Path) -> None:
+        """A zero-filled -wal holds nothing: the database file is read alone, the WAL is
+        named as ignored, every row of the file is recovered, exit 0."""
+        case = lab.wal_header_damage(tmp_path / "db", "zeroed")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any(
+            "ignored, as SQLite does: bad magic number (zero-filled)" in n for n in doc["notes"]
+        )
+        assert_same_rows(out, "messages")
+        assert_same_rows(out, "sessions")
+
+
 class TestSmallTables:
     def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
         """The only page of schema_version zeroed: no row of it can be read; the output

@@ -36,6 +36,7 @@ from statewarden.recovery.integrity import (
 )
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
@@ -120,6 +121,7 @@ class Diagnosis:
     notes: list[str]
     error_lines: list[str] = field(default_factory=list)
     foreign_key_check_complete: bool = True
+    wal_dropped_commits: int = 0  # committed transactions SQLite does not replay
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -159,7 +161,13 @@ def check_database(
     copy, remove it. The source is only read (see ``bundle.make_work_copy``)."""
     work = make_work_copy(source, work_parent, progress=progress)
     try:
-        result = diagnose(work.db, progress=progress, truncated=work.truncated_note)
+        result = diagnose(
+            work.db,
+            progress=progress,
+            truncated=work.truncated_note,
+            wal=work.wal,
+            wal_name=f"{source}-wal",
+        )
     finally:
         work.cleanup()
     result.path = str(source)
@@ -171,12 +179,19 @@ def worst(*classes: str) -> str:
 
 
 def diagnose(
-    db: Path, *, progress: ProgressFn | None = None, truncated: str | None = None
+    db: Path,
+    *,
+    progress: ProgressFn | None = None,
+    truncated: str | None = None,
+    wal: WalFacts | None = None,
+    wal_name: str = "-wal",
 ) -> Diagnosis:
     """Diagnose ``db``, which must be a private copy (see ``bundle.make_work_copy``).
 
     The copy is opened read-write only so that FTS5's ``integrity-check`` command (an
-    INSERT that changes nothing) can run.
+    INSERT that changes nothing) can run. ``wal`` is what the source's ``-wal`` held
+    (``wal.py``): committed transactions SQLite does not replay are base damage (their
+    rows are not in the database as SQLite reads it).
     """
     try:
         conn = apsw.Connection(str(db))
@@ -189,9 +204,15 @@ def diagnose(
             raise DatabaseUnreadable(
                 f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
             ) from None
-        return _diagnose(conn, db, schema, progress, truncated)
+        result = _diagnose(conn, db, schema, progress, truncated)
     finally:
         conn.close()
+    if wal is not None:
+        result.notes.extend(wal.notes(wal_name))
+        result.wal_dropped_commits = wal.dropped_commits
+        if wal.dropped_commits:
+            result.damage = worst(result.damage, "base")
+    return result
 
 
 def _diagnose(

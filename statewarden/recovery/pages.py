@@ -78,8 +78,12 @@ class DatabaseFile:
         self.encoding = header.text_encoding
         self.page_count = len(self.data) // self.page_size
         self.freelist_trunk = header.freelist_trunk
+        # Newer page images (from WAL frames) read in place of the file's pages.
+        self.overlay: dict[int, bytes] = {}
 
     def page(self, n: int) -> bytes:
+        if n in self.overlay:
+            return self.overlay[n]
         if not 1 <= n <= self.page_count:
             raise PageFormatError(f"page {n} is outside the file")
         return bytes(self.data[(n - 1) * self.page_size : n * self.page_size])
@@ -309,15 +313,35 @@ def salvage_rows(path: Path, schema: Schema, tables: list[str]) -> dict[str, lis
         db.close()
 
 
+def rows_from_images(
+    path: Path, schema: Schema, tables: list[str], images: dict[int, bytes]
+) -> dict[str, list[Row]]:
+    """Rows on the table leaves among ``images`` (page number -> newer page image, from
+    WAL frames SQLite does not replay), assigned to ``tables`` by record shape; overflow
+    pages are read from the images first, then from the file."""
+    db = DatabaseFile(path)
+    try:
+        db.overlay = {n: img for n, img in images.items() if len(img) == db.page_size}
+        return _assign(db, schema, tables, sorted(db.overlay))
+    finally:
+        db.close()
+
+
 def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
+    return _assign(db, schema, tables, orphan_table_leaves(db, roots))
+
+
+def _assign(
+    db: DatabaseFile, schema: Schema, tables: list[str], leaves: list[int]
+) -> dict[str, list[Row]]:
     candidates = [
         o
         for o in schema.tables()
         if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
     ]
     out: dict[str, list[Row]] = {name: [] for name in tables if schema.by_name(name) is not None}
-    for leaf in orphan_table_leaves(db, roots):
+    for leaf in leaves:
         try:
             rows, _bad = db.leaf_rows(leaf)
         except PageFormatError:

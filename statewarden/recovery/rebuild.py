@@ -129,6 +129,7 @@ class Rebuild:
         report: Report,
         progress: ProgressFn | None,
         trust_unreached: bool = True,
+        wal_rows: SalvagedRows | None = None,
     ) -> None:
         self.work = work
         self.built = built
@@ -139,6 +140,8 @@ class Rebuild:
         # False when the freelist is damaged: an unreached leaf may then be a freed page
         # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
         self.trust_unreached = trust_unreached
+        # Rows on page images of committed WAL transactions SQLite does not replay.
+        self.wal_rows = wal_rows or {}
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -216,6 +219,7 @@ class Rebuild:
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
                 self._add_unreached(tc)
+                self._add_wal_rows(tc)
             self._copy_sequences()
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
@@ -489,6 +493,49 @@ class Rebuild:
                 tc.page_versions_skipped += 1
                 continue
             self._insert_salvaged(tc, rowid, values, vouched)
+
+    def _add_wal_rows(self, tc: TableCopy) -> None:
+        """Rows of committed transactions SQLite does not replay: a rowid the output
+        lacks is added, a row that differs is replaced by its newer version."""
+        rows = self.wal_rows.get(tc.obj.name, [])
+        if not rows:
+            return
+        obj = tc.obj
+        newest: dict[int, list[Any]] = {}
+        for rowid, values in rows:
+            newest[rowid] = values
+        all_cols = _columns(obj)
+        t = quote_ident(obj.name)
+        for rowid, found in sorted(newest.items()):
+            cols = all_cols[: len(found)]
+            values = list(found[: len(cols)])
+            if obj.rowid_alias and obj.rowid_alias in cols:
+                values[cols.index(obj.rowid_alias)] = rowid
+            if rowid not in tc.rowids:
+                if self._insert_row(tc, rowid, values, cols):
+                    tc.rowids.add(rowid)
+                    tc.report.source_rows += 1
+                    tc.report.recovered_from_wal += 1
+                    key_cols = [c for c in obj.key_columns if c != "rowid"]
+                    key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
+                    tc.page_keys.add(key)
+                continue
+            sel = ", ".join(quote_ident(c) for c in cols)
+            have = self.dst.execute(
+                f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)
+            ).fetchone()
+            if have is None or list(have) == values:
+                continue
+            sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols)
+            try:
+                self.dst.execute(f"UPDATE main.{t} SET {sets} WHERE rowid = ?", [*values, rowid])
+            except apsw.Error as exc:
+                self.report.notes.append(
+                    f"{obj.name} rowid {rowid}: its newer version from the -wal was not"
+                    f" applied: {exc}"
+                )
+                continue
+            tc.report.updated_from_wal += 1
 
     def _insert_salvaged(
         self, tc: TableCopy, rowid: int, values: list[Any], vouched: set[Any] | None = None

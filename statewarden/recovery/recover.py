@@ -33,7 +33,7 @@ import apsw
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
-from statewarden.recovery.pages import salvage_rows
+from statewarden.recovery.pages import rows_from_images, salvage_rows
 from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
@@ -104,7 +104,13 @@ def _publish(built: Path, output: Path) -> None:
 
 
 def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> Report:
-    diag = diagnose(work.db, progress=progress, truncated=work.truncated_note)
+    diag = diagnose(
+        work.db,
+        progress=progress,
+        truncated=work.truncated_note,
+        wal=work.wal,
+        wal_name=f"{work.source}-wal",
+    )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
     conn = apsw.Connection(str(work.db))
     try:
@@ -124,6 +130,14 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         # leaf no b-tree reaches, read errors or not. Raw page reads, with no SQLite
         # connection open to the copy (DESIGN.md rule 2).
         salvaged = salvage_rows(work.db, schema, sorted(damaged))
+    wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
+    if work.wal is not None and work.wal.dropped_commits:
+        report.notes.extend(work.wal.notes(f"{work.source}-wal"))
+        base_names = [o.name for o in schema.base_tables()]
+        wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
+        damaged.update(name for name, rows in wal_rows.items() if rows)
+    elif work.wal is not None:
+        report.notes.extend(work.wal.notes(f"{work.source}-wal"))
     built = work.work_dir / "output.db"
     if diag.damage == "none":
         report.strategy = "none"
@@ -138,11 +152,14 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             diag,
             damaged=damaged,
             salvaged=salvaged,
+            wal_rows=wal_rows,
             report=report,
             progress=progress,
             trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
         ).run()
-        if any(c.report.recovered_from_pages for c in copies.values()):
+        if any(
+            c.report.recovered_from_pages or c.report.recovered_from_wal for c in copies.values()
+        ):
             report.strategy = "salvage"
     if progress:
         progress("verify", 0, 1)

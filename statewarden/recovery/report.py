@@ -45,6 +45,8 @@ class TableReport:
     unreadable_ranges: list[list[int]] = field(default_factory=list)
     status: str = "complete"
     recovered_from_pages: int = 0
+    recovered_from_wal: int = 0  # rows of committed transactions SQLite did not replay
+    updated_from_wal: int = 0  # rows replaced by their newer version from those
     unvouched_skipped: int = 0  # unreached rows not taken: nothing vouches they are live
     set_aside: int = 0
     renamed: int = 0
@@ -61,6 +63,8 @@ class TableReport:
             "unreadable_ranges": self.unreadable_ranges,
             "status": self.status,
             "recovered_from_pages": self.recovered_from_pages,
+            "recovered_from_wal": self.recovered_from_wal,
+            "updated_from_wal": self.updated_from_wal,
             "unvouched_skipped": self.unvouched_skipped,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
@@ -131,6 +135,11 @@ class Report:
                 out.append(
                     f"  {name}: {t.recovered_from_pages} rows recovered from leaf pages"
                     " the b-tree no longer reaches"
+                )
+            if t.recovered_from_wal or t.updated_from_wal:
+                out.append(
+                    f"  {name}: {t.recovered_from_wal} rows added and {t.updated_from_wal}"
+                    " updated from committed -wal transactions SQLite does not replay"
                 )
             if t.unvouched_skipped:
                 out.append(

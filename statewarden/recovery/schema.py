@@ -171,7 +171,7 @@ def read_schema(conn: apsw.Connection) -> Schema:
             for fts in fts_tables:
                 if o.name.startswith(fts) and o.name[len(fts) :] in FTS_SHADOW_SUFFIXES:
                     o.shadow_of = fts
-        if o.type == "table" and o.shadow_of is None:
+        if o.type == "table":
             o.columns = [
                 Column(
                     name=str(r[1]),
