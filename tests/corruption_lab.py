@@ -579,3 +579,33 @@ def wal_header_damage(dest_dir: Path, how: str, spec: Spec = SMALL) -> Case:
         raise ValueError(how)
     case.note += f"; WAL header damaged ({how})"
     return case
+
+
+def _same_length_change(text: bytes) -> tuple[int, bytes]:
+    """(offset, replacement) of one lowercase letter in ``text`` changed to another."""
+    for i, ch in enumerate(text):
+        if ord("a") <= ch <= ord("y"):
+            return i, bytes([ch + 1])
+    raise LookupError("no lowercase letter to change")
+
+
+def bit_rot(dest_dir: Path, where: str, rowid: int = 50, spec: Spec = SMALL) -> Case:
+    """One letter of message ``rowid``'s text changed on disk, the record still well
+    formed: in the ``messages`` row itself (``row``) or in its copy in
+    ``messages_fts_content`` (``fts``). No page is malformed; only a comparison of the
+    row with its search-index copies can tell."""
+    case = fresh_copy(dest_dir, spec)
+    table = {"row": "messages", "fts": "messages_fts_content"}[where]
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots[table], rowid)
+    start, end = _cell_span(pf, leaf, rowid)
+    content = str(table_rows(case.db, f"SELECT content FROM messages WHERE rowid = {rowid}")[0][0])
+    word = next(w for w in content.split() if len(w) >= 5 and w.isalpha())
+    at = pf.data.find(word.encode(), start, end)
+    assert at != -1
+    i, new = _same_length_change(word.encode())
+    _write(case.db, at + i, new)
+    case.phantom = {table: rowid}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} rowid {rowid}: one letter of {word!r} changed"
+    return case

@@ -346,6 +346,37 @@ class TestWal:
         assert (code, doc["damage"]) == want
 
 
+class TestSecondCopies:
+    def test_fts_checksum_mismatch_is_derived_and_named(self, tmp_path: Path) -> None:
+        """One letter changed in a message's FTS copy: SQLite's integrity check reports
+        'fts5: checksum mismatch for table "messages_fts"'; it is filed under that FTS
+        table (not "(other)"), its own check says so too, the copy is named by rowid,
+        and the class is derived (exit 1), not base."""
+        case = lab.bit_rot(tmp_path / "db", "fts")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        assert groups(doc) == {"messages_fts": 1}
+        assert doc["fts"]["messages_fts"].startswith("fts5: checksum mismatch")  # type: ignore[index]
+        assert doc["fts"]["messages_fts_trigram"] == "ok"  # type: ignore[index]
+        [copies] = doc["copies"]  # type: ignore[misc]
+        assert copies["copies_rotted"] == {"messages_fts": [case.phantom["messages_fts_content"]]}
+        assert copies["rows_rotted"] == []
+
+    def test_silent_bit_rot_in_a_message_is_found(self, tmp_path: Path) -> None:
+        """One letter changed in a message row, the record still well formed: SQLite's
+        integrity check says ok; check compares the row with its two FTS copies (which
+        agree with each other) and names it: base damage, exit 3."""
+        case = lab.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, out, err = run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert (code, err) == (3, "")
+        assert "integrity check: ok" in out
+        assert (
+            "messages: 1 row differs from its search-index copies (messages_fts,"
+            f" messages_fts_trigram), which agree with each other: changed on disk (rowid {rowid})"
+        ) in out
+
+
 class TestLibrary:
     def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
         """The diagnosis names the source, not the private copy."""

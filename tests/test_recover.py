@@ -626,6 +626,35 @@ class TestWal:
         assert_same_rows(out, "sessions")
 
 
+class TestBitRot:
+    def test_rotted_copy_is_rebuilt_from_the_row(self, tmp_path: Path) -> None:
+        """A message's FTS copy changed on disk: the FTS table is rebuilt from the
+        messages, and a search for the original word finds the message again."""
+        case = lab.bit_rot(tmp_path / "db", "fts")
+        rowid = case.phantom["messages_fts_content"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["loss_detected"]) == (0, False)
+        assert_same_rows(out, "messages")
+        q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
+        assert rows(out, q) == pristine(q)
+
+    def test_rotted_row_is_kept_and_named(self, tmp_path: Path) -> None:
+        """A message row changed on disk (its FTS copies still hold the original): the
+        row is kept as stored and named in the notes; the copies keep the original."""
+        case = lab.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any(
+            n.startswith("messages: 1 row differs from its search-index copies")
+            for n in doc["notes"]
+        )
+        q = f"SELECT content FROM messages WHERE rowid = {rowid}"
+        assert rows(out, q) == rows(case.db, q) != pristine(q)
+        q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
+        assert rows(out, q) == pristine(q)
+
+
 class TestSmallTables:
     def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
         """The only page of schema_version zeroed: no row of it can be read; the output
@@ -649,12 +678,14 @@ class TestSmallTables:
 
 class TestInvalidText:
     def test_clean_table_keeps_the_bytes(self, tmp_path: Path) -> None:
-        """Text with an invalid UTF-8 byte in an otherwise healthy table: nothing flags it
-        (SQLite does not validate text), so the table is copied as stored, byte for byte."""
+        """Text with an invalid UTF-8 byte in an otherwise healthy table: SQLite does not
+        validate text; the comparison with its FTS copies names the row, and it is
+        copied as stored, byte for byte."""
         case = lab.invalid_utf8(tmp_path / "db")
         rowid = case.phantom["messages"]
         code, doc, out = recover_json(case, tmp_path)
         assert (code, doc["loss_detected"]) == (0, False)
+        assert any(f"changed on disk (rowid {rowid})" in n for n in doc["notes"])
         q = f"SELECT CAST(content AS BLOB) FROM messages WHERE rowid = {rowid}"
         assert rows(out, q) == rows(case.db, q)
         assert b"\xff" in rows(out, q)[0][0]  # type: ignore[operator]

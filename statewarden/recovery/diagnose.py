@@ -28,6 +28,7 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.recovery.bundle import make_work_copy
+from statewarden.recovery.copies import CopyCheck, compare
 from statewarden.recovery.integrity import (
     ErrorGroup,
     fts_from_integrity_lines,
@@ -122,6 +123,7 @@ class Diagnosis:
     error_lines: list[str] = field(default_factory=list)
     foreign_key_check_complete: bool = True
     wal_dropped_commits: int = 0  # committed transactions SQLite does not replay
+    copies: list[CopyCheck] = field(default_factory=list)  # rows vs their FTS copies
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -130,6 +132,8 @@ class Diagnosis:
         out.extend(
             f"{name}: FTS integrity-check: {res}" for name, res in self.fts.items() if res != "ok"
         )
+        for c in self.copies:
+            out.extend(c.findings())
         out.extend(
             f"{t}: {n} orphan row{'s' if n != 1 else ''} (foreign_key_check)"
             for t, n in self.orphans.items()
@@ -242,7 +246,15 @@ def _diagnose(
         fts = fts_integrity(conn, schema, progress)
     orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
+    if progress:
+        progress("compare FTS copies", 0, 1)
+    copies = compare(conn, schema)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
+    for c in copies:
+        if c.rows_rotted:
+            damage = worst(damage, "base")
+        if c.copies_rotted:
+            damage = worst(damage, "derived")
     return Diagnosis(
         path=str(db),
         damage=damage,
@@ -256,6 +268,7 @@ def _diagnose(
         notes=notes,
         error_lines=lines,
         foreign_key_check_complete=not fk_errors,
+        copies=copies,
     )
 
 
@@ -301,15 +314,20 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
 def fts_integrity(
     conn: apsw.Connection, schema: Schema, progress: ProgressFn | None = None
 ) -> dict[str, str]:
-    """FTS5's own ``integrity-check`` per FTS table ("ok" or its error)."""
+    """FTS5's own ``integrity-check`` per FTS table ("ok" or its error); with
+    ``rank = 1`` for an external-content table, so that its index is also compared
+    with the content it is built from."""
     out: dict[str, str] = {}
     fts_tables = [o for o in schema.tables() if o.module == "fts5"]
     for i, obj in enumerate(fts_tables):
         if progress:
             progress("FTS check", i, len(fts_tables))
         q = quote_ident(obj.name)
+        rank = ", 1" if obj.fts_content else ""
         try:
-            conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
+            conn.execute(
+                f"INSERT INTO {q}({q}{', rank' if rank else ''}) VALUES('integrity-check'{rank})"
+            )
             out[obj.name] = "ok"
         except apsw.Error as exc:
             if isinstance(exc, apsw.InterruptError):

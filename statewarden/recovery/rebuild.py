@@ -79,6 +79,7 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         if obj is not None and obj.shadow_of:
             bad_fts.add(obj.shadow_of)
     bad_fts |= {name for name, res in diag.fts.items() if res != "ok"}
+    bad_fts |= {fts for c in diag.copies for fts in c.copies_rotted}
     modes = {}
     for obj in schema.tables():
         if obj.module != "fts5":

@@ -112,6 +112,15 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         wal_name=f"{work.source}-wal",
     )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
+    for c in diag.copies:
+        if c.rows_rotted:
+            # The row is kept as stored: the FTS text is a concatenation of several
+            # columns and cannot say which column changed, or how; the copies keep the
+            # original text (and stay searchable).
+            report.notes.append(
+                f"{c.findings()[0]}; kept as stored, their search-index copies keep the"
+                " text they had"
+            )
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)

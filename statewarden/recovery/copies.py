@@ -1,0 +1,196 @@
+"""Second copies of a table's text: the own-content FTS tables its triggers feed.
+
+Hermes 0.19.0 writes each message's text again into ``messages_fts`` and
+``messages_fts_trigram``, by ``AFTER INSERT`` triggers of the form
+``INSERT INTO fts(rowid, col) VALUES (new.id, <expression of new.*>)``; the FTS table
+keeps that value in its ``<fts>_content`` shadow table (columns ``c0, c1, ...``) under
+the same rowid. Reading the trigger from the file's own schema gives, per FTS table,
+the expression to recompute from the base row, so each row can be compared with its
+copies without knowing Hermes' columns.
+
+Two copies and the row itself make a vote: a row that differs from copies that agree
+with each other has rotted (base damage); a copy that differs from the row and from
+the other copy has rotted (derived damage, rebuilt from the row).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import apsw
+
+from statewarden.recovery.schema import Schema
+from statewarden.sqlite import quote_ident
+
+_INSERT_RE = re.compile(
+    r"\bAFTER\s+INSERT\s+ON\s+[\"`\[]?(\w+)[\"`\]]?\s.*?\bBEGIN\s+INSERT\s+INTO\s+"
+    r"[\"`\[]?(\w+)[\"`\]]?\s*\(([^)]*)\)\s*VALUES\s*\((.*)\)\s*;\s*END\s*;?\s*$",
+    re.I | re.S,
+)
+_NEW_RE = re.compile(r"\bnew\.", re.I)
+# At most this many rowids are listed per finding.
+SAMPLE_ROWIDS = 20
+
+
+@dataclass
+class Feed:
+    """How one FTS table is fed from its base table."""
+
+    fts: str
+    table: str
+    rowid_expr: str  # over the base row, aliased ``b``
+    columns: dict[str, str]  # FTS content column (c0, ...) -> expression over ``b``
+
+
+@dataclass
+class CopyCheck:
+    """Rows of one base table compared with their FTS copies."""
+
+    table: str
+    copies: list[str]
+    rows_rotted: list[int] = field(default_factory=list)  # the copies agree, the row not
+    copies_rotted: dict[str, list[int]] = field(default_factory=dict)  # fts -> rowids
+    missing_from_copies: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    def findings(self) -> list[str]:
+        out = []
+        if self.rows_rotted:
+            n = len(self.rows_rotted)
+            rows = "1 row differs from its" if n == 1 else f"{n} rows differ from their"
+            out.append(
+                f"{self.table}: {rows} search-index copies ({', '.join(self.copies)}),"
+                " which agree with each other: changed on disk"
+                f" (rowid{'s' if n != 1 else ''} {_sample(self.rows_rotted)})"
+            )
+        for fts, rowids in self.copies_rotted.items():
+            n = len(rowids)
+            texts = (
+                "1 copied text differs from its"
+                if n == 1
+                else f"{n} copied texts differ from their"
+            )
+            out.append(
+                f"{fts}: {texts} {self.table} row (rowid{'s' if n != 1 else ''} {_sample(rowids)})"
+            )
+        if self.error:
+            out.append(f"{self.table}: its search-index copies could not be compared: {self.error}")
+        return out
+
+
+def _sample(rowids: list[int]) -> str:
+    shown = ", ".join(str(r) for r in rowids[:SAMPLE_ROWIDS])
+    return shown + (", ..." if len(rowids) > SAMPLE_ROWIDS else "")
+
+
+def _split_top(s: str) -> list[str]:
+    """Split at commas outside parentheses and quotes."""
+    parts, depth, cur, quote = [], 0, [], ""
+    for ch in s:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur).strip())
+    return parts
+
+
+def feeds(schema: Schema) -> list[Feed]:
+    """Every own-content FTS table fed by an ``AFTER INSERT`` trigger of a base table."""
+    out = []
+    for trig in schema.objects:
+        if trig.type != "trigger" or not trig.sql:
+            continue
+        m = _INSERT_RE.search(trig.sql)
+        if m is None:
+            continue
+        table, fts_name, cols, values = m.groups()
+        fts = schema.by_name(fts_name)
+        if fts is None or fts.module != "fts5" or fts.fts_content is not None:
+            continue
+        names = [c.strip().strip('"`[]').lower() for c in cols.split(",")]
+        exprs = [_NEW_RE.sub("b.", e) for e in _split_top(values)]
+        fts_cols = [c.name.lower() for c in fts.columns if not c.hidden]
+        if len(names) != len(exprs) or "rowid" not in names:
+            continue
+        mapping = {}
+        for name, expr in zip(names, exprs, strict=True):
+            if name in fts_cols:
+                mapping[f"c{fts_cols.index(name)}"] = expr
+        if mapping:
+            out.append(Feed(fts_name, table, exprs[names.index("rowid")], mapping))
+    return out
+
+
+def compare(conn: apsw.Connection, schema: Schema) -> list[CopyCheck]:
+    """Each base table with FTS copies: which rows or copies differ."""
+    by_table: dict[str, list[Feed]] = {}
+    for f in feeds(schema):
+        by_table.setdefault(f.table, []).append(f)
+    out = []
+    for table, fs in by_table.items():
+        check = CopyCheck(table, [f.fts for f in fs])
+        try:
+            _compare(conn, check, fs)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            check.error = str(exc).split("\n", 1)[0]
+        out.append(check)
+    return out
+
+
+def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
+    differs: dict[str, set[int]] = {}
+    for f in fs:
+        content = quote_ident(f"{f.fts}_content")
+        cond = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in f.columns.items())
+        sql = (
+            f"SELECT b.rowid FROM {quote_ident(f.table)} AS b NOT INDEXED"
+            f" JOIN {content} AS c ON c.id = ({f.rowid_expr}) WHERE {cond}"
+        )
+        differs[f.fts] = {int(r[0]) for r in conn.execute(sql)}
+    if len(fs) >= 2:
+        a, b = fs[0], fs[1]
+        both = differs[a.fts] & differs[b.fts]
+        # Both copies differ from the row: the row changed unless the copies also
+        # differ from each other (then nothing can tell which is right).
+        same = _copies_agree(conn, a, b, both)
+        check.rows_rotted = sorted(same)
+        for f in fs:
+            only = sorted(differs[f.fts] - same)
+            if only:
+                check.copies_rotted[f.fts] = only
+    else:
+        for f in fs:
+            if differs[f.fts]:
+                check.copies_rotted[f.fts] = sorted(differs[f.fts])
+
+
+def _copies_agree(conn: apsw.Connection, a: Feed, b: Feed, rowids: set[int]) -> set[int]:
+    if not rowids or set(a.columns) != set(b.columns):
+        return set()
+    ca, cb = quote_ident(f"{a.fts}_content"), quote_ident(f"{b.fts}_content")
+    same = " AND ".join(f"x.{c} IS y.{c}" for c in a.columns)
+    out = set()
+    for rowid in rowids:
+        row = conn.execute(
+            f"SELECT 1 FROM {ca} AS x JOIN {cb} AS y ON y.id = x.id WHERE x.id = ? AND {same}",
+            (rowid,),
+        ).fetchone()
+        if row is not None:
+            out.add(rowid)
+    return out
