@@ -609,3 +609,53 @@ def bit_rot(dest_dir: Path, where: str, rowid: int = 50, spec: Spec = SMALL) -> 
     case.damaged_pages.append(leaf)
     case.note = f"{table} rowid {rowid}: one letter of {word!r} changed"
     return case
+
+
+LONG_PROMPT_WRITER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+prompt = " ".join(f"rule {i}: answer briefly and cite the source" for i in range(400))
+db.create_session("long_prompt", "telegram", model="hermes-4-70b", system_prompt=prompt,
+                  user_id="u1", cwd="/home/u")
+db.set_session_title("long_prompt", "the session with a long system prompt")
+db.update_token_counts("long_prompt", input_tokens=4321, output_tokens=1234,
+                       model="hermes-4-70b", api_call_count=1)
+for i in range(8):
+    db.append_message("long_prompt", "user" if i % 2 == 0 else "assistant", f"turn {i}")
+db.close()
+"""
+
+
+def broken_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Hermes writes a session whose ``system_prompt`` (about 18 kB) spills onto
+    overflow pages, with 8 messages; then the first overflow page of that row is
+    zeroed. The row's columns stored in its cell (id, source, model, ...) are intact;
+    ``system_prompt`` and every column after it are gone. ``phantom['sessions']`` is
+    the row's rowid; ``pristine`` the file before the damage."""
+    case = fresh_copy(dest_dir, spec)
+    from tests.hermes_fixtures import hermes_python
+
+    subprocess.run([hermes_python(), "-c", LONG_PROMPT_WRITER, str(dest_dir)], check=True)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{case.db}{suffix}").unlink(missing_ok=True)
+    case.pristine = dest_dir / "pristine" / "state.db"
+    case.pristine.parent.mkdir()
+    shutil.copyfile(case.db, case.pristine)
+    case.roots = schema_roots(case.db)
+    [(rowid,)] = table_rows(case.db, "SELECT rowid FROM sessions WHERE id = 'long_prompt'")
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots["sessions"], int(rowid))  # type: ignore[call-overload]
+    start, end = _cell_span(pf, leaf, int(rowid))  # type: ignore[call-overload]
+    usable = pf.page_size - pf.data[20]
+    size = end - start
+    x = usable - 35
+    m = ((usable - 12) * 32 // 255) - 23
+    k = m + (size - m) % (usable - 4)
+    local = k if k <= x else m
+    (first_overflow,) = struct.unpack(">I", pf.data[start + local : start + local + 4])
+    zero_page(case, first_overflow)
+    case.phantom = {"sessions": int(rowid)}  # type: ignore[call-overload]
+    case.note = f"sessions rowid {rowid}: first overflow page {first_overflow} zeroed"
+    return case

@@ -655,6 +655,36 @@ class TestBitRot:
         assert rows(out, q) == pristine(q)
 
 
+class TestPartialRows:
+    def test_broken_overflow_chain_keeps_the_row(self, tmp_path: Path) -> None:
+        """A session whose system_prompt overflow page is zeroed: the row is kept with
+        the columns stored in its cell (id, source, model, ...), listed as partial with
+        its unreadable columns; NOT NULL ones get the documented fill; its 8 messages
+        are not orphans; loss is detected (exit 3) but no row is lost."""
+        case = lab.broken_overflow(tmp_path / "db")
+        rowid = case.phantom["sessions"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        s = doc["tables"]["sessions"]
+        assert (s["partial"], s["lost_keys_sample"], doc["lost"]) == (1, [], {})
+        [p] = doc["partial_rows"]
+        assert (p["table"], p["rowid"]) == ("sessions", rowid)
+        assert p["columns"][0] == "system_prompt"
+        assert p["filled"]["started_at"] == 0
+        assert "started_at" in p["columns"]
+        cols = ["id", "source", "user_id", "model"]
+        q = f"SELECT {', '.join(cols)} FROM sessions WHERE rowid = {rowid}"
+        assert rows(out, q) == rows(case.pristine, q)
+        [(prompt,)] = rows(out, f"SELECT system_prompt FROM sessions WHERE rowid = {rowid}")
+        assert prompt is None
+        assert rows(out, "SELECT count(*) FROM messages WHERE session_id = 'long_prompt'") == [(8,)]
+        assert "messages" not in doc["orphans"]
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        q = "SELECT rowid, * FROM sessions WHERE id != 'long_prompt' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+
+
 class TestSmallTables:
     def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
         """The only page of schema_version zeroed: no row of it can be read; the output

@@ -360,19 +360,40 @@ class Rebuild:
         cols = _columns(obj)
         key_idx = [cols.index(c) + 1 for c in obj.key_columns if c != "rowid"]
         seen = [0]
+        partial: dict[int, list[str]] = {}
 
         def on_row(row: tuple[Any, ...]) -> None:
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
             tc.source_keys.add(key)
             tc.rowids.add(int(row[0]))
-            self._insert_row(tc, int(row[0]), list(row[1:]), cols)
+            values = list(row[1:])
+            missing = partial.pop(int(row[0]), None)
+            if missing is not None:
+                filled = self._fill_missing(obj, cols, values, missing)
+            if self._insert_row(tc, int(row[0]), values, cols) and missing is not None:
+                tc.report.partial += 1
+                self.report.partial_rows.append(
+                    {
+                        "table": obj.name,
+                        "rowid": int(row[0]),
+                        "columns": missing,
+                        "filled": {c: json_value(v) for c, v in filled.items()},
+                    }
+                )
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
         hints = [k for k in tc.index_keys if isinstance(k, int)] if not key_idx else []
-        result = scan_table(self.src, obj.name, cols, on_row, hints=hints)
+        result = scan_table(
+            self.src,
+            obj.name,
+            cols,
+            on_row,
+            hints=hints,
+            on_partial=partial.__setitem__,
+        )
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
         if result.text_repaired:
@@ -381,6 +402,32 @@ class Rebuild:
                 f"{obj.name}: {len(result.text_repaired)} rows held text that is not valid"
                 f" UTF-8; kept, with U+FFFD for the bad bytes (rowids {shown})"
             )
+
+    def _fill_missing(
+        self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
+    ) -> dict[str, Any]:
+        """Fill the unreadable columns of a partial row in place (the rule is
+        ``report.PARTIAL_RULE``); return the values put where NULL is not allowed."""
+        filled = {}
+        by_name = {c.name: c for c in obj.stored_columns}
+        for name in missing:
+            col = by_name.get(name)
+            if col is None or not col.notnull:
+                continue
+            value: Any
+            if col.default is not None:
+                try:
+                    row = self.dst.execute(f"SELECT {col.default}").fetchone()
+                    value = row[0] if row else None
+                except apsw.Error:
+                    value = None
+            else:
+                value = None
+            if value is None:
+                value = "" if col.text_affinity else 0
+            values[cols.index(name)] = value
+            filled[name] = value
+        return filled
 
     def _insert_row(self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str]) -> bool:
         """Insert one row; on a conflict apply the dedupe rule. True if the row is in."""

@@ -26,6 +26,13 @@ DEDUPE_RULE = (
     " to '<value> (duplicate, rowid N)' (renamed). Orphans (rows whose parent is"
     " missing) are kept and counted (orphans)."
 )
+PARTIAL_RULE = (
+    "A row some of whose columns cannot be read (a broken overflow chain) is kept with"
+    " the columns that can be; each unreadable column is NULL, or, where the schema"
+    " forbids NULL, its DEFAULT, else 0 (numeric columns) or '' (text). Every such row"
+    " is listed in partial_rows with its unreadable columns and the values filled in;"
+    " it counts as partial, not lost, and makes loss_detected true."
+)
 SAMPLE_LOST_KEYS = 100
 
 
@@ -48,6 +55,7 @@ class TableReport:
     recovered_from_wal: int = 0  # rows of committed transactions SQLite did not replay
     updated_from_wal: int = 0  # rows replaced by their newer version from those
     unvouched_skipped: int = 0  # unreached rows not taken: nothing vouches they are live
+    partial: int = 0  # rows kept with some columns unreadable (listed in partial_rows)
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -66,6 +74,7 @@ class TableReport:
             "recovered_from_wal": self.recovered_from_wal,
             "updated_from_wal": self.updated_from_wal,
             "unvouched_skipped": self.unvouched_skipped,
+            "partial": self.partial,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -85,6 +94,7 @@ class Report:
     verification: Verification | None = None
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     renamed: list[dict[str, Any]] = field(default_factory=list)
+    partial_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -93,7 +103,7 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return any(t.lost or t.unreadable_ranges for t in self.tables.values())
+        return any(t.lost or t.unreadable_ranges or t.partial for t in self.tables.values())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +120,8 @@ class Report:
             "dedupe_rule": DEDUPE_RULE,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
+            "partial_rows": self.partial_rows,
+            "partial_rule": PARTIAL_RULE,
             "notes": self.notes,
         }
 
@@ -147,6 +159,10 @@ class Report:
                     " (the freelist is damaged and no index or FTS copy lists them:"
                     " they may be deleted rows)"
                 )
+        for p in self.partial_rows:
+            out.append(
+                f"  partial: {p['table']} rowid {p['rowid']}: unreadable " + ", ".join(p["columns"])
+            )
         for s in self.set_aside:
             out.append(f"  set aside: {s['table']} rowid {s['rowid']}: {s['reason']}")
         for r in self.renamed:
@@ -163,6 +179,11 @@ class Report:
             else "no loss"
         )
         if self.loss_detected and not self.lost:
-            loss = "loss detected: unreadable rowid ranges"
+            partial = sum(t.partial for t in self.tables.values())
+            loss = (
+                f"loss detected: {partial} partial row{'s' if partial != 1 else ''}"
+                if partial
+                else "loss detected: unreadable rowid ranges"
+            )
         out.append(f"result: {verdict}, {loss}")
         return out

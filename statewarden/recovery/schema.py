@@ -30,6 +30,7 @@ class Column:
     pk: int  # 1-based position in the primary key, 0 if not part of it
     hidden: int  # table_xinfo: 0 normal, 1 hidden (virtual tables), 2/3 generated
     notnull: bool = False
+    default: str | None = None  # the DEFAULT expression as written, if any
 
     @property
     def text_affinity(self) -> bool:
@@ -179,6 +180,7 @@ def read_schema(conn: apsw.Connection) -> Schema:
                     pk=int(r[5]),
                     hidden=int(r[6]),
                     notnull=bool(r[3]),
+                    default=None if r[4] is None else str(r[4]),
                 )
                 for r in conn.execute(f"PRAGMA table_xinfo({quote_ident(o.name)})")
             ]
