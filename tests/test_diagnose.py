@@ -421,12 +421,39 @@ class TestHotJournal:
 
 class TestSchemaDamage:
     def test_schema_page_scribbled_behind_an_intact_header(self, tmp_path: Path) -> None:
-        """Page 1 past the 100-byte header zeroed (the root of sqlite_schema): the header
-        reads fine but the schema cannot; exit 4 with one line."""
+        """Page 1 past the 100-byte header zeroed (the interior root of sqlite_schema):
+        SQLite cannot read the schema, so the class is unreadable (exit 4); the intact
+        schema leaves give page 1 back in the private copy, so every table is still
+        checked and counted, and the note says what was done. The source is untouched."""
         case = lab.fresh_copy(tmp_path / "db")
         with open(case.db, "r+b") as f:
             f.seek(100)
             f.write(b"\x00" * (4096 - 100))
+        before = fingerprint(case.db)
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (4, "unreadable")
+        assert doc["notes"][0].startswith(  # type: ignore[index]
+            f"{case.db}: page 1 (the root of sqlite_schema) is damaged, so SQLite cannot read"
+        )
+        assert table(doc, "messages")["scan_rows"] == pristine_count(
+            "SELECT count(*) FROM messages"
+        )
+        assert table(doc, "sessions")["scan_rows"] == pristine_count(
+            "SELECT count(*) FROM sessions"
+        )
+        assert fingerprint(case.db) == before
+
+    def test_schema_leaf_page_zeroed_too(self, tmp_path: Path) -> None:
+        """Page 1 and one of the schema's leaves zeroed: what is left does not say where
+        every table lives; exit 4 with one line, as before."""
+        case = lab.fresh_copy(tmp_path / "db")
+        pf = lab.PristineFile(case.db)
+        _, leaves = pf.tree_pages(1)
+        with open(case.db, "r+b") as f:
+            f.seek(100)
+            f.write(b"\x00" * (4096 - 100))
+        for leaf in leaves:
+            lab.zero_page(case, leaf)
         code, out, err = run("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
         assert (code, out) == (4, "")
         assert err.startswith(f"statewardenctl: error: {case.db}: the schema cannot be read (")

@@ -685,6 +685,24 @@ class TestPartialRows:
         assert rows(out, q) == rows(case.pristine, q)
 
 
+class TestPageOne:
+    def test_page_one_damaged_past_the_header(self, tmp_path: Path) -> None:
+        """Page 1 zeroed past its 100-byte header: the schema's root is rebuilt from its
+        intact leaves in the private copy, and every row of every table comes back; the
+        note says so; the source's class stays unreadable."""
+        case = lab.fresh_copy(tmp_path / "db")
+        with open(case.db, "r+b") as f:
+            f.seek(100)
+            f.write(b"\x00" * (4096 - 100))
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["damage"], doc["verified"]) == (0, "unreadable", True)
+        assert any("it was rebuilt in the private copy" in n for n in doc["notes"])
+        for t in ("messages", "sessions", "session_model_usage", "gateway_routing"):
+            assert_same_rows(out, t)
+        q = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name"
+        assert rows(out, q) == pristine(q)
+
+
 class TestSmallTables:
     def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
         """The only page of schema_version zeroed: no row of it can be read; the output

@@ -24,7 +24,7 @@ VERDICTS = {
     "none": "healthy",
     "derived": "derived damage only (indexes / FTS): a lossless rebuild exists",
     "base": "base damage: a table that holds data is damaged; rows may be lost",
-    "unreadable": "unreadable",
+    "unreadable": "unreadable: SQLite cannot open it as it is (header, schema or page 1)",
 }
 
 

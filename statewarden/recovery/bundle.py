@@ -29,6 +29,7 @@ from pathlib import Path
 import apsw
 
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
+from statewarden.recovery.pages import rebuild_schema_root
 from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sqlite import HEADER_SIZE, HeaderFacts, classify_error, parse_header
 
@@ -54,11 +55,12 @@ class WorkCopy:
     copied: tuple[str, ...]  # which bundle members existed and were copied
     truncated_note: str | None  # set when the file is shorter than its header says
     wal: WalFacts | None = None  # the source's -wal, frame by frame, if it had one
+    schema_note: str | None = None  # set when page 1 had to be rebuilt to read the schema
 
     @property
     def notes(self) -> list[str]:
         """What the copy does not show as SQLite reads it: truncation, WAL findings."""
-        out = [self.truncated_note] if self.truncated_note else []
+        out = [n for n in (self.truncated_note, self.schema_note) if n]
         if self.wal is not None:
             out.extend(self.wal.notes(f"{self.source}-wal"))
         return out
@@ -139,7 +141,7 @@ def make_work_copy(
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
-        _fold(copy, source, truncated)
+        schema_note = _fold_or_rebuild_schema(copy, source, truncated)
         return WorkCopy(
             work_dir=work_dir,
             db=copy,
@@ -149,6 +151,7 @@ def make_work_copy(
             copied=tuple(s for s in COPY_SUFFIXES if os.path.exists(f"{copy}{s}") or s == ""),
             truncated_note=truncated,
             wal=wal,
+            schema_note=schema_note,
         )
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -263,6 +266,30 @@ def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
         f.truncate(size - size % header.page_size)
         f.seek(92)
         f.write(struct.pack(">I", (header.change_counter + 1) & 0xFFFFFFFF))
+
+
+def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> str | None:
+    """Fold the copy; if its schema cannot be read, rebuild page 1 from the intact
+    ``sqlite_schema`` leaves (``pages.rebuild_schema_root``) and fold again. Returns a
+    note when page 1 was rebuilt; raises the first error if that does not help."""
+    try:
+        _fold(copy, source, truncated)
+        return None
+    except DatabaseUnreadable as first:
+        if truncated:
+            raise
+        try:
+            leaves = rebuild_schema_root(copy)
+            if not leaves:
+                raise first from None
+            _fold(copy, source, truncated)
+        except DatabaseUnreadable:
+            raise first from None
+    return (
+        f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite cannot read"
+        f" the schema; it was rebuilt in the private copy from {leaves} intact"
+        " sqlite_schema leaf pages"
+    )
 
 
 def _fold(copy: Path, source: Path, truncated: str | None) -> None:

@@ -171,6 +171,7 @@ def check_database(
             truncated=work.truncated_note,
             wal=work.wal,
             wal_name=f"{source}-wal",
+            schema_rebuilt=work.schema_note,
         )
     finally:
         work.cleanup()
@@ -189,13 +190,15 @@ def diagnose(
     truncated: str | None = None,
     wal: WalFacts | None = None,
     wal_name: str = "-wal",
+    schema_rebuilt: str | None = None,
 ) -> Diagnosis:
     """Diagnose ``db``, which must be a private copy (see ``bundle.make_work_copy``).
 
     The copy is opened read-write only so that FTS5's ``integrity-check`` command (an
     INSERT that changes nothing) can run. ``wal`` is what the source's ``-wal`` held
     (``wal.py``): committed transactions SQLite does not replay are base damage (their
-    rows are not in the database as SQLite reads it).
+    rows are not in the database as SQLite reads it). ``schema_rebuilt`` says that the
+    copy's page 1 was rebuilt (``bundle.py``): the source itself is unreadable.
     """
     try:
         conn = apsw.Connection(str(db))
@@ -216,6 +219,9 @@ def diagnose(
         result.wal_dropped_commits = wal.dropped_commits
         if wal.dropped_commits:
             result.damage = worst(result.damage, "base")
+    if schema_rebuilt:
+        result.notes.insert(0, schema_rebuilt)
+        result.damage = "unreadable"
     return result
 
 

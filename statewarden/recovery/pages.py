@@ -19,6 +19,7 @@ Call only with no SQLite connection open to ``path`` in this process (DESIGN.md 
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import struct
@@ -359,3 +360,100 @@ def _assign(
     for rows in out.values():
         rows.sort(key=lambda r: r[0])
     return out
+
+
+SCHEMA_TYPES = ("table", "index", "view", "trigger")
+
+
+def _schema_record(values: list[Any]) -> bool:
+    """Does this record look like a row of ``sqlite_schema`` (type, name, tbl_name,
+    rootpage, sql)?"""
+    if len(values) != 5:
+        return False
+    kind, name, tbl, root, sql = values
+    return (
+        kind in SCHEMA_TYPES
+        and isinstance(name, str)
+        and isinstance(tbl, str)
+        and isinstance(root, int)
+        and (sql is None or isinstance(sql, str))
+    )
+
+
+def encode_varint(v: int) -> bytes:
+    """SQLite's big-endian varint (1-9 bytes) for ``v`` >= 0."""
+    if v < 0 or v >= 1 << 64:
+        raise ValueError(f"varint out of range: {v}")
+    if v >= 1 << 56:
+        out = [v & 0xFF]
+        v >>= 8
+        for _ in range(8):
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        return bytes(reversed(out))
+    parts = [v & 0x7F]
+    v >>= 7
+    while v:
+        parts.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(reversed(parts))
+
+
+def rebuild_schema_root(path: Path) -> int:
+    """Rewrite page 1 of a private copy as the interior root of the ``sqlite_schema``
+    leaves found intact elsewhere in the file; return how many leaves it points to.
+
+    When ``sqlite_schema`` grew past one page, page 1 is an interior page and its rows
+    live on leaves; if page 1 is damaged past its 100-byte header, those leaves still
+    hold every object's name, SQL and root page. The leaves are recognised by their
+    records (five fields: a type SQLite knows, three strings, an integer, SQL text),
+    freelist pages excluded, and must not overlap in rowid. The header is kept. Returns
+    0 (and writes nothing) when no such leaf exists. Call with no SQLite connection
+    open to ``path`` (DESIGN.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        free = db.freelist_pages()
+        leaves: list[tuple[int, int, int]] = []  # (first rowid, last rowid, page)
+        for n in range(2, db.page_count + 1):
+            if n in free:
+                continue
+            try:
+                kind, _, _ = db.btree_header(n)
+                if kind != PAGE_TABLE_LEAF:
+                    continue
+                rows, bad = db.leaf_rows(n)
+            except PageFormatError:
+                continue
+            if rows and not bad and all(_schema_record(v) for _, v in rows):
+                rowids = [r for r, _ in rows]
+                leaves.append((min(rowids), max(rowids), n))
+        leaves.sort()
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(leaves)):
+            return 0  # two versions of one stretch: which is current cannot be told
+        if not leaves:
+            return 0
+        page = bytearray(db.page(1))
+        page_size = db.page_size
+        usable = db.usable
+    finally:
+        db.close()
+    cells = [struct.pack(">I", n) + encode_varint(hi) for _, hi, n in leaves[:-1]]
+    content = usable
+    pointers = []
+    for cell in cells:
+        content -= len(cell)
+        page[content : content + len(cell)] = cell
+        pointers.append(content)
+    h = 100
+    if h + 12 + 2 * len(cells) > content:
+        return 0  # pragma: no cover - thousands of schema leaves
+    page[h : h + 12] = struct.pack(
+        ">BHHHBI", PAGE_TABLE_INTERIOR, 0, len(cells), content, 0, leaves[-1][2]
+    )
+    page[h + 12 : h + 12 + 2 * len(cells)] = b"".join(struct.pack(">H", p) for p in pointers)
+    page[h + 12 + 2 * len(cells) : content] = bytes(content - (h + 12 + 2 * len(cells)))
+    with open(path, "r+b") as f:
+        f.seek(0)
+        f.write(bytes(page[:page_size]))
+    return len(leaves)

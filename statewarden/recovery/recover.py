@@ -110,8 +110,11 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         truncated=work.truncated_note,
         wal=work.wal,
         wal_name=f"{work.source}-wal",
+        schema_rebuilt=work.schema_note,
     )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
+    if work.schema_note:
+        report.notes.append(work.schema_note)
     for c in diag.copies:
         if c.rows_rotted:
             # The row is kept as stored: the FTS text is a concatenation of several
