@@ -659,3 +659,30 @@ def broken_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
     case.phantom = {"sessions": int(rowid)}  # type: ignore[call-overload]
     case.note = f"sessions rowid {rowid}: first overflow page {first_overflow} zeroed"
     return case
+
+
+def stale_index_entries(
+    dest_dir: Path, rowids: tuple[int, ...] = (300, 301, 302, 303, 304)
+) -> Case:
+    """Messages ``rowids`` deleted on purpose (FTS triggers and all), then the pages of
+    ``idx_messages_session`` written back as they were before the delete (lost writes
+    of that index): the index lists rows the table no longer has, and nothing else
+    remembers them. ``lost_rowids`` lists the deleted rowids: they are not a loss."""
+    case = fresh_copy(dest_dir)
+    before = PristineFile(case.db)
+    _, idx_leaves = before.tree_pages(case.roots["idx_messages_session"])
+    conn = apsw.Connection(str(case.db))
+    with conn:
+        conn.execute(f"DELETE FROM messages WHERE id IN ({', '.join(str(r) for r in rowids)})")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    shutil.copyfile(case.db, dest_dir / "pristine.db")
+    case.pristine = dest_dir / "pristine.db"
+    after = PristineFile(case.db)
+    for leaf in idx_leaves:
+        if before.page(leaf) != after.page(leaf):
+            _write(case.db, (leaf - 1) * before.page_size, before.page(leaf))
+            case.damaged_pages.append(leaf)
+    case.lost_rowids = {"messages": list(rowids)}
+    case.note = f"messages {rowids} deleted; idx_messages_session pages written back stale"
+    return case

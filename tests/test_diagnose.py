@@ -377,6 +377,32 @@ class TestSecondCopies:
         ) in out
 
 
+class TestMissingRows:
+    def test_stale_index_entries_are_not_lost_rows(self, tmp_path: Path) -> None:
+        """Five messages deleted on purpose, their index page written back stale: the
+        index lists them, no FTS copy does; check names them as entries left behind by
+        deletes, and the class stays derived (exit 1), as recover then agrees."""
+        case = lab.stale_index_entries(tmp_path / "db")
+        deleted = case.lost_rowids["messages"]
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        m = table(doc, "messages")
+        assert (m["stale_index_entries"], m["missing_rows"]) == (deleted, [])
+
+    def test_unreached_rows_still_in_the_fts_copies_are_missing_rows(self, tmp_path: Path) -> None:
+        """A flipped child pointer: the rows of the leaf no longer reached are named as
+        missing from the table while their text is still in the FTS copies (base)."""
+        case = lab.flipped_child_pointer(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (3, "base")
+        m = table(doc, "messages")
+        assert m["missing_rows"] == case.unreached["messages"]
+        assert m["page_referenced_twice"] is True
+        assert any(
+            "read twice through a page the b-tree references twice" in f for f in doc["findings"]
+        )  # type: ignore[attr-defined]
+
+
 class TestLibrary:
     def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
         """The diagnosis names the source, not the private copy."""

@@ -277,6 +277,18 @@ class TestUnreachedRows:
         assert rows(out, "SELECT count(*) FROM state_meta") == [(0,)]
 
 
+class TestDeletedRows:
+    def test_stale_index_entries_are_not_reported_lost(self, tmp_path: Path) -> None:
+        """Messages deleted on purpose whose index page was written back stale: the
+        index lists them but no FTS copy does, so they are not lost (exit 0), and they
+        do not come back."""
+        case = lab.stale_index_entries(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["lost"], doc["loss_detected"]) == (0, {}, False)
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+
+
 class TestInterruptAndLiveWriter:
     def test_interrupt_leaves_no_output_and_no_work_dir(self, tmp_path: Path) -> None:
         """Ctrl-C in the middle of copying tables: nothing at --output, the work dir is

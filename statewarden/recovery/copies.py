@@ -194,3 +194,23 @@ def _copies_agree(conn: apsw.Connection, a: Feed, b: Feed, rowids: set[int]) -> 
         if row is not None:
             out.add(rowid)
     return out
+
+
+def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> set[int] | None:
+    """Rowids held by the own-content FTS copies of ``table`` (each FTS table's
+    ``_content`` shadow table, under the row's rowid), or None if it has none that can
+    be read. A rowid here is a row that existed and was not deleted: Hermes' delete
+    triggers remove the copies with the row."""
+    out: set[int] | None = None
+    for f in feeds(schema):
+        if f.table != table:
+            continue
+        content = quote_ident(f"{f.fts}_content")
+        try:
+            rows = conn.execute(f"SELECT id FROM {content} NOT INDEXED").fetchall()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue  # a damaged copy vouches for nothing
+        out = (out or set()) | {int(r[0]) for r in rows if isinstance(r[0], int)}
+    return out

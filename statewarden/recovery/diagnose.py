@@ -12,6 +12,7 @@ damaged: rows may be lost); ``unreadable`` (header, schema or page 1).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -28,7 +29,7 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.recovery.bundle import make_work_copy
-from statewarden.recovery.copies import CopyCheck, compare
+from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.integrity import (
     ErrorGroup,
     fts_from_integrity_lines,
@@ -41,6 +42,7 @@ from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
+_TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -58,6 +60,13 @@ class TableFacts:
     unreadable_ranges: list[list[int]]
     planner_error: str | None = None
     text_repaired: int = 0  # rows whose key text is not valid UTF-8
+    # Rowids the table lacks although its FTS copies hold them: rows missing.
+    missing_rows: list[int] = field(default_factory=list)
+    # Rowids only an index lists (no FTS copy has them): entries a delete left behind.
+    stale_index_entries: list[int] = field(default_factory=list)
+    # The integrity check found a page of this table referenced twice: a rowid met twice
+    # by the scan was read twice through it, not stored twice.
+    page_referenced_twice: bool = False
 
     def findings(self) -> list[str]:
         out = []
@@ -67,10 +76,16 @@ class TableFacts:
             phantoms = sum(n - 1 for n in self.duplicate_rowids.values())
             parts = []
             if phantoms:
-                rowids = ", ".join(str(r) for r in sorted(self.duplicate_rowids))
+                rowids = _sample(sorted(self.duplicate_rowids))
                 s = "s" if phantoms != 1 else ""
                 rs = "s" if len(self.duplicate_rowids) != 1 else ""
-                parts.append(f"{phantoms} phantom duplicate{s}, rowid{rs} {rowids}")
+                if self.page_referenced_twice:
+                    parts.append(
+                        f"{phantoms} row{s} read twice through a page the b-tree references"
+                        f" twice (stored once), rowid{rs} {rowids}"
+                    )
+                else:
+                    parts.append(f"{phantoms} phantom duplicate{s}, rowid{rs} {rowids}")
             if extra - phantoms > 0:
                 n = extra - phantoms
                 parts.append(
@@ -88,6 +103,20 @@ class TableFacts:
             )
         if self.text_repaired:
             out.append(f"{self.name}: {self.text_repaired} keys are text that is not valid UTF-8")
+        if self.missing_rows:
+            n = len(self.missing_rows)
+            out.append(
+                f"{self.name}: {n} row{'s are' if n != 1 else ' is'} missing from the table"
+                f" but {'their' if n != 1 else 'its'} text is still in its FTS copies"
+                f" (rowid{'s' if n != 1 else ''} {_sample(self.missing_rows)})"
+            )
+        if self.stale_index_entries:
+            n = len(self.stale_index_entries)
+            out.append(
+                f"{self.name}: {n} index entr{'ies' if n != 1 else 'y'} name rowids the table"
+                " lacks and no FTS copy holds: left behind by deletes, not lost rows"
+                f" (rowid{'s' if n != 1 else ''} {_sample(self.stale_index_entries)})"
+            )
         if self.planner_error:
             out.append(f"{self.name}: the planner's count failed: {self.planner_error}")
         for lo, hi in self.unreadable_ranges:
@@ -96,6 +125,10 @@ class TableFacts:
             else:
                 out.append(f"{self.name}: {describe_range(lo, hi)} cannot be read")
         return out
+
+
+def _sample(rowids: list[int], n: int = 20) -> str:
+    return ", ".join(str(r) for r in rowids[:n]) + (", ..." if len(rowids) > n else "")
 
 
 def describe_range(lo: int, hi: int) -> str:
@@ -243,9 +276,17 @@ def _diagnose(
     for i, obj in enumerate(base):
         if progress:
             progress("scan tables", i, len(base))
-        tables.append(table_facts(conn, obj))
+        tables.append(table_facts(conn, obj, schema))
     if progress:
         progress("scan tables", len(base), len(base))
+    roots = schema.by_root()
+    twice = {
+        roots[int(m.group(1))].name
+        for ln in lines
+        if (m := _TWICE_RE.match(ln)) and int(m.group(1)) in roots
+    }
+    for t in tables:
+        t.page_referenced_twice = t.name in twice
     if complete:
         fts = fts_from_integrity_lines(lines, schema)
     else:
@@ -278,8 +319,11 @@ def _diagnose(
     )
 
 
-def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
-    """Planner count, full-scan count, distinct keys and phantom duplicates of one table."""
+def table_facts(
+    conn: apsw.Connection, obj: SchemaObject, schema: Schema | None = None
+) -> TableFacts:
+    """Planner count, full-scan count, distinct keys and phantom duplicates of one table;
+    with ``schema``, rowids its indexes or FTS copies hold that the table lacks."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
     rowids: Counter[int] = Counter()
@@ -302,7 +346,13 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
         planner = int(row[0]) if row else None
     except apsw.Error as exc:
         planner_error = str(exc).split("\n", 1)[0]
+    missing: list[int] = []
+    stale: list[int] = []
+    if schema is not None and key == ["rowid"]:
+        missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids))
     return TableFacts(
+        missing_rows=missing,
+        stale_index_entries=stale,
         name=obj.name,
         key=key,
         planner_rows=planner,
@@ -315,6 +365,32 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
         planner_error=planner_error,
         text_repaired=len(result.text_repaired),
     )
+
+
+def _rows_elsewhere(
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
+) -> tuple[list[int], list[int]]:
+    """(rowids the FTS copies hold that the table lacks, rowids only an index lists).
+
+    Without an FTS copy nothing tells a lost row from an entry a delete left behind,
+    so both lists stay empty; the planner's count still shows the mismatch."""
+    copies = fts_rowids(conn, schema, obj.name)
+    if copies is None:
+        return [], []
+    listed: set[int] = set()
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue  # a partial index lists only some rows
+        try:
+            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
+            listed.update(int(r[0]) for r in conn.execute(sql))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return sorted(copies - rowids), sorted(listed - rowids - copies)
 
 
 def fts_integrity(
@@ -379,6 +455,7 @@ def classify(
             or t.unreadable_ranges
             or t.duplicate_keys
             or t.text_repaired
+            or t.missing_rows
         ):
             damage = worst(damage, "base")
         elif t.planner_rows != t.scan_rows:

@@ -24,6 +24,7 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.copies import fts_rowids
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.report import Report, TableReport, json_value
 from statewarden.recovery.scan import scan_table
@@ -33,6 +34,7 @@ from statewarden.sqlite import quote_ident, uri_for
 ProgressFn = Callable[[str, int, int], None]
 PROGRESS_EVERY_ROWS = 1000
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
+_TREE_RE = re.compile(r"^Tree (\d+) ")
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
 _ENCODINGS = {"utf-8": "UTF-8", "utf-16le": "UTF-16le", "utf-16be": "UTF-16be"}
 SalvagedRows = dict[str, list[tuple[int, list[Any]]]]
@@ -43,11 +45,20 @@ class TableCopy:
     obj: SchemaObject
     report: TableReport
     source_keys: set[Any] = field(default_factory=set)
-    index_keys: set[Any] = field(default_factory=set)
+    index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
+    hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     page_keys: set[Any] = field(default_factory=set)
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
     fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
+    has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
     page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
+
+    def known_keys(self) -> set[Any]:
+        """Keys known to exist besides the rows read: what the FTS copies hold and what
+        the intact indexes list. When the table has FTS copies they decide: an index
+        entry they do not hold was left behind by a delete (Hermes' delete triggers
+        remove the copies with the row), not a lost row."""
+        return set(self.fts_rowids if self.has_fts_copies else self.index_keys)
 
 
 def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
@@ -217,6 +228,7 @@ class Rebuild:
                 tc = TableCopy(obj, TableReport())
                 self.copies[obj.name] = tc
                 self._index_keys(tc)
+                self._fts_rowids(tc)
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
                 self._add_unreached(tc)
@@ -291,8 +303,13 @@ class Rebuild:
                 )
 
     def _index_keys(self, tc: TableCopy) -> None:
-        """Keys listed by the source's intact indexes: rows known to exist even when the
-        table's own pages can no longer be read."""
+        """Keys listed by the source's indexes: rows known to exist even when the table's
+        own pages can no longer be read. An index whose own b-tree is damaged is no
+        witness (its entries may be garbage), but every readable index helps find where
+        a damaged scan can resume (``hint_keys``)."""
+        broken_trees = {
+            int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))
+        }
         obj = tc.obj
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         t = quote_ident(obj.name)
@@ -316,7 +333,10 @@ class Rebuild:
                 ).fetchall()
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            tc.index_keys.update(tuple(r) if key_cols else int(r[0]) for r in rows)  # type: ignore[arg-type]
+            keys: set[Any] = {tuple(r) if key_cols else r[0] for r in rows}
+            tc.hint_keys.update(keys)
+            if idx.rootpage not in broken_trees:
+                tc.index_keys.update(keys)
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -385,7 +405,7 @@ class Rebuild:
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
-        hints = [k for k in tc.index_keys if isinstance(k, int)] if not key_idx else []
+        hints = [k for k in tc.hint_keys if isinstance(k, int)] if not key_idx else []
         result = scan_table(
             self.src,
             obj.name,
@@ -508,18 +528,11 @@ class Rebuild:
         )
 
     def _fts_rowids(self, tc: TableCopy) -> None:
-        """Rowids held by the own-content FTS tables this table feeds (Hermes 0.19.0
-        writes each message's text there under the message's id)."""
-        for fts, owner in self.schema.fts_owner.items():
-            obj = self.schema.by_name(fts)
-            if owner != tc.obj.name or obj is None or obj.fts_content is not None:
-                continue
-            content = quote_ident(f"{fts}_content")
-            try:
-                rows = self.src.execute(f"SELECT id FROM {content} NOT INDEXED").fetchall()
-            except (apsw.Error, UnicodeDecodeError):
-                continue  # a damaged FTS copy vouches for nothing
-            tc.fts_rowids.update(int(r[0]) for r in rows if isinstance(r[0], int))
+        """Rowids held by the table's FTS copies (Hermes 0.19.0 writes each message's
+        text there under the message's id)."""
+        found = fts_rowids(self.src, self.schema, tc.obj.name)
+        tc.has_fts_copies = found is not None and tc.obj.key_columns == ["rowid"]
+        tc.fts_rowids = found or set()
 
     def _add_unreached(self, tc: TableCopy) -> None:
         """Rows decoded from leaves the b-tree no longer reaches, for rowids it lacks.
@@ -534,8 +547,7 @@ class Rebuild:
             return
         vouched: set[Any] | None = None
         if not self.trust_unreached:
-            self._fts_rowids(tc)
-            vouched = tc.index_keys | tc.fts_rowids
+            vouched = tc.known_keys()
         for rowid, values in rows:
             if rowid in tc.rowids:
                 tc.page_versions_skipped += 1

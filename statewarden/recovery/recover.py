@@ -261,7 +261,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                     n += 1
                     out_keys.add(keyf(tuple(row)))
             read_keys = tc.source_keys | tc.page_keys
-            known = read_keys | tc.index_keys
+            known = read_keys | tc.known_keys()
             lost = known - out_keys
             r.recovered = n
             r.source_distinct = len(read_keys)
