@@ -188,6 +188,20 @@ class TestBaseDamage:
         assert_same_rows(out, "messages", missing=set(lost))
         assert rows(out, "SELECT count(*) FROM messages_fts") == [(n - len(lost),)]
 
+    def test_last_leaf_lost_range_ends_at_the_sequence(self, tmp_path: Path) -> None:
+        """The last messages leaf zeroed: the unreadable range ends at the table's
+        sqlite_sequence (AUTOINCREMENT gave out no rowid above it), not at 2^63-1, and
+        every lost rowid is listed (known from the FTS copies)."""
+        case = lab.zeroed_leaf(tmp_path / "db", which=-1)
+        lost = case.lost_rowids["messages"]
+        [(seq,)] = pristine("SELECT seq FROM sqlite_sequence WHERE name = 'messages'")
+        code, doc, _ = recover_json(case, tmp_path)
+        assert code == 3
+        m = doc["tables"]["messages"]
+        assert m["unreadable_ranges"] == [[lost[0], seq]]
+        assert seq == lost[-1]
+        assert m["lost_keys"] == lost
+
     def test_zeroed_interior_page_recovered_from_pages(self, tmp_path: Path) -> None:
         """The interior page of messages zeroed: every leaf below it is decoded from the
         file; all messages come back identical; strategy salvage; no loss."""

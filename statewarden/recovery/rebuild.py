@@ -51,6 +51,7 @@ class TableCopy:
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
     fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
     has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
+    sequence: int | None = None  # the source's sqlite_sequence for it (AUTOINCREMENT)
     page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
 
     def known_keys(self) -> set[Any]:
@@ -294,6 +295,8 @@ class Rebuild:
             self.report.notes.append(f"sqlite_sequence unreadable, counters follow the rows: {exc}")
             return
         for name, seq in rows:
+            if name in self.copies and isinstance(seq, int):
+                self.copies[name].sequence = seq
             self.dst.execute(
                 "UPDATE main.sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, name)
             )

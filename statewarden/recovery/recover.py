@@ -268,7 +268,9 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             r.lost = len(lost)
             r.lost_keys = _sorted_keys(lost)
             if r.unreadable_ranges:
-                r.unreadable_ranges = _uncovered(r.unreadable_ranges, tc, known)
+                r.unreadable_ranges = _bounded(
+                    _uncovered(r.unreadable_ranges, tc, known), tc.sequence
+                )
             if r.lost == 0 and not r.unreadable_ranges:
                 r.status = "complete"
             elif n == 0 and known:
@@ -285,6 +287,19 @@ def _sorted_keys(keys: set[Any]) -> list[Any]:
         return sorted(keys)
     except TypeError:  # keys of mixed types (NULL in a key column): any stable order
         return sorted(keys, key=repr)
+
+
+def _bounded(ranges: list[list[int]], sequence: int | None) -> list[list[int]]:
+    """Open-ended ranges cut at the table's ``sqlite_sequence``: AUTOINCREMENT never
+    gave out a rowid above it, so no row can be missing there."""
+    if sequence is None:
+        return ranges
+    out = []
+    for lo, hi in ranges:
+        if lo > sequence:
+            continue
+        out.append([lo, min(hi, sequence)])
+    return out
 
 
 def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[list[int]]:

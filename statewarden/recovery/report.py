@@ -80,6 +80,7 @@ class TableReport:
             "lost_keys_sample": [
                 list(k) if isinstance(k, tuple) else k for k in self.lost_keys[:SAMPLE_LOST_KEYS]
             ],
+            "lost_keys": [list(k) if isinstance(k, tuple) else k for k in self.lost_keys],
         }
 
 
