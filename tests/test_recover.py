@@ -472,6 +472,8 @@ class TestCollisions:
             "a different row already has this key (UNIQUE constraint failed: sessions.id"
         )
         assert doc["orphans"]["messages"] == orphans > 0
+        _, checked, _ = run("check", "--db", str(case.db), "--json")
+        assert json.loads(checked)["databases"][0]["orphans"] == doc["orphans"]
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert rows(out, f"SELECT rowid FROM sessions WHERE id = '{c['key']}'") == [
             (c["kept_rowid"],)
@@ -559,6 +561,8 @@ class TestSessionsDamage:
         # below ("rowids up to N").
         assert s["unreadable_ranges"] == [[-(2**63), lost_rowids[-1]]]
         assert doc["orphans"]["messages"] == orphans > 0
+        _, checked, _ = run("check", "--db", str(case.db), "--json")
+        assert json.loads(checked)["databases"][0]["orphans"] == doc["orphans"]
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert_same_rows(out, "sessions", missing=set(lost_rowids))
 

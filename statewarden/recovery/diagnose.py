@@ -151,7 +151,7 @@ class Diagnosis:
     groups: list[ErrorGroup]
     tables: list[TableFacts]
     fts: dict[str, str]  # FTS table -> "ok" or the error
-    orphans: dict[str, int]  # foreign_key_check rows per table
+    orphans: dict[str, int]  # rows with a missing parent, per table (orphan_rows)
     notes: list[str]
     error_lines: list[str] = field(default_factory=list)
     foreign_key_check_complete: bool = True
@@ -418,6 +418,52 @@ def fts_integrity(
     return out
 
 
+def orphan_rows(conn: apsw.Connection, table: str) -> int:
+    """Rows of ``table`` whose parent row is missing, found by full scans of both
+    tables that read past damage (``scan.py``). ``foreign_key_check`` looks parents up
+    through the parent's index, which on a damaged file still lists parents whose rows
+    are gone, and fails outright on an unreadable page. Each row counts once however
+    many of its foreign keys fail; check and recover count orphans with this function.
+    """
+    fks: dict[int, list[tuple[str, str, str | None]]] = {}
+    for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
+        fks.setdefault(int(row[0]), []).append((str(row[2]), str(row[3]), row[4]))
+    if not fks:
+        return 0
+    rules: list[tuple[list[str], set[tuple[Any, ...]]]] = []
+    for parts in fks.values():
+        parent = parts[0][0]
+        to = [p[2] for p in parts]
+        if any(t is None for t in to):
+            info = conn.execute(f"PRAGMA table_info({quote_ident(parent)})").fetchall()
+            pk = sorted((int(r[5] or 0), str(r[1])) for r in info if r[5])
+            to = [name for _, name in pk] or ["rowid"]
+        rules.append(([p[1] for p in parts], _key_values(conn, parent, [str(t) for t in to])))
+    columns = list(dict.fromkeys(c for cols, _ in rules for c in cols))
+    at = {c: i + 1 for i, c in enumerate(columns)}
+    orphans = 0
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        nonlocal orphans
+        for cols, keys in rules:
+            values = tuple(row[at[c]] for c in cols)
+            if None not in values and values not in keys:
+                orphans += 1
+                return
+
+    scan_table(conn, table, columns, on_row)
+    return orphans
+
+
+def _key_values(conn: apsw.Connection, table: str, columns: list[str]) -> set[tuple[Any, ...]]:
+    out: set[tuple[Any, ...]] = set()
+    if columns == ["rowid"]:
+        scan_table(conn, table, [], lambda row: out.add((row[0],)))
+    else:
+        scan_table(conn, table, columns, lambda row: out.add(tuple(row[1:])))
+    return out
+
+
 def foreign_key_orphans(
     conn: apsw.Connection, tables: list[SchemaObject]
 ) -> tuple[dict[str, int], list[str]]:
@@ -427,7 +473,7 @@ def foreign_key_orphans(
     errors = []
     for obj in tables:
         try:
-            n = sum(1 for _ in conn.execute(f"PRAGMA foreign_key_check({quote_ident(obj.name)})"))
+            n = orphan_rows(conn, obj.name)
         except apsw.Error as exc:
             errors.append(f"{obj.name}: {str(exc).split(chr(10), 1)[0]}")
             continue
