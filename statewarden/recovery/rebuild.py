@@ -24,7 +24,7 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.bundle import WorkCopy
-from statewarden.recovery.copies import fts_rowids
+from statewarden.recovery.copies import feeds, fts_rowids
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.report import Report, TableReport, json_value
 from statewarden.recovery.scan import scan_table
@@ -82,9 +82,14 @@ def _insert_sql(obj: SchemaObject, cols: list[str]) -> str:
 
 
 def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, str]:
-    """How each FTS table gets its contents: ``copy`` its intact shadow tables,
-    ``triggers`` (repopulated as the feeding table is copied), ``rebuild`` (external
-    content), or ``none`` (contentless)."""
+    """How each FTS table gets its contents: ``copy`` its intact shadow tables (then,
+    when its base table was copied row by row, ``reconcile`` them with the rows the
+    output holds), ``triggers`` (repopulated as the feeding table is copied),
+    ``rebuild`` (external content), or ``none`` (contentless).
+
+    Shadow tables are intact when no integrity error touches them and FTS5's own check
+    (index against content) passed: copying them is far cheaper than tokenising every
+    row again."""
     bad_fts = {g.object for g in diag.groups if g.kind == "fts"}
     for g in diag.groups:
         obj = schema.by_name(g.object)
@@ -92,6 +97,7 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
             bad_fts.add(obj.shadow_of)
     bad_fts |= {name for name, res in diag.fts.items() if res != "ok"}
     bad_fts |= {fts for c in diag.copies for fts in c.copies_rotted}
+    fed = {f.fts for f in feeds(schema)}
     modes = {}
     for obj in schema.tables():
         if obj.module != "fts5":
@@ -101,8 +107,10 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
             modes[obj.name] = "none"
         elif obj.fts_content:
             modes[obj.name] = "rebuild"
-        elif owner is not None and (obj.name in bad_fts or owner in damaged):
+        elif owner is not None and obj.name in bad_fts:
             modes[obj.name] = "triggers"
+        elif owner is not None and owner in damaged:
+            modes[obj.name] = "reconcile" if obj.name in fed else "triggers"
         else:
             modes[obj.name] = "copy"
     return modes
@@ -237,8 +245,9 @@ class Rebuild:
             self._copy_sequences()
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
-            for name, mode in fts_mode.items():
-                self._fill_fts(name, mode)
+            with self.report.timed("fts"):
+                for name, mode in fts_mode.items():
+                    self._fill_fts(name, mode)
             self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
             dst.execute(f"PRAGMA user_version={hdr.user_version}")
@@ -266,7 +275,7 @@ class Rebuild:
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
             except apsw.Error as exc:
                 self.report.notes.append(f"{name}: FTS 'rebuild' failed: {exc}")
-        elif mode == "copy":
+        elif mode in ("copy", "reconcile"):
             for obj in self.schema.tables():
                 if obj.shadow_of != name:
                     continue
@@ -282,10 +291,46 @@ class Rebuild:
                 if rows:
                     marks = ", ".join("?" for _ in rows[0])
                     self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
+            if mode == "reconcile":
+                self._reconcile_fts(name)
         elif mode == "none":
             self.report.notes.append(
                 f"{name}: contentless FTS table left empty (nothing to rebuild it from)"
             )
+
+    def _reconcile_fts(self, name: str) -> None:
+        """After copying an intact FTS table whose base table was copied row by row:
+        remove entries of rows the output lacks, and (re)index rows that are new or
+        differ, with the expressions of the file's own insert trigger (``copies.py``).
+        Rows found rotted on disk keep their copies (see ``recover.py``)."""
+        feed = next((f for f in feeds(self.schema) if f.fts == name), None)
+        fts = self.schema.by_name(name)
+        if feed is None or fts is None:  # pragma: no cover - only fed tables reconcile
+            return
+        rotted = {r for c in self.diag.copies if c.table == feed.table for r in c.rows_rotted}
+        q, content = quote_ident(name), quote_ident(f"{name}_content")
+        base = quote_ident(feed.table)
+        rid = feed.rowid_expr
+        differs = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in feed.columns.items())
+        stale = [
+            int(r[0])
+            for r in self.dst.execute(
+                f"SELECT c.id FROM main.{content} AS c LEFT JOIN main.{base} AS b"
+                f" ON ({rid}) = c.id WHERE b.rowid IS NULL"
+                f" UNION ALL SELECT c.id FROM main.{content} AS c JOIN main.{base} AS b"
+                f" ON ({rid}) = c.id WHERE {differs}"
+            )
+        ]
+        stale = [r for r in stale if r not in rotted]
+        self.dst.executemany(f"DELETE FROM main.{q} WHERE rowid = ?", [(r,) for r in stale])
+        cols = [c.name for c in fts.columns if not c.hidden]
+        names = ", ".join(quote_ident(cols[int(k[1:])]) for k in feed.columns)
+        exprs = ", ".join(feed.columns.values())
+        self.dst.execute(
+            f"INSERT INTO main.{q}(rowid, {names}) SELECT ({rid}), {exprs}"
+            f" FROM main.{base} AS b WHERE NOT EXISTS"
+            f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
+        )
 
     def _copy_sequences(self) -> None:
         """Keep AUTOINCREMENT counters at least where the source had them (no id reuse)."""

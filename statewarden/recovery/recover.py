@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,12 @@ def recover(
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
     if report_path is not None and not Path(report_path).parent.is_dir():
         raise UsageError(f"{Path(report_path).parent}: no such directory for --report")
+    started = time.monotonic()
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
+    copied = round(time.monotonic() - started, 3)
     try:
         report = _recover_copy(work, output, progress)
+        report.timings = {"copy": copied, **report.timings}
         if not report.verified:
             # A file that failed verification is never left where a swap would take it.
             report.notes.append(f"the output failed verification and was not kept at {output}")
@@ -104,6 +108,7 @@ def _publish(built: Path, output: Path) -> None:
 
 
 def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> Report:
+    started = time.monotonic()
     diag = diagnose(
         work.db,
         progress=progress,
@@ -113,6 +118,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         schema_rebuilt=work.schema_note,
     )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
+    report.timings["diagnose"] = round(time.monotonic() - started, 3)
     if work.schema_note:
         report.notes.append(work.schema_note)
     for c in diag.copies:
@@ -136,27 +142,29 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         conn.close()
     damaged = _damaged_tables(diag, schema)
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
-    if damaged:
-        # Evidence that rows may be missing (a read error, pages no b-tree reaches, a
-        # count that differs from the planner's, a page reached twice): decode every
-        # leaf no b-tree reaches, read errors or not. Raw page reads, with no SQLite
-        # connection open to the copy (DESIGN.md rule 2).
-        salvaged = salvage_rows(work.db, schema, sorted(damaged))
     wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
-    if work.wal is not None and work.wal.dropped_commits:
+    if work.wal is not None:
         report.notes.extend(work.wal.notes(f"{work.source}-wal"))
-        base_names = [o.name for o in schema.base_tables()]
-        wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
-        damaged.update(name for name, rows in wal_rows.items() if rows)
-    elif work.wal is not None:
-        report.notes.extend(work.wal.notes(f"{work.source}-wal"))
+    with report.timed("salvage"):
+        if damaged:
+            # Evidence that rows may be missing (a read error, pages no b-tree reaches,
+            # a count that differs from the planner's, a page reached twice): decode
+            # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
+            # SQLite connection open to the copy (DESIGN.md rule 2).
+            salvaged = salvage_rows(work.db, schema, sorted(damaged))
+        if work.wal is not None and work.wal.dropped_commits:
+            base_names = [o.name for o in schema.base_tables()]
+            wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
+            damaged.update(name for name, rows in wal_rows.items() if rows)
     built = work.work_dir / "output.db"
     if diag.damage == "none":
         report.strategy = "none"
-        _vacuum_into(work.db, built, work.source_header.journal_mode)
-        copies = _measure_only(work.db, schema)
+        with report.timed("rebuild"):
+            _vacuum_into(work.db, built, work.source_header.journal_mode)
+            copies = _measure_only(work.db, schema)
     else:
         report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
+        rebuild_started = time.monotonic()
         copies = Rebuild(
             work,
             built,
@@ -169,18 +177,21 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             progress=progress,
             trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
         ).run()
+        spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
+        report.timings["rebuild"] = round(spent, 3)
         if any(
             c.report.recovered_from_pages or c.report.recovered_from_wal for c in copies.values()
         ):
             report.strategy = "salvage"
     if progress:
         progress("verify", 0, 1)
-    report.verification = verify_output(
-        built,
-        source_schema_version=source_version,
-        source_journal_mode=work.source_header.journal_mode,
-    )
-    _account(built, copies, report)
+    with report.timed("verify"):
+        report.verification = verify_output(
+            built,
+            source_schema_version=source_version,
+            source_journal_mode=work.source_header.journal_mode,
+        )
+        _account(built, copies, report)
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)

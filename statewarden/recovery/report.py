@@ -10,6 +10,9 @@ the source could not be read at all (its keys cannot even be listed).
 from __future__ import annotations
 
 import base64
+import contextlib
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +100,18 @@ class Report:
     renamed: list[dict[str, Any]] = field(default_factory=list)
     partial_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Add the time spent in the ``with`` block to ``timings[phase]``."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = time.monotonic() - start
+            self.timings[phase] = round(self.timings.get(phase, 0.0) + spent, 3)
 
     @property
     def lost(self) -> dict[str, int]:
@@ -124,6 +139,7 @@ class Report:
             "partial_rows": self.partial_rows,
             "partial_rule": PARTIAL_RULE,
             "notes": self.notes,
+            "timings": self.timings,
         }
 
     def render(self) -> list[str]:
@@ -186,5 +202,7 @@ class Report:
                 if partial
                 else "loss detected: unreadable rowid ranges"
             )
+        if self.timings:
+            out.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         out.append(f"result: {verdict}, {loss}")
         return out
