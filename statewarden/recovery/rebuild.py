@@ -84,8 +84,9 @@ def _insert_sql(obj: SchemaObject, cols: list[str]) -> str:
 def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, str]:
     """How each FTS table gets its contents: ``copy`` its intact shadow tables (then,
     when its base table was copied row by row, ``reconcile`` them with the rows the
-    output holds), ``triggers`` (repopulated as the feeding table is copied),
-    ``rebuild`` (external content), or ``none`` (contentless).
+    output holds); ``reindex``: copy only its intact content table and let FTS5's
+    ``'rebuild'`` make the index (then reconcile); ``triggers`` (repopulated as the
+    feeding table is copied); ``rebuild`` (external content); ``none`` (contentless).
 
     Shadow tables are intact when no integrity error touches them and FTS5's own check
     (index against content) passed: copying them is far cheaper than tokenising every
@@ -96,7 +97,9 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         if obj is not None and obj.shadow_of:
             bad_fts.add(obj.shadow_of)
     bad_fts |= {name for name, res in diag.fts.items() if res != "ok"}
-    bad_fts |= {fts for c in diag.copies for fts in c.copies_rotted}
+    rotted = {fts for c in diag.copies for fts in c.copies_rotted}
+    bad_fts |= rotted
+    flagged = {g.object for g in diag.groups}
     fed = {f.fts for f in feeds(schema)}
     modes = {}
     for obj in schema.tables():
@@ -108,7 +111,8 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         elif obj.fts_content:
             modes[obj.name] = "rebuild"
         elif owner is not None and obj.name in bad_fts:
-            modes[obj.name] = "triggers"
+            content_ok = f"{obj.name}_content" not in flagged and obj.name not in rotted
+            modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
         elif owner is not None and owner in damaged:
             modes[obj.name] = "reconcile" if obj.name in fed else "triggers"
         else:
@@ -167,6 +171,7 @@ class Rebuild:
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
         self.force_triggers: set[str] = set()
+        self.attached = False  # the source is attached to the output connection as src
 
     def run(self) -> dict[str, TableCopy]:
         bulk = True
@@ -218,6 +223,7 @@ class Rebuild:
             dst.execute("PRAGMA journal_mode=MEMORY")
             dst.execute("PRAGMA synchronous=OFF")
             dst.execute("PRAGMA foreign_keys=OFF")  # orphans are kept, not refused
+            self.attached = bulk
             if bulk:
                 dst.execute("ATTACH ? AS src", (ro,))
             fts_mode = _fts_modes(self.schema, self.damaged, self.diag)
@@ -275,28 +281,40 @@ class Rebuild:
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
             except apsw.Error as exc:
                 self.report.notes.append(f"{name}: FTS 'rebuild' failed: {exc}")
-        elif mode in ("copy", "reconcile"):
+        elif mode in ("copy", "reconcile", "reindex"):
             for obj in self.schema.tables():
                 if obj.shadow_of != name:
                     continue
-                s = quote_ident(obj.name)
-                self.dst.execute(f"DELETE FROM main.{s}")
-                try:
-                    rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
-                except (apsw.Error, UnicodeDecodeError) as exc:
-                    if name in self.schema.fts_owner and name not in self.force_triggers:
-                        raise _FtsCopyFailed(name, str(exc)) from None
-                    self.report.notes.append(f"{name}: copying {obj.name} failed: {exc}")
+                if mode == "reindex" and obj.name != f"{name}_content":
                     continue
-                if rows:
-                    marks = ", ".join("?" for _ in rows[0])
-                    self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
-            if mode == "reconcile":
+                self._copy_shadow(name, obj.name)
+            if mode == "reindex":
+                self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
+            if mode != "copy" and self.schema.fts_owner.get(name) in self.damaged:
                 self._reconcile_fts(name)
         elif mode == "none":
             self.report.notes.append(
                 f"{name}: contentless FTS table left empty (nothing to rebuild it from)"
             )
+
+    def _copy_shadow(self, name: str, shadow: str) -> None:
+        """Copy one FTS shadow table from the source (in one statement when the source
+        is attached, else row by row through Python)."""
+        s = quote_ident(shadow)
+        self.dst.execute(f"DELETE FROM main.{s}")
+        try:
+            if self.attached:
+                self.dst.execute(f"INSERT INTO main.{s} SELECT * FROM src.{s} NOT INDEXED")
+                return
+            rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if name in self.schema.fts_owner and name not in self.force_triggers:
+                raise _FtsCopyFailed(name, str(exc)) from None
+            self.report.notes.append(f"{name}: copying {shadow} failed: {exc}")
+            return
+        if rows:
+            marks = ", ".join("?" for _ in rows[0])
+            self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
 
     def _reconcile_fts(self, name: str) -> None:
         """After copying an intact FTS table whose base table was copied row by row:
