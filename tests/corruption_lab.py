@@ -662,13 +662,13 @@ def broken_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
 
 
 def stale_index_entries(
-    dest_dir: Path, rowids: tuple[int, ...] = (300, 301, 302, 303, 304)
+    dest_dir: Path, rowids: tuple[int, ...] = (300, 301, 302, 303, 304), spec: Spec = SMALL
 ) -> Case:
     """Messages ``rowids`` deleted on purpose (FTS triggers and all), then the pages of
     ``idx_messages_session`` written back as they were before the delete (lost writes
     of that index): the index lists rows the table no longer has, and nothing else
     remembers them. ``lost_rowids`` lists the deleted rowids: they are not a loss."""
-    case = fresh_copy(dest_dir)
+    case = fresh_copy(dest_dir, spec)
     before = PristineFile(case.db)
     _, idx_leaves = before.tree_pages(case.roots["idx_messages_session"])
     conn = apsw.Connection(str(case.db))
