@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from structlog.testing import capture_logs
@@ -10,6 +13,7 @@ from statewarden.alerts.announce import Announcer, announcement
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import MESSAGE_IDS, Signal
 from statewarden.incidents.timeline import Timeline
+from tests.test_journald import decode_entry
 
 DB = "/home/u/.hermes/state.db"
 
@@ -57,3 +61,37 @@ class TestAnnouncer:
         assert entry["source"] is None
         assert entry["event"] == announcement(resolved)
         assert entry["event"].startswith("incident resolved: corruption (no new signal for 60 s)")
+
+
+class TestDaemonAnnounces:
+    def test_an_incident_opening_is_a_journald_entry_with_its_message_id(
+        self, tmp_path: Path, env: dict[str, str], hermes_home: Path
+    ) -> None:
+        """A real daemon under systemd-style logging: Hermes' self-repair backup appearing
+        is one native-protocol entry with the self_repair MESSAGE_ID, at error priority,
+        naming the incident, the change and the watcher."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(tmp_path / "journal.sock"))
+        sock.settimeout(30)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run"],
+            env={**env, "JOURNAL_STREAM": "8:1234",
+                 "STATEWARDEN_JOURNAL_SOCKET": str(tmp_path / "journal.sock")},
+        )  # fmt: skip
+        try:
+            while decode_entry(sock.recv(1 << 20))["MESSAGE"] != "statewarden ready":
+                pass
+            (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
+            entry = decode_entry(sock.recv(1 << 20))
+            while entry.get("MESSAGE_ID") != MESSAGE_IDS["self_repair"]:
+                entry = decode_entry(sock.recv(1 << 20))
+            assert entry["MESSAGE"].startswith("incident opened: ")
+            assert entry["PRIORITY"] == "3"
+            assert entry["STATEWARDEN_KIND"] == "self_repair"
+            assert entry["STATEWARDEN_CHANGE"] == "opened"
+            assert entry["STATEWARDEN_SOURCE"] == "files"
+            assert entry["STATEWARDEN_DB"] == str(hermes_home / "state.db")
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+            sock.close()
