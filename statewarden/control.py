@@ -21,25 +21,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from statewarden.errors import StatewardenError
+from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, StatewardenError
 
 MAX_REQUEST_BYTES = 64 * 1024
 DEFAULT_CLIENT_TIMEOUT_S = 10.0
 SOCKET_NAME = "control.sock"
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class DaemonNotRunning(StatewardenError):
-    """No daemon answers on the control socket."""
-
-
-class ControlError(StatewardenError):
-    """The daemon answered with an error."""
-
-
-class AlreadyRunning(StatewardenError):
-    """Another daemon already serves this control socket."""
 
 
 def peer_uid(sock: socket.socket) -> int:

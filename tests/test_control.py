@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from statewarden import control
-from statewarden.errors import UsageError
+from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, UsageError
 
 
 async def handler(req: dict[str, Any]) -> Any:
@@ -78,9 +78,9 @@ class TestProtocol:
     def test_request_reply(self, server: ServerThread) -> None:
         """A request gets its result; errors come back as one line."""
         assert control.request(server.path, "echo", value=[1, 2]) == {"echo": [1, 2]}
-        with pytest.raises(control.ControlError, match="unknown command 'nope'"):
+        with pytest.raises(ControlError, match="unknown command 'nope'"):
             control.request(server.path, "nope")
-        with pytest.raises(control.ControlError, match="internal error: RuntimeError: kaboom"):
+        with pytest.raises(ControlError, match="internal error: RuntimeError: kaboom"):
             control.request(server.path, "boom")
 
     def test_malformed_input_keeps_connection_usable(self, server: ServerThread) -> None:
@@ -114,22 +114,20 @@ class TestProtocol:
         s.thread.start()
         assert s.ready.wait(10)
         try:
-            with pytest.raises(
-                control.ControlError, match=f"uid {os.getuid()} may not use this socket"
-            ):
+            with pytest.raises(ControlError, match=f"uid {os.getuid()} may not use this socket"):
                 control.request(s.path, "echo")
         finally:
             s.stop()
 
     def test_no_daemon(self, tmp_path: Path) -> None:
         """No socket: DaemonNotRunning, which the CLI turns into a local fallback."""
-        with pytest.raises(control.DaemonNotRunning):
+        with pytest.raises(DaemonNotRunning):
             control.request(tmp_path / "none.sock", "status")
 
     def test_second_server_refuses(self, server: ServerThread) -> None:
         """A second daemon on the same socket refuses to start; a stale socket is replaced."""
         other = control.ControlServer(server.path, handler)
-        with pytest.raises(control.AlreadyRunning):
+        with pytest.raises(AlreadyRunning):
             asyncio.run(other.start())
 
     def test_stale_socket_is_replaced(self, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The log tailer: new records from a Hermes home's ``logs/*.log``, nothing twice.
 
 ``LogTailer.poll()`` reads only the bytes written since the last poll and returns the
-complete records (a line plus its traceback lines, see ``rules.parse_record``). There is
+complete records (a line plus its traceback lines, see ``records.parse_record``). There is
 no background loop inside: a test (or the daemon) calls ``poll()`` when it wants, as
 Litestream's tests drive ``sync()``. The daemon polls when ``watch/events.py`` sees a
 change in the logs directory (inotify), and on a slow ticker as a safety net.
@@ -54,7 +54,7 @@ from typing import Any
 
 from statewarden.atomic import write_atomic
 from statewarden.targets import Target
-from statewarden.watch.rules import LogRecord, parse_record, starts_record
+from statewarden.watch.records import LogRecord, parse_record, starts_record
 
 LOG_NAMES = ("agent.log", "errors.log", "gateway.log", "gui.log")
 OFFSETS_VERSION = 1
