@@ -167,7 +167,10 @@ def request(
             raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
         except OSError as exc:
             raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
-        s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        # A refusal can be answered and the connection closed before the request is read:
+        # the answer is still there to read below.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
         buf = b""
         try:
             while b"\n" not in buf:

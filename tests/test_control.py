@@ -119,6 +119,29 @@ class TestProtocol:
         finally:
             s.stop()
 
+    def test_answer_before_the_request_is_read(self, tmp_path: Path) -> None:
+        """A server that answers and closes without reading the request (a refusal) gives
+        that answer, not a broken pipe traceback."""
+        path = tmp_path / "c.sock"
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(path))
+        srv.listen(1)
+
+        def refuse() -> None:
+            conn, _ = srv.accept()
+            conn.sendall(b'{"ok": false, "error": "uid 1000 may not use this socket"}\n')
+            conn.close()
+
+        t = threading.Thread(target=refuse)
+        t.start()
+        try:
+            # Larger than the socket buffer: sendall is still sending when the server closes.
+            with pytest.raises(ControlError, match="uid 1000 may not use this socket"):
+                control.request(path, "echo", blob="x" * (8 << 20))
+        finally:
+            t.join()
+            srv.close()
+
     def test_no_daemon(self, tmp_path: Path) -> None:
         """No socket: DaemonNotRunning, which the CLI turns into a local fallback."""
         with pytest.raises(DaemonNotRunning):

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statewarden.errors import StatewardenError, UsageError
 from statewarden.incidents.book import IncidentBook
@@ -169,6 +171,23 @@ class TestBook:
         """Signals must use a known incident kind."""
         with pytest.raises(ValueError, match="unknown incident kind"):
             Signal("nonsense", DB, "x")
+
+
+class TestEvidenceCap:
+    @given(st.text(max_size=9000))
+    @settings(max_examples=200, deadline=None)
+    def test_any_text_fits_keeps_its_start_and_is_cut_once(self, text: str) -> None:
+        """Whatever the text, the capped line fits the cap, starts like the text, says how
+        much was cut, and capping it again changes nothing."""
+        line = cap_evidence(text)
+        assert len(line) <= EVIDENCE_LINE_MAX_CHARS
+        assert cap_evidence(line) == line
+        if len(text) <= EVIDENCE_LINE_MAX_CHARS:
+            assert line == text
+        else:
+            kept, _, note = line.rpartition("\n…[")
+            assert text.startswith(kept)
+            assert note == f"{len(text) - len(kept)} chars cut]"
 
 
 class TestTimeline:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.incidents.signals import Observation, Severity, Signal, cap_evidence
+from statewarden.incidents.signals import Found, Observation, Severity, Signal, cap_evidence
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record
 
@@ -304,13 +304,13 @@ def signals_from_record(
     *,
     cron: CronSessions | None = None,
     now: float | None = None,
-) -> list[Signal | Observation]:
+) -> list[Found]:
     """Every signal (and cron observation) one log record gives. Never raises.
 
     ``cron``, when given, remembers the cron session ids seen so far; a new one gives
     an ``Observation(what="cron_started")``. ``now`` stamps records without a time.
     """
-    out: list[Signal | Observation] = []
+    out: list[Found] = []
     if cron is not None:
         out.extend(cron.observe(record, target, now))
     matched: Rule | None = None
@@ -346,7 +346,7 @@ def signals_from_log(
     *,
     cron: CronSessions | None = None,
     now: float | None = None,
-) -> list[Signal | Observation]:
+) -> list[Found]:
     """``signals_from_record`` for a record, or for raw record text (parsed first)."""
     if isinstance(record, str):
         record = parse_record(record)
@@ -359,7 +359,7 @@ def signals_from_journal(
     *,
     cron: CronSessions | None = None,
     now: float | None = None,
-) -> list[Signal | Observation]:
+) -> list[Found]:
     """Signals from one journald JSON entry (``journalctl -o json``) of a Hermes unit.
 
     The gateway prints ``[gateway] Warning: SQLite session store unavailable, falling
@@ -368,7 +368,7 @@ def signals_from_journal(
     also logs to stderr). Never raises.
     """
     record = journal_record(entry)
-    out: list[Signal | Observation] = []
+    out: list[Found] = []
     m = _JSONL_FALLBACK_RE.search(record.message)
     if m is not None:
         error = _clip(m["error"], SUMMARY_ERROR_MAX_CHARS)
