@@ -41,10 +41,10 @@ from statewarden.daemon_requests import Requests
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.recorder import Recorder
+from statewarden.incidents.signals import Found
 from statewarden.incidents.timeline import Timeline
 from statewarden.logs import get_logger
 from statewarden.watch.events import FileEvents
-from statewarden.watch.monitor import Found
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.config import Config, state_dir
+from statewarden.incidents.signals import Found
 from statewarden.logs import get_logger
 from statewarden.mounts import Mount, read_mounts
 from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
 from statewarden.watch.journal import JournalFollower
-from statewarden.watch.monitor import Found, TargetMonitor
+from statewarden.watch.monitor import TargetMonitor
 from statewarden.watch.mounts import MountWatcher
 
 NOT_FOLLOWED = "not followed"

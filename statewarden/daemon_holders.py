@@ -18,9 +18,9 @@ from pathlib import Path
 
 from statewarden.config import Config
 from statewarden.holders.report import HolderScan
-from statewarden.incidents.signals import Observation
+from statewarden.incidents.signals import Found, Observation
 from statewarden.watch.holders import HolderWatcher
-from statewarden.watch.monitor import Found, Guard
+from statewarden.watch.monitor import Guard
 
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
 # Observations after which a holder may be on an old inode: a scan is due soon.

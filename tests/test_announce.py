@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from statewarden.alerts.announce import Announcer, announcement
 from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.signals import MESSAGE_IDS, Signal
+from statewarden.incidents.signals import KINDS, Signal
 from statewarden.incidents.timeline import Timeline
 from tests.test_journald import decode_entry
 
@@ -42,7 +42,7 @@ class TestAnnouncer:
         assert changes == ["opened", "updated", "escalated", "resolved"]
         assert [e["change"] for e in logs] == ["opened", "escalated", "resolved"]
         assert [e["log_level"] for e in logs] == ["warning", "critical", "info"]
-        assert {e["message_id"] for e in logs} == {MESSAGE_IDS["wal_growth"]}
+        assert {e["message_id"] for e in logs} == {KINDS["wal_growth"].message_id}
         assert logs[0]["event"] == "incident opened: WAL 60 MB and growing"
         assert logs[2]["event"] == "incident resolved: wal_growth (WAL checkpointed)"
         assert all(e["source"] == "files" and e["db"] == DB for e in logs)
@@ -83,7 +83,7 @@ class TestDaemonAnnounces:
                 pass
             (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
             entry = decode_entry(sock.recv(1 << 20))
-            while entry.get("MESSAGE_ID") != MESSAGE_IDS["self_repair"]:
+            while entry.get("MESSAGE_ID") != KINDS["self_repair"].message_id:
                 entry = decode_entry(sock.recv(1 << 20))
             assert entry["MESSAGE"].startswith("incident opened: ")
             assert entry["PRIORITY"] == "3"

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from statewarden.incidents.book import Update
-from statewarden.incidents.signals import MESSAGE_IDS
+from statewarden.incidents.signals import KINDS
 from statewarden.incidents.timeline import Timeline
 from statewarden.logs import get_logger
 
@@ -51,7 +51,7 @@ class Announcer:
         text = announcement(update)
         getattr(self.log, level)(
             text,
-            message_id=MESSAGE_IDS[inc.kind],
+            message_id=KINDS[inc.kind].message_id,
             incident=inc.id,
             kind=inc.kind,
             db=inc.db,

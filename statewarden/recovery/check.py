@@ -14,8 +14,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import make_work_copy
-from statewarden.recovery.diagnose import Diagnosis, ProgressFn, diagnose
+from statewarden.recovery.diagnose import Diagnosis, diagnose
 
 
 def check_database(
