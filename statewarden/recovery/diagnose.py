@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,12 @@ import apsw
 
 from statewarden.errors import (
     EXIT_BASE_DAMAGE,
-    EXIT_FAILED,
+    EXIT_DERIVED_DAMAGE,
     EXIT_OK,
     EXIT_UNREADABLE,
     DatabaseUnreadable,
 )
-from statewarden.recovery.bundle import make_work_copy
+from statewarden.progress import ProgressFn
 from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.integrity import (
     ErrorGroup,
@@ -43,8 +42,6 @@ from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
 _TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
-
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -185,31 +182,10 @@ def exit_code_for(damage: str) -> int:
     """0 healthy, 1 derived damage only, 3 base damage, 4 unreadable."""
     return {
         "none": EXIT_OK,
-        "derived": EXIT_FAILED,
+        "derived": EXIT_DERIVED_DAMAGE,
         "base": EXIT_BASE_DAMAGE,
         "unreadable": EXIT_UNREADABLE,
     }[damage]
-
-
-def check_database(
-    source: Path, work_parent: Path, *, progress: ProgressFn | None = None
-) -> Diagnosis:
-    """Copy ``source``'s bundle into a private work dir under ``work_parent``, diagnose the
-    copy, remove it. The source is only read (see ``bundle.make_work_copy``)."""
-    work = make_work_copy(source, work_parent, progress=progress)
-    try:
-        result = diagnose(
-            work.db,
-            progress=progress,
-            truncated=work.truncated_note,
-            wal=work.wal,
-            wal_name=f"{source}-wal",
-            schema_rebuilt=work.schema_note,
-        )
-    finally:
-        work.cleanup()
-    result.path = str(source)
-    return result
 
 
 def worst(*classes: str) -> str:
