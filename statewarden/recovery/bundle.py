@@ -58,11 +58,16 @@ class WorkCopy:
     schema_note: str | None = None  # set when page 1 had to be rebuilt to read the schema
 
     @property
+    def wal_name(self) -> str:
+        """The source's ``-wal``, as notes name it."""
+        return str(sidecar(self.source, WAL_SUFFIX))
+
+    @property
     def notes(self) -> list[str]:
         """What the copy does not show as SQLite reads it: truncation, WAL findings."""
         out = [n for n in (self.truncated_note, self.schema_note) if n]
         if self.wal is not None:
-            out.extend(self.wal.notes(f"{self.source}-wal"))
+            out.extend(self.wal.notes(self.wal_name))
         return out
 
     def cleanup(self) -> None:

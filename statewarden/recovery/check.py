@@ -37,7 +37,7 @@ def check_database(
             progress=progress,
             truncated=work.truncated_note,
             wal=work.wal,
-            wal_name=f"{source}-wal",
+            wal_name=work.wal_name,
             schema_rebuilt=work.schema_note,
         )
     finally:

@@ -198,7 +198,7 @@ def diagnose(
     progress: ProgressFn | None = None,
     truncated: str | None = None,
     wal: WalFacts | None = None,
-    wal_name: str = "-wal",
+    wal_name: str = "the WAL",
     schema_rebuilt: str | None = None,
 ) -> Diagnosis:
     """Diagnose ``db``, which must be a private copy (see ``bundle.make_work_copy``).

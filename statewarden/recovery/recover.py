@@ -113,7 +113,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         progress=progress,
         truncated=work.truncated_note,
         wal=work.wal,
-        wal_name=f"{work.source}-wal",
+        wal_name=work.wal_name,
         schema_rebuilt=work.schema_note,
     )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
@@ -143,7 +143,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
     wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
     if work.wal is not None:
-        report.notes.extend(work.wal.notes(f"{work.source}-wal"))
+        report.notes.extend(work.wal.notes(work.wal_name))
     with report.timed("salvage"):
         if damaged:
             # Evidence that rows may be missing (a read error, pages no b-tree reaches,
