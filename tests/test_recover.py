@@ -188,6 +188,40 @@ class TestBaseDamage:
         assert_same_rows(out, "messages", missing=set(lost))
         assert rows(out, "SELECT count(*) FROM messages_fts") == [(n - len(lost),)]
 
+    def test_lost_rows_rebuilt_from_their_copies_into_a_side_table(self, tmp_path: Path) -> None:
+        """A zeroed messages leaf: the lost rows are still lost from messages (exit 3),
+        but their session, time, active flag (from the intact indexes) and search text
+        (from the FTS copy) come back in statewarden_rebuilt_messages, each value named
+        by the copy it came from; nothing else is invented."""
+        case = lab.zeroed_leaf(tmp_path / "db")
+        lost = case.lost_rowids["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        assert doc["rebuilt"] == {"messages": "statewarden_rebuilt_messages"}
+        assert doc["tables"]["messages"]["rebuilt_from_copies"] == len(lost)
+        marks = ", ".join(str(r) for r in lost)
+        got = rows(
+            out,
+            "SELECT source_rowid, session_id, timestamp, active, search_text"
+            " FROM statewarden_rebuilt_messages ORDER BY source_rowid",
+        )
+        want = pristine(
+            "SELECT m.id, m.session_id, m.timestamp, m.active, f.c0 FROM messages AS m"
+            f" JOIN messages_fts_content AS f ON f.id = m.id WHERE m.id IN ({marks}) ORDER BY m.id"
+        )
+        assert got == want
+        [(sources,)] = rows(
+            out,
+            f"SELECT rebuilt_from FROM statewarden_rebuilt_messages WHERE source_rowid = {lost[0]}",
+        )
+        assert json.loads(str(sources)) == {
+            "session_id": "index idx_messages_session",
+            "timestamp": "index idx_messages_session",
+            "active": "index idx_messages_session_active",
+            "search_text": "FTS copy messages_fts",
+        }
+        assert rows(out, f"SELECT count(*) FROM messages WHERE id IN ({marks})") == [(0,)]
+
     def test_last_leaf_lost_range_ends_at_the_sequence(self, tmp_path: Path) -> None:
         """The last messages leaf zeroed: the unreadable range ends at the table's
         sqlite_sequence (AUTOINCREMENT gave out no rowid above it), not at 2^63-1, and

@@ -15,8 +15,10 @@ the other copy has rotted (derived damage, rebuilt from the row).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import apsw
 
@@ -214,3 +216,103 @@ def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> set[int] | 
             continue  # a damaged copy vouches for nothing
         out = (out or set()) | {int(r[0]) for r in rows if isinstance(r[0], int)}
     return out
+
+
+REBUILT_TABLE_PREFIX = "statewarden_rebuilt_"
+REBUILT_RULE = (
+    "A row lost from a table whose text survives in its FTS copies is rebuilt into the"
+    " side table statewarden_rebuilt_<table>, never into the table itself: source_rowid"
+    " is its rowid; each column an intact index of the table still holds for that rowid"
+    " (for Hermes' messages: session_id, timestamp, active) is copied exactly; search_text"
+    " is the text the FTS copies hold (for Hermes: content, tool name and tool calls"
+    " joined by spaces, which cannot be split back into columns); rebuilt_from names the"
+    " copy each value came from. Columns with no surviving copy (the role) are not"
+    " invented."
+)
+
+
+@dataclass
+class RebuiltRow:
+    rowid: int
+    values: dict[str, Any]  # table column -> value, from an index entry of this rowid
+    sources: dict[str, str]  # column (or search_text) -> the copy it came from
+    search_text: str | None
+
+
+def rebuild_from_copies(
+    conn: apsw.Connection,
+    schema: Schema,
+    table: str,
+    rowids: set[int],
+    *,
+    broken_roots: set[int],
+) -> list[RebuiltRow]:
+    """Rows ``rowids`` of ``table`` (lost from the table itself) as far as the intact
+    indexes (read as covering indexes: the table is not touched) and FTS copies still
+    hold them. Indexes whose own b-tree is damaged are not read."""
+    if not rowids:
+        return []
+    out = {r: RebuiltRow(r, {}, {}, None) for r in sorted(rowids)}
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
+            continue
+        try:
+            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
+            if not cols or any(c is None for c in cols):
+                continue
+            sel = ", ".join(quote_ident(str(c)) for c in cols)
+            sql = (
+                f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
+            )
+            for row in conn.execute(sql):
+                got = out.get(int(row[0]))
+                if got is None:
+                    continue
+                for c, v in zip(cols, row[1:], strict=True):
+                    if str(c) not in got.values:
+                        got.values[str(c)] = v
+                        got.sources[str(c)] = f"index {idx.name}"
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    for f in feeds(schema):
+        if f.table != table or "c0" not in f.columns:
+            continue
+        content = quote_ident(f"{f.fts}_content")
+        for r in out.values():
+            if r.search_text is not None:
+                continue
+            try:
+                row = conn.execute(f"SELECT c0 FROM {content} WHERE id = ?", (r.rowid,)).fetchone()
+            except (apsw.Error, UnicodeDecodeError) as exc:
+                if isinstance(exc, apsw.InterruptError):
+                    raise
+                break
+            if row is not None and isinstance(row[0], str):
+                r.search_text = row[0]
+                r.sources["search_text"] = f"FTS copy {f.fts}"
+    return [r for r in out.values() if r.values or r.search_text is not None]
+
+
+def write_rebuilt(dst: apsw.Connection, table: str, rows: list[RebuiltRow]) -> str:
+    """Create the side table for ``table`` in ``dst`` and put ``rows`` in it; its name."""
+    name = f"{REBUILT_TABLE_PREFIX}{table}"
+    cols = list(dict.fromkeys(c for r in rows for c in r.values))
+    defs = "".join(f", {quote_ident(c)}" for c in cols)
+    dst.execute(
+        f"CREATE TABLE main.{quote_ident(name)}(source_rowid INTEGER PRIMARY KEY{defs},"
+        " search_text TEXT, rebuilt_from TEXT NOT NULL)"
+    )
+    names = ", ".join(
+        ["source_rowid", *(quote_ident(c) for c in cols), "search_text", "rebuilt_from"]
+    )
+    marks = ", ".join("?" for _ in range(len(cols) + 3))
+    dst.executemany(
+        f"INSERT INTO main.{quote_ident(name)}({names}) VALUES ({marks})",
+        [
+            (r.rowid, *(r.values.get(c) for c in cols), r.search_text, json.dumps(r.sources))
+            for r in rows
+        ],
+    )
+    return name

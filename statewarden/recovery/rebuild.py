@@ -25,7 +25,7 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
-from statewarden.recovery.copies import feeds, fts_rowids
+from statewarden.recovery.copies import feeds, fts_rowids, rebuild_from_copies, write_rebuilt
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.report import Report, TableReport, json_value
 from statewarden.recovery.scan import scan_table
@@ -250,6 +250,8 @@ class Rebuild:
                 self._add_unreached(tc)
                 self._add_wal_rows(tc)
             self._copy_sequences()
+            for tc in self.copies.values():
+                self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
             with self.report.timed("fts"):
@@ -350,6 +352,26 @@ class Rebuild:
             f" FROM main.{base} AS b WHERE NOT EXISTS"
             f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
         )
+
+    def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
+        """Rows the FTS copies remember that the output table lacks go, as far as the
+        copies hold them, to a documented side table (``copies.REBUILT_RULE``)."""
+        if not tc.has_fts_copies:
+            return
+        have = {
+            int(r[0])
+            for r in self.dst.execute(f"SELECT rowid FROM main.{quote_ident(tc.obj.name)}")
+        }
+        lost = tc.fts_rowids - have
+        if not lost:
+            return
+        broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
+        rows = rebuild_from_copies(self.src, self.schema, tc.obj.name, lost, broken_roots=broken)
+        if not rows:
+            return
+        name = write_rebuilt(self.dst, tc.obj.name, rows)
+        tc.report.rebuilt_from_copies = len(rows)
+        self.report.rebuilt[tc.obj.name] = name
 
     def _copy_sequences(self) -> None:
         """Keep AUTOINCREMENT counters at least where the source had them (no id reuse)."""

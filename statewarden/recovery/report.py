@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewarden.recovery.copies import REBUILT_RULE
 from statewarden.recovery.diagnose import describe_range
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.verify import Verification
@@ -59,6 +60,7 @@ class TableReport:
     updated_from_wal: int = 0  # rows replaced by their newer version from those
     unvouched_skipped: int = 0  # unreached rows not taken: nothing vouches they are live
     partial: int = 0  # rows kept with some columns unreadable (listed in partial_rows)
+    rebuilt_from_copies: int = 0  # lost rows rebuilt from FTS/index copies (side table)
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -78,6 +80,7 @@ class TableReport:
             "updated_from_wal": self.updated_from_wal,
             "unvouched_skipped": self.unvouched_skipped,
             "partial": self.partial,
+            "rebuilt_from_copies": self.rebuilt_from_copies,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -99,6 +102,7 @@ class Report:
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     renamed: list[dict[str, Any]] = field(default_factory=list)
     partial_rows: list[dict[str, Any]] = field(default_factory=list)
+    rebuilt: dict[str, str] = field(default_factory=dict)  # table -> its side table
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -138,6 +142,8 @@ class Report:
             "renamed": self.renamed,
             "partial_rows": self.partial_rows,
             "partial_rule": PARTIAL_RULE,
+            "rebuilt": self.rebuilt,
+            "rebuilt_rule": REBUILT_RULE,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -169,6 +175,11 @@ class Report:
                 out.append(
                     f"  {name}: {t.recovered_from_wal} rows added and {t.updated_from_wal}"
                     " updated from committed -wal transactions SQLite does not replay"
+                )
+            if t.rebuilt_from_copies:
+                out.append(
+                    f"  {name}: {t.rebuilt_from_copies} lost rows rebuilt from their FTS and"
+                    f" index copies into {self.rebuilt.get(name)} (see rebuilt_rule)"
                 )
             if t.unvouched_skipped:
                 out.append(
