@@ -628,12 +628,13 @@ db.close()
 """
 
 
-def broken_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
+def broken_overflow(dest_dir: Path, spec: Spec = SMALL, *, whole_chain: bool = False) -> Case:
     """Hermes writes a session whose ``system_prompt`` (about 18 kB) spills onto
     overflow pages, with 8 messages; then the first overflow page of that row is
     zeroed. The row's columns stored in its cell (id, source, model, ...) are intact;
     ``system_prompt`` and every column after it are gone. ``phantom['sessions']`` is
-    the row's rowid; ``pristine`` the file before the damage."""
+    the row's rowid; ``pristine`` the file before the damage. ``whole_chain`` zeroes
+    every overflow page of the row, so nothing past its cell survives."""
     case = fresh_copy(dest_dir, spec)
     from tests.hermes_fixtures import hermes_python
 
@@ -655,7 +656,11 @@ def broken_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
     k = m + (size - m) % (usable - 4)
     local = k if k <= x else m
     (first_overflow,) = struct.unpack(">I", pf.data[start + local : start + local + 4])
-    zero_page(case, first_overflow)
+    chain = [first_overflow]
+    while whole_chain and (nxt := struct.unpack(">I", pf.page(chain[-1])[:4])[0]):
+        chain.append(nxt)
+    for page in chain:
+        zero_page(case, page)
     case.phantom = {"sessions": int(rowid)}  # type: ignore[call-overload]
     case.note = f"sessions rowid {rowid}: first overflow page {first_overflow} zeroed"
     return case

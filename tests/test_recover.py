@@ -729,26 +729,33 @@ class TestBitRot:
 
 class TestPartialRows:
     def test_broken_overflow_chain_keeps_the_row(self, tmp_path: Path) -> None:
-        """A session whose system_prompt overflow page is zeroed: the row is kept with
-        the columns stored in its cell (id, source, model, ...), listed as partial with
-        its unreadable columns; NOT NULL ones get the documented fill; its 8 messages
-        are not orphans; loss is detected (exit 3) but no row is lost."""
+        """A session whose system_prompt overflow page is zeroed: the row is kept. The
+        columns in its cell (id, source, model, ...) read in place; the columns after
+        the prompt come back from the rest of its overflow chain, found among the pages
+        no b-tree reaches; only system_prompt (whose bytes were on the zeroed page) is
+        NULL, listed as the row's one unreadable column. Its 8 messages are not orphans;
+        loss is detected (exit 3) but no row is lost."""
         case = lab.broken_overflow(tmp_path / "db")
         rowid = case.phantom["sessions"]
         code, doc, out = recover_json(case, tmp_path)
         assert code == 3
         s = doc["tables"]["sessions"]
-        assert (s["partial"], s["lost_keys_sample"], doc["lost"]) == (1, [], {})
+        assert (s["partial"], s["lost_keys"], doc["lost"]) == (1, [], {})
         [p] = doc["partial_rows"]
-        assert (p["table"], p["rowid"]) == ("sessions", rowid)
-        assert p["columns"][0] == "system_prompt"
-        assert p["filled"]["started_at"] == 0
-        assert "started_at" in p["columns"]
-        cols = ["id", "source", "user_id", "model"]
-        q = f"SELECT {', '.join(cols)} FROM sessions WHERE rowid = {rowid}"
-        assert rows(out, q) == rows(case.pristine, q)
-        [(prompt,)] = rows(out, f"SELECT system_prompt FROM sessions WHERE rowid = {rowid}")
-        assert prompt is None
+        assert (p["table"], p["rowid"], p["columns"], p["filled"]) == (
+            "sessions",
+            rowid,
+            ["system_prompt"],
+            {},
+        )
+        assert {"started_at", "title", "input_tokens"} <= set(p["recovered_from_pages"])
+        q = f"SELECT * FROM sessions WHERE rowid = {rowid}"
+        [got] = rows(out, q)
+        [want] = rows(case.pristine, q)
+        names = [c[1] for c in rows(out, "PRAGMA table_info(sessions)")]
+        differ = [n for n, a, b in zip(names, got, want, strict=True) if a != b]
+        assert differ == ["system_prompt"]
+        assert got[names.index("system_prompt")] is None
         assert rows(out, "SELECT count(*) FROM messages WHERE session_id = 'long_prompt'") == [(8,)]
         assert "messages" not in doc["orphans"]
         q = "SELECT rowid, * FROM messages ORDER BY rowid"
@@ -773,6 +780,35 @@ class TestPageOne:
             assert_same_rows(out, t)
         q = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name"
         assert rows(out, q) == pristine(q)
+
+
+class TestPartialRowsFill:
+    def test_whole_chain_lost_fills_not_null_columns_by_the_rule(self, tmp_path: Path) -> None:
+        """Every overflow page of the session zeroed: only what the cell holds survives;
+        a NOT NULL column past it gets the documented fill (DEFAULT, else 0 or ''),
+        listed in the report; the row and its messages are kept."""
+        case = lab.broken_overflow(tmp_path / "db", whole_chain=True)
+        rowid = case.phantom["sessions"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        [p] = doc["partial_rows"]
+        assert p["columns"][0] == "system_prompt"
+        # Columns stored as NULL, 0 or 1 need no body bytes and read in place; of the
+        # others, started_at is the one NOT NULL column: REAL, no DEFAULT, so 0.
+        assert p["columns"] == [
+            "system_prompt",
+            "started_at",
+            "message_count",
+            "input_tokens",
+            "output_tokens",
+            "cwd",
+            "title",
+        ]
+        assert p["filled"] == {"started_at": 0}
+        assert "recovered_from_pages" not in p
+        q = f"SELECT id, source, model, started_at FROM sessions WHERE rowid = {rowid}"
+        assert rows(out, q) == [("long_prompt", "telegram", "hermes-4-70b", 0)]
+        assert "messages" not in doc["orphans"]
 
 
 class TestSmallTables:

@@ -457,3 +457,143 @@ def rebuild_schema_root(path: Path) -> int:
         f.seek(0)
         f.write(bytes(page[:page_size]))
     return len(leaves)
+
+
+def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
+    """The table leaf that holds (or would hold) ``rowid``, walking down from ``root``."""
+    n = root
+    for _ in range(64):  # deeper than any real b-tree: a loop in a damaged one
+        kind, h, _count = db.btree_header(n)
+        if kind == PAGE_TABLE_LEAF:
+            return n
+        if kind != PAGE_TABLE_INTERIOR:
+            return None
+        pg = db.page(n)
+        nxt = struct.unpack(">I", pg[h + 8 : h + 12])[0]
+        for off in db.cell_offsets(n):
+            key, _ = varint(pg, off + 4)
+            if rowid <= key:
+                nxt = struct.unpack(">I", pg[off : off + 4])[0]
+                break
+        n = nxt
+    return None
+
+
+def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:
+    """Overflow pages from ``first`` while they look like a chain (None if not)."""
+    out: list[int] = []
+    n = first
+    while n:
+        if n in out or len(out) > limit or not 1 <= n <= db.page_count:
+            return None
+        out.append(n)
+        n = struct.unpack(">I", db.page(n)[:4])[0]
+    return out
+
+
+def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+    """Columns (by position) of row ``rowid`` recoverable from the file when its
+    overflow chain is broken.
+
+    The cell's local part and the chain up to the break are read in place; the rest of
+    the chain is looked for among pages no b-tree reaches: one chain of such pages whose
+    length makes the payload come out at its recorded size, once the pages lost at the
+    break are counted as whole pages. A column whose bytes all lie in known parts is
+    decoded; the others are left out. Call with no SQLite connection open to ``path``
+    (DESIGN.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        return _partial_columns(db, root, rowid, roots)
+    except (PageFormatError, struct.error, IndexError):
+        return {}
+    finally:
+        db.close()
+
+
+def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+    leaf = find_leaf(db, root, rowid)
+    if leaf is None:
+        return {}
+    pg = db.page(leaf)
+    for off in db.cell_offsets(leaf):
+        size, pos = varint(pg, off)
+        rid, pos = varint(pg, pos)
+        if rid == rowid:
+            break
+    else:
+        return {}
+    local = db._local_size(size, table=True)
+    if local >= size:
+        return {}
+    chunk = db.usable - 4
+    known: list[tuple[int, bytes]] = [(0, bytes(pg[pos : pos + local]))]  # (offset, bytes)
+    at = local
+    n = struct.unpack(">I", pg[pos + local : pos + local + 4])[0]
+    seen: set[int] = set()
+    while at < size and n and n not in seen and 1 <= n <= db.page_count:
+        seen.add(n)
+        ov = db.page(n)
+        nxt = struct.unpack(">I", ov[:4])[0]
+        if not any(ov) or (nxt == 0 and at + chunk < size):
+            break  # a zeroed page, or a chain that ends too early: the break
+        known.append((at, bytes(ov[4 : 4 + min(chunk, size - at)])))
+        at += chunk
+        n = nxt
+    if at < size:
+        tail = _find_tail(db, roots, size, at, chunk)
+        if tail is not None:
+            start, pages = tail
+            for p in pages:
+                known.append((start, bytes(db.page(p)[4 : 4 + min(chunk, size - start)])))
+                start += chunk
+    payload = bytearray(size)
+    have = bytearray(size)
+    for o, b in known:
+        payload[o : o + len(b)] = b
+        have[o : o + len(b)] = b"\x01" * len(b)
+    return _decode_known(db, bytes(payload), bytes(have))
+
+
+def _find_tail(
+    db: DatabaseFile, roots: list[int], size: int, at: int, chunk: int
+) -> tuple[int, list[int]] | None:
+    """(payload offset, pages) of the one unreached chain that ends the payload."""
+    reached = db.reachable(roots)
+    free = set(range(1, db.page_count + 1)) - reached
+    pointed = set()
+    for p in free:
+        nxt = struct.unpack(">I", db.page(p)[:4])[0]
+        if nxt in free:
+            pointed.add(nxt)
+    fits = []
+    for start in free - pointed:
+        chain = _chain(db, start, (size // chunk) + 1)
+        if not chain or not set(chain) <= free:
+            continue
+        for lost in range(1, (size - at) // chunk + 1):
+            begin = at + lost * chunk
+            if begin + (len(chain) - 1) * chunk < size <= begin + len(chain) * chunk:
+                fits.append((begin, chain))
+    return fits[0] if len(fits) == 1 else None
+
+
+def _decode_known(db: DatabaseFile, payload: bytes, have: bytes) -> dict[int, Any]:
+    hsize, pos = varint(payload, 0)
+    if not all(have[:hsize]):
+        return {}
+    types = []
+    while pos < hsize:
+        t, pos = varint(payload, pos)
+        types.append(t)
+    out: dict[int, Any] = {}
+    body = hsize
+    for i, t in enumerate(types):
+        start = body
+        try:
+            value, body = db._value(payload, body, t)
+        except (PageFormatError, UnicodeDecodeError):
+            return out
+        if all(have[start:body]):
+            out[i] = value
+    return out
