@@ -691,3 +691,19 @@ def stale_index_entries(
     case.lost_rowids = {"messages": list(rowids)}
     case.note = f"messages {rowids} deleted; idx_messages_session pages written back stale"
     return case
+
+
+def swapped_leaves(
+    dest_dir: Path, table: str = "messages", which: int = 5, spec: Spec = SMALL
+) -> Case:
+    """The contents of two neighbouring leaves of ``table`` swapped (a misdirected
+    write): every row is still on a page the b-tree reaches, in the wrong order."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    a, b = leaves[which], leaves[which + 1]
+    _write(case.db, (a - 1) * pf.page_size, pf.page(b))
+    _write(case.db, (b - 1) * pf.page_size, pf.page(a))
+    case.damaged_pages.extend([a, b])
+    case.note = f"{table} leaves {a} and {b} swapped"
+    return case

@@ -403,6 +403,26 @@ class TestMissingRows:
         )  # type: ignore[attr-defined]
 
 
+class TestClassMatchesRecovery:
+    def test_swapped_leaves_lose_nothing(self, tmp_path: Path) -> None:
+        """Two messages leaves swapped: the table's b-tree is damaged (rowids out of
+        order) but every row reads once and the indexes and FTS copies list no other,
+        so the class is derived (exit 1), as recover then proves (nothing lost)."""
+        case = lab.swapped_leaves(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        assert "messages" in groups(doc)
+        m = table(doc, "messages")
+        assert (
+            m["scan_rows"] == m["distinct_keys"] == pristine_count("SELECT count(*) FROM messages")
+        )
+        out = tmp_path / "out.db"
+        code, _, _ = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 0
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert lab.table_rows(out, q) == pristine_rows(q)
+
+
 class TestLibrary:
     def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
         """The diagnosis names the source, not the private copy."""

@@ -6,8 +6,11 @@ from full scans (``NOT INDEXED``, DESIGN.md rule 7) next to what the planner ans
 because an index may be the broken part (story 3).
 
 Damage classes, worst last: ``none``; ``derived`` (only indexes and FTS shadow tables,
-which can be rebuilt from base tables without loss); ``base`` (a table holding data is
-damaged: rows may be lost); ``unreadable`` (header, schema or page 1).
+which can be rebuilt from base tables without loss, or a table's b-tree whose every row
+still reads once while its indexes or FTS copies list no other); ``base`` (a table
+holding data is damaged: rows are missing or may be, as SQLite reads the file, or
+committed WAL transactions are dropped); ``unreadable`` (header, schema or page 1).
+``classify`` is the one definition; check and recover both use it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,23 @@ class TableFacts:
     # The integrity check found a page of this table referenced twice: a rowid met twice
     # by the scan was read twice through it, not stored twice.
     page_referenced_twice: bool = False
+    # An index of the whole table or an FTS copy cross-checks the full scan's rowids.
+    witnessed: bool = False
+
+    def every_row_accounted_for(self) -> bool:
+        """Every row reads, once, and its witnesses (indexes, FTS copies) agree."""
+        return (
+            self.witnessed
+            and self.scan_rows == self.distinct_keys
+            and not self.unreadable_ranges
+            and not self.unreadable_rows
+            and not self.duplicate_keys
+            and not self.duplicate_rowids
+            and not self.text_repaired
+            and not self.missing_rows
+            and self.planner_error is None
+            and self.planner_rows == self.scan_rows
+        )
 
     def findings(self) -> list[str]:
         out = []
@@ -324,9 +344,18 @@ def table_facts(
         planner_error = str(exc).split("\n", 1)[0]
     missing: list[int] = []
     stale: list[int] = []
-    if schema is not None and key == ["rowid"]:
-        missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids))
+    witnessed = False
+    if schema is not None:
+        witnessed = any(
+            o.type == "index"
+            and o.tbl_name == obj.name
+            and not (o.sql and re.search(r"\bWHERE\b", o.sql, re.I))
+            for o in schema.objects
+        )
+        if key == ["rowid"]:
+            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids))
     return TableFacts(
+        witnessed=witnessed,
         missing_rows=missing,
         stale_index_entries=stale,
         name=obj.name,
@@ -467,9 +496,17 @@ def classify(
     truncated: bool = False,
 ) -> str:
     damage = "none"
+    by_name = {t.name: t for t in tables}
     for g in groups:
         if g.kind == "schema":
             return "unreadable"
+        facts = by_name.get(g.object) if g.kind == "table" else None
+        if facts is not None and complete and facts.every_row_accounted_for():
+            # The b-tree is damaged but every row reads, once, and the table's indexes
+            # or FTS copies list no other: a rebuild loses nothing (leaves swapped, a
+            # freelist that also lists a live page).
+            damage = worst(damage, "derived")
+            continue
         damage = worst(damage, "derived" if g.derived else "base")
     for t in tables:
         if (
