@@ -29,7 +29,7 @@ SAMPLE_LINES_PER_GROUP = 5
 
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
-_NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
+NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
 _INDEX_RE = re.compile(
     r"^(?:wrong # of entries in index|row \d+ missing from index|"
     r"non-unique entry in UNIQUE index) (\S+)"
@@ -165,7 +165,7 @@ def group_errors(lines: list[str], schema: Schema) -> list[ErrorGroup]:
             elif obj is not None:
                 g = group(obj.name, lambda o=obj: _group_for(o, schema))  # type: ignore[misc]
             current = g
-        elif _NEVER_USED_RE.match(line):
+        elif NEVER_USED_RE.match(line):
             g = group(
                 "(unattached pages)",
                 lambda: ErrorGroup("(unattached pages)", "unattached", None, None, True),

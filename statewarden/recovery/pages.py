@@ -299,16 +299,29 @@ def record_fits(obj: SchemaObject, values: list[Any]) -> bool:
     return True
 
 
-def salvage_rows(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
+def salvage_rows(
+    path: Path, schema: Schema, tables: list[str], unreached: list[int] | None = None
+) -> dict[str, list[Row]]:
     """Rows on orphaned table leaves, assigned to the wanted ``tables`` by record shape.
 
     A leaf goes to a table when every decodable record fits it (``record_fits``) and at
     least one record has all its columns; every rowid table of the schema (FTS shadow
     tables included) is a candidate, and a leaf that fits more than one is left out: it
-    cannot be attributed safely.
+    cannot be attributed safely. ``unreached``, when given, lists the pages no b-tree
+    or the freelist reaches (from a completed integrity check's "never used" lines),
+    which spares the walk over every page.
     """
     db = DatabaseFile(path)
     try:
+        if unreached is not None:
+            leaves = []
+            for n in unreached:
+                try:
+                    if db.btree_header(n)[0] == PAGE_TABLE_LEAF:
+                        leaves.append(n)
+                except PageFormatError:
+                    continue
+            return _assign(db, schema, tables, leaves)
         return _salvage(db, schema, tables)
     finally:
         db.close()

@@ -34,6 +34,7 @@ from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, U
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
+from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.pages import partial_columns, rows_from_images, salvage_rows
 from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
@@ -150,7 +151,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             # a count that differs from the planner's, a page reached twice): decode
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (DESIGN.md rule 2).
-            salvaged = salvage_rows(work.db, schema, sorted(damaged))
+            salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
             wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
@@ -198,6 +199,16 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
     if progress:
         progress("verify", 1, 1)
     return report
+
+
+def _never_used(diag: Diagnosis) -> list[int] | None:
+    """Pages a completed integrity check found no b-tree or freelist using (None when
+    the check stopped early: then every page is walked)."""
+    if not diag.integrity_complete:
+        return None
+    return sorted(
+        {int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))}
+    )
 
 
 def _complete_partial_rows(
