@@ -6,13 +6,19 @@ table, which neither Debian's SQLite nor apsw's bundled one has, so this module 
 the file itself (sqlite.org/fileformat2.html):
 
 1. walk every b-tree from the roots in ``sqlite_schema`` and the freelist, marking the
-   pages they reach (a page that fails to parse is simply not descended into);
+   pages they reach (a page that fails to parse is simply not descended into), or take
+   the "never used" pages of a completed integrity check;
 2. every table-leaf page (type 0x0D) that nothing reaches is an orphan; its cells are
    decoded (varints, the record format, overflow chains) into ``(rowid, values)``;
 3. an orphan leaf is given to the one table whose shape its records fit (field count,
    the rowid alias stored as NULL, no number in a TEXT column, no NULL in a NOT NULL
    one: ``record_fits``). Freelist pages are never read for rows: they hold deleted
    data.
+
+The same decoding reads page images of WAL frames SQLite does not replay
+(``rows_from_images``), the columns of a row past a break in its overflow chain from
+the rest of the chain among unreached pages (``partial_columns``), and rebuilds page 1
+as the root of the ``sqlite_schema`` leaves still intact (``rebuild_schema_root``).
 
 Call only with no SQLite connection open to ``path`` in this process (DESIGN.md rule 2).
 """

@@ -3,18 +3,28 @@
 Steps (each only as far as the damage needs):
 
 1. The bundle is copied to a work dir next to ``--output`` (same filesystem, free space
-   checked, fingerprinted before and after: ``bundle.py``) and diagnosed.
+   checked, fingerprinted before and after: ``bundle.py``; a ``-wal`` SQLite ignores is
+   left out, page 1 rebuilt if only it hides the schema) and diagnosed.
 2. A fresh file is created from the **source's own** ``sqlite_schema``: tables, FTS
    tables, indexes (before the data, so a UNIQUE conflict fails one row, not a bulk
    copy), then the data, then views, FTS contents and the remaining triggers.
 3. Tables the diagnosis found clean are copied in bulk. Damaged tables are copied one
    row at a time by a full scan in rowid order (``scan.py``): an unreadable stretch is
    narrowed by bisection and skipped, and each row that fails is set aside on its own.
-4. Rows in stretches the b-tree can no longer reach are decoded from the file's pages
-   (``pages.py``) and added.
-5. FTS contents: an FTS table whose shadow tables and feeding table are intact is copied
-   as is; otherwise it is repopulated from the base table (Hermes 0.19.0's own-content
-   FTS by its own triggers, created before the data; external content by ``'rebuild'``).
+   A row whose overflow chain is broken is kept with the columns that read (partial),
+   then completed from the rest of its chain where the file still has it.
+4. Whenever a table shows damage (a read error or not: pages no b-tree reaches, a
+   count the planner disagrees with, a page referenced twice), rows on leaves no b-tree
+   reaches are decoded from the file's pages (``pages.py``) and added for rowids the
+   table lacks; with a damaged freelist only rows an index or FTS copy lists (deleted
+   rows stay deleted). Rows of committed WAL transactions SQLite does not replay are
+   added from the frame images (``wal.py``). Rows still missing whose text survives in
+   the FTS copies are rebuilt into a side table (``copies.py``).
+5. FTS contents: an FTS table whose shadow tables are intact is copied (and reconciled
+   with the rows the output holds when its base table was copied row by row); a damaged
+   index over an intact content table is rebuilt by FTS5's ``'rebuild'``; otherwise it
+   is repopulated from the base table (Hermes 0.19.0's own-content FTS by its own
+   triggers, created before the data; external content by ``'rebuild'``).
 6. The output is verified (``verify.py``) and linked into place only at the very end
    and only if verified, so an interrupted or failed run leaves no file at ``--output``.
 """
@@ -206,9 +216,7 @@ def _never_used(diag: Diagnosis) -> list[int] | None:
     the check stopped early: then every page is walked)."""
     if not diag.integrity_complete:
         return None
-    return sorted(
-        {int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))}
-    )
+    return sorted({int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))})
 
 
 def _complete_partial_rows(
