@@ -200,8 +200,17 @@ def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:
         return None
     facts = read_wal(wal, header.page_size)
     if facts.ignored:
-        wal.unlink()
+        # Out of SQLite's way, kept in the work dir: its frames may still be salvaged.
+        aside = copy.parent / "ignored.wal"
+        wal.rename(aside)
+        facts.path = aside
         sidecar(copy, SHM_SUFFIX).unlink(missing_ok=True)
+    elif facts.dropped_commits:
+        # SQLite checkpoints and removes the -wal when the copy is folded; the frames
+        # it does not replay are read later, from this copy.
+        kept = copy.parent / "dropped-frames.wal"
+        shutil.copyfile(wal, kept)
+        facts.path = kept
     return facts
 
 

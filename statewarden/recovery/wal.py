@@ -17,6 +17,7 @@ from an older WAL generation (already checkpointed): reading stops there.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ class Frame:
     page: int
     commit: int  # database size in pages after this commit, 0 if not a commit frame
     intact: bool  # salts match and its checksum follows from the frame before it
-    image: bytes = field(repr=False, default=b"")
+    offset: int = 0  # of its page image in the file
 
 
 @dataclass
@@ -55,6 +56,7 @@ class WalFacts:
     """What one ``-wal`` holds and what SQLite makes of it."""
 
     size: int
+    path: Path | None = None  # where the file is read from (page images on demand)
     ignored: str | None = None  # why SQLite ignores the whole file, if it does
     page_size: int = 0
     frames: list[Frame] = field(default_factory=list)
@@ -67,19 +69,25 @@ class WalFacts:
     def newest_images(self) -> dict[int, bytes]:
         """Page images of the dropped committed transactions, the newest per page
         (the damaged frame itself excluded)."""
-        out: dict[int, bytes] = {}
+        newest: dict[int, Frame] = {}
         for f in self._dropped():
             if f.intact:
-                out[f.page] = f.image
-        return out
+                newest[f.page] = f
+        return {page: self._image(f) for page, f in newest.items()}
 
     def replayed_page(self, page: int) -> bytes | None:
         """The newest image of ``page`` SQLite replays, if any."""
-        out = None
+        found = None
         for f in self.frames[: self.replayed]:
             if f.page == page:
-                out = f.image
-        return out
+                found = f
+        return None if found is None else self._image(found)
+
+    def _image(self, f: Frame) -> bytes:
+        assert self.path is not None
+        with open(self.path, "rb") as fh:
+            fh.seek(f.offset)
+            return fh.read(self.page_size)
 
     def _dropped(self) -> list[Frame]:
         last_commit = max((f.index for f in self.frames if f.commit and f.intact), default=-1)
@@ -106,11 +114,20 @@ class WalFacts:
 
 
 def read_wal(path: Path, db_page_size: int) -> WalFacts:
-    """Every frame of the WAL at ``path``, checked on its own (no SQLite involved)."""
-    data = Path(path).read_bytes()
-    facts = WalFacts(size=len(data))
-    if len(data) < HEADER_BYTES:
-        facts.ignored = f"{len(data)} bytes, shorter than a WAL header" if data else None
+    """Every frame of the WAL at ``path``, checked on its own (no SQLite involved).
+    Page images are read again from ``path`` when asked for: keep the file there."""
+    with open(path, "rb") as fh:
+        size = Path(path).stat().st_size
+        if not size:
+            return WalFacts(size=0, path=Path(path))
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _read(data, size, Path(path), db_page_size)
+
+
+def _read(data: mmap.mmap, size: int, path: Path, db_page_size: int) -> WalFacts:
+    facts = WalFacts(size=size, path=path)
+    if size < HEADER_BYTES:
+        facts.ignored = f"{size} bytes, shorter than a WAL header"
         return facts
     magic, version, page_size, _seq, salt1, salt2, c1, c2 = struct.unpack(">8I", data[:32])
     problems = []
@@ -148,7 +165,7 @@ def read_wal(path: Path, db_page_size: int) -> WalFacts:
 
 
 def _frames(
-    data: bytes,
+    data: mmap.mmap,
     page_size: int,
     salt1: int,
     salt2: int,
@@ -169,7 +186,7 @@ def _frames(
         got = checksum(fh[:8], *prev, big_endian=big_endian)
         got = checksum(image, *got, big_endian=big_endian)
         intact = page != 0 and got == (k1, k2)
-        out.append(Frame(len(out), page, commit, intact, image))
+        out.append(Frame(len(out), page, commit, intact, offset + FRAME_HEADER_BYTES))
         prev = (k1, k2)
         offset += size
     return out
