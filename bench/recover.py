@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from statewarden.recovery.check import check_database  # noqa: E402
 from statewarden.recovery.recover import recover  # noqa: E402
+from statewarden.sidecars import WAL_SUFFIX  # noqa: E402
 from tests import corruption_lab as lab  # noqa: E402
 from tests.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
 
@@ -96,6 +97,24 @@ def vacuum_into(src: Path, dest: Path) -> None:
         conn.execute("VACUUM INTO ?", (str(dest),))
     finally:
         conn.close()
+
+
+def vacuum_into_as_read(src: Path, dest: Path) -> None:
+    """``VACUUM INTO`` as a user would run it: on the file with its ``-wal`` (a copy of
+    both, opened normally, so SQLite replays the WAL as it would)."""
+    tmp = dest.parent / f"{dest.name}.src"
+    tmp.mkdir()
+    try:
+        for suffix in ("", WAL_SUFFIX):
+            if Path(f"{src}{suffix}").exists():
+                shutil.copyfile(f"{src}{suffix}", tmp / f"state.db{suffix}")
+        conn = apsw.Connection(str(tmp / "state.db"))
+        try:
+            conn.execute("VACUUM INTO ?", (str(dest),))
+        finally:
+            conn.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def correct(path: Path, expect: dict[str, int]) -> str:
@@ -238,7 +257,7 @@ def run_case(name: str, case: lab.Case, work: Path, floors: dict[str, float]) ->
         )
     line("  its output judged alone", 0.0, correct(out, expect))
     vacuumed = work / f"{name}-vacuum.db"
-    t_vi, failed = timed(lambda: _try(lambda: vacuum_into(case.db, vacuumed)))
+    t_vi, failed = timed(lambda: _try(lambda: vacuum_into_as_read(case.db, vacuumed)))
     line(
         "VACUUM INTO of the damaged file",
         t_vi,
