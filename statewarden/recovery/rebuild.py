@@ -56,10 +56,10 @@ class TableCopy:
     page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
 
     def known_keys(self) -> set[Any]:
-        """Keys known to exist besides the rows read: what the FTS copies hold and what
-        the intact indexes list. When the table has FTS copies they decide: an index
-        entry they do not hold was left behind by a delete (Hermes' delete triggers
-        remove the copies with the row), not a lost row."""
+        """Keys known to exist besides the rows read: the rowids the FTS copies hold
+        when the table has readable ones (they decide: an index entry they do not hold
+        was left behind by a delete, since Hermes' delete triggers remove the copies
+        with the row), else what the intact indexes list."""
         return set(self.fts_rowids if self.has_fts_copies else self.index_keys)
 
 

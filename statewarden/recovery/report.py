@@ -1,10 +1,12 @@
 """The recovery report: only what was measured on the source copy and the output file.
 
 Loss is computed from key sets (DESIGN.md rule 7): a key is *known to exist in the
-source* when a full scan read its row, an intact index of the source lists it, or its
-row was decoded from a page; it is *lost* when the output has no row with that key.
-``loss_detected`` is true exactly when some known key is lost or some rowid range of
-the source could not be read at all (its keys cannot even be listed).
+source* when a full scan read its row, its row was decoded from a page or a WAL frame,
+or (for a table with FTS copies) the copies hold its rowid, else an index whose own
+b-tree is intact lists it; it is *lost* when the output has no row with that key.
+``loss_detected`` is true exactly when some known key is lost, some rowid range of the
+source could not be read at all (its keys cannot even be listed), or a row was kept
+with unreadable columns (partial).
 """
 
 from __future__ import annotations
