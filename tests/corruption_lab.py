@@ -707,3 +707,30 @@ def swapped_leaves(
     case.damaged_pages.extend([a, b])
     case.note = f"{table} leaves {a} and {b} swapped"
     return case
+
+
+def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Messages 400..700 deleted (so there is a freelist), then a live messages leaf
+    added to the freelist trunk's list (and the header's free-page count): the page is
+    both in use and "free". Every row is intact; ``pristine`` is the file after the
+    delete."""
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    with conn:
+        conn.execute("DELETE FROM messages WHERE id BETWEEN 400 AND 700")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    shutil.copyfile(case.db, dest_dir / "pristine.db")
+    case.pristine = dest_dir / "pristine.db"
+    pf = PristineFile(case.db)
+    trunk, free = struct.unpack(">II", pf.data[32:40])
+    _, leaves = pf.tree_pages(case.roots["messages"])
+    live = leaves[2]
+    _next, count = struct.unpack(">II", pf.page(trunk)[:8])
+    base = (trunk - 1) * pf.page_size
+    _write(case.db, base + 4, struct.pack(">I", count + 1))
+    _write(case.db, base + 8 + 4 * count, struct.pack(">I", live))
+    _write(case.db, 36, struct.pack(">I", free + 1))
+    case.damaged_pages.append(trunk)
+    case.note = f"messages leaf {live} also listed on the freelist (trunk {trunk})"
+    return case

@@ -423,6 +423,21 @@ class TestClassMatchesRecovery:
         assert lab.table_rows(out, q) == pristine_rows(q)
 
 
+class TestFreelistListsLivePage:
+    def test_class_is_derived_and_recover_loses_nothing(self, tmp_path: Path) -> None:
+        """A live leaf also on the freelist: the table's b-tree is flagged, but every
+        row reads once and its indexes and FTS copies list no other, so the class is
+        derived (exit 1); recover then proves it (exit 0, every message identical)."""
+        case = lab.freelist_lists_live_page(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        out = tmp_path / "out.db"
+        code, _, _ = run("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 0
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert lab.table_rows(out, q) == lab.table_rows(case.pristine, q)
+
+
 class TestLibrary:
     def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
         """The diagnosis names the source, not the private copy."""
