@@ -25,7 +25,7 @@ from typing import Any
 
 from statewarden.atomic import write_atomic
 from statewarden.errors import StatewardenError, SystemdUnavailable, UsageError
-from statewarden.systemd import SystemdCallFailed, UserManager
+from statewarden.systemd import FALLBACK, SystemdCallFailed, UserManager
 
 UNIT = "statewarden.service"
 FAILED_TEMPLATE = "statewarden-failed@.service"
@@ -192,12 +192,13 @@ def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     try:
         asyncio.run(_manager_install(plan, out, address))
     except SystemdUnavailable as exc:
+        reason = _without_fallback(exc)
         if plan.enable or plan.now:
             raise InstallError(
-                f"{exc}; the unit files are written, enable later with:"
+                f"{reason}; the unit files are written, enable later with:"
                 f" systemctl --user enable --now {UNIT}"
             ) from exc
-        out.notes.append(f"{exc}; run later: systemctl --user daemon-reload")
+        out.notes.append(f"{reason}; run later: systemctl --user daemon-reload")
     except SystemdCallFailed as exc:
         raise InstallError(f"the user manager refused: {exc}") from exc
     return out
@@ -240,6 +241,11 @@ async def _manager_install(plan: InstallPlan, out: Outcome, address: str | None)
                 out.changes.append(f"started {UNIT}")
 
 
+def _without_fallback(exc: SystemdUnavailable) -> str:
+    """The reason, without the holder scan's "found through /proc" remark."""
+    return str(exc).replace(f"; {FALLBACK}", "")
+
+
 def _expect_done(result: str, action: str) -> None:
     if result != "done":
         raise InstallError(
@@ -265,7 +271,9 @@ def uninstall(manifest: Path, address: str | None = None, *, dry_run: bool = Fal
     try:
         asyncio.run(_manager_uninstall(out, address))
     except SystemdUnavailable as exc:
-        out.notes.append(f"{exc}; the unit was not stopped or disabled through the manager")
+        out.notes.append(
+            f"{_without_fallback(exc)}; the unit was not stopped or disabled through the manager"
+        )
     except SystemdCallFailed as exc:
         raise InstallError(f"the user manager refused: {exc}") from exc
     for path_text, digest in files.items():
