@@ -257,6 +257,16 @@ class TestRealManager:
         after = installed.wait_running()
         assert (after["MainPID"], after["NRestarts"]) == (before["MainPID"], before["NRestarts"])
 
+    def test_the_hardening_holds_in_the_running_daemon(self, installed: Installed) -> None:
+        """Each hardening option the unit keeps is in force in the daemon's process."""
+        pid = installed.wait_running()["MainPID"]
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        assert status["NoNewPrivs"].strip() == "1"
+        assert status["Umask"].strip() == "0077"
+        assert status["Seccomp"].strip() == "2"  # SystemCallArchitectures=, RestrictRealtime=
+
     def test_kill_9_is_restarted(self, installed: Installed) -> None:
         before = installed.wait_running()
         os.kill(int(before["MainPID"]), signal.SIGKILL)
