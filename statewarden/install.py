@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import write_atomic
-from statewarden.errors import StatewardenError, SystemdUnavailable, UsageError
-from statewarden.systemd import FALLBACK, SystemdCallFailed, UserManager
+from statewarden.errors import InstallError, SystemdCallFailed, SystemdUnavailable, UsageError
+from statewarden.systemd import FALLBACK, UserManager
 
 UNIT = "statewarden.service"
 FAILED_TEMPLATE = "statewarden-failed@.service"
@@ -35,10 +35,6 @@ MANIFEST_VERSION = 1
 BINDIR_PLACEHOLDER = "@BINDIR@"
 COMMANDS = ("statewarden", "statewardenctl")
 START_TIMEOUT_S = 90.0
-
-
-class InstallError(StatewardenError):
-    """The units could not be installed or removed as asked."""
 
 
 @dataclass
