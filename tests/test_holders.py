@@ -10,14 +10,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from statewarden.cli.ctl import main as ctl
+from lab.hermes_fixtures import TINY, holding, make_home, writer_env
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.processes import (
     classify,
@@ -28,10 +26,11 @@ from statewarden.holders.processes import (
 )
 from statewarden.holders.scan import Holder, HolderScan, HolderScanner
 from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
-from tests.hermes_fixtures import TINY, holding, make_home, writer_env
+from tests.support.cli import run_ctl
+from tests.support.procs import alive
+from tests.support.waiting import WAIT_S, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
-WAIT_S = 60.0
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(
     not IS_ROOT, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
@@ -46,23 +45,6 @@ DROP_LOCKS = (
     " c.execute('select count(*) from sessions').fetchall();"
     " os.close(os.open(sys.argv[1], os.O_RDONLY)); print('ready', flush=True); sys.stdin.read()"
 )
-
-
-def wait_for(cond: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll until ``cond()`` is true; a deadline for a hung child, not a timing check."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def kill_and_wait(pid: int) -> None:
@@ -177,7 +159,7 @@ class TestClassify:
             (["python3", "/src/hermes-agent/run_agent.py", "--query", "x"], "cli"),
             (["sqlite3", "/home/u/.hermes/state.db"], "sqlite3"),
             (["/usr/local/bin/litestream", "replicate"], "litestream"),
-            (["python3", "tests/hermes_writer.py", "hold"], "unknown"),
+            (["python3", "lab/hermes_writer.py", "hold"], "unknown"),
             (["bash"], "unknown"),
             ([], "unknown"),
         ],
@@ -260,7 +242,7 @@ class TestWriters:
                 assert h.flags == []
                 assert {(lk.file, lk.kind, lk.mode) for lk in h.locks} == {
                     ("state.db", "POSIX", "READ"), ("state.db-shm", "POSIX", "READ")}  # fmt: skip
-                assert h.kind == "unknown"  # tests/hermes_writer.py is not a Hermes command
+                assert h.kind == "unknown"  # lab/hermes_writer.py is not a Hermes command
                 assert h.ppid == os.getpid()
                 assert h.parents[0]["pid"] == os.getpid()
                 assert h.uid == os.getuid()
@@ -325,8 +307,8 @@ class TestOrphanServeIsolated:
         """Story 5: killing the desktop's serve --isolated brings a new one; the scan sees it."""
         pidfile = tmp_path / "serve.pid"
         env = hermes_env(hermes_home, fake_bin, pidfile)
-        app = subprocess.Popen([sys.executable, str(REPO / "tests" / "respawner.py"),
-                                "hermes", "serve", "--isolated"], env=env)  # fmt: skip
+        app = subprocess.Popen([sys.executable, "-m", "tests.respawner",
+                                "hermes", "serve", "--isolated"], env=env, cwd=REPO)  # fmt: skip
         try:
             wait_for(lambda: read_pid(pidfile), "the first serve --isolated")
             first = read_pid(pidfile)
@@ -384,7 +366,7 @@ class TestStale:
         """A STALE holder makes `holders` exit 3 and say STALE(state.db-wal) in its row."""
         with holding(hermes_home) as old:
             os.unlink(hermes_home / "state.db-wal")
-            result = CliRunner().invoke(ctl, ["holders", "--db", str(hermes_home / "state.db")])
+            result = run_ctl("holders", "--db", str(hermes_home / "state.db"))
         assert result.exit_code == 3
         row = next(line for line in result.stdout.splitlines() if line.startswith(f"{old.pid} "))
         assert "STALE(state.db-wal)" in row
@@ -418,7 +400,7 @@ class TestLocks:
             assert h.flags == ["LOST-LOCKS"]
             assert [lk.file for lk in h.locks] == ["state.db-shm"]  # the -shm lock survives
             assert holder(result, writer.pid).flags == []
-            cli = CliRunner().invoke(ctl, ["holders", "--db", str(db), "--json", "--no-systemd"])
+            cli = run_ctl("holders", "--db", str(db), "--json", "--no-systemd")
         assert cli.exit_code == 3
         data = json.loads(cli.stdout)
         (entry,) = [x for x in data["holders"] if x["pid"] == dropper.pid]
@@ -603,7 +585,7 @@ class TestFailClosed:
 class TestCli:
     def test_nonexistent_db(self, tmp_path: Path) -> None:
         """--db naming no file: one line, exit 2."""
-        result = CliRunner().invoke(ctl, ["holders", "--db", str(tmp_path / "nope.db")])
+        result = run_ctl("holders", "--db", str(tmp_path / "nope.db"))
         assert result.exit_code == 2
         assert (
             result.stderr == f"statewardenctl: error: --db {tmp_path / 'nope.db'}: no such file\n"
@@ -611,7 +593,7 @@ class TestCli:
 
     def test_directory_db(self, tmp_path: Path) -> None:
         """--db naming a directory: one line, exit 2."""
-        result = CliRunner().invoke(ctl, ["holders", "--db", str(tmp_path)])
+        result = run_ctl("holders", "--db", str(tmp_path))
         assert result.exit_code == 2
         assert (
             result.stderr
@@ -620,7 +602,7 @@ class TestCli:
 
     def test_unknown_profile(self, hermes_home: Path) -> None:
         """An unknown --profile: one line naming the profiles found, exit 2."""
-        result = CliRunner().invoke(ctl, ["holders", "--profile", "nope"])
+        result = run_ctl("holders", "--profile", "nope")
         assert result.exit_code == 2
         assert (
             result.stderr
@@ -630,7 +612,7 @@ class TestCli:
     def test_json_shape(self, hermes_home: Path) -> None:
         """--json has the documented fields for each holder; without a bus, systemd says why."""
         with holding(hermes_home) as w:
-            result = CliRunner().invoke(ctl, ["holders", "--json"])
+            result = run_ctl("holders", "--json")
         data = json.loads(result.stdout)
         assert data["db"] == str(hermes_home / "state.db")
         assert isinstance(data["complete"], bool)
@@ -650,7 +632,7 @@ class TestCli:
         probe = HolderScanner([hermes_home / "state.db"]).scan()[0]
         if probe.complete:
             pytest.skip("every process on this machine is inspectable; see TestFailClosed")
-        result = CliRunner().invoke(ctl, ["holders", "--no-systemd"])
+        result = run_ctl("holders", "--no-systemd")
         assert result.exit_code == 1
         assert "scan INCOMPLETE:" in result.stdout
         assert "no holders" in result.stdout
@@ -659,7 +641,7 @@ class TestCli:
         """--watch --count 2 --json prints one JSON object per scan, the second incremental."""
         with holding(hermes_home) as w:
             args = ["--watch", "--count", "2", "--interval", "0.05", "--json", "--no-systemd"]
-            result = CliRunner().invoke(ctl, ["holders", *args])
+            result = run_ctl("holders", *args)
         objs = [json.loads(line) for line in result.stdout.splitlines()]
         assert [o["scan"] for o in objs] == ["full", "incremental"]
         assert all(w.pid in {h["pid"] for h in o["holders"]} for o in objs)

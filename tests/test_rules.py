@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab.hermes_fixtures import log_line
 from statewarden.incidents.signals import Observation, Signal
 from statewarden.targets import Target
 from statewarden.watch.rules import (
@@ -26,7 +27,6 @@ from statewarden.watch.rules import (
     signals_from_log,
     starts_record,
 )
-from tests.hermes_fixtures import log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 TARGET = Target(
@@ -555,7 +555,7 @@ def _format_strings(source: str) -> list[str]:
             out.append(first.value)
         elif isinstance(first, ast.JoinedStr):
             out.append("".join(
-                v.value if isinstance(v, ast.Constant) else "%s" for v in first.values
+                str(v.value) if isinstance(v, ast.Constant) else "%s" for v in first.values
             ))  # fmt: skip
     return out
 

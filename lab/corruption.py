@@ -18,7 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from tests.hermes_fixtures import SMALL, Spec, built_db
+from lab.hermes_fixtures import SMALL, Spec, built_db
 
 PAGE_TABLE_INTERIOR = 0x05
 PAGE_TABLE_LEAF = 0x0D

@@ -1,4 +1,4 @@
-"""A real Hermes writer, run as a subprocess: ``python tests/hermes_writer.py COMMAND ...``.
+"""A real Hermes writer, run as a subprocess: ``python lab/hermes_writer.py COMMAND ...``.
 
 Uses hermes-agent 0.19.0's own ``hermes_state.SessionDB`` (installed ``--no-deps``),
 so every byte of the database is written by Hermes code, as in real life. It runs in

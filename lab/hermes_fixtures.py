@@ -1,6 +1,6 @@
 """Hermes homes for tests and benchmarks, written by the real Hermes code.
 
-A database is built once per spec by ``tests/hermes_writer.py`` in a subprocess and
+A database is built once per spec by ``lab/hermes_writer.py`` in a subprocess and
 cached under ``$STATEWARDEN_FIXTURE_CACHE`` (default ``<repo>/.cache/fixtures``);
 each test gets its own copy. Log lines use Hermes' real line format.
 """
