@@ -112,6 +112,8 @@ class Holder:
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.proc.kill()
+            self.proc.wait()
+            self._close_pipes()
             raise RuntimeError(f"Hermes holder did not start (said {line!r})")
 
     @property
@@ -127,7 +129,13 @@ class Holder:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._close_pipes()
         return self.proc.returncode
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 @contextlib.contextmanager

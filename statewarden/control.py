@@ -179,7 +179,9 @@ def request(
             raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
         except OSError as exc:
             raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
-        s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        # Refused and closed before our request was read: the refusal is still to be read.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
         buf = b""
         try:
             while b"\n" not in buf:
@@ -187,6 +189,8 @@ def request(
                 if not chunk:
                     break
                 buf += chunk
+        except ConnectionResetError:
+            pass  # closed with our request unread; what it answered first is in buf
         except TimeoutError:
             raise ControlError(f"the daemon did not answer within {timeout_s:.0f} s") from None
     if not buf:

@@ -77,6 +77,8 @@ class DaemonProc:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
 
 
 def daemon_env(tmp_path: Path, home: Path) -> dict[str, str]:
