@@ -42,7 +42,7 @@ SMALL = Spec(sessions=64, messages=2000, text_bytes=600)
 # Many short messages: the messages b-tree has three levels (root, 2 interior, ~730
 # leaves), so an interior page that is not the root can be damaged. ~17 MB.
 TALL = Spec(sessions=16, messages=24_000, text_bytes=16, seed=3)
-# Like the database in HERMES.md: ~640 sessions, ~40,000 messages, ~250 MB.
+# Like the database of the stories in docs/stories.md: ~640 sessions, ~40,000 messages, ~250 MB.
 LARGE = Spec(sessions=640, messages=40_000, text_bytes=1000, seed=7)
 
 

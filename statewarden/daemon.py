@@ -236,7 +236,7 @@ class Daemon:
     async def source_status(self, t: Target, mounts: list[Any]) -> DatabaseStatus:
         """``database_status`` in a worker thread, never while a check copies the file.
 
-        DESIGN.md rule 2 holds per process: a raw read of the database (the check's
+        docs/safety.md rule 2 holds per process: a raw read of the database (the check's
         copy, a header read) closing its descriptor would drop the locks of a SQLite
         connection this process has open on it, so the two never overlap.
         """

@@ -1,7 +1,6 @@
 """A real, private ``systemd --user`` manager and journald, for tests run as root.
 
-The recipe is DESIGN.md's ("Real systemd --user and journald"), verified on Debian 12
-with systemd 252 and hybrid cgroups:
+The recipe, verified on Debian 12 with systemd 252 and hybrid cgroups:
 
 * ``unshare -m --propagation private``; inside: tmpfs on ``/run/systemd`` (plus
   ``/run/systemd/system``, without which the manager refuses to run), on ``/run/log``

@@ -85,7 +85,7 @@ class TestHealthy:
 
 class TestPhantomRow:
     def test_phantom_row_is_base_damage_named_by_rowid(self, tmp_path: Path) -> None:
-        """HERMES.md story 3: the planner counts 64 sessions, the full scan 65, 64 distinct
+        """docs/stories.md story 3: the planner counts 64 sessions, the full scan 65, 64 distinct
         ids; the check names the phantom duplicate by its rowid and exits 3."""
         case = corruption.phantom_row(tmp_path / "db")
         rowid = case.phantom["sessions"]
@@ -131,7 +131,7 @@ class TestDuplicateKeys:
 
 class TestCappedCheckTrap:
     def test_default_cap_hides_sessions_but_check_finds_it(self, tmp_path: Path) -> None:
-        """HERMES.md story 2: SQLite's quick_check with its default cap of 100 shows only
+        """docs/stories.md story 2: SQLite's quick_check with its default cap of 100 shows only
         the FTS tree; the uncapped check also finds the damage in sessions."""
         case = corruption.capped_check_trap(tmp_path / "db")
         conn = apsw.Connection(

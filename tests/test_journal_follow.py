@@ -1,7 +1,7 @@
 """The journal follower against a real journald and systemd --user (root only).
 
 The gateway prints the JSONL fallback line to stdout, so only its unit's journal has it
-(HERMES.md). Here a real unit prints that line; the daemon, following the journal with
+(docs/hermes.md). Here a real unit prints that line; the daemon, following the journal with
 journalctl, must open a jsonl_fallback incident.
 """
 

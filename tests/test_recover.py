@@ -104,7 +104,7 @@ class TestReportShape:
 
 class TestPhantomRow:
     def test_one_phantom_row_costs_nothing(self, tmp_path: Path) -> None:
-        """HERMES.md story 3: 65 stored rows, 64 distinct ids; the row is kept once, one
+        """docs/stories.md story 3: 65 stored rows, 64 distinct ids; the row is kept once, one
         duplicate dropped, nothing lost, verified, exit 0."""
         case = corruption.phantom_row(tmp_path / "db")
         n = n_pristine("sessions")

@@ -123,7 +123,7 @@ class TestCorruption:
          "malformed database schema (messages_fts) - invalid rootpage"],
     )  # fmt: skip
     def test_routing_save_failed(self, error: str) -> None:
-        """The HERMES.md example line: a write failure and corruption, both."""
+        """The docs/hermes.md example line: a write failure and corruption, both."""
         out = signals("WARNING", "gateway.session",
                       f"gateway.session: state.db routing save failed: {error}")  # fmt: skip
         assert kinds(out) == [
@@ -202,7 +202,7 @@ class TestCorruption:
 
 class TestWriteFailures:
     def test_append_message_locked(self) -> None:
-        """The HERMES.md example: append_message failed with database is locked."""
+        """The docs/hermes.md example: append_message failed with database is locked."""
         [s] = signals(
             "WARNING", "run_agent", "Session DB append_message failed: database is locked", SID
         )

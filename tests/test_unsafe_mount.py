@@ -2,7 +2,7 @@
 
 bindfs mirrors a Hermes home through FUSE inside a private mount namespace (so nothing
 is left mounted); the daemon runs in that namespace and must see that WAL is unsafe there
-(HERMES.md story 8: no coherent locks, silent corruption while integrity_check passes).
+(docs/stories.md story 8: no coherent locks, silent corruption while integrity_check passes).
 """
 
 from __future__ import annotations

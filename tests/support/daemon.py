@@ -36,19 +36,27 @@ class DaemonProc:
             text=True,
         )
         self.lines: list[str] = []
+        # What the daemon wrote after it was stopped, read before its pipe was closed.
+        self._after_stop: list[str] = []
 
     def wait_for_line(self, text: str, timeout_s: float = 30) -> str:
         """Read stderr until a line contains ``text``; fail with what was seen."""
-        assert self.proc.stderr is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
+            line = self._next_line()
             if not line:
                 break
             self.lines.append(line.rstrip("\n"))
             if text in line:
                 return line
         raise AssertionError(f"never saw {text!r}; saw: {self.lines}")
+
+    def _next_line(self) -> str:
+        if self._after_stop:
+            return self._after_stop.pop(0)
+        if self.proc.stderr is None or self.proc.stderr.closed:
+            return ""
+        return self.proc.stderr.readline()
 
     def ctl(self, *args: str) -> Any:
         """Run `statewardenctl ARGS --json` against this daemon's environment."""
@@ -77,7 +85,8 @@ class DaemonProc:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
-            if self.proc.stderr is not None:
+            if self.proc.stderr is not None and not self.proc.stderr.closed:
+                self._after_stop = self.proc.stderr.read().splitlines(keepends=True)
                 self.proc.stderr.close()
 
 
