@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from lab import corruption  # noqa: E402
 from lab.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
-from statewarden.recovery.diagnose import check_database  # noqa: E402
+from statewarden.recovery.check import check_database  # noqa: E402
 from statewarden.recovery.recover import recover  # noqa: E402
 
 FTS_DAMAGE = {"messages_fts_data": 20, "messages_fts_trigram_data": 60}

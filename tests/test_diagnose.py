@@ -17,7 +17,7 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.recovery.bundle import fingerprint
-from statewarden.recovery.diagnose import check_database
+from statewarden.recovery.check import check_database
 from statewarden.recovery.scan import scan_table
 from tests.support.cli import run_ctl
 

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 from lab.hermes_fixtures import TINY, holding, make_home
-from statewarden.errors import SystemdUnavailable
+from statewarden.errors import SystemdCallFailed, SystemdUnavailable
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
 from statewarden.systemd import (
     JobResult,
-    SystemdCallFailed,
     UnitChange,
     UserManager,
     list_units_sync,

@@ -12,7 +12,7 @@ WAIT_S = 60.0
 POLL_S = 0.05
 
 
-def wait_for(cond: Callable[[], T], what: str = "condition", timeout_s: float = WAIT_S) -> T:
+def wait_for(cond: Callable[[], T | None], what: str = "condition", timeout_s: float = WAIT_S) -> T:
     """Call ``cond`` until it returns something truthy and return that; fail with ``what``
     and the last value seen once ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
