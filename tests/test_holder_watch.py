@@ -26,19 +26,19 @@ DROP_LOCKS = (
 
 @contextmanager
 def lock_dropper(db: Path) -> Iterator[int]:
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", DROP_LOCKS, str(db)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
+    ) as proc:  # closes its pipes on the way out
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            yield proc.pid
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def watcher(db: Path, *, max_writers: int = 8, expected: tuple[str, ...] = KINDS) -> HolderWatcher:
