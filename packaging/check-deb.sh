@@ -14,7 +14,7 @@ dpkg -i "$deb" >/dev/null
 /usr/bin/statewarden --version
 XDG_RUNTIME_DIR="$work" systemd-analyze verify --user --man=no /usr/lib/systemd/user/statewarden.service
 grep -q '^ExecStart=/usr/bin/statewarden run$' /usr/lib/systemd/user/statewarden.service
-(cd "$here" && "$py" -c 'import sys; from pathlib import Path; from tests.hermes_fixtures import TINY, make_home; make_home(Path(sys.argv[1]), TINY)' "$work/hermes")
+(cd "$here" && "$py" -c 'import sys; from pathlib import Path; from lab.hermes_fixtures import TINY, make_home; make_home(Path(sys.argv[1]), TINY)' "$work/hermes")
 HOME="$work" HERMES_HOME="$work/hermes" /usr/bin/statewardenctl status --json > "$work/status.json"
 grep -q '"schema_version"' "$work/status.json"
 HOME="$work" /usr/bin/statewardenctl config check --config /usr/share/doc/statewarden/examples/statewarden.yaml

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,18 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.hermes_fixtures import TINY, make_home
 from statewarden import install as inst
-from tests.hermes_fixtures import TINY, make_home
+from tests.support.cli import run_installed as ctl
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
-CTL = str(Path(sys.executable).parent / "statewardenctl")
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
-
-
-def ctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CTL, *args], env=env, capture_output=True, text=True, timeout=180, check=False
-    )
 
 
 def offline_env(tmp_path: Path) -> dict[str, str]:
@@ -57,7 +50,7 @@ class TestWithoutManager:
     def test_writes_both_units_for_this_installation(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
         r = ctl("install", env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         units = unit_dir_of(env)
         service = (units / inst.UNIT).read_text()
         bindir = Path(sys.executable).parent
@@ -73,10 +66,10 @@ class TestWithoutManager:
 
     def test_second_install_changes_nothing(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
-        assert ctl("install", env=env).returncode == 0
+        assert ctl("install", env=env).exit_code == 0
         before = {p: p.stat().st_mtime_ns for p in unit_dir_of(env).iterdir()}
         r = ctl("install", env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         assert "already up to date" in r.stdout
         assert "wrote" not in r.stdout
         assert {p: p.stat().st_mtime_ns for p in unit_dir_of(env).iterdir()} == before
@@ -84,7 +77,7 @@ class TestWithoutManager:
     def test_enable_without_a_manager_is_one_line_and_exit_1(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
         r = ctl("install", "--enable", env=env)
-        assert r.returncode == 1
+        assert r.exit_code == 1
         assert r.stderr.count("\n") == 1
         assert r.stderr.startswith("statewardenctl: error: systemd user manager not reachable")
         assert "systemctl --user enable --now statewarden.service" in r.stderr
@@ -96,12 +89,12 @@ class TestWithoutManager:
         units.mkdir(parents=True)
         (units / inst.UNIT).write_text("[Service]\nExecStart=/bin/true\n")
         r = ctl("install", env=env)
-        assert r.returncode == 1
+        assert r.exit_code == 1
         assert "was not written by statewardenctl install" in r.stderr
         assert (units / inst.UNIT).read_text() == "[Service]\nExecStart=/bin/true\n"
         assert not (units / inst.FAILED_TEMPLATE).exists()
         r = ctl("install", "--force", env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         assert "ExecStart=/bin/true" not in (units / inst.UNIT).read_text()
 
     def test_a_planted_symlink_is_refused_and_its_target_untouched(self, tmp_path: Path) -> None:
@@ -113,14 +106,14 @@ class TestWithoutManager:
         (units / inst.UNIT).symlink_to(victim)
         for extra in ((), ("--force",)):
             r = ctl("install", *extra, env=env)
-            assert r.returncode == 1
+            assert r.exit_code == 1
             assert "is a symlink" in r.stderr
         assert victim.read_bytes() == b"precious"
 
     def test_an_update_of_our_own_file_is_allowed(self, tmp_path: Path) -> None:
         """A file install wrote earlier (the manifest's digest) is ours to update."""
         env = offline_env(tmp_path)
-        assert ctl("install", env=env).returncode == 0
+        assert ctl("install", env=env).exit_code == 0
         plan = inst.plan_install(
             unit_dir_of(env), manifest_of(env), bindir=tmp_path / "other" / "bin"
         )
@@ -129,7 +122,7 @@ class TestWithoutManager:
     def test_dry_run_changes_nothing(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
         r = ctl("install", "--enable", "--now", "--dry-run", env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         assert f"would create {unit_dir_of(env) / inst.UNIT}" in r.stdout
         assert "would start statewarden.service" in r.stdout
         assert not unit_dir_of(env).exists()
@@ -137,29 +130,29 @@ class TestWithoutManager:
 
     def test_uninstall_removes_exactly_what_install_wrote(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
-        assert ctl("install", env=env).returncode == 0
+        assert ctl("install", env=env).exit_code == 0
         units = unit_dir_of(env)
         mine = units / "hermes-gateway.service"
         mine.write_text("[Service]\nExecStart=/bin/true\n")
         r = ctl("uninstall", env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         assert sorted(p.name for p in units.iterdir()) == ["hermes-gateway.service"]
         assert not manifest_of(env).exists()
 
     def test_uninstall_keeps_a_file_changed_since(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
-        assert ctl("install", env=env).returncode == 0
+        assert ctl("install", env=env).exit_code == 0
         edited = unit_dir_of(env) / inst.UNIT
         edited.write_text(edited.read_text() + "# my edit\n")
         r = ctl("uninstall", env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         assert f"kept {edited}: it was changed since install" in r.stdout
         assert edited.exists()
         assert not (unit_dir_of(env) / inst.FAILED_TEMPLATE).exists()
 
     def test_uninstall_with_nothing_installed_is_a_usage_error(self, tmp_path: Path) -> None:
         r = ctl("uninstall", env=offline_env(tmp_path))
-        assert r.returncode == 2
+        assert r.exit_code == 2
         assert r.stderr.startswith("statewardenctl: error: nothing to uninstall")
         assert r.stderr.count("\n") == 1
 
@@ -213,8 +206,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         env = manager.env()
         env["XDG_STATE_HOME"] = str(state)
         env["HERMES_HOME"] = str(hermes)
-        r = ctl("install", "--enable", "--now", env=env)
-        assert r.returncode == 0, r.stdout + r.stderr
+        done = ctl("install", "--enable", "--now", env=env)
+        assert done.exit_code == 0, done.stdout + done.stderr
         yield Installed(manager, env)
 
 
@@ -231,7 +224,7 @@ class TestRealManager:
     def test_install_again_changes_nothing(self, installed: Installed) -> None:
         before = installed.wait_running()
         r = ctl("install", "--enable", "--now", env=installed.env)
-        assert r.returncode == 0, r.stderr
+        assert r.exit_code == 0, r.stderr
         assert "already enabled" in r.stdout
         assert "already running" in r.stdout
         assert installed.wait_running()["MainPID"] == before["MainPID"]
@@ -296,7 +289,7 @@ class TestRealManager:
         """Last in the module: stops, disables, removes the two files; the drop-in stays."""
         units = installed.manager.unit_dir
         r = ctl("uninstall", env=installed.env)
-        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.exit_code == 0, r.stdout + r.stderr
         assert "stopped statewarden.service" in r.stdout
         assert "disabled statewarden.service" in r.stdout
         assert not (units / inst.UNIT).exists()
