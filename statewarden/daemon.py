@@ -82,6 +82,7 @@ class Daemon:
             max_writers=config.holders.max_writers,
             expected_kinds=tuple(config.holders.expected_kinds),
             exempt_comms=config.holders.exempt_comms,
+            other_users=config.holders.other_users,
         )
         self._holders_scanned_at = 0.0
         self._holder_task: asyncio.Task[None] | None = None

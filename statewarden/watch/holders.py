@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.scan import LOCK_LOST, SUFFIXES, Holder, HolderScan, HolderScanner
 from statewarden.incidents.signals import Observation, Signal
@@ -51,9 +52,11 @@ class HolderWatcher:
         max_writers: int,
         expected_kinds: tuple[str, ...],
         exempt_comms: tuple[str, ...] = (),
+        other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
     ) -> None:
         self.exempt_comms = exempt_comms
-        self.scanner = HolderScanner(dbs, exempt_comms=exempt_comms)
+        self.other_users: OtherUsersPolicy = other_users
+        self.scanner = self._scanner(dbs)
         self._opens = OpenWatch()
         self._inodes: tuple[int, ...] = ()
         self.max_writers = max_writers
@@ -65,8 +68,11 @@ class HolderWatcher:
 
     def set_dbs(self, dbs: list[Path]) -> None:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
-            self.scanner = HolderScanner(dbs, exempt_comms=self.exempt_comms)
+            self.scanner = self._scanner(dbs)
             self._first = True
+
+    def _scanner(self, dbs: list[Path]) -> HolderScanner:
+        return HolderScanner(dbs, exempt_comms=self.exempt_comms, other_users=self.other_users)
 
     def opened(self) -> bool:
         """True if one of the databases' files may have been opened since the last call.
