@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from click.testing import CliRunner
 from statewarden.cli.ctl import main as ctl
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.processes import (
+    PF_KTHREAD,
     classify,
     human_age,
     short_command,
@@ -71,6 +71,14 @@ def kill_and_wait(pid: int) -> None:
     except ProcessLookupError:
         return
     wait_for(lambda: not alive(pid), f"pid {pid} to exit")
+
+
+def is_kernel_thread(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return bool(int(f.read().rsplit(")", 1)[1].split()[6]) & PF_KTHREAD)
+    except OSError:
+        return False
 
 
 def read_pid(pidfile: Path) -> int:
@@ -532,47 +540,28 @@ class TestThreads:
 
 
 class TestFailClosed:
-    def test_other_users_processes_make_the_scan_incomplete(self, hermes_home: Path) -> None:
-        """Run as nobody: root's holder cannot be inspected, so complete is false, exit 1."""
-        if not IS_ROOT:
-            pytest.skip("needs root to run the scan as another uid; run the suite as root")
-        shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
-        try:
-            shared.chmod(0o755)
-            home = make_home(shared / "home", TINY)
-            for p in (home, home / "state.db"):
-                p.chmod(0o755 if p.is_dir() else 0o644)
-            with holding(home) as writer:
-                proc = subprocess.run(
-                    ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                     sys.executable, "-m", "statewarden.cli.ctl", "holders",
-                     "--db", str(home / "state.db"), "--json", "--no-systemd"],
-                    capture_output=True, text=True, cwd=REPO, check=False,
-                    env={**os.environ, "HOME": "/nonexistent"},
-                )  # fmt: skip
-            assert proc.returncode == 1, proc.stderr
-            data = json.loads(proc.stdout)
-            assert data["complete"] is False
-            assert data["holders"] == []
-            bad = {u["pid"]: u for u in data["uninspectable"]}
-            assert writer.pid in bad
-            assert bad[writer.pid]["uid"] == 0
-            assert bad[writer.pid]["reason"] == f"/proc/{writer.pid}/fd: Permission denied"
-            assert (
-                f"pid {writer.pid} (python, uid 0) could not be inspected: /proc/{writer.pid}/fd: Permission denied"
-                in data["problems"]
-            )
-        finally:
-            shutil.rmtree(shared, ignore_errors=True)
-
     def test_exempt_comms_are_listed_but_do_not_block(self) -> None:
-        """An exempt process that cannot be inspected is listed with exempt: true, not a problem."""
-        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        """other_users: fail: an exempt process that cannot be inspected is not a problem."""
+        db = Path("/nonexistent/state.db")
+        result = HolderScanner([db], other_users="fail").scan()[0]
         blocked = {u["comm"] for u in result.uninspectable}
-        exempted = HolderScanner([Path("/nonexistent/state.db")], exempt_comms=blocked).scan()[0]
+        exempted = HolderScanner([db], exempt_comms=blocked, other_users="fail").scan()[0]
         assert exempted.complete
         assert {u["comm"] for u in exempted.uninspectable if u["exempt"]} == blocked
         assert result.complete == (not blocked)
+
+    def test_kernel_threads_are_left_out(self) -> None:
+        """PF_KTHREAD processes are neither inspected nor uninspectable, only counted."""
+        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        kthreads = {int(n) for n in os.listdir("/proc") if n.isdigit() and is_kernel_thread(int(n))}
+        assert not {u["pid"] for u in result.uninspectable} & kthreads
+        assert not pids(result) & kthreads
+        cov = result.coverage
+        assert sum(cov.values()) == result.processes - len(result.vanished)
+        if kthreads:
+            assert cov["kernel_threads"] > 0
+        else:
+            assert cov["kernel_threads"] == 0
 
     @needs_root
     def test_complete_scan_in_a_private_pid_namespace(self, hermes_home: Path) -> None:
@@ -646,15 +635,22 @@ class TestCli:
             " unset and $XDG_RUNTIME_DIR/bus does not exist); holders are still found through /proc"
         )
 
-    def test_incomplete_scan_is_reported_and_exits_1(self, hermes_home: Path) -> None:
-        """Problems are printed under 'scan INCOMPLETE' and the exit code is 1."""
-        probe = HolderScanner([hermes_home / "state.db"]).scan()[0]
+    def test_incomplete_scan_is_reported_and_exits_1(
+        self, hermes_home: Path, tmp_path: Path
+    ) -> None:
+        """other_users: fail: problems are printed under 'scan INCOMPLETE', exit code 1."""
+        probe = HolderScanner([hermes_home / "state.db"], other_users="fail").scan()[0]
         if probe.complete:
-            pytest.skip("every process on this machine is inspectable; see TestFailClosed")
-        result = CliRunner().invoke(ctl, ["holders", "--no-systemd"])
+            pytest.skip("every process here is inspectable; see test_holders_other_users.py")
+        config = tmp_path / "xdg-config" / "statewarden" / "config.yaml"
+        config.parent.mkdir(parents=True)
+        config.write_text("holders:\n  other_users: fail\n")
+        result = CliRunner().invoke(ctl, ["holders", "--no-systemd", "--verbose"])
         assert result.exit_code == 1
         assert "scan INCOMPLETE:" in result.stdout
         assert "no holders" in result.stdout
+        (bad,) = probe.uninspectable[:1]
+        assert f"  pid {bad['pid']} ({bad['comm']}, uid " in result.stdout
 
     def test_watch_prints_each_scan(self, hermes_home: Path) -> None:
         """--watch --count 2 --json prints one JSON object per scan, the second incremental."""
