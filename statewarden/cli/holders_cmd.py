@@ -249,7 +249,10 @@ def holders(
     # No config file means every default (other_users: locks), with --db too.
     policy = get_config(config_path).holders
     scanner = HolderScanner(
-        [t.db for t in targets], exempt_comms=policy.exempt_comms, other_users=policy.other_users
+        [t.db for t in targets],
+        exempt_comms=policy.exempt_comms,
+        other_users=policy.other_users,
+        watch_opens=watch,  # open events only help the incremental scans of --watch
     )
     n = 0
     code = EXIT_OK

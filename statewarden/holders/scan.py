@@ -42,14 +42,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders import processes as P
-from statewarden.holders.opens import OpenWatch
 from statewarden.holders.report import (
     FILE_NAMES,
     LOCK_HELD,
@@ -64,6 +62,9 @@ from statewarden.holders.report import (
     age_seconds,
 )
 from statewarden.mounts import Mount, read_mounts
+
+if TYPE_CHECKING:
+    from statewarden.holders.opens import OpenWatch
 
 __all__ = [
     "FILE_NAMES",
@@ -118,6 +119,7 @@ class _Entry:
     maps: dict[tuple[int, str, bool], int]
     error: str | None = None  # why it could not be inspected
     kernel_thread: bool = False  # PF_KTHREAD: left out of the scan
+    uid: int | None = None  # of a process that could not be read: who owns its /proc entry
     # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
     stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
 
@@ -190,7 +192,11 @@ class HolderScanner:
         self._restricted: str | None = None
         self._targets_key: tuple[Any, ...] | None = None
         self._rr = 0
-        self._opens = OpenWatch() if watch_opens else None
+        self._opens: OpenWatch | None = None
+        if watch_opens:  # inotify, for incremental scans; a one-shot scan skips its set-up
+            from statewarden.holders.opens import OpenWatch  # noqa: PLC0415
+
+            self._opens = OpenWatch()
         self.workers = workers
         self.parallel_min_processes = parallel_min_processes
         try:
@@ -371,6 +377,8 @@ class HolderScanner:
             return
         size = -(-len(todo) // (self.workers * 4))
         parts = [todo[i : i + size] for i in range(0, len(todo), size)]
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - big scans only
+
         with ThreadPoolExecutor(self.workers, thread_name_prefix="holders") as pool:
             for result in pool.map(chunk, parts):
                 yield from result
@@ -401,6 +409,8 @@ class HolderScanner:
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
             entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
+            if entry.error:
+                entry.uid = _owner(pid, self.proc)
         return entry
 
     def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
@@ -615,7 +625,7 @@ class HolderScanner:
             mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
             owned = table.owned.get((pid, index), []) if table is not None else []
             if entry.error:
-                uid = _uid_or_none(pid, self.proc)
+                uid = entry.uid
                 exempt = entry.comm in self.exempt_comms
                 scan.uninspectable.append(
                     {"pid": pid, "uid": uid, "comm": entry.comm, "reason": entry.error,
@@ -748,6 +758,15 @@ class HolderScanner:
             chain.append(item)
             pid = st.ppid
         return chain
+
+
+def _owner(pid: int, proc: str) -> int | None:
+    """The owner of ``/proc/<pid>``: the process's effective uid (root's for one that made
+    itself non-dumpable). One ``stat``, where ``status`` would be a read of a page."""
+    try:
+        return os.stat(f"{proc}/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def _uid_or_none(pid: int, proc: str) -> int | None:
