@@ -16,9 +16,26 @@ byte 128 of ``-shm``); the last connection to close takes EXCLUSIVE and deletes
 has **lost its locks** (closing any descriptor on a file drops the process's POSIX
 locks on it, story 7), so another process's close can delete the files under it.
 
-Fail closed (rule 1): a process whose descriptors or maps cannot be read (another
-user's process, EACCES) makes the scan ``complete: false`` with the reason. A process
-that exits while it is read holds nothing any more and is listed under ``vanished``.
+Kernel threads (``PF_KTHREAD`` in ``/proc/<pid>/stat``) hold no files: they are left
+out, neither inspected nor uninspectable, only counted.
+
+A process whose descriptors cannot be read (another user's, EACCES; root's PID 1 in
+some containers, even for root) is handled by the ``other_users`` policy. ``locks``
+(the default): it is looked up in ``/proc/locks``, readable by everyone, against the
+current and the remembered old inodes of the database's files; every SQLite connection
+holds a lock there for as long as it is open. One that owns a lock is a holder
+(``via: locks``, with what can still be read: uid, comm, command line, cgroup, parent,
+start time); one that owns none is counted. ``fail``: it makes the scan incomplete.
+What the lock check cannot see is a process of another user holding a plain
+descriptor with no lock (no SQLite connection), and an open file description lock,
+which names no owner (with unreadable processes about, it makes the scan incomplete).
+
+Fail closed (rule 1), whatever the policy: the scan is ``complete: false`` when
+``/proc/locks`` cannot be read, when /proc is mounted ``hidepid`` (other users'
+processes hidden; root sees them all), or when ``/proc/locks`` names an owner that
+``/proc`` does not list (a hidden process: an owner that exits releases its locks
+before it leaves /proc). A process that exits while it is read holds nothing any more
+and is listed under ``vanished``.
 
 Incremental scans reuse a cache: holders keyed by (pid, start time), other processes
 by pid and descriptor count (their start time is not read at all: it is most of the
