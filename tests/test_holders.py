@@ -563,6 +563,35 @@ class TestFailClosed:
         else:
             assert cov["kernel_threads"] == 0
 
+    def test_a_flock_left_to_a_child_by_an_exited_owner_is_not_a_hidden_process(
+        self, tmp_path: Path
+    ) -> None:
+        """/proc/locks keeps an exited pid on a FLOCK its forked child still holds: not hidden."""
+        lock = tmp_path / "lock"
+        code = (
+            "import fcntl, os, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "if os.fork() == 0:\n"
+            "    print(os.getpid(), flush=True); sys.stdin.read(); os._exit(0)\n"
+            "os._exit(0)\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            child = int(proc.stdout.readline())
+            proc.wait(timeout=WAIT_S)  # the owner /proc/locks names has exited
+            ino = lock.stat().st_ino
+            with open("/proc/locks") as f:
+                owners = [int(ln.split()[4]) for ln in f if f":{ino} " in ln]
+            assert owners == [proc.pid]
+            assert alive(child)
+            result = HolderScanner([tmp_path / "state.db"]).scan()[0]
+            assert not [p for p in result.problems if "does not list" in p]
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            wait_for(lambda: not alive(child), "the child to exit")
+
     @needs_root
     def test_complete_scan_in_a_private_pid_namespace(self, hermes_home: Path) -> None:
         """With every process inspectable, the scan is complete: exit 0 and the documented table."""

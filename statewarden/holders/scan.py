@@ -150,7 +150,7 @@ class _LockTable:
     """What ``/proc/locks`` says, read once per scan."""
 
     owned: _Owned
-    pids: set[int]  # every owner pid above 0, on any file
+    pids: set[int]  # the owner of every POSIX lock, on any file
     # target index -> locks on its files that name no owner: -1 is an open file
     # description lock (a lock of a process outside this PID namespace is not listed)
     unnamed: dict[int, list[str]]
@@ -582,7 +582,9 @@ class HolderScanner:
                 key = (int(maj, 16), int(mnr, 16), int(ino))
             except ValueError:
                 continue
-            if pid > 0:
+            if pid > 0 and parts[1] == "POSIX":
+                # Only a POSIX lock dies with its owner. A FLOCK keeps the pid of whoever
+                # took it, which may have exited since, leaving it to a forked child.
                 table.pids.add(pid)
             if key not in by_id:
                 continue
