@@ -66,11 +66,13 @@ from typing import TYPE_CHECKING, Any
 from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders import processes as P
 from statewarden.holders.report import (
+    DB_FILE,
     FILE_NAMES,
     LOCK_HELD,
     LOCK_LOST,
     LOCK_NONE,
     LOCK_UNKNOWN,
+    SHM_FILE,
     VIA_DESCRIPTORS,
     VIA_LOCKS,
     Holder,
@@ -79,6 +81,7 @@ from statewarden.holders.report import (
     age_seconds,
 )
 from statewarden.mounts import Mount, read_mounts
+from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
 if TYPE_CHECKING:
     from statewarden.holders.opens import OpenWatch
@@ -99,7 +102,6 @@ __all__ = [
     "scan_holders",
 ]
 
-SUFFIXES = ("", "-wal", "-shm", "-journal")
 DEFAULT_REFRESH_PER_SCAN = 128
 DEFAULT_PARENT_DEPTH = 16
 # Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes.
@@ -234,7 +236,7 @@ class HolderScanner:
         # Read the open events before the processes: an open after this is seen next time.
         opened = True
         if self._opens is not None:
-            files = [t.db.with_name(t.db.name + sfx) for t in targets for sfx in SUFFIXES]
+            files = [sidecar(t.db, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
             self._opens.watch(files, rearm=replaced)
             opened = self._opens.poll()
         devs = {i[0] for t in targets for i in t.ids.values() if i}
@@ -358,9 +360,10 @@ class HolderScanner:
     # -- reading /proc --------------------------------------------------------
 
     def _target(self, db: Path) -> _Target:
-        ids = {name: _stat_id(db.with_name(db.name + suffix))
-               for name, suffix in zip(FILE_NAMES, SUFFIXES, strict=True)}  # fmt: skip
-        names = {db.name + suffix: name for name, suffix in zip(FILE_NAMES, SUFFIXES, strict=True)}
+        ids = {name: _stat_id(sidecar(db, suffix))
+               for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)}  # fmt: skip
+        names = {db.name + suffix: name
+                 for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)}  # fmt: skip
         return _Target(db=db, dir_real=_real_dir(db), ids=ids, names=names)
 
     def _list_pids(self) -> list[int]:
@@ -617,7 +620,7 @@ class HolderScanner:
             vanished=list(vanished), processes=n, mode=mode, other_users=self.other_users,
             coverage=dict(coverage),
         )  # fmt: skip
-        if target.ids["state.db"] is None:
+        if target.ids[DB_FILE] is None:
             scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
         table = locks if isinstance(locks, _LockTable) else None
         if table is None:
@@ -719,12 +722,12 @@ class HolderScanner:
                     owned.append(LockInfo(name, kind, mode, start, end))
                 elif by_locks:
                     stale.add(name)  # a lock on an old inode: it holds that file
-        wal_conn = bool(counts.get("state.db-shm") or mapcounts.get("state.db-shm"))
+        wal_conn = bool(counts.get(SHM_FILE) or mapcounts.get(SHM_FILE))
         if not isinstance(locks, _LockTable):
             lock_state = LOCK_UNKNOWN
-        elif any(lk.file == "state.db" for lk in owned):
+        elif any(lk.file == DB_FILE for lk in owned):
             lock_state = LOCK_HELD
-        elif counts.get("state.db") and wal_conn:
+        elif counts.get(DB_FILE) and wal_conn:
             lock_state = LOCK_LOST
         else:
             lock_state = LOCK_NONE
