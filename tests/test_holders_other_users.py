@@ -68,12 +68,14 @@ def user_home() -> Iterator[Home]:
 class Proc:
     """A real process that prints ``ready`` once it holds what it should."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, cmd: list[str], env: dict[str, str] | None = None, ready: str = "ready"
+    ) -> None:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env, cwd=REPO)  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
-        if line != "ready":
+        if line != ready:
             self.proc.kill()
             raise AssertionError(f"{cmd[:3]} did not start (said {line!r})")
 
@@ -299,6 +301,44 @@ class TestOtherUsers:
         (many,) = [s for k, _, s in out["signals"] if k == "multi_writer"]
         assert many.startswith("2 processes hold state.db at once")
         assert f"pid {root_writer.pid} (unknown" in many
+
+
+class TestStaleThroughLocks:
+    def test_a_root_holder_left_on_a_replaced_db_is_stale(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """The scanner remembers the inodes it saw: root still locking the old state.db is STALE."""
+        code = (
+            "import json, sys\n"
+            "from pathlib import Path\n"
+            "from statewarden.holders.scan import HolderScanner\n"
+            "s = HolderScanner([Path(sys.argv[1])])\n"
+            "s.scan()\n"
+            "print('scanned', flush=True); sys.stdin.readline()\n"
+            "r = s.scan()[0]\n"
+            "print(json.dumps(r.to_json()), flush=True)\n"
+        )
+        with holding(user_home.home) as root_writer:
+            scanner = Proc(
+                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)], ready="scanned"
+            )
+            procs.append(scanner)
+            # A new state.db takes the place of the one root holds (as a careless restore does).
+            fresh = user_home.db.with_name("state.db.new")
+            shutil.copyfile(user_home.db, fresh)
+            os.chown(fresh, USER, USER)
+            os.replace(fresh, user_home.db)
+            assert scanner.proc.stdin is not None
+            assert scanner.proc.stdout is not None
+            scanner.proc.stdin.write("go\n")
+            scanner.proc.stdin.flush()
+            data = json.loads(scanner.proc.stdout.readline())
+        assert data["complete"] is True
+        root = by_pid(data)[root_writer.pid]
+        assert root["via"] == "locks"
+        assert root["stale_files"] == ["state.db"]
+        assert root["flags"] == ["STALE"]
+        assert {lk["file"] for lk in root["locks"]} == {"state.db-shm"}  # the current one
 
 
 class TestRestrictedProc:
