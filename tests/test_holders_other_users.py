@@ -232,6 +232,26 @@ class TestOtherUsers:
             " holds no lock on state.db"
         ) in verbose.stdout.splitlines()
 
+    def test_a_user_with_capabilities_reads_every_process(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """Given CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, the user reads root's writer as root does."""
+        with holding(user_home.home) as root_writer:
+            proc = subprocess.run(
+                ["setpriv", "--reuid", str(USER), "--regid", str(USER), "--clear-groups",
+                 "--inh-caps", "+sys_ptrace,+dac_read_search",
+                 "--ambient-caps", "+sys_ptrace,+dac_read_search",
+                 sys.executable, "-m", "statewarden.cli.ctl", "holders", "--db", str(user_home.db),
+                 "--no-systemd", "--json"],
+                capture_output=True, text=True, cwd=REPO, check=False,
+                env={**os.environ, "HOME": "/nonexistent", "XDG_CONFIG_HOME": str(user_home.config_dir)},
+            )  # fmt: skip
+        data = json.loads(proc.stdout)
+        root = by_pid(data)[root_writer.pid]
+        assert root["via"] == "descriptors"
+        assert root["fds"] == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
+        assert root_writer.pid not in {u["pid"] for u in data["uninspectable"]}
+
     def test_policy_fail_keeps_the_strict_meaning(self, user_home: Home, procs: list[Proc]) -> None:
         """other_users: fail: the unreadable root holder makes the scan incomplete, exit 1."""
         with holding(user_home.home) as root_writer:

@@ -36,6 +36,11 @@ _READ_BYTES = 128 * 1024
 _HERMES_OPTS_WITH_ARG = frozenset({"--profile", "-p", "--home", "--config", "-c", "--model", "-m"})
 # include/linux/sched.h: the task is a kernel thread. Its name (``kworker/0:1``) proves nothing.
 PF_KTHREAD = 0x00200000
+# include/uapi/linux/capability.h: what can open another uid's /proc/<pid>/fd (the
+# listing needs the DAC ones, each descriptor in it CAP_SYS_PTRACE)
+CAP_DAC_OVERRIDE = 1
+CAP_DAC_READ_SEARCH = 2
+CAP_SYS_PTRACE = 19
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,19 @@ def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
         start_ticks=int(rest[19]),
         flags=int(rest[6]),
     )
+
+
+def has_any_capability(caps: Sequence[int], proc: str = "/proc") -> bool:
+    """True if this process has one of ``caps`` in its effective set (``CapEff``)."""
+    try:
+        with open(f"{proc}/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"CapEff:"):
+                    eff = int(line.split()[1], 16)
+                    return any(eff >> cap & 1 for cap in caps)
+    except (OSError, ValueError):
+        return True  # unknown: try every process, as root would
+    return True
 
 
 def read_cmdline(pid: int, proc: str = "/proc") -> list[str]:

@@ -223,6 +223,13 @@ class HolderScanner:
             self._fd_count_supported = os.stat(f"{proc}/self/fd").st_size > 0
         except OSError:
             self._fd_count_supported = False
+        self._euid = os.geteuid()
+        # Another uid's /proc/<pid>/fd opens only to root or with capabilities: without
+        # them, a process whose /proc entry someone else owns is known unreadable from
+        # one stat (the kernel's own rule), not from a failing listdir.
+        self._reads_all = self._euid == 0 or P.has_any_capability(
+            (P.CAP_DAC_OVERRIDE, P.CAP_DAC_READ_SEARCH, P.CAP_SYS_PTRACE), proc
+        )
 
     # -- public ---------------------------------------------------------------
 
@@ -429,13 +436,22 @@ class HolderScanner:
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
             entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
-            if entry.error:
+            if entry.error and entry.uid is None:
                 entry.uid = _owner(pid, self.proc)
         return entry
 
     def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         base = f"{self.proc}/{pid}"
         entry = _Entry(pid, 0, "?", 0, 0, {}, {})
+        if not self._reads_all:
+            try:
+                owner = os.stat(base).st_uid
+            except (FileNotFoundError, ProcessLookupError) as exc:
+                raise _Vanished from exc
+            if owner != self._euid:
+                entry.uid = owner
+                entry.error = f"{base}/fd: Permission denied"
+                return entry
         try:
             fds = os.listdir(f"{base}/fd")
             entry.fd_count = len(fds)
