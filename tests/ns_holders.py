@@ -6,9 +6,11 @@ a scan can be complete: the machine's own uninspectable processes are out of sig
 Prints one JSON object: the holder's pid (as seen inside), the CLI's exit code,
 stdout and stderr.
 
-With ``NS_HIDEPID=N`` the namespace's /proc is remounted ``hidepid=N`` first (the
+With ``NS_HIDEPID=N`` the namespace's /proc is remounted ``hidepid=N`` first (more
+options may follow: ``2,gid=G``) (the
 namespace needs its own mount namespace too: ``unshare -m``); with ``NS_UID=U`` the
-CLI runs as uid U (``setpriv``), so the root holder is another user's process; with
+CLI runs as uid U (``setpriv``; in the groups of ``NS_GROUPS=G,...`` if given), so the
+root holder is another user's process; with
 ``NS_NO_HOLDER=1`` no holder is started inside.
 """
 
@@ -33,7 +35,9 @@ def main() -> None:
     cmd = [sys.executable, "-m", "statewarden.cli.ctl", "holders", *args]
     uid = os.environ.get("NS_UID")
     if uid:
-        cmd = ["setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", *cmd]
+        groups = os.environ.get("NS_GROUPS")
+        group_args = ["--groups", groups] if groups else ["--clear-groups"]
+        cmd = ["setpriv", "--reuid", uid, "--regid", uid, *group_args, *cmd]
     with contextlib.ExitStack() as stack:
         pid = None
         if not os.environ.get("NS_NO_HOLDER"):

@@ -29,6 +29,7 @@ from tests.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_hom
 
 REPO = Path(__file__).resolve().parent.parent
 USER = 65534
+PROC_GROUP = 4321  # the group a hidepid mount exempts (gid=), in the second uid's groups
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
 )
@@ -391,3 +392,21 @@ class TestRestrictedProc:
             f"/proc does not list pid(s) {out['holder']}, which own locks in /proc/locks:"
             " this /proc hides processes, so a holder may be missed"
         ) in problems
+
+    def test_hidepid_exempts_its_gid_group(self, user_home: Home) -> None:
+        """hidepid=2,gid=G: a member of G sees every process, so the scan can be complete."""
+        proc = subprocess.run(
+            ["unshare", "-m", "-p", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh",
+             sys.executable, "-m", "tests.ns_holders", str(user_home.home),
+             "--db", str(user_home.db), "--json", "--no-systemd"],
+            capture_output=True, text=True, cwd=REPO, check=False,
+            env={**os.environ, "NS_HIDEPID": f"2,gid={PROC_GROUP}", "NS_UID": str(USER),
+                 "NS_GROUPS": str(PROC_GROUP), "HOME": "/nonexistent",
+                 "XDG_CONFIG_HOME": str(user_home.config_dir)},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        data = json.loads(out["stdout"])
+        assert out["rc"] == 0, data["problems"]
+        assert data["complete"] is True
+        assert by_pid(data)[out["holder"]]["via"] == "locks"

@@ -818,8 +818,8 @@ def restricted_proc(proc: str = "/proc") -> str | None:
     """Why ``proc`` may hide other users' processes from this one, or None.
 
     ``hidepid=1`` (``noaccess``), ``2`` (``invisible``) and ``4`` (``ptraceable``) hide
-    or close other users' ``/proc/<pid>`` to everyone but root (and a ``gid=`` group):
-    a scan through such a /proc cannot be complete.
+    or close other users' ``/proc/<pid>`` to everyone but root and the members of the
+    mount's ``gid=`` group: for anyone else a scan through such a /proc cannot be complete.
     """
     if os.geteuid() == 0:
         return None
@@ -830,14 +830,17 @@ def restricted_proc(proc: str = "/proc") -> str | None:
             found = m  # a later mount on the same point hides an earlier one
     if found is None:
         return None
-    for opt in found.super_options.split(","):
-        name, _, value = opt.partition("=")
-        if name == "hidepid" and value not in ("0", "off"):
-            return (
-                f"{proc} is mounted with hidepid={value}: other users' processes are hidden"
-                " from this scan, so a holder may be missed"
-            )
-    return None
+    options = dict(opt.partition("=")[::2] for opt in found.super_options.split(","))
+    hidepid = options.get("hidepid", "0")
+    if hidepid in ("0", "off"):
+        return None
+    gid = options.get("gid", "")
+    if gid.isdigit() and int(gid) in {os.getegid(), *os.getgroups()}:
+        return None  # the group hidepid exempts
+    return (
+        f"{proc} is mounted with hidepid={hidepid}: other users' processes are hidden"
+        " from this scan, so a holder may be missed"
+    )
 
 
 def scan_holders(dbs: Iterable[Path], *, full: bool = True) -> list[HolderScan]:
