@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
+from statewarden.cli.holders_cmd import coverage_line
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.processes import (
     PF_KTHREAD,
@@ -689,3 +690,31 @@ class TestCli:
         objs = [json.loads(line) for line in result.stdout.splitlines()]
         assert [o["scan"] for o in objs] == ["full", "incremental"]
         assert all(w.pid in {h["pid"] for h in o["holders"]} for o in objs)
+
+
+class TestCoverageLine:
+    @staticmethod
+    def scan_with(uids: list[int], held: int = 0) -> HolderScan:
+        unread = [{"pid": 100 + i, "uid": uid, "comm": "x", "reason": "r", "exempt": False,
+                   "checked": "locks", "holds_lock": i < held} for i, uid in enumerate(uids)]  # fmt: skip
+        return HolderScan(db=Path("/h/state.db"), files={}, holders=[], problems=[],
+                          uninspectable=unread, vanished=[], processes=len(uids), mode="full")  # fmt: skip
+
+    @pytest.mark.parametrize(
+        ("uids", "held", "line"),
+        [
+            ([], 0, None),
+            ([os.geteuid() + 1] * 312, 0,
+             "312 processes of other users could not be read; none holds a lock on state.db"),
+            ([os.geteuid() + 1], 1, "1 process of other users could not be read;"
+             " 1 holds a lock on state.db (listed above, via locks)"),
+            ([os.geteuid()], 0, "1 process could not be read; none holds a lock on state.db"),
+            ([os.geteuid(), os.geteuid() + 1, os.geteuid() + 2], 2,
+             "3 processes (2 of other users) could not be read;"
+             " 2 hold a lock on state.db (listed above, via locks)"),
+        ],
+    )  # fmt: skip
+    def test_one_line_says_what_was_checked_through_locks(
+        self, uids: list[int], held: int, line: str | None
+    ) -> None:
+        assert coverage_line(self.scan_with(uids, held)) == line

@@ -89,6 +89,8 @@ def coverage_line(scan: HolderScan) -> str | None:
     plural = "process" if n == 1 else "processes"
     if others == n:
         who = f"{n} {plural} of other users"
+    elif not others:
+        who = f"{n} {plural}"
     else:
         who = f"{n} {plural} ({others} of other users)"
     held = sum(1 for u in checked if u.get("holds_lock"))
