@@ -253,6 +253,22 @@ class TestOtherUsers:
         assert root["fds"] == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
         assert root_writer.pid not in {u["pid"] for u in data["uninspectable"]}
 
+    def test_a_hostile_process_name_reaches_the_terminal_escaped(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """Another user names its process with escapes and a newline: --verbose shows them inert."""
+        code = (
+            "import sys; open('/proc/self/comm', 'w').write('\\x1b]0;pwn\\x07\\nX');"
+            " print('ready', flush=True); sys.stdin.read()"
+        )
+        third = str(USER - 1)
+        procs.append(evil := Proc(["setpriv", "--reuid", third, "--regid", third,
+                                   "--clear-groups", sys.executable, "-c", code]))  # fmt: skip
+        out = holders_as_user(user_home, "--verbose").stdout
+        assert "\x1b" not in out
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"  pid {evil.pid} "))
+        assert line.startswith(f"  pid {evil.pid} (\\x1b]0;pwn\\x07\\nX, uid {third}):")
+
     def test_policy_fail_keeps_the_strict_meaning(self, user_home: Home, procs: list[Proc]) -> None:
         """other_users: fail: the unreadable root holder makes the scan incomplete, exit 1."""
         with holding(user_home.home) as root_writer:

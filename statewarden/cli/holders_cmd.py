@@ -51,6 +51,17 @@ def _check_db(db: str) -> None:
         raise UsageError(f"--db {db}: no such file")
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, ``\\n``).
+
+    Names and command lines come from other processes, other users' among them: printed
+    raw, one could move the cursor, rewrite lines or retitle the terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def _fds(h: Holder) -> str:
     if h.via == VIA_LOCKS:
         return "? (locks)"  # its descriptors could not be read; its locks were seen
@@ -64,15 +75,18 @@ def _row(h: Holder, now: float) -> tuple[str, ...]:
     flags = ",".join(h.flags)
     if h.stale_files:
         flags = flags.replace("STALE", "STALE(" + "+".join(h.stale_files) + ")")
-    return (
-        str(h.pid),
-        h.kind,
-        h.unit or "(none)",
-        _fds(h),
-        "yes" if h.orphan else "-",
-        human_age(age_seconds(h, now)),
-        flags or "-",
-        command,
+    return tuple(
+        printable(cell)
+        for cell in (
+            str(h.pid),
+            h.kind,
+            h.unit or "(none)",
+            _fds(h),
+            "yes" if h.orphan else "-",
+            human_age(age_seconds(h, now)),
+            flags or "-",
+            command,
+        )
     )
 
 
@@ -150,7 +164,7 @@ def render(
         if verbose and scan.uninspectable:
             click.echo("processes that could not be read:")
             for text in _unreadable(scan):
-                click.echo(text)
+                click.echo(printable(text))
         if not scan.complete:
             click.echo(
                 f"scan INCOMPLETE: {len(scan.problems)} problem(s); treat the database as held:"
@@ -160,7 +174,7 @@ def render(
                 if not verbose and _is_unreadable_problem(scan, p):
                     hidden += 1
                 else:
-                    click.echo(f"  {p}")
+                    click.echo(printable(f"  {p}"))
             if hidden:
                 click.echo(
                     f"  {hidden} process(es) could not be inspected"
