@@ -51,8 +51,10 @@ class HolderScans:
         self._has_dbs = bool(dbs)
 
     def reconfigure(self, config: Config) -> None:
-        """A reloaded config: the scan interval applies from the next wake."""
+        """A reloaded config: the scan interval applies from the next wake, the holders
+        section (policy, expected kinds, writers) from the next scan."""
         self.config = config
+        self.watcher.configure(config.holders)
 
     @property
     def last(self) -> dict[str, HolderScan]:

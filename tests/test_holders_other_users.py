@@ -340,6 +340,35 @@ class TestOtherUsers:
         assert f"pid {root_writer.pid} (unknown" in many
 
 
+class TestReload:
+    def test_a_reloaded_policy_applies_to_the_next_scan(self, user_home: Home) -> None:
+        """The daemon's holder scans, as the user: fail, then locks after a reload."""
+        code = (
+            "import json, sys\n"
+            "from pathlib import Path\n"
+            "from statewarden.config import Config, HoldersConfig\n"
+            "from statewarden.daemon_holders import HolderScans\n"
+            "h = HolderScans(Config(holders=HoldersConfig(other_users='fail')), lambda f: None)\n"
+            "h.set_dbs([Path(sys.argv[1])])\n"
+            "before = h.watcher.scan()[0]\n"
+            "h.reconfigure(Config())\n"
+            "after = h.watcher.scan()[0]\n"
+            "print(json.dumps([before.complete, after.complete, after.coverage]))\n"
+        )
+        with holding(user_home.home):
+            proc = subprocess.run(
+                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
+                capture_output=True, text=True, cwd=REPO, check=False,
+                env={**os.environ, "HOME": "/nonexistent"},
+            )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        before, after, coverage = json.loads(proc.stdout)
+        assert before is False
+        assert after is True
+        assert coverage["uncovered"] == 0
+        assert coverage["locks_only"] > 0
+
+
 class TestStaleThroughLocks:
     def test_a_root_holder_left_on_a_replaced_db_is_stale(
         self, user_home: Home, procs: list[Proc]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
+from statewarden.config import DEFAULT_OTHER_USERS, HoldersConfig, OtherUsersPolicy
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
 from statewarden.incidents.signals import Found, Observation, Signal
@@ -99,6 +99,15 @@ class HolderWatcher:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
             self.scanner = self._scanner(dbs)
             self._first = True
+
+    def configure(self, holders: HoldersConfig) -> None:
+        """A reloaded ``holders`` section: it applies from the next scan."""
+        self.max_writers = holders.max_writers
+        self.expected_kinds = frozenset(holders.expected_kinds)
+        self.exempt_comms = holders.exempt_comms
+        self.other_users = holders.other_users
+        self.scanner.exempt_comms = frozenset(holders.exempt_comms)
+        self.scanner.other_users = holders.other_users
 
     def _scanner(self, dbs: list[Path]) -> HolderScanner:
         return HolderScanner(dbs, exempt_comms=self.exempt_comms, other_users=self.other_users)
