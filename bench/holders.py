@@ -40,8 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lab.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
-from tests.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_home, writer_env
 
 REPO = Path(__file__).resolve().parent.parent
 

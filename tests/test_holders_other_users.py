@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from lab.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_home, writer_env
 from statewarden.holders.processes import PF_KTHREAD
-from tests.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_home, writer_env
 
 REPO = Path(__file__).resolve().parent.parent
 USER = 65534
@@ -93,6 +93,9 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
