@@ -34,8 +34,11 @@ def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
     as_json: bool,
     config_path: str | None,
 ) -> None:
-    """Write statewarden's systemd --user units for this installation, reload the manager,
-    and with --enable / --now enable and start statewarden.service. Idempotent.
+    """Write statewarden's systemd --user units for this installation; enable, start.
+
+    Writes statewarden.service and statewarden-failed@.service for the installation this
+    command runs from, reloads the user manager, and with --enable / --now enables and
+    starts statewarden.service. Running it again changes nothing that is already right.
 
     Example: statewardenctl install --enable --now
     """
