@@ -42,11 +42,11 @@ import apsw
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from lab import corruption  # noqa: E402
+from lab.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 from statewarden.recovery.recover import recover  # noqa: E402
 from statewarden.sidecars import WAL_SUFFIX  # noqa: E402
-from tests import corruption_lab as lab  # noqa: E402
-from tests.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
 
 FTS_DAMAGE = {"messages_fts_data": 20, "messages_fts_trigram_data": 60}
 # Hermes' repair may drop the FTS tables and leave them to "the next SessionDB() open";
@@ -128,8 +128,8 @@ def correct(path: Path, expect: dict[str, int]) -> str:
         if ic != ["ok"]:
             problems.append(f"integrity_check: {len(ic)} errors")
         for table, n in expect.items():
-            planner = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            scan = conn.execute(f"SELECT count(*) FROM {table} NOT INDEXED").fetchone()[0]
+            planner = conn.execute(f"SELECT count(*) FROM {table}").get
+            scan = conn.execute(f"SELECT count(*) FROM {table} NOT INDEXED").get
             if (planner, scan) != (n, n):
                 problems.append(f"{table}: planner {planner}, scan {scan}, expected {n}")
         for fts in ("messages_fts", "messages_fts_trigram"):
@@ -186,10 +186,11 @@ def fts_rebuild(healthy: Path, dest: Path) -> float:
 def counts(path: Path) -> dict[str, int]:
     conn = ro(path)
     try:
-        return {
-            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in ("sessions", "messages")
-        }
+        out = {}
+        for t in ("sessions", "messages"):
+            row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
+            out[t] = int(row[0]) if row else 0
+        return out
     finally:
         conn.close()
 
@@ -221,7 +222,7 @@ def warm(path: Path) -> None:
             pass
 
 
-def run_case(name: str, case: lab.Case, work: Path, floors: dict[str, float]) -> None:
+def run_case(name: str, case: corruption.Case, work: Path, floors: dict[str, float]) -> None:
     print(f"\n{name}: {case.note}")
     expect = counts(case.pristine)
     warm(case.db)
@@ -325,14 +326,14 @@ def main() -> None:
         t_fts = fts_rebuild(healthy, base / "fts-rebuild.db")
         line("FTS5 'rebuild' of both FTS tables", t_fts)
         floors = {"vacuum": t_vac, "integrity": t_ic, "fts_rebuild": t_fts}
-        cases: list[tuple[str, Callable[[Path], lab.Case]]] = [
-            ("fts-damage", lambda d: lab.scribbled_trees(d, FTS_DAMAGE, spec=spec)),
-            ("phantom-row", lambda d: lab.phantom_row(d, spec=spec)),
-            ("zeroed-interior", lambda d: lab.zeroed_interior(d, spec=spec)),
-            ("flipped-pointer", lambda d: lab.flipped_child_pointer(d, spec=spec)),
-            ("wal-bad-frame", lambda d: lab.wal_bad_frame(d, spec=spec)),
-            ("broken-overflow", lambda d: lab.broken_overflow(d, spec=spec)),
-            ("stale-index", lambda d: lab.stale_index_entries(d, spec=spec)),
+        cases: list[tuple[str, Callable[[Path], corruption.Case]]] = [
+            ("fts-damage", lambda d: corruption.scribbled_trees(d, FTS_DAMAGE, spec=spec)),
+            ("phantom-row", lambda d: corruption.phantom_row(d, spec=spec)),
+            ("zeroed-interior", lambda d: corruption.zeroed_interior(d, spec=spec)),
+            ("flipped-pointer", lambda d: corruption.flipped_child_pointer(d, spec=spec)),
+            ("wal-bad-frame", lambda d: corruption.wal_bad_frame(d, spec=spec)),
+            ("broken-overflow", lambda d: corruption.broken_overflow(d, spec=spec)),
+            ("stale-index", lambda d: corruption.stale_index_entries(d, spec=spec)),
         ]
         for name, make in cases:
             if args.only and name not in args.only:

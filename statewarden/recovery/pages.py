@@ -20,7 +20,7 @@ The same decoding reads page images of WAL frames SQLite does not replay
 the rest of the chain among unreached pages (``partial_columns``), and rebuilds page 1
 as the root of the ``sqlite_schema`` leaves still intact (``rebuild_schema_root``).
 
-Call only with no SQLite connection open to ``path`` in this process (DESIGN.md rule 2).
+Call only with no SQLite connection open to ``path`` in this process (docs/safety.md rule 2).
 """
 
 from __future__ import annotations
@@ -428,7 +428,7 @@ def rebuild_schema_root(path: Path) -> int:
     records (five fields: a type SQLite knows, three strings, an integer, SQL text),
     freelist pages excluded, and must not overlap in rowid. The header is kept. Returns
     0 (and writes nothing) when no such leaf exists. Call with no SQLite connection
-    open to ``path`` (DESIGN.md rule 2).
+    open to ``path`` (docs/safety.md rule 2).
     """
     db = DatabaseFile(path)
     try:
@@ -519,7 +519,7 @@ def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict
     length makes the payload come out at its recorded size, once the pages lost at the
     break are counted as whole pages. A column whose bytes all lie in known parts is
     decoded; the others are left out. Call with no SQLite connection open to ``path``
-    (DESIGN.md rule 2).
+    (docs/safety.md rule 2).
     """
     db = DatabaseFile(path)
     try:

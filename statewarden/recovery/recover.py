@@ -160,7 +160,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             # Evidence that rows may be missing (a read error, pages no b-tree reaches,
             # a count that differs from the planner's, a page reached twice): decode
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
-            # SQLite connection open to the copy (DESIGN.md rule 2).
+            # SQLite connection open to the copy (docs/safety.md rule 2).
             salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
@@ -224,7 +224,7 @@ def _complete_partial_rows(
 ) -> None:
     """Columns of partial rows that the file still holds past the break in their
     overflow chain (``pages.partial_columns``) replace what was filled in the output.
-    Raw reads of the work copy: no connection is open to it now (DESIGN.md rule 2)."""
+    Raw reads of the work copy: no connection is open to it now (docs/safety.md rule 2)."""
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
     conn = apsw.Connection(str(built))
     try:

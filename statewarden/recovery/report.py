@@ -1,6 +1,6 @@
 """The recovery report: only what was measured on the source copy and the output file.
 
-Loss is computed from key sets (DESIGN.md rule 7): a key is *known to exist in the
+Loss is computed from key sets (docs/safety.md rule 7): a key is *known to exist in the
 source* when a full scan read its row, its row was decoded from a page or a WAL frame,
 or (for a table with FTS copies) the copies hold its rowid, else an index whose own
 b-tree is intact lists it; it is *lost* when the output has no row with that key.

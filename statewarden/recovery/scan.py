@@ -7,7 +7,7 @@ exponential search followed by bisection narrows the unreadable stretch to the s
 rowid range bounded by readable leaves. A row whose own content cannot be read (a broken
 overflow chain) is read column by column: it is kept with the columns that can be read
 and the others listed (``partial``), or, if none can, skipped and counted alone
-(DESIGN.md rule 8).
+(docs/safety.md rule 8).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from tests.hermes_fixtures import SMALL, Spec, built_db
+from lab.hermes_fixtures import SMALL, Spec, built_db, hermes_python
 
 PAGE_TABLE_INTERIOR = 0x05
 PAGE_TABLE_LEAF = 0x0D
@@ -160,7 +160,7 @@ def phantom_row(dest_dir: Path, spec: Spec = SMALL, cell: int = 5) -> Case:
 
     The pointer array gets one more entry (a copy of pointer ``cell``, placed right after
     it) and the cell count goes up by one; the cell content is not touched. Every index
-    still holds the row once, exactly like the file in HERMES.md story 3.
+    still holds the row once, exactly like the file in docs/stories.md story 3.
     """
     case = fresh_copy(dest_dir, spec)
     pf = PristineFile(case.db)
@@ -234,7 +234,7 @@ def capped_check_trap(dest_dir: Path, spec: Spec = SMALL) -> Case:
     SQLite checks ``messages_fts_trigram_docsize`` before ``sessions`` (the order of its
     schema hash), so one of its leaves with every cell pointer aimed at the first cell
     (hundreds of "out of order" errors) fills the default cap of 100 before the phantom
-    row in ``sessions`` is reached, as in HERMES.md story 2.
+    row in ``sessions`` is reached, as in docs/stories.md story 2.
     """
     case = phantom_row(dest_dir, spec)
     pf = PristineFile(case.db)
@@ -515,7 +515,6 @@ def wal_commits(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
     fixture and is killed: every commit is still in the ``-wal``. ``pristine`` is the
     copy with that WAL replayed; ``unreached['messages']`` the appended rowids."""
     case = fresh_copy(dest_dir, spec)
-    from tests.hermes_fixtures import hermes_python
 
     subprocess.run(
         [hermes_python(), "-c", CRASHING_APPENDER, str(dest_dir), str(messages)], check=True
@@ -524,9 +523,9 @@ def wal_commits(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
     case.pristine = dest_dir / "pristine" / "state.db"
     case.pristine.parent.mkdir()
     fold_copy(case.db, case.pristine)
-    before = {int(r[0]) for r in table_rows(built_db(spec), "SELECT rowid FROM messages")}
-    after = {int(r[0]) for r in table_rows(case.pristine, "SELECT rowid FROM messages")}
-    case.unreached = {"messages": sorted(after - before)}
+    before = {r for (r,) in table_rows(built_db(spec), "SELECT rowid FROM messages")}
+    after = {r for (r,) in table_rows(case.pristine, "SELECT rowid FROM messages")}
+    case.unreached = {"messages": sorted(int(str(r)) for r in after - before)}
     case.note = f"{messages} Hermes commits in the -wal"
     return case
 
@@ -636,7 +635,6 @@ def broken_overflow(dest_dir: Path, spec: Spec = SMALL, *, whole_chain: bool = F
     the row's rowid; ``pristine`` the file before the damage. ``whole_chain`` zeroes
     every overflow page of the row, so nothing past its cell survives."""
     case = fresh_copy(dest_dir, spec)
-    from tests.hermes_fixtures import hermes_python
 
     subprocess.run([hermes_python(), "-c", LONG_PROMPT_WRITER, str(dest_dir)], check=True)
     for suffix in ("-wal", "-shm"):
