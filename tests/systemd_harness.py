@@ -62,7 +62,11 @@ _NS_SCRIPT = textwrap.dedent(
     done
     (
         for d in $HARNESS_CGROUPS; do echo "$BASHPID" > "$d/cgroup.procs"; done
-        exec /usr/lib/systemd/systemd --user
+        if [ "$HARNESS_UID" = 0 ]; then
+            exec /usr/lib/systemd/systemd --user
+        fi
+        exec setpriv --reuid="$HARNESS_UID" --regid="$HARNESS_UID" --clear-groups \
+            /usr/lib/systemd/systemd --user
     ) &
     echo $! > "$HARNESS_DIR/manager.pid"
     wait $! || true
@@ -111,8 +115,16 @@ class UserSystemd:
             DBUS_SESSION_BUS_ADDRESS=self.bus_address,
             HARNESS_DIR=str(self.base),
             HARNESS_CGROUPS=" ".join(str(c) for c in self.cgroups),
+            HARNESS_UID=str(self.uid),
         )
         return env
+
+    def as_user(self, argv: list[str]) -> list[str]:
+        """``argv`` run as the manager's uid (as is, when the manager runs as root)."""
+        if self.uid == 0:
+            return argv
+        who = str(self.uid)
+        return ["setpriv", f"--reuid={who}", f"--regid={who}", "--clear-groups", "--", *argv]
 
     @property
     def manager_pid(self) -> int:
@@ -127,7 +139,7 @@ class UserSystemd:
                               timeout=timeout)  # fmt: skip
 
     def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self._in_ns(["systemctl", "--user", *args], timeout=READY_TIMEOUT_S)
+        return self._in_ns(self.as_user(["systemctl", "--user", *args]), timeout=READY_TIMEOUT_S)
 
     def journal(self, unit: str) -> str:
         """The manager's journal for ``unit`` (as root: ``_SYSTEMD_USER_UNIT``)."""
@@ -159,6 +171,21 @@ class UserSystemd:
                 if not part.exists():
                     part.mkdir()
                     self._created.append(part)
+        if self.uid != 0:
+            # The user's own folders and its manager's cgroup belong to the user; the
+            # folders above them must let the user through.
+            for top in (self.home, self.runtime_dir):
+                for dirpath, _dirs, files in os.walk(top):
+                    os.chown(dirpath, self.uid, self.uid)
+                    for f in files:
+                        os.chown(os.path.join(dirpath, f), self.uid, self.uid)
+            self.base.chmod(0o755)
+            for cg in self.cgroups:
+                for dirpath, _dirs, files in os.walk(cg):
+                    os.chown(dirpath, self.uid, self.uid)
+                    for f in files:
+                        with contextlib.suppress(OSError):
+                            os.chown(os.path.join(dirpath, f), self.uid, self.uid)
         self._wrapper = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "bash", "-c", _NS_SCRIPT],
             env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -187,9 +214,9 @@ class UserSystemd:
             time.sleep(0.05)
 
     def _systemd_on_bus(self) -> bool:
-        r = self._in_ns(["busctl", "--user", "call", "org.freedesktop.DBus",
+        r = self._in_ns(self.as_user(["busctl", "--user", "call", "org.freedesktop.DBus",
                          "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameHasOwner",
-                         "s", "org.freedesktop.systemd1"], timeout=READY_TIMEOUT_S)  # fmt: skip
+                         "s", "org.freedesktop.systemd1"]), timeout=READY_TIMEOUT_S)  # fmt: skip
         return r.stdout.strip() == "b true"
 
     def stop(self) -> None:
@@ -269,12 +296,14 @@ def unavailable_reason() -> str | None:
 
 
 @contextlib.contextmanager
-def user_systemd(base: Path) -> Iterator[UserSystemd]:
-    """Start a private manager under ``base``; always torn down, even on failure."""
+def user_systemd(base: Path, uid: int = 0) -> Iterator[UserSystemd]:
+    """Start a private manager under ``base``, as ``uid`` (root by default); always torn
+    down, even on failure. For another uid, ``base`` and the folders above it must let
+    that uid through."""
     LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(LOCK_PATH, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manager = UserSystemd(base)
+        manager = UserSystemd(base, uid)
         try:
             manager.start()
             yield manager

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 
 from lab.hermes_fixtures import TINY, make_home
 from statewarden import install as inst
+from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
@@ -160,10 +164,22 @@ class TestWithoutManager:
 # -- a real user manager -----------------------------------------------------------------
 
 
+USER_UID = 65534  # an unprivileged uid with no home, as a fresh service user would be
+
+
 class Installed:
     def __init__(self, manager: UserSystemd, env: dict[str, str]) -> None:
         self.manager = manager
         self.env = env
+
+    def ctl(self, *args: str) -> CtlRun:
+        """The installed statewardenctl, run as the manager's user."""
+        script = str(Path(sys.executable).parent / "statewardenctl")
+        r = subprocess.run(
+            self.manager.as_user([script, *args]), env=self.env, capture_output=True,
+            text=True, timeout=180, check=False,
+        )  # fmt: skip
+        return CtlRun(r.returncode, r.stdout, r.stderr)
 
     def show(self, *props: str) -> dict[str, str]:
         r = self.manager.systemctl("show", inst.UNIT, *(f"-p{p}" for p in props))
@@ -185,30 +201,48 @@ class Installed:
         raise AssertionError(f"statewarden.service not running: {props}")
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+def _chown_tree(top: Path, uid: int) -> None:
+    for dirpath, _dirs, files in os.walk(top):
+        os.chown(dirpath, uid, uid)
+        for f in files:
+            os.chown(os.path.join(dirpath, f), uid, uid)
+
+
+@pytest.fixture(scope="module", params=[0, USER_UID], ids=["as-root", "as-a-user"])
+def installed(request: pytest.FixtureRequest) -> Iterator[Installed]:
+    """statewarden installed with --enable --now into a real user manager, run by root
+    or by an unprivileged uid (the way it is meant to run)."""
     reason = unavailable_reason()
     if reason:
         pytest.skip(reason)
-    base = tmp_path_factory.mktemp("install-systemd")
-    hermes = make_home(base / "hermes", TINY)
-    with user_systemd(base / "manager") as manager:
-        state = manager.home / ".local" / "state"
-        # What the unit runs with: the manager's own HOME is root's; point it at the test's.
-        r = manager.systemctl(
-            "set-environment",
-            f"HOME={manager.home}",
-            f"XDG_STATE_HOME={state}",
-            f"XDG_CONFIG_HOME={manager.home / '.config'}",
-            f"HERMES_HOME={hermes}",
-        )
-        assert r.returncode == 0, r.stderr
-        env = manager.env()
-        env["XDG_STATE_HOME"] = str(state)
-        env["HERMES_HOME"] = str(hermes)
-        done = ctl("install", "--enable", "--now", env=env)
-        assert done.exit_code == 0, done.stdout + done.stderr
-        yield Installed(manager, env)
+    uid: int = request.param
+    # Outside pytest's 0700 temporary root, so that the user can reach its own folders.
+    base = Path(tempfile.mkdtemp(prefix="statewarden-install-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        hermes = make_home(base / "hermes", TINY)
+        if uid:
+            _chown_tree(hermes, uid)
+        with user_systemd(base / "manager", uid) as manager:
+            state = manager.home / ".local" / "state"
+            # What the unit runs with: point HOME and the XDG folders at the test's.
+            r = manager.systemctl(
+                "set-environment",
+                f"HOME={manager.home}",
+                f"XDG_STATE_HOME={state}",
+                f"XDG_CONFIG_HOME={manager.home / '.config'}",
+                f"HERMES_HOME={hermes}",
+            )
+            assert r.returncode == 0, r.stderr
+            env = manager.env()
+            env["XDG_STATE_HOME"] = str(state)
+            env["HERMES_HOME"] = str(hermes)
+            installed = Installed(manager, env)
+            done = installed.ctl("install", "--enable", "--now")
+            assert done.exit_code == 0, done.stdout + done.stderr
+            yield installed
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.systemd
@@ -223,7 +257,7 @@ class TestRealManager:
 
     def test_install_again_changes_nothing(self, installed: Installed) -> None:
         before = installed.wait_running()
-        r = ctl("install", "--enable", "--now", env=installed.env)
+        r = installed.ctl("install", "--enable", "--now")
         assert r.exit_code == 0, r.stderr
         assert "already enabled" in r.stdout
         assert "already running" in r.stdout
@@ -278,7 +312,9 @@ class TestRealManager:
     def test_systemd_analyze_verify_passes(self, installed: Installed) -> None:
         units = installed.manager.unit_dir
         r = installed.manager._in_ns(
-            ["systemd-analyze", "--user", "verify", "--man=no", str(units / inst.UNIT)],
+            installed.manager.as_user(
+                ["systemd-analyze", "--user", "verify", "--man=no", str(units / inst.UNIT)]
+            ),
             timeout=60,
         )
         assert r.returncode == 0, r.stdout + r.stderr
@@ -288,7 +324,7 @@ class TestRealManager:
     ) -> None:
         """Last in the module: stops, disables, removes the two files; the drop-in stays."""
         units = installed.manager.unit_dir
-        r = ctl("uninstall", env=installed.env)
+        r = installed.ctl("uninstall")
         assert r.exit_code == 0, r.stdout + r.stderr
         assert "stopped statewarden.service" in r.stdout
         assert "disabled statewarden.service" in r.stdout
