@@ -11,7 +11,8 @@ Signal handlers only record the signal; the loop acts on it: SIGTERM/SIGINT stop
 (in stages, each with a time limit), SIGHUP reloads the config and keeps the old one
 if the new one is invalid. What watchers find goes to :meth:`Daemon.handle`:
 observations into the timeline, signals into the incident book, and every incident
-that opens, reopens, escalates or resolves to the journal with its kind's MESSAGE_ID.
+that opens, reopens, escalates or resolves to the journal with its kind's MESSAGE_ID
+and to the alerts router (``alerts.service.Alerts``: journald and Telegram notifications).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden import __version__, journald
+from statewarden.alerts.service import Alerts
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.errors import ConfigError, StatewardenError, UsageError
@@ -40,7 +42,7 @@ from statewarden.recovery.diagnose import diagnose
 from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
 from statewarden.watch.events import FileEvents
-from statewarden.watch.holders import HolderWatcher
+from statewarden.watch.holders import HolderWatcher, describe
 from statewarden.watch.journal import JournalFollower
 from statewarden.watch.monitor import Found, Guard, TargetMonitor
 from statewarden.watch.units import UnitWatcher
@@ -95,6 +97,13 @@ class Daemon:
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
+        self.alerts = Alerts(
+            config.alerts,
+            sdir,
+            log=self.log,
+            profile_of=self._profile_of,
+            holders_of=self._holders_of,
+        )
 
     def _open_book(self, sdir: Path, config: Config) -> IncidentBook:
         """The incident book; a damaged one is set aside (by IncidentBook) and restarted empty."""
@@ -140,7 +149,17 @@ class Daemon:
             )
         if update is not None and update.change != "updated":
             self._announce(update, found)
+        if update is not None:
+            self.alerts.submit(update)
         return update
+
+    def _profile_of(self, db: str) -> str:
+        m = self.monitors.get(db)
+        return m.target.name if m is not None else "-"
+
+    def _holders_of(self, db: str) -> list[str]:
+        scan = self.holders.last.get(db)
+        return [describe(h) for h in scan.holders] if scan is not None else []
 
     def _announce(self, update: Update, sig: Signal) -> None:
         inc = update.incident
@@ -321,13 +340,19 @@ class Daemon:
                     "config": self.config.source,
                     "status": self.status_line(),
                 },
+                "alerts": {name: s["state"] for name, s in self.alerts.status()["sinks"].items()},
                 "databases": dbs,
             }
         if cmd == "holders":
             await self.scan_holders()
             return [s.to_json() for s in self.holders.last.values()]
         if cmd == "incidents":
-            return [i.to_json() for i in self.book.listing(include_resolved=bool(req.get("all")))]
+            return [
+                {**i.to_json(), "notification": self.alerts.incident_state(i.id)}
+                for i in self.book.listing(include_resolved=bool(req.get("all")))
+            ]
+        if cmd == "alerts":
+            return self.alerts.status()
         if cmd == "incident":
             inc = self.book.get(_int_arg(req, "id"))
             entries = self.timeline.around(inc.db, inc.first_seen)
@@ -378,6 +403,7 @@ class Daemon:
             for m in self.monitors.values():
                 m.files.wal_warn_bytes = new.watch.wal_warn_bytes
                 m.files.wal_growth_window_s = new.watch.wal_growth_window
+            await self.alerts.reload(new.alerts)
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
         await self.check_mounts()
@@ -392,6 +418,7 @@ class Daemon:
             self._announce(
                 update, Signal(update.incident.kind, update.incident.db, "", clears=True)
             )
+            self.alerts.submit(update)
 
     def _wait_s(self) -> float:
         waits = [self.config.watch.poll_interval]
@@ -448,6 +475,8 @@ class Daemon:
         self.rescan()
         await self.check_mounts()
         tasks.append(asyncio.create_task(self.units.run()))
+        self.alerts.reconcile(self.book.incidents.values())
+        tasks.append(asyncio.create_task(self.alerts.run()))
         self.poll_all()  # the baseline: what exists now is not news
         await self.scan_holders()
         journald.notify_ready(self.status_line())
@@ -511,6 +540,8 @@ class Daemon:
             await asyncio.wait_for(
                 asyncio.gather(*tasks, return_exceptions=True), STOP_STAGE_TIMEOUT_S
             )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.alerts.close(), STOP_STAGE_TIMEOUT_S)
         self.book.save()
 
 

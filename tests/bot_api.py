@@ -30,7 +30,8 @@ class Request:
 
 
 class BotApi:
-    def __init__(self, default: str = "ok", retry_after: int = 1) -> None:
+    def __init__(self, default: str = "ok", retry_after: int = 1, port: int = 0) -> None:
+        """``port`` 0 picks a free one; a stopped server can be started again on its port."""
         self.default = default
         self.retry_after = retry_after
         self.script: list[str] = []
@@ -57,7 +58,7 @@ class BotApi:
                 method = parts[1] if len(parts) > 1 else ""
                 api.answer(self, Request(token, method, body))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -121,17 +121,13 @@ class Router:
         if self.state_path is None:
             return
         try:
-            data = json.loads(self.state_path.read_text(encoding="utf-8"))
-            for key, raw in data.get("incidents", {}).items():
-                self.notified[int(key)] = Notified(**raw)
-        except FileNotFoundError:
-            return
+            self.notified = read_notified(self.state_path, strict=True)
         except (OSError, ValueError, TypeError, AttributeError):
             # Unreadable: start afresh; reconcile re-queues what is open (the outbox's keys
             # keep what was already delivered from going out twice).
             with contextlib.suppress(OSError):
                 self.state_path.rename(self.state_path.with_suffix(f".damaged-{int(time.time())}"))
-            self.notified.clear()
+            self.notified = {}
 
     def save(self) -> None:
         if self.state_path is None:
@@ -366,11 +362,25 @@ class Router:
         for (_db, state), group in self._groups.items():
             if incident_id in group.changes:
                 return {"state": f"waiting ({state})", "due": group.deadline}
-        rec = self.notified.get(incident_id)
-        if rec is None:
-            return {"state": "not notified"}
-        if rec.muted:
-            return {"state": f"muted: {rec.muted}"}
-        if not rec.notified:
-            return {"state": "not notified"}
-        return {"state": f"notified {rec.notified}", "at": rec.at, "sinks": rec.sinks}
+        return describe_notified(self.notified.get(incident_id))
+
+
+def read_notified(path: Path, *, strict: bool = False) -> dict[int, Notified]:
+    """The router's saved state; empty if missing (or, unless ``strict``, unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {int(k): Notified(**raw) for k, raw in data.get("incidents", {}).items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, AttributeError):
+        if strict:
+            raise
+        return {}
+
+
+def describe_notified(rec: Notified | None) -> dict[str, Any]:
+    if rec is None or (not rec.muted and not rec.notified):
+        return {"state": "not notified"}
+    if rec.muted:
+        return {"state": f"muted: {rec.muted}"}
+    return {"state": f"notified {rec.notified}", "at": rec.at, "sinks": rec.sinks}

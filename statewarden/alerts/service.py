@@ -24,9 +24,8 @@ from statewarden.alerts.delivery import Delivery
 from statewarden.alerts.journald_sink import JournaldSink
 from statewarden.alerts.message import Notification
 from statewarden.alerts.outbox import Entry, Outbox
-from statewarden.alerts.router import Route, Router
+from statewarden.alerts.router import Route, Router, describe_notified, read_notified
 from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, SinkError
-from statewarden.alerts.telegram import TelegramSink
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
 
@@ -47,6 +46,10 @@ def make_sinks(cfg: AlertsConfig, env: Mapping[str, str] | None = None) -> dict[
     if cfg.journald.enabled:
         sinks["journald"] = JournaldSink()
     if cfg.telegram.enabled:
+        # httpx is imported only when Telegram is on: every statewardenctl command
+        # imports this module, and most never send anything.
+        from statewarden.alerts.telegram import TelegramSink  # noqa: PLC0415
+
         sinks["telegram"] = TelegramSink(cfg.telegram, env)
     return sinks
 
@@ -270,3 +273,8 @@ async def send_test(
         finally:
             await sink.close()
     return results
+
+
+def saved_states(state_dir: Path) -> dict[int, dict[str, Any]]:
+    """Each incident's notification state as last saved (``incidents`` with no daemon)."""
+    return {k: describe_notified(v) for k, v in read_notified(state_dir / "alerts.json").items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from statewarden import __version__
+from statewarden.cli.alerts_cmd import alerts_group
 from statewarden.cli.check_cmd import check
 from statewarden.cli.config_cmd import config_group
 from statewarden.cli.holders_cmd import holders
@@ -29,6 +30,7 @@ main.add_command(config_group)
 main.add_command(check)
 main.add_command(recover_cmd)
 main.add_command(incidents_group)
+main.add_command(alerts_group)
 
 
 if __name__ == "__main__":
