@@ -222,3 +222,29 @@ class TestRestart:
         rig.router.tick(T0)
         rig.fire(sig("stale_holder", T0 + 5, key="1", clears=True))
         assert rig.router.tick(T0 + 100) == []
+
+
+class TestLongRun:
+    def test_muted_reminder_does_not_spin(self, tmp_path: Path) -> None:
+        """A reminder that falls during maintenance is muted, and the next one is due a
+        repeat_interval later (not at once, over and over)."""
+        rig = Rig(tmp_path)
+        rig.fire(sig("stale_holder", T0, key="1"))
+        rig.router.tick(T0)
+        rig.router.set_maintenance(DB, True)
+        assert rig.router.tick(T0 + 4 * 3600) == []
+        deadline = rig.router.next_deadline()
+        assert deadline is not None
+        assert deadline >= T0 + 8 * 3600
+
+    def test_resolved_incidents_are_forgotten_past_the_bound(self, tmp_path: Path) -> None:
+        """Thousands of incidents that opened and resolved leave a bounded router."""
+        rig = Rig(tmp_path)
+        rig.book.keep_resolved = 10_000
+        rig.book.path = None  # in memory: 4,200 saves of a growing book would be the test
+        for k in range(2100):
+            rig.fire(sig("stale_holder", T0 + k, key=str(k)))
+            rig.fire(sig("stale_holder", T0 + k, key=str(k), clears=True))
+        rig.router.tick(T0 + 3000)
+        assert len(rig.router.incidents) == 2000
+        assert len(rig.router.notified) <= 2000

@@ -199,8 +199,11 @@ def headline(n: Notification) -> str:
 _RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
-def item_lines(item: Item, now: float) -> list[tuple[str, str]]:
-    """(label, text) lines for one incident; label "" is a continuation line."""
+def item_lines(item: Item, now: float, *, holders: bool = True) -> list[tuple[str, str]]:
+    """(label, text) lines for one incident; label "" is a continuation line.
+
+    ``holders=False`` leaves the holders out (the item before listed the same ones).
+    """
     out: list[tuple[str, str]] = []
     change = "" if item.change in ("opened", "test") else f" ({item.change})"
     out.append(("what", f"#{item.incident} {item.kind}{change}: {item.summary}"))
@@ -219,7 +222,7 @@ def item_lines(item: Item, now: float) -> list[tuple[str, str]]:
         out.append(("resolved", item.resolution or "condition cleared"))
     for i, line in enumerate(item.evidence):
         out.append(("evidence" if i == 0 else "", line))
-    for i, line in enumerate(item.holders):
+    for i, line in enumerate(item.holders if holders else []):
         out.append(("holders" if i == 0 else "", line))
     if item.folded:
         out.append(("also open", "; ".join(item.folded)))
@@ -235,10 +238,12 @@ def plain_lines(n: Notification, now: float | None = None) -> list[str]:
         lines.append(TEST_TEXT)
     if n.dropped:
         lines.append(f"(the outbox was full: {n.dropped} earlier notification(s) were dropped)")
+    previous: list[str] = []
     for item in n.items:
         lines.append("")
-        for label, text in item_lines(item, now):
+        for label, text in item_lines(item, now, holders=item.holders != previous):
             lines.append(f"  {label + ':':<11} {text}" if label else f"  {'':<11} {text}")
+        previous = item.holders
     return lines
 
 
@@ -257,12 +262,14 @@ def html_lines(n: Notification, now: float | None = None) -> list[str]:
         lines.append(
             esc(f"(the outbox was full: {n.dropped} earlier notification(s) were dropped)")
         )
+    previous: list[str] = []
     for item in n.items:
         lines.append("")
-        for label, text in item_lines(item, now):
-            if label in ("evidence", "holders", "") or label == "next step":
+        for label, text in item_lines(item, now, holders=item.holders != previous):
+            if label in ("evidence", "holders", "next step", ""):
                 body = f"<code>{esc(text)}</code>"
             else:
                 body = esc(text)
             lines.append(f"<i>{esc(label)}:</i> {body}" if label else f"    {body}")
+        previous = item.holders
     return lines

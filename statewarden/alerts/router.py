@@ -55,6 +55,7 @@ MAINTENANCE_MUTES = frozenset(
 )
 FOLDED_INTO_CORRUPTION = frozenset({"write_failures", "self_repair", "jsonl_fallback"})
 FOLDED_SHOWN = 10  # folded incidents listed by name in a corruption notification
+KEEP_RESOLVED = 2000  # resolved incidents remembered (the book itself keeps 500)
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,7 @@ class Router:
                 group = self._groups.setdefault((inc.db, "firing"), _Group(deadline=now))
                 group.deadline = min(group.deadline, now)
                 group.changes.setdefault(inc_id, "reminder")
+                rec.at = now  # the next one is due a repeat_interval later, even if muted
         sent: list[Notification] = []
         for key in [k for k, g in self._groups.items() if g.deadline <= now]:
             group = self._groups.pop(key)
@@ -265,7 +267,22 @@ class Router:
                 sent.append(notification)
         if sent:
             self.save()
+        self._prune()
         return sent
+
+    def _prune(self) -> None:
+        """Forget the oldest resolved incidents past :data:`KEEP_RESOLVED` (memory stays flat)."""
+        resolved = [i for i in self.incidents.values() if i.state == "resolved"]
+        if len(resolved) <= KEEP_RESOLVED:
+            return
+        waiting = {i for g in self._groups.values() for i in g.changes}
+        resolved.sort(key=lambda i: i.resolved_at or 0.0)
+        for inc in resolved[: len(resolved) - KEEP_RESOLVED]:
+            if inc.id in waiting:
+                continue
+            del self.incidents[inc.id]
+            self.notified.pop(inc.id, None)
+            self._rates.pop(inc.id, None)
 
     def _corruption_open(self, db: str) -> Incident | None:
         for inc in self.incidents.values():
