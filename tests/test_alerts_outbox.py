@@ -106,3 +106,37 @@ class TestOutbox:
         assert box.next("telegram") is entry
         box.done(entry)
         assert box.pending() == []
+
+
+class TestHostileFolder:
+    def test_planted_symlink_is_not_followed(self, tmp_path: Path) -> None:
+        """An outbox path that is a symlink to somewhere else is never written through;
+        entries are kept in memory and the reason is reported."""
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        (tmp_path / "outbox").symlink_to(target)
+        box = Outbox(tmp_path / "outbox", max_entries=10)
+        entry = box.put(note("a"), "telegram")
+        assert entry is not None
+        assert not entry.on_disk
+        assert box.persist_error == f"{tmp_path / 'outbox'}: is a symbolic link; not written to"
+        box.done(entry)
+        assert list(target.iterdir()) == []
+
+    def test_folder_writable_by_others_is_not_used(self, tmp_path: Path) -> None:
+        (tmp_path / "outbox").mkdir()
+        (tmp_path / "outbox").chmod(0o777)
+        box = Outbox(tmp_path / "outbox", max_entries=10)
+        box.put(note("a"), "telegram")
+        assert "writable by others (mode 777)" in box.persist_error
+        assert list((tmp_path / "outbox").iterdir()) == []
+
+
+class TestTokenInEvidence:
+    def test_bot_token_in_a_log_line_is_not_sent_on(self) -> None:
+        from statewarden.alerts.message import evidence_lines
+
+        line = "ERROR telegram: POST https://api.telegram.org/bot123456789:AAHxyzxyzxyzxyzxyzxyzxyzxyzxyzxyz12/getUpdates failed"
+        (out,) = evidence_lines([line])
+        assert "AAHxyz" not in out
+        assert "bot***redacted***/getUpdates" in out

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from statewarden.incidents.book import Incident
 from statewarden.incidents.signals import MESSAGE_IDS
+from statewarden.logs import redact_text
 
 NotificationState = Literal["firing", "resolved", "test"]
 EVIDENCE_LINES = 3  # evidence entries shown per incident
@@ -126,6 +127,8 @@ def evidence_lines(evidence: list[str]) -> list[str]:
         text = lines[0].strip()
         if len(lines) > 1:
             text += " ... " + lines[-1].strip()
+        # Hermes' Telegram gateway can log its bot's URL: a token there is not sent on.
+        text = redact_text(text)
         if len(text) > EVIDENCE_LINE_CHARS:
             text = text[: EVIDENCE_LINE_CHARS - 3] + "..."
         out.append(text)
@@ -147,7 +150,7 @@ def item_for(
         severity=inc.severity,
         db=inc.db,
         profile=profile,
-        summary=inc.summary,
+        summary=redact_text(inc.summary),
         change=change,
         first_seen=inc.first_seen,
         last_seen=inc.last_seen,

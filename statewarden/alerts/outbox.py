@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -71,6 +72,20 @@ class Entry:
         }
 
 
+def _unsafe_folder(folder: Path) -> str:
+    """Why ``folder`` is not safe to write state into, or "" (rule 12: no redirection)."""
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not {os.geteuid()}"
+    if st.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
 class Outbox:
     def __init__(self, folder: Path, *, max_entries: int) -> None:
         self.folder = folder
@@ -83,6 +98,7 @@ class Outbox:
         self._next_seq = 1
         self.persist_error = ""
         self.load_problems: list[str] = []
+        self._unsafe = False
         self._load()
 
     # ------------------------------------------------------------- loading
@@ -90,9 +106,15 @@ class Outbox:
     def _load(self) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            names = sorted(os.listdir(self.folder))
+            unsafe = _unsafe_folder(self.folder)
+            names = [] if unsafe else sorted(os.listdir(self.folder))
         except OSError as exc:
             self.persist_error = f"{self.folder}: {exc.strerror or exc}"
+            return
+        if unsafe:
+            # Nothing is written where someone else could redirect it; alerts go from memory.
+            self.persist_error = f"{self.folder}: {unsafe}; not written to"
+            self._unsafe = True
             return
         try:
             data = json.loads((self.folder / "delivered.json").read_text(encoding="utf-8"))
@@ -162,6 +184,9 @@ class Outbox:
         return entry
 
     def _write(self, entry: Entry) -> None:
+        if self._unsafe:
+            entry.on_disk = False
+            return
         try:
             write_atomic(self.folder / entry.filename, json.dumps(entry.to_json()))
         except OSError as exc:
@@ -223,6 +248,8 @@ class Outbox:
                 path.rename(path.with_name(entry.filename + ".rejected"))
 
     def _save_delivered(self) -> None:
+        if self._unsafe:
+            return
         data = {
             "next_seq": self._next_seq,
             "delivered": {s: list(keys) for s, keys in self._delivered.items()},
