@@ -33,7 +33,7 @@ from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.errors import ConfigError, StatewardenError, UsageError
 from statewarden.incidents.book import IncidentBook, Update
-from statewarden.incidents.signals import MESSAGE_IDS, Observation, Signal
+from statewarden.incidents.signals import KINDS, Found, Observation, Signal
 from statewarden.incidents.timeline import Timeline, format_entry
 from statewarden.logs import get_logger
 from statewarden.mounts import read_mounts
@@ -44,7 +44,7 @@ from statewarden.targets import Target, discover
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import HolderWatcher, describe
 from statewarden.watch.journal import JournalFollower
-from statewarden.watch.monitor import Found, Guard, TargetMonitor
+from statewarden.watch.monitor import Guard, TargetMonitor
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
@@ -169,7 +169,7 @@ class Daemon:
             text = f"incident resolved: {inc.kind} ({inc.resolution})"
         getattr(self.log, level)(
             text,
-            message_id=MESSAGE_IDS[inc.kind],
+            message_id=KINDS[inc.kind].message_id,
             incident=inc.id,
             kind=inc.kind,
             db=inc.db,

@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.cli.ctl import main as ctl
-from statewarden.config import IncidentKind, parse_config
+from statewarden.config import IncidentKind, Severity, parse_config
 from statewarden.errors import ConfigError
 from statewarden.incidents.signals import KINDS
+from statewarden.incidents.signals import Severity as SignalSeverity
 from tests.bot_api import BotApi
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
@@ -106,6 +107,7 @@ class TestConfig:
 
     def test_incident_kinds_match_the_book(self) -> None:
         assert get_args(IncidentKind) == tuple(KINDS)
+        assert get_args(Severity) == get_args(SignalSeverity)
 
 
 class TestAlertsTest:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from statewarden.alerts.catalog import catalog_text
-from statewarden.incidents.signals import KINDS, MESSAGE_IDS
+from statewarden.incidents.signals import KINDS
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ class TestCatalogFile:
     def test_every_kind_has_an_entry_with_a_next_step(self) -> None:
         text = CATALOG.read_text()
         for kind in KINDS:
-            block = text.split(f"-- {MESSAGE_IDS[kind]}\n")[1].split("\n-- ")[0]
+            block = text.split(f"-- {KINDS[kind].message_id}\n")[1].split("\n-- ")[0]
             assert "Subject: statewarden: " in block
             assert "What to do: " in block
 
@@ -90,21 +90,21 @@ class TestRealJournal:
         entries = [json.loads(line) for line in out.splitlines()]
         firing = next(e for e in entries if e.get("STATEWARDEN_STATE") == "firing")
         resolved = next(e for e in entries if e.get("STATEWARDEN_STATE") == "resolved")
-        assert firing["MESSAGE_ID"] == MESSAGE_IDS["corruption"]
+        assert firing["MESSAGE_ID"] == KINDS["corruption"].message_id
         assert firing["PRIORITY"] == "2"
         assert firing["STATEWARDEN_INCIDENT"] == "3"
         assert firing["STATEWARDEN_KIND"] == "corruption"
         assert firing["STATEWARDEN_DB"] == "/home/u/.hermes/state.db"
         assert firing["STATEWARDEN_PROFILE"] == "work"
         assert firing["MESSAGE"].startswith("CRITICAL corruption on box, profile work")
-        assert resolved["MESSAGE_ID"] == MESSAGE_IDS["stale_holder"]
+        assert resolved["MESSAGE_ID"] == KINDS["stale_holder"].message_id
         assert resolved["PRIORITY"] == "5"
         warn = manager._in_ns(["journalctl", "-o", "json", "--no-pager", "-p", "warning",
                                "SYSLOG_IDENTIFIER=statewarden"], timeout=60).stdout  # fmt: skip
         states = [json.loads(line).get("STATEWARDEN_STATE") for line in warn.splitlines()]
         assert states == ["firing"]
         explained = manager._in_ns(["journalctl", "-x", "--no-pager",
-                                    f"MESSAGE_ID={MESSAGE_IDS['corruption']}"],
+                                    f"MESSAGE_ID={KINDS['corruption'].message_id}"],
                                    timeout=60).stdout  # fmt: skip
         assert "Subject: statewarden: Hermes state.db is corrupt" in explained
         assert "Incident 3 on /home/u/.hermes/state.db (profile work), firing." in explained

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from statewarden.alerts.journald_sink import TEST_MESSAGE_ID
 from statewarden.alerts.message import NEXT_STEPS
-from statewarden.incidents.signals import KINDS, MESSAGE_IDS
+from statewarden.incidents.signals import KINDS
 
 MEANINGS: dict[str, tuple[str, str]] = {
     "corruption": (
@@ -115,7 +115,7 @@ def catalog_text() -> str:
     for kind in KINDS:
         subject, body = MEANINGS[kind]
         step = NEXT_STEPS[kind].format(profile="@STATEWARDEN_PROFILE@")
-        parts.append(_entry(MESSAGE_IDS[kind], subject, body, step))
+        parts.append(_entry(KINDS[kind].message_id, subject, body, step))
     parts.append(
         f"-- {TEST_MESSAGE_ID}\n"
         "Subject: statewarden: test notification\n"

@@ -20,11 +20,8 @@ from typing import TextIO
 from statewarden.alerts.message import Notification, plain_text
 from statewarden.alerts.outbox import Entry
 from statewarden.alerts.sink import Progress, Retry
-from statewarden.journald import JournalSender
+from statewarden.journald import PRIORITY_NOTICE, JournalSender, priority_of
 
-PRIORITY = {"critical": 2, "error": 3, "warning": 4, "info": 6}
-PRIORITY_RESOLVED = 5  # notice
-PRIORITY_TEST = 5
 TEST_MESSAGE_ID = "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0aff"
 IDENTIFIER = "statewarden"
 
@@ -35,7 +32,7 @@ def entry_fields(n: Notification, index: int) -> dict[str, object]:
         return {
             "MESSAGE": plain_text(n),
             "MESSAGE_ID": TEST_MESSAGE_ID,
-            "PRIORITY": PRIORITY_TEST,
+            "PRIORITY": PRIORITY_NOTICE,
             "SYSLOG_IDENTIFIER": IDENTIFIER,
             "STATEWARDEN_STATE": "test",
             "STATEWARDEN_NOTIFICATION": n.key,
@@ -45,7 +42,7 @@ def entry_fields(n: Notification, index: int) -> dict[str, object]:
     return {
         "MESSAGE": plain_text(one),
         "MESSAGE_ID": item.message_id,
-        "PRIORITY": PRIORITY_RESOLVED if n.state == "resolved" else PRIORITY[item.severity],
+        "PRIORITY": PRIORITY_NOTICE if n.state == "resolved" else priority_of(item.severity),
         "SYSLOG_IDENTIFIER": IDENTIFIER,
         "STATEWARDEN_INCIDENT": item.incident,
         "STATEWARDEN_KIND": item.kind,

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from statewarden.incidents.book import Incident
-from statewarden.incidents.signals import MESSAGE_IDS
+from statewarden.incidents.signals import KINDS, SEVERITY_RANK
 from statewarden.logs import redact_text
 
 NotificationState = Literal["firing", "resolved", "test"]
@@ -83,7 +83,8 @@ class Item:
 
     @property
     def message_id(self) -> str:
-        return MESSAGE_IDS.get(self.kind, "")
+        kind = KINDS.get(self.kind)
+        return kind.message_id if kind is not None else ""
 
     @property
     def state(self) -> str:
@@ -115,6 +116,14 @@ class Notification:
             items=items,
             dropped=int(data.get("dropped", 0)),
         )
+
+
+def severity_rank(severity: str) -> int:
+    """How severe (0 info .. 3 critical); a name from a saved file that is unknown is 0."""
+    for name, rank in SEVERITY_RANK.items():
+        if name == severity:
+            return rank
+    return 0
 
 
 def evidence_lines(evidence: list[str]) -> list[str]:
@@ -195,11 +204,8 @@ def headline(n: Notification) -> str:
     if len(n.items) == 1:
         what = "REMINDER " if first.change == "reminder" else ""
         return f"{what}{first.severity.upper()} {first.kind} on {where}"
-    worst = max(n.items, key=lambda i: _RANK.get(i.severity, 0)).severity
+    worst = max(n.items, key=lambda i: severity_rank(i.severity)).severity
     return f"{worst.upper()} {len(n.items)} incidents on {where}"
-
-
-_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def item_lines(item: Item, now: float, *, holders: bool = True) -> list[tuple[str, str]]:

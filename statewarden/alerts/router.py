@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.alerts.message import Item, Notification, item_for
+from statewarden.alerts.message import Item, Notification, item_for, severity_rank
 from statewarden.alerts.outbox import Outbox
 from statewarden.atomic import write_atomic
 from statewarden.config import AlertsConfig
-from statewarden.incidents.book import SEVERITY_RANK, Incident, Update
+from statewarden.incidents.book import Incident, Update
 
 MAINTENANCE_MUTES = frozenset(
     {
@@ -66,7 +66,7 @@ class Route:
     kinds: frozenset[str] = frozenset()
 
     def accepts(self, item: Item) -> bool:
-        if SEVERITY_RANK.get(item.severity, 0) < SEVERITY_RANK[self.min_severity]:
+        if severity_rank(item.severity) < severity_rank(self.min_severity):
             return False
         return not self.kinds or item.kind in self.kinds
 

@@ -23,8 +23,8 @@ from statewarden.cli._common import (
     print_json,
 )
 from statewarden.config import runtime_dir, state_dir
-from statewarden.control import DaemonNotRunning, request, socket_path
-from statewarden.errors import EXIT_FAILED, StatewardenError, UsageError
+from statewarden.control import request, socket_path
+from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError
 
 
 def _when(ts: float | None) -> str:
