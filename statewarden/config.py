@@ -235,6 +235,13 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics over HTTP (off unless ``listen`` is set)."""
+
+    listen: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration, validated once."""
 
@@ -247,6 +254,7 @@ class Config:
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: str | None = field(default=None, metadata={"internal": True})
 
 
@@ -357,7 +365,18 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
     ctx = _Ctx(source, lines)
     config: Config = _build(Config, data, (), ctx)
     _check_alerts(config.alerts, ctx)
+    _check_listen(config.metrics.listen, ctx)
     return dataclasses.replace(config, source=source)
+
+
+def _check_listen(listen: str | None, ctx: _Ctx) -> None:
+    if listen is None:
+        return
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ctx.error(
+            ("metrics", "listen"), f"expected host:port such as 127.0.0.1:9108, got {listen!r}"
+        )
 
 
 def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:

@@ -31,6 +31,7 @@ from statewarden import __version__, journald
 from statewarden.alerts.service import Alerts
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
+from statewarden.daemon_metrics import Metrics, Snapshot
 from statewarden.errors import ConfigError, StatewardenError, UsageError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.signals import KINDS, Found, Observation, Signal
@@ -39,6 +40,7 @@ from statewarden.logs import get_logger
 from statewarden.mounts import read_mounts
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.diagnose import diagnose
+from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
 from statewarden.watch.events import FileEvents
@@ -93,6 +95,9 @@ class Daemon:
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         self.units = UnitWatcher(self._handle_from_units, self._db_for_unit)
         self._check_lock = asyncio.Lock()
+        self.metrics: Metrics | None = None
+        self._metrics_at = 0.0
+        self._last_check: dict[str, tuple[float, str]] = {}
         self._source_io = asyncio.Lock()
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
@@ -388,6 +393,7 @@ class Daemon:
             finally:
                 await asyncio.to_thread(work.cleanup)
         diagnosis.path = str(db)
+        self._last_check[str(db)] = (time.time(), diagnosis.damage)
         return diagnosis.to_json()
 
     # -------------------------------------------------------------- life cycle
@@ -476,6 +482,7 @@ class Daemon:
         await self.check_mounts()
         tasks.append(asyncio.create_task(self.units.run()))
         self.alerts.reconcile(self.book.incidents.values())
+        self._start_metrics()
         tasks.append(asyncio.create_task(self.alerts.run()))
         self.poll_all()  # the baseline: what exists now is not news
         await self.scan_holders()
@@ -510,6 +517,7 @@ class Daemon:
                     self._holder_event = False
                     # In the background: a /proc scan must not delay log detection.
                     self._holder_task = asyncio.create_task(self.scan_holders())
+                self._update_metrics()
                 journald.notify_status(self.status_line())
         finally:
             journald.notify_stopping()
@@ -520,8 +528,47 @@ class Daemon:
         self.log.info("statewarden stopped", signal=name)
         return 0
 
+    def _start_metrics(self) -> None:
+        listen = self.config.metrics.listen
+        if listen is None:
+            return
+        metrics = Metrics(listen)
+        try:
+            metrics.start()
+        except StatewardenError as exc:
+            self.log.error("metrics unavailable", error=str(exc))
+            return
+        self.metrics = metrics
+        self._update_metrics(force=True)
+        self.log.info("metrics served", url=f"http://{listen}/metrics")
+
+    def _update_metrics(self, *, force: bool = False) -> None:
+        """Hand the metrics server a fresh snapshot, at most once a second."""
+        now = time.monotonic()
+        if self.metrics is None or (not force and now - self._metrics_at < 1.0):
+            return
+        self._metrics_at = now
+        snap = Snapshot(open_incidents=dict.fromkeys(KINDS, 0), last_check=dict(self._last_check))
+        for inc in self.book.open_incidents():
+            snap.open_incidents[inc.kind] = snap.open_incidents.get(inc.kind, 0) + 1
+        for db, scan in self.holders.last.items():
+            for h in scan.holders:
+                snap.holders[(str(db), h.kind)] = snap.holders.get((str(db), h.kind), 0) + 1
+        for key, m in self.monitors.items():
+            try:
+                snap.wal_bytes[key] = os.stat(sidecar(m.target.db, WAL_SUFFIX)).st_size
+            except OSError:
+                snap.wal_bytes[key] = 0
+        for name, s in self.alerts.status()["sinks"].items():
+            snap.outbox_depth[name] = s["pending"]
+            snap.delivered[name] = s.get("delivered", 0)
+        self.metrics.update(snap)
+
     async def _shutdown(self, tasks: list[asyncio.Task[Any]]) -> None:
         """Stop in stages, each with a time limit; safe to call twice."""
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)
+            self.metrics = None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.control.close(), STOP_STAGE_TIMEOUT_S)
         if self.events is not None:
