@@ -90,6 +90,9 @@ class BotApi:
             self._send(
                 handler, 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
             )
+        elif how == "400chat":
+            self._send(handler, 400, {"ok": False, "error_code": 400,
+                                      "description": "Bad Request: chat not found"})  # fmt: skip
         elif how == "400":
             self._send(handler, 400, {"ok": False, "error_code": 400,
                                       "description": "Bad Request: can't parse entities"})  # fmt: skip

@@ -133,8 +133,8 @@ class TestAlertsTest:
         r = CliRunner().invoke(ctl, ["alerts", "test", "--config", str(cfg)])
         assert r.exit_code == 1
         assert r.stdout == (
-            f"telegram: rejected: 401 Unauthorized: check the bot token (token_file {token_file}) "
-            "and chat_id -1001234567890\n"
+            f"telegram: rejected: 401 Unauthorized: check the bot token (token_file {token_file}), "
+            "chat_id -1001234567890 and message_thread_id\n"
         )
         assert r.stderr == "statewardenctl: error: not delivered by telegram\n"
         assert TOKEN not in r.output

@@ -173,13 +173,25 @@ class TestSend:
         assert d.health.retry_at is not None
         assert d.health.retry_at - time.time() > 3000
         assert (
-            "401 Unauthorized: check the bot token ($STATEWARDEN_TELEGRAM_TOKEN)"
+            "401 Unauthorized: check the bot token ($STATEWARDEN_TELEGRAM_TOKEN), chat_id 123456789"
             in d.health.last_error
         )
         assert [e for lvl, e, _ in log.lines if lvl == "error"] == [
             "alert sink rejected the notification: a configuration problem"
         ]
         assert len(box.pending()) == 2
+
+    def test_chat_not_found_is_a_configuration_problem(self, api: BotApi, tmp_path: Path) -> None:
+        """400 'chat not found' pauses the sink and keeps every entry (none set aside)."""
+        api.default = "400chat"
+        box = Outbox(tmp_path / "outbox", max_entries=10)
+        box.put(note("a"), "telegram")
+        box.put(note("b"), "telegram")
+        d = run_delivery(TelegramSink(cfg(api), {"STATEWARDEN_TELEGRAM_TOKEN": TOKEN}), box, 3)
+        assert d.health.state == "rejected"
+        assert "400 Bad Request: chat not found: check the bot token" in d.health.last_error
+        assert [e.key for e in box.pending()] == ["a", "b"]
+        assert d.health.set_aside == 0
 
     def test_400_falls_back_to_plain_text(self, api: BotApi, tmp_path: Path) -> None:
         """Telegram refusing the HTML gets the same text as plain text."""

@@ -14,8 +14,10 @@ to the chat. Answers:
 - 200 ``ok``: delivered;
 - 429: :class:`Retry` after the answer's ``parameters.retry_after``;
 - 5xx, timeouts, refused connections: :class:`Retry` (the delivery loop backs off);
-- 400: sent again once as plain text (an HTML parse error), then :class:`Refused`;
-- 401, 403, 404: :class:`Rejected`, a configuration problem (token or chat), reported once.
+- 400 "can't parse entities": sent again as plain text, then :class:`Refused`;
+- other 400 (chat or topic not found), 401, 403, 404: :class:`Rejected`, a configuration
+  problem (token, chat, topic), reported once; the entries wait for a fixed config;
+- any other 4xx: :class:`Refused` (this entry is set aside).
 """
 
 from __future__ import annotations
@@ -219,10 +221,14 @@ class TelegramSink:
             raise Retry(f"429 {desc or 'Too Many Requests'}", after_s=after_s)
         if status >= 500 or status == 200:
             raise Retry(f"{status} {desc or 'server error'}")
-        if status in (401, 403, 404):
+        if status == 400 and "parse" in desc.lower():
+            raise Refused(f"{status} {desc}")  # the HTML: sent again as plain text
+        if status in (400, 401, 403, 404):
+            # Bad token, bot not in the chat, chat or topic not found: the config is wrong
+            # for every message, not this one.
             raise Rejected(
-                f"{status} {desc}: check the bot token ({self.token_source}) and "
-                f"chat_id {self.cfg.chat_id}"
+                f"{status} {desc}: check the bot token ({self.token_source}), "
+                f"chat_id {self.cfg.chat_id} and message_thread_id"
             )
         raise Refused(f"{status} {desc}")
 
