@@ -90,6 +90,11 @@ class BotApi:
             self._send(
                 handler, 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
             )
+        elif how == "301":
+            handler.send_response(301)
+            handler.send_header("Location", f"https://127.0.0.1/bot{req.token}/sendMessage")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
         elif how == "400chat":
             self._send(handler, 400, {"ok": False, "error_code": 400,
                                       "description": "Bad Request: chat not found"})  # fmt: skip

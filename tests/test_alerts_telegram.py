@@ -193,6 +193,20 @@ class TestSend:
         assert [e.key for e in box.pending()] == ["a", "b"]
         assert d.health.set_aside == 0
 
+    def test_redirect_is_a_configuration_problem(self, api: BotApi, tmp_path: Path) -> None:
+        """An api_base that redirects is not followed (the token would go along): the sink
+        pauses, the Location is shown without the token."""
+        api.default = "301"
+        box = Outbox(tmp_path / "outbox", max_entries=10)
+        box.put(note("a"), "telegram")
+        d = run_delivery(TelegramSink(cfg(api), {"STATEWARDEN_TELEGRAM_TOKEN": TOKEN}), box, 1)
+        assert d.health.state == "rejected"
+        assert d.health.last_error == (
+            "301 redirect to https://127.0.0.1/bot***redacted***/sendMessage: "
+            "set api_base to the final URL"
+        )
+        assert len(api.requests) == 1
+
     def test_400_falls_back_to_plain_text(self, api: BotApi, tmp_path: Path) -> None:
         """Telegram refusing the HTML gets the same text as plain text."""
         api.script = ["400"]

@@ -221,6 +221,9 @@ class TelegramSink:
             raise Retry(f"429 {desc or 'Too Many Requests'}", after_s=after_s)
         if status >= 500 or status == 200:
             raise Retry(f"{status} {desc or 'server error'}")
+        if 300 <= status < 400:
+            where = self.scrub(response.headers.get("location", "?"))
+            raise Rejected(f"{status} redirect to {where}: set api_base to the final URL")
         if status == 400 and "parse" in desc.lower():
             raise Refused(f"{status} {desc}")  # the HTML: sent again as plain text
         if status in (400, 401, 403, 404):
