@@ -1,8 +1,9 @@
 """Prometheus metrics of the running daemon, on ``metrics.listen`` (off by default).
 
 Served by prometheus-client's own HTTP server thread (``GET /metrics``). The daemon's
-loop hands over a :class:`Snapshot` at most once a second; a scrape only reads the
-latest one, so the server thread never touches the daemon's live state.
+loop hands over a :class:`Snapshot` (:meth:`Metrics.refresh`) at most once a second; a
+scrape only reads the latest one, so the server thread never touches the daemon's live
+state.
 
 - ``statewarden_open_incidents{kind}``: open incidents by kind (every kind, 0 included);
 - ``statewarden_holders{db,kind}``: processes holding each database, by kind;
@@ -15,14 +16,23 @@ latest one, so the server thread never touches the daemon's live state.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from statewarden.errors import StatewardenError
+from statewarden.incidents.signals import KINDS
+from statewarden.sidecars import WAL_SUFFIX, sidecar
+
+if TYPE_CHECKING:
+    from statewarden.daemon import Daemon
+
+REFRESH_S = 1.0
 
 
 @dataclass
@@ -46,6 +56,31 @@ class Metrics:
         self.host, self.port = parse_listen(listen)
         self.snapshot = Snapshot()
         self._server: Any = None
+        self._refreshed_at = 0.0
+
+    @classmethod
+    def started(cls, daemon: Daemon) -> Metrics | None:
+        """Metrics serving on ``metrics.listen``; None when off or the port is unavailable."""
+        listen = daemon.config.metrics.listen
+        if listen is None:
+            return None
+        metrics = cls(listen)
+        try:
+            metrics.start()
+        except StatewardenError as exc:
+            daemon.log.error("metrics unavailable", error=str(exc))
+            return None
+        metrics.refresh(daemon, force=True)
+        daemon.log.info("metrics served", url=f"http://{listen}/metrics")
+        return metrics
+
+    def refresh(self, daemon: Daemon, *, force: bool = False) -> None:
+        """A new snapshot of the daemon's state, at most every :data:`REFRESH_S`."""
+        now = time.monotonic()
+        if not force and now - self._refreshed_at < REFRESH_S:
+            return
+        self._refreshed_at = now
+        self.update(snapshot_of(daemon))
 
     def start(self) -> None:
         registry = CollectorRegistry(auto_describe=False)
@@ -109,3 +144,21 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def snapshot_of(daemon: Daemon) -> Snapshot:
+    snap = Snapshot(open_incidents=dict.fromkeys(KINDS, 0), last_check=dict(daemon.last_check))
+    for inc in daemon.book.open_incidents():
+        snap.open_incidents[inc.kind] = snap.open_incidents.get(inc.kind, 0) + 1
+    for db, scan in daemon.holder_scans.last.items():
+        for h in scan.holders:
+            snap.holders[(str(db), h.kind)] = snap.holders.get((str(db), h.kind), 0) + 1
+    for key, m in daemon.databases.monitors.items():
+        try:
+            snap.wal_bytes[key] = os.stat(sidecar(m.target.db, WAL_SUFFIX)).st_size
+        except OSError:
+            snap.wal_bytes[key] = 0
+    for name, s in daemon.alerts.status()["sinks"].items():
+        snap.outbox_depth[name] = s["pending"]
+        snap.delivered[name] = s.get("delivered", 0)
+    return snap

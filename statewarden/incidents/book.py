@@ -23,7 +23,7 @@ import contextlib
 import json
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,6 +81,7 @@ class Update:
     change: Change
     incident: Incident
     rate_per_min: float | None = None
+    source: str = ""  # the watcher whose signal caused it; "" for a quiet resolution
 
 
 class IncidentBook:
@@ -172,6 +173,10 @@ class IncidentBook:
 
     def record(self, sig: Signal) -> Update | None:
         """Apply one signal; the update it caused, or None if it changed nothing."""
+        update = self._apply(sig)
+        return None if update is None else replace(update, source=sig.source)
+
+    def _apply(self, sig: Signal) -> Update | None:
         fp = sig.fingerprint
         existing = self.incidents.get(self._by_fingerprint.get(fp, -1))
         if sig.clears:
