@@ -185,3 +185,28 @@ class TestAlertsListing:
         data = json.loads(CliRunner().invoke(ctl, ["alerts", "--json"]).stdout)
         assert data["source"] == "local"
         assert data["outbox"][0]["incidents"] == [4]
+
+
+class TestIncidentsShowNotificationState:
+    def test_local_incidents_listing_says_notified(self, tmp_path: Path) -> None:
+        """`statewardenctl incidents` (no daemon) shows each incident's notification state
+        from the saved router state."""
+        from statewarden.alerts.router import Route, Router
+        from statewarden.config import AlertsConfig
+        from statewarden.incidents.book import IncidentBook
+        from statewarden.incidents.signals import Signal
+
+        sdir = tmp_path / "xdg-state" / "statewarden"
+        book = IncidentBook(sdir / "incidents.json")
+        router = Router(AlertsConfig(), Outbox(sdir / "outbox", max_entries=10),
+                        {"journald": Route("info")}, state_path=sdir / "alerts.json", host="box")  # fmt: skip
+        for kind, db in (("corruption", "/db"), ("wal_growth", "/other.db")):
+            update = book.record(Signal(kind, db, f"{kind} here", at=100.0))
+            assert update is not None
+            router.submit(update, now=100.0)
+        router.tick(100.0)  # the critical one goes at once; the warning waits group_wait
+        r = CliRunner().invoke(ctl, ["incidents"])
+        assert r.exit_code == 0, r.output
+        lines = r.stdout.splitlines()
+        assert lines[1] == "      alerts: notified firing"
+        assert lines[3] == "      alerts: not notified"
