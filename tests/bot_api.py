@@ -30,8 +30,12 @@ class Request:
 
 
 class BotApi:
-    def __init__(self, default: str = "ok", retry_after: int = 1, port: int = 0) -> None:
-        """``port`` 0 picks a free one; a stopped server can be started again on its port."""
+    def __init__(
+        self, default: str = "ok", retry_after: int = 1, port: int = 0, token: str | None = None
+    ) -> None:
+        """``port`` 0 picks a free one; a stopped server can be started again on its port.
+        ``token``: the only bot token accepted (others get 401), None: any."""
+        self.token = token
         self.default = default
         self.retry_after = retry_after
         self.script: list[str] = []
@@ -72,6 +76,8 @@ class BotApi:
         with self._lock:
             self.requests.append(req)
             how = self.script.pop(0) if self.script else self.default
+        if self.token is not None and req.token != self.token:
+            how = "401"
         if how == "hang":
             self.release.wait(60)
             how = "500"

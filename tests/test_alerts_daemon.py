@@ -143,3 +143,45 @@ class TestDaemonTelegram:
             "session_reaper",
         ]
         assert len(whats) == len(set(whats)) == 4
+
+
+class TestReload:
+    def test_wrong_token_then_fixed_with_a_reload(
+        self, env: dict[str, str], hermes_home: Path, tmp_path: Path
+    ) -> None:
+        """A wrong token: 401, reported once, the notification kept; the token file fixed
+        and SIGHUP: it is delivered, once."""
+        api = BotApi(token=TOKEN)
+        try:
+            token_file = tmp_path / "telegram.token"
+            token_file.write_text("987654321:AAHwrongTokenwrongTokenwrongToken_xyz\n")
+            token_file.chmod(0o600)
+            configure(env, api.url)
+            del env["STATEWARDEN_TELEGRAM_TOKEN"]
+            cfg = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
+            cfg.write_text(cfg.read_text() + f"    token_file: {token_file}\n")
+            d = DaemonProc(env)
+            try:
+                d.wait_for("statewarden ready")
+                malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
+                d.wait_for("alert sink rejected the notification: a configuration problem")
+                status = d.ctl("alerts")
+                assert status["sinks"]["telegram"]["state"] == "rejected"
+                assert status["sinks"]["telegram"]["pending"] == 1
+                assert (
+                    "401 Unauthorized: check the bot token (token_file"
+                    in status["sinks"]["telegram"]["last_error"]
+                )
+                token_file.write_text(TOKEN + "\n")
+                d.proc.send_signal(signal.SIGHUP)
+                eventually(lambda: len(api.accepted) == 1, what="the kept notification delivered")
+                eventually(lambda: d.ctl("alerts")["outbox"] == [], what="the outbox emptied")
+            finally:
+                d.stop()
+            assert d.proc.stderr is not None
+            d.lines += d.proc.stderr.read().splitlines()  # everything it logged
+            assert len(api.accepted) == 1
+            assert sum("rejected the notification" in ln for ln in d.lines) == 1
+            assert "AAHwrongToken" not in "\n".join(d.lines)
+        finally:
+            api.stop()
