@@ -89,6 +89,8 @@ class TestDaemonTelegram:
             assert "telegram  ok        0 waiting; last delivered" in listing.stdout
         finally:
             d.stop()
+        assert d.proc.stderr is not None
+        d.lines += d.proc.stderr.read().splitlines()  # everything it logged
         seen = "\n".join(d.lines) + json.dumps(status) + listing.stdout
         for f in (tmp_path / "xdg-state").rglob("*"):
             if f.is_file():
