@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.bot_api import BotApi
-from tests.hermes_fixtures import TINY, log_line, make_home
+from lab.bot_api import BotApi
+from lab.hermes_fixtures import TINY, log_line, make_home
 
 TOKEN = "123456789:AAHbenchTokenNotRealAtAll_abcdefghijk"  # noqa: S105 - a fake one
 TASK_RE = re.compile(r"gateway task (\w+) died")

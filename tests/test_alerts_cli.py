@@ -12,6 +12,7 @@ from typing import get_args
 import pytest
 from click.testing import CliRunner
 
+from lab.bot_api import BotApi
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.cli.ctl import main as ctl
@@ -19,7 +20,6 @@ from statewarden.config import IncidentKind, Severity, parse_config
 from statewarden.errors import ConfigError
 from statewarden.incidents.signals import KINDS
 from statewarden.incidents.signals import Severity as SignalSeverity
-from tests.bot_api import BotApi
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from lab.bot_api import BotApi
 from statewarden.cli.ctl import main as ctl
-from tests.bot_api import BotApi
-from tests.daemon_proc import DaemonProc, eventually
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 from tests.test_daemon_logs import hermes_logger, malformed
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
@@ -63,9 +64,9 @@ class TestDaemonTelegram:
         configure(env, api.url)
         d = DaemonProc(env)
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
-            (req,) = eventually(lambda: list(api.accepted), what="a Telegram message")
+            (req,) = wait_for(lambda: list(api.accepted), what="a Telegram message")
             text = req.text
             host = socket.gethostname()
             assert text.startswith(f"<b>CRITICAL corruption on {host}, profile default</b>")
@@ -77,10 +78,10 @@ class TestDaemonTelegram:
                 in text
             )
             (inc,) = d.incidents_of("corruption")
-            assert eventually(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
+            assert wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
                               == "notified firing")  # fmt: skip
             assert inc["severity"] == "critical"
-            status = eventually(
+            status = wait_for(
                 lambda: (s := d.ctl("alerts"))["sinks"]["telegram"]["delivered"] == 1 and s
             )
             assert status["outbox"] == []
@@ -89,9 +90,7 @@ class TestDaemonTelegram:
             assert "telegram  ok        0 waiting; last delivered" in listing.stdout
         finally:
             d.stop()
-        assert d.proc.stderr is not None
-        d.lines += d.proc.stderr.read().splitlines()  # everything it logged
-        seen = "\n".join(d.lines) + json.dumps(status) + listing.stdout
+        seen = "\n".join(d.output()) + json.dumps(status) + listing.stdout
         for f in (tmp_path / "xdg-state").rglob("*"):
             if f.is_file():
                 seen += f.read_text(errors="replace")
@@ -111,15 +110,15 @@ class TestDaemonTelegram:
         log = hermes_logger(hermes_home / "logs", "gateway.run")
         d = DaemonProc(env)
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
-            eventually(lambda: d.incidents_of("corruption"), what="corruption incident")
+            wait_for(lambda: d.incidents_of("corruption"), what="corruption incident")
             task_died(log, "cron_ticker")
             task_died(log, "delivery_worker")
             outbox = tmp_path / "xdg-state" / "statewarden" / "outbox"
-            eventually(lambda: len(list(outbox.glob("*.telegram.json"))) >= 2,
+            wait_for(lambda: len(list(outbox.glob("*.telegram.json"))) >= 2,
                        what="two Telegram entries in the outbox")  # fmt: skip
-            d.wait_for("alert sink failed")
+            d.wait_for_line("alert sink failed")
         finally:
             d.stop(signal.SIGKILL)
         task_died(log, "session_reaper")  # fires while the daemon is down
@@ -127,9 +126,9 @@ class TestDaemonTelegram:
         try:
             d = DaemonProc(env)
             try:
-                d.wait_for("statewarden ready")
-                eventually(lambda: len(api.accepted) >= 3, what="three messages")
-                eventually(lambda: not list(outbox.glob("*.telegram.json")), what="outbox empty")
+                d.wait_for_line("statewarden ready")
+                wait_for(lambda: len(api.accepted) >= 3, what="three messages")
+                wait_for(lambda: not list(outbox.glob("*.telegram.json")), what="outbox empty")
                 kinds = [r.text.split("\n")[0] for r in api.accepted]
                 whats = [ln for r in api.accepted for ln in r.text.split("\n")
                          if ln.startswith("<i>what:</i>")]  # fmt: skip
@@ -164,9 +163,9 @@ class TestReload:
             cfg.write_text(cfg.read_text() + f"    token_file: {token_file}\n")
             d = DaemonProc(env)
             try:
-                d.wait_for("statewarden ready")
+                d.wait_for_line("statewarden ready")
                 malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
-                d.wait_for("alert sink rejected the notification: a configuration problem")
+                d.wait_for_line("alert sink rejected the notification: a configuration problem")
                 status = d.ctl("alerts")
                 assert status["sinks"]["telegram"]["state"] == "rejected"
                 assert status["sinks"]["telegram"]["pending"] == 1
@@ -176,14 +175,12 @@ class TestReload:
                 )
                 token_file.write_text(TOKEN + "\n")
                 d.proc.send_signal(signal.SIGHUP)
-                eventually(lambda: len(api.accepted) == 1, what="the kept notification delivered")
-                eventually(lambda: d.ctl("alerts")["outbox"] == [], what="the outbox emptied")
+                wait_for(lambda: len(api.accepted) == 1, what="the kept notification delivered")
+                wait_for(lambda: d.ctl("alerts")["outbox"] == [], what="the outbox emptied")
             finally:
                 d.stop()
-            assert d.proc.stderr is not None
-            d.lines += d.proc.stderr.read().splitlines()  # everything it logged
             assert len(api.accepted) == 1
-            assert sum("rejected the notification" in ln for ln in d.lines) == 1
-            assert "AAHwrongToken" not in "\n".join(d.lines)
+            assert sum("rejected the notification" in ln for ln in d.output()) == 1
+            assert "AAHwrongToken" not in "\n".join(d.output())
         finally:
             api.stop()

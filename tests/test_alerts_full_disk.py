@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot_api import BotApi
+from lab.bot_api import BotApi
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 REPO = Path(__file__).resolve().parent.parent

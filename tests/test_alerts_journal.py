@@ -79,14 +79,15 @@ class TestRealJournal:
             "mount -t tmpfs tmpfs /var/lib/systemd/catalog && "
             f"cp {CATALOG} /usr/local/lib/systemd/catalog/ && journalctl --update-catalog"
         )
-        r = manager._in_ns(["sh", "-c", setup], timeout=60)
+        r = manager.run("sh", "-c", setup)
         assert r.returncode == 0, r.stderr
-        r = manager._in_ns([sys.executable, "-c", SEND], timeout=60, cwd=str(REPO))
+        r = manager.run("sh", "-c", f'cd "{REPO}" && exec "{sys.executable}" -c "$0"', SEND)
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines() == ["1 entry written to the journal"] * 2
-        manager._in_ns(["journalctl", "--flush"], timeout=60)
-        out = manager._in_ns(["journalctl", "-o", "json", "--no-pager",
-                              "SYSLOG_IDENTIFIER=statewarden"], timeout=60).stdout  # fmt: skip
+        manager.run("journalctl", "--flush")
+        out = manager.run(
+            "journalctl", "-o", "json", "--no-pager", "SYSLOG_IDENTIFIER=statewarden"
+        ).stdout
         entries = [json.loads(line) for line in out.splitlines()]
         firing = next(e for e in entries if e.get("STATEWARDEN_STATE") == "firing")
         resolved = next(e for e in entries if e.get("STATEWARDEN_STATE") == "resolved")
@@ -99,13 +100,14 @@ class TestRealJournal:
         assert firing["MESSAGE"].startswith("CRITICAL corruption on box, profile work")
         assert resolved["MESSAGE_ID"] == KINDS["stale_holder"].message_id
         assert resolved["PRIORITY"] == "5"
-        warn = manager._in_ns(["journalctl", "-o", "json", "--no-pager", "-p", "warning",
-                               "SYSLOG_IDENTIFIER=statewarden"], timeout=60).stdout  # fmt: skip
+        warn = manager.run("journalctl", "-o", "json", "--no-pager", "-p", "warning",
+                           "SYSLOG_IDENTIFIER=statewarden").stdout  # fmt: skip
         states = [json.loads(line).get("STATEWARDEN_STATE") for line in warn.splitlines()]
         assert states == ["firing"]
-        explained = manager._in_ns(["journalctl", "-x", "--no-pager",
-                                    f"MESSAGE_ID={KINDS['corruption'].message_id}"],
-                                   timeout=60).stdout  # fmt: skip
+        corruption_id = KINDS["corruption"].message_id
+        explained = manager.run(
+            "journalctl", "-x", "--no-pager", f"MESSAGE_ID={corruption_id}"
+        ).stdout
         assert "Subject: statewarden: Hermes state.db is corrupt" in explained
         assert "Incident 3 on /home/u/.hermes/state.db (profile work), firing." in explained
         assert "What to do: statewardenctl check --profile work" in explained

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from lab.bot_api import BotApi
 from statewarden.alerts.delivery import Delivery
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.sink import Rejected
 from statewarden.alerts.telegram import TelegramSink, TokenMissing, load_token, split_message
 from statewarden.config import TelegramConfig
-from tests.bot_api import BotApi
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 

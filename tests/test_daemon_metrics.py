@@ -9,10 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lab.hermes_fixtures import holding
 from statewarden.config import parse_config
 from statewarden.errors import ConfigError
-from tests.daemon_proc import DaemonProc, eventually
-from tests.hermes_fixtures import holding
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 from tests.test_daemon_logs import hermes_logger, malformed
 
 
@@ -42,19 +43,19 @@ class TestMetrics:
         with holding(hermes_home):
             d = DaemonProc(env)
             try:
-                d.wait_for("statewarden ready")
+                d.wait_for_line("statewarden ready")
                 first = scrape(port)
                 assert first['statewarden_open_incidents{kind="corruption"}'] == 0
                 assert f'statewarden_wal_bytes{{db="{db}"}}' in first
                 assert first['statewarden_alert_outbox_depth{sink="journald"}'] == 0
-                eventually(lambda: any(k.startswith("statewarden_holders{") for k in scrape(port)),
+                wait_for(lambda: any(k.startswith("statewarden_holders{") for k in scrape(port)),
                            what="a holders gauge")  # fmt: skip
                 malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
-                eventually(
+                wait_for(
                     lambda: scrape(port)['statewarden_open_incidents{kind="corruption"}'] == 1,
                     what="the corruption incident counted",
                 )
-                eventually(
+                wait_for(
                     lambda: scrape(port)['statewarden_alerts_delivered{sink="journald"}'] >= 1,
                     what="the journald notification counted",
                 )
