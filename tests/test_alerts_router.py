@@ -248,3 +248,28 @@ class TestLongRun:
         rig.router.tick(T0 + 3000)
         assert len(rig.router.incidents) == 2000
         assert len(rig.router.notified) <= 2000
+
+
+class TestEscalationAndDamage:
+    def test_escalation_is_notified_again(self, tmp_path: Path) -> None:
+        """A notified warning that escalates to critical is sent again, saying so, at once."""
+        rig = Rig(tmp_path)
+        rig.fire(sig("write_failures", T0))
+        rig.router.tick(T0 + 30)
+        rig.fire(sig("write_failures", T0 + 40, severity="critical"))
+        (n,) = rig.router.tick(T0 + 40)
+        assert n.items[0].change == "escalated"
+        assert plain_text(n).startswith("CRITICAL write_failures")
+
+    def test_damaged_router_state_is_set_aside(self, tmp_path: Path) -> None:
+        """An unreadable alerts.json is renamed *.damaged-<time>; what the book has open is
+        queued again and the outbox keeps it from going out twice."""
+        rig = Rig(tmp_path)
+        rig.fire(sig("corruption", T0))
+        rig.router.tick(T0)
+        (tmp_path / "alerts.json").write_text('{"incidents": {"1": {"bogus": 1}}}')
+        router = rig.make_router()
+        assert list(tmp_path.glob("alerts.damaged-*"))
+        router.reconcile(IncidentBook(tmp_path / "incidents.json").incidents.values(), T0 + 1)
+        router.tick(T0 + 1)
+        assert len(rig.outbox.pending("journald")) == 1
