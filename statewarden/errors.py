@@ -105,3 +105,7 @@ class ControlError(StatewardenError):
 
 class AlreadyRunning(StatewardenError):
     """Another daemon already serves this control socket."""
+
+
+class InstallError(StatewardenError):
+    """The systemd --user units could not be installed or removed as asked."""
