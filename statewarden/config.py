@@ -39,6 +39,15 @@ DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
 DEFAULT_TIMELINE_MAX_AGE_S = 14 * 86400.0
 DEFAULT_TIMELINE_MAX_BYTES = 16 * 2**20
+DEFAULT_GROUP_WAIT_S = 30.0  # Alertmanager's group_wait: what fires together is sent together
+DEFAULT_REPEAT_INTERVAL_S = 4 * 3600.0  # a reminder while an incident stays open
+DEFAULT_OUTBOX_MAX_ENTRIES = 10_000
+DEFAULT_RETRY_MAX_S = 300.0  # backoff cap for a sink that fails (timeouts, 5xx)
+DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
+DEFAULT_TELEGRAM_CREDENTIAL = "telegram-token"  # LoadCredential=telegram-token:/path
+DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a variable's name
+DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
+DEFAULT_TELEGRAM_MIN_INTERVAL_S = 1.0  # Telegram allows about one message a second per chat
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
 DEFAULT_LOG_LEVEL: LogLevel = "info"
@@ -57,9 +66,14 @@ class _Secret:
     """Marker: a value redacted by ``config show`` and in logs."""
 
 
+class _Id:
+    """Marker: an identifier written as a number or a string (a Telegram chat id), kept as text."""
+
+
 Duration = Annotated[float, _Duration]
 ByteSize = Annotated[int, _Bytes]
 Secret = Annotated[str, _Secret]
+IdText = Annotated[str, _Id]
 
 REDACTED = "***redacted***"
 
@@ -165,6 +179,72 @@ class TimelineConfig:
     max_bytes: ByteSize = DEFAULT_TIMELINE_MAX_BYTES
 
 
+Severity = Literal["info", "warning", "error", "critical"]
+IncidentKind = Literal[
+    "corruption",
+    "jsonl_fallback",
+    "write_failures",
+    "messages_dropped",
+    "self_repair",
+    "stale_holder",
+    "lost_locks",
+    "wal_growth",
+    "unsafe_mount",
+    "multi_writer",
+    "unexpected_holder",
+    "crash_loop",
+    "task_died",
+    "watcher_failed",
+]
+
+
+@dataclass(frozen=True)
+class JournaldAlertsConfig:
+    """Notifications as journald entries (one per incident, with its kind's MESSAGE_ID)."""
+
+    enabled: bool = True
+    min_severity: Severity = "info"
+    kinds: tuple[IncidentKind, ...] = ()
+
+
+@dataclass(frozen=True)
+class TelegramConfig:
+    """Notifications as Telegram messages (Bot API sendMessage); the token is never in here."""
+
+    enabled: bool = False
+    token_file: Path | None = None
+    credential: str = DEFAULT_TELEGRAM_CREDENTIAL
+    token_env: str = DEFAULT_TELEGRAM_TOKEN_ENV
+    chat_id: IdText | None = None
+    message_thread_id: int | None = None
+    api_base: str = DEFAULT_TELEGRAM_API_BASE
+    min_severity: Severity = "warning"
+    kinds: tuple[IncidentKind, ...] = ()
+    timeout: Duration = DEFAULT_TELEGRAM_TIMEOUT_S
+    min_interval: Duration = DEFAULT_TELEGRAM_MIN_INTERVAL_S
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """How incident changes become notifications, and where they go."""
+
+    group_wait: Duration = DEFAULT_GROUP_WAIT_S
+    no_wait: tuple[Severity, ...] = ("critical",)
+    repeat_interval: Duration = DEFAULT_REPEAT_INTERVAL_S
+    send_resolved: bool = True
+    outbox_max_entries: int = DEFAULT_OUTBOX_MAX_ENTRIES
+    retry_max: Duration = DEFAULT_RETRY_MAX_S
+    journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
+    telegram: TelegramConfig = field(default_factory=TelegramConfig)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics over HTTP (off unless ``listen`` is set)."""
+
+    listen: str | None = None
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration, validated once."""
@@ -177,6 +257,8 @@ class Config:
     holders: HoldersConfig = field(default_factory=HoldersConfig)
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     source: str | None = field(default=None, metadata={"internal": True})
 
 
@@ -284,8 +366,34 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             source=source,
             line=lines.get((), 1),
         )
-    config: Config = _build(Config, data, (), _Ctx(source, lines))
+    ctx = _Ctx(source, lines)
+    config: Config = _build(Config, data, (), ctx)
+    _check_alerts(config.alerts, ctx)
+    _check_listen(config.metrics.listen, ctx)
     return dataclasses.replace(config, source=source)
+
+
+def _check_listen(listen: str | None, ctx: _Ctx) -> None:
+    if listen is None:
+        return
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ctx.error(
+            ("metrics", "listen"), f"expected host:port such as 127.0.0.1:9108, got {listen!r}"
+        )
+
+
+def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
+    """What one key's type cannot say: an enabled Telegram sink needs a chat."""
+    tg = alerts.telegram
+    if tg.enabled and tg.chat_id is None:
+        raise ctx.error(("alerts", "telegram", "chat_id"), "is required when telegram is enabled")
+    if not tg.api_base.startswith(("https://", "http://")):
+        raise ctx.error(
+            ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
+        )
+    if alerts.outbox_max_entries < 1:
+        raise ctx.error(("alerts", "outbox_max_entries"), "expected a whole number above zero")
 
 
 class _Ctx:
@@ -435,6 +543,12 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
             if size is None:
                 raise ctx.error(path, f"expected a size such as 50MiB or 4096, got {_kind(value)}")
             return size
+        if _Id in markers:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return str(value)
+            if not isinstance(value, str) or not value.strip():
+                raise ctx.error(path, f"expected a number or a string, got {_kind(value)}")
+            return value.strip()
         return _convert(base, value, path, ctx)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]

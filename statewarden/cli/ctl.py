@@ -46,6 +46,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "incidents_group",
         "List open incidents (newest problems first by severity).",
     ),
+    "alerts": (
+        "statewarden.cli.alerts_cmd",
+        "alerts_group",
+        "The alert outbox (notifications not yet delivered) and each sink's health.",
+    ),
     "install": (
         "statewarden.cli.install_cmd",
         "install",
