@@ -13,6 +13,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BASE_DAMAGE = 3
 EXIT_UNREADABLE = 4
+EXIT_REFUSED = 5  # maintenance: a holder that may not be stopped
 EXIT_INTERRUPTED = 130
 
 

@@ -9,6 +9,7 @@ from statewarden.cli.check_cmd import check
 from statewarden.cli.config_cmd import config_group
 from statewarden.cli.holders_cmd import holders
 from statewarden.cli.incidents_cmd import incidents_group
+from statewarden.cli.maintenance_cmd import maintenance
 from statewarden.cli.recover_cmd import recover_cmd
 from statewarden.cli.status_cmd import status
 
@@ -29,6 +30,7 @@ main.add_command(config_group)
 main.add_command(check)
 main.add_command(recover_cmd)
 main.add_command(incidents_group)
+main.add_command(maintenance)
 
 
 if __name__ == "__main__":
