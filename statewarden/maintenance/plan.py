@@ -80,12 +80,16 @@ class Plan:
         out = [f"holder scan incomplete: {p}" for p in self.scan_problems]
         out += [f"pid {d.pid} ({d.command}): {d.reason}" for d in self.decisions
                 if d.action == REFUSE]  # fmt: skip
-        if self.free_bytes < self.needed_bytes:
-            out.append(
-                f"not enough free space next to {self.db}: {self.free_bytes} bytes free,"
-                f" {self.needed_bytes} needed"
-            )
         return out
+
+    @property
+    def space_problem(self) -> str | None:
+        if self.free_bytes >= self.needed_bytes:
+            return None
+        return (
+            f"not enough free space next to {self.db}: {self.free_bytes} bytes free,"
+            f" {self.needed_bytes} needed"
+        )
 
     @property
     def signals(self) -> list[HolderDecision]:
@@ -110,6 +114,7 @@ class Plan:
             "units": list(self.units),
             "signal": [d.pid for d in self.signals],
             "refusals": self.refusals,
+            "space_problem": self.space_problem,
             "systemd": self.systemd_note,
             "free_bytes": self.free_bytes,
             "needed_bytes": self.needed_bytes,
@@ -140,7 +145,7 @@ class Plan:
             f"  expected downtime after the units stop: about {low} s if nothing is written"
             f" after the pre-build, up to {high} s if it must be recovered again"
         )
-        for r in self.refusals:
+        for r in [*self.refusals, *filter(None, [self.space_problem])]:
             lines.append(f"  cannot proceed: {r}")
         return lines
 

@@ -74,7 +74,7 @@ from statewarden.maintenance.swap import prune, quarantine_dir, swap
 from statewarden.recovery.diagnose import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
 from statewarden.recovery.report import Report
-from statewarden.sqlite import open_readonly
+from statewarden.sqlite import open_readonly, wal_sidecars_absent
 from statewarden.targets import Target
 
 ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkpoint", "vacuum")
@@ -156,11 +156,12 @@ class RunReport:
                 f" verified {rec.get('verified')}, loss_detected {rec.get('loss_detected')}"
             )
             for name, t in sorted((rec.get("tables") or {}).items()):
-                if t.get("duplicates_dropped") or t.get("lost") or t.get("set_aside"):
+                lost = len(t.get("lost_keys_sample") or [])
+                if t.get("duplicates_dropped") or lost or t.get("set_aside"):
                     lines.append(
                         f"    {name}: {t.get('recovered')} rows kept, {t.get('duplicates_dropped')}"
                         f" duplicate(s) dropped, {t.get('set_aside')} set aside,"
-                        f" {t.get('lost')} lost"
+                        f" {t.get('status')}"
                     )
         for n in self.notes:
             lines.append(f"  note: {n}")
@@ -279,11 +280,18 @@ class MaintenanceRun:
             if opts.dry_run:
                 self.report.outcome = "dry run: nothing done"
                 self.report.exit_code = EXIT_REFUSED if plan.refusals else EXIT_OK
+                if plan.space_problem and not plan.refusals:
+                    self.report.exit_code = EXIT_FAILED
                 return self.report
             if plan.refusals:
                 self.report.outcome = "refused: nothing done"
                 self.report.exit_code = EXIT_REFUSED
                 self.report.message = "; ".join(plan.refusals)
+                return self.report
+            if plan.space_problem:
+                self.report.outcome = "failed before stopping anything"
+                self.report.exit_code = EXIT_FAILED
+                self.report.message = plan.space_problem
                 return self.report
             if opts.confirm is not None and not opts.confirm(plan):
                 self.report.outcome = "not confirmed: nothing done"
@@ -535,7 +543,11 @@ class MaintenanceRun:
         self._step("post-check")
         summary: dict[str, Any] = {}
         try:
-            conn = open_readonly(self.db, busy_timeout_ms=1000)
+            # Immutable when no sidecar exists: a plain read-only open would leave an
+            # empty -wal and -shm behind (only a writer may delete them).
+            conn = open_readonly(
+                self.db, busy_timeout_ms=1000, immutable=wal_sidecars_absent(self.db)
+            )
             try:
                 rows = conn.execute(f"PRAGMA integrity_check({POST_CHECK_MAX_ERRORS})").fetchall()
             finally:
