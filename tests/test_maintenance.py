@@ -12,7 +12,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +69,9 @@ def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = apsw.Connection(f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn = apsw.Connection(
+        f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
     try:
         return [tuple(r) for r in conn.execute(sql)]
     finally:
@@ -114,12 +115,12 @@ def fake_bin(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def phantom(tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
+def phantom(tmp_path: Path) -> tuple[Path, list[str]]:
     """A Hermes home whose sessions table has a phantom row; and the distinct ids before."""
     case = phantom_row(tmp_path / "home", SMALL)
     before = session_ids(case.db)
     assert len(before) == len(set(before)) + 1  # the phantom: one row stored twice
-    yield case.db, sorted(set(before))
+    return case.db, sorted(set(before))
 
 
 def ledger_of(db: Path) -> list[dict[str, Any]]:
@@ -221,9 +222,7 @@ class TestRepair:
         assert "the user's interactive Hermes (cli)" in proc.stdout
         assert alive
 
-    def test_loss_stops_before_anything_is_stopped(
-        self, config: Path, tmp_path: Path
-    ) -> None:
+    def test_loss_stops_before_anything_is_stopped(self, config: Path, tmp_path: Path) -> None:
         """A repair that would lose rows is not swapped without --accept-loss: exit 3."""
         from tests.corruption_lab import zeroed_leaf
 
@@ -396,30 +395,28 @@ class TestFullDisk:
         assert "Traceback" not in proc.stderr
 
     def test_disk_fills_during_the_prebuild(self, config: Path, tmp_path: Path) -> None:
-        """The free-space check passes but the disk fills while the new file is written
-        (another writer takes the space): one line, exit 1, nothing left behind."""
-        src = make_home(tmp_path / "src", SMALL) / "state.db"
-        size = src.stat().st_size
+        """Space enough, but the filesystem runs out (of inodes) while the new file is
+        written: one line, exit 1, nothing stopped, nothing of ours left behind."""
+        src = make_home(tmp_path / "src", TINY) / "state.db"
         mnt = tmp_path / "mnt"
         mnt.mkdir()
-        hog = (
-            f"(sleep 0.05; dd if=/dev/zero of={mnt}/hog bs=1M 2>/dev/null) &"
-        )
         script = (
-            f"mount -t tmpfs -o size={size * 4} tmpfs {mnt} && mkdir {mnt}/home && "
-            f"cp {src} {mnt}/home/state.db && {hog} "
+            f"mount -t tmpfs -o size=200M,nr_inodes=8 tmpfs {mnt} && mkdir {mnt}/home && "
+            f"cp {src} {mnt}/home/state.db && "
             f"{sys.executable} -m statewarden.cli.ctl maintenance --db {mnt}/home/state.db"
-            f" --yes --action vacuum; echo rc=$?; ls -a {mnt}/home"
+            f" --yes; echo rc=$?; ls -a {mnt}/home; cmp {src} {mnt}/home/state.db && echo same"
         )
         proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                               capture_output=True, text=True, cwd=REPO, check=False,
                               timeout=300)  # fmt: skip
         out = proc.stdout + proc.stderr
         assert "Traceback" not in out
-        if "rc=0" in proc.stdout:
-            pytest.skip("the copy finished before the disk filled up (a fast run)")
-        assert "rc=1" in proc.stdout, out
-        assert ".statewarden" not in proc.stdout.split("rc=1")[1]
+        assert "failed before stopping anything" in proc.stdout, out
+        assert "the new file could not be built next to it" in proc.stdout
+        assert "rc=1" in proc.stdout
+        after = proc.stdout.split("rc=1")[1]
+        assert ".statewarden" not in after
+        assert "same" in after
 
 
 def test_resume_without_a_run(config: Path, tmp_path: Path) -> None:
