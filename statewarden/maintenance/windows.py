@@ -5,7 +5,7 @@ local wall-clock times in the zone of ``$TZ`` or ``/etc/localtime``. Each occurr
 built as a wall-clock datetime in that zone and compared as an absolute instant, so a
 DST change is handled as the clock on the wall shows it: on the night the clocks go
 forward, a window that starts in the skipped hour starts at the first real instant
-after it (``zoneinfo`` maps the missing time forward); on the night they go back, a
+after it (when the clock jumps); on the night they go back, a
 window in the repeated hour is its first occurrence (``fold=0``) and lasts as long as
 its wall-clock length says, not an hour more.
 """
@@ -75,11 +75,25 @@ class Window:
 
 
 def _wall(day: dt.date, minute: int, zone: dt.tzinfo) -> dt.datetime:
+    """The instant (UTC) the wall clock in ``zone`` shows ``minute`` on ``day``; for a
+    wall time skipped by DST, the first instant the clock shows a later time."""
     if minute == 24 * 60:
         day, minute = day + dt.timedelta(days=1), 0
-    local = dt.datetime(day.year, day.month, day.day, minute // 60, minute % 60, tzinfo=zone)
-    # Round-trip through UTC: a wall time skipped by DST becomes the real instant after it.
-    return local.astimezone(dt.UTC)
+    naive = dt.datetime(day.year, day.month, day.day, minute // 60, minute % 60)
+    first = naive.replace(tzinfo=zone).astimezone(dt.UTC)
+    if first.astimezone(zone).replace(tzinfo=None) == naive:
+        return first  # exists (fold=0: the first of two in a repeated hour)
+    # Skipped: the transition lies between the two readings of the wall time.
+    lo = int(naive.replace(tzinfo=zone, fold=1).astimezone(dt.UTC).timestamp())
+    hi = int(first.timestamp())
+    lo, hi = min(lo, hi), max(lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if dt.datetime.fromtimestamp(mid, zone).replace(tzinfo=None) >= naive:
+            hi = mid
+        else:
+            lo = mid
+    return dt.datetime.fromtimestamp(hi, dt.UTC)
 
 
 def parse_windows(texts: Sequence[str]) -> list[Window]:
