@@ -99,6 +99,23 @@ def _jobs(action: str, units: Sequence[str], address: str | None, timeout_s: flo
         raise QuiesceFailed(f"could not {action} {', '.join(units)}: {exc}") from None
 
 
+def unit_states(units: Sequence[str], address: str | None) -> dict[str, str]:
+    """Each unit's ActiveState (``unknown`` if the manager does not know it)."""
+
+    async def run() -> dict[str, str]:
+        out = {}
+        async with UserManager(address) as m:
+            for unit in units:
+                info = await m.unit(unit)
+                out[unit] = info.active_state if info is not None else "unknown"
+        return out
+
+    try:
+        return asyncio.run(run())
+    except (SystemdUnavailable, SystemdCallFailed):
+        return dict.fromkeys(units, "unknown")
+
+
 def annotate_units(scanner_scans: list[HolderScan], address: str | None) -> str | None:
     """Confirm holders' units with the manager; the reason it could not, or None."""
 

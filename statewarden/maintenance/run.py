@@ -69,6 +69,7 @@ from statewarden.maintenance.quiesce import (
     start_units,
     stop_units,
     terminate,
+    unit_states,
 )
 from statewarden.maintenance.swap import prune, quarantine_dir, swap
 from statewarden.recovery.diagnose import check_database
@@ -81,6 +82,9 @@ ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkp
 SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal")
 ENV_CRASH_AT = "STATEWARDEN_CRASH_AT"
 POST_CHECK_MAX_ERRORS = 100
+POST_CHECK_SCANS = 5
+UNIT_START_CHECK_S = 1.0
+POST_CHECK_GAP_S = 0.2
 
 EmitFn = Callable[[dict[str, Any]], None]
 ProgressFn = Callable[[str, int, int], None]
@@ -137,7 +141,7 @@ class RunReport:
         if self.quarantine:
             lines.append(f"  original kept in {self.quarantine}")
         for u in self.units_started:
-            lines.append(f"  unit {u['unit']}: start {u['result']}")
+            lines.append(f"  unit {u['unit']}: start {u['result']}, now {u.get('state')}")
         for p in self.start_again:
             lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
         for d in self.diverted:
@@ -498,17 +502,18 @@ class MaintenanceRun:
         for p in removed:
             self.report.notes.append(f"quarantine retention removed {p}")
         code = EXIT_OK
-        message = ""
+        problems = []
         rec = self.report.recover or {}
         if rec.get("loss_detected"):
             code = EXIT_BASE_DAMAGE
-            message = "swapped with accepted loss (listed in the recover report)"
+            problems.append("swapped with accepted loss (listed in the recover report)")
         if failed:
             code = EXIT_FAILED
-            message = f"swapped, but {', '.join(failed)} did not start again"
+            problems.append(f"swapped, but {', '.join(failed)} did not start again")
         if self.report.post_check.get("ok") is False:
             code = EXIT_FAILED
-            message = "swapped, but the post-check failed: " + self.report.post_check["summary"]
+            problems.append("the post-check failed: " + self.report.post_check["summary"])
+        message = "; ".join(problems)
         return self._finish("swapped" if self.options.action != "repair" else "repaired",
                             code, message)  # fmt: skip
 
@@ -527,11 +532,17 @@ class MaintenanceRun:
             except StatewardenError as exc:
                 self.report.notes.append(str(exc))
                 return units
+            if self._down_started is not None:
+                self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
+            # A simple service's start job is done at fork; one whose program cannot run
+            # fails just after. Look again a moment later.
+            time.sleep(UNIT_START_CHECK_S)
+            states = unit_states(units, self.address)
             for r in results:
-                self.report.units_started.append(r.to_json())
-                if not r.ok:
+                self.report.units_started.append({**r.to_json(), "state": states[r.unit]})
+                if not r.ok or states[r.unit] != "active":
                     failed.append(r.unit)
-        if self._down_started is not None:
+        elif self._down_started is not None:
             self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
         self.report.units_stopped = list(self.stopped_units)
         self.report.start_again = [
@@ -558,10 +569,16 @@ class MaintenanceRun:
         scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
                                 watch_opens=False)  # fmt: skip
         try:
-            scan = scanner.scan(full=True)[0]
+            # A unit that just started may be creating -wal / -shm while the scan reads
+            # the files' inodes: a holder looks stale only if it still does a moment later.
+            for _ in range(POST_CHECK_SCANS):
+                scan = scanner.scan(full=True)[0]
+                stale = [h.pid for h in scan.holders if h.stale]
+                if not stale:
+                    break
+                time.sleep(POST_CHECK_GAP_S)
         finally:
             scanner.close()
-        stale = [h.pid for h in scan.holders if h.stale]
         summary["stale_holders"] = stale
         summary["holders"] = [h.pid for h in scan.holders]
         summary["ok"] = summary["integrity"] == "ok" and not stale
