@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -458,3 +459,60 @@ def test_vacuum_and_journal_mode(config: Path, tmp_path: Path) -> None:
     proc = ctl("--db", str(db), "--yes", "--json", "--action", "check")
     assert proc.returncode == 0, proc.stderr
     assert shutil.which("sh")
+
+
+NS_SCRIPT = """\
+set -u
+export HERMES_HOME="$BASE/home" XDG_STATE_HOME="$BASE/state" HOME="$BASE"
+FAKE_HERMES_PIDFILE="$BASE/serve.pid" "$PY" "$REPO/tests/respawner.py" "$BASE/bin/hermes" \\
+    serve --isolated &
+respawner=$!
+i=0; while [ ! -s "$BASE/serve.pid" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+first=$(cat "$BASE/serve.pid")
+cd "$REPO"
+"$PY" -m statewarden.cli.ctl maintenance --db "$BASE/home/state.db" --yes --json \\
+    > "$BASE/report.json" 2> "$BASE/stderr.txt"
+echo $? > "$BASE/rc"
+echo "$first" > "$BASE/first.pid"
+kill -TERM $respawner; wait $respawner
+"""
+
+
+@needs_root
+class TestUnprivileged:
+    def test_the_fence_beats_a_respawner_of_the_same_uid(self, tmp_path: Path) -> None:
+        """As a normal user, in a PID namespace of its own (so the scan is complete), the
+        respawned serve --isolated cannot open the fenced file: the run settles, swaps
+        and the database is repaired; the serve that came back fails to open it."""
+        base = Path(tempfile.mkdtemp(prefix="statewarden-maint-"))
+        try:
+            base.chmod(0o755)
+            case = phantom_row(base / "home", SMALL)
+            distinct = sorted(set(session_ids(case.db)))
+            install_fake_hermes(base / "bin")
+            (base / "state").mkdir()
+            (base / "config.yaml").write_text(
+                json.dumps({"maintenance": {"settle": "1s", "stop_grace": "3s"}})
+            )
+            subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+            env = {**os.environ, "BASE": str(base), "PY": sys.executable, "REPO": str(REPO),
+                   "STATEWARDEN_CONFIG": str(base / "config.yaml")}  # fmt: skip
+            proc = subprocess.run(
+                ["unshare", "--pid", "--fork", "--mount-proc", "setpriv", "--reuid", "65534",
+                 "--regid", "65534", "--clear-groups", "sh", "-c", NS_SCRIPT],
+                env=env, capture_output=True, text=True, check=False, timeout=300,
+            )  # fmt: skip
+            rc = (base / "rc").read_text().strip()
+            stderr = (base / "stderr.txt").read_text()
+            assert rc == "0", f"{proc.stderr}\n{stderr}\n{(base / 'report.json').read_text()}"
+            rep = json.loads((base / "report.json").read_text())
+            assert rep["outcome"] == "repaired"
+            assert rep["start_again"][0]["command"] == "hermes serve --isolated"
+            ids = session_ids(case.db)
+            assert len(ids) == len(set(ids))
+            assert set(distinct) <= set(ids)
+            assert integrity(case.db) == "ok"
+            assert case.db.stat().st_uid == 65534
+            assert stat.S_IMODE(case.db.stat().st_mode) == 0o644
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
