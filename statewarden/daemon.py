@@ -34,6 +34,7 @@ from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.signals import MESSAGE_IDS, Observation, Signal
 from statewarden.incidents.timeline import Timeline, format_entry
 from statewarden.logs import get_logger
+from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.mounts import read_mounts
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.diagnose import diagnose
@@ -95,6 +96,7 @@ class Daemon:
         # Holder scans cover every database at once; their failures are reported once,
         # under the "*" database.
         self._holders_guard = Guard("holders", "*", lambda _now: [])
+        self.maintenance = AutoMaintenance(config, self.log)
 
     def _open_book(self, sdir: Path, config: Config) -> IncidentBook:
         """The incident book; a damaged one is set aside (by IncidentBook) and restarted empty."""
@@ -337,6 +339,8 @@ class Daemon:
             }
         if cmd == "check":
             return await self._check(req)
+        if cmd == "maintenance":
+            return self.maintenance.status()
         if cmd == "ack":
             return self.book.ack(_int_arg(req, "id")).to_json()
         raise UsageError(f"unknown request {cmd!r}")
@@ -375,6 +379,7 @@ class Daemon:
             self.log.error("config reload failed; keeping the running config", error=str(exc))
         else:
             self.config = new
+            self.maintenance.reconfigure(new)
             for m in self.monitors.values():
                 m.files.wal_warn_bytes = new.watch.wal_warn_bytes
                 m.files.wal_growth_window_s = new.watch.wal_growth_window
@@ -445,7 +450,9 @@ class Daemon:
 
         self.events = FileEvents(from_observer_thread)
         self.events.start()
-        self.rescan()
+        targets = self.rescan()
+        # An interrupted maintenance run is finished or rolled back first (in the background).
+        tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
         await self.check_mounts()
         tasks.append(asyncio.create_task(self.units.run()))
         self.poll_all()  # the baseline: what exists now is not news
@@ -471,6 +478,9 @@ class Daemon:
                     await asyncio.sleep(MIN_POLL_GAP_S - gap)
                 last_poll = time.monotonic()
                 self.poll_all()
+                self.maintenance.tick(
+                    [m.target for m in self.monitors.values()], self.book.open_incidents()
+                )
                 since = last_poll - self._holders_scanned_at
                 if self.holders.opened():
                     self._holder_event = True
