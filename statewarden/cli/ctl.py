@@ -20,7 +20,7 @@ def main() -> None:
     """Inspect and repair Hermes Agent's state.db.
 
     Exit codes: 0 ok, 1 failed, 2 usage or config error, 3 data loss or base damage,
-    4 unreadable database, 130 interrupted.
+    4 unreadable database, 5 maintenance refused, 130 interrupted.
     """
 
 
