@@ -34,8 +34,8 @@ INTERACTIVE_KINDS = ("cli", "tui")
 HERMES_KINDS = ("gateway", "dashboard", "serve", "serve-isolated", "cron", "acp")
 # Recover throughput on the reference machine (bench/recover.py): 266 MB in 4.6-15.6 s.
 RECOVER_BYTES_PER_S = 20 * 1000 * 1000
-# Work copy + new file next to the database.
-PREBUILD_SPACE_FACTOR = 2
+# The folded copy, recover's copy of it and the new file, next to the database.
+PREBUILD_SPACE_FACTOR = 3
 
 
 @dataclass

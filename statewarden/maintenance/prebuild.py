@@ -15,6 +15,7 @@ is left out on purpose: the fence changes it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Callable
@@ -32,6 +33,9 @@ from statewarden.sqlite import HEADER_SIZE, parse_header
 
 ProgressFn = Callable[[str, int, int], None]
 NEW_PREFIX = ".statewarden-new-"
+# The folded copy, recover's own copy of it, and the new file, side by side.
+PREBUILD_SPACE_FACTOR = 3
+_HASH_CHUNK = 8 * 1024 * 1024
 _WAL_HEADER_BYTES = 32
 
 
@@ -61,6 +65,10 @@ class SourceIdentity:
             a.pop("change_counter")
             b.pop("change_counter")
         return a == b
+
+    @property
+    def wal_empty(self) -> bool:
+        return not self.wal_size or self.wal_size <= _WAL_HEADER_BYTES
 
 
 def identity(db: Path) -> SourceIdentity:
@@ -95,10 +103,39 @@ def new_file_path(db: Path, run_id: str) -> Path:
     return db.with_name(f"{NEW_PREFIX}{run_id}.db")
 
 
-def build_new_file(db: Path, output: Path, progress: ProgressFn | None = None) -> Report:
-    """Recover ``db`` into ``output`` (which must not exist); errors are one line."""
+@dataclass
+class Prebuilt:
+    """The new file's recover report, and the SHA-256 of the folded copy it came from."""
+
+    report: Report
+    folded_sha256: str
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_new_file(db: Path, output: Path, progress: ProgressFn | None = None) -> Prebuilt:
+    """Recover ``db`` into ``output`` (which must not exist); errors are one line.
+
+    The consistent copy of the bundle is folded (its WAL checkpointed into it) and
+    hashed before it is recovered: if Hermes only checkpoints the same WAL into state.db
+    when it stops, state.db then has exactly these bytes, and the run needs no catch-up.
+    """
     try:
-        return recover(db, output, progress=progress)
+        work = make_work_copy(db, output.parent, space_factor=PREBUILD_SPACE_FACTOR,
+                              progress=progress)  # fmt: skip
+        try:
+            folded = file_sha256(work.db)
+            report = recover(work.db, output, progress=progress)
+        finally:
+            work.cleanup()
+        report.source = str(db)
+        return Prebuilt(report, folded)
     except StatewardenError:
         raise
     except (OSError, apsw.Error) as exc:

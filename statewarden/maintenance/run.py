@@ -58,6 +58,7 @@ from statewarden.maintenance.prebuild import (
     SourceIdentity,
     build_copy_as_is,
     build_new_file,
+    file_sha256,
     identity,
     new_file_path,
 )
@@ -206,6 +207,7 @@ class MaintenanceRun:
         self.fenced = False
         self.orig: fence.Original | None = None
         self.new: Path | None = None
+        self.folded_sha256: str | None = None
         self._t0 = time.monotonic()
         self._step_started: tuple[str, float] | None = None
         self._down_started: float | None = None
@@ -346,7 +348,7 @@ class MaintenanceRun:
                 return self._checkpoint()
             assert before is not None
             self._step("verify-source")
-            if not before.same_content(identity(self.db)):
+            if not self._unchanged(before):
                 self._step("catch-up")
                 done = self._catch_up(scanner)
                 if done is not None:
@@ -376,7 +378,9 @@ class MaintenanceRun:
         """Build the new file; a report when the run ends here (healthy, loss, failed)."""
         assert self.new is not None
         if self.options.action == "repair":
-            rep = build_new_file(self.db, self.new, self.progress)
+            built = build_new_file(self.db, self.new, self.progress)
+            rep = built.report
+            self.folded_sha256 = built.folded_sha256
             self.report.recover = rep.to_json()
             if rep.damage == "none":
                 self._remove_new()
@@ -445,6 +449,28 @@ class MaintenanceRun:
         if not result.ok:
             raise _Abort(result.reason, EXIT_FAILED)
 
+    def _unchanged(self, before: SourceIdentity) -> bool:
+        """Whether the source still has the content the new file was built from: the
+        same identity, or (Hermes checkpoints on close) no WAL left and exactly the bytes
+        of the folded copy the pre-build used."""
+        assert self.orig is not None
+        after = identity(self.db)
+        if before.same_content(after):
+            self.report.notes.append("the source did not change after the pre-build")
+            return True
+        if self.folded_sha256 is None or not after.wal_empty:
+            return False
+        fence.read_only(self.db, self.orig)
+        try:
+            same = file_sha256(self.db) == self.folded_sha256
+        finally:
+            fence.put_up(self.db, self.orig)
+        if same:
+            self.report.notes.append(
+                "the source only checkpointed its WAL after the pre-build: same content"
+            )
+        return same
+
     def _catch_up(self, scanner: HolderScanner) -> RunReport | None:
         assert self.orig is not None
         assert self.new is not None
@@ -452,7 +478,7 @@ class MaintenanceRun:
         fence.read_only(self.db, self.orig)
         try:
             if self.options.action == "repair":
-                rep = build_new_file(self.db, self.new, self.progress)
+                rep = build_new_file(self.db, self.new, self.progress).report
                 self.report.recover = rep.to_json()
             else:
                 rep = None
