@@ -25,7 +25,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.errors import DatabaseError, StatewardenError
+from statewarden.errors import DatabaseError, DatabaseUnreadable, StatewardenError
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.recover import recover
 from statewarden.recovery.report import Report
@@ -132,6 +132,16 @@ def build_new_file(db: Path, output: Path, progress: ProgressFn | None = None) -
         try:
             folded = file_sha256(work.db)
             report = recover(work.db, output, progress=progress)
+        except DatabaseUnreadable as exc:
+            exc.message = exc.message.replace(str(work.db), str(db))
+            raise
+        except StatewardenError as exc:
+            # The copy was readable: what failed is writing the new file (space, inodes).
+            text = exc.message.replace(str(work.db), str(db))
+            raise DatabaseError(
+                f"{db}: the new file could not be built next to it: {text}",
+                hint="nothing was stopped or changed; free some space and retry",
+            ) from None
         finally:
             work.cleanup()
         report.source = str(db)

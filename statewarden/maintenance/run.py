@@ -42,6 +42,7 @@ from statewarden.errors import (
     StatewardenError,
     UsageError,
 )
+from statewarden.holders.processes import short_command
 from statewarden.holders.scan import HolderScanner
 from statewarden.maintenance import fence
 from statewarden.maintenance.ledger import (
@@ -490,8 +491,13 @@ class MaintenanceRun:
             fence.put_up(self.db, self.orig)
         self.report.path = "recovered again offline (the source changed after the pre-build)"
         scan = scanner.scan(full=True)[0]
-        if scan.holders or not scan.complete:
-            raise _Abort("a process opened the database during the catch-up", EXIT_FAILED)
+        if not scan.complete:
+            raise _Abort("holder scan incomplete: " + "; ".join(scan.problems), EXIT_FAILED)
+        if scan.holders:
+            who = ", ".join(
+                f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in scan.holders
+            )
+            raise _Abort(f"{who} opened the database during the catch-up", EXIT_FAILED)
         if rep is not None and (
             not rep.verified
             or (rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss))
