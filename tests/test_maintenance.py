@@ -519,3 +519,35 @@ class TestUnprivileged:
             assert stat.S_IMODE(case.db.stat().st_mode) == 0o644
         finally:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str]]) -> None:
+    """A repaired file's original is listed, and restoring it swaps it back in (the
+    repaired file goes to quarantine in turn): the phantom is back, nothing deleted."""
+    db, distinct = phantom
+    rep = report_of(ctl("--db", str(db), "--yes", "--json"))
+    assert rep["outcome"] == "repaired"
+    listed = subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "list", "--json"],
+        capture_output=True, text=True, cwd=REPO, check=True,
+    )  # fmt: skip
+    entries = json.loads(listed.stdout)["quarantine"]
+    assert [e["name"] for e in entries] == [Path(rep["quarantine"]).name]
+    assert entries[0]["db"] == str(db)
+    restored = subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "restore",
+         entries[0]["name"], "--yes", "--json"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    # The original was damaged, and the post-check says so: exit 1, but swapped back.
+    assert restored.returncode == 1, restored.stderr
+    back = report_of(restored)
+    assert back["outcome"] == "swapped"
+    assert "the post-check failed: integrity FAILED" in back["message"]
+    ids = session_ids(db)
+    assert len(ids) == len(distinct) + 1  # the original again, phantom row and all
+    listed = subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "list", "--json"],
+        capture_output=True, text=True, cwd=REPO, check=True,
+    )  # fmt: skip
+    assert len(json.loads(listed.stdout)["quarantine"]) == 2

@@ -10,6 +10,7 @@ from statewarden.cli.config_cmd import config_group
 from statewarden.cli.holders_cmd import holders
 from statewarden.cli.incidents_cmd import incidents_group
 from statewarden.cli.maintenance_cmd import maintenance
+from statewarden.cli.quarantine_cmd import quarantine_group
 from statewarden.cli.recover_cmd import recover_cmd
 from statewarden.cli.status_cmd import status
 
@@ -31,6 +32,7 @@ main.add_command(check)
 main.add_command(recover_cmd)
 main.add_command(incidents_group)
 main.add_command(maintenance)
+main.add_command(quarantine_group)
 
 
 if __name__ == "__main__":

@@ -191,3 +191,22 @@ def build_copy_as_is(
         raise DatabaseError(f"{db}: the new file could not be built next to it: {exc}") from None
     finally:
         work.cleanup()
+
+
+def build_restored(original: Path, output: Path, progress: ProgressFn | None = None) -> None:
+    """For ``quarantine restore``: the quarantined original as it was, damage and all,
+    with its own ``-wal`` replayed into it (one self-contained file at ``output``)."""
+    if os.path.lexists(output):
+        raise DatabaseError(f"{output}: already exists; refusing to overwrite it")
+    try:
+        work = make_work_copy(original, output.parent, space_factor=2, progress=progress)
+    except (OSError, apsw.Error) as exc:
+        raise DatabaseError(f"{original}: could not be copied: {exc}") from None
+    try:
+        with open(work.db, "rb+") as f:
+            os.fsync(f.fileno())
+        os.link(work.db, output)
+    except OSError as exc:
+        raise DatabaseError(f"{original}: could not be put next to the database: {exc}") from None
+    finally:
+        work.cleanup()

@@ -59,6 +59,7 @@ from statewarden.maintenance.prebuild import (
     SourceIdentity,
     build_copy_as_is,
     build_new_file,
+    build_restored,
     file_sha256,
     identity,
     new_file_path,
@@ -81,7 +82,8 @@ from statewarden.sqlite import open_readonly, wal_sidecars_absent
 from statewarden.targets import Target
 
 ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkpoint", "vacuum")
-SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal")
+# ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore).
+SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore")
 ENV_CRASH_AT = "STATEWARDEN_CRASH_AT"
 POST_CHECK_MAX_ERRORS = 100
 POST_CHECK_SCANS = 5
@@ -99,6 +101,7 @@ class Options:
     accept_loss: bool = False
     dry_run: bool = False
     confirm: Callable[[Plan], bool] | None = None
+    restore_from: Path | None = None  # a quarantined state.db, for the restore action
 
 
 @dataclass
@@ -192,7 +195,7 @@ class MaintenanceRun:
         self.config = config
         self.mc = config.maintenance
         self.options = options or Options()
-        if self.options.action not in ACTIONS:
+        if self.options.action not in (*ACTIONS, "restore"):
             raise UsageError(
                 f"unknown action {self.options.action!r} (one of: {', '.join(ACTIONS)})"
             )
@@ -349,7 +352,7 @@ class MaintenanceRun:
                 return self._checkpoint()
             assert before is not None
             self._step("verify-source")
-            if not self._unchanged(before):
+            if opts.action != "restore" and not self._unchanged(before):
                 self._step("catch-up")
                 done = self._catch_up(scanner)
                 if done is not None:
@@ -388,6 +391,10 @@ class MaintenanceRun:
                 return self._finish("healthy: nothing to repair", EXIT_OK,
                                     "the check found no damage; nothing was stopped")  # fmt: skip
             return self._gate(rep)
+        if self.options.action == "restore":
+            assert self.options.restore_from is not None
+            build_restored(self.options.restore_from, self.new, self.progress)
+            return None
         mode = None
         if self.options.action.startswith("journal-mode="):
             mode = "wal" if self.options.action.endswith("wal") else "rollback"

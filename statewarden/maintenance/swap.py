@@ -187,3 +187,41 @@ def prune(state_dir: Path, profile: str, keep: int, max_age_s: float) -> list[Pa
             shutil.rmtree(path)
             removed.append(path)
     return removed
+
+
+@dataclass
+class QuarantineEntry:
+    name: str
+    path: Path
+    db: str
+    run_id: str
+    swapped_at: float
+    files: dict[str, int]  # name -> bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "path": str(self.path), "db": self.db, "run_id": self.run_id,
+            "swapped_at": self.swapped_at, "files": self.files,
+        }  # fmt: skip
+
+
+def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
+    """Every quarantine folder with a manifest, newest first."""
+    root = quarantine_root(state_dir)
+    out: list[QuarantineEntry] = []
+    if not root.is_dir():
+        return out
+    for folder in root.iterdir():
+        manifest = folder / MANIFEST
+        if folder.is_symlink() or not manifest.is_file():
+            continue
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        files = {n: (folder / n).stat().st_size for n in data.get("files", {})
+                 if (folder / n).is_file()}  # fmt: skip
+        out.append(QuarantineEntry(folder.name, folder, str(data.get("db", "")),
+                                   str(data.get("run_id", "")),
+                                   float(data.get("swapped_at", 0.0)), files))  # fmt: skip
+    return sorted(out, key=lambda e: e.swapped_at, reverse=True)
