@@ -18,7 +18,7 @@ import pytest
 from statewarden.holders.scan import HolderScanner
 from tests.corruption_lab import phantom_row
 from tests.fake_hermes import install_fake_hermes
-from tests.hermes_fixtures import SMALL
+from tests.hermes_fixtures import SMALL, writer_env
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.test_maintenance import exempt_comms, integrity, rows, session_ids
 
@@ -148,3 +148,62 @@ def test_unit_that_fails_to_start_again_is_reported(
     assert f"{DASHBOARD} did not start again" in rep["message"]
     assert main_pid(manager, GATEWAY) != 0
     assert integrity(db) == "ok"
+
+
+@pytest.mark.systemd
+def test_four_holders_with_a_respawner(
+    units: tuple[UserSystemd, Path, list[str]], tmp_path: Path
+) -> None:
+    """Story 1 and 5: two units, the user's `hermes chat` and an orphaned `hermes serve
+    --isolated` that a respawner brings back. With --force the run stops all four; as
+    root the fence cannot keep the respawned serve out, so the run either wins the race
+    or aborts with it named, and in both cases both units run again and nothing is lost."""
+    manager, db, distinct = units
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
+                                  "maintenance": {"settle": "1s", "respawn_limit": 2,
+                                                  "stop_grace": "3s"}}))  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    env = {**writer_env(db.parent), "FAKE_HERMES_WRITE_EVERY": "0.3"}
+    chat = subprocess.Popen([str(bin_dir / "hermes"), "chat"], env=env, stdout=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    assert chat.stdout is not None
+    assert chat.stdout.readline().strip() == "ready"
+    pidfile = tmp_path / "serve.pid"
+    respawner = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "respawner.py"), str(bin_dir / "hermes"),
+         "serve", "--isolated"], env={**env, "FAKE_HERMES_PIDFILE": str(pidfile)},
+    )  # fmt: skip
+    try:
+        wait_for(lambda: pidfile.exists() and len(holders(db)) >= 4, "four holders")
+        run_env = {**os.environ, "STATEWARDEN_CONFIG": str(config),
+                   "DBUS_SESSION_BUS_ADDRESS": manager.bus_address}  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
+             "--yes", "--force", "--json"], capture_output=True, text=True, cwd=REPO,
+            env=run_env, check=False, stdin=subprocess.DEVNULL, timeout=300,
+        )  # fmt: skip
+        chat_code = chat.poll()
+    finally:
+        respawner.terminate()
+        respawner.wait(timeout=WAIT_S)
+        if chat.poll() is None:
+            chat.kill()
+        chat.wait()
+    rep = json.loads(proc.stdout)
+    assert chat_code is not None  # the interactive CLI was stopped (--force)
+    if proc.returncode == 0:
+        assert rep["outcome"] == "repaired"
+        ids = session_ids(db)
+        assert len(ids) == len(set(ids))
+        assert rep["recover"]["tables"]["sessions"]["duplicates_dropped"] == 1
+        assert integrity(db) == "ok"
+    else:
+        assert proc.returncode == 1, proc.stderr
+        assert rep["outcome"] == "rolled back: the database is unchanged"
+        assert "hermes serve --isolated" in rep["message"]
+        assert stat.S_IMODE(db.stat().st_mode) == 0o644
+    assert set(distinct) <= set(session_ids(db))
+    assert sorted(rep["units_stopped"]) == sorted([GATEWAY, DASHBOARD])
+    wait_for(lambda: 0 not in {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)},
+             "both units to run again")  # fmt: skip
