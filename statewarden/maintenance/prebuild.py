@@ -119,14 +119,20 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def build_new_file(db: Path, output: Path, progress: ProgressFn | None = None) -> Prebuilt:
+def build_new_file(
+    db: Path, output: Path, progress: ProgressFn | None = None, *, hash_folded: bool = True
+) -> Prebuilt:
     """Recover ``db`` into ``output`` (which must not exist); errors are one line.
 
     The consistent copy of the bundle is folded (its WAL checkpointed into it) and
     hashed before it is recovered: if Hermes only checkpoints the same WAL into state.db
     when it stops, state.db then has exactly these bytes, and the run needs no catch-up.
+    The catch-up itself (``hash_folded=False``) recovers straight from state.db: it runs
+    while Hermes is stopped, so every second saved there is downtime.
     """
     try:
+        if not hash_folded:
+            return Prebuilt(recover(db, output, progress=progress), "")
         work = make_work_copy(db, output.parent, space_factor=PREBUILD_SPACE_FACTOR,
                               progress=progress)  # fmt: skip
         try:

@@ -486,7 +486,7 @@ class MaintenanceRun:
         fence.read_only(self.db, self.orig)
         try:
             if self.options.action == "repair":
-                rep = build_new_file(self.db, self.new, self.progress).report
+                rep = build_new_file(self.db, self.new, self.progress, hash_folded=False).report
                 self.report.recover = rep.to_json()
             else:
                 rep = None
