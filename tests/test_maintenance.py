@@ -331,7 +331,7 @@ class TestRespawn:
 
 
 CRASH_STEPS = ["prebuild", "signal", "fence", "settle", "verify-source", "catch-up",
-               "swap", "swapped", "post-check"]  # fmt: skip
+               "swap", "sidecars-moved", "original-kept", "swapped", "post-check"]  # fmt: skip
 
 
 class TestCrash:
@@ -343,7 +343,8 @@ class TestCrash:
         swap) or forward (from the swap on). state.db is always there and readable, no
         readable row is lost, and nothing of ours is left next to it."""
         db, distinct = phantom
-        w = FakeHermes(fake_bin, db.parent, "dashboard")
+        # Writing often: the source changes after the pre-build, so the catch-up runs.
+        w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.02)
         try:
             env = {**os.environ, "STATEWARDEN_CRASH_AT": step}
             crashed = ctl("--db", str(db), "--yes", env=env)

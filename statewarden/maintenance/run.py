@@ -13,7 +13,8 @@ mode asked for), ``checkpoint`` (stop the holders, fold the ``-wal`` into the fi
 through SQLite, start them again: no swap).
 
 ``$STATEWARDEN_CRASH_AT=<step>`` makes the run ``SIGKILL`` itself right after the
-ledger line of that step is durable: the fault-injection point the crash tests use.
+ledger line of that step is durable (or, for ``sidecars-moved`` and ``original-kept``,
+half-way through the swap): the fault-injection points the crash tests use.
 """
 
 from __future__ import annotations
@@ -231,6 +232,10 @@ class MaintenanceRun:
             self.report.steps.append({"step": prev, "seconds": round(now - since, 3)})
         self._step_started = (name, now)
         self.emit("step", step=name, **data)
+        self._crash_point(name)
+
+    @staticmethod
+    def _crash_point(name: str) -> None:
         if os.environ.get(ENV_CRASH_AT) == name:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -365,7 +370,7 @@ class MaintenanceRun:
         qdir = quarantine_dir(self.state, self.target.name, run_id)
         self._step("swap", new=str(self.new), quarantine=str(qdir),
                    new_ino=os.stat(self.new).st_ino)  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.orig, run_id)
+        res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
         self._step("swapped", files=res.files)
         self.report.swap_s = round(res.swap_s, 4)
         self.report.quarantine = str(qdir)
@@ -693,7 +698,7 @@ class MaintenanceRun:
             scanner.close()
         self._step("swap", new=str(self.new), quarantine=str(qdir), resumed=True,
                    new_ino=swap_step.get("new_ino"))  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.orig, record.run_id)
+        res = swap(self.db, self.new, qdir, self.orig, record.run_id, after=self._crash_point)
         self._step("swapped", files=res.files)
         self.report.notes.append("resumed after an interruption during the swap: rolled forward")
         return self._after_swap()

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,20 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def swap(db: Path, new: Path, qdir: Path, orig: fence.Original, run_id: str) -> SwapResult:
-    """Swap ``new`` in at ``db``; the original and its sidecars end in ``qdir``."""
+def swap(
+    db: Path,
+    new: Path,
+    qdir: Path,
+    orig: fence.Original,
+    run_id: str,
+    *,
+    after: Callable[[str], None] | None = None,
+) -> SwapResult:
+    """Swap ``new`` in at ``db``; the original and its sidecars end in ``qdir``.
+
+    ``after(stage)`` is called once the sidecars are moved (``sidecars-moved``) and once
+    the original has its name in quarantine (``original-kept``).
+    """
     started = time.monotonic()
     private_dir(qdir.parent)
     private_dir(qdir)
@@ -112,6 +125,8 @@ def swap(db: Path, new: Path, qdir: Path, orig: fence.Original, run_id: str) -> 
         side = Path(f"{db}{sfx}")
         if os.path.lexists(side) and not os.path.lexists(qdir / side.name):
             result.copied |= _move(side, qdir / side.name)
+    if after is not None:
+        after("sidecars-moved")
     kept = qdir / db.name
     if not _same_inode(kept, orig.ino, orig.dev) and not os.path.lexists(kept):
         try:
@@ -124,6 +139,8 @@ def swap(db: Path, new: Path, qdir: Path, orig: fence.Original, run_id: str) -> 
             fence.put_up(db, orig)
             result.copied = True
     fsync_dir(qdir)
+    if after is not None:
+        after("original-kept")
     if not os.path.lexists(new):
         raise fence.FenceError(f"{new}: the new file is missing; the original stays in place")
     if os.geteuid() == 0 or orig.uid == os.geteuid():
