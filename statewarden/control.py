@@ -21,25 +21,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from statewarden.errors import StatewardenError
+from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, StatewardenError
 
 MAX_REQUEST_BYTES = 64 * 1024
 DEFAULT_CLIENT_TIMEOUT_S = 10.0
 SOCKET_NAME = "control.sock"
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class DaemonNotRunning(StatewardenError):
-    """No daemon answers on the control socket."""
-
-
-class ControlError(StatewardenError):
-    """The daemon answered with an error."""
-
-
-class AlreadyRunning(StatewardenError):
-    """Another daemon already serves this control socket."""
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -179,7 +167,10 @@ def request(
             raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
         except OSError as exc:
             raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
-        s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        # A refusal can be answered and the connection closed before the request is read:
+        # the answer is still there to read below.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
         buf = b""
         try:
             while b"\n" not in buf:

@@ -25,10 +25,9 @@ from typing import Any, TextIO
 import structlog
 
 from statewarden.config import REDACTED
-from statewarden.journald import JournalSender, field_name
+from statewarden.journald import JournalSender, field_name, priority_of
 
 IDENTIFIER = "statewarden"
-LEVEL_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "critical": 2}
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)
 # Telegram bot tokens look like 123456789:AAH...; redact them wherever they appear.
 _BOT_TOKEN_RE = re.compile(r"(?<!\d)\d{6,12}:[A-Za-z0-9_-]{30,}")
@@ -55,7 +54,7 @@ def journal_fields(event: Mapping[str, Any]) -> dict[str, object]:
     """The journald entry for one structlog event."""
     fields: dict[str, object] = {
         "MESSAGE": str(event.get("event", "")),
-        "PRIORITY": LEVEL_PRIORITY.get(str(event.get("level", "info")), 6),
+        "PRIORITY": priority_of(str(event.get("level", "info"))),
         "SYSLOG_IDENTIFIER": IDENTIFIER,
     }
     for key, value in event.items():
@@ -96,7 +95,7 @@ class _JournalRenderer:
 
 
 def _prefixed(event: Mapping[str, Any]) -> str:
-    priority = LEVEL_PRIORITY.get(str(event.get("level", "info")), 6)
+    priority = priority_of(str(event.get("level", "info")))
     return f"<{priority}>{_logfmt(event)}"
 
 

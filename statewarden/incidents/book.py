@@ -23,36 +23,26 @@ import contextlib
 import json
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from statewarden.atomic import write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.incidents.signals import Severity, Signal
+from statewarden.incidents.signals import (
+    KINDS,
+    SEVERITY_RANK,
+    Severity,
+    Signal,
+    cap_evidence,
+    is_state_kind,
+)
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
 DEFAULT_KEEP_RESOLVED = 500
 EVIDENCE_KEEP = 10  # evidence lines kept per incident: the first few and the latest
-EVIDENCE_LINE_MAX_CHARS = 4000
 RATE_WINDOW_S = 60.0
-# Kinds that come from state (a watcher reports when they clear), not from log lines.
-STATE_KINDS = frozenset(
-    {
-        "stale_holder",
-        "lost_locks",
-        "wal_growth",
-        "unsafe_mount",
-        "multi_writer",
-        "unexpected_holder",
-        "crash_loop",
-        "watcher_failed",
-    }
-)
-# "database is locked" bursts come and go with load; they resolve sooner.
-QUIET_RESOLVE_S: dict[str, float] = {"write_failures": 900.0}
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 Change = Literal["opened", "reopened", "escalated", "updated", "resolved"]
 
@@ -91,6 +81,7 @@ class Update:
     change: Change
     incident: Incident
     rate_per_min: float | None = None
+    source: str = ""  # the watcher whose signal caused it; "" for a quiet resolution
 
 
 class IncidentBook:
@@ -172,7 +163,7 @@ class IncidentBook:
     @staticmethod
     def _add_evidence(inc: Incident, lines: tuple[str, ...]) -> None:
         for raw in lines:
-            line = raw[:EVIDENCE_LINE_MAX_CHARS]
+            line = cap_evidence(raw)
             if line in inc.evidence:
                 continue
             if len(inc.evidence) >= EVIDENCE_KEEP:
@@ -182,6 +173,10 @@ class IncidentBook:
 
     def record(self, sig: Signal) -> Update | None:
         """Apply one signal; the update it caused, or None if it changed nothing."""
+        update = self._apply(sig)
+        return None if update is None else replace(update, source=sig.source)
+
+    def _apply(self, sig: Signal) -> Update | None:
         fp = sig.fingerprint
         existing = self.incidents.get(self._by_fingerprint.get(fp, -1))
         if sig.clears:
@@ -249,13 +244,19 @@ class IncidentBook:
         now = time.time() if now is None else now
         out = []
         for inc in list(self.incidents.values()):
-            if inc.state != "open" or inc.kind in STATE_KINDS:
+            if inc.state != "open" or is_state_kind(inc.kind):
                 continue
-            quiet = min(QUIET_RESOLVE_S.get(inc.kind, self.quiet_resolve_s), self.quiet_resolve_s)
+            quiet = self._quiet_resolve_s(inc.kind)
             if now - inc.last_seen >= quiet:
                 out.append(self._resolve(inc, now, f"no new signal for {quiet:.0f} s"))
         self.save(force=False)
         return out
+
+    def _quiet_resolve_s(self, kind: str) -> float:
+        known = KINDS.get(kind)
+        if known is None or known.quiet_resolve_s is None:
+            return self.quiet_resolve_s
+        return min(known.quiet_resolve_s, self.quiet_resolve_s)
 
     # ------------------------------------------------------------- queries
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,12 @@ from typing import Any
 import apsw
 
 from statewarden.errors import DatabaseError, DatabaseUnreadable, StatewardenError
+from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.recover import recover
 from statewarden.recovery.report import Report
 from statewarden.sqlite import HEADER_SIZE, parse_header
 
-ProgressFn = Callable[[str, int, int], None]
 NEW_PREFIX = ".statewarden-new-"
 # The folded copy, recover's own copy of it, and the new file, side by side.
 PREBUILD_SPACE_FACTOR = 3

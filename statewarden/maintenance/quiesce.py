@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from statewarden.errors import StatewardenError, SystemdUnavailable
+from statewarden.errors import StatewardenError, SystemdCallFailed, SystemdUnavailable
 from statewarden.holders.processes import read_stat
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
 from statewarden.maintenance.plan import REFUSE, SIGNAL, STOP_UNIT, HolderDecision, decide
-from statewarden.systemd import JobResult, SystemdCallFailed, UserManager
+from statewarden.systemd import JobResult, UserManager
 
 SCAN_GAP_S = 0.1
 EXIT_POLL_S = 0.05

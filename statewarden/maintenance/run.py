@@ -34,8 +34,8 @@ import apsw
 
 from statewarden.config import Config, state_dir
 from statewarden.errors import (
-    EXIT_BASE_DAMAGE,
     EXIT_FAILED,
+    EXIT_MAINTENANCE_LOSS,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNREADABLE,
@@ -76,7 +76,8 @@ from statewarden.maintenance.quiesce import (
     unit_states,
 )
 from statewarden.maintenance.swap import prune, quarantine_dir, swap
-from statewarden.recovery.diagnose import check_database
+from statewarden.progress import ProgressFn
+from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
 from statewarden.recovery.report import Report
 from statewarden.sqlite import open_readonly, wal_sidecars_absent
@@ -92,7 +93,6 @@ UNIT_START_CHECK_S = 1.0
 POST_CHECK_GAP_S = 0.2
 
 EmitFn = Callable[[dict[str, Any]], None]
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -414,7 +414,7 @@ class MaintenanceRun:
         if rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss):
             self._remove_new()
             return self._finish(
-                "stopped: the repair would lose rows", EXIT_BASE_DAMAGE,
+                "stopped: the repair would lose rows", EXIT_MAINTENANCE_LOSS,
                 "nothing was swapped; see the loss report, then rerun with --accept-loss",
             )  # fmt: skip
         return None
@@ -514,7 +514,7 @@ class MaintenanceRun:
             not rep.verified
             or (rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss))
         ):
-            code = EXIT_FAILED if not rep.verified else EXIT_BASE_DAMAGE
+            code = EXIT_FAILED if not rep.verified else EXIT_MAINTENANCE_LOSS
             raise _Abort("the catch-up repair failed verification" if not rep.verified
                          else "the catch-up repair would lose rows (see --accept-loss)",
                          code)  # fmt: skip
@@ -549,7 +549,7 @@ class MaintenanceRun:
         problems = []
         rec = self.report.recover or {}
         if rec.get("loss_detected"):
-            code = EXIT_BASE_DAMAGE
+            code = EXIT_MAINTENANCE_LOSS
             problems.append("swapped with accepted loss (listed in the recover report)")
         if failed:
             code = EXIT_FAILED

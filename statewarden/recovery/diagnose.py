@@ -13,7 +13,6 @@ damaged: rows may be lost); ``unreadable`` (header, schema or page 1).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,12 @@ import apsw
 
 from statewarden.errors import (
     EXIT_BASE_DAMAGE,
-    EXIT_FAILED,
+    EXIT_DERIVED_DAMAGE,
     EXIT_OK,
     EXIT_UNREADABLE,
     DatabaseUnreadable,
 )
-from statewarden.recovery.bundle import make_work_copy
+from statewarden.progress import ProgressFn
 from statewarden.recovery.integrity import (
     ErrorGroup,
     fts_from_integrity_lines,
@@ -39,8 +38,6 @@ from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
-
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -146,24 +143,10 @@ def exit_code_for(damage: str) -> int:
     """0 healthy, 1 derived damage only, 3 base damage, 4 unreadable."""
     return {
         "none": EXIT_OK,
-        "derived": EXIT_FAILED,
+        "derived": EXIT_DERIVED_DAMAGE,
         "base": EXIT_BASE_DAMAGE,
         "unreadable": EXIT_UNREADABLE,
     }[damage]
-
-
-def check_database(
-    source: Path, work_parent: Path, *, progress: ProgressFn | None = None
-) -> Diagnosis:
-    """Copy ``source``'s bundle into a private work dir under ``work_parent``, diagnose the
-    copy, remove it. The source is only read (see ``bundle.make_work_copy``)."""
-    work = make_work_copy(source, work_parent, progress=progress)
-    try:
-        result = diagnose(work.db, progress=progress, truncated=work.truncated_note)
-    finally:
-        work.cleanup()
-    result.path = str(source)
-    return result
 
 
 def worst(*classes: str) -> str:

@@ -13,7 +13,8 @@ passed back with ``--after-cursor`` on restart, so nothing is handled twice or m
 while the daemon was down. On first start it begins at the moment the follower was
 made (``--since=@<epoch>``): history is not alerted on, and a line logged while
 journalctl starts up is not lost. If journalctl is missing or dies, it is restarted with capped
-exponential backoff and the reason is kept in ``status`` (never a crash).
+exponential backoff (from the shortest wait again once it hands over an entry) and the
+reason is kept in ``status`` (never a crash).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import write_atomic
+from statewarden.backoff import Backoff
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
@@ -78,12 +80,17 @@ class JournalFollower:
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
         self.journalctl = journalctl or shutil.which("journalctl") or "journalctl"
         self.status = "starting"
-        self.errors = 0
+        self.backoff = Backoff(BACKOFF_START_S, BACKOFF_MAX_S)
         self._cursor: str | None = self._load_cursor()
         self._cursor_saved_at = 0.0
         self._proc: asyncio.subprocess.Process | None = None
         self.entries_seen = 0
         self.started_at = time.time()
+
+    @property
+    def errors(self) -> int:
+        """journalctl failures in a row, since it last handed over an entry."""
+        return self.backoff.failures
 
     def _load_cursor(self) -> str | None:
         try:
@@ -131,7 +138,7 @@ class JournalFollower:
             if not isinstance(entry, dict):
                 continue
             self.entries_seen += 1
-            self.errors = 0
+            self.backoff.succeeded()  # following again: the next failure waits the least
             cursor = entry.get("__CURSOR")
             if isinstance(cursor, str):
                 self._cursor = cursor
@@ -147,19 +154,22 @@ class JournalFollower:
 
     async def run(self) -> None:
         """Follow until cancelled; restart journalctl with backoff when it fails."""
-        delay = BACKOFF_START_S
         try:
             while True:
+                why = "journalctl stopped"
                 try:
                     await self._follow_once()
                 except FileNotFoundError:
-                    self.status = f"journal not followed: {self.journalctl} not found"
+                    why = ""
                 except (OSError, RuntimeError) as exc:
-                    self.status = f"journal not followed: {exc}; retrying in {delay:.0f} s"
-                self.errors += 1
+                    why = str(exc)
+                delay = self.backoff.failed()
+                if why:
+                    self.status = f"journal not followed: {why}; retrying in {delay:.0f} s"
+                else:
+                    self.status = f"journal not followed: {self.journalctl} not found"
                 self._save_cursor(force=True)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
         finally:
             self._save_cursor(force=True)
             if self._proc is not None and self._proc.returncode is None:
