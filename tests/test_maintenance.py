@@ -344,7 +344,7 @@ class TestCrash:
         readable row is lost, and nothing of ours is left next to it."""
         db, distinct = phantom
         # Writing often: the source changes after the pre-build, so the catch-up runs.
-        w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.02)
+        w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.1)
         try:
             env = {**os.environ, "STATEWARDEN_CRASH_AT": step}
             crashed = ctl("--db", str(db), "--yes", env=env)
@@ -455,6 +455,8 @@ def test_vacuum_and_journal_mode(config: Path, tmp_path: Path) -> None:
     proc = ctl("--db", str(db), "--yes", "--json", "--action", "journal-mode=delete")
     assert proc.returncode == 0, proc.stderr
     assert report_of(proc)["outcome"] == "swapped"
+    assert any("does not pin database.journal_mode: delete" in n
+               for n in report_of(proc)["notes"])  # fmt: skip
     assert rows(db, "PRAGMA journal_mode")[0][0] == "delete"
     assert session_ids(db) == ids
     proc = ctl("--db", str(db), "--yes", "--json", "--action", "checkpoint")
@@ -552,3 +554,23 @@ def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str
         capture_output=True, text=True, cwd=REPO, check=True,
     )  # fmt: skip
     assert len(json.loads(listed.stdout)["quarantine"]) == 2
+
+
+def test_a_writer_too_busy_for_a_prebuild(config: Path, phantom: tuple[Path, list[str]],
+                                          fake_bin: Path) -> None:  # fmt: skip
+    """A writer that changes the file during every copy attempt: the new file is built
+    after the stop instead, and the run still repairs."""
+    db, distinct = phantom
+    w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.005)
+    try:
+        proc = ctl("--db", str(db), "--yes", "--json")
+    finally:
+        w.stop()
+    assert proc.returncode == 0, proc.stderr
+    rep = report_of(proc)
+    assert rep["outcome"] == "repaired"
+    ids = session_ids(db)
+    assert len(ids) == len(set(ids))
+    assert set(distinct) <= set(ids)
+    if any("no pre-build while Hermes ran" in n for n in rep["notes"]):
+        assert rep["path"].startswith("recovered offline")

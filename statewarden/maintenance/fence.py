@@ -4,15 +4,19 @@ Once every holder is stopped, the old file's mode is set to 000. A process of th
 (non-root) uid that comes back, like the desktop app's respawned ``hermes serve
 --isolated``, then fails to open it instead of racing the swap (HERMES.md stories 5
 and 6). Root ignores file modes, so for root's own processes the fence is only the
-repeated holder scans. The mode is changed on the inode found at plan time and only
-if the path still names it; a symlink is never followed (a run refuses a state.db that
+repeated holder scans. The run keeps reading the original through a descriptor it
+opened before the fence went up, so the fence is never lowered while a run is on.
+The mode is changed on the inode found at plan time and only if the path still names
+it; a symlink is never followed (a run refuses a state.db that
 is a symlink before anything is stopped).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,3 +96,47 @@ def take_down(db: Path, orig: Original) -> bool:
 def effective(orig: Original) -> bool:
     """Whether mode 000 stops a process of our uid from opening the file (not for root)."""
     return os.geteuid() != 0 and orig.uid == os.geteuid()
+
+
+_CHUNK = 8 * 1024 * 1024
+
+
+def hold_open(db: Path, orig: Original) -> int:
+    """A read-only descriptor on the original, opened before the fence goes up, so the
+    run can still read it (catch-up, content check) without ever lowering the fence.
+
+    This process has no SQLite connection to the file (rule 2), so the descriptor
+    costs no locks; it is closed before the swap, so no scan sees this process on an
+    old inode afterwards.
+    """
+    fd = os.open(db, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (orig.dev, orig.ino):
+        os.close(fd)
+        raise FenceError(f"{db}: was replaced before it could be fenced")
+    return fd
+
+
+def read_chunks(fd: int) -> Iterator[bytes]:
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        offset += len(chunk)
+        yield chunk
+
+
+def sha256_of(fd: int) -> str:
+    h = hashlib.sha256()
+    for chunk in read_chunks(fd):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def copy_out(fd: int, dest: Path) -> None:
+    """Copy the held original to ``dest`` (a new file, never through a symlink)."""
+    out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        for chunk in read_chunks(fd):
+            os.write(out, chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)

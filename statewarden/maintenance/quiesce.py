@@ -177,11 +177,11 @@ class Settler:
             if not scan.complete:
                 result.reason = "holder scan incomplete: " + "; ".join(scan.problems)
                 return result
+            # This process holds the original open for reading (fence.hold_open).
+            scan.holders = [h for h in scan.holders if h.pid != os.getpid()]
             if scan.holders and self.systemd_ok:
                 self.systemd_ok = annotate_units([scan], self.address) is None
             for h in scan.holders:
-                if h.pid == os.getpid():
-                    continue
                 d = decide(h, force=self.force, stop_interactive=self.stop_interactive,
                            systemd_ok=self.systemd_ok)  # fmt: skip
                 key = d.command

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import yaml
 
 from statewarden.config import Config, state_dir
 from statewarden.errors import (
@@ -39,6 +42,7 @@ from statewarden.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNREADABLE,
+    DatabaseChanged,
     DatabaseUnreadable,
     StatewardenError,
     UsageError,
@@ -61,7 +65,6 @@ from statewarden.maintenance.prebuild import (
     build_copy_as_is,
     build_new_file,
     build_restored,
-    file_sha256,
     identity,
     new_file_path,
 )
@@ -213,6 +216,7 @@ class MaintenanceRun:
         self.orig: fence.Original | None = None
         self.new: Path | None = None
         self.folded_sha256: str | None = None
+        self._orig_fd: int | None = None  # the original, held open from before the fence
         self._t0 = time.monotonic()
         self._step_started: tuple[str, float] | None = None
         self._down_started: float | None = None
@@ -239,7 +243,13 @@ class MaintenanceRun:
         if os.environ.get(ENV_CRASH_AT) == name:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def _let_go(self) -> None:
+        if self._orig_fd is not None:
+            os.close(self._orig_fd)
+            self._orig_fd = None
+
     def _finish(self, outcome: str, code: int, message: str = "") -> RunReport:
+        self._let_go()
         self.report.outcome = outcome
         self.report.exit_code = code
         self.report.message = message or self.report.message
@@ -333,17 +343,24 @@ class MaintenanceRun:
             self.report.notes.append(f"source identity at the pre-build: {before.to_json()}")
             try:
                 done = self._build()
+                self.report.path = "pre-built while Hermes ran"
+            except DatabaseChanged as exc:
+                # A writer busy enough that no copy is consistent: build after the stop.
+                self._remove_new()
+                before = None
+                done = None
+                self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
             except StatewardenError as exc:
                 self._remove_new()
                 code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
                 return self._finish("failed before stopping anything", code, str(exc))
             if done is not None:
                 return done
-            self.report.path = "pre-built while Hermes ran"
         try:
             self._quiesce(plan)
             if opts.action in SWAP_ACTIONS:
                 self._step("fence", mode=oct(self.orig.mode))
+                self._orig_fd = fence.hold_open(self.db, self.orig)
                 fence.put_up(self.db, self.orig)
                 self.fenced = True
                 if not fence.effective(self.orig):
@@ -355,9 +372,8 @@ class MaintenanceRun:
             self._settle(scanner)
             if opts.action == "checkpoint":
                 return self._checkpoint()
-            assert before is not None
             self._step("verify-source")
-            if opts.action != "restore" and not self._unchanged(before):
+            if opts.action != "restore" and (before is None or not self._unchanged(before)):
                 self._step("catch-up")
                 done = self._catch_up(scanner)
                 if done is not None:
@@ -367,6 +383,7 @@ class MaintenanceRun:
         except StatewardenError as exc:
             return self._rollback(str(exc), EXIT_FAILED)
         assert self.new is not None
+        self._let_go()
         qdir = quarantine_dir(self.state, self.target.name, run_id)
         self._step("swap", new=str(self.new), quarantine=str(qdir),
                    new_ino=os.stat(self.new).st_ino)  # fmt: skip
@@ -473,11 +490,8 @@ class MaintenanceRun:
             return True
         if self.folded_sha256 is None or not after.wal_empty:
             return False
-        fence.read_only(self.db, self.orig)
-        try:
-            same = file_sha256(self.db) == self.folded_sha256
-        finally:
-            fence.put_up(self.db, self.orig)
+        assert self._orig_fd is not None
+        same = fence.sha256_of(self._orig_fd) == self.folded_sha256
         if same:
             self.report.notes.append(
                 "the source only checkpointed its WAL after the pre-build: same content"
@@ -487,29 +501,47 @@ class MaintenanceRun:
     def _catch_up(self, scanner: HolderScanner) -> RunReport | None:
         assert self.orig is not None
         assert self.new is not None
+        assert self._orig_fd is not None
         self._remove_new()
-        fence.read_only(self.db, self.orig)
+        # A copy of the fenced bundle, read through the descriptor held since before the
+        # fence (never by lowering it): nobody can open the original meanwhile.
+        folder = Path(tempfile.mkdtemp(prefix=".statewarden-catch-up-", dir=self.db.parent))
         try:
+            source = folder / self.db.name
+            fence.copy_out(self._orig_fd, source)
+            for sfx in ("-wal", "-journal"):
+                side = Path(f"{self.db}{sfx}")
+                if side.is_file() and not side.is_symlink():
+                    shutil.copyfile(side, f"{source}{sfx}", follow_symlinks=False)
             if self.options.action == "repair":
-                rep = build_new_file(self.db, self.new, self.progress, hash_folded=False).report
+                rep = build_new_file(source, self.new, self.progress, hash_folded=False).report
+                rep.source = str(self.db)
                 self.report.recover = rep.to_json()
             else:
                 rep = None
                 mode = None
                 if self.options.action.startswith("journal-mode="):
                     mode = "wal" if self.options.action.endswith("wal") else "rollback"
-                build_copy_as_is(self.db, self.new, mode, self.progress)
+                build_copy_as_is(source, self.new, mode, self.progress)
+        except OSError as exc:
+            raise _Abort(f"the catch-up copy failed: {exc.strerror or exc}", EXIT_FAILED) from None
         finally:
-            fence.put_up(self.db, self.orig)
-        self.report.path = "recovered again offline (the source changed after the pre-build)"
+            shutil.rmtree(folder, ignore_errors=True)
+        self.report.path = (
+            "recovered again offline (the source changed after the pre-build)"
+            if self.report.path
+            else "recovered offline (no consistent copy could be taken while Hermes ran)"
+        )
         scan = scanner.scan(full=True)[0]
         if not scan.complete:
             raise _Abort("holder scan incomplete: " + "; ".join(scan.problems), EXIT_FAILED)
-        if scan.holders:
-            who = ", ".join(
-                f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in scan.holders
-            )
+        others = [h for h in scan.holders if h.pid != os.getpid()]
+        if others:
+            who = ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in others)
             raise _Abort(f"{who} opened the database during the catch-up", EXIT_FAILED)
+        if rep is not None and rep.damage == "none":
+            raise _Abort("the check found no damage once Hermes was stopped; nothing to swap",
+                         EXIT_OK)  # fmt: skip
         if rep is not None and (
             not rep.verified
             or (rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss))
@@ -539,6 +571,8 @@ class MaintenanceRun:
 
     def _after_swap(self) -> RunReport:
         self._diverted()
+        if self.report.action == "journal-mode=delete":
+            self._journal_mode_pin()
         failed = self._restart()
         self._post_check()
         removed = prune(self.state, self.target.name, self.mc.quarantine_keep,
@@ -560,6 +594,23 @@ class MaintenanceRun:
         message = "; ".join(problems)
         return self._finish("swapped" if self.options.action != "repair" else "repaired",
                             code, message)  # fmt: skip
+
+    def _journal_mode_pin(self) -> None:
+        """After ``journal-mode=delete``: does Hermes' config.yaml keep it that way?"""
+        path = self.target.home / "config.yaml"
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            data = None
+        db = data.get("database") if isinstance(data, dict) else None
+        mode = db.get("journal_mode") if isinstance(db, dict) else None
+        if str(mode).lower() == "delete":
+            self.report.notes.append(f"{path} pins database.journal_mode: delete")
+        else:
+            self.report.notes.append(
+                f"{path} does not pin database.journal_mode: delete; a newer Hermes may"
+                " switch the file back to WAL: add `database: {journal_mode: delete}` there"
+            )
 
     def _diverted(self) -> None:
         folder = self.target.home / "sessions"
@@ -639,6 +690,7 @@ class MaintenanceRun:
                 os.unlink(self.new)
 
     def _rollback(self, reason: str, code: int) -> RunReport:
+        self._let_go()
         self._step("rollback", reason=reason)
         if self.orig is not None and self.fenced:
             fence.take_down(self.db, self.orig)
