@@ -107,3 +107,15 @@ class ControlError(StatewardenError):
 
 class AlreadyRunning(StatewardenError):
     """Another daemon already serves this control socket."""
+
+
+class RunLocked(StatewardenError):
+    """Another maintenance run holds this database's lock."""
+
+
+class FenceError(StatewardenError):
+    """The fence around the old state.db could not be put up or taken down as asked."""
+
+
+class QuiesceFailed(StatewardenError):
+    """A unit could not be stopped or started; what was stopped is started again."""

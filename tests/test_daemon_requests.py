@@ -14,7 +14,7 @@ from tests.daemon_proc import DaemonProc, eventually
 
 def test_the_table_names_every_request() -> None:
     """The README's commands that ask the daemon each have a handler, and only those."""
-    table = {"status", "holders", "incidents", "incident", "check", "ack"}
+    table = {"status", "holders", "incidents", "incident", "check", "ack", "maintenance"}
 
     class _NoDaemon:
         pass

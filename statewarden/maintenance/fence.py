@@ -20,15 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from statewarden.errors import StatewardenError
+from statewarden.errors import FenceError
 
 FENCE_MODE = 0o000
 # While a catch-up copy reads the fenced file: the owner may read, nobody may write.
 READ_ONLY_MODE = 0o400
-
-
-class FenceError(StatewardenError):
-    """The fence could not be put up or taken down as asked."""
 
 
 @dataclass(frozen=True)

@@ -28,17 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import fsync_dir
-from statewarden.errors import StatewardenError
+from statewarden.errors import RunLocked, StatewardenError
 
 LEDGER_NAME = "run.jsonl"
 LAST_LEDGER_NAME = "last-run.jsonl"
 LOCK_NAME = "lock"
 FINISHED = "finished"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-class RunLocked(StatewardenError):
-    """Another maintenance run holds this database's lock."""
 
 
 def run_dir(state_dir: Path, db: Path) -> Path:

@@ -29,6 +29,7 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.recover import recover
 from statewarden.recovery.report import Report
+from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, parse_header
 
 NEW_PREFIX = ".statewarden-new-"
@@ -79,7 +80,7 @@ def identity(db: Path) -> SourceIdentity:
             counter = parse_header(f.read(HEADER_SIZE), str(db)).change_counter
     except (OSError, StatewardenError):
         counter = None  # fenced (mode 000) or unreadable: the stat facts still tell
-    wal = Path(f"{db}-wal")
+    wal = sidecar(db, WAL_SUFFIX)
     try:
         wst = os.stat(wal)
     except FileNotFoundError:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from statewarden.errors import StatewardenError, SystemdCallFailed, SystemdUnavailable
+from statewarden.errors import QuiesceFailed, SystemdCallFailed, SystemdUnavailable
 from statewarden.holders.processes import read_stat
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
@@ -28,10 +28,6 @@ from statewarden.systemd import JobResult, UserManager
 
 SCAN_GAP_S = 0.1
 EXIT_POLL_S = 0.05
-
-
-class QuiesceFailed(StatewardenError):
-    """The holders could not all be stopped; what was stopped is started again."""
 
 
 def _alive(pid: int, start_ticks: int | None) -> bool:

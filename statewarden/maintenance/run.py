@@ -83,6 +83,7 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
 from statewarden.recovery.report import Report
+from statewarden.sidecars import JOURNAL_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import open_readonly, wal_sidecars_absent
 from statewarden.targets import Target
 
@@ -509,8 +510,8 @@ class MaintenanceRun:
         try:
             source = folder / self.db.name
             fence.copy_out(self._orig_fd, source)
-            for sfx in ("-wal", "-journal"):
-                side = Path(f"{self.db}{sfx}")
+            for sfx in (WAL_SUFFIX, JOURNAL_SUFFIX):
+                side = sidecar(self.db, sfx)
                 if side.is_file() and not side.is_symlink():
                     shutil.copyfile(side, f"{source}{sfx}", follow_symlinks=False)
             if self.options.action == "repair":

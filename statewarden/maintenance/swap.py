@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import fsync_dir, write_atomic
+from statewarden.errors import FenceError
 from statewarden.maintenance import fence
 from statewarden.maintenance.ledger import private_dir
+from statewarden.sidecars import SIDECAR_SUFFIXES, sidecar
 
-SIDECARS = ("-wal", "-shm", "-journal")
 MANIFEST = "manifest.json"
 _CHUNK = 8 * 1024 * 1024
 
@@ -118,11 +119,11 @@ def swap(
         # Already swapped by an earlier attempt of this run (resume), or replaced by
         # someone else: in both cases the original is no longer ours to move.
         if not (qdir / db.name).exists():
-            raise fence.FenceError(f"{db}: no longer the file this run fenced; not swapped")
+            raise FenceError(f"{db}: no longer the file this run fenced; not swapped")
         result.swap_s = time.monotonic() - started
         return _finish(db, qdir, orig, run_id, result)
-    for sfx in SIDECARS:
-        side = Path(f"{db}{sfx}")
+    for sfx in SIDECAR_SUFFIXES:
+        side = sidecar(db, sfx)
         if os.path.lexists(side) and not os.path.lexists(qdir / side.name):
             result.copied |= _move(side, qdir / side.name)
     if after is not None:
@@ -142,7 +143,7 @@ def swap(
     if after is not None:
         after("original-kept")
     if not os.path.lexists(new):
-        raise fence.FenceError(f"{new}: the new file is missing; the original stays in place")
+        raise FenceError(f"{new}: the new file is missing; the original stays in place")
     if os.geteuid() == 0 or orig.uid == os.geteuid():
         # Not root: a file we create is ours, which is the original's owner already.
         with contextlib.suppress(PermissionError):
