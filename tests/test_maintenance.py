@@ -296,7 +296,8 @@ class TestRespawn:
         self, config: Path, phantom: tuple[Path, list[str]], fake_bin: Path, tmp_path: Path
     ) -> None:
         """The desktop app's serve --isolated keeps coming back; as root the fence cannot
-        stop it, so after the limit the run aborts, names it, and restores everything."""
+        stop it, so after the limit the run aborts, names it, and restores everything
+        (or, if a slow respawn misses the settle scans, wins with no stale holder)."""
         db, distinct = phantom
         pidfile = tmp_path / "serve.pid"
         env = {**writer_env(db.parent), PIDFILE_ENV: str(pidfile)}
@@ -314,10 +315,15 @@ class TestRespawn:
         finally:
             respawner.send_signal(signal.SIGTERM)
             respawner.wait(timeout=WAIT_S)
-        if not IS_ROOT and proc.returncode == 0:
-            return  # the fence beat the respawner: the run's own assertions cover that
-        assert proc.returncode == 1, proc.stderr
         rep = report_of(proc)
+        if proc.returncode == 0:
+            # It beat the respawner (a slow respawn under load missed the settle scans):
+            # then nothing may hold the old file.
+            assert rep["outcome"] == "repaired"
+            assert rep["post_check"]["stale_holders"] == []
+            assert set(distinct) <= set(session_ids(db))
+            return
+        assert proc.returncode == 1, proc.stderr
         assert rep["outcome"] == "rolled back: the database is unchanged"
         # Named, whether it came back during the settle scans or during the catch-up.
         assert "hermes serve --isolated" in rep["message"]
