@@ -379,6 +379,8 @@ class MaintenanceRun:
                 done = self._catch_up(scanner)
                 if done is not None:
                     return done
+            # Root's processes ignore the fence: a last look right before the swap.
+            self._no_holders(scanner, "just before the swap")
         except _Abort as abort:
             return self._rollback(abort.message, abort.code)
         except StatewardenError as exc:
@@ -533,13 +535,7 @@ class MaintenanceRun:
             if self.report.path
             else "recovered offline (no consistent copy could be taken while Hermes ran)"
         )
-        scan = scanner.scan(full=True)[0]
-        if not scan.complete:
-            raise _Abort("holder scan incomplete: " + "; ".join(scan.problems), EXIT_FAILED)
-        others = [h for h in scan.holders if h.pid != os.getpid()]
-        if others:
-            who = ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in others)
-            raise _Abort(f"{who} opened the database during the catch-up", EXIT_FAILED)
+        self._no_holders(scanner, "during the catch-up")
         if rep is not None and rep.damage == "none":
             raise _Abort("the check found no damage once Hermes was stopped; nothing to swap",
                          EXIT_OK)  # fmt: skip
@@ -552,6 +548,16 @@ class MaintenanceRun:
                          else "the catch-up repair would lose rows (see --accept-loss)",
                          code)  # fmt: skip
         return None
+
+    def _no_holders(self, scanner: HolderScanner, when: str) -> None:
+        """One more full scan: nobody but this process may hold the old file now."""
+        scan = scanner.scan(full=True)[0]
+        if not scan.complete:
+            raise _Abort("holder scan incomplete: " + "; ".join(scan.problems), EXIT_FAILED)
+        others = [h for h in scan.holders if h.pid != os.getpid()]
+        if others:
+            who = ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in others)
+            raise _Abort(f"{who} opened the database {when}", EXIT_FAILED)
 
     def _checkpoint(self) -> RunReport:
         self._step("checkpoint")
