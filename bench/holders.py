@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.holders.scan import HolderScanner
-from tests.hermes_fixtures import TINY, holding, make_home
 
 
 def spawn_sleepers(n: int, files: int, folder: Path) -> list[int]:

@@ -36,10 +36,10 @@ import apsw
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from lab import corruption  # noqa: E402
+from lab.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 from statewarden.recovery.recover import recover  # noqa: E402
-from tests import corruption_lab as lab  # noqa: E402
-from tests.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
 
 FTS_DAMAGE = {"messages_fts_data": 20, "messages_fts_trigram_data": 60}
 # Hermes' repair may drop the FTS tables and leave them to "the next SessionDB() open";
@@ -103,8 +103,8 @@ def correct(path: Path, expect: dict[str, int]) -> str:
         if ic != ["ok"]:
             problems.append(f"integrity_check: {len(ic)} errors")
         for table, n in expect.items():
-            planner = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            scan = conn.execute(f"SELECT count(*) FROM {table} NOT INDEXED").fetchone()[0]
+            planner = conn.execute(f"SELECT count(*) FROM {table}").get
+            scan = conn.execute(f"SELECT count(*) FROM {table} NOT INDEXED").get
             if (planner, scan) != (n, n):
                 problems.append(f"{table}: planner {planner}, scan {scan}, expected {n}")
         for fts in ("messages_fts", "messages_fts_trigram"):
@@ -155,7 +155,7 @@ def warm(path: Path) -> None:
 
 
 def run_case(
-    name: str, case: lab.Case, work: Path, floors: dict[str, float], expect: dict[str, int]
+    name: str, case: corruption.Case, work: Path, floors: dict[str, float], expect: dict[str, int]
 ) -> None:
     print(f"\n{name}: {case.note}")
     warm(case.db)
@@ -207,8 +207,7 @@ def main() -> None:
     try:
         conn = ro(healthy)
         expect = {
-            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in ("sessions", "messages")
+            t: conn.execute(f"SELECT count(*) FROM {t}").get for t in ("sessions", "messages")
         }
         conn.close()
         size = healthy.stat().st_size
@@ -230,12 +229,12 @@ def main() -> None:
         t_rec, _ = timed(lambda: recover(healthy, base / "healthy-recovered.db"))
         line("statewardenctl recover", t_rec, f"{t_rec / t_vac:.2f}x VACUUM INTO")
         floors = {"vacuum": t_vac, "integrity": t_ic}
-        fts = lab.scribbled_trees(base / "fts-case", FTS_DAMAGE, spec=spec)
+        fts = corruption.scribbled_trees(base / "fts-case", FTS_DAMAGE, spec=spec)
         run_case("fts-damage", fts, base, floors, expect)
-        phantom = lab.phantom_row(base / "phantom-case", spec=spec)
+        phantom = corruption.phantom_row(base / "phantom-case", spec=spec)
         expect_phantom = dict(expect)
         run_case("phantom-row", phantom, base, floors, expect_phantom)
-        interior = lab.zeroed_interior(base / "interior-case", spec=spec)
+        interior = corruption.zeroed_interior(base / "interior-case", spec=spec)
         run_case("zeroed-interior", interior, base, floors, expect)
     finally:
         if args.keep is None:

@@ -4,7 +4,7 @@ WAL needs coherent POSIX locks and a coherent shared memory map of ``-shm`` betw
 every process using the database. Network filesystems (NFS, SMB/CIFS, Ceph,
 GlusterFS) and cross-VM shares (virtiofs on Docker Desktop / OrbStack, 9p and drvfs
 on Windows) do not give that, and FUSE filesystems cannot be trusted to: there WAL
-can corrupt silently while ``integrity_check`` passes (HERMES.md, story 8).
+can corrupt silently while ``integrity_check`` passes (docs/stories.md story 8).
 """
 
 from __future__ import annotations

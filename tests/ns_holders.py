@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.hermes_fixtures import holding
+from lab.hermes_fixtures import holding
 
 
 def main() -> None:

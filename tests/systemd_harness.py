@@ -1,7 +1,6 @@
 """A real, private ``systemd --user`` manager and journald, for tests run as root.
 
-The recipe is DESIGN.md's ("Real systemd --user and journald"), verified on Debian 12
-with systemd 252 and hybrid cgroups:
+The recipe, verified on Debian 12 with systemd 252 and hybrid cgroups:
 
 * ``unshare -m --propagation private``; inside: tmpfs on ``/run/systemd`` (plus
   ``/run/systemd/system``, without which the manager refuses to run), on ``/run/log``
@@ -33,6 +32,9 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.support.procs import alive
+from tests.support.waiting import wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOCK_PATH = Path("/run/lock/statewarden-systemd-harness.lock")
@@ -116,11 +118,13 @@ class UserSystemd:
     def manager_pid(self) -> int:
         return int((self.base / "manager.pid").read_text())
 
-    def _in_ns(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    def _in_ns(
+        self, argv: list[str], timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command in the manager's mount namespace (systemctl, journalctl)."""
         return subprocess.run(["nsenter", "-t", str(self.manager_pid), "-m", *argv],
                               env=self.env(), capture_output=True, text=True, check=False,
-                              **kw)  # type: ignore[call-overload]  # fmt: skip
+                              timeout=timeout)  # fmt: skip
 
     def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self._in_ns(["systemctl", "--user", *args], timeout=READY_TIMEOUT_S)
@@ -191,7 +195,7 @@ class UserSystemd:
     def stop(self) -> None:
         """Tear everything down; safe to call twice and after a failed start."""
         with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
-            if (self.base / "manager.pid").exists() and _alive(self.manager_pid):
+            if (self.base / "manager.pid").exists() and alive(self.manager_pid):
                 self.systemctl("exit")
                 _wait_gone(self.manager_pid, EXIT_TIMEOUT_S)
         if self._wrapper is not None:
@@ -201,7 +205,7 @@ class UserSystemd:
         for name in ("manager.pid", "journald.pid"):
             with contextlib.suppress(OSError, ValueError):
                 pid = int((self.base / name).read_text())
-                if _alive(pid):
+                if alive(pid):
                     os.kill(pid, signal.SIGTERM)
                     if not _wait_gone(pid, EXIT_TIMEOUT_S):
                         os.kill(pid, signal.SIGKILL)
@@ -219,20 +223,11 @@ class UserSystemd:
         self._created.clear()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def _wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    try:
+        wait_for(lambda: not alive(pid), f"pid {pid} to exit", timeout_s)
+    except AssertionError:
+        return False
     return True
 
 

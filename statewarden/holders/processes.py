@@ -1,11 +1,11 @@
 """Facts about one process from ``/proc``, and what kind of Hermes process it is.
 
 Everything here reads small ``/proc/<pid>/`` text files (``stat``, ``cmdline``,
-``cgroup``, ``environ``); nothing opens a database file (DESIGN.md rule 2).
+``cgroup``, ``environ``); nothing opens a database file (docs/safety.md rule 2).
 Readers raise ``OSError`` so the caller (``holders``) decides what an unreadable or
 vanished entry means for the scan; classification functions are pure.
 
-Kinds follow HERMES.md, "Processes that hold state.db": the Hermes command line is
+Kinds follow docs/hermes.md, "Who writes it": the Hermes command line is
 recognised by argv[0]'s basename (``hermes``, ``hermes-agent``, ``hermes-acp``), by
 ``python -m hermes_cli.main`` / ``-m tui_gateway.entry`` / ``-m acp_adapter``, or by a
 script ending in ``hermes_cli/main.py`` or ``run_agent.py``. A console script runs as

@@ -3,20 +3,20 @@
 A holder is found by matching ``(st_dev, st_ino)`` of ``state.db``, ``-wal``, ``-shm``
 and ``-journal`` against every ``/proc/<pid>/fd/*`` (``stat`` follows the magic link
 to the open file without opening it) and every ``/proc/<pid>/maps`` line (SQLite
-mmaps ``-shm``). Nothing here opens a database file (DESIGN.md rule 2).
+mmaps ``-shm``). Nothing here opens a database file (docs/safety.md rule 2).
 
 A descriptor on the same device whose link names one of those files but whose inode
 is not the current one is **stale**: an old or deleted state.db / -wal / -shm still
-written through (HERMES.md stories 6 and 7).
+written through (docs/stories.md stories 6 and 7).
 
 Locks come from ``/proc/locks``. A SQLite connection in WAL mode keeps a SHARED lock
 on the database file for as long as it is open (bytes 1073741826..1073742335, and
 byte 128 of ``-shm``); the last connection to close takes EXCLUSIVE and deletes
 ``-wal`` / ``-shm``. A process with the WAL files open but no lock on the database
 has **lost its locks** (closing any descriptor on a file drops the process's POSIX
-locks on it, story 7), so another process's close can delete the files under it.
+locks on it, docs/stories.md story 7), so another process's close can delete the files under it.
 
-Fail closed (rule 1): a process whose descriptors or maps cannot be read (another
+Fail closed (docs/safety.md rule 1): a process whose descriptors or maps cannot be read (another
 user's process, EACCES) makes the scan ``complete: false`` with the reason. A process
 that exits while it is read holds nothing any more and is listed under ``vanished``.
 

@@ -1,9 +1,9 @@
 """A private, consistent copy of a database bundle (db, -wal, -journal) to work on.
 
 The source is only ever read: each file is copied with plain reads while this process
-has no SQLite connection to it (DESIGN.md rule 2), and the files' fingerprints (size,
+has no SQLite connection to it (docs/safety.md rule 2), and the files' fingerprints (size,
 mtime, ctime, inode of every bundle member) are taken before and after the copy; if
-they differ, a writer was active and the copy is refused (rule 4). ``-shm`` is never
+they differ, a writer was active and the copy is refused (docs/safety.md rule 4). ``-shm`` is never
 copied: it is a cache of the WAL's index that SQLite rebuilds from the ``-wal`` itself,
 and a copy taken from a live file would describe some other moment.
 

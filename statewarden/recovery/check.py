@@ -2,8 +2,8 @@
 
 The one function both ``statewardenctl check`` and the daemon's ``check`` request
 call. The copy is the only step that reads the source; ``copy_guard`` (a lock, for a
-caller that also holds SQLite connections to the source, see the README's Safety
-rule 2) is held around that step alone, and the copy is diagnosed and removed
+caller that also holds SQLite connections to the source, see docs/safety.md rule 2)
+is held around that step alone, and the copy is diagnosed and removed
 outside it.
 """
 

@@ -2,8 +2,8 @@
 
 The uncapped integrity check and the attribution of its lines live in
 ``integrity.py``; here are the facts added to it and the verdict. Counts come
-from full scans (``NOT INDEXED``, DESIGN.md rule 7) next to what the planner answers,
-because an index may be the broken part (story 3).
+from full scans (``NOT INDEXED``, docs/safety.md rule 7) next to what the planner answers,
+because an index may be the broken part (docs/stories.md story 3).
 
 Damage classes, worst last: ``none``; ``derived`` (only indexes and FTS shadow tables,
 which can be rebuilt from base tables without loss); ``base`` (a table holding data is

@@ -1,7 +1,7 @@
 """SQLite's integrity check, uncapped, with every error line attributed to its b-tree.
 
 ``PRAGMA quick_check`` and ``integrity_check`` stop after 100 errors by default; in
-HERMES.md story 2 the first 100 were all in one FTS tree and hid damage in ``sessions``.
+docs/stories.md story 2 the first 100 were all in one FTS tree and hid damage in ``sessions``.
 Here the cap is set above anything a file can produce, and each line goes to the root
 page of its b-tree -> the object (table, index, FTS shadow table) -> the logical table
 it serves. A line without a tree of its own (``Multiple uses for byte ...``) belongs to

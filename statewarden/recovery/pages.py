@@ -14,7 +14,7 @@ the file itself (sqlite.org/fileformat2.html):
    ``ALTER TABLE ADD COLUMN``). Freelist pages are never read for rows: they hold
    deleted data.
 
-Call only with no SQLite connection open to ``path`` in this process (DESIGN.md rule 2).
+Call only with no SQLite connection open to ``path`` in this process (docs/safety.md rule 2).
 """
 
 from __future__ import annotations

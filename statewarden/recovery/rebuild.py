@@ -3,7 +3,7 @@ the source is damaged, with the dedupe rule applied to each conflicting row.
 
 Objects are created from the copy's ``sqlite_schema``: tables and FTS tables, then
 indexes (before the data, so that a UNIQUE conflict fails one row, never a batch:
-HERMES.md story 3), then the triggers that feed FTS tables (when an FTS table is to be
+docs/stories.md story 3), then the triggers that feed FTS tables (when an FTS table is to be
 repopulated from its base table), then the data, then views (an external-content FTS
 table may read one), the FTS contents, and the other triggers.
 

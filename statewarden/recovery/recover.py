@@ -118,7 +118,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
     damaged = _damaged_tables(diag, schema)
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
     if any(t.unreadable_ranges for t in diag.tables):
-        # Raw page reads, with no SQLite connection open to the copy (DESIGN.md rule 2).
+        # Raw page reads, with no SQLite connection open to the copy (docs/safety.md rule 2).
         wanted = [t.name for t in diag.tables if t.unreadable_ranges]
         salvaged = salvage_rows(work.db, schema, wanted)
     built = work.work_dir / "output.db"

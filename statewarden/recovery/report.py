@@ -1,6 +1,6 @@
 """The recovery report: only what was measured on the source copy and the output file.
 
-Loss is computed from key sets (DESIGN.md rule 7): a key is *known to exist in the
+Loss is computed from key sets (docs/safety.md rule 7): a key is *known to exist in the
 source* when a full scan read its row, an intact index of the source lists it, or its
 row was decoded from a page; it is *lost* when the output has no row with that key.
 ``loss_detected`` is true exactly when some known key is lost or some rowid range of

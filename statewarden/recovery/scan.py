@@ -5,7 +5,7 @@ stop with an error. This reader then finds where reading can resume: a one-row p
 ``rowid >= p`` succeeds exactly when the leaf that would hold ``p`` is readable, so an
 exponential search followed by bisection narrows the unreadable stretch to the smallest
 rowid range bounded by readable leaves. A row whose own content cannot be read (a broken
-overflow chain) is skipped and counted alone (DESIGN.md rule 8).
+overflow chain) is skipped and counted alone (docs/safety.md rule 8).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Verification of a repaired database, judged on its own terms (HERMES.md story 4).
+"""Verification of a repaired database, judged on its own terms (docs/stories.md story 4).
 
 What is measured on the output file: ``integrity_check`` is ``ok``; for every table the
 planner's count equals a full scan's; ``foreign_key_check`` (orphans are reported, not

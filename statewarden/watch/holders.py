@@ -6,7 +6,7 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
 - a holder arriving or leaving -> a timeline observation (pid, kind, unit, command),
   plus "N processes hold state.db (...)" when the count changes;
 - a holder on an old or deleted state.db / -wal / -shm inode -> ``stale_holder``
-  (stories 6 and 7: its writes no longer reach the database everyone else uses);
+  (docs/stories.md stories 6 and 7: its writes no longer reach the database everyone else uses);
 - a holder with the files open but no SQLite lock -> ``lost_locks``;
 - more holders than ``holders.max_writers`` -> ``multi_writer`` (advisory);
 - a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from tests.hermes_fixtures import SMALL, Spec, built_db
+from lab.hermes_fixtures import SMALL, Spec, built_db
 
 PAGE_TABLE_INTERIOR = 0x05
 PAGE_TABLE_LEAF = 0x0D
@@ -158,7 +158,7 @@ def phantom_row(dest_dir: Path, spec: Spec = SMALL, cell: int = 5) -> Case:
 
     The pointer array gets one more entry (a copy of pointer ``cell``, placed right after
     it) and the cell count goes up by one; the cell content is not touched. Every index
-    still holds the row once, exactly like the file in HERMES.md story 3.
+    still holds the row once, exactly like the file in docs/stories.md story 3.
     """
     case = fresh_copy(dest_dir, spec)
     pf = PristineFile(case.db)
@@ -232,7 +232,7 @@ def capped_check_trap(dest_dir: Path, spec: Spec = SMALL) -> Case:
     SQLite checks ``messages_fts_trigram_docsize`` before ``sessions`` (the order of its
     schema hash), so one of its leaves with every cell pointer aimed at the first cell
     (hundreds of "out of order" errors) fills the default cap of 100 before the phantom
-    row in ``sessions`` is reached, as in HERMES.md story 2.
+    row in ``sessions`` is reached, as in docs/stories.md story 2.
     """
     case = phantom_row(dest_dir, spec)
     pf = PristineFile(case.db)
