@@ -38,10 +38,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from lab.corruption import phantom_row  # noqa: E402
+from lab.hermes_fixtures import LARGE, SMALL, writer_env  # noqa: E402
 from statewarden.holders.scan import HolderScanner  # noqa: E402
-from tests.corruption_lab import phantom_row  # noqa: E402
 from tests.fake_hermes import WRITE_EVERY_ENV, install_fake_hermes  # noqa: E402
-from tests.hermes_fixtures import LARGE, SMALL, writer_env  # noqa: E402
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd  # noqa: E402
 
 UNITS = ("hermes-gateway.service", "hermes-dashboard.service")

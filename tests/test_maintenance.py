@@ -19,11 +19,11 @@ from typing import Any
 import apsw
 import pytest
 
+from lab.corruption import phantom_row, zeroed_leaf
+from lab.hermes_fixtures import SMALL, TINY, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
 from statewarden.maintenance.ledger import read_ledger, run_dir
-from tests.corruption_lab import phantom_row
 from tests.fake_hermes import PIDFILE_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.hermes_fixtures import SMALL, TINY, make_home, writer_env
 
 REPO = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
@@ -106,6 +106,8 @@ class FakeHermes:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -225,8 +227,6 @@ class TestRepair:
 
     def test_loss_stops_before_anything_is_stopped(self, config: Path, tmp_path: Path) -> None:
         """A repair that would lose rows is not swapped without --accept-loss: exit 3."""
-        from tests.corruption_lab import zeroed_leaf
-
         case = zeroed_leaf(tmp_path / "home")
         before = case.db.read_bytes()
         proc = ctl("--db", str(case.db), "--yes", "--json")

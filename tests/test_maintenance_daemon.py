@@ -11,10 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.corruption import phantom_row
+from lab.hermes_fixtures import SMALL, log_line
 from statewarden.maintenance.ledger import read_ledger, run_dir
-from tests.corruption_lab import phantom_row
-from tests.daemon_proc import DaemonProc, daemon_env, eventually
-from tests.hermes_fixtures import SMALL, log_line
+from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.waiting import wait_for as eventually
 from tests.test_maintenance import exempt_comms, integrity, session_ids
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,7 +49,7 @@ def test_daemon_start_rolls_back_an_interrupted_run(tmp_path: Path) -> None:
     assert stat.S_IMODE(db.stat().st_mode) == 0
     d = DaemonProc(env)
     try:
-        d.wait_for("maintenance resume finished", timeout_s=120)
+        d.wait_for_line("maintenance resume finished", timeout_s=120)
         assert ledger(db, env)[-1]["step"] == "finished"
         assert stat.S_IMODE(db.stat().st_mode) == 0o644
         last = d.ctl_raw("maintenance")["last"][str(db)]
@@ -62,13 +63,13 @@ def test_corruption_incident_starts_a_repair(tmp_path: Path) -> None:
     db, env = setup(tmp_path, auto_repair="immediately")
     d = DaemonProc(env)
     try:
-        d.wait_for("statewarden ready")
+        d.wait_for_line("statewarden ready")
         line = log_line(dt.datetime.now(), "ERROR", "gateway.session",
                         "FATAL: state.db reported structural corruption (database disk image"
                         " is malformed)")  # fmt: skip
         with open(db.parent / "logs" / "agent.log", "a") as f:
             f.write(line + "\n")
-        d.wait_for("maintenance repair finished", timeout_s=120)
+        d.wait_for_line("maintenance repair finished", timeout_s=120)
         status = eventually(lambda: d.ctl_raw("maintenance")["last"].get(str(db)),
                             what="the run's report")  # fmt: skip
         assert status["outcome"] == "repaired", status

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.corruption import phantom_row
+from lab.hermes_fixtures import SMALL, writer_env
 from statewarden.holders.scan import HolderScanner
-from tests.corruption_lab import phantom_row
 from tests.fake_hermes import install_fake_hermes
-from tests.hermes_fixtures import SMALL, writer_env
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.test_maintenance import exempt_comms, integrity, rows, session_ids
 
@@ -190,6 +190,7 @@ def test_four_holders_with_a_respawner(
         if chat.poll() is None:
             chat.kill()
         chat.wait()
+        chat.stdout.close()
     rep = json.loads(proc.stdout)
     assert chat_code is not None  # the interactive CLI was stopped (--force)
     if proc.returncode == 0:

@@ -15,8 +15,8 @@ BERLIN = ZoneInfo("Europe/Berlin")
 UTC = dt.UTC
 
 
-def local(*args: int) -> dt.datetime:
-    return dt.datetime(*args, tzinfo=BERLIN)  # type: ignore[misc]
+def local(year: int, month: int, day: int, hour: int, minute: int) -> dt.datetime:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=BERLIN)
 
 
 class TestGrammar:
