@@ -48,6 +48,7 @@ DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S = 90.0
 DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S = 30.0
 DEFAULT_QUARANTINE_KEEP = 5
 DEFAULT_QUARANTINE_MAX_AGE_S = 30 * 86400.0
+DEFAULT_SNAPSHOTS_KEEP = 7
 DEFAULT_LOG_LEVEL: LogLevel = "info"
 DEFAULT_LOG_FORMAT: LogFormat = "auto"
 
@@ -192,6 +193,8 @@ class MaintenanceConfig:
     unit_timeout: Duration = DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S
     quarantine_keep: int = DEFAULT_QUARANTINE_KEEP
     quarantine_max_age: Duration = DEFAULT_QUARANTINE_MAX_AGE_S
+    snapshots: bool = True
+    snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
 
 
 @dataclass(frozen=True)

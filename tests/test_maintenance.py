@@ -47,7 +47,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         json.dumps({
             "holders": {"exempt_comms": exempt_comms()},
             "maintenance": {"settle": "0.5s", "stop_grace": "3s", "respawn_limit": 2,
-                            "settle_timeout": "20s"},
+                            "settle_timeout": "20s", "snapshots_keep": 3},
         })
     )  # fmt: skip
     monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
@@ -580,3 +580,42 @@ def test_a_writer_too_busy_for_a_prebuild(config: Path, phantom: tuple[Path, lis
     assert set(distinct) <= set(ids)
     if any("no pre-build while Hermes ran" in n for n in rep["notes"]):
         assert rep["path"].startswith("recovered offline")
+
+
+class TestSnapshots:
+    def test_take_and_list(self, config: Path, tmp_path: Path, fake_bin: Path) -> None:
+        """A verified copy of a live, written-to database; listed; retention keeps N."""
+        home = make_home(tmp_path / "home", SMALL)
+        w = FakeHermes(fake_bin, home, "dashboard", write_every=0.05)
+        try:
+            for _ in range(4):  # one more than snapshots_keep
+                r = subprocess.run(
+                    [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take",
+                     "--db", str(home / "state.db"), "--json"],
+                    capture_output=True, text=True, cwd=REPO, check=False,
+                )  # fmt: skip
+                assert r.returncode == 0, r.stderr
+        finally:
+            w.stop()
+        snap = json.loads(r.stdout)["snapshots"][0]
+        assert snap["integrity"] == "ok"
+        assert snap["sessions"] == SMALL.sessions + 1  # plus the writer's own session
+        assert integrity(Path(snap["path"])) == "ok"
+        listed = subprocess.run(
+            [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "--json"],
+            capture_output=True, text=True, cwd=REPO, check=True,
+        )  # fmt: skip
+        assert len(json.loads(listed.stdout)["snapshots"]) == 3
+
+    def test_a_damaged_file_gives_no_snapshot(self, config: Path,
+                                              phantom: tuple[Path, list[str]]) -> None:  # fmt: skip
+        db, _ = phantom
+        r = subprocess.run(
+            [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--db", str(db)],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+        assert r.returncode == 1
+        assert "the snapshot failed its integrity check" in r.stderr
+        assert "Traceback" not in r.stderr
+        state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden" / "snapshots"
+        assert list(state.iterdir()) == []

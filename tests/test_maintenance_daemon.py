@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL, log_line
+from lab.hermes_fixtures import SMALL, TINY, log_line, make_home
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.waiting import wait_for as eventually
@@ -79,3 +79,25 @@ def test_corruption_incident_starts_a_repair(tmp_path: Path) -> None:
     assert len(ids) == len(set(ids))
     assert integrity(db) == "ok"
     assert not list(db.parent.glob(".statewarden-*"))
+
+
+def test_a_window_keeps_a_verified_snapshot(tmp_path: Path) -> None:
+    """Inside a window, the daemon keeps one verified snapshot per database."""
+    home = make_home(tmp_path / "hermes", TINY)
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
+                                  "maintenance": {"auto_repair": "never",
+                                                  "windows": ["daily 00:00-24:00"]}}))  # fmt: skip
+    env = daemon_env(tmp_path, home)
+    env["STATEWARDEN_CONFIG"] = str(config)
+    d = DaemonProc(env)
+    try:
+        d.wait_for_line("maintenance snapshot finished", timeout_s=120)
+        last = eventually(lambda: d.ctl_raw("maintenance")["last_snapshot"].get(
+            str(home / "state.db")), what="the snapshot's report")  # fmt: skip
+    finally:
+        d.stop()
+    assert last["exit_code"] == 0
+    (snap,) = last["snapshots"]
+    assert snap["integrity"] == "ok"
+    assert integrity(Path(snap["path"])) == "ok"

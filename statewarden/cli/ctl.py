@@ -12,6 +12,7 @@ from statewarden.cli.incidents_cmd import incidents_group
 from statewarden.cli.maintenance_cmd import maintenance
 from statewarden.cli.quarantine_cmd import quarantine_group
 from statewarden.cli.recover_cmd import recover_cmd
+from statewarden.cli.snapshots_cmd import snapshots_group
 from statewarden.cli.status_cmd import status
 
 
@@ -33,6 +34,7 @@ main.add_command(recover_cmd)
 main.add_command(incidents_group)
 main.add_command(maintenance)
 main.add_command(quarantine_group)
+main.add_command(snapshots_group)
 
 
 if __name__ == "__main__":
