@@ -137,6 +137,9 @@ HolderKind = Literal[
     "litestream",
     "unknown",
 ]
+# What a holder scan does with a process it cannot read (another user's, EACCES).
+OtherUsersPolicy = Literal["locks", "fail"]
+DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
 DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
     "gateway",
     "dashboard",
@@ -155,6 +158,7 @@ class HoldersConfig:
 
     max_writers: int = DEFAULT_MAX_WRITERS
     expected_kinds: tuple[HolderKind, ...] = DEFAULT_EXPECTED_KINDS
+    other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS
     exempt_comms: tuple[str, ...] = ()
 
 

@@ -119,3 +119,7 @@ class FenceError(StatewardenError):
 
 class QuiesceFailed(StatewardenError):
     """A unit could not be stopped or started; what was stopped is started again."""
+
+
+class InstallError(StatewardenError):
+    """The systemd --user units could not be installed or removed as asked."""

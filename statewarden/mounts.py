@@ -35,6 +35,7 @@ class Mount:
     fstype: str
     source: str
     options: str
+    super_options: str = ""  # the filesystem's own options (proc: hidepid=, subset=)
 
     @property
     def unsafe_for_wal(self) -> bool:
@@ -67,6 +68,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
                 fstype=fields[sep + 1],
                 source=unescape(fields[sep + 2]),
                 options=fields[5],
+                super_options=fields[sep + 3] if len(fields) > sep + 3 else "",
             )
         )
     return mounts

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from lab.hermes_fixtures import TINY, holding, make_home, writer_env
+from statewarden.cli.holders_cmd import coverage_line
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.processes import (
+    PF_KTHREAD,
     classify,
     human_age,
     short_command,
@@ -53,6 +55,14 @@ def kill_and_wait(pid: int) -> None:
     except ProcessLookupError:
         return
     wait_for(lambda: not alive(pid), f"pid {pid} to exit")
+
+
+def is_kernel_thread(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return bool(int(f.read().rsplit(")", 1)[1].split()[6]) & PF_KTHREAD)
+    except OSError:
+        return False
 
 
 def read_pid(pidfile: Path) -> int:
@@ -520,47 +530,58 @@ class TestThreads:
 
 
 class TestFailClosed:
-    def test_other_users_processes_make_the_scan_incomplete(self, hermes_home: Path) -> None:
-        """Run as nobody: root's holder cannot be inspected, so complete is false, exit 1."""
-        if not IS_ROOT:
-            pytest.skip("needs root to run the scan as another uid; run the suite as root")
-        shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
-        try:
-            shared.chmod(0o755)
-            home = make_home(shared / "home", TINY)
-            for p in (home, home / "state.db"):
-                p.chmod(0o755 if p.is_dir() else 0o644)
-            with holding(home) as writer:
-                proc = subprocess.run(
-                    ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                     sys.executable, "-m", "statewarden.cli.ctl", "holders",
-                     "--db", str(home / "state.db"), "--json", "--no-systemd"],
-                    capture_output=True, text=True, cwd=REPO, check=False,
-                    env={**os.environ, "HOME": "/nonexistent"},
-                )  # fmt: skip
-            assert proc.returncode == 1, proc.stderr
-            data = json.loads(proc.stdout)
-            assert data["complete"] is False
-            assert data["holders"] == []
-            bad = {u["pid"]: u for u in data["uninspectable"]}
-            assert writer.pid in bad
-            assert bad[writer.pid]["uid"] == 0
-            assert bad[writer.pid]["reason"] == f"/proc/{writer.pid}/fd: Permission denied"
-            assert (
-                f"pid {writer.pid} (python, uid 0) could not be inspected: /proc/{writer.pid}/fd: Permission denied"
-                in data["problems"]
-            )
-        finally:
-            shutil.rmtree(shared, ignore_errors=True)
-
     def test_exempt_comms_are_listed_but_do_not_block(self) -> None:
-        """An exempt process that cannot be inspected is listed with exempt: true, not a problem."""
-        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        """other_users: fail: an exempt process that cannot be inspected is not a problem."""
+        db = Path("/nonexistent/state.db")
+        result = HolderScanner([db], other_users="fail").scan()[0]
         blocked = {u["comm"] for u in result.uninspectable}
-        exempted = HolderScanner([Path("/nonexistent/state.db")], exempt_comms=blocked).scan()[0]
+        exempted = HolderScanner([db], exempt_comms=blocked, other_users="fail").scan()[0]
         assert exempted.complete
         assert {u["comm"] for u in exempted.uninspectable if u["exempt"]} == blocked
         assert result.complete == (not blocked)
+
+    def test_kernel_threads_are_left_out(self) -> None:
+        """PF_KTHREAD processes are neither inspected nor uninspectable, only counted."""
+        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        kthreads = {int(n) for n in os.listdir("/proc") if n.isdigit() and is_kernel_thread(int(n))}
+        assert not {u["pid"] for u in result.uninspectable} & kthreads
+        assert not pids(result) & kthreads
+        cov = result.coverage
+        assert sum(cov.values()) == result.processes - len(result.vanished)
+        if kthreads:
+            assert cov["kernel_threads"] > 0
+        else:
+            assert cov["kernel_threads"] == 0
+
+    def test_a_flock_left_to_a_child_by_an_exited_owner_is_not_a_hidden_process(
+        self, tmp_path: Path
+    ) -> None:
+        """/proc/locks keeps an exited pid on a FLOCK its forked child still holds: not hidden."""
+        lock = tmp_path / "lock"
+        code = (
+            "import fcntl, os, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "if os.fork() == 0:\n"
+            "    print(os.getpid(), flush=True); sys.stdin.read(); os._exit(0)\n"
+            "os._exit(0)\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            child = int(proc.stdout.readline())
+            proc.wait(timeout=WAIT_S)  # the owner /proc/locks names has exited
+            ino = lock.stat().st_ino
+            with open("/proc/locks") as f:
+                owners = [int(ln.split()[4]) for ln in f if f":{ino} " in ln]
+            assert owners == [proc.pid]
+            assert alive(child)
+            result = HolderScanner([tmp_path / "state.db"]).scan()[0]
+            assert not [p for p in result.problems if "does not list" in p]
+        finally:
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            wait_for(lambda: not alive(child), "the child to exit")
 
     @needs_root
     def test_complete_scan_in_a_private_pid_namespace(self, hermes_home: Path) -> None:
@@ -635,33 +656,44 @@ class TestCli:
         )
 
     def test_incomplete_scan_is_reported_and_exits_1(self, hermes_home: Path) -> None:
-        """Problems are printed under 'scan INCOMPLETE' and the exit code is 1 (as root,
-        the command runs as nobody, who cannot inspect root's processes)."""
-        if not IS_ROOT:
-            if HolderScanner([hermes_home / "state.db"]).scan()[0].complete:
-                pytest.skip("every process is inspectable here; run the suite as root")
-            result = run_ctl("holders", "--no-systemd")
-            code, out = result.exit_code, result.stdout
-        else:
-            shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
-            try:
-                shared.chmod(0o755)
+        """other_users: fail: problems under 'scan INCOMPLETE', the unreadable processes
+        behind --verbose, exit code 1 (as root, the command runs as nobody, who cannot read
+        root's processes)."""
+        shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
+        try:
+            shared.chmod(0o755)
+            config = shared / "config.yaml"
+            config.write_text("holders:\n  other_users: fail\n")
+            config.chmod(0o644)
+            if not IS_ROOT:
+                probe = HolderScanner([hermes_home / "state.db"], other_users="fail").scan()[0]
+                if probe.complete:
+                    pytest.skip("every process is inspectable here; run the suite as root")
+                result = run_ctl("holders", "--no-systemd", "--config", str(config))
+                code, out = result.exit_code, result.stdout
+            else:
                 home = make_home(shared / "home", TINY)
                 for p in (home, home / "state.db"):
                     p.chmod(0o755 if p.is_dir() else 0o644)
                 proc = subprocess.run(
                     ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
                      sys.executable, "-m", "statewarden.cli.ctl", "holders",
-                     "--db", str(home / "state.db"), "--no-systemd"],
+                     "--db", str(home / "state.db"), "--no-systemd", "--config", str(config)],
                     capture_output=True, text=True, cwd=REPO, check=False,
                     env={**os.environ, "HOME": "/nonexistent"},
                 )  # fmt: skip
-            finally:
-                shutil.rmtree(shared, ignore_errors=True)
-            code, out = proc.returncode, proc.stdout
+                code, out = proc.returncode, proc.stdout
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
         assert code == 1
         assert "scan INCOMPLETE:" in out
         assert "no holders" in out
+        assert re.search(
+            r"^  \d+ process\(es\) could not be inspected \(holders.other_users: fail\);"
+            r" --verbose lists them$",
+            out,
+            re.M,
+        )
 
     def test_watch_prints_each_scan(self, hermes_home: Path) -> None:
         """--watch --count 2 --json prints one JSON object per scan, the second incremental."""
@@ -671,3 +703,31 @@ class TestCli:
         objs = [json.loads(line) for line in result.stdout.splitlines()]
         assert [o["scan"] for o in objs] == ["full", "incremental"]
         assert all(w.pid in {h["pid"] for h in o["holders"]} for o in objs)
+
+
+class TestCoverageLine:
+    @staticmethod
+    def scan_with(uids: list[int], held: int = 0) -> HolderScan:
+        unread = [{"pid": 100 + i, "uid": uid, "comm": "x", "reason": "r", "exempt": False,
+                   "checked": "locks", "holds_lock": i < held} for i, uid in enumerate(uids)]  # fmt: skip
+        return HolderScan(db=Path("/h/state.db"), files={}, holders=[], problems=[],
+                          uninspectable=unread, vanished=[], processes=len(uids), mode="full")  # fmt: skip
+
+    @pytest.mark.parametrize(
+        ("uids", "held", "line"),
+        [
+            ([], 0, None),
+            ([os.geteuid() + 1] * 312, 0,
+             "312 processes of other users could not be read; none holds a lock on state.db"),
+            ([os.geteuid() + 1], 1, "1 process of other users could not be read;"
+             " 1 holds a lock on state.db (listed above, via locks)"),
+            ([os.geteuid()], 0, "1 process could not be read; none holds a lock on state.db"),
+            ([os.geteuid(), os.geteuid() + 1, os.geteuid() + 2], 2,
+             "3 processes (2 of other users) could not be read;"
+             " 2 hold a lock on state.db (listed above, via locks)"),
+        ],
+    )  # fmt: skip
+    def test_one_line_says_what_was_checked_through_locks(
+        self, uids: list[int], held: int, line: str | None
+    ) -> None:
+        assert coverage_line(self.scan_with(uids, held)) == line

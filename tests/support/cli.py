@@ -23,3 +23,18 @@ def run_ctl(*args: str, env: Mapping[str, str | None] | None = None) -> CtlRun:
     are kept apart."""
     result = CliRunner(env=env).invoke(ctl, list(args))
     return CtlRun(result.exit_code, result.stdout, result.stderr)
+
+
+def run_installed(*args: str, env: Mapping[str, str], timeout_s: float = 180) -> CtlRun:
+    """The installed ``statewardenctl`` script as a whole process (what a unit or a shell
+    runs), with exactly ``env`` as its environment."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "statewardenctl"
+    r = subprocess.run(
+        [str(script), *args], env=dict(env), capture_output=True, text=True,
+        timeout=timeout_s, check=False,
+    )  # fmt: skip
+    return CtlRun(r.returncode, r.stdout, r.stderr)
