@@ -314,6 +314,127 @@ class TestUnreadableInputs:
         assert fingerprint(case.db) == before
 
 
+class TestWal:
+    def test_commits_dropped_after_a_bad_frame_are_base_damage(self, tmp_path: Path) -> None:
+        """A WAL frame with one bit flipped: SQLite's integrity check says ok, but check
+        names the frame and the committed transactions SQLite drops after it: base
+        damage, exit 3, and the source bundle is left as it was."""
+        case = corruption.wal_bad_frame(tmp_path / "db")
+        before = fingerprint(case.db)
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"], doc["integrity_ok"]) == (3, "base", True)
+        assert doc["wal_dropped_commits"] > 0
+        notes = doc["notes"]
+        assert any("fails its checksum; SQLite replays" in n for n in notes)
+        assert fingerprint(case.db) == before
+
+    @pytest.mark.parametrize("how", ["zeroed", "magic", "page-size"])
+    def test_damaged_wal_header_never_hides_the_database(self, tmp_path: Path, how: str) -> None:
+        """A WAL SQLite ignores (zero-filled, magic zeroed, page size flipped) no longer
+        makes check give up (exit 4): the database is checked as SQLite reads it and
+        the WAL is named as ignored; commits still in it are base damage."""
+        case = corruption.wal_header_damage(tmp_path / "db", how)
+        code, doc = check_json(case.db, tmp_path)
+        assert any("ignored, as SQLite does" in n for n in doc["notes"])
+        assert table(doc, "messages")["scan_rows"] == pristine_count(
+            "SELECT count(*) FROM messages"
+        )
+        want = (0, "none") if how == "zeroed" else (3, "base")
+        assert (code, doc["damage"]) == want
+
+
+class TestSecondCopies:
+    def test_fts_checksum_mismatch_is_derived_and_named(self, tmp_path: Path) -> None:
+        """One letter changed in a message's FTS copy: SQLite's integrity check reports
+        'fts5: checksum mismatch for table "messages_fts"'; it is filed under that FTS
+        table (not "(other)"), its own check says so too, the copy is named by rowid,
+        and the class is derived (exit 1), not base."""
+        case = corruption.bit_rot(tmp_path / "db", "fts")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        assert groups(doc) == {"messages_fts": 1}
+        assert doc["fts"]["messages_fts"].startswith("fts5: checksum mismatch")
+        assert doc["fts"]["messages_fts_trigram"] == "ok"
+        [copies] = doc["copies"]
+        assert copies["copies_rotted"] == {"messages_fts": [case.phantom["messages_fts_content"]]}
+        assert copies["rows_rotted"] == []
+
+    def test_silent_bit_rot_in_a_message_is_found(self, tmp_path: Path) -> None:
+        """One letter changed in a message row, the record still well formed: SQLite's
+        integrity check says ok; check compares the row with its two FTS copies (which
+        agree with each other) and names it: base damage, exit 3."""
+        case = corruption.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, out, err = run_ctl("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
+        assert (code, err) == (3, "")
+        assert "integrity check: ok" in out
+        assert (
+            "messages: 1 row differs from its search-index copies (messages_fts,"
+            f" messages_fts_trigram), which agree with each other: changed on disk (rowid {rowid})"
+        ) in out
+
+
+class TestMissingRows:
+    def test_stale_index_entries_are_not_lost_rows(self, tmp_path: Path) -> None:
+        """Five messages deleted on purpose, their index page written back stale: the
+        index lists them, no FTS copy does; check names them as entries left behind by
+        deletes, and the class stays derived (exit 1), as recover then agrees."""
+        case = corruption.stale_index_entries(tmp_path / "db")
+        deleted = case.lost_rowids["messages"]
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        m = table(doc, "messages")
+        assert (m["stale_index_entries"], m["missing_rows"]) == (deleted, [])
+
+    def test_unreached_rows_still_in_the_fts_copies_are_missing_rows(self, tmp_path: Path) -> None:
+        """A flipped child pointer: the rows of the leaf no longer reached are named as
+        missing from the table while their text is still in the FTS copies (base)."""
+        case = corruption.flipped_child_pointer(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (3, "base")
+        m = table(doc, "messages")
+        assert m["missing_rows"] == case.unreached["messages"]
+        assert m["page_referenced_twice"] is True
+        assert any(
+            "read twice through a page the b-tree references twice" in f for f in doc["findings"]
+        )
+
+
+class TestClassMatchesRecovery:
+    def test_swapped_leaves_lose_nothing(self, tmp_path: Path) -> None:
+        """Two messages leaves swapped: the table's b-tree is damaged (rowids out of
+        order) but every row reads once and the indexes and FTS copies list no other,
+        so the class is derived (exit 1), as recover then proves (nothing lost)."""
+        case = corruption.swapped_leaves(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        assert "messages" in groups(doc)
+        m = table(doc, "messages")
+        assert (
+            m["scan_rows"] == m["distinct_keys"] == pristine_count("SELECT count(*) FROM messages")
+        )
+        out = tmp_path / "out.db"
+        code, _, _ = run_ctl("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 0
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert corruption.table_rows(out, q) == pristine_rows(q)
+
+
+class TestFreelistListsLivePage:
+    def test_class_is_derived_and_recover_loses_nothing(self, tmp_path: Path) -> None:
+        """A live leaf also on the freelist: the table's b-tree is flagged, but every
+        row reads once and its indexes and FTS copies list no other, so the class is
+        derived (exit 1); recover then proves it (exit 0, every message identical)."""
+        case = corruption.freelist_lists_live_page(tmp_path / "db")
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (1, "derived")
+        out = tmp_path / "out.db"
+        code, _, _ = run_ctl("recover", "--source", str(case.db), "--output", str(out))
+        assert code == 0
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert corruption.table_rows(out, q) == corruption.table_rows(case.pristine, q)
+
+
 class TestLibrary:
     def test_check_database_reports_source_path(self, tmp_path: Path) -> None:
         """The diagnosis names the source, not the private copy."""
@@ -356,12 +477,39 @@ class TestHotJournal:
 
 class TestSchemaDamage:
     def test_schema_page_scribbled_behind_an_intact_header(self, tmp_path: Path) -> None:
-        """Page 1 past the 100-byte header zeroed (the root of sqlite_schema): the header
-        reads fine but the schema cannot; exit 4 with one line."""
+        """Page 1 past the 100-byte header zeroed (the interior root of sqlite_schema):
+        SQLite cannot read the schema, so the class is unreadable (exit 4); the intact
+        schema leaves give page 1 back in the private copy, so every table is still
+        checked and counted, and the note says what was done. The source is untouched."""
         case = corruption.fresh_copy(tmp_path / "db")
         with open(case.db, "r+b") as f:
             f.seek(100)
             f.write(b"\x00" * (4096 - 100))
+        before = fingerprint(case.db)
+        code, doc = check_json(case.db, tmp_path)
+        assert (code, doc["damage"]) == (4, "unreadable")
+        assert doc["notes"][0].startswith(
+            f"{case.db}: page 1 (the root of sqlite_schema) is damaged, so SQLite cannot read"
+        )
+        assert table(doc, "messages")["scan_rows"] == pristine_count(
+            "SELECT count(*) FROM messages"
+        )
+        assert table(doc, "sessions")["scan_rows"] == pristine_count(
+            "SELECT count(*) FROM sessions"
+        )
+        assert fingerprint(case.db) == before
+
+    def test_schema_leaf_page_zeroed_too(self, tmp_path: Path) -> None:
+        """Page 1 and one of the schema's leaves zeroed: what is left does not say where
+        every table lives; exit 4 with one line, as before."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        pf = corruption.PristineFile(case.db)
+        _, leaves = pf.tree_pages(1)
+        with open(case.db, "r+b") as f:
+            f.seek(100)
+            f.write(b"\x00" * (4096 - 100))
+        for leaf in leaves:
+            corruption.zero_page(case, leaf)
         code, out, err = run_ctl("check", "--db", str(case.db), "--work-dir", str(tmp_path / "w"))
         assert (code, out) == (4, "")
         assert err.startswith(f"statewardenctl: error: {case.db}: the schema cannot be read (")

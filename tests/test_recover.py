@@ -17,7 +17,7 @@ import apsw
 import pytest
 
 from lab import corruption
-from lab.hermes_fixtures import SMALL, TALL, built_db, holding, make_home
+from lab.hermes_fixtures import SMALL, TALL, Spec, built_db, holding, make_home
 from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
@@ -184,6 +184,54 @@ class TestBaseDamage:
         assert_same_rows(out, "messages", missing=set(lost))
         assert rows(out, "SELECT count(*) FROM messages_fts") == [(n - len(lost),)]
 
+    def test_lost_rows_rebuilt_from_their_copies_into_a_side_table(self, tmp_path: Path) -> None:
+        """A zeroed messages leaf: the lost rows are still lost from messages (exit 3),
+        but their session, time, active flag (from the intact indexes) and search text
+        (from the FTS copy) come back in statewarden_rebuilt_messages, each value named
+        by the copy it came from; nothing else is invented."""
+        case = corruption.zeroed_leaf(tmp_path / "db")
+        lost = case.lost_rowids["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        assert doc["rebuilt"] == {"messages": "statewarden_rebuilt_messages"}
+        assert doc["tables"]["messages"]["rebuilt_from_copies"] == len(lost)
+        marks = ", ".join(str(r) for r in lost)
+        got = rows(
+            out,
+            "SELECT source_rowid, session_id, timestamp, active, search_text"
+            " FROM statewarden_rebuilt_messages ORDER BY source_rowid",
+        )
+        want = pristine(
+            "SELECT m.id, m.session_id, m.timestamp, m.active, f.c0 FROM messages AS m"
+            f" JOIN messages_fts_content AS f ON f.id = m.id WHERE m.id IN ({marks}) ORDER BY m.id"
+        )
+        assert got == want
+        [(sources,)] = rows(
+            out,
+            f"SELECT rebuilt_from FROM statewarden_rebuilt_messages WHERE source_rowid = {lost[0]}",
+        )
+        assert json.loads(str(sources)) == {
+            "session_id": "index idx_messages_session",
+            "timestamp": "index idx_messages_session",
+            "active": "index idx_messages_session_active",
+            "search_text": "FTS copy messages_fts",
+        }
+        assert rows(out, f"SELECT count(*) FROM messages WHERE id IN ({marks})") == [(0,)]
+
+    def test_last_leaf_lost_range_ends_at_the_sequence(self, tmp_path: Path) -> None:
+        """The last messages leaf zeroed: the unreadable range ends at the table's
+        sqlite_sequence (AUTOINCREMENT gave out no rowid above it), not at 2^63-1, and
+        every lost rowid is listed (known from the FTS copies)."""
+        case = corruption.zeroed_leaf(tmp_path / "db", which=-1)
+        lost = case.lost_rowids["messages"]
+        [(seq,)] = pristine("SELECT seq FROM sqlite_sequence WHERE name = 'messages'")
+        code, doc, _ = recover_json(case, tmp_path)
+        assert code == 3
+        m = doc["tables"]["messages"]
+        assert m["unreadable_ranges"] == [[lost[0], seq]]
+        assert seq == lost[-1]
+        assert m["lost_keys"] == lost
+
     def test_zeroed_interior_page_recovered_from_pages(self, tmp_path: Path) -> None:
         """The interior page of messages zeroed: every leaf below it is decoded from the
         file; all messages come back identical; strategy salvage; no loss."""
@@ -234,6 +282,61 @@ class TestBaseDamage:
         assert all(any(lo <= r <= hi for lo, hi in m["unreadable_ranges"]) for r in lost)
         assert (doc["verified"], doc["loss_detected"]) == (True, True)
         assert_same_rows(out, "messages", missing=set(lost))
+
+
+class TestUnreachedRows:
+    @pytest.mark.parametrize("spec", [SMALL, TALL], ids=["two-level", "three-level"])
+    def test_flipped_child_pointer_brings_every_row_back(self, tmp_path: Path, spec: Spec) -> None:
+        """One bit flipped in a child pointer: no read fails, one leaf is reached twice
+        and another not at all. The rows on the unreached leaf are decoded from it:
+        every message comes back identical, no loss, strategy salvage."""
+        case = corruption.flipped_child_pointer(tmp_path / "db", spec=spec)
+        unreached = case.unreached["messages"]
+        assert unreached
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert (doc["strategy"], doc["lost"], doc["loss_detected"]) == ("salvage", {}, False)
+        assert m["recovered_from_pages"] == len(unreached)
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        # The intact FTS tables were copied and reconciled, not re-indexed: the rows
+        # brought back are found by search, exactly as in the pristine file.
+        for fts in ("messages_fts", "messages_fts_trigram"):
+            q = f"SELECT c0 FROM {fts}_content ORDER BY id"
+            assert rows(out, q) == rows(case.pristine, q)
+            q = f"SELECT rowid FROM {fts} WHERE {fts} MATCH 'checkpoint' ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q) != []
+        assert set(doc["timings"]) == {"copy", "diagnose", "salvage", "rebuild", "fts", "verify"}
+
+    def test_deleted_rows_on_a_lost_freelist_stay_deleted(self, tmp_path: Path) -> None:
+        """Deleted messages whose freed leaves are no longer on the freelist (its trunk
+        pointer zeroed): nothing vouches for them (no index entry, no FTS copy), so none
+        comes back; every live message does; the skipped rows are counted."""
+        case = corruption.lost_freelist(tmp_path / "db")
+        deleted = case.lost_rowids["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert (m["recovered_from_pages"], doc["loss_detected"]) == (0, False)
+        assert m["unvouched_skipped"] > 0
+        marks = ", ".join(str(r) for r in deleted)
+        assert rows(out, f"SELECT count(*) FROM messages WHERE rowid IN ({marks})") == [(0,)]
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        assert rows(out, "SELECT count(*) FROM state_meta") == [(0,)]
+
+
+class TestDeletedRows:
+    def test_stale_index_entries_are_not_reported_lost(self, tmp_path: Path) -> None:
+        """Messages deleted on purpose whose index page was written back stale: the
+        index lists them but no FTS copy does, so they are not lost (exit 0), and they
+        do not come back."""
+        case = corruption.stale_index_entries(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["lost"], doc["loss_detected"]) == (0, {}, False)
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
 
 
 class TestInterruptAndLiveWriter:
@@ -407,6 +510,8 @@ class TestCollisions:
             "a different row already has this key (UNIQUE constraint failed: sessions.id"
         )
         assert doc["orphans"]["messages"] == orphans > 0
+        _, checked, _ = run_ctl("check", "--db", str(case.db), "--json")
+        assert json.loads(checked)["databases"][0]["orphans"] == doc["orphans"]
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert rows(out, f"SELECT rowid FROM sessions WHERE id = '{c['key']}'") == [
             (c["kept_rowid"],)
@@ -494,6 +599,8 @@ class TestSessionsDamage:
         # below ("rowids up to N").
         assert s["unreadable_ranges"] == [[-(2**63), lost_rowids[-1]]]
         assert doc["orphans"]["messages"] == orphans > 0
+        _, checked, _ = run_ctl("check", "--db", str(case.db), "--json")
+        assert json.loads(checked)["databases"][0]["orphans"] == doc["orphans"]
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert_same_rows(out, "sessions", missing=set(lost_rowids))
 
@@ -533,6 +640,173 @@ class TestBundles:
         )
 
 
+class TestWal:
+    def test_commits_after_a_bad_frame_come_back(self, tmp_path: Path) -> None:
+        """One bit flipped in a WAL frame: SQLite replays the frames before it and drops
+        every later commit without a word. recover walks the frames, names the bad one,
+        counts the dropped commits and adds their rows from the frame images: every
+        message and session of the pristine (fully replayed) file comes back."""
+        case = corruption.wal_bad_frame(tmp_path / "db")
+        as_sqlite_reads_it = tmp_path / "folded.db"
+        corruption.fold_copy(case.db, as_sqlite_reads_it)
+        sqlite_sees = int(rows(as_sqlite_reads_it, "SELECT count(*) FROM messages")[0][0])  # type: ignore[call-overload]
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert sqlite_sees < len(want)  # the damage hides rows from SQLite
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert m["recovered_from_wal"] == len(want) - sqlite_sees
+        assert (doc["strategy"], doc["loss_detected"]) == ("salvage", False)
+        assert any("fails its checksum" in n for n in doc["notes"])
+        assert any("committed transactions" in n for n in doc["notes"])
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        for t in ("sessions", "session_model_usage"):
+            q = f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q)
+
+    @pytest.mark.parametrize("how", ["magic", "page-size"])
+    def test_wal_with_a_damaged_header_is_ignored_and_its_commits_salvaged(
+        self, tmp_path: Path, how: str
+    ) -> None:
+        """A WAL whose header SQLite rejects (magic zeroed, a page-size bit flipped):
+        the database is read as SQLite reads it (without the WAL), the WAL is named as
+        ignored, and its committed frames, which still check out one by one, give back
+        every row written to it."""
+        case = corruption.wal_header_damage(tmp_path / "db", how)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any("ignored, as SQLite does" in n for n in doc["notes"])
+        for t in ("messages", "sessions"):
+            q = f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q)
+        assert doc["tables"]["messages"]["recovered_from_wal"] == len(case.unreached["messages"])
+
+    def test_zero_filled_wal_is_ignored(self, tmp_path: Path) -> None:
+        """A zero-filled -wal holds nothing: the database file is read alone, the WAL is
+        named as ignored, every row of the file is recovered, exit 0."""
+        case = corruption.wal_header_damage(tmp_path / "db", "zeroed")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any(
+            "ignored, as SQLite does: bad magic number (zero-filled)" in n for n in doc["notes"]
+        )
+        assert_same_rows(out, "messages")
+        assert_same_rows(out, "sessions")
+
+
+class TestBitRot:
+    def test_rotted_copy_is_rebuilt_from_the_row(self, tmp_path: Path) -> None:
+        """A message's FTS copy changed on disk: the FTS table is rebuilt from the
+        messages, and a search for the original word finds the message again."""
+        case = corruption.bit_rot(tmp_path / "db", "fts")
+        rowid = case.phantom["messages_fts_content"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["loss_detected"]) == (0, False)
+        assert_same_rows(out, "messages")
+        q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
+        assert rows(out, q) == pristine(q)
+
+    def test_rotted_row_is_kept_and_named(self, tmp_path: Path) -> None:
+        """A message row changed on disk (its FTS copies still hold the original): the
+        row is kept as stored and named in the notes; the copies keep the original."""
+        case = corruption.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any(
+            n.startswith("messages: 1 row differs from its search-index copies")
+            for n in doc["notes"]
+        )
+        q = f"SELECT content FROM messages WHERE rowid = {rowid}"
+        assert rows(out, q) == rows(case.db, q) != pristine(q)
+        q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
+        assert rows(out, q) == pristine(q)
+
+
+class TestPartialRows:
+    def test_broken_overflow_chain_keeps_the_row(self, tmp_path: Path) -> None:
+        """A session whose system_prompt overflow page is zeroed: the row is kept. The
+        columns in its cell (id, source, model, ...) read in place; the columns after
+        the prompt come back from the rest of its overflow chain, found among the pages
+        no b-tree reaches; only system_prompt (whose bytes were on the zeroed page) is
+        NULL, listed as the row's one unreadable column. Its 8 messages are not orphans;
+        loss is detected (exit 3) but no row is lost."""
+        case = corruption.broken_overflow(tmp_path / "db")
+        rowid = case.phantom["sessions"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        s = doc["tables"]["sessions"]
+        assert (s["partial"], s["lost_keys"], doc["lost"]) == (1, [], {})
+        [p] = doc["partial_rows"]
+        assert (p["table"], p["rowid"], p["columns"], p["filled"]) == (
+            "sessions",
+            rowid,
+            ["system_prompt"],
+            {},
+        )
+        assert {"started_at", "title", "input_tokens"} <= set(p["recovered_from_pages"])
+        q = f"SELECT * FROM sessions WHERE rowid = {rowid}"
+        [got] = rows(out, q)
+        [want] = rows(case.pristine, q)
+        names = [c[1] for c in rows(out, "PRAGMA table_info(sessions)")]
+        differ = [n for n, a, b in zip(names, got, want, strict=True) if a != b]
+        assert differ == ["system_prompt"]
+        assert got[names.index("system_prompt")] is None
+        assert rows(out, "SELECT count(*) FROM messages WHERE session_id = 'long_prompt'") == [(8,)]
+        assert "messages" not in doc["orphans"]
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        q = "SELECT rowid, * FROM sessions WHERE id != 'long_prompt' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+
+
+class TestPageOne:
+    def test_page_one_damaged_past_the_header(self, tmp_path: Path) -> None:
+        """Page 1 zeroed past its 100-byte header: the schema's root is rebuilt from its
+        intact leaves in the private copy, and every row of every table comes back; the
+        note says so; the source's class stays unreadable."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        with open(case.db, "r+b") as f:
+            f.seek(100)
+            f.write(b"\x00" * (4096 - 100))
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["damage"], doc["verified"]) == (0, "unreadable", True)
+        assert any("it was rebuilt in the private copy" in n for n in doc["notes"])
+        for t in ("messages", "sessions", "session_model_usage", "gateway_routing"):
+            assert_same_rows(out, t)
+        q = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name"
+        assert rows(out, q) == pristine(q)
+
+
+class TestPartialRowsFill:
+    def test_whole_chain_lost_fills_not_null_columns_by_the_rule(self, tmp_path: Path) -> None:
+        """Every overflow page of the session zeroed: only what the cell holds survives;
+        a NOT NULL column past it gets the documented fill (DEFAULT, else 0 or ''),
+        listed in the report; the row and its messages are kept."""
+        case = corruption.broken_overflow(tmp_path / "db", whole_chain=True)
+        rowid = case.phantom["sessions"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        [p] = doc["partial_rows"]
+        assert p["columns"][0] == "system_prompt"
+        # Columns stored as NULL, 0 or 1 need no body bytes and read in place; of the
+        # others, started_at is the one NOT NULL column: REAL, no DEFAULT, so 0.
+        assert p["columns"] == [
+            "system_prompt",
+            "started_at",
+            "message_count",
+            "input_tokens",
+            "output_tokens",
+            "cwd",
+            "title",
+        ]
+        assert p["filled"] == {"started_at": 0}
+        assert "recovered_from_pages" not in p
+        q = f"SELECT id, source, model, started_at FROM sessions WHERE rowid = {rowid}"
+        assert rows(out, q) == [("long_prompt", "telegram", "hermes-4-70b", 0)]
+        assert "messages" not in doc["orphans"]
+
+
 class TestSmallTables:
     def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
         """The only page of schema_version zeroed: no row of it can be read; the output
@@ -556,12 +830,14 @@ class TestSmallTables:
 
 class TestInvalidText:
     def test_clean_table_keeps_the_bytes(self, tmp_path: Path) -> None:
-        """Text with an invalid UTF-8 byte in an otherwise healthy table: nothing flags it
-        (SQLite does not validate text), so the table is copied as stored, byte for byte."""
+        """Text with an invalid UTF-8 byte in an otherwise healthy table: SQLite does not
+        validate text; the comparison with its FTS copies names the row, and it is
+        copied as stored, byte for byte."""
         case = corruption.invalid_utf8(tmp_path / "db")
         rowid = case.phantom["messages"]
         code, doc, out = recover_json(case, tmp_path)
         assert (code, doc["loss_detected"]) == (0, False)
+        assert any(f"changed on disk (rowid {rowid})" in n for n in doc["notes"])
         q = f"SELECT CAST(content AS BLOB) FROM messages WHERE rowid = {rowid}"
         assert rows(out, q) == rows(case.db, q)
         assert b"\xff" in rows(out, q)[0][0]  # type: ignore[operator]

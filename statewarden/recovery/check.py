@@ -32,7 +32,14 @@ def check_database(
     with copy_guard if copy_guard is not None else contextlib.nullcontext():
         work = make_work_copy(source, work_parent, progress=progress)
     try:
-        result = diagnose(work.db, progress=progress, truncated=work.truncated_note)
+        result = diagnose(
+            work.db,
+            progress=progress,
+            truncated=work.truncated_note,
+            wal=work.wal,
+            wal_name=work.wal_name,
+            schema_rebuilt=work.schema_note,
+        )
     finally:
         work.cleanup()
     result.path = str(source)
