@@ -619,3 +619,27 @@ class TestSnapshots:
         assert "Traceback" not in r.stderr
         state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden" / "snapshots"
         assert list(state.iterdir()) == []
+
+
+def test_a_holder_that_ignores_sigterm_is_killed(
+    config: Path, phantom: tuple[Path, list[str]]
+) -> None:
+    """SIGTERM ignored: SIGKILL after maintenance.stop_grace, and the run goes on."""
+    db, distinct = phantom
+    holder = subprocess.Popen(["sh", "-c", f'trap "" TERM; exec 3<"{db}"; exec sleep 300'])
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while holder.pid not in {h.pid for h in HolderScanner([db]).scan()[0].holders}:
+            assert time.monotonic() < deadline, "the holder never showed up"
+            time.sleep(0.05)
+        proc = ctl("--db", str(db), "--yes", "--force", "--json")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        code = holder.wait()
+    assert proc.returncode == 0, proc.stderr
+    rep = report_of(proc)
+    assert rep["outcome"] == "repaired"
+    assert code == -signal.SIGKILL
+    assert [p["pid"] for p in rep["start_again"]] == [holder.pid]
+    assert set(distinct) <= set(session_ids(db))
