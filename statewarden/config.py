@@ -50,6 +50,14 @@ DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
 DEFAULT_TELEGRAM_MIN_INTERVAL_S = 1.0  # Telegram allows about one message a second per chat
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
+DEFAULT_MAINTENANCE_SETTLE_S = 2.0
+DEFAULT_MAINTENANCE_RESPAWN_LIMIT = 3
+DEFAULT_MAINTENANCE_STOP_GRACE_S = 10.0
+DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S = 90.0
+DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S = 30.0
+DEFAULT_QUARANTINE_KEEP = 5
+DEFAULT_QUARANTINE_MAX_AGE_S = 30 * 86400.0
+DEFAULT_SNAPSHOTS_KEEP = 7
 DEFAULT_LOG_LEVEL: LogLevel = "info"
 DEFAULT_LOG_FORMAT: LogFormat = "auto"
 
@@ -60,6 +68,10 @@ class _Duration:
 
 class _Bytes:
     """Marker: a size in bytes, written as ``50MiB``, ``4KB``, ``1GiB`` or an integer."""
+
+
+class _Window:
+    """Marker: a maintenance window such as ``Sun 03:00-04:00`` or ``daily 04:30-05:00``."""
 
 
 class _Secret:
@@ -74,6 +86,7 @@ Duration = Annotated[float, _Duration]
 ByteSize = Annotated[int, _Bytes]
 Secret = Annotated[str, _Secret]
 IdText = Annotated[str, _Id]
+Window = Annotated[str, _Window]
 
 REDACTED = "***redacted***"
 
@@ -245,6 +258,29 @@ class MetricsConfig:
     listen: str | None = None
 
 
+AutoRepair = Literal["never", "in_window", "immediately"]
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """Maintenance runs: when the daemon repairs, and how holders are stopped."""
+
+    windows: tuple[Window, ...] = ()
+    auto_repair: AutoRepair = "in_window"
+    repair_kinds: tuple[str, ...] = ("corruption",)
+    stop_interactive: bool = False
+    accept_loss: bool = False
+    settle: Duration = DEFAULT_MAINTENANCE_SETTLE_S
+    settle_timeout: Duration = DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S
+    respawn_limit: int = DEFAULT_MAINTENANCE_RESPAWN_LIMIT
+    stop_grace: Duration = DEFAULT_MAINTENANCE_STOP_GRACE_S
+    unit_timeout: Duration = DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S
+    quarantine_keep: int = DEFAULT_QUARANTINE_KEEP
+    quarantine_max_age: Duration = DEFAULT_QUARANTINE_MAX_AGE_S
+    snapshots: bool = True
+    snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration, validated once."""
@@ -259,6 +295,7 @@ class Config:
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     source: str | None = field(default=None, metadata={"internal": True})
 
 
@@ -511,6 +548,40 @@ def parse_duration(value: object) -> float | None:
     return seconds
 
 
+_WINDOW_RE = re.compile(r"^\s*(\S+)\s+(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_DAY_SETS = {"daily": range(7), "weekdays": range(5), "weekends": range(5, 7)}
+
+
+def parse_window(value: object) -> tuple[frozenset[int], int, int] | None:
+    """``(weekdays 0=Mon, start minute, end minute)`` of ``Sun 03:00-04:00``; None if invalid.
+
+    Days: ``daily``, ``weekdays``, ``weekends``, a day (``Sun``) or a list (``Sat,Sun``).
+    An end at or before the start runs past midnight into the next day.
+    """
+    if not isinstance(value, str):
+        return None
+    m = _WINDOW_RE.match(value)
+    if not m:
+        return None
+    days: set[int] = set()
+    for part in m.group(1).lower().split(","):
+        if part in _DAY_SETS:
+            days.update(_DAY_SETS[part])
+        elif part in WEEKDAYS or part in _WEEKDAY_NAMES:
+            days.add(WEEKDAYS.index(part[:3]))
+        else:
+            return None
+    h1, m1, h2, m2 = (int(g) for g in m.groups()[1:])
+    if h1 > 23 or h2 > 24 or m1 > 59 or m2 > 59 or (h2 == 24 and m2):
+        return None
+    start, end = h1 * 60 + m1, h2 * 60 + m2
+    if start == end:
+        return None
+    return frozenset(days), start, end
+
+
 def parse_bytes(value: object) -> int | None:
     """Bytes for ``50MiB`` / ``4KB`` / an integer; ``None`` if invalid."""
     if isinstance(value, bool):
@@ -538,6 +609,14 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
                     f"got {_kind(value)}",
                 )
             return seconds
+        if _Window in markers:
+            if parse_window(value) is None:
+                raise ctx.error(
+                    path,
+                    "expected a window such as 'Sun 03:00-04:00', 'daily 04:30-05:00' or"
+                    f" 'Sat,Sun 02:00-03:00', got {_kind(value)}",
+                )
+            return value
         if _Bytes in markers:
             size = parse_bytes(value)
             if size is None:

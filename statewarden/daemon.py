@@ -47,6 +47,7 @@ from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.signals import Found
 from statewarden.incidents.timeline import Timeline
 from statewarden.logs import get_logger
+from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import describe
 from statewarden.watch.units import UnitWatcher
@@ -86,6 +87,7 @@ class Daemon:
         self.databases = WatchedDatabases(config, self.handle)
         self.holder_scans = HolderScans(config, self.handle)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
+        self.maintenance = AutoMaintenance(config, self.log)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -205,6 +207,9 @@ class Daemon:
         self.events = FileEvents(from_observer_thread)
         self.events.start()
         self.rescan()
+        # An interrupted maintenance run is finished or rolled back first (in the background).
+        targets = [m.target for m in self.databases.monitors.values()]
+        self._tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
         await self.databases.check_mounts()
         self._tasks.append(asyncio.create_task(self.units.run()))
         self.alerts.reconcile(self.book.incidents.values())
@@ -234,6 +239,9 @@ class Daemon:
                 await asyncio.sleep(MIN_POLL_GAP_S - gap)
             last_poll = time.monotonic()
             self.poll()
+            self.maintenance.tick(
+                [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
+            )
             self.holder_scans.schedule(last_poll)
             if self.metrics is not None:
                 self.metrics.refresh(self)
@@ -251,6 +259,7 @@ class Daemon:
             self.databases.reconfigure(new)
             self.holder_scans.reconfigure(new)
             await self.alerts.reload(new.alerts)
+            self.maintenance.reconfigure(new)
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
         await self.databases.check_mounts()

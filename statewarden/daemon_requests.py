@@ -51,6 +51,7 @@ class Requests:
             "check": self.check,
             "ack": self.ack,
             "alerts": self.alerts,
+            "maintenance": self.maintenance,
         }
 
     async def handle(self, req: Request) -> Any:
@@ -101,6 +102,10 @@ class Requests:
 
     async def incident(self, req: Request) -> Any:
         return show_incident(self.daemon.book, self.daemon.timeline, _incident_id(req))
+
+    async def maintenance(self, _req: Request) -> Any:
+        """The daemon's maintenance policy, runs in flight and each database's last report."""
+        return self.daemon.maintenance.status()
 
     async def ack(self, req: Request) -> Any:
         return self.daemon.book.ack(_incident_id(req)).to_json()
