@@ -85,6 +85,8 @@ def _type_name(hint: Any) -> str:
         return "size"
     if "_Secret" in text:
         return "secret"
+    if "_Window" in text and get_origin(hint) is typing.Annotated:
+        return "window (`Sun 03:00-04:00`)"
     origin = get_origin(hint)
     if origin is typing.Literal:
         return "one of " + ", ".join(str(a) for a in get_args(hint))

@@ -2,5 +2,6 @@
 
 ``hermes_fixtures`` makes Hermes homes whose databases the real Hermes code wrote (in a
 ``hermes_writer`` subprocess); ``corruption`` damages closed copies of them and records
-the ground truth.
+the ground truth; ``bot_api`` is a local HTTP server speaking the Telegram Bot API's
+shape.
 """

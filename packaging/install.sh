@@ -32,6 +32,16 @@ mkdir -p "$data" "$bin"
 ln -sf "$venv/bin/statewarden" "$bin/statewarden"
 ln -sf "$venv/bin/statewardenctl" "$bin/statewardenctl"
 echo "install: $("$venv/bin/statewarden" --version) in $venv" >&2
+# The journal message catalogue (journalctl -x) lives in system folders: root only.
+if [ "$(id -u)" = 0 ] && command -v journalctl >/dev/null; then
+    install -D -m 0644 "$here/systemd/statewarden.catalog" /usr/local/lib/systemd/catalog/statewarden.catalog
+    journalctl --update-catalog
+    echo "install: journal catalogue installed (journalctl -x explains statewarden's entries)" >&2
+else
+    echo "install: for journalctl -x explanations run as root: install -D -m 0644" \
+        "$here/systemd/statewarden.catalog /usr/local/lib/systemd/catalog/statewarden.catalog" \
+        "&& journalctl --update-catalog" >&2
+fi
 
 if [ "${1:-}" = "--run" ]; then
     "$venv/bin/statewardenctl" install

@@ -18,7 +18,8 @@ The parts it wires together: the databases watched (``daemon_databases``), holde
 scans (``daemon_holders``), the units watcher, the control requests
 (``daemon_requests``). Everything they find goes to :meth:`Daemon.handle`, which hands
 it to the incident recorder; every incident update the recorder makes goes to the
-announcer (``statewarden.alerts.announce``).
+announcer (``statewarden.alerts.announce``) and to the alerts (``statewarden.alerts.service``:
+journald and Telegram notifications). Metrics (``daemon_metrics``) when configured.
 """
 
 from __future__ import annotations
@@ -33,18 +34,22 @@ from typing import Any
 
 from statewarden import __version__, journald
 from statewarden.alerts.announce import Announcer
+from statewarden.alerts.service import Alerts
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.daemon_databases import WatchedDatabases
 from statewarden.daemon_holders import HolderScans
+from statewarden.daemon_metrics import Metrics
 from statewarden.daemon_requests import Requests
 from statewarden.errors import ConfigError, StatewardenError
-from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.signals import Found
 from statewarden.incidents.timeline import Timeline
 from statewarden.logs import get_logger
+from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.watch.events import FileEvents
+from statewarden.watch.holders import describe
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
@@ -69,10 +74,20 @@ class Daemon:
             max_bytes=config.timeline.max_bytes,
         )
         self.announcer = Announcer(self.timeline)
-        self.recorder = Recorder(self.book, self.timeline, self.announcer.submit)
+        self.alerts = Alerts(
+            config.alerts,
+            sdir,
+            log=self.log,
+            profile_of=self._profile_of,
+            holders_of=self._holders_of,
+        )
+        self.recorder = Recorder(self.book, self.timeline, self._on_update)
+        self.metrics: Metrics | None = None
+        self.last_check: dict[str, tuple[float, str]] = {}  # db -> (when, damage class)
         self.databases = WatchedDatabases(config, self.handle)
         self.holder_scans = HolderScans(config, self.handle)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
+        self.maintenance = AutoMaintenance(config, self.log)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -100,6 +115,18 @@ class Daemon:
         """Everything a watcher finds comes here."""
         self.holder_scans.notice(found)
         self.recorder.record(found)
+
+    def _on_update(self, update: Update) -> None:
+        self.announcer.submit(update)
+        self.alerts.submit(update)
+
+    def _profile_of(self, db: str) -> str:
+        m = self.databases.monitors.get(db)
+        return m.target.name if m is not None else "-"
+
+    def _holders_of(self, db: str) -> list[str]:
+        scan = self.holder_scans.last.get(db)
+        return [describe(h) for h in scan.holders] if scan is not None else []
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:
@@ -180,8 +207,14 @@ class Daemon:
         self.events = FileEvents(from_observer_thread)
         self.events.start()
         self.rescan()
+        # An interrupted maintenance run is finished or rolled back first (in the background).
+        targets = [m.target for m in self.databases.monitors.values()]
+        self._tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
         await self.databases.check_mounts()
         self._tasks.append(asyncio.create_task(self.units.run()))
+        self.alerts.reconcile(self.book.incidents.values())
+        self._tasks.append(asyncio.create_task(self.alerts.run()))
+        self.metrics = Metrics.started(self)
         self.poll()  # the baseline: what exists now is not news
         await self.holder_scans.scan()
         journald.notify_ready(self.status_line())
@@ -206,7 +239,12 @@ class Daemon:
                 await asyncio.sleep(MIN_POLL_GAP_S - gap)
             last_poll = time.monotonic()
             self.poll()
+            self.maintenance.tick(
+                [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
+            )
             self.holder_scans.schedule(last_poll)
+            if self.metrics is not None:
+                self.metrics.refresh(self)
             journald.notify_status(self.status_line())
 
     async def reload(self) -> None:
@@ -220,6 +258,8 @@ class Daemon:
             self.config = new
             self.databases.reconfigure(new)
             self.holder_scans.reconfigure(new)
+            await self.alerts.reload(new.alerts)
+            self.maintenance.reconfigure(new)
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
         await self.databases.check_mounts()
@@ -235,6 +275,9 @@ class Daemon:
         """Stop in stages, each with a time limit; safe to call twice."""
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.control.close(), STOP_STAGE_TIMEOUT_S)
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)
+            self.metrics = None
         if self.events is not None:
             await asyncio.to_thread(self.events.stop, STOP_STAGE_TIMEOUT_S)
             self.events = None
@@ -248,4 +291,6 @@ class Daemon:
             await asyncio.wait_for(
                 asyncio.gather(*tasks, return_exceptions=True), STOP_STAGE_TIMEOUT_S
             )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.alerts.close(), STOP_STAGE_TIMEOUT_S)
         self.book.save()

@@ -33,6 +33,11 @@ _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re
 _BOT_TOKEN_RE = re.compile(r"(?<!\d)\d{6,12}:[A-Za-z0-9_-]{30,}")
 
 
+def redact_text(text: str) -> str:
+    """``text`` with every Telegram bot token in it replaced by :data:`REDACTED`."""
+    return _BOT_TOKEN_RE.sub(REDACTED, text)
+
+
 def redact_secrets(
     _logger: object, _name: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:

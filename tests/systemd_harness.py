@@ -138,6 +138,10 @@ class UserSystemd:
                               env=self.env(), capture_output=True, text=True, check=False,
                               timeout=timeout)  # fmt: skip
 
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Any command in the manager's mount namespace (its journal, its /run/systemd)."""
+        return self._in_ns(list(argv), timeout=READY_TIMEOUT_S)
+
     def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self._in_ns(self.as_user(["systemctl", "--user", *args]), timeout=READY_TIMEOUT_S)
 

@@ -177,8 +177,7 @@ class TestRecords:
         assert "statewarden.watch.rules" not in imported
 
 
-# httpx is declared for the Telegram alert sink.
-NOT_YET_IMPORTED = frozenset({"httpx"})
+NOT_YET_IMPORTED: frozenset[str] = frozenset()
 MODULE_OF = {"pyyaml": "yaml", "dbus-fast": "dbus_fast"}
 
 

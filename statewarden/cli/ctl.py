@@ -46,6 +46,26 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "incidents_group",
         "List open incidents (newest problems first by severity).",
     ),
+    "alerts": (
+        "statewarden.cli.alerts_cmd",
+        "alerts_group",
+        "The alert outbox (notifications not yet delivered) and each sink's health.",
+    ),
+    "maintenance": (
+        "statewarden.cli.maintenance_cmd",
+        "maintenance",
+        "Stop every holder of a state.db, repair it, swap the new file in, restart Hermes.",
+    ),
+    "quarantine": (
+        "statewarden.cli.quarantine_cmd",
+        "quarantine_group",
+        "The originals maintenance runs replaced, kept with their checksums.",
+    ),
+    "snapshots": (
+        "statewarden.cli.snapshots_cmd",
+        "snapshots_group",
+        "List verified snapshots (backup copies that passed integrity_check), newest first.",
+    ),
     "install": (
         "statewarden.cli.install_cmd",
         "install",
@@ -90,7 +110,7 @@ def main() -> None:
     """Inspect and repair Hermes Agent's state.db.
 
     Exit codes: 0 ok, 1 failed, 2 usage or config error, 3 data loss or base damage,
-    4 unreadable database, 130 interrupted.
+    4 unreadable database, 5 maintenance refused, 130 interrupted.
     """
 
 

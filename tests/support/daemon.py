@@ -58,6 +58,10 @@ class DaemonProc:
             return ""
         return self.proc.stderr.readline()
 
+    def output(self) -> list[str]:
+        """Every stderr line: those read so far and, once stopped, all the rest."""
+        return self.lines + [line.rstrip("\n") for line in self._after_stop]
+
     def ctl(self, *args: str) -> Any:
         """Run `statewardenctl ARGS --json` against this daemon's environment."""
         r = run_ctl(*args, "--json", env=self.env)
