@@ -208,6 +208,7 @@ IncidentKind = Literal[
     "crash_loop",
     "task_died",
     "watcher_failed",
+    "supervisor_failed",
 ]
 
 

@@ -51,3 +51,11 @@ def test_the_check_fails_on_a_stale_file(tmp_path: Path) -> None:
         assert target.read_text().endswith("stale line\n")
     finally:
         target.write_text(before)
+
+
+def test_the_runbook_has_a_section_for_every_incident_kind() -> None:
+    from statewarden.incidents.signals import KINDS
+
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    missing = [kind for kind in KINDS if f"\n## {kind}\n" not in runbook]
+    assert missing == []

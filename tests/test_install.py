@@ -22,10 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from lab.bot_api import BotApi
 from lab.hermes_fixtures import TINY, make_home
 from statewarden import install as inst
+from statewarden.incidents.signals import KINDS
 from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl
+from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
@@ -307,6 +310,68 @@ class TestRealManager:
         props = installed.show("ActiveState", "Result", "ExecMainStatus")
         assert props == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}
         assert installed.manager.systemctl("start", inst.UNIT).returncode == 0
+        installed.wait_running()
+
+    def test_a_supervisor_that_fails_for_good_sends_one_alert(self, installed: Installed) -> None:
+        """Past the start limit, OnFailure= sends one supervisor_failed alert: seen at a
+        local Bot API server and in the journal with its MESSAGE_ID."""
+        m = installed.manager
+        uid = m.uid
+        api = BotApi()
+        conf_dir = Path(installed.env["XDG_CONFIG_HOME"]) / "statewarden"
+        dropin = m.unit_dir / f"{inst.UNIT}.d" / "fail-fast.conf"
+        try:
+            conf_dir.mkdir(parents=True, exist_ok=True)
+            token = conf_dir / "telegram-token"
+            token.write_text("123456:test-token\n")
+            # A state folder that is a file: the daemon cannot start, statewardenctl can.
+            blocker = conf_dir / "not-a-folder"
+            blocker.write_text("")
+            (conf_dir / "config.yaml").write_text(
+                f"paths:\n  state_dir: {blocker}\n"
+                "alerts:\n  telegram:\n    enabled: true\n"
+                f"    token_file: {token}\n    chat_id: '4242'\n    api_base: {api.url}\n"
+            )
+            for path in (conf_dir, token, blocker, conf_dir / "config.yaml"):
+                os.chown(path, uid, uid)
+            token.chmod(0o600)
+            dropin.parent.mkdir(exist_ok=True)
+            dropin.write_text(
+                "[Unit]\nStartLimitIntervalSec=120\nStartLimitBurst=2\n"
+                "[Service]\nRestartSec=100ms\n"
+            )
+            m.daemon_reload()
+            m.systemctl("restart", inst.UNIT)
+
+            def alerted() -> bool:
+                return any("supervisor_failed" in r.text for r in api.accepted)
+
+            wait_for(alerted, "the supervisor_failed alert at the Bot API server", timeout_s=90)
+            assert installed.show("ActiveState")["ActiveState"] == "failed"
+            time.sleep(2)
+            sent = [r for r in api.accepted if "supervisor_failed" in r.text]
+            assert len(sent) == 1
+            assert str(sent[0].body["chat_id"]) == "4242"
+            assert "statewarden.service has stopped for good" in sent[0].text
+            assert "systemctl --user reset-failed" in sent[0].text
+            journal = m._in_ns(
+                [
+                    "journalctl",
+                    "--no-pager",
+                    "-o",
+                    "cat",
+                    f"MESSAGE_ID={KINDS['supervisor_failed'].message_id}",
+                ],
+                timeout=60,
+            ).stdout
+            assert "supervisor_failed" in journal
+        finally:
+            api.stop()
+            dropin.unlink(missing_ok=True)
+            (conf_dir / "config.yaml").unlink(missing_ok=True)
+            m.daemon_reload()
+            m.systemctl("reset-failed", inst.UNIT)
+            m.systemctl("start", inst.UNIT)
         installed.wait_running()
 
     def test_systemd_analyze_verify_passes(self, installed: Installed) -> None:

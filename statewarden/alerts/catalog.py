@@ -87,6 +87,12 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "statewarden cannot watch part of Hermes (a log, the journal, holders, units); "
         "problems there would go unseen until it recovers.",
     ),
+    "supervisor_failed": (
+        "statewarden has stopped for good",
+        "statewarden.service failed so often that the user manager gave up restarting it "
+        "(its start limit). Nothing watches Hermes' state.db, and no other alert will come, "
+        "until it runs again.",
+    ),
 }
 
 

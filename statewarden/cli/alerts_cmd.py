@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from statewarden.alerts import supervisor
 from statewarden.alerts.service import SINK_NAMES, outbox_status, routes_of, send_test
 from statewarden.cli._common import (
     config_option,
@@ -105,3 +106,33 @@ def test_cmd(config_path: str | None, sink: str | None, as_json: bool) -> None:
         sys.exit(EXIT_FAILED)
     if failed:
         raise StatewardenError(f"not delivered by {', '.join(failed)}")
+
+
+@alerts_group.command("supervisor-failed")
+@click.argument("unit", default="statewarden.service")
+@config_option
+@json_option
+@handle_errors
+def supervisor_failed_cmd(unit: str, config_path: str | None, as_json: bool) -> None:
+    """Alert that UNIT (statewarden itself) has stopped for good, through every sink.
+
+    Run by statewarden-failed@.service, the unit's OnFailure=; it sends one
+    supervisor_failed notification (with the unit's last log lines) through each
+    enabled sink, whatever their severity and kind filters, retrying a sink that is
+    briefly unreachable. Exit code 1 if no sink accepted it.
+
+    Example: statewardenctl alerts supervisor-failed statewarden.service
+    """
+    config = get_config(config_path)
+    if not routes_of(config.alerts):
+        raise UsageError("no alert sink is enabled (alerts.journald / alerts.telegram)")
+    results = asyncio.run(supervisor.send(config.alerts, unit))
+    if as_json:
+        print_json(results)
+    else:
+        for name, r in results.items():
+            click.echo(f"{name}: {r['result']}: {r['answer']}")
+    if not any(r["result"] == "ok" for r in results.values()):
+        if as_json:
+            sys.exit(EXIT_FAILED)
+        raise StatewardenError("the supervisor_failed alert was not delivered by any sink")
