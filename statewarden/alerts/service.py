@@ -248,21 +248,28 @@ def outbox_status(state_dir: Path, cfg: AlertsConfig) -> dict[str, Any]:
     }
 
 
-async def send_test(
-    cfg: AlertsConfig, only: str | None = None, env: Mapping[str, str] | None = None
+async def send_direct(
+    sinks: Mapping[str, Sink],
+    n: Notification,
+    *,
+    retries: int = 0,
+    retry_wait_s: float = 2.0,
 ) -> dict[str, dict[str, str]]:
-    """Send one test notification through each configured sink (or ``only``)."""
-    sinks = make_sinks(cfg, env)
-    if only is not None:
-        sinks = {k: v for k, v in sinks.items() if k == only}
-    host = socket.gethostname()
-    now = time.time()
+    """Deliver ``n`` straight through each sink, not through the outbox (a test, or the
+    alert that the daemon itself is dead); each sink's answer. A sink that says "retry"
+    is tried ``retries`` more times, waiting ``retry_wait_s``, then twice that, ..."""
     results: dict[str, dict[str, str]] = {}
     for name, sink in sinks.items():
-        n = Notification(f"test:{now:.6f}", "test", host, now, [])
-        entry = Entry(0, name, n, now, on_disk=False)
+        entry = Entry(0, name, n, n.created_at, on_disk=False)
         try:
-            answer = await sink.deliver(entry, lambda _parts: None)
+            for attempt in range(retries + 1):
+                try:
+                    answer = await sink.deliver(entry, lambda _parts: None)
+                    break
+                except Retry:
+                    if attempt == retries:
+                        raise
+                    await asyncio.sleep(retry_wait_s * 2**attempt)
         except (Retry, Rejected, Refused) as exc:
             kind = {Retry: "failed", Rejected: "rejected", Refused: "refused"}[type(exc)]
             results[name] = {"result": kind, "answer": str(exc)}
@@ -273,6 +280,19 @@ async def send_test(
         finally:
             await sink.close()
     return results
+
+
+async def send_test(
+    cfg: AlertsConfig, only: str | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, dict[str, str]]:
+    """Send one test notification through each configured sink (or ``only``)."""
+    sinks = make_sinks(cfg, env)
+    if only is not None:
+        sinks = {k: v for k, v in sinks.items() if k == only}
+    now = time.time()
+    return await send_direct(
+        sinks, Notification(f"test:{now:.6f}", "test", socket.gethostname(), now, [])
+    )
 
 
 def saved_states(state_dir: Path) -> dict[int, dict[str, Any]]:

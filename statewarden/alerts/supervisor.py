@@ -10,21 +10,18 @@ that is only briefly unreachable. So a dead supervisor is never silent.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import subprocess
 import time
 from collections.abc import Mapping
 
 from statewarden.alerts.message import Item, Notification
-from statewarden.alerts.outbox import Entry
-from statewarden.alerts.service import make_sinks
-from statewarden.alerts.sink import Refused, Rejected, Retry, SinkError
+from statewarden.alerts.service import make_sinks, send_direct
 from statewarden.config import AlertsConfig
 
 KIND = "supervisor_failed"
 EVIDENCE_LINES = 3
-RETRIES = 3
+RETRIES = 2  # more tries for a sink that is briefly unreachable (2 s, then 4 s)
 RETRY_WAIT_S = 2.0
 
 
@@ -66,25 +63,4 @@ async def send(
 ) -> dict[str, dict[str, str]]:
     """Send the notification through every configured sink; each sink's answer."""
     n = notification(unit, last_log_lines(unit))
-    results: dict[str, dict[str, str]] = {}
-    for name, sink in make_sinks(cfg, env).items():
-        entry = Entry(0, name, n, n.created_at, on_disk=False)
-        try:
-            for attempt in range(RETRIES):
-                try:
-                    answer = await sink.deliver(entry, lambda _parts: None)
-                except Retry:
-                    if attempt == RETRIES - 1:
-                        raise
-                    await asyncio.sleep(RETRY_WAIT_S * 2**attempt)
-                else:
-                    results[name] = {"result": "ok", "answer": answer}
-                    break
-        except (Retry, Rejected, Refused) as exc:
-            kind = {Retry: "failed", Rejected: "rejected", Refused: "refused"}[type(exc)]
-            results[name] = {"result": kind, "answer": str(exc)}
-        except SinkError as exc:  # pragma: no cover - every sink raises one of the three
-            results[name] = {"result": "failed", "answer": str(exc)}
-        finally:
-            await sink.close()
-    return results
+    return await send_direct(make_sinks(cfg, env), n, retries=RETRIES, retry_wait_s=RETRY_WAIT_S)
