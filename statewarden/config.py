@@ -209,6 +209,9 @@ IncidentKind = Literal[
     "task_died",
     "watcher_failed",
     "supervisor_failed",
+    "maintenance_repaired",
+    "maintenance_rolled_back",
+    "maintenance_refused",
 ]
 
 

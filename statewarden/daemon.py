@@ -16,7 +16,8 @@ restarted.
 
 The parts it wires together: the databases watched (``daemon_databases``), holder
 scans (``daemon_holders``), the units watcher, the control requests
-(``daemon_requests``). Everything they find goes to :meth:`Daemon.handle`, which hands
+(``daemon_requests``), maintenance runs joined to the alerts (``daemon_runs``).
+Everything they find goes to :meth:`Daemon.handle`, which hands
 it to the incident recorder; every incident update the recorder makes goes to the
 announcer (``statewarden.alerts.announce``) and to the alerts (``statewarden.alerts.service``:
 journald and Telegram notifications). Metrics (``daemon_metrics``) when configured.
@@ -41,6 +42,7 @@ from statewarden.daemon_databases import WatchedDatabases
 from statewarden.daemon_holders import HolderScans
 from statewarden.daemon_metrics import Metrics
 from statewarden.daemon_requests import Requests
+from statewarden.daemon_runs import RunAlerts
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
@@ -88,6 +90,7 @@ class Daemon:
         self.holder_scans = HolderScans(config, self.handle)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
+        self.runs = RunAlerts(self)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -242,6 +245,7 @@ class Daemon:
             self.maintenance.tick(
                 [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
             )
+            self.runs.tick(time.time())
             self.holder_scans.schedule(last_poll)
             if self.metrics is not None:
                 self.metrics.refresh(self)

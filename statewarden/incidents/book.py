@@ -232,6 +232,14 @@ class IncidentBook:
         self.save()
         return Update("opened", inc, rate)
 
+    def resolve(self, incident_id: int, why: str, at: float | None = None) -> Update | None:
+        """Close an open incident by hand (a maintenance run repaired its database);
+        None if it is not open."""
+        inc = self.incidents.get(incident_id)
+        if inc is None or inc.state != "open":
+            return None
+        return self._resolve(inc, time.time() if at is None else at, why)
+
     def _resolve(self, inc: Incident, at: float, why: str) -> Update:
         inc.state = "resolved"
         inc.resolved_at = at
