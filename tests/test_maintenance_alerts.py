@@ -25,7 +25,7 @@ import pytest
 
 from lab.bot_api import BotApi
 from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL
+from lab.hermes_fixtures import SMALL, TINY, make_home
 from statewarden.alerts.message import plain_text
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.router import Route, Router
@@ -350,6 +350,19 @@ class TestOutcomes:
         assert [d["run_id"] for _, d in got] == [f"r{i}" for i in range(5, outcomes.KEEP + 5)]
         assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p, _ in got)
 
+    def test_a_planted_folder_symlink_is_not_followed(self, tmp_path: Path) -> None:
+        """outcomes/ replaced by a symlink to another folder: nothing there is read or
+        removed."""
+        state = tmp_path / "state"
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        victim = elsewhere / "00000000000000000001-r.json"
+        victim.write_text(json.dumps({"outcome": "repaired", "run_id": "r"}))
+        outcomes.folder(state).parent.mkdir(parents=True)
+        outcomes.folder(state).symlink_to(elsewhere)
+        assert outcomes.pending(state) == []
+        assert victim.exists()
+
     def test_loss_and_a_unit_that_did_not_start_are_errors(self) -> None:
         data = {
             "outcome": "repaired",
@@ -392,3 +405,44 @@ class TestMuting:
         (sent,) = router.tick()
         assert [i.incident for i in sent.items] == [2]
         assert router.tick() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (unshare -m, a tmpfs)")
+def test_a_full_state_dir_costs_the_outcome_not_the_run(tmp_path: Path, fake_bin: Path) -> None:
+    """The state folder on a full tmpfs: a refused run still ends with its report, one
+    note saying its outcome could not be left for the alerts, no traceback."""
+    home = make_home(tmp_path / "home", TINY)
+    db = home / "state.db"
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()}}))
+    state = tmp_path / "state"
+    state.mkdir()
+    prepare = (
+        "from pathlib import Path\n"
+        "from statewarden.maintenance.ledger import private_dir, run_dir, run_lock\n"
+        f"with run_lock(private_dir(run_dir(Path({str(state / 'statewarden')!r}),"
+        f" Path({str(db)!r})))):\n"
+        "    pass\n"
+    )
+    script = (
+        f"mount -t tmpfs -o size=64k tmpfs {state} && "
+        f'{sys.executable} -c "$PREPARE" && '
+        f"(dd if=/dev/zero of={state}/fill bs=4k 2>/dev/null; true) && "
+        f"{sys.executable} -m statewarden.cli.ctl maintenance --db {db} --yes --json;"
+        " echo rc=$?"
+    )
+    env = {**os.environ, "XDG_STATE_HOME": str(state), "STATEWARDEN_CONFIG": str(config),
+           "PREPARE": prepare}  # fmt: skip
+    chat = FakeHermes(fake_bin, home, "chat")
+    try:
+        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                              capture_output=True, text=True, cwd=REPO, check=False, env=env,
+                              timeout=300)  # fmt: skip
+    finally:
+        chat.stop()
+    assert "Traceback" not in proc.stderr
+    assert "rc=5" in proc.stdout, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout.split("rc=5")[0])
+    assert report["outcome"] == "refused: nothing done"
+    (note,) = [n for n in report["notes"] if "outcome could not be left" in n]
+    assert "No space left on device" in note

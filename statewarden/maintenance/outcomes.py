@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -78,6 +79,10 @@ def pending(state_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Outcome files waiting for the daemon, oldest first; an unreadable one is dropped."""
     where = folder(state_dir)
     try:
+        st = os.lstat(where)
+        # A folder planted as a symlink, or not ours: nothing in it is read or removed.
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return []
         names = sorted(p for p in where.iterdir() if p.name.endswith(".json"))
     except OSError:
         return []
