@@ -392,6 +392,7 @@ class Daemon:
             self._announce(
                 update, Signal(update.incident.kind, update.incident.db, "", clears=True)
             )
+        self.book.flush()
 
     def _wait_s(self) -> float:
         waits = [self.config.watch.poll_interval]

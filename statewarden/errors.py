@@ -13,7 +13,9 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_BASE_DAMAGE = 3
 EXIT_UNREADABLE = 4
+EXIT_ALREADY_RUNNING = 5
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away
 
 
 class StatewardenError(Exception):
@@ -62,6 +64,18 @@ class ConfigError(StatewardenError):
         where = source if line is None else f"{source}:{line}"
         text = f"{where}: {key}: {problem}" if key else f"{where}: {problem}"
         super().__init__(text, hint=hint)
+
+
+class UnsafePath(StatewardenError):
+    """A folder statewarden would write in is owned or writable by someone else."""
+
+    exit_code = EXIT_USAGE
+
+
+class AlreadyRunning(StatewardenError):
+    """Another daemon already runs on this state folder."""
+
+    exit_code = EXIT_ALREADY_RUNNING
 
 
 class DatabaseError(StatewardenError):

@@ -26,23 +26,22 @@ import structlog
 
 from statewarden.config import REDACTED
 from statewarden.journald import JournalSender, field_name
+from statewarden.redact import redact_text
 
 IDENTIFIER = "statewarden"
 LEVEL_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "critical": 2}
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)
-# Telegram bot tokens look like 123456789:AAH...; redact them wherever they appear.
-_BOT_TOKEN_RE = re.compile(r"(?<!\d)\d{6,12}:[A-Za-z0-9_-]{30,}")
 
 
 def redact_secrets(
     _logger: object, _name: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: hide values of secret-looking keys and bot tokens in text."""
+    """structlog processor: hide values of secret-looking keys, and secrets in text."""
     for key, value in list(event.items()):
         if _SECRET_KEY_RE.search(key) and value not in (None, ""):
             event[key] = REDACTED
-        elif isinstance(value, str) and _BOT_TOKEN_RE.search(value):
-            event[key] = _BOT_TOKEN_RE.sub(REDACTED, value)
+        elif isinstance(value, str):
+            event[key] = redact_text(value)
     return event
 
 

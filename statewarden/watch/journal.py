@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import StateUnwritable, write_atomic
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
@@ -81,6 +81,7 @@ class JournalFollower:
         self.errors = 0
         self._cursor: str | None = self._load_cursor()
         self._cursor_saved_at = 0.0
+        self.write_error: StateUnwritable | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self.entries_seen = 0
         self.started_at = time.time()
@@ -99,7 +100,12 @@ class JournalFollower:
         if not force and now - self._cursor_saved_at < CURSOR_SAVE_EVERY_S:
             return
         self._cursor_saved_at = now
-        write_atomic(self.cursor_path, self._cursor)
+        try:
+            write_atomic(self.cursor_path, self._cursor)
+        except StateUnwritable as exc:
+            self.write_error = exc  # retried at the next entry
+        else:
+            self.write_error = None
 
     async def _follow_once(self) -> None:
         cmd = journalctl_command(

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import StateUnwritable, write_atomic
 from statewarden.targets import Target
 from statewarden.watch.rules import LogRecord, parse_record, starts_record
 
@@ -370,6 +370,7 @@ class LogTailer:
             if tail.name in known:
                 tail.known = known[tail.name]
         self._saved: dict[str, Any] | None = None
+        self.write_error: StateUnwritable | None = None  # the last offsets save that failed
 
     @classmethod
     def for_target(cls, target: Target, state_dir: Path, **kw: Any) -> LogTailer:
@@ -461,7 +462,8 @@ class LogTailer:
 
     def close(self) -> None:
         """Save offsets and close every file (records still waiting are read again later)."""
-        self.save()
+        with contextlib.suppress(StateUnwritable):
+            self.save()
         for tail in self._tails:
             for r in [*tail.rotated, tail.reader]:
                 if r is not None:
@@ -727,8 +729,14 @@ class LogTailer:
     def _autosave(self) -> None:
         now = self.clock()
         if now - self._last_save >= self.save_interval_s:
-            self.save()
             self._last_save = now
+            try:
+                self.save()
+            except StateUnwritable as exc:
+                # Reading goes on; the offsets are written again at the next save.
+                self.write_error = exc
+            else:
+                self.write_error = None
 
     def save(self) -> None:
         """Write the offsets file if it changed (tmp + fsync + rename, then the dir)."""
