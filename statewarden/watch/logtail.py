@@ -167,16 +167,21 @@ class _Reader:
         pieces = chunk[start:].split(b"\n")
         tail = pieces.pop()
         offset = self.pos + start
-        for piece in pieces:
+        for raw in pieces:
+            offset += len(raw) + 1
+            # NULs (a file extended over a hole after a crash) are dropped before the
+            # cut, so the cut keeps the record's start, not the NULs.
+            piece = raw.replace(b"\x00", b"") if len(raw) > limit and b"\x00" in raw else raw
             if len(piece) > limit:
                 self._line(piece[:limit], len(piece) - limit, out, now)
             else:
                 self._line(piece, 0, out, now)
-            offset += len(piece) + 1
             self.line_start = offset
         self._append_partial(tail)
 
     def _append_partial(self, piece: bytes) -> None:
+        if b"\x00" in piece:
+            piece = piece.replace(b"\x00", b"")  # see _feed: the cut keeps text, not NULs
         room = self.limits.max_line_bytes - len(self.partial)
         if len(piece) > room:
             self.partial += piece[: max(room, 0)]
@@ -310,11 +315,19 @@ class _Tail:
     known: set[tuple[int, int]] | None = None
     seen: bool = False  # polled at least once
     problem: str = ""
+    problem_now: bool = False  # the problem was seen again in this poll
 
 
 def _open(path: Path) -> tuple[int, os.stat_result] | None:
+    """The file open for reading, or None if it is gone or not a regular file.
+
+    ``PermissionError`` is raised, not swallowed: a log that cannot be read is a
+    problem to report (detection from it has stopped), not a file that went away.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except PermissionError:
+        raise
     except OSError:
         return None
     try:
@@ -387,10 +400,14 @@ class LogTailer:
         self.behind = False
         for tail in self._tails:
             got: list[LogRecord] = []
+            tail.problem_now = False
             try:
                 self._poll_file(tail, got, now)
-            except OSError as exc:  # EIO, ESTALE on a network home: report, keep going
-                self._problem(tail, "unreadable", f"{tail.name}: cannot read: {exc}")
+            except OSError as exc:  # EACCES, EIO, ESTALE: report, keep going
+                why = exc.strerror or str(exc)
+                self._problem(tail, "unreadable", f"{tail.path}: cannot read: {why}")
+            if not tail.problem_now:
+                tail.problem = ""
             tail.seen = True
             out += self._dedupe(tail.name, got)
         self._autosave()
@@ -549,8 +566,6 @@ class LogTailer:
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             self._problem(tail, "not_a_file", f"{tail.path} is {kind}, not a log file")
             st = None
-        elif tail.problem:
-            tail.problem = ""
         r = tail.reader
         if r is not None and st is not None and (st.st_dev, st.st_ino) == (r.dev, r.ino):
             if st.st_size < r.pos:
@@ -697,6 +712,7 @@ class LogTailer:
         self._notices.append(Notice(tail.name, what, text))
 
     def _problem(self, tail: _Tail, what: str, text: str) -> None:
+        tail.problem_now = True
         if tail.problem != text:  # reported once, not on every poll
             tail.problem = text
             self._notice(tail, what, text)
