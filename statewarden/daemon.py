@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -27,12 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from statewarden import __version__, journald
+from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.errors import ConfigError, StatewardenError, UsageError
-from statewarden.incidents.book import IncidentBook, Update
+from statewarden.incidents.book import STATE_KINDS, IncidentBook, Update, from_logs
 from statewarden.incidents.signals import MESSAGE_IDS, Observation, Signal
 from statewarden.incidents.timeline import Timeline, format_entry
+from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
 from statewarden.mounts import read_mounts
 from statewarden.recovery.bundle import make_work_copy
@@ -52,6 +56,13 @@ BUNDLE_CHANGES = frozenset(
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
 MIN_POLL_GAP_S = 0.005  # a burst of log events is one poll, not hundreds
 _LOG_LEVEL = {"info": "info", "warning": "warning", "error": "error", "critical": "critical"}
+# After a restart, open incidents of state kinds are evaluated afresh: those the first
+# complete holder scan does not find again resolve then; those the start-up poll, mount
+# check and first scan do not find again resolve then; the windowed ones (a WAL growing
+# over a window, restarts within a window) when their window passed without them.
+HOLDER_KINDS = frozenset({"stale_holder", "lost_locks", "multi_writer", "unexpected_holder"})
+START_KINDS = frozenset({"unsafe_mount", "watcher_failed", "state_unwritable"})
+RESTART_RESOLUTION = "no longer the case (evaluated afresh after a restart)"
 
 
 class Daemon:
@@ -68,8 +79,19 @@ class Daemon:
         self._announced_empty = False
         self._last_rescan = 0.0
         self._unsafe_checked: dict[str, bool] = {}
-        sdir = state_dir(config)
+        # One daemon per state folder, checked (owned by the user, 0700) before use.
+        sdir = private_dir(state_dir(config))
+        self.state_dir = sdir
+        self.lock = lock_state_dir(sdir)
         self.book = self._open_book(sdir, config)
+        # fingerprint -> incident id of state-kind incidents open at start, until a
+        # fresh evaluation finds them again or resolves them.
+        self._restart_pending: dict[str, tuple[str, int]] = {
+            i.fingerprint: (i.kind, i.id)
+            for i in self.book.open_incidents()
+            if i.kind in STATE_KINDS and not from_logs(i)
+        }
+        self._unwritable = False
         self.timeline = Timeline(
             sdir / "timeline",
             max_age_s=config.timeline.max_age,
@@ -135,12 +157,67 @@ class Daemon:
             return None
         update = self.book.record(found)
         if not found.clears:
+            self._restart_pending.pop(found.fingerprint, None)
             self.timeline.add_signal(
                 found.db, found.fingerprint, found.summary, found.at, kind=found.kind
             )
         if update is not None and update.change != "updated":
             self._announce(update, found)
         return update
+
+    def _settle_restart(self, kinds: frozenset[str]) -> None:
+        """Resolve incidents of ``kinds`` open since before the restart and not found again."""
+        for fp, (kind, inc_id) in list(self._restart_pending.items()):
+            if kind not in kinds:
+                continue
+            del self._restart_pending[fp]
+            update = self.book.resolve(inc_id, RESTART_RESOLUTION)
+            if update is not None:
+                self._announce(update, Signal(kind, update.incident.db, "", clears=True))
+
+    def _check_persistence(self) -> None:
+        """A state write that failed is a ``state_unwritable`` incident (announced from
+        memory: detection and alerts go on); it clears when every write works again."""
+        for _f, _task in self.journals.values():
+            if _f.write_error is not None:
+                _f.save_cursor()
+        self.timeline.flush()
+        errors = [
+            e
+            for e in (
+                self.book.write_error,
+                self.timeline.write_error,
+                *(m.logs.write_error for m in self.monitors.values()),
+                *(f.write_error for f, _t in self.journals.values()),
+            )
+            if e is not None
+        ]
+        if errors and not self._unwritable:
+            self._unwritable = True
+            self.handle(
+                Signal(
+                    "state_unwritable",
+                    "*",
+                    f"statewarden cannot write its state in {self.state_dir} ({errors[0]}); "
+                    "detection and alerts go on from memory and writes are retried: free "
+                    "space (or descriptors) there",
+                    key=str(self.state_dir),
+                    source="state",
+                    evidence=tuple(str(e) for e in errors),
+                )
+            )
+        elif not errors and self._unwritable:
+            self._unwritable = False
+            self.handle(
+                Signal(
+                    "state_unwritable",
+                    "*",
+                    "state can be written again",
+                    key=str(self.state_dir),
+                    source="state",
+                    clears=True,
+                )
+            )
 
     def _announce(self, update: Update, sig: Signal) -> None:
         inc = update.incident
@@ -352,8 +429,7 @@ class Daemon:
             raise UsageError("a check is already running; try again when it has finished")
         db = chosen[0].target.db
         async with self._check_lock:
-            parent = state_dir(self.config) / "work"
-            parent.mkdir(parents=True, exist_ok=True)
+            parent = private_dir(self.state_dir / "work")
             async with self._source_io:  # the raw copy; see source_status
                 work = await asyncio.to_thread(make_work_copy, db, parent)
             try:
@@ -374,6 +450,15 @@ class Daemon:
         except ConfigError as exc:
             self.log.error("config reload failed; keeping the running config", error=str(exc))
         else:
+            if new.paths != self.config.paths:
+                # The state folder is locked and its files open: moving needs a restart.
+                self.log.warning(
+                    "paths.* changed; that takes effect after a restart "
+                    "(systemctl --user restart statewarden), the running paths are kept",
+                    state_dir=str(state_dir(self.config)),
+                    runtime_dir=str(runtime_dir(self.config)),
+                )
+                new = dataclasses.replace(new, paths=self.config.paths)
             self.config = new
             for m in self.monitors.values():
                 m.files.wal_warn_bytes = new.watch.wal_warn_bytes
@@ -393,6 +478,13 @@ class Daemon:
                 update, Signal(update.incident.kind, update.incident.db, "", clears=True)
             )
         self.book.flush()
+        self._check_persistence()
+        if self._restart_pending:
+            since = time.time() - self.started_at
+            if since >= self.config.watch.wal_growth_window:
+                self._settle_restart(frozenset({"wal_growth"}))
+            if since >= self.units.crash_window_s:
+                self._settle_restart(frozenset({"crash_loop"}))
 
     def _wait_s(self) -> float:
         waits = [self.config.watch.poll_interval]
@@ -416,6 +508,8 @@ class Daemon:
             found = self._holders_guard.succeeded(found, now)
         for f in found:
             self.handle(f)
+        if not self._holders_guard.errors and all(s.complete for s in scans):
+            self._settle_restart(HOLDER_KINDS)
 
     async def _watchdog(self, interval_s: float) -> None:
         # Pinged from the loop itself, so a hung loop stops pinging and gets restarted.
@@ -424,6 +518,7 @@ class Daemon:
             await asyncio.sleep(interval_s)
 
     async def run(self) -> int:
+        _raise_descriptor_limit()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(signum, self._on_signal, signum)
@@ -451,6 +546,7 @@ class Daemon:
         tasks.append(asyncio.create_task(self.units.run()))
         self.poll_all()  # the baseline: what exists now is not news
         await self.scan_holders()
+        self._settle_restart(START_KINDS)
         journald.notify_ready(self.status_line())
         self.log.info("statewarden ready", status=self.status_line())
         last_poll = 0.0
@@ -488,6 +584,7 @@ class Daemon:
             await self._shutdown(tasks)
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(signum)
+            self.lock.release()
         name = signal.Signals(self._stop_signal).name if self._stop_signal else "?"
         self.log.info("statewarden stopped", signal=name)
         return 0
@@ -513,6 +610,15 @@ class Daemon:
                 asyncio.gather(*tasks, return_exceptions=True), STOP_STAGE_TIMEOUT_S
             )
         self.book.save()
+
+
+def _raise_descriptor_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit (systemd's LimitNOFILE=1024:524288 is
+    meant to be raised by a service that uses epoll, as asyncio does)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _int_arg(req: dict[str, Any], name: str) -> int:

@@ -8,7 +8,10 @@ Resolution:
 - state rules (stale holder, WAL growth, unsafe mount, ...) resolve when their watcher
   sends a signal with ``clears=True``;
 - log rules resolve after a quiet period without a new matching signal
-  (``quiet_resolve_s``, per kind where it matters).
+  (``quiet_resolve_s``, per kind where it matters), and so does an incident of a state
+  kind that a log or journal line raised (no watcher will ever clear it);
+- after a restart the daemon evaluates every state rule afresh and resolves
+  (:meth:`IncidentBook.resolve`) what no longer holds.
 
 An incident that resolved less than ``reopen_window_s`` ago and fires again is reopened
 (the same id, count carried on) rather than a new one, so a flapping condition does not
@@ -65,11 +68,19 @@ STATE_KINDS = frozenset(
         "unexpected_holder",
         "crash_loop",
         "watcher_failed",
+        "state_unwritable",
     }
 )
 # "database is locked" bursts come and go with load; they resolve sooner.
 QUIET_RESOLVE_S: dict[str, float] = {"write_failures": 900.0}
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+
+
+def from_logs(inc: Incident) -> bool:
+    """True for an incident raised from a log or journal line: no watcher will ever say
+    its condition cleared, so it resolves after a quiet period whatever its kind."""
+    return inc.source.startswith(("log", "journal"))
+
 
 Change = Literal["opened", "reopened", "escalated", "updated", "resolved"]
 
@@ -342,6 +353,13 @@ class IncidentBook:
         self._append(inc)
         return Update("opened", inc, rate)
 
+    def resolve(self, incident_id: int, why: str, at: float | None = None) -> Update | None:
+        """Resolve one open incident (a state rule found it no longer holds)."""
+        inc = self.incidents.get(incident_id)
+        if inc is None or inc.state != "open":
+            return None
+        return self._resolve(inc, time.time() if at is None else at, why)
+
     def _resolve(self, inc: Incident, at: float, why: str) -> Update:
         inc.state = "resolved"
         inc.resolved_at = at
@@ -354,7 +372,7 @@ class IncidentBook:
         now = time.time() if now is None else now
         out = []
         for inc in list(self.incidents.values()):
-            if inc.state != "open" or inc.kind in STATE_KINDS:
+            if inc.state != "open" or (inc.kind in STATE_KINDS and not from_logs(inc)):
                 continue
             quiet = min(QUIET_RESOLVE_S.get(inc.kind, self.quiet_resolve_s), self.quiet_resolve_s)
             if now - inc.last_seen >= quiet:

@@ -36,6 +36,7 @@ KINDS: dict[str, Severity] = {
     "crash_loop": "error",  # a Hermes unit restarting over and over
     "task_died": "error",  # "Supervised task <name> died"
     "watcher_failed": "warning",  # one of statewarden's own watchers keeps failing
+    "state_unwritable": "error",  # statewarden cannot write its own state (disk full, ...)
 }
 
 MESSAGE_IDS: dict[str, str] = {
@@ -53,6 +54,7 @@ MESSAGE_IDS: dict[str, str] = {
     "crash_loop": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0c",
     "task_died": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0d",
     "watcher_failed": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0e",
+    "state_unwritable": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0f",
 }
 
 

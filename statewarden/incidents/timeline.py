@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from statewarden.redact import redact_text
 # A signal that fires again within this window is not written again (a flood is
 # one line a minute in the timeline, with the count so far).
 SIGNAL_REPEAT_S = 60.0
+PENDING_MAX = 1000  # entries kept in memory while the timeline cannot be written
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,10 @@ class Timeline:
         self.max_bytes = max_bytes
         self._last_signal: dict[str, float] = {}
         # The last write that failed (a full disk), None once one succeeds again: a
-        # timeline that cannot be written never stops the caller.
+        # timeline that cannot be written never stops the caller; the lines wait here
+        # (the newest PENDING_MAX) and are written by the next add or flush.
         self.write_error: StateUnwritable | None = None
+        self._pending: deque[tuple[str, str]] = deque(maxlen=PENDING_MAX)
 
     def path_for(self, db: str) -> Path:
         digest = hashlib.sha256(db.encode()).hexdigest()[:16]
@@ -71,15 +75,22 @@ class Timeline:
             "db": db,
             "fields": {k: redact_text(v) if isinstance(v, str) else v for k, v in fields.items()},
         }
-        line = json.dumps(entry, default=str) + "\n"
-        try:
-            size = append_line(self.path_for(db), line)
-            if size > self.max_bytes:
-                self.compact(db)
-        except StateUnwritable as exc:
-            self.write_error = exc
-        else:
-            self.write_error = None
+        self._pending.append((db, json.dumps(entry, default=str) + "\n"))
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the lines waiting since a failed write; never raises (``write_error``)."""
+        while self._pending:
+            db, line = self._pending[0]
+            try:
+                size = append_line(self.path_for(db), line)
+                if size > self.max_bytes:
+                    self.compact(db)
+            except StateUnwritable as exc:
+                self.write_error = exc
+                return
+            self._pending.popleft()
+        self.write_error = None
 
     def add_signal(self, db: str, fingerprint: str, text: str, at: float, **fields: Any) -> bool:
         """Record a signal unless the same fingerprint was written in the last minute."""

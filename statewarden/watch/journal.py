@@ -93,6 +93,10 @@ class JournalFollower:
             return None
         return value or None
 
+    def save_cursor(self) -> None:
+        """Write the cursor now (a retry after ``write_error``); never raises."""
+        self._save_cursor(force=True)
+
     def _save_cursor(self, force: bool = False) -> None:
         if self._cursor is None:
             return
