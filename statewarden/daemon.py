@@ -45,7 +45,7 @@ from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import HolderWatcher
-from statewarden.watch.journal import JournalFollower
+from statewarden.watch.journal import JOURNAL_REMEDY, JournalFollower
 from statewarden.watch.monitor import Found, Guard, TargetMonitor
 from statewarden.watch.units import UnitWatcher
 
@@ -92,6 +92,7 @@ class Daemon:
             if i.kind in STATE_KINDS and not from_logs(i)
         }
         self._unwritable = False
+        self._journal_problems: dict[str, str] = {}
         self.timeline = Timeline(
             sdir / "timeline",
             max_age_s=config.timeline.max_age,
@@ -174,6 +175,40 @@ class Daemon:
             update = self.book.resolve(inc_id, RESTART_RESOLUTION)
             if update is not None:
                 self._announce(update, Signal(kind, update.incident.db, "", clears=True))
+
+    def _check_journals(self) -> None:
+        """A journal this user cannot read is a ``watcher_failed`` incident with the remedy."""
+        for key, (follower, _task) in self.journals.items():
+            was = self._journal_problems.get(key, "")
+            if follower.problem == was:
+                continue
+            self._journal_problems[key] = follower.problem
+            units = ", ".join(follower.units)
+            if follower.problem:
+                summary = (
+                    f"the journal of {units} cannot be read ({follower.problem}), so the "
+                    f"JSONL-fallback line Hermes prints only there cannot be seen; {JOURNAL_REMEDY}"
+                )
+                self.handle(
+                    Signal(
+                        "watcher_failed",
+                        key,
+                        summary,
+                        key="journal",
+                        source="journal",
+                        evidence=(follower.problem,),
+                    )
+                )
+            else:
+                self.handle(
+                    Signal(
+                        "watcher_failed",
+                        key,
+                        f"the journal of {units} can be read again",
+                        key="journal",
+                        clears=True,
+                    )
+                )
 
     def _check_persistence(self) -> None:
         """A state write that failed is a ``state_unwritable`` incident (announced from
@@ -307,6 +342,7 @@ class Daemon:
 
     def _stop_journal(self, key: str) -> None:
         entry = self.journals.pop(key, None)
+        self._journal_problems.pop(key, None)
         if entry is not None:
             entry[1].cancel()
 
@@ -477,6 +513,7 @@ class Daemon:
             self._announce(
                 update, Signal(update.incident.kind, update.incident.db, "", clears=True)
             )
+        self._check_journals()
         self.book.flush()
         self._check_persistence()
         if self._restart_pending:
@@ -508,7 +545,8 @@ class Daemon:
             found = self._holders_guard.succeeded(found, now)
         for f in found:
             self.handle(f)
-        if not self._holders_guard.errors and all(s.complete for s in scans):
+        if not self._holders_guard.errors:
+            # As the watcher's own clears: what a scan that ran does not find again.
             self._settle_restart(HOLDER_KINDS)
 
     async def _watchdog(self, interval_s: float) -> None:

@@ -146,6 +146,7 @@ class IncidentBook:
         self._unsynced = False  # lines appended but not yet fsynced
         self._rewrite = False  # a write failed: the next flush writes the whole book
         self.write_error: StateUnwritable | None = None
+        self.compactions = 0  # whole-book writes since start (a burst costs a few)
         self._recent: dict[str, deque[float]] = {}
         if path is not None:
             self._load(path)
@@ -262,6 +263,7 @@ class IncidentBook:
         self._rewrite = False
         self._unsynced = False
         self._log_lines = 0
+        self.compactions += 1
 
     def save(self, *, force: bool = True) -> None:
         """Write the whole book now (``force``) or when due; see :meth:`flush`."""

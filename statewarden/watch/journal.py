@@ -14,6 +14,12 @@ while the daemon was down. On first start it begins at the moment the follower w
 made (``--since=@<epoch>``): history is not alerted on, and a line logged while
 journalctl starts up is not lost. If journalctl is missing or dies, it is restarted with capped
 exponential backoff and the reason is kept in ``status`` (never a crash).
+
+A journal this user may not read is a ``problem`` (the daemon makes it a
+``watcher_failed`` incident): on a host whose journald keeps only volatile storage
+(no ``/var/log/journal``) a normal user reads no journal at all, and journalctl says
+"No journal files were opened due to insufficient permissions". The problem clears
+once journalctl has kept running for ``FOLLOWING_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,14 @@ BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 CURSOR_SAVE_EVERY_S = 1.0
 MAX_ENTRY_BYTES = 1 << 20
+FOLLOWING_AFTER_S = 2.0  # journalctl still running after this long: it can read the journal
+_DENIED_MARKERS = ("insufficient permissions", "permission denied")
+JOURNAL_REMEDY = (
+    "make journald keep persistent storage (mkdir -p /var/log/journal, then "
+    "systemctl restart systemd-journald: each user can then read their own units' "
+    "journal), or add this user to the systemd-journal group "
+    "(usermod -aG systemd-journal $USER, then log in again)"
+)
 
 
 def journalctl_command(
@@ -85,6 +99,8 @@ class JournalFollower:
         self._proc: asyncio.subprocess.Process | None = None
         self.entries_seen = 0
         self.started_at = time.time()
+        # Why the journal cannot be read by this user, "" when it can (or is not known).
+        self.problem = ""
 
     def _load_cursor(self) -> str | None:
         try:
@@ -127,6 +143,13 @@ class JournalFollower:
         )
         assert self._proc.stdout is not None
         self.status = f"following {', '.join(self.units)}"
+        proc = self._proc
+
+        def still_running() -> None:
+            if proc.returncode is None:
+                self.problem = ""
+
+        asyncio.get_running_loop().call_later(FOLLOWING_AFTER_S, still_running)
         while True:
             try:
                 line = await self._proc.stdout.readline()
@@ -153,6 +176,8 @@ class JournalFollower:
             with contextlib.suppress(Exception):
                 err = await asyncio.wait_for(self._proc.stderr.read(4096), timeout=1)
         text = err.decode(errors="replace").strip().splitlines()
+        if any(m in line.lower() for line in text for m in _DENIED_MARKERS):
+            self.problem = next(x for x in text if any(m in x.lower() for m in _DENIED_MARKERS))
         raise RuntimeError(f"journalctl exited with {code}" + (f": {text[-1]}" if text else ""))
 
     async def run(self) -> None:
