@@ -589,3 +589,186 @@ class TestSmaller:
         assert r.stderr.strip().splitlines()[-1] == "rc=141"
         assert "BrokenPipe" not in r.stderr
         assert "unexpected" not in r.stderr
+
+
+# ------------------------------------------------------------------ item 2: full disk
+
+
+def _nsenter(pid: int, *cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", *cmd], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+
+
+@needs_root
+class TestFullDisk:
+    def test_full_state_disk_never_silences_an_incident(
+        self, env: dict[str, str], hermes_home: Path
+    ) -> None:
+        """The state folder on a 256 KiB tmpfs (private mount namespace), filled up: a
+        corruption line still opens its incident (announced from memory, listed on the
+        socket), a state_unwritable incident says why; freed, the book is written."""
+        sdir = Path(env["XDG_STATE_HOME"]) / "statewarden"
+        sdir.mkdir(parents=True, mode=0o700)
+        mount = 'mount -t tmpfs -o size=256k,mode=0700 tmpfs "$SW_STATE" && exec "$@"'
+        d = DaemonProc(
+            {**env, "SW_STATE": str(sdir)},
+            prefix=("unshare", "-m", "--propagation", "private", "sh", "-c", mount, "sh"),
+        )
+        try:
+            d.wait_for("statewarden ready")
+            _nsenter(d.proc.pid, "dd", "if=/dev/zero", f"of={sdir}/filler", "bs=4k")
+            # Full (this kernel says ENOSPC, some sandboxes EIO): nothing can be written.
+            assert _nsenter(d.proc.pid, "sh", "-c", f"echo x > {sdir}/probe").returncode != 0
+            with (hermes_home / "logs" / "agent.log").open("a") as f:
+                f.write(corruption_line() + "\n")
+            (inc,) = eventually(lambda: d.incidents_of("corruption"), what="corruption incident")
+            (full,) = eventually(lambda: d.incidents_of("state_unwritable"), what="unwritable")
+            assert f"cannot write its state in {sdir}" in full["summary"]
+            d.wait_for("state_unwritable")
+            assert [x for x in d.lines if "incident opened" in x and "corruption" in x]
+            _nsenter(d.proc.pid, "rm", "-f", f"{sdir}/filler")
+            eventually(lambda: not d.incidents_of("state_unwritable"), what="unwritable resolved")
+            book = _nsenter(d.proc.pid, "cat", f"{sdir}/incidents.json").stdout
+            assert inc["id"] in [i["id"] for i in json.loads(book)["incidents"]]
+        finally:
+            assert d.stop() == 0
+
+    def test_book_under_a_real_descriptor_limit(self, tmp_path: Path) -> None:
+        """With no descriptor left (RLIMIT_NOFILE at the count in use), recording still
+        works in memory and says why; with descriptors back, one flush writes it all."""
+        script = f"""
+import os, resource
+from pathlib import Path
+from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.signals import Signal
+book = IncidentBook(Path({str(tmp_path / "incidents.json")!r}))
+used = len(os.listdir("/proc/self/fd"))
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (used - 1, hard))
+update = book.record(Signal("corruption", "/db", "while out of descriptors", source="log:x"))
+print(update.change, book.write_error)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+book.flush()
+print(book.write_error)
+"""
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=60, check=False)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        first, second = r.stdout.splitlines()
+        assert first.startswith("opened ")
+        assert "Too many open files" in first
+        assert second == "None"
+        (inc,) = IncidentBook(tmp_path / "incidents.json").open_incidents()
+        assert inc.summary == "while out of descriptors"
+
+
+# ------------------------------------------------------------------ item 9: unreadable logs
+
+
+@needs_root
+class TestUnreadableLogs:
+    def test_unreadable_logs_folder_is_an_incident_until_readable(
+        self, env: dict[str, str], hermes_home: Path
+    ) -> None:
+        """chmod 000 on the logs folder (daemon without the DAC override): a
+        watcher_failed incident per log with the remedy, shown in status; chmod back
+        resolves them."""
+        d = DaemonProc(env, prefix=NO_DAC)
+        logs = hermes_home / "logs"
+        try:
+            d.wait_for("statewarden ready")
+            logs.chmod(0)
+            failed = eventually(
+                lambda: [
+                    i for i in d.incidents_of("watcher_failed") if i["key"] == "logs/agent.log"
+                ],
+                what="watcher_failed for agent.log",
+            )
+            assert "Permission denied" in failed[0]["summary"]
+            assert "chmod u+rx" in failed[0]["summary"]
+            (db,) = d.ctl_raw("status")["databases"]
+            (logs_watcher,) = [w for w in db["watchers"] if w["watcher"] == "logs"]
+            assert "agent.log" in logs_watcher["problems"]
+            logs.chmod(0o755)
+            eventually(lambda: not d.incidents_of("watcher_failed"), what="resolved")
+        finally:
+            logs.chmod(0o755)
+            assert d.stop() == 0
+
+    def test_unreadable_log_file_at_start(self, env: dict[str, str], hermes_home: Path) -> None:
+        """agent.log mode 000 when the daemon starts: a watcher_failed incident, not silence."""
+        log = hermes_home / "logs" / "agent.log"
+        log.write_text(corruption_line() + "\n")
+        log.chmod(0)
+        d = DaemonProc(env, prefix=NO_DAC)
+        try:
+            d.wait_for("statewarden ready")
+            (inc,) = eventually(lambda: d.incidents_of("watcher_failed"), what="watcher_failed")
+            assert inc["key"] == "logs/agent.log"
+        finally:
+            assert d.stop() == 0
+
+
+# ------------------------------------------------------------------ item 9: unreadable journal
+
+
+@pytest.mark.systemd
+class TestUnreadableJournal:
+    def test_volatile_journal_is_an_incident_and_persistent_clears_it(
+        self, open_base: Path
+    ) -> None:
+        """The daemon as uid 65534 against a real journald: with volatile storage only,
+        journalctl reads nothing ("insufficient permissions") and a watcher_failed
+        incident gives the remedy; once journald keeps persistent storage (group
+        systemd-journal, 2755, flushed) the user's journal is followed and it resolves."""
+        from tests.systemd_harness import unavailable_reason, user_systemd
+
+        reason = unavailable_reason()
+        if reason:
+            pytest.skip(reason)
+        home = make_home(open_base / "hermes", TINY)
+        config = open_base / "config.yaml"
+        config.write_text(f"targets:\n  - home: {home}\n    gateway_unit: hermes-gateway.service\n")
+        for sub in ("state", "run", "cfg"):
+            (open_base / sub).mkdir(mode=0o700)
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(open_base)], check=True)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(open_base),
+            "HERMES_HOME": str(home),
+            "XDG_STATE_HOME": str(open_base / "state"),
+            "XDG_RUNTIME_DIR": str(open_base / "run"),
+            "XDG_CONFIG_HOME": str(open_base / "cfg"),
+        }
+        with user_systemd(open_base / "manager") as manager:
+            ns = ("nsenter", "-t", str(manager.manager_pid), "-m")
+
+            def incidents() -> list[dict[str, Any]]:
+                r = subprocess.run(
+                    [*ns, *AS_NOBODY, sys.executable, "-m", "statewarden.cli.ctl",
+                     "incidents", "--json"],
+                    env=env, capture_output=True, text=True, timeout=60, check=False,
+                )  # fmt: skip
+                assert r.returncode == 0, r.stderr
+                return [i for i in json.loads(r.stdout)["incidents"] if i["key"] == "journal"]
+
+            d = DaemonProc(env, "--config", str(config), prefix=(*ns, *AS_NOBODY))
+            try:
+                d.wait_for("statewarden ready")
+                (inc,) = eventually(incidents, what="journal watcher_failed")
+                assert inc["kind"] == "watcher_failed"
+                assert "insufficient permissions" in inc["summary"]
+                assert "persistent storage" in inc["summary"]
+                assert "systemd-journal group" in inc["summary"]
+                persistent = (
+                    "chgrp systemd-journal /var/log/journal && chmod 2755 /var/log/journal"
+                    " && journalctl --flush"
+                )
+                r = subprocess.run([*ns, "sh", "-c", persistent], capture_output=True,
+                                   text=True, timeout=60, check=False)  # fmt: skip
+                assert r.returncode == 0, r.stderr
+                eventually(lambda: not incidents(), timeout_s=120, what="resolved")
+            finally:
+                assert d.stop() == 0
