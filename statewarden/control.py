@@ -247,7 +247,9 @@ def request(
             raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
         except OSError as exc:
             raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
-        s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            # A refusal (wrong uid, too many connections) may already be waiting.
+            s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
         buf = b""
         try:
             while b"\n" not in buf:
@@ -257,6 +259,8 @@ def request(
                 buf += chunk
         except TimeoutError:
             raise ControlError(f"the daemon did not answer within {timeout_s:.0f} s") from None
+        except ConnectionResetError:
+            pass  # what arrived before the reset is read below
     if not buf:
         raise ControlError("the daemon closed the connection without an answer")
     reply = json.loads(buf.split(b"\n", 1)[0])
