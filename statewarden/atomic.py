@@ -26,21 +26,26 @@ import stat
 import tempfile
 from pathlib import Path
 
-from statewarden.errors import StatewardenError, UnsafePath
+from statewarden.errors import StateUnwritable, UnsafePath
+
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
+    "StateUnwritable",
+    "append_line",
+    "check_owned_dir",
+    "create_new",
+    "fsync_dir",
+    "fsync_file",
+    "private_dir",
+    "write_atomic",
+    "write_new",
+]
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class StateUnwritable(StatewardenError):
-    """A state file could not be written (full disk, descriptors, permissions)."""
-
-    def __init__(self, path: Path, exc: OSError) -> None:
-        self.path = path
-        self.errno = exc.errno
-        super().__init__(f"{path}: cannot write: {exc.strerror or exc}")
 
 
 def fsync_dir(directory: Path) -> None:

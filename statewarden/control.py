@@ -32,10 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import private_dir
-from statewarden.errors import AlreadyRunning, StatewardenError
+from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, StatewardenError
 
 MAX_REQUEST_BYTES = 64 * 1024
 MAX_CONNECTIONS = 32
+# asyncio accepts up to ``backlog`` connections in one go before any is served (and so
+# before any over the limits is refused): a small backlog bounds that burst.
+ACCEPT_BACKLOG = 16
 FD_RESERVE = 128
 IDLE_TIMEOUT_S = 60.0
 REQUEST_TIMEOUT_S = 10.0
@@ -44,14 +47,6 @@ DEFAULT_CLIENT_TIMEOUT_S = 10.0
 SOCKET_NAME = "control.sock"
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class DaemonNotRunning(StatewardenError):
-    """No daemon answers on the control socket."""
-
-
-class ControlError(StatewardenError):
-    """The daemon answered with an error."""
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -117,7 +112,9 @@ class ControlServer:
             self.path.unlink()
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+            self._server = await asyncio.start_unix_server(
+                self._serve, path=str(self.path), backlog=ACCEPT_BACKLOG
+            )
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
@@ -247,8 +244,9 @@ def request(
             raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
         except OSError as exc:
             raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
+        # A refusal can be answered and the connection closed before the request is read:
+        # the answer is still there to read below.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            # A refusal (wrong uid, too many connections) may already be waiting.
             s.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
         buf = b""
         try:

@@ -33,8 +33,8 @@ from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.errors import ConfigError, StatewardenError, UsageError
-from statewarden.incidents.book import STATE_KINDS, IncidentBook, Update, from_logs
-from statewarden.incidents.signals import MESSAGE_IDS, Observation, Signal
+from statewarden.incidents.book import IncidentBook, Update, from_logs
+from statewarden.incidents.signals import KINDS, Found, Observation, Signal, is_state_kind
 from statewarden.incidents.timeline import Timeline, format_entry
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
@@ -46,7 +46,7 @@ from statewarden.targets import Target, discover
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import HolderWatcher
 from statewarden.watch.journal import JOURNAL_REMEDY, JournalFollower
-from statewarden.watch.monitor import Found, Guard, TargetMonitor
+from statewarden.watch.monitor import Guard, TargetMonitor
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
@@ -89,7 +89,7 @@ class Daemon:
         self._restart_pending: dict[str, tuple[str, int]] = {
             i.fingerprint: (i.kind, i.id)
             for i in self.book.open_incidents()
-            if i.kind in STATE_KINDS and not from_logs(i)
+            if is_state_kind(i.kind) and not from_logs(i)
         }
         self._unwritable = False
         self._journal_problems: dict[str, str] = {}
@@ -262,7 +262,7 @@ class Daemon:
             text = f"incident resolved: {inc.kind} ({inc.resolution})"
         getattr(self.log, level)(
             text,
-            message_id=MESSAGE_IDS[inc.kind],
+            message_id=KINDS[inc.kind].message_id,
             incident=inc.id,
             kind=inc.kind,
             db=inc.db,

@@ -7,11 +7,16 @@ nothing here is meant to reach the user as a traceback.
 
 from __future__ import annotations
 
-# Exit codes shared by every command (documented in README.md, "Exit codes").
+# Exit codes (README.md, "Exit codes", lists each name with its meaning). A number
+# means different things to different commands; each meaning has its own name here.
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_DERIVED_DAMAGE = 1  # check: only derived structures (indexes, FTS) are damaged
+EXIT_SCAN_INCOMPLETE = 1  # holders: some process could not be inspected
 EXIT_USAGE = 2
-EXIT_BASE_DAMAGE = 3
+EXIT_BASE_DAMAGE = 3  # check: table b-trees are damaged, rows may be lost
+EXIT_RECOVERED_WITH_LOSS = 3  # recover: the output is verified, with rows lost (listed)
+EXIT_STALE_OR_LOST_LOCKS = 3  # holders: a holder is STALE or has lost its locks
 EXIT_UNREADABLE = 4
 EXIT_ALREADY_RUNNING = 5
 EXIT_INTERRUPTED = 130
@@ -72,8 +77,17 @@ class UnsafePath(StatewardenError):
     exit_code = EXIT_USAGE
 
 
+class StateUnwritable(StatewardenError):
+    """A state file could not be written (full disk, no descriptors, permissions)."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        self.path = path
+        self.errno = exc.errno
+        super().__init__(f"{path}: cannot write: {exc.strerror or exc}")
+
+
 class AlreadyRunning(StatewardenError):
-    """Another daemon already runs on this state folder."""
+    """Another daemon already runs on this state folder (or serves this control socket)."""
 
     exit_code = EXIT_ALREADY_RUNNING
 
@@ -94,3 +108,19 @@ class DatabaseChanged(DatabaseError):
 
 class SystemdUnavailable(StatewardenError):
     """The systemd user manager could not be reached over D-Bus."""
+
+
+class SystemdCallFailed(StatewardenError):
+    """The user manager answered a call with an error (no such unit, refused job, ...)."""
+
+    def __init__(self, member: str, error_name: str, text: str) -> None:
+        super().__init__(f"systemd {member} failed: {error_name}: {text}")
+        self.error_name = error_name
+
+
+class DaemonNotRunning(StatewardenError):
+    """No daemon answers on the control socket."""
+
+
+class ControlError(StatewardenError):
+    """The daemon answered with an error."""

@@ -25,12 +25,28 @@ from collections.abc import Mapping
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
 ENV_JOURNAL_SOCKET = "STATEWARDEN_JOURNAL_SOCKET"  # tests point this at their own socket
 
-# syslog priorities (PRIORITY= field)
+# syslog priorities: the PRIORITY= field, and the <N> prefix of a line on stderr.
+PRIORITY_CRIT = 2
 PRIORITY_ERR = 3
 PRIORITY_WARNING = 4
 PRIORITY_NOTICE = 5
 PRIORITY_INFO = 6
 PRIORITY_DEBUG = 7
+# A log level (structlog's; an incident severity is one too) -> its priority.
+LEVEL_PRIORITY: dict[str, int] = {
+    "debug": PRIORITY_DEBUG,
+    "info": PRIORITY_INFO,
+    "warning": PRIORITY_WARNING,
+    "warn": PRIORITY_WARNING,
+    "error": PRIORITY_ERR,
+    "critical": PRIORITY_CRIT,
+}
+
+
+def priority_of(level: str) -> int:
+    """The syslog priority of a log level or incident severity (unknown: info)."""
+    return LEVEL_PRIORITY.get(level, PRIORITY_INFO)
+
 
 _FIELD_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 

@@ -25,11 +25,10 @@ from typing import Any, TextIO
 import structlog
 
 from statewarden.config import REDACTED
-from statewarden.journald import JournalSender, field_name
+from statewarden.journald import JournalSender, field_name, priority_of
 from statewarden.redact import redact_text
 
 IDENTIFIER = "statewarden"
-LEVEL_PRIORITY = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "critical": 2}
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)
 
 
@@ -54,7 +53,7 @@ def journal_fields(event: Mapping[str, Any]) -> dict[str, object]:
     """The journald entry for one structlog event."""
     fields: dict[str, object] = {
         "MESSAGE": str(event.get("event", "")),
-        "PRIORITY": LEVEL_PRIORITY.get(str(event.get("level", "info")), 6),
+        "PRIORITY": priority_of(str(event.get("level", "info"))),
         "SYSLOG_IDENTIFIER": IDENTIFIER,
     }
     for key, value in event.items():
@@ -95,7 +94,7 @@ class _JournalRenderer:
 
 
 def _prefixed(event: Mapping[str, Any]) -> str:
-    priority = LEVEL_PRIORITY.get(str(event.get("level", "info")), 6)
+    priority = priority_of(str(event.get("level", "info")))
     return f"<{priority}>{_logfmt(event)}"
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import apsw
 
 from statewarden.errors import DatabaseError, DatabaseUnreadable
+from statewarden.sidecars import SHM_SUFFIX, WAL_SUFFIX, sidecar
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 HEADER_SIZE = 100
@@ -134,7 +135,7 @@ def wal_sidecars_absent(path: Path) -> bool:
     A WAL database that anyone has open always has both, so their absence means the
     file is closed and fully checkpointed: the main file alone is the database.
     """
-    return not any(os.path.lexists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
+    return not any(os.path.lexists(sidecar(path, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
 
 
 def open_readonly(

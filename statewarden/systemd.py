@@ -30,7 +30,7 @@ from dbus_fast import Message, MessageFlag, MessageType, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import AuthError, DBusFastError
 
-from statewarden.errors import StatewardenError, SystemdUnavailable
+from statewarden.errors import SystemdCallFailed, SystemdUnavailable
 
 DEFAULT_UNIT_PATTERNS = ("hermes-gateway*.service", "hermes.service", "hermes-dashboard*.service")
 DEFAULT_JOB_TIMEOUT_S = 90.0
@@ -67,14 +67,6 @@ _PROPERTIES_RULE = (
     f"type='signal',sender='{_SYSTEMD}',interface='{_PROPS}',member='PropertiesChanged',"
     f"path_namespace='{_UNIT_PATH_PREFIX.rstrip('/')}'"
 )
-
-
-class SystemdCallFailed(StatewardenError):
-    """The user manager answered a call with an error (no such unit, refused job, ...)."""
-
-    def __init__(self, member: str, error_name: str, text: str) -> None:
-        super().__init__(f"systemd {member} failed: {error_name}: {text}")
-        self.error_name = error_name
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from statewarden.config import Config
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 
 DB_NAME = "state.db"
-SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 DEFAULT_PROFILE = "default"
 _GATEWAY_UNIT_BASE = "hermes-gateway"
 # Hermes only gives a profile its own unit name when the name matches this rule
@@ -39,15 +39,15 @@ class Target:
 
     @property
     def wal(self) -> Path:
-        return self.db.with_name(self.db.name + "-wal")
+        return sidecar(self.db, WAL_SUFFIX)
 
     @property
     def shm(self) -> Path:
-        return self.db.with_name(self.db.name + "-shm")
+        return sidecar(self.db, SHM_SUFFIX)
 
     @property
     def journal(self) -> Path:
-        return self.db.with_name(self.db.name + "-journal")
+        return sidecar(self.db, JOURNAL_SUFFIX)
 
     def bundle(self) -> tuple[Path, Path, Path, Path]:
         """The database and its sidecars, in the order SQLite writes them."""

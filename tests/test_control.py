@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from statewarden import control
-from statewarden.errors import UsageError
+from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, UsageError
 
 
 async def handler(req: dict[str, Any]) -> Any:
@@ -78,9 +78,9 @@ class TestProtocol:
     def test_request_reply(self, server: ServerThread) -> None:
         """A request gets its result; errors come back as one line."""
         assert control.request(server.path, "echo", value=[1, 2]) == {"echo": [1, 2]}
-        with pytest.raises(control.ControlError, match="unknown command 'nope'"):
+        with pytest.raises(ControlError, match="unknown command 'nope'"):
             control.request(server.path, "nope")
-        with pytest.raises(control.ControlError, match="internal error: RuntimeError: kaboom"):
+        with pytest.raises(ControlError, match="internal error: RuntimeError: kaboom"):
             control.request(server.path, "boom")
 
     def test_malformed_input_keeps_connection_usable(self, server: ServerThread) -> None:
@@ -114,22 +114,43 @@ class TestProtocol:
         s.thread.start()
         assert s.ready.wait(10)
         try:
-            with pytest.raises(
-                control.ControlError, match=f"uid {os.getuid()} may not use this socket"
-            ):
+            with pytest.raises(ControlError, match=f"uid {os.getuid()} may not use this socket"):
                 control.request(s.path, "echo")
         finally:
             s.stop()
 
+    def test_answer_before_the_request_is_read(self, tmp_path: Path) -> None:
+        """A server that answers and closes without reading the request (a refusal) gives
+        that answer, not a broken pipe traceback."""
+        path = tmp_path / "c.sock"
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(path))
+        srv.listen(1)
+
+        def refuse() -> None:
+            conn, _ = srv.accept()
+            conn.sendall(b'{"ok": false, "error": "uid 1000 may not use this socket"}\n')
+            conn.close()
+
+        t = threading.Thread(target=refuse)
+        t.start()
+        try:
+            # Larger than the socket buffer: sendall is still sending when the server closes.
+            with pytest.raises(ControlError, match="uid 1000 may not use this socket"):
+                control.request(path, "echo", blob="x" * (8 << 20))
+        finally:
+            t.join()
+            srv.close()
+
     def test_no_daemon(self, tmp_path: Path) -> None:
         """No socket: DaemonNotRunning, which the CLI turns into a local fallback."""
-        with pytest.raises(control.DaemonNotRunning):
+        with pytest.raises(DaemonNotRunning):
             control.request(tmp_path / "none.sock", "status")
 
     def test_second_server_refuses(self, server: ServerThread) -> None:
         """A second daemon on the same socket refuses to start; a stale socket is replaced."""
         other = control.ControlServer(server.path, handler)
-        with pytest.raises(control.AlreadyRunning):
+        with pytest.raises(AlreadyRunning):
             asyncio.run(other.start())
 
     def test_stale_socket_is_replaced(self, tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ class TestDaemonCheck:
 
     def test_check_names_an_unknown_profile(self, daemon: DaemonProc) -> None:
         """An unknown profile is a one-line error reply, and the socket keeps working."""
-        from statewarden.control import ControlError
+        from statewarden.errors import ControlError
 
         with pytest.raises(ControlError, match="name one database to check"):
             daemon.ctl_raw("check", profile="nope")

@@ -423,7 +423,8 @@ class TestControlLimits:
             socks.clear()
             (inc,) = eventually(lambda: d.incidents_of("corruption"), what="incident listed")
             assert inc["severity"] == "critical"
-            assert not [x for x in d.lines if "out of system resource" in x or "Traceback" in x]
+            bad = [x for x in d.lines if "out of system resource" in x or "Traceback" in x]
+            assert not bad, d.lines
         finally:
             for s in socks:
                 s.close()

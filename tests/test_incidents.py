@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statewarden.errors import StatewardenError, UsageError
 from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.signals import Signal
+from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Signal, cap_evidence
 from statewarden.incidents.timeline import Timeline
 
 DB = "/home/u/.hermes/state.db"
@@ -130,10 +132,63 @@ class TestBook:
         assert not path.exists()
         assert len(list(tmp_path.glob("incidents.damaged-*"))) == 1
 
+    def test_write_failures_resolve_sooner(self) -> None:
+        """write_failures resolves after 15 quiet minutes (its kind says so), others later."""
+        book = IncidentBook(None)
+        book.record(sig("write_failures", at=1000.0))
+        book.record(sig("task_died", at=1000.0))
+        assert book.tick(now=1000.0 + 899) == []
+        (resolved,) = book.tick(now=1000.0 + 900)
+        assert resolved.incident.kind == "write_failures"
+        assert [i.kind for i in book.open_incidents()] == ["task_died"]
+
+    def test_kind_from_an_older_book_resolves_like_a_log_kind(self, tmp_path: Path) -> None:
+        """A saved incident whose kind is no longer known does not stop the book's tick."""
+        path = tmp_path / "incidents.json"
+        book = IncidentBook(path)
+        book.record(sig("corruption", at=1000.0))
+        book.flush(force=True)  # the whole book in incidents.json, the change log emptied
+        data = json.loads(path.read_text())
+        data["incidents"][0]["kind"] = "retired_kind"
+        path.write_text(json.dumps(data))
+        book = IncidentBook(path)
+        (resolved,) = book.tick(now=1000.0 + 3600)
+        assert resolved.incident.kind == "retired_kind"
+
+    def test_evidence_keeps_the_note_of_what_was_cut(self) -> None:
+        """An evidence line over the cap is cut once, and the note saying so is kept."""
+        book = IncidentBook(None)
+        huge = "Traceback (most recent call last):\n" + "x" * 10_000
+        book.record(sig(evidence=(huge,)))
+        (inc,) = book.open_incidents()
+        (line,) = inc.evidence
+        assert len(line) <= EVIDENCE_LINE_MAX_CHARS
+        assert line.startswith("Traceback (most recent call last):\nxxx")
+        kept = line.rpartition("\n…[")[0]
+        assert line.endswith(f"\n…[{len(huge) - len(kept)} chars cut]")
+        assert cap_evidence(line) == line
+
     def test_unknown_kind_rejected(self) -> None:
         """Signals must use a known incident kind."""
         with pytest.raises(ValueError, match="unknown incident kind"):
             Signal("nonsense", DB, "x")
+
+
+class TestEvidenceCap:
+    @given(st.text(max_size=9000))
+    @settings(max_examples=200, deadline=None)
+    def test_any_text_fits_keeps_its_start_and_is_cut_once(self, text: str) -> None:
+        """Whatever the text, the capped line fits the cap, starts like the text, says how
+        much was cut, and capping it again changes nothing."""
+        line = cap_evidence(text)
+        assert len(line) <= EVIDENCE_LINE_MAX_CHARS
+        assert cap_evidence(line) == line
+        if len(text) <= EVIDENCE_LINE_MAX_CHARS:
+            assert line == text
+        else:
+            kept, _, note = line.rpartition("\n…[")
+            assert text.startswith(kept)
+            assert note == f"{len(text) - len(kept)} chars cut]"
 
 
 class TestTimeline:

@@ -106,3 +106,30 @@ class TestFailures:
         assert (
             journalctl_command(again.units, again._cursor, as_root=True)[-1] == "--after-cursor=c2"
         )
+
+    def test_entries_end_a_failure_streak(self, tmp_path: Path) -> None:
+        """A journalctl that handed over entries before it died is retried after the
+        shortest wait, however long the streak before it was."""
+        fake = tmp_path / "journalctl"
+        fake.write_text('#!/bin/sh\necho \'{"MESSAGE": "one", "__CURSOR": "c1"}\'\nexit 1\n')
+        fake.chmod(0o755)
+        entries: list[dict[str, Any]] = []
+        f = JournalFollower(
+            ["u.service"], tmp_path / "cursor", entries.append, journalctl=str(fake)
+        )
+        f.backoff.failures = 8  # a long streak before this run: the next wait would be 256 s
+
+        async def run() -> None:
+            task = asyncio.create_task(f.run())
+            for _ in range(200):
+                await asyncio.sleep(0.02)
+                if entries and f.status.startswith("journal not followed"):
+                    break
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        asyncio.run(run())
+        assert [e["MESSAGE"] for e in entries] == ["one"]
+        assert f.errors == 1
+        assert f.status.endswith("retrying in 1 s")

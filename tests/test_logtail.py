@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from statewarden.targets import Target
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
-from statewarden.watch.rules import LogRecord, starts_record
+from statewarden.watch.records import LogRecord, starts_record
 from tests.hermes_fixtures import hermes_python, log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)

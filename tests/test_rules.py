@@ -12,19 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statewarden.incidents.signals import Observation, Signal
+from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Observation, Signal
 from statewarden.targets import Target
+from statewarden.watch.records import LogRecord, journal_record, parse_record, starts_record
 from statewarden.watch.rules import (
-    EVIDENCE_MAX_CHARS,
     CronSessions,
-    LogRecord,
     cron_sessions,
     is_state_db_record,
-    journal_record,
-    parse_record,
     signals_from_journal,
     signals_from_log,
-    starts_record,
 )
 from tests.hermes_fixtures import log_line
 
@@ -186,7 +182,7 @@ class TestCorruption:
         assert signals("ERROR", "tools.browser", "screenshot failed: disk I/O error") == []
 
     def test_evidence_is_bounded(self) -> None:
-        """A huge traceback is kept to EVIDENCE_MAX_CHARS, with a note of what was cut."""
+        """A huge traceback is kept to EVIDENCE_LINE_MAX_CHARS, note of what was cut included."""
         tb = (
             traceback("sqlite3.DatabaseError: database disk image is malformed")
             + "\n"
@@ -196,8 +192,10 @@ class TestCorruption:
         [ev] = c.evidence
         assert ev.startswith("2026-09-07 17:05:28,701 ERROR hermes_state: open failed\nTraceback")
         full = len(log_line(WHEN, "ERROR", "hermes_state", "open failed")) + 1 + len(tb)
-        assert ev.endswith(f"\n…[{full - EVIDENCE_MAX_CHARS} chars cut]")
-        assert len(ev) < EVIDENCE_MAX_CHARS + 40
+        kept = ev.rpartition("\n…[")[0]
+        assert ev.endswith(f"\n…[{full - len(kept)} chars cut]")
+        assert len(ev) <= EVIDENCE_LINE_MAX_CHARS
+        assert len(ev) > EVIDENCE_LINE_MAX_CHARS - 40
 
 
 class TestWriteFailures:

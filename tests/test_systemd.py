@@ -18,12 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
-from statewarden.errors import SystemdUnavailable
+from statewarden.errors import SystemdCallFailed, SystemdUnavailable
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
 from statewarden.systemd import (
     JobResult,
-    SystemdCallFailed,
     UnitChange,
     UserManager,
     list_units_sync,

@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from statewarden.progress import ProgressFn
+
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
 JSON_MIN_INTERVAL_S = 0.5
 
-ProgressFn = Callable[[str, int, int], None]
 
 progress_option = click.option(
     "--progress",

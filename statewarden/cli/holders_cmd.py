@@ -19,8 +19,9 @@ from statewarden.cli._common import (
     profile_option,
     select_targets,
 )
-from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
+from statewarden.errors import EXIT_OK, EXIT_SCAN_INCOMPLETE, EXIT_STALE_OR_LOST_LOCKS, UsageError
 from statewarden.holders.processes import human_age, short_command
+from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
 from statewarden.holders.scan import Holder, HolderScan, HolderScanner, age_seconds
 from statewarden.holders.units import systemd_view
 from statewarden.systemd import UnitInfo
@@ -34,9 +35,9 @@ _COMMAND_WIDTH = 60
 def exit_code(scans: list[HolderScan]) -> int:
     """3 when a holder is STALE or lost its locks, 1 when the scan is incomplete, else 0."""
     if any(("STALE" in h.flags or "LOST-LOCKS" in h.flags) for s in scans for h in s.holders):
-        return EXIT_BASE_DAMAGE
+        return EXIT_STALE_OR_LOST_LOCKS
     if any(not s.complete for s in scans):
-        return EXIT_FAILED
+        return EXIT_SCAN_INCOMPLETE
     return EXIT_OK
 
 
@@ -49,7 +50,7 @@ def _check_db(db: str) -> None:
 
 
 def _fds(h: Holder) -> str:
-    return "/".join(str(h.fds.get(n, 0)) for n in ("state.db", "state.db-wal", "state.db-shm"))
+    return "/".join(str(h.fds.get(n, 0)) for n in (DB_FILE, WAL_FILE, SHM_FILE))
 
 
 def _row(h: Holder, now: float) -> tuple[str, ...]:

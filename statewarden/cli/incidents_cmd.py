@@ -19,7 +19,8 @@ from statewarden.cli._common import (
     print_json,
 )
 from statewarden.config import Config, runtime_dir, state_dir
-from statewarden.control import DaemonNotRunning, request, socket_path
+from statewarden.control import request, socket_path
+from statewarden.errors import DaemonNotRunning
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.timeline import Timeline, format_entry
 

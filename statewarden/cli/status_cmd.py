@@ -18,7 +18,8 @@ from statewarden.cli._common import (
     select_targets,
 )
 from statewarden.config import runtime_dir
-from statewarden.control import DaemonNotRunning, request, socket_path
+from statewarden.control import request, socket_path
+from statewarden.errors import DaemonNotRunning
 from statewarden.status import DatabaseStatus, FilesystemFacts, status_all
 
 

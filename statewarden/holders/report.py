@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FILE_NAMES = ("state.db", "state.db-wal", "state.db-shm", "state.db-journal")
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
+from statewarden.targets import DB_NAME
+
+# How a holder's files are named in reports, whatever the database's own file name.
+DB_FILE = DB_NAME
+WAL_FILE = DB_NAME + WAL_SUFFIX
+SHM_FILE = DB_NAME + SHM_SUFFIX
+JOURNAL_FILE = DB_NAME + JOURNAL_SUFFIX
+FILE_NAMES = (DB_FILE, WAL_FILE, SHM_FILE, JOURNAL_FILE)  # in the order of BUNDLE_SUFFIXES
 LOCK_HELD = "held"
 LOCK_LOST = "lost"
 LOCK_NONE = "none"

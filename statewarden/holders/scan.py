@@ -50,16 +50,19 @@ from typing import Any
 from statewarden.holders import processes as P
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.report import (
+    DB_FILE,
     FILE_NAMES,
     LOCK_HELD,
     LOCK_LOST,
     LOCK_NONE,
     LOCK_UNKNOWN,
+    SHM_FILE,
     Holder,
     HolderScan,
     LockInfo,
     age_seconds,
 )
+from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
 __all__ = [
     "FILE_NAMES",
@@ -75,7 +78,6 @@ __all__ = [
     "scan_holders",
 ]
 
-SUFFIXES = ("", "-wal", "-shm", "-journal")
 DEFAULT_REFRESH_PER_SCAN = 128
 DEFAULT_PARENT_DEPTH = 16
 # Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes.
@@ -180,7 +182,7 @@ class HolderScanner:
         # Read the open events before the processes: an open after this is seen next time.
         opened = True
         if self._opens is not None:
-            files = [t.db.with_name(t.db.name + sfx) for t in targets for sfx in SUFFIXES]
+            files = [sidecar(t.db, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
             self._opens.watch(files, rearm=replaced)
             opened = self._opens.poll()
         devs = {i[0] for t in targets for i in t.ids.values() if i}
@@ -225,9 +227,10 @@ class HolderScanner:
     # -- reading /proc --------------------------------------------------------
 
     def _target(self, db: Path) -> _Target:
-        ids = {name: _stat_id(db.with_name(db.name + suffix))
-               for name, suffix in zip(FILE_NAMES, SUFFIXES, strict=True)}  # fmt: skip
-        names = {db.name + suffix: name for name, suffix in zip(FILE_NAMES, SUFFIXES, strict=True)}
+        ids = {name: _stat_id(sidecar(db, suffix))
+               for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)}  # fmt: skip
+        names = {db.name + suffix: name
+                 for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)}  # fmt: skip
         return _Target(db=db, dir_real=_real_dir(db), ids=ids, names=names)
 
     def _list_pids(self) -> list[int]:
@@ -516,12 +519,12 @@ class HolderScanner:
         owned = (
             [] if isinstance(locks, str) else [LockInfo(*lk) for lk in locks.get((pid, index), [])]
         )
-        wal_conn = bool(counts.get("state.db-shm") or mapcounts.get("state.db-shm"))
+        wal_conn = bool(counts.get(SHM_FILE) or mapcounts.get(SHM_FILE))
         if isinstance(locks, str):
             lock_state = LOCK_UNKNOWN
-        elif any(lk.file == "state.db" for lk in owned):
+        elif any(lk.file == DB_FILE for lk in owned):
             lock_state = LOCK_HELD
-        elif counts.get("state.db") and wal_conn:
+        elif counts.get(DB_FILE) and wal_conn:
             lock_state = LOCK_LOST
         else:
             lock_state = LOCK_NONE

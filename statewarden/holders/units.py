@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
-from statewarden.errors import SystemdUnavailable
+from statewarden.errors import SystemdCallFailed, SystemdUnavailable
 from statewarden.holders.scan import HolderScan
 from statewarden.systemd import (
     DEFAULT_UNIT_PATTERNS,
     FALLBACK,
     UNREACHABLE,
-    SystemdCallFailed,
     UnitInfo,
     UserManager,
 )

@@ -45,7 +45,14 @@ from typing import Any, Literal
 from statewarden.atomic import StateUnwritable, append_line, fsync_file, write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.incidents.signals import Severity, Signal
+from statewarden.incidents.signals import (
+    KINDS,
+    SEVERITY_RANK,
+    Severity,
+    Signal,
+    cap_evidence,
+    is_state_kind,
+)
 from statewarden.redact import redact_text
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
@@ -55,25 +62,7 @@ COMPACT_MIN_LINES = 1000
 CHANGES_SUFFIX = ".jsonl"
 DEFAULT_KEEP_RESOLVED = 500
 EVIDENCE_KEEP = 10  # evidence lines kept per incident: the first few and the latest
-EVIDENCE_LINE_MAX_CHARS = 4000
 RATE_WINDOW_S = 60.0
-# Kinds that come from state (a watcher reports when they clear), not from log lines.
-STATE_KINDS = frozenset(
-    {
-        "stale_holder",
-        "lost_locks",
-        "wal_growth",
-        "unsafe_mount",
-        "multi_writer",
-        "unexpected_holder",
-        "crash_loop",
-        "watcher_failed",
-        "state_unwritable",
-    }
-)
-# "database is locked" bursts come and go with load; they resolve sooner.
-QUIET_RESOLVE_S: dict[str, float] = {"write_failures": 900.0}
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def from_logs(inc: Incident) -> bool:
@@ -291,7 +280,7 @@ class IncidentBook:
     @staticmethod
     def _add_evidence(inc: Incident, lines: tuple[str, ...]) -> None:
         for raw in lines:
-            line = redact_text(raw[:EVIDENCE_LINE_MAX_CHARS])
+            line = redact_text(cap_evidence(raw))
             if line in inc.evidence:
                 continue
             if len(inc.evidence) >= EVIDENCE_KEEP:
@@ -374,12 +363,18 @@ class IncidentBook:
         now = time.time() if now is None else now
         out = []
         for inc in list(self.incidents.values()):
-            if inc.state != "open" or (inc.kind in STATE_KINDS and not from_logs(inc)):
+            if inc.state != "open" or (is_state_kind(inc.kind) and not from_logs(inc)):
                 continue
-            quiet = min(QUIET_RESOLVE_S.get(inc.kind, self.quiet_resolve_s), self.quiet_resolve_s)
+            quiet = self._quiet_resolve_s(inc.kind)
             if now - inc.last_seen >= quiet:
                 out.append(self._resolve(inc, now, f"no new signal for {quiet:.0f} s"))
         return out
+
+    def _quiet_resolve_s(self, kind: str) -> float:
+        known = KINDS.get(kind)
+        if known is None or known.quiet_resolve_s is None:
+            return self.quiet_resolve_s
+        return min(known.quiet_resolve_s, self.quiet_resolve_s)
 
     # ------------------------------------------------------------- queries
 

@@ -18,44 +18,81 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Severity = Literal["info", "warning", "error", "critical"]
+# Most severe last: an update escalates an incident only to a higher rank.
+SEVERITY_RANK: dict[Severity, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
-# Incident kinds and their default severity. The MESSAGE_ID of each kind (a fixed
-# 128-bit id, as journald catalogs want) is in ``MESSAGE_IDS``.
-KINDS: dict[str, Severity] = {
-    "corruption": "critical",  # malformed / disk I/O error / not a database from state.db code
-    "jsonl_fallback": "critical",  # the gateway stopped writing to state.db and uses JSONL
-    "write_failures": "warning",  # database is locked / append failed, with a rate
-    "messages_dropped": "critical",  # pending queue full: messages are being lost
-    "self_repair": "error",  # a state.db.malformed-backup-* appeared: Hermes repaired itself
-    "stale_holder": "critical",  # a process holds a deleted or replaced state.db/-wal/-shm inode
-    "lost_locks": "error",  # a holder has the file open but no SQLite lock on it
-    "wal_growth": "warning",  # -wal over the threshold and growing: checkpoints starved
-    "unsafe_mount": "error",  # WAL database on virtiofs / 9p / network / FUSE
-    "multi_writer": "info",  # more writer processes than configured (advisory)
-    "unexpected_holder": "warning",  # a holder of a kind not on the configured list
-    "crash_loop": "error",  # a Hermes unit restarting over and over
-    "task_died": "error",  # "Supervised task <name> died"
-    "watcher_failed": "warning",  # one of statewarden's own watchers keeps failing
-    "state_unwritable": "error",  # statewarden cannot write its own state (disk full, ...)
-}
+# Evidence lines are cut to this many characters (the note saying so included), by the
+# rules that quote a record and again by the incident book that keeps them.
+EVIDENCE_LINE_MAX_CHARS = 4000
 
-MESSAGE_IDS: dict[str, str] = {
-    "corruption": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a01",
-    "jsonl_fallback": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a02",
-    "write_failures": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a03",
-    "messages_dropped": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a04",
-    "self_repair": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a05",
-    "stale_holder": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a06",
-    "lost_locks": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a07",
-    "wal_growth": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a08",
-    "unsafe_mount": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a09",
-    "multi_writer": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0a",
-    "unexpected_holder": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0b",
-    "crash_loop": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0c",
-    "task_died": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0d",
-    "watcher_failed": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0e",
-    "state_unwritable": "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0f",
-}
+
+@dataclass(frozen=True)
+class Kind:
+    """One incident kind: its default severity, journald MESSAGE_ID and how it resolves."""
+
+    severity: Severity
+    # A fixed 128-bit id, as journald catalogs want; documented in README.md.
+    message_id: str
+    # "state": a watcher says when the condition clears (``Signal.clears``);
+    # "log": from log or journal lines, resolved after a quiet period.
+    rule: Literal["state", "log"]
+    what: str  # what it means, in one line
+    # A log kind whose incidents resolve sooner than the configured quiet period.
+    quiet_resolve_s: float | None = None
+
+
+# Every incident kind, once. Kinds use one word per concept, the same in code, CLI,
+# docs and journald; README.md lists them with their MESSAGE_IDs (a test keeps the two
+# in step).
+KINDS: dict[str, Kind] = {
+    "corruption": Kind("critical", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a01", "log",
+        "malformed / disk I/O error / not a database from state.db code"),
+    "jsonl_fallback": Kind("critical", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a02", "log",
+        "the gateway stopped writing to state.db and uses JSONL"),
+    # "database is locked" bursts come and go with load; they resolve sooner.
+    "write_failures": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a03", "log",
+        "database is locked / append failed, with a rate", quiet_resolve_s=900.0),
+    "messages_dropped": Kind("critical", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a04", "log",
+        "pending queue full: messages are being lost"),
+    "self_repair": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a05", "log",
+        "a state.db.malformed-backup-* appeared: Hermes repaired itself"),
+    "stale_holder": Kind("critical", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a06", "state",
+        "a process holds a deleted or replaced state.db/-wal/-shm inode"),
+    "lost_locks": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a07", "state",
+        "a holder has the file open but no SQLite lock on it"),
+    "wal_growth": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a08", "state",
+        "-wal over the threshold and growing: checkpoints starved"),
+    "unsafe_mount": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a09", "state",
+        "WAL database on virtiofs / 9p / network / FUSE"),
+    "multi_writer": Kind("info", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0a", "state",
+        "more writer processes than configured (advisory)"),
+    "unexpected_holder": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0b", "state",
+        "a holder of a kind not on the configured list"),
+    "crash_loop": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0c", "state",
+        "a Hermes unit restarting over and over"),
+    "task_died": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0d", "log",
+        '"Supervised task <name> died"'),
+    "watcher_failed": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0e", "state",
+        "one of statewarden's own watchers keeps failing"),
+    "state_unwritable": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0f", "state",
+        "statewarden cannot write its own state (disk full, no descriptors, ...)"),
+}  # fmt: skip
+
+
+def is_state_kind(kind: str) -> bool:
+    """True for a kind a watcher clears; False for log kinds (and kinds no longer known,
+    from an older incident book)."""
+    known = KINDS.get(kind)
+    return known is not None and known.rule == "state"
+
+
+def cap_evidence(text: str) -> str:
+    """``text`` cut to ``EVIDENCE_LINE_MAX_CHARS``, ending with a note of what was cut."""
+    if len(text) <= EVIDENCE_LINE_MAX_CHARS:
+        return text
+    # The note is no longer than one that counts every character as cut.
+    keep = EVIDENCE_LINE_MAX_CHARS - len(f"\n…[{len(text)} chars cut]")
+    return text[:keep] + f"\n…[{len(text) - keep} chars cut]"
 
 
 @dataclass(frozen=True)
@@ -83,7 +120,7 @@ class Signal:
 
     @property
     def effective_severity(self) -> Severity:
-        return self.severity or KINDS[self.kind]
+        return self.severity or KINDS[self.kind].severity
 
 
 @dataclass(frozen=True)
@@ -96,3 +133,7 @@ class Observation:
     text: str  # one line a person reads: "cron job cron_d0aa05fd7f4a started"
     at: float = field(default_factory=time.time)
     fields: dict[str, Any] = field(default_factory=dict)
+
+
+# What a watcher's poll gives: signals and observations, in the order seen.
+Found = Signal | Observation

@@ -19,7 +19,6 @@ import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +26,12 @@ import apsw
 
 from statewarden.atomic import create_new
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
+from statewarden.progress import ProgressFn
+from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, HeaderFacts, classify_error, parse_header
 
-COPY_SUFFIXES = ("", "-wal", "-journal")
-FINGERPRINT_SUFFIXES = ("", "-wal", "-shm", "-journal")
+# -shm is not copied: SQLite rebuilds that index of the WAL from the -wal itself.
+COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 WAL_HEADER_BYTES = 32
 WAL_FRAME_HEADER_BYTES = 24
@@ -39,7 +40,6 @@ _WAL_MAGICS = (0x377F0682, 0x377F0683)
 FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
 
 Fingerprint = tuple[tuple[str, int, int, int, int] | tuple[str], ...]
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -61,7 +61,7 @@ class WorkCopy:
 def fingerprint(db: Path) -> Fingerprint:
     """Cheap identity of every bundle member: any write changes size, mtime or ctime."""
     out: list[tuple[str, int, int, int, int] | tuple[str]] = []
-    for suffix in FINGERPRINT_SUFFIXES:
+    for suffix in BUNDLE_SUFFIXES:
         try:
             st = os.stat(f"{db}{suffix}")
         except FileNotFoundError:
@@ -180,7 +180,7 @@ def _check_wal_belongs(copy: Path, header: HeaderFacts, source: Path) -> HeaderF
     must be the database's, and the newest committed page 1 in the WAL must not be
     older than page 1 in the file (the schema cookie only grows within one database).
     """
-    wal = Path(f"{copy}-wal")
+    wal = sidecar(copy, WAL_SUFFIX)
     if not wal.exists() or wal.stat().st_size == 0:
         return header
     with open(wal, "rb") as f:
@@ -212,7 +212,7 @@ def _check_wal_belongs(copy: Path, header: HeaderFacts, source: Path) -> HeaderF
             offset += frame
     if newest_page1 is not None:
         try:
-            wal_header = parse_header(newest_page1, f"{source}-wal")
+            wal_header = parse_header(newest_page1, str(sidecar(source, WAL_SUFFIX)))
         except DatabaseUnreadable:
             raise DatabaseUnreadable(
                 f"{source}-wal: its page 1 has no SQLite header; it belongs to no database"
@@ -231,7 +231,7 @@ def _truncation(copy: Path, header: HeaderFacts) -> str | None:
     size = copy.stat().st_size
     pages_present = size // header.page_size
     short = header.page_count_valid and pages_present < header.page_count
-    if short and not Path(f"{copy}-wal").exists():
+    if short and not sidecar(copy, WAL_SUFFIX).exists():
         return (
             f"the file is truncated: the header says {header.page_count} pages,"
             f" {pages_present} are present ({size} bytes)"
@@ -288,6 +288,6 @@ def _fold(copy: Path, source: Path, truncated: str | None) -> None:
         raise error(exc) from None
     finally:
         conn.close()
-    for suffix in ("-wal", "-shm"):
-        if os.path.exists(f"{copy}{suffix}") and os.path.getsize(f"{copy}{suffix}") == 0:
-            os.unlink(f"{copy}{suffix}")
+    for suffix in (WAL_SUFFIX, SHM_SUFFIX):
+        if os.path.exists(sidecar(copy, suffix)) and os.path.getsize(sidecar(copy, suffix)) == 0:
+            os.unlink(sidecar(copy, suffix))

@@ -13,7 +13,6 @@ damaged: rows may be lost); ``unreadable`` (header, schema or page 1).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,12 @@ import apsw
 
 from statewarden.errors import (
     EXIT_BASE_DAMAGE,
-    EXIT_FAILED,
+    EXIT_DERIVED_DAMAGE,
     EXIT_OK,
     EXIT_UNREADABLE,
     DatabaseUnreadable,
 )
+from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.integrity import (
     ErrorGroup,
@@ -39,8 +39,6 @@ from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
-
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -146,7 +144,7 @@ def exit_code_for(damage: str) -> int:
     """0 healthy, 1 derived damage only, 3 base damage, 4 unreadable."""
     return {
         "none": EXIT_OK,
-        "derived": EXIT_FAILED,
+        "derived": EXIT_DERIVED_DAMAGE,
         "base": EXIT_BASE_DAMAGE,
         "unreadable": EXIT_UNREADABLE,
     }[damage]

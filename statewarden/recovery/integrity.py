@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import apsw
 
+from statewarden.progress import ProgressFn
 from statewarden.recovery.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
 from statewarden.sqlite import quote_ident
 
@@ -26,7 +27,6 @@ UNCAPPED_ERRORS = 2**31 - 1
 PROGRESS_EVERY_VM_STEPS = 100_000
 SAMPLE_LINES_PER_GROUP = 5
 
-ProgressFn = Callable[[str, int, int], None]
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
 _NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")

@@ -23,14 +23,15 @@ from typing import Any
 
 import apsw
 
+from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.report import Report, TableReport, json_value
 from statewarden.recovery.scan import scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import quote_ident, uri_for
 
-ProgressFn = Callable[[str, int, int], None]
 PROGRESS_EVERY_ROWS = 1000
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
@@ -161,8 +162,8 @@ class Rebuild:
     def _reset(self) -> None:
         self.report.set_aside.clear()
         self.report.renamed.clear()
-        for suffix in ("", "-journal", "-wal", "-shm"):
-            Path(f"{self.built}{suffix}").unlink(missing_ok=True)
+        for suffix in BUNDLE_SUFFIXES:
+            sidecar(self.built, suffix).unlink(missing_ok=True)
 
     def _run(self, *, bulk: bool) -> dict[str, TableCopy]:
         try:

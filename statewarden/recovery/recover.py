@@ -30,14 +30,14 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import apsw
 
 from statewarden.atomic import write_new
-from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, UsageError
+from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, UsageError
+from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
 from statewarden.recovery.pages import salvage_rows
@@ -48,7 +48,6 @@ from statewarden.recovery.schema import Schema, read_schema
 from statewarden.recovery.verify import verify_output
 from statewarden.sqlite import hermes_schema_version, quote_ident
 
-ProgressFn = Callable[[str, int, int], None]
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
 
@@ -56,7 +55,7 @@ SPACE_FACTOR = 2
 def exit_code_for(report: Report) -> int:
     if not report.verified:
         return EXIT_FAILED
-    return EXIT_BASE_DAMAGE if report.loss_detected else EXIT_OK
+    return EXIT_RECOVERED_WITH_LOSS if report.loss_detected else EXIT_OK
 
 
 def recover(

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from statewarden.config import DEFAULT_WAL_GROWTH_WINDOW_S, DEFAULT_WAL_WARN_BYTES
-from statewarden.incidents.signals import Observation, Signal
+from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.targets import Target
 
 WAL_SAMPLE_EVERY_S = 60.0
 HERMES_LOCK_SUFFIXES = (".repair.lock", ".fts_rebuild.lock", ".auto-maintenance.lock")
-
-Found = Signal | Observation
 
 
 @dataclass(frozen=True)
@@ -183,8 +182,7 @@ class FileWatcher:
         backups = {
             n
             for n in names
-            if n.startswith(prefix + ".malformed-backup-")
-            and not n.endswith(("-wal", "-shm", "-journal"))
+            if n.startswith(prefix + ".malformed-backup-") and not n.endswith(SIDECAR_SUFFIXES)
         }
         if self._backups is not None:
             for name in sorted(backups - self._backups):

@@ -11,7 +11,8 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
 - more holders than ``holders.max_writers`` -> ``multi_writer`` (advisory);
 - a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``.
 
-Each state signal clears when its condition is gone (the pid left or is healthy).
+The per-holder rules are the table ``HOLDER_RULES`` (kind, condition, summary); each
+state signal clears when its condition is gone (the pid left or is healthy).
 The scan itself is blocking work: the daemon runs :meth:`HolderWatcher.scan` in a
 worker thread and :meth:`HolderWatcher.diff` on the loop.
 """
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from statewarden.holders.opens import OpenWatch
-from statewarden.holders.scan import LOCK_LOST, SUFFIXES, Holder, HolderScan, HolderScanner
-from statewarden.incidents.signals import Observation, Signal
-
-Found = Signal | Observation
+from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
+from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
 
 def describe(h: Holder) -> str:
@@ -34,6 +36,33 @@ def describe(h: Holder) -> str:
     orphan = ", orphan" if h.orphan else ""
     command = " ".join(h.cmdline)[:120] or f"[{h.comm}]"
     return f"pid {h.pid} ({h.kind}, {unit}{orphan}): {command}"
+
+
+@dataclass(frozen=True)
+class HolderRule:
+    """One state a holder can be in, and the incident kind it is, keyed by pid."""
+
+    kind: str
+    applies: Callable[[Holder, frozenset[str]], bool]  # (holder, expected kinds)
+    says: str  # formatted with {holder}, {stale_files} and {kind}
+
+    def summary(self, h: Holder) -> str:
+        return self.says.format(holder=describe(h), stale_files=", ".join(h.stale_files),
+                                kind=h.kind)  # fmt: skip
+
+
+# The per-holder state rules, in the order their signals are given. Each clears for a
+# pid once that pid is gone or no longer in the state.
+HOLDER_RULES: tuple[HolderRule, ...] = (
+    HolderRule("stale_holder", lambda h, _expected: h.stale,
+               "{holder} still holds an old or deleted {stale_files} inode: its writes no "
+               "longer reach the live database"),
+    HolderRule("lost_locks", lambda h, _expected: h.lock_state == LOCK_LOST,
+               "{holder} has state.db open but lost its SQLite locks: another process closing "
+               "the database can delete -wal/-shm under it"),
+    HolderRule("unexpected_holder", lambda h, expected: h.kind not in expected,
+               "{holder} holds state.db and is not a kind expected here ({kind})"),
+)  # fmt: skip
 
 
 def _inode(path: Path) -> int:
@@ -74,7 +103,7 @@ class HolderWatcher:
         Hermes opens state.db when a process starts its connection, so an IN_OPEN there is
         the moment a new holder appears. A replaced file is watched again by its new inode.
         """
-        files = [db.with_name(db.name + sfx) for db in self.scanner.dbs for sfx in SUFFIXES]
+        files = [sidecar(db, sfx) for db in self.scanner.dbs for sfx in BUNDLE_SUFFIXES]
         inodes = tuple(_inode(f) for f in files)
         self._opens.watch(files, rearm=inodes != self._inodes)
         self._inodes = inodes
@@ -100,6 +129,7 @@ class HolderWatcher:
         return out
 
     def diff(self, scans: list[HolderScan], now: float | None = None) -> list[Found]:
+        """What changed since the last scan: observations, then state signals."""
         now = time.time() if now is None else now
         self._first = False
         out: list[Found] = []
@@ -107,85 +137,73 @@ class HolderWatcher:
             db = str(scan.db)
             self.last[db] = scan
             current = {(h.pid, h.start_ticks): h for h in scan.holders}
-            before = self._seen.get(db)
-            if before is not None:
-                for key in sorted(set(current) - set(before)):
-                    h = current[key]
-                    out.append(
-                        Observation(
-                            "holder_arrived",
-                            db,
-                            f"{describe(h)} opened state.db",
-                            now,
-                            {"pid": h.pid, "kind": h.kind, "unit": h.unit},
-                        )
-                    )
-                for key in sorted(set(before) - set(current)):
-                    h = before[key]
-                    out.append(
-                        Observation(
-                            "holder_left",
-                            db,
-                            f"pid {h.pid} ({h.kind}) closed state.db",
-                            now,
-                            {"pid": h.pid, "kind": h.kind},
-                        )
-                    )
-            if before is None or len(before) != len(current):
-                kinds = ", ".join(sorted(h.kind for h in current.values())) or "none"
-                out.append(
-                    Observation(
-                        "holders",
-                        db,
-                        f"{len(current)} processes hold state.db ({kinds})",
-                        now,
-                        {"count": len(current)},
-                    )
-                )
+            out += _comings_and_goings(db, self._seen.get(db), current, now)
             self._seen[db] = current
             holders = list(current.values())
-            out += self._state(
-                db,
-                "stale_holder",
-                now,
-                {
-                    str(h.pid): f"{describe(h)} still holds an old or deleted "
-                    f"{', '.join(h.stale_files)} inode: its writes no longer reach the live "
-                    "database"
+            for rule in HOLDER_RULES:
+                live = {
+                    str(h.pid): rule.summary(h)
                     for h in holders
-                    if h.stale
-                },
-            )
-            out += self._state(
-                db,
-                "lost_locks",
-                now,
-                {
-                    str(
-                        h.pid
-                    ): f"{describe(h)} has state.db open but lost its SQLite locks: another "
-                    "process closing the database can delete -wal/-shm under it"
-                    for h in holders
-                    if h.lock_state == LOCK_LOST
-                },
-            )
-            out += self._state(
-                db,
-                "unexpected_holder",
-                now,
-                {
-                    str(
-                        h.pid
-                    ): f"{describe(h)} holds state.db and is not a kind expected here ({h.kind})"
-                    for h in holders
-                    if h.kind not in self.expected_kinds
-                },
-            )
-            many = {}
-            if len(holders) > self.max_writers:
-                many[""] = (
-                    f"{len(holders)} processes hold state.db at once (more than "
-                    f"{self.max_writers}): " + "; ".join(describe(h) for h in holders)
-                )
-            out += self._state(db, "multi_writer", now, many)
+                    if rule.applies(h, self.expected_kinds)
+                }
+                out += self._state(db, rule.kind, now, live)
+            out += self._state(db, "multi_writer", now, self._too_many(holders))
         return out
+
+    def _too_many(self, holders: list[Holder]) -> dict[str, str]:
+        """``multi_writer``, for the whole database (key ""), when it has too many holders."""
+        if len(holders) <= self.max_writers:
+            return {}
+        return {
+            "": f"{len(holders)} processes hold state.db at once (more than "
+            f"{self.max_writers}): " + "; ".join(describe(h) for h in holders)
+        }
+
+
+def _comings_and_goings(
+    db: str,
+    before: dict[tuple[int, int], Holder] | None,
+    current: dict[tuple[int, int], Holder],
+    now: float,
+) -> list[Found]:
+    """Timeline observations: holders that arrived or left, and the count when it changed.
+
+    ``before`` is None on the first scan of ``db``: everyone there is not news, only the
+    count is.
+    """
+    out: list[Found] = []
+    if before is not None:
+        for key in sorted(set(current) - set(before)):
+            h = current[key]
+            out.append(
+                Observation(
+                    "holder_arrived",
+                    db,
+                    f"{describe(h)} opened state.db",
+                    now,
+                    {"pid": h.pid, "kind": h.kind, "unit": h.unit},
+                )
+            )
+        for key in sorted(set(before) - set(current)):
+            h = before[key]
+            out.append(
+                Observation(
+                    "holder_left",
+                    db,
+                    f"pid {h.pid} ({h.kind}) closed state.db",
+                    now,
+                    {"pid": h.pid, "kind": h.kind},
+                )
+            )
+    if before is None or len(before) != len(current):
+        kinds = ", ".join(sorted(h.kind for h in current.values())) or "none"
+        out.append(
+            Observation(
+                "holders",
+                db,
+                f"{len(current)} processes hold state.db ({kinds})",
+                now,
+                {"count": len(current)},
+            )
+        )
+    return out

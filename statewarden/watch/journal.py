@@ -13,7 +13,8 @@ passed back with ``--after-cursor`` on restart, so nothing is handled twice or m
 while the daemon was down. On first start it begins at the moment the follower was
 made (``--since=@<epoch>``): history is not alerted on, and a line logged while
 journalctl starts up is not lost. If journalctl is missing or dies, it is restarted with capped
-exponential backoff and the reason is kept in ``status`` (never a crash).
+exponential backoff (from the shortest wait again once it hands over an entry) and the
+reason is kept in ``status`` (never a crash).
 
 A journal this user may not read is a ``problem`` (the daemon makes it a
 ``watcher_failed`` incident): on a host whose journald keeps only volatile storage
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import StateUnwritable, write_atomic
+from statewarden.backoff import Backoff
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
@@ -92,7 +94,7 @@ class JournalFollower:
         self.as_root = os.geteuid() == 0 if as_root is None else as_root
         self.journalctl = journalctl or shutil.which("journalctl") or "journalctl"
         self.status = "starting"
-        self.errors = 0
+        self.backoff = Backoff(BACKOFF_START_S, BACKOFF_MAX_S)
         self._cursor: str | None = self._load_cursor()
         self._cursor_saved_at = 0.0
         self.write_error: StateUnwritable | None = None
@@ -101,6 +103,11 @@ class JournalFollower:
         self.started_at = time.time()
         # Why the journal cannot be read by this user, "" when it can (or is not known).
         self.problem = ""
+
+    @property
+    def errors(self) -> int:
+        """journalctl failures in a row, since it last handed over an entry."""
+        return self.backoff.failures
 
     def _load_cursor(self) -> str | None:
         try:
@@ -164,7 +171,7 @@ class JournalFollower:
             if not isinstance(entry, dict):
                 continue
             self.entries_seen += 1
-            self.errors = 0
+            self.backoff.succeeded()  # following again: the next failure waits the least
             cursor = entry.get("__CURSOR")
             if isinstance(cursor, str):
                 self._cursor = cursor
@@ -182,19 +189,22 @@ class JournalFollower:
 
     async def run(self) -> None:
         """Follow until cancelled; restart journalctl with backoff when it fails."""
-        delay = BACKOFF_START_S
         try:
             while True:
+                why = "journalctl stopped"
                 try:
                     await self._follow_once()
                 except FileNotFoundError:
-                    self.status = f"journal not followed: {self.journalctl} not found"
+                    why = ""
                 except (OSError, RuntimeError) as exc:
-                    self.status = f"journal not followed: {exc}; retrying in {delay:.0f} s"
-                self.errors += 1
+                    why = str(exc)
+                delay = self.backoff.failed()
+                if why:
+                    self.status = f"journal not followed: {why}; retrying in {delay:.0f} s"
+                else:
+                    self.status = f"journal not followed: {self.journalctl} not found"
                 self._save_cursor(force=True)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
         finally:
             self._save_cursor(force=True)
             if self._proc is not None and self._proc.returncode is None:

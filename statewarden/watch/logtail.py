@@ -1,7 +1,7 @@
 """The log tailer: new records from a Hermes home's ``logs/*.log``, nothing twice.
 
 ``LogTailer.poll()`` reads only the bytes written since the last poll and returns the
-complete records (a line plus its traceback lines, see ``rules.parse_record``). There is
+complete records (a line plus its traceback lines, see ``records.parse_record``). There is
 no background loop inside: a test (or the daemon) calls ``poll()`` when it wants, as
 Litestream's tests drive ``sync()``. The daemon polls when ``watch/events.py`` sees a
 change in the logs directory (inotify), and on a slow ticker as a safety net.
@@ -54,7 +54,7 @@ from typing import Any
 
 from statewarden.atomic import StateUnwritable, write_atomic
 from statewarden.targets import Target
-from statewarden.watch.rules import LogRecord, parse_record, starts_record
+from statewarden.watch.records import LogRecord, parse_record, starts_record
 
 LOG_NAMES = ("agent.log", "errors.log", "gateway.log", "gui.log")
 OFFSETS_VERSION = 1
@@ -558,6 +558,32 @@ class LogTailer:
 
     def _poll_once(self, tail: _Tail, out: list[LogRecord], now: float) -> bool:
         """One look at ``tail``; False when the file changed under it (look again)."""
+        st = self._stat_log(tail)
+        r = tail.reader
+        if r is not None and st is not None and _ident(st) == (r.dev, r.ino):
+            self._read_on(tail, r, st, out, now)
+            return True
+        # The file is new, or was rotated, replaced or deleted since the last poll.
+        chain = self._chain(tail)
+        if tail.known is None:
+            tail.known = self._initial_known(tail, chain)
+        known = tail.known
+        if r is not None:
+            self._let_go(tail, r, known, out, now)
+        elif tail.resume is not None:
+            saved, tail.resume = tail.resume, None
+            if st is not None and _is_saved_file(tail.path, saved):
+                return self._resume_here(tail, saved, _ident(st), out, now, chain=chain)
+            self._resume_rotated(tail, saved, out, now, chain=chain, known=known)
+        self._read_unseen(tail, chain, known, out, now)
+        if st is None:
+            return True
+        at_end = self._first_start and not tail.seen
+        return self._start(tail, _ident(st), None if at_end else 0, out, now)
+
+    def _stat_log(self, tail: _Tail) -> os.stat_result | None:
+        """The log file's stat, or None when it is missing or not a regular file (a problem
+        reported once)."""
         try:
             st: os.stat_result | None = os.stat(tail.path)
         except FileNotFoundError:
@@ -565,63 +591,104 @@ class LogTailer:
         if st is not None and not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             self._problem(tail, "not_a_file", f"{tail.path} is {kind}, not a log file")
-            st = None
-        r = tail.reader
-        if r is not None and st is not None and (st.st_dev, st.st_ino) == (r.dev, r.ino):
-            if st.st_size < r.pos:
-                r.finish(out, now)
-                r.seek(0)
-                # copytruncate: the copy (x.log.1) holds what was read already.
-                tail.known = {_ident(s) for _p, s in self._chain(tail)}
-                self._notice(tail, "truncated",
-                             f"{tail.name} was truncated; reading it from the start")  # fmt: skip
-            self.behind |= r.read(out, now, self.max_poll_bytes)
+            return None
+        return st
+
+    def _read_on(
+        self, tail: _Tail, r: _Reader, st: os.stat_result, out: list[LogRecord], now: float
+    ) -> None:
+        """The same file as last time: read what was added (from the start if truncated)."""
+        if st.st_size < r.pos:
+            r.finish(out, now)
+            r.seek(0)
+            # copytruncate: the copy (x.log.1) holds what was read already.
+            tail.known = {_ident(s) for _p, s in self._chain(tail)}
+            self._notice(tail, "truncated",
+                         f"{tail.name} was truncated; reading it from the start")  # fmt: skip
+        self.behind |= r.read(out, now, self.max_poll_bytes)
+        r.idle(out, now)
+
+    def _let_go(
+        self,
+        tail: _Tail,
+        r: _Reader,
+        known: set[tuple[int, int]],
+        out: list[LogRecord],
+        now: float,
+    ) -> None:
+        """The file read so far is no longer the log: read the old inode's tail first
+        (other processes may keep writing there), then follow it as rotated or close it."""
+        tail.reader = None
+        r.read(out, now, None)
+        if os.fstat(r.fd).st_nlink == 0:
+            r.finish(out, now)
+            r.close()
+        else:
             r.idle(out, now)
-            return True
-        # The file is new, or was rotated, replaced or deleted since the last poll.
-        chain = self._chain(tail)
-        if tail.known is None:
-            tail.known = self._initial_known(tail, chain)
-        if r is not None:
-            # The old inode's tail first (other processes may keep writing there).
-            tail.reader = None
-            r.read(out, now, None)
-            if os.fstat(r.fd).st_nlink == 0:
-                r.finish(out, now)
-                r.close()
-            else:
-                r.idle(out, now)
-                self._keep_rotated(tail, r, out)
-            tail.known.add((r.dev, r.ino))
-        elif tail.resume is not None:
-            saved, tail.resume = tail.resume, None
-            if st is not None and _is_saved_file(tail.path, saved):
-                if not self._start(tail, _ident(st), saved.offset, out, now, truncated_ok=True):
-                    tail.resume = saved
-                    return False
-                tail.known = {_ident(s) for _p, s in chain}
-                return True
-            found = [p for p, s in chain if _ident(s) == (saved.dev, saved.ino)]
-            if found and _is_saved_file(found[0], saved):
-                resumed = self._follow_rotated(
-                    tail, found[0], (saved.dev, saved.ino), saved.offset, out
-                )
-                if resumed is not None:
-                    self.behind |= resumed.read(out, now, self.max_poll_bytes)
-                    resumed.idle(out, now)
-                tail.known.add((saved.dev, saved.ino))
-                self._notice(tail, "rotated", f"{tail.name} was rotated while statewarden "
-                             "was not running; reading on where it stopped")  # fmt: skip
-            else:
-                self._notice(tail, "gap", f"{tail.name} was rotated away while statewarden was "
-                             "not running; lines in between were not read")  # fmt: skip
-        # Rotated files never seen before, oldest first: written (and rotated) since the
-        # last poll, e.g. a burst that rotated x.log several times before it was polled.
+            self._keep_rotated(tail, r, out)
+        known.add((r.dev, r.ino))
+
+    def _resume_here(
+        self,
+        tail: _Tail,
+        saved: _Saved,
+        ident: tuple[int, int],
+        out: list[LogRecord],
+        now: float,
+        *,
+        chain: list[tuple[Path, os.stat_result]],
+    ) -> bool:
+        """After a restart the log is still the file reading stopped in: go on from the
+        saved offset. False when it was rotated meanwhile (look again)."""
+        if not self._start(tail, ident, saved.offset, out, now, truncated_ok=True):
+            tail.resume = saved
+            return False
+        tail.known = {_ident(s) for _p, s in chain}
+        return True
+
+    def _resume_rotated(
+        self,
+        tail: _Tail,
+        saved: _Saved,
+        out: list[LogRecord],
+        now: float,
+        *,
+        chain: list[tuple[Path, os.stat_result]],
+        known: set[tuple[int, int]],
+    ) -> None:
+        """After a restart the file reading stopped in was rotated: go on in it where it is
+        now, or say that lines were missed when it is gone."""
+        found = [p for p, s in chain if _ident(s) == (saved.dev, saved.ino)]
+        if found and _is_saved_file(found[0], saved):
+            resumed = self._follow_rotated(
+                tail, found[0], (saved.dev, saved.ino), saved.offset, out
+            )
+            if resumed is not None:
+                self.behind |= resumed.read(out, now, self.max_poll_bytes)
+                resumed.idle(out, now)
+            known.add((saved.dev, saved.ino))
+            self._notice(tail, "rotated", f"{tail.name} was rotated while statewarden "
+                         "was not running; reading on where it stopped")  # fmt: skip
+        else:
+            self._notice(tail, "gap", f"{tail.name} was rotated away while statewarden was "
+                         "not running; lines in between were not read")  # fmt: skip
+
+    def _read_unseen(
+        self,
+        tail: _Tail,
+        chain: list[tuple[Path, os.stat_result]],
+        known: set[tuple[int, int]],
+        out: list[LogRecord],
+        now: float,
+    ) -> None:
+        """Read the rotated files never seen before, oldest first: written (and rotated)
+        since the last poll, e.g. a burst that rotated x.log several times before it was
+        polled. Then remember the chain, forgetting files rotated out of reach."""
         unseen: list[tuple[Path, tuple[int, int]]] = []
         for p, s in reversed(chain):
             # A file renamed upwards during the scan can be listed twice: read it once.
-            if _ident(s) not in tail.known:
-                tail.known.add(_ident(s))
+            if _ident(s) not in known:
+                known.add(_ident(s))
                 unseen.append((p, _ident(s)))
         if unseen:
             self._notice(tail, "rotated", f"{tail.name} was rotated; read {len(unseen)} "
@@ -637,14 +704,10 @@ class LogTailer:
                 reader.finish(out, now)
             finally:
                 reader.close()
-        tail.known |= {_ident(s) for _p, s in chain}
-        if len(tail.known) > 2 * MAX_ROTATED_LOOKED_AT:
+        known |= {_ident(s) for _p, s in chain}
+        if len(known) > 2 * MAX_ROTATED_LOOKED_AT:
             # Forget files rotated out of reach (their inode numbers get reused).
-            tail.known &= {_ident(s) for _p, s in chain} | {(r.dev, r.ino) for r in tail.rotated}
-        if st is None:
-            return True
-        at_end = self._first_start and not tail.seen
-        return self._start(tail, _ident(st), None if at_end else 0, out, now)
+            known &= {_ident(s) for _p, s in chain} | {(r.dev, r.ino) for r in tail.rotated}
 
     def _initial_known(
         self, tail: _Tail, chain: list[tuple[Path, os.stat_result]]

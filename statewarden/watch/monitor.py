@@ -2,10 +2,10 @@
 taking the daemon down.
 
 A :class:`Guard` runs one watcher's poll. When the poll raises, the watcher is backed
-off exponentially (``BACKOFF_START_S`` doubling up to ``BACKOFF_MAX_S``), the failure is
-reported once (a log line and a ``watcher_failed`` signal), and further failures in the
-same streak are only counted. When the watcher works again, "recovered after N errors"
-is logged and the signal clears.
+off exponentially (``BACKOFF_START_S`` doubling up to ``BACKOFF_MAX_S``, a
+:class:`~statewarden.backoff.Backoff`), the failure is reported once (a log line and a
+``watcher_failed`` signal), and further failures in the same streak are only counted.
+When the watcher works again, "recovered after N errors" is logged and the signal clears.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewarden.backoff import Backoff
 from statewarden.config import Config, state_dir
-from statewarden.incidents.signals import Observation, Signal
+from statewarden.incidents.signals import Found, Observation, Signal
 from statewarden.logs import get_logger
 from statewarden.targets import Target
 from statewarden.watch.files import FileWatcher
@@ -36,7 +37,6 @@ LOG_POLL_BYTES = 1 << 20
 # crash re-reads at most this much of the logs.
 LOG_OFFSETS_SAVE_S = 1.0
 
-Found = Signal | Observation
 Poll = Callable[[float], list[Found]]
 
 
@@ -45,10 +45,15 @@ class Guard:
     name: str
     db: str
     poll: Poll
-    errors: int = 0
     last_error: str = ""
     next_try: float = 0.0
     log: Any = field(default_factory=get_logger)
+    backoff: Backoff = field(default_factory=lambda: Backoff(BACKOFF_START_S, BACKOFF_MAX_S))
+
+    @property
+    def errors(self) -> int:
+        """Failures in a row, since the last successful poll."""
+        return self.backoff.failures
 
     def run(self, now: float) -> list[Found]:
         if not self.due(now):
@@ -64,9 +69,8 @@ class Guard:
 
     def failed(self, exc: BaseException, now: float) -> list[Found]:
         """Back off; report the first failure of a streak only."""
-        self.errors += 1
+        self.next_try = now + self.backoff.failed()
         self.last_error = f"{type(exc).__name__}: {exc}"
-        self.next_try = now + min(BACKOFF_START_S * 2 ** (self.errors - 1), BACKOFF_MAX_S)
         if self.errors > 1:
             return []
         self.log.error("watcher failed", watcher=self.name, db=self.db, error=self.last_error)
@@ -77,9 +81,9 @@ class Guard:
         """After a failure streak, say it recovered and clear the signal."""
         if not self.errors:
             return found
-        self.log.info("watcher recovered", watcher=self.name, db=self.db, after_errors=self.errors)
-        summary = f"the {self.name} watcher recovered after {self.errors} errors"
-        self.errors = 0
+        errors = self.backoff.succeeded()
+        self.log.info("watcher recovered", watcher=self.name, db=self.db, after_errors=errors)
+        summary = f"the {self.name} watcher recovered after {errors} errors"
         self.last_error = ""
         return [*found, Signal("watcher_failed", self.db, summary, now, key=self.name, clears=True)]
 

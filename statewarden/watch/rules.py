@@ -1,7 +1,8 @@
 """Rules: Hermes log records and journal entries -> signals and observations.
 
 Pure functions, no I/O. The log tailer (``watch/logtail.py``) cuts files into
-records; the journal follower hands over journald JSON entries; both end here.
+records (``watch/records.py``); the journal follower hands over journald JSON entries;
+both end here.
 
 How a record becomes signals:
 
@@ -21,7 +22,6 @@ through ``hermes_state*.py`` -- and never a record that only names another datab
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import time
 from collections import OrderedDict
@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.incidents.signals import Observation, Severity, Signal
+from statewarden.incidents.signals import Found, Observation, Severity, Signal, cap_evidence
 from statewarden.targets import Target
+from statewarden.watch.records import LogRecord, journal_record, parse_record
 
-# Evidence kept per signal: the record text, cut to this many characters.
-EVIDENCE_MAX_CHARS = 4000
 # The error part quoted in a one-line summary is cut to this many characters.
 SUMMARY_ERROR_MAX_CHARS = 160
 # A transcript append failing this many times in a row is an error, not a warning.
@@ -42,14 +41,6 @@ TRANSCRIPT_FAILURES_ERROR = 10
 # Cron session ids remembered by ``CronSessions`` (oldest forgotten first).
 CRON_SESSIONS_REMEMBERED = 4096
 
-# ``%(asctime)s %(levelname)s%(session_tag)s %(name)s: %(message)s`` (hermes_logging.py).
-_STAMP = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}"
-RECORD_START_RE = re.compile(_STAMP + " ")
-_LINE_RE = re.compile(
-    r"(?P<stamp>" + _STAMP + r") (?P<level>[A-Z]+|Level \d+)"
-    r"(?: \[(?P<session>[^\]\s]+)\])? (?P<logger>[^\s:]+(?::[^\s:]+)*): (?P<message>.*)",
-    re.DOTALL,
-)
 _CRON_RE = re.compile(r"\bcron_(?P<job>[0-9A-Za-z-]+(?:_[0-9A-Za-z-]+)*?)_(?P<stamp>\d{8}_\d{6})\b")
 
 _CORRUPTION_RE = re.compile(
@@ -71,48 +62,6 @@ _STATE_TEXT_RE = re.compile(
 _STATE_FRAME_RE = re.compile(r'File "[^"]*hermes_state\w*\.py"')
 # Another database named in the text (kanban.db, response_store.db, ...).
 _OTHER_DB_RE = re.compile(r"\b(?!state\.db\b)[\w-]+\.db\b")
-
-
-@dataclass(slots=True)  # not frozen: a frozen __init__ is the slowest part of a flood
-class LogRecord:
-    """One Hermes log record: its first line, parsed, plus any traceback lines."""
-
-    path: str  # the file it was read from ("" when unknown), or "journal:<unit>"
-    at: dt.datetime | None  # Hermes' asctime (naive local time); None for a line without one
-    level: str  # "ERROR", ...; "" when the line is not in Hermes' format
-    session: str | None  # the [session_tag], if any
-    logger: str  # logger name; "" when the line is not in Hermes' format
-    message: str  # the message part of the first line
-    text: str  # the whole record: first line and traceback lines, joined by "\n"
-    truncated: bool = False  # a line or the record was cut to the tailer's bound
-
-    @property
-    def timestamp(self) -> float | None:
-        """Seconds since the epoch, reading ``at`` as local time (as Hermes wrote it)."""
-        return None if self.at is None else self.at.timestamp()
-
-
-def starts_record(line: str) -> bool:
-    """True when ``line`` begins a new record (it starts with Hermes' asctime)."""
-    return RECORD_START_RE.match(line) is not None
-
-
-def parse_record(text: str, path: str = "", *, truncated: bool = False) -> LogRecord:
-    """Parse one record (first line + traceback lines); never raises.
-
-    A first line not in Hermes' format gives a record with ``level == logger == ""``
-    and the whole first line as ``message``, so rules can still read it.
-    """
-    first, _, _rest = text.partition("\n")
-    m = _LINE_RE.match(first)
-    if m is None:
-        return LogRecord(path, None, "", None, "", first, text, truncated)
-    try:
-        # fromisoformat is C code, many times faster than strptime on a flood.
-        at: dt.datetime | None = dt.datetime.fromisoformat(m["stamp"].replace(",", "."))
-    except ValueError:  # 2026-13-45: the shape matched, the calendar did not
-        at = None
-    return LogRecord(path, at, m["level"], m["session"], m["logger"], m["message"], text, truncated)
 
 
 def is_state_db_record(record: LogRecord) -> bool:
@@ -265,10 +214,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _evidence(record: LogRecord) -> tuple[str, ...]:
-    text = record.text
-    if len(text) > EVIDENCE_MAX_CHARS:
-        text = text[:EVIDENCE_MAX_CHARS] + f"\n…[{len(record.text) - EVIDENCE_MAX_CHARS} chars cut]"
-    return (text,)
+    return (cap_evidence(record.text),)
 
 
 def _source(record: LogRecord) -> str:
@@ -358,13 +304,13 @@ def signals_from_record(
     *,
     cron: CronSessions | None = None,
     now: float | None = None,
-) -> list[Signal | Observation]:
+) -> list[Found]:
     """Every signal (and cron observation) one log record gives. Never raises.
 
     ``cron``, when given, remembers the cron session ids seen so far; a new one gives
     an ``Observation(what="cron_started")``. ``now`` stamps records without a time.
     """
-    out: list[Signal | Observation] = []
+    out: list[Found] = []
     if cron is not None:
         out.extend(cron.observe(record, target, now))
     matched: Rule | None = None
@@ -400,39 +346,11 @@ def signals_from_log(
     *,
     cron: CronSessions | None = None,
     now: float | None = None,
-) -> list[Signal | Observation]:
+) -> list[Found]:
     """``signals_from_record`` for a record, or for raw record text (parsed first)."""
     if isinstance(record, str):
         record = parse_record(record)
     return signals_from_record(record, target, cron=cron, now=now)
-
-
-def _journal_text(value: object) -> str:
-    # journalctl -o json gives a field that is not valid UTF-8 as a list of byte values.
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(b, int) and 0 <= b < 256 for b in value):
-        return bytes(value).decode("utf-8", errors="replace")
-    return "" if value is None else str(value)
-
-
-def journal_record(entry: Mapping[str, Any]) -> LogRecord:
-    """The log record carried by one journald JSON entry of a Hermes unit."""
-    unit = _journal_text(
-        entry.get("_SYSTEMD_USER_UNIT") or entry.get("USER_UNIT") or entry.get("_SYSTEMD_UNIT")
-        or entry.get("UNIT") or "hermes"
-    )  # fmt: skip
-    message = _journal_text(entry.get("MESSAGE")).replace("\x00", "")
-    record = parse_record(message, f"journal:{unit}")
-    if record.at is None:
-        try:
-            usec = int(_journal_text(entry.get("__REALTIME_TIMESTAMP")))
-            at = dt.datetime.fromtimestamp(usec / 1e6)  # naive local, like Hermes' own lines
-        except (ValueError, OverflowError, OSError):
-            at = None
-        record = LogRecord(record.path, at, record.level, record.session, record.logger,
-                           record.message, record.text, record.truncated)  # fmt: skip
-    return record
 
 
 def signals_from_journal(
@@ -441,7 +359,7 @@ def signals_from_journal(
     *,
     cron: CronSessions | None = None,
     now: float | None = None,
-) -> list[Signal | Observation]:
+) -> list[Found]:
     """Signals from one journald JSON entry (``journalctl -o json``) of a Hermes unit.
 
     The gateway prints ``[gateway] Warning: SQLite session store unavailable, falling
@@ -450,7 +368,7 @@ def signals_from_journal(
     also logs to stderr). Never raises.
     """
     record = journal_record(entry)
-    out: list[Signal | Observation] = []
+    out: list[Found] = []
     m = _JSONL_FALLBACK_RE.search(record.message)
     if m is not None:
         error = _clip(m["error"], SUMMARY_ERROR_MAX_CHARS)

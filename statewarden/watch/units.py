@@ -9,8 +9,8 @@ reading their state (so no change falls between the two), then:
   once the unit has run for a whole window without restarting.
 
 No bus, no user manager or access denied: the reason is kept in ``status`` and the
-connection retried with capped backoff; the rest of the daemon (and everything found
-through /proc) goes on working.
+connection retried with capped backoff (from the shortest wait again once connected);
+the rest of the daemon (and everything found through /proc) goes on working.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from statewarden.backoff import Backoff
 from statewarden.errors import SystemdUnavailable
-from statewarden.incidents.signals import Observation, Signal
+from statewarden.incidents.signals import Found, Observation, Signal
 from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UserManager
 
 DEFAULT_CRASH_RESTARTS = 5
@@ -30,8 +31,6 @@ DEFAULT_CRASH_WINDOW_S = 600.0
 BACKOFF_START_S = 2.0
 BACKOFF_MAX_S = 300.0
 CHECK_EVERY_S = 30.0
-
-Found = Signal | Observation
 
 
 class UnitWatcher:
@@ -52,6 +51,7 @@ class UnitWatcher:
         self.crash_restarts = crash_restarts
         self.crash_window_s = crash_window_s
         self.status = "starting"
+        self.backoff = Backoff(BACKOFF_START_S, BACKOFF_MAX_S)
         self._restarts_seen: dict[str, int] = {}
         self._restart_times: dict[str, deque[float]] = {}
         self._looping: set[str] = set()
@@ -133,6 +133,7 @@ class UnitWatcher:
             for info in units:
                 self._restarts_seen.setdefault(info.name, info.n_restarts)
             self.status = f"watching {len(units)} Hermes unit{'s' if len(units) != 1 else ''}"
+            self.backoff.succeeded()  # connected: a later loss starts again from the shortest wait
             iterator = stream.__aiter__()
             while True:
                 try:
@@ -145,13 +146,15 @@ class UnitWatcher:
                 self.check_quiet(now)
 
     async def run(self) -> None:
-        delay = BACKOFF_START_S
+        """Watch until cancelled; reconnect with backoff when the user manager is lost."""
         while True:
+            why = "the user manager stopped sending changes"
             try:
                 await self._watch_once()
             except SystemdUnavailable as exc:
-                self.status = f"{exc}; retrying in {delay:.0f} s"
+                why = str(exc)
             except (OSError, EOFError) as exc:
-                self.status = f"lost the user manager ({exc}); retrying in {delay:.0f} s"
+                why = f"lost the user manager ({exc})"
+            delay = self.backoff.failed()
+            self.status = f"{why}; retrying in {delay:.0f} s"
             await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
