@@ -36,7 +36,7 @@ import apsw
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from statewarden.recovery.diagnose import check_database  # noqa: E402
+from statewarden.recovery.check import check_database  # noqa: E402
 from statewarden.recovery.recover import recover  # noqa: E402
 from tests import corruption_lab as lab  # noqa: E402
 from tests.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402

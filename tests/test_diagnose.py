@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
 from statewarden.recovery.bundle import fingerprint
-from statewarden.recovery.diagnose import check_database
+from statewarden.recovery.check import check_database
 from statewarden.recovery.scan import scan_table
 from tests import corruption_lab as lab
 from tests.hermes_fixtures import SMALL, built_db

@@ -18,7 +18,8 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.errors import UsageError
-from statewarden.recovery.diagnose import Diagnosis, check_database, exit_code_for, worst
+from statewarden.recovery.check import check_database
+from statewarden.recovery.diagnose import Diagnosis, exit_code_for, worst
 
 VERDICTS = {
     "none": "healthy",

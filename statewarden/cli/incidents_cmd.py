@@ -22,7 +22,8 @@ from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning
 from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.timeline import Timeline, format_entry
+from statewarden.incidents.show import show_incident
+from statewarden.incidents.timeline import Timeline
 
 
 def _ask(config: Config, cmd: str, **args: Any) -> tuple[Any, str]:
@@ -37,13 +38,7 @@ def _ask(config: Config, cmd: str, **args: Any) -> tuple[Any, str]:
         return [i.to_json() for i in book.listing(include_resolved=bool(args.get("all")))], "local"
     if cmd == "ack":
         return book.ack(int(args["id"])).to_json(), "local"
-    inc = book.get(int(args["id"]))
-    timeline = Timeline(sdir / "timeline")
-    entries = timeline.around(inc.db, inc.first_seen)
-    return {
-        "incident": inc.to_json(),
-        "timeline": [{**e.to_json(), "line": format_entry(e)} for e in entries],
-    }, "local"
+    return show_incident(book, Timeline(sdir / "timeline"), int(args["id"])), "local"
 
 
 def _when(ts: float) -> str:

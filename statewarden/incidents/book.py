@@ -38,7 +38,7 @@ import contextlib
 import json
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +68,7 @@ RATE_WINDOW_S = 60.0
 def from_logs(inc: Incident) -> bool:
     """True for an incident raised from a log or journal line: no watcher will ever say
     its condition cleared, so it resolves after a quiet period whatever its kind."""
-    return inc.source.startswith(("log", "journal"))
+    return inc.source.startswith(("log:", "journal:"))
 
 
 Change = Literal["opened", "reopened", "escalated", "updated", "resolved"]
@@ -108,6 +108,7 @@ class Update:
     change: Change
     incident: Incident
     rate_per_min: float | None = None
+    source: str = ""  # the watcher whose signal caused it; "" for a quiet resolution
 
 
 class IncidentBook:
@@ -290,6 +291,10 @@ class IncidentBook:
 
     def record(self, sig: Signal) -> Update | None:
         """Apply one signal; the update it caused, or None if it changed nothing."""
+        update = self._apply(sig)
+        return None if update is None else replace(update, source=sig.source)
+
+    def _apply(self, sig: Signal) -> Update | None:
         fp = sig.fingerprint
         existing = self.incidents.get(self._by_fingerprint.get(fp, -1))
         if sig.clears:

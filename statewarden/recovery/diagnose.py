@@ -27,7 +27,6 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.progress import ProgressFn
-from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.integrity import (
     ErrorGroup,
     fts_from_integrity_lines,
@@ -148,20 +147,6 @@ def exit_code_for(damage: str) -> int:
         "base": EXIT_BASE_DAMAGE,
         "unreadable": EXIT_UNREADABLE,
     }[damage]
-
-
-def check_database(
-    source: Path, work_parent: Path, *, progress: ProgressFn | None = None
-) -> Diagnosis:
-    """Copy ``source``'s bundle into a private work dir under ``work_parent``, diagnose the
-    copy, remove it. The source is only read (see ``bundle.make_work_copy``)."""
-    work = make_work_copy(source, work_parent, progress=progress)
-    try:
-        result = diagnose(work.db, progress=progress, truncated=work.truncated_note)
-    finally:
-        work.cleanup()
-    result.path = str(source)
-    return result
 
 
 def worst(*classes: str) -> str:

@@ -1,0 +1,99 @@
+"""When the daemon scans for holders.
+
+A holder scan reads ``/proc`` (in a worker thread, so log detection is never delayed
+by it) and covers every watched database at once. It runs every
+``watch.holders_interval``, and within ``EVENT_HOLDER_SCAN_GAP_S`` after a database
+file was opened (a new holder, seen by inotify ``IN_OPEN``) or a sidecar came, went
+or was replaced (a holder may now be on an old inode). One scan runs at a time.
+
+Its failures are reported like a failing watcher's, once, under the database ``"*"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from statewarden.config import Config
+from statewarden.holders.report import HolderScan
+from statewarden.incidents.signals import Found, Observation
+from statewarden.watch.holders import HolderWatcher
+from statewarden.watch.monitor import Guard
+
+EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
+# Observations after which a holder may be on an old inode: a scan is due soon.
+BUNDLE_CHANGES = frozenset(
+    {"sidecar_created", "sidecar_deleted", "file_replaced", "db_created", "db_deleted"}
+)
+
+
+class HolderScans:
+    def __init__(self, config: Config, on_found: Callable[[Found], None]) -> None:
+        self.config = config
+        self.on_found = on_found
+        self.watcher = HolderWatcher(
+            [],
+            max_writers=config.holders.max_writers,
+            expected_kinds=tuple(config.holders.expected_kinds),
+            exempt_comms=config.holders.exempt_comms,
+        )
+        self.guard = Guard("holders", "*", lambda _now: [])
+        self.task: asyncio.Task[None] | None = None
+        self._scanned_at = 0.0  # monotonic
+        self._has_dbs = False
+        self._event = False
+        self.scans_done = 0  # scans that ran without failing, since start
+
+    def set_dbs(self, dbs: list[Path]) -> None:
+        self.watcher.set_dbs(dbs)
+        self._has_dbs = bool(dbs)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config: the scan interval applies from the next wake."""
+        self.config = config
+
+    @property
+    def last(self) -> dict[str, HolderScan]:
+        """The latest scan of each database."""
+        return self.watcher.last
+
+    def notice(self, found: Found) -> None:
+        """Note a finding that makes a scan due soon."""
+        if isinstance(found, Observation) and found.what in BUNDLE_CHANGES:
+            self._event = True
+
+    async def scan(self) -> None:
+        """One holder scan in a worker thread (it reads /proc), diffed on the loop."""
+        self._scanned_at = time.monotonic()
+        if not self._has_dbs:
+            return
+        now = time.time()
+        if not self.guard.due(now):
+            return
+        try:
+            scans = await asyncio.to_thread(self.watcher.scan)
+            found = self.watcher.diff(scans, now)
+        except Exception as exc:  # noqa: BLE001 - reported like any failing watcher
+            found = self.guard.failed(exc, now)
+        else:
+            found = self.guard.succeeded(found, now)
+            self.scans_done += 1
+        for f in found:
+            self.on_found(f)
+
+    def schedule(self, polled_at: float) -> None:
+        """Start a scan in the background if one is due and none is running.
+
+        ``polled_at`` is the monotonic time of the poll just done.
+        """
+        since = polled_at - self._scanned_at
+        if self.watcher.opened():
+            self._event = True
+        due = since >= self.config.watch.holders_interval or (
+            self._event and since >= EVENT_HOLDER_SCAN_GAP_S
+        )
+        if due and (self.task is None or self.task.done()):
+            self._event = False
+            self.task = asyncio.create_task(self.scan())

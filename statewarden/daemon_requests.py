@@ -1,0 +1,129 @@
+"""The daemon's control requests: a table of handlers, one per request name.
+
+``statewardenctl`` sends ``{"cmd": NAME, ...}`` over the control socket
+(``statewarden.control``); :meth:`Requests.handle` looks ``NAME`` up in
+:attr:`Requests.handlers` and awaits the handler with the request. An unknown name,
+or a bad argument, is a ``UsageError``: a one-line error reply, and the socket goes on
+serving.
+
+| request | answers |
+|---|---|
+| ``status`` | the daemon, the units watcher, each database's status, watchers, journal |
+| ``holders`` | a fresh holder scan of every database |
+| ``incidents`` | open incidents (``all``: resolved ones too) |
+| ``incident`` | one incident (``id``) with the timeline around its first signal |
+| ``check`` | ``check`` of one watched database (``db`` or ``profile``), one at a time |
+| ``ack`` | acknowledge an incident (``id``) |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from statewarden import __version__
+from statewarden.atomic import private_dir
+from statewarden.errors import UsageError
+from statewarden.incidents.show import show_incident
+from statewarden.mounts import read_mounts
+from statewarden.recovery.check import check_database
+
+if TYPE_CHECKING:
+    from statewarden.daemon import Daemon
+
+Request = dict[str, Any]
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+class Requests:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._checking = asyncio.Lock()
+        self.handlers: dict[str, Handler] = {
+            "status": self.status,
+            "holders": self.holders,
+            "incidents": self.incidents,
+            "incident": self.incident,
+            "check": self.check,
+            "ack": self.ack,
+        }
+
+    async def handle(self, req: Request) -> Any:
+        cmd = req["cmd"]
+        handler = self.handlers.get(cmd)
+        if handler is None:
+            raise UsageError(f"unknown request {cmd!r}")
+        return await handler(req)
+
+    async def status(self, _req: Request) -> Any:
+        d = self.daemon
+        mounts = read_mounts()
+        dbs = []
+        for key, m in d.databases.monitors.items():
+            st = await d.databases.status_of(m.target, mounts)
+            dbs.append(
+                {
+                    **st.to_json(),
+                    "watchers": m.status(),
+                    "journal": d.databases.journal_status(key),
+                    "open_incidents": sum(1 for i in d.book.open_incidents() if i.db == key),
+                }
+            )
+        return {
+            "units": d.units.status,
+            "daemon": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "started_at": d.started_at,
+                "config": d.config.source,
+                "status": d.status_line(),
+            },
+            "databases": dbs,
+        }
+
+    async def holders(self, _req: Request) -> Any:
+        await self.daemon.holder_scans.scan()
+        return [s.to_json() for s in self.daemon.holder_scans.last.values()]
+
+    async def incidents(self, req: Request) -> Any:
+        listing = self.daemon.book.listing(include_resolved=bool(req.get("all")))
+        return [i.to_json() for i in listing]
+
+    async def incident(self, req: Request) -> Any:
+        return show_incident(self.daemon.book, self.daemon.timeline, _incident_id(req))
+
+    async def ack(self, req: Request) -> Any:
+        return self.daemon.book.ack(_incident_id(req)).to_json()
+
+    async def check(self, req: Request) -> Any:
+        """Diagnose one watched database (by ``db`` path or ``profile``) on a private copy."""
+        d = self.daemon
+        monitors = d.databases.monitors
+        wanted = req.get("db") or req.get("profile")
+        chosen = [m for key, m in monitors.items() if wanted in (None, key, m.target.name)]
+        if len(chosen) != 1:
+            names = ", ".join(f"{m.target.name} ({k})" for k, m in monitors.items()) or "none"
+            raise UsageError(f"name one database to check with db or profile (watched: {names})")
+        if self._checking.locked():
+            raise UsageError("a check is already running; try again when it has finished")
+        async with self._checking:
+            parent = private_dir(d.state_dir / "work")
+            diagnosis = await asyncio.to_thread(
+                check_database,
+                chosen[0].target.db,
+                parent,
+                copy_guard=d.databases.source_reads,
+            )
+        return diagnosis.to_json()
+
+
+def _incident_id(req: Request) -> int:
+    value = req.get("id")
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UsageError("id must be an incident number")
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"id must be an incident number, got {value!r}") from None
