@@ -773,3 +773,35 @@ class TestUnreadableJournal:
                 eventually(lambda: not incidents(), timeout_s=120, what="resolved")
             finally:
                 assert d.stop() == 0
+
+
+class TestSecretsInConfig:
+    def test_rejected_secret_is_not_echoed(self) -> None:
+        """A secret-typed key given a wrong value: the error names the key, never the value."""
+        from statewarden.config import Secret, _convert, _Ctx
+        from statewarden.errors import ConfigError
+
+        with pytest.raises(ConfigError) as caught:
+            _convert(Secret, 123456789, ("alerts", "telegram", "token"), _Ctx("c.yaml", {}))
+        assert "123456789" not in str(caught.value)
+        assert "alerts.telegram.token" in str(caught.value)
+
+
+@needs_root
+class TestForeignRuntimeFolder:
+    def test_runtime_dir_writable_by_others_gets_no_socket(
+        self, env: dict[str, str], hermes_home: Path
+    ) -> None:
+        """A runtime folder with mode 0777: no socket is made there (the refusal is
+        logged as one line); the daemon keeps watching."""
+        rdir = Path(env["XDG_RUNTIME_DIR"]) / "statewarden"
+        rdir.mkdir(parents=True)
+        rdir.chmod(0o777)
+        d = DaemonProc(env)
+        try:
+            line = d.wait_for("control socket unavailable")
+            assert "writable by others (mode 0777)" in line
+            d.wait_for("statewarden ready")
+            assert not (rdir / "control.sock").exists()
+        finally:
+            assert d.stop() == 0

@@ -89,6 +89,9 @@ class Timeline:
             except StateUnwritable as exc:
                 self.write_error = exc
                 return
+            except OSError as exc:  # the compaction's read (no descriptors left, EIO)
+                self.write_error = StateUnwritable(self.path_for(db), exc)
+                return
             self._pending.popleft()
         self.write_error = None
 

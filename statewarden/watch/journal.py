@@ -166,7 +166,7 @@ class JournalFollower:
                 break
             try:
                 entry = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if not isinstance(entry, dict):
                 continue
