@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.hermes_fixtures import TINY, holding, log_line, make_home
 from statewarden.control import request
-from tests.hermes_fixtures import TINY, holding, log_line, make_home
 
 LINE = "gateway.session: state.db routing save failed: database disk image is malformed"
 
@@ -176,11 +176,11 @@ def main() -> None:
             d0, h0, w0 = _cpu_s(daemon.pid), _cpu_s(writer.pid), time.monotonic()
             time.sleep(10)
             wall = time.monotonic() - w0
-            ours = (_cpu_s(daemon.pid) - d0) / wall
-            theirs = (_cpu_s(writer.pid) - h0) / wall
+            daemon_cpu = (_cpu_s(daemon.pid) - d0) / wall
+            writer_cpu = (_cpu_s(writer.pid) - h0) / wall
         print(
-            f"daemon CPU while Hermes commits every 2 ms: {ours * 100:.2f} %"
-            f"  |  the Hermes writer itself: {theirs * 100:.1f} %"
+            f"daemon CPU while Hermes commits every 2 ms: {daemon_cpu * 100:.2f} %"
+            f"  |  the Hermes writer itself: {writer_cpu * 100:.1f} %"
         )
     finally:
         daemon.terminate()

@@ -21,10 +21,10 @@ import tempfile
 from pathlib import Path
 
 from bench._common import time_it
+from lab.hermes_fixtures import log_line
 from statewarden.targets import target_for_db
 from statewarden.watch.logtail import LogTailer
 from statewarden.watch.rules import CronSessions, signals_from_log
-from tests.hermes_fixtures import log_line
 
 LINES = 100_000
 TRACEBACK = (

@@ -10,16 +10,18 @@ Run: .venv/bin/python -m bench.status   (builds the large fixture once, ~1 min, 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 from bench._common import figure, time_it
+from lab.hermes_fixtures import LARGE, TINY, built_db
 from statewarden.status import database_status
 from statewarden.targets import target_for_db
-from tests.hermes_fixtures import LARGE, TINY, built_db
 
 
 def main() -> None:
@@ -33,25 +35,26 @@ def main() -> None:
             shutil.copyfile(src, db)
             size_mb = os.path.getsize(db) / 1e6
             target = target_for_db(db)
-            ours = time_it(lambda t=target: database_status(t), repeat=30)
+            ours = time_it(functools.partial(database_status, target), repeat=30)
             other = None
             if sqlite3_cli:
                 cmd = [sqlite3_cli, "-readonly", str(db),
                        "PRAGMA page_count; PRAGMA freelist_count; PRAGMA journal_mode;"]  # fmt: skip
                 other = time_it(
-                    lambda c=cmd: subprocess.run(c, check=True, capture_output=True), repeat=30
+                    functools.partial(subprocess.run, cmd, check=True, capture_output=True),
+                    repeat=30,
                 )
             print(figure(f"status on {label} ({size_mb:.0f} MB, in-process)", ours,
                          versus="sqlite3 shell, same pragmas", other_s=other))  # fmt: skip
             cli = [
-                str(Path(os.sys.executable).parent / "statewardenctl"),
+                str(Path(sys.executable).parent / "statewardenctl"),
                 "status",
                 "--db",
                 str(db),
                 "--json",
             ]
             whole = time_it(
-                lambda c=cli: subprocess.run(c, check=True, capture_output=True), repeat=10
+                functools.partial(subprocess.run, cli, check=True, capture_output=True), repeat=10
             )
             print(
                 figure(

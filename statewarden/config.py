@@ -49,8 +49,25 @@ DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
 DEFAULT_TIMELINE_MAX_AGE_S = 14 * 86400.0
 DEFAULT_TIMELINE_MAX_BYTES = 16 * 2**20
+DEFAULT_GROUP_WAIT_S = 30.0  # Alertmanager's group_wait: what fires together is sent together
+DEFAULT_REPEAT_INTERVAL_S = 4 * 3600.0  # a reminder while an incident stays open
+DEFAULT_OUTBOX_MAX_ENTRIES = 10_000
+DEFAULT_RETRY_MAX_S = 300.0  # backoff cap for a sink that fails (timeouts, 5xx)
+DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
+DEFAULT_TELEGRAM_CREDENTIAL = "telegram-token"  # LoadCredential=telegram-token:/path
+DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a variable's name
+DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
+DEFAULT_TELEGRAM_MIN_INTERVAL_S = 1.0  # Telegram allows about one message a second per chat
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
+DEFAULT_MAINTENANCE_SETTLE_S = 2.0
+DEFAULT_MAINTENANCE_RESPAWN_LIMIT = 3
+DEFAULT_MAINTENANCE_STOP_GRACE_S = 10.0
+DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S = 90.0
+DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S = 30.0
+DEFAULT_QUARANTINE_KEEP = 5
+DEFAULT_QUARANTINE_MAX_AGE_S = 30 * 86400.0
+DEFAULT_SNAPSHOTS_KEEP = 7
 DEFAULT_LOG_LEVEL: LogLevel = "info"
 DEFAULT_LOG_FORMAT: LogFormat = "auto"
 
@@ -63,13 +80,23 @@ class _Bytes:
     """Marker: a size in bytes, written as ``50MiB``, ``4KB``, ``1GiB`` or an integer."""
 
 
+class _Window:
+    """Marker: a maintenance window such as ``Sun 03:00-04:00`` or ``daily 04:30-05:00``."""
+
+
 class _Secret:
     """Marker: a value redacted by ``config show`` and in logs."""
+
+
+class _Id:
+    """Marker: an identifier written as a number or a string (a Telegram chat id), kept as text."""
 
 
 Duration = Annotated[float, _Duration]
 ByteSize = Annotated[int, _Bytes]
 Secret = Annotated[str, _Secret]
+IdText = Annotated[str, _Id]
+Window = Annotated[str, _Window]
 
 REDACTED = "***redacted***"
 
@@ -134,6 +161,9 @@ HolderKind = Literal[
     "litestream",
     "unknown",
 ]
+# What a holder scan does with a process it cannot read (another user's, EACCES).
+OtherUsersPolicy = Literal["locks", "fail"]
+DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
 DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
     "gateway",
     "dashboard",
@@ -152,6 +182,7 @@ class HoldersConfig:
 
     max_writers: int = DEFAULT_MAX_WRITERS
     expected_kinds: tuple[HolderKind, ...] = DEFAULT_EXPECTED_KINDS
+    other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS
     exempt_comms: tuple[str, ...] = ()
 
 
@@ -171,6 +202,97 @@ class TimelineConfig:
     max_bytes: ByteSize = DEFAULT_TIMELINE_MAX_BYTES
 
 
+Severity = Literal["info", "warning", "error", "critical"]
+IncidentKind = Literal[
+    "corruption",
+    "jsonl_fallback",
+    "write_failures",
+    "messages_dropped",
+    "self_repair",
+    "stale_holder",
+    "lost_locks",
+    "wal_growth",
+    "unsafe_mount",
+    "multi_writer",
+    "unexpected_holder",
+    "crash_loop",
+    "task_died",
+    "watcher_failed",
+    "state_unwritable",
+    "supervisor_failed",
+]
+
+
+@dataclass(frozen=True)
+class JournaldAlertsConfig:
+    """Notifications as journald entries (one per incident, with its kind's MESSAGE_ID)."""
+
+    enabled: bool = True
+    min_severity: Severity = "info"
+    kinds: tuple[IncidentKind, ...] = ()
+
+
+@dataclass(frozen=True)
+class TelegramConfig:
+    """Notifications as Telegram messages (Bot API sendMessage); the token is never in here."""
+
+    enabled: bool = False
+    token_file: Path | None = None
+    credential: str = DEFAULT_TELEGRAM_CREDENTIAL
+    token_env: str = DEFAULT_TELEGRAM_TOKEN_ENV
+    chat_id: IdText | None = None
+    message_thread_id: int | None = None
+    api_base: str = DEFAULT_TELEGRAM_API_BASE
+    min_severity: Severity = "warning"
+    kinds: tuple[IncidentKind, ...] = ()
+    timeout: Duration = DEFAULT_TELEGRAM_TIMEOUT_S
+    min_interval: Duration = DEFAULT_TELEGRAM_MIN_INTERVAL_S
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """How incident changes become notifications, and where they go."""
+
+    group_wait: Duration = DEFAULT_GROUP_WAIT_S
+    no_wait: tuple[Severity, ...] = ("critical",)
+    repeat_interval: Duration = DEFAULT_REPEAT_INTERVAL_S
+    send_resolved: bool = True
+    outbox_max_entries: int = DEFAULT_OUTBOX_MAX_ENTRIES
+    retry_max: Duration = DEFAULT_RETRY_MAX_S
+    journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
+    telegram: TelegramConfig = field(default_factory=TelegramConfig)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics over HTTP (off unless ``listen`` is set)."""
+
+    listen: str | None = None
+
+
+AutoRepair = Literal["never", "in_window", "immediately"]
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """Maintenance runs: when the daemon repairs, and how holders are stopped."""
+
+    windows: tuple[Window, ...] = ()
+    auto_repair: AutoRepair = "in_window"
+    repair_kinds: tuple[str, ...] = ("corruption",)
+    stop_interactive: bool = False
+    accept_loss: bool = False
+    settle: Duration = DEFAULT_MAINTENANCE_SETTLE_S
+    settle_timeout: Duration = DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S
+    respawn_limit: int = DEFAULT_MAINTENANCE_RESPAWN_LIMIT
+    stop_grace: Duration = DEFAULT_MAINTENANCE_STOP_GRACE_S
+    unit_timeout: Duration = DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S
+    quarantine_keep: int = DEFAULT_QUARANTINE_KEEP
+    quarantine_max_age: Duration = DEFAULT_QUARANTINE_MAX_AGE_S
+    snapshots: bool = True
+    snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration, validated once."""
@@ -183,6 +305,9 @@ class Config:
     holders: HoldersConfig = field(default_factory=HoldersConfig)
     incidents: IncidentsConfig = field(default_factory=IncidentsConfig)
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     source: str | None = field(default=None, metadata={"internal": True})
 
 
@@ -363,8 +488,34 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             source=source,
             line=lines.get((), 1),
         )
-    config: Config = _build(Config, data, (), _Ctx(source, lines))
+    ctx = _Ctx(source, lines)
+    config: Config = _build(Config, data, (), ctx)
+    _check_alerts(config.alerts, ctx)
+    _check_listen(config.metrics.listen, ctx)
     return dataclasses.replace(config, source=source)
+
+
+def _check_listen(listen: str | None, ctx: _Ctx) -> None:
+    if listen is None:
+        return
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ctx.error(
+            ("metrics", "listen"), f"expected host:port such as 127.0.0.1:9108, got {listen!r}"
+        )
+
+
+def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
+    """What one key's type cannot say: an enabled Telegram sink needs a chat."""
+    tg = alerts.telegram
+    if tg.enabled and tg.chat_id is None:
+        raise ctx.error(("alerts", "telegram", "chat_id"), "is required when telegram is enabled")
+    if not tg.api_base.startswith(("https://", "http://")):
+        raise ctx.error(
+            ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
+        )
+    if alerts.outbox_max_entries < 1:
+        raise ctx.error(("alerts", "outbox_max_entries"), "expected a whole number above zero")
 
 
 class _Ctx:
@@ -482,6 +633,40 @@ def parse_duration(value: object) -> float | None:
     return seconds
 
 
+_WINDOW_RE = re.compile(r"^\s*(\S+)\s+(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_DAY_SETS = {"daily": range(7), "weekdays": range(5), "weekends": range(5, 7)}
+
+
+def parse_window(value: object) -> tuple[frozenset[int], int, int] | None:
+    """``(weekdays 0=Mon, start minute, end minute)`` of ``Sun 03:00-04:00``; None if invalid.
+
+    Days: ``daily``, ``weekdays``, ``weekends``, a day (``Sun``) or a list (``Sat,Sun``).
+    An end at or before the start runs past midnight into the next day.
+    """
+    if not isinstance(value, str):
+        return None
+    m = _WINDOW_RE.match(value)
+    if not m:
+        return None
+    days: set[int] = set()
+    for part in m.group(1).lower().split(","):
+        if part in _DAY_SETS:
+            days.update(_DAY_SETS[part])
+        elif part in WEEKDAYS or part in _WEEKDAY_NAMES:
+            days.add(WEEKDAYS.index(part[:3]))
+        else:
+            return None
+    h1, m1, h2, m2 = (int(g) for g in m.groups()[1:])
+    if h1 > 23 or h2 > 24 or m1 > 59 or m2 > 59 or (h2 == 24 and m2):
+        return None
+    start, end = h1 * 60 + m1, h2 * 60 + m2
+    if start == end:
+        return None
+    return frozenset(days), start, end
+
+
 def parse_bytes(value: object) -> int | None:
     """Bytes for ``50MiB`` / ``4KB`` / an integer; ``None`` if invalid."""
     if isinstance(value, bool):
@@ -512,11 +697,25 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
                     f"got {_kind(value)}",
                 )
             return seconds
+        if _Window in markers:
+            if parse_window(value) is None:
+                raise ctx.error(
+                    path,
+                    "expected a window such as 'Sun 03:00-04:00', 'daily 04:30-05:00' or"
+                    f" 'Sat,Sun 02:00-03:00', got {_kind(value)}",
+                )
+            return value
         if _Bytes in markers:
             size = parse_bytes(value)
             if size is None:
                 raise ctx.error(path, f"expected a size such as 50MiB or 4096, got {_kind(value)}")
             return size
+        if _Id in markers:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return str(value)
+            if not isinstance(value, str) or not value.strip():
+                raise ctx.error(path, f"expected a number or a string, got {_kind(value)}")
+            return value.strip()
         return _convert(base, value, path, ctx)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]

@@ -25,7 +25,8 @@ scans (``daemon_holders``), the units watcher, the control requests
 (``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
 journal it cannot read). Everything they find goes to :meth:`Daemon.handle`, which hands
 it to the incident recorder; every incident update the recorder makes goes to the
-announcer (``statewarden.alerts.announce``).
+announcer (``statewarden.alerts.announce``) and to the alerts (``statewarden.alerts.service``:
+journald and Telegram notifications). Metrics (``daemon_metrics``) when configured.
 """
 
 from __future__ import annotations
@@ -42,22 +43,26 @@ from typing import Any
 
 from statewarden import __version__, journald
 from statewarden.alerts.announce import Announcer
+from statewarden.alerts.service import Alerts
 from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.daemon_databases import WatchedDatabases
 from statewarden.daemon_health import OwnHealth
 from statewarden.daemon_holders import HolderScans
+from statewarden.daemon_metrics import Metrics
 from statewarden.daemon_requests import Requests
 from statewarden.errors import ConfigError, StatewardenError
-from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS, RestartCheck
 from statewarden.incidents.signals import Found
 from statewarden.incidents.timeline import Timeline
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
+from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.watch.events import FileEvents
+from statewarden.watch.holders import describe
 from statewarden.watch.units import UnitWatcher
 
 STOP_STAGE_TIMEOUT_S = 5.0
@@ -85,12 +90,22 @@ class Daemon:
             max_bytes=config.timeline.max_bytes,
         )
         self.announcer = Announcer(self.timeline)
-        self.recorder = Recorder(self.book, self.timeline, self.announcer.submit)
-        self.restart = RestartCheck(self.book, self.announcer.submit)
+        self.alerts = Alerts(
+            config.alerts,
+            sdir,
+            log=self.log,
+            profile_of=self._profile_of,
+            holders_of=self._holders_of,
+        )
+        self.recorder = Recorder(self.book, self.timeline, self._on_update)
+        self.restart = RestartCheck(self.book, self._on_update)
+        self.metrics: Metrics | None = None
+        self.last_check: dict[str, tuple[float, str]] = {}  # db -> (when, damage class)
         self.databases = WatchedDatabases(config, self.handle)
         self.health = OwnHealth(sdir, self.book, self.timeline, self.databases, self.handle)
         self.holder_scans = HolderScans(config, self.handle)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
+        self.maintenance = AutoMaintenance(config, self.log)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -119,6 +134,18 @@ class Daemon:
         self.holder_scans.notice(found)
         self.restart.seen(found)
         self.recorder.record(found)
+
+    def _on_update(self, update: Update) -> None:
+        self.announcer.submit(update)
+        self.alerts.submit(update)
+
+    def _profile_of(self, db: str) -> str:
+        m = self.databases.monitors.get(db)
+        return m.target.name if m is not None else "-"
+
+    def _holders_of(self, db: str) -> list[str]:
+        scan = self.holder_scans.last.get(db)
+        return [describe(h) for h in scan.holders] if scan is not None else []
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:
@@ -210,8 +237,14 @@ class Daemon:
         self.events = FileEvents(from_observer_thread)
         self.events.start()
         self.rescan()
+        # An interrupted maintenance run is finished or rolled back first (in the background).
+        targets = [m.target for m in self.databases.monitors.values()]
+        self._tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
         await self.databases.check_mounts()
         self._tasks.append(asyncio.create_task(self.units.run()))
+        self.alerts.reconcile(self.book.incidents.values())
+        self._tasks.append(asyncio.create_task(self.alerts.run()))
+        self.metrics = Metrics.started(self)
         self.poll()  # the baseline: what exists now is not news
         await self.holder_scans.scan()
         if self.holder_scans.scans_done:
@@ -239,7 +272,12 @@ class Daemon:
                 await asyncio.sleep(MIN_POLL_GAP_S - gap)
             last_poll = time.monotonic()
             self.poll()
+            self.maintenance.tick(
+                [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
+            )
             self.holder_scans.schedule(last_poll)
+            if self.metrics is not None:
+                self.metrics.refresh(self)
             journald.notify_status(self.status_line())
 
     async def reload(self) -> None:
@@ -262,6 +300,8 @@ class Daemon:
             self.config = new
             self.databases.reconfigure(new)
             self.holder_scans.reconfigure(new)
+            await self.alerts.reload(new.alerts)
+            self.maintenance.reconfigure(new)
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
         await self.databases.check_mounts()
@@ -277,6 +317,9 @@ class Daemon:
         """Stop in stages, each with a time limit; safe to call twice."""
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.control.close(), STOP_STAGE_TIMEOUT_S)
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.close)
+            self.metrics = None
         if self.events is not None:
             await asyncio.to_thread(self.events.stop, STOP_STAGE_TIMEOUT_S)
             self.events = None
@@ -290,6 +333,8 @@ class Daemon:
             await asyncio.wait_for(
                 asyncio.gather(*tasks, return_exceptions=True), STOP_STAGE_TIMEOUT_S
             )
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.alerts.close(), STOP_STAGE_TIMEOUT_S)
         self.book.save()
 
 

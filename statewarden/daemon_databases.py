@@ -9,8 +9,8 @@ Each appearance, disappearance and the lack of any Hermes home is logged once.
 
 Everything found is handed to ``on_found``. Every raw read of a database file
 (``status``'s header read, a mount check, a ``check``'s copy) holds
-:attr:`WatchedDatabases.source_reads`, so none overlaps another one: the README's
-Safety rule 2 holds per process, as closing a descriptor would drop the locks of a
+:attr:`WatchedDatabases.source_reads`, so none overlaps another one: docs/safety.md
+rule 2 holds per process, as closing a descriptor would drop the locks of a
 SQLite connection this process has open on the same file.
 """
 

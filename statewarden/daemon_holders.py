@@ -38,6 +38,7 @@ class HolderScans:
             max_writers=config.holders.max_writers,
             expected_kinds=tuple(config.holders.expected_kinds),
             exempt_comms=config.holders.exempt_comms,
+            other_users=config.holders.other_users,
         )
         self.guard = Guard("holders", "*", lambda _now: [])
         self.task: asyncio.Task[None] | None = None
@@ -51,8 +52,10 @@ class HolderScans:
         self._has_dbs = bool(dbs)
 
     def reconfigure(self, config: Config) -> None:
-        """A reloaded config: the scan interval applies from the next wake."""
+        """A reloaded config: the scan interval applies from the next wake, the holders
+        section (policy, expected kinds, writers) from the next scan."""
         self.config = config
+        self.watcher.configure(config.holders)
 
     @property
     def last(self) -> dict[str, HolderScan]:

@@ -14,12 +14,14 @@ serving.
 | ``incident`` | one incident (``id``) with the timeline around its first signal |
 | ``check`` | ``check`` of one watched database (``db`` or ``profile``), one at a time |
 | ``ack`` | acknowledge an incident (``id``) |
+| ``alerts`` | each alert sink's health and the outbox |
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,8 @@ class Requests:
             "incident": self.incident,
             "check": self.check,
             "ack": self.ack,
+            "alerts": self.alerts,
+            "maintenance": self.maintenance,
         }
 
     async def handle(self, req: Request) -> Any:
@@ -80,6 +84,7 @@ class Requests:
                 "config": d.config.source,
                 "status": d.status_line(),
             },
+            "alerts": {name: s["state"] for name, s in d.alerts.status()["sinks"].items()},
             "databases": dbs,
         }
 
@@ -89,10 +94,18 @@ class Requests:
 
     async def incidents(self, req: Request) -> Any:
         listing = self.daemon.book.listing(include_resolved=bool(req.get("all")))
-        return [i.to_json() for i in listing]
+        alerts = self.daemon.alerts
+        return [{**i.to_json(), "notification": alerts.incident_state(i.id)} for i in listing]
+
+    async def alerts(self, _req: Request) -> Any:
+        return self.daemon.alerts.status()
 
     async def incident(self, req: Request) -> Any:
         return show_incident(self.daemon.book, self.daemon.timeline, _incident_id(req))
+
+    async def maintenance(self, _req: Request) -> Any:
+        """The daemon's maintenance policy, runs in flight and each database's last report."""
+        return self.daemon.maintenance.status()
 
     async def ack(self, req: Request) -> Any:
         return self.daemon.book.ack(_incident_id(req)).to_json()
@@ -116,6 +129,7 @@ class Requests:
                 parent,
                 copy_guard=d.databases.source_reads,
             )
+        d.last_check[str(chosen[0].target.db)] = (time.time(), diagnosis.damage)
         return diagnosis.to_json()
 
 

@@ -18,7 +18,9 @@ EXIT_BASE_DAMAGE = 3  # check: table b-trees are damaged, rows may be lost
 EXIT_RECOVERED_WITH_LOSS = 3  # recover: the output is verified, with rows lost (listed)
 EXIT_STALE_OR_LOST_LOCKS = 3  # holders: a holder is STALE or has lost its locks
 EXIT_UNREADABLE = 4
-EXIT_ALREADY_RUNNING = 5
+EXIT_MAINTENANCE_LOSS = 3  # maintenance: the repair would lose rows, or was swapped with loss
+EXIT_REFUSED = 5  # maintenance: a holder that may not be stopped
+EXIT_ALREADY_RUNNING = 5  # statewarden run: another daemon runs on this state folder
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away
 
@@ -124,3 +126,19 @@ class DaemonNotRunning(StatewardenError):
 
 class ControlError(StatewardenError):
     """The daemon answered with an error."""
+
+
+class RunLocked(StatewardenError):
+    """Another maintenance run holds this database's lock."""
+
+
+class FenceError(StatewardenError):
+    """The fence around the old state.db could not be put up or taken down as asked."""
+
+
+class QuiesceFailed(StatewardenError):
+    """A unit could not be stopped or started; what was stopped is started again."""
+
+
+class InstallError(StatewardenError):
+    """The systemd --user units could not be installed or removed as asked."""

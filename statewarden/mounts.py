@@ -4,7 +4,7 @@ WAL needs coherent POSIX locks and a coherent shared memory map of ``-shm`` betw
 every process using the database. Network filesystems (NFS, SMB/CIFS, Ceph,
 GlusterFS) and cross-VM shares (virtiofs on Docker Desktop / OrbStack, 9p and drvfs
 on Windows) do not give that, and FUSE filesystems cannot be trusted to: there WAL
-can corrupt silently while ``integrity_check`` passes (HERMES.md, story 8).
+can corrupt silently while ``integrity_check`` passes (docs/stories.md story 8).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Mount:
     fstype: str
     source: str
     options: str
+    super_options: str = ""  # the filesystem's own options (proc: hidepid=, subset=)
 
     @property
     def unsafe_for_wal(self) -> bool:
@@ -67,6 +68,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
                 fstype=fields[sep + 1],
                 source=unescape(fields[sep + 2]),
                 options=fields[5],
+                super_options=fields[sep + 3] if len(fields) > sep + 3 else "",
             )
         )
     return mounts

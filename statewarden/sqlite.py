@@ -1,6 +1,6 @@
 """All of statewarden's SQLite access, through apsw (its bundled SQLite, never the system's).
 
-Two ways in, and they never overlap for one file in this process (DESIGN.md rule 2:
+Two ways in, and they never overlap for one file in this process (docs/safety.md rule 2:
 closing any descriptor of a file drops every POSIX lock this process holds on it, so a
 raw read while a SQLite connection is open could strip that connection's locks):
 
@@ -10,7 +10,7 @@ raw read while a SQLite connection is open could strip that connection's locks):
   URI, ``SQLITE_OPEN_READONLY`` and ``PRAGMA query_only``. A read-only connection never
   checkpoints (a checkpoint is a write) and never deletes ``-wal``/``-shm``.
 
-Only apsw is used here (rule 6): the stdlib ``sqlite3`` links the system's SQLite,
+Only apsw is used here (docs/safety.md rule 6): the stdlib ``sqlite3`` links the system's SQLite,
 which on Debian 12 is 3.40.1, older than the WAL-reset fix of 3.51.3.
 """
 

@@ -1,7 +1,7 @@
 """``statewardenctl status``: the facts about each watched database, read without harm.
 
 Nothing here writes, checkpoints or takes a write lock. The header is read raw first,
-with no connection open (DESIGN.md rule 2); then one short read-only connection asks
+with no connection open (docs/safety.md rule 2); then one short read-only connection asks
 for the page count, the freelist and Hermes' ``schema_version``. In WAL mode a reader
 never blocks a writer; the connection lives for a few milliseconds.
 """

@@ -384,6 +384,36 @@ class UserManager:
                          timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
         return await self._job("start", "StartUnit", unit, mode, timeout_s)
 
+    async def restart_unit(self, unit: str, *, mode: str = "replace",
+                           timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+        return await self._job("restart", "RestartUnit", unit, mode, timeout_s)
+
+    # -- unit files -------------------------------------------------------------------
+
+    async def reload(self) -> None:
+        """``daemon-reload``: the manager reads the unit files again."""
+        await self._call("Reload")
+
+    async def enable_unit_files(self, names: Sequence[str]) -> list[tuple[str, str, str]]:
+        """Enable units (their ``[Install]`` links); returns the manager's changes."""
+        body = await self._call("EnableUnitFiles", "asbb", [list(names), False, False])
+        return [(str(a), str(b), str(c)) for a, b, c in body[1]]
+
+    async def disable_unit_files(self, names: Sequence[str]) -> list[tuple[str, str, str]]:
+        """Disable units (remove their ``[Install]`` links); returns the manager's changes."""
+        body = await self._call("DisableUnitFiles", "asb", [list(names), False])
+        return [(str(a), str(b), str(c)) for a, b, c in body[0]]
+
+    async def unit_file_state(self, name: str) -> str | None:
+        """``enabled``, ``disabled``, ``static``, ...; None when there is no such unit file."""
+        try:
+            body = await self._call("GetUnitFileState", "s", [name])
+        except SystemdCallFailed as exc:
+            if exc.error_name.endswith(("NoSuchUnit", "FileNotFound", "InvalidArgs")):
+                return None
+            raise
+        return str(body[0])
+
     # -- watching -------------------------------------------------------------------
 
     async def watch_units(

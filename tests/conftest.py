@@ -1,14 +1,52 @@
-"""Shared pytest fixtures: real Hermes homes, isolated XDG dirs."""
+"""Shared pytest fixtures (real Hermes homes, isolated XDG dirs) and the suite's rules:
+under ``CI`` a skipped test is a failure, and the systemd and slow tests get a longer
+per-test timeout than the default in pyproject.toml."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.daemon_proc import DaemonProc, daemon_env
-from tests.hermes_fixtures import TINY, make_home
+from lab.hermes_fixtures import TINY, make_home
+from tests.support.daemon import DaemonProc, daemon_env
+
+pytest_plugins = ["pytester"]
+
+# Seconds per test for tests marked systemd or slow (a private manager and journald start
+# and stop around each; the large fixture is built once, in minutes).
+LONG_TIMEOUT_S = 900
+
+
+def in_ci() -> bool:
+    """``CI`` set to anything but empty, 0, false or no."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        long = item.get_closest_marker("systemd") or item.get_closest_marker("slow")
+        if long and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under CI a skip means a tool or privilege went missing: fail, with the reason."""
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail") and in_ci():
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under CI ({os.environ.get('CI')}), which must run every test: {reason}"
+        )
+    return report
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +79,6 @@ def env(tmp_path: Path, hermes_home: Path) -> dict[str, str]:
 def daemon(env: dict[str, str]) -> Iterator[DaemonProc]:
     """A running `statewarden run` on ``hermes_home``, past its baseline poll."""
     d = DaemonProc(env)
-    d.wait_for("statewarden ready")
+    d.wait_for_line("statewarden ready")
     yield d
     d.stop()

@@ -1,4 +1,4 @@
-"""A respawner, like the desktop app: ``python respawner.py HERMES [ARGS...]``.
+"""A respawner, like the desktop app: ``python -m tests.respawner HERMES [ARGS...]``.
 
 Starts ``HERMES ARGS`` (e.g. ``hermes serve --isolated``, which daemonises), reads the
 pid it writes to ``$FAKE_HERMES_PIDFILE``, and starts it again each time that process
@@ -13,16 +13,9 @@ import subprocess
 import sys
 import time
 
+from tests.support.procs import alive
+
 POLL_S = 0.05
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def main() -> None:
@@ -36,14 +29,14 @@ def main() -> None:
     signal.signal(signal.SIGTERM, on_term)
     current = 0
     while not stopping:
-        if current == 0 or not _alive(current):
+        if current == 0 or not alive(current):
             before = _read(pidfile)
             subprocess.run(sys.argv[1:], check=False, stdout=subprocess.DEVNULL)
             while not stopping and _read(pidfile) in (0, before):
                 time.sleep(POLL_S)
             current = _read(pidfile)
         time.sleep(POLL_S)
-    if current and _alive(current):
+    if current and alive(current):
         os.kill(current, signal.SIGTERM)
 
 

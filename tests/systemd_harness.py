@@ -1,7 +1,6 @@
 """A real, private ``systemd --user`` manager and journald, for tests run as root.
 
-The recipe is DESIGN.md's ("Real systemd --user and journald"), verified on Debian 12
-with systemd 252 and hybrid cgroups:
+The recipe, verified on Debian 12 with systemd 252 and hybrid cgroups:
 
 * ``unshare -m --propagation private``; inside: tmpfs on ``/run/systemd`` (plus
   ``/run/systemd/system``, without which the manager refuses to run), on ``/run/log``
@@ -34,6 +33,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.procs import alive
+from tests.support.waiting import wait_for
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LOCK_PATH = Path("/run/lock/statewarden-systemd-harness.lock")
 READY_TIMEOUT_S = 60.0
@@ -60,7 +62,11 @@ _NS_SCRIPT = textwrap.dedent(
     done
     (
         for d in $HARNESS_CGROUPS; do echo "$BASHPID" > "$d/cgroup.procs"; done
-        exec /usr/lib/systemd/systemd --user
+        if [ "$HARNESS_UID" = 0 ]; then
+            exec /usr/lib/systemd/systemd --user
+        fi
+        exec setpriv --reuid="$HARNESS_UID" --regid="$HARNESS_UID" --clear-groups \
+            /usr/lib/systemd/systemd --user
     ) &
     echo $! > "$HARNESS_DIR/manager.pid"
     wait $! || true
@@ -109,21 +115,35 @@ class UserSystemd:
             DBUS_SESSION_BUS_ADDRESS=self.bus_address,
             HARNESS_DIR=str(self.base),
             HARNESS_CGROUPS=" ".join(str(c) for c in self.cgroups),
+            HARNESS_UID=str(self.uid),
         )
         return env
+
+    def as_user(self, argv: list[str]) -> list[str]:
+        """``argv`` run as the manager's uid (as is, when the manager runs as root)."""
+        if self.uid == 0:
+            return argv
+        who = str(self.uid)
+        return ["setpriv", f"--reuid={who}", f"--regid={who}", "--clear-groups", "--", *argv]
 
     @property
     def manager_pid(self) -> int:
         return int((self.base / "manager.pid").read_text())
 
-    def _in_ns(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    def _in_ns(
+        self, argv: list[str], timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command in the manager's mount namespace (systemctl, journalctl)."""
         return subprocess.run(["nsenter", "-t", str(self.manager_pid), "-m", *argv],
                               env=self.env(), capture_output=True, text=True, check=False,
-                              **kw)  # type: ignore[call-overload]  # fmt: skip
+                              timeout=timeout)  # fmt: skip
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Any command in the manager's mount namespace (its journal, its /run/systemd)."""
+        return self._in_ns(list(argv), timeout=READY_TIMEOUT_S)
 
     def systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self._in_ns(["systemctl", "--user", *args], timeout=READY_TIMEOUT_S)
+        return self._in_ns(self.as_user(["systemctl", "--user", *args]), timeout=READY_TIMEOUT_S)
 
     def journal(self, unit: str) -> str:
         """The manager's journal for ``unit`` (as root: ``_SYSTEMD_USER_UNIT``)."""
@@ -155,6 +175,21 @@ class UserSystemd:
                 if not part.exists():
                     part.mkdir()
                     self._created.append(part)
+        if self.uid != 0:
+            # The user's own folders and its manager's cgroup belong to the user; the
+            # folders above them must let the user through.
+            for top in (self.home, self.runtime_dir):
+                for dirpath, _dirs, files in os.walk(top):
+                    os.chown(dirpath, self.uid, self.uid)
+                    for f in files:
+                        os.chown(os.path.join(dirpath, f), self.uid, self.uid)
+            self.base.chmod(0o755)
+            for cg in self.cgroups:
+                for dirpath, _dirs, files in os.walk(cg):
+                    os.chown(dirpath, self.uid, self.uid)
+                    for f in files:
+                        with contextlib.suppress(OSError):
+                            os.chown(os.path.join(dirpath, f), self.uid, self.uid)
         self._wrapper = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "bash", "-c", _NS_SCRIPT],
             env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -183,15 +218,15 @@ class UserSystemd:
             time.sleep(0.05)
 
     def _systemd_on_bus(self) -> bool:
-        r = self._in_ns(["busctl", "--user", "call", "org.freedesktop.DBus",
+        r = self._in_ns(self.as_user(["busctl", "--user", "call", "org.freedesktop.DBus",
                          "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameHasOwner",
-                         "s", "org.freedesktop.systemd1"], timeout=READY_TIMEOUT_S)  # fmt: skip
+                         "s", "org.freedesktop.systemd1"]), timeout=READY_TIMEOUT_S)  # fmt: skip
         return r.stdout.strip() == "b true"
 
     def stop(self) -> None:
         """Tear everything down; safe to call twice and after a failed start."""
         with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
-            if (self.base / "manager.pid").exists() and _alive(self.manager_pid):
+            if (self.base / "manager.pid").exists() and alive(self.manager_pid):
                 self.systemctl("exit")
                 _wait_gone(self.manager_pid, EXIT_TIMEOUT_S)
         if self._wrapper is not None:
@@ -201,7 +236,7 @@ class UserSystemd:
         for name in ("manager.pid", "journald.pid"):
             with contextlib.suppress(OSError, ValueError):
                 pid = int((self.base / name).read_text())
-                if _alive(pid):
+                if alive(pid):
                     os.kill(pid, signal.SIGTERM)
                     if not _wait_gone(pid, EXIT_TIMEOUT_S):
                         os.kill(pid, signal.SIGKILL)
@@ -219,20 +254,11 @@ class UserSystemd:
         self._created.clear()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def _wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
+    try:
+        wait_for(lambda: not alive(pid), f"pid {pid} to exit", timeout_s)
+    except AssertionError:
+        return False
     return True
 
 
@@ -274,12 +300,14 @@ def unavailable_reason() -> str | None:
 
 
 @contextlib.contextmanager
-def user_systemd(base: Path) -> Iterator[UserSystemd]:
-    """Start a private manager under ``base``; always torn down, even on failure."""
+def user_systemd(base: Path, uid: int = 0) -> Iterator[UserSystemd]:
+    """Start a private manager under ``base``, as ``uid`` (root by default); always torn
+    down, even on failure. For another uid, ``base`` and the folders above it must let
+    that uid through."""
     LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(LOCK_PATH, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manager = UserSystemd(base)
+        manager = UserSystemd(base, uid)
         try:
             manager.start()
             yield manager

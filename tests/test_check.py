@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from lab import corruption
 from statewarden.errors import DatabaseUnreadable
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.check import check_database
-from tests import corruption_lab as lab
 
 
 class _Recorded:
@@ -34,7 +34,7 @@ class _Recorded:
 def test_guard_is_held_while_copying_only(tmp_path: Path) -> None:
     """Copy progress happens inside the guard, the diagnosis outside it; the copy is
     made inside, then removed, and the source is unchanged."""
-    case = lab.fresh_copy(tmp_path / "db")
+    case = corruption.fresh_copy(tmp_path / "db")
     before = fingerprint(case.db)
     work = tmp_path / "w"
     guard = _Recorded(work)

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statewarden.cli.ctl import main as ctl
 from statewarden.config import (
     Config,
     load_config,
@@ -26,14 +24,14 @@ from statewarden.config import (
     to_plain,
 )
 from statewarden.errors import ConfigError
+from tests.support.cli import CtlRun, run_ctl
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "etc" / "statewarden.yaml"
 
 
-def run_check(path: Path) -> tuple[int, str, str]:
-    result = CliRunner().invoke(ctl, ["config", "check", "--config", str(path)])
-    return result.exit_code, result.stdout, result.stderr
+def run_check(path: Path) -> CtlRun:
+    return run_ctl("config", "check", "--config", str(path))
 
 
 class TestLoading:
@@ -269,12 +267,12 @@ class TestShow:
         """`config show` prints defaults merged with the file, as YAML and JSON."""
         f = tmp_path / "c.yaml"
         f.write_text("logging:\n  level: debug\n")
-        r = CliRunner().invoke(ctl, ["config", "show", "--config", str(f), "--json"])
+        r = run_ctl("config", "show", "--config", str(f), "--json")
         assert r.exit_code == 0
         data = json.loads(r.stdout)
         assert data["config"]["logging"] == {"level": "debug", "format": "auto"}
         assert data["config"]["discovery"]["rescan_interval"] == 30.0
-        r = CliRunner().invoke(ctl, ["config", "show", "--config", str(f)])
+        r = run_ctl("config", "show", "--config", str(f))
         assert "level: debug" in r.stdout
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from statewarden.cli.ctl import main as ctl
-from tests.daemon_proc import DaemonProc, eventually
-from tests.hermes_fixtures import holding
+from lab.hermes_fixtures import holding
+from tests.support.cli import run_ctl
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 
 
 class TestDaemonIncidents:
@@ -26,13 +26,13 @@ class TestDaemonIncidents:
     def test_self_repair_backup_opens_incident(self, daemon: DaemonProc, hermes_home: Path) -> None:
         """A new malformed-backup file is an incident on the socket, with the backup named."""
         (hermes_home / "state.db.malformed-backup-20260909_191208").write_bytes(b"x")
-        (inc,) = eventually(lambda: daemon.incidents_of("self_repair"), what="self_repair incident")
+        (inc,) = wait_for(lambda: daemon.incidents_of("self_repair"), what="self_repair incident")
         assert inc["summary"] == (
             "Hermes found state.db corrupt and repaired it in place "
             "(backup state.db.malformed-backup-20260909_191208)"
         )
         assert inc["db"] == str(hermes_home / "state.db")
-        line = daemon.wait_for("incident opened")
+        line = daemon.wait_for_line("incident opened")
         assert "kind=self_repair" in line
         assert "message_id=5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a05" in line
 
@@ -41,19 +41,19 @@ class TestDaemonIncidents:
     ) -> None:
         """After a restart the same incident is there once; new signals update it."""
         d = DaemonProc(env)
-        d.wait_for("statewarden ready")
+        d.wait_for_line("statewarden ready")
         (hermes_home / "sessions").mkdir()
         f = hermes_home / "sessions" / "s1.jsonl"
         f.write_text("{}\n")
-        (first,) = eventually(lambda: d.incidents_of("jsonl_fallback"), what="jsonl incident")
+        (first,) = wait_for(lambda: d.incidents_of("jsonl_fallback"), what="jsonl incident")
         assert d.stop() == 0
         d2 = DaemonProc(env)
         try:
-            d2.wait_for("statewarden ready")
+            d2.wait_for_line("statewarden ready")
             assert [i["id"] for i in d2.incidents_of("jsonl_fallback")] == [first["id"]]
             with open(f, "a") as fh:
                 fh.write("{}\n")
-            (again,) = eventually(
+            (again,) = wait_for(
                 lambda: [i for i in d2.incidents_of("jsonl_fallback") if i["count"] == 2],
                 what="count 2",
             )
@@ -64,26 +64,26 @@ class TestDaemonIncidents:
     def test_show_and_ack(self, daemon: DaemonProc, hermes_home: Path, env: dict[str, str]) -> None:
         """`incidents show` gives the evidence and timeline; `ack` marks it."""
         (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
-        (inc,) = eventually(lambda: daemon.incidents_of("self_repair"))
+        (inc,) = wait_for(lambda: daemon.incidents_of("self_repair"))
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         assert shown["incident"]["evidence"] == ["state.db.malformed-backup-20260101_000000"]
         assert any(e["what"] == "signal" for e in shown["timeline"])
-        r = CliRunner(env=env).invoke(ctl, ["incidents", "ack", str(inc["id"])])
+        r = run_ctl("incidents", "ack", str(inc["id"]), env=env)
         assert r.exit_code == 0
         assert r.stdout == f"incident #{inc['id']} acknowledged\n"
         assert daemon.incidents_of("self_repair")[0]["acked"] is True
-        r = CliRunner(env=env).invoke(ctl, ["incidents", "show", "999"])
+        r = run_ctl("incidents", "show", "999", env=env)
         assert r.exit_code == 1
         assert r.stderr == "statewardenctl: error: no incident 999\n"
 
     def test_local_fallback_without_daemon(self, env: dict[str, str], hermes_home: Path) -> None:
         """With no daemon, incidents are read from the state directory, and it says so."""
         d = DaemonProc(env)
-        d.wait_for("statewarden ready")
+        d.wait_for_line("statewarden ready")
         (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
-        eventually(lambda: d.incidents_of("self_repair"))
+        wait_for(lambda: d.incidents_of("self_repair"))
         d.stop()
-        r = CliRunner(env=env).invoke(ctl, ["incidents"])
+        r = run_ctl("incidents", env=env)
         assert r.exit_code == 0
         assert "(daemon not running: read from the state directory)" in r.stderr
         assert "self_repair" in r.stdout
@@ -96,17 +96,17 @@ class TestDaemonHolders:
         """Deleting state.db-wal under a live Hermes writer raises stale_holder for that pid;
         when the writer exits, the incident resolves. Arrivals are on the timeline."""
         with holding(hermes_home) as h:
-            eventually(
+            wait_for(
                 lambda: any(
                     x["pid"] == h.pid for s in daemon.ctl_raw("holders") for x in s["holders"]
                 ),
                 what="holder seen",
             )
             (hermes_home / "state.db-wal").unlink()
-            (inc,) = eventually(lambda: daemon.incidents_of("stale_holder"), what="stale_holder")
+            (inc,) = wait_for(lambda: daemon.incidents_of("stale_holder"), what="stale_holder")
             assert inc["key"] == str(h.pid)
             assert "still holds an old or deleted state.db-wal inode" in inc["summary"]
-        eventually(lambda: not daemon.incidents_of("stale_holder"), what="resolved after exit")
+        wait_for(lambda: not daemon.incidents_of("stale_holder"), what="resolved after exit")
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         texts = [e["text"] for e in shown["timeline"]]
         assert any(t.startswith(f"pid {h.pid} (") and t.endswith("opened state.db") for t in texts)
@@ -134,7 +134,7 @@ class TestDaemonStatusText:
         self, daemon: DaemonProc, env: dict[str, str]
     ) -> None:
         """The text form says it came from the daemon, with the journal and units state."""
-        r = CliRunner(env=env).invoke(ctl, ["status"])
+        r = run_ctl("status", env=env)
         assert r.exit_code == 0
         assert r.stdout.startswith(
             f"daemon: pid {daemon.proc.pid}, 1 database, 0 open incidents\nunits: "

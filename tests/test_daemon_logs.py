@@ -7,7 +7,8 @@ import logging
 import logging.handlers
 from pathlib import Path
 
-from tests.daemon_proc import DaemonProc, eventually
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 
 HERMES_FORMAT = "%(asctime)s %(levelname)s%(session_tag)s %(name)s: %(message)s"
 
@@ -51,7 +52,7 @@ class TestDaemonLogs:
         critical corruption incident whose evidence holds the traceback."""
         log = hermes_logger(hermes_home / "logs", "gateway.session")
         malformed(log)
-        (inc,) = eventually(lambda: daemon.incidents_of("corruption"), what="corruption incident")
+        (inc,) = wait_for(lambda: daemon.incidents_of("corruption"), what="corruption incident")
         assert inc["severity"] == "critical"
         assert inc["count"] == 1
         assert "Traceback (most recent call last):" in inc["evidence"][0]
@@ -65,7 +66,7 @@ class TestDaemonLogs:
             log.info("gateway.session: filler line %d", i)
             malformed(log)
         assert (hermes_home / "logs" / "agent.log.1").exists()
-        eventually(
+        wait_for(
             lambda: [i for i in daemon.incidents_of("corruption") if i["count"] == 60],
             what="60 corruption records counted",
         )
@@ -75,11 +76,11 @@ class TestDaemonLogs:
     ) -> None:
         """Lines written while the daemon is down are read after restart; old ones are not re-read."""
         d = DaemonProc(env)
-        d.wait_for("statewarden ready")
+        d.wait_for_line("statewarden ready")
         log = hermes_logger(hermes_home / "logs", "run_agent")
         for _ in range(3):
             malformed(log)
-        eventually(
+        wait_for(
             lambda: [i for i in d.incidents_of("corruption") if i["count"] == 3], what="3 counted"
         )
         assert d.stop() == 0
@@ -87,13 +88,13 @@ class TestDaemonLogs:
             malformed(log)
         d2 = DaemonProc(env)
         try:
-            d2.wait_for("statewarden ready")
-            (inc,) = eventually(
+            d2.wait_for_line("statewarden ready")
+            (inc,) = wait_for(
                 lambda: [i for i in d2.incidents_of("corruption") if i["count"] == 5],
                 what="5 counted",
             )
             d2.ctl_raw("status")  # let one more poll pass; the count must not move past 5
-            eventually(lambda: d2.ctl_raw("status")["databases"][0]["watchers"][1]["errors"] == 0)
+            wait_for(lambda: d2.ctl_raw("status")["databases"][0]["watchers"][1]["errors"] == 0)
             (same,) = d2.incidents_of("corruption")
             assert same["count"] == 5
             assert same["id"] == inc["id"]
@@ -105,7 +106,7 @@ class TestDaemonLogs:
         log = hermes_logger(hermes_home / "logs", "cron.scheduler")
         log.info("running job", extra={"session_id": "cron_d0aa05fd7f4a_20260909_090008"})
         malformed(log)
-        (inc,) = eventually(lambda: daemon.incidents_of("corruption"))
+        (inc,) = wait_for(lambda: daemon.incidents_of("corruption"))
         shown = daemon.ctl("incidents", "show", str(inc["id"]))
         whats = [e["what"] for e in shown["timeline"]]
         assert "cron_started" in whats

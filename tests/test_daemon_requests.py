@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from statewarden.control import ControlError
 from statewarden.daemon_requests import Requests
-from tests.daemon_proc import DaemonProc, eventually
+from statewarden.errors import ControlError
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 
 
 def test_the_table_names_every_request() -> None:
     """The README's commands that ask the daemon each have a handler, and only those."""
-    table = {"status", "holders", "incidents", "incident", "check", "ack"}
+    table = {"status", "holders", "incidents", "incident", "check", "ack", "alerts", "maintenance"}
 
     class _NoDaemon:
         pass
@@ -51,7 +52,7 @@ def test_a_bad_incident_id_is_a_one_line_error(
 def test_incident_and_ack_by_request(daemon: DaemonProc, hermes_home: Path) -> None:
     """`incident` is the incident with its timeline; `ack` accepts the id as a string too."""
     (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
-    inc = eventually(lambda: next(iter(daemon.ctl_raw("incidents")), None), what="incident")
+    inc = wait_for(lambda: next(iter(daemon.ctl_raw("incidents")), None), what="incident")
     shown = daemon.ctl_raw("incident", id=inc["id"])
     assert shown["incident"]["id"] == inc["id"]
     assert any(e["what"] == "incident" and e["line"].endswith(f"incident opened: {inc['summary']}")

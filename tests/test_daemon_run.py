@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_proc import DaemonProc
-from tests.hermes_fixtures import TINY, make_home
+from lab.hermes_fixtures import TINY, make_home
+from tests.support.daemon import DaemonProc
 
 
 @pytest.fixture
@@ -39,27 +39,29 @@ class TestStartStop:
     ) -> None:
         """With no Hermes home the daemon says so and keeps running; a home and database
         created later are picked up by the next rescan."""
-        run_daemon.wait_for("statewarden started")
-        line = run_daemon.wait_for("no Hermes home found")
+        run_daemon.wait_for_line("statewarden started")
+        line = run_daemon.wait_for_line("no Hermes home found")
         assert line.startswith("warning: no Hermes home found; waiting for one to appear")
         assert run_daemon.proc.poll() is None
         home = Path(daemon_env["HERMES_HOME"])
         home.mkdir()
-        line = run_daemon.wait_for("watching database")
+        line = run_daemon.wait_for_line("watching database")
         assert f"db={home / 'state.db'}" in line
         assert "present=false" in line
         make_home(home, TINY)
-        run_daemon.wait_for("database appeared")
+        run_daemon.wait_for_line("database appeared")
         assert run_daemon.stop(signal.SIGTERM) == 0
-        assert "statewarden stopped signal=SIGTERM" in run_daemon.wait_for("statewarden stopped")
+        assert "statewarden stopped signal=SIGTERM" in run_daemon.wait_for_line(
+            "statewarden stopped"
+        )
 
     def test_lists_every_database_at_start(self, tmp_path: Path, config_file: Path) -> None:
         """At start-up each discovered database (profiles included) is logged once."""
         home = make_home(tmp_path / "h", TINY, profiles=("coder",))
         d = DaemonProc(dict(os.environ, HERMES_HOME=str(home)), "--config", str(config_file))
         try:
-            first = d.wait_for("watching database")
-            second = d.wait_for("watching database")
+            first = d.wait_for_line("watching database")
+            second = d.wait_for_line("watching database")
             assert f"profile=default db={home / 'state.db'} present=true" in first
             assert f"profile=coder db={home / 'profiles/coder/state.db'} present=true" in second
             assert d.stop(signal.SIGINT) == 0
@@ -68,22 +70,22 @@ class TestStartStop:
 
     def test_sigint_stops_cleanly(self, run_daemon: DaemonProc) -> None:
         """Ctrl-C (SIGINT) is a clean stop with exit code 0."""
-        run_daemon.wait_for("statewarden started")
+        run_daemon.wait_for_line("statewarden started")
         assert run_daemon.stop(signal.SIGINT) == 0
 
     def test_sighup_with_broken_config_keeps_running(
         self, run_daemon: DaemonProc, config_file: Path
     ) -> None:
         """SIGHUP re-reads the config; an invalid one is reported and the old one kept."""
-        run_daemon.wait_for("statewarden started")
+        run_daemon.wait_for_line("statewarden started")
         config_file.write_text("discovery:\n  rescan_interval: never\n")
         run_daemon.proc.send_signal(signal.SIGHUP)
-        line = run_daemon.wait_for("config reload failed")
+        line = run_daemon.wait_for_line("config reload failed")
         assert "discovery.rescan_interval: expected a duration" in line
         assert run_daemon.proc.poll() is None
         config_file.write_text("discovery:\n  rescan_interval: 200ms\n")
         run_daemon.proc.send_signal(signal.SIGHUP)
-        run_daemon.wait_for("config reloaded")
+        run_daemon.wait_for_line("config reloaded")
         assert run_daemon.stop() == 0
 
 
@@ -129,9 +131,9 @@ class TestDamagedState:
         )
         d = DaemonProc(env, "--config", str(config_file))
         try:
-            line = d.wait_for("incident book damaged")
+            line = d.wait_for_line("incident book damaged")
             assert "incident book unreadable" in line
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             assert [p.name.startswith("incidents.damaged-") for p in state.iterdir()].count(
                 True
             ) == 1

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from lab.hermes_fixtures import holding
 from statewarden.holders.processes import KINDS
 from statewarden.incidents.signals import Found, Observation, Signal
 from statewarden.watch.holders import HOLDER_RULES, HolderWatcher
-from tests.hermes_fixtures import holding
 
 # A SQLite connection in WAL mode that then opens and closes the database file outside
 # SQLite: closing that descriptor drops the process's POSIX locks.
@@ -26,19 +26,19 @@ DROP_LOCKS = (
 
 @contextmanager
 def lock_dropper(db: Path) -> Iterator[int]:
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", DROP_LOCKS, str(db)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
+    ) as proc:  # closes its pipes on the way out
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            yield proc.pid
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def watcher(db: Path, *, max_writers: int = 8, expected: tuple[str, ...] = KINDS) -> HolderWatcher:
@@ -67,7 +67,7 @@ class TestObservations:
         with holding(hermes_home) as h:
             came = w.diff(w.scan(), now=2.0)
             assert observations(came) == ["holder_arrived", "holders"]
-            assert came[0].fields["pid"] == h.pid  # type: ignore[union-attr]
+            assert came[0].fields["pid"] == h.pid
             assert w.diff(w.scan(), now=3.0) == []  # nothing changed, nothing said
         went = w.diff(w.scan(), now=4.0)
         assert observations(went) == ["holder_left", "holders"]

@@ -10,16 +10,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from statewarden.cli.ctl import main as ctl
+from lab.hermes_fixtures import TINY, holding, make_home, writer_env
+from statewarden.cli.holders_cmd import coverage_line
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.processes import (
+    PF_KTHREAD,
     classify,
     human_age,
     short_command,
@@ -28,10 +28,11 @@ from statewarden.holders.processes import (
 )
 from statewarden.holders.scan import Holder, HolderScan, HolderScanner
 from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
-from tests.hermes_fixtures import TINY, holding, make_home, writer_env
+from tests.support.cli import run_ctl
+from tests.support.procs import alive
+from tests.support.waiting import WAIT_S, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
-WAIT_S = 60.0
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(
     not IS_ROOT, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
@@ -40,29 +41,12 @@ needs_root = pytest.mark.skipif(
 # Holds the file open with a plain open(): no SQLite, no lock.
 PLAIN_OPEN = "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
 # A SQLite connection in WAL mode that then opens and closes the database file outside
-# SQLite: closing that descriptor drops the process's POSIX locks (story 7).
+# SQLite: closing that descriptor drops the process's POSIX locks (docs/stories.md story 7).
 DROP_LOCKS = (
     "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
     " c.execute('select count(*) from sessions').fetchall();"
     " os.close(os.open(sys.argv[1], os.O_RDONLY)); print('ready', flush=True); sys.stdin.read()"
 )
-
-
-def wait_for(cond: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll until ``cond()`` is true; a deadline for a hung child, not a timing check."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def kill_and_wait(pid: int) -> None:
@@ -71,6 +55,14 @@ def kill_and_wait(pid: int) -> None:
     except ProcessLookupError:
         return
     wait_for(lambda: not alive(pid), f"pid {pid} to exit")
+
+
+def is_kernel_thread(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return bool(int(f.read().rsplit(")", 1)[1].split()[6]) & PF_KTHREAD)
+    except OSError:
+        return False
 
 
 def read_pid(pidfile: Path) -> int:
@@ -111,6 +103,8 @@ class Helper:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait(timeout=WAIT_S)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -127,6 +121,9 @@ def helpers() -> Iterator[Callable[[str, Path], Helper]]:
         if h.proc.poll() is None:
             h.proc.kill()
             h.proc.wait()
+        for pipe in (h.proc.stdin, h.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
@@ -177,13 +174,13 @@ class TestClassify:
             (["python3", "/src/hermes-agent/run_agent.py", "--query", "x"], "cli"),
             (["sqlite3", "/home/u/.hermes/state.db"], "sqlite3"),
             (["/usr/local/bin/litestream", "replicate"], "litestream"),
-            (["python3", "tests/hermes_writer.py", "hold"], "unknown"),
+            (["python3", "lab/hermes_writer.py", "hold"], "unknown"),
             (["bash"], "unknown"),
             ([], "unknown"),
         ],
     )
     def test_kinds(self, argv: list[str], kind: str) -> None:
-        """Each command line in HERMES.md is recognised as its kind; anything else is unknown."""
+        """Each command line in docs/hermes.md is recognised as its kind; anything else is unknown."""
         assert classify(argv) == kind
 
 
@@ -258,9 +255,11 @@ class TestWriters:
                 assert h.stale_files == []
                 assert h.lock_state == "held"
                 assert h.flags == []
-                assert {(lk.file, lk.kind, lk.mode) for lk in h.locks} == {
-                    ("state.db", "POSIX", "READ"), ("state.db-shm", "POSIX", "READ")}  # fmt: skip
-                assert h.kind == "unknown"  # tests/hermes_writer.py is not a Hermes command
+                locks = {(lk.file, lk.kind, lk.mode) for lk in h.locks}
+                steady = {("state.db", "POSIX", "READ"), ("state.db-shm", "POSIX", "READ")}
+                # A writer caught mid-commit also holds the WAL write lock, a -shm byte.
+                assert steady <= locks <= steady | {("state.db-shm", "POSIX", "WRITE")}
+                assert h.kind == "unknown"  # lab/hermes_writer.py is not a Hermes command
                 assert h.ppid == os.getpid()
                 assert h.parents[0]["pid"] == os.getpid()
                 assert h.uid == os.getuid()
@@ -285,7 +284,7 @@ class TestWriters:
             assert b.pid not in pids(r1)
 
     def test_scanner_opens_no_database_file(self, hermes_home: Path) -> None:
-        """Rule 2: the scanner itself never opens state.db or its sidecars."""
+        """docs/safety.md rule 2: the scanner itself never opens state.db or its sidecars."""
         db = hermes_home / "state.db"
         with holding(hermes_home):
             result = scan(db)
@@ -322,11 +321,11 @@ class TestOrphanServeIsolated:
     def test_respawned_serve_isolated_comes_back_as_a_new_holder(
         self, hermes_home: Path, fake_bin: Path, tmp_path: Path, daemons: list[int]
     ) -> None:
-        """Story 5: killing the desktop's serve --isolated brings a new one; the scan sees it."""
+        """docs/stories.md story 5: killing the desktop's serve --isolated brings a new one; the scan sees it."""
         pidfile = tmp_path / "serve.pid"
         env = hermes_env(hermes_home, fake_bin, pidfile)
-        app = subprocess.Popen([sys.executable, str(REPO / "tests" / "respawner.py"),
-                                "hermes", "serve", "--isolated"], env=env)  # fmt: skip
+        app = subprocess.Popen([sys.executable, "-m", "tests.respawner",
+                                "hermes", "serve", "--isolated"], env=env, cwd=REPO)  # fmt: skip
         try:
             wait_for(lambda: read_pid(pidfile), "the first serve --isolated")
             first = read_pid(pidfile)
@@ -348,7 +347,7 @@ class TestOrphanServeIsolated:
 
 class TestStale:
     def test_holder_of_a_deleted_wal_is_stale(self, hermes_home: Path) -> None:
-        """Story 7: a writer still holding a -wal another process unlinked is flagged STALE."""
+        """docs/stories.md story 7: a writer still holding a -wal another process unlinked is flagged STALE."""
         db = hermes_home / "state.db"
         with holding(hermes_home) as old:
             subprocess.run(["rm", str(hermes_home / "state.db-wal")], check=True)
@@ -371,7 +370,7 @@ class TestStale:
                 assert fresh.fds["state.db-wal"] == 1
 
     def test_holder_of_a_replaced_db_is_stale(self, hermes_home: Path) -> None:
-        """Story 6: after state.db is replaced by rename, the old writer holds the old inode."""
+        """docs/stories.md story 6: after state.db is replaced by rename, the old writer holds the old inode."""
         db = hermes_home / "state.db"
         with holding(hermes_home) as old:
             shutil.copyfile(db, hermes_home / "new.db")
@@ -384,7 +383,7 @@ class TestStale:
         """A STALE holder makes `holders` exit 3 and say STALE(state.db-wal) in its row."""
         with holding(hermes_home) as old:
             os.unlink(hermes_home / "state.db-wal")
-            result = CliRunner().invoke(ctl, ["holders", "--db", str(hermes_home / "state.db")])
+            result = run_ctl("holders", "--db", str(hermes_home / "state.db"))
         assert result.exit_code == 3
         row = next(line for line in result.stdout.splitlines() if line.startswith(f"{old.pid} "))
         assert "STALE(state.db-wal)" in row
@@ -407,7 +406,7 @@ class TestLocks:
     def test_connection_that_closed_a_descriptor_lost_its_locks(
         self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
     ) -> None:
-        """Story 7: a WAL connection whose process closed another fd on the db has LOST-LOCKS."""
+        """docs/stories.md story 7: a WAL connection whose process closed another fd on the db has LOST-LOCKS."""
         db = hermes_home / "state.db"
         with holding(hermes_home) as writer:
             dropper = helpers(DROP_LOCKS, db)
@@ -418,7 +417,7 @@ class TestLocks:
             assert h.flags == ["LOST-LOCKS"]
             assert [lk.file for lk in h.locks] == ["state.db-shm"]  # the -shm lock survives
             assert holder(result, writer.pid).flags == []
-            cli = CliRunner().invoke(ctl, ["holders", "--db", str(db), "--json", "--no-systemd"])
+            cli = run_ctl("holders", "--db", str(db), "--json", "--no-systemd")
         assert cli.exit_code == 3
         data = json.loads(cli.stdout)
         (entry,) = [x for x in data["holders"] if x["pid"] == dropper.pid]
@@ -531,47 +530,58 @@ class TestThreads:
 
 
 class TestFailClosed:
-    def test_other_users_processes_make_the_scan_incomplete(self, hermes_home: Path) -> None:
-        """Run as nobody: root's holder cannot be inspected, so complete is false, exit 1."""
-        if not IS_ROOT:
-            pytest.skip("needs root to run the scan as another uid; run the suite as root")
-        shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
-        try:
-            shared.chmod(0o755)
-            home = make_home(shared / "home", TINY)
-            for p in (home, home / "state.db"):
-                p.chmod(0o755 if p.is_dir() else 0o644)
-            with holding(home) as writer:
-                proc = subprocess.run(
-                    ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                     sys.executable, "-m", "statewarden.cli.ctl", "holders",
-                     "--db", str(home / "state.db"), "--json", "--no-systemd"],
-                    capture_output=True, text=True, cwd=REPO, check=False,
-                    env={**os.environ, "HOME": "/nonexistent"},
-                )  # fmt: skip
-            assert proc.returncode == 1, proc.stderr
-            data = json.loads(proc.stdout)
-            assert data["complete"] is False
-            assert data["holders"] == []
-            bad = {u["pid"]: u for u in data["uninspectable"]}
-            assert writer.pid in bad
-            assert bad[writer.pid]["uid"] == 0
-            assert bad[writer.pid]["reason"] == f"/proc/{writer.pid}/fd: Permission denied"
-            assert (
-                f"pid {writer.pid} (python, uid 0) could not be inspected: /proc/{writer.pid}/fd: Permission denied"
-                in data["problems"]
-            )
-        finally:
-            shutil.rmtree(shared, ignore_errors=True)
-
     def test_exempt_comms_are_listed_but_do_not_block(self) -> None:
-        """An exempt process that cannot be inspected is listed with exempt: true, not a problem."""
-        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        """other_users: fail: an exempt process that cannot be inspected is not a problem."""
+        db = Path("/nonexistent/state.db")
+        result = HolderScanner([db], other_users="fail").scan()[0]
         blocked = {u["comm"] for u in result.uninspectable}
-        exempted = HolderScanner([Path("/nonexistent/state.db")], exempt_comms=blocked).scan()[0]
+        exempted = HolderScanner([db], exempt_comms=blocked, other_users="fail").scan()[0]
         assert exempted.complete
         assert {u["comm"] for u in exempted.uninspectable if u["exempt"]} == blocked
         assert result.complete == (not blocked)
+
+    def test_kernel_threads_are_left_out(self) -> None:
+        """PF_KTHREAD processes are neither inspected nor uninspectable, only counted."""
+        result = HolderScanner([Path("/nonexistent/state.db")]).scan()[0]
+        kthreads = {int(n) for n in os.listdir("/proc") if n.isdigit() and is_kernel_thread(int(n))}
+        assert not {u["pid"] for u in result.uninspectable} & kthreads
+        assert not pids(result) & kthreads
+        cov = result.coverage
+        assert sum(cov.values()) == result.processes - len(result.vanished)
+        if kthreads:
+            assert cov["kernel_threads"] > 0
+        else:
+            assert cov["kernel_threads"] == 0
+
+    def test_a_flock_left_to_a_child_by_an_exited_owner_is_not_a_hidden_process(
+        self, tmp_path: Path
+    ) -> None:
+        """/proc/locks keeps an exited pid on a FLOCK its forked child still holds: not hidden."""
+        lock = tmp_path / "lock"
+        code = (
+            "import fcntl, os, sys, time; f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+            "if os.fork() == 0:\n"
+            "    print(os.getpid(), flush=True); sys.stdin.read(); os._exit(0)\n"
+            "os._exit(0)\n"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            child = int(proc.stdout.readline())
+            proc.wait(timeout=WAIT_S)  # the owner /proc/locks names has exited
+            ino = lock.stat().st_ino
+            with open("/proc/locks") as f:
+                owners = [int(ln.split()[4]) for ln in f if f":{ino} " in ln]
+            assert owners == [proc.pid]
+            assert alive(child)
+            result = HolderScanner([tmp_path / "state.db"]).scan()[0]
+            assert not [p for p in result.problems if "does not list" in p]
+        finally:
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+            wait_for(lambda: not alive(child), "the child to exit")
 
     @needs_root
     def test_complete_scan_in_a_private_pid_namespace(self, hermes_home: Path) -> None:
@@ -603,7 +613,7 @@ class TestFailClosed:
 class TestCli:
     def test_nonexistent_db(self, tmp_path: Path) -> None:
         """--db naming no file: one line, exit 2."""
-        result = CliRunner().invoke(ctl, ["holders", "--db", str(tmp_path / "nope.db")])
+        result = run_ctl("holders", "--db", str(tmp_path / "nope.db"))
         assert result.exit_code == 2
         assert (
             result.stderr == f"statewardenctl: error: --db {tmp_path / 'nope.db'}: no such file\n"
@@ -611,7 +621,7 @@ class TestCli:
 
     def test_directory_db(self, tmp_path: Path) -> None:
         """--db naming a directory: one line, exit 2."""
-        result = CliRunner().invoke(ctl, ["holders", "--db", str(tmp_path)])
+        result = run_ctl("holders", "--db", str(tmp_path))
         assert result.exit_code == 2
         assert (
             result.stderr
@@ -620,7 +630,7 @@ class TestCli:
 
     def test_unknown_profile(self, hermes_home: Path) -> None:
         """An unknown --profile: one line naming the profiles found, exit 2."""
-        result = CliRunner().invoke(ctl, ["holders", "--profile", "nope"])
+        result = run_ctl("holders", "--profile", "nope")
         assert result.exit_code == 2
         assert (
             result.stderr
@@ -630,7 +640,7 @@ class TestCli:
     def test_json_shape(self, hermes_home: Path) -> None:
         """--json has the documented fields for each holder; without a bus, systemd says why."""
         with holding(hermes_home) as w:
-            result = CliRunner().invoke(ctl, ["holders", "--json"])
+            result = run_ctl("holders", "--json")
         data = json.loads(result.stdout)
         assert data["db"] == str(hermes_home / "state.db")
         assert isinstance(data["complete"], bool)
@@ -646,20 +656,78 @@ class TestCli:
         )
 
     def test_incomplete_scan_is_reported_and_exits_1(self, hermes_home: Path) -> None:
-        """Problems are printed under 'scan INCOMPLETE' and the exit code is 1."""
-        probe = HolderScanner([hermes_home / "state.db"]).scan()[0]
-        if probe.complete:
-            pytest.skip("every process on this machine is inspectable; see TestFailClosed")
-        result = CliRunner().invoke(ctl, ["holders", "--no-systemd"])
-        assert result.exit_code == 1
-        assert "scan INCOMPLETE:" in result.stdout
-        assert "no holders" in result.stdout
+        """other_users: fail: problems under 'scan INCOMPLETE', the unreadable processes
+        behind --verbose, exit code 1 (as root, the command runs as nobody, who cannot read
+        root's processes)."""
+        shared = Path(tempfile.mkdtemp(prefix="statewarden-holders-"))
+        try:
+            shared.chmod(0o755)
+            config = shared / "config.yaml"
+            config.write_text("holders:\n  other_users: fail\n")
+            config.chmod(0o644)
+            if not IS_ROOT:
+                probe = HolderScanner([hermes_home / "state.db"], other_users="fail").scan()[0]
+                if probe.complete:
+                    pytest.skip("every process is inspectable here; run the suite as root")
+                result = run_ctl("holders", "--no-systemd", "--config", str(config))
+                code, out = result.exit_code, result.stdout
+            else:
+                home = make_home(shared / "home", TINY)
+                for p in (home, home / "state.db"):
+                    p.chmod(0o755 if p.is_dir() else 0o644)
+                proc = subprocess.run(
+                    ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                     sys.executable, "-m", "statewarden.cli.ctl", "holders",
+                     "--db", str(home / "state.db"), "--no-systemd", "--config", str(config)],
+                    capture_output=True, text=True, cwd=REPO, check=False,
+                    env={**os.environ, "HOME": "/nonexistent"},
+                )  # fmt: skip
+                code, out = proc.returncode, proc.stdout
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+        assert code == 1
+        assert "scan INCOMPLETE:" in out
+        assert "no holders" in out
+        assert re.search(
+            r"^  \d+ process\(es\) could not be inspected \(holders.other_users: fail\);"
+            r" --verbose lists them$",
+            out,
+            re.M,
+        )
 
     def test_watch_prints_each_scan(self, hermes_home: Path) -> None:
         """--watch --count 2 --json prints one JSON object per scan, the second incremental."""
         with holding(hermes_home) as w:
             args = ["--watch", "--count", "2", "--interval", "0.05", "--json", "--no-systemd"]
-            result = CliRunner().invoke(ctl, ["holders", *args])
+            result = run_ctl("holders", *args)
         objs = [json.loads(line) for line in result.stdout.splitlines()]
         assert [o["scan"] for o in objs] == ["full", "incremental"]
         assert all(w.pid in {h["pid"] for h in o["holders"]} for o in objs)
+
+
+class TestCoverageLine:
+    @staticmethod
+    def scan_with(uids: list[int], held: int = 0) -> HolderScan:
+        unread = [{"pid": 100 + i, "uid": uid, "comm": "x", "reason": "r", "exempt": False,
+                   "checked": "locks", "holds_lock": i < held} for i, uid in enumerate(uids)]  # fmt: skip
+        return HolderScan(db=Path("/h/state.db"), files={}, holders=[], problems=[],
+                          uninspectable=unread, vanished=[], processes=len(uids), mode="full")  # fmt: skip
+
+    @pytest.mark.parametrize(
+        ("uids", "held", "line"),
+        [
+            ([], 0, None),
+            ([os.geteuid() + 1] * 312, 0,
+             "312 processes of other users could not be read; none holds a lock on state.db"),
+            ([os.geteuid() + 1], 1, "1 process of other users could not be read;"
+             " 1 holds a lock on state.db (listed above, via locks)"),
+            ([os.geteuid()], 0, "1 process could not be read; none holds a lock on state.db"),
+            ([os.geteuid(), os.geteuid() + 1, os.geteuid() + 2], 2,
+             "3 processes (2 of other users) could not be read;"
+             " 2 hold a lock on state.db (listed above, via locks)"),
+        ],
+    )  # fmt: skip
+    def test_one_line_says_what_was_checked_through_locks(
+        self, uids: list[int], held: int, line: str | None
+    ) -> None:
+        assert coverage_line(self.scan_with(uids, held)) == line

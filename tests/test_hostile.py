@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from lab.hermes_fixtures import TINY, log_line, make_home
 from statewarden.atomic import write_atomic
 from statewarden.cli.ctl import main as ctl
 from statewarden.control import ControlServer
@@ -33,8 +34,8 @@ from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import Signal
 from statewarden.incidents.timeline import Timeline
 from statewarden.watch.logtail import LogTailer
-from tests.daemon_proc import DaemonProc, daemon_env, eventually
-from tests.hermes_fixtures import TINY, log_line, make_home
+from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.waiting import wait_for as eventually
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(
@@ -207,11 +208,11 @@ class TestOneDaemon:
     def test_lock_dies_with_a_killed_daemon(self, env: dict[str, str]) -> None:
         """kill -9 of the first daemon frees the state folder at once for the next."""
         d = DaemonProc(env)
-        d.wait_for("statewarden ready")
+        d.wait_for_line("statewarden ready")
         d.stop(signal.SIGKILL)
         d2 = DaemonProc(env)
         try:
-            d2.wait_for("statewarden ready")
+            d2.wait_for_line("statewarden ready")
         finally:
             assert d2.stop() == 0
 
@@ -275,11 +276,11 @@ class TestHostileConfig:
         config.write_text("{}\n")
         d = DaemonProc(env, "--config", str(config))
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             config.unlink()
             os.mkfifo(config)
             d.proc.send_signal(signal.SIGHUP)
-            line = d.wait_for("config reload failed")
+            line = d.wait_for_line("config reload failed")
             assert "not a regular file" in line
             assert d.ctl_raw("status")["daemon"]["pid"] == d.proc.pid
         finally:
@@ -294,11 +295,11 @@ class TestHostileConfig:
         config.write_text("{}\n")
         d = DaemonProc(env, "--config", str(config))
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             config.write_text(f"paths:\n  state_dir: {tmp_path / 'elsewhere'}\n")
             d.proc.send_signal(signal.SIGHUP)
-            d.wait_for("paths.* changed; that takes effect after a restart")
-            d.wait_for("config reloaded")
+            d.wait_for_line("paths.* changed; that takes effect after a restart")
+            d.wait_for_line("config reloaded")
             assert not (tmp_path / "elsewhere").exists()
         finally:
             assert d.stop() == 0
@@ -411,13 +412,13 @@ class TestControlLimits:
         d = DaemonProc(env, prefix=("prlimit", "--nofile=256:256"))
         socks: list[socket.socket] = []
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             path = Path(env["XDG_RUNTIME_DIR"]) / "statewarden" / "control.sock"
             for _ in range(400):
                 socks.append(self._connect(path))
             with (hermes_home / "logs" / "agent.log").open("a") as f:
                 f.write(corruption_line() + "\n")
-            d.wait_for("incident opened")
+            d.wait_for_line("incident opened")
             for s in socks:
                 s.close()
             socks.clear()
@@ -492,7 +493,7 @@ class TestRestart:
         book.flush(force=True)
         d = DaemonProc(env)
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             (left,) = eventually(
                 lambda: list(d.incidents_of("stale_holder")) or None, what="listing"
             )
@@ -618,7 +619,7 @@ class TestFullDisk:
             prefix=("unshare", "-m", "--propagation", "private", "sh", "-c", mount, "sh"),
         )
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             _nsenter(d.proc.pid, "dd", "if=/dev/zero", f"of={sdir}/filler", "bs=4k")
             # Full (this kernel says ENOSPC, some sandboxes EIO): nothing can be written.
             assert _nsenter(d.proc.pid, "sh", "-c", f"echo x > {sdir}/probe").returncode != 0
@@ -627,7 +628,7 @@ class TestFullDisk:
             (inc,) = eventually(lambda: d.incidents_of("corruption"), what="corruption incident")
             (full,) = eventually(lambda: d.incidents_of("state_unwritable"), what="unwritable")
             assert f"cannot write its state in {sdir}" in full["summary"]
-            d.wait_for("state_unwritable")
+            d.wait_for_line("state_unwritable")
             assert [x for x in d.lines if "incident opened" in x and "corruption" in x]
             _nsenter(d.proc.pid, "rm", "-f", f"{sdir}/filler")
             eventually(lambda: not d.incidents_of("state_unwritable"), what="unwritable resolved")
@@ -679,7 +680,7 @@ class TestUnreadableLogs:
         d = DaemonProc(env, prefix=NO_DAC)
         logs = hermes_home / "logs"
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             logs.chmod(0)
             failed = eventually(
                 lambda: [
@@ -705,7 +706,7 @@ class TestUnreadableLogs:
         log.chmod(0)
         d = DaemonProc(env, prefix=NO_DAC)
         try:
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             (inc,) = eventually(lambda: d.incidents_of("watcher_failed"), what="watcher_failed")
             assert inc["key"] == "logs/agent.log"
         finally:
@@ -757,7 +758,7 @@ class TestUnreadableJournal:
 
             d = DaemonProc(env, "--config", str(config), prefix=(*ns, *AS_NOBODY))
             try:
-                d.wait_for("statewarden ready")
+                d.wait_for_line("statewarden ready")
                 (inc,) = eventually(incidents, what="journal watcher_failed")
                 assert inc["kind"] == "watcher_failed"
                 assert "insufficient permissions" in inc["summary"]
@@ -799,9 +800,9 @@ class TestForeignRuntimeFolder:
         rdir.chmod(0o777)
         d = DaemonProc(env)
         try:
-            line = d.wait_for("control socket unavailable")
+            line = d.wait_for_line("control socket unavailable")
             assert "writable by others (mode 0777)" in line
-            d.wait_for("statewarden ready")
+            d.wait_for_line("statewarden ready")
             assert not (rdir / "control.sock").exists()
         finally:
             assert d.stop() == 0

@@ -1,7 +1,7 @@
 """The journal follower against a real journald and systemd --user (root only).
 
 The gateway prints the JSONL fallback line to stdout, so only its unit's journal has it
-(HERMES.md). Here a real unit prints that line; the daemon, following the journal with
+(docs/hermes.md). Here a real unit prints that line; the daemon, following the journal with
 journalctl, must open a jsonl_fallback incident.
 """
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_proc import DaemonProc, eventually
-from tests.hermes_fixtures import TINY, make_home
+from lab.hermes_fixtures import TINY, make_home
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 pytestmark = pytest.mark.systemd
@@ -53,8 +54,8 @@ def test_fallback_line_printed_by_a_unit_opens_incident(
         env, "--config", str(config), prefix=("nsenter", "-t", str(manager.manager_pid), "-m")
     )
     try:
-        d.wait_for("statewarden ready")
-        eventually(
+        d.wait_for_line("statewarden ready")
+        wait_for(
             lambda: d.ctl_raw("status")["databases"][0]["journal"].startswith("following"),
             what="journal followed",
         )
@@ -64,8 +65,8 @@ def test_fallback_line_printed_by_a_unit_opens_incident(
         manager.daemon_reload()
         r = manager.systemctl("start", UNIT)
         assert r.returncode == 0, r.stderr
-        eventually(lambda: FALLBACK in manager.journal(UNIT), what="line in the unit's journal")
-        (inc,) = eventually(
+        wait_for(lambda: FALLBACK in manager.journal(UNIT), what="line in the unit's journal")
+        (inc,) = wait_for(
             lambda: [i for i in d.ctl("incidents")["incidents"] if i["kind"] == "jsonl_fallback"],
             what="jsonl_fallback incident",
         )
@@ -101,12 +102,10 @@ def test_crash_looping_unit_opens_crash_loop(manager: UserSystemd, tmp_path: Pat
     manager.daemon_reload()
     d = DaemonProc(env, "--config", str(config))
     try:
-        d.wait_for("statewarden ready")
-        eventually(
-            lambda: d.ctl_raw("status")["units"].startswith("watching"), what="units watched"
-        )
+        d.wait_for_line("statewarden ready")
+        wait_for(lambda: d.ctl_raw("status")["units"].startswith("watching"), what="units watched")
         manager.systemctl("start", UNIT)
-        (inc,) = eventually(
+        (inc,) = wait_for(
             lambda: [i for i in d.ctl("incidents")["incidents"] if i["kind"] == "crash_loop"],
             what="crash_loop incident",
         )

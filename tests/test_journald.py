@@ -9,6 +9,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,28 +37,38 @@ def decode_entry(data: bytes) -> dict[str, str]:
 
 
 @pytest.fixture
-def journal_socket(tmp_path: Path) -> socket.socket:
+def journal_socket(tmp_path: Path) -> Iterator[socket.socket]:
     path = tmp_path / "journal.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(path))
-    sock.settimeout(5)
-    return sock
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(5)
+        yield sock
+
+
+@pytest.fixture
+def sender(journal_socket: socket.socket) -> Iterator[journald.JournalSender]:
+    """A sender to ``journal_socket``, closed after the test."""
+    sender = journald.JournalSender(journal_socket.getsockname())
+    yield sender
+    sender.close()
 
 
 class TestNativeProtocol:
-    def test_simple_and_multiline_fields(self, journal_socket: socket.socket) -> None:
+    def test_simple_and_multiline_fields(
+        self, journal_socket: socket.socket, sender: journald.JournalSender
+    ) -> None:
         """Plain fields use NAME=value; a value with a newline uses the length-prefixed form."""
-        sender = journald.JournalSender(journal_socket.getsockname())
         sender.send({"MESSAGE": "line one\nline two", "PRIORITY": 4, "X": "y"})
         data = journal_socket.recv(65536)
         assert b"PRIORITY=4\n" in data
         assert b"MESSAGE\n" + struct.pack("<Q", 17) + b"line one\nline two\n" in data
         assert decode_entry(data) == {"MESSAGE": "line one\nline two", "PRIORITY": "4", "X": "y"}
 
-    def test_oversized_entry_goes_through_memfd(self, journal_socket: socket.socket) -> None:
+    def test_oversized_entry_goes_through_memfd(
+        self, journal_socket: socket.socket, sender: journald.JournalSender
+    ) -> None:
         """An entry larger than the socket buffer is passed as a sealed memfd."""
         journal_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sender = journald.JournalSender(journal_socket.getsockname())
         sender._socket().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         big = "x" * 300_000
         sender.send({"MESSAGE": big})
@@ -134,9 +145,10 @@ class TestLogging:
     def teardown_method(self) -> None:
         structlog.reset_defaults()
 
-    def test_journald_fields(self, journal_socket: socket.socket) -> None:
+    def test_journald_fields(
+        self, journal_socket: socket.socket, sender: journald.JournalSender
+    ) -> None:
         """Under systemd an event becomes an entry with PRIORITY, identifier, MESSAGE_ID and fields."""
-        sender = journald.JournalSender(journal_socket.getsockname())
         logs.configure("info", "journald", stream=io.StringIO(), journal=sender)
         logs.get_logger().warning(
             "jsonl fallback fired",
@@ -154,9 +166,10 @@ class TestLogging:
             "STATEWARDEN_HOLDERS": "[1, 2]",
         }
 
-    def test_level_filter(self, journal_socket: socket.socket) -> None:
+    def test_level_filter(
+        self, journal_socket: socket.socket, sender: journald.JournalSender
+    ) -> None:
         """Events below the configured level are not sent."""
-        sender = journald.JournalSender(journal_socket.getsockname())
         logs.configure("warning", "journald", stream=io.StringIO(), journal=sender)
         logs.get_logger().info("quiet")
         logs.get_logger().error("loud")

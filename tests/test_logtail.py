@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab.hermes_fixtures import hermes_python, log_line
 from statewarden.targets import Target
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
 from statewarden.watch.records import LogRecord, starts_record
-from tests.hermes_fixtures import hermes_python, log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 HERMES_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

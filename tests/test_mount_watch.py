@@ -6,11 +6,11 @@ from pathlib import Path
 
 import apsw
 
+from lab.hermes_fixtures import TINY, make_home
 from statewarden.mounts import parse_mountinfo
 from statewarden.status import database_status
 from statewarden.targets import target_for_db
 from statewarden.watch.mounts import MountWatcher
-from tests.hermes_fixtures import TINY, make_home
 
 
 def _mounts(fstype: str) -> str:

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab import corruption
+from lab.hermes_fixtures import SMALL, built_db
 from statewarden.recovery.pages import (
     DatabaseFile,
     PageFormatError,
@@ -23,8 +25,6 @@ from statewarden.recovery.pages import (
     varint,
 )
 from statewarden.recovery.schema import read_schema
-from tests import corruption_lab as lab
-from tests.hermes_fixtures import SMALL, built_db
 
 
 def encode_varint(v: int) -> bytes:
@@ -46,7 +46,7 @@ def encode_varint(v: int) -> bytes:
 
 
 def sqlite_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
-    return lab.table_rows(path, sql)
+    return corruption.table_rows(path, sql)
 
 
 class TestVarint:
@@ -73,8 +73,8 @@ class TestAgainstSqlite:
         returns for those rowids (the INTEGER PRIMARY KEY is stored as NULL)."""
         path = built_db(SMALL)
         db = DatabaseFile(path)
-        roots = lab.schema_roots(path)
-        _, leaves = lab.PristineFile(path).tree_pages(roots["messages"])
+        roots = corruption.schema_roots(path)
+        _, leaves = corruption.PristineFile(path).tree_pages(roots["messages"])
         decoded: list[tuple[Any, ...]] = []
         for leaf in leaves:
             rows, bad = db.leaf_rows(leaf)
@@ -86,7 +86,9 @@ class TestAgainstSqlite:
         """sessions has 46 columns, text ids and REAL timestamps."""
         path = built_db(SMALL)
         db = DatabaseFile(path)
-        _, leaves = lab.PristineFile(path).tree_pages(lab.schema_roots(path)["sessions"])
+        _, leaves = corruption.PristineFile(path).tree_pages(
+            corruption.schema_roots(path)["sessions"]
+        )
         decoded = [(r, *v) for leaf in leaves for r, v in db.leaf_rows(leaf)[0]]
         assert decoded == sqlite_rows(path, "SELECT rowid, * FROM sessions ORDER BY rowid")
 
@@ -108,10 +110,10 @@ class TestAgainstSqlite:
             ("y" * 100_000, None, 3.25),
         ]
         conn.executemany("INSERT INTO t VALUES (?, ?, ?)", values)
-        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='t'").fetchone()[0])
+        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='t'").get)
         conn.close()
         db = DatabaseFile(path)
-        _interior, leaves = lab.PristineFile(path).tree_pages(root)
+        _interior, leaves = corruption.PristineFile(path).tree_pages(root)
         rows = [(r, *v) for leaf in leaves for r, v in db.leaf_rows(leaf)[0]]
         assert rows == sqlite_rows(path, "SELECT rowid, * FROM t ORDER BY rowid")
 
@@ -120,21 +122,21 @@ class TestOrphans:
     def test_pristine_file_has_no_orphan_leaves(self) -> None:
         """Every table leaf of a healthy file is reached from some root."""
         path = built_db(SMALL)
-        roots = [*list(lab.schema_roots(path).values()), 1]
+        roots = [*list(corruption.schema_roots(path).values()), 1]
         assert orphan_table_leaves(DatabaseFile(path), roots) == []
 
     def test_zeroed_interior_page_orphans_exactly_its_leaves(self, tmp_path: Path) -> None:
         """Zeroing the interior page of messages orphans exactly the leaves the lab's
         walker found below it in the pristine file."""
-        case = lab.zeroed_interior(tmp_path / "db")
-        _, leaves = lab.PristineFile(case.pristine).tree_pages(case.roots["messages"])
+        case = corruption.zeroed_interior(tmp_path / "db")
+        _, leaves = corruption.PristineFile(case.pristine).tree_pages(case.roots["messages"])
         roots = [*list(case.roots.values()), 1]
         assert orphan_table_leaves(DatabaseFile(case.db), roots) == sorted(leaves)
 
     def test_salvage_assigns_leaves_by_record_width(self, tmp_path: Path) -> None:
         """salvage_rows gives every orphaned messages row, equal to SQLite's pristine
         rows, and nothing to a table whose width does not match."""
-        case = lab.zeroed_interior(tmp_path / "db")
+        case = corruption.zeroed_interior(tmp_path / "db")
         conn = apsw.Connection(str(case.pristine), flags=apsw.SQLITE_OPEN_READONLY)
         schema = read_schema(conn)
         conn.close()
@@ -147,7 +149,7 @@ class TestOrphans:
         """Asking for rows of an index page is refused with a format error."""
         path = built_db(SMALL)
         db = DatabaseFile(path)
-        idx_root = lab.schema_roots(path)["idx_messages_session"]
-        _, leaves = lab.PristineFile(path).tree_pages(idx_root)
+        idx_root = corruption.schema_roots(path)["idx_messages_session"]
+        _, leaves = corruption.PristineFile(path).tree_pages(idx_root)
         with pytest.raises(PageFormatError, match=f"page {leaves[0]} is not a table leaf"):
             db.leaf_rows(leaves[0])

@@ -15,15 +15,14 @@ from typing import Any
 
 import apsw
 import pytest
-from click.testing import CliRunner
 
-from statewarden.cli.ctl import main as ctl
+from lab import corruption
+from lab.hermes_fixtures import SMALL, TALL, Spec, built_db, holding, make_home
 from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
 from statewarden.sqlite import read_header
-from tests import corruption_lab as lab
-from tests.hermes_fixtures import SMALL, TALL, built_db, holding, make_home
+from tests.support.cli import run_ctl
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
 TABLE_KEYS = {
@@ -37,16 +36,11 @@ TABLE_KEYS = {
 }
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(ctl, list(args))
-    return result.exit_code, result.stdout, result.stderr
-
-
-def recover_json(case: lab.Case, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
+def recover_json(case: corruption.Case, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
     out = tmp_path / "out" / "recovered.db"
     out.parent.mkdir()
     report = tmp_path / "report.json"
-    code, stdout, stderr = run(
+    code, stdout, stderr = run_ctl(
         "recover", "--source", str(case.db), "--output", str(out), "--report", str(report), "--json"
     )
     assert stderr == ""
@@ -56,7 +50,7 @@ def recover_json(case: lab.Case, tmp_path: Path) -> tuple[int, dict[str, Any], P
 
 
 def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    return lab.table_rows(path, sql)
+    return corruption.table_rows(path, sql)
 
 
 def pristine(sql: str) -> list[tuple[object, ...]]:
@@ -64,7 +58,9 @@ def pristine(sql: str) -> list[tuple[object, ...]]:
 
 
 def n_pristine(table: str) -> int:
-    return int(pristine(f"SELECT count(*) FROM {table}")[0][0])  # type: ignore[call-overload]
+    value = pristine(f"SELECT count(*) FROM {table}")[0][0]
+    assert isinstance(value, int)
+    return value
 
 
 def assert_same_rows(out: Path, table: str, missing: set[int] = frozenset()) -> None:  # type: ignore[assignment]
@@ -79,7 +75,7 @@ class TestReportShape:
     def test_healthy_database(self, tmp_path: Path) -> None:
         """A healthy database: strategy none, verified, no loss, exit 0, every table
         complete with source = distinct = recovered, and the report keys of the issue."""
-        case = lab.fresh_copy(tmp_path / "db")
+        case = corruption.fresh_copy(tmp_path / "db")
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
         assert set(doc) >= REPORT_KEYS
@@ -96,7 +92,7 @@ class TestReportShape:
     def test_output_keeps_journal_mode_and_schema(self, tmp_path: Path) -> None:
         """The output is in WAL mode like the source, with the same sqlite_schema SQL and
         Hermes' schema_version; no -wal/-shm are left behind."""
-        case = lab.phantom_row(tmp_path / "db")
+        case = corruption.phantom_row(tmp_path / "db")
         _, doc, out = recover_json(case, tmp_path)
         assert read_header(out).journal_mode == "wal"
         schema_sql = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name"
@@ -108,9 +104,9 @@ class TestReportShape:
 
 class TestPhantomRow:
     def test_one_phantom_row_costs_nothing(self, tmp_path: Path) -> None:
-        """HERMES.md story 3: 65 stored rows, 64 distinct ids; the row is kept once, one
+        """docs/stories.md story 3: 65 stored rows, 64 distinct ids; the row is kept once, one
         duplicate dropped, nothing lost, verified, exit 0."""
-        case = lab.phantom_row(tmp_path / "db")
+        case = corruption.phantom_row(tmp_path / "db")
         n = n_pristine("sessions")
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
@@ -129,7 +125,7 @@ class TestPhantomRow:
     def test_source_is_untouched_and_work_dir_removed(self, tmp_path: Path) -> None:
         """The source bundle keeps its bytes and fingerprint; only the output (and the
         report) appear in the output directory."""
-        case = lab.phantom_row(tmp_path / "db")
+        case = corruption.phantom_row(tmp_path / "db")
         before, data = fingerprint(case.db), case.db.read_bytes()
         recover_json(case, tmp_path)
         assert (fingerprint(case.db), case.db.read_bytes()) == (before, data)
@@ -138,7 +134,7 @@ class TestPhantomRow:
 
     def test_capped_check_trap_recovers_everything(self, tmp_path: Path) -> None:
         """FTS damage plus the phantom row: FTS rebuilt, the row kept once, no loss."""
-        case = lab.capped_check_trap(tmp_path / "db")
+        case = corruption.capped_check_trap(tmp_path / "db")
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
         assert doc["tables"]["sessions"]["duplicates_dropped"] == 1
@@ -158,7 +154,7 @@ class TestDerivedDamage:
     def test_derived_damage_is_lossless(self, tmp_path: Path, trees: dict[str, int]) -> None:
         """FTS shadow or index pages zeroed: strategy reindex, every row kept, FTS
         answers MATCH like the pristine file, exit 0."""
-        case = lab.scribbled_trees(tmp_path / "db", trees)
+        case = corruption.scribbled_trees(tmp_path / "db", trees)
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
         assert doc["strategy"] == "reindex"
@@ -174,7 +170,7 @@ class TestBaseDamage:
     def test_zeroed_leaf_loses_exactly_its_rowids(self, tmp_path: Path) -> None:
         """A zeroed messages leaf: every other message is recovered, lost = the rowids
         on that page exactly, the range is named, exit 3."""
-        case = lab.zeroed_leaf(tmp_path / "db")
+        case = corruption.zeroed_leaf(tmp_path / "db")
         lost = case.lost_rowids["messages"]
         n = n_pristine("messages")
         code, doc, out = recover_json(case, tmp_path)
@@ -188,10 +184,58 @@ class TestBaseDamage:
         assert_same_rows(out, "messages", missing=set(lost))
         assert rows(out, "SELECT count(*) FROM messages_fts") == [(n - len(lost),)]
 
+    def test_lost_rows_rebuilt_from_their_copies_into_a_side_table(self, tmp_path: Path) -> None:
+        """A zeroed messages leaf: the lost rows are still lost from messages (exit 3),
+        but their session, time, active flag (from the intact indexes) and search text
+        (from the FTS copy) come back in statewarden_rebuilt_messages, each value named
+        by the copy it came from; nothing else is invented."""
+        case = corruption.zeroed_leaf(tmp_path / "db")
+        lost = case.lost_rowids["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        assert doc["rebuilt"] == {"messages": "statewarden_rebuilt_messages"}
+        assert doc["tables"]["messages"]["rebuilt_from_copies"] == len(lost)
+        marks = ", ".join(str(r) for r in lost)
+        got = rows(
+            out,
+            "SELECT source_rowid, session_id, timestamp, active, search_text"
+            " FROM statewarden_rebuilt_messages ORDER BY source_rowid",
+        )
+        want = pristine(
+            "SELECT m.id, m.session_id, m.timestamp, m.active, f.c0 FROM messages AS m"
+            f" JOIN messages_fts_content AS f ON f.id = m.id WHERE m.id IN ({marks}) ORDER BY m.id"
+        )
+        assert got == want
+        [(sources,)] = rows(
+            out,
+            f"SELECT rebuilt_from FROM statewarden_rebuilt_messages WHERE source_rowid = {lost[0]}",
+        )
+        assert json.loads(str(sources)) == {
+            "session_id": "index idx_messages_session",
+            "timestamp": "index idx_messages_session",
+            "active": "index idx_messages_session_active",
+            "search_text": "FTS copy messages_fts",
+        }
+        assert rows(out, f"SELECT count(*) FROM messages WHERE id IN ({marks})") == [(0,)]
+
+    def test_last_leaf_lost_range_ends_at_the_sequence(self, tmp_path: Path) -> None:
+        """The last messages leaf zeroed: the unreadable range ends at the table's
+        sqlite_sequence (AUTOINCREMENT gave out no rowid above it), not at 2^63-1, and
+        every lost rowid is listed (known from the FTS copies)."""
+        case = corruption.zeroed_leaf(tmp_path / "db", which=-1)
+        lost = case.lost_rowids["messages"]
+        [(seq,)] = pristine("SELECT seq FROM sqlite_sequence WHERE name = 'messages'")
+        code, doc, _ = recover_json(case, tmp_path)
+        assert code == 3
+        m = doc["tables"]["messages"]
+        assert m["unreadable_ranges"] == [[lost[0], seq]]
+        assert seq == lost[-1]
+        assert m["lost_keys"] == lost
+
     def test_zeroed_interior_page_recovered_from_pages(self, tmp_path: Path) -> None:
         """The interior page of messages zeroed: every leaf below it is decoded from the
         file; all messages come back identical; strategy salvage; no loss."""
-        case = lab.zeroed_interior(tmp_path / "db")
+        case = corruption.zeroed_interior(tmp_path / "db")
         n = n_pristine("messages")
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
@@ -208,8 +252,8 @@ class TestBaseDamage:
         """In a three-level messages b-tree, an interior page below the root zeroed: the
         scan reads the other leaves, the unreachable leaves below that page are decoded
         from the file, and every message comes back; no loss."""
-        case = lab.zeroed_interior(tmp_path / "db", spec=TALL)
-        pf = lab.PristineFile(case.pristine)
+        case = corruption.zeroed_interior(tmp_path / "db", spec=TALL)
+        pf = corruption.PristineFile(case.pristine)
         [target] = case.damaged_pages
         _, below = pf.tree_pages(target)
         on_pages = sum(len(pf.leaf_rowids(leaf)) for leaf in below)
@@ -227,8 +271,8 @@ class TestBaseDamage:
     def test_truncated_file(self, tmp_path: Path) -> None:
         """A file cut in half: every message on a page that remains is recovered
         identical; each lost rowid lies in a reported unreadable range; exit 3."""
-        total = len(lab.PristineFile(built_db(SMALL)).data) // 4096
-        case = lab.truncated(tmp_path / "db", total // 2)
+        total = len(corruption.PristineFile(built_db(SMALL)).data) // 4096
+        case = corruption.truncated(tmp_path / "db", total // 2)
         lost = case.lost_rowids["messages"]
         assert lost
         code, doc, out = recover_json(case, tmp_path)
@@ -240,11 +284,66 @@ class TestBaseDamage:
         assert_same_rows(out, "messages", missing=set(lost))
 
 
+class TestUnreachedRows:
+    @pytest.mark.parametrize("spec", [SMALL, TALL], ids=["two-level", "three-level"])
+    def test_flipped_child_pointer_brings_every_row_back(self, tmp_path: Path, spec: Spec) -> None:
+        """One bit flipped in a child pointer: no read fails, one leaf is reached twice
+        and another not at all. The rows on the unreached leaf are decoded from it:
+        every message comes back identical, no loss, strategy salvage."""
+        case = corruption.flipped_child_pointer(tmp_path / "db", spec=spec)
+        unreached = case.unreached["messages"]
+        assert unreached
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert (doc["strategy"], doc["lost"], doc["loss_detected"]) == ("salvage", {}, False)
+        assert m["recovered_from_pages"] == len(unreached)
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        # The intact FTS tables were copied and reconciled, not re-indexed: the rows
+        # brought back are found by search, exactly as in the pristine file.
+        for fts in ("messages_fts", "messages_fts_trigram"):
+            q = f"SELECT c0 FROM {fts}_content ORDER BY id"
+            assert rows(out, q) == rows(case.pristine, q)
+            q = f"SELECT rowid FROM {fts} WHERE {fts} MATCH 'checkpoint' ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q) != []
+        assert set(doc["timings"]) == {"copy", "diagnose", "salvage", "rebuild", "fts", "verify"}
+
+    def test_deleted_rows_on_a_lost_freelist_stay_deleted(self, tmp_path: Path) -> None:
+        """Deleted messages whose freed leaves are no longer on the freelist (its trunk
+        pointer zeroed): nothing vouches for them (no index entry, no FTS copy), so none
+        comes back; every live message does; the skipped rows are counted."""
+        case = corruption.lost_freelist(tmp_path / "db")
+        deleted = case.lost_rowids["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert (m["recovered_from_pages"], doc["loss_detected"]) == (0, False)
+        assert m["unvouched_skipped"] > 0
+        marks = ", ".join(str(r) for r in deleted)
+        assert rows(out, f"SELECT count(*) FROM messages WHERE rowid IN ({marks})") == [(0,)]
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        assert rows(out, "SELECT count(*) FROM state_meta") == [(0,)]
+
+
+class TestDeletedRows:
+    def test_stale_index_entries_are_not_reported_lost(self, tmp_path: Path) -> None:
+        """Messages deleted on purpose whose index page was written back stale: the
+        index lists them but no FTS copy does, so they are not lost (exit 0), and they
+        do not come back."""
+        case = corruption.stale_index_entries(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["lost"], doc["loss_detected"]) == (0, {}, False)
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+
+
 class TestInterruptAndLiveWriter:
     def test_interrupt_leaves_no_output_and_no_work_dir(self, tmp_path: Path) -> None:
         """Ctrl-C in the middle of copying tables: nothing at --output, the work dir is
         gone, the source is untouched."""
-        case = lab.phantom_row(tmp_path / "db")
+        case = corruption.phantom_row(tmp_path / "db")
         before = fingerprint(case.db)
         out_dir = tmp_path / "o"
         out_dir.mkdir()
@@ -261,7 +360,7 @@ class TestInterruptAndLiveWriter:
     def test_source_changing_during_the_copy_is_refused(self, tmp_path: Path) -> None:
         """A writer commits to the source while its bundle is copied (each time the copy
         reports progress): after three attempts the copy is refused, exit 1."""
-        case = lab.fresh_copy(tmp_path / "db")
+        case = corruption.fresh_copy(tmp_path / "db")
         writer = apsw.Connection(str(case.db))
         writer.execute("PRAGMA journal_mode=WAL")
         out_dir = tmp_path / "o"
@@ -289,7 +388,7 @@ class TestInterruptAndLiveWriter:
             db = home / "state.db"
             assert Path(f"{db}-wal").exists()
             before = fingerprint(db)
-            code, stdout, _ = run(
+            code, stdout, _ = run_ctl(
                 "check", "--db", str(db), "--json", "--work-dir", str(tmp_path / "w")
             )
             assert fingerprint(db) == before
@@ -302,10 +401,10 @@ class TestInterruptAndLiveWriter:
 class TestRefusals:
     def test_output_exists(self, tmp_path: Path) -> None:
         """An existing --output is never overwritten: exit 2, file unchanged."""
-        case = lab.fresh_copy(tmp_path / "db")
+        case = corruption.fresh_copy(tmp_path / "db")
         out = tmp_path / "exists.db"
         out.write_text("keep me")
-        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        code, _, err = run_ctl("recover", "--source", str(case.db), "--output", str(out))
         assert code == 2
         assert err == f"statewardenctl: error: {out}: already exists; refusing to overwrite it\n"
         assert out.read_text() == "keep me"
@@ -324,18 +423,18 @@ class TestRefusals:
         src.write_bytes(content)
         out = tmp_path / "o" / "out.db"
         out.parent.mkdir()
-        code, _, err = run("recover", "--source", str(src), "--output", str(out))
+        code, _, err = run_ctl("recover", "--source", str(src), "--output", str(out))
         assert code == 4
         assert err == f"statewardenctl: error: {src}: {message}\n"
         assert os.listdir(out.parent) == []
 
     def test_foreign_wal(self, tmp_path: Path) -> None:
         """A -wal from another database: refused (exit 4), source bundle untouched."""
-        case = lab.foreign_wal(tmp_path / "db")
+        case = corruption.foreign_wal(tmp_path / "db")
         before = fingerprint(case.db)
         out = tmp_path / "o" / "out.db"
         out.parent.mkdir()
-        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        code, _, err = run_ctl("recover", "--source", str(case.db), "--output", str(out))
         assert code == 4
         assert err.startswith(f"statewardenctl: error: {case.db}-wal: belongs to another database")
         assert fingerprint(case.db) == before
@@ -344,7 +443,7 @@ class TestRefusals:
     def test_no_space(self, tmp_path: Path) -> None:
         """Not enough room next to --output (a real 1 MiB tmpfs): exit 1, one line, the
         source untouched, nothing written there. Needs root to mount; skips otherwise."""
-        case = lab.fresh_copy(tmp_path / "db")
+        case = corruption.fresh_copy(tmp_path / "db")
         small = tmp_path / "small"
         small.mkdir()
         if os.geteuid() != 0:
@@ -352,7 +451,9 @@ class TestRefusals:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
         try:
             before = fingerprint(case.db)
-            code, _, err = run("recover", "--source", str(case.db), "--output", str(small / "x.db"))
+            code, _, err = run_ctl(
+                "recover", "--source", str(case.db), "--output", str(small / "x.db")
+            )
             assert code == 1
             assert err.startswith(f"statewardenctl: error: {small}: not enough free space: ")
             assert err.endswith(" needed (free some space or choose another output directory)\n")
@@ -362,9 +463,9 @@ class TestRefusals:
             subprocess.run(["umount", str(small)], check=True)
 
     def test_missing_output_directory(self, tmp_path: Path) -> None:
-        case = lab.fresh_copy(tmp_path / "db")
+        case = corruption.fresh_copy(tmp_path / "db")
         out = tmp_path / "nope" / "out.db"
-        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        code, _, err = run_ctl("recover", "--source", str(case.db), "--output", str(out))
         assert code == 2
         assert err == f"statewardenctl: error: {out.parent}: no such directory for --output\n"
 
@@ -372,10 +473,10 @@ class TestRefusals:
 class TestHumanReport:
     def test_table_and_verdict(self, tmp_path: Path) -> None:
         """The text report has one line per table and ends with the verdict."""
-        case = lab.zeroed_leaf(tmp_path / "db")
+        case = corruption.zeroed_leaf(tmp_path / "db")
         lost = case.lost_rowids["messages"]
         out = tmp_path / "out.db"
-        code, stdout, _ = run("recover", "--source", str(case.db), "--output", str(out))
+        code, stdout, _ = run_ctl("recover", "--source", str(case.db), "--output", str(out))
         assert code == 3
         lines = stdout.splitlines()
         assert lines[-1] == f"result: verified, loss detected: messages {len(lost)}"
@@ -388,7 +489,7 @@ class TestCollisions:
         later one is set aside in the report with its whole row (never dropped
         silently); its old id, still listed by the unique index, counts as lost; its
         messages are kept as orphans and counted."""
-        case = lab.duplicate_key(tmp_path / "db")
+        case = corruption.duplicate_key(tmp_path / "db")
         c = case.collision
         n = n_pristine("sessions")
         orphans = n_pristine(f"messages WHERE session_id = '{c['old_key']}'")
@@ -409,6 +510,8 @@ class TestCollisions:
             "a different row already has this key (UNIQUE constraint failed: sessions.id"
         )
         assert doc["orphans"]["messages"] == orphans > 0
+        _, checked, _ = run_ctl("check", "--db", str(case.db), "--json")
+        assert json.loads(checked)["databases"][0]["orphans"] == doc["orphans"]
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert rows(out, f"SELECT rowid FROM sessions WHERE id = '{c['key']}'") == [
             (c["kept_rowid"],)
@@ -418,7 +521,7 @@ class TestCollisions:
     def test_two_rows_claim_one_title(self, tmp_path: Path) -> None:
         """Two different sessions with one title (behind the UNIQUE title index): both are
         kept, the later one with its title renamed, and the rename is in the report."""
-        case = lab.duplicate_title(tmp_path / "db")
+        case = corruption.duplicate_title(tmp_path / "db")
         c = case.collision
         n = n_pristine("sessions")
         code, doc, out = recover_json(case, tmp_path)
@@ -446,11 +549,11 @@ class TestExternalContentFts:
     def test_fts_damage_is_rebuilt_from_the_view(self, tmp_path: Path) -> None:
         """Newer Hermes' shape (FTS5 with content= a view): the FTS pages zeroed, the
         index is rebuilt with FTS5's 'rebuild' from the view; MATCH answers as before."""
-        case = lab.external_content_db(tmp_path / "db")
-        pf = lab.PristineFile(case.db)
+        case = corruption.external_content_db(tmp_path / "db")
+        pf = corruption.PristineFile(case.db)
         _, leaves = pf.tree_pages(case.roots["messages_fts_data"])
         for leaf in leaves[:2]:
-            lab.zero_page(case, leaf)
+            corruption.zero_page(case, leaf)
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
         assert (doc["strategy"], doc["verified"], doc["loss_detected"]) == ("reindex", True, False)
@@ -462,11 +565,11 @@ class TestExternalContentFts:
     def test_base_damage_rebuilds_fts_without_the_lost_rows(self, tmp_path: Path) -> None:
         """A messages leaf zeroed: the other rows are copied, the FTS index is rebuilt
         from what is there (no entry for a lost row), lost = the page's rowids."""
-        case = lab.external_content_db(tmp_path / "db")
-        pf = lab.PristineFile(case.db)
+        case = corruption.external_content_db(tmp_path / "db")
+        pf = corruption.PristineFile(case.db)
         _, leaves = pf.tree_pages(case.roots["messages"])
         lost = pf.leaf_rowids(leaves[5])
-        lab.zero_page(case, leaves[5])
+        corruption.zero_page(case, leaves[5])
         code, doc, out = recover_json(case, tmp_path)
         assert code == 3
         assert doc["lost"] == {"messages": len(lost)}
@@ -479,11 +582,11 @@ class TestSessionsDamage:
     def test_zeroed_sessions_leaf(self, tmp_path: Path) -> None:
         """A sessions leaf zeroed: the lost sessions are named by their ids (known from
         the intact primary-key index), their messages are kept as orphans and counted."""
-        case = lab.zeroed_leaf(tmp_path / "db", table="sessions", which=0)
+        case = corruption.zeroed_leaf(tmp_path / "db", table="sessions", which=0)
         lost_rowids = case.lost_rowids["sessions"]
         marks = ", ".join(str(r) for r in lost_rowids)
         lost_ids = sorted(
-            r[0] for r in pristine(f"SELECT id FROM sessions WHERE rowid IN ({marks})")
+            str(r[0]) for r in pristine(f"SELECT id FROM sessions WHERE rowid IN ({marks})")
         )
         quoted = ", ".join(f"'{i}'" for i in lost_ids)
         orphans = n_pristine(f"messages WHERE session_id IN ({quoted})")
@@ -496,6 +599,8 @@ class TestSessionsDamage:
         # below ("rowids up to N").
         assert s["unreadable_ranges"] == [[-(2**63), lost_rowids[-1]]]
         assert doc["orphans"]["messages"] == orphans > 0
+        _, checked, _ = run_ctl("check", "--db", str(case.db), "--json")
+        assert json.loads(checked)["databases"][0]["orphans"] == doc["orphans"]
         assert doc["tables"]["messages"]["recovered"] == n_pristine("messages")
         assert_same_rows(out, "sessions", missing=set(lost_rowids))
 
@@ -504,8 +609,8 @@ class TestBundles:
     def test_hot_journal_source_keeps_rollback_mode(self, tmp_path: Path) -> None:
         """A rollback-mode source with a crashed writer's hot -journal: the copy is rolled
         back, every message is recovered, and the output stays in rollback mode."""
-        case = lab.fresh_copy(tmp_path / "db")
-        lab.crash_mid_transaction(case)
+        case = corruption.fresh_copy(tmp_path / "db")
+        corruption.crash_mid_transaction(case)
         code, doc, out = recover_json(case, tmp_path)
         assert code == 0
         assert read_header(out).journal_mode == "rollback"
@@ -516,7 +621,7 @@ class TestBundles:
     def test_wal_with_another_page_size(self, tmp_path: Path) -> None:
         """A -wal written for a database with 1024-byte pages next to a 4096-byte one:
         refused by its page size, exit 4."""
-        case = lab.fresh_copy(tmp_path / "db")
+        case = corruption.fresh_copy(tmp_path / "db")
         other = tmp_path / "other.db"
         conn = apsw.Connection(str(other))
         conn.execute("PRAGMA page_size=1024")
@@ -527,7 +632,7 @@ class TestBundles:
         conn.close()
         out = tmp_path / "o" / "out.db"
         out.parent.mkdir()
-        code, _, err = run("recover", "--source", str(case.db), "--output", str(out))
+        code, _, err = run_ctl("recover", "--source", str(case.db), "--output", str(out))
         assert code == 4
         assert err == (
             f"statewardenctl: error: {case.db}-wal: belongs to another database (page size"
@@ -535,12 +640,179 @@ class TestBundles:
         )
 
 
+class TestWal:
+    def test_commits_after_a_bad_frame_come_back(self, tmp_path: Path) -> None:
+        """One bit flipped in a WAL frame: SQLite replays the frames before it and drops
+        every later commit without a word. recover walks the frames, names the bad one,
+        counts the dropped commits and adds their rows from the frame images: every
+        message and session of the pristine (fully replayed) file comes back."""
+        case = corruption.wal_bad_frame(tmp_path / "db")
+        as_sqlite_reads_it = tmp_path / "folded.db"
+        corruption.fold_copy(case.db, as_sqlite_reads_it)
+        sqlite_sees = int(rows(as_sqlite_reads_it, "SELECT count(*) FROM messages")[0][0])  # type: ignore[call-overload]
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert sqlite_sees < len(want)  # the damage hides rows from SQLite
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        m = doc["tables"]["messages"]
+        assert m["recovered_from_wal"] == len(want) - sqlite_sees
+        assert (doc["strategy"], doc["loss_detected"]) == ("salvage", False)
+        assert any("fails its checksum" in n for n in doc["notes"])
+        assert any("committed transactions" in n for n in doc["notes"])
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        for t in ("sessions", "session_model_usage"):
+            q = f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q)
+
+    @pytest.mark.parametrize("how", ["magic", "page-size"])
+    def test_wal_with_a_damaged_header_is_ignored_and_its_commits_salvaged(
+        self, tmp_path: Path, how: str
+    ) -> None:
+        """A WAL whose header SQLite rejects (magic zeroed, a page-size bit flipped):
+        the database is read as SQLite reads it (without the WAL), the WAL is named as
+        ignored, and its committed frames, which still check out one by one, give back
+        every row written to it."""
+        case = corruption.wal_header_damage(tmp_path / "db", how)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any("ignored, as SQLite does" in n for n in doc["notes"])
+        for t in ("messages", "sessions"):
+            q = f"SELECT rowid, * FROM {t} ORDER BY rowid"
+            assert rows(out, q) == rows(case.pristine, q)
+        assert doc["tables"]["messages"]["recovered_from_wal"] == len(case.unreached["messages"])
+
+    def test_zero_filled_wal_is_ignored(self, tmp_path: Path) -> None:
+        """A zero-filled -wal holds nothing: the database file is read alone, the WAL is
+        named as ignored, every row of the file is recovered, exit 0."""
+        case = corruption.wal_header_damage(tmp_path / "db", "zeroed")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any(
+            "ignored, as SQLite does: bad magic number (zero-filled)" in n for n in doc["notes"]
+        )
+        assert_same_rows(out, "messages")
+        assert_same_rows(out, "sessions")
+
+
+class TestBitRot:
+    def test_rotted_copy_is_rebuilt_from_the_row(self, tmp_path: Path) -> None:
+        """A message's FTS copy changed on disk: the FTS table is rebuilt from the
+        messages, and a search for the original word finds the message again."""
+        case = corruption.bit_rot(tmp_path / "db", "fts")
+        rowid = case.phantom["messages_fts_content"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["loss_detected"]) == (0, False)
+        assert_same_rows(out, "messages")
+        q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
+        assert rows(out, q) == pristine(q)
+
+    def test_rotted_row_is_kept_and_named(self, tmp_path: Path) -> None:
+        """A message row changed on disk (its FTS copies still hold the original): the
+        row is kept as stored and named in the notes; the copies keep the original."""
+        case = corruption.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert any(
+            n.startswith("messages: 1 row differs from its search-index copies")
+            for n in doc["notes"]
+        )
+        q = f"SELECT content FROM messages WHERE rowid = {rowid}"
+        assert rows(out, q) == rows(case.db, q) != pristine(q)
+        q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
+        assert rows(out, q) == pristine(q)
+
+
+class TestPartialRows:
+    def test_broken_overflow_chain_keeps_the_row(self, tmp_path: Path) -> None:
+        """A session whose system_prompt overflow page is zeroed: the row is kept. The
+        columns in its cell (id, source, model, ...) read in place; the columns after
+        the prompt come back from the rest of its overflow chain, found among the pages
+        no b-tree reaches; only system_prompt (whose bytes were on the zeroed page) is
+        NULL, listed as the row's one unreadable column. Its 8 messages are not orphans;
+        loss is detected (exit 3) but no row is lost."""
+        case = corruption.broken_overflow(tmp_path / "db")
+        rowid = case.phantom["sessions"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        s = doc["tables"]["sessions"]
+        assert (s["partial"], s["lost_keys"], doc["lost"]) == (1, [], {})
+        [p] = doc["partial_rows"]
+        assert (p["table"], p["rowid"], p["columns"], p["filled"]) == (
+            "sessions",
+            rowid,
+            ["system_prompt"],
+            {},
+        )
+        assert {"started_at", "title", "input_tokens"} <= set(p["recovered_from_pages"])
+        q = f"SELECT * FROM sessions WHERE rowid = {rowid}"
+        [got] = rows(out, q)
+        [want] = rows(case.pristine, q)
+        names = [c[1] for c in rows(out, "PRAGMA table_info(sessions)")]
+        differ = [n for n, a, b in zip(names, got, want, strict=True) if a != b]
+        assert differ == ["system_prompt"]
+        assert got[names.index("system_prompt")] is None
+        assert rows(out, "SELECT count(*) FROM messages WHERE session_id = 'long_prompt'") == [(8,)]
+        assert "messages" not in doc["orphans"]
+        q = "SELECT rowid, * FROM messages ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        q = "SELECT rowid, * FROM sessions WHERE id != 'long_prompt' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+
+
+class TestPageOne:
+    def test_page_one_damaged_past_the_header(self, tmp_path: Path) -> None:
+        """Page 1 zeroed past its 100-byte header: the schema's root is rebuilt from its
+        intact leaves in the private copy, and every row of every table comes back; the
+        note says so; the source's class stays unreadable."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        with open(case.db, "r+b") as f:
+            f.seek(100)
+            f.write(b"\x00" * (4096 - 100))
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["damage"], doc["verified"]) == (0, "unreadable", True)
+        assert any("it was rebuilt in the private copy" in n for n in doc["notes"])
+        for t in ("messages", "sessions", "session_model_usage", "gateway_routing"):
+            assert_same_rows(out, t)
+        q = "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name"
+        assert rows(out, q) == pristine(q)
+
+
+class TestPartialRowsFill:
+    def test_whole_chain_lost_fills_not_null_columns_by_the_rule(self, tmp_path: Path) -> None:
+        """Every overflow page of the session zeroed: only what the cell holds survives;
+        a NOT NULL column past it gets the documented fill (DEFAULT, else 0 or ''),
+        listed in the report; the row and its messages are kept."""
+        case = corruption.broken_overflow(tmp_path / "db", whole_chain=True)
+        rowid = case.phantom["sessions"]
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        [p] = doc["partial_rows"]
+        assert p["columns"][0] == "system_prompt"
+        # Columns stored as NULL, 0 or 1 need no body bytes and read in place; of the
+        # others, started_at is the one NOT NULL column: REAL, no DEFAULT, so 0.
+        assert p["columns"] == [
+            "system_prompt",
+            "started_at",
+            "message_count",
+            "input_tokens",
+            "output_tokens",
+            "cwd",
+            "title",
+        ]
+        assert p["filled"] == {"started_at": 0}
+        assert "recovered_from_pages" not in p
+        q = f"SELECT id, source, model, started_at FROM sessions WHERE rowid = {rowid}"
+        assert rows(out, q) == [("long_prompt", "telegram", "hermes-4-70b", 0)]
+        assert "messages" not in doc["orphans"]
+
+
 class TestSmallTables:
     def test_schema_version_page_zeroed(self, tmp_path: Path) -> None:
         """The only page of schema_version zeroed: no row of it can be read; the output
         is built and verified anyway, the loss is flagged (exit 3) and the unreadable
         schema_version is named in the notes; every other table is complete."""
-        case = lab.zeroed_leaf(tmp_path / "db", table="schema_version", which=0)
+        case = corruption.zeroed_leaf(tmp_path / "db", table="schema_version", which=0)
         code, doc, out = recover_json(case, tmp_path)
         assert code == 3
         sv = doc["tables"]["schema_version"]
@@ -558,12 +830,14 @@ class TestSmallTables:
 
 class TestInvalidText:
     def test_clean_table_keeps_the_bytes(self, tmp_path: Path) -> None:
-        """Text with an invalid UTF-8 byte in an otherwise healthy table: nothing flags it
-        (SQLite does not validate text), so the table is copied as stored, byte for byte."""
-        case = lab.invalid_utf8(tmp_path / "db")
+        """Text with an invalid UTF-8 byte in an otherwise healthy table: SQLite does not
+        validate text; the comparison with its FTS copies names the row, and it is
+        copied as stored, byte for byte."""
+        case = corruption.invalid_utf8(tmp_path / "db")
         rowid = case.phantom["messages"]
         code, doc, out = recover_json(case, tmp_path)
         assert (code, doc["loss_detected"]) == (0, False)
+        assert any(f"changed on disk (rowid {rowid})" in n for n in doc["notes"])
         q = f"SELECT CAST(content AS BLOB) FROM messages WHERE rowid = {rowid}"
         assert rows(out, q) == rows(case.db, q)
         assert b"\xff" in rows(out, q)[0][0]  # type: ignore[operator]
@@ -571,11 +845,11 @@ class TestInvalidText:
     def test_damaged_table_row_by_row_repairs_the_text(self, tmp_path: Path) -> None:
         """The same bad byte in a table that is copied row by row (a leaf elsewhere is
         zeroed): the row is kept with U+FFFD for the bad byte and named in the notes."""
-        case = lab.invalid_utf8(tmp_path / "db", rowid=700)
-        pf = lab.PristineFile(case.db)
+        case = corruption.invalid_utf8(tmp_path / "db", rowid=700)
+        pf = corruption.PristineFile(case.db)
         _, leaves = pf.tree_pages(case.roots["messages"])
         lost = pf.leaf_rowids(leaves[3])
-        lab.zero_page(case, leaves[3])
+        corruption.zero_page(case, leaves[3])
         code, doc, out = recover_json(case, tmp_path)
         assert code == 3
         assert doc["lost"] == {"messages": len(lost)}

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lab.hermes_fixtures import log_line
 from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Observation, Signal
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record, starts_record
@@ -22,7 +23,6 @@ from statewarden.watch.rules import (
     signals_from_journal,
     signals_from_log,
 )
-from tests.hermes_fixtures import log_line
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 TARGET = Target(
@@ -119,7 +119,7 @@ class TestCorruption:
          "malformed database schema (messages_fts) - invalid rootpage"],
     )  # fmt: skip
     def test_routing_save_failed(self, error: str) -> None:
-        """The HERMES.md example line: a write failure and corruption, both."""
+        """The docs/hermes.md example line: a write failure and corruption, both."""
         out = signals("WARNING", "gateway.session",
                       f"gateway.session: state.db routing save failed: {error}")  # fmt: skip
         assert kinds(out) == [
@@ -200,7 +200,7 @@ class TestCorruption:
 
 class TestWriteFailures:
     def test_append_message_locked(self) -> None:
-        """The HERMES.md example: append_message failed with database is locked."""
+        """The docs/hermes.md example: append_message failed with database is locked."""
         [s] = signals(
             "WARNING", "run_agent", "Session DB append_message failed: database is locked", SID
         )
@@ -553,7 +553,7 @@ def _format_strings(source: str) -> list[str]:
             out.append(first.value)
         elif isinstance(first, ast.JoinedStr):
             out.append("".join(
-                v.value if isinstance(v, ast.Constant) else "%s" for v in first.values
+                str(v.value) if isinstance(v, ast.Constant) else "%s" for v in first.values
             ))  # fmt: skip
     return out
 

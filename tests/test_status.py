@@ -7,22 +7,23 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from statewarden.cli.ctl import main as ctl
+from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.config import Config, parse_config
 from statewarden.mounts import Mount, is_unsafe_for_wal, mount_for, parse_mountinfo
 from statewarden.sqlite import read_header
 from statewarden.targets import discover, gateway_unit_for
-from tests.hermes_fixtures import TINY, holding, make_home
+from tests.support.cli import run_ctl
 
 
-def status_json(*args: str) -> dict[str, object]:
-    r = CliRunner().invoke(ctl, ["status", "--json", *args])
+def status_json(*args: str) -> dict[str, Any]:
+    r = run_ctl("status", "--json", *args)
     assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout)  # type: ignore[no-any-return]
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
 
 
 def fingerprint(path: Path) -> tuple[str, int, int]:
@@ -44,7 +45,7 @@ class TestStatusOnLiveHermes:
             wal_after = (hermes_home / "state.db-wal").stat().st_size
         assert before == after
         assert wal_before == wal_after
-        (st,) = data["databases"]  # type: ignore[misc]
+        (st,) = data["databases"]
         header = read_header(db)
         assert st["path"] == str(db)
         assert st["profile"] == "default"
@@ -82,10 +83,10 @@ class TestStatusOnLiveHermes:
         home = make_home(tmp_path / "h", TINY, profiles=("coder", "work"))
         monkeypatch.setenv("HERMES_HOME", str(home))
         data = status_json()
-        names = [d["profile"] for d in data["databases"]]  # type: ignore[attr-defined]
+        names = [d["profile"] for d in data["databases"]]
         assert names == ["default", "coder", "work"]
         only = status_json("--profile", "work")
-        assert [d["path"] for d in only["databases"]] == [str(home / "profiles/work/state.db")]  # type: ignore[attr-defined]
+        assert [d["path"] for d in only["databases"]] == [str(home / "profiles/work/state.db")]
 
 
 class TestStatusOnBadFiles:
@@ -106,32 +107,32 @@ class TestStatusOnBadFiles:
         db = tmp_path / "state.db"
         db.write_bytes(content)
         data = status_json("--db", str(db))
-        (st,) = data["databases"]  # type: ignore[misc]
+        (st,) = data["databases"]
         assert st["problems"] == [f"{db}: {problem}"]
         assert db.read_bytes() == content
 
     def test_missing_database_is_reported(self, tmp_path: Path) -> None:
         """A home without state.db yet: exists false, one problem line."""
         data = status_json("--db", str(tmp_path / "state.db"))
-        (st,) = data["databases"]  # type: ignore[misc]
+        (st,) = data["databases"]
         assert st["exists"] is False
         assert st["problems"] == ["state.db does not exist (yet)"]
 
     def test_no_hermes_home(self) -> None:
         """No Hermes home at all: a plain note, exit 0."""
-        r = CliRunner().invoke(ctl, ["status"])
+        r = run_ctl("status")
         assert r.exit_code == 0
         assert r.stdout == "no Hermes home found ($HERMES_HOME or ~/.hermes); nothing to report\n"
 
     def test_db_and_profile_together_is_usage_error(self, tmp_path: Path) -> None:
         """--db and --profile exclude each other: exit 2, one line."""
-        r = CliRunner().invoke(ctl, ["status", "--db", "x", "--profile", "y"])
+        r = run_ctl("status", "--db", "x", "--profile", "y")
         assert r.exit_code == 2
         assert r.stderr == "statewardenctl: error: --db and --profile cannot be used together\n"
 
     def test_unknown_profile(self, hermes_home: Path) -> None:
         """An unknown profile names the ones that exist: exit 2."""
-        r = CliRunner().invoke(ctl, ["status", "--profile", "nope"])
+        r = run_ctl("status", "--profile", "nope")
         assert r.exit_code == 2
         assert (
             r.stderr == "statewardenctl: error: no Hermes profile named 'nope' (found: default)\n"
@@ -139,7 +140,7 @@ class TestStatusOnBadFiles:
 
     def test_human_output(self, hermes_home: Path) -> None:
         """The text form names each fact."""
-        r = CliRunner().invoke(ctl, ["status"])
+        r = run_ctl("status")
         assert r.exit_code == 0
         assert f"default: {hermes_home / 'state.db'}" in r.stdout
         assert "journal mode    wal" in r.stdout

@@ -10,14 +10,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from statewarden.cli.ctl import main as ctl
+from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.errors import SystemdCallFailed, SystemdUnavailable
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
@@ -32,23 +30,14 @@ from statewarden.systemd import (
     unit_name_from_path,
 )
 from tests.fake_hermes import install_fake_hermes
-from tests.hermes_fixtures import TINY, holding, make_home
+from tests.support.cli import run_ctl
+from tests.support.waiting import WAIT_S, wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 REPO = Path(__file__).resolve().parent.parent
-WAIT_S = 60.0
 FALLBACK = "holders are still found through /proc"
 GATEWAY = "hermes-gateway.service"
 DASHBOARD = "hermes-dashboard.service"
-
-
-def wait_for(cond: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
-    """Poll until ``cond()`` is true; a deadline for a hung manager, not a timing check."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def run(coro_fn: Callable[[UserManager], object], address: str) -> object:
@@ -167,8 +156,8 @@ class TestBusWithoutSystemd:
         """`holders` still lists holders from /proc and prints why systemd could not help."""
         monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", plain_bus)
         with holding(hermes_home) as w:
-            result = CliRunner().invoke(ctl, ["holders"])
-            data = json.loads(CliRunner().invoke(ctl, ["holders", "--json"]).stdout)
+            result = run_ctl("holders")
+            data = json.loads(run_ctl("holders", "--json").stdout)
         assert result.exit_code in (0, 1)
         assert any(line.startswith(f"{w.pid} ") for line in result.stdout.splitlines())
         note = (
@@ -324,13 +313,11 @@ class TestHoldersAndUnits:
     ) -> None:
         """With the bus reachable, `holders --json` has no systemd note and the units set."""
         monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", units.address)
-        data = json.loads(
-            CliRunner().invoke(ctl, ["holders", "--db", str(units.db), "--json"]).stdout
-        )
+        data = json.loads(run_ctl("holders", "--db", str(units.db), "--json").stdout)
         assert data["systemd"] is None
         assert [(u["name"], u["active_state"], u["sub_state"]) for u in data["units"]] == [
             (DASHBOARD, "active", "running"), (GATEWAY, "active", "running")]  # fmt: skip
-        text = CliRunner().invoke(ctl, ["holders", "--db", str(units.db)]).stdout.splitlines()
+        text = run_ctl("holders", "--db", str(units.db)).stdout.splitlines()
         assert text[text.index("systemd user units:") + 1 :] == [
             f"  {DASHBOARD}  active/running  main pid {units.main_pid(DASHBOARD)}  restarts 0",
             f"  {GATEWAY}    active/running  main pid {units.main_pid(GATEWAY)}  restarts {units.restarts(GATEWAY)}",

@@ -2,7 +2,7 @@
 
 bindfs mirrors a Hermes home through FUSE inside a private mount namespace (so nothing
 is left mounted); the daemon runs in that namespace and must see that WAL is unsafe there
-(HERMES.md story 8: no coherent locks, silent corruption while integrity_check passes).
+(docs/stories.md story 8: no coherent locks, silent corruption while integrity_check passes).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_proc import DaemonProc, eventually
-from tests.hermes_fixtures import TINY, make_home
+from lab.hermes_fixtures import TINY, make_home
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 
 # Mount bindfs, wait for it, run the daemon ("$@"), pass SIGTERM on, then unmount.
 SCRIPT = """
@@ -63,8 +64,8 @@ def test_wal_database_on_fuse_is_unsafe_mount(tmp_path: Path) -> None:
         env, prefix=("unshare", "-m", "--propagation", "private", "sh", "-c", SCRIPT, "sh")
     )
     try:
-        d.wait_for("statewarden ready")
-        (inc,) = eventually(
+        d.wait_for_line("statewarden ready")
+        (inc,) = wait_for(
             lambda: [i for i in d.ctl("incidents")["incidents"] if i["kind"] == "unsafe_mount"],
             what="unsafe_mount incident",
         )

@@ -23,9 +23,10 @@ from statewarden.recovery.diagnose import Diagnosis, exit_code_for, worst
 
 VERDICTS = {
     "none": "healthy",
-    "derived": "derived damage only (indexes / FTS): a lossless rebuild exists",
+    "derived": "derived damage only (indexes, FTS, or a b-tree whose every row still"
+    " reads): a lossless rebuild exists",
     "base": "base damage: a table that holds data is damaged; rows may be lost",
-    "unreadable": "unreadable",
+    "unreadable": "unreadable: SQLite cannot open it as it is (header, schema or page 1)",
 }
 
 

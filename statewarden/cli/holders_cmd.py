@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,10 +23,11 @@ from statewarden.cli._common import (
 from statewarden.errors import EXIT_OK, EXIT_SCAN_INCOMPLETE, EXIT_STALE_OR_LOST_LOCKS, UsageError
 from statewarden.holders.processes import human_age, short_command
 from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
-from statewarden.holders.scan import Holder, HolderScan, HolderScanner, age_seconds
-from statewarden.holders.units import systemd_view
-from statewarden.systemd import UnitInfo
+from statewarden.holders.scan import VIA_LOCKS, Holder, HolderScan, HolderScanner, age_seconds
 from statewarden.targets import Target
+
+if TYPE_CHECKING:
+    from statewarden.systemd import UnitInfo
 
 DEFAULT_WATCH_INTERVAL_S = 2.0
 _COLUMNS = ("PID", "KIND", "UNIT", "FDS (db/wal/shm)", "ORPHAN", "SINCE", "FLAGS", "COMMAND")
@@ -49,7 +51,20 @@ def _check_db(db: str) -> None:
         raise UsageError(f"--db {db}: no such file")
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, ``\\n``).
+
+    Names and command lines come from other processes, other users' among them: printed
+    raw, one could move the cursor, rewrite lines or retitle the terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def _fds(h: Holder) -> str:
+    if h.via == VIA_LOCKS:
+        return "? (locks)"  # its descriptors could not be read; its locks were seen
     return "/".join(str(h.fds.get(n, 0)) for n in (DB_FILE, WAL_FILE, SHM_FILE))
 
 
@@ -60,20 +75,71 @@ def _row(h: Holder, now: float) -> tuple[str, ...]:
     flags = ",".join(h.flags)
     if h.stale_files:
         flags = flags.replace("STALE", "STALE(" + "+".join(h.stale_files) + ")")
-    return (
-        str(h.pid),
-        h.kind,
-        h.unit or "(none)",
-        _fds(h),
-        "yes" if h.orphan else "-",
-        human_age(age_seconds(h, now)),
-        flags or "-",
-        command,
+    return tuple(
+        printable(cell)
+        for cell in (
+            str(h.pid),
+            h.kind,
+            h.unit or "(none)",
+            _fds(h),
+            "yes" if h.orphan else "-",
+            human_age(age_seconds(h, now)),
+            flags or "-",
+            command,
+        )
     )
 
 
+def coverage_line(scan: HolderScan) -> str | None:
+    """One line on the processes checked through /proc/locks alone, or None if there were none.
+
+    ``312 processes of other users could not be read; none holds a lock on state.db``
+    """
+    checked = [u for u in scan.uninspectable if u.get("checked") == VIA_LOCKS]
+    if not checked:
+        return None
+    n = len(checked)
+    others = sum(1 for u in checked if u.get("uid") != os.geteuid())
+    plural = "process" if n == 1 else "processes"
+    if others == n:
+        who = f"{n} {plural} of other users"
+    elif not others:
+        who = f"{n} {plural}"
+    else:
+        who = f"{n} {plural} ({others} of other users)"
+    held = sum(1 for u in checked if u.get("holds_lock"))
+    if not held:
+        return f"{who} could not be read; none holds a lock on state.db"
+    verb = "holds" if held == 1 else "hold"
+    return f"{who} could not be read; {held} {verb} a lock on state.db (listed above, via locks)"
+
+
+def _unreadable(scan: HolderScan) -> list[str]:
+    """``--verbose``: one line per process that could not be read, and how it was covered."""
+    lines = []
+    for u in scan.uninspectable:
+        uid = "?" if u.get("uid") is None else u["uid"]
+        if u.get("checked") == VIA_LOCKS:
+            how = "holds a lock on state.db" if u.get("holds_lock") else "holds no lock on state.db"
+        elif u.get("exempt"):
+            how = "exempt"
+        else:
+            how = "not covered"
+        lines.append(f"  pid {u['pid']} ({u['comm']}, uid {uid}): {u['reason']}; {how}")
+    return lines
+
+
+def _is_unreadable_problem(scan: HolderScan, problem: str) -> bool:
+    return any(problem.startswith(f"pid {u['pid']} (") for u in scan.uninspectable)
+
+
 def render(
-    scans: list[HolderScan], targets: list[Target], units: list[UnitInfo], systemd_note: str | None
+    scans: list[HolderScan],
+    targets: list[Target],
+    units: list[UnitInfo],
+    systemd_note: str | None,
+    *,
+    verbose: bool = False,
 ) -> None:
     now = time.time()
     for i, (scan, target) in enumerate(zip(scans, targets, strict=True)):
@@ -92,12 +158,28 @@ def render(
             click.echo("no holders")
         if scan.vanished:
             click.echo(f"  {len(scan.vanished)} process(es) exited during the scan")
+        line = coverage_line(scan)
+        if line:
+            click.echo(line)
+        if verbose and scan.uninspectable:
+            click.echo("processes that could not be read:")
+            for text in _unreadable(scan):
+                click.echo(printable(text))
         if not scan.complete:
             click.echo(
                 f"scan INCOMPLETE: {len(scan.problems)} problem(s); treat the database as held:"
             )
+            hidden = 0
             for p in scan.problems:
-                click.echo(f"  {p}")
+                if not verbose and _is_unreadable_problem(scan, p):
+                    hidden += 1
+                else:
+                    click.echo(printable(f"  {p}"))
+            if hidden:
+                click.echo(
+                    f"  {hidden} process(es) could not be inspected"
+                    f" (holders.other_users: {scan.other_users}); --verbose lists them"
+                )
     if units:
         click.echo()
         click.echo("systemd user units:")
@@ -150,6 +232,7 @@ def _payload(
 @click.option("--count", type=click.IntRange(min=0), default=0,
               help="With --watch, stop after this many scans (0: never).")  # fmt: skip
 @click.option("--no-systemd", is_flag=True, help="Do not ask the systemd user manager.")
+@click.option("--verbose", "-v", is_flag=True, help="List the processes that could not be read.")
 @handle_errors
 def holders(
     *,
@@ -161,32 +244,45 @@ def holders(
     interval: float,
     count: int,
     no_systemd: bool,
+    verbose: bool,
 ) -> None:
     """Every process holding each state.db: kind, unit, descriptors, locks, orphans.
 
     Finds holders through /proc (descriptors, memory maps, /proc/locks), flags STALE
     holders of an old or deleted state.db / -wal / -shm, and holders that lost their
-    SQLite locks. Units come from each process's cgroup, confirmed by the systemd user
-    manager when it is reachable.
+    SQLite locks. A process that cannot be read (another user's) is checked through
+    /proc/locks (holders.other_users: locks); kernel threads are left out. Units come
+    from each process's cgroup, confirmed by the systemd user manager when reachable.
 
     Exit codes: 0 scan complete and no holder at risk; 1 scan incomplete (a process
-    could not be inspected: treat the database as held); 2 usage error (bad --db,
-    unknown --profile); 3 a holder is STALE or lost its locks (split-brain risk).
+    could not be inspected, or /proc hides processes: treat the database as held); 2
+    usage error (bad --db, unknown --profile); 3 a holder is STALE or lost its locks.
 
     Example: statewardenctl holders --profile coder --json
     """
     if db:
         _check_db(db)
     targets, note = select_targets(config_path, db, profile)
-    # --db works without a config file (as for status); the policy comes with discovery.
-    exempt = get_config(config_path).holders.exempt_comms if not db else ()
-    scanner = HolderScanner([t.db for t in targets], exempt_comms=exempt)
+    # No config file means every default (other_users: locks), with --db too.
+    policy = get_config(config_path).holders
+    scanner = HolderScanner(
+        [t.db for t in targets],
+        exempt_comms=policy.exempt_comms,
+        other_users=policy.other_users,
+        watch_opens=watch,  # open events only help the incremental scans of --watch
+    )
     n = 0
     code = EXIT_OK
     try:
         while True:
             scans = scanner.scan(full=n == 0)
-            units, systemd_note = ([], None) if no_systemd else systemd_view(scans)
+            units: list[UnitInfo] = []
+            systemd_note = None
+            if not no_systemd:
+                # D-Bus (dbus-fast, asyncio) is imported only when it is asked.
+                from statewarden.holders.units import systemd_view  # noqa: PLC0415
+
+                units, systemd_note = systemd_view(scans)
             code = exit_code(scans)
             if as_json:
                 data = _payload(scans, targets, note, units, systemd_note)
@@ -199,7 +295,7 @@ def holders(
                     click.echo(time.strftime("-- %Y-%m-%d %H:%M:%S --"))
                 if note:
                     click.echo(note)
-                render(scans, targets, units, systemd_note)
+                render(scans, targets, units, systemd_note, verbose=verbose)
             n += 1
             if not watch or (count and n >= count):
                 break

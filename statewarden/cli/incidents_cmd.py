@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from statewarden.alerts.service import saved_states
 from statewarden.cli._common import (
     config_option,
     get_config,
@@ -35,7 +36,11 @@ def _ask(config: Config, cmd: str, **args: Any) -> tuple[Any, str]:
     sdir = state_dir(config)
     book = IncidentBook(sdir / "incidents.json")
     if cmd == "incidents":
-        return [i.to_json() for i in book.listing(include_resolved=bool(args.get("all")))], "local"
+        states = saved_states(sdir)
+        return [
+            {**i.to_json(), "notification": states.get(i.id, {"state": "not notified"})}
+            for i in book.listing(include_resolved=bool(args.get("all")))
+        ], "local"
     if cmd == "ack":
         return book.ack(int(args["id"])).to_json(), "local"
     return show_incident(book, Timeline(sdir / "timeline"), int(args["id"])), "local"
@@ -80,6 +85,9 @@ def incidents_group(
             f"#{inc['id']:<4} {inc['state']:<8} {inc['severity']:<8} {inc['kind']:<18} "
             f"x{inc['count']:<6} {_when(inc['first_seen'])}  {inc['summary']}{ack}"
         )
+        note = inc.get("notification", {}).get("state")
+        if note:
+            click.echo(f"      alerts: {note}")
 
 
 @incidents_group.command("show")

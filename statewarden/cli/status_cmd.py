@@ -76,6 +76,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
             return
         click.echo(f"daemon: pid {daemon['daemon']['pid']}, {daemon['daemon']['status']}")
         click.echo(f"units: {daemon.get('units', '-')}")
+        sinks = daemon.get("alerts") or {}
+        states = ", ".join(f"{name} {state}" for name, state in sinks.items())
+        click.echo(f"alerts: {states or 'no sink enabled'}")
         for d in daemon["databases"]:
             click.echo()
             _render(_from_json(d))

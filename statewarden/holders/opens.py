@@ -8,7 +8,7 @@ here), by being new (a new pid), or by receiving a descriptor over a socket (rar
 the scanner's round-robin refresh covers it).
 
 ``inotify_add_watch`` resolves the path without opening the file, so this does not
-touch SQLite's POSIX locks (DESIGN.md rule 2). Plain ctypes, no dependency.
+touch SQLite's POSIX locks (docs/safety.md rule 2). Plain ctypes, no dependency.
 """
 
 from __future__ import annotations

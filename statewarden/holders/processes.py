@@ -1,11 +1,11 @@
 """Facts about one process from ``/proc``, and what kind of Hermes process it is.
 
 Everything here reads small ``/proc/<pid>/`` text files (``stat``, ``cmdline``,
-``cgroup``, ``environ``); nothing opens a database file (DESIGN.md rule 2).
+``cgroup``, ``environ``); nothing opens a database file (docs/safety.md rule 2).
 Readers raise ``OSError`` so the caller (``holders``) decides what an unreadable or
 vanished entry means for the scan; classification functions are pure.
 
-Kinds follow HERMES.md, "Processes that hold state.db": the Hermes command line is
+Kinds follow docs/hermes.md, "Who writes it": the Hermes command line is
 recognised by argv[0]'s basename (``hermes``, ``hermes-agent``, ``hermes-acp``), by
 ``python -m hermes_cli.main`` / ``-m tui_gateway.entry`` / ``-m acp_adapter``, or by a
 script ending in ``hermes_cli/main.py`` or ``run_agent.py``. A console script runs as
@@ -31,9 +31,16 @@ HERMES_EXECUTABLES = frozenset({"hermes", "hermes-agent", "hermes-acp"})
 _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
 # Interpreter options that take a separate argument (python -X dev -W error -m ...).
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "--check-hash-based-pycs"})
-# Hermes' global options that take a value before the subcommand (hermes -p coder chat).
 _READ_BYTES = 128 * 1024
+# Hermes' global options that take a value before the subcommand (hermes -p coder chat).
 _HERMES_OPTS_WITH_ARG = frozenset({"--profile", "-p", "--home", "--config", "-c", "--model", "-m"})
+# include/linux/sched.h: the task is a kernel thread. Its name (``kworker/0:1``) proves nothing.
+PF_KTHREAD = 0x00200000
+# include/uapi/linux/capability.h: what can open another uid's /proc/<pid>/fd (the
+# listing needs the DAC ones, each descriptor in it CAP_SYS_PTRACE)
+CAP_DAC_OVERRIDE = 1
+CAP_DAC_READ_SEARCH = 2
+CAP_SYS_PTRACE = 19
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,12 @@ class ProcStat:
     state: str
     ppid: int
     start_ticks: int
+    flags: int = 0
+
+    @property
+    def kernel_thread(self) -> bool:
+        """A kernel thread (``PF_KTHREAD``): it holds no files and has no /proc/<pid>/fd to read."""
+        return bool(self.flags & PF_KTHREAD)
 
 
 def read_file(path: str) -> bytes:
@@ -77,7 +90,21 @@ def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
         state=rest[0],
         ppid=int(rest[1]),
         start_ticks=int(rest[19]),
+        flags=int(rest[6]),
     )
+
+
+def has_any_capability(caps: Sequence[int], proc: str = "/proc") -> bool:
+    """True if this process has one of ``caps`` in its effective set (``CapEff``)."""
+    try:
+        with open(f"{proc}/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"CapEff:"):
+                    eff = int(line.split()[1], 16)
+                    return any(eff >> cap & 1 for cap in caps)
+    except (OSError, ValueError):
+        return True  # unknown: try every process, as root would
+    return True
 
 
 def read_cmdline(pid: int, proc: str = "/proc") -> list[str]:

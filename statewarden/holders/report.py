@@ -27,6 +27,10 @@ LOCK_HELD = "held"
 LOCK_LOST = "lost"
 LOCK_NONE = "none"
 LOCK_UNKNOWN = "unknown"  # /proc/locks could not be read
+# How a holder was found: its descriptors and maps were read, or (a process that could
+# not be read) only its locks in /proc/locks were seen.
+VIA_DESCRIPTORS = "descriptors"
+VIA_LOCKS = "locks"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class Holder:
     ssh_connection: str | None
     parents: list[dict[str, Any]]
     main_pid_of_unit: bool | None = None
+    via: str = VIA_DESCRIPTORS
 
     @property
     def stale(self) -> bool:
@@ -106,6 +111,7 @@ class Holder:
             "ssh_connection": self.ssh_connection,
             "parents": list(self.parents),
             "main_pid_of_unit": self.main_pid_of_unit,
+            "via": self.via,
         }
 
 
@@ -122,6 +128,10 @@ class HolderScan:
     processes: int
     mode: str
     notes: list[str] = field(default_factory=list)
+    other_users: str = "locks"
+    # processes read, checked through /proc/locks only, kernel threads left out, and
+    # unreadable ones that count against completeness
+    coverage: dict[str, int] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -133,6 +143,8 @@ class HolderScan:
             "db": str(self.db),
             "scan": self.mode,
             "processes": self.processes,
+            "other_users": self.other_users,
+            "coverage": dict(self.coverage),
             "files": {
                 k: (None if v is None else {"dev": v[0], "ino": v[1]})
                 for k, v in self.files.items()

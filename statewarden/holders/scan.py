@@ -3,22 +3,39 @@
 A holder is found by matching ``(st_dev, st_ino)`` of ``state.db``, ``-wal``, ``-shm``
 and ``-journal`` against every ``/proc/<pid>/fd/*`` (``stat`` follows the magic link
 to the open file without opening it) and every ``/proc/<pid>/maps`` line (SQLite
-mmaps ``-shm``). Nothing here opens a database file (DESIGN.md rule 2).
+mmaps ``-shm``). Nothing here opens a database file (docs/safety.md rule 2).
 
 A descriptor on the same device whose link names one of those files but whose inode
 is not the current one is **stale**: an old or deleted state.db / -wal / -shm still
-written through (HERMES.md stories 6 and 7).
+written through (docs/stories.md stories 6 and 7).
 
 Locks come from ``/proc/locks``. A SQLite connection in WAL mode keeps a SHARED lock
 on the database file for as long as it is open (bytes 1073741826..1073742335, and
 byte 128 of ``-shm``); the last connection to close takes EXCLUSIVE and deletes
 ``-wal`` / ``-shm``. A process with the WAL files open but no lock on the database
 has **lost its locks** (closing any descriptor on a file drops the process's POSIX
-locks on it, story 7), so another process's close can delete the files under it.
+locks on it, docs/stories.md story 7), so another process's close can delete the files under it.
 
-Fail closed (rule 1): a process whose descriptors or maps cannot be read (another
-user's process, EACCES) makes the scan ``complete: false`` with the reason. A process
-that exits while it is read holds nothing any more and is listed under ``vanished``.
+Kernel threads (``PF_KTHREAD`` in ``/proc/<pid>/stat``) hold no files: they are left
+out, neither inspected nor uninspectable, only counted.
+
+A process whose descriptors cannot be read (another user's, EACCES; root's PID 1 in
+some containers, even for root) is handled by the ``other_users`` policy. ``locks``
+(the default): it is looked up in ``/proc/locks``, readable by everyone, against the
+current and the remembered old inodes of the database's files; every SQLite connection
+holds a lock there for as long as it is open. One that owns a lock is a holder
+(``via: locks``, with what can still be read: uid, comm, command line, cgroup, parent,
+start time); one that owns none is counted. ``fail``: it makes the scan incomplete.
+What the lock check cannot see is a process of another user holding a plain
+descriptor with no lock (no SQLite connection), and an open file description lock,
+which names no owner (with unreadable processes about, it makes the scan incomplete).
+
+Fail closed (docs/safety.md rule 1), whatever the policy: the scan is ``complete: false`` when
+``/proc/locks`` cannot be read, when /proc is mounted ``hidepid`` (other users'
+processes hidden; root sees them all), or when ``/proc/locks`` names an owner that
+``/proc`` does not list (a hidden process: an owner that exits releases its locks
+before it leaves /proc). A process that exits while it is read holds nothing any more
+and is listed under ``vanished``.
 
 Incremental scans reuse a cache: holders keyed by (pid, start time), other processes
 by pid and descriptor count (their start time is not read at all: it is most of the
@@ -42,13 +59,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders import processes as P
-from statewarden.holders.opens import OpenWatch
 from statewarden.holders.report import (
     DB_FILE,
     FILE_NAMES,
@@ -57,12 +73,18 @@ from statewarden.holders.report import (
     LOCK_NONE,
     LOCK_UNKNOWN,
     SHM_FILE,
+    VIA_DESCRIPTORS,
+    VIA_LOCKS,
     Holder,
     HolderScan,
     LockInfo,
     age_seconds,
 )
+from statewarden.mounts import Mount, read_mounts
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
+
+if TYPE_CHECKING:
+    from statewarden.holders.opens import OpenWatch
 
 __all__ = [
     "FILE_NAMES",
@@ -70,6 +92,8 @@ __all__ = [
     "LOCK_LOST",
     "LOCK_NONE",
     "LOCK_UNKNOWN",
+    "VIA_DESCRIPTORS",
+    "VIA_LOCKS",
     "Holder",
     "HolderScan",
     "HolderScanner",
@@ -83,10 +107,12 @@ DEFAULT_PARENT_DEPTH = 16
 # Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes.
 DEFAULT_SCAN_WORKERS = min(4, os.cpu_count() or 1)
 PARALLEL_MIN_PROCESSES = 256
-# Processes (by comm) that may stay uninspectable without making a scan incomplete,
-# e.g. a sandbox's own init that denies ptrace access even to root. They are still
-# listed under ``uninspectable`` with ``exempt: true``. Empty: nothing is exempt.
+# Processes (by comm) that may stay uninspectable without making a scan incomplete
+# under ``other_users: fail``, e.g. a sandbox's own init that denies ptrace access even
+# to root. They are still listed under ``uninspectable`` with ``exempt: true``.
 DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
+# Old inodes of each database's files remembered, so /proc/locks can name a lock on one.
+HISTORY_PER_DB = 64
 _DELETED = " (deleted)"
 
 
@@ -111,10 +137,29 @@ class _Entry:
     fds: dict[tuple[int, str, bool], int]
     maps: dict[tuple[int, str, bool], int]
     error: str | None = None  # why it could not be inspected
+    kernel_thread: bool = False  # PF_KTHREAD: left out of the scan
+    uid: int | None = None  # of a process that could not be read: who owns its /proc entry
+    # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
+    stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
 
 
-# (pid, target index) -> (file name, kind, mode, start, end) of each lock it owns
-_Locks = dict[tuple[int, int], list[tuple[str, str, str, int, str]]]
+# (pid, target index) -> (file name, stale, kind, mode, start, end) of each lock it owns
+_Owned = dict[tuple[int, int], list[tuple[str, bool, str, str, int, str]]]
+
+
+@dataclass
+class _LockTable:
+    """What ``/proc/locks`` says, read once per scan."""
+
+    owned: _Owned
+    pids: set[int]  # the owner of every POSIX lock, on any file
+    # target index -> locks on its files that name no owner: -1 is an open file
+    # description lock (a lock of a process outside this PID namespace is not listed)
+    unnamed: dict[int, list[str]]
+
+
+# A _LockTable, or why /proc/locks could not be read.
+_Locks = _LockTable | str
 
 
 class _Vanished(Exception):
@@ -149,6 +194,7 @@ class HolderScanner:
         refresh_per_scan: int = DEFAULT_REFRESH_PER_SCAN,
         parent_depth: int = DEFAULT_PARENT_DEPTH,
         exempt_comms: Iterable[str] = DEFAULT_EXEMPT_COMMS,
+        other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
         watch_opens: bool = True,
         workers: int = DEFAULT_SCAN_WORKERS,
         parallel_min_processes: int = PARALLEL_MIN_PROCESSES,
@@ -158,10 +204,18 @@ class HolderScanner:
         self.refresh_per_scan = refresh_per_scan
         self.parent_depth = parent_depth
         self.exempt_comms = frozenset(exempt_comms)
+        self.other_users = other_users
         self._cache: dict[int, _Entry] = {}
+        # db -> every (dev, ino) its files had, or stale holders held: file name
+        self._history: dict[Path, dict[tuple[int, int], str]] = {d: {} for d in self.dbs}
+        self._restricted: str | None = None
         self._targets_key: tuple[Any, ...] | None = None
         self._rr = 0
-        self._opens = OpenWatch() if watch_opens else None
+        self._opens: OpenWatch | None = None
+        if watch_opens:  # inotify, for incremental scans; a one-shot scan skips its set-up
+            from statewarden.holders.opens import OpenWatch  # noqa: PLC0415
+
+            self._opens = OpenWatch()
         self.workers = workers
         self.parallel_min_processes = parallel_min_processes
         try:
@@ -169,6 +223,13 @@ class HolderScanner:
             self._fd_count_supported = os.stat(f"{proc}/self/fd").st_size > 0
         except OSError:
             self._fd_count_supported = False
+        self._euid = os.geteuid()
+        # Another uid's /proc/<pid>/fd opens only to root or with capabilities: without
+        # them, a process whose /proc entry someone else owns is known unreadable from
+        # one stat (the kernel's own rule), not from a failing listdir.
+        self._reads_all = self._euid == 0 or P.has_any_capability(
+            (P.CAP_DAC_OVERRIDE, P.CAP_DAC_READ_SEARCH, P.CAP_SYS_PTRACE), proc
+        )
 
     # -- public ---------------------------------------------------------------
 
@@ -188,6 +249,8 @@ class HolderScanner:
         devs = {i[0] for t in targets for i in t.ids.values() if i}
         # A deleted file keeps the device of its folder: stale holders are found there.
         devs |= {d[0] for d in (_stat_id(t.db.parent) for t in targets) if d}
+        if full or replaced:
+            self._restricted = restricted_proc(self.proc)
         pids = self._list_pids()
         vanished: list[int] = []
         if full:
@@ -204,19 +267,96 @@ class HolderScanner:
             or cached.maps
             or ((opened or pid in refresh) and self._fd_count_changed(cached))
         ]  # the rest: known non-holders, and nothing says they changed
-        for pid, entry in self._inspect_all(todo, targets, devs):
+        self._store(self._inspect_all(todo, targets, devs), vanished)
+        self._remember(targets)
+        locks = self._read_locks(targets)
+        hidden: list[int] = []
+        if isinstance(locks, _LockTable):
+            newborn, hidden = self._unlisted(locks, set(pids), targets)
+            if newborn:  # started after /proc was listed, and already locks a target
+                self._store(self._inspect_all(newborn, targets, devs), vanished)
+                pids += [p for p in newborn if p in self._cache]
+        mode = "full" if full else "incremental"
+        entries = [e for _, e in sorted(self._cache.items()) if e.error or e.fds or e.maps]
+        coverage = self._coverage(locks)
+        return [
+            self._result(
+                i,
+                t,
+                locks,
+                entries,
+                vanished=vanished,
+                n=len(pids),
+                mode=mode,
+                hidden=hidden,
+                coverage=coverage,
+            )
+            for i, t in enumerate(targets)
+        ]
+
+    def _store(self, results: Iterable[tuple[int, _Entry | None]], vanished: list[int]) -> None:
+        for pid, entry in results:
             if entry is None:
                 self._cache.pop(pid, None)
                 vanished.append(pid)
             else:
                 self._cache[pid] = entry
-        locks = self._read_locks(targets)
-        mode = "full" if full else "incremental"
-        entries = [e for _, e in sorted(self._cache.items()) if e.error or e.fds or e.maps]
-        return [
-            self._result(i, t, locks, entries, vanished=vanished, n=len(pids), mode=mode)
-            for i, t in enumerate(targets)
-        ]
+
+    def _remember(self, targets: list[_Target]) -> None:
+        """Keep the inodes each database's files have now, and the stale ones seen held."""
+        for t in targets:
+            seen = self._history.setdefault(t.db, {})
+            for name, fid in t.ids.items():
+                if fid is not None:
+                    seen.pop(fid, None)
+                    seen[fid] = name
+        for entry in self._cache.values():
+            for fid, (i, name) in entry.stale_ids.items():
+                seen = self._history[targets[i].db]
+                seen.pop(fid, None)
+                seen[fid] = name
+        for seen in self._history.values():
+            for fid in list(seen)[:-HISTORY_PER_DB]:
+                del seen[fid]
+
+    def _unlisted(
+        self, locks: _LockTable, listed: set[int], targets: list[_Target]
+    ) -> tuple[list[int], list[int]]:
+        """Lock owners ``/proc`` did not list: (started since, with a lock on a target; hidden).
+
+        A process that exits releases its locks before it leaves ``/proc``, so an owner
+        that is still in ``/proc/locks`` on a second reading but has no ``/proc/<pid>``
+        is hidden from this scan (``hidepid``), not gone.
+        """
+        on_targets = {pid for pid, _ in locks.owned}
+        newborn: list[int] = []
+        missing: list[int] = []
+        for pid in sorted(locks.pids - listed):
+            if os.path.isdir(f"{self.proc}/{pid}"):
+                if pid in on_targets:
+                    newborn.append(pid)
+            else:
+                missing.append(pid)
+        if not missing:
+            return newborn, []
+        again = self._read_locks(targets)
+        still = again.pids if isinstance(again, _LockTable) else set(missing)
+        return newborn, [p for p in missing if p in still]
+
+    def _coverage(self, locks: _Locks) -> dict[str, int]:
+        """How each process of the last listing was covered: read, through locks, or not."""
+        out = {"read": 0, "locks_only": 0, "kernel_threads": 0, "uncovered": 0}
+        by_locks = self.other_users == "locks" and isinstance(locks, _LockTable)
+        for e in self._cache.values():
+            if e.kernel_thread:
+                out["kernel_threads"] += 1
+            elif not e.error:
+                out["read"] += 1
+            elif by_locks:
+                out["locks_only"] += 1
+            else:
+                out["uncovered"] += 1
+        return out
 
     def close(self) -> None:
         """Release the inotify descriptor (the scanner can still scan, without it)."""
@@ -264,6 +404,8 @@ class HolderScanner:
             return
         size = -(-len(todo) // (self.workers * 4))
         parts = [todo[i : i + size] for i in range(0, len(todo), size)]
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - big scans only
+
         with ThreadPoolExecutor(self.workers, thread_name_prefix="holders") as pool:
             for result in pool.map(chunk, parts):
                 yield from result
@@ -280,7 +422,8 @@ class HolderScanner:
     def _inspect(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         """What ``pid`` holds. ``stat`` is read only for holders and failures (cost)."""
         entry = self._files(pid, targets, devs)
-        if entry.fds or entry.maps or entry.error:
+        # No descriptors at all (or none readable) may be a kernel thread: its flags say.
+        if entry.fds or entry.maps or entry.error or not entry.fd_count:
             try:
                 st = P.read_stat(pid, self.proc)
             except (FileNotFoundError, ProcessLookupError) as exc:
@@ -288,14 +431,27 @@ class HolderScanner:
             except OSError as exc:
                 entry.error = entry.error or f"{self.proc}/{pid}/stat: {exc.strerror}"
                 return entry
+            if st.kernel_thread:
+                return _Entry(pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True)
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
             entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
+            if entry.error and entry.uid is None:
+                entry.uid = _owner(pid, self.proc)
         return entry
 
     def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         base = f"{self.proc}/{pid}"
         entry = _Entry(pid, 0, "?", 0, 0, {}, {})
+        if not self._reads_all:
+            try:
+                owner = os.stat(base).st_uid
+            except (FileNotFoundError, ProcessLookupError) as exc:
+                raise _Vanished from exc
+            if owner != self._euid:
+                entry.uid = owner
+                entry.error = f"{base}/fd: Permission denied"
+                return entry
         try:
             fds = os.listdir(f"{base}/fd")
             entry.fd_count = len(fds)
@@ -330,6 +486,8 @@ class HolderScanner:
             hit = self._match(fst, path, targets)
             if hit is not None:
                 entry.fds[hit] = entry.fds.get(hit, 0) + 1
+                if hit[2]:
+                    entry.stale_ids[(fst.st_dev, fst.st_ino)] = (hit[0], hit[1])
         try:
             maps = P.read_file(f"{base}/maps")
         except (FileNotFoundError, ProcessLookupError) as exc:
@@ -408,24 +566,31 @@ class HolderScanner:
                 hit = (i, name, False)
             else:
                 hit = self._stale_name(parts[5], targets)
+                if hit is not None:
+                    maj, _, mnr = parts[3].partition(":")
+                    fid = (os.makedev(int(maj, 16), int(mnr, 16)), key[1])
+                    entry.stale_ids[fid] = (hit[0], hit[1])
             if hit is not None:
                 entry.maps[hit] = entry.maps.get(hit, 0) + 1
 
-    def _read_locks(self, targets: list[_Target]) -> _Locks | str:
-        """``(pid, target index)`` -> locks it owns on that target's current files.
+    def _read_locks(self, targets: list[_Target]) -> _Locks:
+        """Every lock owner, and what each owns on the targets' files, current or old.
 
         Returns why, instead, when ``/proc/locks`` cannot be read.
         """
-        by_id: dict[tuple[int, int, int], tuple[int, str]] = {}
+        by_id: dict[tuple[int, int, int], tuple[int, str, bool]] = {}
+        for i, t in enumerate(targets):
+            for old, name in self._history.get(t.db, {}).items():
+                by_id[(os.major(old[0]), os.minor(old[0]), old[1])] = (i, name, True)
         for i, t in enumerate(targets):
             for name, fid in t.ids.items():
                 if fid:
-                    by_id[(os.major(fid[0]), os.minor(fid[0]), fid[1])] = (i, name)
-        out: _Locks = {}
+                    by_id[(os.major(fid[0]), os.minor(fid[0]), fid[1])] = (i, name, False)
         try:
             text = P.read_file(f"{self.proc}/locks").decode("ascii", "replace")
         except OSError as exc:
             return f"{self.proc}/locks: {exc.strerror or exc}"
+        table = _LockTable(owned={}, pids=set(), unnamed={})
         for line in text.splitlines():
             parts = line.split()
             if len(parts) < 8 or parts[1] == "->":
@@ -436,11 +601,20 @@ class HolderScanner:
                 key = (int(maj, 16), int(mnr, 16), int(ino))
             except ValueError:
                 continue
+            if pid > 0 and parts[1] == "POSIX":
+                # Only a POSIX lock dies with its owner. A FLOCK keeps the pid of whoever
+                # took it, which may have exited since, leaving it to a forked child.
+                table.pids.add(pid)
             if key not in by_id:
                 continue
-            i, name = by_id[key]
-            out.setdefault((pid, i), []).append((name, parts[1], parts[3], int(parts[6]), parts[7]))
-        return out
+            i, name, stale = by_id[key]
+            if pid <= 0:
+                table.unnamed.setdefault(i, []).append(f"{parts[1]} {parts[3]} on {name}")
+                continue
+            table.owned.setdefault((pid, i), []).append(
+                (name, stale, parts[1], parts[3], int(parts[6]), parts[7])
+            )
+        return table
 
     # -- building the result ----------------------------------------------------
 
@@ -448,38 +622,70 @@ class HolderScanner:
         self,
         index: int,
         target: _Target,
-        locks: _Locks | str,
+        locks: _Locks,
         entries: list[_Entry],
         *,
         vanished: list[int],
         n: int,
         mode: str,
+        hidden: list[int],
+        coverage: dict[str, int],
     ) -> HolderScan:
         scan = HolderScan(
             db=target.db, files=dict(target.ids), holders=[], problems=[], uninspectable=[],
-            vanished=list(vanished), processes=n, mode=mode,
+            vanished=list(vanished), processes=n, mode=mode, other_users=self.other_users,
+            coverage=dict(coverage),
         )  # fmt: skip
-        if target.ids["state.db"] is None:
+        if target.ids[DB_FILE] is None:
             scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
-        if isinstance(locks, str):
+        table = locks if isinstance(locks, _LockTable) else None
+        if table is None:
             scan.problems.append(f"locks could not be read, so lost locks cannot be seen: {locks}")
+        elif any(e.error for e in entries):
+            # Owned by a process that was read (found by its descriptors), or by one
+            # that could not be: then it is a holder no one can name.
+            for what in table.unnamed.get(index, []):
+                scan.problems.append(
+                    f"a lock ({what}) names no owner (an open file description lock) and"
+                    " a process that could not be read may hold it"
+                )
+        if self._restricted:
+            scan.problems.append(self._restricted)
+        if hidden:
+            scan.problems.append(
+                f"/proc does not list pid(s) {', '.join(map(str, hidden))}, which own locks in"
+                f" {self.proc}/locks: this /proc hides processes, so a holder may be missed"
+            )
+        by_locks = self.other_users == "locks" and table is not None
         for entry in entries:
             pid = entry.pid
+            mine = {k: v for k, v in entry.fds.items() if k[0] == index}
+            mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
+            owned = table.owned.get((pid, index), []) if table is not None else []
             if entry.error:
-                uid = _uid_or_none(pid, self.proc)
+                uid = entry.uid
                 exempt = entry.comm in self.exempt_comms
                 scan.uninspectable.append(
                     {"pid": pid, "uid": uid, "comm": entry.comm, "reason": entry.error,
-                     "exempt": exempt}
+                     "exempt": exempt, "checked": "locks" if by_locks else None,
+                     "holds_lock": bool(owned) if table is not None else None}
                 )  # fmt: skip
-                if not exempt:
+                if not exempt and not by_locks:
                     scan.problems.append(
                         f"pid {pid} ({entry.comm}, uid {uid if uid is not None else '?'})"
                         f" could not be inspected: {entry.error}"
                     )
+                if owned and not mine and not mapped:
+                    # Its locks are all that can be seen of it: a holder through /proc/locks.
+                    try:
+                        found = self._holder(entry, index, {}, {}, locks, via=VIA_LOCKS)
+                        scan.holders.append(found)
+                    except (FileNotFoundError, ProcessLookupError):
+                        scan.vanished.append(pid)
+                    except OSError as exc:
+                        scan.problems.append(f"pid {pid}: holder details unreadable: {exc}")
+                    continue
                 # What was found before the failure is still shown (as a holder).
-            mine = {k: v for k, v in entry.fds.items() if k[0] == index}
-            mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
             if not mine and not mapped:
                 continue
             try:
@@ -496,14 +702,23 @@ class HolderScanner:
         index: int,
         fds: dict[tuple[int, str, bool], int],
         maps: dict[tuple[int, str, bool], int],
-        locks: _Locks | str,
+        locks: _Locks,
+        *,
+        via: str = VIA_DESCRIPTORS,
     ) -> Holder:
+        """A holder from what was read of it: descriptors and maps, or only its locks."""
         pid = entry.pid
-        argv = P.read_cmdline(pid, self.proc)
-        cgroup = P.systemd_cgroup_path(P.read_cgroup(pid, self.proc))
+        by_locks = via == VIA_LOCKS
+        try:
+            argv = P.read_cmdline(pid, self.proc)
+            cgroup = P.systemd_cgroup_path(P.read_cgroup(pid, self.proc))
+        except PermissionError:
+            if not by_locks:
+                raise
+            argv, cgroup = [], None  # hidden further than its stat (hidepid)
         unit = P.unit_from_cgroup(cgroup)
         parents = self._parents(entry.ppid)
-        counts = dict.fromkeys(FILE_NAMES[:3], 0)
+        counts: dict[str, int] = {} if by_locks else dict.fromkeys(FILE_NAMES[:3], 0)
         mapcounts: dict[str, int] = {}
         stale: set[str] = set()
         for (_, name, is_stale), c in fds.items():
@@ -516,11 +731,15 @@ class HolderScanner:
                 stale.add(name)
             else:
                 mapcounts[name] = mapcounts.get(name, 0) + c
-        owned = (
-            [] if isinstance(locks, str) else [LockInfo(*lk) for lk in locks.get((pid, index), [])]
-        )
+        owned: list[LockInfo] = []
+        if isinstance(locks, _LockTable):
+            for name, is_stale, kind, mode, start, end in locks.owned.get((pid, index), []):
+                if not is_stale:
+                    owned.append(LockInfo(name, kind, mode, start, end))
+                elif by_locks:
+                    stale.add(name)  # a lock on an old inode: it holds that file
         wal_conn = bool(counts.get(SHM_FILE) or mapcounts.get(SHM_FILE))
-        if isinstance(locks, str):
+        if not isinstance(locks, _LockTable):
             lock_state = LOCK_UNKNOWN
         elif any(lk.file == DB_FILE for lk in owned):
             lock_state = LOCK_HELD
@@ -556,6 +775,7 @@ class HolderScanner:
             started_at=P.started_at(entry.start_ticks),
             ssh_connection=P.read_environ_var(pid, "SSH_CONNECTION", self.proc),
             parents=parents,
+            via=via,
         )
 
     def _parents(self, ppid: int) -> list[dict[str, Any]]:
@@ -578,11 +798,49 @@ class HolderScanner:
         return chain
 
 
+def _owner(pid: int, proc: str) -> int | None:
+    """The owner of ``/proc/<pid>``: the process's effective uid (root's for one that made
+    itself non-dumpable). One ``stat``, where ``status`` would be a read of a page."""
+    try:
+        return os.stat(f"{proc}/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _uid_or_none(pid: int, proc: str) -> int | None:
     try:
         return P.read_uid(pid, proc)
     except OSError:
         return None
+
+
+def restricted_proc(proc: str = "/proc") -> str | None:
+    """Why ``proc`` may hide other users' processes from this one, or None.
+
+    ``hidepid=1`` (``noaccess``), ``2`` (``invisible``) and ``4`` (``ptraceable``) hide
+    or close other users' ``/proc/<pid>`` to everyone but root and the members of the
+    mount's ``gid=`` group: for anyone else a scan through such a /proc cannot be complete.
+    """
+    if os.geteuid() == 0:
+        return None
+    real = os.path.realpath(proc)
+    found: Mount | None = None
+    for m in read_mounts():
+        if m.mount_point == real and m.fstype == "proc":
+            found = m  # a later mount on the same point hides an earlier one
+    if found is None:
+        return None
+    options = dict(opt.partition("=")[::2] for opt in found.super_options.split(","))
+    hidepid = options.get("hidepid", "0")
+    if hidepid in ("0", "off"):
+        return None
+    gid = options.get("gid", "")
+    if gid.isdigit() and int(gid) in {os.getegid(), *os.getgroups()}:
+        return None  # the group hidepid exempts
+    return (
+        f"{proc} is mounted with hidepid={hidepid}: other users' processes are hidden"
+        " from this scan, so a holder may be missed"
+    )
 
 
 def scan_holders(dbs: Iterable[Path], *, full: bool = True) -> list[HolderScan]:

@@ -1,15 +1,18 @@
 """A private, consistent copy of a database bundle (db, -wal, -journal) to work on.
 
 The source is only ever read: each file is copied with plain reads while this process
-has no SQLite connection to it (DESIGN.md rule 2), and the files' fingerprints (size,
+has no SQLite connection to it (docs/safety.md rule 2), and the files' fingerprints (size,
 mtime, ctime, inode of every bundle member) are taken before and after the copy; if
-they differ, a writer was active and the copy is refused (rule 4). ``-shm`` is never
+they differ, a writer was active and the copy is refused (docs/safety.md rule 4). ``-shm`` is never
 copied: it is a cache of the WAL's index that SQLite rebuilds from the ``-wal`` itself,
 and a copy taken from a live file would describe some other moment.
 
-The copy is then opened once read-write (it is ours) so SQLite replays the WAL or rolls
-back a hot journal, and checkpointed, leaving one self-contained file whose pages can
-also be read raw (``pages.py``).
+The copied ``-wal`` is first read frame by frame (``wal.py``): a WAL SQLite would
+ignore (bad magic, version, page size or header checksum) is removed from the copy, so
+the file is read alone exactly as SQLite reads it, and the notes say so; a valid WAL
+written for another database is refused. The copy is then opened once read-write (it
+is ours) so SQLite replays the WAL or rolls back a hot journal, and checkpointed,
+leaving one self-contained file whose pages can also be read raw (``pages.py``).
 """
 
 from __future__ import annotations
@@ -27,15 +30,14 @@ import apsw
 from statewarden.atomic import create_new
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
 from statewarden.progress import ProgressFn
+from statewarden.recovery.pages import rebuild_schema_root
+from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, HeaderFacts, classify_error, parse_header
 
 # -shm is not copied: SQLite rebuilds that index of the WAL from the -wal itself.
 COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
-WAL_HEADER_BYTES = 32
-WAL_FRAME_HEADER_BYTES = 24
-_WAL_MAGICS = (0x377F0682, 0x377F0683)
 # Ask for this much headroom on top of what the work needs, for SQLite's temp files.
 FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
 
@@ -53,6 +55,21 @@ class WorkCopy:
     source_bytes: int
     copied: tuple[str, ...]  # which bundle members existed and were copied
     truncated_note: str | None  # set when the file is shorter than its header says
+    wal: WalFacts | None = None  # the source's -wal, frame by frame, if it had one
+    schema_note: str | None = None  # set when page 1 had to be rebuilt to read the schema
+
+    @property
+    def wal_name(self) -> str:
+        """The source's ``-wal``, as notes name it."""
+        return str(sidecar(self.source, WAL_SUFFIX))
+
+    @property
+    def notes(self) -> list[str]:
+        """What the copy does not show as SQLite reads it: truncation, WAL findings."""
+        out = [n for n in (self.truncated_note, self.schema_note) if n]
+        if self.wal is not None:
+            out.extend(self.wal.notes(self.wal_name))
+        return out
 
     def cleanup(self) -> None:
         shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -125,11 +142,12 @@ def make_work_copy(
     work_dir = Path(tempfile.mkdtemp(prefix=".statewarden-work-", dir=work_parent))
     try:
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
-        header = _check_wal_belongs(copy, header, source)
+        wal = _read_wal(copy, header)
+        header = _check_wal_belongs(copy, header, source, wal)
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
-        _fold(copy, source, truncated)
+        schema_note = _fold_or_rebuild_schema(copy, source, truncated)
         return WorkCopy(
             work_dir=work_dir,
             db=copy,
@@ -138,6 +156,8 @@ def make_work_copy(
             source_bytes=size,
             copied=tuple(s for s in COPY_SUFFIXES if os.path.exists(f"{copy}{s}") or s == ""),
             truncated_note=truncated,
+            wal=wal,
+            schema_note=schema_note,
         )
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
@@ -173,46 +193,49 @@ def _copy_consistent(
     )
 
 
-def _check_wal_belongs(copy: Path, header: HeaderFacts, source: Path) -> HeaderFacts:
-    """Refuse a ``-wal`` that was written for another database.
-
-    Nothing in a WAL names its database, so two facts are checked: the WAL's page size
-    must be the database's, and the newest committed page 1 in the WAL must not be
-    older than page 1 in the file (the schema cookie only grows within one database).
-    """
+def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:
+    """The copied ``-wal`` frame by frame; a WAL SQLite would ignore is removed from the
+    copy (SQLite then reads the file alone, as it would), and said so in the notes."""
     wal = sidecar(copy, WAL_SUFFIX)
     if not wal.exists() or wal.stat().st_size == 0:
+        return None
+    facts = read_wal(wal, header.page_size)
+    if facts.ignored:
+        # Out of SQLite's way, kept in the work dir: its frames may still be salvaged.
+        aside = copy.parent / "ignored.wal"
+        wal.rename(aside)
+        facts.path = aside
+        sidecar(copy, SHM_SUFFIX).unlink(missing_ok=True)
+    elif facts.dropped_commits:
+        # SQLite checkpoints and removes the -wal when the copy is folded; the frames
+        # it does not replay are read later, from this copy.
+        kept = copy.parent / "dropped-frames.wal"
+        shutil.copyfile(wal, kept)
+        facts.path = kept
+    return facts
+
+
+def _check_wal_belongs(
+    copy: Path, header: HeaderFacts, source: Path, wal: WalFacts | None
+) -> HeaderFacts:
+    """Refuse a valid ``-wal`` that was written for another database.
+
+    Nothing in a WAL names its database, so two facts are checked: the WAL's page size
+    must be the database's, and the newest replayed page 1 in the WAL must not be older
+    than page 1 in the file (the schema cookie only grows within one database).
+    """
+    if wal is None or wal.ignored:
         return header
-    with open(wal, "rb") as f:
-        head = f.read(WAL_HEADER_BYTES)
-        if len(head) < WAL_HEADER_BYTES:
-            return header  # SQLite ignores a WAL without a full header
-        magic, _version, page_size, _seq, salt1, salt2 = struct.unpack(">6I", head[:24])
-        if magic not in _WAL_MAGICS:
-            raise DatabaseUnreadable(f"{source}-wal: not a SQLite WAL file (bad magic number)")
-        if page_size != header.page_size:
-            raise DatabaseUnreadable(
-                f"{source}-wal: belongs to another database (page size {page_size},"
-                f" database has {header.page_size})",
-                hint="move the -wal aside to read the database file alone",
-            )
-        newest_page1: bytes | None = None
-        frame = WAL_FRAME_HEADER_BYTES + page_size
-        offset = WAL_HEADER_BYTES
-        while True:
-            f.seek(offset)
-            fh = f.read(WAL_FRAME_HEADER_BYTES)
-            if len(fh) < WAL_FRAME_HEADER_BYTES:
-                break
-            pgno, _commit, s1, s2 = struct.unpack(">4I", fh[:16])
-            if (s1, s2) != (salt1, salt2):
-                break  # frames of an older WAL generation: SQLite stops here too
-            if pgno == 1:
-                newest_page1 = f.read(HEADER_SIZE)
-            offset += frame
+    if wal.page_size != header.page_size:
+        raise DatabaseUnreadable(
+            f"{source}-wal: belongs to another database (page size {wal.page_size},"
+            f" database has {header.page_size})",
+            hint="move the -wal aside to read the database file alone",
+        )
+    newest_page1 = wal.replayed_page(1)
     if newest_page1 is not None:
         try:
-            wal_header = parse_header(newest_page1, str(sidecar(source, WAL_SUFFIX)))
+            wal_header = parse_header(newest_page1[:HEADER_SIZE], str(sidecar(source, WAL_SUFFIX)))
         except DatabaseUnreadable:
             raise DatabaseUnreadable(
                 f"{source}-wal: its page 1 has no SQLite header; it belongs to no database"
@@ -258,6 +281,30 @@ def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
         f.truncate(size - size % header.page_size)
         f.seek(92)
         f.write(struct.pack(">I", (header.change_counter + 1) & 0xFFFFFFFF))
+
+
+def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> str | None:
+    """Fold the copy; if its schema cannot be read, rebuild page 1 from the intact
+    ``sqlite_schema`` leaves (``pages.rebuild_schema_root``) and fold again. Returns a
+    note when page 1 was rebuilt; raises the first error if that does not help."""
+    try:
+        _fold(copy, source, truncated)
+        return None
+    except DatabaseUnreadable as first:
+        if truncated:
+            raise
+        try:
+            leaves = rebuild_schema_root(copy)
+            if not leaves:
+                raise first from None
+            _fold(copy, source, truncated)
+        except DatabaseUnreadable:
+            raise first from None
+    return (
+        f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite cannot read"
+        f" the schema; it was rebuilt in the private copy from {leaves} intact"
+        " sqlite_schema leaf pages"
+    )
 
 
 def _fold(copy: Path, source: Path, truncated: str | None) -> None:

@@ -2,8 +2,8 @@
 
 The one function both ``statewardenctl check`` and the daemon's ``check`` request
 call. The copy is the only step that reads the source; ``copy_guard`` (a lock, for a
-caller that also holds SQLite connections to the source, see the README's Safety
-rule 2) is held around that step alone, and the copy is diagnosed and removed
+caller that also holds SQLite connections to the source, see docs/safety.md rule 2)
+is held around that step alone, and the copy is diagnosed and removed
 outside it.
 """
 
@@ -32,7 +32,14 @@ def check_database(
     with copy_guard if copy_guard is not None else contextlib.nullcontext():
         work = make_work_copy(source, work_parent, progress=progress)
     try:
-        result = diagnose(work.db, progress=progress, truncated=work.truncated_note)
+        result = diagnose(
+            work.db,
+            progress=progress,
+            truncated=work.truncated_note,
+            wal=work.wal,
+            wal_name=work.wal_name,
+            schema_rebuilt=work.schema_note,
+        )
     finally:
         work.cleanup()
     result.path = str(source)

@@ -2,16 +2,20 @@
 
 The uncapped integrity check and the attribution of its lines live in
 ``integrity.py``; here are the facts added to it and the verdict. Counts come
-from full scans (``NOT INDEXED``, DESIGN.md rule 7) next to what the planner answers,
-because an index may be the broken part (story 3).
+from full scans (``NOT INDEXED``, docs/safety.md rule 7) next to what the planner answers,
+because an index may be the broken part (docs/stories.md story 3).
 
 Damage classes, worst last: ``none``; ``derived`` (only indexes and FTS shadow tables,
-which can be rebuilt from base tables without loss); ``base`` (a table holding data is
-damaged: rows may be lost); ``unreadable`` (header, schema or page 1).
+which can be rebuilt from base tables without loss, or a table's b-tree whose every row
+still reads once while its indexes or FTS copies list no other); ``base`` (a table
+holding data is damaged: rows are missing or may be, as SQLite reads the file, or
+committed WAL transactions are dropped); ``unreadable`` (header, schema or page 1).
+``classify`` is the one definition; check and recover both use it.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +31,7 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.progress import ProgressFn
+from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.integrity import (
     ErrorGroup,
     fts_from_integrity_lines,
@@ -35,9 +40,11 @@ from statewarden.recovery.integrity import (
 )
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
+_TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
 
 
 @dataclass
@@ -53,6 +60,30 @@ class TableFacts:
     unreadable_ranges: list[list[int]]
     planner_error: str | None = None
     text_repaired: int = 0  # rows whose key text is not valid UTF-8
+    # Rowids the table lacks although its FTS copies hold them: rows missing.
+    missing_rows: list[int] = field(default_factory=list)
+    # Rowids only an index lists (no FTS copy has them): entries a delete left behind.
+    stale_index_entries: list[int] = field(default_factory=list)
+    # The integrity check found a page of this table referenced twice: a rowid met twice
+    # by the scan was read twice through it, not stored twice.
+    page_referenced_twice: bool = False
+    # An index of the whole table or an FTS copy cross-checks the full scan's rowids.
+    witnessed: bool = False
+
+    def every_row_accounted_for(self) -> bool:
+        """Every row reads, once, and its witnesses (indexes, FTS copies) agree."""
+        return (
+            self.witnessed
+            and self.scan_rows == self.distinct_keys
+            and not self.unreadable_ranges
+            and not self.unreadable_rows
+            and not self.duplicate_keys
+            and not self.duplicate_rowids
+            and not self.text_repaired
+            and not self.missing_rows
+            and self.planner_error is None
+            and self.planner_rows == self.scan_rows
+        )
 
     def findings(self) -> list[str]:
         out = []
@@ -62,10 +93,16 @@ class TableFacts:
             phantoms = sum(n - 1 for n in self.duplicate_rowids.values())
             parts = []
             if phantoms:
-                rowids = ", ".join(str(r) for r in sorted(self.duplicate_rowids))
+                rowids = _sample(sorted(self.duplicate_rowids))
                 s = "s" if phantoms != 1 else ""
                 rs = "s" if len(self.duplicate_rowids) != 1 else ""
-                parts.append(f"{phantoms} phantom duplicate{s}, rowid{rs} {rowids}")
+                if self.page_referenced_twice:
+                    parts.append(
+                        f"{phantoms} row{s} read twice through a page the b-tree references"
+                        f" twice (stored once), rowid{rs} {rowids}"
+                    )
+                else:
+                    parts.append(f"{phantoms} phantom duplicate{s}, rowid{rs} {rowids}")
             if extra - phantoms > 0:
                 n = extra - phantoms
                 parts.append(
@@ -83,6 +120,20 @@ class TableFacts:
             )
         if self.text_repaired:
             out.append(f"{self.name}: {self.text_repaired} keys are text that is not valid UTF-8")
+        if self.missing_rows:
+            n = len(self.missing_rows)
+            out.append(
+                f"{self.name}: {n} row{'s are' if n != 1 else ' is'} missing from the table"
+                f" but {'their' if n != 1 else 'its'} text is still in its FTS copies"
+                f" (rowid{'s' if n != 1 else ''} {_sample(self.missing_rows)})"
+            )
+        if self.stale_index_entries:
+            n = len(self.stale_index_entries)
+            out.append(
+                f"{self.name}: {n} index entr{'ies' if n != 1 else 'y'} name rowids the table"
+                " lacks and no FTS copy holds: left behind by deletes, not lost rows"
+                f" (rowid{'s' if n != 1 else ''} {_sample(self.stale_index_entries)})"
+            )
         if self.planner_error:
             out.append(f"{self.name}: the planner's count failed: {self.planner_error}")
         for lo, hi in self.unreadable_ranges:
@@ -91,6 +142,10 @@ class TableFacts:
             else:
                 out.append(f"{self.name}: {describe_range(lo, hi)} cannot be read")
         return out
+
+
+def _sample(rowids: list[int], n: int = 20) -> str:
+    return ", ".join(str(r) for r in rowids[:n]) + (", ..." if len(rowids) > n else "")
 
 
 def describe_range(lo: int, hi: int) -> str:
@@ -113,10 +168,12 @@ class Diagnosis:
     groups: list[ErrorGroup]
     tables: list[TableFacts]
     fts: dict[str, str]  # FTS table -> "ok" or the error
-    orphans: dict[str, int]  # foreign_key_check rows per table
+    orphans: dict[str, int]  # rows with a missing parent, per table (orphan_rows)
     notes: list[str]
     error_lines: list[str] = field(default_factory=list)
     foreign_key_check_complete: bool = True
+    wal_dropped_commits: int = 0  # committed transactions SQLite does not replay
+    copies: list[CopyCheck] = field(default_factory=list)  # rows vs their FTS copies
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -125,6 +182,8 @@ class Diagnosis:
         out.extend(
             f"{name}: FTS integrity-check: {res}" for name, res in self.fts.items() if res != "ok"
         )
+        for c in self.copies:
+            out.extend(c.findings())
         out.extend(
             f"{t}: {n} orphan row{'s' if n != 1 else ''} (foreign_key_check)"
             for t, n in self.orphans.items()
@@ -154,12 +213,21 @@ def worst(*classes: str) -> str:
 
 
 def diagnose(
-    db: Path, *, progress: ProgressFn | None = None, truncated: str | None = None
+    db: Path,
+    *,
+    progress: ProgressFn | None = None,
+    truncated: str | None = None,
+    wal: WalFacts | None = None,
+    wal_name: str = "the WAL",
+    schema_rebuilt: str | None = None,
 ) -> Diagnosis:
     """Diagnose ``db``, which must be a private copy (see ``bundle.make_work_copy``).
 
     The copy is opened read-write only so that FTS5's ``integrity-check`` command (an
-    INSERT that changes nothing) can run.
+    INSERT that changes nothing) can run. ``wal`` is what the source's ``-wal`` held
+    (``wal.py``): committed transactions SQLite does not replay are base damage (their
+    rows are not in the database as SQLite reads it). ``schema_rebuilt`` says that the
+    copy's page 1 was rebuilt (``bundle.py``): the source itself is unreadable.
     """
     try:
         conn = apsw.Connection(str(db))
@@ -172,9 +240,18 @@ def diagnose(
             raise DatabaseUnreadable(
                 f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
             ) from None
-        return _diagnose(conn, db, schema, progress, truncated)
+        result = _diagnose(conn, db, schema, progress, truncated)
     finally:
         conn.close()
+    if wal is not None:
+        result.notes.extend(wal.notes(wal_name))
+        result.wal_dropped_commits = wal.dropped_commits
+        if wal.dropped_commits:
+            result.damage = worst(result.damage, "base")
+    if schema_rebuilt:
+        result.notes.insert(0, schema_rebuilt)
+        result.damage = "unreadable"
+    return result
 
 
 def _diagnose(
@@ -195,16 +272,32 @@ def _diagnose(
     for i, obj in enumerate(base):
         if progress:
             progress("scan tables", i, len(base))
-        tables.append(table_facts(conn, obj))
+        tables.append(table_facts(conn, obj, schema))
     if progress:
         progress("scan tables", len(base), len(base))
+    roots = schema.by_root()
+    twice = {
+        roots[int(m.group(1))].name
+        for ln in lines
+        if (m := _TWICE_RE.match(ln)) and int(m.group(1)) in roots
+    }
+    for t in tables:
+        t.page_referenced_twice = t.name in twice
     if complete:
         fts = fts_from_integrity_lines(lines, schema)
     else:
         fts = fts_integrity(conn, schema, progress)
     orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
+    if progress:
+        progress("compare FTS copies", 0, 1)
+    copies = compare(conn, schema)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
+    for c in copies:
+        if c.rows_rotted:
+            damage = worst(damage, "base")
+        if c.copies_rotted:
+            damage = worst(damage, "derived")
     return Diagnosis(
         path=str(db),
         damage=damage,
@@ -218,11 +311,15 @@ def _diagnose(
         notes=notes,
         error_lines=lines,
         foreign_key_check_complete=not fk_errors,
+        copies=copies,
     )
 
 
-def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
-    """Planner count, full-scan count, distinct keys and phantom duplicates of one table."""
+def table_facts(
+    conn: apsw.Connection, obj: SchemaObject, schema: Schema | None = None
+) -> TableFacts:
+    """Planner count, full-scan count, distinct keys and phantom duplicates of one table;
+    with ``schema``, rowids its indexes or FTS copies hold that the table lacks."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
     rowids: Counter[int] = Counter()
@@ -245,7 +342,22 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
         planner = int(row[0]) if row else None
     except apsw.Error as exc:
         planner_error = str(exc).split("\n", 1)[0]
+    missing: list[int] = []
+    stale: list[int] = []
+    witnessed = False
+    if schema is not None:
+        witnessed = any(
+            o.type == "index"
+            and o.tbl_name == obj.name
+            and not (o.sql and re.search(r"\bWHERE\b", o.sql, re.I))
+            for o in schema.objects
+        )
+        if key == ["rowid"]:
+            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids))
     return TableFacts(
+        witnessed=witnessed,
+        missing_rows=missing,
+        stale_index_entries=stale,
         name=obj.name,
         key=key,
         planner_rows=planner,
@@ -260,23 +372,100 @@ def table_facts(conn: apsw.Connection, obj: SchemaObject) -> TableFacts:
     )
 
 
+def _rows_elsewhere(
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
+) -> tuple[list[int], list[int]]:
+    """(rowids the FTS copies hold that the table lacks, rowids only an index lists).
+
+    Without an FTS copy nothing tells a lost row from an entry a delete left behind,
+    so both lists stay empty; the planner's count still shows the mismatch."""
+    copies = fts_rowids(conn, schema, obj.name)
+    if copies is None:
+        return [], []
+    listed: set[int] = set()
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue  # a partial index lists only some rows
+        try:
+            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
+            listed.update(int(r[0]) for r in conn.execute(sql))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return sorted(copies - rowids), sorted(listed - rowids - copies)
+
+
 def fts_integrity(
     conn: apsw.Connection, schema: Schema, progress: ProgressFn | None = None
 ) -> dict[str, str]:
-    """FTS5's own ``integrity-check`` per FTS table ("ok" or its error)."""
+    """FTS5's own ``integrity-check`` per FTS table ("ok" or its error); with
+    ``rank = 1`` for an external-content table, so that its index is also compared
+    with the content it is built from."""
     out: dict[str, str] = {}
     fts_tables = [o for o in schema.tables() if o.module == "fts5"]
     for i, obj in enumerate(fts_tables):
         if progress:
             progress("FTS check", i, len(fts_tables))
         q = quote_ident(obj.name)
+        rank = ", 1" if obj.fts_content else ""
         try:
-            conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
+            conn.execute(
+                f"INSERT INTO {q}({q}{', rank' if rank else ''}) VALUES('integrity-check'{rank})"
+            )
             out[obj.name] = "ok"
         except apsw.Error as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
             out[obj.name] = str(exc).split("\n", 1)[0]
+    return out
+
+
+def orphan_rows(conn: apsw.Connection, table: str) -> int:
+    """Rows of ``table`` whose parent row is missing, found by full scans of both
+    tables that read past damage (``scan.py``). ``foreign_key_check`` looks parents up
+    through the parent's index, which on a damaged file still lists parents whose rows
+    are gone, and fails outright on an unreadable page. Each row counts once however
+    many of its foreign keys fail; check and recover count orphans with this function.
+    """
+    fks: dict[int, list[tuple[str, str, str | None]]] = {}
+    for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
+        fks.setdefault(int(row[0]), []).append((str(row[2]), str(row[3]), row[4]))
+    if not fks:
+        return 0
+    rules: list[tuple[list[str], set[tuple[Any, ...]]]] = []
+    for parts in fks.values():
+        parent = parts[0][0]
+        to = [p[2] for p in parts]
+        if any(t is None for t in to):
+            info = conn.execute(f"PRAGMA table_info({quote_ident(parent)})").fetchall()
+            pk = sorted((int(r[5] or 0), str(r[1])) for r in info if r[5])
+            to = [name for _, name in pk] or ["rowid"]
+        rules.append(([p[1] for p in parts], _key_values(conn, parent, [str(t) for t in to])))
+    columns = list(dict.fromkeys(c for cols, _ in rules for c in cols))
+    at = {c: i + 1 for i, c in enumerate(columns)}
+    orphans = 0
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        nonlocal orphans
+        for cols, keys in rules:
+            values = tuple(row[at[c]] for c in cols)
+            if None not in values and values not in keys:
+                orphans += 1
+                return
+
+    scan_table(conn, table, columns, on_row)
+    return orphans
+
+
+def _key_values(conn: apsw.Connection, table: str, columns: list[str]) -> set[tuple[Any, ...]]:
+    out: set[tuple[Any, ...]] = set()
+    if columns == ["rowid"]:
+        scan_table(conn, table, [], lambda row: out.add((row[0],)))
+    else:
+        scan_table(conn, table, columns, lambda row: out.add(tuple(row[1:])))
     return out
 
 
@@ -289,7 +478,7 @@ def foreign_key_orphans(
     errors = []
     for obj in tables:
         try:
-            n = sum(1 for _ in conn.execute(f"PRAGMA foreign_key_check({quote_ident(obj.name)})"))
+            n = orphan_rows(conn, obj.name)
         except apsw.Error as exc:
             errors.append(f"{obj.name}: {str(exc).split(chr(10), 1)[0]}")
             continue
@@ -307,9 +496,17 @@ def classify(
     truncated: bool = False,
 ) -> str:
     damage = "none"
+    by_name = {t.name: t for t in tables}
     for g in groups:
         if g.kind == "schema":
             return "unreadable"
+        facts = by_name.get(g.object) if g.kind == "table" else None
+        if facts is not None and complete and facts.every_row_accounted_for():
+            # The b-tree is damaged but every row reads, once, and the table's indexes
+            # or FTS copies list no other: a rebuild loses nothing (leaves swapped, a
+            # freelist that also lists a live page).
+            damage = worst(damage, "derived")
+            continue
         damage = worst(damage, "derived" if g.derived else "base")
     for t in tables:
         if (
@@ -317,6 +514,7 @@ def classify(
             or t.unreadable_ranges
             or t.duplicate_keys
             or t.text_repaired
+            or t.missing_rows
         ):
             damage = worst(damage, "base")
         elif t.planner_rows != t.scan_rows:

@@ -1,7 +1,7 @@
 """SQLite's integrity check, uncapped, with every error line attributed to its b-tree.
 
 ``PRAGMA quick_check`` and ``integrity_check`` stop after 100 errors by default; in
-HERMES.md story 2 the first 100 were all in one FTS tree and hid damage in ``sessions``.
+docs/stories.md story 2 the first 100 were all in one FTS tree and hid damage in ``sessions``.
 Here the cap is set above anything a file can produce, and each line goes to the root
 page of its b-tree -> the object (table, index, FTS shadow table) -> the logical table
 it serves. A line without a tree of its own (``Multiple uses for byte ...``) belongs to
@@ -29,14 +29,15 @@ SAMPLE_LINES_PER_GROUP = 5
 
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
-_NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
+NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
 _INDEX_RE = re.compile(
     r"^(?:wrong # of entries in index|row \d+ missing from index|"
     r"non-unique entry in UNIQUE index) (\S+)"
 )
 _TABLE_VALUE_RE = re.compile(r"^(?:NULL|TEXT|INTEGER|REAL|BLOB|NUMERIC) value in ([^.\s]+)\.")
 _CHECK_RE = re.compile(r"^CHECK constraint failed in (\S+)")
-_FTS_RE = re.compile(r"\bFTS5 table (?:main\.)?(\S+)")
+# "malformed inverted index for FTS5 table main.x", "fts5: checksum mismatch for table "x""
+_FTS_RE = re.compile(r"\bFTS5 table (?:main\.)?(\S+)|^fts5: .*\btable \"([^\"]+)\"", re.I)
 _FREELIST_RE = re.compile(r"^(?:Freelist|Main freelist)")
 
 
@@ -164,7 +165,7 @@ def group_errors(lines: list[str], schema: Schema) -> list[ErrorGroup]:
             elif obj is not None:
                 g = group(obj.name, lambda o=obj: _group_for(o, schema))  # type: ignore[misc]
             current = g
-        elif _NEVER_USED_RE.match(line):
+        elif NEVER_USED_RE.match(line):
             g = group(
                 "(unattached pages)",
                 lambda: ErrorGroup("(unattached pages)", "unattached", None, None, True),
@@ -175,7 +176,7 @@ def group_errors(lines: list[str], schema: Schema) -> list[ErrorGroup]:
             or _TABLE_VALUE_RE.match(line)
             or _CHECK_RE.match(line)
             or _FTS_RE.search(line)
-        ) and (obj := schema.by_name(m.group(1))):
+        ) and (obj := schema.by_name(m.group(1) or m.group(m.lastindex or 1))):
             g = group(obj.name, lambda o=obj: _group_for(o, schema))  # type: ignore[misc]
             current = None
         elif _FREELIST_RE.match(line):
@@ -202,6 +203,13 @@ def fts_from_integrity_lines(lines: list[str], schema: Schema) -> dict[str, str]
     for obj in schema.tables():
         if obj.module != "fts5":
             continue
-        own = [ln for ln in lines if (m := _FTS_RE.search(ln)) and m.group(1) == obj.name]
+        own = [ln for ln in lines if _fts_table_named(ln) == obj.name]
         out[obj.name] = "ok" if not own else "; ".join(own[:3])
     return out
+
+
+def _fts_table_named(line: str) -> str | None:
+    m = _FTS_RE.search(line)
+    if m is None:
+        return None
+    return m.group(1) or m.group(2)

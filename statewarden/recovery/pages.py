@@ -6,26 +6,33 @@ table, which neither Debian's SQLite nor apsw's bundled one has, so this module 
 the file itself (sqlite.org/fileformat2.html):
 
 1. walk every b-tree from the roots in ``sqlite_schema`` and the freelist, marking the
-   pages they reach (a page that fails to parse is simply not descended into);
+   pages they reach (a page that fails to parse is simply not descended into), or take
+   the "never used" pages of a completed integrity check;
 2. every table-leaf page (type 0x0D) that nothing reaches is an orphan; its cells are
    decoded (varints, the record format, overflow chains) into ``(rowid, values)``;
-3. an orphan leaf is given to the wanted table whose column count its records fit
-   (records never have more fields than the table has columns; fewer after an
-   ``ALTER TABLE ADD COLUMN``). Freelist pages are never read for rows: they hold
-   deleted data.
+3. an orphan leaf is given to the one table whose shape its records fit (field count,
+   the rowid alias stored as NULL, no number in a TEXT column, no NULL in a NOT NULL
+   one: ``record_fits``). Freelist pages are never read for rows: they hold deleted
+   data.
 
-Call only with no SQLite connection open to ``path`` in this process (DESIGN.md rule 2).
+The same decoding reads page images of WAL frames SQLite does not replay
+(``rows_from_images``), the columns of a row past a break in its overflow chain from
+the rest of the chain among unreached pages (``partial_columns``), and rebuilds page 1
+as the root of the ``sqlite_schema`` leaves still intact (``rebuild_schema_root``).
+
+Call only with no SQLite connection open to ``path`` in this process (docs/safety.md rule 2).
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import struct
 from pathlib import Path
 from typing import Any
 
-from statewarden.recovery.schema import Schema
+from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import parse_header
 
 PAGE_TABLE_INTERIOR = 0x05
@@ -78,8 +85,12 @@ class DatabaseFile:
         self.encoding = header.text_encoding
         self.page_count = len(self.data) // self.page_size
         self.freelist_trunk = header.freelist_trunk
+        # Newer page images (from WAL frames) read in place of the file's pages.
+        self.overlay: dict[int, bytes] = {}
 
     def page(self, n: int) -> bytes:
+        if n in self.overlay:
+            return self.overlay[n]
         if not 1 <= n <= self.page_count:
             raise PageFormatError(f"page {n} is outside the file")
         return bytes(self.data[(n - 1) * self.page_size : n * self.page_size])
@@ -271,29 +282,86 @@ def orphan_table_leaves(db: DatabaseFile, roots: list[int]) -> list[int]:
     return out
 
 
-def salvage_rows(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
+def record_fits(obj: SchemaObject, values: list[Any]) -> bool:
+    """Could this record be a row of ``obj``, by its shape alone?
+
+    At most as many fields as the table stores (fewer after an ``ALTER TABLE ADD
+    COLUMN``); the INTEGER PRIMARY KEY column stored as NULL (its value is the rowid);
+    no number in a TEXT column (SQLite converts them to text); no NULL in a NOT NULL one.
+    """
+    cols = obj.stored_columns
+    if len(values) > len(cols):
+        return False
+    alias = obj.rowid_alias
+    for col, v in zip(cols, values, strict=False):
+        if col.name == alias:
+            if v is not None:
+                return False
+        elif v is None:
+            if col.notnull:
+                return False
+        elif col.text_affinity and isinstance(v, int | float):
+            return False
+    return True
+
+
+def salvage_rows(
+    path: Path, schema: Schema, tables: list[str], unreached: list[int] | None = None
+) -> dict[str, list[Row]]:
     """Rows on orphaned table leaves, assigned to the wanted ``tables`` by record shape.
 
-    A leaf goes to a table when every decodable record has at most as many fields as
-    the table has stored columns and at least one record has exactly that many; when
-    several wanted tables fit, the leaf is left out (it cannot be attributed safely).
+    A leaf goes to a table when every decodable record fits it (``record_fits``) and at
+    least one record has all its columns; every rowid table of the schema (FTS shadow
+    tables included) is a candidate, and a leaf that fits more than one is left out: it
+    cannot be attributed safely. ``unreached``, when given, lists the pages no b-tree
+    or the freelist reaches (from a completed integrity check's "never used" lines),
+    which spares the walk over every page.
     """
     db = DatabaseFile(path)
     try:
+        if unreached is not None:
+            leaves = []
+            for n in unreached:
+                try:
+                    if db.btree_header(n)[0] == PAGE_TABLE_LEAF:
+                        leaves.append(n)
+                except PageFormatError:
+                    continue
+            return _assign(db, schema, tables, leaves)
         return _salvage(db, schema, tables)
+    finally:
+        db.close()
+
+
+def rows_from_images(
+    path: Path, schema: Schema, tables: list[str], images: dict[int, bytes]
+) -> dict[str, list[Row]]:
+    """Rows on the table leaves among ``images`` (page number -> newer page image, from
+    WAL frames SQLite does not replay), assigned to ``tables`` by record shape; overflow
+    pages are read from the images first, then from the file."""
+    db = DatabaseFile(path)
+    try:
+        db.overlay = {n: img for n, img in images.items() if len(img) == db.page_size}
+        return _assign(db, schema, tables, sorted(db.overlay))
     finally:
         db.close()
 
 
 def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
-    widths = {}
-    for name in tables:
-        obj = schema.by_name(name)
-        if obj is not None and not obj.without_rowid:
-            widths[name] = len(obj.stored_columns)
-    out: dict[str, list[Row]] = {name: [] for name in widths}
-    for leaf in orphan_table_leaves(db, roots):
+    return _assign(db, schema, tables, orphan_table_leaves(db, roots))
+
+
+def _assign(
+    db: DatabaseFile, schema: Schema, tables: list[str], leaves: list[int]
+) -> dict[str, list[Row]]:
+    candidates = [
+        o
+        for o in schema.tables()
+        if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
+    ]
+    out: dict[str, list[Row]] = {name: [] for name in tables if schema.by_name(name) is not None}
+    for leaf in leaves:
         try:
             rows, _bad = db.leaf_rows(leaf)
         except PageFormatError:
@@ -301,9 +369,250 @@ def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, l
         if not rows:
             continue
         most = max(len(v) for _, v in rows)
-        fits = [name for name, w in widths.items() if most == w]
-        if len(fits) == 1:
+        fits = [
+            o.name
+            for o in candidates
+            if most == len(o.stored_columns) and all(record_fits(o, v) for _, v in rows)
+        ]
+        if len(fits) == 1 and fits[0] in out:
             out[fits[0]].extend(rows)
     for rows in out.values():
         rows.sort(key=lambda r: r[0])
+    return out
+
+
+SCHEMA_TYPES = ("table", "index", "view", "trigger")
+
+
+def _schema_record(values: list[Any]) -> bool:
+    """Does this record look like a row of ``sqlite_schema`` (type, name, tbl_name,
+    rootpage, sql)?"""
+    if len(values) != 5:
+        return False
+    kind, name, tbl, root, sql = values
+    return (
+        kind in SCHEMA_TYPES
+        and isinstance(name, str)
+        and isinstance(tbl, str)
+        and isinstance(root, int)
+        and (sql is None or isinstance(sql, str))
+    )
+
+
+def encode_varint(v: int) -> bytes:
+    """SQLite's big-endian varint (1-9 bytes) for ``v`` >= 0."""
+    if v < 0 or v >= 1 << 64:
+        raise ValueError(f"varint out of range: {v}")
+    if v >= 1 << 56:
+        out = [v & 0xFF]
+        v >>= 8
+        for _ in range(8):
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        return bytes(reversed(out))
+    parts = [v & 0x7F]
+    v >>= 7
+    while v:
+        parts.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(reversed(parts))
+
+
+def rebuild_schema_root(path: Path) -> int:
+    """Rewrite page 1 of a private copy as the interior root of the ``sqlite_schema``
+    leaves found intact elsewhere in the file; return how many leaves it points to.
+
+    When ``sqlite_schema`` grew past one page, page 1 is an interior page and its rows
+    live on leaves; if page 1 is damaged past its 100-byte header, those leaves still
+    hold every object's name, SQL and root page. The leaves are recognised by their
+    records (five fields: a type SQLite knows, three strings, an integer, SQL text),
+    freelist pages excluded, and must not overlap in rowid. The header is kept. Returns
+    0 (and writes nothing) when no such leaf exists. Call with no SQLite connection
+    open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        free = db.freelist_pages()
+        leaves: list[tuple[int, int, int]] = []  # (first rowid, last rowid, page)
+        for n in range(2, db.page_count + 1):
+            if n in free:
+                continue
+            try:
+                kind, _, _ = db.btree_header(n)
+                if kind != PAGE_TABLE_LEAF:
+                    continue
+                rows, bad = db.leaf_rows(n)
+            except PageFormatError:
+                continue
+            if rows and not bad and all(_schema_record(v) for _, v in rows):
+                rowids = [r for r, _ in rows]
+                leaves.append((min(rowids), max(rowids), n))
+        leaves.sort()
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(leaves)):
+            return 0  # two versions of one stretch: which is current cannot be told
+        if not leaves:
+            return 0
+        page = bytearray(db.page(1))
+        page_size = db.page_size
+        usable = db.usable
+    finally:
+        db.close()
+    cells = [struct.pack(">I", n) + encode_varint(hi) for _, hi, n in leaves[:-1]]
+    content = usable
+    pointers = []
+    for cell in cells:
+        content -= len(cell)
+        page[content : content + len(cell)] = cell
+        pointers.append(content)
+    h = 100
+    if h + 12 + 2 * len(cells) > content:
+        return 0  # pragma: no cover - thousands of schema leaves
+    page[h : h + 12] = struct.pack(
+        ">BHHHBI", PAGE_TABLE_INTERIOR, 0, len(cells), content, 0, leaves[-1][2]
+    )
+    page[h + 12 : h + 12 + 2 * len(cells)] = b"".join(struct.pack(">H", p) for p in pointers)
+    page[h + 12 + 2 * len(cells) : content] = bytes(content - (h + 12 + 2 * len(cells)))
+    with open(path, "r+b") as f:
+        f.seek(0)
+        f.write(bytes(page[:page_size]))
+    return len(leaves)
+
+
+def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
+    """The table leaf that holds (or would hold) ``rowid``, walking down from ``root``."""
+    n = root
+    for _ in range(64):  # deeper than any real b-tree: a loop in a damaged one
+        kind, h, _count = db.btree_header(n)
+        if kind == PAGE_TABLE_LEAF:
+            return n
+        if kind != PAGE_TABLE_INTERIOR:
+            return None
+        pg = db.page(n)
+        nxt = struct.unpack(">I", pg[h + 8 : h + 12])[0]
+        for off in db.cell_offsets(n):
+            key, _ = varint(pg, off + 4)
+            if rowid <= key:
+                nxt = struct.unpack(">I", pg[off : off + 4])[0]
+                break
+        n = nxt
+    return None
+
+
+def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:
+    """Overflow pages from ``first`` while they look like a chain (None if not)."""
+    out: list[int] = []
+    n = first
+    while n:
+        if n in out or len(out) > limit or not 1 <= n <= db.page_count:
+            return None
+        out.append(n)
+        n = struct.unpack(">I", db.page(n)[:4])[0]
+    return out
+
+
+def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+    """Columns (by position) of row ``rowid`` recoverable from the file when its
+    overflow chain is broken.
+
+    The cell's local part and the chain up to the break are read in place; the rest of
+    the chain is looked for among pages no b-tree reaches: one chain of such pages whose
+    length makes the payload come out at its recorded size, once the pages lost at the
+    break are counted as whole pages. A column whose bytes all lie in known parts is
+    decoded; the others are left out. Call with no SQLite connection open to ``path``
+    (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        return _partial_columns(db, root, rowid, roots)
+    except (PageFormatError, struct.error, IndexError):
+        return {}
+    finally:
+        db.close()
+
+
+def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+    leaf = find_leaf(db, root, rowid)
+    if leaf is None:
+        return {}
+    pg = db.page(leaf)
+    for off in db.cell_offsets(leaf):
+        size, pos = varint(pg, off)
+        rid, pos = varint(pg, pos)
+        if rid == rowid:
+            break
+    else:
+        return {}
+    local = db._local_size(size, table=True)
+    if local >= size:
+        return {}
+    chunk = db.usable - 4
+    known: list[tuple[int, bytes]] = [(0, bytes(pg[pos : pos + local]))]  # (offset, bytes)
+    at = local
+    n = struct.unpack(">I", pg[pos + local : pos + local + 4])[0]
+    seen: set[int] = set()
+    while at < size and n and n not in seen and 1 <= n <= db.page_count:
+        seen.add(n)
+        ov = db.page(n)
+        nxt = struct.unpack(">I", ov[:4])[0]
+        if not any(ov) or (nxt == 0 and at + chunk < size):
+            break  # a zeroed page, or a chain that ends too early: the break
+        known.append((at, bytes(ov[4 : 4 + min(chunk, size - at)])))
+        at += chunk
+        n = nxt
+    if at < size:
+        tail = _find_tail(db, roots, size, at, chunk)
+        if tail is not None:
+            start, pages = tail
+            for p in pages:
+                known.append((start, bytes(db.page(p)[4 : 4 + min(chunk, size - start)])))
+                start += chunk
+    payload = bytearray(size)
+    have = bytearray(size)
+    for o, b in known:
+        payload[o : o + len(b)] = b
+        have[o : o + len(b)] = b"\x01" * len(b)
+    return _decode_known(db, bytes(payload), bytes(have))
+
+
+def _find_tail(
+    db: DatabaseFile, roots: list[int], size: int, at: int, chunk: int
+) -> tuple[int, list[int]] | None:
+    """(payload offset, pages) of the one unreached chain that ends the payload."""
+    reached = db.reachable(roots)
+    free = set(range(1, db.page_count + 1)) - reached
+    pointed = set()
+    for p in free:
+        nxt = struct.unpack(">I", db.page(p)[:4])[0]
+        if nxt in free:
+            pointed.add(nxt)
+    fits = []
+    for start in free - pointed:
+        chain = _chain(db, start, (size // chunk) + 1)
+        if not chain or not set(chain) <= free:
+            continue
+        for lost in range(1, (size - at) // chunk + 1):
+            begin = at + lost * chunk
+            if begin + (len(chain) - 1) * chunk < size <= begin + len(chain) * chunk:
+                fits.append((begin, chain))
+    return fits[0] if len(fits) == 1 else None
+
+
+def _decode_known(db: DatabaseFile, payload: bytes, have: bytes) -> dict[int, Any]:
+    hsize, pos = varint(payload, 0)
+    if not all(have[:hsize]):
+        return {}
+    types = []
+    while pos < hsize:
+        t, pos = varint(payload, pos)
+        types.append(t)
+    out: dict[int, Any] = {}
+    body = hsize
+    for i, t in enumerate(types):
+        start = body
+        try:
+            value, body = db._value(payload, body, t)
+        except (PageFormatError, UnicodeDecodeError):
+            return out
+        if all(have[start:body]):
+            out[i] = value
     return out

@@ -3,7 +3,7 @@ the source is damaged, with the dedupe rule applied to each conflicting row.
 
 Objects are created from the copy's ``sqlite_schema``: tables and FTS tables, then
 indexes (before the data, so that a UNIQUE conflict fails one row, never a batch:
-HERMES.md story 3), then the triggers that feed FTS tables (when an FTS table is to be
+docs/stories.md story 3), then the triggers that feed FTS tables (when an FTS table is to be
 repopulated from its base table), then the data, then views (an external-content FTS
 table may read one), the FTS contents, and the other triggers.
 
@@ -25,6 +25,7 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.copies import feeds, fts_rowids, rebuild_from_copies, write_rebuilt
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.report import Report, TableReport, json_value
 from statewarden.recovery.scan import scan_table
@@ -34,6 +35,7 @@ from statewarden.sqlite import quote_ident, uri_for
 
 PROGRESS_EVERY_ROWS = 1000
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
+_TREE_RE = re.compile(r"^Tree (\d+) ")
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
 _ENCODINGS = {"utf-8": "UTF-8", "utf-16le": "UTF-16le", "utf-16be": "UTF-16be"}
 SalvagedRows = dict[str, list[tuple[int, list[Any]]]]
@@ -44,8 +46,21 @@ class TableCopy:
     obj: SchemaObject
     report: TableReport
     source_keys: set[Any] = field(default_factory=set)
-    index_keys: set[Any] = field(default_factory=set)
+    index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
+    hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     page_keys: set[Any] = field(default_factory=set)
+    rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
+    fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
+    has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
+    sequence: int | None = None  # the source's sqlite_sequence for it (AUTOINCREMENT)
+    page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
+
+    def known_keys(self) -> set[Any]:
+        """Keys known to exist besides the rows read: the rowids the FTS copies hold
+        when the table has readable ones (they decide: an index entry they do not hold
+        was left behind by a delete, since Hermes' delete triggers remove the copies
+        with the row), else what the intact indexes list."""
+        return set(self.fts_rowids if self.has_fts_copies else self.index_keys)
 
 
 def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
@@ -67,22 +82,26 @@ def _insert_sql(obj: SchemaObject, cols: list[str]) -> str:
     return f"INSERT INTO main.{quote_ident(obj.name)}({names}) VALUES ({marks})"
 
 
-def _in_ranges(
-    rows: list[tuple[int, list[Any]]], ranges: list[list[int]]
-) -> list[tuple[int, list[Any]]]:
-    return [(rid, vals) for rid, vals in rows if any(lo <= rid <= hi for lo, hi in ranges)]
-
-
 def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, str]:
-    """How each FTS table gets its contents: ``copy`` its intact shadow tables,
-    ``triggers`` (repopulated as the feeding table is copied), ``rebuild`` (external
-    content), or ``none`` (contentless)."""
+    """How each FTS table gets its contents: ``copy`` its intact shadow tables (then,
+    when its base table was copied row by row, ``reconcile`` them with the rows the
+    output holds); ``reindex``: copy only its intact content table and let FTS5's
+    ``'rebuild'`` make the index (then reconcile); ``triggers`` (repopulated as the
+    feeding table is copied); ``rebuild`` (external content); ``none`` (contentless).
+
+    Shadow tables are intact when no integrity error touches them and FTS5's own check
+    (index against content) passed: copying them is far cheaper than tokenising every
+    row again."""
     bad_fts = {g.object for g in diag.groups if g.kind == "fts"}
     for g in diag.groups:
         obj = schema.by_name(g.object)
         if obj is not None and obj.shadow_of:
             bad_fts.add(obj.shadow_of)
     bad_fts |= {name for name, res in diag.fts.items() if res != "ok"}
+    rotted = {fts for c in diag.copies for fts in c.copies_rotted}
+    bad_fts |= rotted
+    flagged = {g.object for g in diag.groups}
+    fed = {f.fts for f in feeds(schema)}
     modes = {}
     for obj in schema.tables():
         if obj.module != "fts5":
@@ -92,8 +111,11 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
             modes[obj.name] = "none"
         elif obj.fts_content:
             modes[obj.name] = "rebuild"
-        elif owner is not None and (obj.name in bad_fts or owner in damaged):
-            modes[obj.name] = "triggers"
+        elif owner is not None and obj.name in bad_fts:
+            content_ok = f"{obj.name}_content" not in flagged and obj.name not in rotted
+            modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
+        elif owner is not None and owner in damaged:
+            modes[obj.name] = "reconcile" if obj.name in fed else "triggers"
         else:
             modes[obj.name] = "copy"
     return modes
@@ -132,6 +154,8 @@ class Rebuild:
         salvaged: SalvagedRows,
         report: Report,
         progress: ProgressFn | None,
+        trust_unreached: bool = True,
+        wal_rows: SalvagedRows | None = None,
     ) -> None:
         self.work = work
         self.built = built
@@ -139,10 +163,16 @@ class Rebuild:
         self.diag = diag
         self.damaged = damaged
         self.salvaged = salvaged
+        # False when the freelist is damaged: an unreached leaf may then be a freed page
+        # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
+        self.trust_unreached = trust_unreached
+        # Rows on page images of committed WAL transactions SQLite does not replay.
+        self.wal_rows = wal_rows or {}
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
         self.force_triggers: set[str] = set()
+        self.attached = False  # the source is attached to the output connection as src
 
     def run(self) -> dict[str, TableCopy]:
         bulk = True
@@ -194,6 +224,7 @@ class Rebuild:
             dst.execute("PRAGMA journal_mode=MEMORY")
             dst.execute("PRAGMA synchronous=OFF")
             dst.execute("PRAGMA foreign_keys=OFF")  # orphans are kept, not refused
+            self.attached = bulk
             if bulk:
                 dst.execute("ATTACH ? AS src", (ro,))
             fts_mode = _fts_modes(self.schema, self.damaged, self.diag)
@@ -213,16 +244,19 @@ class Rebuild:
                 tc = TableCopy(obj, TableReport())
                 self.copies[obj.name] = tc
                 self._index_keys(tc)
+                self._fts_rowids(tc)
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
-                rows = _in_ranges(self.salvaged.get(obj.name, []), tc.report.unreadable_ranges)
-                for rowid, values in rows:
-                    self._insert_salvaged(tc, rowid, values)
+                self._add_unreached(tc)
+                self._add_wal_rows(tc)
             self._copy_sequences()
+            for tc in self.copies.values():
+                self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
-            for name, mode in fts_mode.items():
-                self._fill_fts(name, mode)
+            with self.report.timed("fts"):
+                for name, mode in fts_mode.items():
+                    self._fill_fts(name, mode)
             self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
             dst.execute(f"PRAGMA user_version={hdr.user_version}")
@@ -250,26 +284,94 @@ class Rebuild:
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
             except apsw.Error as exc:
                 self.report.notes.append(f"{name}: FTS 'rebuild' failed: {exc}")
-        elif mode == "copy":
+        elif mode in ("copy", "reconcile", "reindex"):
             for obj in self.schema.tables():
                 if obj.shadow_of != name:
                     continue
-                s = quote_ident(obj.name)
-                self.dst.execute(f"DELETE FROM main.{s}")
-                try:
-                    rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
-                except (apsw.Error, UnicodeDecodeError) as exc:
-                    if name in self.schema.fts_owner and name not in self.force_triggers:
-                        raise _FtsCopyFailed(name, str(exc)) from None
-                    self.report.notes.append(f"{name}: copying {obj.name} failed: {exc}")
+                if mode == "reindex" and obj.name != f"{name}_content":
                     continue
-                if rows:
-                    marks = ", ".join("?" for _ in rows[0])
-                    self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
+                self._copy_shadow(name, obj.name)
+            if mode == "reindex":
+                self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
+            if mode != "copy" and self.schema.fts_owner.get(name) in self.damaged:
+                self._reconcile_fts(name)
         elif mode == "none":
             self.report.notes.append(
                 f"{name}: contentless FTS table left empty (nothing to rebuild it from)"
             )
+
+    def _copy_shadow(self, name: str, shadow: str) -> None:
+        """Copy one FTS shadow table from the source (in one statement when the source
+        is attached, else row by row through Python)."""
+        s = quote_ident(shadow)
+        self.dst.execute(f"DELETE FROM main.{s}")
+        try:
+            if self.attached:
+                self.dst.execute(f"INSERT INTO main.{s} SELECT * FROM src.{s} NOT INDEXED")
+                return
+            rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if name in self.schema.fts_owner and name not in self.force_triggers:
+                raise _FtsCopyFailed(name, str(exc)) from None
+            self.report.notes.append(f"{name}: copying {shadow} failed: {exc}")
+            return
+        if rows:
+            marks = ", ".join("?" for _ in rows[0])
+            self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
+
+    def _reconcile_fts(self, name: str) -> None:
+        """After copying an intact FTS table whose base table was copied row by row:
+        remove entries of rows the output lacks, and (re)index rows that are new or
+        differ, with the expressions of the file's own insert trigger (``copies.py``).
+        Rows found rotted on disk keep their copies (see ``recover.py``)."""
+        feed = next((f for f in feeds(self.schema) if f.fts == name), None)
+        fts = self.schema.by_name(name)
+        if feed is None or fts is None:  # pragma: no cover - only fed tables reconcile
+            return
+        rotted = {r for c in self.diag.copies if c.table == feed.table for r in c.rows_rotted}
+        q, content = quote_ident(name), quote_ident(f"{name}_content")
+        base = quote_ident(feed.table)
+        rid = feed.rowid_expr
+        differs = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in feed.columns.items())
+        stale = [
+            int(r[0])
+            for r in self.dst.execute(
+                f"SELECT c.id FROM main.{content} AS c LEFT JOIN main.{base} AS b"
+                f" ON ({rid}) = c.id WHERE b.rowid IS NULL"
+                f" UNION ALL SELECT c.id FROM main.{content} AS c JOIN main.{base} AS b"
+                f" ON ({rid}) = c.id WHERE {differs}"
+            )
+        ]
+        stale = [r for r in stale if r not in rotted]
+        self.dst.executemany(f"DELETE FROM main.{q} WHERE rowid = ?", [(r,) for r in stale])
+        cols = [c.name for c in fts.columns if not c.hidden]
+        names = ", ".join(quote_ident(cols[int(k[1:])]) for k in feed.columns)
+        exprs = ", ".join(feed.columns.values())
+        self.dst.execute(
+            f"INSERT INTO main.{q}(rowid, {names}) SELECT ({rid}), {exprs}"
+            f" FROM main.{base} AS b WHERE NOT EXISTS"
+            f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
+        )
+
+    def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
+        """Rows the FTS copies remember that the output table lacks go, as far as the
+        copies hold them, to a documented side table (``copies.REBUILT_RULE``)."""
+        if not tc.has_fts_copies:
+            return
+        have = {
+            int(r[0])
+            for r in self.dst.execute(f"SELECT rowid FROM main.{quote_ident(tc.obj.name)}")
+        }
+        lost = tc.fts_rowids - have
+        if not lost:
+            return
+        broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
+        rows = rebuild_from_copies(self.src, self.schema, tc.obj.name, lost, broken_roots=broken)
+        if not rows:
+            return
+        name = write_rebuilt(self.dst, tc.obj.name, rows)
+        tc.report.rebuilt_from_copies = len(rows)
+        self.report.rebuilt[tc.obj.name] = name
 
     def _copy_sequences(self) -> None:
         """Keep AUTOINCREMENT counters at least where the source had them (no id reuse)."""
@@ -279,6 +381,8 @@ class Rebuild:
             self.report.notes.append(f"sqlite_sequence unreadable, counters follow the rows: {exc}")
             return
         for name, seq in rows:
+            if name in self.copies and isinstance(seq, int):
+                self.copies[name].sequence = seq
             self.dst.execute(
                 "UPDATE main.sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, name)
             )
@@ -288,8 +392,13 @@ class Rebuild:
                 )
 
     def _index_keys(self, tc: TableCopy) -> None:
-        """Keys listed by the source's intact indexes: rows known to exist even when the
-        table's own pages can no longer be read."""
+        """Keys listed by the source's indexes: rows known to exist even when the table's
+        own pages can no longer be read. An index whose own b-tree is damaged is no
+        witness (its entries may be garbage), but every readable index helps find where
+        a damaged scan can resume (``hint_keys``)."""
+        broken_trees = {
+            int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))
+        }
         obj = tc.obj
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         t = quote_ident(obj.name)
@@ -313,7 +422,10 @@ class Rebuild:
                 ).fetchall()
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            tc.index_keys.update(tuple(r) if key_cols else int(r[0]) for r in rows)  # type: ignore[arg-type]
+            keys: set[Any] = {tuple(r) if key_cols else r[0] for r in rows}
+            tc.hint_keys.update(keys)
+            if idx.rootpage not in broken_trees:
+                tc.index_keys.update(keys)
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -328,12 +440,12 @@ class Rebuild:
         rowids = "rowid" if not obj.without_rowid else "NULL"
         t = quote_ident(obj.name)
         try:
-            keys = [
-                keyf(tuple(r))
-                for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
+            read = [
+                tuple(r) for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
             ]
         except UnicodeDecodeError:
             return False
+        keys = [keyf(r) for r in read]
         cols = ", ".join(quote_ident(c) for c in _columns(obj))
         rid = "" if obj.rowid_alias or obj.without_rowid else "rowid, "
         self.dst.execute("SAVEPOINT bulk")
@@ -348,6 +460,8 @@ class Rebuild:
         self.dst.execute("RELEASE bulk")
         tc.report.source_rows += len(keys)
         tc.source_keys.update(keys)
+        if not obj.without_rowid:
+            tc.rowids.update(int(r[0]) for r in read)
         return True
 
     def _row_copy(self, tc: TableCopy) -> None:
@@ -355,18 +469,40 @@ class Rebuild:
         cols = _columns(obj)
         key_idx = [cols.index(c) + 1 for c in obj.key_columns if c != "rowid"]
         seen = [0]
+        partial: dict[int, list[str]] = {}
 
         def on_row(row: tuple[Any, ...]) -> None:
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
             tc.source_keys.add(key)
-            self._insert_row(tc, int(row[0]), list(row[1:]), cols)
+            tc.rowids.add(int(row[0]))
+            values = list(row[1:])
+            missing = partial.pop(int(row[0]), None)
+            if missing is not None:
+                filled = self._fill_missing(obj, cols, values, missing)
+            if self._insert_row(tc, int(row[0]), values, cols) and missing is not None:
+                tc.report.partial += 1
+                self.report.partial_rows.append(
+                    {
+                        "table": obj.name,
+                        "rowid": int(row[0]),
+                        "columns": missing,
+                        "filled": {c: json_value(v) for c, v in filled.items()},
+                    }
+                )
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
-        hints = [k for k in tc.index_keys if isinstance(k, int)] if not key_idx else []
-        result = scan_table(self.src, obj.name, cols, on_row, hints=hints)
+        hints = [k for k in tc.hint_keys if isinstance(k, int)] if not key_idx else []
+        result = scan_table(
+            self.src,
+            obj.name,
+            cols,
+            on_row,
+            hints=hints,
+            on_partial=partial.__setitem__,
+        )
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
         if result.text_repaired:
@@ -375,6 +511,32 @@ class Rebuild:
                 f"{obj.name}: {len(result.text_repaired)} rows held text that is not valid"
                 f" UTF-8; kept, with U+FFFD for the bad bytes (rowids {shown})"
             )
+
+    def _fill_missing(
+        self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
+    ) -> dict[str, Any]:
+        """Fill the unreadable columns of a partial row in place (the rule is
+        ``report.PARTIAL_RULE``); return the values put where NULL is not allowed."""
+        filled = {}
+        by_name = {c.name: c for c in obj.stored_columns}
+        for name in missing:
+            col = by_name.get(name)
+            if col is None or not col.notnull:
+                continue
+            value: Any
+            if col.default is not None:
+                try:
+                    row = self.dst.execute(f"SELECT {col.default}").fetchone()
+                    value = row[0] if row else None
+                except apsw.Error:
+                    value = None
+            else:
+                value = None
+            if value is None:
+                value = "" if col.text_affinity else 0
+            values[cols.index(name)] = value
+            filled[name] = value
+        return filled
 
     def _insert_row(self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str]) -> bool:
         """Insert one row; on a conflict apply the dedupe rule. True if the row is in."""
@@ -454,17 +616,93 @@ class Rebuild:
             }
         )
 
-    def _insert_salvaged(self, tc: TableCopy, rowid: int, values: list[Any]) -> None:
+    def _fts_rowids(self, tc: TableCopy) -> None:
+        """Rowids held by the table's FTS copies (Hermes 0.19.0 writes each message's
+        text there under the message's id)."""
+        found = fts_rowids(self.src, self.schema, tc.obj.name)
+        tc.has_fts_copies = found is not None and tc.obj.key_columns == ["rowid"]
+        tc.fts_rowids = found or set()
+
+    def _add_unreached(self, tc: TableCopy) -> None:
+        """Rows decoded from leaves the b-tree no longer reaches, for rowids it lacks.
+
+        A rowid the b-tree holds keeps the b-tree's row (the unreached copy is counted,
+        not used). When the freelist cannot be trusted, an unreached row is taken only
+        if an intact index or FTS copy of the table lists its key: deleted rows live on
+        freed pages, and nothing else remembers them.
+        """
+        rows = self.salvaged.get(tc.obj.name, [])
+        if not rows:
+            return
+        vouched: set[Any] | None = None
+        if not self.trust_unreached:
+            vouched = tc.known_keys()
+        for rowid, values in rows:
+            if rowid in tc.rowids:
+                tc.page_versions_skipped += 1
+                continue
+            self._insert_salvaged(tc, rowid, values, vouched)
+
+    def _add_wal_rows(self, tc: TableCopy) -> None:
+        """Rows of committed transactions SQLite does not replay: a rowid the output
+        lacks is added, a row that differs is replaced by its newer version."""
+        rows = self.wal_rows.get(tc.obj.name, [])
+        if not rows:
+            return
+        obj = tc.obj
+        newest: dict[int, list[Any]] = {}
+        for rowid, values in rows:
+            newest[rowid] = values
+        all_cols = _columns(obj)
+        t = quote_ident(obj.name)
+        for rowid, found in sorted(newest.items()):
+            cols = all_cols[: len(found)]
+            values = list(found[: len(cols)])
+            if obj.rowid_alias and obj.rowid_alias in cols:
+                values[cols.index(obj.rowid_alias)] = rowid
+            if rowid not in tc.rowids:
+                if self._insert_row(tc, rowid, values, cols):
+                    tc.rowids.add(rowid)
+                    tc.report.source_rows += 1
+                    tc.report.recovered_from_wal += 1
+                    key_cols = [c for c in obj.key_columns if c != "rowid"]
+                    key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
+                    tc.page_keys.add(key)
+                continue
+            sel = ", ".join(quote_ident(c) for c in cols)
+            have = self.dst.execute(
+                f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)
+            ).fetchone()
+            if have is None or list(have) == values:
+                continue
+            sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols)
+            try:
+                self.dst.execute(f"UPDATE main.{t} SET {sets} WHERE rowid = ?", [*values, rowid])
+            except apsw.Error as exc:
+                self.report.notes.append(
+                    f"{obj.name} rowid {rowid}: its newer version from the -wal was not"
+                    f" applied: {exc}"
+                )
+                continue
+            tc.report.updated_from_wal += 1
+
+    def _insert_salvaged(
+        self, tc: TableCopy, rowid: int, values: list[Any], vouched: set[Any] | None = None
+    ) -> None:
         obj = tc.obj
         cols = _columns(obj)[: len(values)]
         values = values[: len(cols)]
         if obj.rowid_alias and obj.rowid_alias in cols:
             values[cols.index(obj.rowid_alias)] = rowid
-        tc.report.source_rows += 1
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         if key_cols and not set(key_cols) <= set(cols):
             return
         key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
+        if vouched is not None and key not in vouched and rowid not in vouched:
+            tc.report.unvouched_skipped += 1
+            return
+        tc.rowids.add(rowid)
+        tc.report.source_rows += 1
         tc.page_keys.add(key)
         if self._insert_row(tc, rowid, values, cols):
             tc.report.recovered_from_pages += 1

@@ -3,18 +3,28 @@
 Steps (each only as far as the damage needs):
 
 1. The bundle is copied to a work dir next to ``--output`` (same filesystem, free space
-   checked, fingerprinted before and after: ``bundle.py``) and diagnosed.
+   checked, fingerprinted before and after: ``bundle.py``; a ``-wal`` SQLite ignores is
+   left out, page 1 rebuilt if only it hides the schema) and diagnosed.
 2. A fresh file is created from the **source's own** ``sqlite_schema``: tables, FTS
    tables, indexes (before the data, so a UNIQUE conflict fails one row, not a bulk
    copy), then the data, then views, FTS contents and the remaining triggers.
 3. Tables the diagnosis found clean are copied in bulk. Damaged tables are copied one
    row at a time by a full scan in rowid order (``scan.py``): an unreadable stretch is
    narrowed by bisection and skipped, and each row that fails is set aside on its own.
-4. Rows in stretches the b-tree can no longer reach are decoded from the file's pages
-   (``pages.py``) and added.
-5. FTS contents: an FTS table whose shadow tables and feeding table are intact is copied
-   as is; otherwise it is repopulated from the base table (Hermes 0.19.0's own-content
-   FTS by its own triggers, created before the data; external content by ``'rebuild'``).
+   A row whose overflow chain is broken is kept with the columns that read (partial),
+   then completed from the rest of its chain where the file still has it.
+4. Whenever a table shows damage (a read error or not: pages no b-tree reaches, a
+   count the planner disagrees with, a page referenced twice), rows on leaves no b-tree
+   reaches are decoded from the file's pages (``pages.py``) and added for rowids the
+   table lacks; with a damaged freelist only rows an index or FTS copy lists (deleted
+   rows stay deleted). Rows of committed WAL transactions SQLite does not replay are
+   added from the frame images (``wal.py``). Rows still missing whose text survives in
+   the FTS copies are rebuilt into a side table (``copies.py``).
+5. FTS contents: an FTS table whose shadow tables are intact is copied (and reconciled
+   with the rows the output holds when its base table was copied row by row); a damaged
+   index over an intact content table is rebuilt by FTS5's ``'rebuild'``; otherwise it
+   is repopulated from the base table (Hermes 0.19.0's own-content FTS by its own
+   triggers, created before the data; external content by ``'rebuild'``).
 6. The output is verified (``verify.py``) and linked into place only at the very end
    and only if verified, so an interrupted or failed run leaves no file at ``--output``.
 
@@ -30,6 +40,7 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +51,8 @@ from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, U
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
-from statewarden.recovery.pages import salvage_rows
+from statewarden.recovery.integrity import NEVER_USED_RE
+from statewarden.recovery.pages import partial_columns, rows_from_images, salvage_rows
 from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
@@ -81,9 +93,12 @@ def recover(
     _check_writable(output.parent, "--output")
     if report_path is not None:
         _check_writable(Path(report_path).parent, "--report")
+    started = time.monotonic()
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
+    copied = round(time.monotonic() - started, 3)
     try:
         report = _recover_copy(work, output, progress)
+        report.timings = {"copy": copied, **report.timings}
         if not report.verified:
             # A file that failed verification is never left where a swap would take it.
             report.notes.append(f"the output failed verification and was not kept at {output}")
@@ -133,8 +148,28 @@ def _publish(built: Path, output: Path) -> None:
 
 
 def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> Report:
-    diag = diagnose(work.db, progress=progress, truncated=work.truncated_note)
+    started = time.monotonic()
+    diag = diagnose(
+        work.db,
+        progress=progress,
+        truncated=work.truncated_note,
+        wal=work.wal,
+        wal_name=work.wal_name,
+        schema_rebuilt=work.schema_note,
+    )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
+    report.timings["diagnose"] = round(time.monotonic() - started, 3)
+    if work.schema_note:
+        report.notes.append(work.schema_note)
+    for c in diag.copies:
+        if c.rows_rotted:
+            # The row is kept as stored: the FTS text is a concatenation of several
+            # columns and cannot say which column changed, or how; the copies keep the
+            # original text (and stay searchable).
+            report.notes.append(
+                f"{c.findings()[0]}; kept as stored, their search-index copies keep the"
+                " text they had"
+            )
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)
@@ -147,17 +182,29 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         conn.close()
     damaged = _damaged_tables(diag, schema)
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
-    if any(t.unreadable_ranges for t in diag.tables):
-        # Raw page reads, with no SQLite connection open to the copy (DESIGN.md rule 2).
-        wanted = [t.name for t in diag.tables if t.unreadable_ranges]
-        salvaged = salvage_rows(work.db, schema, wanted)
+    wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
+    if work.wal is not None:
+        report.notes.extend(work.wal.notes(work.wal_name))
+    with report.timed("salvage"):
+        if damaged:
+            # Evidence that rows may be missing (a read error, pages no b-tree reaches,
+            # a count that differs from the planner's, a page reached twice): decode
+            # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
+            # SQLite connection open to the copy (docs/safety.md rule 2).
+            salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
+        if work.wal is not None and work.wal.dropped_commits:
+            base_names = [o.name for o in schema.base_tables()]
+            wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
+            damaged.update(name for name, rows in wal_rows.items() if rows)
     built = work.work_dir / "output.db"
     if diag.damage == "none":
         report.strategy = "none"
-        _vacuum_into(work.db, built, work.source_header.journal_mode)
-        copies = _measure_only(work.db, schema)
+        with report.timed("rebuild"):
+            _vacuum_into(work.db, built, work.source_header.journal_mode)
+            copies = _measure_only(work.db, schema)
     else:
         report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
+        rebuild_started = time.monotonic()
         copies = Rebuild(
             work,
             built,
@@ -165,23 +212,77 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             diag,
             damaged=damaged,
             salvaged=salvaged,
+            wal_rows=wal_rows,
             report=report,
             progress=progress,
+            trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
         ).run()
-        if any(c.report.recovered_from_pages for c in copies.values()):
+        spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
+        report.timings["rebuild"] = round(spent, 3)
+        if report.partial_rows:
+            with report.timed("salvage"):
+                _complete_partial_rows(work.db, built, schema, report, copies)
+        if any(
+            c.report.recovered_from_pages or c.report.recovered_from_wal for c in copies.values()
+        ):
             report.strategy = "salvage"
     if progress:
         progress("verify", 0, 1)
-    report.verification = verify_output(
-        built,
-        source_schema_version=source_version,
-        source_journal_mode=work.source_header.journal_mode,
-    )
-    _account(built, copies, report)
+    with report.timed("verify"):
+        report.verification = verify_output(
+            built,
+            source_schema_version=source_version,
+            source_journal_mode=work.source_header.journal_mode,
+        )
+        _account(built, copies, report)
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
     return report
+
+
+def _never_used(diag: Diagnosis) -> list[int] | None:
+    """Pages a completed integrity check found no b-tree or freelist using (None when
+    the check stopped early: then every page is walked)."""
+    if not diag.integrity_complete:
+        return None
+    return sorted({int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))})
+
+
+def _complete_partial_rows(
+    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
+) -> None:
+    """Columns of partial rows that the file still holds past the break in their
+    overflow chain (``pages.partial_columns``) replace what was filled in the output.
+    Raw reads of the work copy: no connection is open to it now (docs/safety.md rule 2)."""
+    roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
+    conn = apsw.Connection(str(built))
+    try:
+        for entry in report.partial_rows:
+            obj = schema.by_name(entry["table"])
+            if obj is None:
+                continue
+            cols = [c.name for c in obj.stored_columns]
+            got = partial_columns(db, obj.rootpage, entry["rowid"], roots)
+            found = {
+                cols[i]: v for i, v in got.items() if i < len(cols) and cols[i] in entry["columns"]
+            }
+            if not found:
+                continue
+            sets = ", ".join(f"{quote_ident(c)} = ?" for c in found)
+            conn.execute(
+                f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
+                [*found.values(), entry["rowid"]],
+            )
+            entry["recovered_from_pages"] = sorted(found, key=cols.index)
+            entry["columns"] = [c for c in entry["columns"] if c not in found]
+            entry["filled"] = {k: v for k, v in entry["filled"].items() if k not in found}
+            if not entry["columns"]:
+                copies[obj.name].report.partial -= 1
+                copies[obj.name].report.recovered_from_pages += 1
+    finally:
+        conn.close()
+    report.partial_rows = [e for e in report.partial_rows if e["columns"]]
 
 
 def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
@@ -258,14 +359,16 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                     n += 1
                     out_keys.add(keyf(tuple(row)))
             read_keys = tc.source_keys | tc.page_keys
-            known = read_keys | tc.index_keys
+            known = read_keys | tc.known_keys()
             lost = known - out_keys
             r.recovered = n
             r.source_distinct = len(read_keys)
             r.lost = len(lost)
             r.lost_keys = _sorted_keys(lost)
             if r.unreadable_ranges:
-                r.unreadable_ranges = _uncovered(r.unreadable_ranges, tc, known)
+                r.unreadable_ranges = _bounded(
+                    _uncovered(r.unreadable_ranges, tc, known), tc.sequence
+                )
             if r.lost == 0 and not r.unreadable_ranges:
                 r.status = "complete"
             elif n == 0 and known:
@@ -282,6 +385,19 @@ def _sorted_keys(keys: set[Any]) -> list[Any]:
         return sorted(keys)
     except TypeError:  # keys of mixed types (NULL in a key column): any stable order
         return sorted(keys, key=repr)
+
+
+def _bounded(ranges: list[list[int]], sequence: int | None) -> list[list[int]]:
+    """Open-ended ranges cut at the table's ``sqlite_sequence``: AUTOINCREMENT never
+    gave out a rowid above it, so no row can be missing there."""
+    if sequence is None:
+        return ranges
+    out = []
+    for lo, hi in ranges:
+        if lo > sequence:
+            continue
+        out.append([lo, min(hi, sequence)])
+    return out
 
 
 def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[list[int]]:

@@ -1,18 +1,24 @@
 """The recovery report: only what was measured on the source copy and the output file.
 
-Loss is computed from key sets (DESIGN.md rule 7): a key is *known to exist in the
-source* when a full scan read its row, an intact index of the source lists it, or its
-row was decoded from a page; it is *lost* when the output has no row with that key.
-``loss_detected`` is true exactly when some known key is lost or some rowid range of
-the source could not be read at all (its keys cannot even be listed).
+Loss is computed from key sets (docs/safety.md rule 7): a key is *known to exist in the
+source* when a full scan read its row, its row was decoded from a page or a WAL frame,
+or (for a table with FTS copies) the copies hold its rowid, else an index whose own
+b-tree is intact lists it; it is *lost* when the output has no row with that key.
+``loss_detected`` is true exactly when some known key is lost, some rowid range of the
+source could not be read at all (its keys cannot even be listed), or a row was kept
+with unreadable columns (partial).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewarden.recovery.copies import REBUILT_RULE
 from statewarden.recovery.diagnose import describe_range
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.verify import Verification
@@ -25,6 +31,13 @@ DEDUPE_RULE = (
     " index (for example sessions.title) is kept with the colliding text value renamed"
     " to '<value> (duplicate, rowid N)' (renamed). Orphans (rows whose parent is"
     " missing) are kept and counted (orphans)."
+)
+PARTIAL_RULE = (
+    "A row some of whose columns cannot be read (a broken overflow chain) is kept with"
+    " the columns that can be; each unreadable column is NULL, or, where the schema"
+    " forbids NULL, its DEFAULT, else 0 (numeric columns) or '' (text). Every such row"
+    " is listed in partial_rows with its unreadable columns and the values filled in;"
+    " it counts as partial, not lost, and makes loss_detected true."
 )
 SAMPLE_LOST_KEYS = 100
 
@@ -45,6 +58,11 @@ class TableReport:
     unreadable_ranges: list[list[int]] = field(default_factory=list)
     status: str = "complete"
     recovered_from_pages: int = 0
+    recovered_from_wal: int = 0  # rows of committed transactions SQLite did not replay
+    updated_from_wal: int = 0  # rows replaced by their newer version from those
+    unvouched_skipped: int = 0  # unreached rows not taken: nothing vouches they are live
+    partial: int = 0  # rows kept with some columns unreadable (listed in partial_rows)
+    rebuilt_from_copies: int = 0  # lost rows rebuilt from FTS/index copies (side table)
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -60,11 +78,17 @@ class TableReport:
             "unreadable_ranges": self.unreadable_ranges,
             "status": self.status,
             "recovered_from_pages": self.recovered_from_pages,
+            "recovered_from_wal": self.recovered_from_wal,
+            "updated_from_wal": self.updated_from_wal,
+            "unvouched_skipped": self.unvouched_skipped,
+            "partial": self.partial,
+            "rebuilt_from_copies": self.rebuilt_from_copies,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
                 list(k) if isinstance(k, tuple) else k for k in self.lost_keys[:SAMPLE_LOST_KEYS]
             ],
+            "lost_keys": [list(k) if isinstance(k, tuple) else k for k in self.lost_keys],
         }
 
 
@@ -79,7 +103,21 @@ class Report:
     verification: Verification | None = None
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     renamed: list[dict[str, Any]] = field(default_factory=list)
+    partial_rows: list[dict[str, Any]] = field(default_factory=list)
+    rebuilt: dict[str, str] = field(default_factory=dict)  # table -> its side table
     notes: list[str] = field(default_factory=list)
+    # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Add the time spent in the ``with`` block to ``timings[phase]``."""
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = time.monotonic() - start
+            self.timings[phase] = round(self.timings.get(phase, 0.0) + spent, 3)
 
     @property
     def lost(self) -> dict[str, int]:
@@ -87,7 +125,7 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return any(t.lost or t.unreadable_ranges for t in self.tables.values())
+        return any(t.lost or t.unreadable_ranges or t.partial for t in self.tables.values())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,7 +142,12 @@ class Report:
             "dedupe_rule": DEDUPE_RULE,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
+            "partial_rows": self.partial_rows,
+            "partial_rule": PARTIAL_RULE,
+            "rebuilt": self.rebuilt,
+            "rebuilt_rule": REBUILT_RULE,
             "notes": self.notes,
+            "timings": self.timings,
         }
 
     def render(self) -> list[str]:
@@ -126,7 +169,30 @@ class Report:
                 for lo, hi in t.unreadable_ranges
             )
             if t.recovered_from_pages:
-                out.append(f"  {name}: {t.recovered_from_pages} rows recovered from pages")
+                out.append(
+                    f"  {name}: {t.recovered_from_pages} rows recovered from leaf pages"
+                    " the b-tree no longer reaches"
+                )
+            if t.recovered_from_wal or t.updated_from_wal:
+                out.append(
+                    f"  {name}: {t.recovered_from_wal} rows added and {t.updated_from_wal}"
+                    " updated from committed -wal transactions SQLite does not replay"
+                )
+            if t.rebuilt_from_copies:
+                out.append(
+                    f"  {name}: {t.rebuilt_from_copies} lost rows rebuilt from their FTS and"
+                    f" index copies into {self.rebuilt.get(name)} (see rebuilt_rule)"
+                )
+            if t.unvouched_skipped:
+                out.append(
+                    f"  {name}: {t.unvouched_skipped} rows on unreached pages not taken"
+                    " (the freelist is damaged and no index or FTS copy lists them:"
+                    " they may be deleted rows)"
+                )
+        for p in self.partial_rows:
+            out.append(
+                f"  partial: {p['table']} rowid {p['rowid']}: unreadable " + ", ".join(p["columns"])
+            )
         for s in self.set_aside:
             out.append(f"  set aside: {s['table']} rowid {s['rowid']}: {s['reason']}")
         for r in self.renamed:
@@ -143,6 +209,13 @@ class Report:
             else "no loss"
         )
         if self.loss_detected and not self.lost:
-            loss = "loss detected: unreadable rowid ranges"
+            partial = sum(t.partial for t in self.tables.values())
+            loss = (
+                f"loss detected: {partial} partial row{'s' if partial != 1 else ''}"
+                if partial
+                else "loss detected: unreadable rowid ranges"
+            )
+        if self.timings:
+            out.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
         out.append(f"result: {verdict}, {loss}")
         return out

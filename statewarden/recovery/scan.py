@@ -5,7 +5,9 @@ stop with an error. This reader then finds where reading can resume: a one-row p
 ``rowid >= p`` succeeds exactly when the leaf that would hold ``p`` is readable, so an
 exponential search followed by bisection narrows the unreadable stretch to the smallest
 rowid range bounded by readable leaves. A row whose own content cannot be read (a broken
-overflow chain) is skipped and counted alone (DESIGN.md rule 8).
+overflow chain) is read column by column: it is kept with the columns that can be read
+and the others listed (``partial``), or, if none can, skipped and counted alone
+(docs/safety.md rule 8).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ScanResult:
     unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
     repeats_skipped: int = 0  # the same rowid met again and again (a looping tree)
+    partial: dict[int, list[str]] = field(default_factory=dict)  # rowid -> unreadable columns
     first_error: str | None = None
 
     def add_range(self, lo: int, hi: int) -> None:
@@ -60,93 +63,167 @@ def scan_table(
     *,
     db_name: str = "main",
     hints: Sequence[int] = (),
+    on_partial: Callable[[int, list[str]], None] | None = None,
 ) -> ScanResult:
     """Call ``on_row((rowid, *columns))`` for every readable row, in b-tree order.
 
     Rows stored twice (a duplicated cell pointer) are delivered twice: deciding what
     a duplicate is belongs to the caller. ``hints`` are rowids known to exist (from an
-    intact index): where reading can resume is searched among them first.
+    intact index): where reading can resume is searched among them first. A row only
+    some of whose columns can be read (a broken overflow chain) is delivered with
+    ``None`` for the others, which are listed in ``ScanResult.partial`` and given to
+    ``on_partial(rowid, columns)`` just before the row.
     """
-    sorted_hints = sorted(set(hints))
-    t = f"{quote_ident(db_name)}.{quote_ident(table)}"
-    cols = "".join(", " + quote_ident(c) for c in columns)
-    full = f"SELECT rowid{cols} FROM {t} NOT INDEXED"
-    resume = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid"
-    one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
-    probe = f"SELECT rowid FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1"
-    result = ScanResult()
-    last: int | None = None
-    start: int | None = None  # None: from the beginning
-    resumes = 0
-    seen: dict[int, int] = {}
-    while True:
-        resumes += 1
-        if resumes > MAX_RESUMES:
-            # A b-tree scribbled into cycles can keep a scan going for ever.
-            lo = MIN_ROWID if last is None else last + 1
-            result.first_error = result.first_error or "too many damaged stretches"
-            result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
-            return result
+    scan = _Scan(conn, table, columns, on_row, db_name=db_name, hints=hints)
+    scan.on_partial = on_partial
+    return scan.run()
+
+
+class _Scan:
+    """One scan: stream rows; on damage, read the row at the break alone or skip the
+    unreadable stretch, and stream on from there."""
+
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        table: str,
+        columns: Sequence[str],
+        on_row: Callable[[Row], None],
+        *,
+        db_name: str,
+        hints: Sequence[int],
+    ) -> None:
+        self.conn = conn
+        self.columns = list(columns)
+        self.on_row = on_row
+        self.hints = sorted(set(hints))
+        self.t = t = f"{quote_ident(db_name)}.{quote_ident(table)}"
+        cols = "".join(", " + quote_ident(c) for c in columns)
+        self.full = f"SELECT rowid{cols} FROM {t} NOT INDEXED"
+        self.resume = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid"
+        self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
+        self.probe = f"SELECT rowid FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1"
+        self.result = ScanResult()
+        self.last: int | None = None  # the highest rowid passed
+        self.start: int | None = None  # where streaming resumes; None: from the beginning
+        self.seen: dict[int, int] = {}
+        self.on_partial: Callable[[int, list[str]], None] | None = None
+
+    def run(self) -> ScanResult:
+        result = self.result
+        for _ in range(MAX_RESUMES):
+            if self._stream():
+                return result
+            lo = MIN_ROWID if self.last is None else self.last + 1
+            if lo > MAX_ROWID:
+                return result
+            status, value = _probe(self.conn, self.probe, lo)
+            if status == "end":
+                return result
+            if status == "row":
+                assert value is not None
+                # The leaf is readable but this row may not be: read it alone.
+                self._read_alone(value)
+                self.last = value
+                if value == MAX_ROWID:
+                    return result
+                self.start = value + 1
+                continue
+            resume_at = _next_readable(self.conn, self.probe, lo, self.hints)
+            if resume_at is None:
+                result.add_range(lo, MAX_ROWID)
+                return result
+            result.add_range(lo, resume_at - 1)
+            self.last = resume_at - 1
+            self.start = resume_at
+        # A b-tree scribbled into cycles can keep a scan going for ever.
+        lo = MIN_ROWID if self.last is None else self.last + 1
+        result.first_error = result.first_error or "too many damaged stretches"
+        result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
+        return result
+
+    def _stream(self) -> bool:
+        """Deliver rows from ``start`` on; True when the table ended, False on damage."""
+        result = self.result
+        start = self.start
         try:
-            sql, args = (full, ()) if start is None else (resume, (start,))
-            for row in _rows(conn, sql, args):
+            sql, args = (self.full, ()) if start is None else (self.resume, (start,))
+            for row in _rows(self.conn, sql, args):
                 rowid = int(row[0])
+                last = self.last
                 if start is not None and last is not None and rowid <= last:
                     continue  # a damaged tree can hand back rows already passed
-                times = seen.get(rowid, 0)
+                times = self.seen.get(rowid, 0)
                 if times >= MAX_COPIES_PER_ROWID:
                     # Child pointers scribbled to point at the same leaves again and
                     # again: a phantom row shows up twice, not hundreds of times.
                     result.repeats_skipped += 1
                     continue
-                seen[rowid] = times + 1
+                self.seen[rowid] = times + 1
                 if last is None or rowid > last or start is None:
-                    last = rowid if last is None else max(last, rowid)
+                    self.last = rowid if last is None else max(last, rowid)
                 result.rows_read += 1
-                on_row(tuple(row))
-            return result
+                self.on_row(tuple(row))
+            return True
         except _ReadError as err:
             exc = err.cause
             if isinstance(exc, apsw.Error) and not _is_damage(exc):
                 raise exc from None
             result.first_error = result.first_error or str(exc).split("\n", 1)[0]
-        lo = MIN_ROWID if last is None else last + 1
-        if lo > MAX_ROWID:
-            return result
-        status, value = _probe(conn, probe, lo)
-        if status == "row":
-            assert value is not None
-            # The leaf is readable but this row may not be: read it alone.
-            bad: list[Row] = []
-            try:
-                bad = [tuple(r) for r in conn.execute(one, (value,)).fetchall()]
-            except UnicodeDecodeError:
-                bad = [_lenient_row(conn, t, columns, value)]
-                result.text_repaired.append(value)
-            except apsw.Error as exc:
-                if not _is_damage(exc):
-                    raise
-            if bad:  # readable after all (the failure was further on): deliver and go on
-                for row in bad:
-                    result.rows_read += 1
-                    on_row(row)
-            else:
-                result.unreadable_rows += 1
-                result.add_range(value, value)
-            last = value
-            start = value + 1 if value < MAX_ROWID else None
-            if start is None:
-                return result
-            continue
-        if status == "end":
-            return result
-        resume_at = _next_readable(conn, probe, lo, sorted_hints)
-        if resume_at is None:
-            result.add_range(lo, MAX_ROWID)
-            return result
-        result.add_range(lo, resume_at - 1)
-        last = resume_at - 1
-        start = resume_at
+            return False
+
+    def _read_alone(self, rowid: int) -> None:
+        """Deliver the row ``rowid`` whole, with repaired text, or with the columns that
+        can be read; count it unreadable only when not even that works."""
+        result = self.result
+        rows: list[Row] = []
+        try:
+            rows = [tuple(r) for r in self.conn.execute(self.one, (rowid,)).fetchall()]
+        except UnicodeDecodeError:
+            rows = [_lenient_row(self.conn, self.t, self.columns, rowid)]
+            result.text_repaired.append(rowid)
+        except apsw.Error as exc:
+            if not _is_damage(exc):
+                raise
+            partial = _partial_row(self.conn, self.t, self.columns, rowid)
+            if partial is not None:
+                row, missing = partial
+                result.partial[rowid] = missing
+                if self.on_partial:
+                    self.on_partial(rowid, missing)
+                rows = [row]
+        if not rows:
+            result.unreadable_rows += 1
+            result.add_range(rowid, rowid)
+        for row in rows:  # readable after all (the failure was further on): deliver
+            result.rows_read += 1
+            self.on_row(row)
+
+
+def _partial_row(
+    conn: apsw.Connection, t: str, columns: Sequence[str], rowid: int
+) -> tuple[Row, list[str]] | None:
+    """The row with each column read on its own: (row with None where a column cannot
+    be read, those columns), or None if no column can be read. A column stored in the
+    cell itself reads even when the overflow chain behind it is broken."""
+    values: list[Any] = [rowid]
+    missing = []
+    for c in columns:
+        q = quote_ident(c)
+        try:
+            got = conn.execute(f"SELECT {q} FROM {t} NOT INDEXED WHERE rowid = ?", (rowid,))
+            row = got.fetchone()
+            values.append(None if row is None else row[0])
+        except UnicodeDecodeError:
+            values.append(_lenient_row(conn, t, [c], rowid)[1])
+        except apsw.Error as exc:
+            if not _is_damage(exc):
+                raise
+            values.append(None)
+            missing.append(c)
+    if not columns or len(missing) == len(columns):
+        return None
+    return tuple(values), missing
 
 
 class _ReadError(Exception):

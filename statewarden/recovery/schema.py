@@ -29,6 +29,14 @@ class Column:
     decl_type: str
     pk: int  # 1-based position in the primary key, 0 if not part of it
     hidden: int  # table_xinfo: 0 normal, 1 hidden (virtual tables), 2/3 generated
+    notnull: bool = False
+    default: str | None = None  # the DEFAULT expression as written, if any
+
+    @property
+    def text_affinity(self) -> bool:
+        """SQLite stores numbers given to such a column as text (never as numbers)."""
+        t = self.decl_type.upper()
+        return "INT" not in t and any(k in t for k in ("CHAR", "CLOB", "TEXT"))
 
 
 @dataclass
@@ -164,9 +172,16 @@ def read_schema(conn: apsw.Connection) -> Schema:
             for fts in fts_tables:
                 if o.name.startswith(fts) and o.name[len(fts) :] in FTS_SHADOW_SUFFIXES:
                     o.shadow_of = fts
-        if o.type == "table" and o.shadow_of is None:
+        if o.type == "table":
             o.columns = [
-                Column(name=str(r[1]), decl_type=str(r[2] or ""), pk=int(r[5]), hidden=int(r[6]))
+                Column(
+                    name=str(r[1]),
+                    decl_type=str(r[2] or ""),
+                    pk=int(r[5]),
+                    hidden=int(r[6]),
+                    notnull=bool(r[3]),
+                    default=None if r[4] is None else str(r[4]),
+                )
                 for r in conn.execute(f"PRAGMA table_xinfo({quote_ident(o.name)})")
             ]
     schema = Schema(objects)

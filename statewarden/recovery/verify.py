@@ -1,4 +1,4 @@
-"""Verification of a repaired database, judged on its own terms (HERMES.md story 4).
+"""Verification of a repaired database, judged on its own terms (docs/stories.md story 4).
 
 What is measured on the output file: ``integrity_check`` is ``ok``; for every table the
 planner's count equals a full scan's; ``foreign_key_check`` (orphans are reported, not
@@ -16,6 +16,7 @@ from typing import Any
 
 import apsw
 
+from statewarden.recovery.diagnose import orphan_rows
 from statewarden.recovery.schema import read_schema
 from statewarden.sqlite import hermes_schema_version, quote_ident, read_header
 
@@ -68,7 +69,7 @@ def verify_output(
             if planner != scan:
                 v.counts_agree = False
                 v.problems.append(f"{obj.name}: planner counts {planner}, full scan {scan}")
-            n = sum(1 for _ in conn.execute(f"PRAGMA foreign_key_check({q})"))
+            n = orphan_rows(conn, obj.name)
             if n:
                 v.orphans[obj.name] = n
         for obj in schema.tables():

@@ -1,6 +1,6 @@
 """The file watcher: what happens to state.db and the files around it.
 
-Each ``poll()`` stats a handful of paths (no file is opened: DESIGN.md rule 2) and
+Each ``poll()`` stats a handful of paths (no file is opened: docs/safety.md rule 2) and
 compares with the last poll:
 
 - ``state.db`` / ``-wal`` / ``-shm`` / ``-journal`` created, deleted or replaced (inode

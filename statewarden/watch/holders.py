@@ -6,7 +6,7 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
 - a holder arriving or leaving -> a timeline observation (pid, kind, unit, command),
   plus "N processes hold state.db (...)" when the count changes;
 - a holder on an old or deleted state.db / -wal / -shm inode -> ``stale_holder``
-  (stories 6 and 7: its writes no longer reach the database everyone else uses);
+  (docs/stories.md stories 6 and 7: its writes no longer reach the database everyone else uses);
 - a holder with the files open but no SQLite lock -> ``lost_locks``;
 - more holders than ``holders.max_writers`` -> ``multi_writer`` (advisory);
 - a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``.
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from statewarden.config import DEFAULT_OTHER_USERS, HoldersConfig, OtherUsersPolicy
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
 from statewarden.incidents.signals import Found, Observation, Signal
@@ -80,9 +81,11 @@ class HolderWatcher:
         max_writers: int,
         expected_kinds: tuple[str, ...],
         exempt_comms: tuple[str, ...] = (),
+        other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
     ) -> None:
         self.exempt_comms = exempt_comms
-        self.scanner = HolderScanner(dbs, exempt_comms=exempt_comms)
+        self.other_users: OtherUsersPolicy = other_users
+        self.scanner = self._scanner(dbs)
         self._opens = OpenWatch()
         self._inodes: tuple[int, ...] = ()
         self.max_writers = max_writers
@@ -94,8 +97,20 @@ class HolderWatcher:
 
     def set_dbs(self, dbs: list[Path]) -> None:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
-            self.scanner = HolderScanner(dbs, exempt_comms=self.exempt_comms)
+            self.scanner = self._scanner(dbs)
             self._first = True
+
+    def configure(self, holders: HoldersConfig) -> None:
+        """A reloaded ``holders`` section: it applies from the next scan."""
+        self.max_writers = holders.max_writers
+        self.expected_kinds = frozenset(holders.expected_kinds)
+        self.exempt_comms = holders.exempt_comms
+        self.other_users = holders.other_users
+        self.scanner.exempt_comms = frozenset(holders.exempt_comms)
+        self.scanner.other_users = holders.other_users
+
+    def _scanner(self, dbs: list[Path]) -> HolderScanner:
+        return HolderScanner(dbs, exempt_comms=self.exempt_comms, other_users=self.other_users)
 
     def opened(self) -> bool:
         """True if one of the databases' files may have been opened since the last call.

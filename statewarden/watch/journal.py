@@ -1,7 +1,7 @@
 """The journal follower: the Hermes units' own journal, where their stdout goes.
 
 The gateway *prints* ``[gateway] Warning: SQLite session store unavailable, falling back
-to JSONL: ...`` to stdout, which only the journal of its unit has (HERMES.md). So
+to JSONL: ...`` to stdout, which only the journal of its unit has (docs/hermes.md). So
 statewarden follows that journal with ``journalctl -f -o json`` as a subprocess:
 
 - as a normal user: ``journalctl --user -u <unit> ...``;

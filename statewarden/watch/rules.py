@@ -7,7 +7,7 @@ both end here.
 How a record becomes signals:
 
 1. **Specific rules** (``RULES``, first match wins): each message text Hermes writes
-   when its storage is in trouble (HERMES.md, "Messages worth a signal"), with the
+   when its storage is in trouble (docs/hermes.md, "Messages worth a signal"), with the
    kind, severity and fingerprint key it maps to.
 2. **Corruption** (any record from state.db code whose text says ``database disk
    image is malformed``, ``malformed database schema``, ``disk I/O error`` or ``file

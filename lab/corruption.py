@@ -18,7 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from tests.hermes_fixtures import SMALL, Spec, built_db
+from lab.hermes_fixtures import SMALL, Spec, built_db, hermes_python
 
 PAGE_TABLE_INTERIOR = 0x05
 PAGE_TABLE_LEAF = 0x0D
@@ -106,6 +106,8 @@ class Case:
     phantom: dict[str, int] = field(default_factory=dict)
     collision: dict[str, object] = field(default_factory=dict)
     damaged_pages: list[int] = field(default_factory=list)
+    # rowids intact on disk that the b-tree no longer reaches (recoverable)
+    unreached: dict[str, list[int]] = field(default_factory=dict)
 
 
 def schema_roots(path: Path) -> dict[str, int]:
@@ -158,7 +160,7 @@ def phantom_row(dest_dir: Path, spec: Spec = SMALL, cell: int = 5) -> Case:
 
     The pointer array gets one more entry (a copy of pointer ``cell``, placed right after
     it) and the cell count goes up by one; the cell content is not touched. Every index
-    still holds the row once, exactly like the file in HERMES.md story 3.
+    still holds the row once, exactly like the file in docs/stories.md story 3.
     """
     case = fresh_copy(dest_dir, spec)
     pf = PristineFile(case.db)
@@ -232,7 +234,7 @@ def capped_check_trap(dest_dir: Path, spec: Spec = SMALL) -> Case:
     SQLite checks ``messages_fts_trigram_docsize`` before ``sessions`` (the order of its
     schema hash), so one of its leaves with every cell pointer aimed at the first cell
     (hundreds of "out of order" errors) fills the default cap of 100 before the phantom
-    row in ``sessions`` is reached, as in HERMES.md story 2.
+    row in ``sessions`` is reached, as in docs/stories.md story 2.
     """
     case = phantom_row(dest_dir, spec)
     pf = PristineFile(case.db)
@@ -417,4 +419,316 @@ def invalid_utf8(dest_dir: Path, rowid: int = 7, spec: Spec = SMALL) -> Case:
     _write(case.db, at, b"\xff")
     case.phantom = {"messages": rowid}
     case.note = f"messages rowid {rowid}: one byte of its text set to 0xFF"
+    return case
+
+
+def _interior_cell_pointer(pf: PristineFile, page: int, i: int) -> int:
+    """File offset of the child pointer of cell ``i`` of an interior page."""
+    return (page - 1) * pf.page_size + pf.cell_offsets(page)[i]
+
+
+def flipped_child_pointer(
+    dest_dir: Path, table: str = "messages", which: int = 20, spec: Spec = SMALL
+) -> Case:
+    """One bit flipped in a child pointer of ``table``'s interior page, so that it points
+    at another leaf of the same tree: no read fails, but the leaf it pointed at is no
+    longer reached (its rows are intact on disk) and the other leaf is reached twice.
+
+    ``unreached`` lists the rowids on the leaf no longer reached.
+    """
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    interior, leaves = pf.tree_pages(case.roots[table])
+    page = interior[-1]
+    kids = pf.children(page)[:-1]
+    for i in [*range(which, len(kids)), *range(which)]:
+        child = kids[i]
+        for other in leaves:
+            x = child ^ other
+            if other != child and x & (x - 1) == 0:
+                break
+        else:
+            continue
+        break
+    else:  # pragma: no cover - SMALL and TALL always have such a pair
+        raise RuntimeError("no child pointer one bit away from another leaf")
+    at = _interior_cell_pointer(pf, page, i)
+    _write(case.db, at, struct.pack(">I", other))
+    case.unreached = {table: pf.leaf_rowids(child)}
+    case.damaged_pages.append(page)
+    case.note = (
+        f"{table} interior page {page}: child pointer {i} flipped from leaf {child} to {other}"
+    )
+    return case
+
+
+def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec = SMALL) -> Case:
+    """Messages ``first``..``last`` deleted (as Hermes' ``DELETE``, FTS triggers and
+    all), then the freelist's first trunk pointer in the header zeroed: the freed
+    leaves, which still hold the deleted rows, are reached by nothing.
+
+    ``lost_rowids`` lists the deleted rowids: they must never come back.
+    """
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    conn.execute("PRAGMA secure_delete=OFF")
+    with conn:
+        conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (first, last))
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    shutil.copyfile(case.db, dest_dir / "pristine.db")
+    case.pristine = dest_dir / "pristine.db"
+    pf = PristineFile(case.db)
+    (trunk,) = struct.unpack(">I", pf.data[32:36])
+    assert trunk, "the delete freed no page"
+    _write(case.db, 32, b"\x00\x00\x00\x00")
+    case.lost_rowids = {"messages": list(range(first, last + 1))}
+    case.note = f"messages {first}..{last} deleted, then the freelist trunk pointer zeroed"
+    return case
+
+
+CRASHING_APPENDER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+db.create_session("after_the_bad_frame", "cli", model="hermes-4-70b")
+for i in range(int(sys.argv[2])):
+    db.append_message("after_the_bad_frame", "user", f"message {i} written after the checkpoint")
+os._exit(0)  # killed: no checkpoint on close, every commit stays in the -wal
+"""
+
+
+def fold_copy(db: Path, dest: Path) -> None:
+    """A self-contained copy of ``db`` with its ``-wal`` replayed (what SQLite reads)."""
+    shutil.copyfile(db, dest)
+    if Path(f"{db}-wal").exists():
+        shutil.copyfile(f"{db}-wal", f"{dest}-wal")
+    conn = apsw.Connection(str(dest))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+
+
+def wal_commits(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
+    """Hermes appends ``messages`` messages (one transaction each) to a copy of the
+    fixture and is killed: every commit is still in the ``-wal``. ``pristine`` is the
+    copy with that WAL replayed; ``unreached['messages']`` the appended rowids."""
+    case = fresh_copy(dest_dir, spec)
+
+    subprocess.run(
+        [hermes_python(), "-c", CRASHING_APPENDER, str(dest_dir), str(messages)], check=True
+    )
+    Path(f"{case.db}-shm").unlink(missing_ok=True)
+    case.pristine = dest_dir / "pristine" / "state.db"
+    case.pristine.parent.mkdir()
+    fold_copy(case.db, case.pristine)
+    before = {r for (r,) in table_rows(built_db(spec), "SELECT rowid FROM messages")}
+    after = {r for (r,) in table_rows(case.pristine, "SELECT rowid FROM messages")}
+    case.unreached = {"messages": sorted(int(str(r)) for r in after - before)}
+    case.note = f"{messages} Hermes commits in the -wal"
+    return case
+
+
+def wal_frames(path: Path) -> list[tuple[int, int, int]]:
+    """(offset of the frame, page number, commit size) of every frame of the WAL's
+    current generation (frames whose salts are the header's)."""
+    data = Path(path).read_bytes()
+    (page_size,) = struct.unpack(">I", data[8:12])
+    salts = data[16:24]
+    out = []
+    offset = 32
+    while offset + 24 + page_size <= len(data):
+        page, commit = struct.unpack(">II", data[offset : offset + 8])
+        if data[offset + 8 : offset + 16] != salts:
+            break
+        out.append((offset, page, commit))
+        offset += 24 + page_size
+    return out
+
+
+def wal_bad_frame(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
+    """``wal_commits``, then one byte flipped in the page image of a frame a quarter of
+    the way in: SQLite's replay stops at that frame, dropping every later commit."""
+    case = wal_commits(dest_dir, messages, spec)
+    frames = wal_frames(Path(f"{case.db}-wal"))
+    offset, page, _ = frames[len(frames) // 4]
+    with open(f"{case.db}-wal", "r+b") as f:
+        f.seek(offset + 24 + 2000)
+        b = f.read(1)
+        f.seek(offset + 24 + 2000)
+        f.write(bytes([b[0] ^ 0x01]))
+    case.note += f"; frame {len(frames) // 4 + 1} of {len(frames)} (page {page}): one bit flipped"
+    return case
+
+
+def wal_header_damage(dest_dir: Path, how: str, spec: Spec = SMALL) -> Case:
+    """``wal_commits`` with the WAL header damaged: ``zeroed`` (the whole file),
+    ``magic`` (its magic number zeroed) or ``page-size`` (one bit of it flipped)."""
+    case = wal_commits(dest_dir, 20, spec)
+    wal = Path(f"{case.db}-wal")
+    if how == "zeroed":
+        wal.write_bytes(b"\x00" * wal.stat().st_size)
+    elif how == "magic":
+        _write(wal, 0, b"\x00\x00\x00\x00")
+    elif how == "page-size":
+        data = wal.read_bytes()
+        _write(wal, 10, bytes([data[10] ^ 0x01]))
+    else:  # pragma: no cover - a typo in a test
+        raise ValueError(how)
+    case.note += f"; WAL header damaged ({how})"
+    return case
+
+
+def _same_length_change(text: bytes) -> tuple[int, bytes]:
+    """(offset, replacement) of one lowercase letter in ``text`` changed to another."""
+    for i, ch in enumerate(text):
+        if ord("a") <= ch <= ord("y"):
+            return i, bytes([ch + 1])
+    raise LookupError("no lowercase letter to change")
+
+
+def bit_rot(dest_dir: Path, where: str, rowid: int = 50, spec: Spec = SMALL) -> Case:
+    """One letter of message ``rowid``'s text changed on disk, the record still well
+    formed: in the ``messages`` row itself (``row``) or in its copy in
+    ``messages_fts_content`` (``fts``). No page is malformed; only a comparison of the
+    row with its search-index copies can tell."""
+    case = fresh_copy(dest_dir, spec)
+    table = {"row": "messages", "fts": "messages_fts_content"}[where]
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots[table], rowid)
+    start, end = _cell_span(pf, leaf, rowid)
+    content = str(table_rows(case.db, f"SELECT content FROM messages WHERE rowid = {rowid}")[0][0])
+    word = next(w for w in content.split() if len(w) >= 5 and w.isalpha())
+    at = pf.data.find(word.encode(), start, end)
+    assert at != -1
+    i, new = _same_length_change(word.encode())
+    _write(case.db, at + i, new)
+    case.phantom = {table: rowid}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} rowid {rowid}: one letter of {word!r} changed"
+    return case
+
+
+LONG_PROMPT_WRITER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+prompt = " ".join(f"rule {i}: answer briefly and cite the source" for i in range(400))
+db.create_session("long_prompt", "telegram", model="hermes-4-70b", system_prompt=prompt,
+                  user_id="u1", cwd="/home/u")
+db.set_session_title("long_prompt", "the session with a long system prompt")
+db.update_token_counts("long_prompt", input_tokens=4321, output_tokens=1234,
+                       model="hermes-4-70b", api_call_count=1)
+for i in range(8):
+    db.append_message("long_prompt", "user" if i % 2 == 0 else "assistant", f"turn {i}")
+db.close()
+"""
+
+
+def broken_overflow(dest_dir: Path, spec: Spec = SMALL, *, whole_chain: bool = False) -> Case:
+    """Hermes writes a session whose ``system_prompt`` (about 18 kB) spills onto
+    overflow pages, with 8 messages; then the first overflow page of that row is
+    zeroed. The row's columns stored in its cell (id, source, model, ...) are intact;
+    ``system_prompt`` and every column after it are gone. ``phantom['sessions']`` is
+    the row's rowid; ``pristine`` the file before the damage. ``whole_chain`` zeroes
+    every overflow page of the row, so nothing past its cell survives."""
+    case = fresh_copy(dest_dir, spec)
+
+    subprocess.run([hermes_python(), "-c", LONG_PROMPT_WRITER, str(dest_dir)], check=True)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{case.db}{suffix}").unlink(missing_ok=True)
+    case.pristine = dest_dir / "pristine" / "state.db"
+    case.pristine.parent.mkdir()
+    shutil.copyfile(case.db, case.pristine)
+    case.roots = schema_roots(case.db)
+    [(rowid,)] = table_rows(case.db, "SELECT rowid FROM sessions WHERE id = 'long_prompt'")
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots["sessions"], int(rowid))  # type: ignore[call-overload]
+    start, end = _cell_span(pf, leaf, int(rowid))  # type: ignore[call-overload]
+    usable = pf.page_size - pf.data[20]
+    size = end - start
+    x = usable - 35
+    m = ((usable - 12) * 32 // 255) - 23
+    k = m + (size - m) % (usable - 4)
+    local = k if k <= x else m
+    (first_overflow,) = struct.unpack(">I", pf.data[start + local : start + local + 4])
+    chain = [first_overflow]
+    while whole_chain and (nxt := struct.unpack(">I", pf.page(chain[-1])[:4])[0]):
+        chain.append(nxt)
+    for page in chain:
+        zero_page(case, page)
+    case.phantom = {"sessions": int(rowid)}  # type: ignore[call-overload]
+    case.note = f"sessions rowid {rowid}: first overflow page {first_overflow} zeroed"
+    return case
+
+
+def stale_index_entries(
+    dest_dir: Path, rowids: tuple[int, ...] = (300, 301, 302, 303, 304), spec: Spec = SMALL
+) -> Case:
+    """Messages ``rowids`` deleted on purpose (FTS triggers and all), then the pages of
+    ``idx_messages_session`` written back as they were before the delete (lost writes
+    of that index): the index lists rows the table no longer has, and nothing else
+    remembers them. ``lost_rowids`` lists the deleted rowids: they are not a loss."""
+    case = fresh_copy(dest_dir, spec)
+    before = PristineFile(case.db)
+    _, idx_leaves = before.tree_pages(case.roots["idx_messages_session"])
+    conn = apsw.Connection(str(case.db))
+    with conn:
+        conn.execute(f"DELETE FROM messages WHERE id IN ({', '.join(str(r) for r in rowids)})")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    shutil.copyfile(case.db, dest_dir / "pristine.db")
+    case.pristine = dest_dir / "pristine.db"
+    after = PristineFile(case.db)
+    for leaf in idx_leaves:
+        if before.page(leaf) != after.page(leaf):
+            _write(case.db, (leaf - 1) * before.page_size, before.page(leaf))
+            case.damaged_pages.append(leaf)
+    case.lost_rowids = {"messages": list(rowids)}
+    case.note = f"messages {rowids} deleted; idx_messages_session pages written back stale"
+    return case
+
+
+def swapped_leaves(
+    dest_dir: Path, table: str = "messages", which: int = 5, spec: Spec = SMALL
+) -> Case:
+    """The contents of two neighbouring leaves of ``table`` swapped (a misdirected
+    write): every row is still on a page the b-tree reaches, in the wrong order."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    a, b = leaves[which], leaves[which + 1]
+    _write(case.db, (a - 1) * pf.page_size, pf.page(b))
+    _write(case.db, (b - 1) * pf.page_size, pf.page(a))
+    case.damaged_pages.extend([a, b])
+    case.note = f"{table} leaves {a} and {b} swapped"
+    return case
+
+
+def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Messages 400..700 deleted (so there is a freelist), then a live messages leaf
+    added to the freelist trunk's list (and the header's free-page count): the page is
+    both in use and "free". Every row is intact; ``pristine`` is the file after the
+    delete."""
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    with conn:
+        conn.execute("DELETE FROM messages WHERE id BETWEEN 400 AND 700")
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    shutil.copyfile(case.db, dest_dir / "pristine.db")
+    case.pristine = dest_dir / "pristine.db"
+    pf = PristineFile(case.db)
+    trunk, free = struct.unpack(">II", pf.data[32:40])
+    _, leaves = pf.tree_pages(case.roots["messages"])
+    live = leaves[2]
+    _next, count = struct.unpack(">II", pf.page(trunk)[:8])
+    base = (trunk - 1) * pf.page_size
+    _write(case.db, base + 4, struct.pack(">I", count + 1))
+    _write(case.db, base + 8 + 4 * count, struct.pack(">I", live))
+    _write(case.db, 36, struct.pack(">I", free + 1))
+    case.damaged_pages.append(trunk)
+    case.note = f"messages leaf {live} also listed on the freelist (trunk {trunk})"
     return case

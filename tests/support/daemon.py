@@ -8,13 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from click.testing import CliRunner
-
-from statewarden.cli.ctl import main as ctl
+from tests.support.cli import run_ctl
 
 T = TypeVar("T")
 
@@ -39,13 +36,14 @@ class DaemonProc:
             text=True,
         )
         self.lines: list[str] = []
+        # What the daemon wrote after it was stopped, read before its pipe was closed.
+        self._after_stop: list[str] = []
 
-    def wait_for(self, text: str, timeout_s: float = 30) -> str:
+    def wait_for_line(self, text: str, timeout_s: float = 30) -> str:
         """Read stderr until a line contains ``text``; fail with what was seen."""
-        assert self.proc.stderr is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
+            line = self._next_line()
             if not line:
                 break
             self.lines.append(line.rstrip("\n"))
@@ -53,9 +51,20 @@ class DaemonProc:
                 return line
         raise AssertionError(f"never saw {text!r}; saw: {self.lines}")
 
+    def _next_line(self) -> str:
+        if self._after_stop:
+            return self._after_stop.pop(0)
+        if self.proc.stderr is None or self.proc.stderr.closed:
+            return ""
+        return self.proc.stderr.readline()
+
+    def output(self) -> list[str]:
+        """Every stderr line: those read so far and, once stopped, all the rest."""
+        return self.lines + [line.rstrip("\n") for line in self._after_stop]
+
     def ctl(self, *args: str) -> Any:
         """Run `statewardenctl ARGS --json` against this daemon's environment."""
-        r = CliRunner(env=self.env).invoke(ctl, [*args, "--json"])
+        r = run_ctl(*args, "--json", env=self.env)
         assert r.exit_code == 0, r.stderr
         return json.loads(r.stdout)
 
@@ -80,18 +89,9 @@ class DaemonProc:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def eventually(fn: Callable[[], T | None], timeout_s: float = 30.0, what: str = "condition") -> T:
-    """Call ``fn`` until it returns something truthy (no timing is asserted, only the outcome)."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.05)
-    raise AssertionError(f"{what} never happened (last: {last!r})")
+            if self.proc.stderr is not None and not self.proc.stderr.closed:
+                self._after_stop = self.proc.stderr.read().splitlines(keepends=True)
+                self.proc.stderr.close()
 
 
 def daemon_env(tmp_path: Path, home: Path) -> dict[str, str]:

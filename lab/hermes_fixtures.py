@@ -1,6 +1,6 @@
 """Hermes homes for tests and benchmarks, written by the real Hermes code.
 
-A database is built once per spec by ``tests/hermes_writer.py`` in a subprocess and
+A database is built once per spec by ``lab/hermes_writer.py`` in a subprocess and
 cached under ``$STATEWARDEN_FIXTURE_CACHE`` (default ``<repo>/.cache/fixtures``);
 each test gets its own copy. Log lines use Hermes' real line format.
 """
@@ -42,7 +42,7 @@ SMALL = Spec(sessions=64, messages=2000, text_bytes=600)
 # Many short messages: the messages b-tree has three levels (root, 2 interior, ~730
 # leaves), so an interior page that is not the root can be damaged. ~17 MB.
 TALL = Spec(sessions=16, messages=24_000, text_bytes=16, seed=3)
-# Like the database in HERMES.md: ~640 sessions, ~40,000 messages, ~250 MB.
+# Like the database of the stories in docs/stories.md: ~640 sessions, ~40,000 messages, ~250 MB.
 LARGE = Spec(sessions=640, messages=40_000, text_bytes=1000, seed=7)
 
 
@@ -112,6 +112,8 @@ class Holder:
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.proc.kill()
+            self.proc.wait()
+            self._close_pipes()
             raise RuntimeError(f"Hermes holder did not start (said {line!r})")
 
     @property
@@ -127,7 +129,13 @@ class Holder:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._close_pipes()
         return self.proc.returncode
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 @contextlib.contextmanager

@@ -1,9 +1,9 @@
-"""A real Hermes writer, run as a subprocess: ``python tests/hermes_writer.py COMMAND ...``.
+"""A real Hermes writer, run as a subprocess: ``python lab/hermes_writer.py COMMAND ...``.
 
 Uses hermes-agent 0.19.0's own ``hermes_state.SessionDB`` (installed ``--no-deps``),
 so every byte of the database is written by Hermes code, as in real life. It runs in
 its own process because Hermes uses the stdlib ``sqlite3`` and statewarden uses apsw
-(DESIGN.md rule 6), and because real writers are other processes.
+(docs/safety.md rule 6), and because real writers are other processes.
 
 Commands:
   build --home H --sessions N --messages M --text-bytes B --seed S

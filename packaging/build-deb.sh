@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build a Debian package of statewarden with dpkg-deb alone (no debhelper).
+#
+#   bash packaging/build-deb.sh [OUTDIR]      -> OUTDIR/statewarden_<version>_<arch>.deb
+#
+# The package holds its own virtual environment in /opt/statewarden/venv (made from
+# Debian's /usr/bin/python3; the Python dependencies are installed into it here, at
+# build time, so installing the package needs no network), the commands linked into
+# /usr/bin, the user unit in /usr/lib/systemd/user/, the example config in
+# /usr/share/doc/statewarden/examples/, the journal message catalogue in
+# /usr/lib/systemd/catalog/ and the man pages. Its postinst starts nothing for users:
+# each user runs `systemctl --user enable --now statewarden` (or `statewardenctl install`).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mkdir -p "${1:-$here/dist}" && cd "${1:-$here/dist}" && pwd)
+PY=/usr/bin/python3
+[ -x "$PY" ] || { echo "build-deb: $PY is needed (apt-get install python3 python3-venv)" >&2; exit 1; }
+version=$("$PY" -c 'import re,sys; print(re.search(r"__version__ = \"([^\"]+)\"", open(sys.argv[1]).read()).group(1))' "$here/statewarden/__init__.py")
+arch=$(dpkg --print-architecture)
+pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root="$stage/root"
+venv=/opt/statewarden/venv
+mkdir -p "$root/opt/statewarden" "$root/usr/bin" "$root/usr/lib/systemd/user" \
+    "$root/usr/share/doc/statewarden/examples" "$root/usr/share/man/man1" \
+    "$root/usr/lib/systemd/catalog" "$root/DEBIAN"
+
+# The venv is made at its final path in a private mount namespace, so every path in it
+# (script shebangs, pyvenv.cfg) is already right, then copied into the package tree.
+made_opt_dir=
+[ -d /opt/statewarden ] || { mkdir -p /opt/statewarden; made_opt_dir=1; }
+unshare -m --propagation private bash -euc '
+    mount -t tmpfs tmpfs /opt/statewarden
+    "$0" -m venv '"$venv"'
+    '"$venv"'/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir "$1"
+    '"$venv"'/bin/python -m pip uninstall -q -y pip setuptools >/dev/null 2>&1 || true
+    find '"$venv"' -name __pycache__ -prune -exec rm -rf {} +
+    cp -a /opt/statewarden/venv "$2/opt/statewarden/"
+' "$PY" "$here" "$root"
+[ -z "$made_opt_dir" ] || rmdir /opt/statewarden 2>/dev/null || true
+
+ln -s "$venv/bin/statewarden" "$root/usr/bin/statewarden"
+ln -s "$venv/bin/statewardenctl" "$root/usr/bin/statewardenctl"
+for unit in "$here"/systemd/*.service; do
+    sed "s|@BINDIR@|/usr/bin|g" "$unit" > "$root/usr/lib/systemd/user/$(basename "$unit")"
+done
+cp "$here/etc/statewarden.yaml" "$root/usr/share/doc/statewarden/examples/statewarden.yaml"
+cp "$here/README.md" "$root/usr/share/doc/statewarden/README.md"
+for cat in "$here"/systemd/*.catalog; do
+    [ -e "$cat" ] && cp "$cat" "$root/usr/lib/systemd/catalog/"
+done
+for page in "$here"/docs/man/*.1; do
+    [ -e "$page" ] && gzip -9n < "$page" > "$root/usr/share/man/man1/$(basename "$page").gz"
+done
+
+size=$(du -sk "$root" | cut -f1)
+cat > "$root/DEBIAN/control" <<CONTROL
+Package: statewarden
+Version: $version
+Architecture: $arch
+Maintainer: statewarden <statewarden@localhost>
+Installed-Size: $size
+Depends: python3 (>= 3.11), python$pyver, systemd
+Section: admin
+Priority: optional
+Description: supervisor for Hermes Agent's state.db
+ Watches Hermes Agent's SQLite state.db, finds every process holding it, alerts
+ through journald and Telegram, and repairs it offline without losing a row that
+ can be read. Runs as a systemd --user service; each user enables it with
+ systemctl --user enable --now statewarden.
+CONTROL
+cat > "$root/DEBIAN/postinst" <<'POSTINST'
+#!/bin/sh
+set -e
+# Nothing is started for users: each one enables the user unit themselves.
+if [ "$1" = configure ] && command -v journalctl >/dev/null 2>&1; then
+    journalctl --update-catalog >/dev/null 2>&1 || true
+fi
+exit 0
+POSTINST
+cat > "$root/DEBIAN/postrm" <<'POSTRM'
+#!/bin/sh
+set -e
+# Byte-code written at run time is not in the package's file list.
+if [ "$1" = remove ] || [ "$1" = purge ]; then
+    rm -rf /opt/statewarden
+    if command -v journalctl >/dev/null 2>&1; then
+        journalctl --update-catalog >/dev/null 2>&1 || true
+    fi
+fi
+exit 0
+POSTRM
+chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
+deb="$out/statewarden_${version}_${arch}.deb"
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+echo "build-deb: $deb ($(du -h "$deb" | cut -f1))"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the built package, use it on a real Hermes database, purge it, and check that
+# nothing is left. Needs root. Usage: bash packaging/check-deb.sh DEB [PYTHON]
+# PYTHON (default .venv/bin/python) writes the test database with hermes-agent's code.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+deb=$1
+py=${2:-$here/.venv/bin/python}
+[ "$(id -u)" = 0 ] || { echo "check-deb: run as root" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+dpkg -i "$deb" >/dev/null
+/usr/bin/statewarden --version
+XDG_RUNTIME_DIR="$work" systemd-analyze verify --user --man=no /usr/lib/systemd/user/statewarden.service
+grep -q '^ExecStart=/usr/bin/statewarden run$' /usr/lib/systemd/user/statewarden.service
+(cd "$here" && "$py" -c 'import sys; from pathlib import Path; from lab.hermes_fixtures import TINY, make_home; make_home(Path(sys.argv[1]), TINY)' "$work/hermes")
+HOME="$work" HERMES_HOME="$work/hermes" /usr/bin/statewardenctl status --json > "$work/status.json"
+grep -q '"schema_version"' "$work/status.json"
+HOME="$work" /usr/bin/statewardenctl config check --config /usr/share/doc/statewarden/examples/statewarden.yaml
+dpkg --purge statewarden >/dev/null
+for left in /usr/bin/statewarden /usr/bin/statewardenctl /opt/statewarden /usr/lib/systemd/user/statewarden.service; do
+    if [ -e "$left" ] || [ -L "$left" ]; then
+        echo "check-deb: $left is still there after purge" >&2
+        exit 1
+    fi
+done
+echo "check-deb: installed, ran status on a Hermes database, purged cleanly"

@@ -1,0 +1,300 @@
+"""The alerts part as the daemon runs it: router, outbox and one delivery loop per sink.
+
+:class:`Alerts` is built from ``config.alerts`` and the state directory. The daemon hands
+it every incident-book :class:`~statewarden.incidents.book.Update` (:meth:`Alerts.submit`),
+reconciles it with the book once at start-up, and runs :meth:`Alerts.run`: group waits
+and reminders fire on time, new outbox entries wake their sink. State files:
+``<state_dir>/outbox/`` (the outbox) and ``<state_dir>/alerts.json`` (what was notified).
+
+:func:`send_test` is ``statewardenctl alerts test``: one test notification straight
+through each configured sink, with each sink's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from statewarden.alerts.delivery import Delivery
+from statewarden.alerts.journald_sink import JournaldSink
+from statewarden.alerts.message import Notification
+from statewarden.alerts.outbox import Entry, Outbox
+from statewarden.alerts.router import Route, Router, describe_notified, read_notified
+from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, SinkError
+from statewarden.config import AlertsConfig
+from statewarden.incidents.book import Incident, Update
+
+SINK_NAMES = ("journald", "telegram")
+
+
+def routes_of(cfg: AlertsConfig) -> dict[str, Route]:
+    out: dict[str, Route] = {}
+    if cfg.journald.enabled:
+        out["journald"] = Route(cfg.journald.min_severity, frozenset(cfg.journald.kinds))
+    if cfg.telegram.enabled:
+        out["telegram"] = Route(cfg.telegram.min_severity, frozenset(cfg.telegram.kinds))
+    return out
+
+
+def make_sinks(cfg: AlertsConfig, env: Mapping[str, str] | None = None) -> dict[str, Sink]:
+    sinks: dict[str, Sink] = {}
+    if cfg.journald.enabled:
+        sinks["journald"] = JournaldSink()
+    if cfg.telegram.enabled:
+        # httpx is imported only when Telegram is on: every statewardenctl command
+        # imports this module, and most never send anything.
+        from statewarden.alerts.telegram import TelegramSink  # noqa: PLC0415
+
+        sinks["telegram"] = TelegramSink(cfg.telegram, env)
+    return sinks
+
+
+class Alerts:
+    def __init__(
+        self,
+        cfg: AlertsConfig,
+        state_dir: Path,
+        *,
+        log: Any,
+        profile_of: Callable[[str], str] = lambda db: "default",
+        holders_of: Callable[[str], list[str]] = lambda db: [],
+        env: Mapping[str, str] | None = None,
+        host: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.env = env
+        self.outbox = Outbox(state_dir / "outbox", max_entries=cfg.outbox_max_entries)
+        for problem in self.outbox.load_problems:
+            log.error("alert outbox entry damaged", problem=problem)
+        self.router = Router(
+            cfg,
+            self.outbox,
+            routes_of(cfg),
+            state_path=state_dir / "alerts.json",
+            host=host or socket.gethostname(),
+            profile_of=profile_of,
+            holders_of=holders_of,
+        )
+        self.deliveries: dict[str, Delivery] = {}
+        self._set_sinks(make_sinks(cfg, env))
+        self._wake: asyncio.Event | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._persist_reported = ""
+
+    def _set_sinks(self, sinks: dict[str, Sink]) -> None:
+        self.deliveries = {
+            name: Delivery(sink, self.outbox, retry_max_s=self.cfg.retry_max, log=self.log)
+            for name, sink in sinks.items()
+        }
+        for name, sink in sinks.items():
+            problem = getattr(sink, "token_problem", "")
+            if problem:
+                self.log.error("alert sink not usable", sink=name, error=problem)
+
+    # ------------------------------------------------------------- input
+
+    def reconcile(self, incidents: Iterable[Incident]) -> None:
+        self.router.reconcile(incidents)
+        self._kick()
+
+    def submit(self, update: Update) -> None:
+        """One incident change from the book (cheap: the sending happens in :meth:`run`)."""
+        self.router.submit(update)
+        if update.change != "updated":
+            self._kick()
+
+    def set_maintenance(self, db: str, active: bool) -> None:
+        self.router.set_maintenance(db, active)
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # ------------------------------------------------------------- running
+
+    def flush(self, now: float | None = None) -> list[Notification]:
+        """Queue what is due; wake the sinks that have something to send."""
+        sent = self.router.tick(now)
+        if self.outbox.persist_error:
+            self.outbox.retry_persist()
+        self._report_persist()
+        if sent:
+            for d in self.deliveries.values():
+                d.wake()
+        return sent
+
+    def _report_persist(self) -> None:
+        problem = self.outbox.persist_error or self.router.save_error
+        if problem and problem != self._persist_reported:
+            self.log.error(
+                "alerts cannot be written to disk; sending from memory (a restart now "
+                "would lose the ones not yet delivered)",
+                error=problem,
+            )
+        elif not problem and self._persist_reported:
+            self.log.info("alerts are written to disk again")
+        self._persist_reported = problem
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        self._start_deliveries()
+        while True:
+            self.flush()
+            deadline = self.router.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            if self.outbox.persist_error:
+                timeout = min(timeout or 5.0, 5.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            self._wake.clear()
+
+    def _start_deliveries(self) -> None:
+        for name, d in self.deliveries.items():
+            if name not in self._tasks or self._tasks[name].done():
+                self._tasks[name] = asyncio.get_running_loop().create_task(d.run())
+
+    async def reload(self, cfg: AlertsConfig) -> None:
+        """A new config: new routes and sinks; entries waiting in the outbox are kept."""
+        await self._stop_deliveries()
+        for d in self.deliveries.values():
+            await d.sink.close()
+        self.cfg = cfg
+        self.router.config = cfg
+        self.router.routes = routes_of(cfg)
+        self.outbox.max_entries = cfg.outbox_max_entries
+        self._set_sinks(make_sinks(cfg, self.env))
+        if self._wake is not None:
+            self._start_deliveries()
+        self._kick()
+
+    async def _stop_deliveries(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self._stop_deliveries()
+        for d in self.deliveries.values():
+            with contextlib.suppress(Exception):
+                await d.sink.close()
+        self.router.save()
+
+    # ------------------------------------------------------------- queries
+
+    def incident_state(self, incident_id: int) -> dict[str, Any]:
+        return self.router.state_of(incident_id)
+
+    def status(self) -> dict[str, Any]:
+        sinks: dict[str, Any] = {}
+        for name in sorted({*self.deliveries, *self.outbox.sinks()}):
+            d = self.deliveries.get(name)
+            pending = self.outbox.pending(name)
+            sinks[name] = {
+                "enabled": d is not None,
+                **(d.health.to_json() if d else {"state": "disabled"}),
+                "pending": len(pending),
+            }
+        return {
+            "sinks": sinks,
+            "outbox": [entry_json(e) for e in self.outbox.pending()],
+            "persist_error": self.outbox.persist_error or self.router.save_error,
+            "maintenance": sorted(self.router.maintenance),
+        }
+
+
+def entry_json(e: Entry) -> dict[str, Any]:
+    n = e.notification
+    return {
+        "seq": e.seq,
+        "sink": e.sink,
+        "key": e.key,
+        "state": n.state,
+        "incidents": [i.incident for i in n.items],
+        "kinds": sorted({i.kind for i in n.items}),
+        "queued_at": e.queued_at,
+        "attempts": e.attempts,
+        "parts_sent": e.parts_sent,
+        "last_error": e.last_error,
+        "on_disk": e.on_disk,
+    }
+
+
+def outbox_status(state_dir: Path, cfg: AlertsConfig) -> dict[str, Any]:
+    """What ``statewardenctl alerts`` shows with no daemon: the outbox as it is on disk."""
+    outbox = Outbox(state_dir / "outbox", max_entries=cfg.outbox_max_entries)
+    enabled = set(routes_of(cfg))
+    sinks = {
+        name: {
+            "enabled": name in enabled,
+            "state": "unknown (daemon not running)",
+            "pending": len(outbox.pending(name)),
+        }
+        for name in sorted(enabled | set(outbox.sinks()))
+    }
+    return {
+        "sinks": sinks,
+        "outbox": [entry_json(e) for e in outbox.pending()],
+        "persist_error": outbox.persist_error,
+        "maintenance": [],
+    }
+
+
+async def send_direct(
+    sinks: Mapping[str, Sink],
+    n: Notification,
+    *,
+    retries: int = 0,
+    retry_wait_s: float = 2.0,
+) -> dict[str, dict[str, str]]:
+    """Deliver ``n`` straight through each sink, not through the outbox (a test, or the
+    alert that the daemon itself is dead); each sink's answer. A sink that says "retry"
+    is tried ``retries`` more times, waiting ``retry_wait_s``, then twice that, ..."""
+    results: dict[str, dict[str, str]] = {}
+    for name, sink in sinks.items():
+        entry = Entry(0, name, n, n.created_at, on_disk=False)
+        try:
+            for attempt in range(retries + 1):
+                try:
+                    answer = await sink.deliver(entry, lambda _parts: None)
+                    break
+                except Retry:
+                    if attempt == retries:
+                        raise
+                    await asyncio.sleep(retry_wait_s * 2**attempt)
+        except (Retry, Rejected, Refused) as exc:
+            kind = {Retry: "failed", Rejected: "rejected", Refused: "refused"}[type(exc)]
+            results[name] = {"result": kind, "answer": str(exc)}
+        except SinkError as exc:  # pragma: no cover - every sink raises one of the three
+            results[name] = {"result": "failed", "answer": str(exc)}
+        else:
+            results[name] = {"result": "ok", "answer": answer}
+        finally:
+            await sink.close()
+    return results
+
+
+async def send_test(
+    cfg: AlertsConfig, only: str | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, dict[str, str]]:
+    """Send one test notification through each configured sink (or ``only``)."""
+    sinks = make_sinks(cfg, env)
+    if only is not None:
+        sinks = {k: v for k, v in sinks.items() if k == only}
+    now = time.time()
+    return await send_direct(
+        sinks, Notification(f"test:{now:.6f}", "test", socket.gethostname(), now, [])
+    )
+
+
+def saved_states(state_dir: Path) -> dict[int, dict[str, Any]]:
+    """Each incident's notification state as last saved (``incidents`` with no daemon)."""
+    return {k: describe_notified(v) for k, v in read_notified(state_dir / "alerts.json").items()}

@@ -1,0 +1,48 @@
+"""What every sink is and answers: delivered, try again later, or refused.
+
+A sink delivers one outbox entry at a time. It returns a one-line answer ("sent as 2
+messages, last message_id 812") or raises:
+
+- :class:`Retry`: a passing failure (timeout, 5xx, no network, 429); the entry stays
+  first in line and is tried again after ``after_s`` (429's ``retry_after``) or the backoff;
+- :class:`Rejected`: a configuration problem (401 bad token, 403 bot not in the chat, no
+  token at all); the sink pauses, its entries are kept until the config changes;
+- :class:`Refused`: this entry can never be delivered (400 on a message that is still
+  bad as plain text); it is set aside, the ones behind it go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from statewarden.alerts.outbox import Entry
+
+
+class SinkError(Exception):
+    def __init__(self, message: str, *, after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.after_s = after_s
+
+
+class Retry(SinkError):
+    """Try the same entry again later."""
+
+
+class Rejected(SinkError):
+    """The sink's configuration is wrong: pause until it changes."""
+
+
+class Refused(SinkError):
+    """This entry can never be delivered: set it aside."""
+
+
+Progress = Callable[[int], None]  # parts of the entry sent so far
+
+
+class Sink(Protocol):
+    name: str
+
+    async def deliver(self, entry: Entry, progress: Progress) -> str: ...
+
+    async def close(self) -> None: ...

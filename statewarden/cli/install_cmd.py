@@ -1,0 +1,97 @@
+"""``statewardenctl install`` and ``uninstall``: the systemd --user units of this installation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from statewarden import install as inst
+from statewarden.cli._common import config_option, get_config, handle_errors, print_json
+from statewarden.config import state_dir
+
+
+def _manifest(config_path: str | None) -> Path:
+    return state_dir(get_config(config_path)) / inst.MANIFEST_NAME
+
+
+@click.command("install")
+@click.option("--enable", is_flag=True, help="Enable the unit (start it with the user manager).")
+@click.option("--now", is_flag=True, help="Start (or restart, if its file changed) the unit now.")
+@click.option("--unit-dir", type=click.Path(path_type=Path), default=None,
+              help="Where to write the units (default ~/.config/systemd/user).")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--force", is_flag=True, help="Replace unit files that install did not write.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@config_option
+@handle_errors
+def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
+    enable: bool,
+    now: bool,
+    unit_dir: Path | None,
+    dry_run: bool,
+    force: bool,
+    as_json: bool,
+    config_path: str | None,
+) -> None:
+    """Write statewarden's systemd --user units for this installation; enable, start.
+
+    Writes statewarden.service and statewarden-failed@.service for the installation this
+    command runs from, reloads the user manager, and with --enable / --now enables and
+    starts statewarden.service. Running it again changes nothing that is already right.
+
+    Example: statewardenctl install --enable --now
+    """
+    plan = inst.plan_install(
+        unit_dir or inst.default_unit_dir(),
+        _manifest(config_path),
+        enable=enable,
+        now=now,
+        force=force,
+    )
+    if dry_run:
+        lines = [f"would {f.action} {f.path}" for f in plan.files if f.action != "unchanged"]
+        lines += [f"{f.path} is up to date" for f in plan.files if f.action == "unchanged"]
+        lines.append("would reload the user manager")
+        if enable:
+            lines.append(f"would enable {inst.UNIT}")
+        if now:
+            lines.append(f"would start {inst.UNIT}")
+        if as_json:
+            print_json({"dry_run": True, "bindir": str(plan.bindir), "changes": lines})
+        else:
+            click.echo(f"ExecStart={plan.bindir}/statewarden run")
+            click.echo("\n".join(lines))
+        return
+    outcome = inst.apply_install(plan)
+    if as_json:
+        print_json({"bindir": str(plan.bindir), **outcome.to_json()})
+        return
+    click.echo(f"ExecStart={plan.bindir}/statewarden run")
+    for line in outcome.changes + outcome.notes:
+        click.echo(line)
+    if not enable and not now:
+        click.echo(
+            "next: statewardenctl install --enable --now"
+            f" (or systemctl --user enable --now {inst.UNIT})"
+        )
+
+
+@click.command("uninstall")
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@config_option
+@handle_errors
+def uninstall(dry_run: bool, as_json: bool, config_path: str | None) -> None:
+    """Stop and disable statewarden.service and remove exactly the files install wrote.
+
+    State, config and Hermes' own units are left alone.
+
+    Example: statewardenctl uninstall
+    """
+    outcome = inst.uninstall(_manifest(config_path), dry_run=dry_run)
+    if as_json:
+        print_json({"dry_run": dry_run, **outcome.to_json()})
+        return
+    for line in outcome.changes + outcome.notes:
+        click.echo(line)

@@ -1,0 +1,164 @@
+"""Prometheus metrics of the running daemon, on ``metrics.listen`` (off by default).
+
+Served by prometheus-client's own HTTP server thread (``GET /metrics``). The daemon's
+loop hands over a :class:`Snapshot` (:meth:`Metrics.refresh`) at most once a second; a
+scrape only reads the latest one, so the server thread never touches the daemon's live
+state.
+
+- ``statewarden_open_incidents{kind}``: open incidents by kind (every kind, 0 included);
+- ``statewarden_holders{db,kind}``: processes holding each database, by kind;
+- ``statewarden_wal_bytes{db}``: size of each database's ``-wal`` (0 when there is none);
+- ``statewarden_last_check_damage{db,damage}`` (1 for the last ``check``'s damage class)
+  and ``statewarden_last_check_timestamp_seconds{db}``;
+- ``statewarden_alert_outbox_depth{sink}``: notifications waiting for each sink;
+- ``statewarden_alerts_delivered{sink}``: notifications each sink accepted since start.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from statewarden.errors import StatewardenError
+from statewarden.incidents.signals import KINDS
+from statewarden.sidecars import WAL_SUFFIX, sidecar
+
+if TYPE_CHECKING:
+    from statewarden.daemon import Daemon
+
+REFRESH_S = 1.0
+
+
+@dataclass
+class Snapshot:
+    open_incidents: dict[str, int] = field(default_factory=dict)
+    holders: dict[tuple[str, str], int] = field(default_factory=dict)  # (db, kind) -> count
+    wal_bytes: dict[str, int] = field(default_factory=dict)
+    last_check: dict[str, tuple[float, str]] = field(default_factory=dict)  # db -> (at, damage)
+    outbox_depth: dict[str, int] = field(default_factory=dict)
+    delivered: dict[str, int] = field(default_factory=dict)
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``127.0.0.1:9108`` -> (host, port); ``[::1]:9108`` for IPv6 (checked by config)."""
+    host, _sep, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class Metrics:
+    def __init__(self, listen: str) -> None:
+        self.host, self.port = parse_listen(listen)
+        self.snapshot = Snapshot()
+        self._server: Any = None
+        self._refreshed_at = 0.0
+
+    @classmethod
+    def started(cls, daemon: Daemon) -> Metrics | None:
+        """Metrics serving on ``metrics.listen``; None when off or the port is unavailable."""
+        listen = daemon.config.metrics.listen
+        if listen is None:
+            return None
+        metrics = cls(listen)
+        try:
+            metrics.start()
+        except StatewardenError as exc:
+            daemon.log.error("metrics unavailable", error=str(exc))
+            return None
+        metrics.refresh(daemon, force=True)
+        daemon.log.info("metrics served", url=f"http://{listen}/metrics")
+        return metrics
+
+    def refresh(self, daemon: Daemon, *, force: bool = False) -> None:
+        """A new snapshot of the daemon's state, at most every :data:`REFRESH_S`."""
+        now = time.monotonic()
+        if not force and now - self._refreshed_at < REFRESH_S:
+            return
+        self._refreshed_at = now
+        self.update(snapshot_of(daemon))
+
+    def start(self) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        try:
+            self._server, _thread = start_http_server(self.port, self.host, registry)
+        except OSError as exc:
+            raise StatewardenError(
+                f"metrics: cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
+
+    def update(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot  # one reference swap: a scrape sees the old or the new
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.snapshot
+        g = GaugeMetricFamily("statewarden_open_incidents", "Open incidents", labels=["kind"])
+        for kind, n in s.open_incidents.items():
+            g.add_metric([kind], n)
+        yield g
+        g = GaugeMetricFamily(
+            "statewarden_holders", "Processes holding a database", labels=["db", "kind"]
+        )
+        for (db, kind), n in s.holders.items():
+            g.add_metric([db, kind], n)
+        yield g
+        g = GaugeMetricFamily("statewarden_wal_bytes", "Size of the -wal file", labels=["db"])
+        for db, n in s.wal_bytes.items():
+            g.add_metric([db], n)
+        yield g
+        damage = GaugeMetricFamily(
+            "statewarden_last_check_damage",
+            "Damage class of the last check",
+            labels=["db", "damage"],
+        )
+        when = GaugeMetricFamily(
+            "statewarden_last_check_timestamp_seconds", "When the last check ran", labels=["db"]
+        )
+        for db, (at, cls) in s.last_check.items():
+            damage.add_metric([db, cls], 1)
+            when.add_metric([db], at)
+        yield damage
+        yield when
+        g = GaugeMetricFamily(
+            "statewarden_alert_outbox_depth", "Notifications waiting for a sink", labels=["sink"]
+        )
+        for sink, n in s.outbox_depth.items():
+            g.add_metric([sink], n)
+        yield g
+        g = GaugeMetricFamily(
+            "statewarden_alerts_delivered",
+            "Notifications a sink accepted since start",
+            labels=["sink"],
+        )
+        for sink, n in s.delivered.items():
+            g.add_metric([sink], n)
+        yield g
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def snapshot_of(daemon: Daemon) -> Snapshot:
+    snap = Snapshot(open_incidents=dict.fromkeys(KINDS, 0), last_check=dict(daemon.last_check))
+    for inc in daemon.book.open_incidents():
+        snap.open_incidents[inc.kind] = snap.open_incidents.get(inc.kind, 0) + 1
+    for db, scan in daemon.holder_scans.last.items():
+        for h in scan.holders:
+            snap.holders[(str(db), h.kind)] = snap.holders.get((str(db), h.kind), 0) + 1
+    for key, m in daemon.databases.monitors.items():
+        try:
+            snap.wal_bytes[key] = os.stat(sidecar(m.target.db, WAL_SUFFIX)).st_size
+        except OSError:
+            snap.wal_bytes[key] = 0
+    for name, s in daemon.alerts.status()["sinks"].items():
+        snap.outbox_depth[name] = s["pending"]
+        snap.delivered[name] = s.get("delivered", 0)
+    return snap

@@ -1,0 +1,304 @@
+"""Installing statewarden as a systemd --user service: the unit files for this installation.
+
+``install`` renders the unit templates (``systemd/`` in the source tree, packaged inside
+the wheel) with the folder that holds *this* installation's ``statewarden`` and
+``statewardenctl`` (a venv's ``bin/``, a pipx venv, ``/usr/bin``), writes them into the
+user's unit folder, records what it wrote in a manifest, and asks the user manager over
+D-Bus to reload, enable and start. Running it again changes nothing that is already right.
+``uninstall`` stops and disables the unit and removes exactly the files the manifest
+names, and only while they still hold what was written (a file the user edited since is
+kept, and said so). Hermes' own units are never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statewarden.atomic import write_atomic
+from statewarden.errors import InstallError, SystemdCallFailed, SystemdUnavailable, UsageError
+from statewarden.systemd import FALLBACK, UserManager
+
+UNIT = "statewarden.service"
+FAILED_TEMPLATE = "statewarden-failed@.service"
+UNIT_FILES = (UNIT, FAILED_TEMPLATE)
+MANIFEST_NAME = "install.json"
+MANIFEST_VERSION = 1
+BINDIR_PLACEHOLDER = "@BINDIR@"
+COMMANDS = ("statewarden", "statewardenctl")
+START_TIMEOUT_S = 90.0
+
+
+@dataclass
+class FileChange:
+    """One unit file and what ``install`` does (did) to it."""
+
+    name: str
+    path: Path
+    content: str
+    action: str  # "create", "update", "unchanged"
+
+
+@dataclass
+class InstallPlan:
+    unit_dir: Path
+    bindir: Path
+    files: list[FileChange]
+    enable: bool
+    now: bool
+    manifest: Path
+
+
+@dataclass
+class Outcome:
+    """What a run of ``install`` / ``uninstall`` changed, line by line, for the user."""
+
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"changes": self.changes, "notes": self.notes}
+
+
+# -- where things are ------------------------------------------------------------------
+
+
+def default_unit_dir(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "systemd" / "user"
+
+
+def templates_dir() -> Path:
+    """The unit templates: packaged in the wheel, or the source tree's ``systemd/``."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_systemd", here.parent / "systemd"):
+        if (candidate / UNIT).is_file():
+            return candidate
+    raise InstallError(f"the unit templates are missing from this installation ({here})")
+
+
+def installation_bindir() -> Path:
+    """The folder with this installation's ``statewarden`` and ``statewardenctl``.
+
+    The scripts folder of the running interpreter (a venv's or pipx's ``bin/``, or the
+    system's); else the first folder on ``PATH`` that has both.
+    """
+    scripts = Path(sysconfig.get_path("scripts"))
+    if all((scripts / c).is_file() for c in COMMANDS):
+        return scripts
+    found = shutil.which(COMMANDS[0])
+    if found and (Path(found).parent / COMMANDS[1]).is_file():
+        return Path(found).parent
+    raise InstallError(
+        f"cannot find the statewarden commands of this installation (looked in {scripts}"
+        " and on PATH); install the package first (pip install .)"
+    )
+
+
+def render(template: str, bindir: Path) -> str:
+    if any(c.isspace() for c in str(bindir)) or "%" in str(bindir):
+        raise InstallError(
+            f"the installation folder {bindir} has a space or '%' in its path, which a unit's"
+            " ExecStart= cannot hold; install statewarden somewhere without them"
+        )
+    return template.replace(BINDIR_PLACEHOLDER, str(bindir))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of a previous install; empty when there is none or it is unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+        return {}
+    return data
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InstallError(f"cannot read {path}: {getattr(exc, 'strerror', exc)}") from exc
+
+
+# -- install ---------------------------------------------------------------------------
+
+
+def plan_install(
+    unit_dir: Path,
+    manifest: Path,
+    *,
+    bindir: Path | None = None,
+    enable: bool = False,
+    now: bool = False,
+    force: bool = False,
+) -> InstallPlan:
+    """What ``install`` would write; refuses to overwrite a unit file it did not write."""
+    bindir = bindir or installation_bindir()
+    tdir = templates_dir()
+    ours = read_manifest(manifest).get("files", {})
+    files: list[FileChange] = []
+    for name in UNIT_FILES:
+        content = render((tdir / name).read_text(encoding="utf-8"), bindir)
+        path = unit_dir / name
+        if path.is_symlink():
+            raise InstallError(f"{path} is a symlink; remove it or point --unit-dir elsewhere")
+        old = _read_text(path)
+        if old is None:
+            action = "create"
+        elif old == content:
+            action = "unchanged"
+        elif force or ours.get(str(path)) == _digest(old):
+            action = "update"
+        else:
+            raise InstallError(
+                f"{path} exists and was not written by statewardenctl install;"
+                " move it away or use --force to replace it"
+            )
+        files.append(FileChange(name, path, content, action))
+    return InstallPlan(unit_dir, bindir, files, enable, now, manifest)
+
+
+def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
+    out = Outcome()
+    plan.unit_dir.mkdir(parents=True, exist_ok=True)
+    for f in plan.files:
+        if f.action != "unchanged":
+            write_atomic(f.path, f.content)
+            out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
+    _save_manifest(plan)
+    if not any(f.action != "unchanged" for f in plan.files):
+        out.notes.append(f"unit files in {plan.unit_dir} already up to date")
+    try:
+        asyncio.run(_manager_install(plan, out, address))
+    except SystemdUnavailable as exc:
+        reason = _without_fallback(exc)
+        if plan.enable or plan.now:
+            raise InstallError(
+                f"{reason}; the unit files are written, enable later with:"
+                f" systemctl --user enable --now {UNIT}"
+            ) from exc
+        out.notes.append(f"{reason}; run later: systemctl --user daemon-reload")
+    except SystemdCallFailed as exc:
+        raise InstallError(f"the user manager refused: {exc}") from exc
+    return out
+
+
+def _save_manifest(plan: InstallPlan) -> None:
+    data = {
+        "version": MANIFEST_VERSION,
+        "unit_dir": str(plan.unit_dir),
+        "bindir": str(plan.bindir),
+        "files": {str(f.path): _digest(f.content) for f in plan.files},
+    }
+    plan.manifest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(plan.manifest, json.dumps(data, indent=2) + "\n")
+
+
+async def _manager_install(plan: InstallPlan, out: Outcome, address: str | None) -> None:
+    async with UserManager(address) as m:
+        await m.reload()
+        out.changes.append("reloaded the user manager")
+        if plan.enable:
+            state = await m.unit_file_state(UNIT)
+            if state == "enabled":
+                out.notes.append(f"{UNIT} already enabled")
+            else:
+                for _kind, link, _target in await m.enable_unit_files([UNIT]):
+                    out.changes.append(f"enabled {UNIT} ({link})")
+        if plan.now:
+            info = await m.unit(UNIT)
+            if info is not None and info.active_state == "active":
+                if any(f.action == "update" for f in plan.files):
+                    job = await m.restart_unit(UNIT, timeout_s=START_TIMEOUT_S)
+                    _expect_done(job.result, "restart")
+                    out.changes.append(f"restarted {UNIT} (its unit file changed)")
+                else:
+                    out.notes.append(f"{UNIT} already running")
+            else:
+                job = await m.start_unit(UNIT, timeout_s=START_TIMEOUT_S)
+                _expect_done(job.result, "start")
+                out.changes.append(f"started {UNIT}")
+
+
+def _without_fallback(exc: SystemdUnavailable) -> str:
+    """The reason, without the holder scan's "found through /proc" remark."""
+    return str(exc).replace(f"; {FALLBACK}", "")
+
+
+def _expect_done(result: str, action: str) -> None:
+    if result != "done":
+        raise InstallError(
+            f"{UNIT} did not {action} (job result: {result});"
+            f" see: journalctl --user -u {UNIT} -n 50"
+        )
+
+
+# -- uninstall ---------------------------------------------------------------------------
+
+
+def uninstall(manifest: Path, address: str | None = None, *, dry_run: bool = False) -> Outcome:
+    """Stop and disable the unit, remove the files ``install`` wrote, then the manifest."""
+    data = read_manifest(manifest)
+    files: dict[str, str] = data.get("files", {})
+    if not files:
+        raise UsageError(f"nothing to uninstall: no install manifest at {manifest}")
+    out = Outcome()
+    if dry_run:
+        out.changes += [f"would stop and disable {UNIT}"]
+        out.changes += [f"would remove {p}" for p in files]
+        return out
+    try:
+        asyncio.run(_manager_uninstall(out, address))
+    except SystemdUnavailable as exc:
+        out.notes.append(
+            f"{_without_fallback(exc)}; the unit was not stopped or disabled through the manager"
+        )
+    except SystemdCallFailed as exc:
+        raise InstallError(f"the user manager refused: {exc}") from exc
+    for path_text, digest in files.items():
+        path = Path(path_text)
+        current = _read_text(path) if not path.is_symlink() else None
+        if current is None:
+            out.notes.append(f"{path} was already gone")
+        elif _digest(current) != digest:
+            out.notes.append(f"kept {path}: it was changed since install")
+        else:
+            path.unlink()
+            out.changes.append(f"removed {path}")
+    manifest.unlink(missing_ok=True)
+    with contextlib.suppress(SystemdUnavailable, SystemdCallFailed):
+        asyncio.run(_reload(address))
+    return out
+
+
+async def _manager_uninstall(out: Outcome, address: str | None) -> None:
+    async with UserManager(address) as m:
+        info = await m.unit(UNIT)
+        if info is not None and info.active_state in ("active", "activating", "reloading"):
+            job = await m.stop_unit(UNIT, timeout_s=START_TIMEOUT_S)
+            out.changes.append(f"stopped {UNIT} ({job.result})")
+        if await m.unit_file_state(UNIT) not in (None, "disabled", "static"):
+            for _kind, link, _target in await m.disable_unit_files([UNIT]):
+                out.changes.append(f"disabled {UNIT} (removed {link})")
+
+
+async def _reload(address: str | None) -> None:
+    async with UserManager(address) as m:
+        await m.reload()

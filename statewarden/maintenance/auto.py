@@ -1,0 +1,154 @@
+"""Maintenance the daemon starts by itself: resume interrupted runs, repair in windows.
+
+A run is always a ``statewardenctl maintenance`` subprocess, exactly what a user would
+run, so it holds the same per-database lock, writes the same run ledger, and cannot
+break the daemon's own rule 2 (the daemon reads database headers and opens read-only
+connections; the run copies and fences files). Its JSON report is logged.
+
+- At start-up, a database whose ledger records an unfinished run gets ``--resume``:
+  the interrupted run is rolled forward or back, and the units it stopped run again.
+- In each window, one verified snapshot per database (``statewardenctl snapshots take``)
+  when ``maintenance.snapshots`` is on.
+- ``maintenance.auto_repair``: ``never``; ``immediately`` (as soon as an open incident
+  of a kind in ``maintenance.repair_kinds`` names the database); ``in_window`` (the
+  same, inside a window of ``maintenance.windows`` that stays open long enough for the
+  run's estimate: a run that would not finish before the window ends is not started).
+  A run is not repeated for the same incident occurrence (its id and count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from statewarden.config import Config
+from statewarden.incidents.book import Incident
+from statewarden.maintenance.plan import RECOVER_BYTES_PER_S
+from statewarden.maintenance.run import unfinished
+from statewarden.maintenance.windows import current_window, fits, parse_windows
+from statewarden.recovery.bundle import bundle_bytes
+from statewarden.targets import Target
+
+# Stop, settle, swap and start of the units, on top of two recovers (pre-build and
+# catch-up), for the "fits in the window" estimate.
+RUN_OVERHEAD_S = 120.0
+
+LogFn = Callable[..., None]
+
+
+def estimate_s(target: Target) -> float:
+    """A generous estimate of a repair run's length (pre-build + catch-up + overhead)."""
+    return RUN_OVERHEAD_S + 2 * bundle_bytes(target.db) / RECOVER_BYTES_PER_S
+
+
+class AutoMaintenance:
+    """The daemon's side of maintenance: which runs to start, and the runs in flight."""
+
+    def __init__(self, config: Config, log: Any) -> None:
+        self.config = config
+        self.log = log
+        self.windows = parse_windows(config.maintenance.windows)
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.last: dict[str, dict[str, Any]] = {}
+        self._done_for: set[tuple[int, int]] = set()
+        self._snapped: set[tuple[str, float]] = set()
+        self.last_snapshot: dict[str, dict[str, Any]] = {}
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config
+        self.windows = parse_windows(config.maintenance.windows)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "auto_repair": self.config.maintenance.auto_repair,
+            "windows": list(self.config.maintenance.windows),
+            "running": sorted(self.running),
+            "last": self.last,
+            "last_snapshot": self.last_snapshot,
+        }
+
+    async def resume_unfinished(self, targets: Sequence[Target]) -> None:
+        for t in targets:
+            if unfinished(self.config, t.db):
+                self.log.warning("resuming an interrupted maintenance run", db=str(t.db))
+                await self._run(t, ["maintenance", "--resume"], "resume")
+
+    def tick(self, targets: Sequence[Target], incidents: Sequence[Incident],
+             now: dt.datetime | None = None) -> None:  # fmt: skip
+        """Start a repair run where the policy says one is due (in the background)."""
+        mc = self.config.maintenance
+        now = now or dt.datetime.now(dt.UTC)
+        if mc.auto_repair == "never":
+            self._snapshots(targets, now)
+            return
+        for t in targets:
+            key = str(t.db)
+            if key in self.running:
+                continue
+            wanted = [
+                i for i in incidents if i.db == key and i.kind in mc.repair_kinds
+                and (i.id, i.count) not in self._done_for
+            ]  # fmt: skip
+            if not wanted:
+                continue
+            if mc.auto_repair == "in_window" and not fits(self.windows, now, estimate_s(t)):
+                continue
+            for i in wanted:
+                self._done_for.add((i.id, i.count))
+            self.log.warning(
+                "starting a maintenance run", db=key, incidents=[i.id for i in wanted],
+                policy=mc.auto_repair,
+            )  # fmt: skip
+            self.running[key] = asyncio.create_task(
+                self._run(t, ["maintenance", "--yes"], "repair")
+            )
+        self._snapshots(targets, now)
+
+    def _snapshots(self, targets: Sequence[Target], now: dt.datetime) -> None:
+        """One verified snapshot per database in each window (maintenance.snapshots)."""
+        if not self.config.maintenance.snapshots:
+            return
+        window = current_window(self.windows, now)
+        if window is None:
+            return
+        for t in targets:
+            key = str(t.db)
+            done = (key, window[0].timestamp())
+            if key in self.running or done in self._snapped or not t.db.exists():
+                continue
+            self._snapped.add(done)
+            self.running[key] = asyncio.create_task(self._run(t, ["snapshots", "take"], "snapshot"))
+
+    async def _run(self, target: Target, args: list[str], what: str) -> None:
+        key = str(target.db)
+        argv = [sys.executable, "-m", "statewarden.cli.ctl", *args, "--db", key, "--json"]
+        if self.config.source:
+            argv += ["--config", self.config.source]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await proc.communicate()
+            try:
+                report: dict[str, Any] = json.loads(out)
+            except ValueError:
+                report = {"outcome": "failed", "message": err.decode(errors="replace")[-500:]}
+            report["exit_code"] = proc.returncode
+            if what == "snapshot":
+                self.last_snapshot[key] = report
+            else:
+                self.last[key] = report
+            log = self.log.info if proc.returncode == 0 else self.log.error
+            log(
+                f"maintenance {what} finished", db=key,
+                outcome=report.get("outcome") or ("kept" if proc.returncode == 0 else "not kept"),
+                exit_code=proc.returncode, message=report.get("message") or "",
+                downtime_s=report.get("downtime_s"), quarantine=report.get("quarantine"),
+            )  # fmt: skip
+        finally:
+            self.running.pop(key, None)

@@ -1,0 +1,176 @@
+"""The run ledger: each maintenance step, written and fsynced before the step starts.
+
+One folder per database under ``<state dir>/maintenance/<key>/``: ``lock`` (one run at
+a time per database: an exclusive ``flock``, released by the kernel when the process
+dies, even by ``kill -9``) and ``run.jsonl`` (the ledger of the current or last run,
+one JSON object per line). A line is appended, flushed and fsynced before the step it
+names begins, so after a crash the ledger says how far the run may have gone; the
+last line of a finished run is ``{"step": "finished", ...}``. A half-written last line
+(a crash inside ``write``) is ignored. A finished ledger is kept as ``last-run.jsonl``
+when the next run starts.
+
+Files are created with ``O_NOFOLLOW | O_EXCL`` (or opened with ``O_NOFOLLOW``) in a
+folder of mode 0700 owned by the user, so a planted symlink cannot redirect them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from statewarden.atomic import fsync_dir
+from statewarden.errors import RunLocked, StatewardenError
+
+LEDGER_NAME = "run.jsonl"
+LAST_LEDGER_NAME = "last-run.jsonl"
+LOCK_NAME = "lock"
+FINISHED = "finished"
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def run_dir(state_dir: Path, db: Path) -> Path:
+    """``<state dir>/maintenance/<name>-<hash of the db path>``: one per database."""
+    real = os.path.abspath(db)
+    digest = hashlib.sha256(real.encode()).hexdigest()[:12]
+    name = _SAFE.sub("_", Path(real).parent.name or "root")[:40]
+    return state_dir / "maintenance" / f"{name}-{digest}"
+
+
+def private_dir(path: Path) -> Path:
+    """Make ``path`` (mode 0700) and check it is a real folder owned by us."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise StatewardenError(f"{path}: not a folder (a symlink?); refusing to use it")
+    if st.st_uid != os.geteuid():
+        raise StatewardenError(f"{path}: owned by uid {st.st_uid}, not by us; refusing to use it")
+    if st.st_mode & 0o022:
+        raise StatewardenError(f"{path}: writable by others; refusing to use it")
+    return path
+
+
+@dataclass
+class LedgerRecord:
+    """A ledger as read back: its lines, and whether the run finished."""
+
+    path: Path
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.entries) and self.entries[-1].get("step") == FINISHED
+
+    @property
+    def begin(self) -> dict[str, Any]:
+        return self.entries[0] if self.entries else {}
+
+    @property
+    def run_id(self) -> str:
+        return str(self.begin.get("run_id", ""))
+
+    def steps(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.entries if e.get("step") == name]
+
+    def has(self, name: str) -> bool:
+        return any(e.get("step") == name for e in self.entries)
+
+    def last(self, name: str) -> dict[str, Any] | None:
+        found = self.steps(name)
+        return found[-1] if found else None
+
+
+def read_ledger(path: Path) -> LedgerRecord | None:
+    """The ledger at ``path``, or None if there is none. A torn last line is dropped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StatewardenError(f"{path}: cannot read the run ledger: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    record = LedgerRecord(path)
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            break  # a line torn by a crash: nothing after it was written
+        if isinstance(entry, dict):
+            record.entries.append(entry)
+    return record
+
+
+class Ledger:
+    """The open ledger of one run: :meth:`step` appends a line and fsyncs it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / LEDGER_NAME
+        self._fd: int | None = None
+
+    def create(self, begin: dict[str, Any]) -> None:
+        """Start a new ledger (the previous one, finished, becomes ``last-run.jsonl``)."""
+        old = read_ledger(self.path)
+        if old is not None:
+            if not old.finished:
+                raise StatewardenError(f"{self.path}: an unfinished run is recorded here")
+            os.replace(self.path, self.folder / LAST_LEDGER_NAME)
+        self._fd = os.open(
+            self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o600
+        )
+        fsync_dir(self.folder)
+        self.step("begin", **begin)
+
+    def reopen(self) -> LedgerRecord:
+        """Continue an existing ledger (``--resume``); returns what it says so far."""
+        record = read_ledger(self.path)
+        if record is None:
+            raise StatewardenError(f"{self.path}: no run ledger to resume")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        # A torn last line would glue onto the next one: start on a fresh line.
+        os.write(self._fd, b"\n")
+        return record
+
+    def step(self, name: str, **data: Any) -> None:
+        """Record that step ``name`` is about to start; durable when this returns."""
+        if self._fd is None:
+            raise StatewardenError("the run ledger is not open")
+        line = json.dumps({"step": name, "at": round(time.time(), 3), **data}, default=str)
+        os.write(self._fd, line.encode() + b"\n")
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextlib.contextmanager
+def run_lock(folder: Path) -> Iterator[None]:
+    """Hold this database's maintenance lock; :class:`RunLocked` if another run has it."""
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise RunLocked(
+                f"another maintenance run is in progress on this database (pid {holder})",
+                hint="wait for it to finish",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)

@@ -1,0 +1,211 @@
+"""Quiesce: stop every holder, then wait until full holder scans show none for a while.
+
+Units are stopped and started through the user manager with a job wait
+(``systemd.py``); a process that is not a unit gets SIGTERM, then SIGKILL after the
+grace period, and only after its start time shows it is still the process the plan
+named (a pid can be reused). Settling is a loop of full ``/proc`` scans that must show
+zero holders for ``settle_s`` in a row. A holder that turns up meanwhile is stopped the
+same way, and counted by its command line; one that comes back more than
+``respawn_limit`` times ends the run, named with its parent chain and the SSH client
+it came from, so the user knows what keeps starting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from statewarden.errors import QuiesceFailed, SystemdCallFailed, SystemdUnavailable
+from statewarden.holders.processes import read_stat
+from statewarden.holders.scan import HolderScan, HolderScanner
+from statewarden.holders.units import annotate
+from statewarden.maintenance.plan import REFUSE, SIGNAL, STOP_UNIT, HolderDecision, decide
+from statewarden.systemd import JobResult, UserManager
+
+SCAN_GAP_S = 0.1
+EXIT_POLL_S = 0.05
+
+
+def _alive(pid: int, start_ticks: int | None) -> bool:
+    try:
+        st = read_stat(pid)
+    except OSError:
+        return False
+    if st.state in ("Z", "X"):
+        return False
+    return start_ticks is None or st.start_ticks == start_ticks
+
+
+def start_ticks_of(pid: int) -> int | None:
+    try:
+        return read_stat(pid).start_ticks
+    except OSError:
+        return None
+
+
+def terminate(pid: int, start_ticks: int | None, grace_s: float) -> str:
+    """SIGTERM, SIGKILL after ``grace_s``; how it ended (``gone``, ``term``, ``kill``)."""
+    if not _alive(pid, start_ticks):
+        return "gone"
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return "gone"
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _alive(pid, start_ticks):
+            return "term"
+        time.sleep(EXIT_POLL_S)
+    if not _alive(pid, start_ticks):
+        return "term"
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return "term"
+    while _alive(pid, start_ticks):
+        time.sleep(EXIT_POLL_S)
+    return "kill"
+
+
+def stop_units(units: Sequence[str], address: str | None, timeout_s: float) -> list[JobResult]:
+    return _jobs("stop", units, address, timeout_s)
+
+
+def start_units(units: Sequence[str], address: str | None, timeout_s: float) -> list[JobResult]:
+    return _jobs("start", units, address, timeout_s)
+
+
+def _jobs(action: str, units: Sequence[str], address: str | None, timeout_s: float
+          ) -> list[JobResult]:  # fmt: skip
+    async def run() -> list[JobResult]:
+        out = []
+        async with UserManager(address) as m:
+            for unit in units:
+                call = m.stop_unit if action == "stop" else m.start_unit
+                out.append(await call(unit, timeout_s=timeout_s))
+        return out
+
+    try:
+        return asyncio.run(run())
+    except (SystemdUnavailable, SystemdCallFailed) as exc:
+        raise QuiesceFailed(f"could not {action} {', '.join(units)}: {exc}") from None
+
+
+def unit_states(units: Sequence[str], address: str | None) -> dict[str, str]:
+    """Each unit's ActiveState (``unknown`` if the manager does not know it)."""
+
+    async def run() -> dict[str, str]:
+        out = {}
+        async with UserManager(address) as m:
+            for unit in units:
+                info = await m.unit(unit)
+                out[unit] = info.active_state if info is not None else "unknown"
+        return out
+
+    try:
+        return asyncio.run(run())
+    except (SystemdUnavailable, SystemdCallFailed):
+        return dict.fromkeys(units, "unknown")
+
+
+def annotate_units(scanner_scans: list[HolderScan], address: str | None) -> str | None:
+    """Confirm holders' units with the manager; the reason it could not, or None."""
+
+    async def run() -> None:
+        async with UserManager(address) as m:
+            await annotate(m, scanner_scans)
+
+    try:
+        asyncio.run(run())
+    except SystemdUnavailable as exc:
+        return str(exc)
+    except SystemdCallFailed as exc:
+        return f"systemd user manager not reachable: {exc}"
+    return None
+
+
+def describe_origin(d: HolderDecision) -> str:
+    """``parent chain: 4411 hermes-desktop <- 1200 sshd; SSH client 10.0.0.2 ...``."""
+    chain = " <- ".join(f"{p.get('pid')} {p.get('comm') or '?'}" for p in d.parents) or "none"
+    text = f"parent chain: {chain}"
+    if d.ssh_connection:
+        text += f"; started over SSH from {d.ssh_connection.split()[0]}"
+    return text
+
+
+@dataclass
+class SettleResult:
+    ok: bool
+    reason: str = ""
+    comebacks: dict[str, int] = field(default_factory=dict)
+    signalled: list[HolderDecision] = field(default_factory=list)
+    scans: int = 0
+
+
+@dataclass
+class Settler:
+    """Full scans until no holder is seen for ``settle_s``; stops what comes back."""
+
+    scanner: HolderScanner
+    settle_s: float
+    timeout_s: float
+    respawn_limit: int
+    grace_s: float
+    force: bool
+    stop_interactive: bool
+    on_signal: Callable[[HolderDecision], None]
+    on_unit: Callable[[str], None]
+    unit_timeout_s: float
+    address: str | None = None
+    systemd_ok: bool = True
+
+    def run(self) -> SettleResult:
+        result = SettleResult(ok=False)
+        started = time.monotonic()
+        quiet_since = time.monotonic()
+        while True:
+            scan = self.scanner.scan(full=True)[0]
+            result.scans += 1
+            if not scan.complete:
+                result.reason = "holder scan incomplete: " + "; ".join(scan.problems)
+                return result
+            # This process holds the original open for reading (fence.hold_open).
+            scan.holders = [h for h in scan.holders if h.pid != os.getpid()]
+            if scan.holders and self.systemd_ok:
+                self.systemd_ok = annotate_units([scan], self.address) is None
+            for h in scan.holders:
+                d = decide(h, force=self.force, stop_interactive=self.stop_interactive,
+                           systemd_ok=self.systemd_ok)  # fmt: skip
+                key = d.command
+                result.comebacks[key] = result.comebacks.get(key, 0) + 1
+                if d.action == REFUSE:
+                    result.reason = f"pid {d.pid} ({d.command}) opened the database: {d.reason}"
+                    return result
+                if result.comebacks[key] > self.respawn_limit:
+                    result.reason = (
+                        f"{d.command} came back {result.comebacks[key]} times"
+                        f" (last as pid {d.pid}; {describe_origin(d)}): close what starts it"
+                        " (the desktop app starts hermes serve --isolated) and retry"
+                    )
+                    return result
+                if d.action == STOP_UNIT and d.unit:
+                    self.on_unit(d.unit)
+                    stop_units([d.unit], self.address, self.unit_timeout_s)
+                elif d.action == SIGNAL:
+                    self.on_signal(d)
+                    terminate(d.pid, h.start_ticks, self.grace_s)
+                    result.signalled.append(d)
+            now = time.monotonic()
+            if scan.holders:
+                quiet_since = now
+            elif now - quiet_since >= self.settle_s:
+                result.ok = True
+                return result
+            if now - started > self.timeout_s:
+                result.reason = f"holders did not settle within {self.timeout_s:g} s"
+                return result
+            time.sleep(SCAN_GAP_S)

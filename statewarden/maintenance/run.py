@@ -1,0 +1,776 @@
+"""One maintenance run: plan, pre-build, quiesce, fence, settle, catch up, swap, restart.
+
+Every step is written to the run ledger (``ledger.py``) before it starts. A run that
+fails or aborts before the swap is rolled back here (fence down, our new file removed,
+stopped units started again); one that got as far as the swap is rolled forward. After
+a ``kill -9`` the same happens on ``--resume`` (or the daemon's start-up), from the
+ledger alone: :meth:`MaintenanceRun.resume`.
+
+Actions: ``repair`` (default: check while Hermes runs, and swap in a repaired file only
+when damaged), ``check`` (read-only, nothing stopped), ``vacuum`` and
+``journal-mode=delete|wal`` (a compacted copy, pre-built like a repair, in the journal
+mode asked for), ``checkpoint`` (stop the holders, fold the ``-wal`` into the file
+through SQLite, start them again: no swap).
+
+``$STATEWARDEN_CRASH_AT=<step>`` makes the run ``SIGKILL`` itself right after the
+ledger line of that step is durable (or, for ``sidecars-moved`` and ``original-kept``,
+half-way through the swap): the fault-injection points the crash tests use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+import yaml
+
+from statewarden.config import Config, state_dir
+from statewarden.errors import (
+    EXIT_FAILED,
+    EXIT_MAINTENANCE_LOSS,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREADABLE,
+    DatabaseChanged,
+    DatabaseUnreadable,
+    StatewardenError,
+    UsageError,
+)
+from statewarden.holders.processes import short_command
+from statewarden.holders.scan import HolderScanner
+from statewarden.maintenance import fence
+from statewarden.maintenance.ledger import (
+    FINISHED,
+    Ledger,
+    LedgerRecord,
+    private_dir,
+    read_ledger,
+    run_dir,
+    run_lock,
+)
+from statewarden.maintenance.plan import Plan, make_plan
+from statewarden.maintenance.prebuild import (
+    SourceIdentity,
+    build_copy_as_is,
+    build_new_file,
+    build_restored,
+    identity,
+    new_file_path,
+)
+from statewarden.maintenance.quiesce import (
+    Settler,
+    annotate_units,
+    describe_origin,
+    start_ticks_of,
+    start_units,
+    stop_units,
+    terminate,
+    unit_states,
+)
+from statewarden.maintenance.swap import prune, quarantine_dir, swap
+from statewarden.progress import ProgressFn
+from statewarden.recovery.check import check_database
+from statewarden.recovery.diagnose import exit_code_for as check_exit_code
+from statewarden.recovery.report import Report
+from statewarden.sidecars import JOURNAL_SUFFIX, WAL_SUFFIX, sidecar
+from statewarden.sqlite import open_readonly, wal_sidecars_absent
+from statewarden.targets import Target
+
+ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkpoint", "vacuum")
+# ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore).
+SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore")
+ENV_CRASH_AT = "STATEWARDEN_CRASH_AT"
+POST_CHECK_MAX_ERRORS = 100
+POST_CHECK_SCANS = 5
+UNIT_START_CHECK_S = 1.0
+POST_CHECK_GAP_S = 0.2
+
+EmitFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Options:
+    action: str = "repair"
+    force: bool = False
+    accept_loss: bool = False
+    dry_run: bool = False
+    confirm: Callable[[Plan], bool] | None = None
+    restore_from: Path | None = None  # a quarantined state.db, for the restore action
+
+
+@dataclass
+class RunReport:
+    """What a run did, measured: the CLI prints it, the daemon logs it."""
+
+    db: str
+    action: str
+    run_id: str = ""
+    outcome: str = ""
+    exit_code: int = EXIT_OK
+    message: str = ""
+    path: str = ""  # pre-built, caught up offline
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    downtime_s: float | None = None
+    swap_s: float | None = None
+    quarantine: str | None = None
+    units_stopped: list[str] = field(default_factory=list)
+    units_started: list[dict[str, Any]] = field(default_factory=list)
+    start_again: list[dict[str, Any]] = field(default_factory=list)
+    diverted: list[str] = field(default_factory=list)
+    post_check: dict[str, Any] = field(default_factory=dict)
+    recover: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def render(self) -> list[str]:
+        lines = [f"maintenance {self.action} of {self.db}: {self.outcome}"]
+        if self.message:
+            lines.append(f"  {self.message}")
+        if self.path:
+            lines.append(f"  new file: {self.path}")
+        for s in self.steps:
+            lines.append(f"  {s['step']:<12} {s['seconds']:8.3f} s")
+        if self.downtime_s is not None:
+            lines.append(f"  downtime: {self.downtime_s:.3f} s (first stop -> last unit active)")
+        if self.swap_s is not None:
+            lines.append(f"  swap: {self.swap_s * 1000:.1f} ms")
+        if self.quarantine:
+            lines.append(f"  original kept in {self.quarantine}")
+        for u in self.units_started:
+            lines.append(f"  unit {u['unit']}: start {u['result']}, now {u.get('state')}")
+        for p in self.start_again:
+            lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
+        for d in self.diverted:
+            lines.append(f"  diverted transcript (not in state.db yet): {d}")
+        if self.diverted:
+            lines.append(
+                "  import them with `hermes sessions import --from diverted` if your Hermes"
+                " has it; they are never deleted"
+            )
+        if self.post_check:
+            lines.append(f"  post-check: {self.post_check.get('summary', '')}")
+        if self.recover is not None:
+            rec = self.recover
+            lines.append(
+                f"  recover: damage {rec.get('damage')}, strategy {rec.get('strategy')},"
+                f" verified {rec.get('verified')}, loss_detected {rec.get('loss_detected')}"
+            )
+            for name, t in sorted((rec.get("tables") or {}).items()):
+                lost = len(t.get("lost_keys_sample") or [])
+                if t.get("duplicates_dropped") or lost or t.get("set_aside"):
+                    lines.append(
+                        f"    {name}: {t.get('recovered')} rows kept, {t.get('duplicates_dropped')}"
+                        f" duplicate(s) dropped, {t.get('set_aside')} set aside,"
+                        f" {t.get('status')}"
+                    )
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        return lines
+
+
+class MaintenanceRun:
+    """A maintenance run on one target; :meth:`execute` or :meth:`resume`."""
+
+    def __init__(
+        self,
+        target: Target,
+        config: Config,
+        options: Options | None = None,
+        *,
+        emit: EmitFn | None = None,
+        progress: ProgressFn | None = None,
+        address: str | None = None,
+    ) -> None:
+        self.target = target
+        self.db = Path(os.path.abspath(target.db))
+        self.config = config
+        self.mc = config.maintenance
+        self.options = options or Options()
+        if self.options.action not in (*ACTIONS, "restore"):
+            raise UsageError(
+                f"unknown action {self.options.action!r} (one of: {', '.join(ACTIONS)})"
+            )
+        self._emit = emit
+        self.progress = progress
+        self.address = address
+        self.state = state_dir(config)
+        self.folder = run_dir(self.state, self.db)
+        self.ledger = Ledger(self.folder)
+        self.report = RunReport(db=str(self.db), action=self.options.action)
+        self.stopped_units: list[str] = []
+        self.signalled: list[dict[str, Any]] = []
+        self.fenced = False
+        self.orig: fence.Original | None = None
+        self.new: Path | None = None
+        self.folded_sha256: str | None = None
+        self._orig_fd: int | None = None  # the original, held open from before the fence
+        self._t0 = time.monotonic()
+        self._step_started: tuple[str, float] | None = None
+        self._down_started: float | None = None
+
+    # -- events and the ledger -------------------------------------------------------
+
+    def emit(self, event: str, **data: Any) -> None:
+        if self._emit is not None:
+            self._emit({"event": event, "db": str(self.db), **data})
+
+    def _step(self, name: str, **data: Any) -> None:
+        """Ledger line first (durable), then the event; timings per step."""
+        self.ledger.step(name, **data)
+        now = time.monotonic()
+        if self._step_started is not None:
+            prev, since = self._step_started
+            self.report.steps.append({"step": prev, "seconds": round(now - since, 3)})
+        self._step_started = (name, now)
+        self.emit("step", step=name, **data)
+        self._crash_point(name)
+
+    @staticmethod
+    def _crash_point(name: str) -> None:
+        if os.environ.get(ENV_CRASH_AT) == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _let_go(self) -> None:
+        if self._orig_fd is not None:
+            os.close(self._orig_fd)
+            self._orig_fd = None
+
+    def _finish(self, outcome: str, code: int, message: str = "") -> RunReport:
+        self._let_go()
+        self.report.outcome = outcome
+        self.report.exit_code = code
+        self.report.message = message or self.report.message
+        if self._step_started is not None:
+            prev, since = self._step_started
+            self.report.steps.append({"step": prev, "seconds": round(time.monotonic() - since, 3)})
+            self._step_started = None
+        self.ledger.step(FINISHED, outcome=outcome, exit_code=code, message=self.report.message)
+        self.ledger.close()
+        self.emit("finished", outcome=outcome, exit_code=code, message=self.report.message)
+        return self.report
+
+    # -- the run -----------------------------------------------------------------------
+
+    def execute(self) -> RunReport:
+        private_dir(self.folder)
+        with run_lock(self.folder):
+            record = read_ledger(self.ledger.path)
+            if record is not None and not record.finished:
+                raise StatewardenError(
+                    f"{self.db}: an earlier maintenance run did not finish",
+                    hint="statewardenctl maintenance --resume finishes or rolls it back",
+                )
+            if self.options.action == "check":
+                return self._check()
+            return self._run()
+
+    def _check(self) -> RunReport:
+        diag = check_database(self.db, self.db.parent, progress=self.progress)
+        self.report.outcome = f"damage {diag.damage}"
+        self.report.exit_code = check_exit_code(diag.damage)
+        self.report.notes.extend(diag.findings())
+        return self.report
+
+    def _plan(self, scanner: HolderScanner) -> Plan:
+        scan = scanner.scan(full=True)[0]
+        note = annotate_units([scan], self.address) if scan.holders else None
+        return make_plan(
+            self.db, scan, action=self.options.action, force=self.options.force,
+            stop_interactive=self.mc.stop_interactive, systemd_note=note,
+            settle_s=self.mc.settle, stop_grace_s=self.mc.stop_grace,
+            offline=self.options.action == "checkpoint",
+        )  # fmt: skip
+
+    def _run(self) -> RunReport:
+        opts = self.options
+        self.orig = fence.original(self.db)
+        scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms)
+        try:
+            plan = self._plan(scanner)
+            self.report.plan = plan.to_json()
+            self.emit("plan", plan=self.report.plan, lines=plan.render())
+            if opts.dry_run:
+                self.report.outcome = "dry run: nothing done"
+                self.report.exit_code = EXIT_REFUSED if plan.refusals else EXIT_OK
+                if plan.space_problem and not plan.refusals:
+                    self.report.exit_code = EXIT_FAILED
+                return self.report
+            if plan.refusals:
+                self.report.outcome = "refused: nothing done"
+                self.report.exit_code = EXIT_REFUSED
+                self.report.message = "; ".join(plan.refusals)
+                return self.report
+            if plan.space_problem:
+                self.report.outcome = "failed before stopping anything"
+                self.report.exit_code = EXIT_FAILED
+                self.report.message = plan.space_problem
+                return self.report
+            if opts.confirm is not None and not opts.confirm(plan):
+                self.report.outcome = "not confirmed: nothing done"
+                self.report.exit_code = EXIT_FAILED
+                return self.report
+            run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+            self.report.run_id = run_id
+            self.ledger.create(
+                {"run_id": run_id, "db": str(self.db), "profile": self.target.name,
+                 "action": opts.action, "original": asdict(self.orig), "pid": os.getpid()}
+            )  # fmt: skip
+            return self._body(plan, scanner, run_id)
+        finally:
+            scanner.close()
+
+    def _body(self, plan: Plan, scanner: HolderScanner, run_id: str) -> RunReport:
+        opts = self.options
+        assert self.orig is not None
+        before: SourceIdentity | None = None
+        if opts.action in SWAP_ACTIONS:
+            self.new = new_file_path(self.db, run_id)
+            self._step("prebuild", new=str(self.new))
+            before = identity(self.db)
+            self.report.notes.append(f"source identity at the pre-build: {before.to_json()}")
+            try:
+                done = self._build()
+                self.report.path = "pre-built while Hermes ran"
+            except DatabaseChanged as exc:
+                # A writer busy enough that no copy is consistent: build after the stop.
+                self._remove_new()
+                before = None
+                done = None
+                self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
+            except StatewardenError as exc:
+                self._remove_new()
+                code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
+                return self._finish("failed before stopping anything", code, str(exc))
+            if done is not None:
+                return done
+        try:
+            self._quiesce(plan)
+            if opts.action in SWAP_ACTIONS:
+                self._step("fence", mode=oct(self.orig.mode))
+                self._orig_fd = fence.hold_open(self.db, self.orig)
+                fence.put_up(self.db, self.orig)
+                self.fenced = True
+                if not fence.effective(self.orig):
+                    self.report.notes.append(
+                        "the fence (mode 000) does not stop root's processes; the settle"
+                        " scans alone kept them out"
+                    )
+            self._step("settle")
+            self._settle(scanner)
+            if opts.action == "checkpoint":
+                return self._checkpoint()
+            self._step("verify-source")
+            if opts.action != "restore" and (before is None or not self._unchanged(before)):
+                self._step("catch-up")
+                done = self._catch_up(scanner)
+                if done is not None:
+                    return done
+            # Root's processes ignore the fence: a last look right before the swap.
+            self._no_holders(scanner, "just before the swap")
+        except _Abort as abort:
+            return self._rollback(abort.message, abort.code)
+        except StatewardenError as exc:
+            return self._rollback(str(exc), EXIT_FAILED)
+        assert self.new is not None
+        self._let_go()
+        qdir = quarantine_dir(self.state, self.target.name, run_id)
+        self._step("swap", new=str(self.new), quarantine=str(qdir),
+                   new_ino=os.stat(self.new).st_ino)  # fmt: skip
+        res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
+        self._step("swapped", files=res.files)
+        self.report.swap_s = round(res.swap_s, 4)
+        self.report.quarantine = str(qdir)
+        if res.copied:
+            self.report.notes.append(
+                "the state dir is on another filesystem: the original was copied into"
+                " quarantine (longer downtime)"
+            )
+        return self._after_swap()
+
+    # -- steps -------------------------------------------------------------------------
+
+    def _build(self) -> RunReport | None:
+        """Build the new file; a report when the run ends here (healthy, loss, failed)."""
+        assert self.new is not None
+        if self.options.action == "repair":
+            built = build_new_file(self.db, self.new, self.progress)
+            rep = built.report
+            self.folded_sha256 = built.folded_sha256
+            self.report.recover = rep.to_json()
+            if rep.damage == "none":
+                self._remove_new()
+                return self._finish("healthy: nothing to repair", EXIT_OK,
+                                    "the check found no damage; nothing was stopped")  # fmt: skip
+            return self._gate(rep)
+        if self.options.action == "restore":
+            assert self.options.restore_from is not None
+            build_restored(self.options.restore_from, self.new, self.progress)
+            return None
+        mode = None
+        if self.options.action.startswith("journal-mode="):
+            mode = "wal" if self.options.action.endswith("wal") else "rollback"
+        build_copy_as_is(self.db, self.new, mode, self.progress)
+        return None
+
+    def _gate(self, rep: Report) -> RunReport | None:
+        if not rep.verified:
+            self._remove_new()
+            return self._finish("failed before stopping anything", EXIT_FAILED,
+                                "the repaired file failed verification")  # fmt: skip
+        if rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss):
+            self._remove_new()
+            return self._finish(
+                "stopped: the repair would lose rows", EXIT_MAINTENANCE_LOSS,
+                "nothing was swapped; see the loss report, then rerun with --accept-loss",
+            )  # fmt: skip
+        return None
+
+    def _quiesce(self, plan: Plan) -> None:
+        for unit in plan.units:
+            self._step("stop-unit", unit=unit)
+            self._mark_down()
+            self.stopped_units.append(unit)
+            (res,) = stop_units([unit], self.address, self.mc.unit_timeout)
+            if not res.ok:
+                raise _Abort(f"could not stop {unit}: job {res.result}", EXIT_FAILED)
+        for d in plan.signals:
+            self._signal(d.pid, d.command, start_ticks_of(d.pid))
+
+    def _signal(self, pid: int, command: str, ticks: int | None) -> None:
+        self._step("signal", pid=pid, command=command)
+        self._mark_down()
+        how = terminate(pid, ticks, self.mc.stop_grace)
+        self.signalled.append({"pid": pid, "command": command, "ended": how})
+
+    def _mark_down(self) -> None:
+        if self._down_started is None:
+            self._down_started = time.monotonic()
+
+    def _settle(self, scanner: HolderScanner) -> None:
+        def on_unit(unit: str) -> None:
+            self.ledger.step("stop-unit", unit=unit)
+            if unit not in self.stopped_units:
+                self.stopped_units.append(unit)
+
+        def on_signal(d: Any) -> None:
+            self.ledger.step("signal", pid=d.pid, command=d.command)
+            self.signalled.append({"pid": d.pid, "command": d.command, "ended": "signalled",
+                                   "origin": describe_origin(d)})  # fmt: skip
+
+        self._mark_down()
+        result = Settler(
+            scanner=scanner, settle_s=self.mc.settle, timeout_s=self.mc.settle_timeout,
+            respawn_limit=self.mc.respawn_limit, grace_s=self.mc.stop_grace,
+            force=self.options.force, stop_interactive=self.mc.stop_interactive,
+            on_signal=on_signal, on_unit=on_unit, unit_timeout_s=self.mc.unit_timeout,
+            address=self.address,
+        ).run()  # fmt: skip
+        if not result.ok:
+            raise _Abort(result.reason, EXIT_FAILED)
+
+    def _unchanged(self, before: SourceIdentity) -> bool:
+        """Whether the source still has the content the new file was built from: the
+        same identity, or (Hermes checkpoints on close) no WAL left and exactly the bytes
+        of the folded copy the pre-build used."""
+        assert self.orig is not None
+        after = identity(self.db)
+        if before.same_content(after):
+            self.report.notes.append("the source did not change after the pre-build")
+            return True
+        if self.folded_sha256 is None or not after.wal_empty:
+            return False
+        assert self._orig_fd is not None
+        same = fence.sha256_of(self._orig_fd) == self.folded_sha256
+        if same:
+            self.report.notes.append(
+                "the source only checkpointed its WAL after the pre-build: same content"
+            )
+        return same
+
+    def _catch_up(self, scanner: HolderScanner) -> RunReport | None:
+        assert self.orig is not None
+        assert self.new is not None
+        assert self._orig_fd is not None
+        self._remove_new()
+        # A copy of the fenced bundle, read through the descriptor held since before the
+        # fence (never by lowering it): nobody can open the original meanwhile.
+        folder = Path(tempfile.mkdtemp(prefix=".statewarden-catch-up-", dir=self.db.parent))
+        try:
+            source = folder / self.db.name
+            fence.copy_out(self._orig_fd, source)
+            for sfx in (WAL_SUFFIX, JOURNAL_SUFFIX):
+                side = sidecar(self.db, sfx)
+                if side.is_file() and not side.is_symlink():
+                    shutil.copyfile(side, f"{source}{sfx}", follow_symlinks=False)
+            if self.options.action == "repair":
+                rep = build_new_file(source, self.new, self.progress, hash_folded=False).report
+                rep.source = str(self.db)
+                self.report.recover = rep.to_json()
+            else:
+                rep = None
+                mode = None
+                if self.options.action.startswith("journal-mode="):
+                    mode = "wal" if self.options.action.endswith("wal") else "rollback"
+                build_copy_as_is(source, self.new, mode, self.progress)
+        except OSError as exc:
+            raise _Abort(f"the catch-up copy failed: {exc.strerror or exc}", EXIT_FAILED) from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.report.path = (
+            "recovered again offline (the source changed after the pre-build)"
+            if self.report.path
+            else "recovered offline (no consistent copy could be taken while Hermes ran)"
+        )
+        self._no_holders(scanner, "during the catch-up")
+        if rep is not None and rep.damage == "none":
+            raise _Abort("the check found no damage once Hermes was stopped; nothing to swap",
+                         EXIT_OK)  # fmt: skip
+        if rep is not None and (
+            not rep.verified
+            or (rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss))
+        ):
+            code = EXIT_FAILED if not rep.verified else EXIT_MAINTENANCE_LOSS
+            raise _Abort("the catch-up repair failed verification" if not rep.verified
+                         else "the catch-up repair would lose rows (see --accept-loss)",
+                         code)  # fmt: skip
+        return None
+
+    def _no_holders(self, scanner: HolderScanner, when: str) -> None:
+        """One more full scan: nobody but this process may hold the old file now."""
+        scan = scanner.scan(full=True)[0]
+        if not scan.complete:
+            raise _Abort("holder scan incomplete: " + "; ".join(scan.problems), EXIT_FAILED)
+        others = [h for h in scan.holders if h.pid != os.getpid()]
+        if others:
+            who = ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in others)
+            raise _Abort(f"{who} opened the database {when}", EXIT_FAILED)
+
+    def _checkpoint(self) -> RunReport:
+        self._step("checkpoint")
+        try:
+            conn = apsw.Connection(str(self.db))
+            try:
+                conn.set_busy_timeout(1000)
+                res = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.close()
+            self.report.notes.append(f"wal_checkpoint(TRUNCATE): {res}")
+        except apsw.Error as exc:
+            self.report.notes.append(f"checkpoint failed: {exc}")
+            self._restart()
+            return self._finish("checkpoint failed", EXIT_FAILED, str(exc))
+        self._restart()
+        return self._finish("checkpointed", EXIT_OK)
+
+    def _after_swap(self) -> RunReport:
+        self._diverted()
+        if self.report.action == "journal-mode=delete":
+            self._journal_mode_pin()
+        failed = self._restart()
+        self._post_check()
+        removed = prune(self.state, self.target.name, self.mc.quarantine_keep,
+                        self.mc.quarantine_max_age)  # fmt: skip
+        for p in removed:
+            self.report.notes.append(f"quarantine retention removed {p}")
+        code = EXIT_OK
+        problems = []
+        rec = self.report.recover or {}
+        if rec.get("loss_detected"):
+            code = EXIT_MAINTENANCE_LOSS
+            problems.append("swapped with accepted loss (listed in the recover report)")
+        if failed:
+            code = EXIT_FAILED
+            problems.append(f"swapped, but {', '.join(failed)} did not start again")
+        if self.report.post_check.get("ok") is False:
+            code = EXIT_FAILED
+            problems.append("the post-check failed: " + self.report.post_check["summary"])
+        message = "; ".join(problems)
+        return self._finish("swapped" if self.options.action != "repair" else "repaired",
+                            code, message)  # fmt: skip
+
+    def _journal_mode_pin(self) -> None:
+        """After ``journal-mode=delete``: does Hermes' config.yaml keep it that way?"""
+        path = self.target.home / "config.yaml"
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            data = None
+        db = data.get("database") if isinstance(data, dict) else None
+        mode = db.get("journal_mode") if isinstance(db, dict) else None
+        if str(mode).lower() == "delete":
+            self.report.notes.append(f"{path} pins database.journal_mode: delete")
+        else:
+            self.report.notes.append(
+                f"{path} does not pin database.journal_mode: delete; a newer Hermes may"
+                " switch the file back to WAL: add `database: {journal_mode: delete}` there"
+            )
+
+    def _diverted(self) -> None:
+        folder = self.target.home / "sessions"
+        if folder.is_dir():
+            self.report.diverted = sorted(str(p) for p in folder.glob("*.jsonl"))
+
+    def _restart(self) -> list[str]:
+        failed: list[str] = []
+        units = list(reversed(self.stopped_units))
+        if units:
+            self._step("restart", units=units)
+            try:
+                results = start_units(units, self.address, self.mc.unit_timeout)
+            except StatewardenError as exc:
+                self.report.notes.append(str(exc))
+                return units
+            if self._down_started is not None:
+                self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
+            # A simple service's start job is done at fork; one whose program cannot run
+            # fails just after. Look again a moment later.
+            time.sleep(UNIT_START_CHECK_S)
+            states = unit_states(units, self.address)
+            for r in results:
+                self.report.units_started.append({**r.to_json(), "state": states[r.unit]})
+                if not r.ok or states[r.unit] != "active":
+                    failed.append(r.unit)
+        elif self._down_started is not None:
+            self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
+        self.report.units_stopped = list(self.stopped_units)
+        self.report.start_again = [
+            {"pid": s["pid"], "command": s["command"]} for s in self.signalled
+        ]
+        return failed
+
+    def _post_check(self) -> None:
+        self._step("post-check")
+        summary: dict[str, Any] = {}
+        try:
+            # Immutable when no sidecar exists: a plain read-only open would leave an
+            # empty -wal and -shm behind (only a writer may delete them).
+            conn = open_readonly(
+                self.db, busy_timeout_ms=1000, immutable=wal_sidecars_absent(self.db)
+            )
+            try:
+                rows = conn.execute(f"PRAGMA integrity_check({POST_CHECK_MAX_ERRORS})").fetchall()
+            finally:
+                conn.close()
+            summary["integrity"] = "ok" if rows == [("ok",)] else [r[0] for r in rows]
+        except (StatewardenError, apsw.Error) as exc:
+            summary["integrity"] = f"could not be checked: {exc}"
+        scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
+                                watch_opens=False)  # fmt: skip
+        try:
+            # A unit that just started may be creating -wal / -shm while the scan reads
+            # the files' inodes: a holder looks stale only if it still does a moment later.
+            for _ in range(POST_CHECK_SCANS):
+                scan = scanner.scan(full=True)[0]
+                stale = [h.pid for h in scan.holders if h.stale]
+                if not stale:
+                    break
+                time.sleep(POST_CHECK_GAP_S)
+        finally:
+            scanner.close()
+        summary["stale_holders"] = stale
+        summary["holders"] = [h.pid for h in scan.holders]
+        summary["ok"] = summary["integrity"] == "ok" and not stale
+        summary["summary"] = (
+            f"integrity {summary['integrity'] if summary['integrity'] == 'ok' else 'FAILED'},"
+            f" {len(scan.holders)} holder(s) on the new file,"
+            f" {len(stale)} holding an old inode"
+        )
+        self.report.post_check = summary
+
+    def _remove_new(self) -> None:
+        if self.new is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.new)
+
+    def _rollback(self, reason: str, code: int) -> RunReport:
+        self._let_go()
+        self._step("rollback", reason=reason)
+        if self.orig is not None and self.fenced:
+            fence.take_down(self.db, self.orig)
+        self._remove_new()
+        failed = self._restart()
+        msg = f"aborted and rolled back: {reason}"
+        if failed:
+            msg += f"; {', '.join(failed)} did not start again"
+        return self._finish("rolled back: the database is unchanged", code, msg)
+
+    # -- resume ------------------------------------------------------------------------
+
+    def resume(self) -> RunReport:
+        """Finish or roll back the run the ledger records as unfinished."""
+        private_dir(self.folder)
+        with run_lock(self.folder):
+            record = read_ledger(self.ledger.path)
+            if record is None or record.finished:
+                self.report.outcome = "nothing to resume"
+                return self.report
+            self.ledger.reopen()
+            return self._resume(record)
+
+    def _resume(self, record: LedgerRecord) -> RunReport:
+        begin = record.begin
+        self.report.run_id = record.run_id
+        self.report.action = str(begin.get("action", self.report.action))
+        self.orig = fence.Original(**begin["original"])
+        for e in record.steps("stop-unit"):
+            if e["unit"] not in self.stopped_units:
+                self.stopped_units.append(e["unit"])
+        self.signalled = [{"pid": e["pid"], "command": e["command"]}
+                          for e in record.steps("signal")]  # fmt: skip
+        self.fenced = record.has("fence")
+        prebuild = record.last("prebuild")
+        swap_step = record.last("swap")
+        if swap_step is None:
+            if prebuild is not None:
+                self.new = Path(prebuild["new"])
+            return self._rollback("resumed after an interruption before the swap", EXIT_FAILED)
+        self.new = Path(swap_step["new"])
+        qdir = Path(swap_step["quarantine"])
+        self.report.quarantine = str(qdir)
+        scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
+                                watch_opens=False)  # fmt: skip
+        try:
+            swapped = os.stat(self.db).st_ino == swap_step.get("new_ino")
+            if not swapped:
+                scan = scanner.scan(full=True)[0]
+                if scan.holders or not scan.complete:
+                    raise StatewardenError(
+                        f"{self.db}: cannot finish the interrupted swap: the database is held"
+                        " or the holder scan is incomplete; the original is still in place",
+                        hint="stop its holders and run statewardenctl maintenance --resume",
+                    )
+        finally:
+            scanner.close()
+        self._step("swap", new=str(self.new), quarantine=str(qdir), resumed=True,
+                   new_ino=swap_step.get("new_ino"))  # fmt: skip
+        res = swap(self.db, self.new, qdir, self.orig, record.run_id, after=self._crash_point)
+        self._step("swapped", files=res.files)
+        self.report.notes.append("resumed after an interruption during the swap: rolled forward")
+        return self._after_swap()
+
+
+class _Abort(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def unfinished(config: Config, db: Path) -> bool:
+    """Whether ``db`` has a run ledger that did not finish (for the daemon's start-up)."""
+    record = read_ledger(run_dir(state_dir(config), Path(os.path.abspath(db))) / "run.jsonl")
+    return record is not None and not record.finished

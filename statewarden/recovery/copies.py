@@ -1,0 +1,318 @@
+"""Second copies of a table's text: the own-content FTS tables its triggers feed.
+
+Hermes 0.19.0 writes each message's text again into ``messages_fts`` and
+``messages_fts_trigram``, by ``AFTER INSERT`` triggers of the form
+``INSERT INTO fts(rowid, col) VALUES (new.id, <expression of new.*>)``; the FTS table
+keeps that value in its ``<fts>_content`` shadow table (columns ``c0, c1, ...``) under
+the same rowid. Reading the trigger from the file's own schema gives, per FTS table,
+the expression to recompute from the base row, so each row can be compared with its
+copies without knowing Hermes' columns.
+
+Two copies and the row itself make a vote: a row that differs from copies that agree
+with each other has rotted (base damage); a copy that differs from the row and from
+the other copy has rotted (derived damage, rebuilt from the row).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from statewarden.recovery.schema import Schema
+from statewarden.sqlite import quote_ident
+
+_INSERT_RE = re.compile(
+    r"\bAFTER\s+INSERT\s+ON\s+[\"`\[]?(\w+)[\"`\]]?\s.*?\bBEGIN\s+INSERT\s+INTO\s+"
+    r"[\"`\[]?(\w+)[\"`\]]?\s*\(([^)]*)\)\s*VALUES\s*\((.*)\)\s*;\s*END\s*;?\s*$",
+    re.I | re.S,
+)
+_NEW_RE = re.compile(r"\bnew\.", re.I)
+# At most this many rowids are listed per finding.
+SAMPLE_ROWIDS = 20
+
+
+@dataclass
+class Feed:
+    """How one FTS table is fed from its base table."""
+
+    fts: str
+    table: str
+    rowid_expr: str  # over the base row, aliased ``b``
+    columns: dict[str, str]  # FTS content column (c0, ...) -> expression over ``b``
+
+
+@dataclass
+class CopyCheck:
+    """Rows of one base table compared with their FTS copies."""
+
+    table: str
+    copies: list[str]
+    rows_rotted: list[int] = field(default_factory=list)  # the copies agree, the row not
+    copies_rotted: dict[str, list[int]] = field(default_factory=dict)  # fts -> rowids
+    missing_from_copies: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    def findings(self) -> list[str]:
+        out = []
+        if self.rows_rotted:
+            n = len(self.rows_rotted)
+            rows = "1 row differs from its" if n == 1 else f"{n} rows differ from their"
+            out.append(
+                f"{self.table}: {rows} search-index copies ({', '.join(self.copies)}),"
+                " which agree with each other: changed on disk"
+                f" (rowid{'s' if n != 1 else ''} {_sample(self.rows_rotted)})"
+            )
+        for fts, rowids in self.copies_rotted.items():
+            n = len(rowids)
+            texts = (
+                "1 copied text differs from its"
+                if n == 1
+                else f"{n} copied texts differ from their"
+            )
+            out.append(
+                f"{fts}: {texts} {self.table} row (rowid{'s' if n != 1 else ''} {_sample(rowids)})"
+            )
+        if self.error:
+            out.append(f"{self.table}: its search-index copies could not be compared: {self.error}")
+        return out
+
+
+def _sample(rowids: list[int]) -> str:
+    shown = ", ".join(str(r) for r in rowids[:SAMPLE_ROWIDS])
+    return shown + (", ..." if len(rowids) > SAMPLE_ROWIDS else "")
+
+
+def _split_top(s: str) -> list[str]:
+    """Split at commas outside parentheses and quotes."""
+    parts, depth, cur, quote = [], 0, [], ""
+    for ch in s:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur).strip())
+    return parts
+
+
+def feeds(schema: Schema) -> list[Feed]:
+    """Every own-content FTS table fed by an ``AFTER INSERT`` trigger of a base table."""
+    out = []
+    for trig in schema.objects:
+        if trig.type != "trigger" or not trig.sql:
+            continue
+        m = _INSERT_RE.search(trig.sql)
+        if m is None:
+            continue
+        table, fts_name, cols, values = m.groups()
+        fts = schema.by_name(fts_name)
+        if fts is None or fts.module != "fts5" or fts.fts_content is not None:
+            continue
+        names = [c.strip().strip('"`[]').lower() for c in cols.split(",")]
+        exprs = [_NEW_RE.sub("b.", e) for e in _split_top(values)]
+        fts_cols = [c.name.lower() for c in fts.columns if not c.hidden]
+        if len(names) != len(exprs) or "rowid" not in names:
+            continue
+        mapping = {}
+        for name, expr in zip(names, exprs, strict=True):
+            if name in fts_cols:
+                mapping[f"c{fts_cols.index(name)}"] = expr
+        if mapping:
+            out.append(Feed(fts_name, table, exprs[names.index("rowid")], mapping))
+    return out
+
+
+def compare(conn: apsw.Connection, schema: Schema) -> list[CopyCheck]:
+    """Each base table with FTS copies: which rows or copies differ."""
+    by_table: dict[str, list[Feed]] = {}
+    for f in feeds(schema):
+        by_table.setdefault(f.table, []).append(f)
+    out = []
+    for table, fs in by_table.items():
+        check = CopyCheck(table, [f.fts for f in fs])
+        try:
+            _compare(conn, check, fs)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            check.error = str(exc).split("\n", 1)[0]
+        out.append(check)
+    return out
+
+
+def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
+    differs: dict[str, set[int]] = {}
+    for f in fs:
+        content = quote_ident(f"{f.fts}_content")
+        cond = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in f.columns.items())
+        sql = (
+            f"SELECT b.rowid FROM {quote_ident(f.table)} AS b NOT INDEXED"
+            f" JOIN {content} AS c ON c.id = ({f.rowid_expr}) WHERE {cond}"
+        )
+        differs[f.fts] = {int(r[0]) for r in conn.execute(sql)}
+    if len(fs) >= 2:
+        a, b = fs[0], fs[1]
+        both = differs[a.fts] & differs[b.fts]
+        # Both copies differ from the row: the row changed unless the copies also
+        # differ from each other (then nothing can tell which is right).
+        same = _copies_agree(conn, a, b, both)
+        check.rows_rotted = sorted(same)
+        for f in fs:
+            only = sorted(differs[f.fts] - same)
+            if only:
+                check.copies_rotted[f.fts] = only
+    else:
+        for f in fs:
+            if differs[f.fts]:
+                check.copies_rotted[f.fts] = sorted(differs[f.fts])
+
+
+def _copies_agree(conn: apsw.Connection, a: Feed, b: Feed, rowids: set[int]) -> set[int]:
+    if not rowids or set(a.columns) != set(b.columns):
+        return set()
+    ca, cb = quote_ident(f"{a.fts}_content"), quote_ident(f"{b.fts}_content")
+    same = " AND ".join(f"x.{c} IS y.{c}" for c in a.columns)
+    out = set()
+    for rowid in rowids:
+        row = conn.execute(
+            f"SELECT 1 FROM {ca} AS x JOIN {cb} AS y ON y.id = x.id WHERE x.id = ? AND {same}",
+            (rowid,),
+        ).fetchone()
+        if row is not None:
+            out.add(rowid)
+    return out
+
+
+def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> set[int] | None:
+    """Rowids held by the own-content FTS copies of ``table`` (each FTS table's
+    ``_content`` shadow table, under the row's rowid), or None if it has none that can
+    be read. A rowid here is a row that existed and was not deleted: Hermes' delete
+    triggers remove the copies with the row."""
+    out: set[int] | None = None
+    for f in feeds(schema):
+        if f.table != table:
+            continue
+        content = quote_ident(f"{f.fts}_content")
+        try:
+            rows = conn.execute(f"SELECT id FROM {content} NOT INDEXED").fetchall()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue  # a damaged copy vouches for nothing
+        out = (out or set()) | {int(r[0]) for r in rows if isinstance(r[0], int)}
+    return out
+
+
+REBUILT_TABLE_PREFIX = "statewarden_rebuilt_"
+REBUILT_RULE = (
+    "A row lost from a table whose text survives in its FTS copies is rebuilt into the"
+    " side table statewarden_rebuilt_<table>, never into the table itself: source_rowid"
+    " is its rowid; each column an intact index of the table still holds for that rowid"
+    " (for Hermes' messages: session_id, timestamp, active) is copied exactly; search_text"
+    " is the text the FTS copies hold (for Hermes: content, tool name and tool calls"
+    " joined by spaces, which cannot be split back into columns); rebuilt_from names the"
+    " copy each value came from. Columns with no surviving copy (the role) are not"
+    " invented."
+)
+
+
+@dataclass
+class RebuiltRow:
+    rowid: int
+    values: dict[str, Any]  # table column -> value, from an index entry of this rowid
+    sources: dict[str, str]  # column (or search_text) -> the copy it came from
+    search_text: str | None
+
+
+def rebuild_from_copies(
+    conn: apsw.Connection,
+    schema: Schema,
+    table: str,
+    rowids: set[int],
+    *,
+    broken_roots: set[int],
+) -> list[RebuiltRow]:
+    """Rows ``rowids`` of ``table`` (lost from the table itself) as far as the intact
+    indexes (read as covering indexes: the table is not touched) and FTS copies still
+    hold them. Indexes whose own b-tree is damaged are not read."""
+    if not rowids:
+        return []
+    out = {r: RebuiltRow(r, {}, {}, None) for r in sorted(rowids)}
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
+            continue
+        try:
+            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
+            if not cols or any(c is None for c in cols):
+                continue
+            sel = ", ".join(quote_ident(str(c)) for c in cols)
+            sql = (
+                f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
+            )
+            for row in conn.execute(sql):
+                got = out.get(int(row[0]))
+                if got is None:
+                    continue
+                for c, v in zip(cols, row[1:], strict=True):
+                    if str(c) not in got.values:
+                        got.values[str(c)] = v
+                        got.sources[str(c)] = f"index {idx.name}"
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    for f in feeds(schema):
+        if f.table != table or "c0" not in f.columns:
+            continue
+        content = quote_ident(f"{f.fts}_content")
+        for r in out.values():
+            if r.search_text is not None:
+                continue
+            try:
+                row = conn.execute(f"SELECT c0 FROM {content} WHERE id = ?", (r.rowid,)).fetchone()
+            except (apsw.Error, UnicodeDecodeError) as exc:
+                if isinstance(exc, apsw.InterruptError):
+                    raise
+                break
+            if row is not None and isinstance(row[0], str):
+                r.search_text = row[0]
+                r.sources["search_text"] = f"FTS copy {f.fts}"
+    return [r for r in out.values() if r.values or r.search_text is not None]
+
+
+def write_rebuilt(dst: apsw.Connection, table: str, rows: list[RebuiltRow]) -> str:
+    """Create the side table for ``table`` in ``dst`` and put ``rows`` in it; its name."""
+    name = f"{REBUILT_TABLE_PREFIX}{table}"
+    cols = list(dict.fromkeys(c for r in rows for c in r.values))
+    defs = "".join(f", {quote_ident(c)}" for c in cols)
+    dst.execute(
+        f"CREATE TABLE main.{quote_ident(name)}(source_rowid INTEGER PRIMARY KEY{defs},"
+        " search_text TEXT, rebuilt_from TEXT NOT NULL)"
+    )
+    names = ", ".join(
+        ["source_rowid", *(quote_ident(c) for c in cols), "search_text", "rebuilt_from"]
+    )
+    marks = ", ".join("?" for _ in range(len(cols) + 3))
+    dst.executemany(
+        f"INSERT INTO main.{quote_ident(name)}({names}) VALUES ({marks})",
+        [
+            (r.rowid, *(r.values.get(c) for c in cols), r.search_text, json.dumps(r.sources))
+            for r in rows
+        ],
+    )
+    return name

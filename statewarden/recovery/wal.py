@@ -1,0 +1,192 @@
+"""A ``-wal`` file read frame by frame: what SQLite replays, and what it leaves out.
+
+The format (sqlite.org/fileformat2.html#walformat): a 32-byte header (magic, version,
+page size, checkpoint sequence, two salts, a checksum of the first 24 bytes), then
+frames of a 24-byte header (page number, database size after commit or 0, the salts, a
+checksum chained over every earlier frame) and one page image.
+
+SQLite ignores the whole WAL when its header is not valid (magic, version, page size,
+header checksum) and stops replaying at the first frame whose salts or checksum do not
+match; frames after the last commit frame it reached are an unfinished transaction.
+Both rules drop committed transactions without a word. Here each frame is checked on
+its own, from the checksum stored in the frame (or header) before it, so the commits
+that come after a damaged frame (or behind a damaged header) are found, counted and
+their page images kept for salvage. A frame whose salts differ from the header's is
+from an older WAL generation (already checkpointed): reading stops there.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HEADER_BYTES = 32
+FRAME_HEADER_BYTES = 24
+MAGICS = (0x377F0682, 0x377F0683)  # checksums in little- / big-endian words
+VERSION = 3007000
+_MASK = 0xFFFFFFFF
+
+
+def checksum(data: bytes, s0: int, s1: int, *, big_endian: bool) -> tuple[int, int]:
+    """SQLite's WAL checksum of ``data`` (a multiple of 8 bytes) from ``(s0, s1)``."""
+    words = struct.unpack(f"{'>' if big_endian else '<'}{len(data) // 4}I", data)
+    for i in range(0, len(words), 2):
+        s0 = (s0 + words[i] + s1) & _MASK
+        s1 = (s1 + words[i + 1] + s0) & _MASK
+    return s0, s1
+
+
+def valid_page_size(n: int) -> bool:
+    return 512 <= n <= 65536 and n & (n - 1) == 0
+
+
+@dataclass
+class Frame:
+    index: int  # 0-based position in the file
+    page: int
+    commit: int  # database size in pages after this commit, 0 if not a commit frame
+    intact: bool  # salts match and its checksum follows from the frame before it
+    offset: int = 0  # of its page image in the file
+
+
+@dataclass
+class WalFacts:
+    """What one ``-wal`` holds and what SQLite makes of it."""
+
+    size: int
+    path: Path | None = None  # where the file is read from (page images on demand)
+    ignored: str | None = None  # why SQLite ignores the whole file, if it does
+    page_size: int = 0
+    frames: list[Frame] = field(default_factory=list)
+    replayed: int = 0  # frames SQLite applies (up to its last good commit frame)
+    first_bad: Frame | None = None  # the frame where SQLite's replay stops on damage
+    dropped_commits: int = 0  # committed transactions SQLite does not apply
+    dropped_frames: int = 0
+    unfinished_frames: int = 0  # after the last commit frame: never committed
+
+    def newest_images(self) -> dict[int, bytes]:
+        """Page images of the dropped committed transactions, the newest per page
+        (the damaged frame itself excluded)."""
+        newest: dict[int, Frame] = {}
+        for f in self._dropped():
+            if f.intact:
+                newest[f.page] = f
+        return {page: self._image(f) for page, f in newest.items()}
+
+    def replayed_page(self, page: int) -> bytes | None:
+        """The newest image of ``page`` SQLite replays, if any."""
+        found = None
+        for f in self.frames[: self.replayed]:
+            if f.page == page:
+                found = f
+        return None if found is None else self._image(found)
+
+    def _image(self, f: Frame) -> bytes:
+        assert self.path is not None
+        with open(self.path, "rb") as fh:
+            fh.seek(f.offset)
+            return fh.read(self.page_size)
+
+    def _dropped(self) -> list[Frame]:
+        last_commit = max((f.index for f in self.frames if f.commit and f.intact), default=-1)
+        return self.frames[self.replayed : last_commit + 1]
+
+    def notes(self, name: str) -> list[str]:
+        out = []
+        if self.ignored:
+            out.append(f"{name}: ignored, as SQLite does: {self.ignored}")
+        if self.first_bad is not None and not self.ignored:
+            f = self.first_bad
+            out.append(
+                f"{name}: frame {f.index + 1} (page {f.page}) fails its checksum;"
+                f" SQLite replays the {self.replayed} frames before it and stops there"
+            )
+        if self.dropped_commits:
+            s = "s" if self.dropped_commits != 1 else ""
+            out.append(
+                f"{name}: {self.dropped_commits} committed transaction{s}"
+                f" ({self.dropped_frames} frames) that SQLite does not replay;"
+                " their rows are salvaged from the frame images"
+            )
+        return out
+
+
+def read_wal(path: Path, db_page_size: int) -> WalFacts:
+    """Every frame of the WAL at ``path``, checked on its own (no SQLite involved).
+    Page images are read again from ``path`` when asked for: keep the file there."""
+    with open(path, "rb") as fh:
+        size = Path(path).stat().st_size
+        if not size:
+            return WalFacts(size=0, path=Path(path))
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _read(data, size, Path(path), db_page_size)
+
+
+def _read(data: mmap.mmap, size: int, path: Path, db_page_size: int) -> WalFacts:
+    facts = WalFacts(size=size, path=path)
+    if size < HEADER_BYTES:
+        facts.ignored = f"{size} bytes, shorter than a WAL header"
+        return facts
+    magic, version, page_size, _seq, salt1, salt2, c1, c2 = struct.unpack(">8I", data[:32])
+    problems = []
+    if magic not in MAGICS:
+        problems.append("bad magic number" + (" (zero-filled)" if not any(data[:32]) else ""))
+    if version != VERSION:
+        problems.append(f"unknown version {version}")
+    if not valid_page_size(page_size):
+        problems.append(f"invalid page size {page_size}")
+        page_size = db_page_size
+    orders = [bool(magic & 1)] if magic in MAGICS else [False, True]
+    if magic in MAGICS and checksum(data[:24], 0, 0, big_endian=orders[0]) != (c1, c2):
+        problems.append("its header checksum does not match")
+    facts.page_size = page_size
+    facts.ignored = ", ".join(problems) or None
+    best: list[Frame] = []
+    for big in orders:
+        frames = _frames(data, page_size, salt1, salt2, (c1, c2), big_endian=big)
+        if sum(f.intact for f in frames) > sum(f.intact for f in best) or not best:
+            best = frames
+    facts.frames = best
+    if facts.ignored is None:
+        for f in best:
+            if not f.intact:
+                facts.first_bad = f
+                break
+        prefix = best if facts.first_bad is None else best[: facts.first_bad.index]
+        facts.replayed = max((f.index + 1 for f in prefix if f.commit), default=0)
+    dropped = facts._dropped()
+    facts.dropped_frames = len(dropped)
+    facts.dropped_commits = sum(1 for f in dropped if f.commit and f.intact)
+    last = max((f.index for f in best if f.commit and f.intact), default=-1)
+    facts.unfinished_frames = len(best) - max(last + 1, facts.replayed)
+    return facts
+
+
+def _frames(
+    data: mmap.mmap,
+    page_size: int,
+    salt1: int,
+    salt2: int,
+    seed: tuple[int, int],
+    *,
+    big_endian: bool,
+) -> list[Frame]:
+    out: list[Frame] = []
+    size = FRAME_HEADER_BYTES + page_size
+    prev = seed
+    offset = HEADER_BYTES
+    while offset + size <= len(data):
+        fh = data[offset : offset + FRAME_HEADER_BYTES]
+        page, commit, s1, s2, k1, k2 = struct.unpack(">6I", fh)
+        if (s1, s2) != (salt1, salt2):
+            break  # an older generation of the WAL (or garbage): nothing more is ours
+        image = data[offset + FRAME_HEADER_BYTES : offset + size]
+        got = checksum(fh[:8], *prev, big_endian=big_endian)
+        got = checksum(image, *got, big_endian=big_endian)
+        intact = page != 0 and got == (k1, k2)
+        out.append(Frame(len(out), page, commit, intact, offset + FRAME_HEADER_BYTES))
+        prev = (k1, k2)
+        offset += size
+    return out

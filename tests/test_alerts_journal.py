@@ -1,0 +1,113 @@
+"""The journald sink into a real journald (the private systemd namespace, as root): the
+entries read back with ``journalctl -o json`` carry the kind's MESSAGE_ID, PRIORITY and
+the STATEWARDEN_* fields, and ``journalctl -x`` shows the catalogue's text; the committed
+catalogue file is the one the code generates."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statewarden.alerts.catalog import catalog_text
+from statewarden.incidents.signals import KINDS
+from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+
+REPO = Path(__file__).resolve().parent.parent
+CATALOG = REPO / "systemd" / "statewarden.catalog"
+
+SEND = textwrap.dedent(
+    """\
+    import asyncio
+    from statewarden.alerts.journald_sink import JournaldSink
+    from statewarden.alerts.message import Item, Notification
+    from statewarden.alerts.outbox import Entry
+
+    corrupt = Item(3, "corruption", "critical", "/home/u/.hermes/state.db", "work",
+                   "state.db routing save failed: database disk image is malformed", "opened",
+                   1.0, 2.0, 4, evidence=["ERROR gateway.session: malformed"],
+                   next_step="statewardenctl check --profile work")
+    stale = Item(5, "stale_holder", "critical", "/home/u/.hermes/state.db", "work",
+                 "pid 42 holds a deleted state.db-wal", "resolved", 1.0, 2.0, 1)
+    firing = Notification("firing:i3@1.1", "firing", "box", 1.0, [corrupt])
+    resolved = Notification("resolved:i5@1.2", "resolved", "box", 1.0, [stale])
+    sink = JournaldSink()
+    assert sink.sender.available, "no journal socket"
+    for n in (firing, resolved):
+        print(asyncio.run(sink.deliver(Entry(1, "journald", n, 1.0), lambda p: None)))
+    """
+)
+
+
+class TestCatalogFile:
+    def test_committed_catalog_is_generated(self) -> None:
+        """systemd/statewarden.catalog equals `python -m statewarden.alerts.catalog`."""
+        assert CATALOG.read_text() == catalog_text()
+
+    def test_every_kind_has_an_entry_with_a_next_step(self) -> None:
+        text = CATALOG.read_text()
+        for kind in KINDS:
+            block = text.split(f"-- {KINDS[kind].message_id}\n")[1].split("\n-- ")[0]
+            assert "Subject: statewarden: " in block
+            assert "What to do: " in block
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UserSystemd]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with user_systemd(tmp_path_factory.mktemp("alerts-journal")) as m:
+        yield m
+
+
+@pytest.mark.systemd
+class TestRealJournal:
+    def test_fields_and_catalogue_text(self, manager: UserSystemd) -> None:
+        """Entries have MESSAGE_ID, PRIORITY (2 firing critical, 5 resolved), the
+        STATEWARDEN_* fields; -p warning hides the resolved one; -x shows the catalogue."""
+        # Installed where install.sh puts it (journalctl reads /usr/local/lib/systemd/catalog
+        # and /usr/lib/systemd/catalog); the database is written under /var/lib. tmpfs on
+        # both, in the private namespace only, keeps the host untouched.
+        setup = (
+            "mount -t tmpfs tmpfs /usr/local/lib && mkdir -p /usr/local/lib/systemd/catalog && "
+            "mkdir -p /var/lib/systemd/catalog && "
+            "mount -t tmpfs tmpfs /var/lib/systemd/catalog && "
+            f"cp {CATALOG} /usr/local/lib/systemd/catalog/ && journalctl --update-catalog"
+        )
+        r = manager.run("sh", "-c", setup)
+        assert r.returncode == 0, r.stderr
+        r = manager.run("sh", "-c", f'cd "{REPO}" && exec "{sys.executable}" -c "$0"', SEND)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == ["1 entry written to the journal"] * 2
+        manager.run("journalctl", "--flush")
+        out = manager.run(
+            "journalctl", "-o", "json", "--no-pager", "SYSLOG_IDENTIFIER=statewarden"
+        ).stdout
+        entries = [json.loads(line) for line in out.splitlines()]
+        firing = next(e for e in entries if e.get("STATEWARDEN_STATE") == "firing")
+        resolved = next(e for e in entries if e.get("STATEWARDEN_STATE") == "resolved")
+        assert firing["MESSAGE_ID"] == KINDS["corruption"].message_id
+        assert firing["PRIORITY"] == "2"
+        assert firing["STATEWARDEN_INCIDENT"] == "3"
+        assert firing["STATEWARDEN_KIND"] == "corruption"
+        assert firing["STATEWARDEN_DB"] == "/home/u/.hermes/state.db"
+        assert firing["STATEWARDEN_PROFILE"] == "work"
+        assert firing["MESSAGE"].startswith("CRITICAL corruption on box, profile work")
+        assert resolved["MESSAGE_ID"] == KINDS["stale_holder"].message_id
+        assert resolved["PRIORITY"] == "5"
+        warn = manager.run("journalctl", "-o", "json", "--no-pager", "-p", "warning",
+                           "SYSLOG_IDENTIFIER=statewarden").stdout  # fmt: skip
+        states = [json.loads(line).get("STATEWARDEN_STATE") for line in warn.splitlines()]
+        assert states == ["firing"]
+        corruption_id = KINDS["corruption"].message_id
+        explained = manager.run(
+            "journalctl", "-x", "--no-pager", f"MESSAGE_ID={corruption_id}"
+        ).stdout
+        assert "Subject: statewarden: Hermes state.db is corrupt" in explained
+        assert "Incident 3 on /home/u/.hermes/state.db (profile work), firing." in explained
+        assert "What to do: statewardenctl check --profile work" in explained

@@ -1,0 +1,400 @@
+"""``statewardenctl install`` / ``uninstall``: unit files, and a real systemd --user manager.
+
+Without a manager: the files, the manifest, refusals (a unit file someone else wrote, a
+planted symlink), dry runs. With a real manager (root, ``tests/systemd_harness.py``): the
+unit reaches ``active (running)`` with the daemon's READY status text, survives a reload,
+keeps the watchdog fed, comes back after ``kill -9``, stops cleanly, passes
+``systemd-analyze verify``, and ``uninstall`` removes what ``install`` added and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.bot_api import BotApi
+from lab.hermes_fixtures import TINY, make_home
+from statewarden import install as inst
+from statewarden.incidents.signals import KINDS
+from tests.support.cli import CtlRun
+from tests.support.cli import run_installed as ctl
+from tests.support.waiting import wait_for
+from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+
+NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
+
+
+def offline_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "DBUS_"))}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "home" / ".config"),
+        XDG_STATE_HOME=str(tmp_path / "home" / ".local" / "state"),
+        DBUS_SESSION_BUS_ADDRESS=NO_BUS,
+    )
+    return env
+
+
+def unit_dir_of(env: dict[str, str]) -> Path:
+    return Path(env["XDG_CONFIG_HOME"]) / "systemd" / "user"
+
+
+def manifest_of(env: dict[str, str]) -> Path:
+    return Path(env["XDG_STATE_HOME"]) / "statewarden" / inst.MANIFEST_NAME
+
+
+class TestWithoutManager:
+    def test_writes_both_units_for_this_installation(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        r = ctl("install", env=env)
+        assert r.exit_code == 0, r.stderr
+        units = unit_dir_of(env)
+        service = (units / inst.UNIT).read_text()
+        bindir = Path(sys.executable).parent
+        assert f"ExecStart={bindir}/statewarden run\n" in service
+        assert "@BINDIR@" not in service
+        failed = (units / inst.FAILED_TEMPLATE).read_text()
+        assert f"ExecStart={bindir}/statewardenctl alerts supervisor-failed %i" in failed
+        assert "OnFailure=statewarden-failed@%n.service" in service
+        assert f"wrote {units / inst.UNIT}" in r.stdout
+        assert "systemd user manager not reachable" in r.stdout
+        manifest = json.loads(manifest_of(env).read_text())
+        assert sorted(manifest["files"]) == sorted(str(units / n) for n in inst.UNIT_FILES)
+
+    def test_second_install_changes_nothing(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        assert ctl("install", env=env).exit_code == 0
+        before = {p: p.stat().st_mtime_ns for p in unit_dir_of(env).iterdir()}
+        r = ctl("install", env=env)
+        assert r.exit_code == 0, r.stderr
+        assert "already up to date" in r.stdout
+        assert "wrote" not in r.stdout
+        assert {p: p.stat().st_mtime_ns for p in unit_dir_of(env).iterdir()} == before
+
+    def test_enable_without_a_manager_is_one_line_and_exit_1(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        r = ctl("install", "--enable", env=env)
+        assert r.exit_code == 1
+        assert r.stderr.count("\n") == 1
+        assert r.stderr.startswith("statewardenctl: error: systemd user manager not reachable")
+        assert "systemctl --user enable --now statewarden.service" in r.stderr
+        assert (unit_dir_of(env) / inst.UNIT).is_file()  # the files are still written
+
+    def test_a_unit_file_written_by_someone_else_is_kept(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        units = unit_dir_of(env)
+        units.mkdir(parents=True)
+        (units / inst.UNIT).write_text("[Service]\nExecStart=/bin/true\n")
+        r = ctl("install", env=env)
+        assert r.exit_code == 1
+        assert "was not written by statewardenctl install" in r.stderr
+        assert (units / inst.UNIT).read_text() == "[Service]\nExecStart=/bin/true\n"
+        assert not (units / inst.FAILED_TEMPLATE).exists()
+        r = ctl("install", "--force", env=env)
+        assert r.exit_code == 0, r.stderr
+        assert "ExecStart=/bin/true" not in (units / inst.UNIT).read_text()
+
+    def test_a_planted_symlink_is_refused_and_its_target_untouched(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        units = unit_dir_of(env)
+        units.mkdir(parents=True)
+        victim = tmp_path / "victim.db"
+        victim.write_bytes(b"precious")
+        (units / inst.UNIT).symlink_to(victim)
+        for extra in ((), ("--force",)):
+            r = ctl("install", *extra, env=env)
+            assert r.exit_code == 1
+            assert "is a symlink" in r.stderr
+        assert victim.read_bytes() == b"precious"
+
+    def test_an_update_of_our_own_file_is_allowed(self, tmp_path: Path) -> None:
+        """A file install wrote earlier (the manifest's digest) is ours to update."""
+        env = offline_env(tmp_path)
+        assert ctl("install", env=env).exit_code == 0
+        plan = inst.plan_install(
+            unit_dir_of(env), manifest_of(env), bindir=tmp_path / "other" / "bin"
+        )
+        assert {f.action for f in plan.files} == {"update"}
+
+    def test_dry_run_changes_nothing(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        r = ctl("install", "--enable", "--now", "--dry-run", env=env)
+        assert r.exit_code == 0, r.stderr
+        assert f"would create {unit_dir_of(env) / inst.UNIT}" in r.stdout
+        assert "would start statewarden.service" in r.stdout
+        assert not unit_dir_of(env).exists()
+        assert not manifest_of(env).exists()
+
+    def test_uninstall_removes_exactly_what_install_wrote(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        assert ctl("install", env=env).exit_code == 0
+        units = unit_dir_of(env)
+        mine = units / "hermes-gateway.service"
+        mine.write_text("[Service]\nExecStart=/bin/true\n")
+        r = ctl("uninstall", env=env)
+        assert r.exit_code == 0, r.stderr
+        assert sorted(p.name for p in units.iterdir()) == ["hermes-gateway.service"]
+        assert not manifest_of(env).exists()
+
+    def test_uninstall_keeps_a_file_changed_since(self, tmp_path: Path) -> None:
+        env = offline_env(tmp_path)
+        assert ctl("install", env=env).exit_code == 0
+        edited = unit_dir_of(env) / inst.UNIT
+        edited.write_text(edited.read_text() + "# my edit\n")
+        r = ctl("uninstall", env=env)
+        assert r.exit_code == 0, r.stderr
+        assert f"kept {edited}: it was changed since install" in r.stdout
+        assert edited.exists()
+        assert not (unit_dir_of(env) / inst.FAILED_TEMPLATE).exists()
+
+    def test_uninstall_with_nothing_installed_is_a_usage_error(self, tmp_path: Path) -> None:
+        r = ctl("uninstall", env=offline_env(tmp_path))
+        assert r.exit_code == 2
+        assert r.stderr.startswith("statewardenctl: error: nothing to uninstall")
+        assert r.stderr.count("\n") == 1
+
+
+# -- a real user manager -----------------------------------------------------------------
+
+
+USER_UID = 65534  # an unprivileged uid with no home, as a fresh service user would be
+
+
+class Installed:
+    def __init__(self, manager: UserSystemd, env: dict[str, str]) -> None:
+        self.manager = manager
+        self.env = env
+
+    def ctl(self, *args: str) -> CtlRun:
+        """The installed statewardenctl, run as the manager's user."""
+        script = str(Path(sys.executable).parent / "statewardenctl")
+        r = subprocess.run(
+            self.manager.as_user([script, *args]), env=self.env, capture_output=True,
+            text=True, timeout=180, check=False,
+        )  # fmt: skip
+        return CtlRun(r.returncode, r.stdout, r.stderr)
+
+    def show(self, *props: str) -> dict[str, str]:
+        r = self.manager.systemctl("show", inst.UNIT, *(f"-p{p}" for p in props))
+        return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+    def wait_running(self, timeout_s: float = 60.0, other_than: str = "") -> dict[str, str]:
+        deadline = time.monotonic() + timeout_s
+        props: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            props = self.show("ActiveState", "SubState", "MainPID", "StatusText", "NRestarts")
+            if (
+                props.get("ActiveState") == "active"
+                and props.get("SubState") == "running"
+                and props.get("StatusText")
+                and props.get("MainPID") not in ("0", other_than)
+            ):
+                return props
+            time.sleep(0.1)
+        raise AssertionError(f"statewarden.service not running: {props}")
+
+
+def _chown_tree(top: Path, uid: int) -> None:
+    for dirpath, _dirs, files in os.walk(top):
+        os.chown(dirpath, uid, uid)
+        for f in files:
+            os.chown(os.path.join(dirpath, f), uid, uid)
+
+
+@pytest.fixture(scope="module", params=[0, USER_UID], ids=["as-root", "as-a-user"])
+def installed(request: pytest.FixtureRequest) -> Iterator[Installed]:
+    """statewarden installed with --enable --now into a real user manager, run by root
+    or by an unprivileged uid (the way it is meant to run)."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    uid: int = request.param
+    # Outside pytest's 0700 temporary root, so that the user can reach its own folders.
+    base = Path(tempfile.mkdtemp(prefix="statewarden-install-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        hermes = make_home(base / "hermes", TINY)
+        if uid:
+            _chown_tree(hermes, uid)
+        with user_systemd(base / "manager", uid) as manager:
+            state = manager.home / ".local" / "state"
+            # What the unit runs with: point HOME and the XDG folders at the test's.
+            r = manager.systemctl(
+                "set-environment",
+                f"HOME={manager.home}",
+                f"XDG_STATE_HOME={state}",
+                f"XDG_CONFIG_HOME={manager.home / '.config'}",
+                f"HERMES_HOME={hermes}",
+            )
+            assert r.returncode == 0, r.stderr
+            env = manager.env()
+            env["XDG_STATE_HOME"] = str(state)
+            env["HERMES_HOME"] = str(hermes)
+            installed = Installed(manager, env)
+            done = installed.ctl("install", "--enable", "--now")
+            assert done.exit_code == 0, done.stdout + done.stderr
+            yield installed
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.systemd
+class TestRealManager:
+    def test_enable_now_reaches_running_with_ready_status(self, installed: Installed) -> None:
+        props = installed.wait_running()
+        assert "watching" in props["StatusText"] or "database" in props["StatusText"]
+        r = installed.manager.systemctl("is-enabled", inst.UNIT)
+        assert r.stdout.strip() == "enabled"
+        wants = installed.manager.unit_dir / "default.target.wants" / inst.UNIT
+        assert wants.is_symlink()
+
+    def test_install_again_changes_nothing(self, installed: Installed) -> None:
+        before = installed.wait_running()
+        r = installed.ctl("install", "--enable", "--now")
+        assert r.exit_code == 0, r.stderr
+        assert "already enabled" in r.stdout
+        assert "already running" in r.stdout
+        assert installed.wait_running()["MainPID"] == before["MainPID"]
+
+    def test_reload_keeps_the_same_process(self, installed: Installed) -> None:
+        before = installed.wait_running()
+        r = installed.manager.systemctl("reload", inst.UNIT)
+        assert r.returncode == 0, r.stderr
+        after = installed.wait_running()
+        assert after["MainPID"] == before["MainPID"]
+        assert after["NRestarts"] == before["NRestarts"]
+
+    def test_the_watchdog_is_fed(self, installed: Installed) -> None:
+        """With WatchdogSec=2 (a drop-in), the daemon is still the same process 6 s later."""
+        dropin = installed.manager.unit_dir / f"{inst.UNIT}.d"
+        dropin.mkdir(exist_ok=True)
+        (dropin / "watchdog.conf").write_text("[Service]\nWatchdogSec=2\n")
+        installed.manager.daemon_reload()
+        assert installed.manager.systemctl("restart", inst.UNIT).returncode == 0
+        before = installed.wait_running()
+        assert installed.show("WatchdogUSec")["WatchdogUSec"] == "2s"
+        time.sleep(6)
+        after = installed.wait_running()
+        assert (after["MainPID"], after["NRestarts"]) == (before["MainPID"], before["NRestarts"])
+
+    def test_the_hardening_holds_in_the_running_daemon(self, installed: Installed) -> None:
+        """Each hardening option the unit keeps is in force in the daemon's process."""
+        pid = installed.wait_running()["MainPID"]
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        assert status["NoNewPrivs"].strip() == "1"
+        assert status["Umask"].strip() == "0077"
+        assert status["Seccomp"].strip() == "2"  # SystemCallArchitectures=, RestrictRealtime=
+
+    def test_kill_9_is_restarted(self, installed: Installed) -> None:
+        before = installed.wait_running()
+        os.kill(int(before["MainPID"]), signal.SIGKILL)
+        after = installed.wait_running(other_than=before["MainPID"])
+        assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+
+    def test_stop_is_clean_within_the_timeout(self, installed: Installed) -> None:
+        installed.wait_running()
+        r = installed.manager.systemctl("stop", inst.UNIT)
+        assert r.returncode == 0, r.stderr
+        props = installed.show("ActiveState", "Result", "ExecMainStatus")
+        assert props == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}
+        assert installed.manager.systemctl("start", inst.UNIT).returncode == 0
+        installed.wait_running()
+
+    def test_a_supervisor_that_fails_for_good_sends_one_alert(self, installed: Installed) -> None:
+        """Past the start limit, OnFailure= sends one supervisor_failed alert: seen at a
+        local Bot API server and in the journal with its MESSAGE_ID."""
+        m = installed.manager
+        uid = m.uid
+        api = BotApi()
+        conf_dir = Path(installed.env["XDG_CONFIG_HOME"]) / "statewarden"
+        dropin = m.unit_dir / f"{inst.UNIT}.d" / "fail-fast.conf"
+        try:
+            conf_dir.mkdir(parents=True, exist_ok=True)
+            token = conf_dir / "telegram-token"
+            token.write_text("123456:test-token\n")
+            # A state folder that is a file: the daemon cannot start, statewardenctl can.
+            blocker = conf_dir / "not-a-folder"
+            blocker.write_text("")
+            (conf_dir / "config.yaml").write_text(
+                f"paths:\n  state_dir: {blocker}\n"
+                "alerts:\n  telegram:\n    enabled: true\n"
+                f"    token_file: {token}\n    chat_id: '4242'\n    api_base: {api.url}\n"
+            )
+            for path in (conf_dir, token, blocker, conf_dir / "config.yaml"):
+                os.chown(path, uid, uid)
+            token.chmod(0o600)
+            dropin.parent.mkdir(exist_ok=True)
+            dropin.write_text(
+                "[Unit]\nStartLimitIntervalSec=120\nStartLimitBurst=2\n"
+                "[Service]\nRestartSec=100ms\n"
+            )
+            m.daemon_reload()
+            m.systemctl("restart", inst.UNIT)
+
+            def alerted() -> bool:
+                return any("supervisor_failed" in r.text for r in api.accepted)
+
+            wait_for(alerted, "the supervisor_failed alert at the Bot API server", timeout_s=90)
+            assert installed.show("ActiveState")["ActiveState"] == "failed"
+            time.sleep(2)
+            sent = [r for r in api.accepted if "supervisor_failed" in r.text]
+            assert len(sent) == 1
+            assert str(sent[0].body["chat_id"]) == "4242"
+            assert "statewarden.service has stopped for good" in sent[0].text
+            assert "systemctl --user reset-failed" in sent[0].text
+            journal = m._in_ns(
+                [
+                    "journalctl",
+                    "--no-pager",
+                    "-o",
+                    "cat",
+                    f"MESSAGE_ID={KINDS['supervisor_failed'].message_id}",
+                ],
+                timeout=60,
+            ).stdout
+            assert "supervisor_failed" in journal
+        finally:
+            api.stop()
+            dropin.unlink(missing_ok=True)
+            (conf_dir / "config.yaml").unlink(missing_ok=True)
+            m.daemon_reload()
+            m.systemctl("reset-failed", inst.UNIT)
+            m.systemctl("start", inst.UNIT)
+        installed.wait_running()
+
+    def test_systemd_analyze_verify_passes(self, installed: Installed) -> None:
+        units = installed.manager.unit_dir
+        r = installed.manager._in_ns(
+            installed.manager.as_user(
+                ["systemd-analyze", "--user", "verify", "--man=no", str(units / inst.UNIT)]
+            ),
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def test_uninstall_removes_what_install_added_and_nothing_else(
+        self, installed: Installed
+    ) -> None:
+        """Last in the module: stops, disables, removes the two files; the drop-in stays."""
+        units = installed.manager.unit_dir
+        r = installed.ctl("uninstall")
+        assert r.exit_code == 0, r.stdout + r.stderr
+        assert "stopped statewarden.service" in r.stdout
+        assert "disabled statewarden.service" in r.stdout
+        assert not (units / inst.UNIT).exists()
+        assert not (units / inst.FAILED_TEMPLATE).exists()
+        assert not (units / "default.target.wants" / inst.UNIT).exists()
+        assert (units / f"{inst.UNIT}.d" / "watchdog.conf").exists()  # not ours
+        assert installed.show("ActiveState")["ActiveState"] == "inactive"
