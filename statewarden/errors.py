@@ -79,8 +79,10 @@ class UnsafePath(StatewardenError):
     exit_code = EXIT_USAGE
 
 
-class StateUnwritable(StatewardenError):
-    """A state file could not be written (full disk, no descriptors, permissions)."""
+class StateUnwritable(StatewardenError, OSError):
+    """A state file could not be written (full disk, no descriptors, permissions).
+
+    Also an ``OSError``: code that handles a failed write as such keeps doing so."""
 
     def __init__(self, path: object, exc: OSError) -> None:
         self.path = path
