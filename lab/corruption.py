@@ -21,14 +21,14 @@ from pathlib import Path
 import apsw
 
 from lab.hermes_fixtures import SMALL, Spec, built_db, hermes_python
-from statewarden.demo.damage import (
-    PristineFile,
-    duplicate_cell,
-    point_cells_at_first,
-    schema_roots,
-)
-from statewarden.demo.damage import varint as _varint
-from statewarden.demo.damage import write_at as _write
+from statewarden.demo import damage
+from statewarden.demo.damage import duplicate_cell, point_cells_at_first
+
+# Shared with statewardenctl demo; the tests read files through these names here.
+PristineFile = damage.PristineFile
+schema_roots = damage.schema_roots
+_varint = damage.varint
+_write = damage.write_at
 
 
 @dataclass

@@ -39,7 +39,7 @@ def demo(*, keep: bool, as_json: bool) -> None:
         print_json(report.to_json())
     else:
         failed = [s.name for s in report.steps if not s.ok]
-        click.echo("Demo finished: " + (f"these steps did not end as expected: {', '.join(failed)}"
-                                        if failed else "every step ended as expected."))  # fmt: skip
+        verdict = f"not as expected: {', '.join(failed)}" if failed else "every step as expected"
+        click.echo(f"Demo finished: {verdict}.")
     if not report.ok:
         raise SystemExit(EXIT_FAILED)

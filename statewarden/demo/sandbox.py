@@ -17,6 +17,7 @@ daemonised ``serve`` is stopped too) and removes the folder unless it is kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from pathlib import Path
 from statewarden.demo import desktop_lookalike, hermes_lookalike
 from statewarden.demo.damage import duplicate_cell, point_cells_at_first
 from statewarden.demo.database import write_database
+from statewarden.errors import StatewardenError
 
 WRITE_EVERY_S = 0.5
 READY_TIMEOUT_S = 30.0
@@ -47,8 +49,8 @@ CONFIG = {
 HOLDERS = (("gateway", ("gateway", "run")), ("dashboard", ("dashboard",)), ("chat", ("chat",)))
 
 
-class SandboxError(RuntimeError):
-    """The sandbox could not be built (a holder did not start)."""
+class SandboxError(StatewardenError):
+    """The sandbox could not be built (no room, a holder did not start)."""
 
 
 @dataclass
@@ -83,8 +85,15 @@ class Sandbox:
 
     def build(self) -> Damage:
         """The Hermes home with the shipped database, damaged while no process holds it."""
-        for d in (self.hermes_home / "logs", self.bin, self.run_dir, self.root / "state",
-                  self.root / "config" / "statewarden", self.root / "cache", self.root / "tmp"):
+        for d in (
+            self.hermes_home / "logs",
+            self.bin,
+            self.run_dir,
+            self.root / "state",
+            self.root / "config" / "statewarden",
+            self.root / "cache",
+            self.root / "tmp",
+        ):
             d.mkdir(parents=True, exist_ok=True)  # fmt: skip
         (self.root / "runtime").mkdir(mode=0o700, exist_ok=True)
         (self.root / "config" / "statewarden" / "config.yaml").write_text(json.dumps(CONFIG))
@@ -198,10 +207,8 @@ class Sandbox:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _wait_gone(find: Callable[[], list[int]], timeout_s: float) -> bool:
