@@ -22,8 +22,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from statewarden.demo.sandbox import Sandbox, SandboxError
-from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK
+from statewarden.demo.sandbox import Sandbox
+from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_OK, SandboxError
 
 STEP_TIMEOUT_S = 600.0
 RESPAWNED = "serve --isolated"

@@ -33,7 +33,7 @@ from pathlib import Path
 from statewarden.demo import desktop_lookalike, hermes_lookalike
 from statewarden.demo.damage import duplicate_cell, point_cells_at_first
 from statewarden.demo.database import write_database
-from statewarden.errors import StatewardenError
+from statewarden.errors import SandboxError
 
 WRITE_EVERY_S = 0.5
 READY_TIMEOUT_S = 30.0
@@ -47,10 +47,6 @@ CONFIG = {
     "logging": {"format": "plain", "level": "warning"},
 }  # fmt: skip
 HOLDERS = (("gateway", ("gateway", "run")), ("dashboard", ("dashboard",)), ("chat", ("chat",)))
-
-
-class SandboxError(StatewardenError):
-    """The sandbox could not be built (no room, a holder did not start)."""
 
 
 @dataclass
