@@ -27,6 +27,11 @@ Steps (each only as far as the damage needs):
    triggers, created before the data; external content by ``'rebuild'``).
 6. The output is verified (``verify.py``) and linked into place only at the very end
    and only if verified, so an interrupted or failed run leaves no file at ``--output``.
+
+Nothing is written through a name someone else could have planted: the work folder is
+a fresh ``mkdtemp`` (0700), the output and the report are linked into place as new
+names (``atomic.write_new``), so no inode of the source bundle can be a write target.
+Both folders are tried (a file created and removed) before the work starts.
 """
 
 from __future__ import annotations
@@ -34,12 +39,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import apsw
 
+from statewarden.atomic import write_new
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
@@ -82,6 +89,10 @@ def recover(
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
     if report_path is not None and not Path(report_path).parent.is_dir():
         raise UsageError(f"{Path(report_path).parent}: no such directory for --report")
+    # Both folders are tried before any work: a read-only one fails now, not after it.
+    _check_writable(output.parent, "--output")
+    if report_path is not None:
+        _check_writable(Path(report_path).parent, "--report")
     started = time.monotonic()
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
     copied = round(time.monotonic() - started, 3)
@@ -92,9 +103,7 @@ def recover(
             # A file that failed verification is never left where a swap would take it.
             report.notes.append(f"the output failed verification and was not kept at {output}")
         if report_path is not None:
-            tmp = Path(f"{report_path}.tmp")
-            tmp.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
-            os.replace(tmp, report_path)
+            _write_report(Path(report_path), report)
         if report.verified:
             _publish(work.work_dir / "output.db", output)
         return report
@@ -102,12 +111,33 @@ def recover(
         work.cleanup()
 
 
+def _check_writable(directory: Path, option: str) -> None:
+    """Create and remove a file in ``directory``, or fail with one line (exit 2)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".statewarden-probe-", dir=directory)
+    except OSError as exc:
+        raise UsageError(f"{directory}: cannot write there for {option}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def _write_report(path: Path, report: Report) -> None:
+    """The report as a new file: never written through a planted name (symlink, link)."""
+    text = json.dumps(report.to_json(), indent=2, default=str) + "\n"
+    try:
+        write_new(path, text)
+    except FileExistsError:
+        raise UsageError(f"{path}: appeared while recovering; refusing to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the report: {exc.strerror}") from None
+
+
 def _publish(built: Path, output: Path) -> None:
     """Put the verified file at ``output`` atomically and without overwriting anything."""
     with open(built, "rb+") as f:
         os.fsync(f.fileno())
     try:
-        os.link(built, output)
+        os.link(built, output, follow_symlinks=False)
     except FileExistsError:
         raise UsageError(f"{output}: appeared while recovering; refusing to overwrite it") from None
     dir_fd = os.open(output.parent, os.O_RDONLY)
