@@ -3,8 +3,10 @@
 Every case copies a cached fixture (written by Hermes 0.19.0 itself), reads what it needs
 from the pristine file, edits bytes of the closed copy and records exactly what was
 damaged: which rowids lived on a zeroed page, which row is now stored twice. The ground
-truth comes from the small rowid-only b-tree walker below, which shares no code with
-``statewarden/pages.py``, so the tests compare two independent readings of the file.
+truth comes from the small rowid-only b-tree walker in ``statewarden/demo/damage.py``
+(shipped there because ``statewardenctl demo`` damages its database with it), which
+shares no code with ``statewarden/recovery/pages.py``, so the tests compare two
+independent readings of the file.
 """
 
 from __future__ import annotations
@@ -19,79 +21,14 @@ from pathlib import Path
 import apsw
 
 from lab.hermes_fixtures import SMALL, Spec, built_db, hermes_python
+from statewarden.demo import damage
+from statewarden.demo.damage import duplicate_cell, point_cells_at_first
 
-PAGE_TABLE_INTERIOR = 0x05
-PAGE_TABLE_LEAF = 0x0D
-PAGE_INDEX_INTERIOR = 0x02
-PAGE_INDEX_LEAF = 0x0A
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = 0
-    for i in range(8):
-        b = buf[pos + i]
-        value = (value << 7) | (b & 0x7F)
-        if not b & 0x80:
-            return value, pos + i + 1
-    return (value << 8) | buf[pos + 8], pos + 9
-
-
-class PristineFile:
-    """Read-only view of a closed database file: pages, b-tree children, leaf rowids."""
-
-    def __init__(self, path: Path) -> None:
-        self.data = path.read_bytes()
-        (raw,) = struct.unpack(">H", self.data[16:18])
-        self.page_size = 65536 if raw == 1 else raw
-
-    def page(self, n: int) -> bytes:
-        return self.data[(n - 1) * self.page_size : n * self.page_size]
-
-    def _hdr(self, n: int) -> int:
-        return 100 if n == 1 else 0
-
-    def page_type(self, n: int) -> int:
-        return self.page(n)[self._hdr(n)]
-
-    def cell_offsets(self, n: int) -> list[int]:
-        pg, h = self.page(n), self._hdr(n)
-        (count,) = struct.unpack(">H", pg[h + 3 : h + 5])
-        start = h + (12 if pg[h] in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR) else 8)
-        return [struct.unpack(">H", pg[start + 2 * i : start + 2 * i + 2])[0] for i in range(count)]
-
-    def children(self, n: int) -> list[int]:
-        """Child pages of an interior page, left to right (right-most pointer last)."""
-        pg, h = self.page(n), self._hdr(n)
-        if pg[h] not in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR):
-            return []
-        out = [struct.unpack(">I", pg[off : off + 4])[0] for off in self.cell_offsets(n)]
-        out.append(struct.unpack(">I", pg[h + 8 : h + 12])[0])
-        return out
-
-    def leaf_rowids(self, n: int) -> list[int]:
-        pg = self.page(n)
-        rowids = []
-        for off in self.cell_offsets(n):
-            _, pos = _varint(pg, off)
-            rowid, _ = _varint(pg, pos)
-            rowids.append(rowid)
-        return rowids
-
-    def tree_pages(self, root: int) -> tuple[list[int], list[int]]:
-        """(interior pages, leaf pages) of the b-tree at ``root``, leaves in key order."""
-        interior: list[int] = []
-        leaves: list[int] = []
-
-        def walk(n: int) -> None:
-            if self.page_type(n) in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR):
-                interior.append(n)
-                for child in self.children(n):
-                    walk(child)
-            else:
-                leaves.append(n)
-
-        walk(root)
-        return interior, leaves
+# Shared with statewardenctl demo; the tests read files through these names here.
+PristineFile = damage.PristineFile
+schema_roots = damage.schema_roots
+_varint = damage.varint
+_write = damage.write_at
 
 
 @dataclass
@@ -108,20 +45,6 @@ class Case:
     damaged_pages: list[int] = field(default_factory=list)
     # rowids intact on disk that the b-tree no longer reaches (recoverable)
     unreached: dict[str, list[int]] = field(default_factory=dict)
-
-
-def schema_roots(path: Path) -> dict[str, int]:
-    conn = apsw.Connection(
-        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    try:
-        return {
-            str(name): int(root)
-            for name, root in conn.execute("SELECT name, rootpage FROM sqlite_schema")
-            if root
-        }
-    finally:
-        conn.close()
 
 
 def table_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -143,12 +66,6 @@ def fresh_copy(dest_dir: Path, spec: Spec = SMALL, name: str = "state.db") -> Ca
     return Case(db=db, pristine=src, roots=schema_roots(src))
 
 
-def _write(path: Path, offset: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(data)
-
-
 def zero_page(case: Case, page: int) -> None:
     pf = PristineFile(case.db)
     _write(case.db, (page - 1) * pf.page_size, b"\x00" * pf.page_size)
@@ -163,22 +80,7 @@ def phantom_row(dest_dir: Path, spec: Spec = SMALL, cell: int = 5) -> Case:
     still holds the row once, exactly like the file in docs/stories.md story 3.
     """
     case = fresh_copy(dest_dir, spec)
-    pf = PristineFile(case.db)
-    _, leaves = pf.tree_pages(case.roots["sessions"])
-    for leaf in leaves:
-        pg = pf.page(leaf)
-        offs = pf.cell_offsets(leaf)
-        (content_start,) = struct.unpack(">H", pg[5:7])
-        free_gap = content_start - (8 + 2 * len(offs))
-        if len(offs) > cell and free_gap >= 2:
-            break
-    else:  # pragma: no cover - the fixture always has room
-        raise RuntimeError("no sessions leaf with room for one more cell pointer")
-    rowid = pf.leaf_rowids(leaf)[cell]
-    new_offs = [*offs[: cell + 1], offs[cell], *offs[cell + 1 :]]
-    base = (leaf - 1) * pf.page_size
-    _write(case.db, base + 3, struct.pack(">H", len(new_offs)))
-    _write(case.db, base + 8, b"".join(struct.pack(">H", o) for o in new_offs))
+    leaf, rowid = duplicate_cell(case.db, "sessions", cell)
     case.phantom = {"sessions": rowid}
     case.damaged_pages.append(leaf)
     case.note = f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) stored twice"
@@ -237,13 +139,9 @@ def capped_check_trap(dest_dir: Path, spec: Spec = SMALL) -> Case:
     row in ``sessions`` is reached, as in docs/stories.md story 2.
     """
     case = phantom_row(dest_dir, spec)
-    pf = PristineFile(case.db)
-    _, leaves = pf.tree_pages(case.roots["messages_fts_trigram_docsize"])
-    leaf = leaves[1]
-    offs = pf.cell_offsets(leaf)
-    _write(case.db, (leaf - 1) * pf.page_size + 8, struct.pack(">H", offs[0]) * len(offs))
+    leaf, n = point_cells_at_first(case.db, "messages_fts_trigram_docsize", 1)
     case.damaged_pages.append(leaf)
-    case.note += f"; messages_fts_trigram_docsize leaf {leaf}: {len(offs)} pointers to one cell"
+    case.note += f"; messages_fts_trigram_docsize leaf {leaf}: {n} pointers to one cell"
     return case
 
 

@@ -6,10 +6,11 @@ its own process because Hermes uses the stdlib ``sqlite3`` and statewarden uses 
 (docs/safety.md rule 6), and because real writers are other processes.
 
 Commands:
-  build --home H --sessions N --messages M --text-bytes B --seed S
+  build --home H --sessions N --messages M --text-bytes B --seed S [--clock EPOCH]
       create a state.db with N sessions (every 7th a ``cron_<job>_<stamp>`` session,
       most with a unique title), M messages spread over them (user / assistant with
-      tool calls / tool results), token usage rows and gateway routing entries.
+      tool calls / tool results), token usage rows and gateway routing entries;
+      with --clock, Hermes' ``time.time()`` counts 1 ms per call from EPOCH.
   hold --home H [--write-every SECONDS]
       open the database as Hermes does, append one message, print ``ready`` and stay
       open (writing every SECONDS if given) until stdin closes or SIGTERM.
@@ -97,7 +98,16 @@ def _open(home: str):  # type: ignore[no-untyped-def]
     return SessionDB()
 
 
+def _fixed_clock(start: float) -> None:
+    """Make ``time.time()`` a counter (1 ms per call from ``start``), so that a build
+    is the same, row for row, every time it runs."""
+    calls = iter(range(10**9))
+    time.time = lambda: start + next(calls) / 1000
+
+
 def build(args: argparse.Namespace) -> None:
+    if args.clock is not None:
+        _fixed_clock(args.clock)
     rng = random.Random(args.seed)
     db = _open(args.home)
     base = 1_788_000_000  # 2026-08-29, a fixed start so fixtures are reproducible
@@ -181,6 +191,7 @@ def main() -> None:
     b.add_argument("--messages", type=int, default=40)
     b.add_argument("--text-bytes", type=int, default=200)
     b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--clock", type=float, default=None, help="fixed clock start (epoch s)")
     h = sub.add_parser("hold")
     h.add_argument("--home", required=True)
     h.add_argument("--write-every", type=float, default=0.0)

@@ -144,3 +144,7 @@ class QuiesceFailed(StatewardenError):
 
 class InstallError(StatewardenError):
     """The systemd --user units could not be installed or removed as asked."""
+
+
+class SandboxError(StatewardenError):
+    """``statewardenctl demo`` could not build its sandbox (no room, a holder did not start)."""

@@ -26,8 +26,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "alerts": frozenset({"incidents"}),
     "maintenance": frozenset({"recovery", "holders", "incidents", "alerts"}),
     "daemon": frozenset({"recovery", "holders", "incidents", "watch", "alerts", "maintenance"}),
-    "cli": frozenset(
+    # The demo runs the real commands on a sandbox: everything below the CLI.
+    "demo": frozenset(
         {"recovery", "holders", "incidents", "watch", "alerts", "maintenance", "daemon"}
+    ),
+    "cli": frozenset(
+        {"recovery", "holders", "incidents", "watch", "alerts", "maintenance", "daemon", "demo"}
     ),
 }
 SUBPACKAGES = frozenset(ALLOWED) - {BASE, "daemon"}

@@ -66,6 +66,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "snapshots_group",
         "List verified snapshots (backup copies that passed integrity_check), newest first.",
     ),
+    "demo": (
+        "statewarden.cli.demo_cmd",
+        "demo",
+        "Repair a phantom row in a temporary sandbox, step by step, and clean up.",
+    ),
     "install": (
         "statewarden.cli.install_cmd",
         "install",

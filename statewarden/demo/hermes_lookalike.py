@@ -1,0 +1,94 @@
+"""A Hermes look-alike for ``statewardenctl demo``: copied into the sandbox as ``bin/hermes``.
+
+Standard library only (it runs where Hermes is not installed), and started as
+``hermes gateway run``, ``hermes dashboard``, ``hermes chat`` or ``hermes serve
+--isolated``, so holder scans classify it exactly as they classify Hermes. Like Hermes
+it opens ``$HERMES_HOME/state.db`` with the stdlib ``sqlite3`` in WAL mode, adds a
+session and a message with the columns Hermes fills, prints ``ready`` and then appends
+a message every ``$DEMO_WRITE_EVERY`` seconds until SIGTERM. ``serve --isolated``
+first daemonises with a double fork, as the desktop app's backend does, and writes its
+pid to ``$DEMO_PIDFILE``. A file it cannot open (the maintenance fence) ends it with
+exit 1; a write that fails is retried at the next tick, as Hermes retries.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
+
+PIDFILE_ENV = "DEMO_PIDFILE"
+WRITE_EVERY_ENV = "DEMO_WRITE_EVERY"
+BUSY_TIMEOUT_S = 1.0
+
+
+def _daemonise() -> None:
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+
+
+def _db_path() -> str:
+    home = os.environ.get("HERMES_HOME") or os.path.expanduser("~/.hermes")
+    return os.path.join(home, "state.db")
+
+
+def _append(conn: sqlite3.Connection, session: str, role: str, text: str) -> None:
+    with conn:
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+            (session, role, text, time.time()),
+        )
+        conn.execute(
+            "UPDATE sessions SET message_count = message_count + 1 WHERE id = ?", (session,)
+        )
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args[:1] == ["serve"] and "--isolated" in args:
+        _daemonise()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        conn = sqlite3.connect(_db_path(), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        source = "cli" if args[:1] in (["chat"], []) else (args[0] if args else "cli")
+        session = f"{source}_{os.getpid()}"
+        with conn:
+            conn.execute(
+                "INSERT INTO sessions (id, source, model, cwd, started_at) VALUES (?, ?, ?, ?, ?)",
+                (session, source, "hermes-4-70b", os.getcwd(), time.time()),
+            )
+        _append(conn, session, "user", " ".join(["hermes", *args]))
+    except sqlite3.Error as exc:
+        print(f"hermes: state.db: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        tmp = f"{pidfile}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(tmp, pidfile)
+    print("ready", flush=True)
+    every = float(os.environ.get(WRITE_EVERY_ENV) or 0)
+    n = 0
+    while not stop.wait(every or 3600):
+        n += 1
+        try:
+            _append(conn, session, "assistant", f"tick {n}")
+        except sqlite3.Error as exc:
+            print(f"hermes: state.db: {exc}", file=sys.stderr, flush=True)
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()
