@@ -18,6 +18,9 @@ grep -q '^ExecStart=/usr/bin/statewarden run$' /usr/lib/systemd/user/statewarden
 HOME="$work" HERMES_HOME="$work/hermes" /usr/bin/statewardenctl status --json > "$work/status.json"
 grep -q '"schema_version"' "$work/status.json"
 HOME="$work" /usr/bin/statewardenctl config check --config /usr/share/doc/statewarden/examples/statewarden.yaml
+# The demo needs nothing but the package: run it as root and as an unprivileged user.
+HOME="$work" /usr/bin/statewardenctl demo </dev/null > "$work/demo-root.txt"
+setpriv --reuid=65534 --regid=65534 --clear-groups -- env HOME=/tmp /usr/bin/statewardenctl demo </dev/null > "$work/demo-user.txt"
 dpkg --purge statewarden >/dev/null
 for left in /usr/bin/statewarden /usr/bin/statewardenctl /opt/statewarden /usr/lib/systemd/user/statewarden.service; do
     if [ -e "$left" ] || [ -L "$left" ]; then
@@ -25,4 +28,4 @@ for left in /usr/bin/statewarden /usr/bin/statewardenctl /opt/statewarden /usr/l
         exit 1
     fi
 done
-echo "check-deb: installed, ran status on a Hermes database, purged cleanly"
+echo "check-deb: installed, ran status on a Hermes database and the demo (as root and as uid 65534), purged cleanly"
