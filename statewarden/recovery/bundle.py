@@ -32,7 +32,13 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.pages import rebuild_schema_root
 from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
-from statewarden.sqlite import HEADER_SIZE, HeaderFacts, classify_error, parse_header
+from statewarden.sqlite import (
+    HEADER_SIZE,
+    HeaderFacts,
+    classify_error,
+    open_regular,
+    parse_header,
+)
 
 # -shm is not copied: SQLite rebuilds that index of the WAL from the -wal itself.
 COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
@@ -113,10 +119,15 @@ def validate_source(db: Path) -> HeaderFacts:
     if db.is_dir():
         raise DatabaseUnreadable(f"{db}: is a directory, not a database")
     try:
-        with open(db, "rb") as f:
+        with open_regular(db) as f:
             head = f.read(HEADER_SIZE)
-    except PermissionError:
-        raise DatabaseUnreadable(f"{db}: permission denied") from None
+        for suffix in COPY_SUFFIXES:
+            if suffix and os.path.lexists(f"{db}{suffix}"):
+                # A sidecar that is a FIFO or a device would hang or never end the copy.
+                with contextlib.suppress(FileNotFoundError), open_regular(f"{db}{suffix}"):
+                    pass
+    except PermissionError as exc:
+        raise DatabaseUnreadable(f"{exc.filename}: permission denied") from None
     return parse_header(head, str(db))
 
 
@@ -175,7 +186,7 @@ def _copy_consistent(
             if target.exists():
                 target.unlink()
             try:
-                src = open(f"{source}{suffix}", "rb")  # noqa: SIM115 - closed below
+                src = open_regular(f"{source}{suffix}")
             except FileNotFoundError:
                 continue
             with src, open(target, "wb") as out:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -92,14 +93,32 @@ def recover(
             # A file that failed verification is never left where a swap would take it.
             report.notes.append(f"the output failed verification and was not kept at {output}")
         if report_path is not None:
-            tmp = Path(f"{report_path}.tmp")
-            tmp.write_text(json.dumps(report.to_json(), indent=2, default=str) + "\n")
-            os.replace(tmp, report_path)
+            _write_report(report, Path(report_path))
         if report.verified:
             _publish(work.work_dir / "output.db", output)
         return report
     finally:
         work.cleanup()
+
+
+def _write_report(report: Report, path: Path) -> None:
+    """Write the JSON report at ``path`` without following or overwriting anything there:
+    a new temporary name (``O_EXCL | O_NOFOLLOW``, mode 0600), then a hard link
+    (docs/safety.md rule 12)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise UsageError(
+                f"{path}: appeared while recovering; refusing to overwrite it"
+            ) from None
+    finally:
+        os.unlink(tmp)
 
 
 def _publish(built: Path, output: Path) -> None:

@@ -1,0 +1,142 @@
+"""Attacks on ``check``, ``recover``, ``status`` and ``maintenance`` by a user of the machine.
+
+Each test runs the installed ``statewardenctl`` as a whole process as uid 65534
+(``setpriv``), with a HOME of its own in a folder it owns, against real Hermes
+databases: planted symlinks at the paths it writes, a FIFO or a device where a
+database file is expected, a small tmpfs in a private mount namespace. Each one failed
+before the fix it names. A command that hangs is stopped by the subprocess timeout,
+which fails the test; it measures nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.hermes_fixtures import make_home
+
+USER = 65534
+HANG_S = 120
+CTL = str(Path(sys.executable).parent / "statewardenctl")
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("unshare") is None,
+    reason="needs root, setpriv and unshare (run the suite as root)",
+)
+
+
+def user_dir(tmp_path: Path) -> Path:
+    """A folder the user owns, under folders it can walk, with a Hermes home in it."""
+    top = tmp_path / "u"
+    make_home(top / "home")
+    for p in (tmp_path, *tmp_path.parents):
+        if p == Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o005)
+    for root, dirs, files in os.walk(top):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.chown(name, USER, USER)
+    return top
+
+
+def as_user(
+    top: Path, script: str, *, tmpfs: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``sh -c SCRIPT`` as the user ($CTL is statewardenctl); with ``tmpfs``, a 32 MB tmpfs
+    is mounted there first, in a private mount namespace, owned by the user."""
+    env = {
+        "HOME": str(top), "PATH": "/usr/bin:/bin", "CTL": CTL, "LANG": "C.UTF-8",
+        "XDG_RUNTIME_DIR": str(top / "run"), "XDG_STATE_HOME": str(top / "state"),
+        "XDG_CONFIG_HOME": str(top / "config"), "SW_TOP": str(top),
+    }  # fmt: skip
+    user = ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "sh", "-c", script]
+    if tmpfs is None:
+        cmd = user
+    else:
+        mount = f'mount -t tmpfs -o size=32m,mode=0755,uid={USER},gid={USER} tmpfs "{tmpfs}" && exec "$@"'
+        cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", mount, "sh", *user]
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=HANG_S, check=False, cwd=top
+    )
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if not ln.startswith("(daemon not running")]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_recover_report_temporary_name_is_not_followed(tmp_path: Path) -> None:
+    """A symlink planted at ``REPORT.tmp`` used to receive the report: the file it named
+    was overwritten. Now the report goes through a new name and a hard link."""
+    top = user_dir(tmp_path)
+    r = as_user(
+        top,
+        'echo precious > "$SW_TOP/victim" && ln -s "$SW_TOP/victim" "$SW_TOP/r.json.tmp" && '
+        '"$CTL" recover --source "$SW_TOP/home/state.db" --output "$SW_TOP/out.db" '
+        '--report "$SW_TOP/r.json"',
+    )
+    assert r.returncode == 0, r.stderr
+    assert (top / "victim").read_text() == "precious\n"
+    assert not (top / "r.json").is_symlink()
+    assert '"verified": true' in (top / "r.json").read_text()
+    assert (top / "r.json.tmp").is_symlink()  # what was planted is left alone
+    assert (top / "r.json").stat().st_mode & 0o077 == 0
+    assert [p.name for p in top.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("command", ["recover", "check", "status"])
+def test_fifo_as_database_is_refused(tmp_path: Path, command: str) -> None:
+    """A FIFO at the database path used to block ``recover``, ``check`` and ``status``
+    forever (an ``open`` with no writer). Now: one line, exit 4."""
+    top = user_dir(tmp_path)
+    args = {
+        "recover": '--source "$SW_TOP/f/state.db" --output "$SW_TOP/out.db"',
+        "check": '--db "$SW_TOP/f/state.db"',
+        "status": '--db "$SW_TOP/f/state.db"',
+    }[command]
+    r = as_user(top, f'mkdir "$SW_TOP/f" && mkfifo "$SW_TOP/f/state.db" && "$CTL" {command} {args}')
+    if command == "status":
+        # status lists each database's problem and still exits 0, as for any unreadable file
+        assert r.returncode == 0, r.stderr
+        assert "problem" in r.stdout
+        assert "state.db: is a FIFO, not a database" in r.stdout
+        return
+    one_line_error(r, 4, "state.db: is a FIFO, not a database")
+    assert not (top / "out.db").exists()
+
+
+@pytest.mark.parametrize("sidecar", ["fifo", "/dev/zero"])
+@pytest.mark.parametrize("command", ["recover", "check"])
+def test_sidecar_that_is_not_a_file_is_refused(tmp_path: Path, sidecar: str, command: str) -> None:
+    """A ``-wal`` that is a FIFO used to hang the copy; one that is a symlink to
+    ``/dev/zero`` was copied without end (3.7 GB in 10 s, until the disk was full). Run
+    on a 32 MB tmpfs so the old behaviour cannot fill the machine's disk."""
+    top = user_dir(tmp_path)
+    work = top / "small"
+    work.mkdir()
+    os.chown(work, USER, USER)
+    plant = 'mkfifo "$D/state.db-wal"' if sidecar == "fifo" else 'ln -s /dev/zero "$D/state.db-wal"'
+    args = (
+        '--source "$D/state.db" --output "$D/out.db"'
+        if command == "recover"
+        else '--db "$D/state.db"'
+    )
+    r = as_user(
+        top,
+        f'D="$SW_TOP/small" && cp "$SW_TOP/home/state.db" "$D/" && {plant} && '
+        f'"$CTL" {command} {args} --work-dir "$D"'
+        if command == "check"
+        else f'D="$SW_TOP/small" && cp "$SW_TOP/home/state.db" "$D/" && {plant} && "$CTL" {command} {args}',
+        tmpfs=work,
+    )
+    kind = "a FIFO" if sidecar == "fifo" else "a character device"
+    one_line_error(r, 4, f"state.db-wal: is {kind}, not a database")
