@@ -140,3 +140,53 @@ def test_sidecar_that_is_not_a_file_is_refused(tmp_path: Path, sidecar: str, com
     )
     kind = "a FIFO" if sidecar == "fifo" else "a character device"
     one_line_error(r, 4, f"state.db-wal: is {kind}, not a database")
+
+
+@pytest.mark.parametrize("owner", ["other-user", "other-writable"])
+def test_work_folder_another_user_can_rename_is_refused(tmp_path: Path, owner: str) -> None:
+    """``check --work-dir`` in a folder another user may rename entries of (theirs, or
+    writable by all without the sticky bit) used to be accepted: that user could move
+    the private copy's folder away and put a symlink in its place, so the copy of the
+    database and the files built from it went where they chose. Now: exit 2, one line."""
+    top = user_dir(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777 if owner == "other-writable" else 0o755)
+    os.chown(shared, 4242 if owner == "other-user" else USER, 4242)
+    if owner == "other-user":
+        # even sticky: its owner may rename anything in it
+        os.chmod(shared, 0o1777)  # noqa: S103
+    r = as_user(top, f'"$CTL" check --db "$SW_TOP/home/state.db" --work-dir "{shared}"')
+    why = "owned by uid 4242" if owner == "other-user" else "writable by others and not sticky"
+    one_line_error(r, 2, f"{shared}: {why}")
+    assert os.listdir(shared) == []
+    r = as_user(top, '"$CTL" check --db "$SW_TOP/home/state.db" --work-dir /tmp')
+    assert r.returncode == 0, r.stderr  # /tmp: root's, sticky
+
+
+def test_names_with_control_characters_are_escaped(tmp_path: Path) -> None:
+    """A Hermes profile folder named with a newline and an escape sequence used to be
+    printed raw by ``status`` and ``snapshots`` (the terminal took the escape, one entry
+    became two lines), and a path with a newline split a one-line error in two."""
+    top = user_dir(tmp_path)
+    name = "ev\nil\x1b[31m"
+    prof = top / "home" / "profiles" / name
+    prof.mkdir(parents=True)
+    shutil.copyfile(top / "home" / "state.db", prof / "state.db")
+    for p in (prof.parent, prof, prof / "state.db"):
+        os.chown(p, USER, USER)
+    env = 'export HERMES_HOME="$SW_TOP/home"; P="$(printf "ev\\nil\\033[31m")"; '
+    for script in (
+        '"$CTL" status',
+        '"$CTL" snapshots take --profile "$P"',
+        '"$CTL" snapshots',
+        '"$CTL" check --profile "$P"',
+    ):
+        r = as_user(top, env + script)
+        assert r.returncode == 0, (script, r.stderr)
+        assert "\x1b" not in r.stdout + r.stderr, script
+        assert "ev\\nil\\x1b[31m" in r.stdout, (script, r.stdout)
+    r = as_user(
+        top, '"$CTL" recover --source "$(printf "no\\nsuch\\033[2J")" --output "$SW_TOP/o.db"'
+    )
+    one_line_error(r, 2, "no\\nsuch\\x1b[2J: no such file")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -112,6 +113,24 @@ def check_free_space(directory: Path, needed: int) -> None:
         )
 
 
+def check_work_parent(directory: Path) -> None:
+    """Refuse a folder where another user could move the private work folder away and put
+    a symlink in its place (docs/safety.md rule 12): writable by others without the
+    sticky bit (``/tmp`` has it), or, unless we are root, owned by another user than us
+    or root. Root works in the folders of the users whose databases it repairs."""
+    st = os.stat(directory)
+    if os.geteuid() != 0 and st.st_uid not in (os.geteuid(), 0):
+        raise UsageError(
+            f"{directory}: owned by uid {st.st_uid}, not by us; refusing to work in it",
+            hint="choose a folder of your own",
+        )
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise UsageError(
+            f"{directory}: writable by others and not sticky; refusing to work in it",
+            hint="choose a folder of your own",
+        )
+
+
 def validate_source(db: Path) -> HeaderFacts:
     """Raw checks of the source, with no connection open: exists, a file, a SQLite header."""
     if not os.path.lexists(db):
@@ -148,6 +167,8 @@ def make_work_copy(
     header = validate_source(source)
     size = bundle_bytes(source)
     work_parent.mkdir(parents=True, exist_ok=True)
+    work_parent = work_parent.resolve()
+    check_work_parent(work_parent)
     check_free_space(work_parent, size * space_factor)
     work_dir = Path(tempfile.mkdtemp(prefix=".statewarden-work-", dir=work_parent))
     try:
