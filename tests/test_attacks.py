@@ -45,10 +45,10 @@ def user_dir(tmp_path: Path) -> Path:
 
 
 def as_user(
-    top: Path, script: str, *, tmpfs: Path | None = None
+    top: Path, script: str, *, tmpfs: Path | None = None, size: str = "32m"
 ) -> subprocess.CompletedProcess[str]:
     """``sh -c SCRIPT`` as the user ($CTL is statewardenctl); with ``tmpfs``, a 32 MB tmpfs
-    is mounted there first, in a private mount namespace, owned by the user."""
+    (``size``) is mounted there first, in a private mount namespace, owned by the user."""
     env = {
         "HOME": str(top), "PATH": "/usr/bin:/bin", "CTL": CTL, "LANG": "C.UTF-8",
         "XDG_RUNTIME_DIR": str(top / "run"), "XDG_STATE_HOME": str(top / "state"),
@@ -58,7 +58,7 @@ def as_user(
     if tmpfs is None:
         cmd = user
     else:
-        mount = f'mount -t tmpfs -o size=32m,mode=0755,uid={USER},gid={USER} tmpfs "{tmpfs}" && exec "$@"'
+        mount = f'mount -t tmpfs -o size={size},mode=0755,uid={USER},gid={USER} tmpfs "{tmpfs}" && exec "$@"'
         cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", mount, "sh", *user]
     return subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=HANG_S, check=False, cwd=top
@@ -190,3 +190,60 @@ def test_names_with_control_characters_are_escaped(tmp_path: Path) -> None:
         top, '"$CTL" recover --source "$(printf "no\\nsuch\\033[2J")" --output "$SW_TOP/o.db"'
     )
     one_line_error(r, 2, "no\\nsuch\\x1b[2J: no such file")
+
+
+LEAVE_WAL = """
+import os, sys, apsw
+c = apsw.Connection(sys.argv[1])
+c.execute("PRAGMA wal_autocheckpoint=0")
+with c:
+    for i in range(300):
+        c.execute("INSERT INTO state_meta(key, value) VALUES (?, ?)", (f"k{i}", "x" * 3000))
+os._exit(0)  # killed with its writes only in the -wal, as a crash leaves them
+"""
+
+
+def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None:
+    """The state dir (quarantine) on a 600 KB tmpfs, the database's ``-wal`` 4.9 MB: the
+    swap's copy of the ``-wal`` into quarantine hits ENOSPC. It used to end in
+    "unexpected OSError" with state.db still fenced (mode 000) and a partial ``-wal`` in
+    quarantine; ``--resume`` then skipped that sidecar as moved and put the new file
+    beside the original's ``-wal``: state.db "malformed". Now the run puts the sidecars
+    back and rolls back: the database and its ``-wal`` unchanged and readable."""
+    top = user_dir(tmp_path)
+    db = top / "home" / "state.db"
+    subprocess.run([sys.executable, "-c", LEAVE_WAL, str(db)], check=True)
+    wal = top / "home" / "state.db-wal"
+    for p in (wal, top / "home" / "state.db-shm"):
+        os.chown(p, USER, USER)
+    before = {p.name: p.read_bytes() for p in (db, wal)}
+    mode = db.stat().st_mode
+    state = top / "state"
+    state.mkdir()
+    os.chown(state, USER, USER)
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes; echo "rc=$?"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume; echo "resume rc=$?"; '
+        'ls -A "$XDG_STATE_HOME/statewarden/quarantine"',
+        tmpfs=state,
+        size="600k",
+    )
+    assert "Traceback" not in r.stderr
+    assert "unexpected" not in r.stderr, r.stderr
+    assert "rc=1" in r.stdout, r.stdout + r.stderr
+    assert "aborted and rolled back: the swap failed: No space left on device" in r.stdout
+    assert "nothing to resume" in r.stdout
+    assert r.stdout.rstrip().endswith("resume rc=0"), r.stdout  # quarantine left empty
+    assert db.stat().st_mode == mode
+    assert {p.name: p.read_bytes() for p in (db, wal)} == before
+    assert not [p for p in db.parent.iterdir() if p.name.startswith(".statewarden-new")]
+    check = subprocess.run(
+        [sys.executable, "-c",
+         "import apsw, sys; c = apsw.Connection(sys.argv[1]);"
+         " print(c.execute('PRAGMA integrity_check').fetchall(),"
+         " c.execute('SELECT count(*) FROM state_meta').fetchall())", str(db)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert check.stdout.strip() == "[('ok',)] [(300,)]"

@@ -78,7 +78,7 @@ from statewarden.maintenance.quiesce import (
     terminate,
     unit_states,
 )
-from statewarden.maintenance.swap import prune, quarantine_dir, swap
+from statewarden.maintenance.swap import prune, put_back, quarantine_dir, swap
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
@@ -390,7 +390,10 @@ class MaintenanceRun:
         qdir = quarantine_dir(self.state, self.target.name, run_id)
         self._step("swap", new=str(self.new), quarantine=str(qdir),
                    new_ino=os.stat(self.new).st_ino)  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
+        try:
+            res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
+        except OSError as exc:
+            return self._swap_failed(qdir, exc)
         self._step("swapped", files=res.files)
         self.report.swap_s = round(res.swap_s, 4)
         self.report.quarantine = str(qdir)
@@ -695,6 +698,22 @@ class MaintenanceRun:
         if self.new is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new)
+
+    def _swap_failed(self, qdir: Path, exc: OSError) -> RunReport:
+        """A swap that could not write (a full disk, a lost folder): while the original
+        still has its name, what was moved goes back and the run rolls back."""
+        assert self.orig is not None
+        reason = f"the swap failed: {exc.strerror or exc}" + (
+            f" ({exc.filename})" if exc.filename else ""
+        )
+        try:
+            put_back(self.db, qdir, self.orig)
+        except (OSError, StatewardenError) as again:
+            raise StatewardenError(
+                f"{self.db}: {reason}; it could not be undone: {again}",
+                hint="free space, then statewardenctl maintenance --resume",
+            ) from None
+        return self._rollback(reason, EXIT_FAILED)
 
     def _rollback(self, reason: str, code: int) -> RunReport:
         self._let_go()

@@ -60,11 +60,23 @@ class SwapResult:
 
 
 def _copy_excl(src: Path, dest: Path) -> None:
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with open(src, "rb") as s, os.fdopen(fd, "wb") as d:
-        shutil.copyfileobj(s, d, _CHUNK)
-        d.flush()
-        os.fsync(d.fileno())
+    """Copy ``src`` to the new name ``dest``, which appears only once the copy is whole:
+    written under ``dest.tmp`` (``O_EXCL | O_NOFOLLOW``), fsynced, then linked. A full
+    disk or a kill leaves no partial file under ``dest`` (a partial ``-wal`` there would
+    count as moved, and the original's would stay beside the new file)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a run killed while copying; ours, in our private folder
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with open(src, "rb") as s, os.fdopen(fd, "wb") as d:
+            shutil.copyfileobj(s, d, _CHUNK)
+            d.flush()
+            os.fsync(d.fileno())
+        os.link(tmp, dest, follow_symlinks=False)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _move(src: Path, dest: Path) -> bool:
@@ -124,8 +136,16 @@ def swap(
         return _finish(db, qdir, orig, run_id, result)
     for sfx in SIDECAR_SUFFIXES:
         side = sidecar(db, sfx)
-        if os.path.lexists(side) and not os.path.lexists(qdir / side.name):
-            result.copied |= _move(side, qdir / side.name)
+        kept_side = qdir / side.name
+        if os.path.lexists(side) and not os.path.lexists(kept_side):
+            result.copied |= _move(side, kept_side)
+        elif os.path.lexists(side):
+            # Copied whole by an earlier attempt (only a whole copy gets the name), then
+            # interrupted before the unlink: the one beside the database must go, or the
+            # new file would be read with the original's -wal.
+            if os.lstat(side).st_size != os.lstat(kept_side).st_size:
+                raise FenceError(f"{side}: differs from its copy in quarantine; not swapped")
+            os.unlink(side)
     if after is not None:
         after("sidecars-moved")
     kept = qdir / db.name
@@ -158,6 +178,29 @@ def swap(
     fsync_dir(db.parent)
     result.swap_s = time.monotonic() - started
     return _finish(db, qdir, orig, run_id, result)
+
+
+def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
+    """Undo a swap that failed before the new file took the name (a full disk in the
+    quarantine): each sidecar moved to quarantine goes back beside the original, and
+    what this run left in ``qdir`` is removed. The original never left ``db``."""
+    if not _same_inode(db, orig.ino, orig.dev):
+        raise FenceError(f"{db}: no longer the original; the swap cannot be undone")
+    for sfx in SIDECAR_SUFFIXES:
+        side = sidecar(db, sfx)
+        kept_side = qdir / side.name
+        if not os.path.lexists(kept_side):
+            continue
+        if os.path.lexists(side):
+            os.unlink(kept_side)  # a whole copy whose source was never unlinked
+        else:
+            _move(kept_side, side)
+    kept = qdir / db.name
+    if os.path.lexists(kept):
+        os.unlink(kept)  # a second link to the original, or a copy of it
+    fsync_dir(db.parent)
+    with contextlib.suppress(OSError):
+        os.rmdir(qdir)
 
 
 def _finish(
