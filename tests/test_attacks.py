@@ -203,32 +203,66 @@ os._exit(0)  # killed with its writes only in the -wal, as a crash leaves them
 """
 
 
-def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None:
-    """The state dir (quarantine) on a 600 KB tmpfs, the database's ``-wal`` 4.9 MB: the
-    swap's copy of the ``-wal`` into quarantine hits ENOSPC. It used to end in
-    "unexpected OSError" with state.db still fenced (mode 000) and a partial ``-wal`` in
-    quarantine; ``--resume`` then skipped that sidecar as moved and put the new file
-    beside the original's ``-wal``: state.db "malformed". Now the run puts the sidecars
-    back and rolls back: the database and its ``-wal`` unchanged and readable."""
-    top = user_dir(tmp_path)
+def _wal_database(top: Path) -> tuple[Path, Path]:
     db = top / "home" / "state.db"
     subprocess.run([sys.executable, "-c", LEAVE_WAL, str(db)], check=True)
     wal = top / "home" / "state.db-wal"
     for p in (wal, top / "home" / "state.db-shm"):
         os.chown(p, USER, USER)
-    before = {p.name: p.read_bytes() for p in (db, wal)}
-    mode = db.stat().st_mode
     state = top / "state"
     state.mkdir()
     os.chown(state, USER, USER)
+    return db, wal
+
+
+def test_quarantine_without_room_is_refused_before_stopping_anything(tmp_path: Path) -> None:
+    """The state dir on another filesystem (a 600 KB tmpfs) with no room for the
+    original and its 1.2 MB ``-wal``: the plan used to look only next to the database,
+    and the run went as far as the swap. Now it fails before stopping anything."""
+    top = user_dir(tmp_path)
+    db, wal = _wal_database(top)
+    before = {p.name: p.read_bytes() for p in (db, wal)}
     r = as_user(
         top,
         'export HERMES_HOME="$SW_TOP/home"; '
-        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes; echo "rc=$?"; '
-        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume; echo "resume rc=$?"; '
-        'ls -A "$XDG_STATE_HOME/statewarden/quarantine"',
-        tmpfs=state,
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes',
+        tmpfs=top / "state",
         size="600k",
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert "failed before stopping anything" in r.stdout
+    assert "not enough free space for the quarantine in" in r.stdout
+    assert {p.name: p.read_bytes() for p in (db, wal)} == before
+
+
+def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None:
+    """The state dir (quarantine) on a 24 MB tmpfs that another process fills during the
+    settle period, the database's ``-wal`` 1.2 MB: the swap's copy of the ``-wal`` into
+    quarantine hits ENOSPC. It used to end in "unexpected OSError" with state.db still
+    fenced (mode 000) and a partial ``-wal`` in quarantine; ``--resume`` then skipped that
+    sidecar as moved and put the new file beside the original's ``-wal``: state.db
+    "malformed". Now the run puts the sidecars back and rolls back: the database and
+    its ``-wal`` unchanged and readable. The filler starts when the ledger records the
+    settle step (5 s here), and leaves 256 KB for the ledger."""
+    top = user_dir(tmp_path)
+    db, wal = _wal_database(top)
+    before = {p.name: p.read_bytes() for p in (db, wal)}
+    mode = db.stat().st_mode
+    config = top / "sw.yaml"
+    config.write_text("maintenance:\n  settle: 5s\n")
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; S="$XDG_STATE_HOME/statewarden"; '
+        '( until grep -qs \'"step": "settle"\' "$S"/maintenance/*/run.jsonl; do sleep 0.05; done; '
+        '  free=$(df -k --output=avail "$XDG_STATE_HOME" | tail -1); '
+        '  dd if=/dev/zero of="$XDG_STATE_HOME/filler" bs=1k count=$((free - 256)) 2>/dev/null ) & '
+        f'"$CTL" maintenance --config "{config}" --db "$SW_TOP/home/state.db" --action vacuum'
+        ' --yes; echo "rc=$?"; wait; rm "$XDG_STATE_HOME/filler"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume; echo "resume rc=$?"; '
+        'ls -A "$S/quarantine"',
+        tmpfs=top / "state",
+        size="24m",
     )
     assert "Traceback" not in r.stderr
     assert "unexpected" not in r.stderr, r.stderr

@@ -78,7 +78,7 @@ from statewarden.maintenance.quiesce import (
     terminate,
     unit_states,
 )
-from statewarden.maintenance.swap import prune, put_back, quarantine_dir, swap
+from statewarden.maintenance.swap import prune, put_back, quarantine_dir, quarantine_root, swap
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
@@ -293,6 +293,7 @@ class MaintenanceRun:
             stop_interactive=self.mc.stop_interactive, systemd_note=note,
             settle_s=self.mc.settle, stop_grace_s=self.mc.stop_grace,
             offline=self.options.action == "checkpoint",
+            quarantine=quarantine_root(self.state),
         )  # fmt: skip
 
     def _run(self) -> RunReport:
