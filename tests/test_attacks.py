@@ -281,3 +281,43 @@ def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert check.stdout.strip() == "[('ok',)] [(300,)]"
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o775])
+def test_install_into_a_unit_folder_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    """``install --unit-dir`` into a folder another user can write (sticky or not) used to
+    be accepted: a ``statewarden.service.tmp`` symlink planted there received the unit
+    (the file it named overwritten, the unit file left a symlink to it)."""
+    top = user_dir(tmp_path)
+    shared = tmp_path / "units"
+    shared.mkdir()
+    os.chown(shared, USER, USER)
+    os.chmod(shared, mode)
+    r = as_user(top, f'"$CTL" install --unit-dir "{shared}"')
+    one_line_error(r, 1, f"{shared}: writable by others; refusing to write units there")
+    assert os.listdir(shared) == []
+    os.chown(shared, 0, 0)
+    os.chmod(shared, 0o755)  # noqa: S103 - only root may write: the folder is not ours
+    r = as_user(top, f'"$CTL" install --unit-dir "{shared}"')
+    one_line_error(r, 1, f"{shared}: owned by uid 0, not by us")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="statewarden/atomic.py write_atomic opens <name>.tmp without O_NOFOLLOW | O_EXCL;"
+    " being hardened separately (remove this mark then)",
+)
+def test_install_does_not_follow_a_symlink_at_the_temporary_name(tmp_path: Path) -> None:
+    """In the user's own unit folder, a symlink at ``statewarden.service.tmp`` (left by a
+    tool or another process of the user) is followed: the file it names is overwritten
+    and ``statewarden.service`` becomes that symlink. docs/safety.md rule 12."""
+    top = user_dir(tmp_path)
+    r = as_user(
+        top,
+        'mkdir "$SW_TOP/units" && echo precious > "$SW_TOP/victim" && '
+        'ln -s "$SW_TOP/victim" "$SW_TOP/units/statewarden.service.tmp" && '
+        '"$CTL" install --unit-dir "$SW_TOP/units"',
+    )
+    assert "Traceback" not in r.stderr
+    assert (top / "victim").read_text() == "precious\n"
+    assert not (top / "units" / "statewarden.service").is_symlink()
