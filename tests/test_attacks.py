@@ -10,10 +10,13 @@ which fails the test; it measures nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,14 +33,22 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def user_dir(tmp_path: Path) -> Path:
-    """A folder the user owns, under folders it can walk, with a Hermes home in it."""
-    top = tmp_path / "u"
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A folder every user can walk, outside pytest's own (which is mode 0700 and shared
+    with other pytest sessions that reset it)."""
+    path = Path(tempfile.mkdtemp(prefix="statewarden-attacks-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def user_dir(base: Path) -> Path:
+    """A folder the user owns, with a Hermes home in it."""
+    top = base / "u"
     make_home(top / "home")
-    for p in (tmp_path, *tmp_path.parents):
-        if p == Path("/"):
-            break
-        os.chmod(p, os.stat(p).st_mode | 0o005)
     for root, dirs, files in os.walk(top):
         for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
             os.chown(name, USER, USER)
@@ -74,10 +85,10 @@ def one_line_error(r: subprocess.CompletedProcess[str], code: int, *words: str) 
         assert w in lines[0], lines[0]
 
 
-def test_recover_report_temporary_name_is_not_followed(tmp_path: Path) -> None:
+def test_recover_report_temporary_name_is_not_followed(base: Path) -> None:
     """A symlink planted at ``REPORT.tmp`` used to receive the report: the file it named
     was overwritten. Now the report goes through a new name and a hard link."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     r = as_user(
         top,
         'echo precious > "$SW_TOP/victim" && ln -s "$SW_TOP/victim" "$SW_TOP/r.json.tmp" && '
@@ -94,10 +105,10 @@ def test_recover_report_temporary_name_is_not_followed(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["recover", "check", "status"])
-def test_fifo_as_database_is_refused(tmp_path: Path, command: str) -> None:
+def test_fifo_as_database_is_refused(base: Path, command: str) -> None:
     """A FIFO at the database path used to block ``recover``, ``check`` and ``status``
     forever (an ``open`` with no writer). Now: one line, exit 4."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     args = {
         "recover": '--source "$SW_TOP/f/state.db" --output "$SW_TOP/out.db"',
         "check": '--db "$SW_TOP/f/state.db"',
@@ -116,11 +127,11 @@ def test_fifo_as_database_is_refused(tmp_path: Path, command: str) -> None:
 
 @pytest.mark.parametrize("sidecar", ["fifo", "/dev/zero"])
 @pytest.mark.parametrize("command", ["recover", "check"])
-def test_sidecar_that_is_not_a_file_is_refused(tmp_path: Path, sidecar: str, command: str) -> None:
+def test_sidecar_that_is_not_a_file_is_refused(base: Path, sidecar: str, command: str) -> None:
     """A ``-wal`` that is a FIFO used to hang the copy; one that is a symlink to
     ``/dev/zero`` was copied without end (3.7 GB in 10 s, until the disk was full). Run
     on a 32 MB tmpfs so the old behaviour cannot fill the machine's disk."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     work = top / "small"
     work.mkdir()
     os.chown(work, USER, USER)
@@ -143,13 +154,13 @@ def test_sidecar_that_is_not_a_file_is_refused(tmp_path: Path, sidecar: str, com
 
 
 @pytest.mark.parametrize("owner", ["other-user", "other-writable"])
-def test_work_folder_another_user_can_rename_is_refused(tmp_path: Path, owner: str) -> None:
+def test_work_folder_another_user_can_rename_is_refused(base: Path, owner: str) -> None:
     """``check --work-dir`` in a folder another user may rename entries of (theirs, or
     writable by all without the sticky bit) used to be accepted: that user could move
     the private copy's folder away and put a symlink in its place, so the copy of the
     database and the files built from it went where they chose. Now: exit 2, one line."""
-    top = user_dir(tmp_path)
-    shared = tmp_path / "shared"
+    top = user_dir(base)
+    shared = base / "shared"
     shared.mkdir(mode=0o777)
     os.chmod(shared, 0o777 if owner == "other-writable" else 0o755)
     os.chown(shared, 4242 if owner == "other-user" else USER, 4242)
@@ -164,11 +175,11 @@ def test_work_folder_another_user_can_rename_is_refused(tmp_path: Path, owner: s
     assert r.returncode == 0, r.stderr  # /tmp: root's, sticky
 
 
-def test_names_with_control_characters_are_escaped(tmp_path: Path) -> None:
+def test_names_with_control_characters_are_escaped(base: Path) -> None:
     """A Hermes profile folder named with a newline and an escape sequence used to be
     printed raw by ``status`` and ``snapshots`` (the terminal took the escape, one entry
     became two lines), and a path with a newline split a one-line error in two."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     name = "ev\nil\x1b[31m"
     prof = top / "home" / "profiles" / name
     prof.mkdir(parents=True)
@@ -215,11 +226,11 @@ def _wal_database(top: Path) -> tuple[Path, Path]:
     return db, wal
 
 
-def test_quarantine_without_room_is_refused_before_stopping_anything(tmp_path: Path) -> None:
+def test_quarantine_without_room_is_refused_before_stopping_anything(base: Path) -> None:
     """The state dir on another filesystem (a 600 KB tmpfs) with no room for the
     original and its 1.2 MB ``-wal``: the plan used to look only next to the database,
     and the run went as far as the swap. Now it fails before stopping anything."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     db, wal = _wal_database(top)
     before = {p.name: p.read_bytes() for p in (db, wal)}
     r = as_user(
@@ -236,7 +247,7 @@ def test_quarantine_without_room_is_refused_before_stopping_anything(tmp_path: P
     assert {p.name: p.read_bytes() for p in (db, wal)} == before
 
 
-def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None:
+def test_full_quarantine_disk_during_the_swap_rolls_back(base: Path) -> None:
     """The state dir (quarantine) on a 24 MB tmpfs that another process fills during the
     settle period, the database's ``-wal`` 1.2 MB: the swap's copy of the ``-wal`` into
     quarantine hits ENOSPC. It used to end in "unexpected OSError" with state.db still
@@ -245,7 +256,7 @@ def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None
     "malformed". Now the run puts the sidecars back and rolls back: the database and
     its ``-wal`` unchanged and readable. The filler starts when the ledger records the
     settle step (5 s here), and leaves 256 KB for the ledger."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     db, wal = _wal_database(top)
     before = {p.name: p.read_bytes() for p in (db, wal)}
     mode = db.stat().st_mode
@@ -284,12 +295,12 @@ def test_full_quarantine_disk_during_the_swap_rolls_back(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("mode", [0o1777, 0o777, 0o775])
-def test_install_into_a_unit_folder_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+def test_install_into_a_unit_folder_others_can_write_is_refused(base: Path, mode: int) -> None:
     """``install --unit-dir`` into a folder another user can write (sticky or not) used to
     be accepted: a ``statewarden.service.tmp`` symlink planted there received the unit
     (the file it named overwritten, the unit file left a symlink to it)."""
-    top = user_dir(tmp_path)
-    shared = tmp_path / "units"
+    top = user_dir(base)
+    shared = base / "units"
     shared.mkdir()
     os.chown(shared, USER, USER)
     os.chmod(shared, mode)
@@ -307,11 +318,11 @@ def test_install_into_a_unit_folder_others_can_write_is_refused(tmp_path: Path, 
     reason="statewarden/atomic.py write_atomic opens <name>.tmp without O_NOFOLLOW | O_EXCL;"
     " being hardened separately (remove this mark then)",
 )
-def test_install_does_not_follow_a_symlink_at_the_temporary_name(tmp_path: Path) -> None:
+def test_install_does_not_follow_a_symlink_at_the_temporary_name(base: Path) -> None:
     """In the user's own unit folder, a symlink at ``statewarden.service.tmp`` (left by a
     tool or another process of the user) is followed: the file it names is overwritten
     and ``statewarden.service`` becomes that symlink. docs/safety.md rule 12."""
-    top = user_dir(tmp_path)
+    top = user_dir(base)
     r = as_user(
         top,
         'mkdir "$SW_TOP/units" && echo precious > "$SW_TOP/victim" && '
@@ -321,3 +332,41 @@ def test_install_does_not_follow_a_symlink_at_the_temporary_name(tmp_path: Path)
     assert "Traceback" not in r.stderr
     assert (top / "victim").read_text() == "precious\n"
     assert not (top / "units" / "statewarden.service").is_symlink()
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "[1, 2]",
+        '{"files": 5}',
+        '{"files": {"../../../etc/passwd": "x"}, "swapped_at": "soon"}',
+        '{"db": "/etc/passwd", "swapped_at": 1e400}',
+    ],
+)
+def test_damaged_quarantine_manifest_is_read_as_far_as_it_goes(base: Path, manifest: str) -> None:
+    """A quarantine manifest of the wrong shape (damaged, or edited) used to make
+    ``quarantine list`` fail with "unexpected AttributeError/TypeError/ValueError/
+    OverflowError", hiding every other entry; a file name with ``..`` was looked up
+    outside the folder. Now the entry is listed with what can be read."""
+    top = user_dir(base)
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes >/dev/null && '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes >/dev/null',
+    )
+    assert r.returncode == 0, r.stderr
+    qroot = top / "state" / "statewarden" / "quarantine"
+    first, second = sorted(qroot.iterdir())
+    (first / "manifest.json").write_text(manifest)
+    r = as_user(top, '"$CTL" quarantine list --json')
+    assert r.returncode == 0, r.stderr
+    entries = {e["name"]: e for e in json.loads(r.stdout)["quarantine"]}
+    assert set(entries) == ({first.name, second.name} if manifest != "[1, 2]" else {second.name})
+    assert entries[second.name]["files"] == {"state.db": 344064}
+    if first.name in entries:
+        assert entries[first.name]["files"] == {}
+        assert entries[first.name]["db"] in ("", str(top / "home" / "state.db"), "/etc/passwd")
+    r = as_user(top, '"$CTL" quarantine list')
+    assert r.returncode == 0, r.stderr
+    assert second.name in r.stdout

@@ -72,6 +72,8 @@ def restore_cmd(*, name: str, config_path: str | None, yes: bool, force: bool,
     entry = next((e for e in list_quarantine(state_dir(config)) if e.name == name), None)
     if entry is None:
         raise UsageError(f"no quarantine entry named {name!r} (see statewardenctl quarantine list)")
+    if not entry.db:
+        raise UsageError(f"quarantine entry {name!r}: its manifest names no database path")
     db = Path(entry.db)
     target = next((t for t in discover(config) if t.db == db), None) or target_for_db(db)
 

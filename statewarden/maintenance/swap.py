@@ -41,6 +41,7 @@ from statewarden.sidecars import SIDECAR_SUFFIXES, sidecar
 
 MANIFEST = "manifest.json"
 _CHUNK = 8 * 1024 * 1024
+_LAST_TIME = 2**33  # the year 2242: any later swap time in a manifest is damage
 
 
 def quarantine_root(state_dir: Path) -> Path:
@@ -280,9 +281,27 @@ def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
             data = json.loads(manifest.read_text())
         except (OSError, ValueError):
             continue
-        files = {n: (folder / n).stat().st_size for n in data.get("files", {})
-                 if (folder / n).is_file()}  # fmt: skip
-        out.append(QuarantineEntry(folder.name, folder, str(data.get("db", "")),
-                                   str(data.get("run_id", "")),
-                                   float(data.get("swapped_at", 0.0)), files))  # fmt: skip
+        if isinstance(data, dict):
+            out.append(_entry(folder, data))
     return sorted(out, key=lambda e: e.swapped_at, reverse=True)
+
+
+def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
+    """One folder's entry from its manifest; a field of the wrong shape (a damaged or
+    edited manifest) reads as absent, and only plain names inside the folder count."""
+    names = data.get("files")
+    files = {
+        n: (folder / n).stat().st_size
+        for n in (names if isinstance(names, dict) else {})
+        if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
+        and (folder / n).is_file() and not (folder / n).is_symlink()
+    }  # fmt: skip
+    when = data.get("swapped_at")
+    if not isinstance(when, int | float) or not 0 <= when < _LAST_TIME:
+        when = folder.stat().st_mtime
+    db = data.get("db")
+    run_id = data.get("run_id")
+    return QuarantineEntry(
+        folder.name, folder, db if isinstance(db, str) and os.path.isabs(db) else "",
+        run_id if isinstance(run_id, str) else "", float(when), files,
+    )  # fmt: skip
