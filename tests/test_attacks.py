@@ -370,3 +370,25 @@ def test_damaged_quarantine_manifest_is_read_as_far_as_it_goes(base: Path, manif
     r = as_user(top, '"$CTL" quarantine list')
     assert r.returncode == 0, r.stderr
     assert second.name in r.stdout
+
+
+def test_original_with_another_hard_link_keeps_its_mode(base: Path) -> None:
+    """state.db with a second hard link elsewhere: the swap's quarantine step used to
+    chmod the original's inode to 0600, which the other name saw (the original's
+    metadata changed). Its bytes and mode now stay as they were."""
+    top = user_dir(base)
+    db = top / "home" / "state.db"
+    os.chmod(db, 0o644)
+    other = top / "other-name.db"
+    os.link(db, other)
+    data = other.read_bytes()
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes',
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert other.stat().st_mode & 0o777 == 0o644
+    assert other.read_bytes() == data
+    assert db.stat().st_ino != other.stat().st_ino  # swapped
+    assert db.stat().st_mode & 0o777 == 0o644

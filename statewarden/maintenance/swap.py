@@ -208,8 +208,12 @@ def _finish(
     db: Path, qdir: Path, orig: fence.Original, run_id: str, result: SwapResult
 ) -> SwapResult:
     kept = qdir / db.name
-    if kept.exists():
-        os.chmod(kept, orig.mode & 0o700 or 0o600)
+    if kept.is_file() and not kept.is_symlink():
+        # The fence (mode 000) comes down. Another name of the original (a hard link
+        # elsewhere) sees the mode: then it gets back exactly its own; the quarantine
+        # folder (0700) keeps it private either way.
+        shared = os.lstat(kept).st_nlink > 1
+        os.chmod(kept, orig.mode if shared else orig.mode & 0o700 or 0o600)
     for name in sorted(os.listdir(qdir)):
         if name == MANIFEST or name.endswith(".tmp"):
             continue
