@@ -392,3 +392,38 @@ def test_original_with_another_hard_link_keeps_its_mode(base: Path) -> None:
     assert other.read_bytes() == data
     assert db.stat().st_ino != other.stat().st_ino  # swapped
     assert db.stat().st_mode & 0o777 == 0o644
+
+
+ROWS = """
+import hashlib, sys, apsw
+c = apsw.Connection(sys.argv[1], flags=apsw.SQLITE_OPEN_READONLY)
+for n in ("sessions", "messages"):
+    rows = c.execute(f"SELECT * FROM {n} ORDER BY rowid").fetchall()
+    print(n, len(rows), hashlib.sha256(repr(rows).encode()).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("raw", [b"\x02\x00", b"\x00\x01"])
+def test_page_size_field_flipped_is_read_with_the_size_that_fits(base: Path, raw: bytes) -> None:
+    """One flipped byte in the header's page-size field (512 or 65536 instead of 4096):
+    ``check`` and ``recover`` used to give up ("the schema cannot be read", or a
+    "truncated" file), exit 4, though every page is intact. Now the private copy is read
+    with the one page size the header's page count fits, and every row comes back."""
+    top = user_dir(base)
+    db = top / "home" / "state.db"
+    want = subprocess.run([sys.executable, "-c", ROWS, str(db)], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    with open(db, "r+b") as f:
+        f.seek(16)
+        f.write(raw)
+    data = db.read_bytes()
+    r = as_user(top, '"$CTL" check --db "$SW_TOP/home/state.db"')
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "does not fit the file; its 84 pages fill it exactly at 4096 bytes" in r.stdout
+    assert "damage: unreadable" in r.stdout
+    r = as_user(top, '"$CTL" recover --source "$SW_TOP/home/state.db" --output "$SW_TOP/out.db"')
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = subprocess.run([sys.executable, "-c", ROWS, str(top / "out.db")], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    assert got == want
+    assert db.read_bytes() == data

@@ -18,6 +18,7 @@ leaving one self-contained file whose pages can also be read raw (``pages.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import stat
@@ -173,12 +174,14 @@ def make_work_copy(
     work_dir = Path(tempfile.mkdtemp(prefix=".statewarden-work-", dir=work_parent))
     try:
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
+        header, page_size_note = _fit_page_size(copy, header, source)
         wal = _read_wal(copy, header)
         header = _check_wal_belongs(copy, header, source, wal)
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
         schema_note = _fold_or_rebuild_schema(copy, source, truncated)
+        schema_note = "; ".join(filter(None, [page_size_note, schema_note])) or None
         return WorkCopy(
             work_dir=work_dir,
             db=copy,
@@ -296,6 +299,29 @@ def _truncation(copy: Path, header: HeaderFacts) -> str | None:
             f" {header.page_size}-byte pages"
         )
     return None
+
+
+def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[HeaderFacts, str | None]:
+    """A page-size field that contradicts the file (one flipped header byte), fixed in
+    the private copy when exactly one page size makes the header's valid page count fill
+    the file to the byte. SQLite would otherwise read every page at the wrong offset
+    and find no schema. The source is not touched."""
+    size = copy.stat().st_size
+    if not header.page_count_valid or header.page_count * header.page_size == size:
+        return header, None
+    fits = [ps for ps in (512 << i for i in range(8)) if header.page_count * ps == size]
+    if len(fits) != 1:
+        return header, None
+    (page_size,) = fits
+    with open(copy, "r+b") as f:
+        f.seek(16)
+        f.write(struct.pack(">H", 1 if page_size == 65536 else page_size))
+    note = (
+        f"{source}: the header's page size ({header.page_size}) does not fit the file;"
+        f" its {header.page_count} pages fill it exactly at {page_size} bytes, so the"
+        " private copy was read with that page size"
+    )
+    return dataclasses.replace(header, page_size=page_size), note
 
 
 def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
