@@ -10,6 +10,7 @@ which fails the test; it measures nothing.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.hermes_fixtures import make_home
+from lab.hermes_fixtures import TALL, built_db, make_home
 
 USER = 65534
 HANG_S = 120
@@ -427,3 +428,37 @@ def test_page_size_field_flipped_is_read_with_the_size_that_fits(base: Path, raw
                          text=True, check=True).stdout  # fmt: skip
     assert got == want
     assert db.read_bytes() == data
+
+
+def test_work_folder_of_a_killed_run_is_removed_by_the_next(base: Path) -> None:
+    """``check`` killed with SIGKILL mid-run (as the OOM killer or a timeout would) left
+    its work folder, a whole copy of the database, for good: repeated kills filled the
+    disk (one ``/dev/zero`` run left 3.7 GB). The next run in that folder now removes
+    it; a folder whose run is alive (its lock held) stays."""
+    top = user_dir(base)
+    shutil.copyfile(built_db(TALL), top / "home" / "state.db")
+    work = top / "work"
+    work.mkdir()
+    for p in (work, top / "home" / "state.db"):
+        os.chown(p, USER, USER)
+    r = as_user(
+        top,
+        '"$CTL" check --db "$SW_TOP/home/state.db" --work-dir "$SW_TOP/work" >/dev/null 2>&1 & '
+        'until ls -d "$SW_TOP"/work/.statewarden-work-*/.lock >/dev/null 2>&1; do :; done; '
+        'kill -9 $!; wait; ls -A "$SW_TOP/work"',
+    )
+    abandoned = r.stdout.split()
+    assert len(abandoned) == 1, r.stdout + r.stderr
+    assert abandoned[0].startswith(".statewarden-work-")
+    live = work / ".statewarden-work-live"
+    live.mkdir()
+    lock = os.open(live / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    for p in (live, live / ".lock"):
+        os.chown(p, USER, USER)  # the user could open it: only the held lock keeps it
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = as_user(top, '"$CTL" check --db "$SW_TOP/home/state.db" --work-dir "$SW_TOP/work"')
+        assert r.returncode == 0, r.stderr
+    finally:
+        os.close(lock)
+    assert sorted(os.listdir(work)) == [".statewarden-work-live"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
 import stat
@@ -47,6 +48,8 @@ COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 # Ask for this much headroom on top of what the work needs, for SQLite's temp files.
 FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
+WORK_PREFIX = ".statewarden-work-"
+WORK_LOCK = ".lock"
 
 Fingerprint = tuple[tuple[str, int, int, int, int] | tuple[str], ...]
 
@@ -78,8 +81,13 @@ class WorkCopy:
             out.extend(self.wal.notes(self.wal_name))
         return out
 
+    lock_fd: int | None = None  # held while the folder is in use (remove_abandoned)
+
     def cleanup(self) -> None:
         shutil.rmtree(self.work_dir, ignore_errors=True)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 def fingerprint(db: Path) -> Fingerprint:
@@ -112,6 +120,42 @@ def check_free_space(directory: Path, needed: int) -> None:
             f" {needed + FREE_SPACE_MARGIN_BYTES} needed",
             hint="free some space or choose another output directory",
         )
+
+
+def _claim(work_dir: Path) -> int:
+    """Lock a new work folder for as long as this process uses it: the lock file gets
+    its name only once locked, so another run never sees it unlocked while in use."""
+    tmp = work_dir / f"{WORK_LOCK}.new"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(tmp, work_dir / WORK_LOCK)
+    return fd
+
+
+def remove_abandoned(work_parent: Path) -> list[Path]:
+    """Remove the work folders of runs that were killed (kill -9, a power cut) before
+    they could remove their own: ours, with a lock no process holds. Each held a whole
+    copy of a database. Folders of live runs and of other users are left alone."""
+    removed = []
+    for path in work_parent.glob(f"{WORK_PREFIX}*"):
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            fd = os.open(path / WORK_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # no lock (being set up, or an older version's): not ours to judge
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a live run holds it
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def check_work_parent(directory: Path) -> None:
@@ -171,8 +215,11 @@ def make_work_copy(
     work_parent = work_parent.resolve()
     check_work_parent(work_parent)
     check_free_space(work_parent, size * space_factor)
-    work_dir = Path(tempfile.mkdtemp(prefix=".statewarden-work-", dir=work_parent))
+    remove_abandoned(work_parent)
+    work_dir = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=work_parent))
+    lock_fd = None
     try:
+        lock_fd = _claim(work_dir)
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
         header, page_size_note = _fit_page_size(copy, header, source)
         wal = _read_wal(copy, header)
@@ -192,9 +239,12 @@ def make_work_copy(
             truncated_note=truncated,
             wal=wal,
             schema_note=schema_note,
+            lock_fd=lock_fd,
         )
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
+        if lock_fd is not None:
+            os.close(lock_fd)
         raise
 
 
