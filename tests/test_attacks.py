@@ -462,3 +462,43 @@ def test_work_folder_of_a_killed_run_is_removed_by_the_next(base: Path) -> None:
     finally:
         os.close(lock)
     assert sorted(os.listdir(work)) == [".statewarden-work-live"]
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_quarantine_folder_replaced_by_a_symlink(base: Path, when: str) -> None:
+    """The quarantine folder a symlink to another folder: nothing is ever written through
+    it, but the run used to find out only at the swap and stop there, state.db left
+    fenced (mode 000) and the new file beside it. Now a symlink there before the run
+    fails it before anything is stopped, and one that appears during the settle period
+    (the ledger's settle step starts the swap of folder for link) rolls the run back."""
+    top = user_dir(base)
+    db = top / "home" / "state.db"
+    data, mode = db.read_bytes(), db.stat().st_mode
+    config = top / "sw.yaml"
+    config.write_text("maintenance:\n  settle: 5s\n")
+    plant = 'rm -rf "$Q" && ln -s "$SW_TOP/elsewhere" "$Q"'
+    if when == "during":
+        plant = (
+            f'mkdir -p "$Q" && ( until grep -qs \'"step": "settle"\' "$S"/maintenance/*/run.jsonl;'
+            f" do sleep 0.05; done; {plant} ) &"
+        )
+    else:
+        plant += ";"
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; S="$XDG_STATE_HOME/statewarden"; Q="$S/quarantine"; '
+        f'mkdir -p "$SW_TOP/elsewhere" "$S"; {plant} '
+        f'"$CTL" maintenance --config "{config}" --db "$SW_TOP/home/state.db" --action vacuum --yes;'
+        ' echo "rc=$?"; wait',
+    )
+    assert "Traceback" not in r.stderr
+    assert "rc=1" in r.stdout, r.stdout + r.stderr
+    if when == "before":
+        assert "failed before stopping anything" in r.stdout
+    else:
+        assert "aborted and rolled back: the swap failed:" in r.stdout, r.stdout + r.stderr
+    assert "quarantine: not a folder (a symlink?)" in r.stdout
+    assert os.listdir(top / "elsewhere") == []
+    assert db.read_bytes() == data
+    assert db.stat().st_mode == mode
+    assert not [p for p in db.parent.iterdir() if p.name.startswith(".statewarden-new")]

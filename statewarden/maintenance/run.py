@@ -339,6 +339,10 @@ class MaintenanceRun:
         assert self.orig is not None
         before: SourceIdentity | None = None
         if opts.action in SWAP_ACTIONS:
+            try:
+                private_dir(quarantine_root(self.state))  # refused now, not at the swap
+            except (OSError, StatewardenError) as exc:
+                return self._finish("failed before stopping anything", EXIT_FAILED, str(exc))
             self.new = new_file_path(self.db, run_id)
             self._step("prebuild", new=str(self.new))
             before = identity(self.db)
@@ -393,7 +397,7 @@ class MaintenanceRun:
                    new_ino=os.stat(self.new).st_ino)  # fmt: skip
         try:
             res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
-        except OSError as exc:
+        except (OSError, StatewardenError) as exc:
             return self._swap_failed(qdir, exc)
         self._step("swapped", files=res.files)
         self.report.swap_s = round(res.swap_s, 4)
@@ -700,13 +704,17 @@ class MaintenanceRun:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new)
 
-    def _swap_failed(self, qdir: Path, exc: OSError) -> RunReport:
-        """A swap that could not write (a full disk, a lost folder): while the original
-        still has its name, what was moved goes back and the run rolls back."""
+    def _swap_failed(self, qdir: Path, exc: OSError | StatewardenError) -> RunReport:
+        """A swap that could not write (a full disk, a quarantine folder that became a
+        symlink): while the original still has its name, what was moved goes back and
+        the run rolls back."""
         assert self.orig is not None
-        reason = f"the swap failed: {exc.strerror or exc}" + (
-            f" ({exc.filename})" if exc.filename else ""
-        )
+        if isinstance(exc, OSError):
+            reason = f"the swap failed: {exc.strerror or exc}" + (
+                f" ({exc.filename})" if exc.filename else ""
+            )
+        else:
+            reason = f"the swap failed: {exc}"
         try:
             put_back(self.db, qdir, self.orig)
         except (OSError, StatewardenError) as again:
