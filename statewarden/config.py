@@ -7,7 +7,10 @@ every default; a file named explicitly must exist. Every key is documented in
 
 A section is a dataclass field of :class:`Config`; adding one is adding a field.
 Every invalid file raises :class:`ConfigError` naming the file, the line when YAML
-knows it, the dotted key path and what was expected.
+knows it, the dotted key path and what was expected. Reading is bounded: a regular
+file only (never a FIFO or a device), at most ``CONFIG_MAX_BYTES``, nested at most
+``CONFIG_MAX_DEPTH`` levels, aliases expanding to at most ``CONFIG_MAX_NODES`` values;
+a rejected secret is never echoed.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Mapping
@@ -27,6 +31,12 @@ import yaml
 from statewarden.errors import ConfigError
 
 ENV_CONFIG = "STATEWARDEN_CONFIG"
+# Bounds on what a config file may cost to read: the whole schema needs a few hundred
+# values and 4 levels; the limits leave room for long target lists and comments.
+CONFIG_MAX_BYTES = 1 << 20
+CONFIG_MAX_DEPTH = 32
+CONFIG_MAX_NODES = 100_000
+_TOO_LARGE = f"too large (a config is at most {CONFIG_MAX_BYTES} bytes)"
 
 # Named defaults, units in the names.
 DEFAULT_RESCAN_INTERVAL_S = 30.0
@@ -208,6 +218,7 @@ IncidentKind = Literal[
     "crash_loop",
     "task_died",
     "watcher_failed",
+    "state_unwritable",
     "supervisor_failed",
 ]
 
@@ -347,7 +358,7 @@ def load_config(
     )
     source = str(chosen)
     try:
-        text = chosen.read_text(encoding="utf-8")
+        text = _read_bounded(chosen, source)
     except FileNotFoundError:
         if not explicit:
             return Config()
@@ -363,6 +374,71 @@ def load_config(
     return parse_config(text, source=source)
 
 
+def _read_bounded(path: Path, source: str) -> str:
+    """The file's text, if it is a regular file of at most ``CONFIG_MAX_BYTES``.
+
+    Opened non-blocking and checked with fstat before any read, so a FIFO, a device
+    (``/dev/zero``) or a huge file is refused at once instead of blocking or eating
+    memory (a reload runs on the daemon's loop).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError("not a regular file, expected a YAML file", source=source)
+        if st.st_size > CONFIG_MAX_BYTES:
+            raise ConfigError(
+                f"too large ({st.st_size} bytes; a config is at most {CONFIG_MAX_BYTES})",
+                source=source,
+            )
+        data = os.read(fd, CONFIG_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > CONFIG_MAX_BYTES:
+        raise ConfigError(_TOO_LARGE, source=source)
+    return data.decode("utf-8")
+
+
+def _check_shape(node: yaml.Node, source: str) -> None:
+    """Refuse YAML whose alias expansion or nesting is out of bounds.
+
+    Aliases share nodes, so a few lines can stand for billions of values (a "billion
+    laughs" file) or for a value that contains itself; walking either without a bound
+    exhausts memory or the stack. Every node is counted as often as aliases repeat it.
+    """
+    budget = CONFIG_MAX_NODES
+    stack: list[tuple[yaml.Node, int, frozenset[int]]] = [(node, 0, frozenset())]
+    while stack:
+        n, depth, above = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(
+                f"expands to more than {CONFIG_MAX_NODES} values (aliases repeat too much)",
+                source=source,
+            )
+        if depth > CONFIG_MAX_DEPTH:
+            raise ConfigError(
+                f"nested more than {CONFIG_MAX_DEPTH} levels deep",
+                source=source,
+                line=n.start_mark.line + 1,
+            )
+        if id(n) in above:
+            raise ConfigError(
+                "an alias refers to a value that contains it (recursive alias)",
+                source=source,
+                line=n.start_mark.line + 1,
+            )
+        inner = above | {id(n)}
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack.append((k, depth + 1, inner))
+                stack.append((v, depth + 1, inner))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend((item, depth + 1, inner) for item in n.value)
+
+
 def parse_config(text: str, *, source: str = "<config>") -> Config:
     """Validate YAML text into a :class:`Config`."""
     if not text.strip() or all(
@@ -373,9 +449,17 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
             source=source,
             hint="write {} to use every default, or delete the file",
         )
+    if len(text) > CONFIG_MAX_BYTES:
+        raise ConfigError(_TOO_LARGE, source=source)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _check_shape(node, source)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(
+            f"nested too deeply (at most {CONFIG_MAX_DEPTH} levels)", source=source
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -601,6 +685,9 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
     origin = get_origin(hint)
     if origin is Annotated:
         base, *markers = get_args(hint)
+        if _Secret in markers and not (isinstance(value, str) and value):
+            # Never echo what was written: it may be the secret itself.
+            raise ctx.error(path, "expected a non-empty string (the value is not shown)")
         if _Duration in markers:
             seconds = parse_duration(value)
             if seconds is None:

@@ -4,8 +4,16 @@
 directory, and every peer's uid checked with SO_PEERCRED (only the daemon's own user
 may talk to it). Protocol: JSON lines. A request is ``{"cmd": NAME, ...args}``; a reply
 is ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "one line"}``. A request
-line is at most ``MAX_REQUEST_BYTES``; a longer one, or one that is not JSON, gets an
-error reply and the connection stays usable.
+line is at most ``MAX_REQUEST_BYTES``; a longer one, or one that is not JSON (or
+nested too deeply to parse), gets an error reply and the connection stays usable.
+
+Bounds, so that connections cannot starve the daemon of descriptors (its default
+``LimitNOFILE`` is 1024 and it needs them for /proc scans, logs and state files): at
+most ``MAX_CONNECTIONS`` at once, and none while fewer than ``FD_RESERVE``
+descriptors are free; a connection over either limit gets a one-line error and is
+closed. A connection with no request for ``IDLE_TIMEOUT_S``, a request line not
+finished within ``REQUEST_TIMEOUT_S`` of its first byte, or a reply not taken within
+``WRITE_TIMEOUT_S`` is closed.
 """
 
 from __future__ import annotations
@@ -14,16 +22,27 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import socket
 import stat
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from statewarden.atomic import private_dir
 from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, StatewardenError
 
 MAX_REQUEST_BYTES = 64 * 1024
+MAX_CONNECTIONS = 32
+# asyncio accepts up to ``backlog`` connections in one go before any is served (and so
+# before any over the limits is refused): a small backlog bounds that burst.
+ACCEPT_BACKLOG = 16
+FD_RESERVE = 128
+IDLE_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 10.0
+WRITE_TIMEOUT_S = 10.0
 DEFAULT_CLIENT_TIMEOUT_S = 10.0
 SOCKET_NAME = "control.sock"
 
@@ -34,6 +53,18 @@ def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
     return int(uid)
+
+
+def free_descriptors() -> int:
+    """Descriptors this process may still open under its soft ``RLIMIT_NOFILE``."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no descriptor left even for the listing
+        return 0
+    return int(soft) - used
 
 
 def _socket_answers(path: Path) -> bool:
@@ -47,15 +78,32 @@ def _socket_answers(path: Path) -> bool:
 
 
 class ControlServer:
-    def __init__(self, path: Path, handler: Handler, *, uid: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        handler: Handler,
+        *,
+        uid: int | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        fd_reserve: int = FD_RESERVE,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
+    ) -> None:
         self.path = path
         self.handler = handler
         self.uid = os.getuid() if uid is None else uid
+        self.max_connections = max_connections
+        self.fd_reserve = fd_reserve
+        self.idle_timeout_s = idle_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.write_timeout_s = write_timeout_s
+        self.connections = 0
+        self.refused = 0  # connections refused by the limits, since start
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.path.parent, 0o700)
+        private_dir(self.path.parent, what="control socket")
         if self.path.exists() or self.path.is_symlink():
             if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
                 raise StatewardenError(f"{self.path}: exists and is not a socket; remove it")
@@ -64,7 +112,9 @@ class ControlServer:
             self.path.unlink()
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+            self._server = await asyncio.start_unix_server(
+                self._serve, path=str(self.path), backlog=ACCEPT_BACKLOG
+            )
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
@@ -80,71 +130,98 @@ class ControlServer:
 
     async def _reply(self, writer: asyncio.StreamWriter, payload: dict[str, Any]) -> None:
         writer.write(json.dumps(payload, default=str).encode() + b"\n")
-        await writer.drain()
+        await asyncio.wait_for(writer.drain(), self.write_timeout_s)
+
+    def _over_limit(self) -> str | None:
+        if self.connections >= self.max_connections:
+            return f"too many connections (at most {self.max_connections}); try again"
+        if free_descriptors() < self.fd_reserve:
+            return "the daemon is short of file descriptors; try again"
+        return None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        refused = self._over_limit()
+        if refused is not None:
+            self.refused += 1
+            with contextlib.suppress(Exception):
+                writer.write(json.dumps({"ok": False, "error": refused}).encode() + b"\n")
+            writer.close()
+            return
+        self.connections += 1
+        try:
+            await self._serve_one(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            return
+        finally:
+            self.connections -= 1
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), self.write_timeout_s)
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         try:
             uid = peer_uid(sock)
         except OSError:
             uid = -1
-        try:
-            if uid != self.uid:
-                await self._reply(
-                    writer, {"ok": False, "error": f"uid {uid} may not use this socket"}
-                )
-                return
-            buf = b""
-            discarding = False
-            while True:
-                chunk = await reader.read(65536)
-                if not chunk:
-                    return
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        if len(buf) > MAX_REQUEST_BYTES:
-                            if not discarding:
-                                await self._reply(
-                                    writer,
-                                    {
-                                        "ok": False,
-                                        "error": (
-                                            f"request too large (limit {MAX_REQUEST_BYTES} bytes)"
-                                        ),
-                                    },
-                                )
-                            discarding = True
-                            buf = b""
-                        break
-                    line, buf = buf[:nl], buf[nl + 1 :]
-                    if discarding:
-                        discarding = False
-                        continue
-                    if len(line) > MAX_REQUEST_BYTES:
-                        await self._reply(
-                            writer,
-                            {
-                                "ok": False,
-                                "error": (f"request too large (limit {MAX_REQUEST_BYTES} bytes)"),
-                            },
-                        )
-                        continue
-                    if line.strip():
-                        await self._reply(writer, await self._dispatch(line))
-        except (ConnectionError, asyncio.IncompleteReadError):
+        if uid != self.uid:
+            await self._reply(writer, {"ok": False, "error": f"uid {uid} may not use this socket"})
             return
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        buf = b""
+        discarding = False
+        line_started = 0.0
+        while True:
+            if buf or discarding:
+                # A request line must be finished soon after it began (no slow drip).
+                line_started = line_started or time.monotonic()
+                wait = line_started + self.request_timeout_s - time.monotonic()
+            else:
+                line_started = 0.0
+                wait = self.idle_timeout_s
+            chunk = await asyncio.wait_for(reader.read(65536), max(wait, 0.0))
+            if not chunk:
+                return
+            buf += chunk
+            while True:
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    if len(buf) > MAX_REQUEST_BYTES:
+                        if not discarding:
+                            await self._reply(
+                                writer,
+                                {
+                                    "ok": False,
+                                    "error": (
+                                        f"request too large (limit {MAX_REQUEST_BYTES} bytes)"
+                                    ),
+                                },
+                            )
+                        discarding = True
+                        buf = b""
+                    break
+                line, buf = buf[:nl], buf[nl + 1 :]
+                if discarding:
+                    discarding = False
+                    continue
+                if len(line) > MAX_REQUEST_BYTES:
+                    await self._reply(
+                        writer,
+                        {
+                            "ok": False,
+                            "error": (f"request too large (limit {MAX_REQUEST_BYTES} bytes)"),
+                        },
+                    )
+                    continue
+                if line.strip():
+                    await self._reply(writer, await self._dispatch(line))
 
     async def _dispatch(self, line: bytes) -> dict[str, Any]:
         try:
             request = json.loads(line)
         except ValueError:
             return {"ok": False, "error": "request is not JSON"}
+        except RecursionError:
+            return {"ok": False, "error": "request is nested too deeply"}
         if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
             return {"ok": False, "error": 'request must be a JSON object with a string "cmd"'}
         try:
@@ -180,6 +257,8 @@ def request(
                 buf += chunk
         except TimeoutError:
             raise ControlError(f"the daemon did not answer within {timeout_s:.0f} s") from None
+        except ConnectionResetError:
+            pass  # what arrived before the reset is read below
     if not buf:
         raise ControlError("the daemon closed the connection without an answer")
     reply = json.loads(buf.split(b"\n", 1)[0])

@@ -14,9 +14,16 @@ stages, each with a time limit), SIGHUP reloads the config and keeps the old one
 new one is invalid. ``WATCHDOG=1`` is sent from the loop itself, so a hung loop gets
 restarted.
 
+Start-up first takes the state folder: checked (owned by the user, no one else may
+write it, 0700) and locked, so a second daemon on it exits with
+:class:`~statewarden.errors.AlreadyRunning` (exit 5). Its descriptor limit is raised
+to the hard limit. State incidents open from the last run are evaluated afresh
+(``incidents.restart``).
+
 The parts it wires together: the databases watched (``daemon_databases``), holder
 scans (``daemon_holders``), the units watcher, the control requests
-(``daemon_requests``). Everything they find goes to :meth:`Daemon.handle`, which hands
+(``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
+journal it cannot read). Everything they find goes to :meth:`Daemon.handle`, which hands
 it to the incident recorder; every incident update the recorder makes goes to the
 announcer (``statewarden.alerts.announce``) and to the alerts (``statewarden.alerts.service``:
 journald and Telegram notifications). Metrics (``daemon_metrics``) when configured.
@@ -26,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import resource
 import signal
 import time
 from collections.abc import Callable
@@ -35,17 +44,21 @@ from typing import Any
 from statewarden import __version__, journald
 from statewarden.alerts.announce import Announcer
 from statewarden.alerts.service import Alerts
+from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.daemon_databases import WatchedDatabases
+from statewarden.daemon_health import OwnHealth
 from statewarden.daemon_holders import HolderScans
 from statewarden.daemon_metrics import Metrics
 from statewarden.daemon_requests import Requests
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
+from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS, RestartCheck
 from statewarden.incidents.signals import Found
 from statewarden.incidents.timeline import Timeline
+from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
 from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.watch.events import FileEvents
@@ -66,7 +79,10 @@ class Daemon:
         self._stop_signal: int | None = None
         self._reload_requested = False
         self.started_at = time.time()
-        sdir = state_dir(config)
+        # One daemon per state folder, checked (owned by the user, 0700) before use.
+        sdir = private_dir(state_dir(config))
+        self.state_dir = sdir
+        self.lock = lock_state_dir(sdir)
         self.book = self._open_book(sdir, config)
         self.timeline = Timeline(
             sdir / "timeline",
@@ -82,9 +98,11 @@ class Daemon:
             holders_of=self._holders_of,
         )
         self.recorder = Recorder(self.book, self.timeline, self._on_update)
+        self.restart = RestartCheck(self.book, self._on_update)
         self.metrics: Metrics | None = None
         self.last_check: dict[str, tuple[float, str]] = {}  # db -> (when, damage class)
         self.databases = WatchedDatabases(config, self.handle)
+        self.health = OwnHealth(sdir, self.book, self.timeline, self.databases, self.handle)
         self.holder_scans = HolderScans(config, self.handle)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
@@ -114,6 +132,7 @@ class Daemon:
     def handle(self, found: Found) -> None:
         """Everything a watcher finds comes here."""
         self.holder_scans.notice(found)
+        self.restart.seen(found)
         self.recorder.record(found)
 
     def _on_update(self, update: Update) -> None:
@@ -161,6 +180,15 @@ class Daemon:
         now = time.time()
         self.databases.poll(now)
         self.recorder.tick(now)
+        self.health.check()
+        if self.restart.pending:
+            if self.holder_scans.scans_done:
+                self.restart.settle(HOLDER_KINDS)
+            since = now - self.started_at
+            if since >= self.config.watch.wal_growth_window:
+                self.restart.settle(frozenset({"wal_growth"}))
+            if since >= self.units.crash_window_s:
+                self.restart.settle(frozenset({"crash_loop"}))
 
     def _wait_s(self) -> float:
         waits = [self.config.watch.poll_interval]
@@ -171,6 +199,7 @@ class Daemon:
     # -------------------------------------------------------------- life cycle
 
     async def run(self) -> int:
+        _raise_descriptor_limit()
         loop = asyncio.get_running_loop()
         for signum in HANDLED_SIGNALS:
             loop.add_signal_handler(signum, self._on_signal, signum)
@@ -182,6 +211,7 @@ class Daemon:
             await self.shutdown()
             for signum in HANDLED_SIGNALS:
                 loop.remove_signal_handler(signum)
+            self.lock.release()
         name = signal.Signals(self._stop_signal).name if self._stop_signal else "?"
         self.log.info("statewarden stopped", signal=name)
         return 0
@@ -217,6 +247,9 @@ class Daemon:
         self.metrics = Metrics.started(self)
         self.poll()  # the baseline: what exists now is not news
         await self.holder_scans.scan()
+        if self.holder_scans.scans_done:
+            self.restart.settle(HOLDER_KINDS)
+        self.restart.settle(START_KINDS)
         journald.notify_ready(self.status_line())
         self.log.info("statewarden ready", status=self.status_line())
 
@@ -255,6 +288,15 @@ class Daemon:
         except ConfigError as exc:
             self.log.error("config reload failed; keeping the running config", error=str(exc))
         else:
+            if new.paths != self.config.paths:
+                # The state folder is locked and its files open: moving needs a restart.
+                self.log.warning(
+                    "paths.* changed; that takes effect after a restart "
+                    "(systemctl --user restart statewarden), the running paths are kept",
+                    state_dir=str(state_dir(self.config)),
+                    runtime_dir=str(runtime_dir(self.config)),
+                )
+                new = dataclasses.replace(new, paths=self.config.paths)
             self.config = new
             self.databases.reconfigure(new)
             self.holder_scans.reconfigure(new)
@@ -294,3 +336,12 @@ class Daemon:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.alerts.close(), STOP_STAGE_TIMEOUT_S)
         self.book.save()
+
+
+def _raise_descriptor_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit (systemd's LimitNOFILE=1024:524288 is
+    meant to be raised by a service that uses epoll, as asyncio does)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -45,6 +45,7 @@ class HolderScans:
         self._scanned_at = 0.0  # monotonic
         self._has_dbs = False
         self._event = False
+        self.scans_done = 0  # scans that ran without failing, since start
 
     def set_dbs(self, dbs: list[Path]) -> None:
         self.watcher.set_dbs(dbs)
@@ -81,6 +82,7 @@ class HolderScans:
             found = self.guard.failed(exc, now)
         else:
             found = self.guard.succeeded(found, now)
+            self.scans_done += 1
         for f in found:
             self.on_found(f)
 

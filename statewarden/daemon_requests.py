@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from statewarden import __version__
-from statewarden.config import state_dir
+from statewarden.atomic import private_dir
 from statewarden.errors import UsageError
 from statewarden.incidents.show import show_incident
 from statewarden.mounts import read_mounts
@@ -122,8 +122,7 @@ class Requests:
         if self._checking.locked():
             raise UsageError("a check is already running; try again when it has finished")
         async with self._checking:
-            parent = state_dir(d.config) / "work"
-            parent.mkdir(parents=True, exist_ok=True)
+            parent = private_dir(d.state_dir / "work")
             diagnosis = await asyncio.to_thread(
                 check_database,
                 chosen[0].target.db,

@@ -20,7 +20,9 @@ EXIT_STALE_OR_LOST_LOCKS = 3  # holders: a holder is STALE or has lost its locks
 EXIT_UNREADABLE = 4
 EXIT_MAINTENANCE_LOSS = 3  # maintenance: the repair would lose rows, or was swapped with loss
 EXIT_REFUSED = 5  # maintenance: a holder that may not be stopped
+EXIT_ALREADY_RUNNING = 5  # statewarden run: another daemon runs on this state folder
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away
 
 
 class StatewardenError(Exception):
@@ -71,6 +73,29 @@ class ConfigError(StatewardenError):
         super().__init__(text, hint=hint)
 
 
+class UnsafePath(StatewardenError):
+    """A folder statewarden would write in is owned or writable by someone else."""
+
+    exit_code = EXIT_USAGE
+
+
+class StateUnwritable(StatewardenError, OSError):
+    """A state file could not be written (full disk, no descriptors, permissions).
+
+    Also an ``OSError``: code that handles a failed write as such keeps doing so."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        self.path = path
+        self.errno = exc.errno
+        super().__init__(f"{path}: cannot write: {exc.strerror or exc}")
+
+
+class AlreadyRunning(StatewardenError):
+    """Another daemon already runs on this state folder (or serves this control socket)."""
+
+    exit_code = EXIT_ALREADY_RUNNING
+
+
 class DatabaseError(StatewardenError):
     """A database could not be read as asked (missing, locked, not SQLite, ...)."""
 
@@ -103,10 +128,6 @@ class DaemonNotRunning(StatewardenError):
 
 class ControlError(StatewardenError):
     """The daemon answered with an error."""
-
-
-class AlreadyRunning(StatewardenError):
-    """Another daemon already serves this control socket."""
 
 
 class RunLocked(StatewardenError):

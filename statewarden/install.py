@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import sysconfig
@@ -34,6 +35,7 @@ UNIT_FILES = (UNIT, FAILED_TEMPLATE)
 MANIFEST_NAME = "install.json"
 MANIFEST_VERSION = 1
 BINDIR_PLACEHOLDER = "@BINDIR@"
+CREDENTIAL = "telegram-token"  # the name alerts.telegram.credential reads by default
 COMMANDS = ("statewarden", "statewardenctl")
 START_TIMEOUT_S = 90.0
 
@@ -105,13 +107,42 @@ def installation_bindir() -> Path:
     )
 
 
-def render(template: str, bindir: Path) -> str:
-    if any(c.isspace() for c in str(bindir)) or "%" in str(bindir):
+def _unit_safe(path: Path, what: str) -> str:
+    text = str(path)
+    if any(c.isspace() for c in text) or "%" in text or "\\" in text:
         raise InstallError(
-            f"the installation folder {bindir} has a space or '%' in its path, which a unit's"
-            " ExecStart= cannot hold; install statewarden somewhere without them"
+            f"{what} {path} has a space, '%' or backslash in its path, which a unit file"
+            " cannot hold as is; use a path without them"
         )
-    return template.replace(BINDIR_PLACEHOLDER, str(bindir))
+    return text
+
+
+def check_token_file(path: Path) -> Path:
+    """A Telegram token file a unit may load: absolute, a regular file, not a symlink,
+    readable by its owner only."""
+    path = path.expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise InstallError(f"cannot use {path} as the token file: {exc.strerror}") from exc
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        raise InstallError(f"the token file {path} is not a regular file")
+    if st.st_mode & 0o077:
+        raise InstallError(
+            f"the token file {path} is readable by others (mode {st.st_mode & 0o777:o});"
+            f" chmod 600 {path} first"
+        )
+    return path
+
+
+def render(template: str, bindir: Path, token_file: Path | None = None) -> str:
+    text = template.replace(BINDIR_PLACEHOLDER, _unit_safe(bindir, "the installation folder"))
+    if token_file is not None:
+        line = f"LoadCredential={CREDENTIAL}:{_unit_safe(token_file, 'the token file')}"
+        text = re.sub(rf"^#LoadCredential={CREDENTIAL}:.*$", line, text, flags=re.M)
+    return text
 
 
 def _digest(text: str) -> str:
@@ -169,6 +200,7 @@ def plan_install(
     enable: bool = False,
     now: bool = False,
     force: bool = False,
+    token_file: Path | None = None,
 ) -> InstallPlan:
     """What ``install`` would write; refuses to overwrite a unit file it did not write."""
     bindir = bindir or installation_bindir()
@@ -177,7 +209,7 @@ def plan_install(
     ours = read_manifest(manifest).get("files", {})
     files: list[FileChange] = []
     for name in UNIT_FILES:
-        content = render((tdir / name).read_text(encoding="utf-8"), bindir)
+        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file)
         path = unit_dir / name
         if path.is_symlink():
             raise InstallError(f"{path} is a symlink; remove it or point --unit-dir elsewhere")

@@ -26,27 +26,21 @@ import structlog
 
 from statewarden.config import REDACTED
 from statewarden.journald import JournalSender, field_name, priority_of
+from statewarden.redact import redact_text
 
 IDENTIFIER = "statewarden"
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)
-# Telegram bot tokens look like 123456789:AAH...; redact them wherever they appear.
-_BOT_TOKEN_RE = re.compile(r"(?<!\d)\d{6,12}:[A-Za-z0-9_-]{30,}")
-
-
-def redact_text(text: str) -> str:
-    """``text`` with every Telegram bot token in it replaced by :data:`REDACTED`."""
-    return _BOT_TOKEN_RE.sub(REDACTED, text)
 
 
 def redact_secrets(
     _logger: object, _name: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: hide values of secret-looking keys and bot tokens in text."""
+    """structlog processor: hide values of secret-looking keys, and secrets in text."""
     for key, value in list(event.items()):
         if _SECRET_KEY_RE.search(key) and value not in (None, ""):
             event[key] = REDACTED
-        elif isinstance(value, str) and _BOT_TOKEN_RE.search(value):
-            event[key] = _BOT_TOKEN_RE.sub(REDACTED, value)
+        elif isinstance(value, str):
+            event[key] = redact_text(value)
     return event
 
 

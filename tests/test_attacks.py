@@ -314,15 +314,10 @@ def test_install_into_a_unit_folder_others_can_write_is_refused(base: Path, mode
     one_line_error(r, 1, f"{shared}: owned by uid 0, not by us")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="statewarden/atomic.py write_atomic opens <name>.tmp without O_NOFOLLOW | O_EXCL;"
-    " being hardened separately (remove this mark then)",
-)
 def test_install_does_not_follow_a_symlink_at_the_temporary_name(base: Path) -> None:
     """In the user's own unit folder, a symlink at ``statewarden.service.tmp`` (left by a
-    tool or another process of the user) is followed: the file it names is overwritten
-    and ``statewarden.service`` becomes that symlink. docs/safety.md rule 12."""
+    tool or another process of the user) was followed: the file it named was overwritten
+    and ``statewarden.service`` became that symlink. docs/safety.md rule 12."""
     top = user_dir(base)
     r = as_user(
         top,

@@ -147,6 +147,7 @@ class TestBook:
         path = tmp_path / "incidents.json"
         book = IncidentBook(path)
         book.record(sig("corruption", at=1000.0))
+        book.flush(force=True)  # the whole book in incidents.json, the change log emptied
         data = json.loads(path.read_text())
         data["incidents"][0]["kind"] = "retired_kind"
         path.write_text(json.dumps(data))

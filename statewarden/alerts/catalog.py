@@ -87,6 +87,11 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "statewarden cannot watch part of Hermes (a log, the journal, holders, units); "
         "problems there would go unseen until it recovers.",
     ),
+    "state_unwritable": (
+        "statewarden cannot write its own state",
+        "A full disk or no descriptors left: incidents and alerts go on from memory and "
+        "every write is retried until it works again.",
+    ),
     "supervisor_failed": (
         "statewarden has stopped for good",
         "statewarden.service failed so often that the user manager gave up restarting it "

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from statewarden.incidents.book import Incident
 from statewarden.incidents.signals import KINDS, SEVERITY_RANK
-from statewarden.logs import redact_text
+from statewarden.redact import redact_text
 
 NotificationState = Literal["firing", "resolved", "test"]
 EVIDENCE_LINES = 3  # evidence entries shown per incident
@@ -57,6 +57,8 @@ NEXT_STEPS: dict[str, str] = {
     "crash_loop": "journalctl --user -u <unit> -n 50 (why the unit keeps failing)",
     "task_died": "journalctl --user -u hermes-gateway -n 50, then restart the gateway",
     "watcher_failed": "journalctl --user -u statewarden -p warning",
+    "state_unwritable": "df -h ~/.local/state/statewarden; free space there (or raise the "
+    "unit's LimitNOFILE=); writes are retried",
     "supervisor_failed": "journalctl --user -u statewarden -n 50; fix the cause, then "
     "systemctl --user reset-failed statewarden && systemctl --user start statewarden",
 }

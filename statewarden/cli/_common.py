@@ -13,7 +13,13 @@ from typing import Any, TypeVar, cast
 import click
 
 from statewarden.config import Config, load_config
-from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, StatewardenError, UsageError
+from statewarden.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    StatewardenError,
+    UsageError,
+)
 from statewarden.targets import Target, discover, find_target, target_for_db
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -57,6 +63,11 @@ def handle_errors(func: F) -> F:
             fail(prog, str(exc), exc.exit_code)
         except KeyboardInterrupt:
             fail(prog, "interrupted", EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # The reader went away (`| head -1`): stop quietly, as a SIGPIPE'd tool would.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_BROKEN_PIPE)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:

@@ -7,12 +7,14 @@ from pathlib import Path
 import click
 
 from statewarden import install as inst
-from statewarden.cli._common import config_option, get_config, handle_errors, print_json
-from statewarden.config import state_dir
+from statewarden.cli._common import handle_errors, print_json
+from statewarden.config import xdg_dir
 
 
-def _manifest(config_path: str | None) -> Path:
-    return state_dir(get_config(config_path)) / inst.MANIFEST_NAME
+def _manifest() -> Path:
+    """Where install records what it wrote: the default state folder, whatever the config
+    says (a changed ``paths.state_dir`` must not lose track of installed units)."""
+    return xdg_dir("XDG_STATE_HOME", "~/.local/state") / "statewarden" / inst.MANIFEST_NAME
 
 
 @click.command("install")
@@ -22,8 +24,10 @@ def _manifest(config_path: str | None) -> Path:
               help="Where to write the units (default ~/.config/systemd/user).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Replace unit files that install did not write.")
+@click.option("--telegram-token-file", type=click.Path(path_type=Path), default=None,
+              help="Give the units this file (mode 600) as the Telegram token credential"
+              " (LoadCredential=telegram-token:PATH).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@config_option
 @handle_errors
 def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
     enable: bool,
@@ -31,8 +35,8 @@ def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
     unit_dir: Path | None,
     dry_run: bool,
     force: bool,
+    telegram_token_file: Path | None,
     as_json: bool,
-    config_path: str | None,
 ) -> None:
     """Write statewarden's systemd --user units for this installation; enable, start.
 
@@ -44,10 +48,11 @@ def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
     """
     plan = inst.plan_install(
         unit_dir or inst.default_unit_dir(),
-        _manifest(config_path),
+        _manifest(),
         enable=enable,
         now=now,
         force=force,
+        token_file=inst.check_token_file(telegram_token_file) if telegram_token_file else None,
     )
     if dry_run:
         lines = [f"would {f.action} {f.path}" for f in plan.files if f.action != "unchanged"]
@@ -80,16 +85,15 @@ def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
 @click.command("uninstall")
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@config_option
 @handle_errors
-def uninstall(dry_run: bool, as_json: bool, config_path: str | None) -> None:
+def uninstall(dry_run: bool, as_json: bool) -> None:
     """Stop and disable statewarden.service and remove exactly the files install wrote.
 
     State, config and Hermes' own units are left alone.
 
     Example: statewardenctl uninstall
     """
-    outcome = inst.uninstall(_manifest(config_path), dry_run=dry_run)
+    outcome = inst.uninstall(_manifest(), dry_run=dry_run)
     if as_json:
         print_json({"dry_run": dry_run, **outcome.to_json()})
         return

@@ -8,13 +8,28 @@ Resolution:
 - state rules (stale holder, WAL growth, unsafe mount, ...) resolve when their watcher
   sends a signal with ``clears=True``;
 - log rules resolve after a quiet period without a new matching signal
-  (``quiet_resolve_s``, per kind where it matters).
+  (``quiet_resolve_s``, per kind where it matters), and so does an incident of a state
+  kind that a log or journal line raised (no watcher will ever clear it);
+- after a restart the daemon evaluates every state rule afresh and resolves
+  (:meth:`IncidentBook.resolve`) what no longer holds.
 
 An incident that resolved less than ``reopen_window_s`` ago and fires again is reopened
 (the same id, count carried on) rather than a new one, so a flapping condition does not
-become a storm of incidents. The book is saved atomically (tmp + fsync + rename) to
-``<state_dir>/incidents.json``: at once when an incident opens, resolves or is
-acknowledged, and at most every ``save_interval_s`` for plain updates.
+become a storm of incidents.
+
+Persistence, so that a burst of n distinct incidents costs O(n), not O(n^2): every
+opening, reopening, escalation and resolution is appended at once as one JSON line to
+``<state_dir>/incidents.jsonl`` (before it is announced; fsynced by the next
+:meth:`IncidentBook.flush`, once per batch). ``flush`` also compacts: the whole book
+is written atomically to ``<state_dir>/incidents.json`` (with the sequence number of
+the last change it holds) and the change log emptied, when the log holds more lines
+than the book has incidents, or plain updates (counts) waited ``save_interval_s``.
+Loading reads the snapshot, then replays the changes after its sequence number.
+
+Evidence and summaries are stored with secrets redacted (``redact.py``). A write that
+fails (a full disk, no descriptors) never stops :meth:`IncidentBook.record`: the book
+keeps working in memory, ``write_error`` says why, and the next ``flush`` writes the
+whole book again.
 """
 
 from __future__ import annotations
@@ -27,7 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import StateUnwritable, append_line, fsync_file, write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
 from statewarden.incidents.signals import (
@@ -38,11 +53,23 @@ from statewarden.incidents.signals import (
     cap_evidence,
     is_state_kind,
 )
+from statewarden.redact import redact_text
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
+# The change log is compacted when it holds more lines than this or than the book has
+# incidents, whichever is more: each line then costs O(1) amortised.
+COMPACT_MIN_LINES = 1000
+CHANGES_SUFFIX = ".jsonl"
 DEFAULT_KEEP_RESOLVED = 500
 EVIDENCE_KEEP = 10  # evidence lines kept per incident: the first few and the latest
 RATE_WINDOW_S = 60.0
+
+
+def from_logs(inc: Incident) -> bool:
+    """True for an incident raised from a log or journal line: no watcher will ever say
+    its condition cleared, so it resolves after a quiet period whatever its kind."""
+    return inc.source.startswith(("log:", "journal:"))
+
 
 Change = Literal["opened", "reopened", "escalated", "updated", "resolved"]
 
@@ -104,42 +131,133 @@ class IncidentBook:
         self._next_id = 1
         self._dirty = False
         self._saved_at = 0.0
+        self._seq = 0  # number of the last change appended
+        self._log_lines = 0  # lines in the change log since the last compaction
+        self._unsynced = False  # lines appended but not yet fsynced
+        self._rewrite = False  # a write failed: the next flush writes the whole book
+        self.write_error: StateUnwritable | None = None
+        self.compactions = 0  # whole-book writes since start (a burst costs a few)
         self._recent: dict[str, deque[float]] = {}
         if path is not None:
             self._load(path)
+
+    @property
+    def changes_path(self) -> Path | None:
+        return None if self.path is None else self.path.with_suffix(CHANGES_SUFFIX)
 
     # ------------------------------------------------------------- persistence
 
     def _load(self, path: Path) -> None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            self._next_id = int(data.get("next_id", 1))
+            self._seq = int(data.get("seq", 0))
+            for raw in data.get("incidents", []):
+                self._put(Incident(**raw))
         except FileNotFoundError:
-            return
-        except (OSError, ValueError) as exc:
+            pass
+        except (OSError, ValueError, TypeError) as exc:
             # A damaged book must not stop the daemon; keep it aside and start afresh.
             with contextlib.suppress(OSError):
                 path.rename(path.with_suffix(f".damaged-{int(time.time())}"))
             raise StatewardenError(f"{path}: incident book unreadable ({exc}); set aside") from None
-        self._next_id = int(data.get("next_id", 1))
-        for raw in data.get("incidents", []):
-            inc = Incident(**raw)
-            self.incidents[inc.id] = inc
-            self._by_fingerprint[inc.fingerprint] = inc.id
+        self._replay()
 
-    def save(self, *, force: bool = True) -> None:
-        if self.path is None or not (self._dirty or force):
+    def _put(self, inc: Incident) -> None:
+        old = self.incidents.get(inc.id)
+        if old is not None and self._by_fingerprint.get(old.fingerprint) == old.id:
+            del self._by_fingerprint[old.fingerprint]
+        self.incidents[inc.id] = inc
+        self._by_fingerprint[inc.fingerprint] = inc.id
+
+    def _replay(self) -> None:
+        """Apply the changes appended after the snapshot (a torn last line is skipped)."""
+        assert self.changes_path is not None
+        try:
+            text = self.changes_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return
+        for line in text.splitlines():
+            try:
+                raw = json.loads(line)
+                seq = int(raw["seq"])
+                if seq <= self._seq:
+                    continue
+                self._put(Incident(**raw["incident"]))
+                self._seq = seq
+                self._next_id = max(self._next_id, int(raw["next_id"]))
+                self._log_lines += 1
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    def _append(self, inc: Incident) -> None:
+        """One change, appended before it is announced (fsynced by the next flush)."""
+        if self.path is None:
+            return
+        self._seq += 1
+        line = {"seq": self._seq, "next_id": self._next_id, "incident": inc.to_json()}
+        assert self.changes_path is not None
+        try:
+            append_line(self.changes_path, json.dumps(line, default=str) + "\n")
+        except StateUnwritable as exc:
+            self.write_error = exc
+            self._rewrite = True
+        else:
+            self._log_lines += 1
+            self._unsynced = True
+
+    def flush(self, *, force: bool = False) -> None:
+        """Make what was recorded durable: fsync the change log, compact when due.
+
+        Called once per batch of signals; never raises (see ``write_error``).
+        """
+        if self.path is None:
             return
         now = time.monotonic()
-        if not force and now - self._saved_at < self.save_interval_s:
-            return
+        compact = (
+            force
+            or self._rewrite
+            or self._log_lines > max(COMPACT_MIN_LINES, len(self.incidents))
+            or (self._dirty and now - self._saved_at >= self.save_interval_s)
+        )
+        try:
+            if compact and (self._dirty or self._log_lines or self._rewrite or force):
+                self._compact()
+                self._saved_at = now
+            elif self._unsynced:
+                assert self.changes_path is not None
+                fsync_file(self.changes_path)
+                self._unsynced = False
+        except StateUnwritable as exc:
+            self.write_error = exc
+            self._rewrite = True
+        else:
+            self.write_error = None
+
+    def _compact(self) -> None:
+        assert self.path is not None
+        assert self.changes_path is not None
         self._prune()
         data = {
             "next_id": self._next_id,
+            "seq": self._seq,
             "incidents": [i.to_json() for i in self.incidents.values()],
         }
         write_atomic(self.path, json.dumps(data, default=str))
+        # The snapshot holds every change up to seq: the log can go (a crash before
+        # this line only leaves changes that the snapshot's seq makes replay skip).
+        write_atomic(self.changes_path, "")
         self._dirty = False
-        self._saved_at = now
+        self._rewrite = False
+        self._unsynced = False
+        self._log_lines = 0
+        self.compactions += 1
+
+    def save(self, *, force: bool = True) -> None:
+        """Write the whole book now (``force``) or when due; see :meth:`flush`."""
+        self.flush(force=force)
 
     def _prune(self) -> None:
         resolved = sorted(
@@ -163,7 +281,7 @@ class IncidentBook:
     @staticmethod
     def _add_evidence(inc: Incident, lines: tuple[str, ...]) -> None:
         for raw in lines:
-            line = cap_evidence(raw)
+            line = redact_text(cap_evidence(raw))
             if line in inc.evidence:
                 continue
             if len(inc.evidence) >= EVIDENCE_KEEP:
@@ -193,10 +311,9 @@ class IncidentBook:
             self._dirty = True
             if SEVERITY_RANK[severity] > SEVERITY_RANK[existing.severity]:
                 existing.severity = severity
-                existing.summary = sig.summary
-                self.save()
+                existing.summary = redact_text(sig.summary)
+                self._append(existing)
                 return Update("escalated", existing, rate)
-            self.save(force=False)
             return Update("updated", existing, rate)
         if (
             existing is not None
@@ -208,10 +325,10 @@ class IncidentBook:
             existing.resolution = ""
             existing.count += 1
             existing.last_seen = sig.at
-            existing.summary = sig.summary
+            existing.summary = redact_text(sig.summary)
             existing.severity = severity
             self._add_evidence(existing, sig.evidence)
-            self.save()
+            self._append(existing)
             return Update("reopened", existing, rate)
         inc = Incident(
             id=self._next_id,
@@ -219,7 +336,7 @@ class IncidentBook:
             db=sig.db,
             key=sig.key,
             severity=severity,
-            summary=sig.summary,
+            summary=redact_text(sig.summary),
             first_seen=sig.at,
             last_seen=sig.at,
             source=sig.source,
@@ -229,14 +346,21 @@ class IncidentBook:
         self._next_id += 1
         self.incidents[inc.id] = inc
         self._by_fingerprint[fp] = inc.id
-        self.save()
+        self._append(inc)
         return Update("opened", inc, rate)
+
+    def resolve(self, incident_id: int, why: str, at: float | None = None) -> Update | None:
+        """Resolve one open incident (a state rule found it no longer holds)."""
+        inc = self.incidents.get(incident_id)
+        if inc is None or inc.state != "open":
+            return None
+        return self._resolve(inc, time.time() if at is None else at, why)
 
     def _resolve(self, inc: Incident, at: float, why: str) -> Update:
         inc.state = "resolved"
         inc.resolved_at = at
-        inc.resolution = why
-        self.save()
+        inc.resolution = redact_text(why)
+        self._append(inc)
         return Update("resolved", inc)
 
     def tick(self, now: float | None = None) -> list[Update]:
@@ -244,12 +368,11 @@ class IncidentBook:
         now = time.time() if now is None else now
         out = []
         for inc in list(self.incidents.values()):
-            if inc.state != "open" or is_state_kind(inc.kind):
+            if inc.state != "open" or (is_state_kind(inc.kind) and not from_logs(inc)):
                 continue
             quiet = self._quiet_resolve_s(inc.kind)
             if now - inc.last_seen >= quiet:
                 out.append(self._resolve(inc, now, f"no new signal for {quiet:.0f} s"))
-        self.save(force=False)
         return out
 
     def _quiet_resolve_s(self, kind: str) -> float:
@@ -266,7 +389,8 @@ class IncidentBook:
             raise UsageError(f"no incident {incident_id}")
         inc.acked = True
         self._dirty = True
-        self.save()
+        self._append(inc)
+        self.flush(force=True)
         return inc
 
     def get(self, incident_id: int) -> Incident:

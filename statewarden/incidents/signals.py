@@ -74,6 +74,8 @@ KINDS: dict[str, Kind] = {
         '"Supervised task <name> died"'),
     "watcher_failed": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0e", "state",
         "one of statewarden's own watchers keeps failing"),
+    "state_unwritable": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a0f", "state",
+        "statewarden cannot write its own state (disk full, no descriptors, ...)"),
     # Sent by statewarden-failed@.service (OnFailure= of the unit), not by the daemon.
     "supervisor_failed": Kind("critical", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a10", "log",
         "statewarden itself stopped for good (its unit hit the start limit)"),

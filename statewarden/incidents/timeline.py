@@ -6,10 +6,10 @@ error. The timeline keeps that history per database: holders arriving and leavin
 WAL size samples and checkpoints, sidecar creations and deletions, cron sessions
 starting, unit restarts, and every incident change.
 
-Storage: one JSON-lines file per database under ``<state_dir>/timeline/``, appended
-to (cheap), and compacted when it passes ``max_bytes`` or holds entries older than
-``max_age_s``: the file is rewritten with what is young enough, newest half first
-when size is the reason. Bounded in both time and space.
+Storage: one JSON-lines file (0600, secrets redacted) per database under
+``<state_dir>/timeline/``, appended to (cheap), and compacted when it passes
+``max_bytes`` or holds entries older than ``max_age_s``: the file is rewritten with
+what is young enough, newest half first when size is the reason. Bounded in both time and space.
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import StateUnwritable, append_line, write_atomic
 from statewarden.config import DEFAULT_TIMELINE_MAX_AGE_S as DEFAULT_MAX_AGE_S
 from statewarden.config import DEFAULT_TIMELINE_MAX_BYTES as DEFAULT_MAX_BYTES
+from statewarden.redact import redact_text
 
 # A signal that fires again within this window is not written again (a flood is
 # one line a minute in the timeline, with the count so far).
 SIGNAL_REPEAT_S = 60.0
+PENDING_MAX = 1000  # entries kept in memory while the timeline cannot be written
 
 
 @dataclass(frozen=True)
@@ -53,27 +56,44 @@ class Timeline:
         self.max_age_s = max_age_s
         self.max_bytes = max_bytes
         self._last_signal: dict[str, float] = {}
+        # The last write that failed (a full disk), None once one succeeds again: a
+        # timeline that cannot be written never stops the caller; the lines wait here
+        # (the newest PENDING_MAX) and are written by the next add or flush.
+        self.write_error: StateUnwritable | None = None
+        self._pending: deque[tuple[str, str]] = deque(maxlen=PENDING_MAX)
 
     def path_for(self, db: str) -> Path:
         digest = hashlib.sha256(db.encode()).hexdigest()[:16]
         return self.directory / f"{digest}.jsonl"
 
     def add(self, db: str, what: str, text: str, at: float | None = None, **fields: Any) -> None:
+        """Append one entry (secrets redacted); a failed write is kept in ``write_error``."""
         entry = {
             "at": time.time() if at is None else at,
             "what": what,
-            "text": text,
+            "text": redact_text(text),
             "db": db,
-            "fields": fields,
+            "fields": {k: redact_text(v) if isinstance(v, str) else v for k, v in fields.items()},
         }
-        path = self.path_for(db)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(entry, default=str) + "\n"
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
-            size = f.tell()
-        if size > self.max_bytes:
-            self.compact(db)
+        self._pending.append((db, json.dumps(entry, default=str) + "\n"))
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the lines waiting since a failed write; never raises (``write_error``)."""
+        while self._pending:
+            db, line = self._pending[0]
+            try:
+                size = append_line(self.path_for(db), line)
+                if size > self.max_bytes:
+                    self.compact(db)
+            except StateUnwritable as exc:
+                self.write_error = exc
+                return
+            except OSError as exc:  # the compaction's read (no descriptors left, EIO)
+                self.write_error = StateUnwritable(self.path_for(db), exc)
+                return
+            self._pending.popleft()
+        self.write_error = None
 
     def add_signal(self, db: str, fingerprint: str, text: str, at: float, **fields: Any) -> bool:
         """Record a signal unless the same fingerprint was written in the last minute."""

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import apsw
 
+from statewarden.atomic import create_new
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.pages import rebuild_schema_root
@@ -263,7 +264,7 @@ def _copy_consistent(
                 src = open_regular(f"{source}{suffix}")
             except FileNotFoundError:
                 continue
-            with src, open(target, "wb") as out:
+            with src, os.fdopen(create_new(target), "wb") as out:
                 while chunk := src.read(COPY_CHUNK_BYTES):
                     out.write(chunk)
                     done += len(chunk)

@@ -27,6 +27,11 @@ Steps (each only as far as the damage needs):
    triggers, created before the data; external content by ``'rebuild'``).
 6. The output is verified (``verify.py``) and linked into place only at the very end
    and only if verified, so an interrupted or failed run leaves no file at ``--output``.
+
+Nothing is written through a name someone else could have planted: the work folder is
+a fresh ``mkdtemp`` (0700), the output and the report are linked into place as new
+names (``atomic.write_new``), so no inode of the source bundle can be a write target.
+Both folders are tried (a file created and removed) before the work starts.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any
 
 import apsw
 
+from statewarden.atomic import write_new
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
@@ -83,6 +89,10 @@ def recover(
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
     if report_path is not None and not Path(report_path).parent.is_dir():
         raise UsageError(f"{Path(report_path).parent}: no such directory for --report")
+    # Both folders are tried before any work: a read-only one fails now, not after it.
+    _check_writable(output.parent, "--output")
+    if report_path is not None:
+        _check_writable(Path(report_path).parent, "--report")
     started = time.monotonic()
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
     copied = round(time.monotonic() - started, 3)
@@ -93,7 +103,7 @@ def recover(
             # A file that failed verification is never left where a swap would take it.
             report.notes.append(f"the output failed verification and was not kept at {output}")
         if report_path is not None:
-            _write_report(report, Path(report_path))
+            _write_report(Path(report_path), report)
         if report.verified:
             _publish(work.work_dir / "output.db", output)
         return report
@@ -101,24 +111,25 @@ def recover(
         work.cleanup()
 
 
-def _write_report(report: Report, path: Path) -> None:
-    """Write the JSON report at ``path`` without following or overwriting anything there:
-    a new temporary name (``O_EXCL | O_NOFOLLOW``, mode 0600), then a hard link
-    (docs/safety.md rule 12)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _check_writable(directory: Path, option: str) -> None:
+    """Create and remove a file in ``directory``, or fail with one line (exit 2)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(report.to_json(), indent=2, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise UsageError(
-                f"{path}: appeared while recovering; refusing to overwrite it"
-            ) from None
-    finally:
-        os.unlink(tmp)
+        fd, name = tempfile.mkstemp(prefix=".statewarden-probe-", dir=directory)
+    except OSError as exc:
+        raise UsageError(f"{directory}: cannot write there for {option}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def _write_report(path: Path, report: Report) -> None:
+    """The report as a new file: never written through a planted name (symlink, link)."""
+    text = json.dumps(report.to_json(), indent=2, default=str) + "\n"
+    try:
+        write_new(path, text)
+    except FileExistsError:
+        raise UsageError(f"{path}: appeared while recovering; refusing to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the report: {exc.strerror}") from None
 
 
 def _publish(built: Path, output: Path) -> None:
@@ -126,7 +137,7 @@ def _publish(built: Path, output: Path) -> None:
     with open(built, "rb+") as f:
         os.fsync(f.fileno())
     try:
-        os.link(built, output)
+        os.link(built, output, follow_symlinks=False)
     except FileExistsError:
         raise UsageError(f"{output}: appeared while recovering; refusing to overwrite it") from None
     dir_fd = os.open(output.parent, os.O_RDONLY)

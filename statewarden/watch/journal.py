@@ -15,6 +15,12 @@ made (``--since=@<epoch>``): history is not alerted on, and a line logged while
 journalctl starts up is not lost. If journalctl is missing or dies, it is restarted with capped
 exponential backoff (from the shortest wait again once it hands over an entry) and the
 reason is kept in ``status`` (never a crash).
+
+A journal this user may not read is a ``problem`` (the daemon makes it a
+``watcher_failed`` incident): on a host whose journald keeps only volatile storage
+(no ``/var/log/journal``) a normal user reads no journal at all, and journalctl says
+"No journal files were opened due to insufficient permissions". The problem clears
+once journalctl has kept running for ``FOLLOWING_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -29,13 +35,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import StateUnwritable, write_atomic
 from statewarden.backoff import Backoff
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 CURSOR_SAVE_EVERY_S = 1.0
 MAX_ENTRY_BYTES = 1 << 20
+FOLLOWING_AFTER_S = 2.0  # journalctl still running after this long: it can read the journal
+_DENIED_MARKERS = ("insufficient permissions", "permission denied")
+JOURNAL_REMEDY = (
+    "make journald keep persistent storage (mkdir -p /var/log/journal, then "
+    "systemctl restart systemd-journald: each user can then read their own units' "
+    "journal), or add this user to the systemd-journal group "
+    "(usermod -aG systemd-journal $USER, then log in again)"
+)
 
 
 def journalctl_command(
@@ -83,9 +97,12 @@ class JournalFollower:
         self.backoff = Backoff(BACKOFF_START_S, BACKOFF_MAX_S)
         self._cursor: str | None = self._load_cursor()
         self._cursor_saved_at = 0.0
+        self.write_error: StateUnwritable | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self.entries_seen = 0
         self.started_at = time.time()
+        # Why the journal cannot be read by this user, "" when it can (or is not known).
+        self.problem = ""
 
     @property
     def errors(self) -> int:
@@ -99,6 +116,10 @@ class JournalFollower:
             return None
         return value or None
 
+    def save_cursor(self) -> None:
+        """Write the cursor now (a retry after ``write_error``); never raises."""
+        self._save_cursor(force=True)
+
     def _save_cursor(self, force: bool = False) -> None:
         if self._cursor is None:
             return
@@ -106,7 +127,12 @@ class JournalFollower:
         if not force and now - self._cursor_saved_at < CURSOR_SAVE_EVERY_S:
             return
         self._cursor_saved_at = now
-        write_atomic(self.cursor_path, self._cursor)
+        try:
+            write_atomic(self.cursor_path, self._cursor)
+        except StateUnwritable as exc:
+            self.write_error = exc  # retried at the next entry
+        else:
+            self.write_error = None
 
     async def _follow_once(self) -> None:
         cmd = journalctl_command(
@@ -124,6 +150,13 @@ class JournalFollower:
         )
         assert self._proc.stdout is not None
         self.status = f"following {', '.join(self.units)}"
+        proc = self._proc
+
+        def still_running() -> None:
+            if proc.returncode is None:
+                self.problem = ""
+
+        asyncio.get_running_loop().call_later(FOLLOWING_AFTER_S, still_running)
         while True:
             try:
                 line = await self._proc.stdout.readline()
@@ -133,7 +166,7 @@ class JournalFollower:
                 break
             try:
                 entry = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if not isinstance(entry, dict):
                 continue
@@ -150,6 +183,8 @@ class JournalFollower:
             with contextlib.suppress(Exception):
                 err = await asyncio.wait_for(self._proc.stderr.read(4096), timeout=1)
         text = err.decode(errors="replace").strip().splitlines()
+        if any(m in line.lower() for line in text for m in _DENIED_MARKERS):
+            self.problem = next(x for x in text if any(m in x.lower() for m in _DENIED_MARKERS))
         raise RuntimeError(f"journalctl exited with {code}" + (f": {text[-1]}" if text else ""))
 
     async def run(self) -> None:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import StateUnwritable, write_atomic
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, parse_record, starts_record
 
@@ -167,16 +167,21 @@ class _Reader:
         pieces = chunk[start:].split(b"\n")
         tail = pieces.pop()
         offset = self.pos + start
-        for piece in pieces:
+        for raw in pieces:
+            offset += len(raw) + 1
+            # NULs (a file extended over a hole after a crash) are dropped before the
+            # cut, so the cut keeps the record's start, not the NULs.
+            piece = raw.replace(b"\x00", b"") if len(raw) > limit and b"\x00" in raw else raw
             if len(piece) > limit:
                 self._line(piece[:limit], len(piece) - limit, out, now)
             else:
                 self._line(piece, 0, out, now)
-            offset += len(piece) + 1
             self.line_start = offset
         self._append_partial(tail)
 
     def _append_partial(self, piece: bytes) -> None:
+        if b"\x00" in piece:
+            piece = piece.replace(b"\x00", b"")  # see _feed: the cut keeps text, not NULs
         room = self.limits.max_line_bytes - len(self.partial)
         if len(piece) > room:
             self.partial += piece[: max(room, 0)]
@@ -310,11 +315,19 @@ class _Tail:
     known: set[tuple[int, int]] | None = None
     seen: bool = False  # polled at least once
     problem: str = ""
+    problem_now: bool = False  # the problem was seen again in this poll
 
 
 def _open(path: Path) -> tuple[int, os.stat_result] | None:
+    """The file open for reading, or None if it is gone or not a regular file.
+
+    ``PermissionError`` is raised, not swallowed: a log that cannot be read is a
+    problem to report (detection from it has stopped), not a file that went away.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except PermissionError:
+        raise
     except OSError:
         return None
     try:
@@ -370,6 +383,7 @@ class LogTailer:
             if tail.name in known:
                 tail.known = known[tail.name]
         self._saved: dict[str, Any] | None = None
+        self.write_error: StateUnwritable | None = None  # the last offsets save that failed
 
     @classmethod
     def for_target(cls, target: Target, state_dir: Path, **kw: Any) -> LogTailer:
@@ -386,10 +400,14 @@ class LogTailer:
         self.behind = False
         for tail in self._tails:
             got: list[LogRecord] = []
+            tail.problem_now = False
             try:
                 self._poll_file(tail, got, now)
-            except OSError as exc:  # EIO, ESTALE on a network home: report, keep going
-                self._problem(tail, "unreadable", f"{tail.name}: cannot read: {exc}")
+            except OSError as exc:  # EACCES, EIO, ESTALE: report, keep going
+                why = exc.strerror or str(exc)
+                self._problem(tail, "unreadable", f"{tail.path}: cannot read: {why}")
+            if not tail.problem_now:
+                tail.problem = ""
             tail.seen = True
             out += self._dedupe(tail.name, got)
         self._autosave()
@@ -461,7 +479,8 @@ class LogTailer:
 
     def close(self) -> None:
         """Save offsets and close every file (records still waiting are read again later)."""
-        self.save()
+        with contextlib.suppress(StateUnwritable):
+            self.save()
         for tail in self._tails:
             for r in [*tail.rotated, tail.reader]:
                 if r is not None:
@@ -573,8 +592,6 @@ class LogTailer:
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             self._problem(tail, "not_a_file", f"{tail.path} is {kind}, not a log file")
             return None
-        if tail.problem:
-            tail.problem = ""
         return st
 
     def _read_on(
@@ -758,6 +775,7 @@ class LogTailer:
         self._notices.append(Notice(tail.name, what, text))
 
     def _problem(self, tail: _Tail, what: str, text: str) -> None:
+        tail.problem_now = True
         if tail.problem != text:  # reported once, not on every poll
             tail.problem = text
             self._notice(tail, what, text)
@@ -790,8 +808,14 @@ class LogTailer:
     def _autosave(self) -> None:
         now = self.clock()
         if now - self._last_save >= self.save_interval_s:
-            self.save()
             self._last_save = now
+            try:
+                self.save()
+            except StateUnwritable as exc:
+                # Reading goes on; the offsets are written again at the next save.
+                self.write_error = exc
+            else:
+                self.write_error = None
 
     def save(self) -> None:
         """Write the offsets file if it changed (tmp + fsync + rename, then the dir)."""

@@ -111,6 +111,7 @@ class TargetMonitor:
             save_interval_s=LOG_OFFSETS_SAVE_S,
         )
         self.cron = CronSessions()
+        self._log_problems: dict[str, str] = {}  # log name -> why it cannot be read
         self.guards: list[Guard] = [
             Guard("files", self.db, self.files.poll),
             Guard("logs", self.db, self._poll_logs),
@@ -124,6 +125,42 @@ class TargetMonitor:
             out.append(
                 Observation(f"log_{notice.what}", self.db, notice.text, now, {"file": notice.file})
             )
+        out.extend(self._log_problem_signals(now))
+        return out
+
+    def _log_problem_signals(self, now: float) -> list[Found]:
+        """A log that cannot be read is a ``watcher_failed`` incident (detection from it
+        has stopped), with the remedy; it clears when the log can be read again."""
+        out: list[Found] = []
+        problems = self.logs.problems
+        for name, why in problems.items():
+            if self._log_problems.get(name) == why:
+                continue
+            out.append(
+                Signal(
+                    "watcher_failed",
+                    self.db,
+                    f"Hermes' log {name} cannot be followed ({why}); nothing it logs is seen. "
+                    f"Give this user read access to {self.target.logs_dir} and its files "
+                    "(chmod u+rx on the folder, u+r on the logs)",
+                    now,
+                    key=f"logs/{name}",
+                    source="logs",
+                    evidence=(why,),
+                )
+            )
+        for name in set(self._log_problems) - set(problems):
+            out.append(
+                Signal(
+                    "watcher_failed",
+                    self.db,
+                    f"Hermes' log {name} can be read again",
+                    now,
+                    key=f"logs/{name}",
+                    clears=True,
+                )
+            )
+        self._log_problems = dict(problems)
         return out
 
     def journal_entry(self, entry: dict[str, Any]) -> list[Found]:
@@ -149,4 +186,8 @@ class TargetMonitor:
         return out
 
     def status(self) -> list[dict[str, Any]]:
-        return [g.status() for g in self.guards]
+        out = [g.status() for g in self.guards]
+        for s in out:
+            if s["watcher"] == "logs" and self._log_problems:
+                s["problems"] = dict(self._log_problems)
+        return out
