@@ -220,6 +220,9 @@ IncidentKind = Literal[
     "watcher_failed",
     "state_unwritable",
     "supervisor_failed",
+    "maintenance_repaired",
+    "maintenance_rolled_back",
+    "maintenance_refused",
 ]
 
 

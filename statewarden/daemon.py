@@ -23,7 +23,8 @@ to the hard limit. State incidents open from the last run are evaluated afresh
 The parts it wires together: the databases watched (``daemon_databases``), holder
 scans (``daemon_holders``), the units watcher, the control requests
 (``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
-journal it cannot read). Everything they find goes to :meth:`Daemon.handle`, which hands
+journal it cannot read), maintenance runs joined to the alerts (``daemon_runs``).
+Everything they find goes to :meth:`Daemon.handle`, which hands
 it to the incident recorder; every incident update the recorder makes goes to the
 announcer (``statewarden.alerts.announce``) and to the alerts (``statewarden.alerts.service``:
 journald and Telegram notifications). Metrics (``daemon_metrics``) when configured.
@@ -52,6 +53,7 @@ from statewarden.daemon_health import OwnHealth
 from statewarden.daemon_holders import HolderScans
 from statewarden.daemon_metrics import Metrics
 from statewarden.daemon_requests import Requests
+from statewarden.daemon_runs import RunAlerts
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
@@ -106,6 +108,7 @@ class Daemon:
         self.holder_scans = HolderScans(config, self.handle)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
+        self.runs = RunAlerts(self)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -275,6 +278,7 @@ class Daemon:
             self.maintenance.tick(
                 [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
             )
+            self.runs.tick(time.time())
             self.holder_scans.schedule(last_poll)
             if self.metrics is not None:
                 self.metrics.refresh(self)

@@ -98,6 +98,24 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "(its start limit). Nothing watches Hermes' state.db, and no other alert will come, "
         "until it runs again.",
     ),
+    "maintenance_repaired": (
+        "A maintenance run repaired Hermes state.db",
+        "statewarden stopped every holder of state.db, swapped a repaired (or converted) "
+        "file in and started Hermes again. The entry says the downtime, the rows kept, any "
+        "loss and where the original was quarantined.",
+    ),
+    "maintenance_rolled_back": (
+        "A maintenance run was aborted and rolled back",
+        "A maintenance run stopped Hermes, then gave up (a holder kept coming back, a unit "
+        "would not stop, the catch-up failed) and put everything back: the database is "
+        "unchanged and the stopped units run again. The entry names who kept coming back.",
+    ),
+    "maintenance_refused": (
+        "A maintenance run refused to start",
+        "A maintenance run stopped nothing: a holder may not be stopped (another uid, an "
+        "interactive Hermes without --force), there is too little space, or the repair "
+        "would lose rows.",
+    ),
 }
 
 

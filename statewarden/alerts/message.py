@@ -61,6 +61,12 @@ NEXT_STEPS: dict[str, str] = {
     "unit's LimitNOFILE=); writes are retried",
     "supervisor_failed": "journalctl --user -u statewarden -n 50; fix the cause, then "
     "systemctl --user reset-failed statewarden && systemctl --user start statewarden",
+    "maintenance_repaired": "statewardenctl status --profile {profile}; "
+    "statewardenctl quarantine list shows the original",
+    "maintenance_rolled_back": "statewardenctl maintenance --dry-run --profile {profile}, "
+    "stop what it names (or close the app that respawns it), run again",
+    "maintenance_refused": "statewardenctl maintenance --dry-run --profile {profile}, "
+    "fix what it names, run again",
 }
 
 
@@ -219,6 +225,15 @@ def item_lines(item: Item, now: float, *, holders: bool = True) -> list[tuple[st
     """
     out: list[tuple[str, str]] = []
     change = "" if item.change in ("opened", "test") else f" ({item.change})"
+    if not item.incident:
+        # Not an incident (a maintenance run's outcome, statewarden's own failure).
+        out.append(("what", f"{item.kind}: {item.summary}"))
+        out.append(("database", item.db))
+        out.append(("when", f"{_when(item.first_seen)} to {_when(item.last_seen)}"))
+        out += [("details" if i == 0 else "", line) for i, line in enumerate(item.evidence)]
+        if item.next_step:
+            out.append(("next step", item.next_step))
+        return out
     out.append(("what", f"#{item.incident} {item.kind}{change}: {item.summary}"))
     out.append(("database", item.db))
     how_often = f"{item.count} time{'s' if item.count != 1 else ''}"
@@ -279,7 +294,7 @@ def html_lines(n: Notification, now: float | None = None) -> list[str]:
     for item in n.items:
         lines.append("")
         for label, text in item_lines(item, now, holders=item.holders != previous):
-            if label in ("evidence", "holders", "next step", ""):
+            if label in ("evidence", "details", "holders", "next step", ""):
                 body = f"<code>{esc(text)}</code>"
             else:
                 body = esc(text)

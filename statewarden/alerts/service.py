@@ -113,6 +113,21 @@ class Alerts:
         self.router.set_maintenance(db, active)
         self._kick()
 
+    def notify(self, n: Notification) -> list[str]:
+        """Queue a notification that is not an incident's (a maintenance run's outcome)
+        for every sink whose route takes it; the sinks it went to. The outbox keeps it
+        durable, and a key already queued or delivered is not sent again."""
+        sinks = [
+            name
+            for name, route in self.router.routes.items()
+            if name in self.deliveries and all(route.accepts(i) for i in n.items)
+        ]
+        for name in sinks:
+            self.outbox.put(n, name)
+            self.deliveries[name].wake()
+        self._report_persist()
+        return sinks
+
     def _kick(self) -> None:
         if self._wake is not None:
             self._wake.set()

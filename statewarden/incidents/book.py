@@ -350,7 +350,8 @@ class IncidentBook:
         return Update("opened", inc, rate)
 
     def resolve(self, incident_id: int, why: str, at: float | None = None) -> Update | None:
-        """Resolve one open incident (a state rule found it no longer holds)."""
+        """Resolve one open incident (a state rule found it no longer holds, or a
+        maintenance run repaired its database); None if it is not open."""
         inc = self.incidents.get(incident_id)
         if inc is None or inc.state != "open":
             return None

@@ -38,6 +38,13 @@ class Recorder:
             self.on_update(update)
         return update
 
+    def resolve(self, incident_id: int, why: str) -> Update | None:
+        """Close an open incident by hand; the update goes to ``on_update`` like any other."""
+        update = self.book.resolve(incident_id, why)
+        if update is not None:
+            self.on_update(update)
+        return update
+
     def tick(self, now: float) -> None:
         """Resolve the log-rule incidents that have been quiet long enough."""
         for update in self.book.tick(now):

@@ -79,6 +79,13 @@ KINDS: dict[str, Kind] = {
     # Sent by statewarden-failed@.service (OnFailure= of the unit), not by the daemon.
     "supervisor_failed": Kind("critical", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a10", "log",
         "statewarden itself stopped for good (its unit hit the start limit)"),
+    # A maintenance run's outcome, told through the alert sinks (never an open incident).
+    "maintenance_repaired": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a11", "log",
+        "a maintenance run swapped a repaired (or converted) state.db in"),
+    "maintenance_rolled_back": Kind("error", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a12", "log",
+        "a maintenance run aborted and rolled back; the database is unchanged"),
+    "maintenance_refused": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a13", "log",
+        "a maintenance run refused to start; nothing was stopped"),
 }  # fmt: skip
 
 

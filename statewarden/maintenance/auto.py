@@ -14,6 +14,13 @@ connections; the run copies and fences files). Its JSON report is logged.
   same, inside a window of ``maintenance.windows`` that stays open long enough for the
   run's estimate: a run that would not finish before the window ends is not started).
   A run is not repeated for the same incident occurrence (its id and count).
+
+Every run, whoever started it, is watched the same way (:meth:`AutoMaintenance.muted`):
+a database whose run ledger is unfinished while its lock is held has a run in
+progress (``ledger.in_progress``); its holder and unit alerts stay muted until
+:data:`QUIET_AFTER_S` after the run ends (the units it started again settle). A run
+killed with ``kill -9`` holds no lock, so it mutes nothing. The outcome each run leaves
+(``outcomes.py``) is collected with :meth:`AutoMaintenance.outcomes`.
 """
 
 from __future__ import annotations
@@ -21,12 +28,18 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from statewarden.config import Config
+from statewarden.config import Config, state_dir
+from statewarden.errors import StatewardenError
 from statewarden.incidents.book import Incident
+from statewarden.maintenance import outcomes
+from statewarden.maintenance.ledger import in_progress
 from statewarden.maintenance.plan import RECOVER_BYTES_PER_S
 from statewarden.maintenance.run import unfinished
 from statewarden.maintenance.windows import current_window, fits, parse_windows
@@ -36,6 +49,9 @@ from statewarden.targets import Target
 # Stop, settle, swap and start of the units, on top of two recovers (pre-build and
 # catch-up), for the "fits in the window" estimate.
 RUN_OVERHEAD_S = 120.0
+# Holder and unit alerts stay muted this long after a run ends: the units it started
+# again come up, and what its stops caused clears, before anything is sent.
+QUIET_AFTER_S = 30.0
 
 LogFn = Callable[..., None]
 
@@ -57,10 +73,48 @@ class AutoMaintenance:
         self._done_for: set[tuple[int, int]] = set()
         self._snapped: set[tuple[str, float]] = set()
         self.last_snapshot: dict[str, dict[str, Any]] = {}
+        self.in_progress: dict[str, str] = {}  # db -> run id of the run in progress
+        self._ended: dict[str, float] = {}  # db -> when its run was seen to end
 
     def reconfigure(self, config: Config) -> None:
         self.config = config
         self.windows = parse_windows(config.maintenance.windows)
+
+    def muted(self, targets: Sequence[Target], now: float | None = None) -> set[str]:
+        """The databases whose holder and unit alerts are muted now: a run is in progress
+        on them (any process's), or ended less than :data:`QUIET_AFTER_S` ago."""
+        now = time.time() if now is None else now
+        sdir = state_dir(self.config)
+        out: set[str] = set()
+        for t in targets:
+            key = str(t.db)
+            try:
+                record = in_progress(sdir, Path(os.path.abspath(t.db)))
+            except (OSError, StatewardenError):
+                record = None
+            if record is not None:
+                if key not in self.in_progress:
+                    self.log.info(
+                        "maintenance run in progress; holder and unit alerts muted", db=key,
+                        run_id=record.run_id, pid=record.begin.get("pid"),
+                        action=record.begin.get("action"),
+                    )  # fmt: skip
+                self.in_progress[key] = record.run_id
+                self._ended.pop(key, None)
+            elif key in self.in_progress:
+                run_id = self.in_progress.pop(key)
+                self._ended[key] = now
+                self.log.info("maintenance run ended", db=key, run_id=run_id)
+            elif key in self._ended and now - self._ended[key] >= QUIET_AFTER_S:
+                del self._ended[key]
+            if key in self.in_progress or key in self._ended:
+                out.add(key)
+        return out
+
+    def outcomes(self) -> list[tuple[Path, dict[str, Any]]]:
+        """The outcomes runs left for the alerts, oldest first (remove each with
+        :func:`outcomes.done` once its notification is queued)."""
+        return outcomes.pending(state_dir(self.config))
 
     def status(self) -> dict[str, Any]:
         return {
@@ -69,6 +123,7 @@ class AutoMaintenance:
             "running": sorted(self.running),
             "last": self.last,
             "last_snapshot": self.last_snapshot,
+            "in_progress": dict(self.in_progress),
         }
 
     async def resume_unfinished(self, targets: Sequence[Target]) -> None:

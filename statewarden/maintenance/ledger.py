@@ -9,6 +9,12 @@ last line of a finished run is ``{"step": "finished", ...}``. A half-written las
 (a crash inside ``write``) is ignored. A finished ledger is kept as ``last-run.jsonl``
 when the next run starts.
 
+:func:`in_progress` tells another process (the daemon) whether a run is in progress on
+a database right now: its ledger is unfinished **and** its lock is held, as the
+kernel's lock table (``/proc/locks``) says, read without touching the lock (trying it
+would make a run starting at that instant fail). A run killed with ``kill -9`` leaves
+an unfinished ledger but no lock: it is not in progress (it waits for ``--resume``).
+
 Files are created with ``O_NOFOLLOW | O_EXCL`` (or opened with ``O_NOFOLLOW``) in a
 folder of mode 0700 owned by the user, so a planted symlink cannot redirect them.
 """
@@ -33,6 +39,7 @@ from statewarden.errors import RunLocked, StatewardenError
 LEDGER_NAME = "run.jsonl"
 LAST_LEDGER_NAME = "last-run.jsonl"
 LOCK_NAME = "lock"
+PROC_LOCKS = "/proc/locks"
 FINISHED = "finished"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -154,6 +161,50 @@ class Ledger:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def lock_holder(folder: Path) -> int | None:
+    """The pid holding ``folder``'s run lock, from ``/proc/locks``; None if nobody does."""
+    try:
+        st = os.lstat(folder / LOCK_NAME)
+        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 4411 00:2f:1234 0 EOF"; a waiter's line has "->".
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        ino = fields[5].rsplit(":", 1)[-1]
+        if ino.isdigit() and int(ino) == st.st_ino:
+            # The inode alone could be another filesystem's: the pid the run wrote into
+            # the lock file must be the one the kernel names.
+            try:
+                fd = os.open(folder / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                return None
+            try:
+                written = os.pread(fd, 64, 0)
+            finally:
+                os.close(fd)
+            pid = fields[4]
+            if written.decode(errors="replace").strip() == pid and pid.isdigit():
+                return int(pid)
+    return None
+
+
+def in_progress(state_dir: Path, db: Path) -> LedgerRecord | None:
+    """The ledger of the run in progress on ``db`` now (any process's), or None."""
+    folder = run_dir(state_dir, db)
+    try:
+        os.lstat(folder / LEDGER_NAME)
+    except OSError:
+        return None
+    record = read_ledger(folder / LEDGER_NAME)
+    if record is None or record.finished or lock_holder(folder) is None:
+        return None
+    return record
 
 
 @contextlib.contextmanager

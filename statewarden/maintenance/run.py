@@ -49,7 +49,7 @@ from statewarden.errors import (
 )
 from statewarden.holders.processes import short_command
 from statewarden.holders.scan import HolderScanner
-from statewarden.maintenance import fence
+from statewarden.maintenance import fence, outcomes
 from statewarden.maintenance.ledger import (
     FINISHED,
     Ledger,
@@ -219,6 +219,7 @@ class MaintenanceRun:
         self.folded_sha256: str | None = None
         self._orig_fd: int | None = None  # the original, held open from before the fence
         self._t0 = time.monotonic()
+        self._started_at = time.time()
         self._step_started: tuple[str, float] | None = None
         self._down_started: float | None = None
 
@@ -268,15 +269,27 @@ class MaintenanceRun:
     def execute(self) -> RunReport:
         private_dir(self.folder)
         with run_lock(self.folder):
-            record = read_ledger(self.ledger.path)
-            if record is not None and not record.finished:
-                raise StatewardenError(
-                    f"{self.db}: an earlier maintenance run did not finish",
-                    hint="statewardenctl maintenance --resume finishes or rolls it back",
-                )
-            if self.options.action == "check":
-                return self._check()
-            return self._run()
+            return self._told(self._execute())
+
+    def _told(self, report: RunReport) -> RunReport:
+        """Leave the outcome for the daemon to tell through the alert sinks (before the
+        lock is let go, so the daemon sees the outcome no later than the run's end)."""
+        try:
+            outcomes.record(self.state, report.to_json(), self.target.name, self._started_at)
+        except (OSError, StatewardenError) as exc:
+            report.notes.append(f"the outcome could not be left for the alerts: {exc}")
+        return report
+
+    def _execute(self) -> RunReport:
+        record = read_ledger(self.ledger.path)
+        if record is not None and not record.finished:
+            raise StatewardenError(
+                f"{self.db}: an earlier maintenance run did not finish",
+                hint="statewardenctl maintenance --resume finishes or rolls it back",
+            )
+        if self.options.action == "check":
+            return self._check()
+        return self._run()
 
     def _check(self) -> RunReport:
         diag = check_database(self.db, self.db.parent, progress=self.progress)
@@ -747,7 +760,7 @@ class MaintenanceRun:
                 self.report.outcome = "nothing to resume"
                 return self.report
             self.ledger.reopen()
-            return self._resume(record)
+            return self._told(self._resume(record))
 
     def _resume(self, record: LedgerRecord) -> RunReport:
         begin = record.begin

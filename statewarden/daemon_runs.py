@@ -1,0 +1,63 @@
+"""Maintenance runs joined to the alerts, in the daemon.
+
+At most every :data:`CHECK_EVERY_S`, from the main loop (:meth:`RunAlerts.tick`):
+
+- **Muting**: the databases with a maintenance run in progress (whoever started it:
+  the daemon in a window, a user's ``statewardenctl maintenance`` or ``quarantine
+  restore``), or whose run ended less than ``QUIET_AFTER_S`` ago, get
+  ``Alerts.set_maintenance(db, True)``; the others ``False``. What a run is comes from
+  its lock and ledger (``maintenance.ledger.in_progress``), so a run killed with
+  ``kill -9`` mutes nothing.
+- **Outcomes**: each outcome a run left (``maintenance.outcomes``) is queued through the
+  alert sinks (durable outbox, keyed by the run, so never twice), then removed.
+- **Resolution**: a ``repaired`` outcome whose post-check passed resolves the open
+  ``corruption`` incidents of its database, with the run id as the resolution.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from statewarden.maintenance import outcomes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from statewarden.daemon import Daemon
+
+CHECK_EVERY_S = 0.5
+
+
+class RunAlerts:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._last = 0.0
+
+    def tick(self, now: float) -> None:
+        if now - self._last < CHECK_EVERY_S:
+            return
+        self._last = now
+        d = self.daemon
+        targets = [m.target for m in d.databases.monitors.values()]
+        muted = d.maintenance.muted(targets, now)
+        for db in sorted(muted - d.alerts.router.maintenance):
+            d.alerts.set_maintenance(db, True)
+        for db in sorted(d.alerts.router.maintenance - muted):
+            d.alerts.set_maintenance(db, False)
+        for path, data in d.maintenance.outcomes():
+            self.tell(data)
+            outcomes.done(path)
+
+    def tell(self, data: dict[str, Any]) -> None:
+        """One run's outcome: through the sinks, and the corruption it repaired resolved."""
+        d = self.daemon
+        n = outcomes.notification(data)
+        sinks = d.alerts.notify(n)
+        kind = n.items[0].kind
+        run_id = str(data.get("run_id", ""))
+        d.log.info("maintenance outcome told", db=data.get("db"), run_id=run_id, kind=kind,
+                   outcome=data.get("outcome"), sinks=sinks)  # fmt: skip
+        post_check = data.get("post_check") or {}
+        if kind != "maintenance_repaired" or post_check.get("ok") is not True:
+            return
+        for inc in d.book.open_incidents():
+            if inc.db == data.get("db") and inc.kind == "corruption":
+                d.recorder.resolve(inc.id, f"repaired by maintenance run {run_id}")
