@@ -172,6 +172,26 @@ def _read_text(path: Path) -> str | None:
 # -- install ---------------------------------------------------------------------------
 
 
+def _check_unit_dir(unit_dir: Path) -> None:
+    """Refuse a unit folder another user could plant files in (docs/safety.md rule 12):
+    one that is a symlink, not ours, or writable by others (sticky or not: a name
+    planted there before we write would be followed or taken as ours)."""
+    try:
+        st = os.lstat(unit_dir)
+    except FileNotFoundError:
+        return  # created by us, mode from our umask
+    if stat.S_ISLNK(st.st_mode):
+        st = os.stat(unit_dir)  # ~/.config/systemd/user may be a link the user made
+    if not stat.S_ISDIR(st.st_mode):
+        raise InstallError(f"{unit_dir}: not a folder")
+    if st.st_uid != os.geteuid():
+        raise InstallError(
+            f"{unit_dir}: owned by uid {st.st_uid}, not by us; refusing to write units there"
+        )
+    if st.st_mode & 0o022:
+        raise InstallError(f"{unit_dir}: writable by others; refusing to write units there")
+
+
 def plan_install(
     unit_dir: Path,
     manifest: Path,
@@ -184,6 +204,7 @@ def plan_install(
 ) -> InstallPlan:
     """What ``install`` would write; refuses to overwrite a unit file it did not write."""
     bindir = bindir or installation_bindir()
+    _check_unit_dir(unit_dir)
     tdir = templates_dir()
     ours = read_manifest(manifest).get("files", {})
     files: list[FileChange] = []

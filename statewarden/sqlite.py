@@ -17,12 +17,14 @@ which on Debian 12 is 3.40.1, older than the WAL-reset fix of 3.51.3.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import apsw
 
@@ -109,10 +111,39 @@ def parse_header(data: bytes, source: str = "database") -> HeaderFacts:
     )
 
 
+_FILE_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """Open ``path`` for raw reading only if it is a regular file (symlinks followed).
+
+    Opened non-blocking, then checked on the descriptor itself: a FIFO would block the
+    open or the reads forever and a device such as ``/dev/zero`` never ends, so either
+    is refused with :class:`DatabaseUnreadable` before a byte is read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise DatabaseUnreadable(f"{path}: is {kind}, not a database")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_header(path: Path) -> HeaderFacts:
     """Read the header with a raw read. Call only with no SQLite connection open to ``path``."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(HEADER_SIZE)
     except FileNotFoundError:
         raise DatabaseError(f"{path}: no such file") from None

@@ -86,7 +86,7 @@ class TestPlantedNames:
         before = sha(source)
         shared = open_base / "shared"
         shared.mkdir()
-        shared.chmod(0o777)  # writable by everyone, no sticky bit
+        shared.chmod(0o1777)  # writable by everyone, sticky like /tmp (without it: refused)
         report = shared / "report.json"
         planted = shared / "report.json.tmp"
         subprocess.run([*AS_NOBODY, "ln", "-s", str(source), str(planted)], check=True)

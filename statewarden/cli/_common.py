@@ -26,8 +26,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 ENV_DEBUG = "STATEWARDEN_DEBUG"
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, ``\\n``).
+
+    Names, paths and command lines come from other processes, other users' among them,
+    and from folder names: printed raw, one could move the cursor, rewrite lines, retitle
+    the terminal or split one line of output (an error is one line) into several.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def echo_line(text: str = "", *, err: bool = False) -> None:
+    """Print one line of text output, control characters escaped (:func:`printable`)."""
+    click.echo(printable(text), err=err)
+
+
 def fail(prog: str, message: str, code: int) -> None:
-    click.echo(f"{prog}: error: {message}", err=True)
+    click.echo(printable(f"{prog}: error: {message}"), err=True)
     sys.exit(code)
 
 

@@ -10,6 +10,7 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    echo_line,
     handle_errors,
     json_option,
     print_json,
@@ -31,25 +32,25 @@ VERDICTS = {
 
 
 def _render(d: Diagnosis, max_errors: int | None) -> None:
-    click.echo(f"{d.path}")
+    echo_line(f"{d.path}")
     if d.integrity_ok:
-        click.echo("  integrity check: ok")
+        echo_line("  integrity check: ok")
     else:
         state = "complete" if d.integrity_complete else "stopped early"
         n = d.integrity_errors
-        click.echo(f"  integrity check: {n} error{'s' if n != 1 else ''} (uncapped, {state})")
+        echo_line(f"  integrity check: {n} error{'s' if n != 1 else ''} (uncapped, {state})")
     for line in d.findings():
-        click.echo(f"  {line}")
+        echo_line(f"  {line}")
     for name, res in d.fts.items():
         if res == "ok":
-            click.echo(f"  {name}: FTS integrity-check ok")
+            echo_line(f"  {name}: FTS integrity-check ok")
     if not d.orphans and d.foreign_key_check_complete:
-        click.echo("  foreign keys: no orphan rows")
+        echo_line("  foreign keys: no orphan rows")
     if max_errors and d.error_lines:
-        click.echo(f"  first {min(max_errors, len(d.error_lines))} error lines:")
+        echo_line(f"  first {min(max_errors, len(d.error_lines))} error lines:")
         for line in d.error_lines[:max_errors]:
-            click.echo(f"    {line}")
-    click.echo(f"  damage: {d.damage} ({VERDICTS[d.damage]})")
+            echo_line(f"    {line}")
+    echo_line(f"  damage: {d.damage} ({VERDICTS[d.damage]})")
 
 
 @click.command()

@@ -17,6 +17,7 @@ from statewarden.cli._common import (
     handle_errors,
     json_option,
     print_json,
+    printable,
     profile_option,
     select_targets,
 )
@@ -49,17 +50,6 @@ def _check_db(db: str) -> None:
         raise UsageError(f"--db {db}: is a directory; give the path of the state.db file")
     if not path.exists():
         raise UsageError(f"--db {db}: no such file")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters written as escapes (``\\x1b``, ``\\n``).
-
-    Names and command lines come from other processes, other users' among them: printed
-    raw, one could move the cursor, rewrite lines or retitle the terminal.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _fds(h: Holder) -> str:

@@ -11,6 +11,7 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    echo_line,
     get_config,
     handle_errors,
     json_option,
@@ -30,9 +31,9 @@ def _printer(as_json: bool) -> Any:
             click.echo(json.dumps(event, default=str), err=True)
         elif event["event"] == "plan":
             for line in event["lines"]:
-                click.echo(line, err=True)
+                echo_line(line, err=True)
         elif event["event"] == "step":
-            click.echo(f"statewardenctl: maintenance: {event['step']}", err=True)
+            echo_line(f"statewardenctl: maintenance: {event['step']}", err=True)
 
     return emit
 
@@ -103,6 +104,6 @@ def maintenance(
         print_json(report.to_json())
     else:
         for line in report.render():
-            click.echo(line)
+            echo_line(line)
     if report.exit_code:
         raise SystemExit(report.exit_code)

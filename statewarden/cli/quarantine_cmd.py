@@ -10,6 +10,7 @@ import click
 
 from statewarden.cli._common import (
     config_option,
+    echo_line,
     get_config,
     handle_errors,
     human_bytes,
@@ -49,7 +50,7 @@ def list_cmd(*, config_path: str | None, as_json: bool) -> None:
     for e in entries:
         when = dt.datetime.fromtimestamp(e.swapped_at).isoformat(timespec="seconds")
         files = ", ".join(f"{n} {human_bytes(b)}" for n, b in sorted(e.files.items()))
-        click.echo(f"{e.name}  {when}  {e.db}  ({files})")
+        echo_line(f"{e.name}  {when}  {e.db}  ({files})")
 
 
 @quarantine_group.command("restore")
@@ -71,6 +72,8 @@ def restore_cmd(*, name: str, config_path: str | None, yes: bool, force: bool,
     entry = next((e for e in list_quarantine(state_dir(config)) if e.name == name), None)
     if entry is None:
         raise UsageError(f"no quarantine entry named {name!r} (see statewardenctl quarantine list)")
+    if not entry.db:
+        raise UsageError(f"quarantine entry {name!r}: its manifest names no database path")
     db = Path(entry.db)
     target = next((t for t in discover(config) if t.db == db), None) or target_for_db(db)
 
@@ -88,6 +91,6 @@ def restore_cmd(*, name: str, config_path: str | None, yes: bool, force: bool,
         print_json(report.to_json())
     else:
         for line in report.render():
-            click.echo(line)
+            echo_line(line)
     if report.exit_code:
         raise SystemExit(report.exit_code)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from statewarden.cli._common import handle_errors, json_option, print_json
+from statewarden.cli._common import echo_line, handle_errors, json_option, print_json
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.recovery.recover import exit_code_for, recover
 
@@ -39,7 +39,7 @@ def recover_cmd(
         print_json(report.to_json())
     else:
         for line in report.render():
-            click.echo(line)
+            echo_line(line)
     code = exit_code_for(report)
     if code:
         raise SystemExit(code)

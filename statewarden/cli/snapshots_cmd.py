@@ -9,6 +9,7 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    echo_line,
     get_config,
     handle_errors,
     human_bytes,
@@ -42,7 +43,7 @@ def snapshots_group(ctx: click.Context, *, config_path: str | None, as_json: boo
         click.echo("no verified snapshot yet")
     for s in snaps:
         when = dt.datetime.fromtimestamp(s.taken_at).isoformat(timespec="seconds")
-        click.echo(f"{when}  {s.profile}  {human_bytes(s.bytes)}  {s.sessions} sessions"
+        echo_line(f"{when}  {s.profile}  {human_bytes(s.bytes)}  {s.sessions} sessions"
                    f"  integrity {s.integrity}  {s.path}")  # fmt: skip
 
 
@@ -70,5 +71,5 @@ def take_cmd(*, config_path: str | None, db: str | None, profile: str | None,
         print_json({"snapshots": [s.to_json() for s in snaps]})
         return
     for s in snaps:
-        click.echo(f"kept {s.path}: {human_bytes(s.bytes)}, {s.sessions} sessions,"
+        echo_line(f"kept {s.path}: {human_bytes(s.bytes)}, {s.sessions} sessions,"
                    f" integrity {s.integrity}, {s.seconds:.2f} s")  # fmt: skip

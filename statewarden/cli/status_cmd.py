@@ -9,6 +9,7 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    echo_line,
     get_config,
     handle_errors,
     human_bytes,
@@ -28,17 +29,17 @@ def _or_dash(value: object) -> str:
 
 
 def _render(st: DatabaseStatus) -> None:
-    click.echo(f"{st.profile}: {st.path}")
+    echo_line(f"{st.profile}: {st.path}")
     if not st.exists:
-        click.echo("  state.db        not present")
+        echo_line("  state.db        not present")
     else:
-        click.echo(f"  size            {human_bytes(st.size_bytes)}")
-        click.echo(
+        echo_line(f"  size            {human_bytes(st.size_bytes)}")
+        echo_line(
             f"  pages           {_or_dash(st.page_count)} x {_or_dash(st.page_size)} B,"
             f" {_or_dash(st.freelist_count)} free"
         )
-        click.echo(f"  journal mode    {st.journal_mode or '-'}")
-        click.echo(
+        echo_line(f"  journal mode    {st.journal_mode or '-'}")
+        echo_line(
             f"  -wal / -shm     {human_bytes(st.wal_bytes)} / {human_bytes(st.shm_bytes)}"
             + (
                 f", -journal {human_bytes(st.journal_bytes)}"
@@ -46,16 +47,16 @@ def _render(st: DatabaseStatus) -> None:
                 else ""
             )
         )
-        click.echo(
+        echo_line(
             f"  schema_version  {st.schema_version if st.schema_version is not None else '-'}"
         )
     if st.filesystem:
         fs = st.filesystem
         verdict = "UNSAFE for WAL" if fs.unsafe_for_wal else "safe for WAL"
-        click.echo(f"  filesystem      {fs.type} on {fs.mount_point} ({verdict})")
-    click.echo(f"  gateway unit    {st.gateway_unit}")
+        echo_line(f"  filesystem      {fs.type} on {fs.mount_point} ({verdict})")
+    echo_line(f"  gateway unit    {st.gateway_unit}")
     for problem in st.problems:
-        click.echo(f"  problem         {problem}")
+        echo_line(f"  problem         {problem}")
 
 
 @click.command()

@@ -18,6 +18,7 @@ new file there) and the expected downtime.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 from statewarden.holders.processes import short_command
 from statewarden.holders.scan import Holder, HolderScan
 from statewarden.recovery.bundle import FREE_SPACE_MARGIN_BYTES, bundle_bytes
+from statewarden.sidecars import SHM_SUFFIX, sidecar
 
 STOP_UNIT = "stop-unit"
 SIGNAL = "signal"
@@ -74,6 +76,9 @@ class Plan:
     db_bytes: int
     settle_s: float
     stop_grace_s: float
+    # The quarantine on another filesystem than the database: the original and its
+    # sidecars are copied there at the swap. (folder, bytes free, bytes needed)
+    quarantine_space: tuple[Path, int, int] | None = None
 
     @property
     def refusals(self) -> list[str]:
@@ -84,6 +89,14 @@ class Plan:
 
     @property
     def space_problem(self) -> str | None:
+        if self.quarantine_space is not None:
+            folder, free, needed = self.quarantine_space
+            if free < needed:
+                return (
+                    f"not enough free space for the quarantine in {folder} (another"
+                    f" filesystem, the original is copied there): {free} bytes free,"
+                    f" {needed} needed"
+                )
         if self.free_bytes >= self.needed_bytes:
             return None
         return (
@@ -195,6 +208,7 @@ def make_plan(
     settle_s: float,
     stop_grace_s: float,
     offline: bool = False,
+    quarantine: Path | None = None,
 ) -> Plan:
     """The plan for ``scan``; ``offline`` actions need no pre-build space."""
     decisions = [
@@ -214,7 +228,27 @@ def make_plan(
         free = 0
     needed = 0 if offline else size * PREBUILD_SPACE_FACTOR + FREE_SPACE_MARGIN_BYTES
     return Plan(
+        quarantine_space=None if offline else _quarantine_space(db, size, quarantine),
         db=db, action=action, decisions=decisions, units=units,
         scan_problems=list(scan.problems), systemd_note=systemd_note, free_bytes=free,
         needed_bytes=needed, db_bytes=size, settle_s=settle_s, stop_grace_s=stop_grace_s,
     )  # fmt: skip
+
+
+def _quarantine_space(db: Path, size: int, quarantine: Path | None) -> tuple[Path, int, int] | None:
+    """Free and needed bytes where the quarantine goes, when that is another filesystem
+    (on the same one the original is only linked there)."""
+    if quarantine is None:
+        return None
+    folder = quarantine
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if os.stat(folder).st_dev == os.stat(db.parent).st_dev:
+            return None
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        size += os.stat(sidecar(db, SHM_SUFFIX)).st_size
+    return folder, st.f_bavail * st.f_frsize, size + FREE_SPACE_MARGIN_BYTES

@@ -30,7 +30,7 @@ from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.recover import recover
 from statewarden.recovery.report import Report
 from statewarden.sidecars import WAL_SUFFIX, sidecar
-from statewarden.sqlite import HEADER_SIZE, parse_header
+from statewarden.sqlite import HEADER_SIZE, open_regular, parse_header
 
 NEW_PREFIX = ".statewarden-new-"
 # The folded copy, recover's own copy of it, and the new file, side by side.
@@ -76,7 +76,7 @@ def identity(db: Path) -> SourceIdentity:
     st = os.stat(db)
     counter = None
     try:
-        with open(db, "rb") as f:
+        with open_regular(db) as f:
             counter = parse_header(f.read(HEADER_SIZE), str(db)).change_counter
     except (OSError, StatewardenError):
         counter = None  # fenced (mode 000) or unreadable: the stat facts still tell
@@ -87,11 +87,11 @@ def identity(db: Path) -> SourceIdentity:
         return SourceIdentity(counter, st.st_size, st.st_mtime_ns, st.st_ino, None, None, None)
     salts = None
     try:
-        with open(wal, "rb") as f:
+        with open_regular(wal) as f:
             head = f.read(_WAL_HEADER_BYTES)
         if len(head) == _WAL_HEADER_BYTES:
             salts = struct.unpack(">2I", head[16:24])
-    except OSError:
+    except (OSError, StatewardenError):
         salts = None
     return SourceIdentity(
         counter, st.st_size, st.st_mtime_ns, st.st_ino, wst.st_size, wst.st_mtime_ns,

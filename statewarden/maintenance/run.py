@@ -78,7 +78,7 @@ from statewarden.maintenance.quiesce import (
     terminate,
     unit_states,
 )
-from statewarden.maintenance.swap import prune, quarantine_dir, swap
+from statewarden.maintenance.swap import prune, put_back, quarantine_dir, quarantine_root, swap
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
@@ -306,6 +306,7 @@ class MaintenanceRun:
             stop_interactive=self.mc.stop_interactive, systemd_note=note,
             settle_s=self.mc.settle, stop_grace_s=self.mc.stop_grace,
             offline=self.options.action == "checkpoint",
+            quarantine=quarantine_root(self.state),
         )  # fmt: skip
 
     def _run(self) -> RunReport:
@@ -351,6 +352,10 @@ class MaintenanceRun:
         assert self.orig is not None
         before: SourceIdentity | None = None
         if opts.action in SWAP_ACTIONS:
+            try:
+                private_dir(quarantine_root(self.state))  # refused now, not at the swap
+            except (OSError, StatewardenError) as exc:
+                return self._finish("failed before stopping anything", EXIT_FAILED, str(exc))
             self.new = new_file_path(self.db, run_id)
             self._step("prebuild", new=str(self.new))
             before = identity(self.db)
@@ -403,7 +408,10 @@ class MaintenanceRun:
         qdir = quarantine_dir(self.state, self.target.name, run_id)
         self._step("swap", new=str(self.new), quarantine=str(qdir),
                    new_ino=os.stat(self.new).st_ino)  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
+        try:
+            res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
+        except (OSError, StatewardenError) as exc:
+            return self._swap_failed(qdir, exc)
         self._step("swapped", files=res.files)
         self.report.swap_s = round(res.swap_s, 4)
         self.report.quarantine = str(qdir)
@@ -708,6 +716,26 @@ class MaintenanceRun:
         if self.new is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new)
+
+    def _swap_failed(self, qdir: Path, exc: OSError | StatewardenError) -> RunReport:
+        """A swap that could not write (a full disk, a quarantine folder that became a
+        symlink): while the original still has its name, what was moved goes back and
+        the run rolls back."""
+        assert self.orig is not None
+        if isinstance(exc, OSError):
+            reason = f"the swap failed: {exc.strerror or exc}" + (
+                f" ({exc.filename})" if exc.filename else ""
+            )
+        else:
+            reason = f"the swap failed: {exc}"
+        try:
+            put_back(self.db, qdir, self.orig)
+        except (OSError, StatewardenError) as again:
+            raise StatewardenError(
+                f"{self.db}: {reason}; it could not be undone: {again}",
+                hint="free space, then statewardenctl maintenance --resume",
+            ) from None
+        return self._rollback(reason, EXIT_FAILED)
 
     def _rollback(self, reason: str, code: int) -> RunReport:
         self._let_go()

@@ -41,6 +41,7 @@ from statewarden.sidecars import SIDECAR_SUFFIXES, sidecar
 
 MANIFEST = "manifest.json"
 _CHUNK = 8 * 1024 * 1024
+_LAST_TIME = 2**33  # the year 2242: any later swap time in a manifest is damage
 
 
 def quarantine_root(state_dir: Path) -> Path:
@@ -60,11 +61,23 @@ class SwapResult:
 
 
 def _copy_excl(src: Path, dest: Path) -> None:
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with open(src, "rb") as s, os.fdopen(fd, "wb") as d:
-        shutil.copyfileobj(s, d, _CHUNK)
-        d.flush()
-        os.fsync(d.fileno())
+    """Copy ``src`` to the new name ``dest``, which appears only once the copy is whole:
+    written under ``dest.tmp`` (``O_EXCL | O_NOFOLLOW``), fsynced, then linked. A full
+    disk or a kill leaves no partial file under ``dest`` (a partial ``-wal`` there would
+    count as moved, and the original's would stay beside the new file)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a run killed while copying; ours, in our private folder
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with open(src, "rb") as s, os.fdopen(fd, "wb") as d:
+            shutil.copyfileobj(s, d, _CHUNK)
+            d.flush()
+            os.fsync(d.fileno())
+        os.link(tmp, dest, follow_symlinks=False)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _move(src: Path, dest: Path) -> bool:
@@ -124,8 +137,16 @@ def swap(
         return _finish(db, qdir, orig, run_id, result)
     for sfx in SIDECAR_SUFFIXES:
         side = sidecar(db, sfx)
-        if os.path.lexists(side) and not os.path.lexists(qdir / side.name):
-            result.copied |= _move(side, qdir / side.name)
+        kept_side = qdir / side.name
+        if os.path.lexists(side) and not os.path.lexists(kept_side):
+            result.copied |= _move(side, kept_side)
+        elif os.path.lexists(side):
+            # Copied whole by an earlier attempt (only a whole copy gets the name), then
+            # interrupted before the unlink: the one beside the database must go, or the
+            # new file would be read with the original's -wal.
+            if os.lstat(side).st_size != os.lstat(kept_side).st_size:
+                raise FenceError(f"{side}: differs from its copy in quarantine; not swapped")
+            os.unlink(side)
     if after is not None:
         after("sidecars-moved")
     kept = qdir / db.name
@@ -160,12 +181,39 @@ def swap(
     return _finish(db, qdir, orig, run_id, result)
 
 
+def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
+    """Undo a swap that failed before the new file took the name (a full disk in the
+    quarantine): each sidecar moved to quarantine goes back beside the original, and
+    what this run left in ``qdir`` is removed. The original never left ``db``."""
+    if not _same_inode(db, orig.ino, orig.dev):
+        raise FenceError(f"{db}: no longer the original; the swap cannot be undone")
+    for sfx in SIDECAR_SUFFIXES:
+        side = sidecar(db, sfx)
+        kept_side = qdir / side.name
+        if not os.path.lexists(kept_side):
+            continue
+        if os.path.lexists(side):
+            os.unlink(kept_side)  # a whole copy whose source was never unlinked
+        else:
+            _move(kept_side, side)
+    kept = qdir / db.name
+    if os.path.lexists(kept):
+        os.unlink(kept)  # a second link to the original, or a copy of it
+    fsync_dir(db.parent)
+    with contextlib.suppress(OSError):
+        os.rmdir(qdir)
+
+
 def _finish(
     db: Path, qdir: Path, orig: fence.Original, run_id: str, result: SwapResult
 ) -> SwapResult:
     kept = qdir / db.name
-    if kept.exists():
-        os.chmod(kept, orig.mode & 0o700 or 0o600)
+    if kept.is_file() and not kept.is_symlink():
+        # The fence (mode 000) comes down. Another name of the original (a hard link
+        # elsewhere) sees the mode: then it gets back exactly its own; the quarantine
+        # folder (0700) keeps it private either way.
+        shared = os.lstat(kept).st_nlink > 1
+        os.chmod(kept, orig.mode if shared else orig.mode & 0o700 or 0o600)
     for name in sorted(os.listdir(qdir)):
         if name == MANIFEST or name.endswith(".tmp"):
             continue
@@ -237,9 +285,27 @@ def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
             data = json.loads(manifest.read_text())
         except (OSError, ValueError):
             continue
-        files = {n: (folder / n).stat().st_size for n in data.get("files", {})
-                 if (folder / n).is_file()}  # fmt: skip
-        out.append(QuarantineEntry(folder.name, folder, str(data.get("db", "")),
-                                   str(data.get("run_id", "")),
-                                   float(data.get("swapped_at", 0.0)), files))  # fmt: skip
+        if isinstance(data, dict):
+            out.append(_entry(folder, data))
     return sorted(out, key=lambda e: e.swapped_at, reverse=True)
+
+
+def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
+    """One folder's entry from its manifest; a field of the wrong shape (a damaged or
+    edited manifest) reads as absent, and only plain names inside the folder count."""
+    names = data.get("files")
+    files = {
+        n: (folder / n).stat().st_size
+        for n in (names if isinstance(names, dict) else {})
+        if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
+        and (folder / n).is_file() and not (folder / n).is_symlink()
+    }  # fmt: skip
+    when = data.get("swapped_at")
+    if not isinstance(when, int | float) or not 0 <= when < _LAST_TIME:
+        when = folder.stat().st_mtime
+    db = data.get("db")
+    run_id = data.get("run_id")
+    return QuarantineEntry(
+        folder.name, folder, db if isinstance(db, str) and os.path.isabs(db) else "",
+        run_id if isinstance(run_id, str) else "", float(when), files,
+    )  # fmt: skip

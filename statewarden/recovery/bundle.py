@@ -18,8 +18,11 @@ leaving one self-contained file whose pages can also be read raw (``pages.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import os
 import shutil
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -33,13 +36,21 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.pages import rebuild_schema_root
 from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
-from statewarden.sqlite import HEADER_SIZE, HeaderFacts, classify_error, parse_header
+from statewarden.sqlite import (
+    HEADER_SIZE,
+    HeaderFacts,
+    classify_error,
+    open_regular,
+    parse_header,
+)
 
 # -shm is not copied: SQLite rebuilds that index of the WAL from the -wal itself.
 COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 # Ask for this much headroom on top of what the work needs, for SQLite's temp files.
 FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
+WORK_PREFIX = ".statewarden-work-"
+WORK_LOCK = ".lock"
 
 Fingerprint = tuple[tuple[str, int, int, int, int] | tuple[str], ...]
 
@@ -71,8 +82,13 @@ class WorkCopy:
             out.extend(self.wal.notes(self.wal_name))
         return out
 
+    lock_fd: int | None = None  # held while the folder is in use (remove_abandoned)
+
     def cleanup(self) -> None:
         shutil.rmtree(self.work_dir, ignore_errors=True)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 def fingerprint(db: Path) -> Fingerprint:
@@ -107,6 +123,60 @@ def check_free_space(directory: Path, needed: int) -> None:
         )
 
 
+def _claim(work_dir: Path) -> int:
+    """Lock a new work folder for as long as this process uses it: the lock file gets
+    its name only once locked, so another run never sees it unlocked while in use."""
+    tmp = work_dir / f"{WORK_LOCK}.new"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(tmp, work_dir / WORK_LOCK)
+    return fd
+
+
+def remove_abandoned(work_parent: Path) -> list[Path]:
+    """Remove the work folders of runs that were killed (kill -9, a power cut) before
+    they could remove their own: ours, with a lock no process holds. Each held a whole
+    copy of a database. Folders of live runs and of other users are left alone."""
+    removed = []
+    for path in work_parent.glob(f"{WORK_PREFIX}*"):
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            fd = os.open(path / WORK_LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # no lock (being set up, or an older version's): not ours to judge
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a live run holds it
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def check_work_parent(directory: Path) -> None:
+    """Refuse a folder where another user could move the private work folder away and put
+    a symlink in its place (docs/safety.md rule 12): writable by others without the
+    sticky bit (``/tmp`` has it), or, unless we are root, owned by another user than us
+    or root. Root works in the folders of the users whose databases it repairs."""
+    st = os.stat(directory)
+    if os.geteuid() != 0 and st.st_uid not in (os.geteuid(), 0):
+        raise UsageError(
+            f"{directory}: owned by uid {st.st_uid}, not by us; refusing to work in it",
+            hint="choose a folder of your own",
+        )
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise UsageError(
+            f"{directory}: writable by others and not sticky; refusing to work in it",
+            hint="choose a folder of your own",
+        )
+
+
 def validate_source(db: Path) -> HeaderFacts:
     """Raw checks of the source, with no connection open: exists, a file, a SQLite header."""
     if not os.path.lexists(db):
@@ -114,10 +184,15 @@ def validate_source(db: Path) -> HeaderFacts:
     if db.is_dir():
         raise DatabaseUnreadable(f"{db}: is a directory, not a database")
     try:
-        with open(db, "rb") as f:
+        with open_regular(db) as f:
             head = f.read(HEADER_SIZE)
-    except PermissionError:
-        raise DatabaseUnreadable(f"{db}: permission denied") from None
+        for suffix in COPY_SUFFIXES:
+            if suffix and os.path.lexists(f"{db}{suffix}"):
+                # A sidecar that is a FIFO or a device would hang or never end the copy.
+                with contextlib.suppress(FileNotFoundError), open_regular(f"{db}{suffix}"):
+                    pass
+    except PermissionError as exc:
+        raise DatabaseUnreadable(f"{exc.filename}: permission denied") from None
     return parse_header(head, str(db))
 
 
@@ -138,16 +213,23 @@ def make_work_copy(
     header = validate_source(source)
     size = bundle_bytes(source)
     work_parent.mkdir(parents=True, exist_ok=True)
+    work_parent = work_parent.resolve()
+    check_work_parent(work_parent)
     check_free_space(work_parent, size * space_factor)
-    work_dir = Path(tempfile.mkdtemp(prefix=".statewarden-work-", dir=work_parent))
+    remove_abandoned(work_parent)
+    work_dir = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=work_parent))
+    lock_fd = None
     try:
+        lock_fd = _claim(work_dir)
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
+        header, page_size_note = _fit_page_size(copy, header, source)
         wal = _read_wal(copy, header)
         header = _check_wal_belongs(copy, header, source, wal)
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
         schema_note = _fold_or_rebuild_schema(copy, source, truncated)
+        schema_note = "; ".join(filter(None, [page_size_note, schema_note])) or None
         return WorkCopy(
             work_dir=work_dir,
             db=copy,
@@ -158,9 +240,12 @@ def make_work_copy(
             truncated_note=truncated,
             wal=wal,
             schema_note=schema_note,
+            lock_fd=lock_fd,
         )
     except BaseException:
         shutil.rmtree(work_dir, ignore_errors=True)
+        if lock_fd is not None:
+            os.close(lock_fd)
         raise
 
 
@@ -176,7 +261,7 @@ def _copy_consistent(
             if target.exists():
                 target.unlink()
             try:
-                src = open(f"{source}{suffix}", "rb")  # noqa: SIM115 - closed below
+                src = open_regular(f"{source}{suffix}")
             except FileNotFoundError:
                 continue
             with src, os.fdopen(create_new(target), "wb") as out:
@@ -265,6 +350,29 @@ def _truncation(copy: Path, header: HeaderFacts) -> str | None:
             f" {header.page_size}-byte pages"
         )
     return None
+
+
+def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[HeaderFacts, str | None]:
+    """A page-size field that contradicts the file (one flipped header byte), fixed in
+    the private copy when exactly one page size makes the header's valid page count fill
+    the file to the byte. SQLite would otherwise read every page at the wrong offset
+    and find no schema. The source is not touched."""
+    size = copy.stat().st_size
+    if not header.page_count_valid or header.page_count * header.page_size == size:
+        return header, None
+    fits = [ps for ps in (512 << i for i in range(8)) if header.page_count * ps == size]
+    if len(fits) != 1:
+        return header, None
+    (page_size,) = fits
+    with open(copy, "r+b") as f:
+        f.seek(16)
+        f.write(struct.pack(">H", 1 if page_size == 65536 else page_size))
+    note = (
+        f"{source}: the header's page size ({header.page_size}) does not fit the file;"
+        f" its {header.page_count} pages fill it exactly at {page_size} bytes, so the"
+        " private copy was read with that page size"
+    )
+    return dataclasses.replace(header, page_size=page_size), note
 
 
 def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
