@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def time_it(fn: Callable[[], object], repeat: int = 20, warmup: int = 2) -> float:
@@ -27,3 +31,28 @@ def figure(
     if versus and other_s is not None:
         line += f"  |  {versus}: {other_s * 1000:.2f} ms  (ratio {seconds / other_s:.2f}x)"
     return line
+
+
+def start_daemon(tmp: Path, home: Path, **extra_env: str) -> subprocess.Popen[str]:
+    """A real ``statewarden run`` on ``home``, its state, runtime and config folders under
+    ``tmp``; returns once it logs "statewarden ready" (its stderr is then left to read)."""
+    env = dict(
+        os.environ,
+        HERMES_HOME=str(home),
+        XDG_STATE_HOME=str(tmp / "state"),
+        XDG_RUNTIME_DIR=str(tmp / "run"),
+        XDG_CONFIG_HOME=str(tmp / "cfg"),
+        **extra_env,
+    )
+    env.pop("NOTIFY_SOCKET", None)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert daemon.stderr is not None
+    while "statewarden ready" not in daemon.stderr.readline():
+        if daemon.poll() is not None:
+            raise SystemExit(f"the daemon exited with {daemon.returncode} before it was ready")
+    return daemon

@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
-import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench._common import start_daemon
 from lab.bot_api import BotApi
 from lab.hermes_fixtures import TINY, log_line, make_home
 
@@ -75,24 +74,7 @@ def main() -> None:
         '    chat_id: "1"\n'
         f"    api_base: {api.url}\n"
     )
-    env = dict(
-        os.environ,
-        HERMES_HOME=str(home),
-        XDG_STATE_HOME=str(tmp / "state"),
-        XDG_RUNTIME_DIR=str(tmp / "run"),
-        XDG_CONFIG_HOME=str(tmp / "cfg"),
-        STATEWARDEN_TELEGRAM_TOKEN=TOKEN,
-    )
-    env.pop("NOTIFY_SOCKET", None)
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert daemon.stderr is not None
-    while "statewarden ready" not in daemon.stderr.readline():
-        pass
+    daemon = start_daemon(tmp, home, STATEWARDEN_TELEGRAM_TOKEN=TOKEN)
     subprocess.Popen(["cat"], stdin=daemon.stderr, stdout=subprocess.DEVNULL)
     log = home / "logs" / "agent.log"
     log.touch()

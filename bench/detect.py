@@ -19,11 +19,11 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench._common import start_daemon
 from lab.hermes_fixtures import TINY, holding, log_line, make_home
 from statewarden.control import request
 
@@ -105,23 +105,7 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="statewarden-bench-"))
     home = make_home(tmp / "hermes", TINY)
-    env = dict(
-        os.environ,
-        HERMES_HOME=str(home),
-        XDG_STATE_HOME=str(tmp / "state"),
-        XDG_RUNTIME_DIR=str(tmp / "run"),
-        XDG_CONFIG_HOME=str(tmp / "cfg"),
-    )
-    env.pop("NOTIFY_SOCKET", None)
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert daemon.stderr is not None
-    while "statewarden ready" not in daemon.stderr.readline():
-        pass
+    daemon = start_daemon(tmp, home)
     sock = tmp / "run" / "statewarden" / "control.sock"
     log = home / "logs" / "agent.log"
     log.touch()
