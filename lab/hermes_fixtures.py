@@ -102,10 +102,20 @@ def make_home(dest: Path, spec: Spec = TINY, *, profiles: tuple[str, ...] = ()) 
 class Holder:
     """A real Hermes process holding state.db open (``hermes_writer.py hold``)."""
 
-    def __init__(self, home: Path, write_every_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        home: Path,
+        write_every_s: float = 0.0,
+        *,
+        ofd_guard: bool = False,
+        drop_posix_locks: bool = False,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        extra = ["--ofd-guard"] if ofd_guard else []
+        extra += ["--drop-posix-locks"] if drop_posix_locks else []
         self.proc = subprocess.Popen(
-            [hermes_python(), str(WRITER), "hold", "--home", str(home),
-             "--write-every", str(write_every_s)],
+            [*prefix, hermes_python(), str(WRITER), "hold", "--home", str(home),
+             "--write-every", str(write_every_s), *extra],
             env=writer_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -139,8 +149,18 @@ class Holder:
 
 
 @contextlib.contextmanager
-def holding(home: Path, write_every_s: float = 0.0) -> Iterator[Holder]:
-    h = Holder(home, write_every_s)
+def holding(
+    home: Path,
+    write_every_s: float = 0.0,
+    *,
+    ofd_guard: bool = False,
+    drop_posix_locks: bool = False,
+    prefix: tuple[str, ...] = (),
+) -> Iterator[Holder]:
+    """A real Hermes writer holding ``home``'s state.db; ``ofd_guard`` adds the open file
+    description locks Hermes since 0.20 takes; ``prefix`` runs it under e.g. ``setpriv``."""
+    h = Holder(home, write_every_s, ofd_guard=ofd_guard, drop_posix_locks=drop_posix_locks,
+               prefix=prefix)  # fmt: skip
     try:
         yield h
     finally:

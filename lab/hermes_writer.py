@@ -11,14 +11,18 @@ Commands:
       most with a unique title), M messages spread over them (user / assistant with
       tool calls / tool results), token usage rows and gateway routing entries;
       with --clock, Hermes' ``time.time()`` counts 1 ms per call from EPOCH.
-  hold --home H [--write-every SECONDS]
+  hold --home H [--write-every SECONDS] [--ofd-guard] [--drop-posix-locks]
       open the database as Hermes does, append one message, print ``ready`` and stay
-      open (writing every SECONDS if given) until stdin closes or SIGTERM.
+      open (writing every SECONDS if given) until stdin closes or SIGTERM. With
+      --ofd-guard, add open file description locks on SQLite's descriptors as Hermes
+      since 0.20 does (``lockguard.py``); with --drop-posix-locks, then open and close
+      state.db outside SQLite, which drops the process's POSIX locks (story 7).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -165,6 +169,15 @@ def hold(args: argparse.Namespace) -> None:
     sid = f"hold_{os.getpid()}"
     db.create_session(sid, "cli")
     db.append_message(sid, "user", "holding the database open")
+    db_path = os.path.join(args.home, "state.db")
+    if args.ofd_guard:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        lockguard = importlib.import_module("lockguard")  # a sibling: this runs as a script
+
+        if lockguard.arm(db_path) < 2:
+            raise SystemExit("hold: the OFD guard found no SQLite descriptor to lock")
+        if args.drop_posix_locks:
+            lockguard.drop_posix_locks(db_path)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -179,6 +192,8 @@ def hold(args: argparse.Namespace) -> None:
         if args.write_every:
             n += 1
             db.append_message(sid, "assistant", f"tick {n}")
+    if args.ofd_guard:
+        lockguard.release(db_path)
     db.close()
 
 
@@ -195,6 +210,8 @@ def main() -> None:
     h = sub.add_parser("hold")
     h.add_argument("--home", required=True)
     h.add_argument("--write-every", type=float, default=0.0)
+    h.add_argument("--ofd-guard", action="store_true")
+    h.add_argument("--drop-posix-locks", action="store_true")
     args = p.parse_args()
     {"build": build, "hold": hold}[args.cmd](args)
 

@@ -7,19 +7,24 @@ subcommand, it opens ``$HERMES_HOME/state.db`` with Hermes' real ``SessionDB`` a
 holds it until SIGTERM. ``serve --isolated`` first daemonises with a double fork
 (PPID 1), as the desktop app's backend does. When ``$FAKE_HERMES_PIDFILE`` is set,
 the holding process writes its pid there (atomically) once the database is open.
-With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often.
+With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often. With
+``$FAKE_HERMES_OFD_GUARD`` (the lab folder) it adds the open file description locks of
+Hermes since 0.20 (``lab/lockguard.py``) and lifts them before it closes, as Hermes does.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 PIDFILE_ENV = "FAKE_HERMES_PIDFILE"
 WRITE_EVERY_ENV = "FAKE_HERMES_WRITE_EVERY"
+OFD_GUARD_ENV = "FAKE_HERMES_OFD_GUARD"
 
 
 def install_fake_hermes(bin_dir: Path, python: str | None = None) -> Path:
@@ -51,6 +56,14 @@ def main() -> None:
     sid = f"fake_{os.getpid()}"
     db.create_session(sid, "cli")
     db.append_message(sid, "user", " ".join(["hermes", *args]))
+    guard: Any = None
+    db_path = os.path.join(
+        os.environ.get("HERMES_HOME") or os.path.expanduser("~/.hermes"), "state.db"
+    )
+    if os.environ.get(OFD_GUARD_ENV):
+        sys.path.insert(0, os.environ[OFD_GUARD_ENV])
+        guard = importlib.import_module("lockguard")
+        guard.arm(db_path)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     pidfile = os.environ.get(PIDFILE_ENV)
@@ -66,6 +79,8 @@ def main() -> None:
         if every:
             n += 1
             db.append_message(sid, "assistant", f"tick {n}")
+    if guard is not None:
+        guard.release(db_path)
     db.close()
 
 
