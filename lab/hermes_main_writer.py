@@ -612,9 +612,7 @@ def build(args: argparse.Namespace) -> None:
         create_fresh(conn)
     if args.cjk:
         add_cjk(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    write_rows(conn, args, 1_790_000_000.0)
-    conn.execute("COMMIT")
+    write_rows(conn, args, 1_790_000_000.0)  # one transaction per write, as Hermes commits
     if args.cjk:
         name_cjk_tokenizer(conn)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
