@@ -118,6 +118,23 @@ def zeroed_interior(dest_dir: Path, table: str = "messages", spec: Spec = SMALL)
     return case
 
 
+def zeroed_sessions_root(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Zero the root page of ``sessions`` (an interior page: SMALL's ``sessions`` tree
+    has two levels). No row is reached any more, every leaf is intact, and the intact
+    unique index on ``id`` lists exactly those rows: a recovery can bring back every
+    row, identical. ``unreached['sessions']`` lists all of them; nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    root = case.roots["sessions"]
+    interior, leaves = pf.tree_pages(root)
+    assert interior == [root], f"sessions is not a two-level tree (interior pages {interior})"
+    case.unreached = {"sessions": sorted(r for leaf in leaves for r in pf.leaf_rowids(leaf))}
+    case.lost_rowids = {"sessions": []}
+    zero_page(case, root)
+    case.note = f"sessions root page {root} zeroed ({len(leaves)} intact leaves)"
+    return case
+
+
 def scribbled_trees(dest_dir: Path, trees: dict[str, int], spec: Spec = SMALL) -> Case:
     """Zero the first ``n`` leaf pages of each named b-tree (FTS shadow tables, indexes)."""
     case = fresh_copy(dest_dir, spec)

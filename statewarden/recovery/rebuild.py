@@ -49,6 +49,7 @@ class TableCopy:
     index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     page_keys: set[Any] = field(default_factory=set)
+    page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
     fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
     has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
@@ -736,6 +737,7 @@ class Rebuild:
                     key_cols = [c for c in obj.key_columns if c != "rowid"]
                     key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
                     tc.page_keys.add(key)
+                    tc.page_rowids.add(rowid)
                 continue
             sel = ", ".join(quote_ident(c) for c in cols)
             have = self.dst.execute(
@@ -772,5 +774,6 @@ class Rebuild:
         tc.rowids.add(rowid)
         tc.report.source_rows += 1
         tc.page_keys.add(key)
+        tc.page_rowids.add(rowid)
         if self._insert_row(tc, rowid, values, cols):
             tc.report.recovered_from_pages += 1
