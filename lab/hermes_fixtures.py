@@ -77,6 +77,8 @@ TALL = Spec(sessions=16, messages=24_000, text_bytes=16, seed=3)
 # Like the database of the stories in docs/stories.md: ~640 sessions, ~40,000 messages, ~250 MB.
 LARGE = Spec(sessions=640, messages=40_000, text_bytes=1000, seed=7)
 
+AnySpec = Spec | MainSpec
+
 # The oldest supported release, same rows as TINY.
 OLDEST = Spec(hermes=OLDEST_HERMES)
 # Schema 30 of Hermes main: born on main (external-content FTS over views), the same

@@ -30,8 +30,9 @@ supported":
   ``cjk_unicode61`` through ``PRAGMA writable_schema``: the file is byte for byte what a
   Hermes with the extension writes for this text.
 
-Then sessions and messages are written as Hermes writes them (every insert through the
-triggers), a few tool results longer than 8 KiB, some messages soft-deleted
+Then sessions and messages are written as Hermes writes them (one transaction per write,
+every insert through the triggers), a few tool results longer than 8 KiB (one of them
+rewritten afterwards, through the update triggers), some messages soft-deleted
 (``active = 0``: they stay in every FTS index, since neither the views nor the triggers
 look at ``active``), heartbeats, leases and generations. The result is closed with a
 TRUNCATE checkpoint (no ``-wal`` left), journal mode WAL.
@@ -556,6 +557,13 @@ def write_rows(conn: sqlite3.Connection, args: argparse.Namespace, clock: float)
         (sids[1],),
     )
     conn.execute("UPDATE sessions SET rewind_count = 1 WHERE id = ?", (sids[1],))
+    # A long tool result rewritten after it was stored: the update triggers index it
+    # again (on a legacy file main's trigger copies only its first 8192 characters).
+    conn.execute(
+        "UPDATE messages SET content = content || ' (edited)' WHERE id = (SELECT id FROM"
+        " messages WHERE role = 'tool' AND length(content) > ? ORDER BY id LIMIT 1)",
+        (TOOL_PREFIX,),
+    )
     conn.execute(
         "UPDATE sessions SET message_count = (SELECT COUNT(*) FROM messages m"
         " WHERE m.session_id = sessions.id AND m.active = 1)"

@@ -401,7 +401,7 @@ class Rebuild:
         q, content = quote_ident(name), quote_ident(f"{name}_content")
         base = quote_ident(feed.table)
         rid = feed.rowid_expr
-        differs = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in feed.columns.items())
+        differs = f"NOT {feed.copy_matches()}"
         stale = [
             int(r[0])
             for r in self.dst.execute(
