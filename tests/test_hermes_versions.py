@@ -166,6 +166,54 @@ def test_recover_brings_back_every_row_and_object(gen: Generation, tmp_path: Pat
     assert_same_database(case.pristine, out)
 
 
+def test_recover_of_the_healthy_file_is_identical(gen: Generation, tmp_path: Path) -> None:
+    """No damage: exit 0, no loss, and the output holds what the source holds (a CJK
+    table included, though nothing here can load its tokenizer)."""
+    home = make_home(tmp_path / "home", gen.spec)
+    out = tmp_path / "out.db"
+    code, stdout, err = run_ctl(
+        "recover", "--source", str(home / "state.db"), "--output", str(out), "--json",
+        "--progress", "none",
+    )  # fmt: skip
+    doc = json.loads(stdout)
+    assert (code, err, doc["verified"], doc["loss_detected"]) == (0, "", True, False)
+    assert doc["verification"]["fts"].get("messages_fts_cjk") == (
+        f"cannot verify ({CJK_WHY})" if gen.unverifiable else None
+    )
+    assert_same_database(home / "state.db", out)
+
+
+def test_damaged_cjk_index_is_derived_damage_and_carried(tmp_path: Path) -> None:
+    """A zeroed leaf of the CJK table's docsize: derived damage (exit 1, never 4), the
+    table still "cannot verify"; recover carries the rest of it, says so once, and
+    every base row comes back."""
+    case = corruption.fresh_copy(tmp_path / "db", MAIN_CJK)
+    pf = corruption.PristineFile(case.db)
+    [leaf] = pf.tree_pages(case.roots["messages_fts_cjk_docsize"])[1]
+    corruption.zero_page(case, leaf)
+    code, doc = check_json(case.db)
+    assert (code, doc["damage"], doc["unverifiable"]) == (
+        1,
+        "derived",
+        {"messages_fts_cjk": CJK_WHY},
+    )
+    assert [g["object"] for g in doc["groups"]] == ["messages_fts_cjk_docsize"]
+    out = tmp_path / "out.db"
+    code, stdout, _ = run_ctl(
+        "recover", "--source", str(case.db), "--output", str(out), "--json", "--progress", "none"
+    )
+    rep = json.loads(stdout)
+    assert (code, rep["verified"], rep["loss_detected"]) == (0, True, False)
+    lost_copy = [n for n in rep["notes"] if "messages_fts_cjk_docsize could not be copied" in n]
+    assert len(lost_copy) == 1
+    assert schema_rows(out) == schema_rows(case.pristine)
+    want, got = table_contents(case.pristine), table_contents(out)
+    for name in want:
+        if not name.startswith("messages_fts_cjk"):
+            assert got[name] == want[name], name
+    assert got["messages_fts_cjk_data"] == want["messages_fts_cjk_data"]
+
+
 def test_main_fixtures_have_the_schema_30_shapes() -> None:
     """What the schema-30 fixtures must hold for the matrix to mean something."""
     for spec in (MAIN_LEGACY, MAIN_EXTERNAL, MAIN_CJK):

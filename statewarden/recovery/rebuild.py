@@ -383,10 +383,12 @@ class Rebuild:
         try:
             self._copy_shadow(name, shadow)
         except _FtsCopyFailed as exc:
-            self.report.notes.append(
+            note = (
                 f"{name}: {shadow} could not be copied whole ({exc.reason}); Hermes must"
                 " rebuild this index (`hermes sessions optimize-storage`)"
             )
+            if note not in self.report.notes:  # a build that starts over meets it again
+                self.report.notes.append(note)
 
     def _reconcile_fts(self, name: str) -> None:
         """After copying an intact FTS table whose base table was copied row by row:
