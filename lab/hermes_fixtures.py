@@ -96,7 +96,10 @@ def cache_dir() -> Path:
 def hermes_python(version: str = HERMES_VERSION) -> str:
     """The interpreter that runs Hermes writers (has hermes-agent ``version`` installed)."""
     if version != HERMES_VERSION:
-        return str(REPO / f".venv-hermes-{version}" / "bin" / "python")
+        python = REPO / f".venv-hermes-{version}" / "bin" / "python"
+        if not python.exists():
+            raise RuntimeError(f"{python} is missing: run packaging/setup-dev.sh")
+        return str(python)
     return os.environ.get("STATEWARDEN_HERMES_PYTHON") or sys.executable
 
 
