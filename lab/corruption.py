@@ -20,7 +20,7 @@ from pathlib import Path
 
 import apsw
 
-from lab.hermes_fixtures import SMALL, Spec, built_db, hermes_python
+from lab.hermes_fixtures import SMALL, AnySpec, Spec, built_db, hermes_python
 from statewarden.demo import damage
 from statewarden.demo.damage import duplicate_cell, point_cells_at_first
 
@@ -58,7 +58,7 @@ def table_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def fresh_copy(dest_dir: Path, spec: Spec = SMALL, name: str = "state.db") -> Case:
+def fresh_copy(dest_dir: Path, spec: AnySpec = SMALL, name: str = "state.db") -> Case:
     dest_dir.mkdir(parents=True, exist_ok=True)
     src = built_db(spec)
     db = dest_dir / name
@@ -72,7 +72,7 @@ def zero_page(case: Case, page: int) -> None:
     case.damaged_pages.append(page)
 
 
-def phantom_row(dest_dir: Path, spec: Spec = SMALL, cell: int = 5) -> Case:
+def phantom_row(dest_dir: Path, spec: AnySpec = SMALL, cell: int = 5) -> Case:
     """Duplicate one cell pointer in a ``sessions`` leaf: the same row stored twice.
 
     The pointer array gets one more entry (a copy of pointer ``cell``, placed right after
@@ -115,6 +115,23 @@ def zeroed_interior(dest_dir: Path, table: str = "messages", spec: Spec = SMALL)
     case.lost_rowids = {table: []}
     zero_page(case, target)
     case.note = f"{table} interior page {target} zeroed"
+    return case
+
+
+def zeroed_sessions_root(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Zero the root page of ``sessions`` (an interior page: SMALL's ``sessions`` tree
+    has two levels). No row is reached any more, every leaf is intact, and the intact
+    unique index on ``id`` lists exactly those rows: a recovery can bring back every
+    row, identical. ``unreached['sessions']`` lists all of them; nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    root = case.roots["sessions"]
+    interior, leaves = pf.tree_pages(root)
+    assert interior == [root], f"sessions is not a two-level tree (interior pages {interior})"
+    case.unreached = {"sessions": sorted(r for leaf in leaves for r in pf.leaf_rowids(leaf))}
+    case.lost_rowids = {"sessions": []}
+    zero_page(case, root)
+    case.note = f"sessions root page {root} zeroed ({len(leaves)} intact leaves)"
     return case
 
 

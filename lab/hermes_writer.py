@@ -1,6 +1,7 @@
 """A real Hermes writer, run as a subprocess: ``python lab/hermes_writer.py COMMAND ...``.
 
-Uses hermes-agent 0.19.0's own ``hermes_state.SessionDB`` (installed ``--no-deps``),
+Uses the installed hermes-agent's own ``hermes_state.SessionDB`` (0.19.0 in .venv, the
+oldest supported release in its own venv; installed ``--no-deps``),
 so every byte of the database is written by Hermes code, as in real life. It runs in
 its own process because Hermes uses the stdlib ``sqlite3`` and statewarden uses apsw
 (docs/safety.md rule 6), and because real writers are other processes.
@@ -124,7 +125,10 @@ def build(args: argparse.Namespace) -> None:
         else:
             sid = f"{stamp}_{rng.getrandbits(24):06x}"
             source = rng.choice(["telegram", "cli", "desktop", "api"])
-        db.create_session(sid, source, model="hermes-4-70b", user_id="u1", cwd="/home/u")
+        try:
+            db.create_session(sid, source, model="hermes-4-70b", user_id="u1", cwd="/home/u")
+        except TypeError:  # 0.13.0's sessions have no cwd column
+            db.create_session(sid, source, model="hermes-4-70b", user_id="u1")
         if i % 5 != 4:
             db.set_session_title(sid, f"{rng.choice(WORDS)} {rng.choice(WORDS)} #{i}")
         db.update_token_counts(
@@ -156,10 +160,11 @@ def build(args: argparse.Namespace) -> None:
             )
         else:
             db.append_message(sid, "assistant", _text(rng, size))
+    # 0.13.0's SessionDB has no gateway routing table.
+    routing = getattr(db, "save_gateway_routing_entry", None)
     for k in range(min(3, len(session_ids))):
-        db.save_gateway_routing_entry(
-            f"telegram:dm:{1000 + k}", json.dumps({"session_id": session_ids[k]})
-        )
+        if routing is not None:
+            routing(f"telegram:dm:{1000 + k}", json.dumps({"session_id": session_ids[k]}))
     db.close()
     print(json.dumps({"sessions": len(session_ids), "messages": args.messages}))
 

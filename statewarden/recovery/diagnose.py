@@ -40,6 +40,7 @@ from statewarden.recovery.integrity import (
 )
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.tokenizers import unloadable
 from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
@@ -174,6 +175,9 @@ class Diagnosis:
     foreign_key_check_complete: bool = True
     wal_dropped_commits: int = 0  # committed transactions SQLite does not replay
     copies: list[CopyCheck] = field(default_factory=list)  # rows vs their FTS copies
+    # FTS tables whose tokenizer cannot be loaded here (tokenizers.py) -> why: their
+    # index cannot be verified; that is not damage.
+    unverifiable: dict[str, str] = field(default_factory=dict)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -283,10 +287,12 @@ def _diagnose(
     }
     for t in tables:
         t.page_referenced_twice = t.name in twice
+    unverifiable = unloadable(conn, schema)
     if complete:
         fts = fts_from_integrity_lines(lines, schema)
     else:
-        fts = fts_integrity(conn, schema, progress)
+        fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))
+    fts = {name: res for name, res in fts.items() if name not in unverifiable}
     orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
     if progress:
@@ -312,6 +318,7 @@ def _diagnose(
         error_lines=lines,
         foreign_key_check_complete=not fk_errors,
         copies=copies,
+        unverifiable=unverifiable,
     )
 
 
@@ -399,13 +406,18 @@ def _rows_elsewhere(
 
 
 def fts_integrity(
-    conn: apsw.Connection, schema: Schema, progress: ProgressFn | None = None
+    conn: apsw.Connection,
+    schema: Schema,
+    progress: ProgressFn | None = None,
+    *,
+    skip: set[str] | None = None,
 ) -> dict[str, str]:
     """FTS5's own ``integrity-check`` per FTS table ("ok" or its error); with
     ``rank = 1`` for an external-content table, so that its index is also compared
-    with the content it is built from."""
+    with the content it is built from. Tables in ``skip`` (their tokenizer cannot be
+    loaded) are not checked."""
     out: dict[str, str] = {}
-    fts_tables = [o for o in schema.tables() if o.module == "fts5"]
+    fts_tables = [o for o in schema.tables() if o.module == "fts5" and o.name not in (skip or ())]
     for i, obj in enumerate(fts_tables):
         if progress:
             progress("FTS check", i, len(fts_tables))

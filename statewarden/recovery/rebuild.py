@@ -49,6 +49,7 @@ class TableCopy:
     index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     page_keys: set[Any] = field(default_factory=set)
+    page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
     fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
     has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
@@ -91,7 +92,11 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
 
     Shadow tables are intact when no integrity error touches them and FTS5's own check
     (index against content) passed: copying them is far cheaper than tokenising every
-    row again."""
+    row again. An intact external-content table is copied too (``external``: its
+    index is then checked against the output's rows, and rebuilt if it disagrees), so
+    that its shadow rows come back as they were. ``carry``: its tokenizer cannot be
+    loaded here (``tokenizers.py``), so it can be neither checked nor rebuilt: its
+    shadow tables are copied as rows and its schema row written as it was."""
     bad_fts = {g.object for g in diag.groups if g.kind == "fts"}
     for g in diag.groups:
         obj = schema.by_name(g.object)
@@ -107,10 +112,13 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         if obj.module != "fts5":
             continue
         owner = schema.fts_owner.get(obj.name)
-        if obj.fts_content == "":
+        if obj.name in diag.unverifiable:
+            modes[obj.name] = "carry"
+        elif obj.fts_content == "":
             modes[obj.name] = "none"
         elif obj.fts_content:
-            modes[obj.name] = "rebuild"
+            intact = obj.name not in bad_fts and not flagged & _shadows(schema, obj.name)
+            modes[obj.name] = "external" if intact else "rebuild"
         elif owner is not None and obj.name in bad_fts:
             content_ok = f"{obj.name}_content" not in flagged and obj.name not in rotted
             modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
@@ -119,6 +127,10 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         else:
             modes[obj.name] = "copy"
     return modes
+
+
+def _shadows(schema: Schema, fts: str) -> set[str]:
+    return {o.name for o in schema.tables() if o.shadow_of == fts}
 
 
 def _feeding_triggers(schema: Schema, fts_names: set[str]) -> set[str]:
@@ -229,12 +241,20 @@ class Rebuild:
                 dst.execute("ATTACH ? AS src", (ro,))
             fts_mode = _fts_modes(self.schema, self.damaged, self.diag)
             for name in self.force_triggers:
-                fts_mode[name] = "triggers"
+                external = bool((obj := self.schema.by_name(name)) and obj.fts_content)
+                fts_mode[name] = "rebuild" if external else "triggers"
+            carry = {n for n, m in fts_mode.items() if m == "carry"}
             early = _feeding_triggers(
                 self.schema, {n for n, m in fts_mode.items() if m == "triggers"}
             )
             dst.execute("BEGIN")
-            self._create(lambda o: o.type == "table" and o.shadow_of is None and not o.is_internal)
+            self._create(
+                lambda o: (
+                    o.type == "table"
+                    and not o.is_internal
+                    and (o.shadow_of in carry if o.shadow_of else o.name not in carry)
+                )
+            )
             self._create(lambda o: o.type == "index" and o.sql is not None)
             self._create(lambda o: o.name in early)
             tables = self.schema.base_tables()
@@ -259,6 +279,8 @@ class Rebuild:
                     self._fill_fts(name, mode)
             self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
+            for name in sorted(carry):
+                self._write_schema_row(name)
             dst.execute(f"PRAGMA user_version={hdr.user_version}")
             dst.execute(f"PRAGMA application_id={hdr.application_id}")
             if bulk:
@@ -277,9 +299,46 @@ class Rebuild:
                 except apsw.Error as exc:
                     self.report.notes.append(f"could not create {obj.type} {obj.name}: {exc}")
 
+    def _write_schema_row(self, name: str) -> None:
+        """The ``sqlite_schema`` row of a carried FTS table, as the source has it (its
+        module cannot be loaded, so ``CREATE VIRTUAL TABLE`` cannot run here)."""
+        obj = self.schema.by_name(name)
+        assert obj is not None
+        self.dst.execute("BEGIN")
+        self.dst.execute("PRAGMA writable_schema=ON")
+        self.dst.execute(
+            "INSERT INTO main.sqlite_schema(type, name, tbl_name, rootpage, sql)"
+            " VALUES (?, ?, ?, 0, ?)",
+            (obj.type, obj.name, obj.tbl_name, obj.sql),
+        )
+        self.dst.execute("PRAGMA writable_schema=OFF")
+        self.dst.execute("COMMIT")
+
     def _fill_fts(self, name: str, mode: str) -> None:
         q = quote_ident(name)
-        if mode == "rebuild":
+        if mode == "carry":
+            for obj in self.schema.tables():
+                if obj.shadow_of == name:
+                    self._carry_shadow(name, obj.name)
+            why = self.diag.unverifiable.get(name, "")
+            self.report.notes.append(
+                f"{name}: carried over as it was, its index unchecked ({why});"
+                " Hermes rebuilds it with `hermes sessions optimize-storage` where the"
+                " tokenizer loads"
+            )
+        elif mode == "external":
+            for obj in self.schema.tables():
+                if obj.shadow_of == name:
+                    self._copy_shadow(name, obj.name)
+            try:
+                self.dst.execute(f"INSERT INTO main.{q}({q}, rank) VALUES('integrity-check', 1)")
+            except apsw.Error as exc:
+                self.report.notes.append(
+                    f"{name}: its copied index disagrees with the recovered rows ({exc});"
+                    " rebuilt from them"
+                )
+                self._fill_fts(name, "rebuild")
+        elif mode == "rebuild":
             try:
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
             except apsw.Error as exc:
@@ -319,6 +378,18 @@ class Rebuild:
             marks = ", ".join("?" for _ in rows[0])
             self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
 
+    def _carry_shadow(self, name: str, shadow: str) -> None:
+        """Copy one shadow table of a carried FTS table, keeping what can be read."""
+        try:
+            self._copy_shadow(name, shadow)
+        except _FtsCopyFailed as exc:
+            note = (
+                f"{name}: {shadow} could not be copied whole ({exc.reason}); Hermes must"
+                " rebuild this index (`hermes sessions optimize-storage`)"
+            )
+            if note not in self.report.notes:  # a build that starts over meets it again
+                self.report.notes.append(note)
+
     def _reconcile_fts(self, name: str) -> None:
         """After copying an intact FTS table whose base table was copied row by row:
         remove entries of rows the output lacks, and (re)index rows that are new or
@@ -332,7 +403,7 @@ class Rebuild:
         q, content = quote_ident(name), quote_ident(f"{name}_content")
         base = quote_ident(feed.table)
         rid = feed.rowid_expr
-        differs = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in feed.columns.items())
+        differs = f"NOT {feed.copy_matches()}"
         stale = [
             int(r[0])
             for r in self.dst.execute(
@@ -668,6 +739,7 @@ class Rebuild:
                     key_cols = [c for c in obj.key_columns if c != "rowid"]
                     key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
                     tc.page_keys.add(key)
+                    tc.page_rowids.add(rowid)
                 continue
             sel = ", ".join(quote_ident(c) for c in cols)
             have = self.dst.execute(
@@ -704,5 +776,6 @@ class Rebuild:
         tc.rowids.add(rowid)
         tc.report.source_rows += 1
         tc.page_keys.add(key)
+        tc.page_rowids.add(rowid)
         if self._insert_row(tc, rowid, values, cols):
             tc.report.recovered_from_pages += 1

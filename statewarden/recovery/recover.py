@@ -404,13 +404,19 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
     """The parts of unreadable ranges that rows decoded from pages do not account for.
 
     Between two consecutive rowids decoded from pages nothing is missing only if they
-    are consecutive integers; any gap stays unreadable. When a range was (partly)
-    filled from pages, its open ends (below the first or above the last row of the
-    whole key space) are dropped unless a key known from an index lies there: every
-    orphaned leaf of the table was decoded, so rows there would have been found.
+    are consecutive integers; any gap stays unreadable (rowids, not keys: a table
+    keyed by another column, like ``sessions.id``, is placed by its rows' rowids).
+    When a range was (partly) filled from pages, its open ends (below the first or
+    above the last row of the whole key space) are dropped unless a key known from an
+    index lies there (or a known key that is not a rowid was not read, since it cannot
+    be placed): every orphaned leaf of the table was decoded, so rows there would have
+    been found.
     """
-    rowids = sorted(k for k in tc.page_keys if isinstance(k, int))
+    rowids = sorted(tc.page_rowids)
     known_ints = [k for k in known if isinstance(k, int)]
+    # A known key that is not a rowid (``sessions.id``) cannot be placed in rowid
+    # space: an open end may hold it unless every such key's row was read.
+    unplaced = any(not isinstance(k, int) for k in known - tc.source_keys - tc.page_keys)
     out: list[list[int]] = []
     for lo, hi in ranges:
         inside = [r for r in rowids if lo <= r <= hi]
@@ -424,7 +430,7 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
             pieces.append([cur, hi])
         for a, b in pieces:
             open_end = a == MIN_ROWID or b == MAX_ROWID
-            if inside and open_end and not any(a <= k <= b for k in known_ints):
+            if inside and open_end and not unplaced and not any(a <= k <= b for k in known_ints):
                 continue
             out.append([a, b])
     return out
