@@ -528,6 +528,79 @@ class TestRotation:
         assert [n.what for n in t.drain_notices()] == ["truncated"]
 
 
+class TestRewrittenInPlace:
+    """A log truncated and written again between two polls, to the same size or more:
+    neither inode nor size changed, only the bytes did."""
+
+    @staticmethod
+    def rewrite(path: Path, first: int, count: int) -> list[str]:
+        """Truncate ``path`` and write lines ``first`` .. ``first + count - 1`` (all the
+        same length), as a writer that reopens its log with "w" does."""
+        texts = [f"rewrite {i:06d}" for i in range(first, first + count)]
+        with open(path, "w", encoding="utf-8") as f:
+            for text in texts:
+                f.write(log_line(WHEN, "INFO", "gateway.run", text) + "\n")
+        return texts
+
+    @pytest.mark.parametrize(("rounds", "per_round"), [(100, 1), (20, 5)])
+    def test_same_size_rewrites_lose_no_line(
+        self, logs: Path, offsets: Path, rounds: int, per_round: int
+    ) -> None:
+        """Every round rewrites the file to exactly the size it had: each line is
+        returned once, none is lost, none twice."""
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False, dedupe=False)
+        written: list[str] = []
+        got: list[str] = []
+        sizes = set()
+        for n in range(rounds):
+            written += self.rewrite(path, n * per_round, per_round)
+            sizes.add(path.stat().st_size)
+            got += messages(t.poll())
+        assert len(sizes) == 1  # the same size every time: only the bytes tell
+        assert got == written
+        notices = [x.what for x in t.drain_notices()]
+        assert notices == ["rewritten"] * (rounds - 1)
+
+    def test_rewritten_larger_reads_from_the_start(self, logs: Path, offsets: Path) -> None:
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False)
+        first = self.rewrite(path, 0, 3)
+        assert messages(t.poll()) == first
+        second = self.rewrite(path, 3, 7)
+        assert messages(t.poll()) == second
+
+    def test_appending_is_not_a_rewrite(self, logs: Path, offsets: Path) -> None:
+        """Appends (also to a half-written last line) read on from the offset."""
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False)
+        append(path, line(1))
+        append_bytes(path, line(2)[:10].encode())
+        assert messages(t.poll()) == ["line 1"]
+        append_bytes(path, (line(2)[10:] + "\n").encode())
+        append(path, line(3))
+        assert messages(t.poll()) == ["line 2", "line 3"]
+        assert t.drain_notices() == []
+
+    def test_rewrite_by_another_process(self, logs: Path, offsets: Path) -> None:
+        """A real second process truncates and rewrites the log to the same size."""
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False, dedupe=False)
+        got: list[str] = []
+        written: list[str] = []
+        for n in range(5):
+            texts = [f"proc {n:03d} {k}" for k in range(4)]
+            body = "".join(log_line(WHEN, "INFO", "gateway.run", x) + "\n" for x in texts)
+            subprocess.run(
+                [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                 str(path), body],
+                check=True,
+            )  # fmt: skip
+            written += texts
+            got += messages(t.poll())
+        assert got == written
+
+
 class TestRestart:
     def test_no_duplicate_and_no_missed_line(self, logs: Path, offsets: Path) -> None:
         """Lines written while statewarden was down come back once; old ones never."""

@@ -15,6 +15,14 @@ Following the files:
 - Rotated files never seen before (a burst that rotated ``x.log`` several times before
   a poll) are read too, oldest first; which ones were seen is persisted.
 - copytruncate: the same inode got shorter than what was read -> start again at 0.
+- Rewritten in place (truncated and written again to the same size or more between two
+  polls, so neither the inode nor the size tells): the last ``MARK_BYTES`` bytes before
+  the offset are kept and compared with what the file holds there now at each poll; when
+  they differ the file is read again from 0. Those bytes are the very ones the offset
+  relies on (a file whose bytes before the offset are unchanged is correctly read on from
+  there, whatever happened elsewhere), it costs one small ``pread`` per poll, and a log
+  line carries a millisecond timestamp, so a rewrite that matches them is one that holds
+  the same lines.
 - A file that appears later is read from its start; a deleted one is read to its end.
 - A log path that became a directory (or anything not a regular file) is reported in
   ``notices``; the tailer goes on with the other files.
@@ -65,6 +73,8 @@ DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is co
 DEFAULT_READ_CHUNK_BYTES = 64 * 1024
 # Bytes at the start of a log whose digest is saved with its offset.
 HEAD_BYTES = 256
+# Bytes just before the read offset kept to tell a log rewritten in place (see above).
+MARK_BYTES = 256
 # Offsets are saved by every poll that moved them (0) or at most this often: each save
 # is two fsyncs. A crash re-reads at most this much; close() always saves.
 DEFAULT_SAVE_INTERVAL_S = 0.0
@@ -83,7 +93,7 @@ class Notice:
     """Something about a log file the user may want to know (not a Hermes signal)."""
 
     file: str  # the log's name: "agent.log"
-    what: str  # "rotated", "truncated", "gap", "not_a_file", "unreadable"
+    what: str  # "rotated", "truncated", "rewritten", "gap", "not_a_file", "unreadable"
     text: str  # one line a person reads
 
 
@@ -125,9 +135,21 @@ class _Reader:
     rec_truncated: bool = False
     last_line_at: float = 0.0
     _head: str | None = None
+    mark: bytes = b""  # the bytes just before ``pos`` as read (see ``rewritten``)
 
     def __post_init__(self) -> None:
         self.line_start = self.pos
+        self._remember()
+
+    def _remember(self) -> None:
+        n = min(self.pos, MARK_BYTES)
+        self.mark = os.pread(self.fd, n, self.pos - n) if n else b""
+
+    def rewritten(self) -> bool:
+        """True when the bytes before ``pos`` are no longer those read: the file was
+        truncated and written again (to this size or more) since the last look."""
+        n = len(self.mark)
+        return n > 0 and os.pread(self.fd, n, self.pos - n) != self.mark
 
     @property
     def committed(self) -> int:
@@ -138,6 +160,7 @@ class _Reader:
         self.pos = self.line_start = offset
         self.partial.clear()
         self.partial_cut = 0
+        self._remember()
 
     def read(self, out: list[LogRecord], now: float, budget: int | None) -> bool:
         """Read up to ``budget`` bytes (None: to the end); True when more is waiting."""
@@ -151,6 +174,7 @@ class _Reader:
             done += len(chunk)
             self.pos += len(chunk)
             self.stats.bytes_read += len(chunk)
+            self.mark = (self.mark + chunk[-MARK_BYTES:])[-MARK_BYTES:]
         return True
 
     def _feed(self, chunk: bytes, out: list[LogRecord], now: float) -> None:
@@ -288,6 +312,28 @@ def _is_saved_file(path: Path, saved: _Saved) -> bool:
         os.close(fd)
 
 
+def file_kind(path: Path, st: os.stat_result) -> str:
+    """What a path that is not a regular file is, in words: "a FIFO (named pipe)",
+    "a character device (a link to /dev/zero)", ..."""
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        kind = "a directory"
+    elif stat.S_ISFIFO(mode):
+        kind = "a FIFO (named pipe)"
+    elif stat.S_ISCHR(mode):
+        kind = "a character device"
+    elif stat.S_ISBLK(mode):
+        kind = "a block device"
+    elif stat.S_ISSOCK(mode):
+        kind = "a socket"
+    else:
+        kind = "not a regular file"
+    with contextlib.suppress(OSError):
+        if os.path.islink(path):
+            kind += f" (a link to {os.path.realpath(path)})"
+    return kind
+
+
 def _ident(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
@@ -315,6 +361,7 @@ class _Tail:
     known: set[tuple[int, int]] | None = None
     seen: bool = False  # polled at least once
     problem: str = ""
+    problem_what: str = ""  # the notice's ``what``: "not_a_file", "unreadable"
     problem_now: bool = False  # the problem was seen again in this poll
 
 
@@ -477,6 +524,10 @@ class LogTailer:
         """The log files that cannot be followed now, with why."""
         return {t.name: t.problem for t in self._tails if t.problem}
 
+    def problem_kind(self, name: str) -> str:
+        """The kind of problem ``problems[name]`` is: "not_a_file" or "unreadable"."""
+        return next((t.problem_what for t in self._tails if t.name == name), "")
+
     def close(self) -> None:
         """Save offsets and close every file (records still waiting are read again later)."""
         with contextlib.suppress(StateUnwritable):
@@ -589,22 +640,27 @@ class LogTailer:
         except FileNotFoundError:
             st = None
         if st is not None and not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            self._problem(tail, "not_a_file", f"{tail.path} is {kind}, not a log file")
+            self._problem(
+                tail, "not_a_file", f"{tail.path} is {file_kind(tail.path, st)}, not a log file"
+            )
             return None
         return st
 
     def _read_on(
         self, tail: _Tail, r: _Reader, st: os.stat_result, out: list[LogRecord], now: float
     ) -> None:
-        """The same file as last time: read what was added (from the start if truncated)."""
-        if st.st_size < r.pos:
+        """The same file as last time: read what was added (from the start if truncated
+        or rewritten in place)."""
+        shorter = st.st_size < r.pos
+        if shorter or r.rewritten():
             r.finish(out, now)
             r.seek(0)
             # copytruncate: the copy (x.log.1) holds what was read already.
             tail.known = {_ident(s) for _p, s in self._chain(tail)}
-            self._notice(tail, "truncated",
-                         f"{tail.name} was truncated; reading it from the start")  # fmt: skip
+            what, how = (
+                ("truncated", "truncated") if shorter else ("rewritten", "rewritten in place")
+            )
+            self._notice(tail, what, f"{tail.name} was {how}; reading it from the start")
         self.behind |= r.read(out, now, self.max_poll_bytes)
         r.idle(out, now)
 
@@ -778,6 +834,7 @@ class LogTailer:
         tail.problem_now = True
         if tail.problem != text:  # reported once, not on every poll
             tail.problem = text
+            tail.problem_what = what
             self._notice(tail, what, text)
 
     # -- offsets -------------------------------------------------------------------
