@@ -4,17 +4,25 @@ inotify left for this user, and the files newer Hermes keeps beside state.db."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lab.hermes_fixtures import log_line
 from statewarden.config import Config
 from statewarden.incidents.signals import Found, Signal
+from statewarden.recovery_files import scan
 from statewarden.targets import target_for_db
+from statewarden.watch.files import FileWatcher
 from statewarden.watch.monitor import TargetMonitor
+from tests.support.cli import run_ctl
+from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.waiting import wait_for as eventually
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 
@@ -93,3 +101,210 @@ class TestLogIsNotARegularFile:
             os.close(wr)
             os.close(rd)
             m.close()
+
+
+# ------------------------------------------------------------------ recovery files
+
+
+def make_capture(
+    home: Path, stamp: str, pid: int, wal_bytes: int, *, partial: bool = False
+) -> Path:
+    """A retired-WAL capture laid out as hermes_state_dbfile.capture_retired_wal_generation
+    writes it: the WAL, the -shm, the main image and manifest.json (version 1)."""
+    name = f"state.db.retired-wal-{stamp}-{pid}" + (".partial" if partial else "")
+    d = home / name
+    d.mkdir()
+    (d / "state.db-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(wal_bytes - 4))
+    (d / "state.db-shm").write_bytes(bytes(32768))
+    main = (home / "state.db").read_bytes()
+    (d / "state.db").write_bytes(main)
+    if not partial:
+        manifest = {
+            "version": 1,
+            "database": str(home / "state.db"),
+            "trigger": "write_refused",
+            "pid": pid,
+            "captured_at": "2026-10-01T07:24:48Z",
+            "python": "3.11.9",
+            "sqlite": "3.46.1",
+            "wal": {"identity": [2049, 1234], "file": "state.db-wal", "bytes": wal_bytes,
+                    "sha256": "0" * 64},
+            "shm": {"identity": [2049, 1235], "file": "state.db-shm", "bytes": 32768,
+                    "sha256": "0" * 64},
+            "path_generation_at_capture": {"-wal": [2049, 2000]},
+            "note": "Frames in the captured WAL were committed by the retired generation.",
+            "main": {"identity": [2049, 1000], "size": len(main), "header": {"valid": True},
+                     "mode": "copied", "file": "state.db", "bytes": len(main),
+                     "sha256": "0" * 64},
+        }  # fmt: skip
+        (d / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
+    return d
+
+
+def recovery(found: Sequence[Found]) -> list[tuple[str, str, bool]]:
+    return [
+        (s.key, s.effective_severity, s.clears)
+        for s in found
+        if isinstance(s, Signal) and s.kind == "recovery_files"
+    ]
+
+
+class TestRecoveryFilesScan:
+    def test_each_kind_is_listed_with_its_size(self, hermes_home: Path) -> None:
+        make_capture(hermes_home, "20261001-072448", 3624811, 100_000)
+        make_capture(hermes_home, "20261002-080000", 42, 5000, partial=True)
+        (hermes_home / "pending_messages").mkdir()
+        (hermes_home / "pending_messages" / "a.json").write_bytes(bytes(700))
+        (hermes_home / "pending_messages" / "sub").mkdir()
+        (hermes_home / "pending_messages" / "sub" / "b.json").write_bytes(bytes(300))
+        bak = hermes_home / "state.db.pre-update-emergency-2026-09-25T05-03-31-664Z.bak"
+        bak.write_bytes(bytes(4096))
+        (hermes_home / "kanban.db.retired-wal-20261001-000000-1").mkdir()  # not state.db's
+        kept = scan(hermes_home / "state.db", hermes_home)
+        main = (hermes_home / "state.db").stat().st_size
+        by_name = {i.name: i for i in kept.items}
+        assert sorted(by_name) == [
+            "pending_messages",
+            "state.db.pre-update-emergency-2026-09-25T05-03-31-664Z.bak",
+            "state.db.retired-wal-20261001-072448-3624811",
+            "state.db.retired-wal-20261002-080000-42.partial",
+        ]
+        cap = by_name["state.db.retired-wal-20261001-072448-3624811"]
+        manifest_bytes = len((hermes_home / cap.name / "manifest.json").read_bytes())
+        assert (cap.what, cap.bytes, cap.files) == (
+            "retired_wal", 100_000 + 32768 + main + manifest_bytes, 4,
+        )  # fmt: skip
+        assert (cap.captured_at, cap.trigger, cap.pid, cap.main_mode, cap.problem) == (
+            "2026-10-01T07:24:48Z", "write_refused", 3624811, "copied", None,
+        )  # fmt: skip
+        partial = by_name["state.db.retired-wal-20261002-080000-42.partial"]
+        assert (partial.partial, partial.problem, partial.files) == (True, None, 3)
+        spool = by_name["pending_messages"]
+        assert (spool.what, spool.bytes, spool.files) == ("pending_spool", 1000, 2)
+        assert by_name[bak.name].bytes == 4096
+        assert kept.total_bytes == sum(i.bytes for i in kept.items)
+
+    def test_a_capture_without_manifest_says_so(self, hermes_home: Path) -> None:
+        d = make_capture(hermes_home, "20261001-072448", 7, 1000)
+        (d / "manifest.json").unlink()
+        (item,) = scan(hermes_home / "state.db", hermes_home).items
+        assert item.problem == "no manifest.json"
+        (d / "manifest.json").mkdir()
+        (item,) = scan(hermes_home / "state.db", hermes_home).items
+        assert item.problem == "manifest.json is not a regular file"
+
+    def test_status_lists_them(self, hermes_home: Path, env: dict[str, str]) -> None:
+        """statewardenctl status (no daemon) shows each with its size, and in --json."""
+        make_capture(hermes_home, "20261001-072448", 3624811, 100_000)
+        r = run_ctl("status", "--json", env=env)
+        assert r.exit_code == 0, r.stderr
+        (db,) = json.loads(r.stdout)["databases"]
+        (item,) = db["recovery_files"]
+        assert item["name"] == "state.db.retired-wal-20261001-072448-3624811"
+        assert item["pid"] == 3624811
+        assert db["recovery_files_bytes"] == item["bytes"]
+        r = run_ctl("status", env=env)
+        assert r.exit_code == 0, r.stderr
+        assert "  recovery files  1, " in r.stdout
+        assert (
+            "state.db.retired-wal-20261001-072448-3624811  (retired WAL capture, 4 files, "
+            "captured 2026-10-01T07:24:48Z, trigger write_refused, pid 3624811, main image "
+            "copied)"
+        ) in r.stdout
+
+
+class TestRecoveryFilesWatch:
+    def watcher(self, home: Path, **kw: Any) -> FileWatcher:
+        kw.setdefault("recovery_scan_every_s", 10.0)
+        return FileWatcher(target_for_db(home / "state.db"), **kw)
+
+    def test_appearing_is_info_and_gone_clears(self, hermes_home: Path) -> None:
+        w = self.watcher(hermes_home)
+        assert recovery(w.poll(1000.0)) == []
+        make_capture(hermes_home, "20261001-072448", 42, 1000)
+        found = w.poll(1001.0)  # at once: a new name in the folder
+        assert recovery(found) == [("present", "info", False)]
+        (sig,) = [s for s in found if isinstance(s, Signal) and s.kind == "recovery_files"]
+        assert sig.fields["new"] == ["state.db.retired-wal-20261001-072448-42"]
+        assert "new: state.db.retired-wal-20261001-072448-42" in sig.summary
+        assert recovery(w.poll(1002.0)) == []  # nothing new
+        bak = hermes_home / "state.db.pre-update-emergency-2026-09-25T05-03-31-664Z.bak"
+        bak.write_bytes(b"x")
+        assert recovery(w.poll(1003.0)) == [("present", "info", False)]
+        shutil.rmtree(hermes_home / "state.db.retired-wal-20261001-072448-42")
+        bak.unlink()
+        assert recovery(w.poll(1004.0)) == [("present", "info", True)]
+
+    def test_present_at_start_is_reported(self, hermes_home: Path) -> None:
+        """Unlike history, what is there at start is a condition: reported once."""
+        make_capture(hermes_home, "20261001-072448", 42, 1000)
+        w = self.watcher(hermes_home)
+        assert recovery(w.poll(1000.0)) == [("present", "info", False)]
+        assert recovery(w.poll(1100.0)) == []
+
+    def test_over_the_limit_is_a_warning(self, hermes_home: Path) -> None:
+        w = self.watcher(hermes_home, recovery_warn_bytes=200_000)
+        w.poll(1000.0)
+        spool = hermes_home / "pending_messages"
+        spool.mkdir()
+        (spool / "1.json").write_bytes(bytes(150_000))
+        assert recovery(w.poll(1001.0)) == [("present", "info", False)]
+        (spool / "2.json").write_bytes(bytes(100_000))
+        assert recovery(w.poll(1005.0)) == []  # the spool's content: sized at the interval
+        assert recovery(w.poll(1011.0)) == [("size", "warning", False)]
+        assert recovery(w.poll(1030.0)) == []
+        (spool / "2.json").unlink()
+        assert recovery(w.poll(1050.0)) == [("size", "warning", True)]
+
+    def test_growing_scan_after_scan_is_a_warning(self, hermes_home: Path) -> None:
+        """Under the limit but growing at each of the last N scans: warned; it clears
+        once a scan sees no growth."""
+        w = self.watcher(hermes_home, recovery_growth_scans=3)
+        w.poll(1000.0)
+        spool = hermes_home / "pending_messages"
+        spool.mkdir()
+        now = 1000.0
+        seen = []
+        for n in range(4):
+            (spool / f"{n}.json").write_bytes(bytes(1000))
+            now += 10
+            seen += recovery(w.poll(now))
+        assert seen == [("present", "info", False), ("size", "warning", False)]
+        assert recovery(w.poll(now + 10)) == [("size", "warning", True)]
+
+
+class TestRecoveryFilesDaemon:
+    def test_daemon_raises_and_resolves_them(self, tmp_path: Path, hermes_home: Path) -> None:
+        """The daemon as a subprocess on a real Hermes home: a capture appearing is an info
+        incident, the spool growing past the configured limit a warning; status shows
+        them; removing them resolves both."""
+        env = daemon_env(tmp_path, hermes_home)
+        cfg = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text("watch:\n  recovery_files_warn_bytes: 1MB\n")
+        d = DaemonProc(env)
+        try:
+            d.wait_for_line("statewarden ready")
+            assert d.incidents_of("recovery_files") == []
+            make_capture(hermes_home, "20261001-072448", 3624811, 100_000)
+            (inc,) = eventually(lambda: d.incidents_of("recovery_files"), what="present")
+            assert (inc["key"], inc["severity"]) == ("present", "info")
+            assert "state.db.retired-wal-20261001-072448-3624811" in inc["summary"]
+            spool = hermes_home / "pending_messages"
+            spool.mkdir()
+            (spool / "msg-1.json").write_bytes(bytes(2_000_000))
+            size = eventually(
+                lambda: [i for i in d.incidents_of("recovery_files") if i["key"] == "size"],
+                what="size warning",
+            )
+            assert size[0]["severity"] == "warning"
+            (db,) = d.ctl("status")["databases"]
+            assert sorted(i["name"] for i in db["recovery_files"]) == [
+                "pending_messages",
+                "state.db.retired-wal-20261001-072448-3624811",
+            ]
+            shutil.rmtree(spool)
+            shutil.rmtree(hermes_home / "state.db.retired-wal-20261001-072448-3624811")
+            eventually(lambda: not d.incidents_of("recovery_files"), what="resolved")
+        finally:
+            assert d.stop() == 0

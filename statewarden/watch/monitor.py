@@ -101,6 +101,8 @@ class TargetMonitor:
             target,
             wal_warn_bytes=config.watch.wal_warn_bytes,
             wal_growth_window_s=config.watch.wal_growth_window,
+            recovery_warn_bytes=config.watch.recovery_files_warn_bytes,
+            recovery_growth_scans=config.watch.recovery_files_growth_scans,
         )
         digest = hashlib.sha256(self.db.encode()).hexdigest()[:12]
         self.logs = LogTailer(
