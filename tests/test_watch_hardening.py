@@ -3,19 +3,25 @@ inotify left for this user, and the files newer Hermes keeps beside state.db."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import shutil
-from collections.abc import Sequence
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lab.hermes_fixtures import log_line
+from lab.hermes_fixtures import TINY, log_line, make_home
 from statewarden.config import Config
 from statewarden.incidents.signals import Found, Signal
+from statewarden.inotify import limit as inotify_limit
 from statewarden.recovery_files import scan
 from statewarden.targets import target_for_db
 from statewarden.watch.files import FileWatcher
@@ -25,6 +31,7 @@ from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.waiting import wait_for as eventually
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def monitor_for(home: Path) -> TargetMonitor:
@@ -308,3 +315,172 @@ class TestRecoveryFilesDaemon:
             eventually(lambda: not d.incidents_of("recovery_files"), what="resolved")
         finally:
             assert d.stop() == 0
+
+
+# ------------------------------------------------------------------ no inotify left
+
+# Opens inotify instances until the kernel refuses, says how many and why, and holds them
+# until its stdin closes. Run as a uid of its own, it uses up that uid's instances
+# (fs.inotify.max_user_instances counts per user) and nobody else's: the sysctl is never
+# touched, so no other test or user on the machine is affected.
+EXHAUST_INOTIFY = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while libc.inotify_init1(os.O_CLOEXEC) >= 0:
+    n += 1
+print(n, ctypes.get_errno(), flush=True)
+sys.stdin.read()
+"""
+
+
+def free_uid() -> int:
+    """A uid no process runs as now (so its inotify instances are all free)."""
+    used = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("Uid:"):
+                    used |= {int(x) for x in line.split()[1:]}
+        except OSError:
+            continue
+    base = 61000 + os.getpid() % 1000
+    return next(u for u in range(base, base + 1000) if u not in used)
+
+
+@contextlib.contextmanager
+def inotify_used_up(uid: int) -> Iterator[int]:
+    """Every inotify instance of ``uid`` taken, until the block ends."""
+    p = subprocess.Popen(
+        [*as_uid(uid), sys.executable, "-c", EXHAUST_INOTIFY],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert p.stdout is not None
+        n, err = map(int, p.stdout.readline().split())
+        # The per-user instance limit, not the descriptor limit, stopped it.
+        assert (n, err) == (inotify_limit("max_user_instances"), errno.EMFILE)
+        yield n
+    finally:
+        assert p.stdin is not None
+        assert p.stdout is not None
+        p.stdin.close()
+        p.wait(timeout=30)
+        p.stdout.close()
+
+
+def as_uid(uid: int) -> tuple[str, ...]:
+    return ("setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups")
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv to a second uid)")
+
+
+@needs_root
+class TestNoInotify:
+    def test_open_watch_without_instances_says_which_limit(self) -> None:
+        """OpenWatch as a uid whose instances are used up: unusable, reports "maybe
+        opened" (every process is checked), and names the sysctl to raise."""
+        uid = free_uid()
+        probe = (
+            "from statewarden.holders.opens import OpenWatch\n"
+            "w = OpenWatch()\n"
+            "print(w.poll(), w.degraded)\n"
+        )
+        limit = inotify_limit("max_user_instances")
+        assert limit is not None
+        with inotify_used_up(uid):
+            r = subprocess.run([*as_uid(uid), sys.executable, "-c", probe], capture_output=True,
+                               text=True, timeout=60, check=False, cwd=REPO)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == (
+            "True this user's inotify instances are used up (fs.inotify.max_user_instances="
+            f"{limit}) (inotify_init1: Too many open files); raise it: sudo sysctl "
+            f"fs.inotify.max_user_instances={max(1024, 2 * limit)}"
+        )
+
+    def test_daemon_polls_detects_and_recovers(self) -> None:
+        """The daemon as a uid whose inotify instances are used up: it starts (it exited
+        with "unexpected OSError: [Errno 24]"), raises watcher_degraded for file events and
+        the holder open watch with the sysctl to raise, still turns a log line into an
+        incident, and resolves both once instances are free again."""
+        uid = free_uid()
+        base = Path(tempfile.mkdtemp(prefix="sw-inotify-", dir="/tmp"))
+        try:
+            base.chmod(0o755)
+            home = make_home(base / "hermes", TINY)
+            for sub in ("state", "run", "cfg/statewarden"):
+                (base / sub).mkdir(mode=0o700, parents=True)
+            (base / "cfg" / "statewarden" / "config.yaml").write_text("watch: {journal: false}\n")
+            subprocess.run(["chown", "-R", f"{uid}:{uid}", str(base)], check=True)
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": str(base),
+                "HERMES_HOME": str(home),
+                "XDG_STATE_HOME": str(base / "state"),
+                "XDG_RUNTIME_DIR": str(base / "run"),
+                "XDG_CONFIG_HOME": str(base / "cfg"),
+                "PYTHONPATH": str(REPO),
+            }
+
+            def incidents(kind: str) -> list[dict[str, Any]]:
+                r = subprocess.run(
+                    [*as_uid(uid), sys.executable, "-m", "statewarden.cli.ctl", "incidents",
+                     "--json"],
+                    env=env, capture_output=True, text=True, timeout=60, check=False,
+                )  # fmt: skip
+                assert r.returncode == 0, r.stderr
+                return [i for i in json.loads(r.stdout)["incidents"] if i["kind"] == kind]
+
+            limit = inotify_limit("max_user_instances")
+            assert limit is not None
+            with inotify_used_up(uid):
+                d = DaemonProc(env, prefix=as_uid(uid))
+                try:
+                    d.wait_for_line("statewarden ready")
+
+                    def both() -> list[dict[str, Any]] | None:
+                        found = incidents("watcher_degraded")
+                        return found if len(found) == 2 else None
+
+                    degraded = eventually(both, what="two watcher_degraded incidents")
+                    by_key = {i["key"]: i for i in degraded}
+                    assert sorted(by_key) == ["file_events", "holder_opens"]
+                    for inc in degraded:
+                        assert inc["severity"] == "warning"
+                        assert f"(fs.inotify.max_user_instances={limit})" in inc["summary"]
+                        assert (
+                            f"sudo sysctl fs.inotify.max_user_instances={max(1024, 2 * limit)}"
+                            in inc["summary"]
+                        )
+                    assert by_key["file_events"]["summary"].startswith(
+                        "file events: this user's inotify instances are used up"
+                    )
+                    assert by_key["holder_opens"]["summary"].startswith(
+                        "holder open watch: this user's inotify instances are used up"
+                    )
+                    # Still detecting: a log line written now becomes an incident.
+                    with open(home / "logs" / "agent.log", "a", encoding="utf-8") as f:
+                        f.write(log_line(dt.datetime.now(), "ERROR", "gateway.session",
+                                         "state.db save failed: database disk image is "
+                                         "malformed") + "\n")  # fmt: skip
+                        f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
+                    (corrupt,) = eventually(lambda: incidents("corruption"), what="corruption")
+                    assert "database disk image is malformed" in corrupt["summary"]
+                    status = subprocess.run(
+                        [*as_uid(uid), sys.executable, "-m", "statewarden.cli.ctl", "status",
+                         "--json"],
+                        env=env, capture_output=True, text=True, timeout=60, check=False,
+                    )  # fmt: skip
+                    inotify = json.loads(status.stdout)["inotify"]
+                    assert inotify["file_events"].startswith("file events: this user's inotify")
+                except BaseException:
+                    d.stop()
+                    raise
+            # Instances free again: both resolve by themselves.
+            try:
+                eventually(lambda: not incidents("watcher_degraded"), what="resolved")
+            finally:
+                assert d.stop() == 0
+        finally:
+            shutil.rmtree(base, ignore_errors=True)

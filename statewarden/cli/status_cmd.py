@@ -114,6 +114,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         sinks = daemon.get("alerts") or {}
         states = ", ".join(f"{name} {state}" for name, state in sinks.items())
         click.echo(f"alerts: {states or 'no sink enabled'}")
+        for name, why in (daemon.get("inotify") or {}).items():
+            if why:
+                click.echo(f"inotify: {name.replace('_', ' ')} polling: {why}")
         for d in daemon["databases"]:
             click.echo()
             _render(_from_json(d))
