@@ -602,6 +602,36 @@ class TestRewrittenInPlace:
 
 
 class TestRestart:
+    def test_rewritten_in_place_while_down(self, logs: Path, offsets: Path) -> None:
+        """Rewritten to the same size, same first bytes, while statewarden was down: the
+        bytes before the saved offset tell, and the file is read from its start."""
+        path = logs / "agent.log"
+        head = log_line(WHEN, "INFO", "gateway.run", "header kept by the rewrite")
+        append(path, head, line(1), line(2))
+        a = tailer(logs, offsets, start_at_end=False)
+        assert messages(a.poll()) == ["header kept by the rewrite", "line 1", "line 2"]
+        a.close()
+        size = path.stat().st_size
+        with open(path, "r+", encoding="utf-8") as f:  # same inode, same size, same head
+            f.truncate(0)
+            f.write(head + "\n" + line(7) + "\n" + line(8) + "\n")
+        assert path.stat().st_size == size
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["header kept by the rewrite", "line 7", "line 8"]
+
+    def test_offsets_file_without_mark_still_resumes(self, logs: Path, offsets: Path) -> None:
+        """An offsets file written before the mark was kept resumes where it says."""
+        append(logs / "agent.log", line(1))
+        a = tailer(logs, offsets, start_at_end=False)
+        a.poll()
+        a.close()
+        saved = json.loads(offsets.read_text())
+        del saved["files"]["agent.log"]["mark"]
+        offsets.write_text(json.dumps(saved))
+        append(logs / "agent.log", line(2))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 2"]
+
     def test_no_duplicate_and_no_missed_line(self, logs: Path, offsets: Path) -> None:
         """Lines written while statewarden was down come back once; old ones never."""
         append(logs / "agent.log", line(1))
@@ -613,8 +643,9 @@ class TestRestart:
         assert messages(b.poll()) == ["line 2", "line 3"]
 
     def test_offsets_file(self, logs: Path, offsets: Path) -> None:
-        """The offsets file holds (dev, inode, offset, digest of the first bytes) per
-        followed log, and no temp file is left next to it."""
+        """The offsets file holds (dev, inode, offset, digest of the first bytes, digest
+        of the bytes before the offset) per followed log, and no temp file is left next to
+        it."""
         append(logs / "agent.log", line(1))
         a = tailer(logs, offsets)
         a.poll()
@@ -628,6 +659,7 @@ class TestRestart:
                     "inode": st.st_ino,
                     "offset": st.st_size,
                     "head": f"{st.st_size}:{digest}",
+                    "mark": f"{st.st_size}:{digest}",  # the whole file is the last 256 bytes
                 }
             },
         }

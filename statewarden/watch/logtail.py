@@ -27,7 +27,8 @@ Following the files:
 - A log path that became a directory (or anything not a regular file) is reported in
   ``notices``; the tailer goes on with the other files.
 
-Offsets are persisted per file as (device, inode, offset) in a JSON file, written
+Offsets are persisted per file as (device, inode, offset, digests of the first bytes and
+of the bytes before the offset) in a JSON file, written
 atomically (tmp + fsync + rename), so a restart neither re-reads old lines nor misses
 lines written while it was down (a file rotated while it was down is found again by its
 inode among ``x.log.N``). The saved offset is the start of the first record not yet
@@ -274,7 +275,8 @@ class _Reader:
         """This file's position as the offsets file keeps it."""
         if self._head is None or int(self._head.partition(":")[0]) < HEAD_BYTES:
             self._head = _head(self.fd, HEAD_BYTES)  # cached once the file has that many
-        return _Saved(self.dev, self.ino, self.committed, self._head)
+        offset = self.committed
+        return _Saved(self.dev, self.ino, offset, self._head, _mark(self.fd, offset))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -287,6 +289,9 @@ class _Saved:
     ino: int
     offset: int
     head: str  # digest of the file's first bytes: an inode number can be reused
+    # Digest of the MARK_BYTES before ``offset``: the file was not rewritten in place
+    # while statewarden was down ("" in offsets files written before it was kept).
+    mark: str = ""
 
 
 def _head(fd: int, upto: int) -> str:
@@ -295,8 +300,16 @@ def _head(fd: int, upto: int) -> str:
     return f"{len(data)}:{hashlib.sha256(data).hexdigest()[:16]}"
 
 
+def _mark(fd: int, offset: int) -> str:
+    """Digest of the ``MARK_BYTES`` before ``offset`` (fewer near the start)."""
+    n = min(offset, MARK_BYTES)
+    data = os.pread(fd, n, offset - n) if n else b""
+    return f"{n}:{hashlib.sha256(data).hexdigest()[:16]}"
+
+
 def _is_saved_file(path: Path, saved: _Saved) -> bool:
-    """True when ``path`` is the file the offsets file describes (inode and first bytes)."""
+    """True when ``path`` is the file the offsets file describes (inode, first bytes and
+    the bytes before the offset)."""
     opened = _open(path)
     if opened is None:
         return False
@@ -305,7 +318,9 @@ def _is_saved_file(path: Path, saved: _Saved) -> bool:
         if (st.st_dev, st.st_ino) != (saved.dev, saved.ino):
             return False
         length = int(saved.head.partition(":")[0] or 0)
-        return _head(fd, length) == saved.head
+        if _head(fd, length) != saved.head:
+            return False
+        return not saved.mark or _mark(fd, saved.offset) == saved.mark
     except (OSError, ValueError):
         return False
     finally:
@@ -342,7 +357,8 @@ def _parse_saved(v: object) -> _Saved | None:
     if not isinstance(v, dict):
         return None
     try:
-        return _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]), str(v["head"]))
+        return _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]), str(v["head"]),
+                      str(v.get("mark", "")))  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -849,7 +865,7 @@ class LogTailer:
                 saved = t.reader.saved()
             if saved is not None:
                 files[t.name] = {"dev": saved.dev, "inode": saved.ino, "offset": saved.offset,
-                                 "head": saved.head}  # fmt: skip
+                                 "head": saved.head, "mark": saved.mark}  # fmt: skip
         return files
 
     def rotated_offsets(self) -> dict[str, list[dict[str, int | str]]]:
@@ -859,7 +875,7 @@ class LogTailer:
             saved = [r.saved() for r in t.rotated] or t.resume_rotated
             if saved:
                 out[t.name] = [{"dev": s.dev, "inode": s.ino, "offset": s.offset,
-                                "head": s.head} for s in saved]  # fmt: skip
+                                "head": s.head, "mark": s.mark} for s in saved]  # fmt: skip
         return out
 
     def _autosave(self) -> None:
