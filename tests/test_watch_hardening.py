@@ -484,3 +484,48 @@ class TestNoInotify:
                 assert d.stop() == 0
         finally:
             shutil.rmtree(base, ignore_errors=True)
+
+
+# A user namespace of its own has its own inotify limits (/proc/sys/user/max_inotify_*,
+# set by its root): the limit is lowered there only, for the daemon alone.
+def in_userns_with_watches(n: int) -> tuple[str, ...]:
+    return (
+        "unshare", "--user", "--map-root-user", "sh", "-c",
+        f'echo {n} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh",
+    )  # fmt: skip
+
+
+@needs_root
+class TestNoInotifyWatches:
+    def test_watches_used_up_then_raised(self, env: dict[str, str], hermes_home: Path) -> None:
+        """The daemon with no inotify watch left for its user (ENOSPC): it starts, names
+        max_user_watches and the sysctl to raise for file events and the holder open watch,
+        still detects; once the limit is raised (in its namespace) both resolve."""
+        d = DaemonProc(env, prefix=in_userns_with_watches(0))
+        try:
+            d.wait_for_line("statewarden ready")
+
+            def file_events() -> list[dict[str, Any]]:
+                return [i for i in d.incidents_of("watcher_degraded") if i["key"] == "file_events"]
+
+            (inc,) = eventually(file_events, what="file_events degraded")
+            assert (
+                "this user's inotify watches are used up (fs.inotify.max_user_watches="
+                in (inc["summary"])
+            )
+            assert "sudo sysctl fs.inotify.max_user_watches=" in inc["summary"]
+            with open(hermes_home / "logs" / "errors.log", "a", encoding="utf-8") as f:
+                f.write(log_line(dt.datetime.now(), "ERROR", "gateway.session",
+                                 "state.db routing save failed: database disk image is "
+                                 "malformed") + "\n")  # fmt: skip
+                f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
+            eventually(lambda: d.incidents_of("corruption"), what="corruption while degraded")
+            raise_it = subprocess.run(
+                ["nsenter", "-t", str(d.proc.pid), "-U", "--preserve-credentials", "sh", "-c",
+                 "echo 100000 > /proc/sys/user/max_inotify_watches"],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert raise_it.returncode == 0, raise_it.stderr
+            eventually(lambda: not d.incidents_of("watcher_degraded"), what="both back")
+        finally:
+            assert d.stop() == 0
