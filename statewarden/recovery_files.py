@@ -10,8 +10,9 @@ Hermes git main (not 0.19.0) leaves three kinds of them, and deletes none:
   ``wal``/``shm``/``main`` with identities, sizes and digests, ``main.mode`` ``copied`` or
   ``header_only``). Written as ``<name>.partial`` and renamed when complete; a
   ``.partial`` left behind is an interrupted capture. One user's reached 2.5 GB.
-- ``pending_messages/`` in the Hermes home: the gateway's spool of messages that could
-  not be written to state.db (with ``sessions/<id>.jsonl``).
+- ``pending_messages/`` in the Hermes home (``gateway/shutdown_flush.py``, mode 0700): the
+  gateway's spool of messages and transcripts it could not write to state.db, one
+  ``pending-<uuid4 hex>.json`` per payload (written atomically, 0600), awaiting replay.
 - ``state.db.pre-update-emergency-<timestamp>.bak`` (and its ``-wal``/``-shm`` copies):
   the Desktop updater's copy of the database before it updates.
 

@@ -161,7 +161,9 @@ class TestRecoveryFilesScan:
         make_capture(hermes_home, "20261001-072448", 3624811, 100_000)
         make_capture(hermes_home, "20261002-080000", 42, 5000, partial=True)
         (hermes_home / "pending_messages").mkdir()
-        (hermes_home / "pending_messages" / "a.json").write_bytes(bytes(700))
+        (
+            hermes_home / "pending_messages" / "pending-0f1e2d3c4b5a69788796a5b4c3d2e1f0.json"
+        ).write_bytes(bytes(700))
         (hermes_home / "pending_messages" / "sub").mkdir()
         (hermes_home / "pending_messages" / "sub" / "b.json").write_bytes(bytes(300))
         bak = hermes_home / "state.db.pre-update-emergency-2026-09-25T05-03-31-664Z.bak"
@@ -254,13 +256,13 @@ class TestRecoveryFilesWatch:
         w.poll(1000.0)
         spool = hermes_home / "pending_messages"
         spool.mkdir()
-        (spool / "1.json").write_bytes(bytes(150_000))
+        (spool / "pending-1a.json").write_bytes(bytes(150_000))
         assert recovery(w.poll(1001.0)) == [("present", "info", False)]
-        (spool / "2.json").write_bytes(bytes(100_000))
+        (spool / "pending-2b.json").write_bytes(bytes(100_000))
         assert recovery(w.poll(1005.0)) == []  # the spool's content: sized at the interval
         assert recovery(w.poll(1011.0)) == [("size", "warning", False)]
         assert recovery(w.poll(1030.0)) == []
-        (spool / "2.json").unlink()
+        (spool / "pending-2b.json").unlink()
         assert recovery(w.poll(1050.0)) == [("size", "warning", True)]
 
     def test_growing_scan_after_scan_is_a_warning(self, hermes_home: Path) -> None:
@@ -273,7 +275,7 @@ class TestRecoveryFilesWatch:
         now = 1000.0
         seen = []
         for n in range(4):
-            (spool / f"{n}.json").write_bytes(bytes(1000))
+            (spool / f"pending-{n:032x}.json").write_bytes(bytes(1000))
             now += 10
             seen += recovery(w.poll(now))
         assert seen == [("present", "info", False), ("size", "warning", False)]
@@ -299,7 +301,7 @@ class TestRecoveryFilesDaemon:
             assert "state.db.retired-wal-20261001-072448-3624811" in inc["summary"]
             spool = hermes_home / "pending_messages"
             spool.mkdir()
-            (spool / "msg-1.json").write_bytes(bytes(2_000_000))
+            (spool / "pending-9c4f.json").write_bytes(bytes(2_000_000))
             size = eventually(
                 lambda: [i for i in d.incidents_of("recovery_files") if i["key"] == "size"],
                 what="size warning",
