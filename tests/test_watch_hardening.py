@@ -312,6 +312,10 @@ class TestRecoveryFilesDaemon:
                 "pending_messages",
                 "state.db.retired-wal-20261001-072448-3624811",
             ]
+            human = run_ctl("status", env=env)
+            assert human.exit_code == 0, human.stderr
+            assert "  recovery files  2, " in human.stdout
+            assert "  pending_messages  (pending messages spool, 1 files)" in human.stdout
             shutil.rmtree(spool)
             shutil.rmtree(hermes_home / "state.db.retired-wal-20261001-072448-3624811")
             eventually(lambda: not d.incidents_of("recovery_files"), what="resolved")
