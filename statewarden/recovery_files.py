@@ -78,10 +78,12 @@ class RecoveryFiles:
         return {"total_bytes": self.total_bytes, "items": [i.to_json() for i in self.items]}
 
 
-def _tree_size(path: Path) -> tuple[int, int, bool]:
-    """(bytes, regular files, capped) under ``path``, links not followed."""
+def _tree_size(path: Path) -> tuple[int, int, bool, str | None]:
+    """(bytes, regular files, capped, why the folder cannot be listed) under ``path``,
+    links not followed."""
     total = files = seen = 0
     stack = [path]
+    problem = None
     while stack:
         here = stack.pop()
         try:
@@ -89,7 +91,7 @@ def _tree_size(path: Path) -> tuple[int, int, bool]:
                 for entry in entries:
                     seen += 1
                     if seen > MAX_ENTRIES:
-                        return total, files, True
+                        return total, files, True, problem
                     try:
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
@@ -99,9 +101,11 @@ def _tree_size(path: Path) -> tuple[int, int, bool]:
                     elif stat.S_ISREG(st.st_mode):
                         total += st.st_size
                         files += 1
-        except OSError:
+        except OSError as exc:
+            if here == path:
+                problem = f"cannot be listed: {exc.strerror or exc}"
             continue
-    return total, files, False
+    return total, files, False, problem
 
 
 def _read_manifest(path: Path) -> dict[str, Any] | str:
@@ -130,9 +134,11 @@ def _read_manifest(path: Path) -> dict[str, Any] | str:
 
 
 def _capture(folder: Path, name: str) -> RecoveryFile:
-    size, files, capped = _tree_size(folder / name)
+    size, files, capped, unlisted = _tree_size(folder / name)
     item = RecoveryFile("retired_wal", name, size, files, capped=capped,
-                        partial=name.endswith(PARTIAL_SUFFIX))  # fmt: skip
+                        partial=name.endswith(PARTIAL_SUFFIX), problem=unlisted)  # fmt: skip
+    if unlisted:
+        return item
     manifest = _read_manifest(folder / name / RETIRED_WAL_MANIFEST)
     if isinstance(manifest, str):
         item.problem = None if item.partial else manifest
@@ -179,7 +185,9 @@ def scan(db: Path, home: Path | None = None) -> RecoveryFiles:
     except OSError:
         is_dir = False
     if is_dir:
-        size, files, capped = _tree_size(spool)
+        size, files, capped, unlisted = _tree_size(spool)
         shown = PENDING_SPOOL if home == folder else str(spool)
-        out.items.append(RecoveryFile("pending_spool", shown, size, files, capped=capped))
+        out.items.append(
+            RecoveryFile("pending_spool", shown, size, files, capped=capped, problem=unlisted)
+        )
     return out

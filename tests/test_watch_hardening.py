@@ -34,6 +34,27 @@ WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 REPO = Path(__file__).resolve().parent.parent
 
 
+def free_uid() -> int:
+    """A uid no process runs as now (so its inotify instances are all free)."""
+    used = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("Uid:"):
+                    used |= {int(x) for x in line.split()[1:]}
+        except OSError:
+            continue
+    base = 61000 + os.getpid() % 1000
+    return next(u for u in range(base, base + 1000) if u not in used)
+
+
+def as_uid(uid: int) -> tuple[str, ...]:
+    return ("setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups")
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv to a second uid)")
+
+
 def monitor_for(home: Path) -> TargetMonitor:
     (home / "logs").mkdir(parents=True, exist_ok=True)
     return TargetMonitor(target_for_db(home / "state.db"), Config())
@@ -202,6 +223,27 @@ class TestRecoveryFilesScan:
         (item,) = scan(hermes_home / "state.db", hermes_home).items
         assert item.problem == "manifest.json is not a regular file"
 
+    @needs_root
+    def test_a_spool_this_user_cannot_list_says_so(self) -> None:
+        """Hermes makes pending_messages/ 0700: listed by another uid, it says so."""
+        base = Path(tempfile.mkdtemp(prefix="sw-spool-", dir="/tmp"))
+        try:
+            base.chmod(0o755)
+            spool = base / "pending_messages"
+            spool.mkdir(mode=0o700)
+            (spool / "pending-0a.json").write_bytes(bytes(10))
+            probe = (
+                "import sys; from pathlib import Path; from statewarden.recovery_files import scan\n"
+                "(i,) = scan(Path(sys.argv[1]) / 'state.db').items\n"
+                "print(i.name, i.bytes, i.problem)\n"
+            )
+            r = subprocess.run([*as_uid(free_uid()), sys.executable, "-c", probe, str(base)],
+                               capture_output=True, text=True, timeout=60, check=False, cwd=REPO)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.strip() == "pending_messages 0 cannot be listed: Permission denied"
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
     def test_status_lists_them(self, hermes_home: Path, env: dict[str, str]) -> None:
         """statewardenctl status (no daemon) shows each with its size, and in --json."""
         make_capture(hermes_home, "20261001-072448", 3624811, 100_000)
@@ -340,20 +382,6 @@ sys.stdin.read()
 """
 
 
-def free_uid() -> int:
-    """A uid no process runs as now (so its inotify instances are all free)."""
-    used = set()
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("Uid:"):
-                    used |= {int(x) for x in line.split()[1:]}
-        except OSError:
-            continue
-    base = 61000 + os.getpid() % 1000
-    return next(u for u in range(base, base + 1000) if u not in used)
-
-
 @contextlib.contextmanager
 def inotify_used_up(uid: int) -> Iterator[int]:
     """Every inotify instance of ``uid`` taken, until the block ends."""
@@ -373,13 +401,6 @@ def inotify_used_up(uid: int) -> Iterator[int]:
         p.stdin.close()
         p.wait(timeout=30)
         p.stdout.close()
-
-
-def as_uid(uid: int) -> tuple[str, ...]:
-    return ("setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups")
-
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv to a second uid)")
 
 
 @needs_root
