@@ -6,12 +6,15 @@ Editors, file syncers and containers of the same user use them up; then
 ``inotify_init`` fails with ``EMFILE`` and ``inotify_add_watch`` with ``ENOSPC``. The
 watchers that use inotify (file events, the holder scanner's open watch) fall back to
 polling and say so with ``unavailable``: one line naming the limit, its value now and
-the ``sysctl`` that raises it.
+the ``sysctl`` that raises it (or, for ``EMFILE`` in a process at its own descriptor limit,
+that limit).
 """
 
 from __future__ import annotations
 
 import errno as errnos
+import os
+import resource
 from pathlib import Path
 
 SYSCTL_DIR = Path("/proc/sys/fs/inotify")
@@ -35,9 +38,22 @@ def raise_to(name: str) -> int:
     return max(SUGGESTED[name], 2 * now if now else 0)
 
 
+def _out_of_descriptors() -> bool:
+    """True when this process is (nearly) at its soft RLIMIT_NOFILE."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        used = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return False
+    return soft != resource.RLIM_INFINITY and used >= soft - 2
+
+
 def unavailable(err: int | None, detail: str = "") -> str:
     """Why inotify is unavailable, in one line with the remedy, for errno ``err``."""
     tail = f" ({detail})" if detail else ""
+    if err == errnos.EMFILE and _out_of_descriptors():
+        # The same errno when this process, not the user, is at its limit.
+        return f"this process has no file descriptors left (RLIMIT_NOFILE){tail}"
     if err == errnos.EMFILE:
         name = INSTANCES
         what = "this user's inotify instances are used up"

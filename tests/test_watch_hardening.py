@@ -22,6 +22,7 @@ from lab.hermes_fixtures import TINY, log_line, make_home
 from statewarden.config import Config
 from statewarden.incidents.signals import Found, Signal
 from statewarden.inotify import limit as inotify_limit
+from statewarden.inotify import unavailable
 from statewarden.recovery_files import scan
 from statewarden.targets import target_for_db
 from statewarden.watch.files import FileWatcher
@@ -556,3 +557,33 @@ class TestNoInotifyWatches:
             eventually(lambda: not d.incidents_of("watcher_degraded"), what="both back")
         finally:
             assert d.stop() == 0
+
+
+class TestInotifyMessages:
+    def test_emfile_at_the_descriptor_limit_names_that_limit(self) -> None:
+        """EMFILE from a process out of descriptors is not the user's instance limit."""
+        probe = (
+            "import errno, os, resource\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+            "fds = []\n"
+            "try:\n"
+            "    while True: fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+            "except OSError: pass\n"
+            "os.close(fds.pop())\n"
+            "from statewarden.inotify import unavailable\n"
+            "print(unavailable(errno.EMFILE, 'inotify_init1'))\n"
+        )
+        r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           timeout=60, check=False, cwd=REPO)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == (
+            "this process has no file descriptors left (RLIMIT_NOFILE) (inotify_init1)"
+        )
+
+    def test_enospc_names_the_watch_limit(self) -> None:
+        limit = inotify_limit("max_user_watches")
+        assert limit is not None
+        assert unavailable(errno.ENOSPC) == (
+            f"this user's inotify watches are used up (fs.inotify.max_user_watches={limit}); "
+            f"raise it: sudo sysctl fs.inotify.max_user_watches={max(524288, 2 * limit)}"
+        )
