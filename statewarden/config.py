@@ -44,6 +44,9 @@ DEFAULT_POLL_INTERVAL_S = 1.0  # safety-net poll; inotify events wake the daemon
 DEFAULT_HOLDERS_INTERVAL_S = 5.0
 DEFAULT_WAL_WARN_BYTES = 50 * 1000 * 1000  # the size at which `hermes doctor` warns
 DEFAULT_WAL_GROWTH_WINDOW_S = 300.0
+# Hermes' recovery files beside state.db (retired WAL captures, ...): one user's reached 2.5 GB.
+DEFAULT_RECOVERY_FILES_WARN_BYTES = 1024**3
+DEFAULT_RECOVERY_FILES_GROWTH_SCANS = 10  # scans are 30 s apart: 5 minutes of growth
 DEFAULT_MAX_WRITERS = 4  # gateway, dashboard, a TUI and the desktop's serve: a normal day
 DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
@@ -145,6 +148,8 @@ class WatchConfig:
     holders_interval: Duration = DEFAULT_HOLDERS_INTERVAL_S
     wal_warn_bytes: ByteSize = DEFAULT_WAL_WARN_BYTES
     wal_growth_window: Duration = DEFAULT_WAL_GROWTH_WINDOW_S
+    recovery_files_warn_bytes: ByteSize = DEFAULT_RECOVERY_FILES_WARN_BYTES
+    recovery_files_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
     journal: bool = True
 
 
@@ -223,6 +228,10 @@ IncidentKind = Literal[
     "maintenance_repaired",
     "maintenance_rolled_back",
     "maintenance_refused",
+    "watcher_degraded",
+    "lock_guard",
+    "wal_reset_bug",
+    "recovery_files",
 ]
 
 

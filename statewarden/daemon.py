@@ -238,8 +238,10 @@ class Daemon:
             loop.call_soon_threadsafe(self.wake, path)
 
         self.events = FileEvents(from_observer_thread)
-        self.events.start()
+        self.events.start()  # without inotify: polling, and a watcher_degraded incident
         self.rescan()
+        for found in self.events.signals(time.time()):
+            self.handle(found)
         # An interrupted maintenance run is finished or rolled back first (in the background).
         targets = [m.target for m in self.databases.monitors.values()]
         self._tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
@@ -280,6 +282,10 @@ class Daemon:
             )
             self.runs.tick(time.time())
             self.holder_scans.schedule(last_poll)
+            if self.events is not None:
+                self.events.retry(last_poll)
+                for found in self.events.signals(time.time()):
+                    self.handle(found)
             if self.metrics is not None:
                 self.metrics.refresh(self)
             journald.notify_status(self.status_line())

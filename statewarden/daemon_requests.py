@@ -85,6 +85,11 @@ class Requests:
                 "status": d.status_line(),
             },
             "alerts": {name: s["state"] for name, s in d.alerts.status()["sinks"].items()},
+            # Watchers polling for want of inotify, with why (None: inotify works).
+            "inotify": {
+                "file_events": d.events.degraded if d.events is not None else None,
+                "holder_opens": d.holder_scans.watcher.open_watch_degraded,
+            },
             "databases": dbs,
         }
 

@@ -21,6 +21,7 @@ from statewarden.cli._common import (
 from statewarden.config import runtime_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning
+from statewarden.recovery_files import RecoveryFile
 from statewarden.status import DatabaseStatus, FilesystemFacts, status_all
 
 
@@ -55,8 +56,41 @@ def _render(st: DatabaseStatus) -> None:
         verdict = "UNSAFE for WAL" if fs.unsafe_for_wal else "safe for WAL"
         echo_line(f"  filesystem      {fs.type} on {fs.mount_point} ({verdict})")
     echo_line(f"  gateway unit    {st.gateway_unit}")
+    if st.recovery_files:
+        echo_line(
+            f"  recovery files  {len(st.recovery_files)}, {human_bytes(st.recovery_files_bytes)}"
+        )
+        for item in st.recovery_files:
+            echo_line(f"    {_recovery_line(item)}")
     for problem in st.problems:
         echo_line(f"  problem         {problem}")
+
+
+_WHAT = {
+    "retired_wal": "retired WAL capture",
+    "pending_spool": "pending messages spool",
+    "pre_update_backup": "pre-update backup",
+}
+
+
+def _recovery_line(item: RecoveryFile) -> str:
+    size = human_bytes(item.bytes) + ("+" if item.capped else "")
+    notes = [_WHAT[item.what]]
+    if item.what != "pre_update_backup":
+        notes.append(f"{item.files} files")
+    if item.partial:
+        notes.append("interrupted")
+    if item.captured_at:
+        notes.append(f"captured {item.captured_at}")
+    if item.trigger:
+        notes.append(f"trigger {item.trigger}")
+    if item.pid is not None:
+        notes.append(f"pid {item.pid}")
+    if item.main_mode:
+        notes.append(f"main image {item.main_mode}")
+    if item.problem:
+        notes.append(item.problem)
+    return f"{size:>10}  {item.name}  ({', '.join(notes)})"
 
 
 @click.command()
@@ -80,6 +114,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         sinks = daemon.get("alerts") or {}
         states = ", ".join(f"{name} {state}" for name, state in sinks.items())
         click.echo(f"alerts: {states or 'no sink enabled'}")
+        for name, why in (daemon.get("inotify") or {}).items():
+            if why:
+                click.echo(f"inotify: {name.replace('_', ' ')} polling: {why}")
         for d in daemon["databases"]:
             click.echo()
             _render(_from_json(d))
@@ -118,4 +155,9 @@ def _from_json(d: dict[str, Any]) -> DatabaseStatus:
     fields = {k: v for k, v in d.items() if k in DatabaseStatus.__dataclass_fields__}
     fs = fields.get("filesystem")
     fields["filesystem"] = FilesystemFacts(**fs) if fs else None
+    known = RecoveryFile.__dataclass_fields__
+    fields["recovery_files"] = [
+        RecoveryFile(**{k: v for k, v in item.items() if k in known})
+        for item in fields.get("recovery_files") or []
+    ]
     return DatabaseStatus(**fields)
