@@ -101,6 +101,8 @@ def _pattern(spelling: str) -> str:
 
 
 _PERCENT_RE = re.compile(r"(%[0-9A-Fa-f]{2})")
+# The last base64 characters of a secret's encoding, with their padding.
+_B64_TAIL_RE = re.compile(re.escape(REDACTED) + r"[A-Za-z0-9+/_-]{1,3}={1,2}")
 
 
 class Scrubber:
@@ -118,5 +120,5 @@ class Scrubber:
 
     def __call__(self, text: str) -> str:
         if self._re is not None:
-            text = self._re.sub(REDACTED, text)
+            text = _B64_TAIL_RE.sub(REDACTED, self._re.sub(REDACTED, text))
         return redact_text(text)

@@ -2,8 +2,8 @@
 
 An entry leaves the outbox only when the sink accepted it, so delivery is in order and
 nothing is lost. A passing failure (:class:`~statewarden.alerts.sink.Retry`) keeps the
-entry first in line: tried again after the sink's ``retry_after`` (at most
-:data:`~statewarden.alerts.sink.RETRY_AFTER_MAX_S`) or the backoff
+entry first in line: tried again after the sink's ``retry_after`` (capped at
+``alerts.retry_max``, and the error says so) or the backoff
 (:class:`~statewarden.backoff.Backoff`: 1, 2, 4, ... seconds capped at
 ``alerts.retry_max``). A configuration problem (:class:`~statewarden.alerts.sink.Rejected`)
 pauses the sink until :meth:`Delivery.resume` (a config reload) or
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statewarden.alerts.outbox import Entry, Outbox
-from statewarden.alerts.sink import RETRY_AFTER_MAX_S, Refused, Rejected, Retry, Sink, scrubber_of
+from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, scrubber_of
 from statewarden.backoff import Backoff
 
 FIRST_BACKOFF_S = 1.0
@@ -72,17 +72,11 @@ class Health:
         }
 
 
-def bounded_wait(seconds: float | None) -> float | None:
-    """A wait a sink asked for, as a finite number of seconds in [0, RETRY_AFTER_MAX_S]."""
-    if seconds is None:
+def bounded_wait(seconds: float | None, most_s: float) -> float | None:
+    """A wait a sink asked for, as a finite number of seconds in [0, ``most_s``]."""
+    if seconds is None or math.isnan(seconds):
         return None
-    try:
-        value = float(seconds)
-    except (OverflowError, ValueError, TypeError):
-        return RETRY_AFTER_MAX_S
-    if math.isnan(value):
-        return None
-    return min(max(value, 0.0), RETRY_AFTER_MAX_S)
+    return min(max(seconds, 0.0), most_s)
 
 
 class Delivery:
@@ -177,7 +171,11 @@ class Delivery:
             answer = await self.sink.deliver(entry, progress)
         except Retry as exc:
             why = self.scrub(str(exc))
-            self._failed(why, "retrying", bounded_wait(exc.after_s))
+            after_s = bounded_wait(exc.after_s, self.retry_max_s)
+            if exc.after_s is not None and after_s is not None and exc.after_s > after_s:
+                asked = "too long" if math.isinf(exc.after_s) else f"{exc.after_s:g} s"
+                why += f" (retry_after {asked}: capped at alerts.retry_max, {after_s:g} s)"
+            self._failed(why, "retrying", after_s)
             self.outbox.progress(entry, error=why)
             return False
         except Rejected as exc:

@@ -316,7 +316,8 @@ async def send_direct(
                 except Retry as exc:
                     if attempt == retries:
                         raise
-                    await asyncio.sleep(backoff.failed(at_least_s=bounded_wait(exc.after_s) or 0))
+                    asked = bounded_wait(exc.after_s, backoff.max_s) or 0.0
+                    await asyncio.sleep(backoff.failed(at_least_s=asked))
         except (Retry, Rejected, Refused) as exc:
             kind = {Retry: "failed", Rejected: "rejected", Refused: "refused"}[type(exc)]
             results[name] = {"result": kind, "answer": scrub(str(exc))}

@@ -5,7 +5,7 @@ messages, last message_id 812") or raises:
 
 - :class:`Retry`: a passing failure (timeout, 5xx, no network, 429, an odd answer); the
   entry stays first in line and is tried again after ``after_s`` (429's ``retry_after``,
-  at most :data:`RETRY_AFTER_MAX_S`) or the backoff;
+  at most ``alerts.retry_max``) or the backoff;
 - :class:`Rejected`: a configuration problem (401 bad token, 403 bot not in the chat, no
   token at all); the sink pauses, its entries are kept until the config changes;
 - :class:`Refused`: this entry can never be delivered (400 on a message that is still
@@ -19,8 +19,6 @@ from typing import Protocol
 
 from statewarden.alerts.outbox import Entry
 from statewarden.redact import redact_text
-
-RETRY_AFTER_MAX_S = 3600.0  # the longest wait a server can ask for (a 429's retry_after)
 
 
 class SinkError(Exception):

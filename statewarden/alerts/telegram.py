@@ -14,7 +14,8 @@ entry so a retry does not send them again. At most one message per ``min_interva
 to the chat. Answers:
 
 - 200 ``ok`` with the sent message: delivered;
-- 429: :class:`Retry` after the answer's ``parameters.retry_after`` (at most an hour);
+- 429: :class:`Retry` after the answer's ``parameters.retry_after`` (the delivery loop
+  caps it at ``alerts.retry_max``);
 - 5xx, timeouts, refused connections: :class:`Retry` (the delivery loop backs off);
 - any odd answer: a 2xx that is not ``ok`` with a message (HTML, not JSON, a JSON list,
   invalid UTF-8, ``ok: false``), a body over :data:`MAX_ANSWER_BYTES` (read streaming and
@@ -45,7 +46,7 @@ import httpx
 
 from statewarden.alerts.message import html_lines
 from statewarden.alerts.outbox import Entry
-from statewarden.alerts.sink import RETRY_AFTER_MAX_S, Progress, Refused, Rejected, Retry
+from statewarden.alerts.sink import Progress, Refused, Rejected, Retry
 from statewarden.config import TelegramConfig
 from statewarden.redact import Scrubber
 
@@ -64,18 +65,20 @@ class AnswerTooLarge(Exception):
     """An answer over :data:`MAX_ANSWER_BYTES` (or compressed): cut, never read whole."""
 
 
-def retry_after(params: object) -> tuple[float | None, str]:
-    """A 429's ``parameters.retry_after`` in seconds, capped at
-    :data:`~statewarden.alerts.sink.RETRY_AFTER_MAX_S`, and a note when it was capped;
-    None (the backoff decides) when it is missing, not a number or negative."""
+def retry_after(params: object) -> float | None:
+    """A 429's ``parameters.retry_after`` in seconds (``inf`` for a number too large for
+    a float; the delivery loop caps it); None (the backoff decides) when it is missing,
+    not a number or negative."""
     after = params.get("retry_after") if isinstance(params, dict) else None
     if isinstance(after, bool) or not isinstance(after, int | float):
-        return None, ""
-    if (isinstance(after, float) and math.isnan(after)) or after < 0:  # no wait to honour
-        return None, ""
-    if after > RETRY_AFTER_MAX_S:
-        return RETRY_AFTER_MAX_S, f" (retry_after over {RETRY_AFTER_MAX_S:g} s: capped)"
-    return float(after), ""
+        return None
+    try:
+        seconds = float(after)
+    except OverflowError:
+        seconds = math.inf
+    if math.isnan(seconds) or seconds < 0:
+        return None
+    return seconds
 
 
 def _one_line(text: str) -> str:
@@ -240,8 +243,10 @@ class TelegramSink:
         except httpx.TimeoutException:
             raise Retry(f"no answer from {server} in {self.cfg.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            why = self.scrub(str(exc)) or type(exc).__name__
-            raise Retry(f"cannot reach {server}: {why}") from None
+            why = self.scrub(_one_line(str(exc))) or type(exc).__name__
+            if isinstance(exc, httpx.ConnectError):
+                raise Retry(f"cannot reach {server}: {why}") from None
+            raise Retry(f"broken answer from {server}: {why}") from None
         except AnswerTooLarge as exc:
             raise Retry(f"{exc}; not read") from None
         except Exception as exc:  # noqa: BLE001 - whatever a server does must not end delivery
@@ -303,8 +308,8 @@ class TelegramSink:
             what = shape or f"ok: {_one_line(str(body.get('ok')))}" + (f", {desc}" if desc else "")
             raise Retry(f"{status} but the answer is {what}")
         if status == 429:
-            after_s, note = retry_after(body.get("parameters"))
-            raise Retry(f"429 {desc or 'Too Many Requests'}{note}", after_s=after_s)
+            after_s = retry_after(body.get("parameters"))
+            raise Retry(f"429 {desc or 'Too Many Requests'}", after_s=after_s)
         if status >= 500:
             raise Retry(f"{status} {desc or 'server error'}")
         if 300 <= status < 400:
