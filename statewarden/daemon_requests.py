@@ -85,6 +85,7 @@ class Requests:
                 "status": d.status_line(),
             },
             "alerts": {name: s["state"] for name, s in d.alerts.status()["sinks"].items()},
+            "alert_sinks": d.alerts.health_summary(),
             "databases": dbs,
         }
 

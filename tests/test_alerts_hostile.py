@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +26,11 @@ from statewarden.alerts.sink import Progress
 from statewarden.alerts.telegram import MAX_ANSWER_BYTES, TelegramSink
 from statewarden.config import TelegramConfig
 from statewarden.redact import Scrubber
+from tests.support.cli import run_ctl
+from tests.support.daemon import DaemonProc
+from tests.support.waiting import wait_for
 from tests.test_alerts_telegram import TOKEN, Log, cfg, note
+from tests.test_daemon_logs import hermes_logger, malformed
 
 ENV = {"STATEWARDEN_TELEGRAM_TOKEN": TOKEN}
 FAILED = ("alert sink failed; retrying with backoff",
@@ -309,3 +314,87 @@ class TestScrubber:
         sink = TelegramSink(TelegramConfig(enabled=True, chat_id="1"), ENV)
         lower = token_spellings()[3]
         assert sink.scrub(f"/bot{lower}/x {TOKEN}") == "/bot***redacted***/x ***redacted***"
+
+
+def peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+class TestDaemonAgainstAHostileServer:
+    def test_one_alert_through_every_kind_of_trouble(
+        self, env: dict[str, str], hermes_home: Path, tmp_path: Path
+    ) -> None:
+        """The real daemon; its one corruption alert meets, try after try, a retry_after
+        of 10**400, 60 KB of '[', 100 MB of answer, a dripping answer, a reset, HTML, the
+        token echoed in a description, then a redirect with the token percent-encoded
+        (a configuration problem). Each is an error, the daemon's memory stays small,
+        `incidents` says "not yet by telegram" until Telegram took it, `status` and
+        `alerts` show the sink's trouble, the token appears in no output, log or state
+        file in any encoding, and after a reload the alert arrives exactly once."""
+        api = BotApi()
+        api.drip_s = 0.3
+        script = ["429huge", "deep", "huge", "drip", "reset", "html", "leakdesc", "leak"]
+        api.script = list(script)
+        path = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "alerts:\n  retry_max: 500ms\n  group_wait: 300ms\n"
+            "  journald: {enabled: true}\n"
+            "  telegram:\n    enabled: true\n"
+            f'    chat_id: "123456789"\n    api_base: {api.url}\n'
+            "    min_interval: 50ms\n    timeout: 1s\n    deadline: 1500ms\n"
+        )
+        env["STATEWARDEN_TELEGRAM_TOKEN"] = TOKEN
+        shown: list[str] = []
+        d = DaemonProc(env)
+        try:
+            d.wait_for_line("statewarden ready")
+            malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
+            d.wait_for_line("alert sink failed; retrying with backoff")
+            d.wait_for_line("alert sink rejected the notification: a configuration problem")
+            (inc,) = d.incidents_of("corruption")
+            assert inc["notification"]["state"] == "notified firing (not yet by telegram)"
+            alerts = d.ctl("alerts")
+            sink = alerts["sinks"]["telegram"]
+            assert sink["state"] == "rejected"
+            assert sink["restarts"] == 0
+            assert sink["errors_in_row"] == len(script)
+            assert sink["last_error"] == (
+                "307 redirect to https://127.0.0.1/bot***redacted***/sendMessage?t=***redacted***"
+                ": set api_base to the final URL"
+            )
+            status = d.ctl("status")
+            assert status["alert_sinks"]["telegram"]["state"] == "rejected"
+            text = run_ctl("status", env=env).stdout
+            assert (
+                f"  telegram: rejected, 1 waiting, {len(script)} errors in a row, last error: "
+                "307 redirect to https://127.0.0.1/bot***redacted***/sendMessage" in text
+            )
+            shown += [json.dumps(alerts), json.dumps(status), text,
+                      run_ctl("alerts", env=env).stdout, run_ctl("incidents", env=env).stdout]  # fmt: skip
+            d.proc.send_signal(signal.SIGHUP)  # the config fixed: try again
+            wait_for(lambda: len(api.accepted) == 1, what="the alert delivered")
+            wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
+                     == "notified firing", what="incidents saying notified")  # fmt: skip
+            shown.append(run_ctl("incidents", env=env).stdout)
+            peak_kib = peak_rss_kib(d.proc.pid)
+        finally:
+            d.stop()
+            api.stop()
+        assert [r.answered for r in api.requests] == [*script, "ok"]
+        assert len(api.accepted) == 1
+        assert api.sent_bytes["huge"] < 32 * 1024 * 1024
+        assert peak_kib < 150 * 1024, f"daemon peak RSS {peak_kib} KiB"
+        log = "\n".join(d.output())
+        assert "Traceback" not in log
+        failed = [ln for ln in d.output() if ln.startswith("warning: alert sink failed;")]
+        assert len(failed) == len(script) - 1  # each a new error; the redirect is an error:
+        assert sum("alert sink rejected the notification" in ln for ln in d.output()) == 1
+        seen = log + "\n".join(shown)
+        for f in (tmp_path / "xdg-state").rglob("*"):
+            if f.is_file():
+                seen += f.read_text(errors="replace")
+        assert leaks(seen) == []

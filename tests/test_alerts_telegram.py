@@ -132,8 +132,13 @@ class TestSend:
         assert len(api.accepted) == 1
         assert box.pending() == []
         assert d.health.state == "ok"
-        warnings = [e for lvl, e, _ in d.log.lines if lvl == "warning"]
-        assert warnings == ["alert sink failed; retrying with backoff"]
+        warnings = [(e, kw["error"]) for lvl, e, kw in d.log.lines if lvl == "warning"]
+        port = api.port
+        assert warnings == [
+            ("alert sink failed; retrying with backoff", "500 Internal Server Error"),
+            ("alert sink failed; retrying with backoff",
+             f"no answer from http://127.0.0.1:{port} in 0.5 s"),
+        ]  # fmt: skip
         assert any(e == "alert sink recovered" for _, e, _ in d.log.lines)
 
     def test_refused_connection_keeps_the_entry(self, tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ entry first in line: tried again after the sink's ``retry_after`` (capped at
 ``alerts.retry_max``). A configuration problem (:class:`~statewarden.alerts.sink.Rejected`)
 pauses the sink until :meth:`Delivery.resume` (a config reload) or
 :data:`REJECTED_RETRY_S`; it is reported once. An entry the sink refuses for good is set
-aside (``<seq>.<sink>.json.rejected``). A failing streak is logged once when it begins
-and once when it ends ("recovered after N errors").
+aside (``<seq>.<sink>.json.rejected``). A failing streak is logged when it begins, each
+time its error changes (the same error again is not repeated) and once when it ends
+("recovered after N errors").
 
 The loop is supervised: any other exception (a bug, a sink that raised something it
 should not) is logged, counted (``restarts`` in the health), shown as the sink's state
@@ -236,7 +237,10 @@ class Delivery:
             self.on_outcome(entry, outcome)
 
     def _failed(self, why: str, state: str, after_s: float | None) -> None:
+        # Logged when a streak begins and whenever the trouble changes (another answer,
+        # another error); the same error again, try after try, is one line.
         first = self.health.errors_in_row == 0 or self.health.state != state
+        first = first or why != self.health.last_error
         wait = self.backoff.failed(at_least_s=after_s or 0.0)
         self.health.errors_in_row = self.backoff.failures
         self.health.state = state
@@ -250,5 +254,6 @@ class Delivery:
                 else "alert sink failed; retrying with backoff",
                 sink=self.name,
                 error=why,
+                errors=self.health.errors_in_row,
                 retry_in_s=round(wait, 1),
             )

@@ -238,6 +238,20 @@ class Alerts:
     def incident_state(self, incident_id: int) -> dict[str, Any]:
         return self.router.state_of(incident_id)
 
+    def health_summary(self) -> dict[str, dict[str, Any]]:
+        """Each sink's health in short, for ``statewardenctl status``."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, d in sorted(self.deliveries.items()):
+            h = d.health
+            out[name] = {
+                "state": h.state,
+                "pending": len(self.outbox.pending(name)),
+                "errors_in_row": h.errors_in_row,
+                "restarts": h.restarts,
+                "last_error": h.last_error,
+            }
+        return out
+
     def status(self) -> dict[str, Any]:
         sinks: dict[str, Any] = {}
         for name in sorted({*self.deliveries, *self.outbox.sinks()}):

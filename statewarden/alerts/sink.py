@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from statewarden.alerts.outbox import Entry
-from statewarden.redact import redact_text
 
 
 class SinkError(Exception):
@@ -51,8 +50,13 @@ class Sink(Protocol):
 
 
 def scrubber_of(sink: Sink) -> Callable[[str], str]:
-    """The sink's own scrubber (a sink that holds a secret has one: ``sink.scrub``), else
-    :func:`~statewarden.redact.redact_text`. Every text about a sink (its errors, logged,
-    stored in the outbox, shown by ``statewardenctl alerts``) goes through it."""
+    """The sink's own scrubber (a sink that holds a secret has one, ``sink.scrub``: a
+    :class:`~statewarden.redact.Scrubber`); a sink without secrets has none to take out.
+    Every text about a sink (its errors, logged, stored in the outbox, shown by
+    ``statewardenctl alerts``) goes through it."""
     scrub = getattr(sink, "scrub", None)
-    return scrub if callable(scrub) else redact_text
+    return scrub if callable(scrub) else _nothing_secret
+
+
+def _nothing_secret(text: str) -> str:
+    return text
