@@ -398,3 +398,28 @@ class TestDaemonAgainstAHostileServer:
             if f.is_file():
                 seen += f.read_text(errors="replace")
         assert leaks(seen) == []
+
+
+class TestAlertsTestCommand:
+    @pytest.mark.parametrize(("mode", "result"), [("leak", "rejected"), ("leakdesc", "failed"),
+                                                  ("deep", "failed"), ("reset", "failed")])  # fmt: skip
+    def test_a_hostile_answer_is_a_one_line_result_without_the_token(
+        self, api: BotApi, tmp_path: Path, mode: str, result: str
+    ) -> None:
+        """`statewardenctl alerts test` against a hostile server: exit 1, the answer in
+        one line, no traceback, the token in no encoding."""
+        api.default = mode
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN + "\n")
+        path = tmp_path / "config.yaml"
+        path.write_text(
+            "alerts:\n  journald: {enabled: false}\n  telegram:\n    enabled: true\n"
+            f"    token_file: {token_file}\n    chat_id: 1\n    api_base: {api.url}\n"
+            "    timeout: 1s\n    deadline: 2s\n"
+        )
+        r = run_ctl("alerts", "test", "--config", str(path), env={})
+        assert r.exit_code == 1
+        (line,) = r.stdout.splitlines()
+        assert line.startswith(f"telegram: {result}: ")
+        assert "Traceback" not in r.stdout + r.stderr
+        assert leaks(r.stdout + r.stderr) == []

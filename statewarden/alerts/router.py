@@ -366,9 +366,13 @@ class Router:
                 part = Notification(
                     notification.key, notification.state, self.host, now, mine, notification.dropped
                 )
-            self.outbox.put(part, name)
+            queued = self.outbox.put(part, name)
             for item in mine:
-                self.notified[item.incident].pending.setdefault(name, []).append(part.key)
+                rec = self.notified[item.incident]
+                if queued is None and self.outbox.delivered(name, part.key):
+                    rec.delivered[name] = part.state  # made again after a restart: it went
+                else:
+                    rec.pending.setdefault(name, []).append(part.key)
         for item in items:
             rec = self.notified[item.incident]
             rec.n += 1
@@ -407,7 +411,13 @@ class Router:
         for (_db, state), group in self._groups.items():
             if incident_id in group.changes:
                 return {"state": f"waiting ({state})", "due": group.deadline}
-        return describe_notified(self.notified.get(incident_id))
+        rec = self.notified.get(incident_id)
+        if rec is not None:
+            for sink, keys in rec.pending.items():
+                # Dropped from a full outbox: it will never be confirmed.
+                keys[:] = [k for k in keys if self.outbox.known(sink, k)]
+            rec.pending = {s: keys for s, keys in rec.pending.items() if keys}
+        return describe_notified(rec)
 
 
 def read_notified(path: Path, *, strict: bool = False) -> dict[int, Notified]:
