@@ -73,11 +73,23 @@ class Health:
         }
 
 
-def bounded_wait(seconds: float | None, most_s: float) -> float | None:
-    """A wait a sink asked for, as a finite number of seconds in [0, ``most_s``]."""
-    if seconds is None or math.isnan(seconds):
+def seconds_asked(value: object) -> float | None:
+    """A wait a sink asked for as a float (``inf`` if too large for one), or None."""
+    if value is None or isinstance(value, bool):
         return None
-    return min(max(seconds, 0.0), most_s)
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.inf
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(seconds) else seconds
+
+
+def bounded_wait(value: object, most_s: float) -> float | None:
+    """A wait a sink asked for, as a finite number of seconds in [0, ``most_s``]."""
+    seconds = seconds_asked(value)
+    return None if seconds is None else min(max(seconds, 0.0), most_s)
 
 
 class Delivery:
@@ -172,10 +184,11 @@ class Delivery:
             answer = await self.sink.deliver(entry, progress)
         except Retry as exc:
             why = self.scrub(str(exc))
-            after_s = bounded_wait(exc.after_s, self.retry_max_s)
-            if exc.after_s is not None and after_s is not None and exc.after_s > after_s:
-                asked = "too long" if math.isinf(exc.after_s) else f"{exc.after_s:g} s"
-                why += f" (retry_after {asked}: capped at alerts.retry_max, {after_s:g} s)"
+            asked = seconds_asked(exc.after_s)
+            after_s = bounded_wait(asked, self.retry_max_s)
+            if asked is not None and after_s is not None and asked > after_s:
+                told = "too long" if math.isinf(asked) else f"{asked:g} s"
+                why += f" (retry_after {told}: capped at alerts.retry_max, {after_s:g} s)"
             self._failed(why, "retrying", after_s)
             self.outbox.progress(entry, error=why)
             return False

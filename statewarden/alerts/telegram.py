@@ -46,7 +46,7 @@ import httpx
 
 from statewarden.alerts.message import html_lines
 from statewarden.alerts.outbox import Entry
-from statewarden.alerts.sink import Progress, Refused, Rejected, Retry
+from statewarden.alerts.sink import Progress, Refused, Rejected, Retry, SinkError
 from statewarden.config import TelegramConfig
 from statewarden.redact import Scrubber
 
@@ -254,7 +254,13 @@ class TelegramSink:
             raise Retry(f"unreadable answer from {server}: {why}") from None
         finally:
             self._last_sent = time.monotonic()
-        return self._answer(*answer)
+        try:
+            return self._answer(*answer)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an answer too odd to read is an error of it
+            why = self.scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+            raise Retry(f"unreadable answer from {server}: {why}") from None
 
     async def _exchange(
         self, url: str, payload: dict[str, Any]
