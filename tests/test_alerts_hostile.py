@@ -217,8 +217,10 @@ class Exploding:
         self.inner = inner
         self.fail = fail
         self.scrub = inner.scrub
+        self.before_each: Callable[[], None] = lambda: None
 
     async def deliver(self, entry: Entry, progress: Progress) -> str:
+        self.before_each()
         if self.fail(entry):
             raise ZeroDivisionError(f"bug while sending to /bot{quote(TOKEN)}/sendMessage")
         return await self.inner.deliver(entry, progress)
@@ -244,25 +246,25 @@ class TestSupervised:
         log = Log()
         d = Delivery(sink, box, retry_max_s=0.3, log=log)
         seen: list[dict[str, Any]] = []
+        sink.before_each = lambda: seen.append(d.health.to_json())  # what alerts/status show
 
         async def go() -> None:
             task = asyncio.create_task(d.run())
-            await until(lambda: d.health.restarts == 1, "a restart")
-            seen.append(d.health.to_json())
             await until(lambda: box.pending() == [], "delivery after the restart")
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await sink.close()
 
         asyncio.run(go())
-        assert seen[0]["state"] == "restarting"
-        assert seen[0]["last_error"] == (
+        assert [h["state"] for h in seen] == ["ok", "restarting"]
+        assert seen[1]["restarts"] == 1
+        assert seen[1]["last_error"] == (
             "delivery failed: ZeroDivisionError: bug while sending to "
             "/bot***redacted***/sendMessage"
         )
         (crash,) = [kw for lvl, e, kw in log.lines if e == "alert delivery failed; restarting it"]
         assert crash["restarts"] == 1
-        assert crash["error"] == seen[0]["last_error"].removeprefix("delivery failed: ")
+        assert crash["error"] == seen[1]["last_error"].removeprefix("delivery failed: ")
         assert len(api.accepted) == 1
         assert d.health.state == "ok"
         assert d.health.restarts == 1
