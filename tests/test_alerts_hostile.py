@@ -375,8 +375,13 @@ class TestDaemonAgainstAHostileServer:
                 f"  telegram: rejected, 1 waiting, {len(script)} errors in a row, last error: "
                 "307 redirect to https://127.0.0.1/bot***redacted***/sendMessage" in text
             )
-            shown += [json.dumps(alerts), json.dumps(status), text,
-                      run_ctl("alerts", env=env).stdout, run_ctl("incidents", env=env).stdout]  # fmt: skip
+            listing = run_ctl("alerts", env=env).stdout
+            assert (
+                f"telegram  rejected  1 waiting; {len(script)} errors in a row; last error: "
+                "307 redirect to https://127.0.0.1/bot***redacted***/sendMessage" in listing
+            )
+            shown += [json.dumps(alerts), json.dumps(status), text, listing,
+                      run_ctl("incidents", env=env).stdout]  # fmt: skip
             d.proc.send_signal(signal.SIGHUP)  # the config fixed: try again
             wait_for(lambda: len(api.accepted) == 1, what="the alert delivered")
             wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]

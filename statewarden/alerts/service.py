@@ -3,7 +3,9 @@
 :class:`Alerts` is built from ``config.alerts`` and the state directory. The daemon hands
 it every incident-book :class:`~statewarden.incidents.book.Update` (:meth:`Alerts.submit`),
 reconciles it with the book once at start-up, and runs :meth:`Alerts.run`: group waits
-and reminders fire on time, new outbox entries wake their sink. State files:
+and reminders fire on time, new outbox entries wake their sink. Each sink's delivery loop
+supervises itself (:meth:`Delivery.run`) and tells the router what it delivered, so
+``incidents`` says "notified" only once a sink confirmed it. State files:
 ``<state_dir>/outbox/`` (the outbox) and ``<state_dir>/alerts.json`` (what was notified).
 
 :func:`send_test` is ``statewardenctl alerts test``: one test notification straight
