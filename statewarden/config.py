@@ -60,6 +60,7 @@ DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TELEGRAM_CREDENTIAL = "telegram-token"  # LoadCredential=telegram-token:/path
 DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a variable's name
 DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
+DEFAULT_TELEGRAM_DEADLINE_S = 30.0  # a whole request, however slowly its answer trickles in
 DEFAULT_TELEGRAM_MIN_INTERVAL_S = 1.0  # Telegram allows about one message a second per chat
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
@@ -258,6 +259,7 @@ class TelegramConfig:
     min_severity: Severity = "warning"
     kinds: tuple[IncidentKind, ...] = ()
     timeout: Duration = DEFAULT_TELEGRAM_TIMEOUT_S
+    deadline: Duration = DEFAULT_TELEGRAM_DEADLINE_S
     min_interval: Duration = DEFAULT_TELEGRAM_MIN_INTERVAL_S
 
 

@@ -90,6 +90,7 @@ class Requests:
                 "file_events": d.events.degraded if d.events is not None else None,
                 "holder_opens": d.holder_scans.watcher.open_watch_degraded,
             },
+            "alert_sinks": d.alerts.health_summary(),
             "databases": dbs,
         }
 

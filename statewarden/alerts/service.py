@@ -3,7 +3,9 @@
 :class:`Alerts` is built from ``config.alerts`` and the state directory. The daemon hands
 it every incident-book :class:`~statewarden.incidents.book.Update` (:meth:`Alerts.submit`),
 reconciles it with the book once at start-up, and runs :meth:`Alerts.run`: group waits
-and reminders fire on time, new outbox entries wake their sink. State files:
+and reminders fire on time, new outbox entries wake their sink. Each sink's delivery loop
+supervises itself (:meth:`Delivery.run`) and tells the router what it delivered, so
+``incidents`` says "notified" only once a sink confirmed it. State files:
 ``<state_dir>/outbox/`` (the outbox) and ``<state_dir>/alerts.json`` (what was notified).
 
 :func:`send_test` is ``statewardenctl alerts test``: one test notification straight
@@ -20,12 +22,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from statewarden.alerts.delivery import Delivery
+from statewarden.alerts.delivery import Delivery, bounded_wait
 from statewarden.alerts.journald_sink import JournaldSink
 from statewarden.alerts.message import Notification
 from statewarden.alerts.outbox import Entry, Outbox
 from statewarden.alerts.router import Route, Router, describe_notified, read_notified
-from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, SinkError
+from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, scrubber_of
+from statewarden.backoff import Backoff
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
 
@@ -89,7 +92,13 @@ class Alerts:
 
     def _set_sinks(self, sinks: dict[str, Sink]) -> None:
         self.deliveries = {
-            name: Delivery(sink, self.outbox, retry_max_s=self.cfg.retry_max, log=self.log)
+            name: Delivery(
+                sink,
+                self.outbox,
+                retry_max_s=self.cfg.retry_max,
+                log=self.log,
+                on_outcome=self._confirmed,
+            )
             for name, sink in sinks.items()
         }
         for name, sink in sinks.items():
@@ -128,6 +137,10 @@ class Alerts:
         self._report_persist()
         return sinks
 
+    def _confirmed(self, entry: Entry, outcome: str) -> None:
+        """A sink delivered (or set aside) an entry: the incidents' state says so now."""
+        self.router.confirmed(entry.sink, entry.notification, outcome)
+
     def _kick(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -161,6 +174,7 @@ class Alerts:
         self._wake = asyncio.Event()
         self._start_deliveries()
         while True:
+            self._start_deliveries()  # one that ended (it cannot, but if it did) runs again
             self.flush()
             deadline = self.router.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.time())
@@ -173,7 +187,25 @@ class Alerts:
     def _start_deliveries(self) -> None:
         for name, d in self.deliveries.items():
             if name not in self._tasks or self._tasks[name].done():
-                self._tasks[name] = asyncio.get_running_loop().create_task(d.run())
+                task = asyncio.get_running_loop().create_task(d.run())
+                task.add_done_callback(self._delivery_ended)
+                self._tasks[name] = task
+
+    def _delivery_ended(self, task: asyncio.Task[None]) -> None:
+        """:meth:`Delivery.run` supervises itself; should its task end anyway, say so and
+        have :meth:`run` start it again."""
+        if task.cancelled() or task not in self._tasks.values():
+            return
+        exc = task.exception()
+        for name, d in self.deliveries.items():
+            if self._tasks.get(name) is task:
+                why = d.scrub(f"{type(exc).__name__}: {exc}" if exc else "ended")
+                d.health.restarts += 1
+                d.health.state = "restarting"
+                d.health.last_error = f"delivery failed: {why}"
+                self.log.error("alert delivery task ended; starting it again", sink=name,
+                               error=why)  # fmt: skip
+        self._kick()
 
     async def reload(self, cfg: AlertsConfig) -> None:
         """A new config: new routes and sinks; entries waiting in the outbox are kept."""
@@ -207,6 +239,20 @@ class Alerts:
 
     def incident_state(self, incident_id: int) -> dict[str, Any]:
         return self.router.state_of(incident_id)
+
+    def health_summary(self) -> dict[str, dict[str, Any]]:
+        """Each sink's health in short, for ``statewardenctl status``."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, d in sorted(self.deliveries.items()):
+            h = d.health
+            out[name] = {
+                "state": h.state,
+                "pending": len(self.outbox.pending(name)),
+                "errors_in_row": h.errors_in_row,
+                "restarts": h.restarts,
+                "last_error": h.last_error,
+            }
+        return out
 
     def status(self) -> dict[str, Any]:
         sinks: dict[str, Any] = {}
@@ -276,24 +322,28 @@ async def send_direct(
     results: dict[str, dict[str, str]] = {}
     for name, sink in sinks.items():
         entry = Entry(0, name, n, n.created_at, on_disk=False)
+        scrub = scrubber_of(sink)
+        backoff = Backoff(retry_wait_s, retry_wait_s * 2**retries)
         try:
             for attempt in range(retries + 1):
                 try:
                     answer = await sink.deliver(entry, lambda _parts: None)
                     break
-                except Retry:
+                except Retry as exc:
                     if attempt == retries:
                         raise
-                    await asyncio.sleep(retry_wait_s * 2**attempt)
+                    asked = bounded_wait(exc.after_s, backoff.max_s) or 0.0
+                    await asyncio.sleep(backoff.failed(at_least_s=asked))
         except (Retry, Rejected, Refused) as exc:
             kind = {Retry: "failed", Rejected: "rejected", Refused: "refused"}[type(exc)]
-            results[name] = {"result": kind, "answer": str(exc)}
-        except SinkError as exc:  # pragma: no cover - every sink raises one of the three
-            results[name] = {"result": "failed", "answer": str(exc)}
+            results[name] = {"result": kind, "answer": scrub(str(exc))}
+        except Exception as exc:  # noqa: BLE001 - a sink's failure is an answer, not a crash
+            results[name] = {"result": "failed", "answer": scrub(f"{type(exc).__name__}: {exc}")}
         else:
-            results[name] = {"result": "ok", "answer": answer}
+            results[name] = {"result": "ok", "answer": scrub(answer)}
         finally:
-            await sink.close()
+            with contextlib.suppress(Exception):
+                await sink.close()
     return results
 
 

@@ -63,6 +63,10 @@ def alerts_group(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         line = f"{name:<9} {s['state']:<9} {s['pending']} waiting{enabled}"
         if s.get("last_ok_at"):
             line += f"; last delivered {_when(s['last_ok_at'])}"
+        if s.get("errors_in_row"):
+            line += f"; {s['errors_in_row']} errors in a row"
+        if s.get("restarts"):
+            line += f"; delivery restarted {s['restarts']} times"
         if s.get("last_error"):
             line += f"; last error: {s['last_error']}"
         click.echo(line)

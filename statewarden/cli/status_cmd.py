@@ -93,6 +93,18 @@ def _recovery_line(item: RecoveryFile) -> str:
     return f"{size:>10}  {item.name}  ({', '.join(notes)})"
 
 
+def sink_health(h: dict[str, Any]) -> str:
+    """One alert sink's trouble in a line: "retrying, 3 waiting, 2 errors in a row, ..."."""
+    parts = [h["state"], f"{h['pending']} waiting"]
+    if h["errors_in_row"]:
+        parts.append(f"{h['errors_in_row']} errors in a row")
+    if h["restarts"]:
+        parts.append(f"delivery restarted {h['restarts']} times")
+    if h["last_error"]:
+        parts.append(f"last error: {h['last_error']}")
+    return ", ".join(parts)
+
+
 @click.command()
 @config_option
 @db_option
@@ -117,6 +129,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         for name, why in (daemon.get("inotify") or {}).items():
             if why:
                 click.echo(f"inotify: {name.replace('_', ' ')} polling: {why}")
+        for name, h in (daemon.get("alert_sinks") or {}).items():
+            if h["state"] != "ok" or h["restarts"]:
+                click.echo(f"  {name}: {sink_health(h)}")
         for d in daemon["databases"]:
             click.echo()
             _render(_from_json(d))
