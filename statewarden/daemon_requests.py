@@ -15,6 +15,7 @@ serving.
 | ``check`` | ``check`` of one watched database (``db`` or ``profile``), one at a time |
 | ``ack`` | acknowledge an incident (``id``) |
 | ``alerts`` | each alert sink's health and the outbox |
+| ``silences`` | the silences, after reading ``silences.json`` again |
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Requests:
             "check": self.check,
             "ack": self.ack,
             "alerts": self.alerts,
+            "silences": self.silences,
             "maintenance": self.maintenance,
         }
 
@@ -105,6 +107,10 @@ class Requests:
 
     async def alerts(self, _req: Request) -> Any:
         return self.daemon.alerts.status()
+
+    async def silences(self, _req: Request) -> Any:
+        self.daemon.alerts.refresh_silences(force=True)
+        return self.daemon.alerts.silence_status()
 
     async def incident(self, req: Request) -> Any:
         return show_incident(self.daemon.book, self.daemon.timeline, _incident_id(req))

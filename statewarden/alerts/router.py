@@ -39,6 +39,7 @@ from typing import Any
 
 from statewarden.alerts.message import Item, Notification, item_for, severity_rank
 from statewarden.alerts.outbox import Outbox
+from statewarden.alerts.silences import Silence
 from statewarden.atomic import write_atomic
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
@@ -118,6 +119,7 @@ class Router:
         self.incidents: dict[int, Incident] = {}
         self.notified: dict[int, Notified] = {}
         self.maintenance: set[str] = set()
+        self.silences: list[Silence] = []  # the active ones (Alerts keeps them current)
         self._groups: dict[tuple[str, str], _Group] = {}
         self._rates: dict[int, float | None] = {}
         self.save_error = ""
@@ -214,6 +216,42 @@ class Router:
             if inc.db == db and inc.state == "open" and rec and rec.muted == "maintenance":
                 self._add(inc, "opened", now)
 
+    def silence_of(self, kind: str, db: str) -> Silence | None:
+        """The active silence that mutes notifications of ``kind`` on ``db``, if any."""
+        for s in self.silences:
+            if s.matches(kind, db):
+                return s
+        return None
+
+    def set_silences(self, active: list[Silence], now: float | None = None) -> list[Silence]:
+        """The silences in force now; those that ended since the last call (returned)
+        notify what they muted: an incident still open, or one that resolved while its
+        "firing" had gone out."""
+        now = time.time() if now is None else now
+        still = {s.id for s in active}
+        ended = [s for s in self.silences if s.id not in still]
+        self.silences = list(active)
+        if not ended:
+            return []
+        for inc in self.incidents.values():
+            rec = self.notified.get(inc.id)
+            if rec is None or not rec.muted.startswith("silence"):
+                continue
+            if not any(s.matches(inc.kind, inc.db) for s in ended):
+                continue
+            if self.silence_of(inc.kind, inc.db) is not None:
+                continue  # another silence still covers it
+            if inc.state == "open":
+                self._add(inc, "reminder" if rec.notified == "firing" else "opened", now)
+            elif rec.notified == "firing" and self.config.send_resolved:
+                self._add(inc, "resolved", now)
+            else:
+                rec.muted = ""
+        return ended
+
+    def next_silence_end(self) -> float | None:
+        return min((s.ends_at for s in self.silences), default=None)
+
     def _unfold(self, db: str, now: float) -> None:
         for inc in self.incidents.values():
             rec = self.notified.get(inc.id)
@@ -245,6 +283,9 @@ class Router:
             if rec.notified == "firing" and self._remindable(inc_id)
         ]
         times += reminders
+        silence_end = self.next_silence_end()
+        if silence_end is not None:
+            times.append(silence_end)
         return min(times) if times else None
 
     def _remindable(self, inc_id: int) -> bool:
@@ -317,6 +358,10 @@ class Router:
             if inc is None:
                 continue
             rec = self._record(inc)
+            silence = self.silence_of(inc.kind, db)
+            if silence is not None and (state == "firing" or rec.notified == "firing"):
+                rec.muted = f"silence #{silence.id}"
+                continue
             if state == "firing":
                 if inc.state != "open":
                     continue

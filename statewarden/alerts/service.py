@@ -27,9 +27,17 @@ from statewarden.alerts.journald_sink import JournaldSink
 from statewarden.alerts.message import Notification
 from statewarden.alerts.outbox import Entry, Outbox
 from statewarden.alerts.router import Route, Router, describe_notified, read_notified
+from statewarden.alerts.silences import (
+    CHECK_S,
+    Silence,
+    SilenceFile,
+    describe,
+    listing,
+)
 from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, scrubber_of
 from statewarden.backoff import Backoff
 from statewarden.config import AlertsConfig
+from statewarden.errors import StatewardenError
 from statewarden.incidents.book import Incident, Update
 
 SINK_NAMES = ("journald", "telegram")
@@ -89,6 +97,12 @@ class Alerts:
         self._wake: asyncio.Event | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._persist_reported = ""
+        self.silence_file = SilenceFile(state_dir)
+        self.silences: list[Silence] = []
+        self.silences_error = ""
+        self._silences_seen: tuple[int, int, int] | None = None
+        self._silences_checked = 0.0
+        self.refresh_silences(force=True)
 
     def _set_sinks(self, sinks: dict[str, Sink]) -> None:
         self.deliveries = {
@@ -126,6 +140,8 @@ class Alerts:
         """Queue a notification that is not an incident's (a maintenance run's outcome)
         for every sink whose route takes it; the sinks it went to. The outbox keeps it
         durable, and a key already queued or delivered is not sent again."""
+        if any(self.router.silence_of(i.kind, i.db) for i in n.items):
+            return []
         sinks = [
             name
             for name, route in self.router.routes.items()
@@ -136,6 +152,34 @@ class Alerts:
             self.deliveries[name].wake()
         self._report_persist()
         return sinks
+
+    def refresh_silences(self, now: float | None = None, *, force: bool = False) -> None:
+        """Read the silences file again if it changed (or ``force``); tell the router
+        which silences are in force, and so notify what an ended one muted."""
+        now = time.time() if now is None else now
+        signature = self.silence_file.signature()
+        if force or signature != self._silences_seen:
+            self._silences_seen = signature
+            try:
+                self.silences = self.silence_file.read()
+            except StatewardenError as exc:
+                if str(exc) != self.silences_error:
+                    self.log.error("silences file unreadable; keeping the last ones read",
+                                   error=str(exc))  # fmt: skip
+                self.silences_error = str(exc)
+            else:
+                self.silences_error = ""
+        self._silences_checked = now
+        ended = self.router.set_silences([s for s in self.silences if s.active(now)], now)
+        for s in ended:
+            self.log.info("silence ended; what it muted and is still open is notified",
+                          silence=describe(s))  # fmt: skip
+        if ended:
+            self._kick()
+
+    def silence_status(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        return {"silences": listing(self.silences, now), "silences_error": self.silences_error}
 
     def _confirmed(self, entry: Entry, outcome: str) -> None:
         """A sink delivered (or set aside) an entry: the incidents' state says so now."""
@@ -149,6 +193,8 @@ class Alerts:
 
     def flush(self, now: float | None = None) -> list[Notification]:
         """Queue what is due; wake the sinks that have something to send."""
+        if (now or time.time()) - self._silences_checked >= CHECK_S or self.router.silences:
+            self.refresh_silences(now)
         sent = self.router.tick(now)
         if self.outbox.persist_error:
             self.outbox.retry_persist()
@@ -177,7 +223,9 @@ class Alerts:
             self._start_deliveries()  # one that ended (it cannot, but if it did) runs again
             self.flush()
             deadline = self.router.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            # At most CHECK_S: a silence written while no one told the daemon is read then.
+            timeout = CHECK_S if deadline is None else min(CHECK_S, deadline - time.time())
+            timeout = max(0.0, timeout)
             if self.outbox.persist_error:
                 timeout = min(timeout or 5.0, 5.0)
             with contextlib.suppress(TimeoutError):
@@ -216,6 +264,7 @@ class Alerts:
         self.router.config = cfg
         self.router.routes = routes_of(cfg)
         self.outbox.max_entries = cfg.outbox_max_entries
+        self.refresh_silences(force=True)
         self._set_sinks(make_sinks(cfg, self.env))
         if self._wake is not None:
             self._start_deliveries()
@@ -269,6 +318,7 @@ class Alerts:
             "outbox": [entry_json(e) for e in self.outbox.pending()],
             "persist_error": self.outbox.persist_error or self.router.save_error,
             "maintenance": sorted(self.router.maintenance),
+            **self.silence_status(),
         }
 
 
@@ -301,11 +351,17 @@ def outbox_status(state_dir: Path, cfg: AlertsConfig) -> dict[str, Any]:
         }
         for name in sorted(enabled | set(outbox.sinks()))
     }
+    try:
+        silences, silences_error = SilenceFile(state_dir).read(), ""
+    except StatewardenError as exc:
+        silences, silences_error = [], str(exc)
     return {
         "sinks": sinks,
         "outbox": [entry_json(e) for e in outbox.pending()],
         "persist_error": outbox.persist_error,
         "maintenance": [],
+        "silences": listing(silences, time.time()),
+        "silences_error": silences_error,
     }
 
 

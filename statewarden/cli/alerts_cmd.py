@@ -70,6 +70,15 @@ def alerts_group(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         if s.get("last_error"):
             line += f"; last error: {s['last_error']}"
         click.echo(line)
+    for sl in result.get("silences", []):
+        if sl["state"] == "active":
+            where = sl["db"] or "every database"
+            click.echo(
+                f"silence #{sl['id']} {sl['kind']} on {where} until {_when(sl['ends_at'])}:"
+                f" {sl['reason']}"
+            )
+    if result.get("silences_error"):
+        click.echo(f"silences not read: {result['silences_error']}")
     if result.get("persist_error"):
         click.echo(f"outbox not on disk: {result['persist_error']} (sending from memory)")
     for e in result["outbox"]:

@@ -51,6 +51,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "alerts_group",
         "The alert outbox (notifications not yet delivered) and each sink's health.",
     ),
+    "silence": (
+        "statewarden.cli.silence_cmd",
+        "silence_group",
+        "Mute the notifications of one incident kind for a while (incidents are still kept).",
+    ),
     "maintenance": (
         "statewarden.cli.maintenance_cmd",
         "maintenance",
