@@ -62,6 +62,10 @@ DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a vari
 DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
 DEFAULT_TELEGRAM_DEADLINE_S = 30.0  # a whole request, however slowly its answer trickles in
 DEFAULT_TELEGRAM_MIN_INTERVAL_S = 1.0  # Telegram allows about one message a second per chat
+DEFAULT_HEARTBEAT_INTERVAL_S = 300.0
+DEFAULT_HEARTBEAT_FAIL_SUFFIX = "/fail"  # Healthchecks: <ping URL>/fail
+DEFAULT_HTTP_TIMEOUT_S = 10.0
+DEFAULT_HTTP_DEADLINE_S = 30.0
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
 DEFAULT_MAINTENANCE_SETTLE_S = 2.0
@@ -264,6 +268,25 @@ class TelegramConfig:
 
 
 @dataclass(frozen=True)
+class HeartbeatConfig:
+    """A dead man's switch: an HTTP GET to a push URL (Healthchecks, Uptime Kuma) every
+    ``interval`` while statewarden runs, to its fail form while a critical incident is
+    open. The URL is a secret, never in here: it is read from ``url_file`` or the systemd
+    credential ``credential``; neither set means off."""
+
+    url_file: Path | None = None
+    credential: str | None = None
+    interval: Duration = DEFAULT_HEARTBEAT_INTERVAL_S
+    fail_suffix: str = DEFAULT_HEARTBEAT_FAIL_SUFFIX
+    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+
+    @property
+    def enabled(self) -> bool:
+        return self.url_file is not None or self.credential is not None
+
+
+@dataclass(frozen=True)
 class AlertsConfig:
     """How incident changes become notifications, and where they go."""
 
@@ -275,6 +298,7 @@ class AlertsConfig:
     retry_max: Duration = DEFAULT_RETRY_MAX_S
     journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
 
 
 @dataclass(frozen=True)
@@ -527,6 +551,17 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
     if not tg.api_base.startswith(("https://", "http://")):
         raise ctx.error(
             ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
+        )
+    hb = alerts.heartbeat
+    if hb.url_file is not None and hb.credential is not None:
+        raise ctx.error(
+            ("alerts", "heartbeat", "credential"), "set url_file or credential, not both"
+        )
+    if not hb.fail_suffix.startswith(("/", "?", "&")):
+        raise ctx.error(
+            ("alerts", "heartbeat", "fail_suffix"),
+            f"expected a path or query to add to the URL (/fail, ?status=down), got"
+            f" {hb.fail_suffix!r}",
         )
     if alerts.outbox_max_entries < 1:
         raise ctx.error(("alerts", "outbox_max_entries"), "expected a whole number above zero")

@@ -20,7 +20,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewarden.alerts.delivery import Delivery, bounded_wait
 from statewarden.alerts.journald_sink import JournaldSink
@@ -39,6 +39,9 @@ from statewarden.backoff import Backoff
 from statewarden.config import AlertsConfig
 from statewarden.errors import StatewardenError
 from statewarden.incidents.book import Incident, Update
+
+if TYPE_CHECKING:
+    from statewarden.alerts.heartbeat import Heartbeat
 
 SINK_NAMES = ("journald", "telegram")
 
@@ -103,6 +106,30 @@ class Alerts:
         self._silences_seen: tuple[int, int, int] | None = None
         self._silences_checked = 0.0
         self.refresh_silences(force=True)
+        self.heartbeat: Heartbeat | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._set_heartbeat(cfg)
+
+    def _set_heartbeat(self, cfg: AlertsConfig) -> None:
+        if not cfg.heartbeat.enabled:
+            self.heartbeat = None
+            return
+        # httpx only when a heartbeat is configured (as for Telegram).
+        from statewarden.alerts.heartbeat import Heartbeat  # noqa: PLC0415
+
+        self.heartbeat = Heartbeat(cfg.heartbeat, log=self.log, trouble=self.trouble,
+                                   env=self.env)  # fmt: skip
+
+    def trouble(self) -> str:
+        """Why the heartbeat says "fail": an open critical incident no silence mutes; ""."""
+        for inc in sorted(self.router.incidents.values(), key=lambda i: i.id):
+            if (
+                inc.state == "open"
+                and inc.severity == "critical"
+                and self.router.silence_of(inc.kind, inc.db) is None
+            ):
+                return f"critical incident #{inc.id} {inc.kind} open on {inc.db}"
+        return ""
 
     def _set_sinks(self, sinks: dict[str, Sink]) -> None:
         self.deliveries = {
@@ -131,6 +158,8 @@ class Alerts:
         self.router.submit(update)
         if update.change != "updated":
             self._kick()
+            if self.heartbeat is not None:
+                self.heartbeat.nudge()
 
     def set_maintenance(self, db: str, active: bool) -> None:
         self.router.set_maintenance(db, active)
@@ -233,6 +262,10 @@ class Alerts:
             self._wake.clear()
 
     def _start_deliveries(self) -> None:
+        if self.heartbeat is not None and (
+            self._heartbeat_task is None or self._heartbeat_task.done()
+        ):
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self.heartbeat.run())
         for name, d in self.deliveries.items():
             if name not in self._tasks or self._tasks[name].done():
                 task = asyncio.get_running_loop().create_task(d.run())
@@ -265,6 +298,9 @@ class Alerts:
         self.router.routes = routes_of(cfg)
         self.outbox.max_entries = cfg.outbox_max_entries
         self.refresh_silences(force=True)
+        if self.heartbeat is not None:
+            await self.heartbeat.close()
+        self._set_heartbeat(cfg)
         self._set_sinks(make_sinks(cfg, self.env))
         if self._wake is not None:
             self._start_deliveries()
@@ -273,12 +309,18 @@ class Alerts:
     async def _stop_deliveries(self) -> None:
         tasks = list(self._tasks.values())
         self._tasks.clear()
+        if self._heartbeat_task is not None:
+            tasks.append(self._heartbeat_task)
+            self._heartbeat_task = None
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
         await self._stop_deliveries()
+        if self.heartbeat is not None:
+            with contextlib.suppress(Exception):
+                await self.heartbeat.close()
         for d in self.deliveries.values():
             with contextlib.suppress(Exception):
                 await d.sink.close()
@@ -319,6 +361,7 @@ class Alerts:
             "persist_error": self.outbox.persist_error or self.router.save_error,
             "maintenance": sorted(self.router.maintenance),
             **self.silence_status(),
+            "heartbeat": self.heartbeat.health.to_json() if self.heartbeat else None,
         }
 
 
@@ -362,6 +405,7 @@ def outbox_status(state_dir: Path, cfg: AlertsConfig) -> dict[str, Any]:
         "maintenance": [],
         "silences": listing(silences, time.time()),
         "silences_error": silences_error,
+        "heartbeat": {"state": "unknown (daemon not running)"} if cfg.heartbeat.enabled else None,
     }
 
 

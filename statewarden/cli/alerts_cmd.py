@@ -70,6 +70,18 @@ def alerts_group(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         if s.get("last_error"):
             line += f"; last error: {s['last_error']}"
         click.echo(line)
+    hb = result.get("heartbeat")
+    if hb:
+        line = f"{'heartbeat':<9} {hb['state']:<9}"
+        if hb.get("last_ok_at"):
+            line += f" last ping {_when(hb['last_ok_at'])} ({hb['signal']})"
+        if hb.get("why"):
+            line += f"; {hb['why']}"
+        if hb.get("pings_failed"):
+            line += f"; {hb['pings_failed']} pings failed, {hb['errors_in_row']} in a row"
+        if hb.get("last_error"):
+            line += f"; last error: {hb['last_error']}"
+        click.echo(line)
     for sl in result.get("silences", []):
         if sl["state"] == "active":
             where = sl["db"] or "every database"
