@@ -66,6 +66,7 @@ DEFAULT_HEARTBEAT_INTERVAL_S = 300.0
 DEFAULT_HEARTBEAT_FAIL_SUFFIX = "/fail"  # Healthchecks: <ping URL>/fail
 DEFAULT_HTTP_TIMEOUT_S = 10.0
 DEFAULT_HTTP_DEADLINE_S = 30.0
+DEFAULT_ALERTMANAGER_RESEND_S = 60.0  # well within Alertmanager's resolve_timeout (5 m)
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
 DEFAULT_MAINTENANCE_SETTLE_S = 2.0
@@ -287,6 +288,19 @@ class HeartbeatConfig:
 
 
 @dataclass(frozen=True)
+class AlertmanagerConfig:
+    """Each incident posted to Prometheus Alertmanager (``POST /api/v2/alerts``)."""
+
+    enabled: bool = False
+    url: str | None = None
+    min_severity: Severity = "info"
+    kinds: tuple[IncidentKind, ...] = ()
+    resend_interval: Duration = DEFAULT_ALERTMANAGER_RESEND_S
+    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+
+
+@dataclass(frozen=True)
 class AlertsConfig:
     """How incident changes become notifications, and where they go."""
 
@@ -299,6 +313,7 @@ class AlertsConfig:
     journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
 
 
 @dataclass(frozen=True)
@@ -551,6 +566,15 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
     if not tg.api_base.startswith(("https://", "http://")):
         raise ctx.error(
             ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
+        )
+    am = alerts.alertmanager
+    if am.enabled and am.url is None:
+        raise ctx.error(
+            ("alerts", "alertmanager", "url"), "is required when alertmanager is enabled"
+        )
+    if am.url is not None and not am.url.startswith(("https://", "http://")):
+        raise ctx.error(
+            ("alerts", "alertmanager", "url"), f"expected an http(s) URL, got {am.url!r}"
         )
     hb = alerts.heartbeat
     if hb.url_file is not None and hb.credential is not None:

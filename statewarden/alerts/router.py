@@ -430,6 +430,22 @@ class Router:
                 )
         return notification
 
+    def firing_for(self, sink: str, now: float) -> Notification | None:
+        """Every incident ``sink`` was told is firing and that is still open, not muted,
+        in one notification (Alertmanager's re-post); None when there is none."""
+        items = []
+        for inc_id, rec in sorted(self.notified.items()):
+            inc = self.incidents.get(inc_id)
+            if inc is None or inc.state != "open" or rec.muted or rec.notified != "firing":
+                continue
+            if sink not in rec.sinks:
+                continue
+            items.append(item_for(inc, "reminder", profile=self.profile_of(inc.db),
+                                  rate_per_min=self._rates.get(inc.id)))  # fmt: skip
+        if not items:
+            return None
+        return Notification(f"{sink}-refresh:{now:.6f}", "firing", self.host, now, items)
+
     def confirmed(self, sink: str, n: Notification, outcome: str) -> None:
         """``sink`` delivered (or set aside) notification ``n``: only now may ``incidents``
         say it went out."""

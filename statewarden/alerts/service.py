@@ -43,7 +43,7 @@ from statewarden.incidents.book import Incident, Update
 if TYPE_CHECKING:
     from statewarden.alerts.heartbeat import Heartbeat
 
-SINK_NAMES = ("journald", "telegram")
+SINK_NAMES = ("journald", "telegram", "alertmanager")
 
 
 def routes_of(cfg: AlertsConfig) -> dict[str, Route]:
@@ -52,6 +52,9 @@ def routes_of(cfg: AlertsConfig) -> dict[str, Route]:
         out["journald"] = Route(cfg.journald.min_severity, frozenset(cfg.journald.kinds))
     if cfg.telegram.enabled:
         out["telegram"] = Route(cfg.telegram.min_severity, frozenset(cfg.telegram.kinds))
+    am = cfg.alertmanager
+    if am.enabled:
+        out["alertmanager"] = Route(am.min_severity, frozenset(am.kinds))
     return out
 
 
@@ -65,6 +68,10 @@ def make_sinks(cfg: AlertsConfig, env: Mapping[str, str] | None = None) -> dict[
         from statewarden.alerts.telegram import TelegramSink  # noqa: PLC0415
 
         sinks["telegram"] = TelegramSink(cfg.telegram, env)
+    if cfg.alertmanager.enabled:
+        from statewarden.alerts.alertmanager import AlertmanagerSink  # noqa: PLC0415
+
+        sinks["alertmanager"] = AlertmanagerSink(cfg.alertmanager)
     return sinks
 
 
@@ -100,6 +107,7 @@ class Alerts:
         self._wake: asyncio.Event | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._persist_reported = ""
+        self._am_refreshed = time.time()
         self.silence_file = SilenceFile(state_dir)
         self.silences: list[Silence] = []
         self.silences_error = ""
@@ -225,6 +233,7 @@ class Alerts:
         if (now or time.time()) - self._silences_checked >= CHECK_S or self.router.silences:
             self.refresh_silences(now)
         sent = self.router.tick(now)
+        self._refresh_alertmanager(time.time() if now is None else now)
         if self.outbox.persist_error:
             self.outbox.retry_persist()
         self._report_persist()
@@ -232,6 +241,23 @@ class Alerts:
             for d in self.deliveries.values():
                 d.wake()
         return sent
+
+    def _refresh_alertmanager(self, now: float) -> None:
+        """Every ``resend_interval``, the incidents still firing in Alertmanager posted
+        again (it resolves what is not), through the outbox; not while one waits there."""
+        name = "alertmanager"
+        if (
+            name not in self.deliveries
+            or now - self._am_refreshed < self.cfg.alertmanager.resend_interval
+        ):
+            return
+        self._am_refreshed = now
+        if self.outbox.pending(name):
+            return
+        n = self.router.firing_for(name, now)
+        if n is not None:
+            self.outbox.put(n, name)
+            self.deliveries[name].wake()
 
     def _report_persist(self) -> None:
         problem = self.outbox.persist_error or self.router.save_error

@@ -119,7 +119,7 @@ def test_cmd(config_path: str | None, sink: str | None, as_json: bool) -> None:
     if sink is not None and sink not in enabled:
         raise UsageError(f"the {sink} sink is not enabled (alerts.{sink}.enabled in the config)")
     if not enabled:
-        raise UsageError("no alert sink is enabled (alerts.journald / alerts.telegram)")
+        raise UsageError("no alert sink is enabled (alerts.journald / .telegram / .alertmanager)")
     results = asyncio.run(send_test(config.alerts, sink))
     if as_json:
         print_json(results)
@@ -150,7 +150,7 @@ def supervisor_failed_cmd(unit: str, config_path: str | None, as_json: bool) -> 
     """
     config = get_config(config_path)
     if not routes_of(config.alerts):
-        raise UsageError("no alert sink is enabled (alerts.journald / alerts.telegram)")
+        raise UsageError("no alert sink is enabled (alerts.journald / .telegram / .alertmanager)")
     results = asyncio.run(supervisor.send(config.alerts, unit))
     if as_json:
         print_json(results)
