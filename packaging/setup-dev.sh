@@ -35,7 +35,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,apprise]'
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps 'hermes-agent==0.19.0'
 OLDEST_HERMES=0.13.0
 if [ ! -x ".venv-hermes-$OLDEST_HERMES/bin/python" ]; then

@@ -301,6 +301,21 @@ class AlertmanagerConfig:
 
 
 @dataclass(frozen=True)
+class AppriseConfig:
+    """Notifications through Apprise (ntfy, Matrix, Slack, Discord, e-mail, ...): the
+    optional extra ``statewarden[apprise]``. The URLs carry secrets, never in here: one
+    per line in ``urls_file`` or in the systemd credential ``credential``."""
+
+    enabled: bool = False
+    urls_file: Path | None = None
+    credential: str | None = None
+    min_severity: Severity = "warning"
+    kinds: tuple[IncidentKind, ...] = ()
+    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+
+
+@dataclass(frozen=True)
 class AlertsConfig:
     """How incident changes become notifications, and where they go."""
 
@@ -314,6 +329,7 @@ class AlertsConfig:
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
+    apprise: AppriseConfig = field(default_factory=AppriseConfig)
 
 
 @dataclass(frozen=True)
@@ -575,6 +591,16 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
     if am.url is not None and not am.url.startswith(("https://", "http://")):
         raise ctx.error(
             ("alerts", "alertmanager", "url"), f"expected an http(s) URL, got {am.url!r}"
+        )
+    ap = alerts.apprise
+    if ap.urls_file is not None and ap.credential is not None:
+        raise ctx.error(
+            ("alerts", "apprise", "credential"), "set urls_file or credential, not both"
+        )
+    if ap.enabled and ap.urls_file is None and ap.credential is None:
+        raise ctx.error(
+            ("alerts", "apprise", "urls_file"),
+            "is required when apprise is enabled (or credential): the URLs are never in here",
         )
     hb = alerts.heartbeat
     if hb.url_file is not None and hb.credential is not None:

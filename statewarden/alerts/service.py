@@ -43,7 +43,7 @@ from statewarden.incidents.book import Incident, Update
 if TYPE_CHECKING:
     from statewarden.alerts.heartbeat import Heartbeat
 
-SINK_NAMES = ("journald", "telegram", "alertmanager")
+SINK_NAMES = ("journald", "telegram", "alertmanager", "apprise")
 
 
 def routes_of(cfg: AlertsConfig) -> dict[str, Route]:
@@ -55,6 +55,8 @@ def routes_of(cfg: AlertsConfig) -> dict[str, Route]:
     am = cfg.alertmanager
     if am.enabled:
         out["alertmanager"] = Route(am.min_severity, frozenset(am.kinds))
+    if cfg.apprise.enabled:
+        out["apprise"] = Route(cfg.apprise.min_severity, frozenset(cfg.apprise.kinds))
     return out
 
 
@@ -72,6 +74,10 @@ def make_sinks(cfg: AlertsConfig, env: Mapping[str, str] | None = None) -> dict[
         from statewarden.alerts.alertmanager import AlertmanagerSink  # noqa: PLC0415
 
         sinks["alertmanager"] = AlertmanagerSink(cfg.alertmanager)
+    if cfg.apprise.enabled:
+        from statewarden.alerts.apprise_sink import AppriseSink  # noqa: PLC0415
+
+        sinks["apprise"] = AppriseSink(cfg.apprise, env)
     return sinks
 
 

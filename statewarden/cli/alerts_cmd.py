@@ -27,6 +27,8 @@ from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError
 
+NO_SINK = "no alert sink is enabled (alerts.journald, .telegram, .alertmanager or .apprise)"
+
 
 def _when(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
@@ -119,7 +121,9 @@ def test_cmd(config_path: str | None, sink: str | None, as_json: bool) -> None:
     if sink is not None and sink not in enabled:
         raise UsageError(f"the {sink} sink is not enabled (alerts.{sink}.enabled in the config)")
     if not enabled:
-        raise UsageError("no alert sink is enabled (alerts.journald / .telegram / .alertmanager)")
+        raise UsageError(
+            "no alert sink is enabled (alerts.journald / .telegram / .alertmanager / .apprise)"
+        )
     results = asyncio.run(send_test(config.alerts, sink))
     if as_json:
         print_json(results)
@@ -150,7 +154,9 @@ def supervisor_failed_cmd(unit: str, config_path: str | None, as_json: bool) -> 
     """
     config = get_config(config_path)
     if not routes_of(config.alerts):
-        raise UsageError("no alert sink is enabled (alerts.journald / .telegram / .alertmanager)")
+        raise UsageError(
+            "no alert sink is enabled (alerts.journald / .telegram / .alertmanager / .apprise)"
+        )
     results = asyncio.run(supervisor.send(config.alerts, unit))
     if as_json:
         print_json(results)
