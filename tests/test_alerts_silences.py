@@ -4,6 +4,7 @@ running daemon, surviving its restart; bad input a one-line usage error."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -12,14 +13,19 @@ from pathlib import Path
 import pytest
 
 from lab.bot_api import BotApi
+from lab.push_server import PushServer
 from statewarden.alerts.message import plain_text
+from statewarden.alerts.service import Alerts
 from statewarden.alerts.silences import Silence, SilenceFile
+from statewarden.config import AlertmanagerConfig, AlertsConfig, JournaldAlertsConfig
 from statewarden.errors import EXIT_USAGE
+from statewarden.incidents.book import IncidentBook
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc
 from tests.support.waiting import wait_for
 from tests.test_alerts_daemon import configure
 from tests.test_alerts_router import T0, Rig, sig
+from tests.test_alerts_telegram import Log
 from tests.test_daemon_logs import hermes_logger, malformed
 
 
@@ -151,6 +157,41 @@ class TestCommand:
         code, _, err = ctl(env, "silence", "expire", "1")
         assert code == EXIT_USAGE
         assert err == "statewardenctl: error: silence #1 has already ended\n"
+
+
+class TestOnItsOwn:
+    def test_a_silence_whose_time_is_up_sends_what_is_still_open(self, tmp_path: Path) -> None:
+        """Alerts running for real: a silence of one second, written to the state folder;
+        the incident is muted, and posted once they are over (no one expired it)."""
+        hook = PushServer()
+        cfg = AlertsConfig(
+            journald=JournaldAlertsConfig(enabled=False),
+            alertmanager=AlertmanagerConfig(enabled=True, url=hook.url, timeout=2.0),
+        )
+        state = tmp_path / "state"
+        SilenceFile(state).add("corruption", None, 4.0, "a few seconds", time.time())
+        book = IncidentBook(tmp_path / "incidents.json")
+        alerts = Alerts(cfg, state, log=Log(), host="box")
+
+        async def scenario() -> None:
+            task = asyncio.create_task(alerts.run())
+            update = book.record(sig("corruption", time.time()))
+            assert update is not None
+            alerts.submit(update)
+            alerts.flush()
+            assert alerts.incident_state(update.incident.id) == {"state": "muted: silence #1"}
+            assert hook.requests == []
+            await asyncio.to_thread(wait_for, lambda: hook.requests, what="the post after")
+            task.cancel()
+            await alerts.close()
+
+        try:
+            asyncio.run(scenario())
+        finally:
+            hook.stop()
+        (hit,) = hook.requests
+        assert hit.json()[0]["labels"]["alertname"] == "corruption"
+        assert alerts.silence_status()["silences"][0]["state"] == "ended"
 
 
 class TestDaemon:
