@@ -60,9 +60,10 @@ def alerts_group(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         click.echo("(daemon not running: read from the state directory)", err=True)
     if not result["sinks"]:
         click.echo("no alert sink enabled")
+    width = max([9, *(len(name) for name in result["sinks"])])
     for name, s in result["sinks"].items():
         enabled = "" if s["enabled"] else " (not enabled)"
-        line = f"{name:<9} {s['state']:<9} {s['pending']} waiting{enabled}"
+        line = f"{name:<{width}} {s['state']:<9} {s['pending']} waiting{enabled}"
         if s.get("last_ok_at"):
             line += f"; last delivered {_when(s['last_ok_at'])}"
         if s.get("errors_in_row"):
@@ -74,7 +75,7 @@ def alerts_group(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         click.echo(line)
     hb = result.get("heartbeat")
     if hb:
-        line = f"{'heartbeat':<9} {hb['state']:<9}"
+        line = f"{'heartbeat':<{width}} {hb['state']:<9}"
         if hb.get("last_ok_at"):
             line += f" last ping {_when(hb['last_ok_at'])} ({hb['signal']})"
         if hb.get("why"):
