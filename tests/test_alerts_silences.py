@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,27 @@ class TestCommand:
         code, _, err = ctl(env, "silence", "expire", "1")
         assert code == EXIT_USAGE
         assert err == "statewardenctl: error: silence #1 has already ended\n"
+
+
+class TestFile:
+    def test_commands_at_once_lose_no_silence(self, tmp_path: Path) -> None:
+        """Twenty adds at once (each its own lock descriptor, as separate commands have):
+        twenty silences, twenty different IDs, the file whole."""
+        files = [SilenceFile(tmp_path) for _ in range(20)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            made = list(pool.map(lambda f: f.add("corruption", None, 60, "r", time.time()), files))
+        assert sorted(s.id for s in made) == list(range(1, 21))
+        assert sorted(s.id for s in SilenceFile(tmp_path).read()) == list(range(1, 21))
+
+    def test_a_damaged_file_is_a_one_line_error(self, env: dict[str, str], tmp_path: Path) -> None:
+        path = tmp_path / "xdg-state" / "statewarden" / "silences.json"
+        path.parent.mkdir(parents=True)
+        path.write_text("{not json")
+        code, out, err = ctl(env, "silence", "list")
+        assert out == ""
+        assert code == 1
+        assert err.startswith(f"statewardenctl: error: {path}: unreadable (")
+        assert err.count("\n") == 1
 
 
 class TestOnItsOwn:
