@@ -647,3 +647,53 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     case.damaged_pages.append(trunk)
     case.note = f"messages leaf {live} also listed on the freelist (trunk {trunk})"
     return case
+
+
+def garbled_cell(dest_dir: Path, spec: Spec = SMALL, cell: int = 8, seed: int = 1) -> Case:
+    """64 random bytes over one cell of the first ``sessions`` leaf, the cell's header
+    made to read as rowid 95 with a short payload: in the middle of the leaf, SQLite's
+    scan meets a rowid far above the ones that follow. Only that cell's row is gone
+    (the 64 bytes lie inside it); ``lost_rowids`` is its real rowid."""
+    import random
+
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots["sessions"])
+    leaf = leaves[0]
+    offsets = pf.cell_offsets(leaf)
+    start = offsets[cell]
+    following = min(o for o in offsets if o > start)
+    assert following - start >= 64, "the 64 bytes must stay inside the cell"
+    rowid = pf.leaf_rowids(leaf)[cell]
+    head = bytes([40, 95])  # payload size 40, rowid 95 (one-byte varints)
+    blob = head + random.Random(seed).randbytes(64 - len(head))
+    _write(case.db, (leaf - 1) * pf.page_size + start, blob)
+    case.lost_rowids = {"sessions": [rowid]}
+    case.damaged_pages.append(leaf)
+    case.note = f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) garbled, read as rowid 95"
+    return case
+
+
+def zeroed_fts_config(dest_dir: Path, fts: str = "messages_fts", spec: Spec = SMALL) -> Case:
+    """The page of ``{fts}_config`` zeroed: FTS5 cannot open ``fts`` any more (its
+    constructor reads the config), though every base table is intact."""
+    case = fresh_copy(dest_dir, spec)
+    zero_page(case, case.roots[f"{fts}_config"])
+    case.note = f"{fts}_config page {case.roots[f'{fts}_config']} zeroed"
+    return case
+
+
+def zeroed_fts_structure(dest_dir: Path, fts: str = "messages_fts", spec: Spec = SMALL) -> Case:
+    """The payload of the structure record of ``fts`` (``{fts}_data`` rowid 10, the map
+    of its index segments) zeroed, record header included: FTS5 cannot open ``fts``
+    (its constructor reads that record). Every base table is intact."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    table = f"{fts}_data"
+    leaf = _leaf_of(pf, case.roots[table], 10)
+    start, end = _cell_span(pf, leaf, 10)
+    assert end - start < pf.page_size // 4, "the structure record fits in its cell"
+    _write(case.db, start, b"\x00" * (end - start))
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} rowid 10 (the structure record) zeroed on page {leaf}"
+    return case
