@@ -697,3 +697,58 @@ def zeroed_fts_structure(dest_dir: Path, fts: str = "messages_fts", spec: Spec =
     case.damaged_pages.append(leaf)
     case.note = f"{table} rowid 10 (the structure record) zeroed on page {leaf}"
     return case
+
+
+def zeroed_cell_header(
+    dest_dir: Path, table: str = "messages_fts_content", cell: int = 3, spec: Spec = SMALL
+) -> Case:
+    """The first two bytes of one cell of the second leaf of ``table`` zeroed: the cell
+    now reads as rowid 0 with an empty payload, a rowid that never existed. For an FTS
+    shadow table, every base table is intact; ``lost_rowids`` is the row the cell held."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = leaves[1]
+    _write(case.db, (leaf - 1) * pf.page_size + pf.cell_offsets(leaf)[cell], b"\x00\x00")
+    case.lost_rowids = {table: [pf.leaf_rowids(leaf)[cell]]}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: cell {cell} header zeroed (reads as rowid 0)"
+    return case
+
+
+def gaps_then_zeroed_interior(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Messages 300..305 and 1200..1201 deleted (gaps in the rowids), then the interior
+    page of ``messages`` zeroed: every remaining row is on an orphaned leaf, intact.
+    ``pristine`` is the file after the delete; nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    with conn:
+        conn.execute(
+            "DELETE FROM messages WHERE id BETWEEN 300 AND 305 OR id BETWEEN 1200 AND 1201"
+        )
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    case.pristine = dest_dir / "pristine.db"
+    shutil.copyfile(case.db, case.pristine)
+    pf = PristineFile(case.db)
+    interior, _ = pf.tree_pages(case.roots["messages"])
+    target = interior[-1]
+    zero_page(case, target)
+    case.lost_rowids = {"messages": []}
+    case.note = f"messages 300..305, 1200..1201 deleted, then interior page {target} zeroed"
+    return case
+
+
+def wal_zeroed_frame_header(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
+    """``wal_commits``, then the 24-byte header of one frame a quarter of the way in
+    zeroed (page number, commit size, salts and checksum): SQLite's replay stops there,
+    and a reader that takes a salt mismatch for the end of the current generation
+    drops every later commit. ``pristine`` holds every commit; ``unreached['messages']``
+    the appended rowids."""
+    case = wal_commits(dest_dir, messages, spec)
+    frames = wal_frames(Path(f"{case.db}-wal"))
+    i = len(frames) // 4
+    offset, page, _ = frames[i]
+    _write(Path(f"{case.db}-wal"), offset, b"\x00" * 24)
+    case.note += f"; frame {i + 1} of {len(frames)} (page {page}): its header zeroed"
+    return case

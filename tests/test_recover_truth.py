@@ -102,3 +102,63 @@ class TestFtsOnlyDamage:
             conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('integrity-check')")
         finally:
             conn.close()
+
+
+class TestSayOnlyWhatIsTrue:
+    @pytest.mark.parametrize("table", ["messages_fts_content", "messages_fts_trigram_content"])
+    def test_a_cell_read_as_rowid_0_is_no_lost_row(self, tmp_path: Path, table: str) -> None:
+        """A zeroed cell header in an FTS content table reads as rowid 0: the copies
+        never vouched for a message 0, so nothing is lost (exit 0, no lost_keys) and
+        check calls it derived damage (exit 1), not base; the FTS table is rebuilt
+        with every message."""
+        case = corruption.zeroed_cell_header(tmp_path / "db", table)
+        code, doc = check_json(case)
+        (d,) = doc["databases"]
+        assert (code, d["damage"]) == (1, "derived")
+        code, rep, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert (rep["loss_detected"], rep["lost"]) == (False, {})
+        assert rep["tables"]["messages"]["lost_keys"] == []
+        assert_rows_are_pristine(out, case.pristine, "messages")
+        fts = table.removesuffix("_content")
+        n = rows(case.pristine, "SELECT count(*) FROM messages")[0][0]
+        assert rows(out, f"SELECT count(*) FROM {fts}") == [(n,)]
+
+    def test_every_row_back_is_no_loss_and_exit_0(self, tmp_path: Path) -> None:
+        """Rowid gaps left by deleted messages, then the messages interior page zeroed:
+        every row comes back from the orphaned leaves and the intact indexes list
+        exactly those rows, so the gaps are not "unreadable ranges": no loss, exit 0."""
+        case = corruption.gaps_then_zeroed_interior(tmp_path / "db")
+        n = rows(case.pristine, "SELECT count(*) FROM messages")[0][0]
+        code, rep, out = recover_json(case, tmp_path)
+        m = rep["tables"]["messages"]
+        assert (m["recovered"], m["unreadable_ranges"], m["lost_keys"]) == (n, [], [])
+        assert (rep["loss_detected"], rep["lost"], code) == (False, {}, 0)
+        assert_rows_are_pristine(out, case.pristine, "messages")
+
+
+class TestWalDamageInTheMiddle:
+    def test_commits_after_a_zeroed_frame_header_come_back(self, tmp_path: Path) -> None:
+        """One WAL frame header zeroed (salts included): the frames after it still carry
+        the WAL's salts, so they are the current generation, not an older one. check
+        counts the commits SQLite does not replay (base damage, exit 3); recover brings
+        every message and session of the pristine file back from the frame images and
+        names the damaged frame."""
+        case = corruption.wal_zeroed_frame_header(tmp_path / "db")
+        folded = tmp_path / "folded.db"
+        corruption.fold_copy(case.db, folded)
+        sqlite_sees = rows(folded, "SELECT count(*) FROM messages")[0][0]
+        want = rows(case.pristine, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert isinstance(sqlite_sees, int)
+        assert sqlite_sees < len(want)
+        code, doc = check_json(case)
+        (d,) = doc["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert d["wal_dropped_commits"] > 0
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"], rep["strategy"]) == (0, False, "salvage")
+        assert rep["tables"]["messages"]["recovered_from_wal"] == len(want) - sqlite_sees
+        assert any("has a damaged header" in n for n in rep["notes"])
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
+        for t in ("sessions", "session_model_usage"):
+            assert_rows_are_pristine(out, case.pristine, t)

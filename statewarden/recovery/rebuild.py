@@ -47,6 +47,7 @@ class TableCopy:
     report: TableReport
     source_keys: set[Any] = field(default_factory=set)
     index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
+    indexed: bool = False  # an index with no error listed every row (index_keys)
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     page_keys: set[Any] = field(default_factory=set)
     page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
@@ -497,6 +498,7 @@ class Rebuild:
             tc.hint_keys.update(keys)
             if idx.rootpage not in broken_trees:
                 tc.index_keys.update(keys)
+                tc.indexed = True
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.

@@ -369,6 +369,16 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                 r.unreadable_ranges = _bounded(
                     _uncovered(r.unreadable_ranges, tc, known), tc.sequence
                 )
+            if r.unreadable_ranges and not lost and tc.indexed and tc.index_keys == out_keys:
+                # An index whose own b-tree is intact lists every row of the table, and
+                # it lists exactly the rows the output holds: the stretches that could
+                # not be read held no other row (gaps left by deleted rows).
+                shown = ", ".join(f"{lo}..{hi}" for lo, hi in r.unreadable_ranges[:5])
+                report.notes.append(
+                    f"{name}: rowids {shown} could not be read, but its intact indexes"
+                    f" list exactly the {n} rows recovered: nothing was there"
+                )
+                r.unreadable_ranges = []
             if r.lost == 0 and not r.unreadable_ranges:
                 r.status = "complete"
             elif n == 0 and known:
