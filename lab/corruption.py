@@ -752,3 +752,29 @@ def wal_zeroed_frame_header(dest_dir: Path, messages: int = 60, spec: Spec = SMA
     _write(Path(f"{case.db}-wal"), offset, b"\x00" * 24)
     case.note += f"; frame {i + 1} of {len(frames)} (page {page}): its header zeroed"
     return case
+
+
+def flipped_payload_size(
+    dest_dir: Path, rowid: int = 50, bit: int = 0x20, spec: Spec = SMALL
+) -> Case:
+    """One bit of the payload-size varint of message ``rowid``'s cell flipped (its last
+    byte): the cell now claims a payload shorter (or longer) than the record it holds,
+    but the record itself, header and body, is intact on the page."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots["messages"], rowid)
+    base = (leaf - 1) * pf.page_size
+    for off in pf.cell_offsets(leaf):
+        pg = pf.page(leaf)
+        size, pos = _varint(pg, off)
+        rid, _ = _varint(pg, pos)
+        if rid == rowid:
+            last = pos - 1  # the varint's last byte
+            _write(case.db, base + last, bytes([pg[last] ^ bit]))
+            new, _ = _varint(PristineFile(case.db).page(leaf), off)
+            case.note = f"messages rowid {rowid}: payload size {size} flipped to {new}"
+            break
+    else:  # pragma: no cover - a fixture without that row
+        raise LookupError(rowid)
+    case.damaged_pages.append(leaf)
+    return case

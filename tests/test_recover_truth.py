@@ -162,3 +162,24 @@ class TestWalDamageInTheMiddle:
         assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == want
         for t in ("sessions", "session_model_usage"):
             assert_rows_are_pristine(out, case.pristine, t)
+
+
+class TestFlippedPayloadSize:
+    @pytest.mark.parametrize(("rowid", "bit"), [(50, 0x20), (700, 0x01)])
+    def test_the_record_comes_back_whole(self, tmp_path: Path, rowid: int, bit: int) -> None:
+        """One bit of a message cell's payload-size varint flipped (shorter, longer):
+        the record itself is intact, so the row comes back whole, every column equal to
+        what Hermes wrote, not as a partial row with filled-in columns: no loss, exit 0,
+        and the search index finds it as the pristine one does."""
+        case = corruption.flipped_payload_size(tmp_path / "db", rowid, bit)
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"], rep["partial_rows"]) == (0, False, [])
+        m = rep["tables"]["messages"]
+        assert (m["partial"], m["lost_keys"], m["unreadable_ranges"]) == (0, [], [])
+        assert_rows_are_pristine(out, case.pristine, "messages")
+        (content,) = rows(case.pristine, f"SELECT content FROM messages WHERE id = {rowid}")[0]
+        word = next(w for w in str(content).split() if w.isalpha() and len(w) >= 4)
+        assert (rowid,) in fts_matches(out, "messages_fts", word)
+        assert fts_matches(out, "messages_fts", word) == fts_matches(
+            case.pristine, "messages_fts", word
+        )

@@ -498,6 +498,58 @@ def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
     return None
 
 
+def record_by_its_header(path: Path, root: int, rowid: int) -> list[Any] | None:
+    """The record of row ``rowid``, read by its own header when its cell's payload-size
+    varint is wrong (a flipped bit): the header lists every column's serial type, so
+    it gives the record's length itself. Taken only when that record lies wholly in
+    the cell's page (no overflow), overlaps no other cell and decodes to the end
+    exactly (``record``); None otherwise. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        return _record_by_its_header(db, root, rowid)
+    except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+        return None
+    finally:
+        db.close()
+
+
+def _record_by_its_header(db: DatabaseFile, root: int, rowid: int) -> list[Any] | None:
+    leaf = find_leaf(db, root, rowid)
+    if leaf is None:
+        return None
+    pg = db.page(leaf)
+    offsets = db.cell_offsets(leaf)
+    for off in offsets:
+        _size, pos = varint(pg, off)
+        rid, pos = varint(pg, pos)
+        if rid == rowid:
+            break
+    else:
+        return None
+    hsize, hpos = varint(pg, pos)
+    if not 0 < hsize <= db.usable - pos:
+        return None
+    total = hsize
+    while hpos < pos + hsize:
+        t, hpos = varint(pg, hpos)
+        total += _serial_size(t)
+    end = pos + total
+    if end > db.usable or db._local_size(total, table=True) != total:
+        return None  # longer than the page holds: it would need an overflow chain
+    if any(off < o < end for o in offsets):
+        return None  # runs into another cell: the header is not this record's
+    return db.record(bytes(pg[pos:end]))
+
+
+def _serial_size(t: int) -> int:
+    if t < 12:
+        if t in (10, 11):
+            raise PageFormatError(f"reserved serial type {t}")
+        return (0, 1, 2, 3, 4, 6, 8, 8, 0, 0)[t]
+    return (t - 12) // 2 if t % 2 == 0 else (t - 13) // 2
+
+
 def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:
     """Overflow pages from ``first`` while they look like a chain (None if not)."""
     out: list[int] = []

@@ -52,7 +52,13 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
-from statewarden.recovery.pages import partial_columns, rows_from_images, salvage_rows
+from statewarden.recovery.pages import (
+    partial_columns,
+    record_by_its_header,
+    record_fits,
+    rows_from_images,
+    salvage_rows,
+)
 from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
@@ -263,6 +269,23 @@ def _complete_partial_rows(
             if obj is None:
                 continue
             cols = [c.name for c in obj.stored_columns]
+            whole = record_by_its_header(db, obj.rootpage, entry["rowid"])
+            if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
+                if obj.rowid_alias and obj.rowid_alias in cols:
+                    whole[cols.index(obj.rowid_alias)] = entry["rowid"]
+                sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols[: len(whole)])
+                conn.execute(
+                    f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
+                    [*whole, entry["rowid"]],
+                )
+                report.notes.append(
+                    f"{obj.name} rowid {entry['rowid']}: its cell's payload size disagrees"
+                    " with its record; the record was read whole by its own header"
+                )
+                entry["columns"] = []
+                copies[obj.name].report.partial -= 1
+                copies[obj.name].report.recovered_from_pages += 1
+                continue
             got = partial_columns(db, obj.rootpage, entry["rowid"], roots)
             found = {
                 cols[i]: v for i, v in got.items() if i < len(cols) and cols[i] in entry["columns"]
