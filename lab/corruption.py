@@ -20,7 +20,7 @@ from pathlib import Path
 
 import apsw
 
-from lab.hermes_fixtures import SMALL, AnySpec, Spec, built_db, hermes_python
+from lab.hermes_fixtures import SMALL, TINY, AnySpec, Spec, built_db, hermes_python
 from statewarden.demo import damage
 from statewarden.demo.damage import duplicate_cell, point_cells_at_first
 
@@ -777,4 +777,16 @@ def flipped_payload_size(
     else:  # pragma: no cover - a fixture without that row
         raise LookupError(rowid)
     case.damaged_pages.append(leaf)
+    return case
+
+
+def foreign_hermes_wal(dest_dir: Path, spec: Spec = SMALL, other: Spec = TINY) -> Case:
+    """A Hermes database next to the ``-wal`` of another Hermes database (``other``,
+    with 30 commits of Hermes in it): a valid WAL (header, salts, checksums, page size,
+    schema cookie all fine) whose pages belong to a different file. Replaying it over
+    this one scrambles it; the database file alone is intact (``pristine``)."""
+    theirs = wal_commits(dest_dir / "other", 30, other)
+    case = fresh_copy(dest_dir / "db", spec)
+    shutil.copyfile(f"{theirs.db}-wal", f"{case.db}-wal")
+    case.note = f"the -wal of another Hermes database ({theirs.note})"
     return case

@@ -183,3 +183,24 @@ class TestFlippedPayloadSize:
         assert fts_matches(out, "messages_fts", word) == fts_matches(
             case.pristine, "messages_fts", word
         )
+
+
+class TestForeignWal:
+    def test_a_wal_of_another_hermes_database_is_set_aside(self, tmp_path: Path) -> None:
+        """The -wal of another Hermes database (valid header, salts, checksums, page
+        size and schema cookie) next to an intact file: replayed, it scrambles the
+        file (most rows lost). Recognised by what it does to the file, it is set aside
+        and named; every row of the file comes back (exit 0). check says base damage
+        (exit 3): as SQLite, and so Hermes, reads the bundle, the rows are not there."""
+        case = corruption.foreign_hermes_wal(tmp_path)
+        wal_bytes = Path(f"{case.db}-wal").read_bytes()
+        code, doc = check_json(case)
+        (d,) = doc["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert any("belongs to another database" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"], rep["lost"]) == (0, False, {})
+        assert any("set aside, it belongs to another database" in n for n in rep["notes"])
+        for t in ("sessions", "messages", "session_model_usage"):
+            assert_rows_are_pristine(out, case.pristine, t)
+        assert Path(f"{case.db}-wal").read_bytes() == wal_bytes  # the source is only read

@@ -250,7 +250,8 @@ def diagnose(
     if wal is not None:
         result.notes.extend(wal.notes(wal_name))
         result.wal_dropped_commits = wal.dropped_commits
-        if wal.dropped_commits:
+        if wal.dropped_commits or wal.foreign:
+            # A foreign WAL: SQLite, and so Hermes, would read the file scrambled by it.
             result.damage = worst(result.damage, "base")
     if schema_rebuilt:
         result.notes.insert(0, schema_rebuilt)

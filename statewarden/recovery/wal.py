@@ -69,6 +69,7 @@ class WalFacts:
     dropped_commits: int = 0  # committed transactions SQLite does not apply
     dropped_frames: int = 0
     unfinished_frames: int = 0  # after the last commit frame: never committed
+    foreign: str | None = None  # why it was set aside as another database's WAL
 
     def newest_images(self) -> dict[int, bytes]:
         """Page images of the dropped committed transactions, the newest per page
@@ -99,6 +100,13 @@ class WalFacts:
 
     def notes(self, name: str) -> list[str]:
         out = []
+        if self.foreign:
+            out.append(
+                f"{name}: set aside, it belongs to another database ({self.foreign});"
+                " the database file was read alone. SQLite would replay it over the file:"
+                " move it away before Hermes opens the database again"
+            )
+            return out
         if self.ignored:
             out.append(f"{name}: ignored, as SQLite does: {self.ignored}")
         if self.first_bad is not None and not self.ignored:
