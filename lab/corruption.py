@@ -790,3 +790,28 @@ def foreign_hermes_wal(dest_dir: Path, spec: Spec = SMALL, other: Spec = TINY) -
     shutil.copyfile(f"{theirs.db}-wal", f"{case.db}-wal")
     case.note = f"the -wal of another Hermes database ({theirs.note})"
     return case
+
+
+def damaged_leaf_structure(
+    dest_dir: Path, what: str, table: str = "messages", which: int = 5, spec: Spec = SMALL
+) -> Case:
+    """The page header (``header``: its 8 bytes) or the cell-pointer array
+    (``pointers``) of one leaf of ``table`` zeroed: the b-tree still points to the page
+    and every cell on it is intact, but no reader that trusts the page's structure can
+    find them. ``unreached[table]`` is the page's rowids (recoverable); nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = leaves[which]
+    count = len(pf.cell_offsets(leaf))
+    base = (leaf - 1) * pf.page_size
+    if what == "header":
+        _write(case.db, base, b"\x00" * 8)
+    elif what == "pointers":
+        _write(case.db, base + 8, b"\x00" * (2 * count))
+    else:  # pragma: no cover - a typo in a test
+        raise ValueError(what)
+    case.unreached = {table: pf.leaf_rowids(leaf)}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: its {what} zeroed ({count} cells)"
+    return case

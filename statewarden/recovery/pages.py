@@ -498,6 +498,84 @@ def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
     return None
 
 
+def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
+    """Rows carved from the leaves of ``tables`` whose page structure is damaged.
+
+    A leaf the table's b-tree points to but whose header or cell-pointer array is
+    damaged (not a b-tree page any more, or pointers outside the content area) still
+    holds its cells. They are found by trying every offset of the page: a cell is
+    taken when its payload-size varint, its rowid varint and its record agree (the
+    record's own header sums to exactly that payload size, lies in the page, decodes
+    to the end) and the record fits the table (``record_fits``, every column stored).
+    The bytes of deleted rows can stay in a page's free space, so the caller takes a
+    carved row only when an intact index or FTS copy vouches for it. Call with no
+    SQLite connection open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        out: dict[str, list[Row]] = {}
+        for name in tables:
+            obj = schema.by_name(name)
+            if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
+                continue
+            rows: list[Row] = []
+            for leaf in _damaged_leaves(db, obj.rootpage):
+                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
+            if rows:
+                out[name] = sorted(rows, key=lambda r: r[0])
+        return out
+    finally:
+        db.close()
+
+
+def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
+    return len(values) == len(obj.stored_columns) and record_fits(obj, values)
+
+
+def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
+    """Children of the tree's interior pages that cannot be parsed as b-tree pages."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen or not 1 <= n <= db.page_count:
+            continue
+        seen.add(n)
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind == PAGE_TABLE_INTERIOR:
+                stack.extend(db.children(n))
+                continue
+            if kind != PAGE_TABLE_LEAF:
+                raise PageFormatError(f"page {n}: not a table page")
+            db.cell_offsets(n)
+        except (PageFormatError, struct.error, IndexError):
+            if n != root:
+                out.append(n)
+    return sorted(out)
+
+
+def _carve(db: DatabaseFile, n: int) -> list[Row]:
+    pg = db.page(n)
+    out: list[Row] = []
+    off = 8  # past the smallest leaf header
+    while off < db.usable - 3:
+        try:
+            size, pos = varint(pg, off)
+            rowid, pos = varint(pg, pos)
+            end = pos + size
+            local = size > 0 and end <= db.usable and db._local_size(size, table=True) == size
+            if local and rowid > 0:
+                out.append((rowid, db.record(bytes(pg[pos:end]))))
+                off = end
+                continue
+        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+            pass
+        off += 1
+    return out
+
+
 def record_by_its_header(path: Path, root: int, rowid: int) -> list[Any] | None:
     """The record of row ``rowid``, read by its own header when its cell's payload-size
     varint is wrong (a flipped bit): the header lists every column's serial type, so

@@ -169,6 +169,7 @@ class Rebuild:
         progress: ProgressFn | None,
         trust_unreached: bool = True,
         wal_rows: SalvagedRows | None = None,
+        carved: SalvagedRows | None = None,
     ) -> None:
         self.work = work
         self.built = built
@@ -181,6 +182,8 @@ class Rebuild:
         self.trust_unreached = trust_unreached
         # Rows on page images of committed WAL transactions SQLite does not replay.
         self.wal_rows = wal_rows or {}
+        # Cells carved from leaves whose page structure is damaged (pages.py).
+        self.carved = carved or {}
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -269,6 +272,7 @@ class Rebuild:
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
                 self._add_unreached(tc)
+                self._add_carved(tc)
                 self._add_wal_rows(tc)
             self._copy_sequences()
             for tc in self.copies.values():
@@ -576,6 +580,12 @@ class Rebuild:
             hints=hints,
             on_partial=partial.__setitem__,
         )
+        if result.out_of_order:
+            shown = ", ".join(str(r) for r in result.out_of_order[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(result.out_of_order)} cells read out of rowid order that no"
+                f" index lists (rowids {shown}): garbled cells, not rows; not copied"
+            )
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
         if result.text_repaired:
@@ -715,6 +725,20 @@ class Rebuild:
                 tc.page_versions_skipped += 1
                 continue
             self._insert_salvaged(tc, rowid, values, vouched)
+
+    def _add_carved(self, tc: TableCopy) -> None:
+        """Rows carved from the table's leaves whose header or cell pointers are
+        damaged, for rowids the b-tree lacks, each only if an intact index or FTS copy
+        of the table lists it (stale cells of deleted rows stay in a page's free
+        space)."""
+        rows = self.carved.get(tc.obj.name, [])
+        if not rows:
+            return
+        vouched = tc.known_keys()
+        for rowid, values in rows:
+            if rowid in tc.rowids:
+                continue
+            self._insert_salvaged(tc, rowid, list(values), vouched)
 
     def _add_wal_rows(self, tc: TableCopy) -> None:
         """Rows of committed transactions SQLite does not replay: a rowid the output

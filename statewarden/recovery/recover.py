@@ -53,6 +53,7 @@ from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.pages import (
+    carve_damaged_leaves,
     partial_columns,
     record_by_its_header,
     record_fits,
@@ -188,6 +189,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         conn.close()
     damaged = _damaged_tables(diag, schema)
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
+    carved: dict[str, list[tuple[int, list[Any]]]] = {}
     wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
     if work.wal is not None:
         report.notes.extend(work.wal.notes(work.wal_name))
@@ -198,6 +200,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (docs/safety.md rule 2).
             salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
+            carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
             wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
@@ -218,6 +221,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             diag,
             damaged=damaged,
             salvaged=salvaged,
+            carved=carved,
             wal_rows=wal_rows,
             report=report,
             progress=progress,

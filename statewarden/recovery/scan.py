@@ -45,6 +45,7 @@ class ScanResult:
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
     repeats_skipped: int = 0  # the same rowid met again and again (a looping tree)
     partial: dict[int, list[str]] = field(default_factory=dict)  # rowid -> unreadable columns
+    out_of_order: list[int] = field(default_factory=list)  # garbled cells' rowids, withheld
     first_error: str | None = None
 
     def add_range(self, lo: int, hi: int) -> None:
@@ -100,6 +101,7 @@ class _Scan:
         self.columns = list(columns)
         self.on_row = on_row
         self.hints = sorted(set(hints))
+        self.hint_set = set(self.hints)
         self.t = t = f"{quote_ident(db_name)}.{quote_ident(table)}"
         cols = "".join(", " + quote_ident(c) for c in columns)
         self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
@@ -181,6 +183,7 @@ class _Scan:
         start = self.start
         self.returned = 0
         current: set[int] = set()
+        prev: int | None = None
         try:
             sql, args = self._select(start, self._what())
             for row in _rows(self.conn, sql, args):
@@ -188,6 +191,17 @@ class _Scan:
                 rowid = int(row[0])
                 if rowid in self.earlier or rowid in self.alone:
                     continue  # a damaged tree can hand back rows already passed
+                if (
+                    self.hint_set
+                    and prev is not None
+                    and rowid < prev
+                    and rowid not in self.hint_set
+                ):
+                    # Below the row before it and listed by no readable index: a garbled
+                    # cell (zeroed cell pointers read the page header as cells, rowid 0).
+                    result.out_of_order.append(rowid)
+                    continue
+                prev = rowid
                 times = self.seen.get(rowid, 0)
                 if times >= MAX_COPIES_PER_ROWID:
                     # Child pointers scribbled to point at the same leaves again and
