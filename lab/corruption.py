@@ -674,7 +674,15 @@ def garbled_cell(dest_dir: Path, spec: Spec = SMALL, cell: int = 8, seed: int = 
     return case
 
 
-def zeroed_fts_config(dest_dir: Path, fts: str = "messages_fts", spec: Spec = SMALL) -> Case:
+def zeroed_shadow_root(dest_dir: Path, shadow: str, spec: AnySpec = SMALL) -> Case:
+    """The root page of FTS shadow table ``shadow`` zeroed (every base table intact)."""
+    case = fresh_copy(dest_dir, spec)
+    zero_page(case, case.roots[shadow])
+    case.note = f"{shadow} root page {case.roots[shadow]} zeroed"
+    return case
+
+
+def zeroed_fts_config(dest_dir: Path, fts: str = "messages_fts", spec: AnySpec = SMALL) -> Case:
     """The page of ``{fts}_config`` zeroed: FTS5 cannot open ``fts`` any more (its
     constructor reads the config), though every base table is intact."""
     case = fresh_copy(dest_dir, spec)

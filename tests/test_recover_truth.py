@@ -15,7 +15,7 @@ import apsw
 import pytest
 
 from lab import corruption
-from lab.hermes_fixtures import SMALL, built_db
+from lab.hermes_fixtures import MAIN_CJK, SMALL, built_db
 from tests.support.cli import run_ctl
 
 
@@ -102,6 +102,22 @@ class TestFtsOnlyDamage:
             conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('integrity-check')")
         finally:
             conn.close()
+
+    @pytest.mark.parametrize("shadow", ["messages_fts_cjk_config", "messages_fts_cjk_data"])
+    def test_carried_fts_with_a_damaged_shadow_page(self, tmp_path: Path, shadow: str) -> None:
+        """Hermes main's CJK FTS table (a tokenizer that cannot load here, so carried
+        over as it is) with its config or data root page zeroed: the output opened no
+        more (exit 1, "invalid fts5 file format", or the structure record missing).
+        Its version row is written back, or its index carried empty:
+        exit 0, verified, every base row as Hermes wrote it."""
+        case = corruption.zeroed_shadow_root(tmp_path / "db", shadow, MAIN_CJK)
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["verified"], rep["loss_detected"]) == (0, True, False)
+        for table in ("sessions", "messages"):
+            assert_rows_are_pristine(out, case.pristine, table)
+        assert rows(out, "SELECT name FROM sqlite_schema WHERE name = 'messages_fts_cjk'") == [
+            ("messages_fts_cjk",)
+        ]
 
 
 class TestSayOnlyWhatIsTrue:

@@ -15,6 +15,7 @@ those meets damage after all the whole build starts over row by row.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import quote_ident, uri_for
 
 PROGRESS_EVERY_ROWS = 1000
+# FTS5's structure record of an index with no segment (cookie 0, no level, no segment,
+# write counter 0), as FTS5 itself writes it for a new table.
+EMPTY_FTS5_STRUCTURE = bytes(7)
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
 _TREE_RE = re.compile(r"^Tree (\d+) ")
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
@@ -325,6 +329,8 @@ class Rebuild:
             for obj in self.schema.tables():
                 if obj.shadow_of == name:
                     self._carry_shadow(name, obj.name)
+            self._keep_fts_version(name)
+            self._keep_fts_structure(name)
             why = self.diag.unverifiable.get(name, "")
             self.report.notes.append(
                 f"{name}: carried over as it was, its index unchecked ({why});"
@@ -382,6 +388,49 @@ class Rebuild:
         if rows:
             marks = ", ".join("?" for _ in rows[0])
             self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
+
+    def _keep_fts_version(self, name: str) -> None:
+        """A carried FTS table whose ``_config`` lost its ``version`` row (a damaged
+        page) could not be opened at all in the output: the row is written back with
+        the file-format version FTS5 gives every table (5 for ``contentless_delete``)."""
+        obj = self.schema.by_name(name)
+        config = quote_ident(f"{name}_config")
+        try:
+            have = self.dst.execute(f"SELECT 1 FROM main.{config} WHERE k = 'version'").fetchone()
+        except apsw.Error:
+            return  # not a regular FTS5 config table: nothing to restore
+        if have is not None:
+            return
+        delete = bool(obj and re.search(r"contentless_delete\s*=\s*1", obj.sql or "", re.I))
+        self.dst.execute(
+            f"INSERT INTO main.{config}(k, v) VALUES ('version', ?)", (5 if delete else 4,)
+        )
+        self.report.notes.append(
+            f"{name}: its config had no version row; written back (version {5 if delete else 4})"
+        )
+
+    def _keep_fts_structure(self, name: str) -> None:
+        """A carried FTS table whose index lost its structure record (``_data`` rowid
+        10, the map of its segments) cannot be read or checked at all, and cannot be
+        rebuilt here: its index is carried empty instead (an empty structure, no
+        segments), its content kept, so that the output opens and Hermes rebuilds it."""
+        data = quote_ident(f"{name}_data")
+        try:
+            have = self.dst.execute(f"SELECT 1 FROM main.{data} WHERE id = 10").fetchone()
+        except apsw.Error:
+            return  # not a regular FTS5 data table
+        if have is not None:
+            return
+        for shadow in ("_data", "_idx", "_docsize"):
+            with contextlib.suppress(apsw.Error):  # _docsize is absent with columnsize=0
+                self.dst.execute(f"DELETE FROM main.{quote_ident(name + shadow)}")
+        self.dst.execute(
+            f"INSERT INTO main.{data}(id, block) VALUES (1, x''), (10, ?)", (EMPTY_FTS5_STRUCTURE,)
+        )
+        self.report.notes.append(
+            f"{name}: its index lost its structure record; carried empty (content kept):"
+            " Hermes must rebuild it (`hermes sessions optimize-storage`)"
+        )
 
     def _carry_shadow(self, name: str, shadow: str) -> None:
         """Copy one shadow table of a carried FTS table, keeping what can be read."""
