@@ -649,11 +649,15 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     return case
 
 
-def garbled_cell(dest_dir: Path, spec: Spec = SMALL, cell: int = 8, seed: int = 1) -> Case:
+def garbled_cell(
+    dest_dir: Path, spec: Spec = SMALL, cell: int = 8, seed: int = 1, *, decodable: bool = False
+) -> Case:
     """64 random bytes over one cell of the first ``sessions`` leaf, the cell's header
     made to read as rowid 95 with a short payload: in the middle of the leaf, SQLite's
-    scan meets a rowid far above the ones that follow. Only that cell's row is gone
-    (the 64 bytes lie inside it); ``lost_rowids`` is its real rowid."""
+    scan meets a rowid far above the ones that follow. With ``decodable`` the payload
+    is a well-formed two-byte record (one NULL column), so SQLite reads a row 95 that
+    never existed. Only that cell's row is gone (the 64 bytes lie inside it);
+    ``lost_rowids`` is its real rowid."""
     import random
 
     case = fresh_copy(dest_dir, spec)
@@ -665,7 +669,8 @@ def garbled_cell(dest_dir: Path, spec: Spec = SMALL, cell: int = 8, seed: int = 
     following = min(o for o in offsets if o > start)
     assert following - start >= 64, "the 64 bytes must stay inside the cell"
     rowid = pf.leaf_rowids(leaf)[cell]
-    head = bytes([40, 95])  # payload size 40, rowid 95 (one-byte varints)
+    # payload size, rowid 95 (one-byte varints) [, a record: header size 2, one NULL]
+    head = bytes([2, 95, 2, 0]) if decodable else bytes([40, 95])
     blob = head + random.Random(seed).randbytes(64 - len(head))
     _write(case.db, (leaf - 1) * pf.page_size + start, blob)
     case.lost_rowids = {"sessions": [rowid]}

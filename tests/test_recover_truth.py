@@ -69,6 +69,23 @@ class TestScanOrderIsNotKeyOrder:
         assert_rows_are_pristine(out, case.pristine, "sessions", {lost})
         assert_rows_are_pristine(out, case.pristine, "messages")
 
+    def test_a_garbled_cell_that_decodes_is_no_row(self, tmp_path: Path) -> None:
+        """The same garbled cell, its payload a well-formed record: SQLite reads a
+        session 95 that never existed (every column NULL but one). Above the row after
+        it and listed by no index, it is not copied; every real row is, exactly; and
+        check, which counted it as the lost row, calls it base damage (not derived)."""
+        case = corruption.garbled_cell(tmp_path / "db", decodable=True)
+        (lost,) = case.lost_rowids["sessions"]
+        code, checked = check_json(case)  # a row is lost: base damage, as recover shows
+        assert (code, checked["databases"][0]["damage"]) == (3, "base")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        assert doc["set_aside"] == []
+        assert doc["lost"] == {"sessions": 1}
+        assert_rows_are_pristine(out, case.pristine, "sessions", {lost})
+        assert_rows_are_pristine(out, case.pristine, "messages")
+        assert any("rowids 95" in n for n in doc["notes"])
+
 
 def fts_matches(path: Path, fts: str, word: str) -> list[tuple[object, ...]]:
     return rows(path, f"SELECT rowid FROM {fts} WHERE {fts} MATCH '{word}' ORDER BY rowid")
@@ -231,6 +248,8 @@ class TestCellsUnderDamagedPageStructure:
         message comes back exactly; the zeroed pointers' phantom cells (rowid 0) are
         not rows: no loss, exit 0."""
         case = corruption.damaged_leaf_structure(tmp_path / "db", what)
+        _, checked = check_json(case)
+        assert not any("rowid 0" in f for f in checked["databases"][0]["findings"])
         code, rep, out = recover_json(case, tmp_path)
         m = rep["tables"]["messages"]
         assert m["recovered_from_pages"] == len(case.unreached["messages"])

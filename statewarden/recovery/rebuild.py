@@ -53,6 +53,7 @@ class TableCopy:
     index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
     indexed: bool = False  # an index with no error listed every row (index_keys)
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
+    hint_rowids: set[int] = field(default_factory=set)  # the rowids those entries name
     page_keys: set[Any] = field(default_factory=set)
     page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
@@ -543,11 +544,15 @@ class Rebuild:
             select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else "rowid"
             try:
                 rows = self.src.execute(
-                    f"SELECT {select} FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
+                    f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
+                    f" FROM {t} INDEXED BY {quote_ident(idx.name)}"
+                    f" ORDER BY {order}"
                 ).fetchall()
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            keys: set[Any] = {tuple(r) if key_cols else r[0] for r in rows}
+            keys: set[Any] = {tuple(r[1:]) if key_cols else r[1] for r in rows}
+            if not obj.without_rowid:
+                tc.hint_rowids.update(int(r[0]) for r in rows if isinstance(r[0], int))
             tc.hint_keys.update(keys)
             if idx.rootpage not in broken_trees:
                 tc.index_keys.update(keys)
@@ -620,7 +625,7 @@ class Rebuild:
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
-        hints = [k for k in tc.hint_keys if isinstance(k, int)] if not key_idx else []
+        hints = sorted(tc.hint_rowids)
         result = scan_table(
             self.src,
             obj.name,

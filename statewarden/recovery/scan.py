@@ -183,39 +183,56 @@ class _Scan:
         start = self.start
         self.returned = 0
         current: set[int] = set()
-        prev: int | None = None
+        prev: int | None = None  # rowid of the row before ``pending`` (or of it)
+        pending: Row | None = None  # held back until the row after it is seen
+        before_pending: int | None = None
+
+        def deliver(row: Row) -> None:
+            rowid = int(row[0])
+            times = self.seen.get(rowid, 0)
+            if times >= MAX_COPIES_PER_ROWID:
+                # Child pointers scribbled to point at the same leaves again and
+                # again: a phantom row shows up twice, not hundreds of times.
+                result.repeats_skipped += 1
+                return
+            self.seen[rowid] = times + 1
+            current.add(rowid)
+            if start is None or rowid >= start:
+                self.last = rowid
+            result.rows_read += 1
+            self.on_row(row)
+
+        def unlisted(rowid: int) -> bool:
+            return bool(self.hint_set) and rowid not in self.hint_set
+
         try:
             sql, args = self._select(start, self._what())
-            for row in _rows(self.conn, sql, args):
+            for raw in _rows(self.conn, sql, args):
                 self.returned += 1
-                rowid = int(row[0])
+                rowid = int(raw[0])
                 if rowid in self.earlier or rowid in self.alone:
                     continue  # a damaged tree can hand back rows already passed
-                if (
-                    self.hint_set
-                    and prev is not None
-                    and rowid < prev
-                    and rowid not in self.hint_set
-                ):
+                if prev is not None and rowid < prev and unlisted(rowid):
                     # Below the row before it and listed by no readable index: a garbled
                     # cell (zeroed cell pointers read the page header as cells, rowid 0).
                     result.out_of_order.append(rowid)
                     continue
-                prev = rowid
-                times = self.seen.get(rowid, 0)
-                if times >= MAX_COPIES_PER_ROWID:
-                    # Child pointers scribbled to point at the same leaves again and
-                    # again: a phantom row shows up twice, not hundreds of times.
-                    result.repeats_skipped += 1
-                    continue
-                self.seen[rowid] = times + 1
-                current.add(rowid)
-                if start is None or rowid >= start:
-                    self.last = rowid
-                result.rows_read += 1
-                self.on_row(tuple(row))
+                if pending is not None:
+                    held = int(pending[0])
+                    if rowid < held and unlisted(held):
+                        # Above the row after it and listed by no index: a garbled cell
+                        # that happened to decode; it is no row.
+                        result.out_of_order.append(held)
+                        prev = before_pending
+                    else:
+                        deliver(pending)
+                pending, before_pending, prev = tuple(raw), prev, rowid
+            if pending is not None:
+                deliver(pending)
             return True
         except _ReadError as err:
+            if pending is not None:
+                deliver(pending)
             exc = err.cause
             if isinstance(exc, apsw.Error) and not _is_damage(exc):
                 raise exc from None
@@ -395,23 +412,31 @@ def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: list[int]) -
 
     Damaged leaves need not be next to each other in rowid order (a truncated file
     loses scattered pages), so a plain exponential search could jump over a readable
-    stretch. The search therefore tries, in order: the rowids an index says exist,
-    then every rowid one by one for a while (dense AUTOINCREMENT keys), and only then
-    doubles its step; the first success is narrowed back by bisection.
+    stretch. The search therefore takes the first rowid an index lists that reads as
+    a bound, tries every rowid one by one below it for a while (dense AUTOINCREMENT
+    keys; an index's own lost pages do not list them all), and only then narrows to
+    the bound by bisection, or, with no bound, doubles its step.
     """
     bad = lo
+    # The first listed rowid that reads bounds the search; readable rowids an index
+    # does not list (its own pages lost) may lie below it, so they are probed too.
+    bound = None
     for k in hints[bisect.bisect_right(hints, lo) :]:
         status, _ = _probe(conn, sql, k)
         if status != "error":
-            return _narrow(conn, sql, bad, k)
-        bad = k
+            bound = k
+            break
     p = max(bad, 0)  # nothing read yet: rowids start at 1 far more often than not
     for _ in range(LINEAR_PROBES):
         p += 1
+        if bound is not None and p >= bound:
+            return bound if bound - 1 == bad else _narrow(conn, sql, bad, bound)
         status, _ = _probe(conn, sql, p)
         if status != "error":
             return p if p - 1 == bad else _narrow(conn, sql, bad, p)
         bad = p
+    if bound is not None:
+        return _narrow(conn, sql, bad, bound)
     step = LINEAR_PROBES
     while bad < MAX_ROWID:
         p = min(bad + step, MAX_ROWID)
