@@ -649,15 +649,32 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     return case
 
 
+def _encode_varint(v: int) -> bytes:
+    """SQLite's varint for 0 <= v < 2**56 (written here, not taken from recovery/)."""
+    parts = [v & 0x7F]
+    v >>= 7
+    while v:
+        parts.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(reversed(parts))
+
+
 def garbled_cell(
-    dest_dir: Path, spec: Spec = SMALL, cell: int = 8, seed: int = 1, *, decodable: bool = False
+    dest_dir: Path,
+    spec: Spec = SMALL,
+    cell: int = 8,
+    seed: int = 1,
+    *,
+    decodable: bool = False,
+    size: int = 40,
 ) -> Case:
     """64 random bytes over one cell of the first ``sessions`` leaf, the cell's header
     made to read as rowid 95 with a short payload: in the middle of the leaf, SQLite's
     scan meets a rowid far above the ones that follow. With ``decodable`` the payload
     is a well-formed two-byte record (one NULL column), so SQLite reads a row 95 that
-    never existed. Only that cell's row is gone (the 64 bytes lie inside it);
-    ``lost_rowids`` is its real rowid."""
+    never existed. ``size`` is the payload size the cell claims (past the page: its
+    overflow pointer lies beyond the page's end). Only that cell's row is gone (the 64
+    bytes lie inside it); ``lost_rowids`` is its real rowid."""
     import random
 
     case = fresh_copy(dest_dir, spec)
@@ -666,11 +683,11 @@ def garbled_cell(
     leaf = leaves[0]
     offsets = pf.cell_offsets(leaf)
     start = offsets[cell]
-    following = min(o for o in offsets if o > start)
+    following = min((o for o in offsets if o > start), default=pf.page_size)
     assert following - start >= 64, "the 64 bytes must stay inside the cell"
     rowid = pf.leaf_rowids(leaf)[cell]
     # payload size, rowid 95 (one-byte varints) [, a record: header size 2, one NULL]
-    head = bytes([2, 95, 2, 0]) if decodable else bytes([40, 95])
+    head = bytes([2, 95, 2, 0]) if decodable else _encode_varint(size) + bytes([95])
     blob = head + random.Random(seed).randbytes(64 - len(head))
     _write(case.db, (leaf - 1) * pf.page_size + start, blob)
     case.lost_rowids = {"sessions": [rowid]}
@@ -827,4 +844,32 @@ def damaged_leaf_structure(
     case.unreached = {table: pf.leaf_rowids(leaf)}
     case.damaged_pages.append(leaf)
     case.note = f"{table} leaf {leaf}: its {what} zeroed ({count} cells)"
+    return case
+
+
+def random_bytes(dest_dir: Path, seed: int, spec: Spec = SMALL) -> Case:
+    """64 random bytes written at a random offset of a random ``sessions`` or
+    ``messages`` leaf (all drawn from ``seed``). ``lost_rowids`` are the rows whose
+    cell the bytes touch (they may or may not survive); every other row is intact on
+    disk and must come back exactly."""
+    import random
+
+    rnd = random.Random(seed)
+    table = rnd.choice(["sessions", "messages"])
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = rnd.choice(leaves)
+    start = rnd.randrange(0, pf.page_size - 64)
+    _write(case.db, (leaf - 1) * pf.page_size + start, rnd.randbytes(64))
+    pg = pf.page(leaf)
+    hit = []
+    for off in pf.cell_offsets(leaf):
+        size, pos = _varint(pg, off)
+        rowid, pos = _varint(pg, pos)
+        if start < pos + size and off < start + 64:
+            hit.append(rowid)
+    case.lost_rowids = {table: sorted(hit)}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: 64 random bytes at offset {start} (seed {seed})"
     return case

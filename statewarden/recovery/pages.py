@@ -145,7 +145,10 @@ class DatabaseFile:
                 stack.extend(self.children(n))
                 if kind in (PAGE_TABLE_LEAF, PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
                     for off in self.cell_offsets(n):
-                        seen.update(self._overflow_pages_of(n, kind, off))
+                        try:
+                            seen.update(self._overflow_pages_of(n, kind, off))
+                        except (struct.error, IndexError):
+                            continue  # a garbled cell whose payload runs past the page
             except PageFormatError:
                 continue
         seen.update(self.freelist_pages())
