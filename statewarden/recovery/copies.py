@@ -15,6 +15,8 @@ the other copy has rotted (derived damage, rebuilt from the row).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -251,7 +253,36 @@ def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> set[int] | 
             if isinstance(exc, apsw.InterruptError):
                 raise
             continue  # a damaged copy vouches for nothing
-        out = (out or set()) | {int(r[0]) for r in rows if isinstance(r[0], int)}
+        ids = [int(r[0]) for r in rows if isinstance(r[0], int)]
+        out = (out or set()) | in_order(ids)
+    return out
+
+
+def in_order(rowids: list[int]) -> set[int]:
+    """The rowids of a table scan (b-tree order) that keep their place: the longest
+    strictly increasing run through them. A b-tree holds its rowids in increasing
+    order, so one out of order is a garbled cell (a zeroed cell header reads as rowid
+    0), not a row that existed."""
+    if all(a < b for a, b in itertools.pairwise(rowids)):
+        return set(rowids)
+    tails: list[int] = []  # tails[k]: index of the smallest last rowid of a run of k+1
+    values: list[int] = []  # rowids[tails[k]]
+    prev = [-1] * len(rowids)
+    for i, r in enumerate(rowids):
+        k = bisect.bisect_left(values, r)
+        if k:
+            prev[i] = tails[k - 1]
+        if k == len(tails):
+            tails.append(i)
+            values.append(r)
+        else:
+            tails[k] = i
+            values[k] = r
+    out: set[int] = set()
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        out.add(rowids[i])
+        i = prev[i]
     return out
 
 

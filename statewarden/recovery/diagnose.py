@@ -250,7 +250,8 @@ def diagnose(
     if wal is not None:
         result.notes.extend(wal.notes(wal_name))
         result.wal_dropped_commits = wal.dropped_commits
-        if wal.dropped_commits:
+        if wal.dropped_commits or wal.foreign:
+            # A foreign WAL: SQLite, and so Hermes, would read the file scrambled by it.
             result.damage = worst(result.damage, "base")
     if schema_rebuilt:
         result.notes.insert(0, schema_rebuilt)
@@ -341,7 +342,8 @@ def table_facts(
         if prev != rowid:
             duplicate_keys.add(k)
 
-    result: ScanResult = scan_table(conn, obj.name, key_cols, on_row)
+    hints = _index_rowids(conn, schema, obj) if schema is not None else []
+    result: ScanResult = scan_table(conn, obj.name, key_cols, on_row, hints=hints)
     planner: int | None = None
     planner_error = None
     try:
@@ -377,6 +379,28 @@ def table_facts(
         planner_error=planner_error,
         text_repaired=len(result.text_repaired),
     )
+
+
+def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> list[int]:
+    """Rowids the table's readable full indexes list: where a damaged scan can resume,
+    and what tells a garbled cell (a rowid out of order that no index lists) from a
+    row (``scan.py``)."""
+    if obj.without_rowid:
+        return []
+    out: set[int] = set()
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue  # a partial index lists only some rows
+        try:
+            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
+            out.update(int(r[0]) for r in conn.execute(sql))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return sorted(out)
 
 
 def _rows_elsewhere(

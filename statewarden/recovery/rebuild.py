@@ -15,6 +15,7 @@ those meets damage after all the whole build starts over row by row.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import quote_ident, uri_for
 
 PROGRESS_EVERY_ROWS = 1000
+# FTS5's structure record of an index with no segment (cookie 0, no level, no segment,
+# write counter 0), as FTS5 itself writes it for a new table.
+EMPTY_FTS5_STRUCTURE = bytes(7)
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
 _TREE_RE = re.compile(r"^Tree (\d+) ")
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
@@ -47,7 +51,9 @@ class TableCopy:
     report: TableReport
     source_keys: set[Any] = field(default_factory=set)
     index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
+    indexed: bool = False  # an index with no error listed every row (index_keys)
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
+    hint_rowids: set[int] = field(default_factory=set)  # the rowids those entries name
     page_keys: set[Any] = field(default_factory=set)
     page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
@@ -168,6 +174,7 @@ class Rebuild:
         progress: ProgressFn | None,
         trust_unreached: bool = True,
         wal_rows: SalvagedRows | None = None,
+        carved: SalvagedRows | None = None,
     ) -> None:
         self.work = work
         self.built = built
@@ -180,6 +187,8 @@ class Rebuild:
         self.trust_unreached = trust_unreached
         # Rows on page images of committed WAL transactions SQLite does not replay.
         self.wal_rows = wal_rows or {}
+        # Cells carved from leaves whose page structure is damaged (pages.py).
+        self.carved = carved or {}
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -268,6 +277,7 @@ class Rebuild:
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
                 self._add_unreached(tc)
+                self._add_carved(tc)
                 self._add_wal_rows(tc)
             self._copy_sequences()
             for tc in self.copies.values():
@@ -320,6 +330,8 @@ class Rebuild:
             for obj in self.schema.tables():
                 if obj.shadow_of == name:
                     self._carry_shadow(name, obj.name)
+            self._keep_fts_version(name)
+            self._keep_fts_structure(name)
             why = self.diag.unverifiable.get(name, "")
             self.report.notes.append(
                 f"{name}: carried over as it was, its index unchecked ({why});"
@@ -377,6 +389,49 @@ class Rebuild:
         if rows:
             marks = ", ".join("?" for _ in rows[0])
             self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
+
+    def _keep_fts_version(self, name: str) -> None:
+        """A carried FTS table whose ``_config`` lost its ``version`` row (a damaged
+        page) could not be opened at all in the output: the row is written back with
+        the file-format version FTS5 gives every table (5 for ``contentless_delete``)."""
+        obj = self.schema.by_name(name)
+        config = quote_ident(f"{name}_config")
+        try:
+            have = self.dst.execute(f"SELECT 1 FROM main.{config} WHERE k = 'version'").fetchone()
+        except apsw.Error:
+            return  # not a regular FTS5 config table: nothing to restore
+        if have is not None:
+            return
+        delete = bool(obj and re.search(r"contentless_delete\s*=\s*1", obj.sql or "", re.I))
+        self.dst.execute(
+            f"INSERT INTO main.{config}(k, v) VALUES ('version', ?)", (5 if delete else 4,)
+        )
+        self.report.notes.append(
+            f"{name}: its config had no version row; written back (version {5 if delete else 4})"
+        )
+
+    def _keep_fts_structure(self, name: str) -> None:
+        """A carried FTS table whose index lost its structure record (``_data`` rowid
+        10, the map of its segments) cannot be read or checked at all, and cannot be
+        rebuilt here: its index is carried empty instead (an empty structure, no
+        segments), its content kept, so that the output opens and Hermes rebuilds it."""
+        data = quote_ident(f"{name}_data")
+        try:
+            have = self.dst.execute(f"SELECT 1 FROM main.{data} WHERE id = 10").fetchone()
+        except apsw.Error:
+            return  # not a regular FTS5 data table
+        if have is not None:
+            return
+        for shadow in ("_data", "_idx", "_docsize"):
+            with contextlib.suppress(apsw.Error):  # _docsize is absent with columnsize=0
+                self.dst.execute(f"DELETE FROM main.{quote_ident(name + shadow)}")
+        self.dst.execute(
+            f"INSERT INTO main.{data}(id, block) VALUES (1, x''), (10, ?)", (EMPTY_FTS5_STRUCTURE,)
+        )
+        self.report.notes.append(
+            f"{name}: its index lost its structure record; carried empty (content kept):"
+            " Hermes must rebuild it (`hermes sessions optimize-storage`)"
+        )
 
     def _carry_shadow(self, name: str, shadow: str) -> None:
         """Copy one shadow table of a carried FTS table, keeping what can be read."""
@@ -489,14 +544,19 @@ class Rebuild:
             select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else "rowid"
             try:
                 rows = self.src.execute(
-                    f"SELECT {select} FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
+                    f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
+                    f" FROM {t} INDEXED BY {quote_ident(idx.name)}"
+                    f" ORDER BY {order}"
                 ).fetchall()
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            keys: set[Any] = {tuple(r) if key_cols else r[0] for r in rows}
+            keys: set[Any] = {tuple(r[1:]) if key_cols else r[1] for r in rows}
+            if not obj.without_rowid:
+                tc.hint_rowids.update(int(r[0]) for r in rows if isinstance(r[0], int))
             tc.hint_keys.update(keys)
             if idx.rootpage not in broken_trees:
                 tc.index_keys.update(keys)
+                tc.indexed = True
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -565,7 +625,7 @@ class Rebuild:
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
-        hints = [k for k in tc.hint_keys if isinstance(k, int)] if not key_idx else []
+        hints = sorted(tc.hint_rowids)
         result = scan_table(
             self.src,
             obj.name,
@@ -574,6 +634,12 @@ class Rebuild:
             hints=hints,
             on_partial=partial.__setitem__,
         )
+        if result.out_of_order:
+            shown = ", ".join(str(r) for r in result.out_of_order[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(result.out_of_order)} cells read out of rowid order that no"
+                f" index lists (rowids {shown}): garbled cells, not rows; not copied"
+            )
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
         if result.text_repaired:
@@ -713,6 +779,20 @@ class Rebuild:
                 tc.page_versions_skipped += 1
                 continue
             self._insert_salvaged(tc, rowid, values, vouched)
+
+    def _add_carved(self, tc: TableCopy) -> None:
+        """Rows carved from the table's leaves whose header or cell pointers are
+        damaged, for rowids the b-tree lacks, each only if an intact index or FTS copy
+        of the table lists it (stale cells of deleted rows stay in a page's free
+        space)."""
+        rows = self.carved.get(tc.obj.name, [])
+        if not rows:
+            return
+        vouched = tc.known_keys()
+        for rowid, values in rows:
+            if rowid in tc.rowids:
+                continue
+            self._insert_salvaged(tc, rowid, list(values), vouched)
 
     def _add_wal_rows(self, tc: TableCopy) -> None:
         """Rows of committed transactions SQLite does not replay: a rowid the output
