@@ -16,6 +16,7 @@ At most every :data:`CHECK_EVERY_S`, from the main loop (:meth:`RunAlerts.tick`)
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from statewarden.maintenance import outcomes
@@ -30,6 +31,11 @@ class RunAlerts:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self._last = 0.0
+        self.ended: dict[str, float] = {}  # db -> when its last run's outcome was told
+
+    def ran_since(self, db: str, since: float) -> bool:
+        """True if a run on ``db`` ended (its outcome told) at or after ``since``."""
+        return self.ended.get(db, 0.0) >= since
 
     def tick(self, now: float) -> None:
         if now - self._last < CHECK_EVERY_S:
@@ -53,6 +59,7 @@ class RunAlerts:
         sinks = d.alerts.notify(n)
         kind = n.items[0].kind
         run_id = str(data.get("run_id", ""))
+        self.ended[str(data.get("db"))] = time.time()
         d.log.info("maintenance outcome told", db=data.get("db"), run_id=run_id, kind=kind,
                    outcome=data.get("outcome"), sinks=sinks)  # fmt: skip
         post_check = data.get("post_check") or {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
@@ -18,6 +19,7 @@ from statewarden.cli._common import (
     profile_option,
     select_targets,
 )
+from statewarden.cli.verify_cmd import verdict_line
 from statewarden.config import runtime_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning
@@ -121,6 +123,7 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
             click.echo()
             _render(_from_json(d))
             click.echo(f"  open incidents  {d['open_incidents']}")
+            click.echo(f"  last verified   {_verified_line(d.get('verified'))}")
             click.echo(f"  journal         {d.get('journal', '-')}")
             for w in d["watchers"]:
                 if w["errors"]:
@@ -139,6 +142,16 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         if i:
             click.echo()
         _render(st)
+
+
+def _verified_line(v: dict[str, Any] | None) -> str:
+    """When the daemon last verified the database, and what it found."""
+    running = bool(v and v.get("running"))
+    if not v or "at" not in v:
+        return "verifying now" if running else "never (it is verified soon)"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(v["at"])))
+    line = f"{when}: {verdict_line(v)} ({v.get('reason', '-')})"
+    return line + ("; verifying again now" if running else "")
 
 
 def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
