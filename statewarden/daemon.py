@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import resource
 import signal
 import time
@@ -65,6 +66,7 @@ from statewarden.incidents.timeline import Timeline
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
 from statewarden.maintenance.auto import AutoMaintenance
+from statewarden.maintenance.ledger import lock_holder, run_dir
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import describe
 from statewarden.watch.units import UnitWatcher
@@ -107,7 +109,7 @@ class Daemon:
         self.last_check: dict[str, tuple[float, str]] = {}  # db -> (when, damage class)
         self.databases = WatchedDatabases(config, self.handle)
         self.health = OwnHealth(sdir, self.book, self.timeline, self.databases, self.handle)
-        self.holder_scans = HolderScans(config, self.handle)
+        self.holder_scans = HolderScans(config, self.handle, self._maintenance_pids)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
         self.runs = RunAlerts(self)
@@ -153,6 +155,16 @@ class Daemon:
     def _holders_of(self, db: str) -> list[str]:
         scan = self.holder_scans.last.get(db)
         return [describe(h) for h in scan.holders] if scan is not None else []
+
+    def _maintenance_pids(self) -> frozenset[int]:
+        """The pids holding a maintenance run's lock on a watched database (blocking)."""
+        pids = set()
+        for db in self.databases.paths():
+            with contextlib.suppress(OSError, StatewardenError):
+                pid = lock_holder(run_dir(self.state_dir, Path(os.path.abspath(db))))
+                if pid is not None:
+                    pids.add(pid)
+        return frozenset(pids)
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:

@@ -11,7 +11,10 @@ At most every :data:`CHECK_EVERY_S`, from the main loop (:meth:`RunAlerts.tick`)
 - **Outcomes**: each outcome a run left (``maintenance.outcomes``) is queued through the
   alert sinks (durable outbox, keyed by the run, so never twice), then removed.
 - **Resolution**: a ``repaired`` outcome whose post-check passed resolves the open
-  ``corruption`` incidents of its database, with the run id as the resolution.
+  ``corruption`` incidents of its database and every incident folded into them
+  (``alerts.router.FOLDED_INTO_CORRUPTION``: ``write_failures``, ``self_repair``,
+  ``jsonl_fallback``), with the run id as the resolution: left open, a folded one would
+  be sent on its own once the corruption resolved, telling the user to repair again.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from statewarden.alerts.router import FOLDED_INTO_CORRUPTION
 from statewarden.maintenance import outcomes
 
 if TYPE_CHECKING:  # pragma: no cover
     from statewarden.daemon import Daemon
 
 CHECK_EVERY_S = 0.5
+# What a successful repair resolves: the corruption and what was folded into it.
+REPAIRED_BY_MAINTENANCE = frozenset({"corruption"}) | FOLDED_INTO_CORRUPTION
 
 
 class RunAlerts:
@@ -66,5 +72,5 @@ class RunAlerts:
         if kind != "maintenance_repaired" or post_check.get("ok") is not True:
             return
         for inc in d.book.open_incidents():
-            if inc.db == data.get("db") and inc.kind == "corruption":
+            if inc.db == data.get("db") and inc.kind in REPAIRED_BY_MAINTENANCE:
                 d.recorder.resolve(inc.id, f"repaired by maintenance run {run_id}")

@@ -6,7 +6,10 @@ reading their state (so no change falls between the two), then:
 - every restart (``NRestarts`` going up) and every ``ActiveState`` change is a timeline
   observation ("hermes-gateway.service restarted (3 restarts)");
 - ``crash_restarts`` restarts within ``crash_window_s`` is ``crash_loop``; it clears
-  once the unit has run for a whole window without restarting.
+  once the unit has run for a whole window without restarting;
+- ``status`` ("watching N Hermes units") is listed again when a unit not seen before
+  changes, when a unit's ``ActiveState`` or ``LoadState`` changes, and every
+  ``CHECK_EVERY_S``, so it follows units that appear and disappear.
 
 No bus, no user manager or access denied: the reason is kept in ``status`` and the
 connection retried with capped backoff (from the shortest wait again once connected);
@@ -31,6 +34,8 @@ DEFAULT_CRASH_WINDOW_S = 600.0
 BACKOFF_START_S = 2.0
 BACKOFF_MAX_S = 300.0
 CHECK_EVERY_S = 30.0
+# Properties whose change may add a unit to the listing or take one out of it.
+_LISTING_CHANGES = frozenset({"ActiveState", "LoadState"})
 
 
 class UnitWatcher:
@@ -55,6 +60,7 @@ class UnitWatcher:
         self._restarts_seen: dict[str, int] = {}
         self._restart_times: dict[str, deque[float]] = {}
         self._looping: set[str] = set()
+        self.units: set[str] = set()  # the Hermes units loaded, as last listed
 
     def restarted(self, unit: str, n_restarts: int, now: float) -> None:
         """Account for a unit's restart counter; raise crash_loop when it loops."""
@@ -128,22 +134,30 @@ class UnitWatcher:
     async def _watch_once(self) -> None:
         async with UserManager(self.address) as manager:
             stream = await manager.watch_units(self.patterns)
-            units = await manager.list_units(self.patterns)
-            now = time.time()
-            for info in units:
-                self._restarts_seen.setdefault(info.name, info.n_restarts)
-            self.status = f"watching {len(units)} Hermes unit{'s' if len(units) != 1 else ''}"
+            await self._list(manager)
             self.backoff.succeeded()  # connected: a later loss starts again from the shortest wait
             iterator = stream.__aiter__()
             while True:
                 try:
                     change = await asyncio.wait_for(iterator.__anext__(), CHECK_EVERY_S)
                 except TimeoutError:
+                    await self._list(manager)  # units unloaded meanwhile are gone
                     self.check_quiet(time.time())
                     continue
                 now = time.time()
                 self._state_change(change.unit, change.changed, now)
+                if change.unit not in self.units or _LISTING_CHANGES & set(change.changed):
+                    await self._list(manager)  # a unit appeared, started or stopped
                 self.check_quiet(now)
+
+    async def _list(self, manager: UserManager) -> None:
+        """The Hermes units loaded now: ``status`` follows them as they come and go."""
+        units = await manager.list_units(self.patterns)
+        for info in units:
+            self._restarts_seen.setdefault(info.name, info.n_restarts)
+        self.units = {info.name for info in units}
+        n = len(self.units)
+        self.status = f"watching {n} Hermes unit{'s' if n != 1 else ''}"
 
     async def run(self) -> None:
         """Watch until cancelled; reconnect with backoff when the user manager is lost."""
