@@ -10,9 +10,10 @@ check finds:
   of each database is kept in ``verified.json`` in the state folder, so a restart does not
   start the day again), when a database is first seen with no verification on record, and
   soon after Hermes reported a ``self_repair`` or a unit a ``crash_loop``. Never while a
-  maintenance run is in progress on the database (its lock and ledger,
-  ``maintenance.ledger.in_progress``, as for the alert muting): it waits for the run to
-  end, and a result from a verification a run overlapped is thrown away. One at a time.
+  maintenance run is in progress on the database (its run lock, held from the run's plan
+  on, and its ledger, ``maintenance.ledger.in_progress``, as for the alert muting): it
+  waits for the run to end, and a result from a verification a run overlapped (or whose
+  file was swapped meanwhile) is thrown away. One at a time.
 - **how**: in a thread of its own (never a pool thread, which would keep the priority)
   that first lowers itself to nice 19 and the idle I/O class (``setpriority`` and
   ``ioprio_set`` on its native thread id: Linux keeps both per thread). A thread, not a
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import StatewardenError
 from statewarden.incidents.signals import Found, Observation, Severity, Signal
-from statewarden.maintenance.ledger import in_progress
+from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.targets import Target
@@ -202,8 +203,13 @@ class Verifications:
             self.due.setdefault(found.db, found.kind)
 
     def _maintenance_on(self, db: Path) -> bool:
+        """A run holds the database's run lock (from its plan on), or its ledger says
+        it is in progress."""
+        real = Path(os.path.abspath(db))
         try:
-            return in_progress(self.daemon.state_dir, Path(os.path.abspath(db))) is not None
+            if lock_holder(run_dir(self.daemon.state_dir, real)) is not None:
+                return True
+            return in_progress(self.daemon.state_dir, real) is not None
         except (OSError, StatewardenError):
             return False
 
