@@ -1,8 +1,9 @@
 """The proof, in a real user manager: silent damage is caught, and a repair finishes it.
 
 A Hermes-like gateway (Hermes' own ``SessionDB``, ``tests/fake_hermes.py``) runs as a
-unit and writes. While it is stopped a ``sessions`` row is stored twice (real bytes,
-``lab/corruption.py``); it starts again and goes on writing without a single error. The
+unit and writes. While it is stopped a ``sessions`` row is stored twice (real bytes:
+``duplicate_cell``, the primitive of ``lab.corruption.phantom_row``); it starts again and
+goes on writing without a single error. The
 daemon (short ``watch.verify_interval``) opens a ``corruption`` incident on its own and
 alerts through the journald sink; ``statewardenctl maintenance --yes`` repairs it; then
 no incident is open and no alert that tells the user to repair arrives, through a grace
@@ -22,8 +23,10 @@ from typing import Any
 
 import pytest
 
-from lab.corruption import duplicate_cell
 from lab.hermes_fixtures import SMALL, make_home
+
+# The primitive of lab.corruption.phantom_row, applied in place to the live home's file.
+from statewarden.demo.damage import duplicate_cell
 from statewarden.holders.scan import HolderScanner
 from statewarden.incidents.signals import KINDS
 from tests.fake_hermes import install_fake_hermes
