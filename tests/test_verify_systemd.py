@@ -12,12 +12,15 @@ period of scheduled verifications, a requested one, and an empty outbox.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,9 @@ from lab.hermes_fixtures import SMALL, make_home
 # The primitive of lab.corruption.phantom_row, applied in place to the live home's file.
 from statewarden.demo.damage import duplicate_cell
 from statewarden.holders.scan import HolderScanner
-from statewarden.incidents.signals import KINDS
+from statewarden.incidents.signals import KINDS, Found, Observation
+from statewarden.watch import units as units_module
+from statewarden.watch.units import UnitWatcher
 from tests.fake_hermes import install_fake_hermes
 from tests.support.daemon import DaemonProc
 from tests.support.waiting import wait_for
@@ -197,5 +202,54 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         ids = session_ids(db)
         assert len(ids) == len(set(ids))
         assert integrity(db) == "ok"
+        # The gateway goes away (stopped, its unit file removed): status follows.
+        assert manager.systemctl("stop", GATEWAY).returncode == 0
+        (manager.unit_dir / GATEWAY).unlink()
+        manager.daemon_reload()
+        wait_for(lambda: status()["units"] == "watching 0 Hermes units", timeout_s=WAIT_S,
+                 what="status to follow the unit going away")  # fmt: skip
     finally:
         d.stop()
+
+
+def test_the_unit_watcher_outlives_a_quiet_period(
+    manager: UserSystemd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changes after a quiet period (no change for CHECK_EVERY_S) are still seen, and the
+    units listed follow a unit that comes and goes."""
+    monkeypatch.setattr(units_module, "CHECK_EVERY_S", 0.2)
+    monkeypatch.setattr(units_module, "RELIST_AFTER_S", 0.2)
+    found: list[Found] = []
+    watcher = UnitWatcher(found.append, lambda _u: "/h/state.db", address=manager.bus_address)
+    manager.write_unit(GATEWAY, "[Service]\nExecStart=/bin/sleep 300\n")
+    manager.daemon_reload()
+
+    def states() -> list[str]:
+        return [f.text for f in found if isinstance(f, Observation) and f.what == "unit_state"]
+
+    async def scenario() -> None:
+        task = asyncio.create_task(watcher.run())
+        try:
+            await async_wait(lambda: watcher.status == "watching 0 Hermes units")
+            await asyncio.sleep(1.0)  # several quiet periods
+            assert not task.done()
+            assert manager.systemctl("start", GATEWAY).returncode == 0
+            await async_wait(lambda: f"{GATEWAY} is active (running)" in states())
+            await async_wait(lambda: watcher.status == "watching 1 Hermes unit")
+            await asyncio.sleep(1.0)
+            assert manager.systemctl("stop", GATEWAY).returncode == 0
+            await async_wait(lambda: watcher.status == "watching 0 Hermes units")
+            assert f"{GATEWAY} is inactive (dead)" in states()
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(scenario())
+
+
+async def async_wait(cond: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "gave up waiting"
+        await asyncio.sleep(0.05)

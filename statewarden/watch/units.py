@@ -8,7 +8,8 @@ reading their state (so no change falls between the two), then:
 - ``crash_restarts`` restarts within ``crash_window_s`` is ``crash_loop``; it clears
   once the unit has run for a whole window without restarting;
 - ``status`` ("watching N Hermes units") is listed again when a unit not seen before
-  changes, when a unit's ``ActiveState`` or ``LoadState`` changes, and every
+  changes, when a unit's ``ActiveState`` or ``LoadState`` changes (and ``RELIST_AFTER_S``
+  later: a stopped unit is unloaded without a change being sent), and every
   ``CHECK_EVERY_S``, so it follows units that appear and disappear.
 
 No bus, no user manager or access denied: the reason is kept in ``status`` and the
@@ -27,7 +28,7 @@ from typing import Any
 from statewarden.backoff import Backoff
 from statewarden.errors import SystemdUnavailable
 from statewarden.incidents.signals import Found, Observation, Signal
-from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UserManager
+from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UnitChange, UserManager
 
 DEFAULT_CRASH_RESTARTS = 5
 DEFAULT_CRASH_WINDOW_S = 600.0
@@ -36,6 +37,7 @@ BACKOFF_MAX_S = 300.0
 CHECK_EVERY_S = 30.0
 # Properties whose change may add a unit to the listing or take one out of it.
 _LISTING_CHANGES = frozenset({"ActiveState", "LoadState"})
+RELIST_AFTER_S = 2.0  # ... and again this long after such a change
 
 
 class UnitWatcher:
@@ -137,25 +139,48 @@ class UnitWatcher:
             await self._list(manager)
             self.backoff.succeeded()  # connected: a later loss starts again from the shortest wait
             iterator = stream.__aiter__()
-            while True:
-                try:
-                    change = await asyncio.wait_for(iterator.__anext__(), CHECK_EVERY_S)
-                except TimeoutError:
-                    await self._list(manager)  # units unloaded meanwhile are gone
-                    self.check_quiet(time.time())
-                    continue
-                now = time.time()
-                self._state_change(change.unit, change.changed, now)
-                if change.unit not in self.units or _LISTING_CHANGES & set(change.changed):
-                    await self._list(manager)  # a unit appeared, started or stopped
-                self.check_quiet(now)
+            relist_at: float | None = None  # monotonic: list again then (a unit unloading)
+            # The next change, awaited across quiet periods: cancelling ``__anext__`` on a
+            # timeout would close the stream for good (an async generator ends when a
+            # cancellation goes through it), and with it the watch.
+            pending: asyncio.Task[UnitChange] | None = None
+            try:
+                while True:
+                    wait = CHECK_EVERY_S
+                    if relist_at is not None:
+                        wait = max(0.0, min(wait, relist_at - time.monotonic()))
+                    if pending is None:
+                        pending = asyncio.ensure_future(iterator.__anext__())
+                    done, _ = await asyncio.wait({pending}, timeout=wait)
+                    if not done:
+                        relist_at = None
+                        await self._list(manager)  # units unloaded meanwhile are gone
+                        self.check_quiet(time.time())
+                        continue
+                    try:
+                        change = pending.result()
+                    except StopAsyncIteration:
+                        return  # the stream ended: reconnect
+                    finally:
+                        pending = None
+                    now = time.time()
+                    self._state_change(change.unit, change.changed, now)
+                    if change.unit not in self.units or _LISTING_CHANGES & set(change.changed):
+                        await self._list(manager)  # a unit appeared, started or stopped
+                        # A stopped unit is unloaded a moment later (no change is sent then).
+                        relist_at = time.monotonic() + RELIST_AFTER_S
+                    self.check_quiet(now)
+            finally:
+                if pending is not None:
+                    pending.cancel()
 
     async def _list(self, manager: UserManager) -> None:
         """The Hermes units loaded now: ``status`` follows them as they come and go."""
         units = await manager.list_units(self.patterns)
         for info in units:
             self._restarts_seen.setdefault(info.name, info.n_restarts)
-        self.units = {info.name for info in units}
+        # A unit whose file is gone lingers as "not-found" while something refers to it.
+        self.units = {info.name for info in units if info.load_state == "loaded"}
         n = len(self.units)
         self.status = f"watching {n} Hermes unit{'s' if n != 1 else ''}"
 
