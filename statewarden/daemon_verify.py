@@ -65,6 +65,7 @@ SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "ris
 SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "i686": 290, "armv7l": 315, "riscv64": 31}
 HEALTHY = "none"
 FAILED = "failed"
+TICK_EVERY_S = 1.0  # what is due is looked at no more often (it reads /proc/locks)
 EVIDENCE_FINDINGS = 20  # findings kept as evidence in the incident
 
 
@@ -166,6 +167,7 @@ class Verifications:
         self.task: asyncio.Task[None] | None = None
         self._one = asyncio.Lock()
         self._stop = threading.Event()
+        self._ticked = 0.0
 
     # -------------------------------------------------------------- state
 
@@ -215,6 +217,9 @@ class Verifications:
 
     def tick(self, now: float) -> None:
         """From the main loop: start the next due verification, if none is running."""
+        if now - self._ticked < TICK_EVERY_S:
+            return
+        self._ticked = now
         d = self.daemon
         interval = d.config.watch.verify_interval
         for key in d.databases.monitors:
