@@ -105,6 +105,13 @@ def test_a_healthy_database_is_recorded_and_kept_across_a_restart(
     finally:
         d.stop()
     assert not any("verifying database" in line for line in d.output())
+    # With no daemon running, status still shows the last verification on record.
+    r = run_ctl("status", env=env)
+    assert r.exit_code == 0, r.stderr
+    assert "last verified" in r.stdout
+    assert "healthy (requested)" in r.stdout
+    (local,) = json.loads(run_ctl("status", "--json", env=env).stdout)["databases"]
+    assert local["verified"]["at"] == again["at"]
 
 
 def test_a_self_repair_makes_the_database_due(tmp_path: Path, hermes_home: Path) -> None:
