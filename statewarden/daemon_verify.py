@@ -20,7 +20,9 @@ check finds:
   subprocess: the copy must hold :attr:`WatchedDatabases.source_reads` like every other
   raw read of the daemon (docs/safety.md rule 2), which only this process can take.
 - **bounded**: the check's progress steps are where it stops; past ``watch.verify_timeout``
-  (or at shutdown) it is given up (the private copy removed), recorded as ``failed``.
+  it is given up (the private copy removed), recorded as ``failed`` and tried again after
+  ``RETRY_FAILED_S`` (or the interval, if shorter); one given up for a shutdown is not
+  recorded.
 - **what it gives**: damage opens (or updates) the database's ``corruption`` incident,
   with the damage class, the findings as evidence and the next step; a healthy result is
   recorded (``status`` shows it, the timeline has a ``verified`` observation).
@@ -65,6 +67,7 @@ SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "ris
 SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "i686": 290, "armv7l": 315, "riscv64": 31}
 HEALTHY = "none"
 FAILED = "failed"
+RETRY_FAILED_S = 600.0  # a verification that could not finish is tried again this soon
 TICK_EVERY_S = 1.0  # what is due is looked at no more often (it reads /proc/locks)
 EVIDENCE_FINDINGS = 20  # findings kept as evidence in the incident
 
@@ -226,6 +229,8 @@ class Verifications:
             last = self.last.get(key)
             if last is None:
                 self.due.setdefault(key, "first")
+            elif last.result == FAILED and now - last.at >= min(interval, RETRY_FAILED_S):
+                self.due.setdefault(key, "retry")
             elif now - last.at >= interval:
                 self.due.setdefault(key, "scheduled")
         for key in list(self.due):
@@ -299,6 +304,8 @@ class Verifications:
         finally:
             self.running = None
         v.took_s = round(time.monotonic() - t0, 3)
+        if stop.is_set():
+            return v  # given up for the shutdown: not a result, verified after the start
         swapped = _inode(target.db) != inode
         if swapped or self._maintenance_on(target.db) or d.runs.ran_since(key, started):
             # A run overlapped: what was verified may be the file before the swap.
