@@ -313,6 +313,8 @@ class Verifications:
             self.due.setdefault(key, "after maintenance")
             return v
         self.last[key] = v
+        if v.result != FAILED:
+            d.last_check[key] = (v.at, v.result)  # the metrics' last check
         self._save()
         self._report(target, v)
         return v
