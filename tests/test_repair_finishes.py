@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from statewarden.errors import EXIT_FAILED
 from statewarden.maintenance import outcomes
+from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.waiting import wait_for
 from tests.test_daemon_logs import hermes_logger, malformed
@@ -119,4 +121,42 @@ def test_the_maintenance_process_is_not_a_holder_incident(
             p.wait()
             if p.stdout is not None:
                 p.stdout.close()
+        d.stop()
+
+
+def test_no_verification_while_a_maintenance_run_holds_its_lock(
+    tmp_path: Path, hermes_home: Path
+) -> None:
+    """With a run's lock held, the due first verification waits and a requested one is
+    refused with why; once the run is over, the waiting one runs."""
+    env = _env(tmp_path, hermes_home)
+    db = hermes_home / "state.db"
+    state = Path(env["XDG_STATE_HOME"]) / "statewarden"
+    run = _holder(db, state, locked=True)
+    d = DaemonProc(env)
+    try:
+        d.wait_for_line("statewarden ready")
+        r = run_ctl("verify", env=env)
+        assert r.exit_code == EXIT_FAILED
+        assert r.stderr.strip().endswith(
+            f"{db}: a maintenance run is in progress; it is verified after the run"
+        )
+        (st,) = d.ctl("status")["databases"]
+        assert st["verified"] is None
+        run.kill()
+        run.wait()
+        line = d.wait_for_line("database verified healthy")
+        assert f"db={db}" in line
+        # One verification in all: the one that waited for the run.
+        started = [ln for ln in d.lines if "verifying database" in ln]
+        assert len(started) == 1
+        assert "reason=first" in started[0]
+        (st,) = d.ctl("status")["databases"]
+        assert st["verified"]["reason"] == "first"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        if run.stdout is not None:
+            run.stdout.close()
         d.stop()
