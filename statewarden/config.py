@@ -47,6 +47,8 @@ DEFAULT_WAL_GROWTH_WINDOW_S = 300.0
 # Hermes' recovery files beside state.db (retired WAL captures, ...): one user's reached 2.5 GB.
 DEFAULT_RECOVERY_FILES_WARN_BYTES = 1024**3
 DEFAULT_RECOVERY_FILES_GROWTH_SCANS = 10  # scans are 30 s apart: 5 minutes of growth
+DEFAULT_VERIFY_INTERVAL_S = 86400.0  # each database verified once a day
+DEFAULT_VERIFY_TIMEOUT_S = 3600.0  # one verification is given up after this long
 DEFAULT_MAX_WRITERS = 4  # gateway, dashboard, a TUI and the desktop's serve: a normal day
 DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
@@ -157,6 +159,8 @@ class WatchConfig:
     recovery_files_warn_bytes: ByteSize = DEFAULT_RECOVERY_FILES_WARN_BYTES
     recovery_files_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
     journal: bool = True
+    verify_interval: Duration = DEFAULT_VERIFY_INTERVAL_S
+    verify_timeout: Duration = DEFAULT_VERIFY_TIMEOUT_S
 
 
 HolderKind = Literal[

@@ -13,6 +13,7 @@ serving.
 | ``incidents`` | open incidents (``all``: resolved ones too) |
 | ``incident`` | one incident (``id``) with the timeline around its first signal |
 | ``check`` | ``check`` of one watched database (``db`` or ``profile``), one at a time |
+| ``verify`` | verify now (``db`` or ``profile``, else every watched database), as on schedule |
 | ``ack`` | acknowledge an incident (``id``) |
 | ``alerts`` | each alert sink's health and the outbox |
 | ``silences`` | the silences, after reading ``silences.json`` again |
@@ -50,6 +51,7 @@ class Requests:
             "incidents": self.incidents,
             "incident": self.incident,
             "check": self.check,
+            "verify": self.verify,
             "ack": self.ack,
             "alerts": self.alerts,
             "silences": self.silences,
@@ -75,6 +77,7 @@ class Requests:
                     "watchers": m.status(),
                     "journal": d.databases.journal_status(key),
                     "open_incidents": sum(1 for i in d.book.open_incidents() if i.db == key),
+                    "verified": d.verify.status_of(key),
                 }
             )
         return {
@@ -143,6 +146,25 @@ class Requests:
             )
         d.last_check[str(chosen[0].target.db)] = (time.time(), diagnosis.damage)
         return diagnosis.to_json()
+
+    async def verify(self, req: Request) -> Any:
+        """Verify now, as the schedule does (incident on damage): one database (``db`` or
+        ``profile``) or every watched one; answers when every verification is done."""
+        d = self.daemon
+        monitors = d.databases.monitors
+        wanted = req.get("db") or req.get("profile")
+        if wanted is not None and not isinstance(wanted, str):
+            raise UsageError("db and profile must be strings")
+        chosen = [m for key, m in monitors.items() if wanted in (None, key, m.target.name)]
+        if not chosen:
+            names = ", ".join(f"{m.target.name} ({k})" for k, m in monitors.items()) or "none"
+            raise UsageError(f"no watched database {wanted!r} (watched: {names})")
+        results = []
+        for m in chosen:
+            if not m.target.db.exists():
+                raise UsageError(f"{m.target.db}: state.db does not exist (yet)")
+            results.append((await d.verify.verify(m.target, "requested")).to_json())
+        return results
 
 
 def _incident_id(req: Request) -> int:

@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "check",
         "Check a state.db for damage, uncapped, on a private copy (the source is only read).",
     ),
+    "verify": (
+        "statewarden.cli.verify_cmd",
+        "verify",
+        "Ask the daemon to verify each database now (as on its schedule) and wait for it.",
+    ),
     "recover": (
         "statewarden.cli.recover_cmd",
         "recover_cmd",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import click
@@ -18,8 +20,10 @@ from statewarden.cli._common import (
     profile_option,
     select_targets,
 )
-from statewarden.config import runtime_dir
+from statewarden.cli.verify_cmd import verdict_line
+from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path
+from statewarden.daemon_verify import VERIFIED_FILE
 from statewarden.errors import DaemonNotRunning
 from statewarden.recovery_files import RecoveryFile
 from statewarden.status import DatabaseStatus, FilesystemFacts, status_all
@@ -136,6 +140,7 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
             click.echo()
             _render(_from_json(d))
             click.echo(f"  open incidents  {d['open_incidents']}")
+            click.echo(f"  last verified   {_verified_line(d.get('verified'))}")
             click.echo(f"  journal         {d.get('journal', '-')}")
             for w in d["watchers"]:
                 if w["errors"]:
@@ -143,8 +148,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         return
     targets, note = select_targets(config_path, db, profile)
     results = status_all(targets)
+    verified = _verified_on_record(config_path)
     if as_json:
-        databases = [r.to_json() for r in results]
+        databases = [{**r.to_json(), "verified": verified.get(r.path)} for r in results]
         print_json({"source": "local", "databases": databases, "note": note or None})
         return
     click.echo("(daemon not running: computed locally)", err=True)
@@ -154,6 +160,29 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         if i:
             click.echo()
         _render(st)
+        click.echo(f"  last verified   {_verified_line(verified.get(st.path))}")
+
+
+def _verified_line(v: object) -> str:
+    """When the daemon last verified the database, and what it found."""
+    running = isinstance(v, dict) and bool(v.get("running"))
+    at = v.get("at") if isinstance(v, dict) else None
+    if not isinstance(v, dict) or not isinstance(at, int | float):
+        return "verifying now" if running else "never"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(at)))
+    line = f"{when}: {verdict_line(v)} ({v.get('reason', '-')})"
+    return line + ("; verifying again now" if running else "")
+
+
+def _verified_on_record(config_path: str | None) -> dict[str, Any]:
+    """The daemon's last verification of each database, as it recorded them (no daemon
+    needs to run); empty when there is no record or it cannot be read."""
+    path = state_dir(get_config(config_path)) / VERIFIED_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _from_daemon(config_path: str | None) -> dict[str, Any] | None:

@@ -10,6 +10,9 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
 - a holder with the files open but no SQLite lock -> ``lost_locks``;
 - more holders than ``holders.max_writers`` -> ``multi_writer`` (advisory);
 - a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``;
+- a maintenance run's own process (its pid from the run lock, and that pid's children,
+  given to :meth:`HolderWatcher.diff` as ``exempt``) is none of ``lost_locks``,
+  ``unexpected_holder`` or ``multi_writer``: it holds the database to repair it;
 - the open watch (inotify ``IN_OPEN``, ``holders/opens.py``) unavailable, the user's
   inotify instances or watches used up -> ``watcher_degraded`` (every process is then
   read at each scan instead: slower, nothing missed), cleared when it works again.
@@ -67,6 +70,10 @@ HOLDER_RULES: tuple[HolderRule, ...] = (
     HolderRule("unexpected_holder", lambda h, expected: h.kind not in expected,
                "{holder} holds state.db and is not a kind expected here ({kind})"),
 )  # fmt: skip
+
+
+# What a maintenance run's own process never is (it holds the database to repair it).
+MAINTENANCE_EXEMPT = frozenset({"lost_locks", "unexpected_holder", "multi_writer"})
 
 
 def _inode(path: Path) -> int:
@@ -147,8 +154,16 @@ class HolderWatcher:
         self._flagged[(db, kind)] = set(live)
         return out
 
-    def diff(self, scans: list[HolderScan], now: float | None = None) -> list[Found]:
-        """What changed since the last scan: observations, then state signals."""
+    def diff(
+        self,
+        scans: list[HolderScan],
+        now: float | None = None,
+        exempt: frozenset[int] = frozenset(),
+    ) -> list[Found]:
+        """What changed since the last scan: observations, then state signals.
+
+        ``exempt``: the pids of maintenance runs (a holder that is one, or a child of
+        one, raises only ``stale_holder``)."""
         now = time.time() if now is None else now
         self._first = False
         out: list[Found] = []
@@ -159,14 +174,16 @@ class HolderWatcher:
             out += _comings_and_goings(db, self._seen.get(db), current, now)
             self._seen[db] = current
             holders = list(current.values())
+            others = [h for h in holders if h.pid not in exempt and h.ppid not in exempt]
             for rule in HOLDER_RULES:
+                judged = holders if rule.kind not in MAINTENANCE_EXEMPT else others
                 live = {
                     str(h.pid): rule.summary(h)
-                    for h in holders
+                    for h in judged
                     if rule.applies(h, self.expected_kinds)
                 }
                 out += self._state(db, rule.kind, now, live)
-            out += self._state(db, "multi_writer", now, self._too_many(holders))
+            out += self._state(db, "multi_writer", now, self._too_many(others))
         return out + self._open_watch_signals(now)
 
     @property
