@@ -551,3 +551,43 @@ def test_new_file_swapped_for_a_symlink_during_the_settle_is_not_followed(base: 
     assert db.read_bytes() == data
     assert stat.S_IMODE(db.stat().st_mode) == mode
     assert not list(db.parent.glob(".statewarden-*"))
+
+
+def test_resume_on_a_full_disk_is_one_line(base: Path) -> None:
+    """``--resume`` with the state dir's disk full (a 24 MB tmpfs) used to end in
+    "unexpected OSError": the ledger could not take its first line. Now: one line that
+    names the ledger and the cause, exit 1, nothing done (the fence stays up, as the
+    ledger says); once there is room, ``--resume`` rolls the run back. The ledger is
+    padded to a page boundary with blank lines (which a ledger reader skips), so its
+    next line needs a page the full tmpfs does not have."""
+    top = user_dir(base)
+    db = top / "home" / "state.db"
+    data, mode = db.read_bytes(), db.stat().st_mode
+    (top / "state").mkdir()
+    os.chown(top / "state", USER, USER)
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; S="$XDG_STATE_HOME/statewarden"; '
+        'STATEWARDEN_CRASH_AT=settle "$CTL" maintenance --db "$SW_TOP/home/state.db"'
+        ' --action vacuum --yes >/dev/null; echo "crash rc=$?"; '
+        'L=$(ls "$S"/maintenance/*/run.jsonl); size=$(stat -c %s "$L"); '
+        'head -c $(( (4096 - size % 4096) % 4096 )) /dev/zero | tr "\\0" "\\n" >> "$L"; '
+        'dd if=/dev/zero of="$XDG_STATE_HOME/filler" bs=4k 2>/dev/null; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume 2>"$SW_TOP/full.err";'
+        ' echo "full rc=$?"; stat -c %a "$SW_TOP/home/state.db"; rm "$XDG_STATE_HOME/filler"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume 2>/dev/null; echo "room rc=$?"',
+        tmpfs=top / "state",
+        size="24m",
+    )
+    assert "crash rc=137" in r.stdout, r.stdout + r.stderr
+    err = (top / "full.err").read_text()
+    assert "Traceback" not in err
+    assert "unexpected" not in err, err
+    assert len(err.splitlines()) == 1, err
+    assert "run.jsonl: cannot write the run ledger: No space left on device" in err
+    assert "then statewardenctl maintenance --resume" in err
+    assert "full rc=1\n0\n" in r.stdout, r.stdout  # still fenced: nothing was done
+    assert "rolled back: the database is unchanged" in r.stdout
+    assert r.stdout.rstrip().endswith("room rc=1"), r.stdout
+    assert db.read_bytes() == data
+    assert db.stat().st_mode == mode
