@@ -785,3 +785,16 @@ def test_maintenance_folders_are_0700(config: Path, tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         assert stat.S_IMODE((state / "maintenance").stat().st_mode) == 0o700
         assert stat.S_IMODE(run_dir(state, db).stat().st_mode) == 0o700
+
+
+def test_a_resumed_vacuum_is_told_as_a_swap(config: Path, tmp_path: Path) -> None:
+    """A ``vacuum`` killed during the swap and rolled forward by ``--resume`` used to be
+    reported as "repaired" (the resume took the default action for the outcome)."""
+    db = make_home(tmp_path / "home", SMALL) / "state.db"
+    env = {**os.environ, "STATEWARDEN_CRASH_AT": "swap"}
+    crashed = ctl("--db", str(db), "--action", "vacuum", "--yes", env=env)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    resumed = ctl("--db", str(db), "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    rep = report_of(resumed)
+    assert (rep["action"], rep["outcome"]) == ("vacuum", "swapped")

@@ -665,7 +665,7 @@ class MaintenanceRun:
             code = EXIT_FAILED
             problems.append("the post-check failed: " + self.report.post_check["summary"])
         message = "; ".join(problems)
-        return self._finish("swapped" if self.options.action != "repair" else "repaired",
+        return self._finish("swapped" if self.report.action != "repair" else "repaired",
                             code, message)  # fmt: skip
 
     def _journal_mode_pin(self) -> None:
