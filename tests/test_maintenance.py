@@ -798,3 +798,25 @@ def test_a_resumed_vacuum_is_told_as_a_swap(config: Path, tmp_path: Path) -> Non
     assert resumed.returncode == 0, resumed.stderr
     rep = report_of(resumed)
     assert (rep["action"], rep["outcome"]) == ("vacuum", "swapped")
+
+
+def test_the_next_run_removes_catch_up_folders_left_by_killed_runs(
+    config: Path, tmp_path: Path
+) -> None:
+    """A catch-up folder an older version left (``mkdtemp``'s random name) and one of this
+    database's runs are removed by the next run; another database's is left alone."""
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    from statewarden.maintenance.ledger import db_digest
+
+    old = db.parent / ".statewarden-catch-up-k3j4h5g6"
+    mine = db.parent / f".statewarden-catch-up-{db_digest(db)}-20261201T000000Z-abcdef"
+    other = db.parent / f".statewarden-catch-up-{db_digest(db.parent / 'x.db')}-20261201T0Z-1"
+    for folder in (old, mine, other):
+        folder.mkdir(mode=0o700)
+        (folder / "state.db").write_bytes(db.read_bytes())
+    proc = ctl("--db", str(db), "--action", "check", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in db.parent.glob(".statewarden-*")) == [other.name]
+    notes = report_of(proc)["notes"]
+    assert f"removed the work folder of a killed run: {old}" in notes
+    assert f"removed the work folder of a killed run: {mine}" in notes

@@ -20,7 +20,7 @@ copy of the database): the fault-injection points the crash tests use.
 Work folders next to the database (the pre-build's and the catch-up's
 ``.statewarden-work-*``, the catch-up's ``.statewarden-catch-up-<db>-<run>``) are
 removed by the step that made them; those of a run killed meanwhile by ``--resume``
-(which always comes before the next run of the same database).
+or the next run of the same database (under its lock, so no live run uses them).
 """
 
 from __future__ import annotations
@@ -292,6 +292,9 @@ class MaintenanceRun:
     def execute(self) -> RunReport:
         self._private_folder()
         with run_lock(self.folder):
+            if not self.options.dry_run:
+                for path in self._remove_work_folders():
+                    self.report.notes.append(f"removed the work folder of a killed run: {path}")
             return self._told(self._execute())
 
     def _told(self, report: RunReport) -> RunReport:
