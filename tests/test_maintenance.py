@@ -820,3 +820,30 @@ def test_the_next_run_removes_catch_up_folders_left_by_killed_runs(
     notes = report_of(proc)["notes"]
     assert f"removed the work folder of a killed run: {old}" in notes
     assert f"removed the work folder of a killed run: {mine}" in notes
+
+
+def test_a_run_stops_holders_that_ignore_sigterm_together(config: Path, tmp_path: Path) -> None:
+    """The run's own stop of the planned holders (before the settle): two that ignore
+    SIGTERM each saw the other's SIGTERM before either was killed."""
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    log = tmp_path / "signals.log"
+    argv = [sys.executable, "-c", STUBBORN, str(log), str(db)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+        proc = ctl("--db", str(db), "--action", "checkpoint", "--yes", "--force", "--json")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report_of(proc)["outcome"] == "checkpointed"
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
+    assert sorted(log.read_text().splitlines()) == sorted(
+        [f"saw-both {p.pid}" for p in procs] + [f"term {p.pid}" for p in procs]
+    )
