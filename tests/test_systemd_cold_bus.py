@@ -77,6 +77,31 @@ class TestUserBusNotActivatedYet:
         assert results == ["done", "done"]
         assert bus_state(cold_manager) == "inactive"
 
+    def test_unit_changes_are_seen_through_the_private_socket(
+        self, cold_manager: UserSystemd, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The daemon's unit watch over the private socket (no bus daemon, so no match
+        rules): the manager's PropertiesChanged signals still arrive."""
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(cold_manager.runtime_dir))
+        assert cold_manager.systemctl("start", "sleeper.service").returncode == 0
+
+        async def go() -> tuple[bool, list[str]]:
+            async with UserManager() as m:
+                stream = await m.watch_units(["sleeper*"])
+                async with UserManager() as other:
+                    assert (await other.stop_unit("sleeper.service")).result == "done"
+                states: list[str] = []
+                while "inactive" not in states:
+                    change = await asyncio.wait_for(anext(stream), WAIT_S)
+                    if "ActiveState" in change.changed:
+                        states.append(str(change.changed["ActiveState"]))
+                return m.peer, states
+
+        peer, states = asyncio.run(go())
+        assert peer
+        assert states[-1] == "inactive"
+        assert bus_state(cold_manager) == "inactive"
+
     def test_on_the_bus_the_name_is_waited_for(self, cold_manager: UserSystemd) -> None:
         """Only the bus (no private socket in reach): the first connection starts the
         bus daemon, and the client waits for the manager to take its name instead of
