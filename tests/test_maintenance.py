@@ -804,22 +804,36 @@ def test_the_next_run_removes_catch_up_folders_left_by_killed_runs(
     config: Path, tmp_path: Path
 ) -> None:
     """A catch-up folder an older version left (``mkdtemp``'s random name) and one of this
-    database's runs are removed by the next run; another database's is left alone."""
-    db = make_home(tmp_path / "home", TINY) / "state.db"
+    database's runs are removed by the next run; another database's is left alone. So
+    are work folders of a run killed while it set them up (found by the fault suite:
+    kill -9 between the folder and its lock), empty or with a lock nobody holds; one
+    whose lock is held (being set up now) stays."""
+    import fcntl
+
     from statewarden.maintenance.ledger import db_digest
 
+    db = make_home(tmp_path / "home", TINY) / "state.db"
     old = db.parent / ".statewarden-catch-up-k3j4h5g6"
     mine = db.parent / f".statewarden-catch-up-{db_digest(db)}-20261201T000000Z-abcdef"
     other = db.parent / f".statewarden-catch-up-{db_digest(db.parent / 'x.db')}-20261201T0Z-1"
     for folder in (old, mine, other):
         folder.mkdir(mode=0o700)
         (folder / "state.db").write_bytes(db.read_bytes())
-    proc = ctl("--db", str(db), "--action", "check", "--json")
+    empty, unheld, held = (db.parent / f".statewarden-work-{n}" for n in ("a1", "b2", "c3"))
+    for folder in (empty, unheld, held):
+        folder.mkdir(mode=0o700)
+    (unheld / ".lock.new").touch()
+    fd = os.open(held / ".lock.new", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        proc = ctl("--db", str(db), "--action", "check", "--json")
+    finally:
+        os.close(fd)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in db.parent.glob(".statewarden-*")) == [other.name]
+    assert sorted(p.name for p in db.parent.glob(".statewarden-*")) == [other.name, held.name]
     notes = report_of(proc)["notes"]
-    assert f"removed the work folder of a killed run: {old}" in notes
-    assert f"removed the work folder of a killed run: {mine}" in notes
+    for folder in (old, mine, empty, unheld):
+        assert f"removed the work folder of a killed run: {folder}" in notes, notes
 
 
 def test_a_run_stops_holders_that_ignore_sigterm_together(config: Path, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import fcntl
 import os
 import shutil
 import signal
@@ -96,7 +97,7 @@ from statewarden.maintenance.swap import (
     swap,
 )
 from statewarden.progress import ProgressFn
-from statewarden.recovery.bundle import remove_abandoned
+from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
 from statewarden.recovery.report import Report
@@ -814,6 +815,9 @@ class MaintenanceRun:
             return removed
         try:
             for name in os.listdir(dfd):
+                if name.startswith(WORK_PREFIX) and _unclaimed_work_folder(dfd, name):
+                    removed.append(str(self.db.parent / name))
+                    continue
                 rest = name[len(CATCH_UP_PREFIX) :]
                 # This database's, or an older version's (mkdtemp's 8 random characters).
                 if not name.startswith(mine) and not (
@@ -888,6 +892,44 @@ class MaintenanceRun:
         self._step("swapped", files=res.files)
         self.report.notes.append("resumed after an interruption during the swap: rolled forward")
         return self._after_swap()
+
+
+def _unclaimed_work_folder(dfd: int, name: str) -> bool:
+    """Remove a work folder of ours that a run killed while it was being set up left
+    without its lock (``recovery.bundle`` names the lock only once it holds it, and
+    copies nothing before): empty, or with an unnamed lock nobody holds. True if removed.
+    A folder with its lock is for ``remove_abandoned`` to judge."""
+    try:
+        st = os.lstat(name, dir_fd=dfd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        os.lstat(f"{name}/{WORK_LOCK}", dir_fd=dfd)
+        return False  # claimed: held by a live run, or judged by remove_abandoned
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    try:
+        fd = os.open(f"{name}/{WORK_LOCK}.new", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dfd)  # fmt: skip
+    except FileNotFoundError:
+        try:
+            os.rmdir(name, dir_fd=dfd)  # only if empty: nothing was put in it
+        except OSError:
+            return False
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False  # being set up right now
+    try:
+        shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _copy_sidecar(dfd: int, name: str, dest: Path) -> None:
