@@ -10,9 +10,10 @@
   and the folder is fsynced so the rename survives a power cut.
 - A file that must not replace anything (:func:`write_new`: a recovery report) is
   linked into place, which fails when the name exists.
-- State and runtime folders (:func:`private_dir`) are made 0700 and checked: owned by
-  the user and writable by no one else, as OpenSSH checks ``~/.ssh``; an older 0755
-  folder of the user's own is tightened to 0700.
+- State and runtime folders (:func:`private_dir`) are made 0700 (missing parents too)
+  and checked: a real folder (not a symlink), owned by the user and writable by no one
+  else, as OpenSSH checks ``~/.ssh``; an older 0755 folder of the user's own is
+  tightened to 0700.
 
 A failure to write raises :class:`StateUnwritable` (a full disk, no descriptors left,
 a read-only filesystem): callers that must keep running catch it and retry.
@@ -57,23 +58,31 @@ def fsync_dir(directory: Path) -> None:
 
 
 def private_dir(path: Path, *, what: str = "state") -> Path:
-    """Make ``path`` (and missing parents) 0700, or check the one there; return it.
+    """Make ``path`` 0700 (and each missing parent, 0700 too), or check the one there;
+    return it. The one check of every folder statewarden keeps files in.
 
-    Refused with :class:`UnsafePath`: a folder owned by another uid, one that group or
-    others may write, something that is not a folder, and a folder inside a folder
-    that another user may write without the sticky bit (they could swap it).
+    Refused with :class:`UnsafePath`: a symlink (even to a folder of ours), a folder
+    owned by another uid, one that group or others may write, something that is not a
+    folder, and a folder inside a folder that another user may write without the
+    sticky bit (they could swap it). A folder of ours that others may only read (an
+    older version's 0755) is tightened to 0700 through its descriptor.
     """
     path = Path(path)
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-        st = os.stat(path)
-    except FileExistsError:
-        raise UnsafePath(f"{path}: not a folder; statewarden keeps its {what} in one") from None
+        for missing in [*reversed(path.parents), path]:
+            if not os.path.lexists(missing):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(missing, PRIVATE_DIR_MODE)
+        st = os.lstat(path)
     except OSError as exc:
         raise UnsafePath(f"{path}: cannot use as the {what} folder: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(
+            f"{path}: not a folder (a symlink?); statewarden refuses to keep its {what} there"
+        )
     check_owned_dir(path, st, what=what)
     if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, PRIVATE_DIR_MODE)  # our own 0755 folder from an older version
+        _tighten(path, st)
     for parent in path.parents:
         with contextlib.suppress(OSError):
             pst = os.stat(parent)
@@ -85,6 +94,21 @@ def private_dir(path: Path, *, what: str = "state") -> Path:
                     hint="choose a folder under your home",
                 )
     return path
+
+
+def _tighten(path: Path, st: os.stat_result) -> None:
+    """chmod 0700 the folder checked as ``st``, through a descriptor of that very folder."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafePath(f"{path}: cannot use as a folder: {exc.strerror}") from None
+    try:
+        fst = os.fstat(fd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            raise UnsafePath(f"{path}: replaced while it was checked; refusing to use it")
+        os.fchmod(fd, PRIVATE_DIR_MODE)
+    finally:
+        os.close(fd)
 
 
 def check_owned_dir(path: Path, st: os.stat_result, *, what: str = "state") -> None:

@@ -1,10 +1,17 @@
 """A dbus-fast client of the systemd user manager: units, stop/start with job wait.
 
-Talks to ``org.freedesktop.systemd1`` on the user's session bus
-(``$DBUS_SESSION_BUS_ADDRESS``, else ``$XDG_RUNTIME_DIR/bus``). Everything that goes
-wrong before the manager answers (no bus, refused, access denied, no systemd on the
-bus) is a :class:`~statewarden.errors.SystemdUnavailable` with one line that says so;
-holders are still found through ``/proc`` without it.
+Reaches the manager the way ``systemctl --user`` does: first its private socket
+``$XDG_RUNTIME_DIR/systemd/private`` (peer-to-peer D-Bus: no bus daemon, no ``Hello``,
+no match rules; the manager sends its signals to every such connection), then
+``org.freedesktop.systemd1`` on the user's session bus (``$DBUS_SESSION_BUS_ADDRESS``,
+else ``$XDG_RUNTIME_DIR/bus``). A bus started on demand (socket activation: a headless
+server with lingering, the first client after login) has no ``org.freedesktop.systemd1``
+for a moment after the first client connects, until the manager has connected and
+taken its name: the client then waits for it with ``StartServiceByName``, up to
+``DEFAULT_NAME_WAIT_S``. Everything that goes wrong before the manager answers (no
+bus, refused, access denied, no systemd on the bus) is a
+:class:`~statewarden.errors.SystemdUnavailable` with one line that says so; holders
+are still found through ``/proc`` without it.
 
 Stop and start follow the rule of every D-Bus wait: subscribe first, then act. The
 client calls ``Subscribe`` and adds a match for ``JobRemoved`` *before* ``StopUnit`` /
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
+import stat
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +36,8 @@ from typing import Any
 
 from dbus_fast import Message, MessageFlag, MessageType, Variant
 from dbus_fast.aio import MessageBus
+from dbus_fast.aio.message_bus import _MessageWriter
+from dbus_fast.aio.message_reader import build_message_reader
 from dbus_fast.errors import AuthError, DBusFastError
 
 from statewarden.errors import SystemdCallFailed, SystemdUnavailable
@@ -36,6 +46,11 @@ DEFAULT_UNIT_PATTERNS = ("hermes-gateway*.service", "hermes.service", "hermes-da
 DEFAULT_JOB_TIMEOUT_S = 90.0
 DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+# How long a bus without org.freedesktop.systemd1 is given for the manager to take it.
+DEFAULT_NAME_WAIT_S = 5.0
+PRIVATE_SOCKET = "systemd/private"  # under $XDG_RUNTIME_DIR
+_PEER_PINGS = 25
+_PEER_PING_S = 0.2
 UNREACHABLE = "systemd user manager not reachable"
 FALLBACK = "holders are still found through /proc"
 
@@ -48,6 +63,7 @@ _UNIT = "org.freedesktop.systemd1.Unit"
 _SERVICE = "org.freedesktop.systemd1.Service"
 _SCOPE = "org.freedesktop.systemd1.Scope"
 _PROPS = "org.freedesktop.DBus.Properties"
+_PEER = "org.freedesktop.DBus.Peer"
 _UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
 _NOT_THERE = (
     "org.freedesktop.DBus.Error.ServiceUnknown",
@@ -141,6 +157,71 @@ def session_bus_address(env: Mapping[str, str] | None = None) -> str:
     )
 
 
+def private_socket_address(env: Mapping[str, str] | None = None) -> str | None:
+    """The manager's own socket, ``unix:path=$XDG_RUNTIME_DIR/systemd/private``, if it is there."""
+    env = os.environ if env is None else env
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if not runtime or not os.path.isabs(runtime):
+        return None
+    path = os.path.join(runtime, PRIVATE_SOCKET)
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    return f"unix:path={path}"
+
+
+def is_private_socket(address: str) -> bool:
+    """Whether ``address`` is a manager's private socket (peer-to-peer, no bus daemon)."""
+    return address.startswith("unix:path=") and address.endswith("/" + PRIVATE_SOCKET)
+
+
+class _PeerBus(MessageBus):
+    """A peer-to-peer D-Bus connection (the manager's private socket).
+
+    dbus-fast's ``connect`` always sends ``Hello`` to a bus daemon and writes nothing
+    until it has the unique name that ``Hello`` returns; on a peer-to-peer connection
+    there is no bus daemon to answer it. This ``connect`` authenticates, starts the
+    reader and sets a placeholder name, so calls go out at once.
+    """
+
+    async def connect(self) -> MessageBus:
+        (transport, options), *_ = self._bus_address
+        sock, stream, address = self._create_socket_for_transport(transport, options)
+        try:
+            sock.setblocking(False)
+            await self._loop.sock_connect(sock, address)
+        except BaseException:
+            stream.close()
+            sock.close()
+            raise
+        self._sock = sock
+        self._stream = stream
+        self._fd = sock.fileno()
+        self._writer = _MessageWriter(self)
+        await self._authenticate()
+        self._loop.add_reader(
+            self._fd,
+            build_message_reader(self._sock, self._process_message, self._finalize,
+                                 self._negotiate_unix_fd),
+        )  # fmt: skip
+        self.unique_name = ":peer-to-peer"
+        self._writer.schedule_write()
+        # systemd 252 reads the first message together with BEGIN when they arrive at
+        # once, and then waits for the socket to be readable again before it looks at
+        # it: a Ping that gets no answer is followed by another, whose bytes wake it.
+        for _ in range(_PEER_PINGS):
+            ping = Message(path=_PATH, interface=_PEER, member="Ping")
+            try:
+                await asyncio.wait_for(self.call(ping), _PEER_PING_S)
+                return self
+            except TimeoutError:
+                continue
+        self.disconnect()
+        raise TimeoutError
+
+
 def unit_name_from_path(path: str) -> str:
     """Undo systemd's object-path escaping (``_2d`` is ``-``, ``_2e`` is ``.``).
 
@@ -175,8 +256,11 @@ class UserManager:
         *,
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        name_wait_s: float = DEFAULT_NAME_WAIT_S,
     ) -> None:
         self.address = address
+        self.name_wait_s = name_wait_s
+        self.peer = False  # connected to the manager's private socket
         self.call_timeout_s = call_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self._bus: MessageBus | None = None
@@ -195,10 +279,22 @@ class UserManager:
     # -- connection -------------------------------------------------------------
 
     async def connect(self) -> None:
-        address = self.address or session_bus_address()
+        """The private socket first (when no address was given), then the bus."""
+        if self.address is None:
+            private = private_socket_address()
+            if private is not None:
+                try:
+                    await self._connect(private)
+                    return
+                except SystemdUnavailable:
+                    pass  # another uid's manager, a stale socket: the bus may still serve
+        await self._connect(self.address or session_bus_address())
+
+    async def _connect(self, address: str) -> None:
         self.address = address
+        self.peer = is_private_socket(address)
         try:
-            bus = MessageBus(bus_address=address)
+            bus = (_PeerBus if self.peer else MessageBus)(bus_address=address)
             self._bus = await asyncio.wait_for(bus.connect(), self.connect_timeout_s)
         except TimeoutError as exc:
             raise self._unavailable(f"the bus at {address} did not answer"
@@ -218,6 +314,8 @@ class UserManager:
             raise self._unavailable(f"cannot connect to {address} ({reason})") from exc
         self._bus.add_message_handler(self._on_message)
         try:
+            if not self.peer:
+                await self._wait_for_name()
             version = await self.get_property(_PATH, _MANAGER, "Version")
         except SystemdCallFailed as exc:
             self.close()
@@ -226,7 +324,34 @@ class UserManager:
             if exc.error_name in _ACCESS_DENIED:
                 raise self._unavailable(f"access denied by systemd on {address}") from exc
             raise self._unavailable(str(exc)) from exc
+        except SystemdUnavailable:
+            self.close()
+            raise
         self.version = str(version)
+
+    async def _wait_for_name(self) -> None:
+        """Wait (up to ``name_wait_s``) until ``org.freedesktop.systemd1`` has an owner.
+
+        ``StartServiceByName`` is the bus's own wait: a bus started by the user manager
+        (``dbus-daemon --systemd-activation``) answers it once the manager has taken its
+        name; a bus with no systemd behind it answers at once with an error
+        (``ServiceUnknown``, or ``Spawn.*`` from Debian's ``Exec=/bin/false`` stub).
+        """
+        (owned,) = await self._call("NameHasOwner", "s", [_SYSTEMD], interface=_BUS,
+                                    path=_BUS_PATH, destination=_BUS)  # fmt: skip
+        if owned:
+            return
+        try:
+            await self._call("StartServiceByName", "su", [_SYSTEMD, 0], interface=_BUS,
+                             path=_BUS_PATH, destination=_BUS,
+                             timeout_s=self.name_wait_s)  # fmt: skip
+        except SystemdCallFailed as exc:
+            if exc.error_name != "timeout":
+                raise
+            raise self._unavailable(
+                f"no systemd on the bus at {self.address} (waited {self.name_wait_s:g} s"
+                " for it to take org.freedesktop.systemd1)"
+            ) from None
 
     def close(self) -> None:
         if self._bus is not None:
@@ -248,6 +373,7 @@ class UserManager:
         interface: str = _MANAGER,
         path: str = _PATH,
         destination: str = _SYSTEMD,
+        timeout_s: float | None = None,
     ) -> list[Any]:
         if self._bus is None:
             raise self._unavailable("not connected")
@@ -255,10 +381,11 @@ class UserManager:
         msg = Message(destination=destination, path=path, interface=interface,
                       member=member, signature=signature, body=list(body),
                       flags=MessageFlag.NO_AUTOSTART)  # fmt: skip
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         try:
-            reply = await asyncio.wait_for(self._bus.call(msg), self.call_timeout_s)
+            reply = await asyncio.wait_for(self._bus.call(msg), timeout_s)
         except TimeoutError as exc:
-            reason = f"no reply within {self.call_timeout_s:g} s"
+            reason = f"no reply within {timeout_s:g} s"
             raise SystemdCallFailed(member, "timeout", reason) from exc
         except (OSError, EOFError, DBusFastError) as exc:
             raise self._unavailable(f"the bus connection failed during {member} ({exc})") from exc
@@ -334,6 +461,8 @@ class UserManager:
         self._subscribed = True
 
     async def _add_match(self, rule: str) -> None:
+        if self.peer:
+            return  # no bus daemon to filter: the manager sends its signals to each peer
         await self._call("AddMatch", "s", [rule], interface=_BUS, path=_BUS_PATH, destination=_BUS)
 
     def _on_message(self, msg: Message) -> None:

@@ -7,7 +7,10 @@ subcommand, it opens ``$HERMES_HOME/state.db`` with Hermes' real ``SessionDB`` a
 holds it until SIGTERM. ``serve --isolated`` first daemonises with a double fork
 (PPID 1), as the desktop app's backend does. When ``$FAKE_HERMES_PIDFILE`` is set,
 the holding process writes its pid there (atomically) once the database is open.
-With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often. With
+With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often; with
+``$FAKE_HERMES_LOG`` as well, each message says ``tick <pid> <n>`` and, once SessionDB
+has committed it, its id and text are appended to that file (one line each), so a test
+knows every row that was committed. With
 ``$FAKE_HERMES_OFD_GUARD`` (the lab folder) it adds the open file description locks of
 Hermes since 0.20 (``lab/lockguard.py``) and lifts them before it closes, as Hermes does.
 """
@@ -24,6 +27,7 @@ from typing import Any
 
 PIDFILE_ENV = "FAKE_HERMES_PIDFILE"
 WRITE_EVERY_ENV = "FAKE_HERMES_WRITE_EVERY"
+LOG_ENV = "FAKE_HERMES_LOG"
 OFD_GUARD_ENV = "FAKE_HERMES_OFD_GUARD"
 
 
@@ -74,11 +78,16 @@ def main() -> None:
         os.replace(tmp, pidfile)
     print("ready", flush=True)
     every = float(os.environ.get(WRITE_EVERY_ENV) or 0)
+    log = os.environ.get(LOG_ENV)
     n = 0
     while not stop.wait(every or 3600):
         if every:
             n += 1
-            db.append_message(sid, "assistant", f"tick {n}")
+            text = f"tick {os.getpid()} {n}" if log else f"tick {n}"
+            msg_id = db.append_message(sid, "assistant", text)
+            if log:
+                with open(log, "a") as f:  # after the commit: only committed rows
+                    f.write(f"{msg_id}\t{text}\n")
     if guard is not None:
         guard.release(db_path)
     db.close()

@@ -13,7 +13,8 @@ The recipe, verified on Debian 12 with systemd 252 and hybrid cgroups:
   ``$XDG_RUNTIME_DIR/bus`` (``dbus.socket`` of dbus-user-session serves it).
 * Ready when ``$XDG_RUNTIME_DIR/systemd/private`` exists,
   ``systemctl --user is-system-running --wait`` returns, and (after starting
-  ``dbus.service``) ``org.freedesktop.systemd1`` has an owner on the user bus; torn down with
+  ``dbus.service``, unless the test wants a bus not activated yet)
+  ``org.freedesktop.systemd1`` has an owner on the user bus; torn down with
   ``systemctl --user exit``, then journald is stopped and the cgroup folders removed.
 
 The manager runs as root (uid 0): these tests need no second uid. A lock file makes
@@ -92,9 +93,10 @@ def cgroup_hierarchies() -> list[Path]:
 class UserSystemd:
     """A running private manager: its environment, unit folder, and helpers."""
 
-    def __init__(self, base: Path, uid: int = 0) -> None:
+    def __init__(self, base: Path, uid: int = 0, *, activate_bus: bool = True) -> None:
         self.base = base
         self.uid = uid
+        self.activate_bus = activate_bus
         self.runtime_dir = base / "runtime"
         self.home = base / "home"
         self.unit_dir = self.home / ".config" / "systemd" / "user"
@@ -207,6 +209,8 @@ class UserSystemd:
         r = self.systemctl("is-system-running", "--wait")
         if r.stdout.strip() not in ("running", "degraded"):
             raise HarnessUnavailable(f"manager state {r.stdout.strip()!r}: {r.stderr.strip()}")
+        if not self.activate_bus:
+            return  # dbus.socket listens; dbus-daemon starts with the first client
         # The bus socket is up before dbus-daemon runs (socket activation), and the
         # manager takes its name on the bus only once dbus.service is active.
         r = self.systemctl("start", "dbus.service")
@@ -300,14 +304,15 @@ def unavailable_reason() -> str | None:
 
 
 @contextlib.contextmanager
-def user_systemd(base: Path, uid: int = 0) -> Iterator[UserSystemd]:
+def user_systemd(base: Path, uid: int = 0, *, activate_bus: bool = True) -> Iterator[UserSystemd]:
     """Start a private manager under ``base``, as ``uid`` (root by default); always torn
     down, even on failure. For another uid, ``base`` and the folders above it must let
-    that uid through."""
+    that uid through. With ``activate_bus=False`` the user bus is left as a login leaves
+    it: ``dbus.socket`` listening, no ``dbus-daemon`` yet, nothing on the bus."""
     LOCK_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(LOCK_PATH, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manager = UserSystemd(base, uid)
+        manager = UserSystemd(base, uid, activate_bus=activate_bus)
         try:
             manager.start()
             yield manager

@@ -14,9 +14,11 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -497,3 +499,95 @@ def test_quarantine_folder_replaced_by_a_symlink(base: Path, when: str) -> None:
     assert db.read_bytes() == data
     assert db.stat().st_mode == mode
     assert not [p for p in db.parent.iterdir() if p.name.startswith(".statewarden-new")]
+
+
+def test_new_file_swapped_for_a_symlink_during_the_settle_is_not_followed(base: Path) -> None:
+    """Root repairs a database in a user's folder (safety rule 12). During the settle,
+    the user replaced the pre-built ``.statewarden-new-*.db`` with a symlink to a file of
+    root's: the swap's ``chmod`` followed it and gave root's 0600 file the original's
+    mode (0644), while the run said "rolled back: the database is unchanged". Now the
+    new file is proven (device, inode, size, SHA-256) before anything is done to it:
+    nothing follows the link, root's file keeps its mode and bytes, the run rolls back."""
+    from tests.test_maintenance import exempt_comms
+
+    top = user_dir(base)
+    db = top / "home" / "state.db"
+    data, mode = db.read_bytes(), stat.S_IMODE(db.stat().st_mode)
+    secret = base / "root-only"
+    secret.write_bytes(b"root's own bytes\n")
+    secret.chmod(0o600)
+    state = base / "root-state"
+    state.mkdir(mode=0o700)
+    config = base / "root.yaml"
+    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
+                                  "maintenance": {"settle": "5s"}}))  # fmt: skip
+    env = {**os.environ, "XDG_STATE_HOME": str(state), "HERMES_HOME": str(top / "home")}
+    run = subprocess.Popen(
+        [CTL, "maintenance", "--config", str(config), "--db", str(db), "--action", "vacuum",
+         "--yes"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + HANG_S
+        while not any('"step": "settle"' in p.read_text()
+                      for p in state.glob("statewarden/maintenance/*/run.jsonl")):  # fmt: skip
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (new,) = db.parent.glob(".statewarden-new-*.db")
+        swapped = as_user(top, f'rm -f "{new}" && ln -s "{secret}" "{new}"')
+        assert swapped.returncode == 0, swapped.stderr
+        out, err = run.communicate(timeout=HANG_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert secret.read_bytes() == b"root's own bytes\n"
+    assert os.stat(secret).st_uid == 0
+    assert "Traceback" not in err
+    assert run.returncode == 1, out + err
+    assert "rolled back: the database is unchanged" in out
+    assert "is no longer the new file statewarden wrote" in out, out
+    assert db.read_bytes() == data
+    assert stat.S_IMODE(db.stat().st_mode) == mode
+    assert not list(db.parent.glob(".statewarden-*"))
+
+
+def test_resume_on_a_full_disk_is_one_line(base: Path) -> None:
+    """``--resume`` with the state dir's disk full (a 24 MB tmpfs) used to end in
+    "unexpected OSError": the ledger could not take its first line. Now: one line that
+    names the ledger and the cause, exit 1, nothing done (the fence stays up, as the
+    ledger says); once there is room, ``--resume`` rolls the run back. The ledger is
+    padded to a page boundary with blank lines (which a ledger reader skips), so its
+    next line needs a page the full tmpfs does not have."""
+    top = user_dir(base)
+    db = top / "home" / "state.db"
+    data, mode = db.read_bytes(), db.stat().st_mode
+    (top / "state").mkdir()
+    os.chown(top / "state", USER, USER)
+    r = as_user(
+        top,
+        'export HERMES_HOME="$SW_TOP/home"; S="$XDG_STATE_HOME/statewarden"; '
+        'STATEWARDEN_CRASH_AT=settle "$CTL" maintenance --db "$SW_TOP/home/state.db"'
+        ' --action vacuum --yes >/dev/null; echo "crash rc=$?"; '
+        'L=$(ls "$S"/maintenance/*/run.jsonl); size=$(stat -c %s "$L"); '
+        'head -c $(( (4096 - size % 4096) % 4096 )) /dev/zero | tr "\\0" "\\n" >> "$L"; '
+        'dd if=/dev/zero of="$XDG_STATE_HOME/filler" bs=4k 2>/dev/null; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume 2>"$SW_TOP/full.err";'
+        ' echo "full rc=$?"; stat -c %a "$SW_TOP/home/state.db"; rm "$XDG_STATE_HOME/filler"; '
+        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --resume 2>/dev/null; echo "room rc=$?"',
+        tmpfs=top / "state",
+        size="24m",
+    )
+    assert "crash rc=137" in r.stdout, r.stdout + r.stderr
+    err = (top / "full.err").read_text()
+    assert "Traceback" not in err
+    assert "unexpected" not in err, err
+    assert len(err.splitlines()) == 1, err
+    assert "run.jsonl: cannot write the run ledger: No space left on device" in err
+    assert "then statewardenctl maintenance --resume" in err
+    assert "full rc=1\n0\n" in r.stdout, r.stdout  # still fenced: nothing was done
+    assert "rolled back: the database is unchanged" in r.stdout
+    assert r.stdout.rstrip().endswith("room rc=1"), r.stdout
+    assert db.read_bytes() == data
+    assert db.stat().st_mode == mode

@@ -643,3 +643,221 @@ def test_a_holder_that_ignores_sigterm_is_killed(
     assert code == -signal.SIGKILL
     assert [p["pid"] for p in rep["start_again"]] == [holder.pid]
     assert set(distinct) <= set(session_ids(db))
+
+
+# ------------------------------------------------------------------ field defects
+
+
+def _work_folder_with_lock(folder: Path) -> bool:
+    return any(n.startswith(".statewarden-work-") and os.path.exists(folder / n / ".lock")
+               for n in os.listdir(folder))  # fmt: skip
+
+
+class TestLeftovers:
+    @pytest.mark.parametrize("step", ["prebuild", "catch-up"])
+    def test_work_folder_of_a_killed_step_is_removed_by_resume(
+        self, step: str, config: Path, phantom: tuple[Path, list[str]], fake_bin: Path
+    ) -> None:
+        """kill -9 while a step's work folder (a whole copy of the database) is next to
+        it: the pre-build's ``.statewarden-work-*`` or the catch-up's
+        ``.statewarden-catch-up-*``. Neither ``--resume`` nor a later run used to remove
+        them; now ``--resume`` does, and says so."""
+        db, distinct = phantom
+        w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.1)
+        try:
+            env = dict(os.environ)
+            if step == "catch-up":
+                env["STATEWARDEN_CRASH_AT"] = "catch-up-copied"
+            run = subprocess.Popen(
+                [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
+                 "--yes"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            if step == "prebuild":
+                while run.poll() is None and not _work_folder_with_lock(db.parent):
+                    pass
+                run.kill()
+            assert run.wait(timeout=300) == -signal.SIGKILL
+            left = sorted(n for n in os.listdir(db.parent) if n.startswith(".statewarden-"))
+            prefix = ".statewarden-work-" if step == "prebuild" else ".statewarden-catch-up-"
+            assert any(n.startswith(prefix) for n in left), left
+            resumed = ctl("--db", str(db), "--resume", "--json")
+        finally:
+            w.stop()
+        rep = report_of(resumed)
+        assert rep["outcome"] == "rolled back: the database is unchanged", resumed.stderr
+        assert [n for n in os.listdir(db.parent) if n.startswith(".statewarden-")] == []
+        removed = [n for n in rep["notes"] if n.startswith("removed the work folder")]
+        assert any(prefix in n for n in removed), rep["notes"]
+        assert set(distinct) <= set(session_ids(db))
+
+
+STUBBORN = """
+import os, signal, sys, time
+log, db = sys.argv[1], sys.argv[2]
+held = os.open(db, os.O_RDONLY)
+def on_term(*_):
+    # Ignore SIGTERM; note it, then note once the other one got its SIGTERM too.
+    with open(log, "a") as f:
+        f.write(f"term {os.getpid()}\\n")
+    while open(log).read().count("term ") < 2:
+        time.sleep(0.01)
+    with open(log, "a") as f:
+        f.write(f"saw-both {os.getpid()}\\n")
+signal.signal(signal.SIGTERM, on_term)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_holders_that_ignore_sigterm_are_stopped_together(tmp_path: Path) -> None:
+    """Two holders that ignore SIGTERM used to be waited for one after the other (two
+    grace periods): the first was SIGKILLed before the second got its SIGTERM. Now both
+    get SIGTERM, one grace period, then SIGKILL; each process saw the other's SIGTERM
+    before it was killed (told by the processes themselves, not by timing)."""
+    from statewarden.maintenance.quiesce import Settler
+
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    log = tmp_path / "signals.log"
+    argv = [sys.executable, "-c", STUBBORN, str(log), str(db)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    signalled: list[int] = []
+    scanner = HolderScanner([db], exempt_comms=exempt_comms())
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+        result = Settler(
+            scanner=scanner, settle_s=0.3, timeout_s=60, respawn_limit=2, grace_s=5,
+            force=True, stop_interactive=True, on_signal=lambda d: signalled.append(d.pid),
+            on_unit=lambda u: None, unit_timeout_s=5, address="unix:path=/nonexistent",
+        ).run()  # fmt: skip
+    finally:
+        scanner.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    assert result.ok, result.reason
+    assert sorted(signalled) == sorted(p.pid for p in procs)
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
+    assert sorted(log.read_text().splitlines()) == sorted(
+        [f"saw-both {p.pid}" for p in procs] + [f"term {p.pid}" for p in procs]
+    )
+
+
+def test_a_racing_run_is_named_by_its_pid(config: Path, tmp_path: Path) -> None:
+    """Two runs racing: the second used to say "pid ?" when the first had its lock but
+    had not written its pid yet. The kernel's lock table names it."""
+    import fcntl
+
+    from statewarden.atomic import private_dir
+
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    folder = private_dir(run_dir(Path(os.environ["XDG_STATE_HOME"]) / "statewarden", db))
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # locked, no pid written yet
+        proc = ctl("--db", str(db), "--yes")
+    finally:
+        os.close(fd)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "statewardenctl: error: another maintenance run is in progress on this database"
+        f" (pid {os.getpid()}) (wait for it to finish)"
+    ]
+
+
+def test_maintenance_folders_are_0700(config: Path, tmp_path: Path) -> None:
+    """The README says 0700; ``<state dir>/maintenance`` was made 0755 (only the run
+    folder inside it was 0700). Both are 0700 now, and an older 0755 one is tightened."""
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
+    for older in (False, True):
+        if older:
+            shutil.rmtree(state)
+            (state / "maintenance").mkdir(parents=True)
+            (state / "maintenance").chmod(0o755)
+        proc = ctl("--db", str(db), "--action", "check")
+        assert proc.returncode == 0, proc.stderr
+        assert stat.S_IMODE((state / "maintenance").stat().st_mode) == 0o700
+        assert stat.S_IMODE(run_dir(state, db).stat().st_mode) == 0o700
+
+
+def test_a_resumed_vacuum_is_told_as_a_swap(config: Path, tmp_path: Path) -> None:
+    """A ``vacuum`` killed during the swap and rolled forward by ``--resume`` used to be
+    reported as "repaired" (the resume took the default action for the outcome)."""
+    db = make_home(tmp_path / "home", SMALL) / "state.db"
+    env = {**os.environ, "STATEWARDEN_CRASH_AT": "swap"}
+    crashed = ctl("--db", str(db), "--action", "vacuum", "--yes", env=env)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    resumed = ctl("--db", str(db), "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    rep = report_of(resumed)
+    assert (rep["action"], rep["outcome"]) == ("vacuum", "swapped")
+
+
+def test_the_next_run_removes_catch_up_folders_left_by_killed_runs(
+    config: Path, tmp_path: Path
+) -> None:
+    """A catch-up folder an older version left (``mkdtemp``'s random name) and one of this
+    database's runs are removed by the next run; another database's is left alone. So
+    are work folders of a run killed while it set them up (found by the fault suite:
+    kill -9 between the folder and its lock), empty or with a lock nobody holds; one
+    whose lock is held (being set up now) stays."""
+    import fcntl
+
+    from statewarden.maintenance.ledger import db_digest
+
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    old = db.parent / ".statewarden-catch-up-k3j4h5g6"
+    mine = db.parent / f".statewarden-catch-up-{db_digest(db)}-20261201T000000Z-abcdef"
+    other = db.parent / f".statewarden-catch-up-{db_digest(db.parent / 'x.db')}-20261201T0Z-1"
+    for folder in (old, mine, other):
+        folder.mkdir(mode=0o700)
+        (folder / "state.db").write_bytes(db.read_bytes())
+    empty, unheld, held = (db.parent / f".statewarden-work-{n}" for n in ("a1", "b2", "c3"))
+    for folder in (empty, unheld, held):
+        folder.mkdir(mode=0o700)
+    (unheld / ".lock.new").touch()
+    fd = os.open(held / ".lock.new", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        proc = ctl("--db", str(db), "--action", "check", "--json")
+    finally:
+        os.close(fd)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in db.parent.glob(".statewarden-*")) == [other.name, held.name]
+    notes = report_of(proc)["notes"]
+    for folder in (old, mine, empty, unheld):
+        assert f"removed the work folder of a killed run: {folder}" in notes, notes
+
+
+def test_a_run_stops_holders_that_ignore_sigterm_together(config: Path, tmp_path: Path) -> None:
+    """The run's own stop of the planned holders (before the settle): two that ignore
+    SIGTERM each saw the other's SIGTERM before either was killed."""
+    db = make_home(tmp_path / "home", TINY) / "state.db"
+    log = tmp_path / "signals.log"
+    argv = [sys.executable, "-c", STUBBORN, str(log), str(db)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+        proc = ctl("--db", str(db), "--action", "checkpoint", "--yes", "--force", "--json")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report_of(proc)["outcome"] == "checkpointed"
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 2
+    assert sorted(log.read_text().splitlines()) == sorted(
+        [f"saw-both {p.pid}" for p in procs] + [f"term {p.pid}" for p in procs]
+    )

@@ -29,6 +29,7 @@ from lab.hermes_fixtures import SMALL, TINY, make_home
 from statewarden.alerts.message import plain_text
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.router import Route, Router
+from statewarden.atomic import private_dir
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
 from statewarden.maintenance import outcomes
@@ -36,7 +37,6 @@ from statewarden.maintenance.ledger import (
     Ledger,
     in_progress,
     lock_holder,
-    private_dir,
     run_dir,
     run_lock,
 )
@@ -244,7 +244,8 @@ class TestInProgress:
         code = (
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from statewarden.maintenance.ledger import Ledger, private_dir, run_dir, run_lock\n"
+            "from statewarden.atomic import private_dir\n"
+            "from statewarden.maintenance.ledger import Ledger, run_dir, run_lock\n"
             f"folder = private_dir(run_dir(Path({str(state)!r}), Path({str(db)!r})))\n"
             "with run_lock(folder):\n"
             "    led = Ledger(folder)\n"
@@ -419,7 +420,8 @@ def test_a_full_state_dir_costs_the_outcome_not_the_run(tmp_path: Path, fake_bin
     state.mkdir()
     prepare = (
         "from pathlib import Path\n"
-        "from statewarden.maintenance.ledger import private_dir, run_dir, run_lock\n"
+        "from statewarden.atomic import private_dir\n"
+        "from statewarden.maintenance.ledger import run_dir, run_lock\n"
         f"with run_lock(private_dir(run_dir(Path({str(state / 'statewarden')!r}),"
         f" Path({str(db)!r})))):\n"
         "    pass\n"

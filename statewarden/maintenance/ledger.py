@@ -16,7 +16,8 @@ would make a run starting at that instant fail). A run killed with ``kill -9`` l
 an unfinished ledger but no lock: it is not in progress (it waits for ``--resume``).
 
 Files are created with ``O_NOFOLLOW | O_EXCL`` (or opened with ``O_NOFOLLOW``) in a
-folder of mode 0700 owned by the user, so a planted symlink cannot redirect them.
+folder of mode 0700 owned by the user (``atomic.private_dir``, the maintenance folder
+above it too), so a planted symlink cannot redirect them.
 """
 
 from __future__ import annotations
@@ -44,25 +45,16 @@ FINISHED = "finished"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def db_digest(db: Path) -> str:
+    """12 hex digits of the SHA-256 of the database's absolute path: its name in folders."""
+    return hashlib.sha256(os.path.abspath(db).encode()).hexdigest()[:12]
+
+
 def run_dir(state_dir: Path, db: Path) -> Path:
     """``<state dir>/maintenance/<name>-<hash of the db path>``: one per database."""
     real = os.path.abspath(db)
-    digest = hashlib.sha256(real.encode()).hexdigest()[:12]
     name = _SAFE.sub("_", Path(real).parent.name or "root")[:40]
-    return state_dir / "maintenance" / f"{name}-{digest}"
-
-
-def private_dir(path: Path) -> Path:
-    """Make ``path`` (mode 0700) and check it is a real folder owned by us."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise StatewardenError(f"{path}: not a folder (a symlink?); refusing to use it")
-    if st.st_uid != os.geteuid():
-        raise StatewardenError(f"{path}: owned by uid {st.st_uid}, not by us; refusing to use it")
-    if st.st_mode & 0o022:
-        raise StatewardenError(f"{path}: writable by others; refusing to use it")
-    return path
+    return state_dir / "maintenance" / f"{name}-{db_digest(db)}"
 
 
 @dataclass
@@ -129,14 +121,19 @@ class Ledger:
     def create(self, begin: dict[str, Any]) -> None:
         """Start a new ledger (the previous one, finished, becomes ``last-run.jsonl``)."""
         old = read_ledger(self.path)
-        if old is not None:
-            if not old.finished:
-                raise StatewardenError(f"{self.path}: an unfinished run is recorded here")
-            os.replace(self.path, self.folder / LAST_LEDGER_NAME)
-        self._fd = os.open(
-            self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o600
-        )
-        fsync_dir(self.folder)
+        if old is not None and not old.finished:
+            raise StatewardenError(f"{self.path}: an unfinished run is recorded here")
+        try:
+            if old is not None:
+                os.replace(self.path, self.folder / LAST_LEDGER_NAME)
+            self._fd = os.open(
+                self.path,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND,
+                0o600,
+            )
+            fsync_dir(self.folder)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         self.step("begin", **begin)
 
     def reopen(self) -> LedgerRecord:
@@ -144,18 +141,33 @@ class Ledger:
         record = read_ledger(self.path)
         if record is None:
             raise StatewardenError(f"{self.path}: no run ledger to resume")
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-        # A torn last line would glue onto the next one: start on a fresh line.
-        os.write(self._fd, b"\n")
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+            # A torn last line would glue onto the next one: start on a fresh line.
+            os.write(self._fd, b"\n")
+        except OSError as exc:
+            raise self._unwritable(exc) from None
         return record
+
+    def _unwritable(self, exc: OSError) -> StatewardenError:
+        """A ledger line that cannot be made durable: the step it names must not start."""
+        return StatewardenError(
+            f"{self.path}: cannot write the run ledger: {exc.strerror or exc}; the run stops"
+            " here, as the ledger last recorded it",
+            hint=f"free space in {self.folder.parent.parent}, then statewardenctl maintenance"
+            " --resume",
+        )
 
     def step(self, name: str, **data: Any) -> None:
         """Record that step ``name`` is about to start; durable when this returns."""
         if self._fd is None:
             raise StatewardenError("the run ledger is not open")
         line = json.dumps({"step": name, "at": round(time.time(), 3), **data}, default=str)
-        os.write(self._fd, line.encode() + b"\n")
-        os.fsync(self._fd)
+        try:
+            os.write(self._fd, line.encode() + b"\n")
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
 
     def close(self) -> None:
         if self._fd is not None:
@@ -207,6 +219,33 @@ def in_progress(state_dir: Path, db: Path) -> LedgerRecord | None:
     return record
 
 
+def _flock_pid(st: os.stat_result) -> int | None:
+    """The pid the kernel names as holding a ``flock`` on the file ``st``."""
+    try:
+        with open(PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        if fields[5] == dev and fields[4].isdigit():
+            return int(fields[4])
+    return None
+
+
+def _other_run(fd: int) -> str:
+    """``pid 4411`` for the run holding the lock open as ``fd``: the kernel's lock table
+    says who holds it even before that run has written its pid into the file."""
+    pid = _flock_pid(os.fstat(fd))
+    if pid is None:
+        written = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        pid = int(written) if written.isdigit() else None
+    return f"pid {pid}" if pid is not None else "its pid could not be read"
+
+
 @contextlib.contextmanager
 def run_lock(folder: Path) -> Iterator[None]:
     """Hold this database's maintenance lock; :class:`RunLocked` if another run has it."""
@@ -215,13 +254,18 @@ def run_lock(folder: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             raise RunLocked(
-                f"another maintenance run is in progress on this database (pid {holder})",
+                f"another maintenance run is in progress on this database ({_other_run(fd)})",
                 hint="wait for it to finish",
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            raise StatewardenError(
+                f"{folder / LOCK_NAME}: cannot write the run lock: {exc.strerror or exc}",
+                hint=f"free space in {folder.parent.parent}, then retry",
+            ) from None
         yield
     finally:
         os.close(fd)

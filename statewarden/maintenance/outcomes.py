@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.alerts.message import NEXT_STEPS, Item, Notification
-from statewarden.atomic import write_atomic
-from statewarden.maintenance.ledger import private_dir
+from statewarden.atomic import private_dir, write_atomic
 
 OUTCOMES_DIR = "outcomes"
 KEEP = 50  # outcome files kept while no daemon collects them

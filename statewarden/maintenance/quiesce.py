@@ -3,7 +3,9 @@
 Units are stopped and started through the user manager with a job wait
 (``systemd.py``); a process that is not a unit gets SIGTERM, then SIGKILL after the
 grace period, and only after its start time shows it is still the process the plan
-named (a pid can be reused). Settling is a loop of full ``/proc`` scans that must show
+named (a pid can be reused). Several such processes are stopped together: SIGTERM to
+all, one grace period, SIGKILL to the rest (two that ignore SIGTERM cost one
+``stop_grace``, not two). Settling is a loop of full ``/proc`` scans that must show
 zero holders for ``settle_s`` in a row. A holder that turns up meanwhile is stopped the
 same way, and counted by its command line; one that comes back more than
 ``respawn_limit`` times ends the run, named with its parent chain and the SSH client
@@ -47,28 +49,41 @@ def start_ticks_of(pid: int) -> int | None:
         return None
 
 
-def terminate(pid: int, start_ticks: int | None, grace_s: float) -> str:
-    """SIGTERM, SIGKILL after ``grace_s``; how it ended (``gone``, ``term``, ``kill``)."""
-    if not _alive(pid, start_ticks):
-        return "gone"
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return "gone"
+def terminate_all(targets: Sequence[tuple[int, int | None]], grace_s: float) -> dict[int, str]:
+    """Stop every ``(pid, start ticks)`` at once: SIGTERM to each, then one grace period
+    for all, then SIGKILL to those still there (after their start time shows they are
+    still the process named). How each ended, by pid: ``gone``, ``term`` or ``kill``."""
+    how: dict[int, str] = {}
+    waiting: list[tuple[int, int | None]] = []
+    for pid, ticks in targets:
+        how[pid] = "gone"
+        if not _alive(pid, ticks):
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        how[pid] = "term"
+        waiting.append((pid, ticks))
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not _alive(pid, start_ticks):
-            return "term"
-        time.sleep(EXIT_POLL_S)
-    if not _alive(pid, start_ticks):
-        return "term"
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return "term"
-    while _alive(pid, start_ticks):
-        time.sleep(EXIT_POLL_S)
-    return "kill"
+    while waiting and time.monotonic() < deadline:
+        waiting = [(pid, ticks) for pid, ticks in waiting if _alive(pid, ticks)]
+        if waiting:
+            time.sleep(EXIT_POLL_S)
+    killed = []
+    for pid, ticks in waiting:
+        if not _alive(pid, ticks):
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        how[pid] = "kill"
+        killed.append((pid, ticks))
+    for pid, ticks in killed:
+        while _alive(pid, ticks):
+            time.sleep(EXIT_POLL_S)
+    return how
 
 
 def stop_units(units: Sequence[str], address: str | None, timeout_s: float) -> list[JobResult]:
@@ -177,6 +192,7 @@ class Settler:
             scan.holders = [h for h in scan.holders if h.pid != os.getpid()]
             if scan.holders and self.systemd_ok:
                 self.systemd_ok = annotate_units([scan], self.address) is None
+            to_signal: list[tuple[HolderDecision, int | None]] = []
             for h in scan.holders:
                 d = decide(h, force=self.force, stop_interactive=self.stop_interactive,
                            systemd_ok=self.systemd_ok)  # fmt: skip
@@ -196,9 +212,13 @@ class Settler:
                     self.on_unit(d.unit)
                     stop_units([d.unit], self.address, self.unit_timeout_s)
                 elif d.action == SIGNAL:
-                    self.on_signal(d)
-                    terminate(d.pid, h.start_ticks, self.grace_s)
-                    result.signalled.append(d)
+                    to_signal.append((d, h.start_ticks))
+            # Those that will not stop are waited for together: one grace period in all.
+            for d, _ in to_signal:
+                self.on_signal(d)
+                result.signalled.append(d)
+            if to_signal:
+                terminate_all([(d.pid, ticks) for d, ticks in to_signal], self.grace_s)
             now = time.monotonic()
             if scan.holders:
                 quiet_since = now

@@ -14,17 +14,25 @@ through SQLite, start them again: no swap).
 
 ``$STATEWARDEN_CRASH_AT=<step>`` makes the run ``SIGKILL`` itself right after the
 ledger line of that step is durable (or, for ``sidecars-moved`` and ``original-kept``,
-half-way through the swap): the fault-injection points the crash tests use.
+half-way through the swap; for ``catch-up-copied``, once the catch-up folder holds its
+copy of the database): the fault-injection points the crash tests use.
+
+Work folders next to the database (the pre-build's and the catch-up's
+``.statewarden-work-*``, the catch-up's ``.statewarden-catch-up-<db>-<run>``) are
+removed by the step that made them; those of a run killed meanwhile by ``--resume``
+or the next run of the same database (under its lock, so no live run uses them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
+import fcntl
 import os
 import shutil
 import signal
-import tempfile
+import stat
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +43,7 @@ from typing import Any
 import apsw
 import yaml
 
+from statewarden.atomic import private_dir
 from statewarden.config import Config, state_dir
 from statewarden.errors import (
     EXIT_FAILED,
@@ -54,7 +63,7 @@ from statewarden.maintenance.ledger import (
     FINISHED,
     Ledger,
     LedgerRecord,
-    private_dir,
+    db_digest,
     read_ledger,
     run_dir,
     run_lock,
@@ -75,11 +84,20 @@ from statewarden.maintenance.quiesce import (
     start_ticks_of,
     start_units,
     stop_units,
-    terminate,
+    terminate_all,
     unit_states,
 )
-from statewarden.maintenance.swap import prune, put_back, quarantine_dir, quarantine_root, swap
+from statewarden.maintenance.swap import (
+    NewFile,
+    prune,
+    put_back,
+    quarantine_dir,
+    quarantine_root,
+    seal,
+    swap,
+)
 from statewarden.progress import ProgressFn
+from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import exit_code_for as check_exit_code
 from statewarden.recovery.report import Report
@@ -91,6 +109,7 @@ ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkp
 # ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore).
 SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore")
 ENV_CRASH_AT = "STATEWARDEN_CRASH_AT"
+CATCH_UP_PREFIX = ".statewarden-catch-up-"
 POST_CHECK_MAX_ERRORS = 100
 POST_CHECK_SCANS = 5
 UNIT_START_CHECK_S = 1.0
@@ -217,6 +236,7 @@ class MaintenanceRun:
         self.orig: fence.Original | None = None
         self.new: Path | None = None
         self.folded_sha256: str | None = None
+        self.sealed: NewFile | None = None  # the new file as built, proven at the swap
         self._orig_fd: int | None = None  # the original, held open from before the fence
         self._t0 = time.monotonic()
         self._started_at = time.time()
@@ -266,9 +286,16 @@ class MaintenanceRun:
 
     # -- the run -----------------------------------------------------------------------
 
+    def _private_folder(self) -> None:
+        private_dir(self.folder.parent, what="maintenance")
+        private_dir(self.folder, what="maintenance")
+
     def execute(self) -> RunReport:
-        private_dir(self.folder)
+        self._private_folder()
         with run_lock(self.folder):
+            if not self.options.dry_run:
+                for path in self._remove_work_folders():
+                    self.report.notes.append(f"removed the work folder of a killed run: {path}")
             return self._told(self._execute())
 
     def _told(self, report: RunReport) -> RunReport:
@@ -362,6 +389,8 @@ class MaintenanceRun:
             self.report.notes.append(f"source identity at the pre-build: {before.to_json()}")
             try:
                 done = self._build()
+                if done is None:
+                    self.sealed = seal(self.new)
                 self.report.path = "pre-built while Hermes ran"
             except DatabaseChanged as exc:
                 # A writer busy enough that no copy is consistent: build after the stop.
@@ -406,10 +435,15 @@ class MaintenanceRun:
         assert self.new is not None
         self._let_go()
         qdir = quarantine_dir(self.state, self.target.name, run_id)
-        self._step("swap", new=str(self.new), quarantine=str(qdir),
-                   new_ino=os.stat(self.new).st_ino)  # fmt: skip
         try:
-            res = swap(self.db, self.new, qdir, self.orig, run_id, after=self._crash_point)
+            sealed = self.sealed or seal(self.new)
+        except StatewardenError as exc:
+            return self._rollback(str(exc), EXIT_FAILED)
+        self._step("swap", new=str(self.new), quarantine=str(qdir), new_ino=sealed.ino,
+                   new_file=sealed.to_json())  # fmt: skip
+        try:
+            res = swap(self.db, self.new, qdir, self.orig, run_id, sealed=sealed,
+                       after=self._crash_point)  # fmt: skip
         except (OSError, StatewardenError) as exc:
             return self._swap_failed(qdir, exc)
         self._step("swapped", files=res.files)
@@ -468,14 +502,16 @@ class MaintenanceRun:
             (res,) = stop_units([unit], self.address, self.mc.unit_timeout)
             if not res.ok:
                 raise _Abort(f"could not stop {unit}: job {res.result}", EXIT_FAILED)
+        # All at once: SIGTERM to each, one grace period, SIGKILL to those still there.
+        targets = []
         for d in plan.signals:
-            self._signal(d.pid, d.command, start_ticks_of(d.pid))
-
-    def _signal(self, pid: int, command: str, ticks: int | None) -> None:
-        self._step("signal", pid=pid, command=command)
-        self._mark_down()
-        how = terminate(pid, ticks, self.mc.stop_grace)
-        self.signalled.append({"pid": pid, "command": command, "ended": how})
+            ticks = start_ticks_of(d.pid)
+            self._step("signal", pid=d.pid, command=d.command)
+            self._mark_down()
+            targets.append((d.pid, ticks))
+        ended = terminate_all(targets, self.mc.stop_grace)
+        for d in plan.signals:
+            self.signalled.append({"pid": d.pid, "command": d.command, "ended": ended[d.pid]})
 
     def _mark_down(self) -> None:
         if self._down_started is None:
@@ -528,15 +564,24 @@ class MaintenanceRun:
         assert self._orig_fd is not None
         self._remove_new()
         # A copy of the fenced bundle, read through the descriptor held since before the
-        # fence (never by lowering it): nobody can open the original meanwhile.
-        folder = Path(tempfile.mkdtemp(prefix=".statewarden-catch-up-", dir=self.db.parent))
+        # fence (never by lowering it): nobody can open the original meanwhile. The copy
+        # goes into a folder of ours next to the database, reached only through its
+        # descriptor: the database's owner may rename folders there while root works.
+        name = self._catch_up_name(self.report.run_id)
+        dfd = os.open(self.db.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        cfd: int | None = None
         try:
-            source = folder / self.db.name
+            os.mkdir(name, 0o700, dir_fd=dfd)
+            cfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=dfd)  # fmt: skip
+            if os.fstat(cfd).st_uid != os.geteuid():
+                raise _Abort(f"{self.db.parent / name}: not the folder this run made",
+                             EXIT_FAILED)  # fmt: skip
+            source = Path(f"/proc/self/fd/{cfd}") / self.db.name
             fence.copy_out(self._orig_fd, source)
             for sfx in (WAL_SUFFIX, JOURNAL_SUFFIX):
-                side = sidecar(self.db, sfx)
-                if side.is_file() and not side.is_symlink():
-                    shutil.copyfile(side, f"{source}{sfx}", follow_symlinks=False)
+                _copy_sidecar(dfd, sidecar(self.db, sfx).name, Path(f"{source}{sfx}"))
+            self._crash_point("catch-up-copied")
             if self.options.action == "repair":
                 rep = build_new_file(source, self.new, self.progress, hash_folded=False).report
                 rep.source = str(self.db)
@@ -547,10 +592,14 @@ class MaintenanceRun:
                 if self.options.action.startswith("journal-mode="):
                     mode = "wal" if self.options.action.endswith("wal") else "rollback"
                 build_copy_as_is(source, self.new, mode, self.progress)
+            self.sealed = seal(self.new)
         except OSError as exc:
             raise _Abort(f"the catch-up copy failed: {exc.strerror or exc}", EXIT_FAILED) from None
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            if cfd is not None:
+                os.close(cfd)
+            shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
+            os.close(dfd)
         self.report.path = (
             "recovered again offline (the source changed after the pre-build)"
             if self.report.path
@@ -620,7 +669,7 @@ class MaintenanceRun:
             code = EXIT_FAILED
             problems.append("the post-check failed: " + self.report.post_check["summary"])
         message = "; ".join(problems)
-        return self._finish("swapped" if self.options.action != "repair" else "repaired",
+        return self._finish("swapped" if self.report.action != "repair" else "repaired",
                             code, message)  # fmt: skip
 
     def _journal_mode_pin(self) -> None:
@@ -751,11 +800,45 @@ class MaintenanceRun:
 
     # -- resume ------------------------------------------------------------------------
 
+    def _catch_up_name(self, run_id: str) -> str:
+        return f"{CATCH_UP_PREFIX}{db_digest(self.db)}-{run_id}"
+
+    def _remove_work_folders(self) -> list[str]:
+        """Remove what runs of this database killed mid-step left next to it: the work
+        folders of the pre-build and the catch-up (a whole copy of the database each).
+        Called with the run lock held, so no run of this database is using them."""
+        removed = [str(p) for p in remove_abandoned(self.db.parent)]
+        mine = f"{CATCH_UP_PREFIX}{db_digest(self.db)}-"
+        try:
+            dfd = os.open(self.db.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return removed
+        try:
+            for name in os.listdir(dfd):
+                if name.startswith(WORK_PREFIX) and _unclaimed_work_folder(dfd, name):
+                    removed.append(str(self.db.parent / name))
+                    continue
+                rest = name[len(CATCH_UP_PREFIX) :]
+                # This database's, or an older version's (mkdtemp's 8 random characters).
+                if not name.startswith(mine) and not (
+                    name.startswith(CATCH_UP_PREFIX) and len(rest) == 8 and "-" not in rest
+                ):
+                    continue
+                st = os.lstat(name, dir_fd=dfd)
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+                    shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
+                    removed.append(str(self.db.parent / name))
+        finally:
+            os.close(dfd)
+        return removed
+
     def resume(self) -> RunReport:
         """Finish or roll back the run the ledger records as unfinished."""
-        private_dir(self.folder)
+        self._private_folder()
         with run_lock(self.folder):
             record = read_ledger(self.ledger.path)
+            for path in self._remove_work_folders():
+                self.report.notes.append(f"removed the work folder of a killed run: {path}")
             if record is None or record.finished:
                 self.report.outcome = "nothing to resume"
                 return self.report
@@ -796,12 +879,75 @@ class MaintenanceRun:
                     )
         finally:
             scanner.close()
+        if swap_step.get("new_file"):
+            sealed = NewFile.from_json(swap_step["new_file"])
+        elif swapped:
+            sealed = NewFile(0, int(swap_step.get("new_ino") or 0), 0, "")  # not looked at
+        else:
+            sealed = seal(self.new)  # a ledger of an older version
         self._step("swap", new=str(self.new), quarantine=str(qdir), resumed=True,
-                   new_ino=swap_step.get("new_ino"))  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.orig, record.run_id, after=self._crash_point)
+                   new_ino=swap_step.get("new_ino"), new_file=sealed.to_json())  # fmt: skip
+        res = swap(self.db, self.new, qdir, self.orig, record.run_id, sealed=sealed,
+                   after=self._crash_point)  # fmt: skip
         self._step("swapped", files=res.files)
         self.report.notes.append("resumed after an interruption during the swap: rolled forward")
         return self._after_swap()
+
+
+def _unclaimed_work_folder(dfd: int, name: str) -> bool:
+    """Remove a work folder of ours that a run killed while it was being set up left
+    without its lock (``recovery.bundle`` names the lock only once it holds it, and
+    copies nothing before): empty, or with an unnamed lock nobody holds. True if removed.
+    A folder with its lock is for ``remove_abandoned`` to judge."""
+    try:
+        st = os.lstat(name, dir_fd=dfd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        os.lstat(f"{name}/{WORK_LOCK}", dir_fd=dfd)
+        return False  # claimed: held by a live run, or judged by remove_abandoned
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    try:
+        fd = os.open(f"{name}/{WORK_LOCK}.new", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dfd)  # fmt: skip
+    except FileNotFoundError:
+        try:
+            os.rmdir(name, dir_fd=dfd)  # only if empty: nothing was put in it
+        except OSError:
+            return False
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False  # being set up right now
+    try:
+        shutil.rmtree(name, dir_fd=dfd, ignore_errors=True)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _copy_sidecar(dfd: int, name: str, dest: Path) -> None:
+    """Copy the sidecar ``name`` of the folder ``dfd`` to the new file ``dest``, if it is a
+    regular file (opened with ``O_NOFOLLOW``: a symlink planted there is not read)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return
+        raise
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fence.copy_out(fd, dest)
+    finally:
+        os.close(fd)
 
 
 class _Abort(Exception):

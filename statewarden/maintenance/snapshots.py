@@ -26,9 +26,8 @@ from typing import Any
 
 import apsw
 
-from statewarden.atomic import write_atomic
+from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import DatabaseError
-from statewarden.maintenance.ledger import private_dir
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
 

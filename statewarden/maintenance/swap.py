@@ -8,15 +8,22 @@ Order (each step safe to repeat after a crash, so a resumed run can finish it):
    an old ``-wal`` into the new file.
 2. ``state.db`` is hard-linked into the quarantine (copied when the state dir is on
    another filesystem), so the original keeps a name there while it still has its own.
-3. The new file gets the original's owner and mode, is fsynced, and is renamed over
-   ``state.db``; the folder is fsynced. ``rename`` replaces the name in one step:
+3. The new file is proven to be the one statewarden wrote (device, inode, size and
+   SHA-256 as sealed right after it was built), gets the original's owner and mode
+   through its own descriptor, is fsynced, and is renamed over ``state.db``; the
+   folder is fsynced. ``rename`` replaces the name in one step:
    ``state.db`` exists at every instant, the original or the new one (rule 5).
 4. The quarantined original gets its mode back (the fence set 000), and a
    ``manifest.json`` records every file with its SHA-256.
 
 Nothing here deletes an original: retention (``prune``) removes whole quarantine
 folders past ``maintenance.quarantine_keep`` / ``quarantine_max_age``, never the newest.
-Files are created with ``O_EXCL | O_NOFOLLOW`` in a folder of ours (rule 12).
+Files are created with ``O_EXCL | O_NOFOLLOW`` in a folder of ours (rule 12). In the
+database's folder, which another user (its owner) may write while root repairs it,
+every operation goes through a descriptor of the folder and ``O_NOFOLLOW`` opens:
+``fchmod``/``fchown`` on the new file's own descriptor, renames and unlinks relative
+to the folder's descriptor, the original linked from its descriptor. A name swapped
+for a symlink is never followed; a new file that is not the one sealed rolls back.
 """
 
 from __future__ import annotations
@@ -27,16 +34,16 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import fsync_dir, write_atomic
+from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import FenceError
 from statewarden.maintenance import fence
-from statewarden.maintenance.ledger import private_dir
 from statewarden.sidecars import SIDECAR_SUFFIXES, sidecar
 
 MANIFEST = "manifest.json"
@@ -60,54 +67,156 @@ class SwapResult:
     swap_s: float = 0.0
 
 
-def _copy_excl(src: Path, dest: Path) -> None:
-    """Copy ``src`` to the new name ``dest``, which appears only once the copy is whole:
-    written under ``dest.tmp`` (``O_EXCL | O_NOFOLLOW``), fsynced, then linked. A full
-    disk or a kill leaves no partial file under ``dest`` (a partial ``-wal`` there would
-    count as moved, and the original's would stay beside the new file)."""
-    tmp = dest.with_name(dest.name + ".tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # left by a run killed while copying; ours, in our private folder
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+@dataclass(frozen=True)
+class NewFile:
+    """The new file as statewarden wrote it: proven again right before the rename."""
+
+    dev: int
+    ino: int
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NewFile:
+        return cls(int(data["dev"]), int(data["ino"]), int(data["size"]), str(data["sha256"]))
+
+
+def _open_dir(path: Path) -> int:
+    """A descriptor of the folder ``path`` (never through a symlink at its last name)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _fd_sha256(fd: int) -> str:
+    h = hashlib.sha256()
+    offset = 0
+    while chunk := os.pread(fd, _CHUNK, offset):
+        offset += len(chunk)
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _open_ours(dir_fd: int, name: str, where: Path) -> int:
+    """Open the file we wrote as ``name`` in ``dir_fd``: a regular file, owned by us,
+    with no other name (another user cannot make a file ours, nor, with the kernel's
+    ``protected_hardlinks``, link one of ours that they cannot write)."""
     try:
-        with open(src, "rb") as s, os.fdopen(fd, "wb") as d:
-            shutil.copyfileobj(s, d, _CHUNK)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     dir_fd=dir_fd)  # fmt: skip
+    except FileNotFoundError:
+        raise FenceError(f"{where}: the new file is missing; the original stays in place"
+                         ) from None  # fmt: skip
+    except OSError as exc:
+        raise FenceError(
+            f"{where}: is no longer the new file statewarden wrote ({exc.strerror}: replaced,"
+            " a symlink?); nothing was written through it, the original stays in place"
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise FenceError(
+            f"{where}: is no longer the new file statewarden wrote (not a regular file of"
+            " ours with one name); the original stays in place"
+        )
+    return fd
+
+
+def seal(new: Path) -> NewFile:
+    """The identity of the new file just built at ``new``: device, inode, size, SHA-256."""
+    dfd = _open_dir(new.parent)
+    try:
+        fd = _open_ours(dfd, new.name, new)
+    finally:
+        os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        return NewFile(st.st_dev, st.st_ino, st.st_size, _fd_sha256(fd))
+    finally:
+        os.close(fd)
+
+
+def _open_proven(dir_fd: int, name: str, where: Path, sealed: NewFile) -> int:
+    """A descriptor of the new file, proven to be the file sealed after it was built."""
+    fd = _open_ours(dir_fd, name, where)
+    try:
+        st = os.fstat(fd)
+        facts = (st.st_dev, st.st_ino, st.st_size)
+        if facts != (sealed.dev, sealed.ino, sealed.size) or _fd_sha256(fd) != sealed.sha256:
+            raise FenceError(
+                f"{where}: is no longer the new file statewarden wrote (its device, inode,"
+                " size or SHA-256 differ); the original stays in place"
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+
+
+def _is(dir_fd: int, name: str, ino: int, dev: int) -> bool:
+    st = _lstat_at(dir_fd, name)
+    return st is not None and (st.st_ino, st.st_dev) == (ino, dev)
+
+
+def _copy_excl(src_fd: int, qfd: int, name: str) -> None:
+    """Copy the open file ``src_fd`` to the new name ``name`` in the folder ``qfd``, which
+    appears only once the copy is whole: written under ``name.tmp`` (``O_EXCL |
+    O_NOFOLLOW``), fsynced, then linked. A full disk or a kill leaves no partial file
+    under ``name`` (a partial ``-wal`` there would count as moved, and the original's
+    would stay beside the new file)."""
+    tmp = name + ".tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp, dir_fd=qfd)  # left by a run killed while copying; ours, in our folder
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=qfd)  # fmt: skip
+    try:
+        with os.fdopen(fd, "wb") as d:
+            offset = 0
+            while chunk := os.pread(src_fd, _CHUNK, offset):
+                offset += len(chunk)
+                d.write(chunk)
             d.flush()
             os.fsync(d.fileno())
-        os.link(tmp, dest, follow_symlinks=False)
+        os.link(tmp, name, src_dir_fd=qfd, dst_dir_fd=qfd, follow_symlinks=False)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=qfd)
 
 
-def _move(src: Path, dest: Path) -> bool:
-    """Rename ``src`` to ``dest`` (copy + unlink across filesystems); True if copied."""
+def _move(src_fd: int, name: str, dst_fd: int) -> bool:
+    """Rename ``name`` from folder ``src_fd`` to ``dst_fd`` (a copy of the regular file
+    and an unlink across filesystems, never through a symlink); True if copied."""
     try:
-        os.rename(src, dest)
+        os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
         return False
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    _copy_excl(src, dest)
-    os.unlink(src)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=src_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FenceError(f"{name}: not a regular file; not moved")
+        _copy_excl(fd, dst_fd, name)
+    finally:
+        os.close(fd)
+    os.unlink(name, dir_fd=src_fd)
     return True
 
 
-def _same_inode(path: Path, ino: int, dev: int) -> bool:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return (st.st_ino, st.st_dev) == (ino, dev)
-
-
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return _fd_sha256(fd)
+    finally:
+        os.close(fd)
 
 
 def swap(
@@ -117,89 +226,148 @@ def swap(
     orig: fence.Original,
     run_id: str,
     *,
+    sealed: NewFile,
     after: Callable[[str], None] | None = None,
 ) -> SwapResult:
     """Swap ``new`` in at ``db``; the original and its sidecars end in ``qdir``.
 
-    ``after(stage)`` is called once the sidecars are moved (``sidecars-moved``) and once
-    the original has its name in quarantine (``original-kept``).
+    Every operation in the database's folder (which its owner may write while root
+    works there) is made relative to a descriptor of that folder, on names opened with
+    ``O_NOFOLLOW``; the new file gets its owner and mode through its own descriptor,
+    once proven to be ``sealed``. ``after(stage)`` is called once the sidecars are
+    moved (``sidecars-moved``) and once the original has its name in quarantine
+    (``original-kept``).
     """
     started = time.monotonic()
-    private_dir(qdir.parent)
-    private_dir(qdir)
+    private_dir(qdir.parent, what="quarantine")
+    private_dir(qdir, what="quarantine")
+    dfd = _open_dir(db.parent)
+    try:
+        qfd = _open_dir(qdir)
+        try:
+            result = _swap_at(dfd, qfd, db=db, new=new, qdir=qdir, orig=orig, sealed=sealed,
+                              after=after)  # fmt: skip
+        finally:
+            os.close(qfd)
+    finally:
+        os.close(dfd)
+    result.swap_s = time.monotonic() - started
+    return _finish(db, qdir, orig, run_id, result)
+
+
+def _swap_at(
+    dfd: int, qfd: int, *, db: Path, new: Path, qdir: Path, orig: fence.Original,
+    sealed: NewFile, after: Callable[[str], None] | None,
+) -> SwapResult:  # fmt: skip
     result = SwapResult(qdir)
-    if not _same_inode(db, orig.ino, orig.dev):
+    name = db.name
+    if not _is(dfd, name, orig.ino, orig.dev):
         # Already swapped by an earlier attempt of this run (resume), or replaced by
         # someone else: in both cases the original is no longer ours to move.
-        if not (qdir / db.name).exists():
+        if _lstat_at(qfd, name) is None:
             raise FenceError(f"{db}: no longer the file this run fenced; not swapped")
-        result.swap_s = time.monotonic() - started
-        return _finish(db, qdir, orig, run_id, result)
+        return result
     for sfx in SIDECAR_SUFFIXES:
-        side = sidecar(db, sfx)
-        kept_side = qdir / side.name
-        if os.path.lexists(side) and not os.path.lexists(kept_side):
-            result.copied |= _move(side, kept_side)
-        elif os.path.lexists(side):
+        side = sidecar(db, sfx).name
+        here, kept_side = _lstat_at(dfd, side), _lstat_at(qfd, side)
+        if here is not None and kept_side is None:
+            result.copied |= _move(dfd, side, qfd)
+        elif here is not None and kept_side is not None:
             # Copied whole by an earlier attempt (only a whole copy gets the name), then
             # interrupted before the unlink: the one beside the database must go, or the
             # new file would be read with the original's -wal.
-            if os.lstat(side).st_size != os.lstat(kept_side).st_size:
-                raise FenceError(f"{side}: differs from its copy in quarantine; not swapped")
-            os.unlink(side)
+            if here.st_size != kept_side.st_size:
+                raise FenceError(f"{db.parent / side}: differs from its copy in quarantine;"
+                                 " not swapped")  # fmt: skip
+            os.unlink(side, dir_fd=dfd)
     if after is not None:
         after("sidecars-moved")
-    kept = qdir / db.name
-    if not _same_inode(kept, orig.ino, orig.dev) and not os.path.lexists(kept):
+    if not _is(qfd, name, orig.ino, orig.dev) and _lstat_at(qfd, name) is None:
+        result.copied |= _keep_original(dfd, qfd, db, orig)
+    os.fsync(qfd)
+    if after is not None:
+        after("original-kept")
+    fd = _open_proven(dfd, new.name, new, sealed)
+    try:
+        if os.geteuid() == 0 or orig.uid == os.geteuid():
+            # Not root: a file we create is ours, which is the original's owner already.
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, orig.uid, orig.gid)
+        os.fchmod(fd, orig.mode)
+        os.fsync(fd)
+        # The name must still be this file at the rename (the last look before it).
+        if not _is(dfd, new.name, sealed.ino, sealed.dev):
+            raise FenceError(f"{new}: replaced at the swap; the original stays in place")
+        os.rename(new.name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(fd)
+    os.fsync(dfd)
+    return result
+
+
+def _keep_original(dfd: int, qfd: int, db: Path, orig: fence.Original) -> bool:
+    """Give the original (the inode the run fenced, whatever its name names now) a name
+    in quarantine: a hard link made from its descriptor, or a copy across filesystems.
+    True if copied."""
+    try:
+        ofd = os.open(db.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        raise FenceError(f"{db}: cannot be opened to be kept: {exc.strerror}") from None
+    try:
+        st = os.fstat(ofd)
+        if (st.st_ino, st.st_dev) != (orig.ino, orig.dev):
+            raise FenceError(f"{db}: no longer the file this run fenced; not swapped")
         try:
-            os.link(db, kept, follow_symlinks=False)
+            os.link(f"/proc/self/fd/{ofd}", db.name, dst_dir_fd=qfd, follow_symlinks=True)
+            return False
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-            fence.read_only(db, orig)
-            _copy_excl(db, kept)
+        fence.read_only(db, orig)
+        try:
+            rfd = os.open(f"/proc/self/fd/{ofd}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _copy_excl(rfd, qfd, db.name)
+            finally:
+                os.close(rfd)
+        finally:
             fence.put_up(db, orig)
-            result.copied = True
-    fsync_dir(qdir)
-    if after is not None:
-        after("original-kept")
-    if not os.path.lexists(new):
-        raise FenceError(f"{new}: the new file is missing; the original stays in place")
-    if os.geteuid() == 0 or orig.uid == os.geteuid():
-        # Not root: a file we create is ours, which is the original's owner already.
-        with contextlib.suppress(PermissionError):
-            os.chown(new, orig.uid, orig.gid, follow_symlinks=False)
-    os.chmod(new, orig.mode, follow_symlinks=True)
-    fd = os.open(new, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
+        return True
     finally:
-        os.close(fd)
-    os.rename(new, db)
-    fsync_dir(db.parent)
-    result.swap_s = time.monotonic() - started
-    return _finish(db, qdir, orig, run_id, result)
+        os.close(ofd)
 
 
 def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
     """Undo a swap that failed before the new file took the name (a full disk in the
     quarantine): each sidecar moved to quarantine goes back beside the original, and
     what this run left in ``qdir`` is removed. The original never left ``db``."""
-    if not _same_inode(db, orig.ino, orig.dev):
-        raise FenceError(f"{db}: no longer the original; the swap cannot be undone")
-    for sfx in SIDECAR_SUFFIXES:
-        side = sidecar(db, sfx)
-        kept_side = qdir / side.name
-        if not os.path.lexists(kept_side):
-            continue
-        if os.path.lexists(side):
-            os.unlink(kept_side)  # a whole copy whose source was never unlinked
-        else:
-            _move(kept_side, side)
-    kept = qdir / db.name
-    if os.path.lexists(kept):
-        os.unlink(kept)  # a second link to the original, or a copy of it
-    fsync_dir(db.parent)
+    dfd = _open_dir(db.parent)
+    try:
+        if not _is(dfd, db.name, orig.ino, orig.dev):
+            raise FenceError(f"{db}: no longer the original; the swap cannot be undone")
+        try:
+            qfd = _open_dir(qdir)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise FenceError(f"{qdir}: cannot be opened to undo the swap: {exc.strerror}"
+                             ) from None  # fmt: skip
+        try:
+            for sfx in SIDECAR_SUFFIXES:
+                side = sidecar(db, sfx).name
+                if _lstat_at(qfd, side) is None:
+                    continue
+                if _lstat_at(dfd, side) is not None:
+                    os.unlink(side, dir_fd=qfd)  # a whole copy whose source was never unlinked
+                else:
+                    _move(qfd, side, dfd)
+            if _lstat_at(qfd, db.name) is not None:
+                os.unlink(db.name, dir_fd=qfd)  # a second link to the original, or a copy
+            os.fsync(dfd)
+        finally:
+            os.close(qfd)
+    finally:
+        os.close(dfd)
     with contextlib.suppress(OSError):
         os.rmdir(qdir)
 
