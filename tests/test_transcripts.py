@@ -18,9 +18,11 @@ from typing import Any
 import apsw
 import pytest
 
-from lab.hermes_fixtures import hermes_python, writer_env
+from lab.corruption import phantom_row
+from lab.hermes_fixtures import TINY, hermes_python, writer_env
 from statewarden.maintenance import transcripts
 from statewarden.maintenance.transcripts import import_diverted
+from tests.test_maintenance import ctl, exempt_comms, report_of, session_ids
 
 EXISTING = "20260829_104000_2265b1"  # a session of the TINY fixture
 NEW = "20261130_220000_abcdef"
@@ -220,3 +222,54 @@ class TestImport:
     def test_nothing_to_import(self, hermes_home: Path) -> None:
         result = import_diverted(hermes_home / "state.db", hermes_home)
         assert (result.files, result.error, result.imported) == ([], None, 0)
+
+
+@pytest.fixture
+def maint_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps({
+        "holders": {"exempt_comms": exempt_comms()},
+        "maintenance": {"settle": "0.5s", "stop_grace": "3s", "settle_timeout": "20s"},
+    }))  # fmt: skip
+    monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
+    return path
+
+
+class TestMaintenanceImports:
+    """A real maintenance run on a phantom row: the import happens after the swap,
+    before anything starts again, and is in the run's report."""
+
+    def _diverted_phantom(self, tmp_path: Path) -> Path:
+        case = phantom_row(tmp_path / "home", TINY)
+        sid = session_ids(case.db)[0]
+        write_jsonl(case.db.parent / "sessions" / f"{sid}.jsonl", [
+            agent_row("user", "written while the file was unusable", timestamp=1796160100.0),
+            agent_row("assistant", "and kept in the JSONL", timestamp=1796160101.0),
+        ])  # fmt: skip
+        return case.db
+
+    def test_repair_imports_what_was_diverted(self, maint_config: Path, tmp_path: Path) -> None:
+        db = self._diverted_phantom(tmp_path)
+        proc = ctl("--db", str(db), "--yes", "--json")
+        assert proc.returncode == 0, proc.stderr
+        rep = report_of(proc)
+        assert rep["outcome"] == "repaired"
+        assert rep["imported"]["imported"] == 2
+        assert rep["imported"]["error"] is None
+        assert [s["step"] for s in rep["steps"]].count("import") == 1
+        assert count(db, "SELECT count(*) FROM messages WHERE content = ?",
+                     "written while the file was unusable") == 1  # fmt: skip
+        text = ctl("--db", str(db), "--yes")  # healthy now: nothing swapped, nothing imported
+        assert text.returncode == 0, text.stderr
+        assert count(db, "SELECT count(*) FROM messages WHERE content = ?",
+                     "and kept in the JSONL") == 1  # fmt: skip
+
+    def test_no_import_keeps_them_out(self, maint_config: Path, tmp_path: Path) -> None:
+        db = self._diverted_phantom(tmp_path)
+        proc = ctl("--db", str(db), "--yes", "--json", "--no-import")
+        assert proc.returncode == 0, proc.stderr
+        rep = report_of(proc)
+        assert rep["imported"] is None
+        assert "diverted transcripts not imported (--no-import)" in rep["notes"]
+        assert count(db, "SELECT count(*) FROM messages WHERE content = ?",
+                     "and kept in the JSONL") == 0  # fmt: skip
