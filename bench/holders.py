@@ -16,6 +16,9 @@ files of its own) and two real Hermes writers on one tiny state.db: one of ``--u
 
 statewarden's bytecode is compiled first, as ``pip install`` does.
 
+``--ofd``: the user's writer holds open file description locks as Hermes since 0.20
+does; as the user they are attributed through fdinfo, and the scan must still be complete.
+
 Every scan is checked: both writers are found (as the user: its own by descriptors,
 root's through /proc/locks) and the user's scan is complete. Goals: whole-process
 ``holders`` no slower than ``fuser``; in-process full scan at most half of fuser;
@@ -104,10 +107,11 @@ def import_ms(argv: list[str]) -> float:
 
 
 @contextmanager
-def user_writer(home: Path, uid: int) -> Iterator[int]:
+def user_writer(home: Path, uid: int, *, ofd: bool = False) -> Iterator[int]:
     proc = subprocess.Popen(
         ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
-         hermes_python(), str(WRITER), "hold", "--home", str(home)],
+         hermes_python(), str(WRITER), "hold", "--home", str(home),
+         *(["--ofd-guard"] if ofd else [])],
         env=writer_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -126,6 +130,11 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--uid", type=int, default=65534)
+    ap.add_argument(
+        "--ofd",
+        action="store_true",
+        help="the user's writer adds the OFD locks of Hermes since 0.20",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/holders.py: run as root (it starts processes of a second uid)")
@@ -152,7 +161,10 @@ def main() -> None:
         (folder / "files").mkdir()
         pids = spawn_sleepers(args.extra, args.files, folder / "files")
         try:
-            with user_writer(home, args.uid) as mine, holding(home, write_every_s=0.2) as root:
+            with (
+                user_writer(home, args.uid, ofd=args.ofd) as mine,
+                holding(home, write_every_s=0.2) as root,
+            ):
                 n_proc = sum(1 for p in os.listdir("/proc") if p.isdigit())
                 scanner = HolderScanner([db])
                 first = scanner.scan()[0]
