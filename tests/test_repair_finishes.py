@@ -63,7 +63,8 @@ def test_a_repaired_outcome_resolves_what_was_folded_into_corruption(
 HOLD = """
 import sys, time, apsw
 from pathlib import Path
-from statewarden.maintenance.ledger import private_dir, run_dir, run_lock
+from statewarden.atomic import private_dir
+from statewarden.maintenance.ledger import run_dir, run_lock
 db, state, locked = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1"
 def hold():
     conn = apsw.Connection(str(db))
@@ -84,7 +85,12 @@ def _holder(db: Path, state: Path, *, locked: bool) -> subprocess.Popen[str]:
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
-    assert proc.stdout.readline() == "holding\n"
+    line = proc.stdout.readline()
+    if line != "holding\n":  # never leave it behind for a later test's warnings
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        raise AssertionError(f"the holder did not start (said {line!r})")
     return proc
 
 
