@@ -3,7 +3,8 @@
 ``--progress auto`` (the default) draws a rich progress bar on stderr when stderr is a
 terminal and stays silent otherwise; ``json`` writes one JSON object per event on stderr
 (``{"schema_version": 1, "event": "progress", "phase": ..., "done": ..., "total": ...}``),
-so stdout keeps only the command's result, also with ``--json``.
+so stdout keeps only the command's result, also with ``--json``. The bar has no colour
+when ``NO_COLOR`` is set (non-empty) or stderr is not a terminal (``--progress bar``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from statewarden.cli._common import print_json_line
+from statewarden.logs import colour_wanted
 from statewarden.progress import ProgressFn
 
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
@@ -59,7 +61,7 @@ def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=Console(stderr=True, no_color=not colour_wanted(sys.stderr)),
         transient=True,
     ) as bar:
         tasks: dict[str, TaskID] = {}
