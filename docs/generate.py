@@ -1,6 +1,7 @@
-"""Write the generated reference docs: configuration, CLI, and the two man pages.
+"""Write the generated reference docs (configuration, CLI, the man pages) and the shell
+completion scripts (packaging/completions/: bash, zsh, fish, from click).
 
-    python docs/generate.py          # rewrite docs/config.md, docs/cli.md, docs/man/*.1
+    python docs/generate.py          # rewrite docs/config.md, docs/cli.md, docs/man/*.1, completions
     python docs/generate.py --check  # exit 1 naming each stale file (CI and the tests run this)
 
 Sources: the config schema (``statewarden.config``: keys, types, defaults) with the
@@ -258,6 +259,22 @@ def man_page(prog: str, main: click.Command) -> str:
     return "".join(parts)
 
 
+# -- shell completion ---------------------------------------------------------------------
+
+COMPLETIONS = ROOT / "packaging" / "completions"
+# shell -> file name where each shell's loader looks for it (bash-completion, zsh fpath, fish)
+COMPLETION_FILES = {"bash": "statewardenctl", "zsh": "_statewardenctl", "fish": "statewardenctl.fish"}
+
+
+def completion_script(shell: str) -> str:
+    """What ``_STATEWARDENCTL_COMPLETE={shell}_source statewardenctl`` prints."""
+    from click.shell_completion import get_completion_class  # noqa: PLC0415
+
+    cls = get_completion_class(shell)
+    assert cls is not None
+    return cls(ctl_main, {}, "statewardenctl", "_STATEWARDENCTL_COMPLETE").source()
+
+
 # -- driver -------------------------------------------------------------------------------
 
 
@@ -268,6 +285,8 @@ def outputs() -> dict[Path, str]:
     }
     for prog, main in _programs():
         files[ROOT / "docs" / "man" / f"{prog}.1"] = man_page(prog, main)
+    for shell, name in COMPLETION_FILES.items():
+        files[COMPLETIONS / name] = completion_script(shell)
     return files
 
 
