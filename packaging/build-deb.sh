@@ -53,8 +53,11 @@ cp "$here/README.md" "$root/usr/share/doc/statewarden/README.md"
 for cat in "$here"/systemd/*.catalog; do
     [ -e "$cat" ] && cp "$cat" "$root/usr/lib/systemd/catalog/"
 done
-for page in "$here"/docs/man/*.1; do
-    [ -e "$page" ] && gzip -9n < "$page" > "$root/usr/share/man/man1/$(basename "$page").gz"
+for page in "$here"/docs/man/*.[15]; do
+    [ -e "$page" ] || continue
+    section=${page##*.}
+    mkdir -p "$root/usr/share/man/man$section"
+    gzip -9n < "$page" > "$root/usr/share/man/man$section/$(basename "$page").gz"
 done
 # Shell completion (generated from click by docs/generate.py), where each shell's
 # system-wide loader looks.
