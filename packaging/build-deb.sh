@@ -25,7 +25,9 @@ root="$stage/root"
 venv=/opt/statewarden/venv
 mkdir -p "$root/opt/statewarden" "$root/usr/bin" "$root/usr/lib/systemd/user" \
     "$root/usr/share/doc/statewarden/examples" "$root/usr/share/man/man1" \
-    "$root/usr/lib/systemd/catalog" "$root/DEBIAN"
+    "$root/usr/lib/systemd/catalog" "$root/DEBIAN" \
+    "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" \
+    "$root/usr/share/fish/vendor_completions.d"
 
 # The venv is made at its final path in a private mount namespace, so every path in it
 # (script shebangs, pyvenv.cfg) is already right, then copied into the package tree.
@@ -51,9 +53,20 @@ cp "$here/README.md" "$root/usr/share/doc/statewarden/README.md"
 for cat in "$here"/systemd/*.catalog; do
     [ -e "$cat" ] && cp "$cat" "$root/usr/lib/systemd/catalog/"
 done
-for page in "$here"/docs/man/*.1; do
-    [ -e "$page" ] && gzip -9n < "$page" > "$root/usr/share/man/man1/$(basename "$page").gz"
+for page in "$here"/docs/man/*.[15]; do
+    [ -e "$page" ] || continue
+    section=${page##*.}
+    mkdir -p "$root/usr/share/man/man$section"
+    gzip -9n < "$page" > "$root/usr/share/man/man$section/$(basename "$page").gz"
 done
+# Shell completion (generated from click by docs/generate.py), where each shell's
+# system-wide loader looks.
+install -m 0644 "$here/packaging/completions/statewardenctl" \
+    "$root/usr/share/bash-completion/completions/statewardenctl"
+install -m 0644 "$here/packaging/completions/_statewardenctl" \
+    "$root/usr/share/zsh/vendor-completions/_statewardenctl"
+install -m 0644 "$here/packaging/completions/statewardenctl.fish" \
+    "$root/usr/share/fish/vendor_completions.d/statewardenctl.fish"
 
 size=$(du -sk "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL

@@ -14,6 +14,14 @@ dpkg -i "$deb" >/dev/null
 /usr/bin/statewarden --version
 XDG_RUNTIME_DIR="$work" systemd-analyze verify --user --man=no /usr/lib/systemd/user/statewarden.service
 grep -q '^ExecStart=/usr/bin/statewarden run$' /usr/lib/systemd/user/statewarden.service
+for comp in /usr/share/bash-completion/completions/statewardenctl \
+    /usr/share/zsh/vendor-completions/_statewardenctl \
+    /usr/share/fish/vendor_completions.d/statewardenctl.fish; do
+    [ -s "$comp" ] || { echo "check-deb: $comp is missing" >&2; exit 1; }
+done
+[ "$(bash --norc -c 'source /usr/share/bash-completion/completions/statewardenctl
+    COMP_WORDS=(statewardenctl hol); COMP_CWORD=1; _statewardenctl_completion statewardenctl
+    echo "${COMPREPLY[@]}"')" = holders ]
 (cd "$here" && "$py" -c 'import sys; from pathlib import Path; from lab.hermes_fixtures import TINY, make_home; make_home(Path(sys.argv[1]), TINY)' "$work/hermes")
 HOME="$work" HERMES_HOME="$work/hermes" /usr/bin/statewardenctl status --json > "$work/status.json"
 grep -q '"schema_version"' "$work/status.json"
@@ -22,7 +30,8 @@ HOME="$work" /usr/bin/statewardenctl config check --config /usr/share/doc/statew
 HOME="$work" /usr/bin/statewardenctl demo </dev/null > "$work/demo-root.txt"
 setpriv --reuid=65534 --regid=65534 --clear-groups -- env HOME=/tmp /usr/bin/statewardenctl demo </dev/null > "$work/demo-user.txt"
 dpkg --purge statewarden >/dev/null
-for left in /usr/bin/statewarden /usr/bin/statewardenctl /opt/statewarden /usr/lib/systemd/user/statewarden.service; do
+for left in /usr/bin/statewarden /usr/bin/statewardenctl /opt/statewarden /usr/lib/systemd/user/statewarden.service \
+    /usr/share/bash-completion/completions/statewardenctl; do
     if [ -e "$left" ] || [ -L "$left" ]; then
         echo "check-deb: $left is still there after purge" >&2
         exit 1

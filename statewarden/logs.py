@@ -106,6 +106,20 @@ def _prefixed_renderer(_logger: object, _name: str, event: MutableMapping[str, A
     return _prefixed(event)
 
 
+def colour_wanted(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set to anything but "".
+
+    See no-color.org: any non-empty ``NO_COLOR`` turns colour off, whatever else says.
+    """
+    environ = os.environ if env is None else env
+    if environ.get("NO_COLOR", ""):
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or fake stream
+        return False
+
+
 def choose_format(requested: str, stream: TextIO, env: Mapping[str, str] | None = None) -> str:
     """Resolve ``auto`` to ``journald``, ``console`` or ``plain``."""
     if requested != "auto":
@@ -135,7 +149,7 @@ def configure(
     if chosen == "console":
         processors += [
             structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
-            structlog.dev.ConsoleRenderer(colors=stream.isatty()),
+            structlog.dev.ConsoleRenderer(colors=colour_wanted(stream)),
         ]
     elif chosen == "json":
         processors += [

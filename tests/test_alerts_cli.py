@@ -151,7 +151,7 @@ class TestAlertsTest:
             ctl, ["alerts", "test", "--config", str(cfg), "--json"]
         )
         assert r.exit_code == 1
-        result = json.loads(r.stdout)["telegram"]
+        result = json.loads(r.stdout)["sinks"]["telegram"]
         assert result["result"] == "rejected"
         assert f"token_file {tmp_path / 'nope'}: no such file" in result["answer"]
         assert api.requests == []

@@ -126,7 +126,7 @@ class TestCommand:
         assert out.startswith("silence #2 (corruption on /srv/h/state.db)")
         code, out, _ = ctl(env, "silence", "expire", "1")
         assert (code, out) == (0, "silence #1 (wal_growth) expired\n")
-        rows = json.loads(ctl(env, "silence", "list", "--json")[1])
+        rows = json.loads(ctl(env, "silence", "list", "--json")[1])["silences"]
         assert [(r["id"], r["state"]) for r in rows] == [(2, "active"), (1, "ended")]
         alerts = json.loads(ctl(env, "alerts", "--json")[1])
         assert [s["id"] for s in alerts["silences"]] == [2, 1]

@@ -129,6 +129,7 @@ def test_json_and_keep(tmp_path: Path) -> None:
     proc = run_demo(env, "--json", "--keep")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rep = json.loads(proc.stdout)
+    assert rep["schema_version"] == 1
     assert rep["ok"] is True
     assert rep["kept"] is True
     names = [s["name"] for s in rep["steps"]]

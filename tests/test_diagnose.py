@@ -452,6 +452,7 @@ class TestLibrary:
         events = [json.loads(line) for line in result.stderr.splitlines()]
         assert events
         assert {e["event"] for e in events} == {"progress"}
+        assert {e["schema_version"] for e in events} == {1}
         assert "copy" in {e["phase"] for e in events}
         assert json.loads(result.stdout)["damage"] == "none"
 

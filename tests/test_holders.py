@@ -706,6 +706,7 @@ class TestCli:
             result = run_ctl("holders", *args)
         objs = [json.loads(line) for line in result.stdout.splitlines()]
         assert [o["scan"] for o in objs] == ["full", "incremental"]
+        assert [o["schema_version"] for o in objs] == [1, 1]
         assert all(w.pid in {h["pid"] for h in o["holders"]} for o in objs)
 
 

@@ -6,7 +6,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -123,8 +123,29 @@ def select_targets(
     return targets, ""
 
 
-def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str, sort_keys=False))
+SCHEMA_VERSION = 1
+"""The version of every JSON document and JSON line the commands print (README: JSON output).
+
+Within one version keys may be added; none is removed, renamed or given another type.
+A change that breaks a reader raises it.
+"""
+
+
+def json_document(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with ``schema_version`` first: what every JSON output of a command is."""
+    if "schema_version" in data:
+        raise ValueError("a JSON document names its own schema_version")
+    return {"schema_version": SCHEMA_VERSION, **data}
+
+
+def print_json(data: Mapping[str, Any]) -> None:
+    """A command's result as one indented JSON object on stdout."""
+    click.echo(json.dumps(json_document(data), indent=2, default=str, sort_keys=False))
+
+
+def print_json_line(data: Mapping[str, Any], *, err: bool = False) -> None:
+    """One event as a one-line JSON object (progress, --watch scans), on stdout or stderr."""
+    click.echo(json.dumps(json_document(data), default=str), err=err)
 
 
 def human_bytes(n: int | None) -> str:

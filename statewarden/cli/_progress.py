@@ -1,14 +1,14 @@
 """Progress for long commands (check, recover): a bar on a TTY, JSON lines, or nothing.
 
 ``--progress auto`` (the default) draws a rich progress bar on stderr when stderr is a
-terminal and stays silent otherwise; ``json`` writes one JSON object per event on
-stderr (``{"event": "progress", "phase": ..., "done": ..., "total": ...}``), so stdout
-keeps only the command's result, also with ``--json``.
+terminal and stays silent otherwise; ``json`` writes one JSON object per event on stderr
+(``{"schema_version": 1, "event": "progress", "phase": ..., "done": ..., "total": ...}``),
+so stdout keeps only the command's result, also with ``--json``. The bar has no colour
+when ``NO_COLOR`` is set (non-empty) or stderr is not a terminal (``--progress bar``).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +18,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from statewarden.cli._common import print_json_line
+from statewarden.logs import colour_wanted
 from statewarden.progress import ProgressFn
 
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
@@ -50,7 +52,7 @@ def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
                 return
             last[phase] = now
             event = {"event": "progress", "phase": phase, "done": done, "total": total}
-            click.echo(json.dumps(event), err=True)
+            print_json_line(event, err=True)
 
         yield emit
         return
@@ -59,7 +61,7 @@ def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=Console(stderr=True, no_color=not colour_wanted(sys.stderr)),
         transient=True,
     ) as bar:
         tasks: dict[str, TaskID] = {}

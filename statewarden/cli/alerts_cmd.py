@@ -127,7 +127,7 @@ def test_cmd(config_path: str | None, sink: str | None, as_json: bool) -> None:
         )
     results = asyncio.run(send_test(config.alerts, sink))
     if as_json:
-        print_json(results)
+        print_json({"sinks": results})
     else:
         for name, r in results.items():
             click.echo(f"{name}: {r['result']}: {r['answer']}")
@@ -160,7 +160,7 @@ def supervisor_failed_cmd(unit: str, config_path: str | None, as_json: bool) -> 
         )
     results = asyncio.run(supervisor.send(config.alerts, unit))
     if as_json:
-        print_json(results)
+        print_json({"sinks": results})
     else:
         for name, r in results.items():
             click.echo(f"{name}: {r['result']}: {r['answer']}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from statewarden.cli._common import (
     handle_errors,
     json_option,
     print_json,
+    print_json_line,
     printable,
     profile_option,
     select_targets,
@@ -285,7 +285,7 @@ def holders(
             if as_json:
                 data = _payload(scans, targets, note, units, systemd_note)
                 if watch:
-                    click.echo(json.dumps(data, default=str))
+                    print_json_line(data)
                 else:
                     print_json(data)
             else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -16,6 +15,7 @@ from statewarden.cli._common import (
     handle_errors,
     json_option,
     print_json,
+    print_json_line,
     profile_option,
     select_targets,
 )
@@ -28,7 +28,7 @@ from statewarden.maintenance.run import ACTIONS, MaintenanceRun, Options
 def _printer(as_json: bool) -> Any:
     def emit(event: dict[str, Any]) -> None:
         if as_json:
-            click.echo(json.dumps(event, default=str), err=True)
+            print_json_line(event, err=True)
         elif event["event"] == "plan":
             for line in event["lines"]:
                 echo_line(line, err=True)

@@ -99,7 +99,7 @@ def list_cmd(config_path: str | None, as_json: bool) -> None:
     now = time.time()
     rows = listing(SilenceFile(state_dir(config)).read(), now)
     if as_json:
-        print_json(rows)
+        print_json({"silences": rows})
         return
     if not rows:
         click.echo("no silences")
