@@ -15,11 +15,25 @@ from statewarden.recovery.recover import exit_code_for, recover
 @click.option("--source", required=True, type=str, help="The damaged state.db (only read).")
 @click.option("--output", required=True, type=str, help="The new database (must not exist).")
 @click.option("--report", "report_path", type=str, default=None, help="Write the JSON report here.")
+@click.option(
+    "--extra-source",
+    "extra_sources",
+    multiple=True,
+    type=str,
+    help="Another copy that may prove a lost row (a snapshot, a retired WAL capture folder,"
+    " a pre-update backup); repeat for more. Verified before use.",
+)
 @json_option
 @progress_option
 @handle_errors
 def recover_cmd(
-    *, source: str, output: str, report_path: str | None, as_json: bool, progress_mode: str
+    *,
+    source: str,
+    output: str,
+    report_path: str | None,
+    extra_sources: tuple[str, ...],
+    as_json: bool,
+    progress_mode: str,
 ) -> None:
     """Recover SOURCE into a new, verified database at OUTPUT; the source is never changed.
 
@@ -34,6 +48,7 @@ def recover_cmd(
             Path(output),
             report_path=Path(report_path) if report_path else None,
             progress=progress,
+            extra_sources=[Path(p) for p in extra_sources],
         )
     if as_json:
         print_json(report.to_json())

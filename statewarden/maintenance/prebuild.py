@@ -120,7 +120,12 @@ def file_sha256(path: Path) -> str:
 
 
 def build_new_file(
-    db: Path, output: Path, progress: ProgressFn | None = None, *, hash_folded: bool = True
+    db: Path,
+    output: Path,
+    progress: ProgressFn | None = None,
+    *,
+    hash_folded: bool = True,
+    extra_sources: list[Path] | None = None,
 ) -> Prebuilt:
     """Recover ``db`` into ``output`` (which must not exist); errors are one line.
 
@@ -132,12 +137,12 @@ def build_new_file(
     """
     try:
         if not hash_folded:
-            return Prebuilt(recover(db, output, progress=progress), "")
+            return Prebuilt(recover(db, output, progress=progress, extra_sources=extra_sources), "")
         work = make_work_copy(db, output.parent, space_factor=PREBUILD_SPACE_FACTOR,
                               progress=progress)  # fmt: skip
         try:
             folded = file_sha256(work.db)
-            report = recover(work.db, output, progress=progress)
+            report = recover(work.db, output, progress=progress, extra_sources=extra_sources)
         except DatabaseUnreadable as exc:
             exc.message = exc.message.replace(str(work.db), str(db))
             raise

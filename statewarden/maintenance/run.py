@@ -43,6 +43,7 @@ from typing import Any
 import apsw
 import yaml
 
+from statewarden import recovery_files
 from statewarden.atomic import private_dir
 from statewarden.config import Config, state_dir
 from statewarden.errors import (
@@ -87,6 +88,7 @@ from statewarden.maintenance.quiesce import (
     terminate_all,
     unit_states,
 )
+from statewarden.maintenance.snapshots import list_snapshots
 from statewarden.maintenance.swap import (
     NewFile,
     prune,
@@ -117,6 +119,25 @@ UNIT_START_CHECK_S = 1.0
 POST_CHECK_GAP_S = 0.2
 
 EmitFn = Callable[[dict[str, Any]], None]
+
+
+def other_copies(db: Path, state: Path) -> list[Path]:
+    """What recover may take a lost row from (``recovery/other_copies.py``): the newest
+    verified snapshot of ``db``, and Hermes' published retired WAL captures (main image
+    copied) and pre-update backups beside it (each verified again before use)."""
+    real = os.path.realpath(db)
+    snaps = [
+        Path(s.path)
+        for s in list_snapshots(state)
+        if s.integrity == "ok" and os.path.realpath(s.source) == real
+    ]
+    beside = [
+        db.parent / i.name
+        for i in recovery_files.scan(db).items
+        if i.what in ("retired_wal", "pre_update_backup") and not i.partial and not i.problem
+        and i.main_mode in (None, "copied")
+    ]  # fmt: skip
+    return snaps[:1] + beside
 
 
 @dataclass
@@ -475,7 +496,9 @@ class MaintenanceRun:
         """Build the new file; a report when the run ends here (healthy, loss, failed)."""
         assert self.new is not None
         if self.options.action == "repair":
-            built = build_new_file(self.db, self.new, self.progress)
+            built = build_new_file(
+                self.db, self.new, self.progress, extra_sources=other_copies(self.db, self.state)
+            )
             rep = built.report
             self.folded_sha256 = built.folded_sha256
             self.report.recover = rep.to_json()
@@ -596,7 +619,10 @@ class MaintenanceRun:
                 _copy_sidecar(dfd, sidecar(self.db, sfx).name, Path(f"{source}{sfx}"))
             self._crash_point("catch-up-copied")
             if self.options.action == "repair":
-                rep = build_new_file(source, self.new, self.progress, hash_folded=False).report
+                rep = build_new_file(
+                    source, self.new, self.progress, hash_folded=False,
+                    extra_sources=other_copies(self.db, self.state),
+                ).report  # fmt: skip
                 rep.source = str(self.db)
                 self.report.recover = rep.to_json()
             else:

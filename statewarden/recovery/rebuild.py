@@ -28,6 +28,7 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import feeds, fts_rowids, rebuild_from_copies, write_rebuilt
 from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport, json_value
 from statewarden.recovery.scan import scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
@@ -175,6 +176,7 @@ class Rebuild:
         trust_unreached: bool = True,
         wal_rows: SalvagedRows | None = None,
         carved: SalvagedRows | None = None,
+        others: list[OtherCopy] | None = None,
     ) -> None:
         self.work = work
         self.built = built
@@ -189,6 +191,8 @@ class Rebuild:
         self.wal_rows = wal_rows or {}
         # Cells carved from leaves whose page structure is damaged (pages.py).
         self.carved = carved or {}
+        # Verified other copies (snapshot, retired WAL captures, backups), newest first.
+        self.others = others or []
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -213,6 +217,7 @@ class Rebuild:
     def _reset(self) -> None:
         self.report.set_aside.clear()
         self.report.renamed.clear()
+        self.report.from_other_copies.clear()
         for suffix in BUNDLE_SUFFIXES:
             sidecar(self.built, suffix).unlink(missing_ok=True)
 
@@ -279,6 +284,8 @@ class Rebuild:
                 self._add_unreached(tc)
                 self._add_carved(tc)
                 self._add_wal_rows(tc)
+                if obj.name in self.damaged:
+                    self._add_from_other_copies(tc)
             self._copy_sequences()
             for tc in self.copies.values():
                 self._rebuild_lost_from_copies(tc)
@@ -837,6 +844,62 @@ class Rebuild:
                 )
                 continue
             tc.report.updated_from_wal += 1
+
+    def _add_from_other_copies(self, tc: TableCopy) -> None:
+        """Rows the output lacks that another verified copy holds, newest copy first,
+        each only where the evidence says it was lost, not deleted (docs/safety.md,
+        "Rows from other copies"): when the table has witnesses (readable FTS copies,
+        which Hermes' delete triggers empty with the row, or an index whose own b-tree
+        is intact, which lists every row), a row comes back only if they list it; with
+        none, only if its rowid lies in a stretch of the table that could not be read
+        (a stretch that reads without it is where it was deleted)."""
+        obj = tc.obj
+        if not self.others or obj.without_rowid:
+            return
+        witnesses = tc.has_fts_copies or tc.indexed
+        known = tc.known_keys()
+        ranges = [(lo, hi) for lo, hi in tc.report.unreadable_ranges]
+        cols = _columns(obj)
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        for copy in self.others:
+            rows = copy.rows(obj)
+            if rows is None:
+                self.report.notes.append(f"{obj.name}: not in {copy.label}, or other columns")
+                continue
+            for rowid, values in rows:
+                if rowid in tc.rowids:
+                    continue
+                key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
+                if witnesses:
+                    lost = key in known or rowid in known
+                else:
+                    lost = any(lo <= rowid <= hi for lo, hi in ranges)
+                if not lost:
+                    tc.report.deleted_since_copy += 1
+                    continue
+                self.dst.execute("SAVEPOINT other")
+                try:
+                    self.dst.execute(
+                        _insert_sql(obj, cols), values if obj.rowid_alias else [rowid, *values]
+                    )
+                except apsw.Error as exc:
+                    self.dst.execute("ROLLBACK TO other")
+                    self.dst.execute("RELEASE other")
+                    self.report.notes.append(
+                        f"{obj.name} rowid {rowid} from {copy.label}: not taken ({exc})"
+                    )
+                    continue
+                self.dst.execute("RELEASE other")
+                tc.rowids.add(rowid)
+                tc.report.recovered_from_other_copies += 1
+                self.report.from_other_copies.append(
+                    {
+                        "table": obj.name,
+                        "rowid": rowid,
+                        "from": copy.label,
+                        "copy_taken_at": copy.taken,
+                    }
+                )
 
     def _insert_salvaged(
         self, tc: TableCopy, rowid: int, values: list[Any], vouched: set[Any] | None = None

@@ -52,6 +52,7 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
+from statewarden.recovery.other_copies import check_sources, open_copies
 from statewarden.recovery.pages import (
     carve_damaged_leaves,
     partial_columns,
@@ -83,9 +84,13 @@ def recover(
     *,
     report_path: Path | None = None,
     progress: ProgressFn | None = None,
+    extra_sources: list[Path] | None = None,
 ) -> Report:
     """Recover ``source`` into the new file ``output``; return the report (also written
-    to ``report_path`` as JSON when given)."""
+    to ``report_path`` as JSON when given). ``extra_sources``: other copies that may
+    prove a lost row (``other_copies.py``), read only when a table is damaged."""
+    extras = [Path(p) for p in extra_sources or []]
+    check_sources(extras)
     source = Path(source)
     output = Path(output)
     if os.path.lexists(output):
@@ -104,7 +109,7 @@ def recover(
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
     copied = round(time.monotonic() - started, 3)
     try:
-        report = _recover_copy(work, output, progress)
+        report = _recover_copy(work, output, progress, extras)
         report.timings = {"copy": copied, **report.timings}
         if not report.verified:
             # A file that failed verification is never left where a swap would take it.
@@ -154,7 +159,9 @@ def _publish(built: Path, output: Path) -> None:
         os.close(dir_fd)
 
 
-def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> Report:
+def _recover_copy(
+    work: WorkCopy, output: Path, progress: ProgressFn | None, extras: list[Path]
+) -> Report:
     started = time.monotonic()
     diag = diagnose(
         work.db,
@@ -226,6 +233,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             report=report,
             progress=progress,
             trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
+            others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
         ).run()
         spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
         report.timings["rebuild"] = round(spent, 3)
@@ -233,7 +241,10 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             with report.timed("salvage"):
                 _complete_partial_rows(work.db, built, schema, report, copies)
         if any(
-            c.report.recovered_from_pages or c.report.recovered_from_wal for c in copies.values()
+            c.report.recovered_from_pages
+            or c.report.recovered_from_wal
+            or c.report.recovered_from_other_copies
+            for c in copies.values()
         ):
             report.strategy = "salvage"
     if progress:
@@ -401,9 +412,14 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                 # it lists exactly the rows the output holds: the stretches that could
                 # not be read held no other row (gaps left by deleted rows).
                 shown = ", ".join(f"{lo}..{hi}" for lo, hi in r.unreadable_ranges[:5])
+                others = (
+                    f" ({r.recovered_from_other_copies} of them from other copies)"
+                    if r.recovered_from_other_copies
+                    else ""
+                )
                 report.notes.append(
                     f"{name}: rowids {shown} could not be read, but its intact indexes"
-                    f" list exactly the {n} rows recovered: nothing was there"
+                    f" list exactly the {n} rows recovered{others}: nothing else was there"
                 )
                 r.unreadable_ranges = []
             if r.lost == 0 and not r.unreadable_ranges:

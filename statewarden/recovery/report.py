@@ -63,6 +63,8 @@ class TableReport:
     unvouched_skipped: int = 0  # unreached rows not taken: nothing vouches they are live
     partial: int = 0  # rows kept with some columns unreadable (listed in partial_rows)
     rebuilt_from_copies: int = 0  # lost rows rebuilt from FTS/index copies (side table)
+    recovered_from_other_copies: int = 0  # from a snapshot, WAL capture or backup
+    deleted_since_copy: int = 0  # rows of those copies the evidence says were deleted
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -83,6 +85,8 @@ class TableReport:
             "unvouched_skipped": self.unvouched_skipped,
             "partial": self.partial,
             "rebuilt_from_copies": self.rebuilt_from_copies,
+            "recovered_from_other_copies": self.recovered_from_other_copies,
+            "deleted_since_copy": self.deleted_since_copy,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -105,6 +109,8 @@ class Report:
     renamed: list[dict[str, Any]] = field(default_factory=list)
     partial_rows: list[dict[str, Any]] = field(default_factory=list)
     rebuilt: dict[str, str] = field(default_factory=dict)  # table -> its side table
+    # Rows taken from another copy: table, rowid, from (its label), copy_taken_at.
+    from_other_copies: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -146,6 +152,7 @@ class Report:
             "partial_rule": PARTIAL_RULE,
             "rebuilt": self.rebuilt,
             "rebuilt_rule": REBUILT_RULE,
+            "from_other_copies": self.from_other_copies,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -182,6 +189,13 @@ class Report:
                 out.append(
                     f"  {name}: {t.rebuilt_from_copies} lost rows rebuilt from their FTS and"
                     f" index copies into {self.rebuilt.get(name)} (see rebuilt_rule)"
+                )
+            if t.recovered_from_other_copies or t.deleted_since_copy:
+                froms = sorted({e["from"] for e in self.from_other_copies if e["table"] == name})
+                out.append(
+                    f"  {name}: {t.recovered_from_other_copies} lost rows back from"
+                    f" {', '.join(froms) or 'other copies'}; {t.deleted_since_copy} rows of"
+                    " those copies not taken (deleted since)"
                 )
             if t.unvouched_skipped:
                 out.append(
