@@ -20,7 +20,7 @@ from pathlib import Path
 
 import apsw
 
-from lab.hermes_fixtures import SMALL, Spec, built_db, hermes_python
+from lab.hermes_fixtures import SMALL, TINY, AnySpec, Spec, built_db, hermes_python
 from statewarden.demo import damage
 from statewarden.demo.damage import duplicate_cell, point_cells_at_first
 
@@ -58,7 +58,7 @@ def table_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
         conn.close()
 
 
-def fresh_copy(dest_dir: Path, spec: Spec = SMALL, name: str = "state.db") -> Case:
+def fresh_copy(dest_dir: Path, spec: AnySpec = SMALL, name: str = "state.db") -> Case:
     dest_dir.mkdir(parents=True, exist_ok=True)
     src = built_db(spec)
     db = dest_dir / name
@@ -72,7 +72,7 @@ def zero_page(case: Case, page: int) -> None:
     case.damaged_pages.append(page)
 
 
-def phantom_row(dest_dir: Path, spec: Spec = SMALL, cell: int = 5) -> Case:
+def phantom_row(dest_dir: Path, spec: AnySpec = SMALL, cell: int = 5) -> Case:
     """Duplicate one cell pointer in a ``sessions`` leaf: the same row stored twice.
 
     The pointer array gets one more entry (a copy of pointer ``cell``, placed right after
@@ -115,6 +115,23 @@ def zeroed_interior(dest_dir: Path, table: str = "messages", spec: Spec = SMALL)
     case.lost_rowids = {table: []}
     zero_page(case, target)
     case.note = f"{table} interior page {target} zeroed"
+    return case
+
+
+def zeroed_sessions_root(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Zero the root page of ``sessions`` (an interior page: SMALL's ``sessions`` tree
+    has two levels). No row is reached any more, every leaf is intact, and the intact
+    unique index on ``id`` lists exactly those rows: a recovery can bring back every
+    row, identical. ``unreached['sessions']`` lists all of them; nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    root = case.roots["sessions"]
+    interior, leaves = pf.tree_pages(root)
+    assert interior == [root], f"sessions is not a two-level tree (interior pages {interior})"
+    case.unreached = {"sessions": sorted(r for leaf in leaves for r in pf.leaf_rowids(leaf))}
+    case.lost_rowids = {"sessions": []}
+    zero_page(case, root)
+    case.note = f"sessions root page {root} zeroed ({len(leaves)} intact leaves)"
     return case
 
 
@@ -629,4 +646,230 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     _write(case.db, 36, struct.pack(">I", free + 1))
     case.damaged_pages.append(trunk)
     case.note = f"messages leaf {live} also listed on the freelist (trunk {trunk})"
+    return case
+
+
+def _encode_varint(v: int) -> bytes:
+    """SQLite's varint for 0 <= v < 2**56 (written here, not taken from recovery/)."""
+    parts = [v & 0x7F]
+    v >>= 7
+    while v:
+        parts.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(reversed(parts))
+
+
+def garbled_cell(
+    dest_dir: Path,
+    spec: Spec = SMALL,
+    cell: int = 8,
+    seed: int = 1,
+    *,
+    decodable: bool = False,
+    size: int = 40,
+) -> Case:
+    """64 random bytes over one cell of the first ``sessions`` leaf, the cell's header
+    made to read as rowid 95 with a short payload: in the middle of the leaf, SQLite's
+    scan meets a rowid far above the ones that follow. With ``decodable`` the payload
+    is a well-formed two-byte record (one NULL column), so SQLite reads a row 95 that
+    never existed. ``size`` is the payload size the cell claims (past the page: its
+    overflow pointer lies beyond the page's end). Only that cell's row is gone (the 64
+    bytes lie inside it); ``lost_rowids`` is its real rowid."""
+    import random
+
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots["sessions"])
+    leaf = leaves[0]
+    offsets = pf.cell_offsets(leaf)
+    start = offsets[cell]
+    following = min((o for o in offsets if o > start), default=pf.page_size)
+    assert following - start >= 64, "the 64 bytes must stay inside the cell"
+    rowid = pf.leaf_rowids(leaf)[cell]
+    # payload size, rowid 95 (one-byte varints) [, a record: header size 2, one NULL]
+    head = bytes([2, 95, 2, 0]) if decodable else _encode_varint(size) + bytes([95])
+    blob = head + random.Random(seed).randbytes(64 - len(head))
+    _write(case.db, (leaf - 1) * pf.page_size + start, blob)
+    case.lost_rowids = {"sessions": [rowid]}
+    case.damaged_pages.append(leaf)
+    case.note = f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) garbled, read as rowid 95"
+    return case
+
+
+def zeroed_shadow_root(dest_dir: Path, shadow: str, spec: AnySpec = SMALL) -> Case:
+    """The root page of FTS shadow table ``shadow`` zeroed (every base table intact)."""
+    case = fresh_copy(dest_dir, spec)
+    zero_page(case, case.roots[shadow])
+    case.note = f"{shadow} root page {case.roots[shadow]} zeroed"
+    return case
+
+
+def zeroed_fts_config(dest_dir: Path, fts: str = "messages_fts", spec: AnySpec = SMALL) -> Case:
+    """The page of ``{fts}_config`` zeroed: FTS5 cannot open ``fts`` any more (its
+    constructor reads the config), though every base table is intact."""
+    case = fresh_copy(dest_dir, spec)
+    zero_page(case, case.roots[f"{fts}_config"])
+    case.note = f"{fts}_config page {case.roots[f'{fts}_config']} zeroed"
+    return case
+
+
+def zeroed_fts_structure(dest_dir: Path, fts: str = "messages_fts", spec: Spec = SMALL) -> Case:
+    """The payload of the structure record of ``fts`` (``{fts}_data`` rowid 10, the map
+    of its index segments) zeroed, record header included: FTS5 cannot open ``fts``
+    (its constructor reads that record). Every base table is intact."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    table = f"{fts}_data"
+    leaf = _leaf_of(pf, case.roots[table], 10)
+    start, end = _cell_span(pf, leaf, 10)
+    assert end - start < pf.page_size // 4, "the structure record fits in its cell"
+    _write(case.db, start, b"\x00" * (end - start))
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} rowid 10 (the structure record) zeroed on page {leaf}"
+    return case
+
+
+def zeroed_cell_header(
+    dest_dir: Path, table: str = "messages_fts_content", cell: int = 3, spec: Spec = SMALL
+) -> Case:
+    """The first two bytes of one cell of the second leaf of ``table`` zeroed: the cell
+    now reads as rowid 0 with an empty payload, a rowid that never existed. For an FTS
+    shadow table, every base table is intact; ``lost_rowids`` is the row the cell held."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = leaves[1]
+    _write(case.db, (leaf - 1) * pf.page_size + pf.cell_offsets(leaf)[cell], b"\x00\x00")
+    case.lost_rowids = {table: [pf.leaf_rowids(leaf)[cell]]}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: cell {cell} header zeroed (reads as rowid 0)"
+    return case
+
+
+def gaps_then_zeroed_interior(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Messages 300..305 and 1200..1201 deleted (gaps in the rowids), then the interior
+    page of ``messages`` zeroed: every remaining row is on an orphaned leaf, intact.
+    ``pristine`` is the file after the delete; nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    with conn:
+        conn.execute(
+            "DELETE FROM messages WHERE id BETWEEN 300 AND 305 OR id BETWEEN 1200 AND 1201"
+        )
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    case.pristine = dest_dir / "pristine.db"
+    shutil.copyfile(case.db, case.pristine)
+    pf = PristineFile(case.db)
+    interior, _ = pf.tree_pages(case.roots["messages"])
+    target = interior[-1]
+    zero_page(case, target)
+    case.lost_rowids = {"messages": []}
+    case.note = f"messages 300..305, 1200..1201 deleted, then interior page {target} zeroed"
+    return case
+
+
+def wal_zeroed_frame_header(dest_dir: Path, messages: int = 60, spec: Spec = SMALL) -> Case:
+    """``wal_commits``, then the 24-byte header of one frame a quarter of the way in
+    zeroed (page number, commit size, salts and checksum): SQLite's replay stops there,
+    and a reader that takes a salt mismatch for the end of the current generation
+    drops every later commit. ``pristine`` holds every commit; ``unreached['messages']``
+    the appended rowids."""
+    case = wal_commits(dest_dir, messages, spec)
+    frames = wal_frames(Path(f"{case.db}-wal"))
+    i = len(frames) // 4
+    offset, page, _ = frames[i]
+    _write(Path(f"{case.db}-wal"), offset, b"\x00" * 24)
+    case.note += f"; frame {i + 1} of {len(frames)} (page {page}): its header zeroed"
+    return case
+
+
+def flipped_payload_size(
+    dest_dir: Path, rowid: int = 50, bit: int = 0x20, spec: Spec = SMALL
+) -> Case:
+    """One bit of the payload-size varint of message ``rowid``'s cell flipped (its last
+    byte): the cell now claims a payload shorter (or longer) than the record it holds,
+    but the record itself, header and body, is intact on the page."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots["messages"], rowid)
+    base = (leaf - 1) * pf.page_size
+    for off in pf.cell_offsets(leaf):
+        pg = pf.page(leaf)
+        size, pos = _varint(pg, off)
+        rid, _ = _varint(pg, pos)
+        if rid == rowid:
+            last = pos - 1  # the varint's last byte
+            _write(case.db, base + last, bytes([pg[last] ^ bit]))
+            new, _ = _varint(PristineFile(case.db).page(leaf), off)
+            case.note = f"messages rowid {rowid}: payload size {size} flipped to {new}"
+            break
+    else:  # pragma: no cover - a fixture without that row
+        raise LookupError(rowid)
+    case.damaged_pages.append(leaf)
+    return case
+
+
+def foreign_hermes_wal(dest_dir: Path, spec: Spec = SMALL, other: Spec = TINY) -> Case:
+    """A Hermes database next to the ``-wal`` of another Hermes database (``other``,
+    with 30 commits of Hermes in it): a valid WAL (header, salts, checksums, page size,
+    schema cookie all fine) whose pages belong to a different file. Replaying it over
+    this one scrambles it; the database file alone is intact (``pristine``)."""
+    theirs = wal_commits(dest_dir / "other", 30, other)
+    case = fresh_copy(dest_dir / "db", spec)
+    shutil.copyfile(f"{theirs.db}-wal", f"{case.db}-wal")
+    case.note = f"the -wal of another Hermes database ({theirs.note})"
+    return case
+
+
+def damaged_leaf_structure(
+    dest_dir: Path, what: str, table: str = "messages", which: int = 5, spec: Spec = SMALL
+) -> Case:
+    """The page header (``header``: its 8 bytes) or the cell-pointer array
+    (``pointers``) of one leaf of ``table`` zeroed: the b-tree still points to the page
+    and every cell on it is intact, but no reader that trusts the page's structure can
+    find them. ``unreached[table]`` is the page's rowids (recoverable); nothing is lost."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = leaves[which]
+    count = len(pf.cell_offsets(leaf))
+    base = (leaf - 1) * pf.page_size
+    if what == "header":
+        _write(case.db, base, b"\x00" * 8)
+    elif what == "pointers":
+        _write(case.db, base + 8, b"\x00" * (2 * count))
+    else:  # pragma: no cover - a typo in a test
+        raise ValueError(what)
+    case.unreached = {table: pf.leaf_rowids(leaf)}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: its {what} zeroed ({count} cells)"
+    return case
+
+
+def random_bytes(dest_dir: Path, seed: int, spec: Spec = SMALL) -> Case:
+    """64 random bytes written at a random offset of a random ``sessions`` or
+    ``messages`` leaf (all drawn from ``seed``). ``lost_rowids`` are the rows whose
+    cell the bytes touch (they may or may not survive); every other row is intact on
+    disk and must come back exactly."""
+    import random
+
+    rnd = random.Random(seed)
+    table = rnd.choice(["sessions", "messages"])
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = rnd.choice(leaves)
+    start = rnd.randrange(0, pf.page_size - 64)
+    _write(case.db, (leaf - 1) * pf.page_size + start, rnd.randbytes(64))
+    pg = pf.page(leaf)
+    hit = []
+    for off in pf.cell_offsets(leaf):
+        size, pos = _varint(pg, off)
+        rowid, pos = _varint(pg, pos)
+        if start < pos + size and off < start + 64:
+            hit.append(rowid)
+    case.lost_rowids = {table: sorted(hit)}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: 64 random bytes at offset {start} (seed {seed})"
     return case

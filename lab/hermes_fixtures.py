@@ -3,6 +3,11 @@
 A database is built once per spec by ``lab/hermes_writer.py`` in a subprocess and
 cached under ``$STATEWARDEN_FIXTURE_CACHE`` (default ``<repo>/.cache/fixtures``);
 each test gets its own copy. Log lines use Hermes' real line format.
+
+``Spec.hermes`` picks the release that writes it: 0.19.0 (in .venv) or the oldest
+supported one, ``OLDEST_HERMES`` (in ``.venv-hermes-<version>``, made by
+packaging/setup-dev.sh). ``MainSpec`` databases have the schema-30 shapes of Hermes
+main, written by ``lab/hermes_main_writer.py`` (see its docstring).
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "hermes_writer.py"
+MAIN_WRITER = Path(__file__).resolve().parent / "hermes_main_writer.py"
 HERMES_VERSION = "0.19.0"
+# The oldest hermes-agent on PyPI; its SessionDB writes a WAL state.db (schema_version 11).
+OLDEST_HERMES = "0.13.0"
 
 
 @dataclass(frozen=True)
@@ -31,10 +39,34 @@ class Spec:
     messages: int = 60
     text_bytes: int = 200
     seed: int = 1
+    hermes: str = HERMES_VERSION
 
     def key(self) -> str:
-        raw = json.dumps({**asdict(self), "hermes": HERMES_VERSION, "v": 1}, sort_keys=True)
+        raw = json.dumps({**asdict(self), "v": 1}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class MainSpec:
+    """A schema-30 database of Hermes main: ``layout`` external (born on main) or legacy
+    (``base``, written by an older release, then opened by main); ``cjk`` adds the
+    table whose tokenizer is a loadable extension; ``dedupe_stops_after`` stops the
+    prompt dedupe of a legacy upgrade after that many prompts."""
+
+    layout: str = "external"
+    cjk: bool = False
+    dedupe_stops_after: int | None = None
+    base: Spec = field(default_factory=Spec)
+    sessions: int = 12
+    messages: int = 60
+    text_bytes: int = 200
+    seed: int = 1
+
+    def key(self) -> str:
+        d = asdict(self)
+        d["base"] = self.base.key() if self.layout == "legacy" else None
+        raw = json.dumps({**d, "main": 30, "v": 1}, sort_keys=True)
+        return "main-" + hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 TINY = Spec()
@@ -45,13 +77,29 @@ TALL = Spec(sessions=16, messages=24_000, text_bytes=16, seed=3)
 # Like the database of the stories in docs/stories.md: ~640 sessions, ~40,000 messages, ~250 MB.
 LARGE = Spec(sessions=640, messages=40_000, text_bytes=1000, seed=7)
 
+AnySpec = Spec | MainSpec
+
+# The oldest supported release, same rows as TINY.
+OLDEST = Spec(hermes=OLDEST_HERMES)
+# Schema 30 of Hermes main: born on main (external-content FTS over views), the same
+# with the CJK table, and TINY opened by main (legacy inline FTS, prompt dedupe stopped
+# after 2 of its 4 inline prompts).
+MAIN_EXTERNAL = MainSpec()
+MAIN_CJK = MainSpec(cjk=True)
+MAIN_LEGACY = MainSpec(layout="legacy", dedupe_stops_after=2)
+
 
 def cache_dir() -> Path:
     return Path(os.environ.get("STATEWARDEN_FIXTURE_CACHE") or REPO / ".cache" / "fixtures")
 
 
-def hermes_python() -> str:
-    """The interpreter that runs Hermes writers (has hermes-agent installed)."""
+def hermes_python(version: str = HERMES_VERSION) -> str:
+    """The interpreter that runs Hermes writers (has hermes-agent ``version`` installed)."""
+    if version != HERMES_VERSION:
+        python = REPO / f".venv-hermes-{version}" / "bin" / "python"
+        if not python.exists():
+            raise RuntimeError(f"{python} is missing: run packaging/setup-dev.sh")
+        return str(python)
     return os.environ.get("STATEWARDEN_HERMES_PYTHON") or sys.executable
 
 
@@ -61,7 +109,7 @@ def writer_env(home: Path) -> dict[str, str]:
     return env
 
 
-def built_db(spec: Spec) -> Path:
+def built_db(spec: Spec | MainSpec) -> Path:
     """Path of the cached, closed state.db for ``spec`` (built on first use)."""
     root = cache_dir() / spec.key()
     db = root / "home" / "state.db"
@@ -75,11 +123,8 @@ def built_db(spec: Spec) -> Path:
         tmp = root / "building"
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(
-            [hermes_python(), str(WRITER), "build", "--home", str(tmp),
-             "--sessions", str(spec.sessions), "--messages", str(spec.messages),
-             "--text-bytes", str(spec.text_bytes), "--seed", str(spec.seed)],
-            check=True, env=writer_env(tmp), stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+            _build_argv(spec, tmp), check=True, env=writer_env(tmp), stdout=subprocess.DEVNULL
+        )
         for side in ("-wal", "-shm"):
             if (tmp / f"state.db{side}").exists():
                 raise RuntimeError(f"Hermes left state.db{side} behind after close")
@@ -89,7 +134,23 @@ def built_db(spec: Spec) -> Path:
     return db
 
 
-def make_home(dest: Path, spec: Spec = TINY, *, profiles: tuple[str, ...] = ()) -> Path:
+def _build_argv(spec: Spec | MainSpec, home: Path) -> list[str]:
+    sizes = ["--sessions", str(spec.sessions), "--messages", str(spec.messages),
+             "--text-bytes", str(spec.text_bytes), "--seed", str(spec.seed)]  # fmt: skip
+    if isinstance(spec, Spec):
+        return [hermes_python(spec.hermes), str(WRITER), "build", "--home", str(home), *sizes]
+    argv = [hermes_python(spec.base.hermes), str(MAIN_WRITER), "build", "--home", str(home),
+            "--layout", spec.layout, *sizes]  # fmt: skip
+    if spec.layout == "legacy":
+        argv += ["--from", str(built_db(spec.base))]
+    if spec.cjk:
+        argv.append("--cjk")
+    if spec.dedupe_stops_after is not None:
+        argv += ["--dedupe-stops-after", str(spec.dedupe_stops_after)]
+    return argv
+
+
+def make_home(dest: Path, spec: Spec | MainSpec = TINY, *, profiles: tuple[str, ...] = ()) -> Path:
     """A Hermes home at ``dest`` with a copy of the cached database (and profiles)."""
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "logs").mkdir(exist_ok=True)
@@ -102,10 +163,20 @@ def make_home(dest: Path, spec: Spec = TINY, *, profiles: tuple[str, ...] = ()) 
 class Holder:
     """A real Hermes process holding state.db open (``hermes_writer.py hold``)."""
 
-    def __init__(self, home: Path, write_every_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        home: Path,
+        write_every_s: float = 0.0,
+        *,
+        ofd_guard: bool = False,
+        drop_posix_locks: bool = False,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        extra = ["--ofd-guard"] if ofd_guard else []
+        extra += ["--drop-posix-locks"] if drop_posix_locks else []
         self.proc = subprocess.Popen(
-            [hermes_python(), str(WRITER), "hold", "--home", str(home),
-             "--write-every", str(write_every_s)],
+            [*prefix, hermes_python(), str(WRITER), "hold", "--home", str(home),
+             "--write-every", str(write_every_s), *extra],
             env=writer_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -139,8 +210,18 @@ class Holder:
 
 
 @contextlib.contextmanager
-def holding(home: Path, write_every_s: float = 0.0) -> Iterator[Holder]:
-    h = Holder(home, write_every_s)
+def holding(
+    home: Path,
+    write_every_s: float = 0.0,
+    *,
+    ofd_guard: bool = False,
+    drop_posix_locks: bool = False,
+    prefix: tuple[str, ...] = (),
+) -> Iterator[Holder]:
+    """A real Hermes writer holding ``home``'s state.db; ``ofd_guard`` adds the open file
+    description locks Hermes since 0.20 takes; ``prefix`` runs it under e.g. ``setpriv``."""
+    h = Holder(home, write_every_s, ofd_guard=ofd_guard, drop_posix_locks=drop_posix_locks,
+               prefix=prefix)  # fmt: skip
     try:
         yield h
     finally:

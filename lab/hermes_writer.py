@@ -1,6 +1,7 @@
 """A real Hermes writer, run as a subprocess: ``python lab/hermes_writer.py COMMAND ...``.
 
-Uses hermes-agent 0.19.0's own ``hermes_state.SessionDB`` (installed ``--no-deps``),
+Uses the installed hermes-agent's own ``hermes_state.SessionDB`` (0.19.0 in .venv, the
+oldest supported release in its own venv; installed ``--no-deps``),
 so every byte of the database is written by Hermes code, as in real life. It runs in
 its own process because Hermes uses the stdlib ``sqlite3`` and statewarden uses apsw
 (docs/safety.md rule 6), and because real writers are other processes.
@@ -11,14 +12,18 @@ Commands:
       most with a unique title), M messages spread over them (user / assistant with
       tool calls / tool results), token usage rows and gateway routing entries;
       with --clock, Hermes' ``time.time()`` counts 1 ms per call from EPOCH.
-  hold --home H [--write-every SECONDS]
+  hold --home H [--write-every SECONDS] [--ofd-guard] [--drop-posix-locks]
       open the database as Hermes does, append one message, print ``ready`` and stay
-      open (writing every SECONDS if given) until stdin closes or SIGTERM.
+      open (writing every SECONDS if given) until stdin closes or SIGTERM. With
+      --ofd-guard, add open file description locks on SQLite's descriptors as Hermes
+      since 0.20 does (``lockguard.py``); with --drop-posix-locks, then open and close
+      state.db outside SQLite, which drops the process's POSIX locks (story 7).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -120,7 +125,10 @@ def build(args: argparse.Namespace) -> None:
         else:
             sid = f"{stamp}_{rng.getrandbits(24):06x}"
             source = rng.choice(["telegram", "cli", "desktop", "api"])
-        db.create_session(sid, source, model="hermes-4-70b", user_id="u1", cwd="/home/u")
+        try:
+            db.create_session(sid, source, model="hermes-4-70b", user_id="u1", cwd="/home/u")
+        except TypeError:  # 0.13.0's sessions have no cwd column
+            db.create_session(sid, source, model="hermes-4-70b", user_id="u1")
         if i % 5 != 4:
             db.set_session_title(sid, f"{rng.choice(WORDS)} {rng.choice(WORDS)} #{i}")
         db.update_token_counts(
@@ -152,10 +160,11 @@ def build(args: argparse.Namespace) -> None:
             )
         else:
             db.append_message(sid, "assistant", _text(rng, size))
+    # 0.13.0's SessionDB has no gateway routing table.
+    routing = getattr(db, "save_gateway_routing_entry", None)
     for k in range(min(3, len(session_ids))):
-        db.save_gateway_routing_entry(
-            f"telegram:dm:{1000 + k}", json.dumps({"session_id": session_ids[k]})
-        )
+        if routing is not None:
+            routing(f"telegram:dm:{1000 + k}", json.dumps({"session_id": session_ids[k]}))
     db.close()
     print(json.dumps({"sessions": len(session_ids), "messages": args.messages}))
 
@@ -165,6 +174,15 @@ def hold(args: argparse.Namespace) -> None:
     sid = f"hold_{os.getpid()}"
     db.create_session(sid, "cli")
     db.append_message(sid, "user", "holding the database open")
+    db_path = os.path.join(args.home, "state.db")
+    if args.ofd_guard:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        lockguard = importlib.import_module("lockguard")  # a sibling: this runs as a script
+
+        if lockguard.arm(db_path) < 2:
+            raise SystemExit("hold: the OFD guard found no SQLite descriptor to lock")
+        if args.drop_posix_locks:
+            lockguard.drop_posix_locks(db_path)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
@@ -179,6 +197,8 @@ def hold(args: argparse.Namespace) -> None:
         if args.write_every:
             n += 1
             db.append_message(sid, "assistant", f"tick {n}")
+    if args.ofd_guard:
+        lockguard.release(db_path)
     db.close()
 
 
@@ -195,6 +215,8 @@ def main() -> None:
     h = sub.add_parser("hold")
     h.add_argument("--home", required=True)
     h.add_argument("--write-every", type=float, default=0.0)
+    h.add_argument("--ofd-guard", action="store_true")
+    h.add_argument("--drop-posix-locks", action="store_true")
     args = p.parse_args()
     {"build": build, "hold": hold}[args.cmd](args)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv for development and tests: statewarden (editable) with its test tools,
 # and hermes-agent 0.19.0 (installed --no-deps: the tests only import its standard-
-# library-only hermes_state, to write real Hermes databases).
+# library-only hermes_state, to write real Hermes databases); and .venv-hermes-0.13.0
+# with the oldest supported release, the same way (lab/hermes_fixtures.py OLDEST).
 #
 # The venv is made from Debian's /usr/bin/python3 when it exists, so that processes
 # started under a second, unprivileged uid (systemd tests) can run it too.
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev psmisc lsof procps util-linux systemd dbus dbus-user-session sqlite3 bindfs)
+APT_PACKAGES=(python3 python3-venv python3-dev psmisc lsof procps util-linux systemd dbus dbus-user-session sqlite3 bindfs prometheus-alertmanager)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     missing=()
     for p in "${APT_PACKAGES[@]}"; do
@@ -34,6 +35,11 @@ fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,apprise]'
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps 'hermes-agent==0.19.0'
+OLDEST_HERMES=0.13.0
+if [ ! -x ".venv-hermes-$OLDEST_HERMES/bin/python" ]; then
+    "$PY" -m venv ".venv-hermes-$OLDEST_HERMES"
+fi
+".venv-hermes-$OLDEST_HERMES/bin/python" -m pip install -q --disable-pip-version-check --no-deps "hermes-agent==$OLDEST_HERMES"
 echo "setup: .venv ready ($(.venv/bin/python --version), apsw SQLite $(.venv/bin/python -c 'import apsw; print(apsw.sqlite_lib_version())'))" >&2

@@ -5,8 +5,9 @@ to ``max_s``. A success ends the streak, and the next failure waits ``start_s`` 
 A caller that was told how long to wait (an HTTP 429's ``retry_after``) waits at least
 that. There is no clock inside: the caller adds the wait to its own clock or sleeps it.
 
-Used by the watcher guard (``watch/monitor.py``), the unit watcher and the journal
-follower: each retries what failed without ever stopping the daemon.
+Used by the watcher guard (``watch/monitor.py``), the unit watcher, the journal
+follower and the alert delivery loop (``alerts/delivery.py``: a sink's retries and the
+loop's own restarts): each retries what failed without ever stopping the daemon.
 """
 
 from __future__ import annotations

@@ -44,6 +44,11 @@ DEFAULT_POLL_INTERVAL_S = 1.0  # safety-net poll; inotify events wake the daemon
 DEFAULT_HOLDERS_INTERVAL_S = 5.0
 DEFAULT_WAL_WARN_BYTES = 50 * 1000 * 1000  # the size at which `hermes doctor` warns
 DEFAULT_WAL_GROWTH_WINDOW_S = 300.0
+# Hermes' recovery files beside state.db (retired WAL captures, ...): one user's reached 2.5 GB.
+DEFAULT_RECOVERY_FILES_WARN_BYTES = 1024**3
+DEFAULT_RECOVERY_FILES_GROWTH_SCANS = 10  # scans are 30 s apart: 5 minutes of growth
+DEFAULT_VERIFY_INTERVAL_S = 86400.0  # each database verified once a day
+DEFAULT_VERIFY_TIMEOUT_S = 3600.0  # one verification is given up after this long
 DEFAULT_MAX_WRITERS = 4  # gateway, dashboard, a TUI and the desktop's serve: a normal day
 DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
@@ -57,7 +62,13 @@ DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TELEGRAM_CREDENTIAL = "telegram-token"  # LoadCredential=telegram-token:/path
 DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a variable's name
 DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
+DEFAULT_TELEGRAM_DEADLINE_S = 30.0  # a whole request, however slowly its answer trickles in
 DEFAULT_TELEGRAM_MIN_INTERVAL_S = 1.0  # Telegram allows about one message a second per chat
+DEFAULT_HEARTBEAT_INTERVAL_S = 300.0
+DEFAULT_HEARTBEAT_FAIL_SUFFIX = "/fail"  # Healthchecks: <ping URL>/fail
+DEFAULT_HTTP_TIMEOUT_S = 10.0
+DEFAULT_HTTP_DEADLINE_S = 30.0
+DEFAULT_ALERTMANAGER_RESEND_S = 60.0  # well within Alertmanager's resolve_timeout (5 m)
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["auto", "console", "json", "journald", "plain"]
 DEFAULT_MAINTENANCE_SETTLE_S = 2.0
@@ -145,7 +156,11 @@ class WatchConfig:
     holders_interval: Duration = DEFAULT_HOLDERS_INTERVAL_S
     wal_warn_bytes: ByteSize = DEFAULT_WAL_WARN_BYTES
     wal_growth_window: Duration = DEFAULT_WAL_GROWTH_WINDOW_S
+    recovery_files_warn_bytes: ByteSize = DEFAULT_RECOVERY_FILES_WARN_BYTES
+    recovery_files_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
     journal: bool = True
+    verify_interval: Duration = DEFAULT_VERIFY_INTERVAL_S
+    verify_timeout: Duration = DEFAULT_VERIFY_TIMEOUT_S
 
 
 HolderKind = Literal[
@@ -223,6 +238,10 @@ IncidentKind = Literal[
     "maintenance_repaired",
     "maintenance_rolled_back",
     "maintenance_refused",
+    "watcher_degraded",
+    "lock_guard",
+    "wal_reset_bug",
+    "recovery_files",
 ]
 
 
@@ -249,7 +268,55 @@ class TelegramConfig:
     min_severity: Severity = "warning"
     kinds: tuple[IncidentKind, ...] = ()
     timeout: Duration = DEFAULT_TELEGRAM_TIMEOUT_S
+    deadline: Duration = DEFAULT_TELEGRAM_DEADLINE_S
     min_interval: Duration = DEFAULT_TELEGRAM_MIN_INTERVAL_S
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    """A dead man's switch: an HTTP GET to a push URL (Healthchecks, Uptime Kuma) every
+    ``interval`` while statewarden runs, to its fail form while a critical incident is
+    open. The URL is a secret, never in here: it is read from ``url_file`` or the systemd
+    credential ``credential``; neither set means off."""
+
+    url_file: Path | None = None
+    credential: str | None = None
+    interval: Duration = DEFAULT_HEARTBEAT_INTERVAL_S
+    fail_suffix: str = DEFAULT_HEARTBEAT_FAIL_SUFFIX
+    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+
+    @property
+    def enabled(self) -> bool:
+        return self.url_file is not None or self.credential is not None
+
+
+@dataclass(frozen=True)
+class AlertmanagerConfig:
+    """Each incident posted to Prometheus Alertmanager (``POST /api/v2/alerts``)."""
+
+    enabled: bool = False
+    url: str | None = None
+    min_severity: Severity = "info"
+    kinds: tuple[IncidentKind, ...] = ()
+    resend_interval: Duration = DEFAULT_ALERTMANAGER_RESEND_S
+    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+
+
+@dataclass(frozen=True)
+class AppriseConfig:
+    """Notifications through Apprise (ntfy, Matrix, Slack, Discord, e-mail, ...): the
+    optional extra ``statewarden[apprise]``. The URLs carry secrets, never in here: one
+    per line in ``urls_file`` or in the systemd credential ``credential``."""
+
+    enabled: bool = False
+    urls_file: Path | None = None
+    credential: str | None = None
+    min_severity: Severity = "warning"
+    kinds: tuple[IncidentKind, ...] = ()
+    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
 
 
 @dataclass(frozen=True)
@@ -264,6 +331,9 @@ class AlertsConfig:
     retry_max: Duration = DEFAULT_RETRY_MAX_S
     journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
+    apprise: AppriseConfig = field(default_factory=AppriseConfig)
 
 
 @dataclass(frozen=True)
@@ -516,6 +586,36 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
     if not tg.api_base.startswith(("https://", "http://")):
         raise ctx.error(
             ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
+        )
+    am = alerts.alertmanager
+    if am.enabled and am.url is None:
+        raise ctx.error(
+            ("alerts", "alertmanager", "url"), "is required when alertmanager is enabled"
+        )
+    if am.url is not None and not am.url.startswith(("https://", "http://")):
+        raise ctx.error(
+            ("alerts", "alertmanager", "url"), f"expected an http(s) URL, got {am.url!r}"
+        )
+    ap = alerts.apprise
+    if ap.urls_file is not None and ap.credential is not None:
+        raise ctx.error(
+            ("alerts", "apprise", "credential"), "set urls_file or credential, not both"
+        )
+    if ap.enabled and ap.urls_file is None and ap.credential is None:
+        raise ctx.error(
+            ("alerts", "apprise", "urls_file"),
+            "is required when apprise is enabled (or credential): the URLs are never in here",
+        )
+    hb = alerts.heartbeat
+    if hb.url_file is not None and hb.credential is not None:
+        raise ctx.error(
+            ("alerts", "heartbeat", "credential"), "set url_file or credential, not both"
+        )
+    if not hb.fail_suffix.startswith(("/", "?", "&")):
+        raise ctx.error(
+            ("alerts", "heartbeat", "fail_suffix"),
+            f"expected a path or query to add to the URL (/fail, ?status=down), got"
+            f" {hb.fail_suffix!r}",
         )
     if alerts.outbox_max_entries < 1:
         raise ctx.error(("alerts", "outbox_max_entries"), "expected a whole number above zero")

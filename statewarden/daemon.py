@@ -23,11 +23,12 @@ to the hard limit. State incidents open from the last run are evaluated afresh
 The parts it wires together: the databases watched (``daemon_databases``), holder
 scans (``daemon_holders``), the units watcher, the control requests
 (``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
-journal it cannot read), maintenance runs joined to the alerts (``daemon_runs``).
-Everything they find goes to :meth:`Daemon.handle`, which hands
-it to the incident recorder; every incident update the recorder makes goes to the
-announcer (``statewarden.alerts.announce``) and to the alerts (``statewarden.alerts.service``:
-journald and Telegram notifications). Metrics (``daemon_metrics``) when configured.
+journal it cannot read), maintenance runs joined to the alerts (``daemon_runs``), each
+database verified on a schedule (``daemon_verify``). Everything they find goes to
+:meth:`Daemon.handle`, which hands it to the incident recorder; every incident update
+the recorder makes goes to the announcer (``statewarden.alerts.announce``) and to the
+alerts (``statewarden.alerts.service``: journald and Telegram notifications).
+Metrics (``daemon_metrics``) when configured.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import resource
 import signal
 import time
@@ -54,6 +56,7 @@ from statewarden.daemon_holders import HolderScans
 from statewarden.daemon_metrics import Metrics
 from statewarden.daemon_requests import Requests
 from statewarden.daemon_runs import RunAlerts
+from statewarden.daemon_verify import Verifications
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
@@ -63,6 +66,7 @@ from statewarden.incidents.timeline import Timeline
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
 from statewarden.maintenance.auto import AutoMaintenance
+from statewarden.maintenance.ledger import lock_holder, run_dir
 from statewarden.watch.events import FileEvents
 from statewarden.watch.holders import describe
 from statewarden.watch.units import UnitWatcher
@@ -105,10 +109,11 @@ class Daemon:
         self.last_check: dict[str, tuple[float, str]] = {}  # db -> (when, damage class)
         self.databases = WatchedDatabases(config, self.handle)
         self.health = OwnHealth(sdir, self.book, self.timeline, self.databases, self.handle)
-        self.holder_scans = HolderScans(config, self.handle)
+        self.holder_scans = HolderScans(config, self.handle, self._maintenance_pids)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
         self.runs = RunAlerts(self)
+        self.verify = Verifications(self)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -135,6 +140,7 @@ class Daemon:
     def handle(self, found: Found) -> None:
         """Everything a watcher finds comes here."""
         self.holder_scans.notice(found)
+        self.verify.notice(found)
         self.restart.seen(found)
         self.recorder.record(found)
 
@@ -149,6 +155,16 @@ class Daemon:
     def _holders_of(self, db: str) -> list[str]:
         scan = self.holder_scans.last.get(db)
         return [describe(h) for h in scan.holders] if scan is not None else []
+
+    def _maintenance_pids(self) -> frozenset[int]:
+        """The pids holding a maintenance run's lock on a watched database (blocking)."""
+        pids = set()
+        for db in self.databases.paths():
+            with contextlib.suppress(OSError, StatewardenError):
+                pid = lock_holder(run_dir(self.state_dir, Path(os.path.abspath(db))))
+                if pid is not None:
+                    pids.add(pid)
+        return frozenset(pids)
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:
@@ -238,8 +254,10 @@ class Daemon:
             loop.call_soon_threadsafe(self.wake, path)
 
         self.events = FileEvents(from_observer_thread)
-        self.events.start()
+        self.events.start()  # without inotify: polling, and a watcher_degraded incident
         self.rescan()
+        for found in self.events.signals(time.time()):
+            self.handle(found)
         # An interrupted maintenance run is finished or rolled back first (in the background).
         targets = [m.target for m in self.databases.monitors.values()]
         self._tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
@@ -279,7 +297,12 @@ class Daemon:
                 [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
             )
             self.runs.tick(time.time())
+            self.verify.tick(time.time())
             self.holder_scans.schedule(last_poll)
+            if self.events is not None:
+                self.events.retry(last_poll)
+                for found in self.events.signals(time.time()):
+                    self.handle(found)
             if self.metrics is not None:
                 self.metrics.refresh(self)
             journald.notify_status(self.status_line())
@@ -331,6 +354,7 @@ class Daemon:
         if self.holder_scans.task is not None:
             tasks.append(self.holder_scans.task)
         tasks += self.databases.close()
+        tasks += self.verify.close()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):

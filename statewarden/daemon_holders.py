@@ -7,6 +7,8 @@ file was opened (a new holder, seen by inotify ``IN_OPEN``) or a sidecar came, w
 or was replaced (a holder may now be on an old inode). One scan runs at a time.
 
 Its failures are reported like a failing watcher's, once, under the database ``"*"``.
+The pids holding a maintenance run's lock (``maintenance.ledger.lock_holder``) are given
+to the diff: the run's own process is not a holder incident.
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ BUNDLE_CHANGES = frozenset(
 
 
 class HolderScans:
-    def __init__(self, config: Config, on_found: Callable[[Found], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        on_found: Callable[[Found], None],
+        maintenance_pids: Callable[[], frozenset[int]] = frozenset,
+    ) -> None:
         self.config = config
         self.on_found = on_found
+        self.maintenance_pids = maintenance_pids  # blocking (reads /proc/locks)
         self.watcher = HolderWatcher(
             [],
             max_writers=config.holders.max_writers,
@@ -76,8 +84,8 @@ class HolderScans:
         if not self.guard.due(now):
             return
         try:
-            scans = await asyncio.to_thread(self.watcher.scan)
-            found = self.watcher.diff(scans, now)
+            scans, exempt = await asyncio.to_thread(self._scan_once)
+            found = self.watcher.diff(scans, now, exempt)
         except Exception as exc:  # noqa: BLE001 - reported like any failing watcher
             found = self.guard.failed(exc, now)
         else:
@@ -85,6 +93,12 @@ class HolderScans:
             self.scans_done += 1
         for f in found:
             self.on_found(f)
+
+    def _scan_once(self) -> tuple[list[HolderScan], frozenset[int]]:
+        """In the worker thread: the scan, and the maintenance runs' pids right after it
+        (a run that holds its lock now held it for the scan too, or just began)."""
+        scans = self.watcher.scan()
+        return scans, self.maintenance_pids()
 
     def schedule(self, polled_at: float) -> None:
         """Start a scan in the background if one is due and none is running.

@@ -8,8 +8,8 @@ state.
 - ``statewarden_open_incidents{kind}``: open incidents by kind (every kind, 0 included);
 - ``statewarden_holders{db,kind}``: processes holding each database, by kind;
 - ``statewarden_wal_bytes{db}``: size of each database's ``-wal`` (0 when there is none);
-- ``statewarden_last_check_damage{db,damage}`` (1 for the last ``check``'s damage class)
-  and ``statewarden_last_check_timestamp_seconds{db}``;
+- ``statewarden_last_check_damage{db,damage}`` (1 for the last ``check``'s or
+  verification's damage class) and ``statewarden_last_check_timestamp_seconds{db}``;
 - ``statewarden_alert_outbox_depth{sink}``: notifications waiting for each sink;
 - ``statewarden_alerts_delivered{sink}``: notifications each sink accepted since start.
 """

@@ -13,8 +13,10 @@ serving.
 | ``incidents`` | open incidents (``all``: resolved ones too) |
 | ``incident`` | one incident (``id``) with the timeline around its first signal |
 | ``check`` | ``check`` of one watched database (``db`` or ``profile``), one at a time |
+| ``verify`` | verify now (``db`` or ``profile``, else every watched database), as on schedule |
 | ``ack`` | acknowledge an incident (``id``) |
 | ``alerts`` | each alert sink's health and the outbox |
+| ``silences`` | the silences, after reading ``silences.json`` again |
 """
 
 from __future__ import annotations
@@ -49,8 +51,10 @@ class Requests:
             "incidents": self.incidents,
             "incident": self.incident,
             "check": self.check,
+            "verify": self.verify,
             "ack": self.ack,
             "alerts": self.alerts,
+            "silences": self.silences,
             "maintenance": self.maintenance,
         }
 
@@ -73,6 +77,7 @@ class Requests:
                     "watchers": m.status(),
                     "journal": d.databases.journal_status(key),
                     "open_incidents": sum(1 for i in d.book.open_incidents() if i.db == key),
+                    "verified": d.verify.status_of(key),
                 }
             )
         return {
@@ -85,6 +90,12 @@ class Requests:
                 "status": d.status_line(),
             },
             "alerts": {name: s["state"] for name, s in d.alerts.status()["sinks"].items()},
+            # Watchers polling for want of inotify, with why (None: inotify works).
+            "inotify": {
+                "file_events": d.events.degraded if d.events is not None else None,
+                "holder_opens": d.holder_scans.watcher.open_watch_degraded,
+            },
+            "alert_sinks": d.alerts.health_summary(),
             "databases": dbs,
         }
 
@@ -99,6 +110,10 @@ class Requests:
 
     async def alerts(self, _req: Request) -> Any:
         return self.daemon.alerts.status()
+
+    async def silences(self, _req: Request) -> Any:
+        self.daemon.alerts.refresh_silences(force=True)
+        return self.daemon.alerts.silence_status()
 
     async def incident(self, req: Request) -> Any:
         return show_incident(self.daemon.book, self.daemon.timeline, _incident_id(req))
@@ -131,6 +146,25 @@ class Requests:
             )
         d.last_check[str(chosen[0].target.db)] = (time.time(), diagnosis.damage)
         return diagnosis.to_json()
+
+    async def verify(self, req: Request) -> Any:
+        """Verify now, as the schedule does (incident on damage): one database (``db`` or
+        ``profile``) or every watched one; answers when every verification is done."""
+        d = self.daemon
+        monitors = d.databases.monitors
+        wanted = req.get("db") or req.get("profile")
+        if wanted is not None and not isinstance(wanted, str):
+            raise UsageError("db and profile must be strings")
+        chosen = [m for key, m in monitors.items() if wanted in (None, key, m.target.name)]
+        if not chosen:
+            names = ", ".join(f"{m.target.name} ({k})" for k, m in monitors.items()) or "none"
+            raise UsageError(f"no watched database {wanted!r} (watched: {names})")
+        results = []
+        for m in chosen:
+            if not m.target.db.exists():
+                raise UsageError(f"{m.target.db}: state.db does not exist (yet)")
+            results.append((await d.verify.verify(m.target, "requested")).to_json())
+        return results
 
 
 def _incident_id(req: Request) -> int:

@@ -11,25 +11,37 @@ At most every :data:`CHECK_EVERY_S`, from the main loop (:meth:`RunAlerts.tick`)
 - **Outcomes**: each outcome a run left (``maintenance.outcomes``) is queued through the
   alert sinks (durable outbox, keyed by the run, so never twice), then removed.
 - **Resolution**: a ``repaired`` outcome whose post-check passed resolves the open
-  ``corruption`` incidents of its database, with the run id as the resolution.
+  ``corruption`` incidents of its database and every incident folded into them
+  (``alerts.router.FOLDED_INTO_CORRUPTION``: ``write_failures``, ``self_repair``,
+  ``jsonl_fallback``), with the run id as the resolution: left open, a folded one would
+  be sent on its own once the corruption resolved, telling the user to repair again.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
+from statewarden.alerts.router import FOLDED_INTO_CORRUPTION
 from statewarden.maintenance import outcomes
 
 if TYPE_CHECKING:  # pragma: no cover
     from statewarden.daemon import Daemon
 
 CHECK_EVERY_S = 0.5
+# What a successful repair resolves: the corruption and what was folded into it.
+REPAIRED_BY_MAINTENANCE = frozenset({"corruption"}) | FOLDED_INTO_CORRUPTION
 
 
 class RunAlerts:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self._last = 0.0
+        self.ended: dict[str, float] = {}  # db -> when its last run's outcome was told
+
+    def ran_since(self, db: str, since: float) -> bool:
+        """True if a run on ``db`` ended (its outcome told) at or after ``since``."""
+        return self.ended.get(db, 0.0) >= since
 
     def tick(self, now: float) -> None:
         if now - self._last < CHECK_EVERY_S:
@@ -53,11 +65,12 @@ class RunAlerts:
         sinks = d.alerts.notify(n)
         kind = n.items[0].kind
         run_id = str(data.get("run_id", ""))
+        self.ended[str(data.get("db"))] = time.time()
         d.log.info("maintenance outcome told", db=data.get("db"), run_id=run_id, kind=kind,
                    outcome=data.get("outcome"), sinks=sinks)  # fmt: skip
         post_check = data.get("post_check") or {}
         if kind != "maintenance_repaired" or post_check.get("ok") is not True:
             return
         for inc in d.book.open_incidents():
-            if inc.db == data.get("db") and inc.kind == "corruption":
+            if inc.db == data.get("db") and inc.kind in REPAIRED_BY_MAINTENANCE:
                 d.recorder.resolve(inc.id, f"repaired by maintenance run {run_id}")

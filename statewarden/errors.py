@@ -21,6 +21,7 @@ EXIT_UNREADABLE = 4
 EXIT_MAINTENANCE_LOSS = 3  # maintenance: the repair would lose rows, or was swapped with loss
 EXIT_REFUSED = 5  # maintenance: a holder that may not be stopped
 EXIT_ALREADY_RUNNING = 5  # statewarden run: another daemon runs on this state folder
+EXIT_NO_DAEMON = 6  # verify: no daemon answers (verification is the daemon's)
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away
 
@@ -124,6 +125,12 @@ class SystemdCallFailed(StatewardenError):
 
 class DaemonNotRunning(StatewardenError):
     """No daemon answers on the control socket."""
+
+
+class NoDaemon(DaemonNotRunning):
+    """A command only the daemon does (``verify``) with no daemon to ask."""
+
+    exit_code = EXIT_NO_DAEMON
 
 
 class ControlError(StatewardenError):

@@ -4,6 +4,10 @@ Nothing here writes, checkpoints or takes a write lock. The header is read raw f
 with no connection open (docs/safety.md rule 2); then one short read-only connection asks
 for the page count, the freelist and Hermes' ``schema_version``. In WAL mode a reader
 never blocks a writer; the connection lives for a few milliseconds.
+
+The recovery files newer Hermes keeps beside the database (retired WAL captures, the
+``pending_messages/`` spool, pre-update backups) are listed with their sizes
+(``recovery_files.scan``: stats and listings only).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any
 from statewarden import sqlite
 from statewarden.errors import DatabaseError
 from statewarden.mounts import Mount, mount_for, read_mounts
+from statewarden.recovery_files import RecoveryFile
+from statewarden.recovery_files import scan as scan_recovery_files
 from statewarden.targets import Target
 
 
@@ -45,6 +51,8 @@ class DatabaseStatus:
     schema_version: int | None = None
     sqlite_user_version: int | None = None
     filesystem: FilesystemFacts | None = None
+    recovery_files: list[RecoveryFile] = field(default_factory=list)
+    recovery_files_bytes: int = 0
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -79,6 +87,8 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
     st.wal_bytes = _size(target.wal)
     st.shm_bytes = _size(target.shm)
     st.journal_bytes = _size(target.journal)
+    kept = scan_recovery_files(target.db, target.home)
+    st.recovery_files, st.recovery_files_bytes = kept.items, kept.total_bytes
     if not st.exists:
         st.problems.append("state.db does not exist (yet)")
         return st

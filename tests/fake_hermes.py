@@ -10,20 +10,25 @@ the holding process writes its pid there (atomically) once the database is open.
 With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often; with
 ``$FAKE_HERMES_LOG`` as well, each message says ``tick <pid> <n>`` and, once SessionDB
 has committed it, its id and text are appended to that file (one line each), so a test
-knows every row that was committed.
+knows every row that was committed. With
+``$FAKE_HERMES_OFD_GUARD`` (the lab folder) it adds the open file description locks of
+Hermes since 0.20 (``lab/lockguard.py``) and lifts them before it closes, as Hermes does.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 PIDFILE_ENV = "FAKE_HERMES_PIDFILE"
 WRITE_EVERY_ENV = "FAKE_HERMES_WRITE_EVERY"
 LOG_ENV = "FAKE_HERMES_LOG"
+OFD_GUARD_ENV = "FAKE_HERMES_OFD_GUARD"
 
 
 def install_fake_hermes(bin_dir: Path, python: str | None = None) -> Path:
@@ -55,6 +60,14 @@ def main() -> None:
     sid = f"fake_{os.getpid()}"
     db.create_session(sid, "cli")
     db.append_message(sid, "user", " ".join(["hermes", *args]))
+    guard: Any = None
+    db_path = os.path.join(
+        os.environ.get("HERMES_HOME") or os.path.expanduser("~/.hermes"), "state.db"
+    )
+    if os.environ.get(OFD_GUARD_ENV):
+        sys.path.insert(0, os.environ[OFD_GUARD_ENV])
+        guard = importlib.import_module("lockguard")
+        guard.arm(db_path)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     pidfile = os.environ.get(PIDFILE_ENV)
@@ -75,6 +88,8 @@ def main() -> None:
             if log:
                 with open(log, "a") as f:  # after the commit: only committed rows
                     f.write(f"{msg_id}\t{text}\n")
+    if guard is not None:
+        guard.release(db_path)
     db.close()
 
 

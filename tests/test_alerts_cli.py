@@ -4,6 +4,8 @@ test notifications through real sinks with each answer and the exit code."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from lab.bot_api import BotApi
+from statewarden.alerts.delivery import Delivery
+from statewarden.alerts.journald_sink import JournaldSink
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.cli.ctl import main as ctl
@@ -20,6 +24,8 @@ from statewarden.config import IncidentKind, Severity, parse_config
 from statewarden.errors import ConfigError
 from statewarden.incidents.signals import KINDS
 from statewarden.incidents.signals import Severity as SignalSeverity
+from statewarden.journald import JournalSender
+from tests.test_alerts_telegram import Log
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 
@@ -208,5 +214,17 @@ class TestIncidentsShowNotificationState:
         r = CliRunner().invoke(ctl, ["incidents"])
         assert r.exit_code == 0, r.output
         lines = r.stdout.splitlines()
+        # In the outbox, not yet delivered: "notified" would be a lie.
+        assert lines[1] == "      alerts: queued firing, not delivered yet (journald)"
+        assert lines[3] == "      alerts: not notified"
+        # The sink delivers it (to a stream: no journal socket here) and confirms.
+        stream = io.StringIO()
+        sink = JournaldSink(JournalSender(str(tmp_path / "no-journal")), stream)
+        d = Delivery(sink, router.outbox, retry_max_s=1.0, log=Log(),
+                     on_outcome=lambda e, outcome: router.confirmed(e.sink, e.notification,
+                                                                    outcome))  # fmt: skip
+        assert asyncio.run(d.deliver_one())
+        assert "corruption here" in stream.getvalue()
+        lines = CliRunner().invoke(ctl, ["incidents"]).stdout.splitlines()
         assert lines[1] == "      alerts: notified firing"
         assert lines[3] == "      alerts: not notified"

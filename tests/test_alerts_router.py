@@ -273,3 +273,52 @@ class TestEscalationAndDamage:
         router.reconcile(IncidentBook(tmp_path / "incidents.json").incidents.values(), T0 + 1)
         router.tick(T0 + 1)
         assert len(rig.outbox.pending("journald")) == 1
+
+
+class TestNotifiedMeansDelivered:
+    def test_notified_only_once_a_sink_confirmed(self, tmp_path: Path) -> None:
+        """Queued is not notified; one sink's confirmation is, naming the one still
+        waiting; a sink that set it aside is said so; the state survives a restart."""
+        rig = Rig(tmp_path)
+        rig.fire(sig("corruption", T0))
+        rig.router.tick(T0)
+        state = rig.router.state_of(1)
+        assert state["state"] == "queued firing, not delivered yet (journald, telegram)"
+        (journald,) = rig.outbox.pending("journald")
+        rig.outbox.done(journald)
+        rig.router.confirmed("journald", journald.notification, "delivered")
+        assert rig.router.state_of(1)["state"] == "notified firing (not yet by telegram)"
+        restarted = rig.make_router()
+        assert restarted.state_of(1)["state"] == "notified firing (not yet by telegram)"
+        (telegram,) = rig.outbox.pending("telegram")
+        rig.router.confirmed("telegram", telegram.notification, "delivered")
+        assert rig.router.state_of(1) == {"state": "notified firing", "at": T0,
+                                          "sinks": ["journald", "telegram"], "waiting": []}  # fmt: skip
+
+    def test_set_aside_everywhere_is_not_notified(self, tmp_path: Path) -> None:
+        rig = Rig(tmp_path)
+        rig.fire(sig("corruption", T0))
+        rig.router.tick(T0)
+        for sink in ("journald", "telegram"):
+            (entry,) = rig.outbox.pending(sink)
+            rig.outbox.set_aside(entry, "400 Bad Request")
+            rig.router.confirmed(sink, entry.notification, "set aside")
+        assert rig.router.state_of(1)["state"] == (
+            "not delivered: firing refused by journald, telegram"
+        )
+
+    def test_made_again_after_a_restart_and_already_delivered(self, tmp_path: Path) -> None:
+        """Delivered, then stopped before alerts.json said so: the same notification made
+        again is not queued again (the outbox knows its key) and counts as delivered."""
+        rig = Rig(tmp_path)
+        rig.fire(sig("corruption", T0))
+        rig.router.tick(T0)
+        for sink in ("journald", "telegram"):
+            (entry,) = rig.outbox.pending(sink)
+            rig.outbox.done(entry)  # delivered; the router was never told
+        (tmp_path / "alerts.json").unlink()
+        again = rig.make_router()
+        again.reconcile(rig.book.incidents.values(), now=T0 + 1)
+        again.tick(T0 + 1)
+        assert rig.outbox.pending() == []
+        assert again.state_of(1)["state"] == "notified firing"

@@ -15,7 +15,10 @@ from tests.support.waiting import wait_for
 
 def test_the_table_names_every_request() -> None:
     """The README's commands that ask the daemon each have a handler, and only those."""
-    table = {"status", "holders", "incidents", "incident", "check", "ack", "alerts", "maintenance"}
+    table = {
+        "status", "holders", "incidents", "incident", "check", "verify", "ack", "alerts",
+        "maintenance", "silences",
+    }  # fmt: skip
 
     class _NoDaemon:
         pass

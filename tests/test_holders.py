@@ -7,12 +7,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 
 from lab.hermes_fixtures import TINY, holding, make_home, writer_env
@@ -22,7 +24,9 @@ from statewarden.holders.processes import (
     PF_KTHREAD,
     classify,
     human_age,
+    read_stat,
     short_command,
+    started_at,
     systemd_cgroup_path,
     unit_from_cgroup,
 )
@@ -731,3 +735,66 @@ class TestCoverageLine:
         self, uids: list[int], held: int, line: str | None
     ) -> None:
         assert coverage_line(self.scan_with(uids, held)) == line
+
+
+# A SQLite connection from a process whose command line says nothing of Hermes.
+WRAPPED = (
+    "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+    " c.execute('select count(*) from sessions').fetchall(); print('ready', flush=True);"
+    " sys.stdin.read()"
+)
+
+
+def add_heartbeat(db: Path, pid: int, started_at: float, host: str) -> None:
+    """Write a ``gateway_heartbeats`` row in the shape Hermes since schema 29 writes."""
+    conn = apsw.Connection(str(db))
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS gateway_heartbeats (backend_id TEXT PRIMARY KEY,"
+            " pid INTEGER, started_at REAL, last_heartbeat REAL, profile TEXT, host TEXT)"
+        )
+        conn.execute(
+            "INSERT INTO gateway_heartbeats VALUES (?, ?, ?, ?, 'default', ?)",
+            (f"b{pid}", pid, started_at, started_at + 30, host),
+        )
+    finally:
+        conn.close()
+
+
+class TestHeartbeats:
+    def test_a_heartbeat_names_a_wrapped_gateway(
+        self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
+    ) -> None:
+        """gateway_heartbeats names the pid (this host, its start time): kind gateway, with
+        the evidence; the file is only read."""
+        db = hermes_home / "state.db"
+        wrapped = helpers(WRAPPED, db)
+        assert holder(scan(db), wrapped.pid).kind == "unknown"
+        started = started_at(read_stat(wrapped.pid).start_ticks).timestamp()
+        add_heartbeat(db, wrapped.pid, started, socket.gethostname())
+        before = db.read_bytes()
+        cli = run_ctl("holders", "--db", str(db), "--json", "--no-systemd")
+        assert db.read_bytes() == before
+        (entry,) = [h for h in json.loads(cli.stdout)["holders"] if h["pid"] == wrapped.pid]
+        assert entry["kind"] == "gateway"
+        assert (
+            entry["kind_evidence"]
+            == f"gateway_heartbeats: backend b{wrapped.pid} (pid {wrapped.pid})"
+        )
+        text = run_ctl("holders", "--db", str(db), "--no-systemd")
+        assert f"* pid {wrapped.pid} is a gateway by gateway_heartbeats" in text.stdout
+
+    def test_a_heartbeat_of_a_reused_pid_or_another_host_is_not_evidence(
+        self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
+    ) -> None:
+        db = hermes_home / "state.db"
+        wrapped = helpers(WRAPPED, db)
+        started = started_at(read_stat(wrapped.pid).start_ticks).timestamp()
+        add_heartbeat(db, wrapped.pid, started - 3600, socket.gethostname())  # an hour earlier
+        other = helpers(WRAPPED, db)
+        add_heartbeat(db, other.pid, started_at(read_stat(other.pid).start_ticks).timestamp(),
+                      "some-other-host")  # fmt: skip
+        data = json.loads(run_ctl("holders", "--db", str(db), "--json", "--no-systemd").stdout)
+        kinds = {h["pid"]: (h["kind"], h["kind_evidence"]) for h in data["holders"]}
+        assert kinds[wrapped.pid] == ("unknown", None)
+        assert kinds[other.pid] == ("unknown", None)

@@ -372,42 +372,224 @@ class TestReload:
         assert coverage["locks_only"] > 0
 
 
+SCANNER = (
+    "import json, sys\n"
+    "from pathlib import Path\n"
+    "from statewarden.holders.scan import HolderScanner\n"
+    "s = HolderScanner([Path(sys.argv[1])])\n"
+    "s.scan()\n"
+    "print('scanned', flush=True); sys.stdin.readline()\n"
+    "r = s.scan()[0]\n"
+    "print(json.dumps(r.to_json()), flush=True)\n"
+)
+
+
+def second_scan(scanner: Proc) -> dict[str, Any]:
+    """Let a running ``SCANNER`` make its second scan and return it."""
+    assert scanner.proc.stdin is not None
+    assert scanner.proc.stdout is not None
+    scanner.proc.stdin.write("go\n")
+    scanner.proc.stdin.flush()
+    return dict(json.loads(scanner.proc.stdout.readline()))
+
+
+def replace_db(h: Home) -> None:
+    """A new state.db takes the place of the old one (as a careless restore does)."""
+    fresh = h.db.with_name("state.db.new")
+    shutil.copyfile(h.db, fresh)
+    os.chown(fresh, USER, USER)
+    os.replace(fresh, h.db)
+
+
 class TestStaleThroughLocks:
-    def test_a_root_holder_left_on_a_replaced_db_is_stale(
+    def test_an_old_inode_nothing_readable_holds_is_not_matched(
         self, user_home: Home, procs: list[Proc]
     ) -> None:
-        """The scanner remembers the inodes it saw: root still locking the old state.db is STALE."""
-        code = (
-            "import json, sys\n"
-            "from pathlib import Path\n"
-            "from statewarden.holders.scan import HolderScanner\n"
-            "s = HolderScanner([Path(sys.argv[1])])\n"
-            "s.scan()\n"
-            "print('scanned', flush=True); sys.stdin.readline()\n"
-            "r = s.scan()[0]\n"
-            "print(json.dumps(r.to_json()), flush=True)\n"
+        """Root still on a replaced state.db, which no readable process holds: its old inode
+        number cannot be shown to be that file any more (numbers are reused), so root is
+        found through its lock on the current -shm, and not called STALE."""
+        with holding(user_home.home) as root_writer:
+            procs.append(scanner := Proc([*SETPRIV, sys.executable, "-c", SCANNER,
+                                          str(user_home.db)], ready="scanned"))  # fmt: skip
+            replace_db(user_home)
+            data = second_scan(scanner)
+        assert data["complete"] is True
+        root = by_pid(data)[root_writer.pid]
+        assert root["via"] == "locks"
+        assert root["stale_files"] == []
+        assert {lk["file"] for lk in root["locks"]} == {"state.db-shm"}
+
+    def test_an_old_inode_a_readable_process_holds_names_root_stale(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """The user's own process still has the replaced state.db open: that proves the
+        old inode is that file, so root's lock on it makes root STALE too."""
+        keep = (
+            "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
         )
         with holding(user_home.home) as root_writer:
-            scanner = Proc(
-                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)], ready="scanned"
-            )
-            procs.append(scanner)
-            # A new state.db takes the place of the one root holds (as a careless restore does).
-            fresh = user_home.db.with_name("state.db.new")
-            shutil.copyfile(user_home.db, fresh)
-            os.chown(fresh, USER, USER)
-            os.replace(fresh, user_home.db)
-            assert scanner.proc.stdin is not None
-            assert scanner.proc.stdout is not None
-            scanner.proc.stdin.write("go\n")
-            scanner.proc.stdin.flush()
-            data = json.loads(scanner.proc.stdout.readline())
+            procs.append(mine := Proc([*SETPRIV, sys.executable, "-c", keep, str(user_home.db)]))
+            replace_db(user_home)
+            proc = holders_as_user(user_home, "--json")
+        assert proc.returncode == 3, proc.stderr  # STALE holders
+        data = json.loads(proc.stdout)
         assert data["complete"] is True
+        assert by_pid(data)[mine.pid]["stale_files"] == ["state.db"]
         root = by_pid(data)[root_writer.pid]
         assert root["via"] == "locks"
         assert root["stale_files"] == ["state.db"]
         assert root["flags"] == ["STALE"]
-        assert {lk["file"] for lk in root["locks"]} == {"state.db-shm"}  # the current one
+
+    def test_a_strangers_file_on_a_reused_inode_is_not_a_holder(
+        self, small_ext4: Path, procs: list[Proc]
+    ) -> None:
+        """The user's -wal and -shm are deleted at the last close; the filesystem hands
+        their inode numbers to a stranger's new files, which the stranger locks. The
+        scanner saw those numbers before: it must not take the stranger for a holder."""
+        home = make_home(small_ext4 / "home", TINY)
+        for p in [home, *home.rglob("*")]:
+            os.chown(p, USER, USER)
+        h = Home(home, home / "state.db", small_ext4)
+        stranger = small_ext4 / "stranger"
+        stranger.mkdir(mode=0o755)
+        os.chown(stranger, STRANGER, STRANGER)
+        with holding(home, prefix=tuple(SETPRIV)):
+            old = {os.stat(f"{h.db}{sfx}").st_ino for sfx in ("-wal", "-shm")}
+            procs.append(scanner := Proc([*SETPRIV, sys.executable, "-c", SCANNER, str(h.db)],
+                                         ready="scanned"))  # fmt: skip
+        assert not Path(f"{h.db}-wal").exists()
+        assert not Path(f"{h.db}-shm").exists()
+        procs.append(Proc([*STRANGER_SETPRIV, sys.executable, "-c", REUSE_INODE,
+                           str(stranger), ",".join(map(str, old))]))  # fmt: skip
+        data = second_scan(scanner)
+        assert data["complete"] is True, data["problems"]
+        assert data["holders"] == []
+
+
+STRANGER = 65533
+STRANGER_SETPRIV = ["setpriv", "--reuid", str(STRANGER), "--regid", str(STRANGER), "--clear-groups"]
+# Creates files until one gets an inode number of the given list, then locks it.
+REUSE_INODE = (
+    "import fcntl, os, sys\n"
+    "wanted = {int(n) for n in sys.argv[2].split(',')}\n"
+    "for i in range(200):\n"
+    "    f = open(os.path.join(sys.argv[1], f'mine-{i}'), 'w+b')\n"
+    "    if os.fstat(f.fileno()).st_ino in wanted:\n"
+    "        fcntl.lockf(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+    "        break\n"
+    "else:\n"
+    "    sys.exit('no inode number was reused')\n"
+    "print('ready', flush=True); sys.stdin.read()\n"
+)
+
+
+@pytest.fixture
+def small_ext4() -> Iterator[Path]:
+    """A 4 MiB ext4 with 32 inodes, loop-mounted: a freed inode number is the next one
+    handed out, as on a busy shared disk."""
+    base = Path(tempfile.mkdtemp(prefix="statewarden-ext4-"))
+    image, mnt = base / "fs.img", base / "mnt"
+    mnt.mkdir()
+    with open(image, "wb") as f:
+        f.truncate(4 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-N", "32", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    try:
+        mnt.chmod(0o755)
+        base.chmod(0o755)
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# Opens the file, takes an OFD read lock on SQLite's SHARED range and forks: parent and
+# child hold one open file description between them, so one lock.
+FORK_OFD = (
+    "import fcntl, os, struct, sys\n"
+    "f = open(sys.argv[1], 'rb')\n"
+    "fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0x40000002, 510, 0))\n"
+    "child = os.fork()\n"
+    "if child == 0:\n"
+    "    sys.stdin.read(); os._exit(0)\n"
+    "print('ready', flush=True); sys.stdin.read(); os.waitpid(child, 0)\n"
+)
+# A root process with an OFD read lock on the same range, its own open file description.
+ROOT_OFD = (
+    "import fcntl, struct, sys; f = open(sys.argv[1], 'rb');"
+    " fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0x40000002, 510, 0));"
+    " print('ready', flush=True); sys.stdin.read()"
+)
+OFD_SHARED = {"file": "state.db", "kind": "OFDLCK", "mode": "READ", "start": 1073741826,
+              "end": "1073742335"}  # fmt: skip
+OFD_DMS = {"file": "state.db-shm", "kind": "OFDLCK", "mode": "READ", "start": 128, "end": "128"}
+
+
+class TestOfdLocks:
+    """Hermes since 0.20 adds open file description locks, which /proc/locks shows with
+    pid -1: they are found on the holder's descriptors (fdinfo), with other users about."""
+
+    def test_a_writer_with_ofd_locks_is_complete_and_named(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        procs.append(idle_root())
+        with holding(user_home.home, ofd_guard=True, prefix=tuple(SETPRIV)) as writer:
+            proc = holders_as_user(user_home, "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["complete"] is True
+        assert data["problems"] == []
+        assert data["coverage"]["locks_only"] > 0  # other users' processes were about
+        me = by_pid(data)[writer.pid]
+        assert me["via"] == "descriptors"
+        assert me["lock_state"] == "held"
+        assert me["flags"] == []
+        assert OFD_SHARED in me["locks"]
+        assert OFD_DMS in me["locks"]
+
+    def test_ofd_locks_keep_a_writer_that_dropped_its_posix_locks_held(
+        self, user_home: Home
+    ) -> None:
+        """A stray open/close drops the process's POSIX locks on state.db; the OFD lock
+        still covers the SHARED range, so it has not lost its locks (no LOST-LOCKS)."""
+        with holding(user_home.home, ofd_guard=True, drop_posix_locks=True,
+                     prefix=tuple(SETPRIV)) as writer:  # fmt: skip
+            proc = holders_as_user(user_home, "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        me = by_pid(json.loads(proc.stdout))[writer.pid]
+        assert me["lock_state"] == "held"
+        assert me["flags"] == []
+        assert [lk for lk in me["locks"] if lk["file"] == "state.db"] == [OFD_SHARED]
+
+    def test_two_writers_with_the_same_ofd_locks_are_both_attributed(self, user_home: Home) -> None:
+        with (
+            holding(user_home.home, ofd_guard=True, prefix=tuple(SETPRIV)) as one,
+            holding(user_home.home, ofd_guard=True, prefix=tuple(SETPRIV)) as two,
+        ):
+            proc = holders_as_user(user_home, "--json")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["complete"] is True
+        assert {one.pid, two.pid} <= set(by_pid(data))
+
+    def test_a_description_shared_by_fork_counts_once(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """Parent and child carry one OFD lock between them: it covers one /proc/locks
+        entry, not two, so root's own identical lock stays ownerless (incomplete)."""
+        procs.append(Proc([*SETPRIV, sys.executable, "-c", FORK_OFD, str(user_home.db)]))
+        alone = holders_as_user(user_home, "--json")
+        assert alone.returncode == 0, alone.stdout + alone.stderr
+        assert json.loads(alone.stdout)["complete"] is True
+        procs.append(Proc([sys.executable, "-c", ROOT_OFD, str(user_home.db)]))
+        proc = holders_as_user(user_home, "--json")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["complete"] is False
+        assert data["problems"] == [
+            "a lock (OFDLCK READ on state.db) names no owner (an open file description lock)"
+            " and a process that could not be read may hold it"
+        ]
 
 
 class TestRestrictedProc:

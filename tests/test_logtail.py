@@ -528,7 +528,110 @@ class TestRotation:
         assert [n.what for n in t.drain_notices()] == ["truncated"]
 
 
+class TestRewrittenInPlace:
+    """A log truncated and written again between two polls, to the same size or more:
+    neither inode nor size changed, only the bytes did."""
+
+    @staticmethod
+    def rewrite(path: Path, first: int, count: int) -> list[str]:
+        """Truncate ``path`` and write lines ``first`` .. ``first + count - 1`` (all the
+        same length), as a writer that reopens its log with "w" does."""
+        texts = [f"rewrite {i:06d}" for i in range(first, first + count)]
+        with open(path, "w", encoding="utf-8") as f:
+            for text in texts:
+                f.write(log_line(WHEN, "INFO", "gateway.run", text) + "\n")
+        return texts
+
+    @pytest.mark.parametrize(("rounds", "per_round"), [(100, 1), (20, 5)])
+    def test_same_size_rewrites_lose_no_line(
+        self, logs: Path, offsets: Path, rounds: int, per_round: int
+    ) -> None:
+        """Every round rewrites the file to exactly the size it had: each line is
+        returned once, none is lost, none twice."""
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False, dedupe=False)
+        written: list[str] = []
+        got: list[str] = []
+        sizes = set()
+        for n in range(rounds):
+            written += self.rewrite(path, n * per_round, per_round)
+            sizes.add(path.stat().st_size)
+            got += messages(t.poll())
+        assert len(sizes) == 1  # the same size every time: only the bytes tell
+        assert got == written
+        notices = [x.what for x in t.drain_notices()]
+        assert notices == ["rewritten"] * (rounds - 1)
+
+    def test_rewritten_larger_reads_from_the_start(self, logs: Path, offsets: Path) -> None:
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False)
+        first = self.rewrite(path, 0, 3)
+        assert messages(t.poll()) == first
+        second = self.rewrite(path, 3, 7)
+        assert messages(t.poll()) == second
+
+    def test_appending_is_not_a_rewrite(self, logs: Path, offsets: Path) -> None:
+        """Appends (also to a half-written last line) read on from the offset."""
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False)
+        append(path, line(1))
+        append_bytes(path, line(2)[:10].encode())
+        assert messages(t.poll()) == ["line 1"]
+        append_bytes(path, (line(2)[10:] + "\n").encode())
+        append(path, line(3))
+        assert messages(t.poll()) == ["line 2", "line 3"]
+        assert t.drain_notices() == []
+
+    def test_rewrite_by_another_process(self, logs: Path, offsets: Path) -> None:
+        """A real second process truncates and rewrites the log to the same size."""
+        path = logs / "agent.log"
+        t = tailer(logs, offsets, start_at_end=False, dedupe=False)
+        got: list[str] = []
+        written: list[str] = []
+        for n in range(5):
+            texts = [f"proc {n:03d} {k}" for k in range(4)]
+            body = "".join(log_line(WHEN, "INFO", "gateway.run", x) + "\n" for x in texts)
+            subprocess.run(
+                [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                 str(path), body],
+                check=True,
+            )  # fmt: skip
+            written += texts
+            got += messages(t.poll())
+        assert got == written
+
+
 class TestRestart:
+    def test_rewritten_in_place_while_down(self, logs: Path, offsets: Path) -> None:
+        """Rewritten to the same size, same first bytes, while statewarden was down: the
+        bytes before the saved offset tell, and the file is read from its start."""
+        path = logs / "agent.log"
+        head = log_line(WHEN, "INFO", "gateway.run", "header kept by the rewrite")
+        append(path, head, line(1), line(2))
+        a = tailer(logs, offsets, start_at_end=False)
+        assert messages(a.poll()) == ["header kept by the rewrite", "line 1", "line 2"]
+        a.close()
+        size = path.stat().st_size
+        with open(path, "r+", encoding="utf-8") as f:  # same inode, same size, same head
+            f.truncate(0)
+            f.write(head + "\n" + line(7) + "\n" + line(8) + "\n")
+        assert path.stat().st_size == size
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["header kept by the rewrite", "line 7", "line 8"]
+
+    def test_offsets_file_without_mark_still_resumes(self, logs: Path, offsets: Path) -> None:
+        """An offsets file written before the mark was kept resumes where it says."""
+        append(logs / "agent.log", line(1))
+        a = tailer(logs, offsets, start_at_end=False)
+        a.poll()
+        a.close()
+        saved = json.loads(offsets.read_text())
+        del saved["files"]["agent.log"]["mark"]
+        offsets.write_text(json.dumps(saved))
+        append(logs / "agent.log", line(2))
+        b = tailer(logs, offsets)
+        assert messages(b.poll()) == ["line 2"]
+
     def test_no_duplicate_and_no_missed_line(self, logs: Path, offsets: Path) -> None:
         """Lines written while statewarden was down come back once; old ones never."""
         append(logs / "agent.log", line(1))
@@ -540,8 +643,9 @@ class TestRestart:
         assert messages(b.poll()) == ["line 2", "line 3"]
 
     def test_offsets_file(self, logs: Path, offsets: Path) -> None:
-        """The offsets file holds (dev, inode, offset, digest of the first bytes) per
-        followed log, and no temp file is left next to it."""
+        """The offsets file holds (dev, inode, offset, digest of the first bytes, digest
+        of the bytes before the offset) per followed log, and no temp file is left next to
+        it."""
         append(logs / "agent.log", line(1))
         a = tailer(logs, offsets)
         a.poll()
@@ -555,6 +659,7 @@ class TestRestart:
                     "inode": st.st_ino,
                     "offset": st.st_size,
                     "head": f"{st.st_size}:{digest}",
+                    "mark": f"{st.st_size}:{digest}",  # the whole file is the last 256 bytes
                 }
             },
         }

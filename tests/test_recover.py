@@ -248,6 +248,21 @@ class TestBaseDamage:
             "SELECT seq FROM sqlite_sequence WHERE name = 'messages'"
         )
 
+    def test_zeroed_sessions_root_every_row_back_is_no_loss(self, tmp_path: Path) -> None:
+        """The sessions root page zeroed (keyed by the text id, not the rowid): every
+        session is decoded from its intact leaf and comes back identical, and the intact
+        unique index on id lists exactly those rows; so no loss, exit 0, status
+        complete, no unreadable range left."""
+        case = corruption.zeroed_sessions_root(tmp_path / "db")
+        want = case.unreached["sessions"]
+        assert want == [r[0] for r in pristine("SELECT rowid FROM sessions ORDER BY rowid")]
+        code, doc, out = recover_json(case, tmp_path)
+        s = doc["tables"]["sessions"]
+        assert (s["recovered"], s["recovered_from_pages"]) == (len(want), len(want))
+        assert (s["unreadable_ranges"], s["status"], s["lost_keys"]) == ([], "complete", [])
+        assert (doc["verified"], doc["loss_detected"], code) == (True, False, 0)
+        assert_same_rows(out, "sessions")
+
     def test_zeroed_inner_interior_page_of_a_three_level_tree(self, tmp_path: Path) -> None:
         """In a three-level messages b-tree, an interior page below the root zeroed: the
         scan reads the other leaves, the unreachable leaves below that page are decoded

@@ -396,6 +396,160 @@ class TestMountAndFatal:
         assert kinds(signals("CRITICAL", "gateway.session", message)) == [expected]
 
 
+class TestNewerHermesGuards:
+    """Hermes git main's write guards, in the exact words Hermes logs (hermes_state_errors
+    ``_DELETED_WAL_GENERATION_MSG`` in both wordings shipped, hermes_state_lockguard,
+    hermes_state ``_log_wal_reset_bug_once``, the CLI's startup check and the salvage
+    lane's sqlite3 shell gate)."""
+
+    DELETED_NEW = (
+        "FATAL: session storage stopped writing because another Hermes process still holds a "
+        "deleted state.db-wal or state.db-shm inode (an old copy of the write-ahead log). "
+        "Nothing is lost: quit every Hermes process on this profile (Desktop app, gateway, "
+        "dashboard, cron), run `hermes doctor` (it names the processes still holding the log), "
+        "then start Hermes again. Do not delete the WAL yourself and do not run `hermes doctor "
+        "--fix` while they are running. Guide: https://hermes-agent.nousresearch.com/docs/"
+        "user-guide/session-storage-recovery Detail: the path names a different (or missing) "
+        "generation than the one this process holds open; opening or writing through it would "
+        "mint a second WAL (split-brain). database.journal_mode: delete is operator "
+        "containment, not a new default."
+    )
+    DELETED_OLD = (
+        "FATAL: a live process holds a deleted state.db-wal or state.db-shm inode while the "
+        "path names a different (or missing) generation. Refusing to open or write so a "
+        "second WAL cannot be minted. Stop the gateway, dashboard, and cron writers that hold "
+        "the deleted sidecar, then reopen. Do not delete the WAL yourself. "
+        "database.journal_mode: delete is operator containment, not a new default."
+    )
+    DELETED = ("stale_holder", "deleted_sidecar", "critical")
+
+    @pytest.mark.parametrize("message", [DELETED_NEW, DELETED_OLD])
+    def test_deleted_wal_generation_message(self, message: str) -> None:
+        """refuse_deleted_wal_generation logs the message at ERROR before raising."""
+        out = signals("ERROR", "hermes_state_dbfile", message)
+        assert kinds(out) == [self.DELETED]
+        assert out[0].summary.startswith("Hermes halted writes (DeletedWalGenerationError)")
+
+    def test_deleted_wal_generation_only_in_the_traceback(self) -> None:
+        tb = traceback(
+            "hermes_state_errors.DeletedWalGenerationError: " + self.DELETED_OLD[:60],
+            frame="/opt/hermes/hermes_state_dbfile.py",
+        )
+        out = signals("ERROR", "gateway.run", "Turn 20260907_170401 failed", tb=tb)
+        assert kinds(out) == [self.DELETED]
+
+    def test_append_failure_caused_by_it_is_both(self) -> None:
+        """A failed append whose cause is the deleted generation: the write failure and
+        the stale holder."""
+        tb = traceback("hermes_state.DeletedWalGenerationError: FATAL: ...")
+        out = signals("WARNING", "run_agent", "Session DB append_message failed: FATAL: ...",
+                      tb=tb)  # fmt: skip
+        assert kinds(out) == [("write_failures", "append_message", "warning"), self.DELETED]
+
+    def test_lock_guard_incomplete(self) -> None:
+        out = signals(
+            "WARNING",
+            "hermes_state",
+            "WAL lock guard incomplete for /home/u/.hermes/state.db: 1 of 2 guard range(s) not "
+            "armed (foreign EXCLUSIVE holder or lock failure) — the WAL generation is "
+            "partially unguarded",
+        )
+        assert kinds(out) == [("lock_guard", "incomplete", "warning")]
+        assert out[0].fields["label"] == "/home/u/.hermes/state.db"
+
+    def test_lock_guard_failed_to_arm(self) -> None:
+        out = signals(
+            "WARNING",
+            "hermes_state",
+            "WAL lock guard failed to arm for /home/u/.hermes/state.db (OSError while locking; "
+            "guard ranges below may be unarmed)",
+            tb=traceback("PermissionError: [Errno 13] Permission denied",
+                         frame="/opt/hermes/hermes_state_lockguard.py"),
+        )  # fmt: skip
+        assert kinds(out) == [("lock_guard", "failed", "warning")]
+
+    def test_lock_guard_refusal_in_a_traceback(self) -> None:
+        """hold(strict=True) raises WalGuardArmedIncompleteError: the writer refuses to run."""
+        tb = traceback(
+            "hermes_state_lockguard.WalGuardArmedIncompleteError: WAL lock guard could not arm "
+            "1 of 2 ranges for /home/u/.hermes/state.db — refusing to run an unguarded state "
+            "writer on a runtime that supports OFD locks (set HERMES_STATE_WAL_GUARD_BYPASS=1 "
+            "to proceed degraded)",
+            frame="/opt/hermes/hermes_state_lockguard.py",
+        )
+        out = signals("ERROR", "gateway.run", "Session store unavailable", tb=tb)
+        assert kinds(out) == [("lock_guard", "refused", "error")]
+
+    def test_lock_guard_of_another_database_is_not_ours(self) -> None:
+        assert (
+            signals(
+                "WARNING",
+                "hermes_state",
+                "WAL lock guard incomplete for /home/u/.hermes/kanban.db: 1 of 2 guard range(s) not "
+                "armed (foreign EXCLUSIVE holder or lock failure) — the WAL generation is "
+                "partially unguarded",
+            )
+            == []
+        )
+
+    @pytest.mark.parametrize(
+        ("action", "expected"),
+        [
+            ("is already in WAL mode — leaving WAL in place (no live downgrade under "
+             "concurrent openers)", ("wal_reset_bug", "library", "error")),
+            ("using journal_mode=DELETE instead of enabling WAL",
+             ("wal_reset_bug", "library", "warning")),
+        ],
+    )  # fmt: skip
+    def test_wal_reset_bug_of_the_linked_sqlite(
+        self, action: str, expected: tuple[str, str, str]
+    ) -> None:
+        out = signals(
+            "WARNING",
+            "hermes_state",
+            "state.db: linked SQLite 3.45.1 is vulnerable to the WAL-reset corruption bug "
+            f"(https://sqlite.org/wal.html#walresetbug) — {action}. Upgrade to SQLite 3.51.3+ "
+            "(or backports 3.50.7 / 3.44.6).",
+        )
+        assert kinds(out) == [expected]
+        assert out[0].fields["version"] == "3.45.1"
+
+    def test_wal_reset_bug_of_another_database_is_not_ours(self) -> None:
+        assert (
+            signals(
+                "WARNING",
+                "hermes_state",
+                "kanban.db: linked SQLite 3.45.1 is vulnerable to the WAL-reset corruption bug "
+                "(https://sqlite.org/wal.html#walresetbug) — using journal_mode=DELETE instead of "
+                "enabling WAL. Upgrade to SQLite 3.51.3+ (or backports 3.50.7 / 3.44.6).",
+            )
+            == []
+        )
+
+    def test_wal_reset_bug_printed_at_startup_reaches_the_journal(self) -> None:
+        """hermes_cli's runtime check prints to stderr: only the unit's journal has it."""
+        entry = {
+            "MESSAGE": "[hermes] WARNING: SQLite 3.40.1 has the WAL-reset bug "
+            "(https://sqlite.org/wal.html#walresetbug).",
+            "_SYSTEMD_USER_UNIT": "hermes-gateway.service",
+            "__REALTIME_TIMESTAMP": "1757257528701000",
+        }
+        (s,) = signals_from_journal(entry, TARGET)
+        assert isinstance(s, Signal)
+        assert (s.kind, s.key, s.effective_severity) == ("wal_reset_bug", "library", "warning")
+        assert s.source == "journal:hermes-gateway.service"
+
+    def test_sqlite3_shell_refused_for_salvage(self) -> None:
+        out = signals(
+            "WARNING",
+            "hermes_cli.session_lost_and_found",
+            "sqlite3 CLI /usr/bin/sqlite3 reports version 3.40.1, which still carries the "
+            "WAL-reset opener bug; refusing to use it for salvage",
+        )
+        assert kinds(out) == [("wal_reset_bug", "cli", "warning")]
+        assert (out[0].fields["binary"], out[0].fields["version"]) == ("/usr/bin/sqlite3", "3.40.1")
+
+
 class TestNotSignals:
     @pytest.mark.parametrize(
         "text",

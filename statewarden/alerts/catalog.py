@@ -116,6 +116,32 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "interactive Hermes without --force), there is too little space, or the repair "
         "would lose rows.",
     ),
+    "watcher_degraded": (
+        "A statewarden watcher polls instead of using inotify",
+        "The user's inotify instances or watches are used up (fs.inotify.max_user_instances, "
+        "fs.inotify.max_user_watches), so a watcher could not get one. It polls instead: "
+        "everything is still detected, later (up to one poll interval).",
+    ),
+    "lock_guard": (
+        "A Hermes writer could not arm its WAL lock guard",
+        "Hermes adds open-file-description locks on state.db and -shm so that a stray close "
+        "cannot drop a writer's SQLite locks. A writer could not arm them (a foreign "
+        "EXCLUSIVE holder, or a lock error): its WAL generation can be deleted under it, "
+        "which is how DeletedWalGenerationError happens.",
+    ),
+    "wal_reset_bug": (
+        "Hermes runs with a SQLite that has the WAL-reset bug",
+        "SQLite 3.7.0 to 3.51.2 (except 3.50.7+ and 3.44.6+) can, rarely, corrupt a WAL "
+        "database written by several connections at once. Hermes logged that its own SQLite, "
+        "or the sqlite3 shell on this machine, is such a version.",
+    ),
+    "recovery_files": (
+        "Hermes kept recovery files beside state.db",
+        "Newer Hermes keeps state.db.retired-wal-<ts>-<pid>/ captures (a WAL it could no longer "
+        "write to), a pending_messages/ spool of messages not yet in state.db, and "
+        "state.db.pre-update-emergency-*.bak copies. New ones mean something went wrong; they "
+        "are never deleted by Hermes and can fill the disk.",
+    ),
 }
 
 

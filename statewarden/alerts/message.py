@@ -67,6 +67,15 @@ NEXT_STEPS: dict[str, str] = {
     "stop what it names (or close the app that respawns it), run again",
     "maintenance_refused": "statewardenctl maintenance --dry-run --profile {profile}, "
     "fix what it names, run again",
+    "watcher_degraded": "raise the inotify limit the incident names (sudo sysctl "
+    "fs.inotify.max_user_instances=1024 or fs.inotify.max_user_watches=524288; make it "
+    "lasting in /etc/sysctl.d/), then systemctl --user restart statewarden",
+    "lock_guard": "statewardenctl holders --profile {profile} (who holds state.db EXCLUSIVE); "
+    "restart the Hermes process that logged it once that holder is gone",
+    "wal_reset_bug": "upgrade the SQLite Hermes links (hermes update) and the sqlite3 shell "
+    "to 3.51.3+; until then never open state.db with the shell while Hermes runs",
+    "recovery_files": "statewardenctl status --profile {profile} lists them with sizes; keep "
+    "retired-wal captures until recovery is checked, then delete old ones",
 }
 
 

@@ -162,6 +162,10 @@ class Outbox:
         """True if this notification is already waiting for, or was delivered to, ``sink``."""
         return (sink, key) in self._pending_keys or (sink, key) in self._delivered_set
 
+    def delivered(self, sink: str, key: str) -> bool:
+        """True if ``sink`` accepted this notification (among the last ones it did)."""
+        return (sink, key) in self._delivered_set
+
     def put(self, notification: Notification, sink: str) -> Entry | None:
         """Queue ``notification`` for ``sink``, on disk first; None if it is a duplicate."""
         if self.known(sink, notification.key):

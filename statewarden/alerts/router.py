@@ -21,7 +21,9 @@ Alertmanager's semantics, on the incident book's :class:`~statewarden.incidents.
   ``kinds`` (empty = every kind).
 
 What was notified is saved (``<state_dir>/alerts.json``) after the notification is in the
-outbox, so a restart neither repeats nor forgets one: :meth:`Router.reconcile` compares it
+outbox, and again when each sink confirms it (:meth:`Router.confirmed`): ``incidents``
+says "notified" only after a sink delivered it, "queued ..., not delivered yet" before.
+A restart neither repeats nor forgets one: :meth:`Router.reconcile` compares it
 with the incident book and queues what the book has that was never sent.
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 
 from statewarden.alerts.message import Item, Notification, item_for, severity_rank
 from statewarden.alerts.outbox import Outbox
+from statewarden.alerts.silences import Silence
 from statewarden.atomic import write_atomic
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
@@ -81,6 +84,11 @@ class Notified:
     at: float = 0.0  # when the last notification was queued
     muted: str = ""  # why it was not sent: "maintenance", "folded into #N", "not routed"
     sinks: list[str] = field(default_factory=list)
+    # Outbox keys queued for each sink and not yet confirmed by it, and the state
+    # ("firing"/"resolved") of the last notification each sink confirmed.
+    pending: dict[str, list[str]] = field(default_factory=dict)
+    delivered: dict[str, str] = field(default_factory=dict)
+    set_aside: dict[str, str] = field(default_factory=dict)  # sink -> why it refused the last
 
 
 @dataclass
@@ -111,6 +119,7 @@ class Router:
         self.incidents: dict[int, Incident] = {}
         self.notified: dict[int, Notified] = {}
         self.maintenance: set[str] = set()
+        self.silences: list[Silence] = []  # the active ones (Alerts keeps them current)
         self._groups: dict[tuple[str, str], _Group] = {}
         self._rates: dict[int, float | None] = {}
         self.save_error = ""
@@ -207,6 +216,42 @@ class Router:
             if inc.db == db and inc.state == "open" and rec and rec.muted == "maintenance":
                 self._add(inc, "opened", now)
 
+    def silence_of(self, kind: str, db: str) -> Silence | None:
+        """The active silence that mutes notifications of ``kind`` on ``db``, if any."""
+        for s in self.silences:
+            if s.matches(kind, db):
+                return s
+        return None
+
+    def set_silences(self, active: list[Silence], now: float | None = None) -> list[Silence]:
+        """The silences in force now; those that ended since the last call (returned)
+        notify what they muted: an incident still open, or one that resolved while its
+        "firing" had gone out."""
+        now = time.time() if now is None else now
+        still = {s.id for s in active}
+        ended = [s for s in self.silences if s.id not in still]
+        self.silences = list(active)
+        if not ended:
+            return []
+        for inc in self.incidents.values():
+            rec = self.notified.get(inc.id)
+            if rec is None or not rec.muted.startswith("silence"):
+                continue
+            if not any(s.matches(inc.kind, inc.db) for s in ended):
+                continue
+            if self.silence_of(inc.kind, inc.db) is not None:
+                continue  # another silence still covers it
+            if inc.state == "open":
+                self._add(inc, "reminder" if rec.notified == "firing" else "opened", now)
+            elif rec.notified == "firing" and self.config.send_resolved:
+                self._add(inc, "resolved", now)
+            else:
+                rec.muted = ""
+        return ended
+
+    def next_silence_end(self) -> float | None:
+        return min((s.ends_at for s in self.silences), default=None)
+
     def _unfold(self, db: str, now: float) -> None:
         for inc in self.incidents.values():
             rec = self.notified.get(inc.id)
@@ -238,6 +283,9 @@ class Router:
             if rec.notified == "firing" and self._remindable(inc_id)
         ]
         times += reminders
+        silence_end = self.next_silence_end()
+        if silence_end is not None:
+            times.append(silence_end)
         return min(times) if times else None
 
     def _remindable(self, inc_id: int) -> bool:
@@ -310,6 +358,10 @@ class Router:
             if inc is None:
                 continue
             rec = self._record(inc)
+            silence = self.silence_of(inc.kind, db)
+            if silence is not None and (state == "firing" or rec.notified == "firing"):
+                rec.muted = f"silence #{silence.id}"
+                continue
             if state == "firing":
                 if inc.state != "open":
                     continue
@@ -359,7 +411,13 @@ class Router:
                 part = Notification(
                     notification.key, notification.state, self.host, now, mine, notification.dropped
                 )
-            self.outbox.put(part, name)
+            queued = self.outbox.put(part, name)
+            for item in mine:
+                rec = self.notified[item.incident]
+                if queued is None and self.outbox.delivered(name, part.key):
+                    rec.delivered[name] = part.state  # made again after a restart: it went
+                else:
+                    rec.pending.setdefault(name, []).append(part.key)
         for item in items:
             rec = self.notified[item.incident]
             rec.n += 1
@@ -372,6 +430,41 @@ class Router:
                 )
         return notification
 
+    def firing_for(self, sink: str, now: float) -> Notification | None:
+        """Every incident ``sink`` was told is firing and that is still open, not muted,
+        in one notification (Alertmanager's re-post); None when there is none."""
+        items = []
+        for inc_id, rec in sorted(self.notified.items()):
+            inc = self.incidents.get(inc_id)
+            if inc is None or inc.state != "open" or rec.muted or rec.notified != "firing":
+                continue
+            if sink not in rec.sinks:
+                continue
+            items.append(item_for(inc, "reminder", profile=self.profile_of(inc.db),
+                                  rate_per_min=self._rates.get(inc.id)))  # fmt: skip
+        if not items:
+            return None
+        return Notification(f"{sink}-refresh:{now:.6f}", "firing", self.host, now, items)
+
+    def confirmed(self, sink: str, n: Notification, outcome: str) -> None:
+        """``sink`` delivered (or set aside) notification ``n``: only now may ``incidents``
+        say it went out."""
+        for item in n.items:
+            rec = self.notified.get(item.incident)
+            if rec is None:
+                continue
+            keys = rec.pending.get(sink, [])
+            if n.key in keys:
+                keys.remove(n.key)
+            if not keys:
+                rec.pending.pop(sink, None)
+            if outcome == "delivered":
+                rec.delivered[sink] = n.state
+                rec.set_aside.pop(sink, None)
+            else:
+                rec.set_aside[sink] = outcome
+        self.save()
+
     # ------------------------------------------------------------- queries
 
     def state_of(self, incident_id: int) -> dict[str, Any]:
@@ -379,14 +472,27 @@ class Router:
         for (_db, state), group in self._groups.items():
             if incident_id in group.changes:
                 return {"state": f"waiting ({state})", "due": group.deadline}
-        return describe_notified(self.notified.get(incident_id))
+        rec = self.notified.get(incident_id)
+        if rec is not None:
+            for sink, keys in rec.pending.items():
+                # Dropped from a full outbox: it will never be confirmed.
+                keys[:] = [k for k in keys if self.outbox.known(sink, k)]
+            rec.pending = {s: keys for s, keys in rec.pending.items() if keys}
+        return describe_notified(rec)
 
 
 def read_notified(path: Path, *, strict: bool = False) -> dict[int, Notified]:
     """The router's saved state; empty if missing (or, unless ``strict``, unreadable)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return {int(k): Notified(**raw) for k, raw in data.get("incidents", {}).items()}
+        out = {}
+        for k, raw in data.get("incidents", {}).items():
+            rec = Notified(**raw)
+            if "delivered" not in raw and rec.notified:
+                # Saved before deliveries were confirmed: what was queued is taken as sent.
+                rec.delivered = dict.fromkeys(rec.sinks, rec.notified)
+            out[int(k)] = rec
+        return out
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, TypeError, AttributeError):
@@ -396,8 +502,24 @@ def read_notified(path: Path, *, strict: bool = False) -> dict[int, Notified]:
 
 
 def describe_notified(rec: Notified | None) -> dict[str, Any]:
+    """ "notified firing" only once a sink confirmed it; "queued firing, not delivered
+    yet" while every sink still has it in the outbox."""
     if rec is None or (not rec.muted and not rec.notified):
         return {"state": "not notified"}
     if rec.muted:
         return {"state": f"muted: {rec.muted}"}
-    return {"state": f"notified {rec.notified}", "at": rec.at, "sinks": rec.sinks}
+    waiting = sorted(s for s, keys in rec.pending.items() if keys)
+    done = sorted(s for s, st in rec.delivered.items() if st == rec.notified and s not in waiting)
+    out: dict[str, Any] = {"at": rec.at, "sinks": done, "waiting": waiting}
+    if done:
+        out["state"] = f"notified {rec.notified}"
+        if waiting:
+            out["state"] += f" (not yet by {', '.join(waiting)})"
+    elif waiting:
+        out["state"] = f"queued {rec.notified}, not delivered yet ({', '.join(waiting)})"
+    else:
+        refused = sorted(rec.set_aside)
+        out["state"] = f"not delivered: {rec.notified} " + (
+            f"refused by {', '.join(refused)}" if refused else "dropped from the outbox"
+        )
+    return out

@@ -3,8 +3,9 @@
 A sink delivers one outbox entry at a time. It returns a one-line answer ("sent as 2
 messages, last message_id 812") or raises:
 
-- :class:`Retry`: a passing failure (timeout, 5xx, no network, 429); the entry stays
-  first in line and is tried again after ``after_s`` (429's ``retry_after``) or the backoff;
+- :class:`Retry`: a passing failure (timeout, 5xx, no network, 429, an odd answer); the
+  entry stays first in line and is tried again after ``after_s`` (429's ``retry_after``,
+  at most ``alerts.retry_max``) or the backoff;
 - :class:`Rejected`: a configuration problem (401 bad token, 403 bot not in the chat, no
   token at all); the sink pauses, its entries are kept until the config changes;
 - :class:`Refused`: this entry can never be delivered (400 on a message that is still
@@ -46,3 +47,16 @@ class Sink(Protocol):
     async def deliver(self, entry: Entry, progress: Progress) -> str: ...
 
     async def close(self) -> None: ...
+
+
+def scrubber_of(sink: Sink) -> Callable[[str], str]:
+    """The sink's own scrubber (a sink that holds a secret has one, ``sink.scrub``: a
+    :class:`~statewarden.redact.Scrubber`); a sink without secrets has none to take out.
+    Every text about a sink (its errors, logged, stored in the outbox, shown by
+    ``statewardenctl alerts``) goes through it."""
+    scrub = getattr(sink, "scrub", None)
+    return scrub if callable(scrub) else _nothing_secret
+
+
+def _nothing_secret(text: str) -> str:
+    return text

@@ -4,16 +4,24 @@ The bot token is never in the config file. It is read, first found wins, from
 ``alerts.telegram.token_file``, from the systemd credential ``alerts.telegram.credential``
 (``$CREDENTIALS_DIRECTORY/<name>``, set by ``LoadCredential=``), or from the environment
 variable ``alerts.telegram.token_env``. It is never logged: every error text that could
-hold it (httpx puts the URL, ``/bot<token>/``, in its messages) is scrubbed first.
+hold it (httpx puts the URL, ``/bot<token>/``, in its messages; a server can echo it in a
+``Location`` or a description, percent-encoded, JSON-escaped, base64) goes through the
+sink's :class:`~statewarden.redact.Scrubber` first.
 
 Sending: HTML (``parse_mode=HTML``, text escaped); a text over 4,096 characters is split
 between lines into several messages, and the parts already sent are recorded in the outbox
 entry so a retry does not send them again. At most one message per ``min_interval`` (1 s)
 to the chat. Answers:
 
-- 200 ``ok``: delivered;
-- 429: :class:`Retry` after the answer's ``parameters.retry_after``;
+- 200 ``ok`` with the sent message: delivered;
+- 429: :class:`Retry` after the answer's ``parameters.retry_after`` (the delivery loop
+  caps it at ``alerts.retry_max``);
 - 5xx, timeouts, refused connections: :class:`Retry` (the delivery loop backs off);
+- any odd answer: a 2xx that is not ``ok`` with a message (HTML, not JSON, a JSON list,
+  invalid UTF-8, ``ok: false``), a body over :data:`MAX_ANSWER_BYTES` (read streaming and
+  cut there), a connection reset mid-answer, no whole answer within ``deadline`` (30 s,
+  however slowly it trickles in): :class:`Retry`, never an exception of another kind;
+- a redirect (not followed: the token would go along): :class:`Rejected`;
 - 400 "can't parse entities": sent again as plain text, then :class:`Refused`;
 - other 400 (chat or topic not found), 401, 403, 404: :class:`Rejected`, a configuration
   problem (token, chat, topic), reported once; the entries wait for a fixed config;
@@ -24,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import logging
+import math
 import os
 import re
 import time
@@ -36,16 +46,44 @@ import httpx
 
 from statewarden.alerts.message import html_lines
 from statewarden.alerts.outbox import Entry
-from statewarden.alerts.sink import Progress, Refused, Rejected, Retry
-from statewarden.config import REDACTED, TelegramConfig
+from statewarden.alerts.sink import Progress, Refused, Rejected, Retry, SinkError
+from statewarden.config import TelegramConfig
+from statewarden.redact import Scrubber
 
 MAX_MESSAGE_CHARS = 4096  # Bot API limit for sendMessage text
+MAX_ANSWER_BYTES = 64 * 1024  # read of any answer; a real one is well under 1 KiB
+ERROR_CHARS = 200  # of a server's text (description, Location) kept in an error
 _TAG_RE = re.compile(r"<[^>]+>")
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9:_-]+$")
 
 # httpx logs each request's URL (with the token) at INFO; never let that through.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.WARNING)
+
+
+class AnswerTooLarge(Exception):
+    """An answer over :data:`MAX_ANSWER_BYTES` (or compressed): cut, never read whole."""
+
+
+def retry_after(params: object) -> float | None:
+    """A 429's ``parameters.retry_after`` in seconds (``inf`` for a number too large for
+    a float; the delivery loop caps it); None (the backoff decides) when it is missing,
+    not a number or negative."""
+    after = params.get("retry_after") if isinstance(params, dict) else None
+    if isinstance(after, bool) or not isinstance(after, int | float):
+        return None
+    try:
+        seconds = float(after)
+    except OverflowError:
+        seconds = math.inf
+    if math.isnan(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def _one_line(text: str) -> str:
+    """A server's text as one short printable line."""
+    return "".join(c if c.isprintable() else " " for c in text[:ERROR_CHARS]).strip()
 
 
 class TokenMissing(Exception):
@@ -144,11 +182,14 @@ class TelegramSink:
         except TokenMissing as exc:
             self.token, self.token_source = "", ""
             self.token_problem = str(exc)
+        secret = self.token.partition(":")[2]
+        self._scrubber = Scrubber(*(t for t in (self.token, secret) if t))
         self._client = client
         self._last_sent = 0.0
 
     def scrub(self, text: str) -> str:
-        return text.replace(self.token, REDACTED) if self.token else text
+        """``text`` without the token in any encoding (every error, log and state text)."""
+        return self._scrubber(text)
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -191,38 +232,94 @@ class TelegramSink:
         if self.cfg.message_thread_id is not None:
             payload["message_thread_id"] = self.cfg.message_thread_id
         url = f"{self.cfg.api_base.rstrip('/')}/bot{self.token}/sendMessage"
+        server = self.cfg.api_base
         try:
-            response = await self._http().post(url, json=payload)
+            async with asyncio.timeout(self.cfg.deadline):
+                answer = await self._exchange(url, payload)
+        except TimeoutError:
+            raise Retry(
+                f"no complete answer from {server} within the {self.cfg.deadline:g} s deadline"
+            ) from None
         except httpx.TimeoutException:
-            raise Retry(f"no answer from {self.cfg.api_base} in {self.cfg.timeout:g} s") from None
+            raise Retry(f"no answer from {server} in {self.cfg.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            why = self.scrub(str(exc)) or type(exc).__name__
-            raise Retry(f"cannot reach {self.cfg.api_base}: {why}") from None
+            why = self.scrub(_one_line(str(exc))) or type(exc).__name__
+            if isinstance(exc, httpx.ConnectError):
+                raise Retry(f"cannot reach {server}: {why}") from None
+            raise Retry(f"broken answer from {server}: {why}") from None
+        except AnswerTooLarge as exc:
+            raise Retry(f"{exc}; not read") from None
+        except Exception as exc:  # noqa: BLE001 - whatever a server does must not end delivery
+            why = self.scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+            raise Retry(f"unreadable answer from {server}: {why}") from None
         finally:
             self._last_sent = time.monotonic()
-        return self._answer(response)
-
-    def _answer(self, response: httpx.Response) -> dict[str, Any]:
         try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
-        status = response.status_code
-        desc = self.scrub(str(body.get("description") or response.reason_phrase or ""))
-        if status == 200 and body.get("ok"):
+            return self._answer(*answer)
+        except SinkError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an answer too odd to read is an error of it
+            why = self.scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+            raise Retry(f"unreadable answer from {server}: {why}") from None
+
+    async def _exchange(
+        self, url: str, payload: dict[str, Any]
+    ) -> tuple[int, str, httpx.Headers, bytes]:
+        """One request; its status, reason, headers and at most :data:`MAX_ANSWER_BYTES`
+        of body, read as it streams in (a larger answer raises :class:`AnswerTooLarge`)."""
+        headers = {"Accept-Encoding": "identity"}  # no decompression bomb: raw bytes only
+        async with self._http().stream("POST", url, json=payload, headers=headers) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge(
+                    f"{response.status_code} answer of {int(declared)} bytes, over the "
+                    f"{MAX_ANSWER_BYTES // 1024} KiB limit"
+                )
+            encoding = response.headers.get("content-encoding", "identity").lower()
+            if encoding not in ("", "identity"):
+                raise AnswerTooLarge(f"{response.status_code} answer compressed ({encoding})")
+            body = bytearray()
+            async for chunk in response.aiter_raw():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise AnswerTooLarge(
+                        f"{response.status_code} answer over the "
+                        f"{MAX_ANSWER_BYTES // 1024} KiB limit: cut"
+                    )
+            return response.status_code, response.reason_phrase, response.headers, bytes(body)
+
+    def _answer(
+        self, status: int, reason: str, headers: httpx.Headers, raw: bytes
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        shape = ""
+        try:
+            parsed = json.loads(raw)
+        except (ValueError, RecursionError):
+            # Not JSON, not UTF-8, nested past what the parser takes, or a number too long.
+            kind = headers.get("content-type", "").split(";")[0].strip()
+            shape = f"not JSON ({self.scrub(kind[:40]) or 'no content type'})"
+        else:
+            if isinstance(parsed, dict):
+                body = parsed
+            else:
+                shape = f"a JSON {type(parsed).__name__}, not an object"
+        desc = self.scrub(_one_line(str(body.get("description") or reason or "")))
+        if status == 200 and body.get("ok") is True:
             result = body.get("result")
-            return result if isinstance(result, dict) else {}
+            if isinstance(result, dict) and isinstance(result.get("message_id"), int):
+                return result
+            raise Retry("200 ok but no message in the answer (not a Bot API server?)")
+        if 200 <= status < 300:
+            what = shape or f"ok: {_one_line(str(body.get('ok')))}" + (f", {desc}" if desc else "")
+            raise Retry(f"{status} but the answer is {what}")
         if status == 429:
-            params = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
-            after = params.get("retry_after") if isinstance(params, dict) else None
-            after_s = float(after) if isinstance(after, int | float) else None
+            after_s = retry_after(body.get("parameters"))
             raise Retry(f"429 {desc or 'Too Many Requests'}", after_s=after_s)
-        if status >= 500 or status == 200:
+        if status >= 500:
             raise Retry(f"{status} {desc or 'server error'}")
         if 300 <= status < 400:
-            where = self.scrub(response.headers.get("location", "?"))
+            where = self.scrub(_one_line(headers.get("location", "?")))
             raise Rejected(f"{status} redirect to {where}: set api_base to the final URL")
         if status == 400 and "parse" in desc.lower():
             raise Refused(f"{status} {desc}")  # the HTML: sent again as plain text
@@ -233,6 +330,8 @@ class TelegramSink:
                 f"{status} {desc}: check the bot token ({self.token_source}), "
                 f"chat_id {self.cfg.chat_id} and message_thread_id"
             )
+        if status < 200:
+            raise Retry(f"{status} {desc or 'informational answer'}")
         raise Refused(f"{status} {desc}")
 
     async def close(self) -> None:

@@ -27,6 +27,8 @@ from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError
 
+NO_SINK = "no alert sink is enabled (alerts.journald, .telegram, .alertmanager or .apprise)"
+
 
 def _when(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
@@ -58,14 +60,40 @@ def alerts_group(ctx: click.Context, config_path: str | None, as_json: bool) -> 
         click.echo("(daemon not running: read from the state directory)", err=True)
     if not result["sinks"]:
         click.echo("no alert sink enabled")
+    width = max([9, *(len(name) for name in result["sinks"])])
     for name, s in result["sinks"].items():
         enabled = "" if s["enabled"] else " (not enabled)"
-        line = f"{name:<9} {s['state']:<9} {s['pending']} waiting{enabled}"
+        line = f"{name:<{width}} {s['state']:<9} {s['pending']} waiting{enabled}"
         if s.get("last_ok_at"):
             line += f"; last delivered {_when(s['last_ok_at'])}"
+        if s.get("errors_in_row"):
+            line += f"; {s['errors_in_row']} errors in a row"
+        if s.get("restarts"):
+            line += f"; delivery restarted {s['restarts']} times"
         if s.get("last_error"):
             line += f"; last error: {s['last_error']}"
         click.echo(line)
+    hb = result.get("heartbeat")
+    if hb:
+        line = f"{'heartbeat':<{width}} {hb['state']:<9}"
+        if hb.get("last_ok_at"):
+            line += f" last ping {_when(hb['last_ok_at'])} ({hb['signal']})"
+        if hb.get("why"):
+            line += f"; {hb['why']}"
+        if hb.get("pings_failed"):
+            line += f"; {hb['pings_failed']} pings failed, {hb['errors_in_row']} in a row"
+        if hb.get("last_error"):
+            line += f"; last error: {hb['last_error']}"
+        click.echo(line)
+    for sl in result.get("silences", []):
+        if sl["state"] == "active":
+            where = sl["db"] or "every database"
+            click.echo(
+                f"silence #{sl['id']} {sl['kind']} on {where} until {_when(sl['ends_at'])}:"
+                f" {sl['reason']}"
+            )
+    if result.get("silences_error"):
+        click.echo(f"silences not read: {result['silences_error']}")
     if result.get("persist_error"):
         click.echo(f"outbox not on disk: {result['persist_error']} (sending from memory)")
     for e in result["outbox"]:
@@ -94,7 +122,9 @@ def test_cmd(config_path: str | None, sink: str | None, as_json: bool) -> None:
     if sink is not None and sink not in enabled:
         raise UsageError(f"the {sink} sink is not enabled (alerts.{sink}.enabled in the config)")
     if not enabled:
-        raise UsageError("no alert sink is enabled (alerts.journald / alerts.telegram)")
+        raise UsageError(
+            "no alert sink is enabled (alerts.journald / .telegram / .alertmanager / .apprise)"
+        )
     results = asyncio.run(send_test(config.alerts, sink))
     if as_json:
         print_json(results)
@@ -125,7 +155,9 @@ def supervisor_failed_cmd(unit: str, config_path: str | None, as_json: bool) -> 
     """
     config = get_config(config_path)
     if not routes_of(config.alerts):
-        raise UsageError("no alert sink is enabled (alerts.journald / alerts.telegram)")
+        raise UsageError(
+            "no alert sink is enabled (alerts.journald / .telegram / .alertmanager / .apprise)"
+        )
     results = asyncio.run(supervisor.send(config.alerts, unit))
     if as_json:
         print_json(results)

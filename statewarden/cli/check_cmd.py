@@ -44,6 +44,8 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
     for name, res in d.fts.items():
         if res == "ok":
             echo_line(f"  {name}: FTS integrity-check ok")
+    for name, why in d.unverifiable.items():
+        echo_line(f"  {name}: cannot verify ({why}); not counted as damage")
     if not d.orphans and d.foreign_key_check_complete:
         echo_line("  foreign keys: no orphan rows")
     if max_errors and d.error_lines:

@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "check",
         "Check a state.db for damage, uncapped, on a private copy (the source is only read).",
     ),
+    "verify": (
+        "statewarden.cli.verify_cmd",
+        "verify",
+        "Ask the daemon to verify each database now (as on its schedule) and wait for it.",
+    ),
     "recover": (
         "statewarden.cli.recover_cmd",
         "recover_cmd",
@@ -50,6 +55,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "statewarden.cli.alerts_cmd",
         "alerts_group",
         "The alert outbox (notifications not yet delivered) and each sink's health.",
+    ),
+    "silence": (
+        "statewarden.cli.silence_cmd",
+        "silence_group",
+        "Mute the notifications of one incident kind for a while (incidents are still kept).",
     ),
     "maintenance": (
         "statewarden.cli.maintenance_cmd",

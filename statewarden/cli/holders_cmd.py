@@ -69,7 +69,7 @@ def _row(h: Holder, now: float) -> tuple[str, ...]:
         printable(cell)
         for cell in (
             str(h.pid),
-            h.kind,
+            h.kind + ("*" if h.kind_evidence else ""),
             h.unit or "(none)",
             _fds(h),
             "yes" if h.orphan else "-",
@@ -144,6 +144,9 @@ def render(
             for r in rows:
                 cells = [r[c].ljust(widths[c]) for c in range(len(widths))]
                 click.echo("  ".join([*cells, r[-1]]).rstrip())
+            for h in scan.holders:
+                if h.kind_evidence:
+                    click.echo(printable(f"  * pid {h.pid} is a {h.kind} by {h.kind_evidence}"))
         else:
             click.echo("no holders")
         if scan.vanished:
@@ -266,6 +269,11 @@ def holders(
     try:
         while True:
             scans = scanner.scan(full=n == 0)
+            if any(h.kind == "unknown" for scan in scans for h in scan.holders):
+                # Hermes' gateway_heartbeats may name it (a read-only look at the file).
+                from statewarden.holders.heartbeats import apply_heartbeats  # noqa: PLC0415
+
+                apply_heartbeats(scans)
             units: list[UnitInfo] = []
             systemd_note = None
             if not no_systemd:

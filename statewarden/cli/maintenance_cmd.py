@@ -54,6 +54,11 @@ def _printer(as_json: bool) -> Any:
 )
 @click.option("--accept-loss", is_flag=True, help="Swap in a repair that lost rows (listed).")
 @click.option("--resume", is_flag=True, help="Finish or roll back an interrupted run.")
+@click.option(
+    "--no-import",
+    is_flag=True,
+    help="Do not import the transcripts Hermes diverted into the repaired file.",
+)
 @json_option
 @handle_errors
 def maintenance(
@@ -67,6 +72,7 @@ def maintenance(
     force: bool,
     accept_loss: bool,
     resume: bool,
+    no_import: bool,
     as_json: bool,
 ) -> None:
     """Stop every holder of a state.db, repair it, swap the new file in, restart Hermes.
@@ -95,7 +101,7 @@ def maintenance(
         return click.confirm("Stop these holders and run the maintenance?", err=True)
 
     options = Options(action=action, force=force, accept_loss=accept_loss, dry_run=dry_run,
-                      confirm=confirm)  # fmt: skip
+                      confirm=confirm, import_transcripts=not no_import)  # fmt: skip
     with progress_reporter("json" if as_json else "auto") as progress:
         run = MaintenanceRun(targets[0], config, options, emit=_printer(as_json),
                              progress=progress)  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import click
@@ -18,9 +20,12 @@ from statewarden.cli._common import (
     profile_option,
     select_targets,
 )
-from statewarden.config import runtime_dir
+from statewarden.cli.verify_cmd import verdict_line
+from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path
+from statewarden.daemon_verify import VERIFIED_FILE
 from statewarden.errors import DaemonNotRunning
+from statewarden.recovery_files import RecoveryFile
 from statewarden.status import DatabaseStatus, FilesystemFacts, status_all
 
 
@@ -55,8 +60,53 @@ def _render(st: DatabaseStatus) -> None:
         verdict = "UNSAFE for WAL" if fs.unsafe_for_wal else "safe for WAL"
         echo_line(f"  filesystem      {fs.type} on {fs.mount_point} ({verdict})")
     echo_line(f"  gateway unit    {st.gateway_unit}")
+    if st.recovery_files:
+        echo_line(
+            f"  recovery files  {len(st.recovery_files)}, {human_bytes(st.recovery_files_bytes)}"
+        )
+        for item in st.recovery_files:
+            echo_line(f"    {_recovery_line(item)}")
     for problem in st.problems:
         echo_line(f"  problem         {problem}")
+
+
+_WHAT = {
+    "retired_wal": "retired WAL capture",
+    "pending_spool": "pending messages spool",
+    "pre_update_backup": "pre-update backup",
+}
+
+
+def _recovery_line(item: RecoveryFile) -> str:
+    size = human_bytes(item.bytes) + ("+" if item.capped else "")
+    notes = [_WHAT[item.what]]
+    if item.what != "pre_update_backup":
+        notes.append(f"{item.files} files")
+    if item.partial:
+        notes.append("interrupted")
+    if item.captured_at:
+        notes.append(f"captured {item.captured_at}")
+    if item.trigger:
+        notes.append(f"trigger {item.trigger}")
+    if item.pid is not None:
+        notes.append(f"pid {item.pid}")
+    if item.main_mode:
+        notes.append(f"main image {item.main_mode}")
+    if item.problem:
+        notes.append(item.problem)
+    return f"{size:>10}  {item.name}  ({', '.join(notes)})"
+
+
+def sink_health(h: dict[str, Any]) -> str:
+    """One alert sink's trouble in a line: "retrying, 3 waiting, 2 errors in a row, ..."."""
+    parts = [h["state"], f"{h['pending']} waiting"]
+    if h["errors_in_row"]:
+        parts.append(f"{h['errors_in_row']} errors in a row")
+    if h["restarts"]:
+        parts.append(f"delivery restarted {h['restarts']} times")
+    if h["last_error"]:
+        parts.append(f"last error: {h['last_error']}")
+    return ", ".join(parts)
 
 
 @click.command()
@@ -80,10 +130,17 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         sinks = daemon.get("alerts") or {}
         states = ", ".join(f"{name} {state}" for name, state in sinks.items())
         click.echo(f"alerts: {states or 'no sink enabled'}")
+        for name, why in (daemon.get("inotify") or {}).items():
+            if why:
+                click.echo(f"inotify: {name.replace('_', ' ')} polling: {why}")
+        for name, h in (daemon.get("alert_sinks") or {}).items():
+            if h["state"] != "ok" or h["restarts"]:
+                click.echo(f"  {name}: {sink_health(h)}")
         for d in daemon["databases"]:
             click.echo()
             _render(_from_json(d))
             click.echo(f"  open incidents  {d['open_incidents']}")
+            click.echo(f"  last verified   {_verified_line(d.get('verified'))}")
             click.echo(f"  journal         {d.get('journal', '-')}")
             for w in d["watchers"]:
                 if w["errors"]:
@@ -91,8 +148,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         return
     targets, note = select_targets(config_path, db, profile)
     results = status_all(targets)
+    verified = _verified_on_record(config_path)
     if as_json:
-        databases = [r.to_json() for r in results]
+        databases = [{**r.to_json(), "verified": verified.get(r.path)} for r in results]
         print_json({"source": "local", "databases": databases, "note": note or None})
         return
     click.echo("(daemon not running: computed locally)", err=True)
@@ -102,6 +160,29 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         if i:
             click.echo()
         _render(st)
+        click.echo(f"  last verified   {_verified_line(verified.get(st.path))}")
+
+
+def _verified_line(v: object) -> str:
+    """When the daemon last verified the database, and what it found."""
+    running = isinstance(v, dict) and bool(v.get("running"))
+    at = v.get("at") if isinstance(v, dict) else None
+    if not isinstance(v, dict) or not isinstance(at, int | float):
+        return "verifying now" if running else "never"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(at)))
+    line = f"{when}: {verdict_line(v)} ({v.get('reason', '-')})"
+    return line + ("; verifying again now" if running else "")
+
+
+def _verified_on_record(config_path: str | None) -> dict[str, Any]:
+    """The daemon's last verification of each database, as it recorded them (no daemon
+    needs to run); empty when there is no record or it cannot be read."""
+    path = state_dir(get_config(config_path)) / VERIFIED_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
@@ -118,4 +199,9 @@ def _from_json(d: dict[str, Any]) -> DatabaseStatus:
     fields = {k: v for k, v in d.items() if k in DatabaseStatus.__dataclass_fields__}
     fs = fields.get("filesystem")
     fields["filesystem"] = FilesystemFacts(**fs) if fs else None
+    known = RecoveryFile.__dataclass_fields__
+    fields["recovery_files"] = [
+        RecoveryFile(**{k: v for k, v in item.items() if k in known})
+        for item in fields.get("recovery_files") or []
+    ]
     return DatabaseStatus(**fields)

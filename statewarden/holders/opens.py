@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from statewarden.inotify import unavailable
+
 IN_OPEN = 0x00000020
 IN_Q_OVERFLOW = 0x00004000
 IN_IGNORED = 0x00008000
@@ -41,9 +43,11 @@ def _libc() -> ctypes.CDLL | None:
 class OpenWatch:
     """``IN_OPEN`` watches on a set of files; :meth:`poll` says if any fired since last time.
 
-    When inotify cannot be used (no libc, watch limit reached, a file missing), the
-    watch reports ``True`` ("maybe opened") so the caller falls back to checking every
-    process: it never hides an open.
+    When inotify cannot be used (no libc, the user's inotify instances or watches used
+    up), the watch reports ``True`` ("maybe opened") so the caller falls back to checking
+    every process: it never hides an open. ``problem`` then says why and which
+    ``fs.inotify`` limit to raise (``statewarden/inotify.py``); each ``watch`` call tries
+    again, so the watch comes back by itself once the limit allows it.
     """
 
     def __init__(self) -> None:
@@ -60,13 +64,19 @@ class OpenWatch:
             return
         fd = self._lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
-            self.problem = f"inotify_init1: {os.strerror(ctypes.get_errno())}"
+            err = ctypes.get_errno()
+            self.problem = unavailable(err, f"inotify_init1: {os.strerror(err)}")
             return
         self._fd = fd
 
     @property
     def usable(self) -> bool:
         return self._fd >= 0 and self.problem is None
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the watch cannot be used (every process is checked instead), or None."""
+        return None if self.usable else (self.problem or "inotify is not set up")
 
     def watch(self, files: Iterable[Path], *, rearm: bool = False) -> None:
         """Watch ``files`` (those that exist). ``rearm`` after a file was replaced.
@@ -88,7 +98,7 @@ class OpenWatch:
                 errno = ctypes.get_errno()
                 if errno == 2:  # ENOENT: not there (yet); its creation changes the targets
                     continue
-                self.problem = f"inotify_add_watch {path}: {os.strerror(errno)}"
+                self.problem = unavailable(errno, f"inotify_add_watch {path}: {os.strerror(errno)}")
                 return
 
     def poll(self) -> bool:

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 from statewarden.config import HolderKind
 
@@ -325,3 +325,35 @@ def human_age(seconds: float) -> str:
     if minutes:
         return f"{minutes}m"
     return f"{s}s"
+
+
+# kcmp(2) syscall numbers; KCMP_FILE compares two descriptors' open file descriptions.
+_KCMP_SYSCALL = {"x86_64": 312, "aarch64": 272, "i686": 349, "armv7l": 378, "riscv64": 272}
+_KCMP_FILE = 0
+
+
+@functools.cache
+def _libc_syscall() -> Any:
+    import ctypes  # noqa: PLC0415 - only when two descriptors must be compared
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = libc.syscall
+    fn.restype = ctypes.c_long
+    return fn
+
+
+def same_open_file(pid1: int, fd1: int, pid2: int, fd2: int) -> bool | None:
+    """Whether two descriptors share one open file description (``kcmp(KCMP_FILE)``).
+
+    None when the kernel cannot say (no kcmp, or not allowed to compare those processes).
+    """
+    number = _KCMP_SYSCALL.get(os.uname().machine)
+    if number is None:
+        return None
+    try:
+        answer = _libc_syscall()(number, pid1, pid2, _KCMP_FILE, fd1, fd2)
+    except OSError:
+        return None
+    if answer < 0:
+        return None
+    return bool(answer == 0)

@@ -73,6 +73,8 @@ class Holder:
     parents: list[dict[str, Any]]
     main_pid_of_unit: bool | None = None
     via: str = VIA_DESCRIPTORS
+    # What says its kind, when not its command line (holders/heartbeats.py)
+    kind_evidence: str | None = None
 
     @property
     def stale(self) -> bool:
@@ -112,6 +114,7 @@ class Holder:
             "parents": list(self.parents),
             "main_pid_of_unit": self.main_pid_of_unit,
             "via": self.via,
+            "kind_evidence": self.kind_evidence,
         }
 
 

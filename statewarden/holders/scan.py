@@ -27,8 +27,23 @@ holds a lock there for as long as it is open. One that owns a lock is a holder
 (``via: locks``, with what can still be read: uid, comm, command line, cgroup, parent,
 start time); one that owns none is counted. ``fail``: it makes the scan incomplete.
 What the lock check cannot see is a process of another user holding a plain
-descriptor with no lock (no SQLite connection), and an open file description lock,
-which names no owner (with unreadable processes about, it makes the scan incomplete).
+descriptor with no lock (no SQLite connection).
+
+Open file description (OFD) locks, which every writer of Hermes since 0.20 adds beside
+SQLite's own (docs/hermes.md), name no owner in ``/proc/locks`` (pid -1). Each one is
+attributed to a descriptor through the ``lock:`` lines of ``/proc/<pid>/fdinfo/<fd>`` of
+the processes that could be read, counting open file descriptions once (descriptors that
+share one, after ``dup`` or ``fork``, are told apart with ``kcmp``; where the kernel cannot
+say, they count as one). Such a lock counts as a lock of its holder (no ``LOST-LOCKS``
+while it covers the range). Only a lock no readable descriptor carries is "ownerless",
+and an ownerless lock makes the scan incomplete: an unreadable process, or one outside
+this PID namespace, may hold it. An OFD lock taken between the read of its process and
+the read of ``/proc/locks`` is caught by reading the holders once more.
+
+An old inode (a replaced or deleted state.db, -wal or -shm) counts only while it can be
+shown to be the same file: held open and unlinked by a process this scan read. Inode
+numbers are reused: a number the files once had, remembered from an earlier scan, may
+name a stranger's file by now, so it is never matched on its own.
 
 Fail closed (docs/safety.md rule 1), whatever the policy: the scan is ``complete: false`` when
 ``/proc/locks`` cannot be read, when /proc is mounted ``hidepid`` (other users'
@@ -111,9 +126,9 @@ PARALLEL_MIN_PROCESSES = 256
 # under ``other_users: fail``, e.g. a sandbox's own init that denies ptrace access even
 # to root. They are still listed under ``uninspectable`` with ``exempt: true``.
 DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
-# Old inodes of each database's files remembered, so /proc/locks can name a lock on one.
-HISTORY_PER_DB = 64
 _DELETED = " (deleted)"
+# (major, minor, inode, mode, start, end): an OFD lock as /proc/locks and fdinfo print it.
+_LockKey = tuple[int, int, int, str, int, str]
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,8 @@ class _Entry:
     uid: int | None = None  # of a process that could not be read: who owns its /proc entry
     # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
     stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
+    # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
+    ofd: list[tuple[int, tuple[int, str, bool], _LockKey]] = field(default_factory=list)
 
 
 # (pid, target index) -> (file name, stale, kind, mode, start, end) of each lock it owns
@@ -153,9 +170,11 @@ class _LockTable:
 
     owned: _Owned
     pids: set[int]  # the owner of every POSIX lock, on any file
-    # target index -> locks on its files that name no owner: -1 is an open file
-    # description lock (a lock of a process outside this PID namespace is not listed)
-    unnamed: dict[int, list[str]]
+    # target index -> (what, OFD lock key or None) of each lock on its files that names
+    # no owner: -1 is an open file description lock
+    unnamed: dict[int, list[tuple[str, _LockKey | None]]]
+    # target index -> what of each unnamed lock no readable descriptor carries
+    ownerless: dict[int, list[str]] = field(default_factory=dict)
 
 
 # A _LockTable, or why /proc/locks could not be read.
@@ -206,8 +225,6 @@ class HolderScanner:
         self.exempt_comms = frozenset(exempt_comms)
         self.other_users = other_users
         self._cache: dict[int, _Entry] = {}
-        # db -> every (dev, ino) its files had, or stale holders held: file name
-        self._history: dict[Path, dict[tuple[int, int], str]] = {d: {} for d in self.dbs}
         self._restricted: str | None = None
         self._targets_key: tuple[Any, ...] | None = None
         self._rr = 0
@@ -268,7 +285,6 @@ class HolderScanner:
             or ((opened or pid in refresh) and self._fd_count_changed(cached))
         ]  # the rest: known non-holders, and nothing says they changed
         self._store(self._inspect_all(todo, targets, devs), vanished)
-        self._remember(targets)
         locks = self._read_locks(targets)
         hidden: list[int] = []
         if isinstance(locks, _LockTable):
@@ -276,6 +292,17 @@ class HolderScanner:
             if newborn:  # started after /proc was listed, and already locks a target
                 self._store(self._inspect_all(newborn, targets, devs), vanished)
                 pids += [p for p in newborn if p in self._cache]
+            if self._attribute(locks):
+                # An OFD lock taken after its process was read, or by a process started
+                # since the listing: read the holders and the newcomers once more.
+                listed = set(pids)
+                new = [p for p in self._list_pids() if p not in listed]
+                again = [e.pid for e in self._cache.values() if e.fds] + new
+                self._store(self._inspect_all(again, targets, devs), vanished)
+                pids += [p for p in new if p in self._cache]
+                locks = self._read_locks(targets)
+                if isinstance(locks, _LockTable):
+                    self._attribute(locks)
         mode = "full" if full else "incremental"
         entries = [e for _, e in sorted(self._cache.items()) if e.error or e.fds or e.maps]
         coverage = self._coverage(locks)
@@ -302,22 +329,27 @@ class HolderScanner:
             else:
                 self._cache[pid] = entry
 
-    def _remember(self, targets: list[_Target]) -> None:
-        """Keep the inodes each database's files have now, and the stale ones seen held."""
-        for t in targets:
-            seen = self._history.setdefault(t.db, {})
-            for name, fid in t.ids.items():
-                if fid is not None:
-                    seen.pop(fid, None)
-                    seen[fid] = name
-        for entry in self._cache.values():
-            for fid, (i, name) in entry.stale_ids.items():
-                seen = self._history[targets[i].db]
-                seen.pop(fid, None)
-                seen[fid] = name
-        for seen in self._history.values():
-            for fid in list(seen)[:-HISTORY_PER_DB]:
-                del seen[fid]
+    def _attribute(self, locks: _LockTable) -> bool:
+        """Match each ownerless OFD lock to a readable descriptor that carries it.
+
+        Fills ``locks.ownerless`` with what no readable descriptor carries; True if any.
+        Descriptors sharing one open file description (``dup``, ``fork``) count once.
+        """
+        carriers: dict[_LockKey, list[tuple[int, int]]] = {}
+        for e in self._cache.values():
+            for fd, _hit, key in e.ofd:
+                carriers.setdefault(key, []).append((e.pid, fd))
+        left: dict[_LockKey, int] = {
+            key: _count_descriptions(holders) for key, holders in carriers.items()
+        }
+        locks.ownerless = {}
+        for index, unnamed in locks.unnamed.items():
+            for what, lock in unnamed:
+                if lock is not None and left.get(lock, 0) > 0:
+                    left[lock] -= 1
+                    continue
+                locks.ownerless.setdefault(index, []).append(what)
+        return bool(locks.ownerless)
 
     def _unlisted(
         self, locks: _LockTable, listed: set[int], targets: list[_Target]
@@ -488,6 +520,7 @@ class HolderScanner:
                 entry.fds[hit] = entry.fds.get(hit, 0) + 1
                 if hit[2]:
                     entry.stale_ids[(fst.st_dev, fst.st_ino)] = (hit[0], hit[1])
+                self._read_fd_locks(f"{base}/fdinfo/{fd}", int(fd), hit, entry)
         try:
             maps = P.read_file(f"{base}/maps")
         except (FileNotFoundError, ProcessLookupError) as exc:
@@ -499,6 +532,23 @@ class HolderScanner:
         if any(t.db.name.encode() in maps for t in targets):
             self._match_maps(maps, targets, entry)
         return entry
+
+    @staticmethod
+    def _read_fd_locks(path: str, fd: int, hit: tuple[int, str, bool], entry: _Entry) -> None:
+        """The OFD locks the descriptor's open file description carries (its ``lock:`` lines).
+
+        A descriptor closed since, or an fdinfo that cannot be read, adds nothing: the lock
+        it may carry then stays ownerless (fail closed).
+        """
+        try:
+            info = P.read_file(path)
+        except OSError:
+            return
+        for line in info.splitlines():
+            if line.startswith(b"lock:"):
+                key = _ofd_key(line[5:].decode("ascii", "replace").split())
+                if key is not None:
+                    entry.ofd.append((fd, hit, key))
 
     def _gone_or(self, pid: int, what: str, exc: OSError) -> str:
         """Raise :class:`_Vanished` if the process exited mid-read, else say what failed.
@@ -579,9 +629,12 @@ class HolderScanner:
         Returns why, instead, when ``/proc/locks`` cannot be read.
         """
         by_id: dict[tuple[int, int, int], tuple[int, str, bool]] = {}
-        for i, t in enumerate(targets):
-            for old, name in self._history.get(t.db, {}).items():
-                by_id[(os.major(old[0]), os.minor(old[0]), old[1])] = (i, name, True)
+        # An old inode only while a process this scan read holds it (unlinked, or renamed
+        # away): a number remembered from before may name a stranger's file by now.
+        for entry in self._cache.values():
+            for old, (i, name) in entry.stale_ids.items():
+                if i < len(targets):
+                    by_id[(os.major(old[0]), os.minor(old[0]), old[1])] = (i, name, True)
         for i, t in enumerate(targets):
             for name, fid in t.ids.items():
                 if fid:
@@ -609,7 +662,8 @@ class HolderScanner:
                 continue
             i, name, stale = by_id[key]
             if pid <= 0:
-                table.unnamed.setdefault(i, []).append(f"{parts[1]} {parts[3]} on {name}")
+                what = f"{parts[1]} {parts[3]} on {name}"
+                table.unnamed.setdefault(i, []).append((what, _ofd_key(parts)))
                 continue
             table.owned.setdefault((pid, i), []).append(
                 (name, stale, parts[1], parts[3], int(parts[6]), parts[7])
@@ -641,13 +695,17 @@ class HolderScanner:
         table = locks if isinstance(locks, _LockTable) else None
         if table is None:
             scan.problems.append(f"locks could not be read, so lost locks cannot be seen: {locks}")
-        elif any(e.error for e in entries):
-            # Owned by a process that was read (found by its descriptors), or by one
-            # that could not be: then it is a holder no one can name.
-            for what in table.unnamed.get(index, []):
+        else:
+            # No readable descriptor carries it: a holder no one can name.
+            unread = any(e.error for e in entries)
+            for what in table.ownerless.get(index, []):
                 scan.problems.append(
                     f"a lock ({what}) names no owner (an open file description lock) and"
                     " a process that could not be read may hold it"
+                    if unread
+                    else f"a lock ({what}) names no owner (an open file description lock)"
+                    " and no descriptor of a process this scan read carries it: a process"
+                    " outside this PID namespace may hold it"
                 )
         if self._restricted:
             scan.problems.append(self._restricted)
@@ -738,6 +796,11 @@ class HolderScanner:
                     owned.append(LockInfo(name, kind, mode, start, end))
                 elif by_locks:
                     stale.add(name)  # a lock on an old inode: it holds that file
+            # Its OFD locks, from its descriptors (once per range: dup'd ones repeat it).
+            for _fd, (i, name, is_stale), key in entry.ofd:
+                ofd = LockInfo(name, "OFDLCK", key[3], key[4], key[5])
+                if i == index and not is_stale and ofd not in owned:
+                    owned.append(ofd)
         wal_conn = bool(counts.get(SHM_FILE) or mapcounts.get(SHM_FILE))
         if not isinstance(locks, _LockTable):
             lock_state = LOCK_UNKNOWN
@@ -796,6 +859,27 @@ class HolderScanner:
             chain.append(item)
             pid = st.ppid
         return chain
+
+
+def _ofd_key(parts: Sequence[str]) -> _LockKey | None:
+    """The key of an OFD lock from the fields of its ``/proc/locks`` or ``lock:`` line."""
+    if len(parts) < 8 or parts[1] != "OFDLCK":
+        return None
+    try:
+        maj, mnr, ino = parts[5].split(":")
+        return (int(maj, 16), int(mnr, 16), int(ino), parts[3], int(parts[6]), parts[7])
+    except ValueError:
+        return None
+
+
+def _count_descriptions(carriers: list[tuple[int, int]]) -> int:
+    """How many open file descriptions the (pid, fd) pairs are: pairs the kernel shows to
+    share one (``kcmp``), or cannot tell apart, count once."""
+    distinct: list[tuple[int, int]] = []
+    for pid, fd in carriers:
+        if not any(P.same_open_file(pid, fd, p, f) is not False for p, f in distinct):
+            distinct.append((pid, fd))
+    return len(distinct)
 
 
 def _owner(pid: int, proc: str) -> int | None:

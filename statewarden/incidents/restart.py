@@ -20,7 +20,9 @@ from statewarden.incidents.book import IncidentBook, Update, from_logs
 from statewarden.incidents.signals import Found, Signal, is_state_kind
 
 HOLDER_KINDS = frozenset({"stale_holder", "lost_locks", "multi_writer", "unexpected_holder"})
-START_KINDS = frozenset({"unsafe_mount", "watcher_failed", "state_unwritable"})
+START_KINDS = frozenset(
+    {"unsafe_mount", "watcher_failed", "state_unwritable", "watcher_degraded", "recovery_files"}
+)
 RESTART_RESOLUTION = "no longer the case (evaluated afresh after a restart)"
 
 

@@ -86,6 +86,14 @@ KINDS: dict[str, Kind] = {
         "a maintenance run aborted and rolled back; the database is unchanged"),
     "maintenance_refused": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a13", "log",
         "a maintenance run refused to start; nothing was stopped"),
+    "watcher_degraded": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a21", "state",
+        "a watcher got no inotify (limits used up) and polls instead: slower, still detecting"),
+    "lock_guard": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a22", "log",
+        'a Hermes writer could not arm its WAL lock guard ("WAL lock guard incomplete")'),
+    "wal_reset_bug": Kind("warning", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a23", "log",
+        "Hermes' SQLite or the sqlite3 shell has the WAL-reset bug (fixed in 3.51.3)"),
+    "recovery_files": Kind("info", "5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a24", "state",
+        "retired WAL captures, a pending_messages spool or pre-update backups beside state.db"),
 }  # fmt: skip
 
 

@@ -96,6 +96,7 @@ from statewarden.maintenance.swap import (
     seal,
     swap,
 )
+from statewarden.maintenance.transcripts import import_diverted, pending_sources
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
 from statewarden.recovery.check import check_database
@@ -126,6 +127,7 @@ class Options:
     dry_run: bool = False
     confirm: Callable[[Plan], bool] | None = None
     restore_from: Path | None = None  # a quarantined state.db, for the restore action
+    import_transcripts: bool = True  # import what Hermes diverted, after the swap
 
 
 @dataclass
@@ -147,6 +149,7 @@ class RunReport:
     units_started: list[dict[str, Any]] = field(default_factory=list)
     start_again: list[dict[str, Any]] = field(default_factory=list)
     diverted: list[str] = field(default_factory=list)
+    imported: dict[str, Any] | None = None  # the diverted transcripts' import (transcripts.py)
     post_check: dict[str, Any] = field(default_factory=dict)
     recover: dict[str, Any] | None = None
     plan: dict[str, Any] | None = None
@@ -154,6 +157,22 @@ class RunReport:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def _import_lines(self) -> list[str]:
+        imp = self.imported
+        if imp is None:
+            return [f"  diverted transcript (kept, not imported): {d}" for d in self.diverted]
+        lines = [f"  {imp['summary']}"]
+        for f in imp["files"]:
+            if f["imported"] or f["skipped"]:
+                skipped = ", ".join(f"{n} {why}" for why, n in sorted(f["skipped"].items()))
+                lines.append(
+                    f"    {f['path']}: {f['imported']} imported, {f['already_present']} already"
+                    f" there{'; skipped ' + skipped if skipped else ''}"
+                )
+        lines.extend(f"    not imported: {n}" for n in imp["not_imported"])
+        lines.append("  the diverted files are kept as they were (never changed or deleted)")
+        return lines
 
     def render(self) -> list[str]:
         lines = [f"maintenance {self.action} of {self.db}: {self.outcome}"]
@@ -173,13 +192,7 @@ class RunReport:
             lines.append(f"  unit {u['unit']}: start {u['result']}, now {u.get('state')}")
         for p in self.start_again:
             lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
-        for d in self.diverted:
-            lines.append(f"  diverted transcript (not in state.db yet): {d}")
-        if self.diverted:
-            lines.append(
-                "  import them with `hermes sessions import --from diverted` if your Hermes"
-                " has it; they are never deleted"
-            )
+        lines.extend(self._import_lines())
         if self.post_check:
             lines.append(f"  post-check: {self.post_check.get('summary', '')}")
         if self.recover is not None:
@@ -648,6 +661,7 @@ class MaintenanceRun:
 
     def _after_swap(self) -> RunReport:
         self._diverted()
+        self._import_diverted()
         if self.report.action == "journal-mode=delete":
             self._journal_mode_pin()
         failed = self._restart()
@@ -693,6 +707,30 @@ class MaintenanceRun:
         folder = self.target.home / "sessions"
         if folder.is_dir():
             self.report.diverted = sorted(str(p) for p in folder.glob("*.jsonl"))
+
+    def _import_diverted(self) -> None:
+        """Before anything starts again: what Hermes diverted while the file was unusable
+        goes into the repaired file (maintenance/transcripts.py), unless ``--no-import``."""
+        if self.report.action not in ("repair", "restore") or not pending_sources(self.target.home):
+            return
+        if not self.options.import_transcripts:
+            self.report.notes.append("diverted transcripts not imported (--no-import)")
+            return
+        try:
+            owner = os.stat(self.db).st_uid
+        except OSError as exc:
+            self.report.notes.append(f"diverted transcripts not imported: {exc}")
+            return
+        if owner != os.geteuid():
+            # A connection of ours would leave -wal / -shm owned by us for Hermes to trip on.
+            self.report.notes.append(
+                f"diverted transcripts not imported: {self.db} belongs to uid {owner}; run"
+                " the maintenance as that user to import them"
+            )
+            return
+        self._step("import")
+        result = import_diverted(self.db, self.target.home)
+        self.report.imported = {**result.to_json(), "summary": result.summary()}
 
     def _restart(self) -> list[str]:
         failed: list[str] = []

@@ -224,7 +224,13 @@ def make_work_copy(
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
         header, page_size_note = _fit_page_size(copy, header, source)
         wal = _read_wal(copy, header)
+        file_header = header
         header = _check_wal_belongs(copy, header, source, wal)
+        if wal is not None and not wal.ignored:
+            foreign = _contradicts_file(copy)
+            if foreign:
+                wal = _set_aside_foreign(copy, wal, foreign)
+                header = file_header
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
@@ -333,6 +339,61 @@ def _check_wal_belongs(
             )
         return wal_header
     return header
+
+
+def _quick_check(copy: Path) -> str | None:
+    """The first problem ``PRAGMA quick_check`` finds in ``copy`` as SQLite reads it
+    (with its ``-wal`` when there is one), None if none. The WAL is not checkpointed
+    when the connection closes."""
+    try:
+        conn = apsw.Connection(str(copy))
+    except apsw.Error as exc:
+        return str(exc)
+    try:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        row = conn.execute("PRAGMA quick_check(1)").fetchone()
+        result = "" if row is None else str(row[0])
+        if result == "ok":
+            return None
+        lines = [ln for ln in result.splitlines() if ln and not ln.startswith("***")]
+        return lines[0] if lines else "quick_check failed"
+    except apsw.Error as exc:
+        return str(exc).split("\n", 1)[0]
+    finally:
+        conn.close()
+        sidecar(copy, SHM_SUFFIX).unlink(missing_ok=True)
+
+
+def _contradicts_file(copy: Path) -> str | None:
+    """Why the copy's valid ``-wal`` belongs to another database, or None.
+
+    A WAL written for this file, replayed over it, gives a consistent database (each
+    commit SQLite replays was consistent when written), and so does the file alone. A
+    WAL whose pages contradict the file (other trees at the same page numbers) gives a
+    broken one: when the file alone passes ``quick_check`` and file + WAL does not, the
+    WAL is not this file's.
+    """
+    with_wal = _quick_check(copy)
+    if with_wal is None:
+        return None
+    wal = sidecar(copy, WAL_SUFFIX)
+    held = copy.parent / "held.wal"
+    wal.rename(held)
+    try:
+        alone = _quick_check(copy)
+    finally:
+        sidecar(copy, WAL_SUFFIX).unlink(missing_ok=True)
+        held.rename(wal)
+    if alone is not None:
+        return None  # the file itself is damaged: the WAL may well be its own
+    return f"replayed over the file it breaks it ({with_wal}); the file alone is intact"
+
+
+def _set_aside_foreign(copy: Path, wal: WalFacts, reason: str) -> WalFacts:
+    aside = copy.parent / "foreign.wal"
+    sidecar(copy, WAL_SUFFIX).rename(aside)
+    sidecar(copy, SHM_SUFFIX).unlink(missing_ok=True)
+    return WalFacts(size=wal.size, path=aside, page_size=wal.page_size, foreign=reason)
 
 
 def _truncation(copy: Path, header: HeaderFacts) -> str | None:

@@ -15,6 +15,8 @@ the other copy has rotted (derived damage, rebuilt from the row).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,11 +24,16 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.schema import Schema
+from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import quote_ident
 
 _INSERT_RE = re.compile(
     r"\bAFTER\s+INSERT\s+ON\s+[\"`\[]?(\w+)[\"`\]]?\s.*?\bBEGIN\s+INSERT\s+INTO\s+"
+    r"[\"`\[]?(\w+)[\"`\]]?\s*\(([^)]*)\)\s*VALUES\s*\((.*)\)\s*;\s*END\s*;?\s*$",
+    re.I | re.S,
+)
+_UPDATE_RE = re.compile(
+    r"\bAFTER\s+UPDATE\b.*?\bON\s+[\"`\[]?(\w+)[\"`\]]?\s.*\bINSERT\s+INTO\s+"
     r"[\"`\[]?(\w+)[\"`\]]?\s*\(([^)]*)\)\s*VALUES\s*\((.*)\)\s*;\s*END\s*;?\s*$",
     re.I | re.S,
 )
@@ -43,6 +50,23 @@ class Feed:
     table: str
     rowid_expr: str  # over the base row, aliased ``b``
     columns: dict[str, str]  # FTS content column (c0, ...) -> expression over ``b``
+    # The same mapping for each ``AFTER UPDATE`` trigger that writes other values: Hermes
+    # main's update triggers on a legacy file index a tool row's first 8192 characters
+    # while 0.19.0's insert trigger indexed all of it. A copy equal to any of these is
+    # what a trigger wrote: a prefix is evidence for the prefix, not a changed row.
+    also: list[dict[str, str]] = field(default_factory=list)
+
+    def copy_matches(self, c: str = "c") -> str:
+        """SQL true when the copy (aliased ``c``) is what one of the triggers wrote."""
+        variants = [self.columns, *self.also]
+        return (
+            "("
+            + " OR ".join(
+                "(" + " AND ".join(f"{c}.{col} IS ({expr})" for col, expr in v.items()) + ")"
+                for v in variants
+            )
+            + ")"
+        )
 
 
 @dataclass
@@ -110,8 +134,23 @@ def _split_top(s: str) -> list[str]:
     return parts
 
 
+def _mapping(fts: SchemaObject, cols: str, values: str) -> tuple[str, dict[str, str]] | None:
+    """(rowid expression, FTS content column -> expression) of one ``INSERT INTO fts``."""
+    names = [c.strip().strip('"`[]').lower() for c in cols.split(",")]
+    exprs = [_NEW_RE.sub("b.", e) for e in _split_top(values)]
+    fts_cols = [c.name.lower() for c in fts.columns if not c.hidden]
+    if len(names) != len(exprs) or "rowid" not in names:
+        return None
+    mapping = {}
+    for name, expr in zip(names, exprs, strict=True):
+        if name in fts_cols:
+            mapping[f"c{fts_cols.index(name)}"] = expr
+    return (exprs[names.index("rowid")], mapping) if mapping else None
+
+
 def feeds(schema: Schema) -> list[Feed]:
-    """Every own-content FTS table fed by an ``AFTER INSERT`` trigger of a base table."""
+    """Every own-content FTS table fed by an ``AFTER INSERT`` trigger of a base table
+    (with what its ``AFTER UPDATE`` triggers write, when that differs)."""
     out = []
     for trig in schema.objects:
         if trig.type != "trigger" or not trig.sql:
@@ -123,17 +162,18 @@ def feeds(schema: Schema) -> list[Feed]:
         fts = schema.by_name(fts_name)
         if fts is None or fts.module != "fts5" or fts.fts_content is not None:
             continue
-        names = [c.strip().strip('"`[]').lower() for c in cols.split(",")]
-        exprs = [_NEW_RE.sub("b.", e) for e in _split_top(values)]
-        fts_cols = [c.name.lower() for c in fts.columns if not c.hidden]
-        if len(names) != len(exprs) or "rowid" not in names:
+        found = _mapping(fts, cols, values)
+        if found is None:
             continue
-        mapping = {}
-        for name, expr in zip(names, exprs, strict=True):
-            if name in fts_cols:
-                mapping[f"c{fts_cols.index(name)}"] = expr
-        if mapping:
-            out.append(Feed(fts_name, table, exprs[names.index("rowid")], mapping))
+        feed = Feed(fts_name, table, found[0], found[1])
+        for other in schema.objects:
+            u = _UPDATE_RE.search(other.sql or "") if other.type == "trigger" else None
+            if u is None or u.group(1) != table or u.group(2) != fts_name:
+                continue
+            alt = _mapping(fts, u.group(3), u.group(4))
+            if alt is not None and alt[0] == feed.rowid_expr and alt[1] != feed.columns:
+                feed.also.append(alt[1])
+        out.append(feed)
     return out
 
 
@@ -159,10 +199,9 @@ def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
     differs: dict[str, set[int]] = {}
     for f in fs:
         content = quote_ident(f"{f.fts}_content")
-        cond = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in f.columns.items())
         sql = (
             f"SELECT b.rowid FROM {quote_ident(f.table)} AS b NOT INDEXED"
-            f" JOIN {content} AS c ON c.id = ({f.rowid_expr}) WHERE {cond}"
+            f" JOIN {content} AS c ON c.id = ({f.rowid_expr}) WHERE NOT {f.copy_matches()}"
         )
         differs[f.fts] = {int(r[0]) for r in conn.execute(sql)}
     if len(fs) >= 2:
@@ -214,7 +253,36 @@ def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> set[int] | 
             if isinstance(exc, apsw.InterruptError):
                 raise
             continue  # a damaged copy vouches for nothing
-        out = (out or set()) | {int(r[0]) for r in rows if isinstance(r[0], int)}
+        ids = [int(r[0]) for r in rows if isinstance(r[0], int)]
+        out = (out or set()) | in_order(ids)
+    return out
+
+
+def in_order(rowids: list[int]) -> set[int]:
+    """The rowids of a table scan (b-tree order) that keep their place: the longest
+    strictly increasing run through them. A b-tree holds its rowids in increasing
+    order, so one out of order is a garbled cell (a zeroed cell header reads as rowid
+    0), not a row that existed."""
+    if all(a < b for a, b in itertools.pairwise(rowids)):
+        return set(rowids)
+    tails: list[int] = []  # tails[k]: index of the smallest last rowid of a run of k+1
+    values: list[int] = []  # rowids[tails[k]]
+    prev = [-1] * len(rowids)
+    for i, r in enumerate(rowids):
+        k = bisect.bisect_left(values, r)
+        if k:
+            prev[i] = tails[k - 1]
+        if k == len(tails):
+            tails.append(i)
+            values.append(r)
+        else:
+            tails[k] = i
+            values[k] = r
+    out: set[int] = set()
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        out.add(rowids[i])
+        i = prev[i]
     return out
 
 

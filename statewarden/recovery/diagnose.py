@@ -40,6 +40,7 @@ from statewarden.recovery.integrity import (
 )
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.tokenizers import unloadable
 from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
@@ -174,6 +175,9 @@ class Diagnosis:
     foreign_key_check_complete: bool = True
     wal_dropped_commits: int = 0  # committed transactions SQLite does not replay
     copies: list[CopyCheck] = field(default_factory=list)  # rows vs their FTS copies
+    # FTS tables whose tokenizer cannot be loaded here (tokenizers.py) -> why: their
+    # index cannot be verified; that is not damage.
+    unverifiable: dict[str, str] = field(default_factory=dict)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -246,7 +250,8 @@ def diagnose(
     if wal is not None:
         result.notes.extend(wal.notes(wal_name))
         result.wal_dropped_commits = wal.dropped_commits
-        if wal.dropped_commits:
+        if wal.dropped_commits or wal.foreign:
+            # A foreign WAL: SQLite, and so Hermes, would read the file scrambled by it.
             result.damage = worst(result.damage, "base")
     if schema_rebuilt:
         result.notes.insert(0, schema_rebuilt)
@@ -283,10 +288,12 @@ def _diagnose(
     }
     for t in tables:
         t.page_referenced_twice = t.name in twice
+    unverifiable = unloadable(conn, schema)
     if complete:
         fts = fts_from_integrity_lines(lines, schema)
     else:
-        fts = fts_integrity(conn, schema, progress)
+        fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))
+    fts = {name: res for name, res in fts.items() if name not in unverifiable}
     orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
     if progress:
@@ -312,6 +319,7 @@ def _diagnose(
         error_lines=lines,
         foreign_key_check_complete=not fk_errors,
         copies=copies,
+        unverifiable=unverifiable,
     )
 
 
@@ -334,7 +342,8 @@ def table_facts(
         if prev != rowid:
             duplicate_keys.add(k)
 
-    result: ScanResult = scan_table(conn, obj.name, key_cols, on_row)
+    hints = _index_rowids(conn, schema, obj) if schema is not None else []
+    result: ScanResult = scan_table(conn, obj.name, key_cols, on_row, hints=hints)
     planner: int | None = None
     planner_error = None
     try:
@@ -372,6 +381,28 @@ def table_facts(
     )
 
 
+def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> list[int]:
+    """Rowids the table's readable full indexes list: where a damaged scan can resume,
+    and what tells a garbled cell (a rowid out of order that no index lists) from a
+    row (``scan.py``)."""
+    if obj.without_rowid:
+        return []
+    out: set[int] = set()
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue  # a partial index lists only some rows
+        try:
+            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
+            out.update(int(r[0]) for r in conn.execute(sql))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return sorted(out)
+
+
 def _rows_elsewhere(
     conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
 ) -> tuple[list[int], list[int]]:
@@ -399,13 +430,18 @@ def _rows_elsewhere(
 
 
 def fts_integrity(
-    conn: apsw.Connection, schema: Schema, progress: ProgressFn | None = None
+    conn: apsw.Connection,
+    schema: Schema,
+    progress: ProgressFn | None = None,
+    *,
+    skip: set[str] | None = None,
 ) -> dict[str, str]:
     """FTS5's own ``integrity-check`` per FTS table ("ok" or its error); with
     ``rank = 1`` for an external-content table, so that its index is also compared
-    with the content it is built from."""
+    with the content it is built from. Tables in ``skip`` (their tokenizer cannot be
+    loaded) are not checked."""
     out: dict[str, str] = {}
-    fts_tables = [o for o in schema.tables() if o.module == "fts5"]
+    fts_tables = [o for o in schema.tables() if o.module == "fts5" and o.name not in (skip or ())]
     for i, obj in enumerate(fts_tables):
         if progress:
             progress("FTS check", i, len(fts_tables))

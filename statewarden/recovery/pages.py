@@ -145,7 +145,10 @@ class DatabaseFile:
                 stack.extend(self.children(n))
                 if kind in (PAGE_TABLE_LEAF, PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
                     for off in self.cell_offsets(n):
-                        seen.update(self._overflow_pages_of(n, kind, off))
+                        try:
+                            seen.update(self._overflow_pages_of(n, kind, off))
+                        except (struct.error, IndexError):
+                            continue  # a garbled cell whose payload runs past the page
             except PageFormatError:
                 continue
         seen.update(self.freelist_pages())
@@ -496,6 +499,136 @@ def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
                 break
         n = nxt
     return None
+
+
+def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
+    """Rows carved from the leaves of ``tables`` whose page structure is damaged.
+
+    A leaf the table's b-tree points to but whose header or cell-pointer array is
+    damaged (not a b-tree page any more, or pointers outside the content area) still
+    holds its cells. They are found by trying every offset of the page: a cell is
+    taken when its payload-size varint, its rowid varint and its record agree (the
+    record's own header sums to exactly that payload size, lies in the page, decodes
+    to the end) and the record fits the table (``record_fits``, every column stored).
+    The bytes of deleted rows can stay in a page's free space, so the caller takes a
+    carved row only when an intact index or FTS copy vouches for it. Call with no
+    SQLite connection open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        out: dict[str, list[Row]] = {}
+        for name in tables:
+            obj = schema.by_name(name)
+            if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
+                continue
+            rows: list[Row] = []
+            for leaf in _damaged_leaves(db, obj.rootpage):
+                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
+            if rows:
+                out[name] = sorted(rows, key=lambda r: r[0])
+        return out
+    finally:
+        db.close()
+
+
+def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
+    return len(values) == len(obj.stored_columns) and record_fits(obj, values)
+
+
+def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
+    """Children of the tree's interior pages that cannot be parsed as b-tree pages."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen or not 1 <= n <= db.page_count:
+            continue
+        seen.add(n)
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind == PAGE_TABLE_INTERIOR:
+                stack.extend(db.children(n))
+                continue
+            if kind != PAGE_TABLE_LEAF:
+                raise PageFormatError(f"page {n}: not a table page")
+            db.cell_offsets(n)
+        except (PageFormatError, struct.error, IndexError):
+            if n != root:
+                out.append(n)
+    return sorted(out)
+
+
+def _carve(db: DatabaseFile, n: int) -> list[Row]:
+    pg = db.page(n)
+    out: list[Row] = []
+    off = 8  # past the smallest leaf header
+    while off < db.usable - 3:
+        try:
+            size, pos = varint(pg, off)
+            rowid, pos = varint(pg, pos)
+            end = pos + size
+            local = size > 0 and end <= db.usable and db._local_size(size, table=True) == size
+            if local and rowid > 0:
+                out.append((rowid, db.record(bytes(pg[pos:end]))))
+                off = end
+                continue
+        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+            pass
+        off += 1
+    return out
+
+
+def record_by_its_header(path: Path, root: int, rowid: int) -> list[Any] | None:
+    """The record of row ``rowid``, read by its own header when its cell's payload-size
+    varint is wrong (a flipped bit): the header lists every column's serial type, so
+    it gives the record's length itself. Taken only when that record lies wholly in
+    the cell's page (no overflow), overlaps no other cell and decodes to the end
+    exactly (``record``); None otherwise. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        return _record_by_its_header(db, root, rowid)
+    except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+        return None
+    finally:
+        db.close()
+
+
+def _record_by_its_header(db: DatabaseFile, root: int, rowid: int) -> list[Any] | None:
+    leaf = find_leaf(db, root, rowid)
+    if leaf is None:
+        return None
+    pg = db.page(leaf)
+    offsets = db.cell_offsets(leaf)
+    for off in offsets:
+        _size, pos = varint(pg, off)
+        rid, pos = varint(pg, pos)
+        if rid == rowid:
+            break
+    else:
+        return None
+    hsize, hpos = varint(pg, pos)
+    if not 0 < hsize <= db.usable - pos:
+        return None
+    total = hsize
+    while hpos < pos + hsize:
+        t, hpos = varint(pg, hpos)
+        total += _serial_size(t)
+    end = pos + total
+    if end > db.usable or db._local_size(total, table=True) != total:
+        return None  # longer than the page holds: it would need an overflow chain
+    if any(off < o < end for o in offsets):
+        return None  # runs into another cell: the header is not this record's
+    return db.record(bytes(pg[pos:end]))
+
+
+def _serial_size(t: int) -> int:
+    if t < 12:
+        if t in (10, 11):
+            raise PageFormatError(f"reserved serial type {t}")
+        return (0, 1, 2, 3, 4, 6, 8, 8, 0, 0)[t]
+    return (t - 12) // 2 if t % 2 == 0 else (t - 13) // 2
 
 
 def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:

@@ -15,6 +15,7 @@ those meets damage after all the whole build starts over row by row.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import quote_ident, uri_for
 
 PROGRESS_EVERY_ROWS = 1000
+# FTS5's structure record of an index with no segment (cookie 0, no level, no segment,
+# write counter 0), as FTS5 itself writes it for a new table.
+EMPTY_FTS5_STRUCTURE = bytes(7)
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
 _TREE_RE = re.compile(r"^Tree (\d+) ")
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
@@ -47,8 +51,11 @@ class TableCopy:
     report: TableReport
     source_keys: set[Any] = field(default_factory=set)
     index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
+    indexed: bool = False  # an index with no error listed every row (index_keys)
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
+    hint_rowids: set[int] = field(default_factory=set)  # the rowids those entries name
     page_keys: set[Any] = field(default_factory=set)
+    page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
     fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
     has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
@@ -91,7 +98,11 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
 
     Shadow tables are intact when no integrity error touches them and FTS5's own check
     (index against content) passed: copying them is far cheaper than tokenising every
-    row again."""
+    row again. An intact external-content table is copied too (``external``: its
+    index is then checked against the output's rows, and rebuilt if it disagrees), so
+    that its shadow rows come back as they were. ``carry``: its tokenizer cannot be
+    loaded here (``tokenizers.py``), so it can be neither checked nor rebuilt: its
+    shadow tables are copied as rows and its schema row written as it was."""
     bad_fts = {g.object for g in diag.groups if g.kind == "fts"}
     for g in diag.groups:
         obj = schema.by_name(g.object)
@@ -107,10 +118,13 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         if obj.module != "fts5":
             continue
         owner = schema.fts_owner.get(obj.name)
-        if obj.fts_content == "":
+        if obj.name in diag.unverifiable:
+            modes[obj.name] = "carry"
+        elif obj.fts_content == "":
             modes[obj.name] = "none"
         elif obj.fts_content:
-            modes[obj.name] = "rebuild"
+            intact = obj.name not in bad_fts and not flagged & _shadows(schema, obj.name)
+            modes[obj.name] = "external" if intact else "rebuild"
         elif owner is not None and obj.name in bad_fts:
             content_ok = f"{obj.name}_content" not in flagged and obj.name not in rotted
             modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
@@ -119,6 +133,10 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         else:
             modes[obj.name] = "copy"
     return modes
+
+
+def _shadows(schema: Schema, fts: str) -> set[str]:
+    return {o.name for o in schema.tables() if o.shadow_of == fts}
 
 
 def _feeding_triggers(schema: Schema, fts_names: set[str]) -> set[str]:
@@ -156,6 +174,7 @@ class Rebuild:
         progress: ProgressFn | None,
         trust_unreached: bool = True,
         wal_rows: SalvagedRows | None = None,
+        carved: SalvagedRows | None = None,
     ) -> None:
         self.work = work
         self.built = built
@@ -168,6 +187,8 @@ class Rebuild:
         self.trust_unreached = trust_unreached
         # Rows on page images of committed WAL transactions SQLite does not replay.
         self.wal_rows = wal_rows or {}
+        # Cells carved from leaves whose page structure is damaged (pages.py).
+        self.carved = carved or {}
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -229,12 +250,20 @@ class Rebuild:
                 dst.execute("ATTACH ? AS src", (ro,))
             fts_mode = _fts_modes(self.schema, self.damaged, self.diag)
             for name in self.force_triggers:
-                fts_mode[name] = "triggers"
+                external = bool((obj := self.schema.by_name(name)) and obj.fts_content)
+                fts_mode[name] = "rebuild" if external else "triggers"
+            carry = {n for n, m in fts_mode.items() if m == "carry"}
             early = _feeding_triggers(
                 self.schema, {n for n, m in fts_mode.items() if m == "triggers"}
             )
             dst.execute("BEGIN")
-            self._create(lambda o: o.type == "table" and o.shadow_of is None and not o.is_internal)
+            self._create(
+                lambda o: (
+                    o.type == "table"
+                    and not o.is_internal
+                    and (o.shadow_of in carry if o.shadow_of else o.name not in carry)
+                )
+            )
             self._create(lambda o: o.type == "index" and o.sql is not None)
             self._create(lambda o: o.name in early)
             tables = self.schema.base_tables()
@@ -248,6 +277,7 @@ class Rebuild:
                 if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
                 self._add_unreached(tc)
+                self._add_carved(tc)
                 self._add_wal_rows(tc)
             self._copy_sequences()
             for tc in self.copies.values():
@@ -259,6 +289,8 @@ class Rebuild:
                     self._fill_fts(name, mode)
             self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
+            for name in sorted(carry):
+                self._write_schema_row(name)
             dst.execute(f"PRAGMA user_version={hdr.user_version}")
             dst.execute(f"PRAGMA application_id={hdr.application_id}")
             if bulk:
@@ -277,9 +309,48 @@ class Rebuild:
                 except apsw.Error as exc:
                     self.report.notes.append(f"could not create {obj.type} {obj.name}: {exc}")
 
+    def _write_schema_row(self, name: str) -> None:
+        """The ``sqlite_schema`` row of a carried FTS table, as the source has it (its
+        module cannot be loaded, so ``CREATE VIRTUAL TABLE`` cannot run here)."""
+        obj = self.schema.by_name(name)
+        assert obj is not None
+        self.dst.execute("BEGIN")
+        self.dst.execute("PRAGMA writable_schema=ON")
+        self.dst.execute(
+            "INSERT INTO main.sqlite_schema(type, name, tbl_name, rootpage, sql)"
+            " VALUES (?, ?, ?, 0, ?)",
+            (obj.type, obj.name, obj.tbl_name, obj.sql),
+        )
+        self.dst.execute("PRAGMA writable_schema=OFF")
+        self.dst.execute("COMMIT")
+
     def _fill_fts(self, name: str, mode: str) -> None:
         q = quote_ident(name)
-        if mode == "rebuild":
+        if mode == "carry":
+            for obj in self.schema.tables():
+                if obj.shadow_of == name:
+                    self._carry_shadow(name, obj.name)
+            self._keep_fts_version(name)
+            self._keep_fts_structure(name)
+            why = self.diag.unverifiable.get(name, "")
+            self.report.notes.append(
+                f"{name}: carried over as it was, its index unchecked ({why});"
+                " Hermes rebuilds it with `hermes sessions optimize-storage` where the"
+                " tokenizer loads"
+            )
+        elif mode == "external":
+            for obj in self.schema.tables():
+                if obj.shadow_of == name:
+                    self._copy_shadow(name, obj.name)
+            try:
+                self.dst.execute(f"INSERT INTO main.{q}({q}, rank) VALUES('integrity-check', 1)")
+            except apsw.Error as exc:
+                self.report.notes.append(
+                    f"{name}: its copied index disagrees with the recovered rows ({exc});"
+                    " rebuilt from them"
+                )
+                self._fill_fts(name, "rebuild")
+        elif mode == "rebuild":
             try:
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
             except apsw.Error as exc:
@@ -319,6 +390,61 @@ class Rebuild:
             marks = ", ".join("?" for _ in rows[0])
             self.dst.executemany(f"INSERT INTO main.{s} VALUES ({marks})", rows)
 
+    def _keep_fts_version(self, name: str) -> None:
+        """A carried FTS table whose ``_config`` lost its ``version`` row (a damaged
+        page) could not be opened at all in the output: the row is written back with
+        the file-format version FTS5 gives every table (5 for ``contentless_delete``)."""
+        obj = self.schema.by_name(name)
+        config = quote_ident(f"{name}_config")
+        try:
+            have = self.dst.execute(f"SELECT 1 FROM main.{config} WHERE k = 'version'").fetchone()
+        except apsw.Error:
+            return  # not a regular FTS5 config table: nothing to restore
+        if have is not None:
+            return
+        delete = bool(obj and re.search(r"contentless_delete\s*=\s*1", obj.sql or "", re.I))
+        self.dst.execute(
+            f"INSERT INTO main.{config}(k, v) VALUES ('version', ?)", (5 if delete else 4,)
+        )
+        self.report.notes.append(
+            f"{name}: its config had no version row; written back (version {5 if delete else 4})"
+        )
+
+    def _keep_fts_structure(self, name: str) -> None:
+        """A carried FTS table whose index lost its structure record (``_data`` rowid
+        10, the map of its segments) cannot be read or checked at all, and cannot be
+        rebuilt here: its index is carried empty instead (an empty structure, no
+        segments), its content kept, so that the output opens and Hermes rebuilds it."""
+        data = quote_ident(f"{name}_data")
+        try:
+            have = self.dst.execute(f"SELECT 1 FROM main.{data} WHERE id = 10").fetchone()
+        except apsw.Error:
+            return  # not a regular FTS5 data table
+        if have is not None:
+            return
+        for shadow in ("_data", "_idx", "_docsize"):
+            with contextlib.suppress(apsw.Error):  # _docsize is absent with columnsize=0
+                self.dst.execute(f"DELETE FROM main.{quote_ident(name + shadow)}")
+        self.dst.execute(
+            f"INSERT INTO main.{data}(id, block) VALUES (1, x''), (10, ?)", (EMPTY_FTS5_STRUCTURE,)
+        )
+        self.report.notes.append(
+            f"{name}: its index lost its structure record; carried empty (content kept):"
+            " Hermes must rebuild it (`hermes sessions optimize-storage`)"
+        )
+
+    def _carry_shadow(self, name: str, shadow: str) -> None:
+        """Copy one shadow table of a carried FTS table, keeping what can be read."""
+        try:
+            self._copy_shadow(name, shadow)
+        except _FtsCopyFailed as exc:
+            note = (
+                f"{name}: {shadow} could not be copied whole ({exc.reason}); Hermes must"
+                " rebuild this index (`hermes sessions optimize-storage`)"
+            )
+            if note not in self.report.notes:  # a build that starts over meets it again
+                self.report.notes.append(note)
+
     def _reconcile_fts(self, name: str) -> None:
         """After copying an intact FTS table whose base table was copied row by row:
         remove entries of rows the output lacks, and (re)index rows that are new or
@@ -332,7 +458,7 @@ class Rebuild:
         q, content = quote_ident(name), quote_ident(f"{name}_content")
         base = quote_ident(feed.table)
         rid = feed.rowid_expr
-        differs = " OR ".join(f"c.{col} IS NOT ({expr})" for col, expr in feed.columns.items())
+        differs = f"NOT {feed.copy_matches()}"
         stale = [
             int(r[0])
             for r in self.dst.execute(
@@ -418,14 +544,19 @@ class Rebuild:
             select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else "rowid"
             try:
                 rows = self.src.execute(
-                    f"SELECT {select} FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
+                    f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
+                    f" FROM {t} INDEXED BY {quote_ident(idx.name)}"
+                    f" ORDER BY {order}"
                 ).fetchall()
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            keys: set[Any] = {tuple(r) if key_cols else r[0] for r in rows}
+            keys: set[Any] = {tuple(r[1:]) if key_cols else r[1] for r in rows}
+            if not obj.without_rowid:
+                tc.hint_rowids.update(int(r[0]) for r in rows if isinstance(r[0], int))
             tc.hint_keys.update(keys)
             if idx.rootpage not in broken_trees:
                 tc.index_keys.update(keys)
+                tc.indexed = True
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -494,7 +625,7 @@ class Rebuild:
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
-        hints = [k for k in tc.hint_keys if isinstance(k, int)] if not key_idx else []
+        hints = sorted(tc.hint_rowids)
         result = scan_table(
             self.src,
             obj.name,
@@ -503,6 +634,12 @@ class Rebuild:
             hints=hints,
             on_partial=partial.__setitem__,
         )
+        if result.out_of_order:
+            shown = ", ".join(str(r) for r in result.out_of_order[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(result.out_of_order)} cells read out of rowid order that no"
+                f" index lists (rowids {shown}): garbled cells, not rows; not copied"
+            )
         tc.report.unreadable_rows = result.unreadable_rows
         tc.report.unreadable_ranges = result.unreadable_ranges
         if result.text_repaired:
@@ -643,6 +780,20 @@ class Rebuild:
                 continue
             self._insert_salvaged(tc, rowid, values, vouched)
 
+    def _add_carved(self, tc: TableCopy) -> None:
+        """Rows carved from the table's leaves whose header or cell pointers are
+        damaged, for rowids the b-tree lacks, each only if an intact index or FTS copy
+        of the table lists it (stale cells of deleted rows stay in a page's free
+        space)."""
+        rows = self.carved.get(tc.obj.name, [])
+        if not rows:
+            return
+        vouched = tc.known_keys()
+        for rowid, values in rows:
+            if rowid in tc.rowids:
+                continue
+            self._insert_salvaged(tc, rowid, list(values), vouched)
+
     def _add_wal_rows(self, tc: TableCopy) -> None:
         """Rows of committed transactions SQLite does not replay: a rowid the output
         lacks is added, a row that differs is replaced by its newer version."""
@@ -668,6 +819,7 @@ class Rebuild:
                     key_cols = [c for c in obj.key_columns if c != "rowid"]
                     key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
                     tc.page_keys.add(key)
+                    tc.page_rowids.add(rowid)
                 continue
             sel = ", ".join(quote_ident(c) for c in cols)
             have = self.dst.execute(
@@ -704,5 +856,6 @@ class Rebuild:
         tc.rowids.add(rowid)
         tc.report.source_rows += 1
         tc.page_keys.add(key)
+        tc.page_rowids.add(rowid)
         if self._insert_row(tc, rowid, values, cols):
             tc.report.recovered_from_pages += 1

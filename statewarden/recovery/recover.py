@@ -52,7 +52,14 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
-from statewarden.recovery.pages import partial_columns, rows_from_images, salvage_rows
+from statewarden.recovery.pages import (
+    carve_damaged_leaves,
+    partial_columns,
+    record_by_its_header,
+    record_fits,
+    rows_from_images,
+    salvage_rows,
+)
 from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
@@ -182,6 +189,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
         conn.close()
     damaged = _damaged_tables(diag, schema)
     salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
+    carved: dict[str, list[tuple[int, list[Any]]]] = {}
     wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
     if work.wal is not None:
         report.notes.extend(work.wal.notes(work.wal_name))
@@ -192,6 +200,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (docs/safety.md rule 2).
             salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
+            carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
             wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
@@ -212,6 +221,7 @@ def _recover_copy(work: WorkCopy, output: Path, progress: ProgressFn | None) -> 
             diag,
             damaged=damaged,
             salvaged=salvaged,
+            carved=carved,
             wal_rows=wal_rows,
             report=report,
             progress=progress,
@@ -263,6 +273,23 @@ def _complete_partial_rows(
             if obj is None:
                 continue
             cols = [c.name for c in obj.stored_columns]
+            whole = record_by_its_header(db, obj.rootpage, entry["rowid"])
+            if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
+                if obj.rowid_alias and obj.rowid_alias in cols:
+                    whole[cols.index(obj.rowid_alias)] = entry["rowid"]
+                sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols[: len(whole)])
+                conn.execute(
+                    f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
+                    [*whole, entry["rowid"]],
+                )
+                report.notes.append(
+                    f"{obj.name} rowid {entry['rowid']}: its cell's payload size disagrees"
+                    " with its record; the record was read whole by its own header"
+                )
+                entry["columns"] = []
+                copies[obj.name].report.partial -= 1
+                copies[obj.name].report.recovered_from_pages += 1
+                continue
             got = partial_columns(db, obj.rootpage, entry["rowid"], roots)
             found = {
                 cols[i]: v for i, v in got.items() if i < len(cols) and cols[i] in entry["columns"]
@@ -369,6 +396,16 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                 r.unreadable_ranges = _bounded(
                     _uncovered(r.unreadable_ranges, tc, known), tc.sequence
                 )
+            if r.unreadable_ranges and not lost and tc.indexed and tc.index_keys == out_keys:
+                # An index whose own b-tree is intact lists every row of the table, and
+                # it lists exactly the rows the output holds: the stretches that could
+                # not be read held no other row (gaps left by deleted rows).
+                shown = ", ".join(f"{lo}..{hi}" for lo, hi in r.unreadable_ranges[:5])
+                report.notes.append(
+                    f"{name}: rowids {shown} could not be read, but its intact indexes"
+                    f" list exactly the {n} rows recovered: nothing was there"
+                )
+                r.unreadable_ranges = []
             if r.lost == 0 and not r.unreadable_ranges:
                 r.status = "complete"
             elif n == 0 and known:
@@ -404,13 +441,19 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
     """The parts of unreadable ranges that rows decoded from pages do not account for.
 
     Between two consecutive rowids decoded from pages nothing is missing only if they
-    are consecutive integers; any gap stays unreadable. When a range was (partly)
-    filled from pages, its open ends (below the first or above the last row of the
-    whole key space) are dropped unless a key known from an index lies there: every
-    orphaned leaf of the table was decoded, so rows there would have been found.
+    are consecutive integers; any gap stays unreadable (rowids, not keys: a table
+    keyed by another column, like ``sessions.id``, is placed by its rows' rowids).
+    When a range was (partly) filled from pages, its open ends (below the first or
+    above the last row of the whole key space) are dropped unless a key known from an
+    index lies there (or a known key that is not a rowid was not read, since it cannot
+    be placed): every orphaned leaf of the table was decoded, so rows there would have
+    been found.
     """
-    rowids = sorted(k for k in tc.page_keys if isinstance(k, int))
+    rowids = sorted(tc.page_rowids)
     known_ints = [k for k in known if isinstance(k, int)]
+    # A known key that is not a rowid (``sessions.id``) cannot be placed in rowid
+    # space: an open end may hold it unless every such key's row was read.
+    unplaced = any(not isinstance(k, int) for k in known - tc.source_keys - tc.page_keys)
     out: list[list[int]] = []
     for lo, hi in ranges:
         inside = [r for r in rowids if lo <= r <= hi]
@@ -424,7 +467,7 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
             pieces.append([cur, hi])
         for a, b in pieces:
             open_end = a == MIN_ROWID or b == MAX_ROWID
-            if inside and open_end and not any(a <= k <= b for k in known_ints):
+            if inside and open_end and not unplaced and not any(a <= k <= b for k in known_ints):
                 continue
             out.append([a, b])
     return out

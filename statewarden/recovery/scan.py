@@ -7,7 +7,10 @@ exponential search followed by bisection narrows the unreadable stretch to the s
 rowid range bounded by readable leaves. A row whose own content cannot be read (a broken
 overflow chain) is read column by column: it is kept with the columns that can be read
 and the others listed (``partial``), or, if none can, skipped and counted alone
-(docs/safety.md rule 8).
+(docs/safety.md rule 8). The cell a stream stopped at is found by walking the same
+stretch for rowids only (no record is decoded); a cell whose rowid is out of order
+with its neighbours (garbled) never moves the position: the stream starts over from
+where it was and steps over that cell, so the rows after it are still read.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class ScanResult:
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
     repeats_skipped: int = 0  # the same rowid met again and again (a looping tree)
     partial: dict[int, list[str]] = field(default_factory=dict)  # rowid -> unreadable columns
+    out_of_order: list[int] = field(default_factory=list)  # garbled cells' rowids, withheld
     first_error: str | None = None
 
     def add_range(self, lo: int, hi: int) -> None:
@@ -97,16 +101,19 @@ class _Scan:
         self.columns = list(columns)
         self.on_row = on_row
         self.hints = sorted(set(hints))
+        self.hint_set = set(self.hints)
         self.t = t = f"{quote_ident(db_name)}.{quote_ident(table)}"
         cols = "".join(", " + quote_ident(c) for c in columns)
-        self.full = f"SELECT rowid{cols} FROM {t} NOT INDEXED"
-        self.resume = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid"
         self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
         self.probe = f"SELECT rowid FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1"
+        self.t_cols = cols
         self.result = ScanResult()
-        self.last: int | None = None  # the highest rowid passed
+        self.last: int | None = None  # the rowid of the last row delivered, in b-tree order
         self.start: int | None = None  # where streaming resumes; None: from the beginning
         self.seen: dict[int, int] = {}
+        self.earlier: set[int] = set()  # rowids delivered by an earlier stream
+        self.alone: set[int] = set()  # cells read on their own: a stream steps over them
+        self.returned = 0  # rows the current stream's cursor returned (delivered or not)
         self.on_partial: Callable[[int, list[str]], None] | None = None
 
     def run(self) -> ScanResult:
@@ -114,6 +121,8 @@ class _Scan:
         for _ in range(MAX_RESUMES):
             if self._stream():
                 return result
+            if self._step_over_failing_cell():
+                continue
             lo = MIN_ROWID if self.last is None else self.last + 1
             if lo > MAX_ROWID:
                 return result
@@ -123,7 +132,9 @@ class _Scan:
             if status == "row":
                 assert value is not None
                 # The leaf is readable but this row may not be: read it alone.
+                self.alone.add(value)
                 self._read_alone(value)
+                self.earlier.add(value)
                 self.last = value
                 if value == MAX_ROWID:
                     return result
@@ -142,39 +153,148 @@ class _Scan:
         result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
         return result
 
+    def _select(self, start: int | None, what: str) -> tuple[str, tuple[int, ...]]:
+        if start is None:
+            return f"SELECT {what} FROM {self.t} NOT INDEXED", ()
+        where = "WHERE rowid >= ? ORDER BY rowid"
+        return f"SELECT {what} FROM {self.t} NOT INDEXED {where}", (start,)
+
+    def _what(self) -> str:
+        """The columns of a stream; a cell already read on its own is not decoded
+        again (a garbled record would stop the stream at it once more)."""
+        if not self.alone:
+            return "rowid" + self.t_cols
+        skip = ", ".join(str(r) for r in sorted(self.alone))
+        return "rowid" + "".join(
+            f", CASE WHEN rowid IN ({skip}) THEN NULL ELSE {quote_ident(c)} END"
+            for c in self.columns
+        )
+
     def _stream(self) -> bool:
-        """Deliver rows from ``start`` on; True when the table ended, False on damage."""
+        """Deliver rows from ``start`` on; True when the table ended, False on damage.
+
+        The position (``last``) is the rowid of the last row delivered, in the order
+        the b-tree holds them: a garbled cell read as a large rowid in the middle of a
+        leaf must not make the rows after it look "already passed". A row an earlier
+        stream delivered is not delivered again; one stored twice in the same stretch
+        (a duplicated cell pointer) is.
+        """
         result = self.result
         start = self.start
+        self.returned = 0
+        current: set[int] = set()
+        prev: int | None = None  # rowid of the row before ``pending`` (or of it)
+        pending: Row | None = None  # held back until the row after it is seen
+        before_pending: int | None = None
+
+        def deliver(row: Row) -> None:
+            rowid = int(row[0])
+            times = self.seen.get(rowid, 0)
+            if times >= MAX_COPIES_PER_ROWID:
+                # Child pointers scribbled to point at the same leaves again and
+                # again: a phantom row shows up twice, not hundreds of times.
+                result.repeats_skipped += 1
+                return
+            self.seen[rowid] = times + 1
+            current.add(rowid)
+            if start is None or rowid >= start:
+                self.last = rowid
+            result.rows_read += 1
+            self.on_row(row)
+
+        def unlisted(rowid: int) -> bool:
+            return bool(self.hint_set) and rowid not in self.hint_set
+
         try:
-            sql, args = (self.full, ()) if start is None else (self.resume, (start,))
-            for row in _rows(self.conn, sql, args):
-                rowid = int(row[0])
-                last = self.last
-                if start is not None and last is not None and rowid <= last:
+            sql, args = self._select(start, self._what())
+            for raw in _rows(self.conn, sql, args):
+                self.returned += 1
+                rowid = int(raw[0])
+                if rowid in self.earlier or rowid in self.alone:
                     continue  # a damaged tree can hand back rows already passed
-                times = self.seen.get(rowid, 0)
-                if times >= MAX_COPIES_PER_ROWID:
-                    # Child pointers scribbled to point at the same leaves again and
-                    # again: a phantom row shows up twice, not hundreds of times.
-                    result.repeats_skipped += 1
+                if prev is not None and rowid < prev and unlisted(rowid):
+                    # Below the row before it and listed by no readable index: a garbled
+                    # cell (zeroed cell pointers read the page header as cells, rowid 0).
+                    result.out_of_order.append(rowid)
                     continue
-                self.seen[rowid] = times + 1
-                if last is None or rowid > last or start is None:
-                    self.last = rowid if last is None else max(last, rowid)
-                result.rows_read += 1
-                self.on_row(tuple(row))
+                if pending is not None:
+                    held = int(pending[0])
+                    if rowid < held and unlisted(held):
+                        # Above the row after it and listed by no index: a garbled cell
+                        # that happened to decode; it is no row.
+                        result.out_of_order.append(held)
+                        prev = before_pending
+                    else:
+                        deliver(pending)
+                pending, before_pending, prev = tuple(raw), prev, rowid
+            if pending is not None:
+                deliver(pending)
             return True
         except _ReadError as err:
+            if pending is not None:
+                deliver(pending)
             exc = err.cause
             if isinstance(exc, apsw.Error) and not _is_damage(exc):
                 raise exc from None
             result.first_error = result.first_error or str(exc).split("\n", 1)[0]
             return False
+        finally:
+            self.earlier |= current
 
-    def _read_alone(self, rowid: int) -> None:
+    def _step_over_failing_cell(self) -> bool:
+        """After a stream stopped on damage: find the cell it stopped at by walking the
+        same stretch for rowids only (which reads no record), read that row on its own,
+        and stream on past it. True when done; False when the walk itself cannot get
+        there (a damaged page: the caller searches where reading can resume).
+
+        The stream resumes right after the cell (``rowid >= cell + 1``) only when the
+        cell's rowid sits in order between its neighbours; otherwise its rowid is not
+        to be trusted and the stream starts over from the same place, stepping over
+        the cell, so that a garbled rowid never moves the position.
+        """
+        start, n = self.start, self.returned
+        sql, args = self._select(start, "rowid")
+        got: list[int] = []
+        ended = False  # the walk read past the cell to the table's end
+        try:
+            it = iter(self.conn.execute(f"{sql} LIMIT 2 OFFSET {n}", args))
+            for row in it:
+                got.append(int(row[0]))
+            ended = True
+        except apsw.Error as exc:
+            if not _is_damage(exc):
+                raise
+        if not got:
+            return False
+        cell = got[0]
+        if cell in self.alone:
+            return False  # stopped at it again: not a record that fails, the page does
+        self.alone.add(cell)
+        before = self.last
+        # The last row of the table is in order; one whose successor is unknown is not.
+        after_ok = cell < got[1] if len(got) > 1 else ended
+        in_order = (before is None or before < cell) and after_ok
+        if in_order:
+            self._read_alone(cell)
+        elif not self._read_alone(cell, record=False):
+            # Its rowid is garbage: what is lost is whatever lay between its neighbours.
+            lo = MIN_ROWID if before is None else before + 1
+            hi = got[1] - 1 if len(got) > 1 else MAX_ROWID
+            if lo <= hi:
+                self.result.add_range(lo, hi)
+        if in_order:
+            self.earlier.add(cell)
+            self.last = cell
+            if cell == MAX_ROWID:
+                self.start = cell
+                return False
+            self.start = cell + 1
+        return True
+
+    def _read_alone(self, rowid: int, *, record: bool = True) -> bool:
         """Deliver the row ``rowid`` whole, with repaired text, or with the columns that
-        can be read; count it unreadable only when not even that works."""
+        can be read; count it unreadable only when not even that works (and, unless
+        ``record`` is False, note its rowid as an unreadable range). True if delivered."""
         result = self.result
         rows: list[Row] = []
         try:
@@ -194,10 +314,12 @@ class _Scan:
                 rows = [row]
         if not rows:
             result.unreadable_rows += 1
-            result.add_range(rowid, rowid)
+            if record:
+                result.add_range(rowid, rowid)
         for row in rows:  # readable after all (the failure was further on): deliver
             result.rows_read += 1
             self.on_row(row)
+        return bool(rows)
 
 
 def _partial_row(
@@ -290,23 +412,31 @@ def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: list[int]) -
 
     Damaged leaves need not be next to each other in rowid order (a truncated file
     loses scattered pages), so a plain exponential search could jump over a readable
-    stretch. The search therefore tries, in order: the rowids an index says exist,
-    then every rowid one by one for a while (dense AUTOINCREMENT keys), and only then
-    doubles its step; the first success is narrowed back by bisection.
+    stretch. The search therefore takes the first rowid an index lists that reads as
+    a bound, tries every rowid one by one below it for a while (dense AUTOINCREMENT
+    keys; an index's own lost pages do not list them all), and only then narrows to
+    the bound by bisection, or, with no bound, doubles its step.
     """
     bad = lo
+    # The first listed rowid that reads bounds the search; readable rowids an index
+    # does not list (its own pages lost) may lie below it, so they are probed too.
+    bound = None
     for k in hints[bisect.bisect_right(hints, lo) :]:
         status, _ = _probe(conn, sql, k)
         if status != "error":
-            return _narrow(conn, sql, bad, k)
-        bad = k
+            bound = k
+            break
     p = max(bad, 0)  # nothing read yet: rowids start at 1 far more often than not
     for _ in range(LINEAR_PROBES):
         p += 1
+        if bound is not None and p >= bound:
+            return bound if bound - 1 == bad else _narrow(conn, sql, bad, bound)
         status, _ = _probe(conn, sql, p)
         if status != "error":
             return p if p - 1 == bad else _narrow(conn, sql, bad, p)
         bad = p
+    if bound is not None:
+        return _narrow(conn, sql, bad, bound)
     step = LINEAR_PROBES
     while bad < MAX_ROWID:
         p = min(bad + step, MAX_ROWID)

@@ -90,6 +90,9 @@ class SchemaObject:
 class Schema:
     objects: list[SchemaObject]
     fts_owner: dict[str, str] = field(default_factory=dict)  # FTS table -> logical table
+    # FTS tables FTS5 cannot open (a damaged config page or structure record) -> the
+    # error: their shadow tables are read as plain tables, the table itself never.
+    broken_fts: dict[str, str] = field(default_factory=dict)
 
     def by_name(self, name: str) -> SchemaObject | None:
         for o in self.objects:
@@ -155,6 +158,7 @@ def read_schema(conn: apsw.Connection) -> Schema:
         for t, n, tb, r, s in rows
     ]
     fts_tables: set[str] = set()
+    broken: dict[str, str] = {}
     for o in objects:
         if o.type != "table" or not o.sql:
             continue
@@ -172,21 +176,32 @@ def read_schema(conn: apsw.Connection) -> Schema:
             for fts in fts_tables:
                 if o.name.startswith(fts) and o.name[len(fts) :] in FTS_SHADOW_SUFFIXES:
                     o.shadow_of = fts
-        if o.type == "table":
-            o.columns = [
-                Column(
-                    name=str(r[1]),
-                    decl_type=str(r[2] or ""),
-                    pk=int(r[5]),
-                    hidden=int(r[6]),
-                    notnull=bool(r[3]),
-                    default=None if r[4] is None else str(r[4]),
-                )
-                for r in conn.execute(f"PRAGMA table_xinfo({quote_ident(o.name)})")
-            ]
-    schema = Schema(objects)
+        if o.type == "table" and o.module == "fts5":
+            try:
+                o.columns = _columns(conn, o.name)
+            except apsw.Error as exc:
+                if isinstance(exc, apsw.InterruptError | apsw.BusyError | apsw.LockedError):
+                    raise
+                broken[o.name] = str(exc).split("\n", 1)[0]
+        elif o.type == "table":
+            o.columns = _columns(conn, o.name)
+    schema = Schema(objects, broken_fts=broken)
     schema.fts_owner = _fts_owners(schema, fts_tables)
     return schema
+
+
+def _columns(conn: apsw.Connection, name: str) -> list[Column]:
+    return [
+        Column(
+            name=str(r[1]),
+            decl_type=str(r[2] or ""),
+            pk=int(r[5]),
+            hidden=int(r[6]),
+            notnull=bool(r[3]),
+            default=None if r[4] is None else str(r[4]),
+        )
+        for r in conn.execute(f"PRAGMA table_xinfo({quote_ident(name)})")
+    ]
 
 
 def _fts_owners(schema: Schema, fts_tables: set[str]) -> dict[str, str]:

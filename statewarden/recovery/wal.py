@@ -11,8 +11,10 @@ match; frames after the last commit frame it reached are an unfinished transacti
 Both rules drop committed transactions without a word. Here each frame is checked on
 its own, from the checksum stored in the frame (or header) before it, so the commits
 that come after a damaged frame (or behind a damaged header) are found, counted and
-their page images kept for salvage. A frame whose salts differ from the header's is
-from an older WAL generation (already checkpointed): reading stops there.
+their page images kept for salvage. Frames whose salts differ from the header's are
+from an older WAL generation (already checkpointed) only when no frame after them
+carries the header's salts; otherwise such a frame is damaged and reading goes on
+(``_frames`` says how the frame after it is judged).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Frame:
     commit: int  # database size in pages after this commit, 0 if not a commit frame
     intact: bool  # salts match and its checksum follows from the frame before it
     offset: int = 0  # of its page image in the file
+    header_damaged: bool = False  # its salts are not the header's, yet later frames' are
+    unverified: bool = False  # intact by salts and page number (the chain was broken)
 
 
 @dataclass
@@ -65,6 +69,7 @@ class WalFacts:
     dropped_commits: int = 0  # committed transactions SQLite does not apply
     dropped_frames: int = 0
     unfinished_frames: int = 0  # after the last commit frame: never committed
+    foreign: str | None = None  # why it was set aside as another database's WAL
 
     def newest_images(self) -> dict[int, bytes]:
         """Page images of the dropped committed transactions, the newest per page
@@ -95,13 +100,38 @@ class WalFacts:
 
     def notes(self, name: str) -> list[str]:
         out = []
+        if self.foreign:
+            out.append(
+                f"{name}: set aside, it belongs to another database ({self.foreign});"
+                " the database file was read alone. SQLite would replay it over the file:"
+                " move it away before Hermes opens the database again"
+            )
+            return out
         if self.ignored:
             out.append(f"{name}: ignored, as SQLite does: {self.ignored}")
         if self.first_bad is not None and not self.ignored:
             f = self.first_bad
+            what = (
+                "has a damaged header (its salts are not the WAL's, later frames' are)"
+                if f.header_damaged
+                else f"(page {f.page}) fails its checksum"
+            )
             out.append(
-                f"{name}: frame {f.index + 1} (page {f.page}) fails its checksum;"
+                f"{name}: frame {f.index + 1} {what};"
                 f" SQLite replays the {self.replayed} frames before it and stops there"
+            )
+        bad = [f.index + 1 for f in self.frames if f.header_damaged]
+        if len(bad) > 1 or (bad and (self.first_bad is None or self.ignored)):
+            shown = ", ".join(str(i) for i in bad[:10])
+            out.append(f"{name}: frames with a damaged header: {shown}")
+        unverified = [f.index + 1 for f in self.frames if f.unverified]
+        if unverified:
+            shown = ", ".join(str(i) for i in unverified[:10])
+            one = len(unverified) == 1
+            out.append(
+                f"{name}: frame{'' if one else 's'} {shown} follow{'s' if one else ''} a"
+                f" damaged frame, so {'its' if one else 'their'} checksum cannot be checked;"
+                " taken as current by salts and page number"
             )
         if self.dropped_commits:
             s = "s" if self.dropped_commits != 1 else ""
@@ -173,20 +203,61 @@ def _frames(
     *,
     big_endian: bool,
 ) -> list[Frame]:
+    """The frames of the current generation, each checked on its own.
+
+    A frame whose salts are not the header's ends the generation only when no later
+    frame carries the header's salts: an older generation's frames carry older salts
+    (salt 1 grows at each restart, salt 2 is random), so a frame with the current salts
+    further on means this one is damaged (a zeroed frame header), not the end.
+
+    The frame right after a frame with a damaged header cannot be checked: its
+    checksum is chained from the damaged frame's, which is gone. It is taken as
+    intact (``unverified``) when its salts are the current ones and its page number
+    is a page of the database (1 up to the largest size any commit frame of this
+    generation gives): the same evidence SQLite itself has that a frame belongs to
+    this generation. The frames after it are checked again from its stored checksum.
+    """
     out: list[Frame] = []
     size = FRAME_HEADER_BYTES + page_size
     prev = seed
+    prev_damaged = False
     offset = HEADER_BYTES
-    while offset + size <= len(data):
+    ours = _current_offsets(data, size, salt1, salt2)
+    max_pages = max((struct.unpack(">I", data[o + 4 : o + 8])[0] for o in ours), default=0)
+    last_ours = ours[-1] if ours else -1
+    while offset + size <= len(data) and offset <= last_ours:
         fh = data[offset : offset + FRAME_HEADER_BYTES]
         page, commit, s1, s2, k1, k2 = struct.unpack(">6I", fh)
+        index = len(out)
         if (s1, s2) != (salt1, salt2):
-            break  # an older generation of the WAL (or garbage): nothing more is ours
+            # Damaged: later frames carry the current salts (else the loop has ended).
+            out.append(Frame(index, page, commit, False, offset + FRAME_HEADER_BYTES))
+            out[-1].header_damaged = True
+            prev_damaged = True
+            offset += size
+            continue
         image = data[offset + FRAME_HEADER_BYTES : offset + size]
         got = checksum(fh[:8], *prev, big_endian=big_endian)
         got = checksum(image, *got, big_endian=big_endian)
-        intact = page != 0 and got == (k1, k2)
-        out.append(Frame(len(out), page, commit, intact, offset + FRAME_HEADER_BYTES))
+        frame = Frame(index, page, commit, page != 0 and got == (k1, k2))
+        frame.offset = offset + FRAME_HEADER_BYTES
+        if prev_damaged and not frame.intact and 1 <= page <= max_pages:
+            frame.intact = True
+            frame.unverified = True
+        out.append(frame)
+        prev_damaged = page == 0
         prev = (k1, k2)
+        offset += size
+    return out
+
+
+def _current_offsets(data: mmap.mmap, size: int, salt1: int, salt2: int) -> list[int]:
+    """Offsets of every frame (at a frame boundary) whose salts are the header's."""
+    want = struct.pack(">II", salt1, salt2)
+    out = []
+    offset = HEADER_BYTES
+    while offset + size <= len(data):
+        if data[offset + 8 : offset + 16] == want:
+            out.append(offset)
         offset += size
     return out

@@ -15,6 +15,13 @@ compares with the last poll:
 - a new or growing ``sessions/*.jsonl`` -> ``jsonl_fallback``: newer Hermes diverts
   transcripts there when state.db cannot be written.
 - newer Hermes' ``state.db.repair.lock`` and friends appearing -> observations.
+- newer Hermes' recovery files (``recovery_files.py``: ``state.db.retired-wal-*/``
+  captures, the ``pending_messages/`` spool, ``state.db.pre-update-emergency-*.bak``)
+  -> ``recovery_files``: key ``present`` (info) while any exist, naming new ones as they
+  appear; key ``size`` (warning) when together they pass ``recovery_warn_bytes`` (default
+  1 GiB) or grew at each of the last ``recovery_growth_scans`` scans. They are sized every
+  ``RECOVERY_SCAN_EVERY_S`` and at once when one appears or goes; both clear when
+  the condition does (none left; under the limit and not growing).
 
 What exists at the first poll is the baseline: history is not alerted on again.
 """
@@ -26,12 +33,25 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from statewarden.config import DEFAULT_WAL_GROWTH_WINDOW_S, DEFAULT_WAL_WARN_BYTES
+from statewarden.config import (
+    DEFAULT_RECOVERY_FILES_GROWTH_SCANS,
+    DEFAULT_RECOVERY_FILES_WARN_BYTES,
+    DEFAULT_WAL_GROWTH_WINDOW_S,
+    DEFAULT_WAL_WARN_BYTES,
+)
 from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.recovery_files import (
+    PENDING_SPOOL,
+    PRE_UPDATE_INFIX,
+    RETIRED_WAL_INFIX,
+    RecoveryFiles,
+)
+from statewarden.recovery_files import scan as scan_recovery_files
 from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.targets import Target
 
 WAL_SAMPLE_EVERY_S = 60.0
+RECOVERY_SCAN_EVERY_S = 30.0
 HERMES_LOCK_SUFFIXES = (".repair.lock", ".fts_rebuild.lock", ".auto-maintenance.lock")
 
 
@@ -56,11 +76,25 @@ class FileWatcher:
         *,
         wal_warn_bytes: int = DEFAULT_WAL_WARN_BYTES,
         wal_growth_window_s: float = DEFAULT_WAL_GROWTH_WINDOW_S,
+        recovery_warn_bytes: int = DEFAULT_RECOVERY_FILES_WARN_BYTES,
+        recovery_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS,
+        recovery_scan_every_s: float = RECOVERY_SCAN_EVERY_S,
     ) -> None:
         self.target = target
         self.db = str(target.db)
         self.wal_warn_bytes = wal_warn_bytes
         self.wal_growth_window_s = wal_growth_window_s
+        self.recovery_warn_bytes = recovery_warn_bytes
+        self.recovery_growth_scans = recovery_growth_scans
+        self.recovery_scan_every_s = recovery_scan_every_s
+        self._recovery_names: frozenset[str] | None = None  # recovery files seen, by name
+        self._recovery_listed: frozenset[str] | None = None  # their names in the db folder
+        self._recovery_scanned_at = float("-inf")
+        self._recovery_bytes: int | None = None
+        self._recovery_growth = 0  # scans in a row the total grew
+        self._recovery_present = False
+        self._recovery_over = False
+        self.recovery: RecoveryFiles = RecoveryFiles()  # the last scan
         self._files: dict[str, _Stat | None] = {}
         self._backups: set[str] | None = None
         self._locks: set[str] = set()
@@ -175,9 +209,8 @@ class FileWatcher:
         except OSError:
             return []
 
-    def _neighbours(self, now: float) -> list[Found]:
+    def _neighbours(self, now: float, names: list[str]) -> list[Found]:
         out: list[Found] = []
-        names = self._listdir(self.target.db.parent)
         prefix = self.target.db.name
         backups = {
             n
@@ -231,6 +264,98 @@ class FileWatcher:
         self._jsonl = sizes
         return out
 
+    # ------------------------------------------------------------------ recovery files
+
+    def _recovery_due(self, now: float, names: list[str]) -> bool:
+        """Size the recovery files now? At the interval, and at once when one of them
+        appears or goes in the database's folder (the spool's content is sized at the
+        interval)."""
+        prefix = self.target.db.name
+        here = frozenset(
+            n
+            for n in names
+            if n == PENDING_SPOOL
+            or n.startswith((prefix + RETIRED_WAL_INFIX, prefix + PRE_UPDATE_INFIX))
+        )
+        changed = here != self._recovery_listed
+        self._recovery_listed = here
+        return changed or now - self._recovery_scanned_at >= self.recovery_scan_every_s
+
+    def _recovery(self, now: float, names: list[str]) -> list[Found]:
+        if not self._recovery_due(now, names):
+            return []
+        self._recovery_scanned_at = now
+        kept = self.recovery = scan_recovery_files(self.target.db, self.target.home)
+        total = kept.total_bytes
+        names_now = frozenset(i.name for i in kept.items)
+        out: list[Found] = []
+        new = sorted(names_now - (self._recovery_names or frozenset()))
+        if self._recovery_names is not None and self._recovery_bytes is not None:
+            grew = total > self._recovery_bytes
+            self._recovery_growth = self._recovery_growth + 1 if grew else 0
+        fields = {"recovery_files": len(kept.items), "recovery_bytes": total}
+        if kept.items and (new or not self._recovery_present):
+            self._recovery_present = True
+            listed = ", ".join(new[:5]) + (f" and {len(new) - 5} more" if len(new) > 5 else "")
+            what = f"new: {listed}" if self._recovery_names is not None and new else listed
+            out.append(
+                Signal(
+                    "recovery_files",
+                    self.db,
+                    f"Hermes keeps {len(kept.items)} recovery file(s) beside state.db, "
+                    f"{total / 2**20:.1f} MiB ({what})",
+                    now,
+                    key="present",
+                    evidence=tuple(new[:20]),
+                    source="files",
+                    severity="info",
+                    fields=dict(fields, new=new[:20]),
+                )
+            )
+        elif not kept.items and self._recovery_present:
+            self._recovery_present = False
+            gone = "no recovery files left beside state.db"
+            out.append(Signal("recovery_files", self.db, gone, now, key="present",
+                              source="files", clears=True))  # fmt: skip
+        over = total > self.recovery_warn_bytes
+        growing = self.recovery_growth_scans > 0 and (
+            self._recovery_growth >= self.recovery_growth_scans
+        )
+        if (over or growing) and not self._recovery_over:
+            self._recovery_over = True
+            why = (
+                f"over the {self.recovery_warn_bytes / 2**20:.0f} MiB limit"
+                if over
+                else f"grew at each of the last {self._recovery_growth} scans"
+            )
+            out.append(
+                Signal(
+                    "recovery_files",
+                    self.db,
+                    f"Hermes' recovery files beside state.db take {total / 2**20:.1f} MiB, "
+                    f"{why} (watch.recovery_files_warn_bytes); Hermes never deletes them",
+                    now,
+                    key="size",
+                    source="files",
+                    severity="warning",
+                    fields=fields,
+                )
+            )
+        elif self._recovery_over and not over and self._recovery_growth == 0:
+            self._recovery_over = False
+            out.append(Signal("recovery_files", self.db, f"recovery files back to "
+                              f"{total / 2**20:.1f} MiB", now, key="size", source="files",
+                              severity="warning", clears=True))  # fmt: skip
+        self._recovery_names = names_now
+        self._recovery_bytes = total
+        return out
+
     def poll(self, now: float | None = None) -> list[Found]:
         now = time.time() if now is None else now
-        return [*self._sidecars(now), *self._wal(now), *self._neighbours(now)]
+        names = self._listdir(self.target.db.parent)
+        return [
+            *self._sidecars(now),
+            *self._wal(now),
+            *self._neighbours(now, names),
+            *self._recovery(now, names),
+        ]

@@ -9,7 +9,13 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
   (docs/stories.md stories 6 and 7: its writes no longer reach the database everyone else uses);
 - a holder with the files open but no SQLite lock -> ``lost_locks``;
 - more holders than ``holders.max_writers`` -> ``multi_writer`` (advisory);
-- a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``.
+- a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``;
+- a maintenance run's own process (its pid from the run lock, and that pid's children,
+  given to :meth:`HolderWatcher.diff` as ``exempt``) is none of ``lost_locks``,
+  ``unexpected_holder`` or ``multi_writer``: it holds the database to repair it;
+- the open watch (inotify ``IN_OPEN``, ``holders/opens.py``) unavailable, the user's
+  inotify instances or watches used up -> ``watcher_degraded`` (every process is then
+  read at each scan instead: slower, nothing missed), cleared when it works again.
 
 The per-holder rules are the table ``HOLDER_RULES`` (kind, condition, summary); each
 state signal clears when its condition is gone (the pid left or is healthy).
@@ -66,6 +72,10 @@ HOLDER_RULES: tuple[HolderRule, ...] = (
 )  # fmt: skip
 
 
+# What a maintenance run's own process never is (it holds the database to repair it).
+MAINTENANCE_EXEMPT = frozenset({"lost_locks", "unexpected_holder", "multi_writer"})
+
+
 def _inode(path: Path) -> int:
     try:
         return os.stat(path).st_ino
@@ -94,6 +104,7 @@ class HolderWatcher:
         self._seen: dict[str, dict[tuple[int, int], Holder]] = {}
         self._flagged: dict[tuple[str, str], set[str]] = {}
         self._first = True
+        self._degraded_reported: str | None = None
 
     def set_dbs(self, dbs: list[Path]) -> None:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
@@ -143,8 +154,16 @@ class HolderWatcher:
         self._flagged[(db, kind)] = set(live)
         return out
 
-    def diff(self, scans: list[HolderScan], now: float | None = None) -> list[Found]:
-        """What changed since the last scan: observations, then state signals."""
+    def diff(
+        self,
+        scans: list[HolderScan],
+        now: float | None = None,
+        exempt: frozenset[int] = frozenset(),
+    ) -> list[Found]:
+        """What changed since the last scan: observations, then state signals.
+
+        ``exempt``: the pids of maintenance runs (a holder that is one, or a child of
+        one, raises only ``stale_holder``)."""
         now = time.time() if now is None else now
         self._first = False
         out: list[Found] = []
@@ -155,15 +174,38 @@ class HolderWatcher:
             out += _comings_and_goings(db, self._seen.get(db), current, now)
             self._seen[db] = current
             holders = list(current.values())
+            others = [h for h in holders if h.pid not in exempt and h.ppid not in exempt]
             for rule in HOLDER_RULES:
+                judged = holders if rule.kind not in MAINTENANCE_EXEMPT else others
                 live = {
                     str(h.pid): rule.summary(h)
-                    for h in holders
+                    for h in judged
                     if rule.applies(h, self.expected_kinds)
                 }
                 out += self._state(db, rule.kind, now, live)
-            out += self._state(db, "multi_writer", now, self._too_many(holders))
-        return out
+            out += self._state(db, "multi_writer", now, self._too_many(others))
+        return out + self._open_watch_signals(now)
+
+    @property
+    def open_watch_degraded(self) -> str | None:
+        """Why the open watch has no inotify (every process is read instead), or None."""
+        return self._opens.degraded
+
+    def _open_watch_signals(self, now: float) -> list[Found]:
+        """``watcher_degraded`` while the open watch has no inotify; cleared when back."""
+        why = self._opens.degraded
+        if why == self._degraded_reported:
+            return []
+        before, self._degraded_reported = self._degraded_reported, why
+        if why is not None:
+            summary = (f"holder open watch: {why}. Every process is read at each holder "
+                       "scan instead (nothing is missed)")  # fmt: skip
+            return [Signal("watcher_degraded", "*", summary, now, key="holder_opens",
+                           source="holders", evidence=(why,))]  # fmt: skip
+        if before is None:
+            return []
+        return [Signal("watcher_degraded", "*", "holder open watch (inotify) works again", now,
+                       key="holder_opens", source="holders", clears=True)]  # fmt: skip
 
     def _too_many(self, holders: list[Holder]) -> dict[str, str]:
         """``multi_writer``, for the whole database (key ""), when it has too many holders."""

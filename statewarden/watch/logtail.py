@@ -15,11 +15,20 @@ Following the files:
 - Rotated files never seen before (a burst that rotated ``x.log`` several times before
   a poll) are read too, oldest first; which ones were seen is persisted.
 - copytruncate: the same inode got shorter than what was read -> start again at 0.
+- Rewritten in place (truncated and written again to the same size or more between two
+  polls, so neither the inode nor the size tells): the last ``MARK_BYTES`` bytes before
+  the offset are kept and compared with what the file holds there now at each poll; when
+  they differ the file is read again from 0. Those bytes are the very ones the offset
+  relies on (a file whose bytes before the offset are unchanged is correctly read on from
+  there, whatever happened elsewhere), it costs one small ``pread`` per poll, and a log
+  line carries a millisecond timestamp, so a rewrite that matches them is one that holds
+  the same lines.
 - A file that appears later is read from its start; a deleted one is read to its end.
 - A log path that became a directory (or anything not a regular file) is reported in
   ``notices``; the tailer goes on with the other files.
 
-Offsets are persisted per file as (device, inode, offset) in a JSON file, written
+Offsets are persisted per file as (device, inode, offset, digests of the first bytes and
+of the bytes before the offset) in a JSON file, written
 atomically (tmp + fsync + rename), so a restart neither re-reads old lines nor misses
 lines written while it was down (a file rotated while it was down is found again by its
 inode among ``x.log.N``). The saved offset is the start of the first record not yet
@@ -65,6 +74,8 @@ DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is co
 DEFAULT_READ_CHUNK_BYTES = 64 * 1024
 # Bytes at the start of a log whose digest is saved with its offset.
 HEAD_BYTES = 256
+# Bytes just before the read offset kept to tell a log rewritten in place (see above).
+MARK_BYTES = 256
 # Offsets are saved by every poll that moved them (0) or at most this often: each save
 # is two fsyncs. A crash re-reads at most this much; close() always saves.
 DEFAULT_SAVE_INTERVAL_S = 0.0
@@ -83,7 +94,7 @@ class Notice:
     """Something about a log file the user may want to know (not a Hermes signal)."""
 
     file: str  # the log's name: "agent.log"
-    what: str  # "rotated", "truncated", "gap", "not_a_file", "unreadable"
+    what: str  # "rotated", "truncated", "rewritten", "gap", "not_a_file", "unreadable"
     text: str  # one line a person reads
 
 
@@ -125,9 +136,21 @@ class _Reader:
     rec_truncated: bool = False
     last_line_at: float = 0.0
     _head: str | None = None
+    mark: bytes = b""  # the bytes just before ``pos`` as read (see ``rewritten``)
 
     def __post_init__(self) -> None:
         self.line_start = self.pos
+        self._remember()
+
+    def _remember(self) -> None:
+        n = min(self.pos, MARK_BYTES)
+        self.mark = os.pread(self.fd, n, self.pos - n) if n else b""
+
+    def rewritten(self) -> bool:
+        """True when the bytes before ``pos`` are no longer those read: the file was
+        truncated and written again (to this size or more) since the last look."""
+        n = len(self.mark)
+        return n > 0 and os.pread(self.fd, n, self.pos - n) != self.mark
 
     @property
     def committed(self) -> int:
@@ -138,6 +161,7 @@ class _Reader:
         self.pos = self.line_start = offset
         self.partial.clear()
         self.partial_cut = 0
+        self._remember()
 
     def read(self, out: list[LogRecord], now: float, budget: int | None) -> bool:
         """Read up to ``budget`` bytes (None: to the end); True when more is waiting."""
@@ -151,6 +175,7 @@ class _Reader:
             done += len(chunk)
             self.pos += len(chunk)
             self.stats.bytes_read += len(chunk)
+            self.mark = (self.mark + chunk[-MARK_BYTES:])[-MARK_BYTES:]
         return True
 
     def _feed(self, chunk: bytes, out: list[LogRecord], now: float) -> None:
@@ -250,7 +275,8 @@ class _Reader:
         """This file's position as the offsets file keeps it."""
         if self._head is None or int(self._head.partition(":")[0]) < HEAD_BYTES:
             self._head = _head(self.fd, HEAD_BYTES)  # cached once the file has that many
-        return _Saved(self.dev, self.ino, self.committed, self._head)
+        offset = self.committed
+        return _Saved(self.dev, self.ino, offset, self._head, _mark(self.fd, offset))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -263,6 +289,9 @@ class _Saved:
     ino: int
     offset: int
     head: str  # digest of the file's first bytes: an inode number can be reused
+    # Digest of the MARK_BYTES before ``offset``: the file was not rewritten in place
+    # while statewarden was down ("" in offsets files written before it was kept).
+    mark: str = ""
 
 
 def _head(fd: int, upto: int) -> str:
@@ -271,8 +300,16 @@ def _head(fd: int, upto: int) -> str:
     return f"{len(data)}:{hashlib.sha256(data).hexdigest()[:16]}"
 
 
+def _mark(fd: int, offset: int) -> str:
+    """Digest of the ``MARK_BYTES`` before ``offset`` (fewer near the start)."""
+    n = min(offset, MARK_BYTES)
+    data = os.pread(fd, n, offset - n) if n else b""
+    return f"{n}:{hashlib.sha256(data).hexdigest()[:16]}"
+
+
 def _is_saved_file(path: Path, saved: _Saved) -> bool:
-    """True when ``path`` is the file the offsets file describes (inode and first bytes)."""
+    """True when ``path`` is the file the offsets file describes (inode, first bytes and
+    the bytes before the offset)."""
     opened = _open(path)
     if opened is None:
         return False
@@ -281,11 +318,35 @@ def _is_saved_file(path: Path, saved: _Saved) -> bool:
         if (st.st_dev, st.st_ino) != (saved.dev, saved.ino):
             return False
         length = int(saved.head.partition(":")[0] or 0)
-        return _head(fd, length) == saved.head
+        if _head(fd, length) != saved.head:
+            return False
+        return not saved.mark or _mark(fd, saved.offset) == saved.mark
     except (OSError, ValueError):
         return False
     finally:
         os.close(fd)
+
+
+def file_kind(path: Path, st: os.stat_result) -> str:
+    """What a path that is not a regular file is, in words: "a FIFO (named pipe)",
+    "a character device (a link to /dev/zero)", ..."""
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        kind = "a directory"
+    elif stat.S_ISFIFO(mode):
+        kind = "a FIFO (named pipe)"
+    elif stat.S_ISCHR(mode):
+        kind = "a character device"
+    elif stat.S_ISBLK(mode):
+        kind = "a block device"
+    elif stat.S_ISSOCK(mode):
+        kind = "a socket"
+    else:
+        kind = "not a regular file"
+    with contextlib.suppress(OSError):
+        if os.path.islink(path):
+            kind += f" (a link to {os.path.realpath(path)})"
+    return kind
 
 
 def _ident(st: os.stat_result) -> tuple[int, int]:
@@ -296,7 +357,8 @@ def _parse_saved(v: object) -> _Saved | None:
     if not isinstance(v, dict):
         return None
     try:
-        return _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]), str(v["head"]))
+        return _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]), str(v["head"]),
+                      str(v.get("mark", "")))  # fmt: skip
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -315,6 +377,7 @@ class _Tail:
     known: set[tuple[int, int]] | None = None
     seen: bool = False  # polled at least once
     problem: str = ""
+    problem_what: str = ""  # the notice's ``what``: "not_a_file", "unreadable"
     problem_now: bool = False  # the problem was seen again in this poll
 
 
@@ -477,6 +540,10 @@ class LogTailer:
         """The log files that cannot be followed now, with why."""
         return {t.name: t.problem for t in self._tails if t.problem}
 
+    def problem_kind(self, name: str) -> str:
+        """The kind of problem ``problems[name]`` is: "not_a_file" or "unreadable"."""
+        return next((t.problem_what for t in self._tails if t.name == name), "")
+
     def close(self) -> None:
         """Save offsets and close every file (records still waiting are read again later)."""
         with contextlib.suppress(StateUnwritable):
@@ -589,22 +656,27 @@ class LogTailer:
         except FileNotFoundError:
             st = None
         if st is not None and not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            self._problem(tail, "not_a_file", f"{tail.path} is {kind}, not a log file")
+            self._problem(
+                tail, "not_a_file", f"{tail.path} is {file_kind(tail.path, st)}, not a log file"
+            )
             return None
         return st
 
     def _read_on(
         self, tail: _Tail, r: _Reader, st: os.stat_result, out: list[LogRecord], now: float
     ) -> None:
-        """The same file as last time: read what was added (from the start if truncated)."""
-        if st.st_size < r.pos:
+        """The same file as last time: read what was added (from the start if truncated
+        or rewritten in place)."""
+        shorter = st.st_size < r.pos
+        if shorter or r.rewritten():
             r.finish(out, now)
             r.seek(0)
             # copytruncate: the copy (x.log.1) holds what was read already.
             tail.known = {_ident(s) for _p, s in self._chain(tail)}
-            self._notice(tail, "truncated",
-                         f"{tail.name} was truncated; reading it from the start")  # fmt: skip
+            what, how = (
+                ("truncated", "truncated") if shorter else ("rewritten", "rewritten in place")
+            )
+            self._notice(tail, what, f"{tail.name} was {how}; reading it from the start")
         self.behind |= r.read(out, now, self.max_poll_bytes)
         r.idle(out, now)
 
@@ -778,6 +850,7 @@ class LogTailer:
         tail.problem_now = True
         if tail.problem != text:  # reported once, not on every poll
             tail.problem = text
+            tail.problem_what = what
             self._notice(tail, what, text)
 
     # -- offsets -------------------------------------------------------------------
@@ -792,7 +865,7 @@ class LogTailer:
                 saved = t.reader.saved()
             if saved is not None:
                 files[t.name] = {"dev": saved.dev, "inode": saved.ino, "offset": saved.offset,
-                                 "head": saved.head}  # fmt: skip
+                                 "head": saved.head, "mark": saved.mark}  # fmt: skip
         return files
 
     def rotated_offsets(self) -> dict[str, list[dict[str, int | str]]]:
@@ -802,7 +875,7 @@ class LogTailer:
             saved = [r.saved() for r in t.rotated] or t.resume_rotated
             if saved:
                 out[t.name] = [{"dev": s.dev, "inode": s.ino, "offset": s.offset,
-                                "head": s.head} for s in saved]  # fmt: skip
+                                "head": s.head, "mark": s.mark} for s in saved]  # fmt: skip
         return out
 
     def _autosave(self) -> None:

@@ -101,6 +101,8 @@ class TargetMonitor:
             target,
             wal_warn_bytes=config.watch.wal_warn_bytes,
             wal_growth_window_s=config.watch.wal_growth_window,
+            recovery_warn_bytes=config.watch.recovery_files_warn_bytes,
+            recovery_growth_scans=config.watch.recovery_files_growth_scans,
         )
         digest = hashlib.sha256(self.db.encode()).hexdigest()[:12]
         self.logs = LogTailer(
@@ -136,13 +138,24 @@ class TargetMonitor:
         for name, why in problems.items():
             if self._log_problems.get(name) == why:
                 continue
+            if self.logs.problem_kind(name) == "not_a_file":
+                # Not a permission matter: a FIFO, a device, a directory is never read.
+                summary = (
+                    f"Hermes' log {name} is skipped: {why}; statewarden reads only regular "
+                    f"files, so nothing logged there is seen. Remove it (Hermes creates {name} "
+                    "again as a regular file)"
+                )
+            else:
+                summary = (
+                    f"Hermes' log {name} cannot be followed ({why}); nothing it logs is seen. "
+                    f"Give this user read access to {self.target.logs_dir} and its files "
+                    "(chmod u+rx on the folder, u+r on the logs)"
+                )
             out.append(
                 Signal(
                     "watcher_failed",
                     self.db,
-                    f"Hermes' log {name} cannot be followed ({why}); nothing it logs is seen. "
-                    f"Give this user read access to {self.target.logs_dir} and its files "
-                    "(chmod u+rx on the folder, u+r on the logs)",
+                    summary,
                     now,
                     key=f"logs/{name}",
                     source="logs",

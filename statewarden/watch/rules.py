@@ -90,6 +90,9 @@ class Rule:
     # Return False to let the record fall through to the next rules.
     applies: Callable[[re.Match[str], Target], bool] = field(default=lambda _m, _t: True)
     corruption: bool = False  # this rule itself reports corruption (skip the generic one)
+    # Also searched in the traceback (the whole record) when the message matched no rule of
+    # this kind: an exception Hermes raises is often only named in the traceback.
+    anywhere: bool = False
 
 
 def _is_target_db(m: re.Match[str], target: Target) -> bool:
@@ -126,10 +129,14 @@ RULES: tuple[Rule, ...] = (
           key="db_replaced"),
     _rule("fatal_corruption", r"FATAL: state\.db reported structural corruption", "corruption",
           "critical", "Hermes stopped: state.db reported structural corruption", corruption=True),
-    _rule("deleted_sidecar", r"FATAL: session storage stopped writing because another Hermes "
-          r"process still holds a deleted state\.db-(?:wal|shm)", "stale_holder", "critical",
-          "Hermes stopped writing: another Hermes process holds a deleted state.db-wal/-shm",
-          key="deleted_sidecar"),
+    # DeletedWalGenerationError (hermes_state_errors._DELETED_WAL_GENERATION_MSG, both
+    # wordings Hermes has shipped, and the exception's name in a traceback).
+    _rule("deleted_sidecar", r"FATAL: (?:session storage stopped writing because another Hermes "
+          r"process still holds|a live process holds) a deleted state\.db-(?:wal|shm)"
+          r"|\bDeletedWalGenerationError\b", "stale_holder", "critical",
+          "Hermes halted writes (DeletedWalGenerationError): a process still holds a deleted "
+          "state.db-wal/-shm generation; a second WAL would split the database",
+          key="deleted_sidecar", anywhere=True),
     _rule("fatal_other", r"FATAL: .*(?:state\.db|session storage)", "write_failures",
           "critical", "Hermes stopped writing session storage: {rest}", key="fatal"),
     _rule("jsonl_divert_failed", r"JSONL divert failed after state\.db (?P<cause>.+?) for "
@@ -184,6 +191,44 @@ RULES: tuple[Rule, ...] = (
           r"\((?P<error>.*?)\) — falling back to journal_mode=DELETE", "unsafe_mount", "warning",
           "state.db's filesystem does not support WAL; Hermes fell back to journal_mode=DELETE",
           key="wal_fallback", applies=_is_target_db),
+    # hermes_state_lockguard: the OFD-lock guard on SQLite's own descriptors.
+    _rule("lock_guard_refused", r"WAL lock guard could not arm (?P<missing>\d+) of "
+          r"(?P<ranges>\d+) ranges for (?P<label>\S+) — refusing to run", "lock_guard", "error",
+          "a Hermes writer refused to run: its WAL lock guard could not arm {missing} of "
+          "{ranges} ranges on {label} (WalGuardArmedIncompleteError)",
+          key="refused", applies=_is_target_db, anywhere=True),
+    _rule("lock_guard_incomplete", r"WAL lock guard incomplete for (?P<label>\S+): "
+          r"(?P<missing>\d+) of (?P<ranges>\d+) guard range", "lock_guard", "warning",
+          "a Hermes writer left {missing} of {ranges} WAL lock-guard ranges on {label} unarmed "
+          "(a foreign EXCLUSIVE holder or a lock failure): its WAL generation is partly "
+          "unguarded", key="incomplete", applies=_is_target_db),
+    _rule("lock_guard_failed", r"WAL lock guard failed to arm for (?P<label>\S+) \(OSError",
+          "lock_guard", "warning",
+          "a Hermes writer could not arm its WAL lock guard on {label} (OSError while "
+          "locking): its WAL generation may be unguarded", key="failed", applies=_is_target_db),
+    # The WAL-reset bug gate (SQLite 3.7.0 .. 3.51.2; fixed 3.51.3, backports 3.50.7, 3.44.6):
+    # hermes_state's _log_wal_reset_bug_once, the CLI's startup check (stderr, so the unit's
+    # journal) and the salvage lane's sqlite3 shell gate.
+    _rule("wal_reset_kept_wal", r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable "
+          r"to the WAL-reset corruption bug.*?is already in WAL mode", "wal_reset_bug", "error",
+          "Hermes' SQLite {version} has the WAL-reset bug and {label} stays in WAL mode: "
+          "concurrent writers can corrupt it; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+          key="library", applies=_is_target_db),
+    _rule("wal_reset_delete", r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable to "
+          r"the WAL-reset corruption bug", "wal_reset_bug", "warning",
+          "Hermes' SQLite {version} has the WAL-reset bug; {label} uses journal_mode=DELETE "
+          "instead of WAL; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+          key="library", applies=_is_target_db),
+    _rule("wal_reset_startup", r"SQLite (?P<version>\S+) has the WAL-reset bug "
+          r"\(https://sqlite\.org/wal\.html", "wal_reset_bug", "warning",
+          "Hermes runs on SQLite {version}, which has the WAL-reset bug: existing WAL "
+          "databases it opens are at risk; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+          key="library"),
+    _rule("wal_reset_cli", r"sqlite3 CLI (?P<binary>\S+) reports version (?P<version>\S+), "
+          r"which still carries the WAL-reset opener bug", "wal_reset_bug", "warning",
+          "the sqlite3 shell {binary} ({version}) has the WAL-reset bug: Hermes refused it for "
+          "salvage, and opening state.db with it while Hermes runs can split the WAL; install "
+          "sqlite3 3.51.3+", key="cli"),
     _rule("transcript_lag", r"Persisted transcript lagged live cached history for session "
           r"(?P<session>\S+) \(disk=(?P<disk>\d+), memory=(?P<memory>\d+)\)", "write_failures",
           "error", "session {session}: state.db holds {disk} messages, memory {memory} "
@@ -195,9 +240,15 @@ RULES: tuple[Rule, ...] = (
 _RULE_TRIGGER_RE = re.compile(
     r"FATAL: |JSONL divert failed|No reply: the turn|cross-VM filesystem|Session DB"
     r"|state\.db|Supervised task|In-place FTS rebuild|WAL journal_mode unsupported"
-    r"|Persisted transcript lagged"
+    r"|Persisted transcript lagged|DeletedWalGenerationError|WAL lock guard|WAL-reset"
 )
-_TEXT_TRIGGER_RE = re.compile(_CORRUPTION_RE.pattern + "|" + _LOCKED_RE.pattern, re.IGNORECASE)
+# What the ``anywhere`` rules look for in a traceback.
+_ANYWHERE_TRIGGER_RE = re.compile(r"DeletedWalGenerationError|WAL lock guard could not arm")
+_ANYWHERE_RULES = tuple(rule for rule in RULES if rule.anywhere)
+_TEXT_TRIGGER_RE = re.compile(
+    _CORRUPTION_RE.pattern + "|" + _LOCKED_RE.pattern + "|" + _ANYWHERE_TRIGGER_RE.pattern,
+    re.IGNORECASE,
+)
 
 _JSONL_FALLBACK_RE = re.compile(
     r"SQLite session store unavailable, falling back to JSONL: (?P<error>.*)", re.DOTALL
@@ -265,7 +316,7 @@ def _apply_rule(rule: Rule, m: re.Match[str], record: LogRecord, target: Target,
     for name, value in groups.items():
         if name in ("failure_count", "pending", "cap", "times", "disk", "memory"):
             fields[name] = int(value)
-        elif name in ("session", "task", "op"):
+        elif name in ("session", "task", "op", "version", "binary", "label"):
             fields[name] = value
         elif name == "error":
             fields["error"] = _clip(value, SUMMARY_ERROR_MAX_CHARS)
@@ -323,6 +374,16 @@ def signals_from_record(
                 break
     if matched is None and not _TEXT_TRIGGER_RE.search(record.text):
         return out
+    if (matched is None or not matched.anywhere) and _ANYWHERE_TRIGGER_RE.search(record.text):
+        # Named only in the traceback (or behind another rule's message).
+        for rule in _ANYWHERE_RULES:
+            if matched is not None and rule.kind == matched.kind:
+                continue
+            m = rule.pattern.search(record.text)
+            if m is not None and rule.applies(m, target):
+                out.append(_apply_rule(rule, m, record, target, now))
+                matched = matched or rule
+                break
     state_db = None
     if (matched is None or not matched.corruption) and _CORRUPTION_RE.search(record.text):
         state_db = is_state_db_record(record)

@@ -6,7 +6,11 @@ reading their state (so no change falls between the two), then:
 - every restart (``NRestarts`` going up) and every ``ActiveState`` change is a timeline
   observation ("hermes-gateway.service restarted (3 restarts)");
 - ``crash_restarts`` restarts within ``crash_window_s`` is ``crash_loop``; it clears
-  once the unit has run for a whole window without restarting.
+  once the unit has run for a whole window without restarting;
+- ``status`` ("watching N Hermes units") is listed again when a unit not seen before
+  changes, when a unit's ``ActiveState`` or ``LoadState`` changes (and ``RELIST_AFTER_S``
+  later: a stopped unit is unloaded without a change being sent), and every
+  ``CHECK_EVERY_S``, so it follows units that appear and disappear.
 
 No bus, no user manager or access denied: the reason is kept in ``status`` and the
 connection retried with capped backoff (from the shortest wait again once connected);
@@ -24,13 +28,16 @@ from typing import Any
 from statewarden.backoff import Backoff
 from statewarden.errors import SystemdUnavailable
 from statewarden.incidents.signals import Found, Observation, Signal
-from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UserManager
+from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UnitChange, UserManager
 
 DEFAULT_CRASH_RESTARTS = 5
 DEFAULT_CRASH_WINDOW_S = 600.0
 BACKOFF_START_S = 2.0
 BACKOFF_MAX_S = 300.0
 CHECK_EVERY_S = 30.0
+# Properties whose change may add a unit to the listing or take one out of it.
+_LISTING_CHANGES = frozenset({"ActiveState", "LoadState"})
+RELIST_AFTER_S = 2.0  # ... and again this long after such a change
 
 
 class UnitWatcher:
@@ -55,6 +62,7 @@ class UnitWatcher:
         self._restarts_seen: dict[str, int] = {}
         self._restart_times: dict[str, deque[float]] = {}
         self._looping: set[str] = set()
+        self.units: set[str] = set()  # the Hermes units loaded, as last listed
 
     def restarted(self, unit: str, n_restarts: int, now: float) -> None:
         """Account for a unit's restart counter; raise crash_loop when it loops."""
@@ -128,22 +136,53 @@ class UnitWatcher:
     async def _watch_once(self) -> None:
         async with UserManager(self.address) as manager:
             stream = await manager.watch_units(self.patterns)
-            units = await manager.list_units(self.patterns)
-            now = time.time()
-            for info in units:
-                self._restarts_seen.setdefault(info.name, info.n_restarts)
-            self.status = f"watching {len(units)} Hermes unit{'s' if len(units) != 1 else ''}"
+            await self._list(manager)
             self.backoff.succeeded()  # connected: a later loss starts again from the shortest wait
             iterator = stream.__aiter__()
-            while True:
-                try:
-                    change = await asyncio.wait_for(iterator.__anext__(), CHECK_EVERY_S)
-                except TimeoutError:
-                    self.check_quiet(time.time())
-                    continue
-                now = time.time()
-                self._state_change(change.unit, change.changed, now)
-                self.check_quiet(now)
+            relist_at: float | None = None  # monotonic: list again then (a unit unloading)
+            # The next change, awaited across quiet periods: cancelling ``__anext__`` on a
+            # timeout would close the stream for good (an async generator ends when a
+            # cancellation goes through it), and with it the watch.
+            pending: asyncio.Task[UnitChange] | None = None
+            try:
+                while True:
+                    wait = CHECK_EVERY_S
+                    if relist_at is not None:
+                        wait = max(0.0, min(wait, relist_at - time.monotonic()))
+                    if pending is None:
+                        pending = asyncio.ensure_future(iterator.__anext__())
+                    done, _ = await asyncio.wait({pending}, timeout=wait)
+                    if not done:
+                        relist_at = None
+                        await self._list(manager)  # units unloaded meanwhile are gone
+                        self.check_quiet(time.time())
+                        continue
+                    try:
+                        change = pending.result()
+                    except StopAsyncIteration:
+                        return  # the stream ended: reconnect
+                    finally:
+                        pending = None
+                    now = time.time()
+                    self._state_change(change.unit, change.changed, now)
+                    if change.unit not in self.units or _LISTING_CHANGES & set(change.changed):
+                        await self._list(manager)  # a unit appeared, started or stopped
+                        # A stopped unit is unloaded a moment later (no change is sent then).
+                        relist_at = time.monotonic() + RELIST_AFTER_S
+                    self.check_quiet(now)
+            finally:
+                if pending is not None:
+                    pending.cancel()
+
+    async def _list(self, manager: UserManager) -> None:
+        """The Hermes units loaded now: ``status`` follows them as they come and go."""
+        units = await manager.list_units(self.patterns)
+        for info in units:
+            self._restarts_seen.setdefault(info.name, info.n_restarts)
+        # A unit whose file is gone lingers as "not-found" while something refers to it.
+        self.units = {info.name for info in units if info.load_state == "loaded"}
+        n = len(self.units)
+        self.status = f"watching {n} Hermes unit{'s' if n != 1 else ''}"
 
     async def run(self) -> None:
         """Watch until cancelled; reconnect with backoff when the user manager is lost."""

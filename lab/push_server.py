@@ -1,0 +1,118 @@
+"""A local HTTP server on 127.0.0.1 that takes pings and posts as a monitor would.
+
+Every request (method, path with its query, body) is recorded in :attr:`PushServer.requests`
+and answered by the script (consumed one request at a time, then ``default``): ``ok``
+(200 "OK"), ``500``, ``404``, ``redirect`` (302 to /elsewhere), ``huge`` (100 MB, no
+Content-Length), ``drip`` (headers, then a byte every second: never a whole answer
+in time). A JSON ``answer_body`` may be set for ``ok``. :meth:`stop` closes the port.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HUGE_BYTES = 100 * 1024 * 1024
+_CHUNK = b"a" * 65536
+
+
+@dataclass
+class Hit:
+    method: str
+    path: str
+    body: bytes
+    at: float = field(default_factory=time.monotonic)
+    answered: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class PushServer:
+    def __init__(self, default: str = "ok", port: int = 0) -> None:
+        self.default = default
+        self.script: list[str] = []
+        self.requests: list[Hit] = []
+        self.answer_body: Any = None
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                hit = Hit(self.command, self.path, self.rfile.read(length) if length else b"")
+                with server._lock:
+                    how = server.script.pop(0) if server.script else server.default
+                    hit.answered = how
+                    server.requests.append(hit)
+                server.answer(self, how)
+
+            do_GET = do_POST = do_HEAD = _any
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that hung up mid-answer is expected
+
+        self._server = Server(("127.0.0.1", port), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return [h.path for h in self.requests]
+
+    def answer(self, h: BaseHTTPRequestHandler, how: str) -> None:
+        if how == "ok":
+            body = b"OK" if self.answer_body is None else json.dumps(self.answer_body).encode()
+            self._plain(h, 200, body)
+        elif how in ("500", "404"):
+            self._plain(h, int(how), b"no")
+        elif how == "redirect":
+            h.send_response(302)
+            h.send_header("Location", "/elsewhere")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+        elif how == "huge":
+            h.send_response(200)
+            h.send_header("Connection", "close")
+            h.end_headers()
+            sent = 0
+            while sent < HUGE_BYTES:
+                h.wfile.write(_CHUNK)
+                sent += len(_CHUNK)
+        elif how == "drip":
+            h.send_response(200)
+            h.send_header("Content-Length", "1000")
+            h.end_headers()
+            for _ in range(1000):
+                h.wfile.write(b"a")
+                h.wfile.flush()
+                time.sleep(1.0)
+        else:  # pragma: no cover - a test's typo
+            raise ValueError(how)
+
+    @staticmethod
+    def _plain(h: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+        h.send_response(status)
+        h.send_header("Content-Type", "text/plain")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,362 @@
+"""Verification on a schedule: the daemon checks each watched database on its own.
+
+Damage that no Hermes process trips over (a ``sessions`` row stored twice, planted while
+Hermes was stopped) raises no log line: only a check finds it. So each database is
+verified with exactly what ``statewardenctl check`` runs (``recovery.check``: a private
+copy, the source only read, no lock taken, no checkpoint), so the daemon finds what
+check finds:
+
+- **when**: every ``watch.verify_interval`` (default once a day; the last verification
+  of each database is kept in ``verified.json`` in the state folder, so a restart does not
+  start the day again), when a database is first seen with no verification on record, and
+  soon after Hermes reported a ``self_repair`` or a unit a ``crash_loop``. Never while a
+  maintenance run is in progress on the database (its run lock, held from the run's plan
+  on, and its ledger, ``maintenance.ledger.in_progress``, as for the alert muting): it
+  waits for the run to end, and a result from a verification a run overlapped (or whose
+  file was swapped meanwhile) is thrown away. One at a time.
+- **how**: in a thread of its own (never a pool thread, which would keep the priority)
+  that first lowers itself to nice 19 and the idle I/O class (``setpriority`` and
+  ``ioprio_set`` on its native thread id: Linux keeps both per thread). A thread, not a
+  subprocess: the copy must hold :attr:`WatchedDatabases.source_reads` like every other
+  raw read of the daemon (docs/safety.md rule 2), which only this process can take.
+- **bounded**: the check's progress steps are where it stops; past ``watch.verify_timeout``
+  it is given up (the private copy removed), recorded as ``failed`` and tried again after
+  ``RETRY_FAILED_S`` (or the interval, if shorter); one given up for a shutdown is not
+  recorded.
+- **what it gives**: damage opens (or updates) the database's ``corruption`` incident,
+  with the damage class, the findings as evidence and the next step; a healthy result is
+  recorded (``status`` shows it, the timeline has a ``verified`` observation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from statewarden.atomic import private_dir, write_atomic
+from statewarden.errors import StatewardenError
+from statewarden.incidents.signals import Found, Observation, Severity, Signal
+from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
+from statewarden.recovery.check import check_database
+from statewarden.recovery.diagnose import Diagnosis
+from statewarden.targets import Target
+
+if TYPE_CHECKING:  # pragma: no cover
+    from statewarden.daemon import Daemon
+
+T = TypeVar("T")
+
+VERIFIED_FILE = "verified.json"
+# Kinds after which a database is verified soon (Hermes repaired itself; a unit loops).
+VERIFY_AFTER = frozenset({"self_repair", "crash_loop"})
+IDLE_NICE = 19
+IOPRIO_WHO_PROCESS = 1  # with a thread id: that thread alone
+IOPRIO_CLASS_IDLE = 3
+IOPRIO_CLASS_SHIFT = 13
+SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "riscv64": 30}
+SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "i686": 290, "armv7l": 315, "riscv64": 31}
+HEALTHY = "none"
+FAILED = "failed"
+RETRY_FAILED_S = 600.0  # a verification that could not finish is tried again this soon
+TICK_EVERY_S = 1.0  # what is due is looked at no more often (it reads /proc/locks)
+EVIDENCE_FINDINGS = 20  # findings kept as evidence in the incident
+
+
+class GivenUp(BaseException):
+    """Raised from the check's progress callback to stop it (time limit, shutdown).
+
+    A ``BaseException``, so that no ``except Exception`` on the way (SQLite error
+    handling in the check) takes it for a finding."""
+
+
+@dataclass
+class Verified:
+    """The last verification of one database."""
+
+    db: str
+    at: float
+    result: str  # the damage class ("none", "derived", "base", "unreadable") or "failed"
+    reason: str  # "scheduled", "first", "self_repair", "crash_loop", "requested", ...
+    took_s: float = 0.0
+    cpu_s: float = 0.0
+    findings: list[str] = field(default_factory=list)
+    error: str | None = None
+    priority: str = ""  # what the worker thread ran at ("nice 19, idle I/O")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def idle_priority() -> str:
+    """The calling thread to nice 19 and the idle I/O class; says what it runs at."""
+    tid = threading.get_native_id()
+    said = []
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, IDLE_NICE)
+        said.append(f"nice {os.getpriority(os.PRIO_PROCESS, tid)}")
+    except OSError as exc:
+        said.append(f"nice unchanged ({exc.strerror})")
+    nr = SYS_IOPRIO_SET.get(platform.machine())
+    if nr is None:
+        said.append("I/O priority unchanged (unknown architecture)")
+        return ", ".join(said)
+    libc = ctypes.CDLL(None, use_errno=True)
+    value = IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT
+    if libc.syscall(nr, IOPRIO_WHO_PROCESS, tid, value) == 0:
+        said.append("idle I/O")
+    else:
+        said.append(f"I/O priority unchanged ({os.strerror(ctypes.get_errno())})")
+    return ", ".join(said)
+
+
+def io_class_of(tid: int) -> int | None:
+    """The I/O scheduling class of thread ``tid`` (3: idle), or None if unknown."""
+    nr = SYS_IOPRIO_GET.get(platform.machine())
+    if nr is None:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    value = int(libc.syscall(nr, IOPRIO_WHO_PROCESS, tid))
+    return None if value < 0 else value >> IOPRIO_CLASS_SHIFT
+
+
+async def in_idle_thread(fn: Callable[[], T]) -> tuple[T, str, float]:
+    """``fn()`` in a new thread at idle priority: (its result, the priority, its CPU s)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[tuple[T, str, float]] = loop.create_future()
+
+    def deliver(ok: bool, value: Any) -> None:
+        if fut.done():
+            return
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+    def body() -> None:
+        try:
+            priority = idle_priority()
+            cpu0 = time.thread_time()
+            result = fn()
+            value: Any = (result, priority, time.thread_time() - cpu0)
+            ok = True
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            value, ok = exc, False
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(deliver, ok, value)
+
+    threading.Thread(target=body, name="statewarden-verify", daemon=True).start()
+    return await fut
+
+
+class Verifications:
+    """Which database is due, the one verification running, and the last results."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.path = daemon.state_dir / VERIFIED_FILE
+        self.last: dict[str, Verified] = self._load()
+        self.due: dict[str, str] = {}  # db -> why it is due now
+        self.running: str | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._one = asyncio.Lock()
+        self._stop = threading.Event()
+        self._ticked = 0.0
+
+    # -------------------------------------------------------------- state
+
+    def _load(self) -> dict[str, Verified]:
+        try:
+            data = json.loads(self.path.read_text())
+            return {db: Verified(**v) for db, v in data.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}  # none yet, or unreadable: every database is verified again
+
+    def _save(self) -> None:
+        try:
+            text = json.dumps({db: v.to_json() for db, v in self.last.items()}, indent=1)
+            write_atomic(self.path, text + "\n")
+        except OSError as exc:
+            self.daemon.log.warning("cannot save the verification results", error=str(exc))
+
+    def status_of(self, db: str) -> dict[str, Any] | None:
+        v = self.last.get(db)
+        out = v.to_json() if v is not None else None
+        if self.running == db:
+            out = {**(out or {}), "running": True}
+        return out
+
+    # -------------------------------------------------------------- schedule
+
+    def notice(self, found: Found) -> None:
+        """A self-repair or a restart loop makes its database due now."""
+        if (
+            isinstance(found, Signal)
+            and found.kind in VERIFY_AFTER
+            and not found.clears
+            and found.db in self.daemon.databases.monitors
+        ):
+            self.due.setdefault(found.db, found.kind)
+
+    def _maintenance_on(self, db: Path) -> bool:
+        """A run holds the database's run lock (from its plan on), or its ledger says
+        it is in progress."""
+        real = Path(os.path.abspath(db))
+        try:
+            if lock_holder(run_dir(self.daemon.state_dir, real)) is not None:
+                return True
+            return in_progress(self.daemon.state_dir, real) is not None
+        except (OSError, StatewardenError):
+            return False
+
+    def tick(self, now: float) -> None:
+        """From the main loop: start the next due verification, if none is running."""
+        if now - self._ticked < TICK_EVERY_S:
+            return
+        self._ticked = now
+        d = self.daemon
+        interval = d.config.watch.verify_interval
+        for key in d.databases.monitors:
+            last = self.last.get(key)
+            if last is None:
+                self.due.setdefault(key, "first")
+            elif last.result == FAILED and now - last.at >= min(interval, RETRY_FAILED_S):
+                self.due.setdefault(key, "retry")
+            elif now - last.at >= interval:
+                self.due.setdefault(key, "scheduled")
+        for key in list(self.due):
+            if key not in d.databases.monitors:
+                del self.due[key]
+        if self.task is not None and not self.task.done():
+            return
+        for key, why in list(self.due.items()):
+            target = d.databases.monitors[key].target
+            if not target.db.exists() or self._maintenance_on(target.db):
+                continue  # nothing to verify yet, or a run is on it: after the run
+            del self.due[key]
+            self.task = asyncio.create_task(self._scheduled(target, why))
+            return
+
+    # -------------------------------------------------------------- one verification
+
+    async def _scheduled(self, target: Target, reason: str) -> None:
+        try:
+            await self.verify(target, reason)
+        except StatewardenError:  # a run began meanwhile: after the run
+            self.due.setdefault(str(target.db), reason)
+
+    async def verify(self, target: Target, reason: str) -> Verified:
+        """Verify ``target`` now (one at a time), record the result and report it."""
+        async with self._one:
+            return await self._verify(target, reason)
+
+    async def _verify(self, target: Target, reason: str) -> Verified:
+        d = self.daemon
+        key = str(target.db)
+        if self._maintenance_on(target.db):
+            raise StatewardenError(
+                f"{key}: a maintenance run is in progress; it is verified after the run"
+            )
+        deadline = time.monotonic() + d.config.watch.verify_timeout
+        stop = self._stop
+
+        def progress(_phase: str, _done: int, _total: int) -> None:
+            if stop.is_set():
+                raise GivenUp("the daemon is stopping")
+            if time.monotonic() > deadline:
+                raise GivenUp(f"not finished within watch.verify_timeout ({_timeout(d)})")
+
+        def run() -> Diagnosis:
+            parent = private_dir(d.state_dir / "work")
+            return check_database(
+                target.db, parent, progress=progress, copy_guard=d.databases.source_reads
+            )
+
+        self.running = key
+        inode = _inode(target.db)
+        started, t0 = time.time(), time.monotonic()
+        d.log.info("verifying database", db=key, reason=reason)
+        try:
+            diagnosis, priority, cpu_s = await in_idle_thread(run)
+        except GivenUp as exc:
+            v = Verified(key, started, FAILED, reason, error=str(exc))
+        except StatewardenError as exc:
+            # An unreadable database is a verdict; anything else (no space for the copy,
+            # the file gone) is a verification that could not be made.
+            unreadable = type(exc).__name__ == "DatabaseUnreadable"
+            v = Verified(key, started, "unreadable" if unreadable else FAILED, reason,
+                         findings=[str(exc)] if unreadable else [],
+                         error=None if unreadable else str(exc))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a failed verification is recorded, not fatal
+            v = Verified(key, started, FAILED, reason, error=f"{type(exc).__name__}: {exc}")
+        else:
+            v = Verified(key, started, diagnosis.damage, reason, cpu_s=round(cpu_s, 3),
+                         findings=diagnosis.findings(), priority=priority)  # fmt: skip
+        finally:
+            self.running = None
+        v.took_s = round(time.monotonic() - t0, 3)
+        if stop.is_set():
+            return v  # given up for the shutdown: not a result, verified after the start
+        swapped = _inode(target.db) != inode
+        if swapped or self._maintenance_on(target.db) or d.runs.ran_since(key, started):
+            # A run overlapped: what was verified may be the file before the swap.
+            d.log.info("verification overlapped a maintenance run; result dropped", db=key)
+            self.due.setdefault(key, "after maintenance")
+            return v
+        self.last[key] = v
+        if v.result != FAILED:
+            d.last_check[key] = (v.at, v.result)  # the metrics' last check
+        self._save()
+        self._report(target, v)
+        return v
+
+    def _report(self, target: Target, v: Verified) -> None:
+        d = self.daemon
+        key = str(target.db)
+        if v.result == FAILED:
+            d.log.warning("verification failed", db=key, error=v.error)
+            d.handle(Observation("verified", key, f"verification failed: {v.error}", v.at,
+                                 {"result": v.result, "reason": v.reason}))  # fmt: skip
+            return
+        if v.result == HEALTHY:
+            d.log.info("database verified healthy", db=key, took_s=v.took_s)
+            text = f"verified healthy ({v.reason}, {v.took_s:.1f} s)"
+            d.handle(Observation("verified", key, text, v.at, {"result": v.result}))
+            return
+        next_step = f"statewardenctl maintenance --profile {target.name}"
+        summary = (f"verification found {v.result} damage in state.db: "
+                   f"{'; '.join(v.findings[:3]) or 'see the evidence'}; "
+                   f"next step: {next_step}")  # fmt: skip
+        evidence = (*v.findings[:EVIDENCE_FINDINGS], f"next step: {next_step}")
+        d.log.error("verification found damage", db=key, damage=v.result)
+        fields = {"damage": v.result, "next_step": next_step, "reason": v.reason}
+        severity: Severity = "error" if v.result == "derived" else "critical"
+        d.handle(Signal("corruption", key, summary, v.at, source="verify", evidence=evidence,
+                        severity=severity, fields=fields))  # fmt: skip
+
+    # -------------------------------------------------------------- life cycle
+
+    def close(self) -> list[asyncio.Task[Any]]:
+        """Give up a verification in flight; its task, for the shutdown to await."""
+        self._stop.set()
+        return [self.task] if self.task is not None else []
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _timeout(d: Daemon) -> str:
+    return f"{d.config.watch.verify_timeout:.0f} s"

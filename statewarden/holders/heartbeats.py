@@ -1,0 +1,93 @@
+"""Hermes' own word on which holders are its gateway backends: ``gateway_heartbeats``.
+
+Hermes since schema 29 records each running gateway backend in
+``gateway_heartbeats(backend_id, pid, started_at, last_heartbeat, profile, host)``. A
+holder whose command line does not say what it is (kind ``unknown``: a gateway started
+through a wrapper, a renamed interpreter) but that a heartbeat row names is a gateway,
+and its ``kind_evidence`` says so. The row must name this host (when it has a host), the
+holder's pid, and, when it has ``started_at``, the holder's start time to within a few
+seconds: a pid alone may have been reused since.
+
+Read-only (a ``mode=ro`` connection with ``query_only``: never a write, never a
+checkpoint), after the scan and only when a holder needs it. Anything that fails (no such
+table, a damaged or busy file, an unreadable one) leaves every kind as it was.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from statewarden.errors import DatabaseError
+from statewarden.holders.report import HolderScan
+from statewarden.sqlite import readonly, wal_sidecars_absent
+
+__all__ = ["Heartbeat", "apply_heartbeats", "read_heartbeats"]
+
+# A heartbeat's started_at and the process's own start time agree to within this.
+START_SLACK_S = 5.0
+# Kinds a heartbeat may turn into "gateway": only a holder nothing else explains.
+REFINABLE_KINDS = frozenset({"unknown"})
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    pid: int
+    backend_id: str | None
+    started_at: float | None
+    last_heartbeat: float | None
+    host: str | None
+
+
+def read_heartbeats(db: Path) -> list[Heartbeat]:
+    """The rows of ``gateway_heartbeats``; empty when the table or file cannot be read."""
+    try:
+        with readonly(db, busy_timeout_ms=200, immutable=wal_sidecars_absent(db)) as conn:
+            cols = {str(r[1]) for r in conn.execute("PRAGMA table_info(gateway_heartbeats)")}
+            if not {"pid"} <= cols:
+                return []
+            want = ["backend_id", "started_at", "last_heartbeat", "host"]
+            select = ", ".join(c if c in cols else "NULL" for c in want)
+            rows = conn.execute(f"SELECT pid, {select} FROM gateway_heartbeats").fetchall()
+    except (DatabaseError, apsw.Error, OSError):
+        return []
+    out: list[Heartbeat] = []
+    for pid, backend, started, last, host in rows:
+        if not isinstance(pid, int):
+            continue
+        out.append(Heartbeat(pid, _text(backend), _number(started), _number(last), _text(host)))
+    return out
+
+
+def apply_heartbeats(scans: Iterable[HolderScan], *, host: str | None = None) -> None:
+    """Call a holder of kind ``unknown`` that a heartbeat row names a gateway."""
+    here = host if host is not None else socket.gethostname()
+    for scan in scans:
+        if not any(h.kind in REFINABLE_KINDS for h in scan.holders):
+            continue
+        beats = read_heartbeats(scan.db)
+        for h in scan.holders:
+            if h.kind not in REFINABLE_KINDS:
+                continue
+            for beat in beats:
+                if beat.pid != h.pid or (beat.host and beat.host != here):
+                    continue
+                started = h.started_at.timestamp()
+                if beat.started_at is not None and abs(beat.started_at - started) > START_SLACK_S:
+                    continue  # the pid was reused: another process had it then
+                h.kind = "gateway"
+                name = f" {beat.backend_id}" if beat.backend_id else ""
+                h.kind_evidence = f"gateway_heartbeats: backend{name} (pid {beat.pid})"
+                break
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
