@@ -508,7 +508,7 @@ def test_new_file_swapped_for_a_symlink_during_the_settle_is_not_followed(base: 
     mode (0644), while the run said "rolled back: the database is unchanged". Now the
     new file is proven (device, inode, size, SHA-256) before anything is done to it:
     nothing follows the link, root's file keeps its mode and bytes, the run rolls back."""
-    from tests.test_maintenance import exempt_comms
+    from tests.support.maintenance import exempt_comms
 
     top = user_dir(base)
     db = top / "home" / "state.db"

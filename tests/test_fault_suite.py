@@ -31,7 +31,8 @@ import pytest
 from lab.hermes_fixtures import SMALL, make_home, writer_env
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.test_maintenance import REPO, exempt_comms, integrity, rows
+from tests.support.maintenance import exempt_comms
+from tests.test_maintenance import REPO, integrity, rows
 
 TRIALS = 10
 SEED = int(os.environ.get("STATEWARDEN_FAULT_SEED", "20261201"))

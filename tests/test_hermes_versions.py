@@ -33,8 +33,8 @@ from lab.hermes_fixtures import (
     built_db,
     make_home,
 )
-from statewarden.holders.scan import HolderScanner
 from tests.support.cli import run_ctl
+from tests.support.maintenance import maintenance_config
 
 REPO = Path(__file__).resolve().parent.parent
 CJK_WHY = "no such tokenizer: cjk_unicode61"
@@ -256,23 +256,9 @@ def test_main_cjk_table_names_the_unloadable_tokenizer() -> None:
 # -- maintenance -------------------------------------------------------------------------
 
 
-def exempt_comms() -> list[str]:
-    scan = HolderScanner([Path("/nonexistent/state.db")], watch_opens=False).scan()[0]
-    return sorted({u["comm"] for u in scan.uninspectable})
-
-
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        json.dumps({
-            "holders": {"exempt_comms": exempt_comms()},
-            "maintenance": {"settle": "0.5s", "stop_grace": "3s", "respawn_limit": 2,
-                            "settle_timeout": "20s", "snapshots_keep": 3},
-        })
-    )  # fmt: skip
-    monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
-    return path
+    return maintenance_config(tmp_path, monkeypatch)
 
 
 def test_maintenance_repairs_the_phantom_row(gen: Generation, config: Path, tmp_path: Path) -> None:

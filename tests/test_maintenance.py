@@ -24,6 +24,7 @@ from lab.hermes_fixtures import SMALL, TINY, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.fake_hermes import PIDFILE_ENV, WRITE_EVERY_ENV, install_fake_hermes
+from tests.support.maintenance import exempt_comms, maintenance_config
 
 REPO = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
@@ -33,25 +34,9 @@ needs_root = pytest.mark.skipif(
 )
 
 
-def exempt_comms() -> list[str]:
-    """Processes of this machine that nobody may inspect (a sandbox's init): exempt them,
-    as a user would in holders.exempt_comms, so scans of our own processes can complete."""
-    scan = HolderScanner([Path("/nonexistent/state.db")], watch_opens=False).scan()[0]
-    return sorted({u["comm"] for u in scan.uninspectable})
-
-
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(
-        json.dumps({
-            "holders": {"exempt_comms": exempt_comms()},
-            "maintenance": {"settle": "0.5s", "stop_grace": "3s", "respawn_limit": 2,
-                            "settle_timeout": "20s", "snapshots_keep": 3},
-        })
-    )  # fmt: skip
-    monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
-    return path
+    return maintenance_config(tmp_path, monkeypatch)
 
 
 def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -41,9 +41,10 @@ from statewarden.maintenance.ledger import (
     run_lock,
 )
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.maintenance import exempt_comms
 from tests.support.waiting import wait_for
 from tests.test_daemon_logs import hermes_logger, malformed
-from tests.test_maintenance import FakeHermes, exempt_comms, integrity, session_ids
+from tests.test_maintenance import FakeHermes, integrity, session_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"

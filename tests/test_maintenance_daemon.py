@@ -15,8 +15,9 @@ from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, TINY, log_line, make_home
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.maintenance import exempt_comms
 from tests.support.waiting import wait_for as eventually
-from tests.test_maintenance import exempt_comms, integrity, session_ids
+from tests.test_maintenance import integrity, session_ids
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,8 +19,9 @@ from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, writer_env
 from statewarden.holders.scan import HolderScanner
 from tests.fake_hermes import install_fake_hermes
+from tests.support.maintenance import exempt_comms
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
-from tests.test_maintenance import exempt_comms, integrity, rows, session_ids
+from tests.test_maintenance import integrity, rows, session_ids
 
 REPO = Path(__file__).resolve().parent.parent
 WAIT_S = 60.0

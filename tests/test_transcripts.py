@@ -22,7 +22,8 @@ from lab.corruption import phantom_row
 from lab.hermes_fixtures import TINY, hermes_python, writer_env
 from statewarden.maintenance import transcripts
 from statewarden.maintenance.transcripts import import_diverted
-from tests.test_maintenance import ctl, exempt_comms, report_of, session_ids
+from tests.support.maintenance import maintenance_config
+from tests.test_maintenance import ctl, report_of, session_ids
 
 EXISTING = "20260829_104000_2265b1"  # a session of the TINY fixture
 NEW = "20261130_220000_abcdef"
@@ -226,13 +227,7 @@ class TestImport:
 
 @pytest.fixture
 def maint_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(json.dumps({
-        "holders": {"exempt_comms": exempt_comms()},
-        "maintenance": {"settle": "0.5s", "stop_grace": "3s", "settle_timeout": "20s"},
-    }))  # fmt: skip
-    monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
-    return path
+    return maintenance_config(tmp_path, monkeypatch)
 
 
 class TestMaintenanceImports:

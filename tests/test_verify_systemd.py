@@ -36,9 +36,10 @@ from statewarden.watch import units as units_module
 from statewarden.watch.units import UnitWatcher
 from tests.fake_hermes import install_fake_hermes
 from tests.support.daemon import DaemonProc
+from tests.support.maintenance import exempt_comms
 from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
-from tests.test_maintenance import exempt_comms, integrity, session_ids
+from tests.test_maintenance import integrity, session_ids
 
 pytestmark = pytest.mark.systemd
 
