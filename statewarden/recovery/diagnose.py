@@ -413,19 +413,7 @@ def _rows_elsewhere(
     copies = fts_rowids(conn, schema, obj.name)
     if copies is None:
         return [], []
-    listed: set[int] = set()
-    for idx in schema.objects:
-        if idx.type != "index" or idx.tbl_name != obj.name:
-            continue
-        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
-            continue  # a partial index lists only some rows
-        try:
-            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
-            listed.update(int(r[0]) for r in conn.execute(sql))
-        except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
-            continue
+    listed = set(_index_rowids(conn, schema, obj))
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 
 
