@@ -155,3 +155,40 @@ class InstallError(StatewardenError):
 
 class SandboxError(StatewardenError):
     """``statewardenctl demo`` could not build its sandbox (no room, a holder did not start)."""
+
+
+class PageFormatError(StatewardenError, ValueError):
+    """A page or cell of a database file does not follow the file format.
+
+    Also a ``ValueError``: code that handles a bad value as such keeps doing so."""
+
+
+class SinkError(StatewardenError):
+    """An alert sink could not deliver an outbox entry (``statewarden.alerts.sink``).
+
+    ``after_s``: when to try again, if the answer said (429's ``retry_after``)."""
+
+    def __init__(self, message: str, *, after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.after_s = after_s
+
+
+class Retry(SinkError):
+    """A passing failure: try the same entry again later."""
+
+
+class Rejected(SinkError):
+    """The sink's configuration is wrong: pause until it changes."""
+
+
+class Refused(SinkError):
+    """This entry can never be delivered: set it aside."""
+
+
+class SecretMissing(StatewardenError):
+    """No usable sink secret (push URL, Apprise URLs): the message says where it was
+    looked for and why not."""
+
+
+class TokenMissing(StatewardenError):
+    """No usable Telegram bot token was found; the message says where it was looked for."""

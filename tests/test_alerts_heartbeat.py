@@ -98,7 +98,7 @@ class TestPing:
         [
             ("500", "500 Internal Server Error"),
             ("redirect", "302 Found"),
-            ("huge", "answer over the limit, over the 64 KiB limit: not read"),
+            ("huge", "200 answer over the 64 KiB limit: cut; not read"),
             ("drip", "within the 2 s deadline"),
         ],
     )

@@ -19,8 +19,9 @@ from statewarden.alerts.delivery import Delivery
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.sink import Rejected
-from statewarden.alerts.telegram import TelegramSink, TokenMissing, load_token, split_message
+from statewarden.alerts.telegram import TelegramSink, load_token, split_message
 from statewarden.config import TelegramConfig
+from statewarden.errors import TokenMissing
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 

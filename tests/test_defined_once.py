@@ -137,6 +137,29 @@ class TestSharedNames:
                         elsewhere.append(f"{shown_as}:{node.lineno}: {node.name}")
         assert elsewhere == []
 
+    def test_every_public_exception_is_under_the_root(self) -> None:
+        """No public exception class derives from a built-in exception but in errors.py
+        (under ``StatewardenError``). Left out: private ``_Name`` classes (control flow
+        inside one module) and a direct ``BaseException`` (made to pass every
+        ``except Exception``)."""
+        import builtins
+
+        builtin_errors = {
+            name
+            for name, obj in vars(builtins).items()
+            if isinstance(obj, type) and issubclass(obj, Exception)
+        }
+        outside = []
+        for shown_as, tree in modules():
+            if shown_as == "statewarden/errors.py":
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    bases = {b.id for b in node.bases if isinstance(b, ast.Name)}
+                    if bases & builtin_errors:
+                        outside.append(f"{shown_as}:{node.lineno}: {node.name}")
+        assert outside == []
+
 
 class TestExitCodes:
     def test_readme_table_names_every_exit_code(self) -> None:

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
+from statewarden.errors import PageFormatError
 from statewarden.recovery.pages import (
     DatabaseFile,
-    PageFormatError,
     orphan_table_leaves,
     salvage_rows,
     varint,

@@ -94,7 +94,7 @@ class AlertmanagerSink:
         n = entry.notification
         items = n.items or [test_item(n)]
         alerts = [alert_of(n, item) for item in items]
-        status, reason, body = await http.request(
+        status, reason, _headers, body = await http.request(
             self._http(),
             "POST",
             self.url,

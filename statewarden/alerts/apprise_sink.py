@@ -26,9 +26,10 @@ from typing import Any
 
 from statewarden.alerts.message import plain_lines, severity_rank
 from statewarden.alerts.outbox import Entry
-from statewarden.alerts.secrets import SecretMissing, read_secret, url_secrets
+from statewarden.alerts.secrets import read_secret, url_secrets
 from statewarden.alerts.sink import Progress, Rejected, Retry
 from statewarden.config import AppriseConfig
+from statewarden.errors import SecretMissing
 from statewarden.redact import Scrubber
 
 ERROR_CHARS = 300

@@ -28,10 +28,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from statewarden.alerts import http
-from statewarden.alerts.secrets import SecretMissing, read_secret, url_secrets
+from statewarden.alerts.secrets import read_secret, url_secrets
 from statewarden.alerts.sink import Retry
 from statewarden.backoff import Backoff
 from statewarden.config import HeartbeatConfig
+from statewarden.errors import SecretMissing
 from statewarden.redact import Scrubber
 
 RESTART_WAIT_S = 5.0
@@ -116,7 +117,7 @@ class Heartbeat:
         why = self.trouble()
         signal = "fail" if why else "ok"
         try:
-            status, reason, _body = await http.request(
+            status, reason, _headers, _body = await http.request(
                 self._http(),
                 "GET",
                 self.fail_url if why else self.url,

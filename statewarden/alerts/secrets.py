@@ -14,11 +14,9 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from statewarden.errors import SecretMissing
+
 MAX_SECRET_BYTES = 64 * 1024
-
-
-class SecretMissing(Exception):
-    """No usable secret: the message says where it was looked for and why not."""
 
 
 def _read_file(path: Path, *, checked: bool) -> str:

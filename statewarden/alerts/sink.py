@@ -18,24 +18,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from statewarden.alerts.outbox import Entry
+from statewarden.errors import Refused, Rejected, Retry, SinkError
 
-
-class SinkError(Exception):
-    def __init__(self, message: str, *, after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.after_s = after_s
-
-
-class Retry(SinkError):
-    """Try the same entry again later."""
-
-
-class Rejected(SinkError):
-    """The sink's configuration is wrong: pause until it changes."""
-
-
-class Refused(SinkError):
-    """This entry can never be delivered: set it aside."""
+# The answers are errors.py's (under the one root); they are named here too, with the
+# protocol that raises them.
+__all__ = ["Progress", "Refused", "Rejected", "Retry", "Sink", "SinkError", "scrubber_of"]
 
 
 Progress = Callable[[int], None]  # parts of the entry sent so far

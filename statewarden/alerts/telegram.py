@@ -44,25 +44,22 @@ from typing import Any
 
 import httpx
 
+from statewarden.alerts import http
 from statewarden.alerts.message import html_lines
 from statewarden.alerts.outbox import Entry
 from statewarden.alerts.sink import Progress, Refused, Rejected, Retry, SinkError
 from statewarden.config import TelegramConfig
+from statewarden.errors import TokenMissing
 from statewarden.redact import Scrubber
 
 MAX_MESSAGE_CHARS = 4096  # Bot API limit for sendMessage text
-MAX_ANSWER_BYTES = 64 * 1024  # read of any answer; a real one is well under 1 KiB
-ERROR_CHARS = 200  # of a server's text (description, Location) kept in an error
+MAX_ANSWER_BYTES = http.MAX_ANSWER_BYTES
 _TAG_RE = re.compile(r"<[^>]+>")
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9:_-]+$")
 
 # httpx logs each request's URL (with the token) at INFO; never let that through.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.WARNING)
-
-
-class AnswerTooLarge(Exception):
-    """An answer over :data:`MAX_ANSWER_BYTES` (or compressed): cut, never read whole."""
 
 
 def retry_after(params: object) -> float | None:
@@ -79,15 +76,6 @@ def retry_after(params: object) -> float | None:
     if math.isnan(seconds) or seconds < 0:
         return None
     return seconds
-
-
-def _one_line(text: str) -> str:
-    """A server's text as one short printable line."""
-    return "".join(c if c.isprintable() else " " for c in text[:ERROR_CHARS]).strip()
-
-
-class TokenMissing(Exception):
-    """No usable bot token was found; the message says where it was looked for."""
 
 
 def load_token(cfg: TelegramConfig, env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -234,24 +222,16 @@ class TelegramSink:
         url = f"{self.cfg.api_base.rstrip('/')}/bot{self.token}/sendMessage"
         server = self.cfg.api_base
         try:
-            async with asyncio.timeout(self.cfg.deadline):
-                answer = await self._exchange(url, payload)
-        except TimeoutError:
-            raise Retry(
-                f"no complete answer from {server} within the {self.cfg.deadline:g} s deadline"
-            ) from None
-        except httpx.TimeoutException:
-            raise Retry(f"no answer from {server} in {self.cfg.timeout:g} s") from None
-        except httpx.HTTPError as exc:
-            why = self.scrub(_one_line(str(exc))) or type(exc).__name__
-            if isinstance(exc, httpx.ConnectError):
-                raise Retry(f"cannot reach {server}: {why}") from None
-            raise Retry(f"broken answer from {server}: {why}") from None
-        except AnswerTooLarge as exc:
-            raise Retry(f"{exc}; not read") from None
-        except Exception as exc:  # noqa: BLE001 - whatever a server does must not end delivery
-            why = self.scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
-            raise Retry(f"unreadable answer from {server}: {why}") from None
+            answer = await http.request(
+                self._http(),
+                "POST",
+                url,
+                server=server,
+                deadline=self.cfg.deadline,
+                timeout=self.cfg.timeout,
+                scrub=self.scrub,
+                payload=payload,
+            )
         finally:
             self._last_sent = time.monotonic()
         try:
@@ -259,34 +239,8 @@ class TelegramSink:
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - an answer too odd to read is an error of it
-            why = self.scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+            why = self.scrub(f"{type(exc).__name__}: {exc}")[: http.ERROR_CHARS]
             raise Retry(f"unreadable answer from {server}: {why}") from None
-
-    async def _exchange(
-        self, url: str, payload: dict[str, Any]
-    ) -> tuple[int, str, httpx.Headers, bytes]:
-        """One request; its status, reason, headers and at most :data:`MAX_ANSWER_BYTES`
-        of body, read as it streams in (a larger answer raises :class:`AnswerTooLarge`)."""
-        headers = {"Accept-Encoding": "identity"}  # no decompression bomb: raw bytes only
-        async with self._http().stream("POST", url, json=payload, headers=headers) as response:
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
-                raise AnswerTooLarge(
-                    f"{response.status_code} answer of {int(declared)} bytes, over the "
-                    f"{MAX_ANSWER_BYTES // 1024} KiB limit"
-                )
-            encoding = response.headers.get("content-encoding", "identity").lower()
-            if encoding not in ("", "identity"):
-                raise AnswerTooLarge(f"{response.status_code} answer compressed ({encoding})")
-            body = bytearray()
-            async for chunk in response.aiter_raw():
-                body += chunk
-                if len(body) > MAX_ANSWER_BYTES:
-                    raise AnswerTooLarge(
-                        f"{response.status_code} answer over the "
-                        f"{MAX_ANSWER_BYTES // 1024} KiB limit: cut"
-                    )
-            return response.status_code, response.reason_phrase, response.headers, bytes(body)
 
     def _answer(
         self, status: int, reason: str, headers: httpx.Headers, raw: bytes
@@ -304,14 +258,15 @@ class TelegramSink:
                 body = parsed
             else:
                 shape = f"a JSON {type(parsed).__name__}, not an object"
-        desc = self.scrub(_one_line(str(body.get("description") or reason or "")))
+        desc = self.scrub(http.one_line(str(body.get("description") or reason or "")))
         if status == 200 and body.get("ok") is True:
             result = body.get("result")
             if isinstance(result, dict) and isinstance(result.get("message_id"), int):
                 return result
             raise Retry("200 ok but no message in the answer (not a Bot API server?)")
         if 200 <= status < 300:
-            what = shape or f"ok: {_one_line(str(body.get('ok')))}" + (f", {desc}" if desc else "")
+            ok = http.one_line(str(body.get("ok")))
+            what = shape or f"ok: {ok}" + (f", {desc}" if desc else "")
             raise Retry(f"{status} but the answer is {what}")
         if status == 429:
             after_s = retry_after(body.get("parameters"))
@@ -319,7 +274,7 @@ class TelegramSink:
         if status >= 500:
             raise Retry(f"{status} {desc or 'server error'}")
         if 300 <= status < 400:
-            where = self.scrub(_one_line(headers.get("location", "?")))
+            where = self.scrub(http.one_line(headers.get("location", "?")))
             raise Rejected(f"{status} redirect to {where}: set api_base to the final URL")
         if status == 400 and "parse" in desc.lower():
             raise Refused(f"{status} {desc}")  # the HTML: sent again as plain text

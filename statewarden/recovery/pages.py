@@ -32,6 +32,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from statewarden.errors import PageFormatError
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import parse_header
 
@@ -44,10 +45,6 @@ _BTREE_TYPES = (PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF, PAGE_INDEX_INTERIOR, PAGE_
 MAX_OVERFLOW_PAGES_PER_CELL = 1 << 20
 
 Row = tuple[int, list[Any]]
-
-
-class PageFormatError(ValueError):
-    """A page or cell does not follow the file format."""
 
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
