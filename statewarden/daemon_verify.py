@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import StatewardenError
-from statewarden.incidents.signals import Found, Observation, Severity, Signal
+from statewarden.incidents.signals import KINDS, Found, Observation, Severity, Signal
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
@@ -58,7 +58,7 @@ T = TypeVar("T")
 
 VERIFIED_FILE = "verified.json"
 # Kinds after which a database is verified soon (Hermes repaired itself; a unit loops).
-VERIFY_AFTER = frozenset({"self_repair", "crash_loop"})
+VERIFY_AFTER = frozenset(n for n, k in KINDS.items() if k.verified_soon_after)
 IDLE_NICE = 19
 IOPRIO_WHO_PROCESS = 1  # with a thread id: that thread alone
 IOPRIO_CLASS_IDLE = 3

@@ -10,11 +10,12 @@ from __future__ import annotations
 import ast
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
 from statewarden import errors
-from statewarden.incidents.signals import KINDS, Severity
+from statewarden.incidents.kinds import KINDS, SEVERITY_RANK, Kind, Severity
 from statewarden.journald import (
     PRIORITY_CRIT,
     PRIORITY_ERR,
@@ -91,11 +92,79 @@ class TestIncidentKinds:
 
         assert list(get_args(IncidentKind)) == list(KINDS)
 
+    def test_every_kind_has_each_field(self) -> None:
+        """Each entry of the one kinds table says all of a kind: its texts (one-line
+        meaning, catalogue subject and text, next step that formats with a profile), a
+        known severity and rule, and for a state kind when it is evaluated afresh after a
+        restart (a log kind resolves by quiet period instead)."""
+        assert list(KINDS)
+        for name, kind in KINDS.items():
+            assert re.fullmatch(r"[a-z]+(_[a-z]+)*", name), name
+            for text in (kind.what, kind.subject, kind.meaning, kind.next_step):
+                assert text.strip(), (name, text)
+                assert "\n" not in text, (name, text)
+            assert kind.severity in SEVERITY_RANK, name
+            assert "{" not in kind.next_step.format(profile="work"), name
+            assert kind.rule in ("state", "log"), name
+            if kind.rule == "state":
+                assert kind.after_restart in ("holder_scan", "start_up", "window"), name
+                assert kind.quiet_resolve_s is None, name
+            else:
+                assert kind.after_restart is None, name
+            if kind.quiet_resolve_s is not None:
+                assert kind.quiet_resolve_s > 0, name
+
+    def test_the_old_tables_are_views_of_the_kinds_table(self) -> None:
+        """The router's mutes and folds and the restart check's groups are computed from
+        the table's fields, so a new kind needs no entry anywhere else."""
+        from statewarden.alerts.router import FOLDED_INTO_CORRUPTION, MAINTENANCE_MUTES
+        from statewarden.daemon_verify import VERIFY_AFTER
+        from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS
+        from statewarden.watch.holders import MAINTENANCE_EXEMPT
+
+        def where(test: Callable[[Kind], bool]) -> frozenset[str]:
+            return frozenset(name for name, kind in KINDS.items() if test(kind))
+
+        assert where(lambda k: k.muted_in_maintenance) == MAINTENANCE_MUTES
+        assert where(lambda k: k.folded_into_corruption) == FOLDED_INTO_CORRUPTION
+        assert where(lambda k: k.after_restart == "holder_scan") == HOLDER_KINDS
+        assert where(lambda k: k.after_restart == "start_up") == START_KINDS
+        assert where(lambda k: k.maintenance_process_exempt) == MAINTENANCE_EXEMPT
+        assert where(lambda k: k.verified_soon_after) == VERIFY_AFTER
+        assert "corruption" not in FOLDED_INTO_CORRUPTION
+        assert "stale_holder" in MAINTENANCE_MUTES  # a run stops holders: not news
+
+    def test_no_module_lists_kinds_outside_the_table(self) -> None:
+        """No literal (dict, set, list, tuple) outside ``incidents/kinds.py`` names two or
+        more kinds: such a list is a second table that a new kind would miss. The one
+        allowed copy is ``config.IncidentKind`` (checked equal above)."""
+        names = set(KINDS)
+        lists = []
+        for shown_as, tree in modules():
+            if shown_as in ("statewarden/incidents/kinds.py", "statewarden/config.py"):
+                continue
+            for node in ast.walk(tree):
+                elements: list[ast.expr | None] = []
+                if isinstance(node, ast.Dict):
+                    elements = list(node.keys)
+                elif isinstance(node, ast.Set | ast.List | ast.Tuple):
+                    elements = list(node.elts)
+                spelled = [
+                    e.value
+                    for e in elements
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in names
+                ]
+                if len(spelled) >= 2:
+                    lists.append(f"{shown_as}:{getattr(node, 'lineno', '?')}: {spelled}")
+        assert lists == []
+
     def test_kinds_are_listed_once(self) -> None:
         """No module re-lists the kinds: the table is their only definition."""
-        for name in ("KINDS", "MESSAGE_IDS", "STATE_KINDS", "SEVERITY_RANK"):
+        for name in ("KINDS", "MESSAGE_IDS", "STATE_KINDS", "SEVERITY_RANK", "Kind"):
             places = [p for p in definitions(name) if not p.startswith("statewarden/holders/")]
             assert len(places) <= 1, (name, places)
+        for name in ("NEXT_STEPS", "MEANINGS"):
+            assert definitions(name) == [], name
 
 
 class TestSharedNames:

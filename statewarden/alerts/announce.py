@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from statewarden.incidents.book import Update
-from statewarden.incidents.signals import KINDS
+from statewarden.incidents.kinds import KINDS
 from statewarden.incidents.timeline import Timeline
 from statewarden.logs import get_logger
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from statewarden.incidents.book import Incident
-from statewarden.incidents.signals import KINDS, SEVERITY_RANK
+from statewarden.incidents.kinds import KINDS, SEVERITY_RANK
 from statewarden.redact import redact_text
 
 NotificationState = Literal["firing", "resolved", "test"]
@@ -28,55 +28,6 @@ EVIDENCE_LINES = 3  # evidence entries shown per incident
 EVIDENCE_LINE_CHARS = 300
 HOLDER_LINES = 5
 TEST_TEXT = "If you can read this, statewarden's alerts reach you here."
-
-# What a person does next, per kind. {profile} is the profile's name.
-NEXT_STEPS: dict[str, str] = {
-    "corruption": "statewardenctl check --profile {profile}, then "
-    "statewardenctl maintenance --dry-run --profile {profile}",
-    "jsonl_fallback": "statewardenctl check --profile {profile}, then "
-    "statewardenctl maintenance --dry-run --profile {profile} "
-    "(Hermes is writing to JSONL, not state.db)",
-    "write_failures": "statewardenctl holders --profile {profile} (who holds the write lock)",
-    "messages_dropped": "statewardenctl holders --profile {profile} and "
-    "statewardenctl check --profile {profile}: messages are being lost",
-    "self_repair": "statewardenctl check --profile {profile} (Hermes replaced state.db; "
-    "the old file is kept as state.db.malformed-backup-*)",
-    "stale_holder": "statewardenctl holders --profile {profile}, then restart the STALE "
-    "process: its writes no longer reach state.db",
-    "lost_locks": "statewardenctl holders --profile {profile}, then restart the process "
-    "flagged LOST-LOCKS",
-    "wal_growth": "statewardenctl holders --profile {profile} (a long-lived reader starves "
-    "checkpoints)",
-    "unsafe_mount": "stop Hermes and move its home to a local filesystem (then point "
-    "targets[].home in the statewarden config at it), or convert state.db to "
-    "journal_mode=DELETE while Hermes is stopped",
-    "multi_writer": "statewardenctl holders --profile {profile}; raise holders.max_writers "
-    "in the statewarden config if this many is normal here",
-    "unexpected_holder": "statewardenctl holders --profile {profile}; add the kind to "
-    "holders.expected_kinds in the statewarden config if it belongs",
-    "crash_loop": "journalctl --user -u <unit> -n 50 (why the unit keeps failing)",
-    "task_died": "journalctl --user -u hermes-gateway -n 50, then restart the gateway",
-    "watcher_failed": "journalctl --user -u statewarden -p warning",
-    "state_unwritable": "df -h ~/.local/state/statewarden; free space there (or raise the "
-    "unit's LimitNOFILE=); writes are retried",
-    "supervisor_failed": "journalctl --user -u statewarden -n 50; fix the cause, then "
-    "systemctl --user reset-failed statewarden && systemctl --user start statewarden",
-    "maintenance_repaired": "statewardenctl status --profile {profile}; "
-    "statewardenctl quarantine list shows the original",
-    "maintenance_rolled_back": "statewardenctl maintenance --dry-run --profile {profile}, "
-    "stop what it names (or close the app that respawns it), run again",
-    "maintenance_refused": "statewardenctl maintenance --dry-run --profile {profile}, "
-    "fix what it names, run again",
-    "watcher_degraded": "raise the inotify limit the incident names (sudo sysctl "
-    "fs.inotify.max_user_instances=1024 or fs.inotify.max_user_watches=524288; make it "
-    "lasting in /etc/sysctl.d/), then systemctl --user restart statewarden",
-    "lock_guard": "statewardenctl holders --profile {profile} (who holds state.db EXCLUSIVE); "
-    "restart the Hermes process that logged it once that holder is gone",
-    "wal_reset_bug": "upgrade the SQLite Hermes links (hermes update) and the sqlite3 shell "
-    "to 3.51.3+; until then never open state.db with the shell while Hermes runs",
-    "recovery_files": "statewardenctl status --profile {profile} lists them with sizes; keep "
-    "retired-wal captures until recovery is checked, then delete old ones",
-}
 
 
 @dataclass
@@ -163,6 +114,14 @@ def evidence_lines(evidence: list[str]) -> list[str]:
     return out
 
 
+def next_step(kind: str, profile: str) -> str:
+    """What a person does next about an incident of ``kind`` on ``profile`` (a kind no
+    longer known, from an older incident book: look at the incidents)."""
+    known = KINDS.get(kind)
+    step = known.next_step if known is not None else "statewardenctl incidents"
+    return step.format(profile=profile)
+
+
 def item_for(
     inc: Incident,
     change: str,
@@ -186,7 +145,7 @@ def item_for(
         rate_per_min=rate_per_min,
         evidence=evidence_lines(inc.evidence),
         holders=list(holders or [])[:HOLDER_LINES],
-        next_step=NEXT_STEPS.get(inc.kind, "statewardenctl incidents").format(profile=profile),
+        next_step=next_step(inc.kind, profile),
         resolution=inc.resolution,
         folded=list(folded or []),
     )

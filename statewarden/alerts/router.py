@@ -43,20 +43,11 @@ from statewarden.alerts.silences import Silence
 from statewarden.atomic import write_atomic
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
+from statewarden.incidents.kinds import KINDS
 
-MAINTENANCE_MUTES = frozenset(
-    {
-        "stale_holder",
-        "lost_locks",
-        "multi_writer",
-        "unexpected_holder",
-        "crash_loop",
-        "task_died",
-        "jsonl_fallback",
-        "write_failures",
-    }
-)
-FOLDED_INTO_CORRUPTION = frozenset({"write_failures", "self_repair", "jsonl_fallback"})
+# Views of the kinds table (each kind's ``muted_in_maintenance``, ``folded_into_corruption``).
+MAINTENANCE_MUTES = frozenset(n for n, k in KINDS.items() if k.muted_in_maintenance)
+FOLDED_INTO_CORRUPTION = frozenset(n for n, k in KINDS.items() if k.folded_into_corruption)
 FOLDED_SHOWN = 10  # folded incidents listed by name in a corruption notification
 KEEP_RESOLVED = 2000  # resolved incidents remembered (the book itself keeps 500)
 

@@ -45,14 +45,8 @@ from typing import Any, Literal
 from statewarden.atomic import StateUnwritable, append_line, fsync_file, write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
-from statewarden.incidents.signals import (
-    KINDS,
-    SEVERITY_RANK,
-    Severity,
-    Signal,
-    cap_evidence,
-    is_state_kind,
-)
+from statewarden.incidents.kinds import KINDS, SEVERITY_RANK, Severity, is_state_kind
+from statewarden.incidents.signals import Signal, cap_evidence
 from statewarden.redact import redact_text
 
 DEFAULT_SAVE_INTERVAL_S = 1.0

@@ -10,6 +10,9 @@ either finds them again (a signal with their fingerprint) or resolves them:
 - ``HOLDER_KINDS`` once a holder scan has run;
 - ``START_KINDS`` once start-up is done (watchers polled, mounts checked, first scan);
 - ``wal_growth`` and ``crash_loop`` once their window has passed since the start.
+
+Which is which is each kind's ``after_restart`` in ``incidents/kinds.py``; the two sets
+here are views of that table.
 """
 
 from __future__ import annotations
@@ -17,12 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from statewarden.incidents.book import IncidentBook, Update, from_logs
-from statewarden.incidents.signals import Found, Signal, is_state_kind
+from statewarden.incidents.kinds import KINDS, is_state_kind
+from statewarden.incidents.signals import Found, Signal
 
-HOLDER_KINDS = frozenset({"stale_holder", "lost_locks", "multi_writer", "unexpected_holder"})
-START_KINDS = frozenset(
-    {"unsafe_mount", "watcher_failed", "state_unwritable", "watcher_degraded", "recovery_files"}
-)
+HOLDER_KINDS = frozenset(n for n, k in KINDS.items() if k.after_restart == "holder_scan")
+START_KINDS = frozenset(n for n, k in KINDS.items() if k.after_restart == "start_up")
 RESTART_RESOLUTION = "no longer the case (evaluated afresh after a restart)"
 
 

@@ -32,8 +32,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from statewarden.alerts.message import NEXT_STEPS, Item, Notification
+from statewarden.alerts.message import Item, Notification
 from statewarden.atomic import private_dir, write_atomic
+from statewarden.incidents.kinds import KINDS
 
 OUTCOMES_DIR = "outcomes"
 KEEP = 50  # outcome files kept while no daemon collects them
@@ -171,7 +172,7 @@ def next_step(data: dict[str, Any]) -> str:
     profile = data.get("profile", "default")
     if kind == "maintenance_repaired" and data.get("exit_code"):
         return f"statewardenctl status --profile {profile}; statewardenctl incidents"
-    return NEXT_STEPS[kind].format(profile=profile)
+    return KINDS[kind].next_step.format(profile=profile)
 
 
 def notification(data: dict[str, Any], host: str | None = None) -> Notification:

@@ -34,6 +34,7 @@ from pathlib import Path
 from statewarden.config import DEFAULT_OTHER_USERS, HoldersConfig, OtherUsersPolicy
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
+from statewarden.incidents.kinds import KINDS
 from statewarden.incidents.signals import Found, Observation, Signal
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
@@ -72,8 +73,9 @@ HOLDER_RULES: tuple[HolderRule, ...] = (
 )  # fmt: skip
 
 
-# What a maintenance run's own process never is (it holds the database to repair it).
-MAINTENANCE_EXEMPT = frozenset({"lost_locks", "unexpected_holder", "multi_writer"})
+# What a maintenance run's own process never is (it holds the database to repair it):
+# a view of the kinds table.
+MAINTENANCE_EXEMPT = frozenset(n for n, k in KINDS.items() if k.maintenance_process_exempt)
 
 
 def _inode(path: Path) -> int:
