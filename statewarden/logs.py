@@ -3,10 +3,11 @@
 - On a TTY: structlog's console renderer.
 - Under systemd (``$JOURNAL_STREAM`` or ``$INVOCATION_ID`` set): each event is one
   journald entry sent by the native protocol, with ``PRIORITY``,
-  ``SYSLOG_IDENTIFIER=statewarden``, ``MESSAGE_ID`` when the event has one and every
-  other field as ``STATEWARDEN_<NAME>``, so ``journalctl -p warning`` and field
-  matches work. With no journal socket, lines go to stderr with ``<N>`` prefixes,
-  which journald's stream reader turns back into priorities.
+  ``SYSLOG_IDENTIFIER=statewarden`` and every other field as ``STATEWARDEN_<NAME>``, so
+  ``journalctl -p warning`` and field matches work. Never a ``MESSAGE_ID``: those are
+  the alerts', one entry per incident change from the journald sink. With no journal
+  socket, lines go to stderr with ``<N>`` prefixes, which journald's stream reader
+  turns back into priorities.
 - Otherwise: ``key=value`` lines (or JSON with ``logging.format: json``) on stderr.
 
 Secrets (tokens, passwords) are redacted before any renderer sees them.
@@ -58,9 +59,6 @@ def journal_fields(event: Mapping[str, Any]) -> dict[str, object]:
     }
     for key, value in event.items():
         if key in ("event", "level", "timestamp"):
-            continue
-        if key == "message_id":
-            fields["MESSAGE_ID"] = value
             continue
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         fields["STATEWARDEN_" + field_name(key)] = text

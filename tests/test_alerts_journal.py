@@ -1,7 +1,8 @@
 """The journald sink into a real journald (the private systemd namespace, as root): the
 entries read back with ``journalctl -o json`` carry the kind's MESSAGE_ID, PRIORITY and
-the STATEWARDEN_* fields, and ``journalctl -x`` shows the catalogue's text; the committed
-catalogue file is the one the code generates."""
+the STATEWARDEN_* fields, and ``journalctl -x`` shows the catalogue's text; each incident
+change is one entry under its MESSAGE_ID, also when the outbox cannot be written; the
+committed catalogue file is the one the code generates."""
 
 from __future__ import annotations
 
@@ -39,6 +40,70 @@ SEND = textwrap.dedent(
     assert sink.sender.available, "no journal socket"
     for n in (firing, resolved):
         print(asyncio.run(sink.deliver(Entry(1, "journald", n, 1.0), lambda p: None)))
+    """
+)
+
+# What the daemon does with each incident update (``Daemon._on_update``): the announcer
+# (its own log line and the timeline) and the alert service (router, outbox, sinks), with
+# the daemon's logging set up as under systemd. argv: state folder, mode ("ok", or "full":
+# the state folder a full 64 KiB tmpfs, so no outbox entry can be written).
+CHANGES = textwrap.dedent(
+    """\
+    import asyncio, json, subprocess, sys
+    from pathlib import Path
+    state, mode = Path(sys.argv[1]), sys.argv[2]
+    if mode == "full":
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)],
+                       check=True)
+        try:
+            with open(state / "fill", "wb") as f:
+                while True:
+                    f.write(b"x" * 4096)
+                    f.flush()
+        except OSError:
+            pass
+    from statewarden import logs
+    from statewarden.alerts.announce import Announcer
+    from statewarden.alerts.service import Alerts
+    from statewarden.config import AlertsConfig
+    from statewarden.incidents.book import IncidentBook
+    from statewarden.incidents.signals import Signal
+    from statewarden.incidents.timeline import Timeline
+
+    assert logs.configure("info", "journald") == "journald"
+    log = logs.get_logger()
+    db = f"/home/u/.hermes-{mode}/state.db"
+    alerts = Alerts(AlertsConfig(group_wait=0.2), state, log=log, host="box")
+    announcer = Announcer(Timeline(state / "timeline"))
+    book = IncidentBook(None)
+    signals = [
+        Signal("wal_growth", db, "WAL 60 MB and growing", source="files"),
+        Signal("wal_growth", db, "WAL 70 MB and growing", source="files"),
+        Signal("wal_growth", db, "WAL 900 MB", source="files", severity="critical"),
+        Signal("wal_growth", db, "WAL checkpointed", source="files", clears=True),
+    ]
+
+    async def main():
+        task = asyncio.create_task(alerts.run())
+        changes = []
+        for s in signals:
+            update = book.record(s)
+            changes.append(update.change)
+            announcer.submit(update)
+            alerts.submit(update)
+            notified = len([c for c in changes if c != "updated"])
+            for _ in range(200):  # past the group wait, until the sink took it
+                await asyncio.sleep(0.05)
+                if alerts.status()["sinks"]["journald"]["delivered"] >= notified:
+                    break
+        await asyncio.sleep(0.5)  # time for a second entry, were there one
+        status = alerts.status()
+        task.cancel()
+        await alerts.close()
+        return {"changes": changes, "persist_error": status["persist_error"],
+                "delivered": status["sinks"]["journald"]["delivered"]}
+
+    print(json.dumps(asyncio.run(main())))
     """
 )
 
@@ -111,3 +176,45 @@ class TestRealJournal:
         assert "Subject: statewarden: Hermes state.db is corrupt" in explained
         assert "Incident 3 on /home/u/.hermes/state.db (profile work), firing." in explained
         assert "What to do: statewardenctl check --profile work" in explained
+
+    @pytest.mark.parametrize("mode", ["ok", "full"])
+    def test_one_entry_per_incident_change(
+        self, manager: UserSystemd, tmp_path: Path, mode: str
+    ) -> None:
+        """An incident that opens, is updated, escalates and resolves is three entries under
+        the kind's MESSAGE_ID (opened, escalated, resolved: the journald sink's, after the
+        group wait), not six: the daemon's own log lines of the same changes carry no
+        MESSAGE_ID. With the state folder on a full disk ("full") nothing reaches the
+        outbox on disk, and every change still reaches the journal once, from memory."""
+        state = tmp_path / "state"
+        state.mkdir(mode=0o700)
+        r = manager.run(
+            "sh", "-c", f'cd "{REPO}" && exec "{sys.executable}" -c "$0" "$1" "$2"',
+            CHANGES, str(state), mode,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["changes"] == ["opened", "updated", "escalated", "resolved"]
+        assert out["delivered"] == 3
+        if mode == "full":
+            assert "No space left on device" in out["persist_error"]
+        else:
+            assert out["persist_error"] == ""
+        manager.run("journalctl", "--flush")
+        db = f"/home/u/.hermes-{mode}/state.db"
+        lines = manager.run(
+            "journalctl", "-o", "json", "--no-pager", "SYSLOG_IDENTIFIER=statewarden",
+            f"STATEWARDEN_DB={db}",
+        ).stdout.splitlines()  # fmt: skip
+        entries = [json.loads(line) for line in lines]
+        alerts = [e for e in entries if "MESSAGE_ID" in e]
+        assert [e["MESSAGE_ID"] for e in alerts] == [KINDS["wal_growth"].message_id] * 3
+        assert [e["STATEWARDEN_CHANGE"] for e in alerts] == ["opened", "escalated", "resolved"]
+        assert [e["PRIORITY"] for e in alerts] == ["4", "2", "5"]
+        own = [e for e in entries if "MESSAGE_ID" not in e]
+        assert [e["MESSAGE"] for e in own] == [
+            "incident opened: WAL 60 MB and growing",
+            "incident escalated: WAL 900 MB",
+            "incident resolved: wal_growth (WAL checkpointed)",
+        ]
+        assert {e["PRIORITY"] for e in own} == {"6"}

@@ -1,7 +1,9 @@
-"""The announcer: incident changes to journald (via the logger) and the timeline."""
+"""The announcer: incident changes to the daemon's log (no MESSAGE_ID: that is the journald
+sink's alone) and the timeline."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -28,7 +30,8 @@ SIGNALS = [
 
 class TestAnnouncer:
     def test_each_change_but_updated_is_one_entry(self, tmp_path: Path) -> None:
-        """opened, escalated and resolved are announced; a plain update is not."""
+        """opened, escalated and resolved are announced, each one info line naming the
+        severity and no MESSAGE_ID; a plain update is not."""
         book = IncidentBook(None)
         timeline = Timeline(tmp_path / "timeline")
         announcer = Announcer(timeline)
@@ -41,8 +44,9 @@ class TestAnnouncer:
                 announcer.submit(update)
         assert changes == ["opened", "updated", "escalated", "resolved"]
         assert [e["change"] for e in logs] == ["opened", "escalated", "resolved"]
-        assert [e["log_level"] for e in logs] == ["warning", "critical", "info"]
-        assert {e["message_id"] for e in logs} == {KINDS["wal_growth"].message_id}
+        assert [e["log_level"] for e in logs] == ["info", "info", "info"]
+        assert [e["severity"] for e in logs] == ["warning", "critical", "critical"]
+        assert not [e for e in logs if "message_id" in e]
         assert logs[0]["event"] == "incident opened: WAL 60 MB and growing"
         assert logs[2]["event"] == "incident resolved: wal_growth (WAL checkpointed)"
         assert all(e["source"] == "files" and e["db"] == DB for e in logs)
@@ -64,12 +68,16 @@ class TestAnnouncer:
 
 
 class TestDaemonAnnounces:
-    def test_an_incident_opening_is_a_journald_entry_with_its_message_id(
+    def test_an_incident_opening_is_one_entry_with_its_message_id(
         self, tmp_path: Path, env: dict[str, str], hermes_home: Path
     ) -> None:
         """A real daemon under systemd-style logging: Hermes' self-repair backup appearing
-        is one native-protocol entry with the self_repair MESSAGE_ID, at error priority,
-        naming the incident, the change and the watcher."""
+        is one native-protocol entry with the self_repair MESSAGE_ID (the journald sink's,
+        at error priority, after the group wait); the daemon's own line about it names
+        the incident, the change and the watcher, at info, with no MESSAGE_ID."""
+        config = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text("alerts:\n  group_wait: 1s\n")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(str(tmp_path / "journal.sock"))
         sock.settimeout(30)
@@ -78,20 +86,31 @@ class TestDaemonAnnounces:
             env={**env, "JOURNAL_STREAM": "8:1234",
                  "STATEWARDEN_JOURNAL_SOCKET": str(tmp_path / "journal.sock")},
         )  # fmt: skip
+        message_id = KINDS["self_repair"].message_id
         try:
             while decode_entry(sock.recv(1 << 20))["MESSAGE"] != "statewarden ready":
                 pass
             (hermes_home / "state.db.malformed-backup-20260101_000000").write_bytes(b"x")
-            entry = decode_entry(sock.recv(1 << 20))
-            while entry.get("MESSAGE_ID") != KINDS["self_repair"].message_id:
-                entry = decode_entry(sock.recv(1 << 20))
-            assert entry["MESSAGE"].startswith("incident opened: ")
-            assert entry["PRIORITY"] == "3"
-            assert entry["STATEWARDEN_KIND"] == "self_repair"
-            assert entry["STATEWARDEN_CHANGE"] == "opened"
-            assert entry["STATEWARDEN_SOURCE"] == "files"
-            assert entry["STATEWARDEN_DB"] == str(hermes_home / "state.db")
+            entries = [decode_entry(sock.recv(1 << 20))]
+            while entries[-1].get("MESSAGE_ID") != message_id:
+                entries.append(decode_entry(sock.recv(1 << 20)))
+            sock.settimeout(2.0)  # the group wait is 1 s: a second entry would be here
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    entries.append(decode_entry(sock.recv(1 << 20)))
         finally:
             proc.terminate()
             assert proc.wait(timeout=30) == 0
             sock.close()
+        (alert,) = [e for e in entries if "MESSAGE_ID" in e]
+        assert alert["MESSAGE_ID"] == message_id
+        assert alert["PRIORITY"] == "3"
+        assert alert["STATEWARDEN_STATE"] == "firing"
+        assert alert["STATEWARDEN_CHANGE"] == "opened"
+        (own,) = [e for e in entries if e["MESSAGE"].startswith("incident opened: ")]
+        assert own["PRIORITY"] == "6"
+        assert own["STATEWARDEN_KIND"] == "self_repair"
+        assert own["STATEWARDEN_SEVERITY"] == "error"
+        assert own["STATEWARDEN_CHANGE"] == "opened"
+        assert own["STATEWARDEN_SOURCE"] == "files"
+        assert own["STATEWARDEN_DB"] == str(hermes_home / "state.db")

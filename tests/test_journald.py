@@ -148,7 +148,8 @@ class TestLogging:
     def test_journald_fields(
         self, journal_socket: socket.socket, sender: journald.JournalSender
     ) -> None:
-        """Under systemd an event becomes an entry with PRIORITY, identifier, MESSAGE_ID and fields."""
+        """Under systemd an event becomes an entry with PRIORITY, identifier and fields;
+        never a MESSAGE_ID (those are the alerts'), even from a field of that name."""
         logs.configure("info", "journald", stream=io.StringIO(), journal=sender)
         logs.get_logger().warning(
             "jsonl fallback fired",
@@ -161,7 +162,7 @@ class TestLogging:
             "MESSAGE": "jsonl fallback fired",
             "PRIORITY": "4",
             "SYSLOG_IDENTIFIER": "statewarden",
-            "MESSAGE_ID": "3f9a1c5e2b7d4e8f9a0b1c2d3e4f5a6b",
+            "STATEWARDEN_MESSAGE_ID": "3f9a1c5e2b7d4e8f9a0b1c2d3e4f5a6b",
             "STATEWARDEN_PROFILE": "default",
             "STATEWARDEN_HOLDERS": "[1, 2]",
         }

@@ -1,12 +1,16 @@
-"""Incident changes announced: one journald entry and one timeline line per change.
+"""Incident changes announced: one daemon log line and one timeline line per change.
 
 The daemon hands every :class:`~statewarden.incidents.book.Update` the incident book
 produces to :meth:`Announcer.submit`, and nothing else. An incident that opens,
 reopens, escalates or resolves is announced; a plain ``updated`` (one more signal for
-an open incident) is not, so a flood of 520,000 lines is one entry. The journald entry
-carries the kind's ``MESSAGE_ID`` and the incident's severity as its priority (a
-resolution is ``info``); the timeline line makes the change part of the incident's
-own evidence.
+an open incident) is not, so a flood of 520,000 lines is one line. The timeline line
+makes the change part of the incident's own evidence.
+
+The log line is the daemon's record of what it saw, at ``info`` and without a
+``MESSAGE_ID``: the alert itself, with the kind's ``MESSAGE_ID`` and the incident's
+severity as its priority, is the journald sink's one entry per change
+(``alerts/journald_sink.py``), after grouping, maintenance muting and silences. A
+failure to persist does not stop that entry: the outbox delivers from memory.
 """
 
 from __future__ import annotations
@@ -15,12 +19,8 @@ import time
 from typing import Any
 
 from statewarden.incidents.book import Update
-from statewarden.incidents.kinds import KINDS
 from statewarden.incidents.timeline import Timeline
 from statewarden.logs import get_logger
-
-# Incident severities are logger method names already; a resolution is news, not trouble.
-RESOLVED_LEVEL = "info"
 
 
 def announced(update: Update) -> bool:
@@ -37,7 +37,7 @@ def announcement(update: Update) -> str:
 
 
 class Announcer:
-    """Writes each announced incident change to journald and the evidence timeline."""
+    """Writes each announced incident change to the daemon's log and the evidence timeline."""
 
     def __init__(self, timeline: Timeline, log: Any | None = None) -> None:
         self.timeline = timeline
@@ -47,13 +47,14 @@ class Announcer:
         if not announced(update):
             return
         inc = update.incident
-        level = RESOLVED_LEVEL if update.change == "resolved" else inc.severity
         text = announcement(update)
-        getattr(self.log, level)(
+        # At info: the record of a change, not the alert about it (the journald sink's
+        # entry, at the incident's severity), so ``journalctl -p warning`` lists it once.
+        self.log.info(
             text,
-            message_id=KINDS[inc.kind].message_id,
             incident=inc.id,
             kind=inc.kind,
+            severity=inc.severity,
             db=inc.db,
             count=inc.count,
             change=update.change,
