@@ -8,7 +8,9 @@ import click
 
 from statewarden.cli._common import echo_line, handle_errors, json_option, print_json
 from statewarden.cli._progress import progress_option, progress_reporter
-from statewarden.recovery.recover import exit_code_for, recover
+from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS
+from statewarden.recovery.recover import recover
+from statewarden.recovery.report import Report
 
 
 @click.command("recover")
@@ -55,6 +57,13 @@ def recover_cmd(
     else:
         for line in report.render():
             echo_line(line)
-    code = exit_code_for(report)
+    code = _exit_code(report)
     if code:
         raise SystemExit(code)
+
+
+def _exit_code(report: Report) -> int:
+    """0 verified with no loss, 3 verified with loss, 1 not verified."""
+    if not report.verified:
+        return EXIT_FAILED
+    return EXIT_RECOVERED_WITH_LOSS if report.loss_detected else EXIT_OK

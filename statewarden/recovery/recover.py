@@ -46,8 +46,8 @@ from typing import Any
 
 import apsw
 
-from statewarden.atomic import write_new
-from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, UsageError
+from statewarden.atomic import fsync_dir, write_new
+from statewarden.errors import UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
@@ -70,12 +70,6 @@ from statewarden.sqlite import hermes_schema_version, quote_ident
 
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
-
-
-def exit_code_for(report: Report) -> int:
-    if not report.verified:
-        return EXIT_FAILED
-    return EXIT_RECOVERED_WITH_LOSS if report.loss_detected else EXIT_OK
 
 
 def recover(
@@ -152,11 +146,7 @@ def _publish(built: Path, output: Path) -> None:
         os.link(built, output, follow_symlinks=False)
     except FileExistsError:
         raise UsageError(f"{output}: appeared while recovering; refusing to overwrite it") from None
-    dir_fd = os.open(output.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(output.parent)
 
 
 def _recover_copy(
