@@ -39,21 +39,14 @@ def install_fake_hermes(bin_dir: Path, python: str | None = None) -> Path:
     return exe
 
 
-def _daemonise() -> None:
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-
-
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["serve"] and "--isolated" in args:
-        _daemonise()
+        # Detached as the demo's look-alike is (this runs with the test interpreter,
+        # where statewarden is installed).
+        from statewarden.demo.hermes_lookalike import daemonise
+
+        daemonise()
     from hermes_state import SessionDB
 
     db = SessionDB()

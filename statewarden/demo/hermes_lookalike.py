@@ -25,7 +25,10 @@ WRITE_EVERY_ENV = "DEMO_WRITE_EVERY"
 BUSY_TIMEOUT_S = 1.0
 
 
-def _daemonise() -> None:
+def daemonise() -> None:
+    """Detach as the desktop app's backend does: a double fork (the parent is PID 1 or
+    the subreaper then), a new session, stdio on /dev/null. Also what ``tests/fake_hermes.py``
+    does for ``hermes serve --isolated``."""
     if os.fork():
         os._exit(0)
     os.setsid()
@@ -55,7 +58,7 @@ def _append(conn: sqlite3.Connection, session: str, role: str, text: str) -> Non
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["serve"] and "--isolated" in args:
-        _daemonise()
+        daemonise()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
