@@ -30,9 +30,9 @@ import fnmatch
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dbus_fast import Message, MessageFlag, MessageType, Variant
 from dbus_fast.aio import MessageBus
@@ -569,31 +569,37 @@ class UserManager:
                 yield change
 
 
-# -- sync wrappers for the CLI ----------------------------------------------------------
+# -- from synchronous code (the CLI, maintenance steps in a worker thread) -----------------
+
+T = TypeVar("T")
 
 
-def list_units_sync(patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS,
-                    address: str | None = None) -> list[UnitInfo]:  # fmt: skip
-    async def run() -> list[UnitInfo]:
-        async with UserManager(address) as m:
-            return await m.list_units(patterns)
+def call_sync(work: Callable[[UserManager], Awaitable[T]], address: str | None = None) -> T:
+    """``work(manager)`` on one connection to the user manager, from synchronous code: the
+    connection is opened, ``work`` awaited, the connection closed, its result returned.
+    Raises what :class:`UserManager` raises (:class:`SystemdUnavailable`,
+    :class:`SystemdCallFailed`). Not from inside a running event loop."""
 
-    return asyncio.run(run())
-
-
-def stop_unit_sync(unit: str, *, address: str | None = None,
-                   timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
-    async def run() -> JobResult:
-        async with UserManager(address) as m:
-            return await m.stop_unit(unit, timeout_s=timeout_s)
+    async def run() -> T:
+        async with UserManager(address) as manager:
+            return await work(manager)
 
     return asyncio.run(run())
 
 
-def start_unit_sync(unit: str, *, address: str | None = None,
-                    timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
-    async def run() -> JobResult:
-        async with UserManager(address) as m:
-            return await m.start_unit(unit, timeout_s=timeout_s)
+def list_units_sync(
+    patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS, address: str | None = None
+) -> list[UnitInfo]:
+    return call_sync(lambda m: m.list_units(patterns), address)
 
-    return asyncio.run(run())
+
+def stop_unit_sync(
+    unit: str, *, address: str | None = None, timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+) -> JobResult:
+    return call_sync(lambda m: m.stop_unit(unit, timeout_s=timeout_s), address)
+
+
+def start_unit_sync(
+    unit: str, *, address: str | None = None, timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+) -> JobResult:
+    return call_sync(lambda m: m.start_unit(unit, timeout_s=timeout_s), address)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,9 @@ from statewarden.holders.units import annotate
 from statewarden.systemd import (
     JobResult,
     UnitChange,
+    UnitInfo,
     UserManager,
+    call_sync,
     list_units_sync,
     session_bus_address,
     start_unit_sync,
@@ -40,12 +42,11 @@ GATEWAY = "hermes-gateway.service"
 DASHBOARD = "hermes-dashboard.service"
 
 
-def run(coro_fn: Callable[[UserManager], object], address: str) -> object:
-    async def go() -> object:
-        async with UserManager(address) as m:
-            return await coro_fn(m)  # type: ignore[misc]
-
-    return asyncio.run(go())
+def unit_info(name: str, address: str) -> UnitInfo:
+    """The manager's facts about a unit it knows."""
+    info = call_sync(lambda m: m.unit(name), address)
+    assert info is not None, name
+    return info
 
 
 @pytest.fixture
@@ -208,16 +209,14 @@ class Setup:
     def scan(self) -> HolderScan:
         return HolderScanner([self.db]).scan()[0]
 
-    def unit(self, name: str) -> object:
-        return run(lambda m: m.unit(name), self.address)
+    def unit(self, name: str) -> UnitInfo | None:
+        return call_sync(lambda m: m.unit(name), self.address)
 
     def main_pid(self, name: str) -> int:
-        info = run(lambda m: m.unit(name), self.address)
-        return int(info.main_pid)  # type: ignore[attr-defined]
+        return unit_info(name, self.address).main_pid
 
     def restarts(self, name: str) -> int:
-        info = run(lambda m: m.unit(name), self.address)
-        return int(info.n_restarts)  # type: ignore[attr-defined]
+        return unit_info(name, self.address).n_restarts
 
     def holding_pids(self) -> set[int]:
         return {h.pid for h in self.scan().holders}
@@ -305,8 +304,8 @@ class TestHoldersAndUnits:
     def test_unit_by_pid(self, units: Setup) -> None:
         """GetUnitByPID names the unit of a main process, and None for a process outside."""
         pid = units.main_pid(GATEWAY)
-        assert run(lambda m: m.unit_by_pid(pid), units.address) == GATEWAY
-        assert run(lambda m: m.unit_by_pid(os.getpid()), units.address) is None
+        assert call_sync(lambda m: m.unit_by_pid(pid), units.address) == GATEWAY
+        assert call_sync(lambda m: m.unit_by_pid(os.getpid()), units.address) is None
 
     def test_cli_shows_units_from_the_manager(
         self, units: Setup, monkeypatch: pytest.MonkeyPatch
@@ -379,12 +378,12 @@ class TestStopStart:
     def test_crash_is_restarted_and_counted(self, units: Setup) -> None:
         """A killed gateway comes back (Restart=always) with NRestarts + 1 and a new holder."""
         old_pid = units.main_pid(GATEWAY)
-        restarts = run(lambda m: m.unit(GATEWAY), units.address).n_restarts  # type: ignore[attr-defined]
+        restarts = unit_info(GATEWAY, units.address).n_restarts
         os.kill(old_pid, signal.SIGKILL)
         wait_for(lambda: units.main_pid(GATEWAY) not in (0, old_pid), "the gateway's restart")
         units.wait_held_by_units()
-        info = run(lambda m: m.unit(GATEWAY), units.address)
-        assert info.n_restarts == restarts + 1  # type: ignore[attr-defined]
+        info = unit_info(GATEWAY, units.address)
+        assert info.n_restarts == restarts + 1
         assert old_pid not in units.holding_pids()
 
 

@@ -7,7 +7,6 @@ holder re-parented to PID 1 or to the user manager is an *orphan*.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 
 from statewarden.errors import SystemdCallFailed, SystemdUnavailable
@@ -18,6 +17,7 @@ from statewarden.systemd import (
     UNREACHABLE,
     UnitInfo,
     UserManager,
+    call_sync,
 )
 
 
@@ -55,13 +55,12 @@ def systemd_view(
     Returns ``(units, None)``, or ``([], reason)`` with the one-line reason.
     """
 
-    async def run() -> list[UnitInfo]:
-        async with UserManager(address) as m:
-            await annotate(m, scans)
-            return await m.list_units(patterns)
+    async def run(m: UserManager) -> list[UnitInfo]:
+        await annotate(m, scans)
+        return await m.list_units(patterns)
 
     try:
-        return asyncio.run(run()), None
+        return call_sync(run, address), None
     except SystemdUnavailable as exc:
         return [], str(exc)
     except SystemdCallFailed as exc:

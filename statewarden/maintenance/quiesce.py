@@ -14,7 +14,6 @@ it came from, so the user knows what keeps starting it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -26,7 +25,7 @@ from statewarden.holders.processes import read_stat
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
 from statewarden.maintenance.plan import REFUSE, SIGNAL, STOP_UNIT, HolderDecision, decide
-from statewarden.systemd import JobResult, UserManager
+from statewarden.systemd import JobResult, UserManager, call_sync
 
 SCAN_GAP_S = 0.1
 EXIT_POLL_S = 0.05
@@ -96,16 +95,15 @@ def start_units(units: Sequence[str], address: str | None, timeout_s: float) -> 
 
 def _jobs(action: str, units: Sequence[str], address: str | None, timeout_s: float
           ) -> list[JobResult]:  # fmt: skip
-    async def run() -> list[JobResult]:
+    async def run(m: UserManager) -> list[JobResult]:
         out = []
-        async with UserManager(address) as m:
-            for unit in units:
-                call = m.stop_unit if action == "stop" else m.start_unit
-                out.append(await call(unit, timeout_s=timeout_s))
+        for unit in units:
+            call = m.stop_unit if action == "stop" else m.start_unit
+            out.append(await call(unit, timeout_s=timeout_s))
         return out
 
     try:
-        return asyncio.run(run())
+        return call_sync(run, address)
     except (SystemdUnavailable, SystemdCallFailed) as exc:
         raise QuiesceFailed(f"could not {action} {', '.join(units)}: {exc}") from None
 
@@ -113,16 +111,15 @@ def _jobs(action: str, units: Sequence[str], address: str | None, timeout_s: flo
 def unit_states(units: Sequence[str], address: str | None) -> dict[str, str]:
     """Each unit's ActiveState (``unknown`` if the manager does not know it)."""
 
-    async def run() -> dict[str, str]:
+    async def run(m: UserManager) -> dict[str, str]:
         out = {}
-        async with UserManager(address) as m:
-            for unit in units:
-                info = await m.unit(unit)
-                out[unit] = info.active_state if info is not None else "unknown"
+        for unit in units:
+            info = await m.unit(unit)
+            out[unit] = info.active_state if info is not None else "unknown"
         return out
 
     try:
-        return asyncio.run(run())
+        return call_sync(run, address)
     except (SystemdUnavailable, SystemdCallFailed):
         return dict.fromkeys(units, "unknown")
 
@@ -130,12 +127,8 @@ def unit_states(units: Sequence[str], address: str | None) -> dict[str, str]:
 def annotate_units(scanner_scans: list[HolderScan], address: str | None) -> str | None:
     """Confirm holders' units with the manager; the reason it could not, or None."""
 
-    async def run() -> None:
-        async with UserManager(address) as m:
-            await annotate(m, scanner_scans)
-
     try:
-        asyncio.run(run())
+        call_sync(lambda m: annotate(m, scanner_scans), address)
     except SystemdUnavailable as exc:
         return str(exc)
     except SystemdCallFailed as exc:
