@@ -22,17 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent(
     """\
-    import asyncio, json, subprocess, sys
+    import asyncio, json, sys
     from pathlib import Path
+    from tests.support.full_disk import mount_full_tmpfs
     state, url = Path(sys.argv[1]), sys.argv[2]
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)], check=True)
-    try:
-        with open(state / "fill", "wb") as f:
-            while True:
-                f.write(b"x" * 4096)
-                f.flush()
-    except OSError:
-        pass
+    mount_full_tmpfs(state)
     from statewarden.alerts.service import Alerts
     from statewarden.config import AlertsConfig, JournaldAlertsConfig, TelegramConfig
     from statewarden.incidents.book import IncidentBook

@@ -49,19 +49,12 @@ SEND = textwrap.dedent(
 # the state folder a full 64 KiB tmpfs, so no outbox entry can be written).
 CHANGES = textwrap.dedent(
     """\
-    import asyncio, json, subprocess, sys
+    import asyncio, json, sys
     from pathlib import Path
+    from tests.support.full_disk import mount_full_tmpfs
     state, mode = Path(sys.argv[1]), sys.argv[2]
     if mode == "full":
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(state)],
-                       check=True)
-        try:
-            with open(state / "fill", "wb") as f:
-                while True:
-                    f.write(b"x" * 4096)
-                    f.flush()
-        except OSError:
-            pass
+        mount_full_tmpfs(state)
     from statewarden import logs
     from statewarden.alerts.announce import Announcer
     from statewarden.alerts.service import Alerts
