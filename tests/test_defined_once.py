@@ -167,10 +167,41 @@ class TestIncidentKinds:
             assert definitions(name) == [], name
 
 
+def functions(name: str) -> list[str]:
+    """Where a module-level function ``name`` (or ``_name``) is defined, in the package
+    and the tests, as file:line."""
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.lstrip(
+                "_"
+            ) == name.lstrip("_"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
 class TestSharedNames:
     def test_each_is_defined_once(self) -> None:
         for name in ("ProgressFn", "Found", "Backoff", "SIDECAR_SUFFIXES", "BUNDLE_SUFFIXES"):
             assert len(definitions(name)) == 1, (name, definitions(name))
+
+    def test_each_function_is_defined_once(self) -> None:
+        """Helpers that were written twice have one home: the damage class's exit code
+        (diagnose), the folder fsync (atomic), the double-fork detach (the demo's Hermes
+        look-alike, which the tests' fake Hermes calls), the synchronous use of the user
+        manager (systemd), a server's text as one line (alerts/http)."""
+        homes = {
+            "exit_code_for": "statewarden/recovery/diagnose.py",
+            "fsync_dir": "statewarden/atomic.py",
+            "daemonise": "statewarden/demo/hermes_lookalike.py",
+            "call_sync": "statewarden/systemd.py",
+            "one_line": "statewarden/alerts/http.py",
+        }
+        for name, home in homes.items():
+            places = functions(name)
+            assert len(places) == 1, (name, places)
+            assert places[0].startswith(home + ":"), (name, places)
 
     def test_sidecar_suffixes_are_spelled_only_in_sidecars(self) -> None:
         """Code names -wal, -shm and -journal through ``statewarden.sidecars``, not literals."""
