@@ -9,6 +9,7 @@ import that breaks it, naming the file, the line and the rule.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "statewarden"
@@ -120,3 +121,69 @@ def test_every_module_is_in_a_known_part() -> None:
     names = [module_name(p) for p in PACKAGE.rglob("*.py")]
     assert {part_of(n) for n in names} <= set(ALLOWED)
     assert any(part_of(n) == "recovery" for n in names)
+
+
+# -- public faces: other parts import only what a subpackage's __init__ names ------------
+
+
+def face_violations(path: Path, module: str, shown_as: str) -> list[str]:
+    """Each name this file imports from another subpackage that the subpackage's
+    ``__all__`` does not name, as ``file:line: ...``, saying what to do."""
+    here = part_of(module)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        there = part_of(node.module)
+        if there == here or there not in SUBPACKAGES:
+            continue
+        package = f"statewarden.{there}"
+        public = set(importlib.import_module(package).__all__)
+        for alias in node.names:
+            if alias.name not in public:
+                out.append(
+                    f"{shown_as}:{node.lineno}: imports {alias.name} from {node.module}, "
+                    f"which {package} does not name: add it to HOMES in "
+                    f"statewarden/{there}/__init__.py, or use a name it has"
+                )
+    return out
+
+
+def test_other_parts_import_only_public_names() -> None:
+    out: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        out += face_violations(path, module_name(path), str(path.relative_to(PACKAGE.parent)))
+    assert out == [], "\n" + "\n".join(out)
+
+
+def test_every_subpackage_names_its_api() -> None:
+    """Each subpackage has an ``__all__``; each name in it is there on the package (loaded
+    from its home on first use) and is the object its home module defines."""
+    for part in sorted(SUBPACKAGES):
+        package = importlib.import_module(f"statewarden.{part}")
+        assert isinstance(package.__all__, list), part
+        homes: dict[str, str] = getattr(package, "HOMES", {})
+        for name in package.__all__:
+            home = homes.get(name)
+            value = getattr(package, name)
+            if home:
+                assert value is getattr(importlib.import_module(f"{package.__name__}.{home}"), name)
+            elif home == "":
+                assert value is importlib.import_module(f"{package.__name__}.{name}")
+
+
+def test_the_face_check_names_the_import(tmp_path: Path) -> None:
+    """The check can fail: a private name of another subpackage is reported with its line
+    and what to do; a public one, and any name of the importer's own part, pass."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from statewarden.recovery.check import check_database\n"
+        "from statewarden.recovery.scan import scan_table\n"
+    )
+    assert face_violations(probe, "statewarden.maintenance.probe", "probe.py") == [
+        "probe.py:2: imports scan_table from statewarden.recovery.scan, which "
+        "statewarden.recovery does not name: add it to HOMES in "
+        "statewarden/recovery/__init__.py, or use a name it has"
+    ]
+    assert face_violations(probe, "statewarden.recovery.probe", "probe.py") == []

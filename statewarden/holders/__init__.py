@@ -5,3 +5,30 @@ holder of a database (descriptors, maps, ``/proc/locks``, stale inodes), increme
 ``opens`` turns inotify open events into cheap re-scans; ``report`` holds the records
 and their JSON; ``units`` confirms each holder's unit with the user manager.
 """
+
+from typing import TYPE_CHECKING
+
+from statewarden.public import public_face
+
+# The names other parts use, and the module each lives in ("": the submodule itself).
+HOMES = {
+    "apply_heartbeats": "heartbeats",
+    "OpenWatch": "opens",
+    "human_age": "processes",
+    "read_stat": "processes",
+    "short_command": "processes",
+    "DB_FILE": "report",
+    "SHM_FILE": "report",
+    "WAL_FILE": "report",
+    "Holder": "report",
+    "HolderScan": "report",
+    "HolderScanner": "scan",
+    "LOCK_LOST": "scan",
+    "VIA_LOCKS": "scan",
+    "age_seconds": "scan",
+    "annotate": "units",
+    "systemd_view": "units",
+}
+__all__ = list(HOMES)
+if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
+    __getattr__ = public_face(__name__, HOMES)

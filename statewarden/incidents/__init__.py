@@ -1,7 +1,37 @@
 """Incidents: what watchers signal, turned into incidents a person reads.
 
-``signals`` defines signals and observations and the table of incident kinds; ``book``
+``kinds`` is the one table of incident kinds; ``signals`` defines signals and observations; ``book``
 opens, updates, resolves and persists incidents; ``timeline`` keeps the bounded evidence
 timeline per database; ``recorder`` puts what the watchers find into both; ``show`` is an
 incident with the timeline around its first signal.
 """
+
+from typing import TYPE_CHECKING
+
+from statewarden.public import public_face
+
+# The names other parts use, and the module each lives in ("": the submodule itself).
+HOMES = {
+    "Incident": "book",
+    "IncidentBook": "book",
+    "Update": "book",
+    "KINDS": "kinds",
+    "SEVERITY_RANK": "kinds",
+    "Kind": "kinds",
+    "Severity": "kinds",
+    "is_state_kind": "kinds",
+    "Recorder": "recorder",
+    "HOLDER_KINDS": "restart",
+    "START_KINDS": "restart",
+    "RestartCheck": "restart",
+    "show_incident": "show",
+    "EVIDENCE_LINE_MAX_CHARS": "signals",
+    "Found": "signals",
+    "Observation": "signals",
+    "Signal": "signals",
+    "cap_evidence": "signals",
+    "Timeline": "timeline",
+}
+__all__ = list(HOMES)
+if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
+    __getattr__ = public_face(__name__, HOMES)

@@ -7,3 +7,26 @@ original in quarantine, ``ledger`` records each step before it starts, ``run`` i
 run in order (and its roll-back / roll-forward), ``windows`` and ``auto`` are the
 daemon's side.
 """
+
+from typing import TYPE_CHECKING
+
+from statewarden.public import public_face
+
+# The names other parts use, and the module each lives in ("": the submodule itself).
+HOMES = {
+    "outcomes": "",
+    "AutoMaintenance": "auto",
+    "in_progress": "ledger",
+    "lock_holder": "ledger",
+    "run_dir": "ledger",
+    "Plan": "plan",
+    "ACTIONS": "run",
+    "MaintenanceRun": "run",
+    "Options": "run",
+    "list_snapshots": "snapshots",
+    "take_snapshot": "snapshots",
+    "list_quarantine": "swap",
+}
+__all__ = list(HOMES)
+if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
+    __getattr__ = public_face(__name__, HOMES)

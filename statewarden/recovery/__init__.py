@@ -9,3 +9,26 @@ copies (``copies``); the output is
 verified on its own terms (``verify``) and the ``report`` is measured on both files.
 The source is only ever read.
 """
+
+from typing import TYPE_CHECKING
+
+from statewarden.public import public_face
+
+# The names other parts use, and the module each lives in ("": the submodule itself).
+HOMES = {
+    "FREE_SPACE_MARGIN_BYTES": "bundle",
+    "WORK_LOCK": "bundle",
+    "WORK_PREFIX": "bundle",
+    "bundle_bytes": "bundle",
+    "make_work_copy": "bundle",
+    "remove_abandoned": "bundle",
+    "check_database": "check",
+    "Diagnosis": "diagnose",
+    "exit_code_for": "diagnose",
+    "worst": "diagnose",
+    "recover": "",  # the module: its recover() is the engine's entry
+    "Report": "report",
+}
+__all__ = list(HOMES)
+if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
+    __getattr__ = public_face(__name__, HOMES)

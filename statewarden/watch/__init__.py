@@ -5,3 +5,23 @@
 ``journal`` follows the Hermes units' journal; ``files`` watches state.db and its
 sidecars. Each watcher produces signals and observations (``statewarden.incidents.signals``).
 """
+
+from typing import TYPE_CHECKING
+
+from statewarden.public import public_face
+
+# The names other parts use, and the module each lives in ("": the submodule itself).
+HOMES = {
+    "FileEvents": "events",
+    "HolderWatcher": "holders",
+    "describe": "holders",
+    "JOURNAL_REMEDY": "journal",
+    "JournalFollower": "journal",
+    "Guard": "monitor",
+    "TargetMonitor": "monitor",
+    "MountWatcher": "mounts",
+    "UnitWatcher": "units",
+}
+__all__ = list(HOMES)
+if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
+    __getattr__ = public_face(__name__, HOMES)
