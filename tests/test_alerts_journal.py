@@ -45,8 +45,9 @@ SEND = textwrap.dedent(
 
 # What the daemon does with each incident update (``Daemon._on_update``): the announcer
 # (its own log line and the timeline) and the alert service (router, outbox, sinks), with
-# the daemon's logging set up as under systemd. argv: state folder, mode ("ok", or "full":
-# the state folder a full 64 KiB tmpfs, so no outbox entry can be written).
+# the daemon's logging set up as under systemd. argv: state folder, mode ("ok"; "full":
+# the state folder a full 64 KiB tmpfs, so no outbox entry can be written; "planted": the
+# outbox folder a symlink someone planted, so nothing is written through it).
 CHANGES = textwrap.dedent(
     """\
     import asyncio, json, sys
@@ -55,6 +56,9 @@ CHANGES = textwrap.dedent(
     state, mode = Path(sys.argv[1]), sys.argv[2]
     if mode == "full":
         mount_full_tmpfs(state)
+    if mode == "planted":
+        (state / "elsewhere").mkdir(mode=0o700)
+        (state / "outbox").symlink_to(state / "elsewhere")
     from statewarden import logs
     from statewarden.alerts.announce import Announcer
     from statewarden.alerts.service import Alerts
@@ -170,15 +174,16 @@ class TestRealJournal:
         assert "Incident 3 on /home/u/.hermes/state.db (profile work), firing." in explained
         assert "What to do: statewardenctl check --profile work" in explained
 
-    @pytest.mark.parametrize("mode", ["ok", "full"])
+    @pytest.mark.parametrize("mode", ["ok", "full", "planted"])
     def test_one_entry_per_incident_change(
         self, manager: UserSystemd, tmp_path: Path, mode: str
     ) -> None:
         """An incident that opens, is updated, escalates and resolves is three entries under
         the kind's MESSAGE_ID (opened, escalated, resolved: the journald sink's, after the
         group wait), not six: the daemon's own log lines of the same changes carry no
-        MESSAGE_ID. With the state folder on a full disk ("full") nothing reaches the
-        outbox on disk, and every change still reaches the journal once, from memory."""
+        MESSAGE_ID. With the state folder on a full disk ("full") or the outbox folder a
+        planted symlink ("planted") nothing reaches the outbox on disk, and every change
+        still reaches the journal once, from memory."""
         state = tmp_path / "state"
         state.mkdir(mode=0o700)
         r = manager.run(
@@ -191,6 +196,9 @@ class TestRealJournal:
         assert out["delivered"] == 3
         if mode == "full":
             assert "No space left on device" in out["persist_error"]
+        elif mode == "planted":
+            assert out["persist_error"].endswith("; not written to")
+            assert list((state / "elsewhere").iterdir()) == []
         else:
             assert out["persist_error"] == ""
         manager.run("journalctl", "--flush")
