@@ -6,10 +6,11 @@ import click
 import yaml
 
 from statewarden.cli._common import config_option, get_config, handle_errors, print_json
+from statewarden.cli._group import CommandGroup
 from statewarden.config import to_plain
 
 
-@click.group("config")
+@click.group("config", cls=CommandGroup)
 def config_group() -> None:
     """Validate or print the configuration."""
 
