@@ -874,19 +874,55 @@ def is_secret(cls: type, name: str) -> bool:
     return get_origin(hint) is Annotated and _Secret in get_args(hint)
 
 
-def to_plain(value: Any, *, redact: bool = True) -> Any:
-    """The config as plain YAML/JSON-ready data, secrets replaced by :data:`REDACTED`."""
+def format_duration(seconds: float) -> str:
+    """``seconds`` as the config writes it, in the largest unit that keeps it whole:
+    ``30s``, ``5m``, ``4h``, ``1d``, ``250ms``; :func:`parse_duration` reads it back."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    millis = f"{seconds * 1000:.6f}".rstrip("0").rstrip(".")  # never an exponent
+    return f"{millis}ms"
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as the config writes it (``50MB``, ``16MiB``, ``4096``);
+    :func:`parse_bytes` reads it back."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("GB", 10**9),
+                       ("MB", 10**6)):  # fmt: skip
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _markers(cls: type, name: str) -> tuple[Any, ...]:
+    hint = typing.get_type_hints(cls, include_extras=True).get(name)
+    if get_origin(hint) in (Union, types.UnionType):  # ``Duration | None``
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    return tuple(get_args(hint)[1:]) if get_origin(hint) is Annotated else ()
+
+
+def to_plain(value: Any, *, redact: bool = True, units: bool = False) -> Any:
+    """The config as plain YAML/JSON-ready data, secrets replaced by :data:`REDACTED`.
+
+    ``units``: durations and sizes as the config writes them (``30s``, ``50MB``) rather
+    than numbers of seconds and bytes (what ``--json`` keeps, for programs).
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in public_fields(type(value)):
             item = getattr(value, f.name)
+            markers = _markers(type(value), f.name) if units and item is not None else ()
             if redact and item and is_secret(type(value), f.name):
                 out[f.name] = REDACTED
+            elif _Duration in markers:
+                out[f.name] = format_duration(item)
+            elif _Bytes in markers:
+                out[f.name] = format_bytes(item)
             else:
-                out[f.name] = to_plain(item, redact=redact)
+                out[f.name] = to_plain(item, redact=redact, units=units)
         return out
     if isinstance(value, tuple | list):
-        return [to_plain(v, redact=redact) for v in value]
+        return [to_plain(v, redact=redact, units=units) for v in value]
     if isinstance(value, Path):
         return str(value)
     return value
