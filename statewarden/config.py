@@ -188,6 +188,7 @@ DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
     "tui",
     "cron",
     "acp",
+    "litestream",  # replicates the database; maintenance stops and restarts it
 )
 
 
