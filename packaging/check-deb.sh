@@ -12,8 +12,15 @@ trap 'rm -rf "$work"' EXIT
 
 dpkg -i "$deb" >/dev/null
 /usr/bin/statewarden --version
-XDG_RUNTIME_DIR="$work" systemd-analyze verify --user --man=no /usr/lib/systemd/user/statewarden.service
+# Documentation= included: the package's man pages are where man looks.
+[ -z "$(XDG_RUNTIME_DIR="$work" systemd-analyze verify --user /usr/lib/systemd/user/statewarden.service 2>&1)" ] \
+    || { XDG_RUNTIME_DIR="$work" systemd-analyze verify --user /usr/lib/systemd/user/statewarden.service; exit 1; }
 grep -q '^ExecStart=/usr/bin/statewarden run$' /usr/lib/systemd/user/statewarden.service
+# The package's venv carries the man pages and completions (the wheel's _data), and a
+# user's `statewardenctl install` leaves them to the package's /usr/share copies.
+ls /opt/statewarden/venv/lib/python3*/site-packages/statewarden/_data/man/statewarden.1 >/dev/null
+HOME="$work" XDG_CONFIG_HOME="$work/.config" DBUS_SESSION_BUS_ADDRESS=unix:path=/nonexistent \
+    /usr/bin/statewardenctl install --dry-run | grep -q 'installed with the package in /usr/share'
 for comp in /usr/share/bash-completion/completions/statewardenctl \
     /usr/share/zsh/vendor-completions/_statewardenctl \
     /usr/share/fish/vendor_completions.d/statewardenctl.fish; do

@@ -5,9 +5,14 @@ the wheel) with the folder that holds *this* installation's ``statewarden`` and
 ``statewardenctl`` (a venv's ``bin/``, a pipx venv, ``/usr/bin``), writes them into the
 user's unit folder, records what it wrote in a manifest, and asks the user manager over
 D-Bus to reload, enable and start. Running it again changes nothing that is already right.
-``uninstall`` stops and disables the unit and removes exactly the files the manifest
-names, and only while they still hold what was written (a file the user edited since is
-kept, and said so). Hermes' own units are never touched.
+Beside the units it puts the man pages (statewarden(1), statewardenctl(1),
+statewarden.yaml(5)) and the shell completions (bash, zsh, fish) in the user's data
+folder (``$XDG_DATA_HOME``, default ``~/.local/share``), where ``man`` and the shells
+look for a user's own, unless the installation already has them in its system folders
+(the Debian package). ``uninstall`` stops and disables the unit and removes exactly the
+files the manifest names (and the folders install made for them, once empty), and only
+while they still hold what was written (a file the user edited since is kept, and said
+so). Hermes' own units are never touched.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +44,28 @@ BINDIR_PLACEHOLDER = "@BINDIR@"
 CREDENTIAL = "telegram-token"  # the name alerts.telegram.credential reads by default
 COMMANDS = ("statewarden", "statewardenctl")
 START_TIMEOUT_S = 90.0
+CATALOG = "statewarden.catalog"
+# Man pages and completions: source name -> where under the user's data folder
+# ($XDG_DATA_HOME, ~/.local/share) it goes, and where a system install (the Debian
+# package, relative to the commands' prefix) already has it.
+#   man-db adds <dir>/../share/man of every <dir> on PATH to its search path, so
+#   ~/.local/share/man is found while ~/.local/bin is on PATH.
+#   bash-completion loads $XDG_DATA_HOME/bash-completion/completions/<command>.
+#   fish reads $XDG_DATA_HOME/fish/vendor_completions.d (leaving ~/.config/fish to
+#   the user). zsh has no user folder of its own: ~/.local/share/zsh/site-functions
+#   must be put on fpath before compinit (README: Install).
+DATA_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("man/statewarden.1", "man/man1/statewarden.1", ("man/man1/statewarden.1.gz",)),
+    ("man/statewardenctl.1", "man/man1/statewardenctl.1", ("man/man1/statewardenctl.1.gz",)),
+    ("man/statewarden.yaml.5", "man/man5/statewarden.yaml.5", ("man/man5/statewarden.yaml.5.gz",)),
+    ("completions/statewardenctl", "bash-completion/completions/statewardenctl",
+     ("bash-completion/completions/statewardenctl",)),
+    ("completions/_statewardenctl", "zsh/site-functions/_statewardenctl",
+     ("zsh/vendor-completions/_statewardenctl",)),
+    ("completions/statewardenctl.fish", "fish/vendor_completions.d/statewardenctl.fish",
+     ("fish/vendor_completions.d/statewardenctl.fish",)),
+)  # fmt: skip
+DATA_FILE_MODE = 0o644  # read by man and the shells, never secret
 
 
 @dataclass
@@ -58,6 +86,14 @@ class InstallPlan:
     enable: bool
     now: bool
     manifest: Path
+    # Man pages and completions (in the user's data folder); empty for a system install.
+    data_files: list[FileChange] = field(default_factory=list)
+    # Why there are none, when the installation's own folders already hold them.
+    data_note: str | None = None
+
+    @property
+    def all_files(self) -> list[FileChange]:
+        return [*self.files, *self.data_files]
 
 
 @dataclass
@@ -78,6 +114,28 @@ def default_unit_dir(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
     return Path(base) / "systemd" / "user"
+
+
+def default_data_dir(env: dict[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME``, else ``~/.local/share``: where a user's man pages and shell
+    completions go."""
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local/share")
+    return Path(base)
+
+
+def _data_source(rel: str) -> Path:
+    """The shipped file ``rel`` (``man/statewarden.1``, ``completions/statewardenctl``)."""
+    here = Path(__file__).resolve().parent
+    kind, name = rel.split("/", 1)
+    checkout = {
+        "man": here.parent / "docs" / "man",
+        "completions": here.parent / "packaging" / "completions",
+    }
+    for candidate in (here / "_data" / kind / name, checkout[kind] / name):
+        if candidate.is_file():
+            return candidate
+    raise InstallError(f"{rel} is missing from this installation ({here})")
 
 
 def templates_dir() -> Path:
@@ -172,8 +230,8 @@ def _read_text(path: Path) -> str | None:
 # -- install ---------------------------------------------------------------------------
 
 
-def _check_unit_dir(unit_dir: Path) -> None:
-    """Refuse a unit folder another user could plant files in (docs/safety.md rule 12):
+def _check_unit_dir(unit_dir: Path, what: str = "units") -> None:
+    """Refuse a folder another user could plant files in (docs/safety.md rule 12):
     one that is a symlink, not ours, or writable by others (sticky or not: a name
     planted there before we write would be followed or taken as ours)."""
     try:
@@ -186,10 +244,63 @@ def _check_unit_dir(unit_dir: Path) -> None:
         raise InstallError(f"{unit_dir}: not a folder")
     if st.st_uid != os.geteuid():
         raise InstallError(
-            f"{unit_dir}: owned by uid {st.st_uid}, not by us; refusing to write units there"
+            f"{unit_dir}: owned by uid {st.st_uid}, not by us; refusing to write {what} there"
         )
     if st.st_mode & 0o022:
-        raise InstallError(f"{unit_dir}: writable by others; refusing to write units there")
+        raise InstallError(f"{unit_dir}: writable by others; refusing to write {what} there")
+
+
+def _change(path: Path, content: str, ours: dict[str, str], force: bool) -> FileChange:
+    """What writing ``content`` at ``path`` is: refused for a symlink, or for a file that
+    install did not write (its digest is not in the manifest) unless ``force``."""
+    if path.is_symlink():
+        raise InstallError(f"{path} is a symlink; remove it or point --unit-dir elsewhere")
+    old = _read_text(path)
+    if old is None:
+        action = "create"
+    elif old == content:
+        action = "unchanged"
+    elif force or ours.get(str(path)) == _digest(old):
+        action = "update"
+    else:
+        raise InstallError(
+            f"{path} exists and was not written by statewardenctl install;"
+            " move it away or use --force to replace it"
+        )
+    return FileChange(path.name, path, content, action)
+
+
+def system_data_dir(bindir: Path) -> Path:
+    """``share/`` beside the commands' folder: ``/usr/share`` for ``/usr/bin``."""
+    return bindir.parent / "share"
+
+
+def plan_data_files(
+    data_dir: Path, bindir: Path, ours: dict[str, str], *, force: bool
+) -> tuple[list[FileChange], str | None]:
+    """The man pages and completions to put under ``data_dir``; none when the
+    installation's own ``share/`` already has them (a system package)."""
+    system = system_data_dir(bindir)
+    if all(any((system / rel).is_file() for rel in where) for _src, _dst, where in DATA_FILES):
+        return [], f"man pages and shell completions are installed with the package in {system}"
+    changes: list[FileChange] = []
+    for src, dst, _where in DATA_FILES:
+        path = data_dir / dst
+        for folder in _missing_or_own_folders(path.parent, data_dir):
+            _check_unit_dir(folder, "man pages or completions")
+        changes.append(_change(path, _data_source(src).read_text(encoding="utf-8"), ours, force))
+    return changes, None
+
+
+def _missing_or_own_folders(folder: Path, top: Path) -> list[Path]:
+    """``folder`` and its parents up to ``top``, as far as they exist (each is checked)."""
+    out = []
+    while True:
+        if folder.exists() or folder.is_symlink():
+            out.append(folder)
+        if folder in (top, folder.parent):
+            return out
+        folder = folder.parent
 
 
 def plan_install(
@@ -201,8 +312,9 @@ def plan_install(
     now: bool = False,
     force: bool = False,
     token_file: Path | None = None,
+    data_dir: Path | None = None,
 ) -> InstallPlan:
-    """What ``install`` would write; refuses to overwrite a unit file it did not write."""
+    """What ``install`` would write; refuses to overwrite a file it did not write."""
     bindir = bindir or installation_bindir()
     _check_unit_dir(unit_dir)
     tdir = templates_dir()
@@ -210,23 +322,11 @@ def plan_install(
     files: list[FileChange] = []
     for name in UNIT_FILES:
         content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file)
-        path = unit_dir / name
-        if path.is_symlink():
-            raise InstallError(f"{path} is a symlink; remove it or point --unit-dir elsewhere")
-        old = _read_text(path)
-        if old is None:
-            action = "create"
-        elif old == content:
-            action = "unchanged"
-        elif force or ours.get(str(path)) == _digest(old):
-            action = "update"
-        else:
-            raise InstallError(
-                f"{path} exists and was not written by statewardenctl install;"
-                " move it away or use --force to replace it"
-            )
-        files.append(FileChange(name, path, content, action))
-    return InstallPlan(unit_dir, bindir, files, enable, now, manifest)
+        files.append(_change(unit_dir / name, content, ours, force))
+    data_files, data_note = plan_data_files(
+        data_dir or default_data_dir(), bindir, ours, force=force
+    )
+    return InstallPlan(unit_dir, bindir, files, enable, now, manifest, data_files, data_note)
 
 
 def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
@@ -236,9 +336,13 @@ def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
         if f.action != "unchanged":
             write_atomic(f.path, f.content)
             out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
-    _save_manifest(plan)
+    made = _write_data_files(plan, out)
+    _save_manifest(plan, made)
     if not any(f.action != "unchanged" for f in plan.files):
         out.notes.append(f"unit files in {plan.unit_dir} already up to date")
+    if plan.data_note:
+        out.notes.append(plan.data_note)
+    out.notes.extend(_where_man_looks(plan))
     try:
         asyncio.run(_manager_install(plan, out, address))
     except SystemdUnavailable as exc:
@@ -254,12 +358,53 @@ def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     return out
 
 
-def _save_manifest(plan: InstallPlan) -> None:
+def _write_data_files(plan: InstallPlan, out: Outcome) -> list[str]:
+    """Write the man pages and completions; the folders made for them (deepest first,
+    with those an earlier install made), so that uninstall can remove them once empty."""
+    made: list[str] = list(read_manifest(plan.manifest).get("folders", []))
+    for f in plan.data_files:
+        missing: list[Path] = []
+        folder = f.path.parent
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.insert(0, str(folder))
+        if f.action != "unchanged":
+            write_atomic(f.path, f.content)
+            os.chmod(f.path, DATA_FILE_MODE)
+            out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
+    return sorted(set(made), key=lambda p: (-p.count("/"), p))
+
+
+def _where_man_looks(plan: InstallPlan) -> list[str]:
+    """A note when ``man`` (with this environment) would not find the pages written."""
+    pages = [f.path for f in plan.data_files if f.path.suffix in (".1", ".5")]
+    manpath = shutil.which("manpath")
+    if not pages or manpath is None:
+        return []
+    try:
+        r = subprocess.run([manpath, "-q"], capture_output=True, text=True, timeout=10,
+                           check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    mandir = pages[0].parent.parent
+    if str(mandir) in r.stdout.strip().split(":"):
+        return []
+    return [
+        f"man does not look in {mandir} with this PATH: put {mandir.parent.parent / 'bin'} on"
+        f" PATH (man then finds it) or add {mandir} to MANPATH"
+    ]
+
+
+def _save_manifest(plan: InstallPlan, folders: list[str] | None = None) -> None:
     data = {
         "version": MANIFEST_VERSION,
         "unit_dir": str(plan.unit_dir),
         "bindir": str(plan.bindir),
-        "files": {str(f.path): _digest(f.content) for f in plan.files},
+        "files": {str(f.path): _digest(f.content) for f in plan.all_files},
+        "folders": folders or [],
     }
     plan.manifest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(plan.manifest, json.dumps(data, indent=2) + "\n")
@@ -317,6 +462,7 @@ def uninstall(manifest: Path, address: str | None = None, *, dry_run: bool = Fal
     if dry_run:
         out.changes += [f"would stop and disable {UNIT}"]
         out.changes += [f"would remove {p}" for p in files]
+        out.changes += [f"would remove {p} if empty" for p in data.get("folders", [])]
         return out
     try:
         asyncio.run(_manager_uninstall(out, address))
@@ -336,6 +482,11 @@ def uninstall(manifest: Path, address: str | None = None, *, dry_run: bool = Fal
         else:
             path.unlink()
             out.changes.append(f"removed {path}")
+    for folder_text in data.get("folders", []):
+        folder = Path(folder_text)
+        with contextlib.suppress(OSError):  # not empty (or gone): the user's now
+            folder.rmdir()
+            out.changes.append(f"removed {folder}")
     manifest.unlink(missing_ok=True)
     with contextlib.suppress(SystemdUnavailable, SystemdCallFailed):
         asyncio.run(_reload(address))

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,8 @@ from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
+REPO = Path(__file__).resolve().parent.parent
+COMPLETIONS = REPO / "packaging" / "completions"
 
 
 def offline_env(tmp_path: Path) -> dict[str, str]:
@@ -69,7 +72,7 @@ class TestWithoutManager:
         assert f"wrote {units / inst.UNIT}" in r.stdout
         assert "systemd user manager not reachable" in r.stdout
         manifest = json.loads(manifest_of(env).read_text())
-        assert sorted(manifest["files"]) == sorted(str(units / n) for n in inst.UNIT_FILES)
+        assert {str(units / n) for n in inst.UNIT_FILES} <= set(manifest["files"])
 
     def test_second_install_changes_nothing(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
@@ -195,6 +198,174 @@ class TestWithoutManager:
         assert r.exit_code == 2
         assert r.stderr.startswith("statewardenctl: error: nothing to uninstall")
         assert r.stderr.count("\n") == 1
+
+
+def data_dir_of(env: dict[str, str]) -> Path:
+    return Path(env["HOME"]) / ".local" / "share"
+
+
+# Where each shipped file lands under ~/.local/share, and where it comes from.
+DATA_FILES = {
+    "man/man1/statewarden.1": REPO / "docs" / "man" / "statewarden.1",
+    "man/man1/statewardenctl.1": REPO / "docs" / "man" / "statewardenctl.1",
+    "man/man5/statewarden.yaml.5": REPO / "docs" / "man" / "statewarden.yaml.5",
+    "bash-completion/completions/statewardenctl": COMPLETIONS / "statewardenctl",
+    "zsh/site-functions/_statewardenctl": COMPLETIONS / "_statewardenctl",
+    "fish/vendor_completions.d/statewardenctl.fish": COMPLETIONS / "statewardenctl.fish",
+}
+
+
+def user_shell_env(env: dict[str, str]) -> dict[str, str]:
+    """A login-like environment: ~/.local/bin on PATH (as pipx and install.sh set up)."""
+    home = env["HOME"]
+    return {"HOME": home, "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8"}  # fmt: skip
+
+
+class TestManPagesAndCompletions:
+    def test_install_puts_them_where_man_and_the_shells_look(self, tmp_path: Path) -> None:
+        """Each man page and completion script lands in ~/.local/share (mode 0644, the
+        shipped text) and is in the manifest."""
+        env = offline_env(tmp_path)
+        r = ctl("install", env=env)
+        assert r.exit_code == 0, r.stderr
+        data = data_dir_of(env)
+        manifest = json.loads(manifest_of(env).read_text())
+        for rel, source in DATA_FILES.items():
+            path = data / rel
+            assert path.read_text() == source.read_text(), rel
+            assert stat.S_IMODE(path.stat().st_mode) == 0o644
+            assert str(path) in manifest["files"]
+            assert f"wrote {path}" in r.stdout
+
+    def test_man_finds_every_page_with_local_bin_on_path(self, tmp_path: Path) -> None:
+        """`man -w` finds statewarden(1), statewardenctl(1) and statewarden.yaml(5) for a
+        user whose PATH has ~/.local/bin (man-db derives ~/.local/share/man from it),
+        and `manpath` lists the folder; without install, man finds none of them."""
+        env = offline_env(tmp_path)
+        shell = user_shell_env(env)
+        pages = ("statewarden.1", "statewardenctl.1", "statewarden.yaml.5")
+        for page in pages:
+            name, section = page.rsplit(".", 1)
+            r = subprocess.run(["man", "-w", section, name], env=shell, capture_output=True,
+                               text=True, check=False)  # fmt: skip
+            assert r.returncode != 0, r.stdout  # nothing installed yet
+        assert ctl("install", env=env).exit_code == 0
+        mandir = data_dir_of(env) / "man"
+        r = subprocess.run(["manpath", "-q"], env=shell, capture_output=True, text=True,
+                           check=True)  # fmt: skip
+        assert str(mandir) in r.stdout.strip().split(":")
+        for page in pages:
+            name, section = page.rsplit(".", 1)
+            r = subprocess.run(["man", "-w", section, name], env=shell, capture_output=True,
+                               text=True, check=False)  # fmt: skip
+            assert r.stdout.strip() == str(mandir / f"man{section}" / page), r.stderr
+
+    def test_bash_fish_and_zsh_complete_from_the_installed_files(self, tmp_path: Path) -> None:
+        """bash-completion loads the installed script on demand from
+        ~/.local/share/bash-completion; fish reads ~/.local/share/fish/vendor_completions.d;
+        zsh with ~/.local/share/zsh/site-functions on fpath (as README says) binds it."""
+        env = offline_env(tmp_path)
+        assert ctl("install", env=env).exit_code == 0
+        shell = user_shell_env(env)
+        bindir = str(Path(sys.executable).parent)
+        shell["PATH"] = f"{bindir}:{shell['PATH']}"
+        bash = subprocess.run(
+            ["bash", "--norc", "--noprofile", "-c",
+             "source /usr/share/bash-completion/bash_completion;"
+             " _completion_loader statewardenctl; complete -p statewardenctl;"
+             " COMP_WORDS=(statewardenctl hol); COMP_CWORD=1;"
+             " _statewardenctl_completion statewardenctl; echo \"${COMPREPLY[@]}\""],
+            env=shell, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert bash.returncode == 0, bash.stderr
+        assert "_statewardenctl_completion statewardenctl" in bash.stdout
+        assert bash.stdout.splitlines()[-1] == "holders"
+        fish = subprocess.run(["fish", "-c", "complete -C 'statewardenctl hol'"],
+                              env=shell, capture_output=True, text=True, check=False,
+                              timeout=60)  # fmt: skip
+        assert fish.stdout.split()[:1] == ["holders"], fish.stdout + fish.stderr
+        zsh = subprocess.run(
+            ["zsh", "-f", "-c",
+             "fpath=(~/.local/share/zsh/site-functions $fpath); autoload -Uz compinit;"
+             " compinit -u -D; print -r -- ${_comps[statewardenctl]}"],
+            env=shell, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert zsh.stdout.strip() == "_statewardenctl", zsh.stdout + zsh.stderr
+
+    def test_uninstall_removes_them_and_only_the_folders_install_made(self, tmp_path: Path) -> None:
+        """uninstall removes every page and script, and each folder install made for
+        them once empty; a folder that held the user's own files before stays with them."""
+        env = offline_env(tmp_path)
+        data = data_dir_of(env)
+        mine = data / "man" / "man1" / "mytool.1"
+        mine.parent.mkdir(parents=True)
+        mine.write_text(".TH MYTOOL 1\n")
+        assert ctl("install", env=env).exit_code == 0
+        r = ctl("uninstall", env=env)
+        assert r.exit_code == 0, r.stderr
+        for rel in DATA_FILES:
+            assert not (data / rel).exists(), rel
+            assert f"removed {data / rel}" in r.stdout
+        assert mine.read_text() == ".TH MYTOOL 1\n"
+        assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*")) == [
+            "man", "man/man1", "man/man1/mytool.1",
+        ]  # fmt: skip
+
+    def test_a_page_someone_else_wrote_is_kept_and_a_planted_link_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """A man page already there that install did not write is not replaced without
+        --force; a symlink planted at a completion's name is refused even with --force,
+        and its target is untouched."""
+        env = offline_env(tmp_path)
+        data = data_dir_of(env)
+        page = data / "man" / "man1" / "statewarden.1"
+        page.parent.mkdir(parents=True)
+        page.write_text("an older page\n")
+        r = ctl("install", env=env)
+        assert r.exit_code == 1
+        assert f"{page} exists and was not written by statewardenctl install" in r.stderr
+        assert page.read_text() == "an older page\n"
+        assert ctl("install", "--force", env=env).exit_code == 0
+        assert page.read_text() == (REPO / "docs" / "man" / "statewarden.1").read_text()
+        victim = tmp_path / "victim"
+        victim.write_text("precious\n")
+        fish = data / "fish" / "vendor_completions.d" / "statewardenctl.fish"
+        fish.unlink()
+        fish.symlink_to(victim)
+        for extra in ((), ("--force",)):
+            r = ctl("install", *extra, env=env)
+            assert r.exit_code == 1
+            assert f"{fish} is a symlink" in r.stderr
+        assert victim.read_text() == "precious\n"
+
+    def test_a_folder_others_can_write_is_refused(self, tmp_path: Path) -> None:
+        """~/.local/share/man writable by others: nothing is written there (a name
+        planted in it could be followed); one line, exit 1."""
+        env = offline_env(tmp_path)
+        shared = data_dir_of(env) / "man"
+        shared.mkdir(parents=True)
+        shared.chmod(0o777)
+        r = ctl("install", env=env)
+        assert r.exit_code == 1
+        assert r.stderr.count("\n") == 1
+        assert f"{shared}: writable by others" in r.stderr
+        assert list(shared.iterdir()) == []
+
+    def test_a_system_install_writes_none(self, tmp_path: Path) -> None:
+        """Commands whose share/ already holds the pages and completions (the Debian
+        package's /usr) get no second copy in ~/.local/share, and install says why."""
+        env = offline_env(tmp_path)
+        prefix = tmp_path / "usr"
+        for rels in (where for _src, _dst, where in inst.DATA_FILES):
+            (prefix / "share" / rels[0]).parent.mkdir(parents=True, exist_ok=True)
+            (prefix / "share" / rels[0]).write_text("packaged\n")
+        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=prefix / "bin",
+                                 data_dir=data_dir_of(env))  # fmt: skip
+        assert plan.data_files == []
+        assert plan.data_note is not None
+        assert str(prefix / "share") in plan.data_note
 
 
 # -- a real user manager -----------------------------------------------------------------
@@ -416,14 +587,18 @@ class TestRealManager:
         installed.wait_running()
 
     def test_systemd_analyze_verify_passes(self, installed: Installed) -> None:
+        """`systemd-analyze --user verify` on the installed unit is clean, its
+        Documentation= man pages included (run as the user, with ~/.local/bin on PATH)."""
         units = installed.manager.unit_dir
-        r = installed.manager._in_ns(
-            installed.manager.as_user(
-                ["systemd-analyze", "--user", "verify", "--man=no", str(units / inst.UNIT)]
-            ),
-            timeout=60,
-        )
+        env = {**installed.env, **user_shell_env(installed.env)}
+        r = subprocess.run(
+            ["nsenter", "-t", str(installed.manager.manager_pid), "-m",
+             *installed.manager.as_user(["systemd-analyze", "--user", "verify",
+                                         str(units / inst.UNIT)])],
+            env=env, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout + r.stderr == ""
 
     def test_uninstall_removes_what_install_added_and_nothing_else(
         self, installed: Installed
@@ -437,5 +612,7 @@ class TestRealManager:
         assert not (units / inst.UNIT).exists()
         assert not (units / inst.FAILED_TEMPLATE).exists()
         assert not (units / "default.target.wants" / inst.UNIT).exists()
+        data = installed.manager.home / ".local" / "share"
+        assert [rel for rel in DATA_FILES if (data / rel).exists()] == []
         assert (units / f"{inst.UNIT}.d" / "watchdog.conf").exists()  # not ours
         assert installed.show("ActiveState")["ActiveState"] == "inactive"

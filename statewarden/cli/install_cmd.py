@@ -42,7 +42,9 @@ def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
 
     Writes statewarden.service and statewarden-failed@.service for the installation this
     command runs from, reloads the user manager, and with --enable / --now enables and
-    starts statewarden.service. Running it again changes nothing that is already right.
+    starts statewarden.service. Puts the man pages and the bash, zsh and fish completions
+    in ~/.local/share ($XDG_DATA_HOME), unless the installation's own share/ has them.
+    Running it again changes nothing that is already right.
 
     Example: statewardenctl install --enable --now
     """
@@ -55,8 +57,9 @@ def install(  # noqa: PLR0917 (one parameter per option, as click passes them)
         token_file=inst.check_token_file(telegram_token_file) if telegram_token_file else None,
     )
     if dry_run:
-        lines = [f"would {f.action} {f.path}" for f in plan.files if f.action != "unchanged"]
-        lines += [f"{f.path} is up to date" for f in plan.files if f.action == "unchanged"]
+        lines = [f"would {f.action} {f.path}" for f in plan.all_files if f.action != "unchanged"]
+        lines += [f"{f.path} is up to date" for f in plan.all_files if f.action == "unchanged"]
+        lines += [plan.data_note] if plan.data_note else []
         lines.append("would reload the user manager")
         if enable:
             lines.append(f"would enable {inst.UNIT}")
