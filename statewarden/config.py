@@ -60,6 +60,11 @@ DEFAULT_OUTBOX_MAX_ENTRIES = 10_000
 DEFAULT_RETRY_MAX_S = 300.0  # backoff cap for a sink that fails (timeouts, 5xx)
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TELEGRAM_CREDENTIAL = "telegram-token"  # LoadCredential=telegram-token:/path
+# The credential names `statewardenctl install --apprise-urls-file` (and the others) give
+# the units; the config names them in alerts.<sink>.credential.
+APPRISE_CREDENTIAL = "apprise-urls"
+HEARTBEAT_CREDENTIAL = "heartbeat-url"
+ALERTMANAGER_CREDENTIAL = "alertmanager-url"
 DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a variable's name
 DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
 DEFAULT_TELEGRAM_DEADLINE_S = 30.0  # a whole request, however slowly its answer trickles in
@@ -294,10 +299,16 @@ class HeartbeatConfig:
 
 @dataclass(frozen=True)
 class AlertmanagerConfig:
-    """Each incident posted to Prometheus Alertmanager (``POST /api/v2/alerts``)."""
+    """Each incident posted to Prometheus Alertmanager (``POST /api/v2/alerts``).
+
+    ``url`` may be written here when it holds no secret; one that does (the user and
+    password of a proxy in front of Alertmanager, ``https://user:pass@host``) is read
+    from ``url_file`` or the systemd credential ``credential`` instead."""
 
     enabled: bool = False
     url: str | None = None
+    url_file: Path | None = None
+    credential: str | None = None
     min_severity: Severity = "info"
     kinds: tuple[IncidentKind, ...] = ()
     resend_interval: Duration = DEFAULT_ALERTMANAGER_RESEND_S
@@ -589,9 +600,15 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
             ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
         )
     am = alerts.alertmanager
-    if am.enabled and am.url is None:
+    given = [k for k in ("url", "url_file", "credential") if getattr(am, k) is not None]
+    if len(given) > 1:
         raise ctx.error(
-            ("alerts", "alertmanager", "url"), "is required when alertmanager is enabled"
+            ("alerts", "alertmanager", given[1]), "set one of url, url_file or credential"
+        )
+    if am.enabled and not given:
+        raise ctx.error(
+            ("alerts", "alertmanager", "url"),
+            "is required when alertmanager is enabled (or url_file, or credential)",
         )
     if am.url is not None and not am.url.startswith(("https://", "http://")):
         raise ctx.error(

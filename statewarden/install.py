@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import write_atomic
+from statewarden.config import ALERTMANAGER_CREDENTIAL, APPRISE_CREDENTIAL, HEARTBEAT_CREDENTIAL
 from statewarden.errors import InstallError, SystemdCallFailed, SystemdUnavailable, UsageError
 from statewarden.systemd import FALLBACK, UserManager
 
@@ -42,6 +43,15 @@ MANIFEST_NAME = "install.json"
 MANIFEST_VERSION = 1
 BINDIR_PLACEHOLDER = "@BINDIR@"
 CREDENTIAL = "telegram-token"  # the name alerts.telegram.credential reads by default
+# Each secret install can hand the units as a systemd credential (LoadCredential=NAME:PATH,
+# read from $CREDENTIALS_DIRECTORY/NAME): its name, and what the config says to read it.
+# The heartbeat is the daemon's alone; the others are also the failure alert's.
+CREDENTIALS = {
+    CREDENTIAL: "alerts.telegram.credential (the default)",
+    APPRISE_CREDENTIAL: f"alerts.apprise.credential: {APPRISE_CREDENTIAL}",
+    HEARTBEAT_CREDENTIAL: f"alerts.heartbeat.credential: {HEARTBEAT_CREDENTIAL}",
+    ALERTMANAGER_CREDENTIAL: f"alerts.alertmanager.credential: {ALERTMANAGER_CREDENTIAL}",
+}
 COMMANDS = ("statewarden", "statewardenctl")
 START_TIMEOUT_S = 90.0
 CATALOG = "statewarden.catalog"
@@ -175,31 +185,42 @@ def _unit_safe(path: Path, what: str) -> str:
     return text
 
 
-def check_token_file(path: Path) -> Path:
-    """A Telegram token file a unit may load: absolute, a regular file, not a symlink,
-    readable by its owner only."""
+def check_token_file(path: Path, what: str = "token file") -> Path:
+    """A secret file a unit may load (the Telegram token, Apprise URLs, a push or
+    Alertmanager URL): absolute, a regular file, not a symlink, readable by its owner only."""
     path = path.expanduser()
     if not path.is_absolute():
         path = Path.cwd() / path
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise InstallError(f"cannot use {path} as the token file: {exc.strerror}") from exc
+        raise InstallError(f"cannot use {path} as the {what}: {exc.strerror}") from exc
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-        raise InstallError(f"the token file {path} is not a regular file")
+        raise InstallError(f"the {what} {path} is not a regular file")
     if st.st_mode & 0o077:
         raise InstallError(
-            f"the token file {path} is readable by others (mode {st.st_mode & 0o777:o});"
+            f"the {what} {path} is readable by others (mode {st.st_mode & 0o777:o});"
             f" chmod 600 {path} first"
         )
     return path
 
 
-def render(template: str, bindir: Path, token_file: Path | None = None) -> str:
+def render(
+    template: str,
+    bindir: Path,
+    token_file: Path | None = None,
+    credentials: dict[str, Path] | None = None,
+) -> str:
+    """A unit template for this installation; each credential given (name -> file)
+    replaces its commented ``#LoadCredential=NAME:...`` line (a unit without that line
+    does not load it)."""
     text = template.replace(BINDIR_PLACEHOLDER, _unit_safe(bindir, "the installation folder"))
+    given = dict(credentials or {})
     if token_file is not None:
-        line = f"LoadCredential={CREDENTIAL}:{_unit_safe(token_file, 'the token file')}"
-        text = re.sub(rf"^#LoadCredential={CREDENTIAL}:.*$", line, text, flags=re.M)
+        given[CREDENTIAL] = token_file
+    for name, path in given.items():
+        line = f"LoadCredential={name}:{_unit_safe(path, f'the {name} file')}"
+        text = re.sub(rf"^#LoadCredential={re.escape(name)}:.*$", line, text, flags=re.M)
     return text
 
 
@@ -313,6 +334,7 @@ def plan_install(
     force: bool = False,
     token_file: Path | None = None,
     data_dir: Path | None = None,
+    credentials: dict[str, Path] | None = None,
 ) -> InstallPlan:
     """What ``install`` would write; refuses to overwrite a file it did not write."""
     bindir = bindir or installation_bindir()
@@ -321,7 +343,8 @@ def plan_install(
     ours = read_manifest(manifest).get("files", {})
     files: list[FileChange] = []
     for name in UNIT_FILES:
-        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file)
+        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file,
+                         credentials)  # fmt: skip
         files.append(_change(unit_dir / name, content, ours, force))
     data_files, data_note = plan_data_files(
         data_dir or default_data_dir(), bindir, ours, force=force

@@ -139,8 +139,59 @@ class TestWithoutManager:
         for name in inst.UNIT_FILES:
             text = (unit_dir_of(env) / name).read_text()
             assert f"\nLoadCredential=telegram-token:{token}\n" in text
-            assert "#LoadCredential" not in text
+            assert "#LoadCredential=telegram-token" not in text
         assert "123:abc" not in r.stdout + r.stderr
+
+    def test_each_sink_secret_file_becomes_a_credential(self, tmp_path: Path) -> None:
+        """--apprise-urls-file and --alertmanager-url-file reach both units as
+        credentials, --heartbeat-url-file the daemon's unit only (the failure alert sends
+        no heartbeat); the output names the config key that reads each, never the text."""
+        env = offline_env(tmp_path)
+        files = {}
+        for name, text in (("apprise-urls", "json://127.0.0.1:1/secret-apprise"),
+                           ("heartbeat-url", "http://127.0.0.1:1/secret-ping"),
+                           ("alertmanager-url", "http://u:secret-pass@127.0.0.1:1")):  # fmt: skip
+            files[name] = tmp_path / name
+            files[name].write_text(text + "\n")
+            files[name].chmod(0o600)
+        r = ctl("install", "--apprise-urls-file", str(files["apprise-urls"]),
+                "--heartbeat-url-file", str(files["heartbeat-url"]),
+                "--alertmanager-url-file", str(files["alertmanager-url"]), env=env)  # fmt: skip
+        assert r.exit_code == 0, r.stderr
+        service = (unit_dir_of(env) / inst.UNIT).read_text()
+        failed = (unit_dir_of(env) / inst.FAILED_TEMPLATE).read_text()
+        for name, path in files.items():
+            line = f"\nLoadCredential={name}:{path}\n"
+            assert line in service
+            assert (line in failed) == (name != "heartbeat-url")
+            assert f"alerts.{name.split('-')[0]}.credential: {name}" in r.stdout
+        assert "#LoadCredential=telegram-token" in service  # not asked for: still a comment
+        for leaked in ("secret-apprise", "secret-ping", "secret-pass"):
+            assert leaked not in r.stdout + r.stderr
+
+    @pytest.mark.parametrize("option", ["--apprise-urls-file", "--heartbeat-url-file",
+                                        "--alertmanager-url-file"])  # fmt: skip
+    @pytest.mark.parametrize("how", ["readable by others", "symlink", "missing"])
+    def test_a_sink_secret_file_that_is_not_private_is_refused(
+        self, tmp_path: Path, option: str, how: str
+    ) -> None:
+        """The same checks as the token file: one line naming the file, exit 1, nothing
+        written."""
+        env = offline_env(tmp_path)
+        real = tmp_path / "real"
+        real.write_text("http://127.0.0.1:1/x\n")
+        real.chmod(0o600)
+        path = tmp_path / "secret"
+        if how == "readable by others":
+            path.write_text("http://127.0.0.1:1/x\n")
+            path.chmod(0o644)
+        elif how == "symlink":
+            path.symlink_to(real)
+        r = ctl("install", option, str(path), env=env)
+        assert r.exit_code == 1
+        assert r.stderr.count("\n") == 1
+        assert str(path) in r.stderr
+        assert not unit_dir_of(env).exists()
 
     @pytest.mark.parametrize("how", ["readable by others", "symlink", "missing", "folder"])
     def test_a_token_file_that_is_not_private_is_refused(self, tmp_path: Path, how: str) -> None:
