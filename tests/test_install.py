@@ -25,12 +25,14 @@ import pytest
 
 from lab.bot_api import BotApi
 from lab.hermes_fixtures import TINY, make_home
+from lab.push_server import PushServer
 from statewarden import install as inst
 from statewarden.incidents.signals import KINDS
 from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl
 from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.test_daemon_logs import hermes_logger, malformed
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
 REPO = Path(__file__).resolve().parent.parent
@@ -635,6 +637,87 @@ class TestRealManager:
             m.daemon_reload()
             m.systemctl("reset-failed", inst.UNIT)
             m.systemctl("start", inst.UNIT)
+        installed.wait_running()
+
+    def test_sink_secrets_reach_the_daemon_as_credentials(self, installed: Installed) -> None:
+        """As a user, install --heartbeat-url-file, --apprise-urls-file and
+        --alertmanager-url-file hand the three secrets to the running daemon as
+        credentials (the config names only credential names): it pings the push URL, and
+        a corruption line in Hermes' log reaches Apprise (a json:// URL) and Alertmanager
+        (with its basic auth) at local HTTP servers; then the fail ping. In the root-run
+        manager of this namespace credentials are not found (see the test above), so
+        there the config names the files, and the same deliveries are checked."""
+        m = installed.manager
+        uid = m.uid
+        push, apprise, am = PushServer(), PushServer(), PushServer()
+        conf_dir = Path(installed.env["XDG_CONFIG_HOME"]) / "statewarden"
+        config = conf_dir / "config.yaml"
+        secrets = {
+            "heartbeat-url": f"{push.url}/ping/hb-secret-0123456789",
+            "apprise-urls": f"json://127.0.0.1:{apprise.port}/apprise-secret-0123456789",
+            "alertmanager-url": f"http://statewarden:am-secret-0123456789@127.0.0.1:{am.port}",
+        }
+        try:
+            conf_dir.mkdir(parents=True, exist_ok=True)
+            os.chown(conf_dir, uid, uid)
+            files = {}
+            for name, text in secrets.items():
+                files[name] = conf_dir / name
+                files[name].write_text(text + "\n")
+                os.chown(files[name], uid, uid)
+                files[name].chmod(0o600)
+            if uid:
+                where = {n: f"credential: {n}" for n in secrets}
+                r = installed.ctl("install", "--now",
+                                  "--heartbeat-url-file", str(files["heartbeat-url"]),
+                                  "--apprise-urls-file", str(files["apprise-urls"]),
+                                  "--alertmanager-url-file", str(files["alertmanager-url"]))  # fmt: skip
+                assert r.exit_code == 0, r.stdout + r.stderr
+                unit = (m.unit_dir / inst.UNIT).read_text()
+                assert all(f"LoadCredential={n}:{files[n]}" in unit for n in secrets)
+            else:
+                where = {"heartbeat-url": f"url_file: {files['heartbeat-url']}",
+                         "apprise-urls": f"urls_file: {files['apprise-urls']}",
+                         "alertmanager-url": f"url_file: {files['alertmanager-url']}"}  # fmt: skip
+            config.write_text(
+                "alerts:\n  group_wait: 1s\n"
+                f"  heartbeat: {{{where['heartbeat-url']}, interval: 1s}}\n"
+                f"  apprise: {{enabled: true, {where['apprise-urls']}}}\n"
+                f"  alertmanager: {{enabled: true, {where['alertmanager-url']}}}\n"
+            )
+            os.chown(config, uid, uid)
+            assert m.systemctl("restart", inst.UNIT).returncode == 0
+            installed.wait_running()
+            wait_for(lambda: "/ping/hb-secret-0123456789" in push.paths(), "the heartbeat ping")
+            logs = Path(installed.env["HERMES_HOME"]) / "logs"
+            malformed(hermes_logger(logs, "gateway.session"))
+
+            def told(server: PushServer) -> bool:
+                return any(b"corruption" in h.body for h in list(server.requests))
+
+            wait_for(lambda: told(apprise) and told(am), "the corruption alert at both",
+                     timeout_s=60)  # fmt: skip
+            wait_for(lambda: "/ping/hb-secret-0123456789/fail" in push.paths(), "the fail ping")
+        finally:
+            for server in (push, apprise, am):
+                server.stop()
+            config.unlink(missing_ok=True)
+            if uid:
+                assert installed.ctl("install").exit_code == 0  # the units without them
+            m.daemon_reload()
+            m.systemctl("restart", inst.UNIT)
+        assert {h.path for h in apprise.requests} == {"/apprise-secret-0123456789"}
+        assert {h.path for h in am.requests} == {"/api/v2/alerts"}
+        assert {h.headers["authorization"] for h in am.requests} == {
+            "Basic c3RhdGV3YXJkZW46YW0tc2VjcmV0LTAxMjM0NTY3ODk="  # statewarden:am-secret-...
+        }
+        names = {a["labels"]["alertname"] for h in am.requests for a in h.json()}
+        assert "corruption" in names
+        journal = m.journal(inst.UNIT)
+        assert "ready" in journal  # the daemon logged, so the check below reads something
+        for secret in ("hb-secret-0123456789", "apprise-secret-0123456789",
+                       "am-secret-0123456789"):  # fmt: skip
+            assert secret not in journal
         installed.wait_running()
 
     def test_systemd_analyze_verify_passes(self, installed: Installed) -> None:
