@@ -291,9 +291,18 @@ def _change(path: Path, content: str, ours: dict[str, str], force: bool) -> File
     return FileChange(path.name, path, content, action)
 
 
-def system_data_dir(bindir: Path) -> Path:
-    """``share/`` beside the commands' folder: ``/usr/share`` for ``/usr/bin``."""
-    return bindir.parent / "share"
+def system_data_dirs(bindir: Path) -> list[Path]:
+    """``share/`` beside the commands' folder (``/usr/share`` for ``/usr/bin``), and
+    beside each folder on ``PATH`` whose ``statewardenctl`` is a link to this
+    installation's (the Debian package links ``/usr/bin`` into its venv)."""
+    out = [bindir.parent / "share"]
+    ours = (bindir / COMMANDS[1]).resolve()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        command = Path(folder or ".") / COMMANDS[1]
+        with contextlib.suppress(OSError):
+            if command.is_symlink() and command.resolve() == ours:
+                out.append(Path(folder).parent / "share")
+    return out
 
 
 def plan_data_files(
@@ -301,9 +310,9 @@ def plan_data_files(
 ) -> tuple[list[FileChange], str | None]:
     """The man pages and completions to put under ``data_dir``; none when the
     installation's own ``share/`` already has them (a system package)."""
-    system = system_data_dir(bindir)
-    if all(any((system / rel).is_file() for rel in where) for _src, _dst, where in DATA_FILES):
-        return [], f"man pages and shell completions are installed with the package in {system}"
+    for system in system_data_dirs(bindir):
+        if all(any((system / r).is_file() for r in where) for _src, _dst, where in DATA_FILES):
+            return [], f"man pages and shell completions are installed with the package in {system}"
     changes: list[FileChange] = []
     for src, dst, _where in DATA_FILES:
         path = data_dir / dst
@@ -366,6 +375,7 @@ def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     if plan.data_note:
         out.notes.append(plan.data_note)
     out.notes.extend(_where_man_looks(plan))
+    out.notes.extend(catalogue_note())
     try:
         asyncio.run(_manager_install(plan, out, address))
     except SystemdUnavailable as exc:
@@ -418,6 +428,30 @@ def _where_man_looks(plan: InstallPlan) -> list[str]:
     return [
         f"man does not look in {mandir} with this PATH: put {mandir.parent.parent / 'bin'} on"
         f" PATH (man then finds it) or add {mandir} to MANPATH"
+    ]
+
+
+# Where journalctl --update-catalog reads *.catalog files (systemd's catalog.c).
+CATALOGUE_DIRS = (
+    Path("/etc/systemd/catalog"),
+    Path("/usr/local/lib/systemd/catalog"),
+    Path("/usr/lib/systemd/catalog"),
+)
+
+
+def catalogue_note(dirs: tuple[Path, ...] = CATALOGUE_DIRS) -> list[str]:
+    """How to get `journalctl -x` explanations, when no catalogue folder has ours: it
+    takes root once (systemd keeps one catalogue database for the machine)."""
+    if any((d / CATALOG).is_file() for d in dirs):
+        return []
+    try:
+        source = templates_dir() / CATALOG
+    except InstallError:
+        return []
+    return [
+        "journalctl -x explains statewarden's entries once root installs the catalogue:"
+        f" sudo install -D -m 0644 {source} /usr/local/lib/systemd/catalog/{CATALOG}"
+        " && sudo journalctl --update-catalog"
     ]
 
 

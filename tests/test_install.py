@@ -420,6 +420,50 @@ class TestManPagesAndCompletions:
         assert plan.data_note is not None
         assert str(prefix / "share") in plan.data_note
 
+    def test_a_package_linking_its_venv_into_usr_bin_writes_none(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The Debian package's commands run from /opt/statewarden/venv/bin, linked from
+        /usr/bin: a PATH folder whose statewardenctl links to this installation's counts
+        as its prefix, so its /usr/share copies are found and none is written."""
+        env = offline_env(tmp_path)
+        venv_bin = tmp_path / "opt" / "venv" / "bin"
+        venv_bin.mkdir(parents=True)
+        for command in inst.COMMANDS:
+            (venv_bin / command).write_text("#!/bin/sh\n")
+        usr = tmp_path / "usr"
+        (usr / "bin").mkdir(parents=True)
+        (usr / "bin" / "statewardenctl").symlink_to(venv_bin / "statewardenctl")
+        for _src, _dst, where in inst.DATA_FILES:
+            (usr / "share" / where[0]).parent.mkdir(parents=True, exist_ok=True)
+            (usr / "share" / where[0]).write_text("packaged\n")
+        monkeypatch.setenv("PATH", f"/usr/bin:{usr / 'bin'}:/bin")
+        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=venv_bin,
+                                 data_dir=data_dir_of(env))  # fmt: skip
+        assert plan.data_files == []
+        assert plan.data_note is not None
+        assert str(usr / "share") in plan.data_note
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")  # not linked on PATH: the user's copies
+        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=venv_bin,
+                                 data_dir=data_dir_of(env))  # fmt: skip
+        assert len(plan.data_files) == len(inst.DATA_FILES)
+
+
+class TestJournalCatalogue:
+    def test_install_says_how_root_installs_the_catalogue(self, tmp_path: Path) -> None:
+        """With no catalogue folder holding statewarden.catalog, install names the two
+        commands root runs once (journalctl -x has no per-user catalogue); with one
+        holding it, it says nothing."""
+        empty = (tmp_path / "etc", tmp_path / "usr")
+        (note,) = inst.catalogue_note(empty)
+        source = inst.templates_dir() / inst.CATALOG
+        assert source.is_file()
+        assert f"sudo install -D -m 0644 {source} /usr/local/lib/systemd/catalog/" in note
+        assert note.endswith("&& sudo journalctl --update-catalog")
+        (tmp_path / "usr" / inst.CATALOG).parent.mkdir(parents=True)
+        (tmp_path / "usr" / inst.CATALOG).write_text("-- x\n")
+        assert inst.catalogue_note(empty) == []
+
 
 # -- a real user manager -----------------------------------------------------------------
 
