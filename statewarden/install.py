@@ -363,12 +363,20 @@ def plan_install(
 
 def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     out = Outcome()
-    plan.unit_dir.mkdir(parents=True, exist_ok=True)
-    for f in plan.files:
-        if f.action != "unchanged":
-            write_atomic(f.path, f.content)
-            out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
-    made = _write_data_files(plan, out)
+    made: list[str] = list(read_manifest(plan.manifest).get("folders", []))
+    try:
+        plan.unit_dir.mkdir(parents=True, exist_ok=True)
+        for f in plan.files:
+            if f.action != "unchanged":
+                write_atomic(f.path, f.content)
+                out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
+        _write_data_files(plan, out, made)
+    except BaseException:
+        # A full disk half way: what was written is still recorded as ours, so the next
+        # install (or uninstall) treats it as such.
+        with contextlib.suppress(Exception):
+            _save_manifest(plan, made)
+        raise
     _save_manifest(plan, made)
     if not any(f.action != "unchanged" for f in plan.files):
         out.notes.append(f"unit files in {plan.unit_dir} already up to date")
@@ -391,10 +399,10 @@ def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     return out
 
 
-def _write_data_files(plan: InstallPlan, out: Outcome) -> list[str]:
-    """Write the man pages and completions; the folders made for them (deepest first,
-    with those an earlier install made), so that uninstall can remove them once empty."""
-    made: list[str] = list(read_manifest(plan.manifest).get("folders", []))
+def _write_data_files(plan: InstallPlan, out: Outcome, made: list[str]) -> None:
+    """Write the man pages and completions; each folder made for them is added to
+    ``made`` (with those an earlier install made), so that uninstall can remove them
+    once empty."""
     for f in plan.data_files:
         missing: list[Path] = []
         folder = f.path.parent
@@ -408,7 +416,6 @@ def _write_data_files(plan: InstallPlan, out: Outcome) -> list[str]:
             write_atomic(f.path, f.content)
             os.chmod(f.path, DATA_FILE_MODE)
             out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
-    return sorted(set(made), key=lambda p: (-p.count("/"), p))
 
 
 def _where_man_looks(plan: InstallPlan) -> list[str]:
@@ -456,12 +463,25 @@ def catalogue_note(dirs: tuple[Path, ...] = CATALOGUE_DIRS) -> list[str]:
 
 
 def _save_manifest(plan: InstallPlan, folders: list[str] | None = None) -> None:
+    """Record each planned file that holds what install wrote (or, not rewritten, what
+    an earlier install wrote), and the folders made (deepest first)."""
+    old = read_manifest(plan.manifest).get("files", {})
+    files: dict[str, str] = {}
+    for f in plan.all_files:
+        try:
+            current = None if f.path.is_symlink() else _read_text(f.path)
+        except InstallError:
+            current = None
+        if current == f.content:
+            files[str(f.path)] = _digest(f.content)
+        elif current is not None and old.get(str(f.path)) == _digest(current):
+            files[str(f.path)] = old[str(f.path)]
     data = {
         "version": MANIFEST_VERSION,
         "unit_dir": str(plan.unit_dir),
         "bindir": str(plan.bindir),
-        "files": {str(f.path): _digest(f.content) for f in plan.all_files},
-        "folders": folders or [],
+        "files": files,
+        "folders": sorted(set(folders or []), key=lambda p: (-p.count("/"), p)),
     }
     plan.manifest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(plan.manifest, json.dumps(data, indent=2) + "\n")

@@ -449,6 +449,49 @@ class TestManPagesAndCompletions:
         assert len(plan.data_files) == len(inst.DATA_FILES)
 
 
+FULL_DISK_SCRIPT = """\
+set -u
+mount -t tmpfs -o size=128k,mode=0755 tmpfs "$DATA"
+head -c 1048576 /dev/zero > "$DATA/fill" 2>/dev/null
+"$CTL" install; echo "first=$?"
+ls "$UNITS"; "$CTL" uninstall; echo "uninstall=$?"; ls "$UNITS"
+rm "$DATA/fill"
+"$CTL" install; echo "second=$?"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
+def test_a_full_disk_half_way_is_one_line_and_the_next_install_finishes(
+    tmp_path: Path,
+) -> None:
+    """~/.local/share on a full, tiny tmpfs: install writes the units, stops at the
+    first man page with one line (exit 1), and still records what it wrote, so that
+    uninstall removes those units; with space freed, install finishes and records every
+    file."""
+    env = offline_env(tmp_path)
+    data = data_dir_of(env)
+    data.mkdir(parents=True)
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", FULL_DISK_SCRIPT],
+        env={**env, "DATA": str(data), "UNITS": str(unit_dir_of(env)),
+             "CTL": str(Path(sys.executable).parent / "statewardenctl")},
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert "first=1" in r.stdout, r.stdout + r.stderr
+    assert "second=0" in r.stdout, r.stdout + r.stderr
+    assert "uninstall=0" in r.stdout, r.stdout + r.stderr
+    units = unit_dir_of(env)
+    assert f"removed {units / inst.UNIT}" in r.stdout
+    assert f"removed {units / inst.FAILED_TEMPLATE}" in r.stdout
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("statewardenctl: error: ")
+    assert "No space left on device" in line
+    assert "was not written by statewardenctl install" not in r.stdout + r.stderr
+    manifest = json.loads(manifest_of(env).read_text())
+    assert {str(data / rel) for rel in DATA_FILES} <= set(manifest["files"])
+    assert {str(unit_dir_of(env) / n) for n in inst.UNIT_FILES} <= set(manifest["files"])
+
+
 class TestJournalCatalogue:
     def test_install_says_how_root_installs_the_catalogue(self, tmp_path: Path) -> None:
         """With no catalogue folder holding statewarden.catalog, install names the two
