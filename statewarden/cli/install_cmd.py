@@ -28,7 +28,8 @@ def _manifest() -> Path:
 @click.option("--unit-dir", type=click.Path(path_type=Path), default=None,
               help="Where to write the units (default ~/.config/systemd/user).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
-@click.option("--force", is_flag=True, help="Replace unit files that install did not write.")
+@click.option("--force", is_flag=True,
+              help="Replace units, man pages, completions install did not write.")  # fmt: skip
 @click.option("--telegram-token-file", type=click.Path(path_type=Path), default=None,
               help="Give the units this file (mode 600) as the Telegram token credential"
               " (LoadCredential=telegram-token:PATH).")  # fmt: skip
