@@ -271,11 +271,14 @@ def _check_unit_dir(unit_dir: Path, what: str = "units") -> None:
         raise InstallError(f"{unit_dir}: writable by others; refusing to write {what} there")
 
 
-def _change(path: Path, content: str, ours: dict[str, str], force: bool) -> FileChange:
+def _change(
+    path: Path, content: str, ours: dict[str, str], force: bool, *, unit: bool = True
+) -> FileChange:
     """What writing ``content`` at ``path`` is: refused for a symlink, or for a file that
     install did not write (its digest is not in the manifest) unless ``force``."""
     if path.is_symlink():
-        raise InstallError(f"{path} is a symlink; remove it or point --unit-dir elsewhere")
+        hint = "remove it or point --unit-dir elsewhere" if unit else "remove it"
+        raise InstallError(f"{path} is a symlink; {hint}")
     old = _read_text(path)
     if old is None:
         action = "create"
@@ -318,7 +321,8 @@ def plan_data_files(
         path = data_dir / dst
         for folder in _missing_or_own_folders(path.parent, data_dir):
             _check_unit_dir(folder, "man pages or completions")
-        changes.append(_change(path, _data_source(src).read_text(encoding="utf-8"), ours, force))
+        text = _data_source(src).read_text(encoding="utf-8")
+        changes.append(_change(path, text, ours, force, unit=False))
     return changes, None
 
 
