@@ -70,7 +70,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
     ),
     "unexpected_holder": (
         "An unexpected process holds state.db",
-        "A process of a kind not in holders.expected_kinds (sqlite3, unknown) "
+        "A process of a kind not in holders.expected_kinds (sqlite3, litestream, unknown) "
         "has the database open.",
     ),
     "crash_loop": (
