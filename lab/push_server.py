@@ -1,6 +1,6 @@
 """A local HTTP server on 127.0.0.1 that takes pings and posts as a monitor would.
 
-Every request (method, path with its query, body) is recorded in :attr:`PushServer.requests`
+Every request (method, path with its query, body, headers) is recorded in :attr:`PushServer.requests`
 and answered by the script (consumed one request at a time, then ``default``): ``ok``
 (200 "OK"), ``500``, ``404``, ``redirect`` (302 to /elsewhere), ``huge`` (100 MB, no
 Content-Length), ``drip`` (headers, then a byte every second: never a whole answer
@@ -26,6 +26,7 @@ class Hit:
     path: str
     body: bytes
     at: float = field(default_factory=time.monotonic)
+    headers: dict[str, str] = field(default_factory=dict)
     answered: str = ""
 
     def json(self) -> Any:
@@ -47,7 +48,8 @@ class PushServer:
 
             def _any(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                hit = Hit(self.command, self.path, self.rfile.read(length) if length else b"")
+                hit = Hit(self.command, self.path, self.rfile.read(length) if length else b"",
+                          headers={k.lower(): v for k, v in self.headers.items()})  # fmt: skip
                 with server._lock:
                     how = server.script.pop(0) if server.script else server.default
                     hit.answered = how

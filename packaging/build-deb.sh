@@ -8,7 +8,8 @@
 # build time, so installing the package needs no network), the commands linked into
 # /usr/bin, the user unit in /usr/lib/systemd/user/, the example config in
 # /usr/share/doc/statewarden/examples/, the journal message catalogue in
-# /usr/lib/systemd/catalog/ and the man pages. Its postinst starts nothing for users:
+# /usr/lib/systemd/catalog/, the man pages, and copyright and changelog.gz (from
+# packaging/debian/) in /usr/share/doc/statewarden/. Its postinst starts nothing for users:
 # each user runs `systemctl --user enable --now statewarden` (or `statewardenctl install`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,6 +42,19 @@ unshare -m --propagation private bash -euc '
     find '"$venv"' -name __pycache__ -prune -exec rm -rf {} +
     cp -a /opt/statewarden/venv "$2/opt/statewarden/"
 ' "$PY" "$here" "$root"
+# Only what runs: the dependencies' own test suites, apsw's extra SQLite tools (never
+# loaded by statewarden) and the console scripts of other packages are left out, and
+# the compiled modules are stripped of debugging symbols, as dh_strip would.
+site=$(echo "$root$venv"/lib/python3*/site-packages)
+rm -rf "$site/apsw/sqlite_extra_binaries" "$site"/*/tests
+find "$root$venv/include" -depth -type d -empty -delete 2>/dev/null || true
+find "$root$venv/bin" -maxdepth 1 -type f ! -name 'statewarden*' ! -name 'python*' \
+    ! -name 'activate*' -delete
+find "$root$venv" -name '*.so' -type f -exec strip --strip-unneeded --remove-section=.comment \
+    --remove-section=.note {} +
+# The newest glibc symbol version the compiled modules need.
+glibc=$(find "$root$venv" -name '*.so' -type f -exec objdump -T {} + 2>/dev/null \
+    | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
 [ -z "$made_opt_dir" ] || rmdir /opt/statewarden 2>/dev/null || true
 
 ln -s "$venv/bin/statewarden" "$root/usr/bin/statewarden"
@@ -50,6 +64,14 @@ for unit in "$here"/systemd/*.service; do
 done
 cp "$here/etc/statewarden.yaml" "$root/usr/share/doc/statewarden/examples/statewarden.yaml"
 cp "$here/README.md" "$root/usr/share/doc/statewarden/README.md"
+# Debian policy: copyright and (for a native package) changelog.gz in the doc folder;
+# the changelog's newest entry must be this version.
+head -1 "$here/packaging/debian/changelog" | grep -q "^statewarden ($version) " || {
+    echo "build-deb: packaging/debian/changelog has no entry for $version" >&2; exit 1; }
+install -m 0644 "$here/packaging/debian/copyright" "$root/usr/share/doc/statewarden/copyright"
+gzip -9n < "$here/packaging/debian/changelog" > "$root/usr/share/doc/statewarden/changelog.gz"
+install -D -m 0644 "$here/packaging/debian/lintian-overrides" \
+    "$root/usr/share/lintian/overrides/statewarden"
 for cat in "$here"/systemd/*.catalog; do
     [ -e "$cat" ] && cp "$cat" "$root/usr/lib/systemd/catalog/"
 done
@@ -73,9 +95,9 @@ cat > "$root/DEBIAN/control" <<CONTROL
 Package: statewarden
 Version: $version
 Architecture: $arch
-Maintainer: statewarden <statewarden@localhost>
+Maintainer: ${DEBFULLNAME:-statewarden} <${DEBEMAIL:-statewarden@localhost}>
 Installed-Size: $size
-Depends: python3 (>= 3.11), python$pyver, systemd
+Depends: python3 (>= 3.11), python$pyver, systemd, libc6 (>= $glibc)
 Section: admin
 Priority: optional
 Description: supervisor for Hermes Agent's state.db
@@ -106,6 +128,9 @@ fi
 exit 0
 POSTRM
 chmod 0755 "$root/DEBIAN/postinst" "$root/DEBIAN/postrm"
+# Checksums of every file, for debsums and dpkg --verify.
+(cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z \
+    | xargs -0 md5sum) > "$root/DEBIAN/md5sums"
 deb="$out/statewarden_${version}_${arch}.deb"
 dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
 echo "build-deb: $deb ($(du -h "$deb" | cut -f1))"

@@ -10,10 +10,27 @@ py=${2:-$here/.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# Debian's own checks of the package: nothing at error or warning level (the overrides
+# in packaging/debian/lintian-overrides each say why).
+if ! lintian --fail-on error,warning "$deb" > "$work/lintian.txt" 2>&1; then
+    grep -v 'running with root privileges' "$work/lintian.txt" >&2
+    echo "check-deb: lintian found problems" >&2
+    exit 1
+fi
 dpkg -i "$deb" >/dev/null
+for doc in copyright changelog.gz; do
+    [ -s "/usr/share/doc/statewarden/$doc" ] || { echo "check-deb: /usr/share/doc/statewarden/$doc is missing" >&2; exit 1; }
+done
 /usr/bin/statewarden --version
-XDG_RUNTIME_DIR="$work" systemd-analyze verify --user --man=no /usr/lib/systemd/user/statewarden.service
+# Documentation= included: the package's man pages are where man looks.
+[ -z "$(XDG_RUNTIME_DIR="$work" systemd-analyze verify --user /usr/lib/systemd/user/statewarden.service 2>&1)" ] \
+    || { XDG_RUNTIME_DIR="$work" systemd-analyze verify --user /usr/lib/systemd/user/statewarden.service; exit 1; }
 grep -q '^ExecStart=/usr/bin/statewarden run$' /usr/lib/systemd/user/statewarden.service
+# The package's venv carries the man pages and completions (the wheel's _data), and a
+# user's `statewardenctl install` leaves them to the package's /usr/share copies.
+ls /opt/statewarden/venv/lib/python3*/site-packages/statewarden/_data/man/statewarden.1 >/dev/null
+HOME="$work" XDG_CONFIG_HOME="$work/.config" DBUS_SESSION_BUS_ADDRESS=unix:path=/nonexistent \
+    /usr/bin/statewardenctl install --dry-run | grep -q 'installed with the package in /usr/share'
 for comp in /usr/share/bash-completion/completions/statewardenctl \
     /usr/share/zsh/vendor-completions/_statewardenctl \
     /usr/share/fish/vendor_completions.d/statewardenctl.fish; do
@@ -37,4 +54,4 @@ for left in /usr/bin/statewarden /usr/bin/statewardenctl /opt/statewarden /usr/l
         exit 1
     fi
 done
-echo "check-deb: installed, ran status on a Hermes database and the demo (as root and as uid 65534), purged cleanly"
+echo "check-deb: lintian clean; installed, ran status on a Hermes database and the demo (as root and as uid 65534), purged cleanly"

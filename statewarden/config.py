@@ -60,6 +60,11 @@ DEFAULT_OUTBOX_MAX_ENTRIES = 10_000
 DEFAULT_RETRY_MAX_S = 300.0  # backoff cap for a sink that fails (timeouts, 5xx)
 DEFAULT_TELEGRAM_API_BASE = "https://api.telegram.org"
 DEFAULT_TELEGRAM_CREDENTIAL = "telegram-token"  # LoadCredential=telegram-token:/path
+# The credential names `statewardenctl install --apprise-urls-file` (and the others) give
+# the units; the config names them in alerts.<sink>.credential.
+APPRISE_CREDENTIAL = "apprise-urls"
+HEARTBEAT_CREDENTIAL = "heartbeat-url"
+ALERTMANAGER_CREDENTIAL = "alertmanager-url"
 DEFAULT_TELEGRAM_TOKEN_ENV = "STATEWARDEN_TELEGRAM_TOKEN"  # noqa: S105 - a variable's name
 DEFAULT_TELEGRAM_TIMEOUT_S = 10.0
 DEFAULT_TELEGRAM_DEADLINE_S = 30.0  # a whole request, however slowly its answer trickles in
@@ -188,6 +193,7 @@ DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
     "tui",
     "cron",
     "acp",
+    "litestream",  # replicates the database; maintenance stops and restarts it
 )
 
 
@@ -293,10 +299,16 @@ class HeartbeatConfig:
 
 @dataclass(frozen=True)
 class AlertmanagerConfig:
-    """Each incident posted to Prometheus Alertmanager (``POST /api/v2/alerts``)."""
+    """Each incident posted to Prometheus Alertmanager (``POST /api/v2/alerts``).
+
+    ``url`` may be written here when it holds no secret; one that does (the user and
+    password of a proxy in front of Alertmanager, ``https://user:pass@host``) is read
+    from ``url_file`` or the systemd credential ``credential`` instead."""
 
     enabled: bool = False
     url: str | None = None
+    url_file: Path | None = None
+    credential: str | None = None
     min_severity: Severity = "info"
     kinds: tuple[IncidentKind, ...] = ()
     resend_interval: Duration = DEFAULT_ALERTMANAGER_RESEND_S
@@ -588,9 +600,15 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
             ("alerts", "telegram", "api_base"), f"expected an http(s) URL, got {tg.api_base!r}"
         )
     am = alerts.alertmanager
-    if am.enabled and am.url is None:
+    given = [k for k in ("url", "url_file", "credential") if getattr(am, k) is not None]
+    if len(given) > 1:
         raise ctx.error(
-            ("alerts", "alertmanager", "url"), "is required when alertmanager is enabled"
+            ("alerts", "alertmanager", given[1]), "set one of url, url_file or credential"
+        )
+    if am.enabled and not given:
+        raise ctx.error(
+            ("alerts", "alertmanager", "url"),
+            "is required when alertmanager is enabled (or url_file, or credential)",
         )
     if am.url is not None and not am.url.startswith(("https://", "http://")):
         raise ctx.error(
@@ -874,19 +892,55 @@ def is_secret(cls: type, name: str) -> bool:
     return get_origin(hint) is Annotated and _Secret in get_args(hint)
 
 
-def to_plain(value: Any, *, redact: bool = True) -> Any:
-    """The config as plain YAML/JSON-ready data, secrets replaced by :data:`REDACTED`."""
+def format_duration(seconds: float) -> str:
+    """``seconds`` as the config writes it, in the largest unit that keeps it whole:
+    ``30s``, ``5m``, ``4h``, ``1d``, ``250ms``; :func:`parse_duration` reads it back."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    millis = f"{seconds * 1000:.6f}".rstrip("0").rstrip(".")  # never an exponent
+    return f"{millis}ms"
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as the config writes it (``50MB``, ``16MiB``, ``4096``);
+    :func:`parse_bytes` reads it back."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("GB", 10**9),
+                       ("MB", 10**6)):  # fmt: skip
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _markers(cls: type, name: str) -> tuple[Any, ...]:
+    hint = typing.get_type_hints(cls, include_extras=True).get(name)
+    if get_origin(hint) in (Union, types.UnionType):  # ``Duration | None``
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    return tuple(get_args(hint)[1:]) if get_origin(hint) is Annotated else ()
+
+
+def to_plain(value: Any, *, redact: bool = True, units: bool = False) -> Any:
+    """The config as plain YAML/JSON-ready data, secrets replaced by :data:`REDACTED`.
+
+    ``units``: durations and sizes as the config writes them (``30s``, ``50MB``) rather
+    than numbers of seconds and bytes (what ``--json`` keeps, for programs).
+    """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         for f in public_fields(type(value)):
             item = getattr(value, f.name)
+            markers = _markers(type(value), f.name) if units and item is not None else ()
             if redact and item and is_secret(type(value), f.name):
                 out[f.name] = REDACTED
+            elif _Duration in markers:
+                out[f.name] = format_duration(item)
+            elif _Bytes in markers:
+                out[f.name] = format_bytes(item)
             else:
-                out[f.name] = to_plain(item, redact=redact)
+                out[f.name] = to_plain(item, redact=redact, units=units)
         return out
     if isinstance(value, tuple | list):
-        return [to_plain(v, redact=redact) for v in value]
+        return [to_plain(v, redact=redact, units=units) for v in value]
     if isinstance(value, Path):
         return str(value)
     return value

@@ -5,9 +5,14 @@ the wheel) with the folder that holds *this* installation's ``statewarden`` and
 ``statewardenctl`` (a venv's ``bin/``, a pipx venv, ``/usr/bin``), writes them into the
 user's unit folder, records what it wrote in a manifest, and asks the user manager over
 D-Bus to reload, enable and start. Running it again changes nothing that is already right.
-``uninstall`` stops and disables the unit and removes exactly the files the manifest
-names, and only while they still hold what was written (a file the user edited since is
-kept, and said so). Hermes' own units are never touched.
+Beside the units it puts the man pages (statewarden(1), statewardenctl(1),
+statewarden.yaml(5)) and the shell completions (bash, zsh, fish) in the user's data
+folder (``$XDG_DATA_HOME``, default ``~/.local/share``), where ``man`` and the shells
+look for a user's own, unless the installation already has them in its system folders
+(the Debian package). ``uninstall`` stops and disables the unit and removes exactly the
+files the manifest names (and the folders install made for them, once empty), and only
+while they still hold what was written (a file the user edited since is kept, and said
+so). Hermes' own units are never touched.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import write_atomic
+from statewarden.config import ALERTMANAGER_CREDENTIAL, APPRISE_CREDENTIAL, HEARTBEAT_CREDENTIAL
 from statewarden.errors import InstallError, SystemdCallFailed, SystemdUnavailable, UsageError
 from statewarden.systemd import FALLBACK, UserManager
 
@@ -36,8 +43,39 @@ MANIFEST_NAME = "install.json"
 MANIFEST_VERSION = 1
 BINDIR_PLACEHOLDER = "@BINDIR@"
 CREDENTIAL = "telegram-token"  # the name alerts.telegram.credential reads by default
+# Each secret install can hand the units as a systemd credential (LoadCredential=NAME:PATH,
+# read from $CREDENTIALS_DIRECTORY/NAME): its name, and what the config says to read it.
+# The heartbeat is the daemon's alone; the others are also the failure alert's.
+CREDENTIALS = {
+    CREDENTIAL: "alerts.telegram.credential (the default)",
+    APPRISE_CREDENTIAL: f"alerts.apprise.credential: {APPRISE_CREDENTIAL}",
+    HEARTBEAT_CREDENTIAL: f"alerts.heartbeat.credential: {HEARTBEAT_CREDENTIAL}",
+    ALERTMANAGER_CREDENTIAL: f"alerts.alertmanager.credential: {ALERTMANAGER_CREDENTIAL}",
+}
 COMMANDS = ("statewarden", "statewardenctl")
 START_TIMEOUT_S = 90.0
+CATALOG = "statewarden.catalog"
+# Man pages and completions: source name -> where under the user's data folder
+# ($XDG_DATA_HOME, ~/.local/share) it goes, and where a system install (the Debian
+# package, relative to the commands' prefix) already has it.
+#   man-db adds <dir>/../share/man of every <dir> on PATH to its search path, so
+#   ~/.local/share/man is found while ~/.local/bin is on PATH.
+#   bash-completion loads $XDG_DATA_HOME/bash-completion/completions/<command>.
+#   fish reads $XDG_DATA_HOME/fish/vendor_completions.d (leaving ~/.config/fish to
+#   the user). zsh has no user folder of its own: ~/.local/share/zsh/site-functions
+#   must be put on fpath before compinit (README: Install).
+DATA_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("man/statewarden.1", "man/man1/statewarden.1", ("man/man1/statewarden.1.gz",)),
+    ("man/statewardenctl.1", "man/man1/statewardenctl.1", ("man/man1/statewardenctl.1.gz",)),
+    ("man/statewarden.yaml.5", "man/man5/statewarden.yaml.5", ("man/man5/statewarden.yaml.5.gz",)),
+    ("completions/statewardenctl", "bash-completion/completions/statewardenctl",
+     ("bash-completion/completions/statewardenctl",)),
+    ("completions/_statewardenctl", "zsh/site-functions/_statewardenctl",
+     ("zsh/vendor-completions/_statewardenctl",)),
+    ("completions/statewardenctl.fish", "fish/vendor_completions.d/statewardenctl.fish",
+     ("fish/vendor_completions.d/statewardenctl.fish",)),
+)  # fmt: skip
+DATA_FILE_MODE = 0o644  # read by man and the shells, never secret
 
 
 @dataclass
@@ -58,6 +96,14 @@ class InstallPlan:
     enable: bool
     now: bool
     manifest: Path
+    # Man pages and completions (in the user's data folder); empty for a system install.
+    data_files: list[FileChange] = field(default_factory=list)
+    # Why there are none, when the installation's own folders already hold them.
+    data_note: str | None = None
+
+    @property
+    def all_files(self) -> list[FileChange]:
+        return [*self.files, *self.data_files]
 
 
 @dataclass
@@ -78,6 +124,28 @@ def default_unit_dir(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
     return Path(base) / "systemd" / "user"
+
+
+def default_data_dir(env: dict[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME``, else ``~/.local/share``: where a user's man pages and shell
+    completions go."""
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local/share")
+    return Path(base)
+
+
+def _data_source(rel: str) -> Path:
+    """The shipped file ``rel`` (``man/statewarden.1``, ``completions/statewardenctl``)."""
+    here = Path(__file__).resolve().parent
+    kind, name = rel.split("/", 1)
+    checkout = {
+        "man": here.parent / "docs" / "man",
+        "completions": here.parent / "packaging" / "completions",
+    }
+    for candidate in (here / "_data" / kind / name, checkout[kind] / name):
+        if candidate.is_file():
+            return candidate
+    raise InstallError(f"{rel} is missing from this installation ({here})")
 
 
 def templates_dir() -> Path:
@@ -117,31 +185,42 @@ def _unit_safe(path: Path, what: str) -> str:
     return text
 
 
-def check_token_file(path: Path) -> Path:
-    """A Telegram token file a unit may load: absolute, a regular file, not a symlink,
-    readable by its owner only."""
+def check_token_file(path: Path, what: str = "token file") -> Path:
+    """A secret file a unit may load (the Telegram token, Apprise URLs, a push or
+    Alertmanager URL): absolute, a regular file, not a symlink, readable by its owner only."""
     path = path.expanduser()
     if not path.is_absolute():
         path = Path.cwd() / path
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise InstallError(f"cannot use {path} as the token file: {exc.strerror}") from exc
+        raise InstallError(f"cannot use {path} as the {what}: {exc.strerror}") from exc
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-        raise InstallError(f"the token file {path} is not a regular file")
+        raise InstallError(f"the {what} {path} is not a regular file")
     if st.st_mode & 0o077:
         raise InstallError(
-            f"the token file {path} is readable by others (mode {st.st_mode & 0o777:o});"
+            f"the {what} {path} is readable by others (mode {st.st_mode & 0o777:o});"
             f" chmod 600 {path} first"
         )
     return path
 
 
-def render(template: str, bindir: Path, token_file: Path | None = None) -> str:
+def render(
+    template: str,
+    bindir: Path,
+    token_file: Path | None = None,
+    credentials: dict[str, Path] | None = None,
+) -> str:
+    """A unit template for this installation; each credential given (name -> file)
+    replaces its commented ``#LoadCredential=NAME:...`` line (a unit without that line
+    does not load it)."""
     text = template.replace(BINDIR_PLACEHOLDER, _unit_safe(bindir, "the installation folder"))
+    given = dict(credentials or {})
     if token_file is not None:
-        line = f"LoadCredential={CREDENTIAL}:{_unit_safe(token_file, 'the token file')}"
-        text = re.sub(rf"^#LoadCredential={CREDENTIAL}:.*$", line, text, flags=re.M)
+        given[CREDENTIAL] = token_file
+    for name, path in given.items():
+        line = f"LoadCredential={name}:{_unit_safe(path, f'the {name} file')}"
+        text = re.sub(rf"^#LoadCredential={re.escape(name)}:.*$", line, text, flags=re.M)
     return text
 
 
@@ -172,8 +251,8 @@ def _read_text(path: Path) -> str | None:
 # -- install ---------------------------------------------------------------------------
 
 
-def _check_unit_dir(unit_dir: Path) -> None:
-    """Refuse a unit folder another user could plant files in (docs/safety.md rule 12):
+def _check_unit_dir(unit_dir: Path, what: str = "units") -> None:
+    """Refuse a folder another user could plant files in (docs/safety.md rule 12):
     one that is a symlink, not ours, or writable by others (sticky or not: a name
     planted there before we write would be followed or taken as ours)."""
     try:
@@ -186,10 +265,76 @@ def _check_unit_dir(unit_dir: Path) -> None:
         raise InstallError(f"{unit_dir}: not a folder")
     if st.st_uid != os.geteuid():
         raise InstallError(
-            f"{unit_dir}: owned by uid {st.st_uid}, not by us; refusing to write units there"
+            f"{unit_dir}: owned by uid {st.st_uid}, not by us; refusing to write {what} there"
         )
     if st.st_mode & 0o022:
-        raise InstallError(f"{unit_dir}: writable by others; refusing to write units there")
+        raise InstallError(f"{unit_dir}: writable by others; refusing to write {what} there")
+
+
+def _change(
+    path: Path, content: str, ours: dict[str, str], force: bool, *, unit: bool = True
+) -> FileChange:
+    """What writing ``content`` at ``path`` is: refused for a symlink, or for a file that
+    install did not write (its digest is not in the manifest) unless ``force``."""
+    if path.is_symlink():
+        hint = "remove it or point --unit-dir elsewhere" if unit else "remove it"
+        raise InstallError(f"{path} is a symlink; {hint}")
+    old = _read_text(path)
+    if old is None:
+        action = "create"
+    elif old == content:
+        action = "unchanged"
+    elif force or ours.get(str(path)) == _digest(old):
+        action = "update"
+    else:
+        raise InstallError(
+            f"{path} exists and was not written by statewardenctl install;"
+            " move it away or use --force to replace it"
+        )
+    return FileChange(path.name, path, content, action)
+
+
+def system_data_dirs(bindir: Path) -> list[Path]:
+    """``share/`` beside the commands' folder (``/usr/share`` for ``/usr/bin``), and
+    beside each folder on ``PATH`` whose ``statewardenctl`` is a link to this
+    installation's (the Debian package links ``/usr/bin`` into its venv)."""
+    out = [bindir.parent / "share"]
+    ours = (bindir / COMMANDS[1]).resolve()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        command = Path(folder or ".") / COMMANDS[1]
+        with contextlib.suppress(OSError):
+            if command.is_symlink() and command.resolve() == ours:
+                out.append(Path(folder).parent / "share")
+    return out
+
+
+def plan_data_files(
+    data_dir: Path, bindir: Path, ours: dict[str, str], *, force: bool
+) -> tuple[list[FileChange], str | None]:
+    """The man pages and completions to put under ``data_dir``; none when the
+    installation's own ``share/`` already has them (a system package)."""
+    for system in system_data_dirs(bindir):
+        if all(any((system / r).is_file() for r in where) for _src, _dst, where in DATA_FILES):
+            return [], f"man pages and shell completions are installed with the package in {system}"
+    changes: list[FileChange] = []
+    for src, dst, _where in DATA_FILES:
+        path = data_dir / dst
+        for folder in _missing_or_own_folders(path.parent, data_dir):
+            _check_unit_dir(folder, "man pages or completions")
+        text = _data_source(src).read_text(encoding="utf-8")
+        changes.append(_change(path, text, ours, force, unit=False))
+    return changes, None
+
+
+def _missing_or_own_folders(folder: Path, top: Path) -> list[Path]:
+    """``folder`` and its parents up to ``top``, as far as they exist (each is checked)."""
+    out = []
+    while True:
+        if folder.exists() or folder.is_symlink():
+            out.append(folder)
+        if folder in (top, folder.parent):
+            return out
+        folder = folder.parent
 
 
 def plan_install(
@@ -201,44 +346,48 @@ def plan_install(
     now: bool = False,
     force: bool = False,
     token_file: Path | None = None,
+    data_dir: Path | None = None,
+    credentials: dict[str, Path] | None = None,
 ) -> InstallPlan:
-    """What ``install`` would write; refuses to overwrite a unit file it did not write."""
+    """What ``install`` would write; refuses to overwrite a file it did not write."""
     bindir = bindir or installation_bindir()
     _check_unit_dir(unit_dir)
     tdir = templates_dir()
     ours = read_manifest(manifest).get("files", {})
     files: list[FileChange] = []
     for name in UNIT_FILES:
-        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file)
-        path = unit_dir / name
-        if path.is_symlink():
-            raise InstallError(f"{path} is a symlink; remove it or point --unit-dir elsewhere")
-        old = _read_text(path)
-        if old is None:
-            action = "create"
-        elif old == content:
-            action = "unchanged"
-        elif force or ours.get(str(path)) == _digest(old):
-            action = "update"
-        else:
-            raise InstallError(
-                f"{path} exists and was not written by statewardenctl install;"
-                " move it away or use --force to replace it"
-            )
-        files.append(FileChange(name, path, content, action))
-    return InstallPlan(unit_dir, bindir, files, enable, now, manifest)
+        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file,
+                         credentials)  # fmt: skip
+        files.append(_change(unit_dir / name, content, ours, force))
+    data_files, data_note = plan_data_files(
+        data_dir or default_data_dir(), bindir, ours, force=force
+    )
+    return InstallPlan(unit_dir, bindir, files, enable, now, manifest, data_files, data_note)
 
 
 def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     out = Outcome()
-    plan.unit_dir.mkdir(parents=True, exist_ok=True)
-    for f in plan.files:
-        if f.action != "unchanged":
-            write_atomic(f.path, f.content)
-            out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
-    _save_manifest(plan)
+    made: list[str] = list(read_manifest(plan.manifest).get("folders", []))
+    try:
+        plan.unit_dir.mkdir(parents=True, exist_ok=True)
+        for f in plan.files:
+            if f.action != "unchanged":
+                write_atomic(f.path, f.content)
+                out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
+        _write_data_files(plan, out, made)
+    except BaseException:
+        # A full disk half way: what was written is still recorded as ours, so the next
+        # install (or uninstall) treats it as such.
+        with contextlib.suppress(Exception):
+            _save_manifest(plan, made)
+        raise
+    _save_manifest(plan, made)
     if not any(f.action != "unchanged" for f in plan.files):
         out.notes.append(f"unit files in {plan.unit_dir} already up to date")
+    if plan.data_note:
+        out.notes.append(plan.data_note)
+    out.notes.extend(_where_man_looks(plan))
+    out.notes.extend(catalogue_note())
     try:
         asyncio.run(_manager_install(plan, out, address))
     except SystemdUnavailable as exc:
@@ -254,12 +403,89 @@ def apply_install(plan: InstallPlan, address: str | None = None) -> Outcome:
     return out
 
 
-def _save_manifest(plan: InstallPlan) -> None:
+def _write_data_files(plan: InstallPlan, out: Outcome, made: list[str]) -> None:
+    """Write the man pages and completions; each folder made for them is added to
+    ``made`` (with those an earlier install made), so that uninstall can remove them
+    once empty."""
+    for f in plan.data_files:
+        missing: list[Path] = []
+        folder = f.path.parent
+        while not folder.exists():
+            missing.append(folder)
+            folder = folder.parent
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.insert(0, str(folder))
+        if f.action != "unchanged":
+            write_atomic(f.path, f.content)
+            os.chmod(f.path, DATA_FILE_MODE)
+            out.changes.append(f"{'wrote' if f.action == 'create' else 'updated'} {f.path}")
+
+
+def _where_man_looks(plan: InstallPlan) -> list[str]:
+    """A note when ``man`` (with this environment) would not find the pages written."""
+    pages = [f.path for f in plan.data_files if f.path.suffix in (".1", ".5")]
+    manpath = shutil.which("manpath")
+    if not pages or manpath is None:
+        return []
+    try:
+        r = subprocess.run([manpath, "-q"], capture_output=True, text=True, timeout=10,
+                           check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return []
+    mandir = pages[0].parent.parent
+    if str(mandir) in r.stdout.strip().split(":"):
+        return []
+    return [
+        f"man does not look in {mandir} with this PATH: put {mandir.parent.parent / 'bin'} on"
+        f" PATH (man then finds it) or add {mandir} to MANPATH"
+    ]
+
+
+# Where journalctl --update-catalog reads *.catalog files (systemd's catalog.c).
+CATALOGUE_DIRS = (
+    Path("/etc/systemd/catalog"),
+    Path("/usr/local/lib/systemd/catalog"),
+    Path("/usr/lib/systemd/catalog"),
+)
+
+
+def catalogue_note(dirs: tuple[Path, ...] = CATALOGUE_DIRS) -> list[str]:
+    """How to get `journalctl -x` explanations, when no catalogue folder has ours: it
+    takes root once (systemd keeps one catalogue database for the machine)."""
+    if any((d / CATALOG).is_file() for d in dirs):
+        return []
+    try:
+        source = templates_dir() / CATALOG
+    except InstallError:
+        return []
+    return [
+        "journalctl -x explains statewarden's entries once root installs the catalogue:"
+        f" sudo install -D -m 0644 {source} /usr/local/lib/systemd/catalog/{CATALOG}"
+        " && sudo journalctl --update-catalog"
+    ]
+
+
+def _save_manifest(plan: InstallPlan, folders: list[str] | None = None) -> None:
+    """Record each planned file that holds what install wrote (or, not rewritten, what
+    an earlier install wrote), and the folders made (deepest first)."""
+    old = read_manifest(plan.manifest).get("files", {})
+    files: dict[str, str] = {}
+    for f in plan.all_files:
+        try:
+            current = None if f.path.is_symlink() else _read_text(f.path)
+        except InstallError:
+            current = None
+        if current == f.content:
+            files[str(f.path)] = _digest(f.content)
+        elif current is not None and old.get(str(f.path)) == _digest(current):
+            files[str(f.path)] = old[str(f.path)]
     data = {
         "version": MANIFEST_VERSION,
         "unit_dir": str(plan.unit_dir),
         "bindir": str(plan.bindir),
-        "files": {str(f.path): _digest(f.content) for f in plan.files},
+        "files": files,
+        "folders": sorted(set(folders or []), key=lambda p: (-p.count("/"), p)),
     }
     plan.manifest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(plan.manifest, json.dumps(data, indent=2) + "\n")
@@ -317,6 +543,7 @@ def uninstall(manifest: Path, address: str | None = None, *, dry_run: bool = Fal
     if dry_run:
         out.changes += [f"would stop and disable {UNIT}"]
         out.changes += [f"would remove {p}" for p in files]
+        out.changes += [f"would remove {p} if empty" for p in data.get("folders", [])]
         return out
     try:
         asyncio.run(_manager_uninstall(out, address))
@@ -336,6 +563,11 @@ def uninstall(manifest: Path, address: str | None = None, *, dry_run: bool = Fal
         else:
             path.unlink()
             out.changes.append(f"removed {path}")
+    for folder_text in data.get("folders", []):
+        folder = Path(folder_text)
+        with contextlib.suppress(OSError):  # not empty (or gone): the user's now
+            folder.rmdir()
+            out.changes.append(f"removed {folder}")
     manifest.unlink(missing_ok=True)
     with contextlib.suppress(SystemdUnavailable, SystemdCallFailed):
         asyncio.run(_reload(address))

@@ -130,6 +130,84 @@ class TestSink:
             parse_config("alerts:\n  alertmanager: {enabled: true, url: 'am:9093'}\n")
 
 
+class TestSecretUrl:
+    """A URL that carries a secret (a proxy's user and password) is read from a private
+    file or a systemd credential, used as given, and never shown."""
+
+    def test_from_a_credential_to_a_real_alertmanager(
+        self, tmp_path: Path, am: Alertmanager
+    ) -> None:
+        """alerts.alertmanager.credential: the URL read from $CREDENTIALS_DIRECTORY
+        reaches the real Alertmanager."""
+        creds = tmp_path / "creds"
+        creds.mkdir()
+        (creds / "alertmanager-url").write_text(am.url + "\n")
+        cfg = AlertmanagerConfig(enabled=True, credential="alertmanager-url", timeout=5.0)
+        sink = AlertmanagerSink(cfg, env={"CREDENTIALS_DIRECTORY": str(creds)})
+        assert sink.source == "credential alertmanager-url"
+        outbox = Outbox(tmp_path / "outbox", max_entries=10)
+        d = deliver(sink, outbox, Notification("k1", "firing", "box", T0 + 6, [item()]))
+        assert d.health.last_answer == "1 alert posted (200)", d.health.last_error
+        assert [a["labels"]["alertname"] for a in am.alerts()] == ["corruption"]
+
+    def test_user_and_password_go_as_basic_auth_and_are_never_shown(self, tmp_path: Path) -> None:
+        """From url_file: the request carries the URL's user and password as HTTP basic
+        auth; a refusal names the server by scheme, host and port only, and no text of
+        the sink (error, answer) holds the password."""
+        s = PushServer(default="404")
+        try:
+            url_file = tmp_path / "am.url"
+            url_file.write_text(f"http://statewarden:s3cret-pa55word@127.0.0.1:{s.port}/\n")
+            url_file.chmod(0o600)
+            sink = AlertmanagerSink(AlertmanagerConfig(enabled=True, url_file=url_file,
+                                                       timeout=2.0))  # fmt: skip
+            outbox = Outbox(tmp_path / "outbox", max_entries=10)
+            d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
+        finally:
+            s.stop()
+        (hit,) = s.requests
+        assert hit.path == "/api/v2/alerts"
+        assert hit.headers["authorization"] == "Basic c3RhdGV3YXJkZW46czNjcmV0LXBhNTV3b3Jk"
+        assert d.health.state == "rejected"
+        assert f"(http://127.0.0.1:{s.port})" in d.health.last_error
+        assert f"file {url_file}" in d.health.last_error
+        for text in (d.health.last_error, d.health.last_answer, str(outbox.pending())):
+            assert "s3cret-pa55word" not in text
+
+    @pytest.mark.parametrize("how", ["readable by others", "symlink", "not a URL", "missing"])
+    def test_a_url_file_that_cannot_be_used_keeps_the_entry(self, tmp_path: Path, how: str) -> None:
+        """A URL file readable by others, a symlink, a missing file or text that is not
+        one http(s) URL: the entry waits in the outbox, the sink says why (rejected)."""
+        real = tmp_path / "real"
+        real.write_text("http://127.0.0.1:1\n")
+        real.chmod(0o600)
+        url_file = tmp_path / "am.url"
+        if how == "readable by others":
+            url_file.write_text("http://127.0.0.1:1\n")
+            url_file.chmod(0o644)
+        elif how == "symlink":
+            url_file.symlink_to(real)
+        elif how == "not a URL":
+            url_file.write_text("am.example:9093 s3cret\n")
+            url_file.chmod(0o600)
+        sink = AlertmanagerSink(AlertmanagerConfig(enabled=True, url_file=url_file))
+        outbox = Outbox(tmp_path / "outbox", max_entries=10)
+        d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
+        assert d.health.state == "rejected"
+        assert str(url_file) in d.health.last_error
+        assert "s3cret" not in d.health.last_error
+        assert len(outbox.pending("alertmanager")) == 1
+
+    def test_config_takes_one_source(self) -> None:
+        """url, url_file and credential are alternatives: two at once is an error."""
+        with pytest.raises(ConfigError, match="set one of url, url_file or credential"):
+            parse_config("alerts:\n  alertmanager: {url: 'http://a:9093', url_file: /x}\n")
+        with pytest.raises(ConfigError, match="set one of url, url_file or credential"):
+            parse_config("alerts:\n  alertmanager: {url_file: /x, credential: am}\n")
+        c = parse_config("alerts:\n  alertmanager: {enabled: true, credential: alertmanager-url}\n")
+        assert c.alerts.alertmanager.credential == "alertmanager-url"
+
+
 class TestThroughTheOutbox:
     def test_incident_posted_reposted_while_firing_then_resolved(
         self, tmp_path: Path, am: Alertmanager, hook: PushServer

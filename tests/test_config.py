@@ -275,6 +275,51 @@ class TestShow:
         r = run_ctl("config", "show", "--config", str(f))
         assert "level: debug" in r.stdout
 
+    def test_show_prints_durations_and_sizes_as_the_config_writes_them(
+        self, tmp_path: Path
+    ) -> None:
+        """Text `config show` writes `30s`, `90s`, `250ms`, `2h`, `50MB`, never `30.0`;
+        --json keeps numbers of seconds and bytes."""
+        f = tmp_path / "c.yaml"
+        f.write_text(
+            "watch:\n  poll_interval: 250ms\n  holders_interval: 90s\n"
+            "  wal_warn_bytes: 16MiB\nalerts:\n  repeat_interval: 2h\n"
+        )
+        r = run_ctl("config", "show", "--config", str(f))
+        assert r.exit_code == 0, r.stderr
+        shown = yaml.safe_load(r.stdout)
+        assert shown["watch"]["poll_interval"] == "250ms"
+        assert shown["watch"]["holders_interval"] == "90s"
+        assert shown["watch"]["wal_warn_bytes"] == "16MiB"
+        assert shown["alerts"]["repeat_interval"] == "2h"
+        assert shown["discovery"]["rescan_interval"] == "30s"  # a default
+        assert shown["alerts"]["group_wait"] == "30s"
+        assert not re.search(r":\s\d+\.\d", r.stdout)  # no 30.0 anywhere
+        data = json.loads(run_ctl("config", "show", "--config", str(f), "--json").stdout)
+        assert data["config"]["watch"]["poll_interval"] == 0.25
+        assert data["config"]["watch"]["wal_warn_bytes"] == 16 * 2**20
+
+    def test_what_show_prints_reads_back_as_the_same_config(self, tmp_path: Path) -> None:
+        """The text of `config show` (defaults and all, secrets aside) is itself a valid
+        config that means the same: every duration and size reads back to its value."""
+        f = tmp_path / "c.yaml"
+        f.write_text("watch:\n  poll_interval: 1.5s\n  wal_growth_window: 36h\n")
+        r = run_ctl("config", "show", "--config", str(f))
+        assert r.exit_code == 0, r.stderr
+        again = parse_config(r.stdout, source="shown")
+        assert to_plain(again) == to_plain(load_config(f))
+        assert "poll_interval: 1500ms" in r.stdout
+        assert "wal_growth_window: 36h" in r.stdout
+
+    @given(st.integers(min_value=1, max_value=10**9))
+    @settings(max_examples=200, deadline=None)
+    def test_a_duration_in_milliseconds_reads_back_exactly(self, ms: int) -> None:
+        """format_duration writes any whole number of milliseconds so that parse_duration
+        reads the same number back."""
+        from statewarden.config import format_duration
+
+        assert parse_duration(format_duration(ms / 1000)) == pytest.approx(ms / 1000, rel=1e-12)
+
 
 def test_holder_kinds_match_the_classifier() -> None:
     """The kinds the config accepts are exactly the kinds the process classifier gives."""

@@ -27,11 +27,12 @@ def test_every_config_key_is_in_the_reference() -> None:
 
 
 def test_every_command_is_in_the_reference_and_the_man_page() -> None:
-    from statewarden.cli.ctl import main
+    from statewarden.cli.ctl import COMMANDS
 
     cli = (ROOT / "docs" / "cli.md").read_text()
     man = (ROOT / "docs" / "man" / "statewardenctl.1").read_text()
-    for name in main.commands:
+    assert len(COMMANDS) >= 15
+    for name in COMMANDS:
         assert f"## `statewardenctl {name}`" in cli
         assert f'.SS "statewardenctl {name}"' in man
 
@@ -59,3 +60,66 @@ def test_the_runbook_has_a_section_for_every_incident_kind() -> None:
     runbook = (ROOT / "docs" / "runbook.md").read_text()
     missing = [kind for kind in KINDS if f"\n## {kind}\n" not in runbook]
     assert missing == []
+
+
+def _reference_blocks() -> dict[str, str]:
+    """Command path -> the help block docs/cli.md shows for it."""
+    out: dict[str, str] = {}
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for section in text.split("\n## `")[1:]:
+        path, rest = section.split("`\n\n```\n", 1)
+        out[path] = rest.split("\n```\n", 1)[0] + "\n"
+    return out
+
+
+def test_the_reference_is_what_each_command_prints_for_help() -> None:
+    """Every block of docs/cli.md is byte for byte what the installed command prints for
+    `--help` as a whole process (the help option says `-h, --help`, as it does), on a
+    wide terminal and on an 80-column one alike."""
+    import os
+
+    blocks = _reference_blocks()
+    assert len(blocks) >= 30  # every command and subcommand of both programs
+    bindir = Path(sys.executable).parent
+    for path, block in blocks.items():
+        prog, *rest = path.split()
+        for columns in ("200", "80"):
+            r = subprocess.run(
+                [str(bindir / prog), *rest, "--help"], capture_output=True, text=True,
+                check=False, timeout=60, env={**os.environ, "COLUMNS": columns},
+            )  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            assert r.stdout == block, f"{path} --help (COLUMNS={columns}) differs from docs/cli.md"
+        assert "  -h, --help" in block
+
+
+def test_the_man_page_holds_the_same_help() -> None:
+    """statewardenctl(1) carries each command's --help as docs/cli.md does (in roff)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "docs" / "generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    _roff = generate._roff
+
+    man = (ROOT / "docs" / "man" / "statewardenctl.1").read_text()
+    for path, block in _reference_blocks().items():
+        if path.startswith("statewardenctl"):
+            assert f".nf\n{_roff(block.rstrip())}\n.fi\n" in man, path
+
+
+def test_the_command_list_shows_each_summary_whole() -> None:
+    """`statewardenctl --help` and each group's --help list every command's summary
+    whole: no summary is cut short with "..."."""
+    from statewarden.cli.ctl import COMMANDS
+
+    blocks = _reference_blocks()
+    top = blocks["statewardenctl"]
+    flat = " ".join(top.split())
+    for name, (_module, _attr, summary) in COMMANDS.items():
+        assert f"{name} {summary}" in flat, name
+    for path, block in blocks.items():
+        commands = block.split("Commands:\n", 1)[1] if "Commands:\n" in block else ""
+        assert "..." not in commands, path

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -24,14 +25,18 @@ import pytest
 
 from lab.bot_api import BotApi
 from lab.hermes_fixtures import TINY, make_home
+from lab.push_server import PushServer
 from statewarden import install as inst
 from statewarden.incidents.signals import KINDS
 from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl
 from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.test_daemon_logs import hermes_logger, malformed
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
+REPO = Path(__file__).resolve().parent.parent
+COMPLETIONS = REPO / "packaging" / "completions"
 
 
 def offline_env(tmp_path: Path) -> dict[str, str]:
@@ -69,7 +74,7 @@ class TestWithoutManager:
         assert f"wrote {units / inst.UNIT}" in r.stdout
         assert "systemd user manager not reachable" in r.stdout
         manifest = json.loads(manifest_of(env).read_text())
-        assert sorted(manifest["files"]) == sorted(str(units / n) for n in inst.UNIT_FILES)
+        assert {str(units / n) for n in inst.UNIT_FILES} <= set(manifest["files"])
 
     def test_second_install_changes_nothing(self, tmp_path: Path) -> None:
         env = offline_env(tmp_path)
@@ -136,8 +141,59 @@ class TestWithoutManager:
         for name in inst.UNIT_FILES:
             text = (unit_dir_of(env) / name).read_text()
             assert f"\nLoadCredential=telegram-token:{token}\n" in text
-            assert "#LoadCredential" not in text
+            assert "#LoadCredential=telegram-token" not in text
         assert "123:abc" not in r.stdout + r.stderr
+
+    def test_each_sink_secret_file_becomes_a_credential(self, tmp_path: Path) -> None:
+        """--apprise-urls-file and --alertmanager-url-file reach both units as
+        credentials, --heartbeat-url-file the daemon's unit only (the failure alert sends
+        no heartbeat); the output names the config key that reads each, never the text."""
+        env = offline_env(tmp_path)
+        files = {}
+        for name, text in (("apprise-urls", "json://127.0.0.1:1/secret-apprise"),
+                           ("heartbeat-url", "http://127.0.0.1:1/secret-ping"),
+                           ("alertmanager-url", "http://u:secret-pass@127.0.0.1:1")):  # fmt: skip
+            files[name] = tmp_path / name
+            files[name].write_text(text + "\n")
+            files[name].chmod(0o600)
+        r = ctl("install", "--apprise-urls-file", str(files["apprise-urls"]),
+                "--heartbeat-url-file", str(files["heartbeat-url"]),
+                "--alertmanager-url-file", str(files["alertmanager-url"]), env=env)  # fmt: skip
+        assert r.exit_code == 0, r.stderr
+        service = (unit_dir_of(env) / inst.UNIT).read_text()
+        failed = (unit_dir_of(env) / inst.FAILED_TEMPLATE).read_text()
+        for name, path in files.items():
+            line = f"\nLoadCredential={name}:{path}\n"
+            assert line in service
+            assert (line in failed) == (name != "heartbeat-url")
+            assert f"alerts.{name.split('-')[0]}.credential: {name}" in r.stdout
+        assert "#LoadCredential=telegram-token" in service  # not asked for: still a comment
+        for leaked in ("secret-apprise", "secret-ping", "secret-pass"):
+            assert leaked not in r.stdout + r.stderr
+
+    @pytest.mark.parametrize("option", ["--apprise-urls-file", "--heartbeat-url-file",
+                                        "--alertmanager-url-file"])  # fmt: skip
+    @pytest.mark.parametrize("how", ["readable by others", "symlink", "missing"])
+    def test_a_sink_secret_file_that_is_not_private_is_refused(
+        self, tmp_path: Path, option: str, how: str
+    ) -> None:
+        """The same checks as the token file: one line naming the file, exit 1, nothing
+        written."""
+        env = offline_env(tmp_path)
+        real = tmp_path / "real"
+        real.write_text("http://127.0.0.1:1/x\n")
+        real.chmod(0o600)
+        path = tmp_path / "secret"
+        if how == "readable by others":
+            path.write_text("http://127.0.0.1:1/x\n")
+            path.chmod(0o644)
+        elif how == "symlink":
+            path.symlink_to(real)
+        r = ctl("install", option, str(path), env=env)
+        assert r.exit_code == 1
+        assert r.stderr.count("\n") == 1
+        assert str(path) in r.stderr
+        assert not unit_dir_of(env).exists()
 
     @pytest.mark.parametrize("how", ["readable by others", "symlink", "missing", "folder"])
     def test_a_token_file_that_is_not_private_is_refused(self, tmp_path: Path, how: str) -> None:
@@ -195,6 +251,261 @@ class TestWithoutManager:
         assert r.exit_code == 2
         assert r.stderr.startswith("statewardenctl: error: nothing to uninstall")
         assert r.stderr.count("\n") == 1
+
+
+def data_dir_of(env: dict[str, str]) -> Path:
+    return Path(env["HOME"]) / ".local" / "share"
+
+
+# Where each shipped file lands under ~/.local/share, and where it comes from.
+DATA_FILES = {
+    "man/man1/statewarden.1": REPO / "docs" / "man" / "statewarden.1",
+    "man/man1/statewardenctl.1": REPO / "docs" / "man" / "statewardenctl.1",
+    "man/man5/statewarden.yaml.5": REPO / "docs" / "man" / "statewarden.yaml.5",
+    "bash-completion/completions/statewardenctl": COMPLETIONS / "statewardenctl",
+    "zsh/site-functions/_statewardenctl": COMPLETIONS / "_statewardenctl",
+    "fish/vendor_completions.d/statewardenctl.fish": COMPLETIONS / "statewardenctl.fish",
+}
+
+
+def user_shell_env(env: dict[str, str]) -> dict[str, str]:
+    """A login-like environment: ~/.local/bin on PATH (as pipx and install.sh set up)."""
+    home = env["HOME"]
+    return {"HOME": home, "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8"}  # fmt: skip
+
+
+class TestManPagesAndCompletions:
+    def test_install_puts_them_where_man_and_the_shells_look(self, tmp_path: Path) -> None:
+        """Each man page and completion script lands in ~/.local/share (mode 0644, the
+        shipped text) and is in the manifest."""
+        env = offline_env(tmp_path)
+        r = ctl("install", env=env)
+        assert r.exit_code == 0, r.stderr
+        data = data_dir_of(env)
+        manifest = json.loads(manifest_of(env).read_text())
+        for rel, source in DATA_FILES.items():
+            path = data / rel
+            assert path.read_text() == source.read_text(), rel
+            assert stat.S_IMODE(path.stat().st_mode) == 0o644
+            assert str(path) in manifest["files"]
+            assert f"wrote {path}" in r.stdout
+
+    def test_man_finds_every_page_with_local_bin_on_path(self, tmp_path: Path) -> None:
+        """`man -w` finds statewarden(1), statewardenctl(1) and statewarden.yaml(5) for a
+        user whose PATH has ~/.local/bin (man-db derives ~/.local/share/man from it),
+        and `manpath` lists the folder; before install, man finds none of them there."""
+        env = offline_env(tmp_path)
+        shell = user_shell_env(env)
+        pages = ("statewarden.1", "statewardenctl.1", "statewarden.yaml.5")
+        for page in pages:
+            name, section = page.rsplit(".", 1)
+            r = subprocess.run(["man", "-w", section, name], env=shell, capture_output=True,
+                               text=True, check=False)  # fmt: skip
+            assert not r.stdout.startswith(env["HOME"]), r.stdout  # nothing installed yet
+        assert ctl("install", env=env).exit_code == 0
+        mandir = data_dir_of(env) / "man"
+        r = subprocess.run(["manpath", "-q"], env=shell, capture_output=True, text=True,
+                           check=True)  # fmt: skip
+        assert str(mandir) in r.stdout.strip().split(":")
+        for page in pages:
+            name, section = page.rsplit(".", 1)
+            r = subprocess.run(["man", "-w", section, name], env=shell, capture_output=True,
+                               text=True, check=False)  # fmt: skip
+            assert r.stdout.strip() == str(mandir / f"man{section}" / page), r.stderr
+
+    def test_bash_fish_and_zsh_complete_from_the_installed_files(self, tmp_path: Path) -> None:
+        """bash-completion loads the installed script on demand from
+        ~/.local/share/bash-completion; fish reads ~/.local/share/fish/vendor_completions.d;
+        zsh with ~/.local/share/zsh/site-functions on fpath (as README says) binds it."""
+        env = offline_env(tmp_path)
+        assert ctl("install", env=env).exit_code == 0
+        shell = user_shell_env(env)
+        bindir = str(Path(sys.executable).parent)
+        shell["PATH"] = f"{bindir}:{shell['PATH']}"
+        bash = subprocess.run(
+            ["bash", "--norc", "--noprofile", "-c",
+             "source /usr/share/bash-completion/bash_completion;"
+             " _completion_loader statewardenctl; complete -p statewardenctl;"
+             " COMP_WORDS=(statewardenctl hol); COMP_CWORD=1;"
+             " _statewardenctl_completion statewardenctl; echo \"${COMPREPLY[@]}\""],
+            env=shell, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert bash.returncode == 0, bash.stderr
+        assert "_statewardenctl_completion statewardenctl" in bash.stdout
+        assert bash.stdout.splitlines()[-1] == "holders"
+        fish = subprocess.run(["fish", "-c", "complete -C 'statewardenctl hol'"],
+                              env=shell, capture_output=True, text=True, check=False,
+                              timeout=60)  # fmt: skip
+        assert fish.stdout.split()[:1] == ["holders"], fish.stdout + fish.stderr
+        zsh = subprocess.run(
+            ["zsh", "-f", "-c",
+             "fpath=(~/.local/share/zsh/site-functions $fpath); autoload -Uz compinit;"
+             " compinit -u -D; print -r -- ${_comps[statewardenctl]}"],
+            env=shell, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert zsh.stdout.strip() == "_statewardenctl", zsh.stdout + zsh.stderr
+
+    def test_uninstall_removes_them_and_only_the_folders_install_made(self, tmp_path: Path) -> None:
+        """uninstall removes every page and script, and each folder install made for
+        them once empty; a folder that held the user's own files before stays with them."""
+        env = offline_env(tmp_path)
+        data = data_dir_of(env)
+        mine = data / "man" / "man1" / "mytool.1"
+        mine.parent.mkdir(parents=True)
+        mine.write_text(".TH MYTOOL 1\n")
+        assert ctl("install", env=env).exit_code == 0
+        r = ctl("uninstall", env=env)
+        assert r.exit_code == 0, r.stderr
+        for rel in DATA_FILES:
+            assert not (data / rel).exists(), rel
+            assert f"removed {data / rel}" in r.stdout
+        assert mine.read_text() == ".TH MYTOOL 1\n"
+        assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*")) == [
+            "man", "man/man1", "man/man1/mytool.1",
+        ]  # fmt: skip
+
+    def test_a_page_someone_else_wrote_is_kept_and_a_planted_link_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """A man page already there that install did not write is not replaced without
+        --force; a symlink planted at a completion's name is refused even with --force,
+        and its target is untouched."""
+        env = offline_env(tmp_path)
+        data = data_dir_of(env)
+        page = data / "man" / "man1" / "statewarden.1"
+        page.parent.mkdir(parents=True)
+        page.write_text("an older page\n")
+        r = ctl("install", env=env)
+        assert r.exit_code == 1
+        assert f"{page} exists and was not written by statewardenctl install" in r.stderr
+        assert page.read_text() == "an older page\n"
+        assert ctl("install", "--force", env=env).exit_code == 0
+        assert page.read_text() == (REPO / "docs" / "man" / "statewarden.1").read_text()
+        victim = tmp_path / "victim"
+        victim.write_text("precious\n")
+        fish = data / "fish" / "vendor_completions.d" / "statewardenctl.fish"
+        fish.unlink()
+        fish.symlink_to(victim)
+        for extra in ((), ("--force",)):
+            r = ctl("install", *extra, env=env)
+            assert r.exit_code == 1
+            assert f"{fish} is a symlink" in r.stderr
+        assert victim.read_text() == "precious\n"
+
+    def test_a_folder_others_can_write_is_refused(self, tmp_path: Path) -> None:
+        """~/.local/share/man writable by others: nothing is written there (a name
+        planted in it could be followed); one line, exit 1."""
+        env = offline_env(tmp_path)
+        shared = data_dir_of(env) / "man"
+        shared.mkdir(parents=True)
+        shared.chmod(0o777)
+        r = ctl("install", env=env)
+        assert r.exit_code == 1
+        assert r.stderr.count("\n") == 1
+        assert f"{shared}: writable by others" in r.stderr
+        assert list(shared.iterdir()) == []
+
+    def test_a_system_install_writes_none(self, tmp_path: Path) -> None:
+        """Commands whose share/ already holds the pages and completions (the Debian
+        package's /usr) get no second copy in ~/.local/share, and install says why."""
+        env = offline_env(tmp_path)
+        prefix = tmp_path / "usr"
+        for rels in (where for _src, _dst, where in inst.DATA_FILES):
+            (prefix / "share" / rels[0]).parent.mkdir(parents=True, exist_ok=True)
+            (prefix / "share" / rels[0]).write_text("packaged\n")
+        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=prefix / "bin",
+                                 data_dir=data_dir_of(env))  # fmt: skip
+        assert plan.data_files == []
+        assert plan.data_note is not None
+        assert str(prefix / "share") in plan.data_note
+
+    def test_a_package_linking_its_venv_into_usr_bin_writes_none(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The Debian package's commands run from /opt/statewarden/venv/bin, linked from
+        /usr/bin: a PATH folder whose statewardenctl links to this installation's counts
+        as its prefix, so its /usr/share copies are found and none is written."""
+        env = offline_env(tmp_path)
+        venv_bin = tmp_path / "opt" / "venv" / "bin"
+        venv_bin.mkdir(parents=True)
+        for command in inst.COMMANDS:
+            (venv_bin / command).write_text("#!/bin/sh\n")
+        usr = tmp_path / "usr"
+        (usr / "bin").mkdir(parents=True)
+        (usr / "bin" / "statewardenctl").symlink_to(venv_bin / "statewardenctl")
+        for _src, _dst, where in inst.DATA_FILES:
+            (usr / "share" / where[0]).parent.mkdir(parents=True, exist_ok=True)
+            (usr / "share" / where[0]).write_text("packaged\n")
+        monkeypatch.setenv("PATH", f"/usr/bin:{usr / 'bin'}:/bin")
+        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=venv_bin,
+                                 data_dir=data_dir_of(env))  # fmt: skip
+        assert plan.data_files == []
+        assert plan.data_note is not None
+        assert str(usr / "share") in plan.data_note
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")  # not linked on PATH: the user's copies
+        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=venv_bin,
+                                 data_dir=data_dir_of(env))  # fmt: skip
+        assert len(plan.data_files) == len(inst.DATA_FILES)
+
+
+FULL_DISK_SCRIPT = """\
+set -u
+mount -t tmpfs -o size=128k,mode=0755 tmpfs "$DATA"
+head -c 1048576 /dev/zero > "$DATA/fill" 2>/dev/null
+"$CTL" install; echo "first=$?"
+ls "$UNITS"; "$CTL" uninstall; echo "uninstall=$?"; ls "$UNITS"
+rm "$DATA/fill"
+"$CTL" install; echo "second=$?"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
+def test_a_full_disk_half_way_is_one_line_and_the_next_install_finishes(
+    tmp_path: Path,
+) -> None:
+    """~/.local/share on a full, tiny tmpfs: install writes the units, stops at the
+    first man page with one line (exit 1), and still records what it wrote, so that
+    uninstall removes those units; with space freed, install finishes and records every
+    file."""
+    env = offline_env(tmp_path)
+    data = data_dir_of(env)
+    data.mkdir(parents=True)
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", FULL_DISK_SCRIPT],
+        env={**env, "DATA": str(data), "UNITS": str(unit_dir_of(env)),
+             "CTL": str(Path(sys.executable).parent / "statewardenctl")},
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert "first=1" in r.stdout, r.stdout + r.stderr
+    assert "second=0" in r.stdout, r.stdout + r.stderr
+    assert "uninstall=0" in r.stdout, r.stdout + r.stderr
+    units = unit_dir_of(env)
+    assert f"removed {units / inst.UNIT}" in r.stdout
+    assert f"removed {units / inst.FAILED_TEMPLATE}" in r.stdout
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("statewardenctl: error: ")
+    assert "No space left on device" in line
+    assert "was not written by statewardenctl install" not in r.stdout + r.stderr
+    manifest = json.loads(manifest_of(env).read_text())
+    assert {str(data / rel) for rel in DATA_FILES} <= set(manifest["files"])
+    assert {str(unit_dir_of(env) / n) for n in inst.UNIT_FILES} <= set(manifest["files"])
+
+
+class TestJournalCatalogue:
+    def test_install_says_how_root_installs_the_catalogue(self, tmp_path: Path) -> None:
+        """With no catalogue folder holding statewarden.catalog, install names the two
+        commands root runs once (journalctl -x has no per-user catalogue); with one
+        holding it, it says nothing."""
+        empty = (tmp_path / "etc", tmp_path / "usr")
+        (note,) = inst.catalogue_note(empty)
+        source = inst.templates_dir() / inst.CATALOG
+        assert source.is_file()
+        assert f"sudo install -D -m 0644 {source} /usr/local/lib/systemd/catalog/" in note
+        assert note.endswith("&& sudo journalctl --update-catalog")
+        (tmp_path / "usr" / inst.CATALOG).parent.mkdir(parents=True)
+        (tmp_path / "usr" / inst.CATALOG).write_text("-- x\n")
+        assert inst.catalogue_note(empty) == []
 
 
 # -- a real user manager -----------------------------------------------------------------
@@ -415,15 +726,100 @@ class TestRealManager:
             m.systemctl("start", inst.UNIT)
         installed.wait_running()
 
+    def test_sink_secrets_reach_the_daemon_as_credentials(self, installed: Installed) -> None:
+        """As a user, install --heartbeat-url-file, --apprise-urls-file and
+        --alertmanager-url-file hand the three secrets to the running daemon as
+        credentials (the config names only credential names): it pings the push URL, and
+        a corruption line in Hermes' log reaches Apprise (a json:// URL) and Alertmanager
+        (with its basic auth) at local HTTP servers; then the fail ping. In the root-run
+        manager of this namespace credentials are not found (see the test above), so
+        there the config names the files, and the same deliveries are checked."""
+        m = installed.manager
+        uid = m.uid
+        push, apprise, am = PushServer(), PushServer(), PushServer()
+        conf_dir = Path(installed.env["XDG_CONFIG_HOME"]) / "statewarden"
+        config = conf_dir / "config.yaml"
+        secrets = {
+            "heartbeat-url": f"{push.url}/ping/hb-secret-0123456789",
+            "apprise-urls": f"json://127.0.0.1:{apprise.port}/apprise-secret-0123456789",
+            "alertmanager-url": f"http://statewarden:am-secret-0123456789@127.0.0.1:{am.port}",
+        }
+        try:
+            conf_dir.mkdir(parents=True, exist_ok=True)
+            os.chown(conf_dir, uid, uid)
+            files = {}
+            for name, text in secrets.items():
+                files[name] = conf_dir / name
+                files[name].write_text(text + "\n")
+                os.chown(files[name], uid, uid)
+                files[name].chmod(0o600)
+            if uid:
+                where = {n: f"credential: {n}" for n in secrets}
+                r = installed.ctl("install", "--now",
+                                  "--heartbeat-url-file", str(files["heartbeat-url"]),
+                                  "--apprise-urls-file", str(files["apprise-urls"]),
+                                  "--alertmanager-url-file", str(files["alertmanager-url"]))  # fmt: skip
+                assert r.exit_code == 0, r.stdout + r.stderr
+                unit = (m.unit_dir / inst.UNIT).read_text()
+                assert all(f"LoadCredential={n}:{files[n]}" in unit for n in secrets)
+            else:
+                where = {"heartbeat-url": f"url_file: {files['heartbeat-url']}",
+                         "apprise-urls": f"urls_file: {files['apprise-urls']}",
+                         "alertmanager-url": f"url_file: {files['alertmanager-url']}"}  # fmt: skip
+            config.write_text(
+                "alerts:\n  group_wait: 1s\n"
+                f"  heartbeat: {{{where['heartbeat-url']}, interval: 1s}}\n"
+                f"  apprise: {{enabled: true, {where['apprise-urls']}}}\n"
+                f"  alertmanager: {{enabled: true, {where['alertmanager-url']}}}\n"
+            )
+            os.chown(config, uid, uid)
+            assert m.systemctl("restart", inst.UNIT).returncode == 0
+            installed.wait_running()
+            wait_for(lambda: "/ping/hb-secret-0123456789" in push.paths(), "the heartbeat ping")
+            logs = Path(installed.env["HERMES_HOME"]) / "logs"
+            malformed(hermes_logger(logs, "gateway.session"))
+
+            def told(server: PushServer) -> bool:
+                return any(b"corruption" in h.body for h in list(server.requests))
+
+            wait_for(lambda: told(apprise) and told(am), "the corruption alert at both",
+                     timeout_s=60)  # fmt: skip
+            wait_for(lambda: "/ping/hb-secret-0123456789/fail" in push.paths(), "the fail ping")
+        finally:
+            for server in (push, apprise, am):
+                server.stop()
+            config.unlink(missing_ok=True)
+            if uid:
+                assert installed.ctl("install").exit_code == 0  # the units without them
+            m.daemon_reload()
+            m.systemctl("restart", inst.UNIT)
+        assert {h.path for h in apprise.requests} == {"/apprise-secret-0123456789"}
+        assert {h.path for h in am.requests} == {"/api/v2/alerts"}
+        assert {h.headers["authorization"] for h in am.requests} == {
+            "Basic c3RhdGV3YXJkZW46YW0tc2VjcmV0LTAxMjM0NTY3ODk="  # statewarden:am-secret-...
+        }
+        names = {a["labels"]["alertname"] for h in am.requests for a in h.json()}
+        assert "corruption" in names
+        journal = m.journal(inst.UNIT)
+        assert "ready" in journal  # the daemon logged, so the check below reads something
+        for secret in ("hb-secret-0123456789", "apprise-secret-0123456789",
+                       "am-secret-0123456789"):  # fmt: skip
+            assert secret not in journal
+        installed.wait_running()
+
     def test_systemd_analyze_verify_passes(self, installed: Installed) -> None:
+        """`systemd-analyze --user verify` on the installed unit is clean, its
+        Documentation= man pages included (run as the user, with ~/.local/bin on PATH)."""
         units = installed.manager.unit_dir
-        r = installed.manager._in_ns(
-            installed.manager.as_user(
-                ["systemd-analyze", "--user", "verify", "--man=no", str(units / inst.UNIT)]
-            ),
-            timeout=60,
-        )
+        env = {**installed.env, **user_shell_env(installed.env)}
+        r = subprocess.run(
+            ["nsenter", "-t", str(installed.manager.manager_pid), "-m",
+             *installed.manager.as_user(["systemd-analyze", "--user", "verify",
+                                         str(units / inst.UNIT)])],
+            env=env, capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout + r.stderr == ""
 
     def test_uninstall_removes_what_install_added_and_nothing_else(
         self, installed: Installed
@@ -437,5 +833,7 @@ class TestRealManager:
         assert not (units / inst.UNIT).exists()
         assert not (units / inst.FAILED_TEMPLATE).exists()
         assert not (units / "default.target.wants" / inst.UNIT).exists()
+        data = installed.manager.home / ".local" / "share"
+        assert [rel for rel in DATA_FILES if (data / rel).exists()] == []
         assert (units / f"{inst.UNIT}.d" / "watchdog.conf").exists()  # not ours
         assert installed.show("ActiveState")["ActiveState"] == "inactive"

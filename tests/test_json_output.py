@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from statewarden.cli._common import SCHEMA_VERSION, json_document
 from statewarden.config import load_config, state_dir
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import Signal
+from statewarden.json_output import SCHEMA_VERSION, json_document
 from tests.support.cli import run_ctl
 
 
@@ -106,6 +106,20 @@ def test_check_recover_and_their_progress_lines(hermes_home: Path, tmp_path: Pat
     assert r.exit_code == 0, r.stderr
     assert document(r.stdout)["verified"] is True
     assert {json.loads(line)["schema_version"] for line in r.stderr.splitlines()} == {1}
+
+
+def test_the_recover_report_file(hermes_home: Path, tmp_path: Path) -> None:
+    """The file `recover --report FILE` writes is a JSON document like the others:
+    `schema_version` first, then the same keys as `recover --json`."""
+    db = hermes_home / "state.db"
+    report = tmp_path / "report.json"
+    r = run_ctl("recover", "--source", str(db), "--output", str(tmp_path / "a.db"),
+                "--report", str(report))  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    written = document(report.read_text())
+    r = run_ctl("recover", "--source", str(db), "--output", str(tmp_path / "b.db"), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert list(written) == list(document(r.stdout))
 
 
 def test_snapshot_take(hermes_home: Path) -> None:

@@ -45,8 +45,8 @@ def recover_json(case: corruption.Case, tmp_path: Path) -> tuple[int, dict[str, 
     )
     assert stderr == ""
     doc = json.loads(stdout)
-    assert doc.pop("schema_version") == 1
     assert json.loads(report.read_text()) == doc
+    assert doc.pop("schema_version") == 1
     return code, doc, out
 
 

@@ -11,6 +11,11 @@ still firing there: through the outbox like every notification, and only when no
 already waiting. A notification that is not an incident's (a maintenance outcome, a
 test) is an alert that ends :data:`EVENT_S` after it was made.
 
+The URL is written in the config, or, when it carries a secret (a proxy's user and
+password), read from ``url_file`` or a systemd credential (:mod:`statewarden.alerts.secrets`);
+such a URL is scrubbed from every text about the sink, and only its scheme, host and port
+are named. A secret that cannot be read is a configuration problem: entries wait.
+
 Answers: 2xx delivered; 400 (Alertmanager finds an alert invalid) refused, set aside;
 401, 403, 404 and redirects a configuration problem (the URL); 5xx, 429, timeouts and
 refused connections retried. Requests are bounded as the Telegram sink's are
@@ -21,15 +26,20 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from statewarden.alerts import http
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Entry
+from statewarden.alerts.secrets import read_secret, url_secrets
 from statewarden.alerts.sink import Progress, Refused, Rejected, Retry
 from statewarden.config import AlertmanagerConfig
+from statewarden.errors import SecretMissing
+from statewarden.redact import Scrubber
 
 EVENT_S = 300.0
 ANNOTATION_CHARS = 1000
@@ -79,11 +89,39 @@ def test_item(n: Notification) -> Item:
 class AlertmanagerSink:
     name = "alertmanager"
 
-    def __init__(self, cfg: AlertmanagerConfig, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        cfg: AlertmanagerConfig,
+        client: httpx.AsyncClient | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.cfg = cfg
-        self.url = (cfg.url or "").rstrip("/") + API_PATH
-        self.server = (cfg.url or "").rstrip("/")
+        self.problem = ""
+        self.source = "alerts.alertmanager.url"
+        base = cfg.url or ""
+        secret = False
+        if cfg.url is None:
+            try:
+                base, self.source = read_secret(cfg.url_file, cfg.credential,
+                                                "Alertmanager URL", env)  # fmt: skip
+                secret = True
+            except SecretMissing as exc:
+                self.problem = str(exc)
+            if secret and ("\n" in base or not base.startswith(("https://", "http://"))):
+                self.problem = f"Alertmanager URL from {self.source}: not one http(s) URL"
+                base = ""
+        base = base.rstrip("/")
+        self.url = base + API_PATH if base else ""
+        self._scrubber = Scrubber(*(url_secrets(base) if secret and base else ()))
+        parts = urlsplit(base)
+        self.server = f"{parts.scheme}://{parts.hostname}" if parts.hostname else "?"
+        if parts.port:
+            self.server += f":{parts.port}"
+        self.server += parts.path if not secret else ""
         self._client = client
+
+    def scrub(self, text: str) -> str:
+        return self._scrubber(text)
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -91,6 +129,8 @@ class AlertmanagerSink:
         return self._client
 
     async def deliver(self, entry: Entry, progress: Progress) -> str:
+        if self.problem:
+            raise Rejected(self.problem)
         n = entry.notification
         items = n.items or [test_item(n)]
         alerts = [alert_of(n, item) for item in items]
@@ -101,16 +141,17 @@ class AlertmanagerSink:
             server=self.server,
             deadline=self.cfg.deadline,
             timeout=self.cfg.timeout,
-            scrub=_same,
+            scrub=self.scrub,
             payload=alerts,
         )
-        text = http.one_line(body.decode("utf-8", "replace")) or reason
+        text = self.scrub(http.one_line(body.decode("utf-8", "replace")) or reason)
         if 200 <= status < 300:
             return f"{len(alerts)} alert{'s' if len(alerts) != 1 else ''} posted ({status})"
         if status >= 500 or status == 429:
             raise Retry(f"{status} {text}")
         if 300 <= status < 400 or status in (401, 403, 404, 405):
-            raise Rejected(f"{status} {text}: check alerts.alertmanager.url ({self.server})")
+            raise Rejected(f"{status} {text}: check the Alertmanager URL of {self.source}"
+                           f" ({self.server})")  # fmt: skip
         if status == 400:
             raise Refused(f"{status} {text}")
         raise Retry(f"{status} {text}")
@@ -119,7 +160,3 @@ class AlertmanagerSink:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-
-
-def _same(text: str) -> str:
-    return text

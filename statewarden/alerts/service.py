@@ -73,7 +73,7 @@ def make_sinks(cfg: AlertsConfig, env: Mapping[str, str] | None = None) -> dict[
     if cfg.alertmanager.enabled:
         from statewarden.alerts.alertmanager import AlertmanagerSink  # noqa: PLC0415
 
-        sinks["alertmanager"] = AlertmanagerSink(cfg.alertmanager)
+        sinks["alertmanager"] = AlertmanagerSink(cfg.alertmanager, env=env)
     if cfg.apprise.enabled:
         from statewarden.alerts.apprise_sink import AppriseSink  # noqa: PLC0415
 

@@ -20,6 +20,7 @@ from statewarden.errors import (
     StatewardenError,
     UsageError,
 )
+from statewarden.json_output import json_document
 from statewarden.targets import Target, discover, find_target, target_for_db
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,21 +122,6 @@ def select_targets(
     if not targets:
         return [], "no Hermes home found ($HERMES_HOME or ~/.hermes); nothing to report"
     return targets, ""
-
-
-SCHEMA_VERSION = 1
-"""The version of every JSON document and JSON line the commands print (README: JSON output).
-
-Within one version keys may be added; none is removed, renamed or given another type.
-A change that breaks a reader raises it.
-"""
-
-
-def json_document(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` with ``schema_version`` first: what every JSON output of a command is."""
-    if "schema_version" in data:
-        raise ValueError("a JSON document names its own schema_version")
-    return {"schema_version": SCHEMA_VERSION, **data}
 
 
 def print_json(data: Mapping[str, Any]) -> None:

@@ -23,6 +23,7 @@ from statewarden.cli._common import (
     json_option,
     print_json,
 )
+from statewarden.cli._group import CommandGroup
 from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError
@@ -34,7 +35,7 @@ def _when(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-@click.group("alerts", invoke_without_command=True)
+@click.group("alerts", cls=CommandGroup, invoke_without_command=True)
 @config_option
 @json_option
 @click.pass_context

@@ -6,10 +6,11 @@ import click
 import yaml
 
 from statewarden.cli._common import config_option, get_config, handle_errors, print_json
+from statewarden.cli._group import CommandGroup
 from statewarden.config import to_plain
 
 
-@click.group("config")
+@click.group("config", cls=CommandGroup)
 def config_group() -> None:
     """Validate or print the configuration."""
 
@@ -34,12 +35,14 @@ def check(config_path: str | None) -> None:
 def show(config_path: str | None, as_json: bool) -> None:
     """Print the effective configuration, defaults filled in, secrets redacted.
 
+    Durations and sizes are printed as the config writes them (30s, 4h, 50MB), in the
+    largest unit that keeps them whole; --json gives them as numbers of seconds and bytes.
+
     Example: statewardenctl config show --json
     """
     config = get_config(config_path)
-    data = to_plain(config)
     if as_json:
-        print_json({"source": config.source, "config": data})
+        print_json({"source": config.source, "config": to_plain(config)})
         return
     click.echo(f"# source: {config.source or 'defaults (no config file)'}")
-    click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
+    click.echo(yaml.safe_dump(to_plain(config, units=True), sort_keys=False).rstrip())

@@ -13,6 +13,7 @@ import importlib
 import click
 
 from statewarden import __version__
+from statewarden.cli._group import CommandGroup
 
 # name -> (module, attribute, one-line help), in the order --help lists them
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -94,7 +95,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(CommandGroup):
     """A group that imports a command's module only when that command is asked for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -108,13 +109,9 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list from :data:`COMMANDS`, laid out as click does, importing nothing."""
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, click.Command(n, help=COMMANDS[n][2]).get_short_help_str(limit)) for n in names]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+    def summaries(self, ctx: click.Context) -> list[tuple[str, str]]:
+        """The command list from :data:`COMMANDS`, whole, importing nothing."""
+        return [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
 
 
 @click.group(

@@ -9,10 +9,13 @@ import click
 
 from statewarden import __version__, logs
 from statewarden.cli._common import config_option, get_config, handle_errors
+from statewarden.cli._group import CommandGroup
 from statewarden.daemon import Daemon
 
 
-@click.group("statewarden", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "statewarden", cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="statewarden")
 def main() -> None:
     """statewarden: watches Hermes Agent's state.db and keeps it safe."""

@@ -19,6 +19,7 @@ from statewarden.cli._common import (
     json_option,
     print_json,
 )
+from statewarden.cli._group import CommandGroup
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning
@@ -55,7 +56,7 @@ def _note(source: str) -> None:
         click.echo("(daemon not running: read from the state directory)", err=True)
 
 
-@click.group("incidents", invoke_without_command=True)
+@click.group("incidents", cls=CommandGroup, invoke_without_command=True)
 @config_option
 @click.option("--all", "show_all", is_flag=True, help="Include resolved incidents.")
 @json_option

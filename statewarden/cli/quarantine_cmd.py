@@ -17,6 +17,7 @@ from statewarden.cli._common import (
     json_option,
     print_json,
 )
+from statewarden.cli._group import CommandGroup
 from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_cmd import _printer
 from statewarden.config import state_dir
@@ -27,7 +28,7 @@ from statewarden.maintenance.swap import list_quarantine
 from statewarden.targets import discover, target_for_db
 
 
-@click.group("quarantine")
+@click.group("quarantine", cls=CommandGroup)
 def quarantine_group() -> None:
     """The originals maintenance runs replaced, kept with their checksums."""
 

@@ -24,6 +24,7 @@ from statewarden.cli._common import (
     json_option,
     print_json,
 )
+from statewarden.cli._group import CommandGroup
 from statewarden.config import IncidentKind, parse_duration, runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning, UsageError
@@ -43,7 +44,7 @@ def _tell_daemon(config_path: str | None) -> dict[str, Any] | None:
     return answer
 
 
-@click.group("silence")
+@click.group("silence", cls=CommandGroup)
 def silence_group() -> None:
     """Mute the notifications of one incident kind for a while (incidents are still kept).
 

@@ -18,12 +18,13 @@ from statewarden.cli._common import (
     profile_option,
     select_targets,
 )
+from statewarden.cli._group import CommandGroup
 from statewarden.config import state_dir
 from statewarden.errors import UsageError
 from statewarden.maintenance.snapshots import list_snapshots, take_snapshot
 
 
-@click.group("snapshots", invoke_without_command=True)
+@click.group("snapshots", cls=CommandGroup, invoke_without_command=True)
 @config_option
 @json_option
 @click.pass_context

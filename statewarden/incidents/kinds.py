@@ -233,7 +233,7 @@ KINDS: dict[str, Kind] = {
         what="a holder of a kind not on the configured list",
         subject="An unexpected process holds state.db",
         meaning=(
-            "A process of a kind not in holders.expected_kinds (sqlite3, litestream, unknown) has "
+            "A process of a kind not in holders.expected_kinds (sqlite3, unknown) has "
             "the database open."
         ),
         next_step=(

@@ -8,8 +8,12 @@ Per holder, one decision (DESIGN.md rule 11):
   after ``maintenance.stop_grace``;
 - ``refuse``: another uid (never signalled, whatever the options), the user's
   interactive ``cli`` / ``tui`` without ``--force`` or ``maintenance.stop_interactive``,
-  a kind that is not Hermes (``sqlite3``, ``litestream``, ``unknown``) without
+  a kind that is neither Hermes nor a known companion (``sqlite3``, ``unknown``) without
   ``--force``, or a unit process when the user manager cannot be reached.
+
+Litestream (``litestream replicate``) holds the database for as long as it replicates
+it; it is stopped and started again like Hermes' own processes (its unit, usually
+``litestream.service``), and picks the new file up as a new generation.
 
 A scan that could not inspect every process is itself a refusal (rule 1). The plan also
 states the free space next to the database (the pre-build writes a work copy and the
@@ -34,6 +38,8 @@ SIGNAL = "signal"
 REFUSE = "refuse"
 INTERACTIVE_KINDS = ("cli", "tui")
 HERMES_KINDS = ("gateway", "dashboard", "serve", "serve-isolated", "cron", "acp")
+# Not Hermes, but known to hold state.db for good reason and safe to stop and restart.
+COMPANION_KINDS = ("litestream",)
 # Recover throughput on the reference machine (bench/recover.py): 266 MB in 4.6-15.6 s.
 RECOVER_BYTES_PER_S = 20 * 1000 * 1000
 # The folded copy, recover's copy of it and the new file, next to the database.
@@ -185,7 +191,7 @@ def decide(
             f"the user's interactive Hermes ({holder.kind}); close it, or pass --force"
             " (or set maintenance.stop_interactive)"
         )
-    elif holder.kind not in HERMES_KINDS + INTERACTIVE_KINDS and not force:
+    elif holder.kind not in HERMES_KINDS + INTERACTIVE_KINDS + COMPANION_KINDS and not force:
         d.reason = f"not a Hermes process (kind {holder.kind}); stop it, or pass --force"
     elif in_service and not systemd_ok:
         d.reason = f"runs in {holder.unit}, and the user manager cannot be reached to stop it"

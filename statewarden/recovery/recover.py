@@ -48,6 +48,7 @@ import apsw
 
 from statewarden.atomic import fsync_dir, write_new
 from statewarden.errors import UsageError
+from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.diagnose import Diagnosis, diagnose
@@ -129,7 +130,7 @@ def _check_writable(directory: Path, option: str) -> None:
 
 def _write_report(path: Path, report: Report) -> None:
     """The report as a new file: never written through a planted name (symlink, link)."""
-    text = json.dumps(report.to_json(), indent=2, default=str) + "\n"
+    text = json.dumps(json_document(report.to_json()), indent=2, default=str) + "\n"
     try:
         write_new(path, text)
     except FileExistsError:
