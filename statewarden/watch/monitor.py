@@ -23,7 +23,7 @@ from statewarden.logs import get_logger
 from statewarden.targets import Target
 from statewarden.watch.files import FileWatcher
 from statewarden.watch.logtail import LogTailer
-from statewarden.watch.rules import CronSessions, signals_from_journal, signals_from_record
+from statewarden.watch.rules import CronSessions, SignalBatch, signals_from_journal
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
@@ -120,9 +120,10 @@ class TargetMonitor:
         ]
 
     def _poll_logs(self, now: float) -> list[Found]:
-        out: list[Found] = []
+        batch = SignalBatch(self.target, cron=self.cron, now=now)
         for record in self.logs.poll():
-            out.extend(signals_from_record(record, self.target, cron=self.cron, now=now))
+            batch.add(record)
+        out = batch.signals()
         for notice in self.logs.drain_notices():
             out.append(
                 Observation(f"log_{notice.what}", self.db, notice.text, now, {"file": notice.file})
