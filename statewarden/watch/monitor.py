@@ -30,9 +30,10 @@ BACKOFF_MAX_S = 300.0
 # Python's logging writes a record and its traceback in one write(), so a record is
 # complete almost at once; this short wait only covers a writer that splits it.
 LOG_IDLE_FLUSH_S = 0.005
-# Bytes read per log file per poll: bounds memory under a flood (the loop polls again
-# at once while the tailer is behind).
-LOG_POLL_BYTES = 1 << 20
+# Bytes read per log file per poll: bounds memory under a flood, and how long one poll
+# keeps the daemon's loop (so its control socket) busy: about 2,500 lines, a few tens of
+# milliseconds (the loop polls again at once while the tailer is behind).
+LOG_POLL_BYTES = 256 << 10
 # Offsets are saved at most this often (each save is two fsyncs), and always on stop; a
 # crash re-reads at most this much of the logs.
 LOG_OFFSETS_SAVE_S = 1.0

@@ -57,20 +57,32 @@ _CANONICAL = {
               "file is not a database")
 }  # fmt: skip
 _LOCKED_RE = re.compile(r"database is locked", re.IGNORECASE)
+# _CORRUPTION_RE's texts in lower case, for all-ASCII text (see ``_classify``).
+_CORRUPTION_TEXTS = tuple(_CANONICAL)
 # Loggers of Hermes modules whose only database is state.db.
 _STATE_LOGGERS = ("hermes_state", "gateway.session", "run_agent")
 _STATE_TEXT_RE = re.compile(
     r"state\.db|Session ?DB|session store|session storage|routing (?:save|load)", re.IGNORECASE
 )
+# _STATE_TEXT_RE's texts in lower case (for all-ASCII text: no other letter folds to these).
+_STATE_TEXTS = ("state.db", "sessiondb", "session db", "session store", "routing save",
+                "routing load")  # fmt: skip
 _STATE_FRAME_RE = re.compile(r'File "[^"]*hermes_state\w*\.py"')
 # Another database named in the text (kanban.db, response_store.db, ...).
 _OTHER_DB_RE = re.compile(r"\b(?!state\.db\b)[\w-]+\.db\b")
 
 
-def is_state_db_record(record: LogRecord) -> bool:
-    """True when the record comes from code working on state.db (see module doc)."""
+def is_state_db_record(record: LogRecord, lowered: str | None = None) -> bool:
+    """True when the record comes from code working on state.db (see module doc).
+
+    ``lowered``: the record's text in lower case when it is all ASCII (the caller has it
+    already), so case-insensitive texts are found with ``in`` instead of a search.
+    """
     text = record.text
-    named_state = _STATE_TEXT_RE.search(text) is not None
+    if lowered is not None:
+        named_state = any(t in lowered for t in _STATE_TEXTS)
+    else:
+        named_state = _STATE_TEXT_RE.search(text) is not None
     if not named_state and _OTHER_DB_RE.search(text):
         return False
     if named_state or _STATE_FRAME_RE.search(text):
@@ -405,9 +417,23 @@ def _classify(record: LogRecord, target: Target) -> list[_Hit]:
                 out.append(_rule_hit(rule, m))
                 break
     text = record.text
-    if matched is None and not _TEXT_TRIGGER_RE.search(text):
-        return out
-    if (matched is None or not matched.anywhere) and _ANYWHERE_TRIGGER_RE.search(text):
+    lowered: str | None = None
+    if text.isascii():
+        # One lower-cased copy instead of case-insensitive searches: for ASCII text
+        # ``in`` on it finds exactly what those searches find.
+        lowered = text.lower()
+        corrupt = any(t in lowered for t in _CORRUPTION_TEXTS)
+        locked = "database is locked" in lowered
+        anywhere = _ANYWHERE_TRIGGER_RE.search(text) is not None
+        if matched is None and not (corrupt or locked or anywhere):
+            return out
+    else:
+        if matched is None and not _TEXT_TRIGGER_RE.search(text):
+            return out
+        corrupt = _CORRUPTION_RE.search(text) is not None
+        locked = _LOCKED_RE.search(text) is not None
+        anywhere = _ANYWHERE_TRIGGER_RE.search(text) is not None
+    if (matched is None or not matched.anywhere) and anywhere:
         # Named only in the traceback (or behind another rule's message).
         for rule in _ANYWHERE_RULES:
             if matched is not None and rule.kind == matched.kind:
@@ -418,13 +444,13 @@ def _classify(record: LogRecord, target: Target) -> list[_Hit]:
                 matched = matched or rule
                 break
     state_db = None
-    if (matched is None or not matched.corruption) and _CORRUPTION_RE.search(text):
-        state_db = is_state_db_record(record)
+    if (matched is None or not matched.corruption) and corrupt:
+        state_db = is_state_db_record(record, lowered)
         if state_db:
             out.append(_Hit("corruption", "", None, None, None))
-    if matched is None and _LOCKED_RE.search(text):
+    if matched is None and locked:
         if state_db is None:
-            state_db = is_state_db_record(record)
+            state_db = is_state_db_record(record, lowered)
         if state_db:
             out.append(_Hit("write_failures", "locked", None, None, None))
     return out
