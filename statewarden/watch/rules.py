@@ -57,16 +57,11 @@ _CANONICAL = {
               "file is not a database")
 }  # fmt: skip
 _LOCKED_RE = re.compile(r"database is locked", re.IGNORECASE)
-# _CORRUPTION_RE's texts in lower case, for all-ASCII text (see ``_classify``).
-_CORRUPTION_TEXTS = tuple(_CANONICAL)
 # Loggers of Hermes modules whose only database is state.db.
 _STATE_LOGGERS = ("hermes_state", "gateway.session", "run_agent")
 _STATE_TEXT_RE = re.compile(
     r"state\.db|Session ?DB|session store|session storage|routing (?:save|load)", re.IGNORECASE
 )
-# _STATE_TEXT_RE's texts in lower case (for all-ASCII text: no other letter folds to these).
-_STATE_TEXTS = ("state.db", "sessiondb", "session db", "session store", "routing save",
-                "routing load")  # fmt: skip
 _STATE_FRAME_RE = re.compile(r'File "[^"]*hermes_state\w*\.py"')
 # Another database named in the text (kanban.db, response_store.db, ...).
 _OTHER_DB_RE = re.compile(r"\b(?!state\.db\b)[\w-]+\.db\b")
@@ -80,7 +75,14 @@ def is_state_db_record(record: LogRecord, lowered: str | None = None) -> bool:
     """
     text = record.text
     if lowered is not None:
-        named_state = any(t in lowered for t in _STATE_TEXTS)
+        named_state = (
+            "state.db" in lowered
+            or "session db" in lowered
+            or "sessiondb" in lowered
+            or "session store" in lowered
+            or "routing save" in lowered
+            or "routing load" in lowered
+        )
     else:
         named_state = _STATE_TEXT_RE.search(text) is not None
     if not named_state and _OTHER_DB_RE.search(text):
@@ -259,23 +261,37 @@ _RULE_TRIGGER_RE = re.compile(
 )
 
 
-def _needle(pattern: re.Pattern[str]) -> str | None:
-    """The longest run of plain text every match of ``pattern`` contains (None when it
-    has no such run of 4 characters or more): a message without it needs no search."""
+def _needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Texts one of which every match of ``pattern`` contains, or None (no such texts of
+    4 characters or more): a message with none of them needs no search.
+
+    Per alternative of a pattern that is one alternation, else of the whole pattern: the
+    longest run of plain characters among its top-level items (each is part of every
+    match; a group, a repeat or a class ends a run)."""
     if pattern.flags & re.IGNORECASE:
         return None
-    best = run = ""
-    for op, arg in _sre_parser.parse(pattern.pattern, pattern.flags):
-        if op is _sre_constants.LITERAL:
-            run += chr(arg)
-        else:
-            run = ""
-        # Only a top-level item is always part of a match (an alternation is one item).
-        best = max(best, run, key=len)
-    return best if len(best) >= 4 else None
+    parsed = list(_sre_parser.parse(pattern.pattern, pattern.flags))
+    if len(parsed) == 1 and parsed[0][0] is _sre_constants.BRANCH:
+        branches = [list(b) for b in parsed[0][1][1]]
+    else:
+        branches = [parsed]
+    out = []
+    for items in branches:
+        best = run = ""
+        for op, arg in items:
+            run = run + chr(arg) if op is _sre_constants.LITERAL else ""
+            best = max(best, run, key=len)
+        if len(best) < 4:
+            return None
+        out.append(best)
+    return tuple(out)
 
 
-_RULES_WITH_NEEDLES = tuple((rule, _needle(rule.pattern)) for rule in RULES)
+# Each rule with the first of its texts and the others (one ``in`` each, kept cheap).
+_RULES_WITH_NEEDLES = tuple(
+    (rule, None, ()) if (n := _needles(rule.pattern)) is None else (rule, n[0], n[1:])
+    for rule in RULES
+)
 # What the ``anywhere`` rules look for in a traceback.
 _ANYWHERE_TRIGGER_RE = re.compile(r"DeletedWalGenerationError|WAL lock guard could not arm")
 _ANYWHERE_RULES = tuple(rule for rule in RULES if rule.anywhere)
@@ -408,9 +424,13 @@ def _classify(record: LogRecord, target: Target) -> list[_Hit]:
     matched: Rule | None = None
     message = record.message
     if _RULE_TRIGGER_RE.search(message):
-        for rule, needle in _RULES_WITH_NEEDLES:
-            if needle is not None and needle not in message:
-                continue  # the pattern needs this text: no search can match
+        for rule, needle, others in _RULES_WITH_NEEDLES:
+            if (
+                needle is not None
+                and needle not in message
+                and (not others or not any(n in message for n in others))
+            ):
+                continue  # the pattern needs one of these texts: no search can match
             m = rule.pattern.search(message)
             if m is not None and rule.applies(m, target):
                 matched = rule
@@ -422,9 +442,14 @@ def _classify(record: LogRecord, target: Target) -> list[_Hit]:
         # One lower-cased copy instead of case-insensitive searches: for ASCII text
         # ``in`` on it finds exactly what those searches find.
         lowered = text.lower()
-        corrupt = any(t in lowered for t in _CORRUPTION_TEXTS)
+        corrupt = (
+            "database disk image is malformed" in lowered
+            or "malformed database schema" in lowered
+            or "disk i/o error" in lowered
+            or "file is not a database" in lowered
+        )
         locked = "database is locked" in lowered
-        anywhere = _ANYWHERE_TRIGGER_RE.search(text) is not None
+        anywhere = "DeletedWalGenerationError" in text or "WAL lock guard could not arm" in text
         if matched is None and not (corrupt or locked or anywhere):
             return out
     else:
