@@ -582,6 +582,9 @@ class LogTailer:
             if isinstance(seen, str):
                 seen = self._recent[key] = {seen: 1}
             mine = seen[name] = seen.get(name, 0) + 1
+            if len(seen) == 1:  # no other log gave it: this log's events, each kept
+                kept.append(record)
+                continue
             if mine <= max((n for other, n in seen.items() if other != name), default=0):
                 self.stats.duplicates += 1
                 continue

@@ -425,12 +425,12 @@ def _classify(record: LogRecord, target: Target) -> list[_Hit]:
     message = record.message
     if _RULE_TRIGGER_RE.search(message):
         for rule, needle, others in _RULES_WITH_NEEDLES:
-            if (
-                needle is not None
-                and needle not in message
-                and (not others or not any(n in message for n in others))
-            ):
-                continue  # the pattern needs one of these texts: no search can match
+            if needle is not None and needle not in message:
+                for other in others:
+                    if other in message:
+                        break
+                else:
+                    continue  # the pattern needs one of these texts: no search can match
             m = rule.pattern.search(message)
             if m is not None and rule.applies(m, target):
                 matched = rule
