@@ -6,7 +6,9 @@
 2. A flood: 100,000 lines/s appended for 10 s (1,000,000 Hermes-format lines): how
    many the daemon counted, how long it took to catch up (and so its lines/s), its peak
    RSS (VmHWM), and how long its control socket took to answer an ``incidents`` request
-   while it caught up (p50, p99, max; asked every 50 ms from a thread).
+   while it caught up (p50, p99, max; asked every 50 ms from a thread). At the default
+   rate the daemon keeps up when it catches up as the writing ends (10 s); its own rate
+   shows with the whole million written at once: ``--flood-rate 1000000 --flood-seconds 1``.
 3. Idle: CPU share and RSS of the daemon over 60 s with nothing happening.
 4. Busy Hermes: the daemon's CPU share while a real Hermes writer commits every 2 ms
    (500 commits/s, far above a normal day), next to that writer's own CPU share.
