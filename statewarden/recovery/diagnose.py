@@ -34,9 +34,9 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.integrity import (
     ErrorGroup,
+    IntegrityCheck,
     fts_from_integrity_lines,
     group_errors,
-    run_integrity_check,
 )
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
@@ -268,10 +268,9 @@ def _diagnose(
 ) -> Diagnosis:
     notes = [truncated] if truncated else []
     table_names = [o.name for o in schema.tables() if o.rootpage]
-    lines, complete, abort = run_integrity_check(conn, progress, table_names)
-    if abort:
-        notes.append(f"the integrity check stopped early: {abort}")
-    groups = group_errors(lines, schema)
+    # The b-trees are checked now; the FTS tables' own checks go on in a thread while
+    # the tables are scanned (``IntegrityCheck``).
+    check = IntegrityCheck(conn, progress, table_names)
     base = schema.base_tables()
     tables = []
     for i, obj in enumerate(base):
@@ -280,6 +279,10 @@ def _diagnose(
         tables.append(table_facts(conn, obj, schema))
     if progress:
         progress("scan tables", len(base), len(base))
+    lines, complete, abort = check.result()
+    if abort:
+        notes.append(f"the integrity check stopped early: {abort}")
+    groups = group_errors(lines, schema)
     roots = schema.by_root()
     twice = {
         roots[int(m.group(1))].name
