@@ -58,3 +58,21 @@ def test_an_fts_copy_that_disagrees_with_its_index_fails(tmp_path: Path) -> None
     v = _verify(case.db)
     assert "fts5: checksum mismatch" in v.integrity
     assert any(p.startswith("integrity_check: ") for p in v.problems)
+
+
+def test_only_fts_tables_the_rebuild_changed_are_checked_again(tmp_path: Path) -> None:
+    """Damage in sessions only: both FTS tables are copied whole and unchanged, their
+    check on the work copy passed, so the output's verification does not run FTS5's
+    check on them again (and says so). A zeroed messages leaf: both FTS tables are
+    reconciled with the rows recovered, so both are checked on the output."""
+    phantom = corruption.phantom_row(tmp_path / "phantom")
+    report = recover(phantom.db, tmp_path / "phantom-out.db")
+    assert report.verification is not None
+    assert report.verified
+    assert report.verification.fts_checked_on_source == ["messages_fts", "messages_fts_trigram"]
+    leaf = corruption.zeroed_leaf(tmp_path / "leaf")
+    report = recover(leaf.db, tmp_path / "leaf-out.db")
+    assert report.verification is not None
+    assert report.verified
+    assert report.verification.fts_checked_on_source == []
+    assert set(report.verification.fts.values()) == {"ok"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import apsw
@@ -97,25 +97,34 @@ class IntegrityCheck:
         conn: apsw.Connection,
         progress: ProgressFn | None = None,
         tables: list[str] | None = None,
+        *,
+        skip: Collection[str] = (),
     ) -> None:
         self._conn = conn
         self._progress = progress
-        self._vtabs = _virtual_tables(conn)
+        every = _virtual_tables(conn)
+        # ``skip``: virtual tables whose own check is not wanted (verified elsewhere).
+        self._vtabs = [name for name in every if name not in skip]
         self._vtab_rows: dict[str, tuple[list[str], str | None]] = {}
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         path = conn.filename
         btrees = conn
-        if self._vtabs and path:
+        if every and path and (self._vtabs or skip):
             try:
                 btrees = apsw.Connection(path)
                 btrees.drop_modules(None)
             except apsw.Error:
                 btrees = conn  # the whole pragma on the caller's connection, as before
             else:
-                self._thread = threading.Thread(
-                    target=self._check_vtabs, args=(path,), name="fts-check", daemon=True
-                )
-                self._thread.start()
+                # One thread (and connection) per table: two FTS tables, two cores.
+                self._threads = [
+                    threading.Thread(
+                        target=self._check_vtab, args=(path, name), name="fts-check", daemon=True
+                    )
+                    for name in self._vtabs
+                ]
+                for thread in self._threads:
+                    thread.start()
         try:
             self._lines, self._abort = _check(btrees, progress, tables)
         finally:
@@ -124,27 +133,26 @@ class IntegrityCheck:
         if btrees is conn:
             self._vtabs = []  # the whole pragma ran: the virtual tables are in its lines
 
-    def _check_vtabs(self, path: str) -> None:
+    def _check_vtab(self, path: str, name: str) -> None:
         try:
             conn = apsw.Connection(path)
         except apsw.Error:
             return  # result() checks what is missing on the caller's connection
         try:
-            for name in self._vtabs:
-                self._vtab_rows[name] = _pragma_rows(
-                    conn, f"PRAGMA integrity_check({quote_ident(name)})"
-                )
+            self._vtab_rows[name] = _pragma_rows(
+                conn, f"PRAGMA integrity_check({quote_ident(name)})"
+            )
         finally:
             conn.close()
 
     def result(self) -> tuple[list[str], bool, str | None]:
         """(lines, finished, abort note), once the virtual tables are checked too."""
-        if self._thread is not None:
-            while self._thread.is_alive():
+        for thread in self._threads:
+            while thread.is_alive():
                 if self._progress:
                     self._progress("FTS check", len(self._vtab_rows), len(self._vtabs))
-                self._thread.join(0.25)
-            self._thread = None
+                thread.join(0.25)
+        self._threads = []
         lines, abort = self._lines, self._abort
         if abort is None:
             extra: list[str] = []

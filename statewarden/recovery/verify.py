@@ -10,6 +10,7 @@ Hermes' ``schema_version`` and the journal mode are the source's.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ class Verification:
     journal_mode: str | None = None
     journal_mode_preserved: bool = False
     problems: list[str] = field(default_factory=list)
+    # FTS tables copied whole and unchanged whose index check is the source's (passed).
+    fts_checked_on_source: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -47,9 +50,17 @@ class Verification:
 
 
 def verify_output(
-    path: Path, *, source_schema_version: int | None, source_journal_mode: str
+    path: Path,
+    *,
+    source_schema_version: int | None,
+    source_journal_mode: str,
+    checked_on_source: Collection[str] = (),
 ) -> Verification:
     """Measure ``path`` (closed, ours) and list every way it falls short.
+
+    ``checked_on_source``: FTS tables copied whole from a file whose check of them
+    passed and left as they were; their index is not checked again (the b-trees that
+    hold it are, and each must still answer a ``MATCH``).
 
     The connection is read-write only for FTS5's ``integrity-check`` command, an INSERT
     that changes nothing; it is closed before the header is read raw.
@@ -59,7 +70,8 @@ def verify_output(
     try:
         # The b-trees are checked now; the FTS tables' own checks (most of the time) go
         # on in a thread while the tables are counted (``IntegrityCheck``).
-        check = IntegrityCheck(conn)
+        check = IntegrityCheck(conn, skip=checked_on_source)
+        v.fts_checked_on_source = sorted(checked_on_source)
         try:
             schema = read_schema(conn)
             _count_tables(conn, schema, v)
@@ -77,7 +89,8 @@ def verify_output(
                 # Carried over unchecked (rebuild.py "carry"); not a failure.
                 v.fts[obj.name] = f"cannot verify ({cannot_load[obj.name]})"
             elif obj.module == "fts5":
-                v.fts[obj.name] = _fts_verdict(conn, obj.name, checked=v.integrity == "ok")
+                checked = v.integrity == "ok" or obj.name in checked_on_source
+                v.fts[obj.name] = _fts_verdict(conn, obj.name, checked=checked)
                 if v.fts[obj.name] != "ok":
                     v.problems.append(f"{obj.name}: {v.fts[obj.name]}")
         try:
