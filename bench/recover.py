@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -299,18 +298,23 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[3])
 from statewarden.recovery.recover import recover
 recover(Path(sys.argv[1]), Path(sys.argv[2]))
+print(next(ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmHWM:")))
 """
 
 
 def recover_rss(db: Path, work: Path) -> int:
-    """Peak RSS (bytes) of a process that only runs ``recover`` on ``db`` (wait4's)."""
+    """Peak RSS (bytes) of a process that only runs ``recover`` on ``db``: its own
+    VmHWM (a spawned child's rusage would also count the parent's peak, folded in at
+    exec)."""
     out = work / "rss-recovered.db"
-    pid = os.posix_spawn(
-        sys.executable, [sys.executable, "-c", RSS_CHILD, str(db), str(out), str(REPO)], os.environ
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD, str(db), str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
     )
-    _, _, usage = os.wait4(pid, 0)
     out.unlink(missing_ok=True)
-    return usage.ru_maxrss * 1024
+    return int(done.stdout.split()[-1]) * 1024
 
 
 def _try(fn: Callable[[], Any]) -> str | None:
