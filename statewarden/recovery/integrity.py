@@ -170,6 +170,20 @@ class IntegrityCheck:
             lines = lines + [ln for ln in dict.fromkeys(extra) if ln not in have]
         return lines, abort is None, abort
 
+    def own_verdicts(self) -> dict[str, str] | None:
+        """Each virtual table's own check, "ok" or its first lines, even when the b-tree
+        check stopped early (a damaged page elsewhere does not stop these); None when
+        they were part of the whole pragma instead. Call after :meth:`result`."""
+        if not self._vtab_rows:
+            return None
+        out = {}
+        for name, (rows, abort) in self._vtab_rows.items():
+            if rows == ["ok"] and abort is None:
+                out[name] = "ok"
+            else:
+                out[name] = "; ".join(_lines(rows)[:3] + ([abort] if abort else []))
+        return out
+
 
 def _virtual_tables(conn: apsw.Connection) -> list[str]:
     """The virtual tables in ``conn``'s schema ([] when the schema cannot be read)."""
