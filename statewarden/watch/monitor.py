@@ -31,9 +31,9 @@ BACKOFF_MAX_S = 300.0
 # complete almost at once; this short wait only covers a writer that splits it.
 LOG_IDLE_FLUSH_S = 0.005
 # Bytes read per log file per poll: bounds memory under a flood, and how long one poll
-# keeps the daemon's loop (so its control socket) busy: about 2,500 lines, a few tens of
+# keeps the daemon's loop (so its control socket) busy: about 1,300 lines, about ten
 # milliseconds (the loop polls again at once while the tailer is behind).
-LOG_POLL_BYTES = 256 << 10
+LOG_POLL_BYTES = 128 << 10
 # Offsets are saved at most this often (each save is two fsyncs), and always on stop; a
 # crash re-reads at most this much of the logs.
 LOG_OFFSETS_SAVE_S = 1.0
