@@ -13,11 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.hermes_fixtures import log_line
-from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.book import EVIDENCE_KEEP, IncidentBook
 from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Found, Observation, Signal
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record, starts_record
 from statewarden.watch.rules import (
+    MERGED_EVIDENCE_RECORDS,
     RULES,
     CronSessions,
     Rule,
@@ -878,3 +879,9 @@ class TestSignalBatch:
         assert changes == ["opened", "escalated"]
         (inc,) = book.incidents.values()
         assert (inc.count, inc.severity) == (12, "error")
+
+
+def test_a_merged_signal_carries_all_the_evidence_an_incident_keeps() -> None:
+    """A merged signal keeps the evidence of as many first and last records as the
+    incident book keeps lines, so merging never changes an incident's evidence."""
+    assert MERGED_EVIDENCE_RECORDS >= EVIDENCE_KEEP

@@ -32,7 +32,6 @@ from re import _constants as _sre_constants  # type: ignore[attr-defined]
 from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any
 
-from statewarden.incidents.book import EVIDENCE_KEEP
 from statewarden.incidents.signals import Found, Observation, Severity, Signal, cap_evidence
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record
@@ -41,6 +40,9 @@ from statewarden.watch.records import LogRecord, journal_record, parse_record
 SUMMARY_ERROR_MAX_CHARS = 160
 # A transcript append failing this many times in a row is an error, not a warning.
 TRANSCRIPT_FAILURES_ERROR = 10
+# Records whose evidence a merged signal carries from the start and from the end of its
+# batch (``SignalBatch``): at least what an incident keeps (the book's EVIDENCE_KEEP).
+MERGED_EVIDENCE_RECORDS = 10
 # Cron session ids remembered by ``CronSessions`` (oldest forgotten first).
 CRON_SESSIONS_REMEMBERED = 4096
 
@@ -522,8 +524,8 @@ class _Group:
     last: _Hit
     last_record: LogRecord
     count: int = 1
-    head: list[LogRecord] = field(default_factory=list)  # the first EVIDENCE_KEEP records
-    tail: deque[LogRecord] = field(default_factory=lambda: deque(maxlen=EVIDENCE_KEEP))
+    head: list[LogRecord] = field(default_factory=list)  # the first MERGED_EVIDENCE_RECORDS records
+    tail: deque[LogRecord] = field(default_factory=lambda: deque(maxlen=MERGED_EVIDENCE_RECORDS))
 
 
 class SignalBatch:
@@ -533,8 +535,8 @@ class SignalBatch:
     A flood of one error is then one signal per batch for the incident book, the
     timeline and the alerts, not one per line: the merged signal is the first one, with
     ``count`` the number merged, ``last_at`` the time of the last, the fields of the first
-    updated with those of the last, and the evidence of the first ``EVIDENCE_KEEP`` and
-    the last ``EVIDENCE_KEEP`` records (all an incident keeps). Building a signal
+    updated with those of the last, and the evidence of the first and the last
+    ``MERGED_EVIDENCE_RECORDS`` records (all an incident keeps). Building a signal
     (summary, clipping, fields) is done once per merged signal, not once per record.
     Observations (a cron session seen) are kept one by one, in order.
     """
@@ -567,7 +569,7 @@ class SignalBatch:
                 continue
             group.count += 1
             group.last, group.last_record = hit, record
-            if len(group.head) < EVIDENCE_KEEP:
+            if len(group.head) < MERGED_EVIDENCE_RECORDS:
                 group.head.append(record)
             else:
                 group.tail.append(record)
