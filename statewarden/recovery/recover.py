@@ -243,6 +243,7 @@ def _recover_copy(
         if report.partial_rows:
             with report.timed("salvage"):
                 _complete_partial_rows(work.db, built, schema, report, copies)
+            unchanged_fts = set()  # its updates fire the output's triggers: check them all
         if any(
             c.report.recovered_from_pages
             or c.report.recovered_from_wal
