@@ -79,10 +79,12 @@ class IntegrityCheck:
     ``integrity-check``: most of the pragma's time on a Hermes database). Here the
     b-trees, their indexes and the page accounting are checked on this thread, through
     a second connection without virtual-table modules (so the pragma skips them), while
-    a third connection runs ``PRAGMA integrity_check(<virtual table>)`` for each virtual
-    table in a thread (SQLite releases the GIL): the same lines the whole pragma gives,
-    the virtual tables' last. The constructor returns when the b-trees are checked;
-    :meth:`result` waits for the rest, so a caller can do other reads meanwhile.
+    ``PRAGMA integrity_check(<virtual table>)`` runs for each virtual table on a
+    connection of its own in a thread (SQLite releases the GIL): the same lines the
+    whole pragma gives, the virtual tables' last. If a thread stops without a result,
+    that table is checked on the caller's connection when the result is asked for. The
+    constructor returns when the b-trees are checked; :meth:`result` waits for the rest,
+    so a caller can do other reads meanwhile.
 
     SQLite reports the b-tree errors first; checking rows against indexes afterwards may
     hit a damaged page and end the pragma with an error, so the cross-checks of the
