@@ -178,6 +178,9 @@ class Diagnosis:
     # FTS tables whose tokenizer cannot be loaded here (tokenizers.py) -> why: their
     # index cannot be verified; that is not damage.
     unverifiable: dict[str, str] = field(default_factory=dict)
+    # CPU seconds of the threads that ran the FTS tables' own checks (not in the calling
+    # thread's CPU time); not part of the JSON.
+    helper_cpu_s: float = 0.0
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -196,6 +199,7 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["helper_cpu_s"]
         for t in data["tables"]:
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
         data["findings"] = self.findings()
@@ -328,6 +332,7 @@ def _diagnose(
         foreign_key_check_complete=not fk_errors,
         copies=copies,
         unverifiable=unverifiable,
+        helper_cpu_s=check.helper_cpu_s,
     )
 
 

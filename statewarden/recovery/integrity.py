@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ class IntegrityCheck:
         # ``skip``: virtual tables whose own check is not wanted (verified elsewhere).
         self._vtabs = [name for name in every if name not in skip]
         self._vtab_rows: dict[str, tuple[list[str], str | None]] = {}
+        self._cpu: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         path = conn.filename
         btrees = conn
@@ -136,6 +138,7 @@ class IntegrityCheck:
             self._vtabs = []  # the whole pragma ran: the virtual tables are in its lines
 
     def _check_vtab(self, path: str, name: str) -> None:
+        cpu0 = time.thread_time()
         try:
             conn = apsw.Connection(path)
         except apsw.Error:
@@ -146,6 +149,12 @@ class IntegrityCheck:
             )
         finally:
             conn.close()
+            self._cpu[name] = time.thread_time() - cpu0
+
+    @property
+    def helper_cpu_s(self) -> float:
+        """CPU seconds the threads used (not in the calling thread's own CPU time)."""
+        return sum(self._cpu.values())
 
     def result(self) -> tuple[list[str], bool, str | None]:
         """(lines, finished, abort note), once the virtual tables are checked too."""
