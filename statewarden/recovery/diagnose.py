@@ -272,8 +272,9 @@ def _diagnose(
 ) -> Diagnosis:
     notes = [truncated] if truncated else []
     table_names = [o.name for o in schema.tables() if o.rootpage]
-    # The b-trees are checked now; the FTS tables' own checks go on in a thread while
-    # the tables are scanned (``IntegrityCheck``).
+    # The b-trees are checked now; the FTS tables' own checks go on in threads while
+    # the tables are scanned, their orphans counted and their FTS copies compared
+    # (``IntegrityCheck``).
     check = IntegrityCheck(conn, progress, table_names)
     base = schema.base_tables()
     tables = []
@@ -283,6 +284,10 @@ def _diagnose(
         tables.append(table_facts(conn, obj, schema))
     if progress:
         progress("scan tables", len(base), len(base))
+    orphans, fk_errors = foreign_key_orphans(conn, base)
+    if progress:
+        progress("compare FTS copies", 0, 1)
+    copies = compare(conn, schema)
     lines, complete, abort = check.result()
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
@@ -306,11 +311,7 @@ def _diagnose(
     else:
         fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))
     fts = {name: res for name, res in fts.items() if name not in unverifiable}
-    orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
-    if progress:
-        progress("compare FTS copies", 0, 1)
-    copies = compare(conn, schema)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
     for c in copies:
         if c.rows_rotted:
