@@ -6,9 +6,11 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 
 def time_it(fn: Callable[[], object], repeat: int = 20, warmup: int = 2) -> float:
@@ -35,7 +37,12 @@ def figure(
 
 def start_daemon(tmp: Path, home: Path, **extra_env: str) -> subprocess.Popen[str]:
     """A real ``statewarden run`` on ``home``, its state, runtime and config folders under
-    ``tmp``; returns once it logs "statewarden ready" (its stderr is then left to read)."""
+    ``tmp``; returns once it logs "statewarden ready".
+
+    Its stderr is then read to the end by a thread (and thrown away, or appended to
+    ``STATEWARDEN_BENCH_DAEMON_LOG`` when set): left unread, the pipe fills under a flood
+    and the daemon blocks in its next log write, which is the bench's fault, not its.
+    """
     env = dict(
         os.environ,
         HERMES_HOME=str(home),
@@ -45,8 +52,11 @@ def start_daemon(tmp: Path, home: Path, **extra_env: str) -> subprocess.Popen[st
         **extra_env,
     )
     env.pop("NOTIFY_SOCKET", None)
+    command = [sys.executable, "-m", "statewarden.cli.daemon_cmd"]
+    if profile := os.environ.get("STATEWARDEN_BENCH_PROFILE"):
+        command[1:1] = ["-m", "cProfile", "-o", profile]
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
+        [*command, "run", "--log-format", "plain"],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -55,4 +65,13 @@ def start_daemon(tmp: Path, home: Path, **extra_env: str) -> subprocess.Popen[st
     while "statewarden ready" not in daemon.stderr.readline():
         if daemon.poll() is not None:
             raise SystemExit(f"the daemon exited with {daemon.returncode} before it was ready")
+    threading.Thread(target=_drain, args=(daemon.stderr,), daemon=True).start()
     return daemon
+
+
+def _drain(stream: IO[str]) -> None:
+    """Read ``stream`` to its end, keeping it in ``STATEWARDEN_BENCH_DAEMON_LOG`` if set."""
+    keep = os.environ.get("STATEWARDEN_BENCH_DAEMON_LOG")
+    with open(keep or os.devnull, "a", encoding="utf-8") as out:
+        for line in stream:
+            out.write(line)

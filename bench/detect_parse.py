@@ -3,7 +3,8 @@
 A 100,000-line agent.log in Hermes' format (mostly ordinary INFO lines, 1% WARNING
 'database is locked' lines, 0.1% ERROR records with a 5-line traceback saying
 'database disk image is malformed', cron session tags) is read from its start by
-``LogTailer.poll()`` and every record goes through ``signals_from_log``. Printed next
+``LogTailer.poll()`` and every record goes through ``signals_from_log``; then again as
+the daemon reads it (256 KiB a poll, each poll's records through one ``SignalBatch``). Printed next
 to ``grep -c 'database disk image is malformed'`` on the same file in the same run, the
 cheapest thing a user could do instead (it only counts one text; it joins nothing and
 decides nothing).
@@ -24,7 +25,7 @@ from bench._common import time_it
 from lab.hermes_fixtures import log_line
 from statewarden.targets import target_for_db
 from statewarden.watch.logtail import LogTailer
-from statewarden.watch.rules import CronSessions, signals_from_log
+from statewarden.watch.rules import CronSessions, SignalBatch, signals_from_log
 
 LINES = 100_000
 TRACEBACK = (
@@ -89,7 +90,25 @@ def main() -> None:
             counted["records"] = len(got)
             counted["signals"] = len(signals)
 
+        def batched() -> None:
+            offsets = Path(tmp) / "offsets.json"
+            offsets.unlink(missing_ok=True)
+            tailer = LogTailer(logs, offsets, start_at_end=False, idle_flush_s=0.0,
+                               max_poll_bytes=256 << 10, save_interval_s=1.0)  # fmt: skip
+            cron = CronSessions()
+            found = 0
+            while True:
+                batch = SignalBatch(target, cron=cron)
+                for record in tailer.poll():
+                    batch.add(record)
+                found += len(batch.signals())
+                if not tailer.behind:
+                    break
+            tailer.close()
+            counted["merged"] = found
+
         ours_s = time_it(ours, repeat=5, warmup=1)
+        batched_s = time_it(batched, repeat=5, warmup=1)
         assert counted["records"] == records, (counted, records)
         grep = shutil.which("grep")
         grep_s = None
@@ -102,6 +121,10 @@ def main() -> None:
             f"poll() + signals_from_log on {LINES:,} lines ({size_mb:.1f} MB, {records:,} "
             f"records, {counted['signals']:,} signals/observations): "
             f"{LINES / ours_s:,.0f} lines/s ({ours_s * 1000:.0f} ms)"
+        )
+        line += (
+            f"; in 256 KiB polls with SignalBatch as the daemon reads ({counted['merged']:,} "
+            f"merged): {LINES / batched_s:,.0f} lines/s ({batched_s * 1000:.0f} ms)"
         )
         if grep_s is not None:
             line += f"  |  grep -c: {LINES / grep_s:,.0f} lines/s ({grep_s * 1000:.0f} ms)"

@@ -1,6 +1,7 @@
 """Figures for check and recover on the ~250 MB Hermes database, side by side with SQLite.
 
-    .venv/bin/python bench/recover.py [--spec large|small] [--keep DIR]
+    .venv/bin/python bench/recover.py [--spec large|medium|huge|small] [--keep DIR]
+        [--only CASE ...] [--skip-others]
 
 For damaged copies of the LARGE fixture (FTS shadow pages zeroed; the phantom row; an
 interior page of messages zeroed; one bit flipped in a child pointer; a WAL frame with
@@ -43,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lab import corruption  # noqa: E402
-from lab.hermes_fixtures import LARGE, SMALL, built_db, hermes_python  # noqa: E402
+from lab.hermes_fixtures import HUGE, LARGE, MEDIUM, SMALL, built_db, hermes_python  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 from statewarden.recovery.recover import recover  # noqa: E402
 from statewarden.sidecars import WAL_SUFFIX  # noqa: E402
@@ -222,7 +223,9 @@ def warm(path: Path) -> None:
             pass
 
 
-def run_case(name: str, case: corruption.Case, work: Path, floors: dict[str, float]) -> None:
+def run_case(
+    name: str, case: corruption.Case, work: Path, floors: dict[str, float], *, others: bool = True
+) -> None:
     print(f"\n{name}: {case.note}")
     expect = counts(case.pristine)
     warm(case.db)
@@ -250,6 +253,9 @@ def run_case(name: str, case: corruption.Case, work: Path, floors: dict[str, flo
     )
     phases = ", ".join(f"{k} {v:.2f}" for k, v in doc["timings"].items())
     line("  its phases (s)", 0.0, phases)
+    size = case.db.stat().st_size
+    line("  its peak RSS, alone in a process", 0.0, f"{recover_rss(case.db, work) / 2**20:.0f} MiB"
+         f" for a {size / 2**20:.0f} MiB file (goal <= 256 MiB at any size)")  # fmt: skip
     if name == "fts-damage":
         line(
             "  its FTS phase vs FTS5 'rebuild'",
@@ -257,6 +263,8 @@ def run_case(name: str, case: corruption.Case, work: Path, floors: dict[str, flo
             f"{doc['timings'].get('fts', 0.0) / floors['fts_rebuild']:.2f}x (goal <= 1x)",
         )
     line("  its output judged alone", 0.0, correct(out, expect))
+    if not others:
+        return
     vacuumed = work / f"{name}-vacuum.db"
     t_vi, failed = timed(lambda: _try(lambda: vacuum_into_as_read(case.db, vacuumed)))
     line(
@@ -284,6 +292,31 @@ def run_case(name: str, case: corruption.Case, work: Path, floors: dict[str, flo
     line("Hermes repair_state_db_schema (in place)", t_h, f"{verdict}; {correct(hcopy, expect)}")
 
 
+RSS_CHILD = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from statewarden.recovery.recover import recover
+recover(Path(sys.argv[1]), Path(sys.argv[2]))
+print(next(ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmHWM:")))
+"""
+
+
+def recover_rss(db: Path, work: Path) -> int:
+    """Peak RSS (bytes) of a process that only runs ``recover`` on ``db``: its own
+    VmHWM (a spawned child's rusage would also count the parent's peak, folded in at
+    exec)."""
+    out = work / "rss-recovered.db"
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_CHILD, str(db), str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out.unlink(missing_ok=True)
+    return int(done.stdout.split()[-1]) * 1024
+
+
 def _try(fn: Callable[[], Any]) -> str | None:
     """None if ``fn`` ran, else SQLite's error (the output is then judged as left)."""
     try:
@@ -295,11 +328,14 @@ def _try(fn: Callable[[], Any]) -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", choices=("large", "small"), default="large")
+    ap.add_argument("--spec", choices=("large", "small", "medium", "huge"), default="large")
     ap.add_argument("--keep", type=Path, default=None, help="keep the files in this directory")
     ap.add_argument("--only", nargs="*", default=None, help="run only these cases")
+    ap.add_argument(
+        "--skip-others", action="store_true", help="time only SQLite's figures and statewarden's"
+    )
     args = ap.parse_args()
-    spec = LARGE if args.spec == "large" else SMALL
+    spec = {"large": LARGE, "small": SMALL, "medium": MEDIUM, "huge": HUGE}[args.spec]
     healthy = built_db(spec)
     base = args.keep or Path(tempfile.mkdtemp(prefix="statewarden-bench-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -329,6 +365,7 @@ def main() -> None:
         cases: list[tuple[str, Callable[[Path], corruption.Case]]] = [
             ("fts-damage", lambda d: corruption.scribbled_trees(d, FTS_DAMAGE, spec=spec)),
             ("phantom-row", lambda d: corruption.phantom_row(d, spec=spec)),
+            ("zeroed-leaf", lambda d: corruption.zeroed_leaf(d, spec=spec)),
             ("zeroed-interior", lambda d: corruption.zeroed_interior(d, spec=spec)),
             ("flipped-pointer", lambda d: corruption.flipped_child_pointer(d, spec=spec)),
             ("wal-bad-frame", lambda d: corruption.wal_bad_frame(d, spec=spec)),
@@ -338,7 +375,7 @@ def main() -> None:
         for name, make in cases:
             if args.only and name not in args.only:
                 continue
-            run_case(name, make(base / f"{name}-case"), base, floors)
+            run_case(name, make(base / f"{name}-case"), base, floors, others=not args.skip_others)
     finally:
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)

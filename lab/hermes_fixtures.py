@@ -76,6 +76,10 @@ SMALL = Spec(sessions=64, messages=2000, text_bytes=600)
 TALL = Spec(sessions=16, messages=24_000, text_bytes=16, seed=3)
 # Like the database of the stories in docs/stories.md: ~640 sessions, ~40,000 messages, ~250 MB.
 LARGE = Spec(sessions=640, messages=40_000, text_bytes=1000, seed=7)
+# The performance figures' other two sizes: a fifth of LARGE (~53 MB) and four times it
+# (~1.07 GB; build once and cache it outside the repo: STATEWARDEN_FIXTURE_CACHE).
+MEDIUM = Spec(sessions=128, messages=8_000, text_bytes=1000, seed=7)
+HUGE = Spec(sessions=2560, messages=160_000, text_bytes=1000, seed=7)
 
 AnySpec = Spec | MainSpec
 

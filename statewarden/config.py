@@ -24,11 +24,12 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
-
-import yaml
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from statewarden.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml
 
 ENV_CONFIG = "STATEWARDEN_CONFIG"
 # Bounds on what a config file may cost to read: the whole schema needs a few hundred
@@ -493,6 +494,8 @@ def _check_shape(node: yaml.Node, source: str) -> None:
     laughs" file) or for a value that contains itself; walking either without a bound
     exhausts memory or the stack. Every node is counted as often as aliases repeat it.
     """
+    import yaml  # noqa: PLC0415 - only a config file needs it (commands start faster)
+
     budget = CONFIG_MAX_NODES
     stack: list[tuple[yaml.Node, int, frozenset[int]]] = [(node, 0, frozenset())]
     while stack:
@@ -536,6 +539,8 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
         )
     if len(text) > CONFIG_MAX_BYTES:
         raise ConfigError(_TOO_LARGE, source=source)
+    import yaml  # noqa: PLC0415 - only a config file needs it (commands start faster)
+
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         if node is not None:
@@ -662,6 +667,8 @@ def _dotted(path: tuple[str | int, ...]) -> str:
 
 def _line_map(node: yaml.Node | None) -> dict[tuple[str | int, ...], int]:
     """Key path -> 1-based line where that key (or list item) starts."""
+    import yaml  # noqa: PLC0415 - only a config file needs it (commands start faster)
+
     lines: dict[tuple[str | int, ...], int] = {}
 
     def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:

@@ -299,7 +299,8 @@ class Verifications:
         except Exception as exc:  # noqa: BLE001 - a failed verification is recorded, not fatal
             v = Verified(key, started, FAILED, reason, error=f"{type(exc).__name__}: {exc}")
         else:
-            v = Verified(key, started, diagnosis.damage, reason, cpu_s=round(cpu_s, 3),
+            v = Verified(key, started, diagnosis.damage, reason,
+                         cpu_s=round(cpu_s + diagnosis.helper_cpu_s, 3),
                          findings=diagnosis.findings(), priority=priority)  # fmt: skip
         finally:
             self.running = None

@@ -54,9 +54,27 @@ _MAYBE_RE = re.compile(
 )
 
 
+# _MAYBE_RE's texts in lower case, looked for with ``in`` in ASCII text (where nothing
+# but these letters folds to them), and its one pattern.
+_MAYBE_TEXTS = ("auth", "bearer", "key", "token", "secret", "pass", "pwd", "sk-", "rk-", "pk-",
+                "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox", "aiza")  # fmt: skip
+_MAYBE_DIGITS_RE = re.compile(r"[0-9]{6}:")
+
+
+def _maybe_secret(text: str) -> bool:
+    """False when no pattern can match ``text`` (one cheap pass; see ``_MAYBE_RE``)."""
+    if not text.isascii():
+        return _MAYBE_RE.search(text) is not None
+    lowered = text.lower()
+    for t in _MAYBE_TEXTS:
+        if t in lowered:
+            return True
+    return ":" in text and _MAYBE_DIGITS_RE.search(text) is not None
+
+
 def redact_text(text: str) -> str:
     """``text`` with every secret-looking value replaced by :data:`REDACTED`."""
-    if not _MAYBE_RE.search(text):
+    if not _maybe_secret(text):
         return text
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)

@@ -69,3 +69,15 @@ def test_guard_is_released_when_the_copy_fails(tmp_path: Path) -> None:
         check_database(bogus, tmp_path / "w", copy_guard=guard)
     assert guard.entered == 1
     assert not guard.lock.locked()
+
+
+def test_the_fts_checks_cpu_is_counted(tmp_path: Path) -> None:
+    """The FTS tables' own checks run in threads of their own: their CPU time is in the
+    diagnosis (the daemon adds it to a verification's CPU), and not in its JSON."""
+    case = corruption.fresh_copy(tmp_path / "db")
+    work = tmp_path / "work"
+    work.mkdir()
+    diag = check_database(case.db, work)
+    assert diag.damage == "none"
+    assert diag.helper_cpu_s > 0
+    assert "helper_cpu_s" not in diag.to_json()

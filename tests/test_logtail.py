@@ -3,6 +3,7 @@ copytruncate, restarts with persisted offsets, hostile bytes, and real inotify."
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from lab.hermes_fixtures import hermes_python, log_line
 from statewarden.targets import Target
+from statewarden.watch import logtail
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
 from statewarden.watch.records import LogRecord, starts_record
 
@@ -827,3 +829,64 @@ class TestChunkBoundaries:
                 got += t.poll()
             got += t.flush()
         assert [r.text.rstrip() for r in got] == want
+
+
+def _line_by_line(*_args: object) -> bool:
+    """``_Reader._feed_records`` declining every block: lines are read one by one."""
+    return False
+
+
+_ASCII_TEXT = st.text(st.sampled_from("ab :#\t-0123"), max_size=60)
+
+
+class TestWholeBlockReading:
+    @staticmethod
+    def _read(data: bytes, cuts: list[int], limit: int, record_chars: int) -> list[object]:
+        with tempfile.TemporaryDirectory() as tmp:
+            logs = Path(tmp) / "logs"
+            logs.mkdir()
+            t = LogTailer(logs, Path(tmp) / "o.json", start_at_end=False, idle_flush_s=3600.0,
+                          max_line_bytes=limit, max_record_chars=record_chars)  # fmt: skip
+            seen: list[object] = []
+            pos = 0
+            for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:
+                append_bytes(logs / "agent.log", data[pos:split])
+                pos = max(pos, split)
+                got = t.poll()
+                seen.append([(r.text, r.truncated, r.at, r.message) for r in got])
+                seen.append(t.offsets()["agent.log"]["offset"])
+            seen.append([(r.text, r.truncated) for r in t.flush()])
+            seen.append(dataclasses.astuple(t.stats))
+            t.close()
+        return seen
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        lines=st.lists(
+            st.tuples(st.sampled_from(["start", "more", "blank", "space"]), _ASCII_TEXT),
+            min_size=1,
+            max_size=40,
+        ),
+        cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8),
+        limit=st.sampled_from([30, 64 * 1024]),
+        record_chars=st.sampled_from([50, 256 * 1024]),
+    )
+    def test_same_as_line_by_line(
+        self,
+        lines: list[tuple[str, str]],
+        cuts: list[int],
+        limit: int,
+        record_chars: int,
+    ) -> None:
+        """Plain ASCII lines are cut into records a whole block at a time; what that
+        gives (records, their truncation, the saved offset after each poll, the counts)
+        is exactly what reading line by line gives, whatever the splits and bounds."""
+        shapes = {"more": "  {}", "blank": "", "space": "   "}
+        data = "".join(
+            (log_line(WHEN, "INFO", "x", t) if kind == "start" else shapes[kind].format(t)) + "\n"
+            for kind, t in lines
+        ).encode()
+        fast = self._read(data, cuts, limit, record_chars)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(logtail._Reader, "_feed_records", _line_by_line)
+            assert self._read(data, cuts, limit, record_chars) == fast

@@ -13,15 +13,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lab.hermes_fixtures import log_line
-from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Observation, Signal
+from statewarden.incidents.book import EVIDENCE_KEEP, IncidentBook
+from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Found, Observation, Signal
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record, starts_record
 from statewarden.watch.rules import (
+    MERGED_EVIDENCE_RECORDS,
+    RULES,
     CronSessions,
+    Rule,
+    SignalBatch,
+    _needles,
     cron_sessions,
     is_state_db_record,
     signals_from_journal,
     signals_from_log,
+    signals_from_record,
 )
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
@@ -762,3 +769,119 @@ class TestRealHermesTexts:
                  if "falling back to JSONL" in f}  # fmt: skip
         out = signals_from_journal({"MESSAGE": fmt % ("database is locked",)}, TARGET)
         assert [s.kind for s in out if isinstance(s, Signal)] == ["jsonl_fallback"]
+
+
+class TestRuleTexts:
+    @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+    @settings(max_examples=60, deadline=None)
+    @given(data=st.data())
+    def test_every_match_holds_one_of_the_rules_texts(
+        self, rule: Rule, data: st.DataObject
+    ) -> None:
+        """A rule's pattern is searched only in messages holding one of the texts taken
+        from it: every text its pattern matches holds one, so none is skipped wrongly."""
+        needles = _needles(rule.pattern)
+        if needles is None:
+            return
+        text = data.draw(st.from_regex(rule.pattern))
+        assert any(n in text for n in needles), (rule.name, needles, text)
+
+    def test_non_ascii_records_give_what_ascii_ones_give(self) -> None:
+        """Case-insensitive texts are found in a lower-cased copy only for ASCII text;
+        a record with other characters takes the searches and gives the same signals."""
+        for message in ("state.db routing save failed: Database Disk Image Is Malformed",
+                        "Session DB append_message failed: DATABASE IS LOCKED"):  # fmt: skip
+            plain = signals("WARNING", "gateway.session", message)
+            accented = signals("WARNING", "gateway.session", message + " é")
+            assert plain
+            assert kinds(plain) == kinds(accented)
+
+
+def _flood(n: int) -> list[LogRecord]:
+    out = []
+    for i in range(n):
+        when = WHEN + dt.timedelta(milliseconds=i)
+        if i % 3 == 0:
+            text = log_line(when, "WARNING", "gateway.session",
+                            f"state.db routing save failed: database disk image is malformed #{i}")  # fmt: skip
+        elif i % 3 == 1:
+            text = log_line(
+                when, "INFO", "agent.loop", f"turn {i}", f"cron_job{i % 5}_20260907_170000"
+            )
+        else:
+            count = i // 3
+            text = log_line(when, "WARNING", "run_agent",
+                            f"Session DB transcript append failed for {SID} (failure_count={count}, "
+                            f"pending=3); will retry: database is locked")  # fmt: skip
+        out.append(parse_record(text, AGENT_LOG))
+    return out
+
+
+class TestSignalBatch:
+    def test_merged_book_is_the_book_of_one_signal_at_a_time(self) -> None:
+        """A batch merges the signals of one fingerprint and severity into one that
+        counts them: the incident book it gives has the same incidents, counts, first
+        and last times, severities, summaries and evidence as recording each signal of
+        each record in turn; cron observations are all kept, in order."""
+        records = _flood(300)
+        one_by_one = IncidentBook(None)
+        cron = CronSessions()
+        singles: list[Found] = []
+        for r in records:
+            singles += signals_from_record(r, TARGET, cron=cron, now=1.0)
+        for s in singles:
+            if isinstance(s, Signal):
+                one_by_one.record(s)
+        batch = SignalBatch(TARGET, cron=CronSessions(), now=1.0)
+        for r in records:
+            batch.add(r)
+        merged = batch.signals()
+        book = IncidentBook(None)
+        for s in merged:
+            if isinstance(s, Signal):
+                book.record(s)
+        assert len(merged) < len(singles) / 10
+        assert [o for o in merged if isinstance(o, Observation)] == [
+            o for o in singles if isinstance(o, Observation)
+        ]
+
+        def view(b: IncidentBook) -> list[tuple[object, ...]]:
+            return [
+                (
+                    i.kind,
+                    i.key,
+                    i.count,
+                    i.first_seen,
+                    i.last_seen,
+                    i.severity,
+                    i.summary,
+                    i.evidence,
+                    i.fields,
+                )
+                for i in b.incidents.values()
+            ]
+
+        assert view(book) == view(one_by_one)
+        assert sum(i.count for i in book.incidents.values()) == 100 + 100 + 100
+
+    def test_escalation_inside_one_batch(self) -> None:
+        """Transcript appends failing 9 then 10+ times in one batch: two merged signals
+        (warning, then error), and the incident escalates as one signal at a time does."""
+        batch = SignalBatch(TARGET, now=1.0)
+        for count in range(1, 13):
+            batch.add(record("WARNING", "run_agent",
+                             f"Session DB transcript append failed for {SID} (failure_count="
+                             f"{count}, pending=1); will retry: disk full"))  # fmt: skip
+        merged = [s for s in batch.signals() if isinstance(s, Signal)]
+        assert [(s.effective_severity, s.count) for s in merged] == [("warning", 9), ("error", 3)]
+        book = IncidentBook(None)
+        changes = [u.change for s in merged if (u := book.record(s)) is not None]
+        assert changes == ["opened", "escalated"]
+        (inc,) = book.incidents.values()
+        assert (inc.count, inc.severity) == (12, "error")
+
+
+def test_a_merged_signal_carries_all_the_evidence_an_incident_keeps() -> None:
+    """A merged signal keeps the evidence of as many first and last records as the
+    incident book keeps lines, so merging never changes an incident's evidence."""
+    assert MERGED_EVIDENCE_RECORDS >= EVIDENCE_KEEP

@@ -265,9 +265,12 @@ class IncidentBook:
 
     # ------------------------------------------------------------- signals
 
-    def _rate(self, fingerprint: str, at: float) -> float:
+    def _rate(self, fingerprint: str, at: float, count: int = 1) -> float:
         window = self._recent.setdefault(fingerprint, deque(maxlen=10_000))
-        window.append(at)
+        if count == 1:
+            window.append(at)
+        else:
+            window.extend([at] * min(count, 10_000))
         while window and window[0] < at - RATE_WINDOW_S:
             window.popleft()
         return len(window) * 60.0 / RATE_WINDOW_S
@@ -285,8 +288,7 @@ class IncidentBook:
 
     def record(self, sig: Signal) -> Update | None:
         """Apply one signal; the update it caused, or None if it changed nothing."""
-        update = self._apply(sig)
-        return None if update is None else replace(update, source=sig.source)
+        return self._apply(sig)
 
     def _apply(self, sig: Signal) -> Update | None:
         fp = sig.fingerprint
@@ -294,12 +296,15 @@ class IncidentBook:
         if sig.clears:
             if existing is None or existing.state != "open":
                 return None
-            return self._resolve(existing, sig.at, sig.summary or "condition cleared")
-        rate = self._rate(fp, sig.at) if sig.kind == "write_failures" else None
+            update = self._resolve(existing, sig.at, sig.summary or "condition cleared")
+            return replace(update, source=sig.source)
+        last_at = sig.at if sig.last_at is None else sig.last_at
+        rate = self._rate(fp, last_at, sig.count) if sig.kind == "write_failures" else None
         severity = sig.effective_severity
+        source = sig.source
         if existing is not None and existing.state == "open":
-            existing.count += 1
-            existing.last_seen = max(existing.last_seen, sig.at)
+            existing.count += sig.count
+            existing.last_seen = max(existing.last_seen, last_at)
             self._add_evidence(existing, sig.evidence)
             existing.fields.update(sig.fields)
             self._dirty = True
@@ -307,8 +312,8 @@ class IncidentBook:
                 existing.severity = severity
                 existing.summary = redact_text(sig.summary)
                 self._append(existing)
-                return Update("escalated", existing, rate)
-            return Update("updated", existing, rate)
+                return Update("escalated", existing, rate, source)
+            return Update("updated", existing, rate, source)
         if (
             existing is not None
             and existing.resolved_at is not None
@@ -317,13 +322,13 @@ class IncidentBook:
             existing.state = "open"
             existing.resolved_at = None
             existing.resolution = ""
-            existing.count += 1
-            existing.last_seen = sig.at
+            existing.count += sig.count
+            existing.last_seen = last_at
             existing.summary = redact_text(sig.summary)
             existing.severity = severity
             self._add_evidence(existing, sig.evidence)
             self._append(existing)
-            return Update("reopened", existing, rate)
+            return Update("reopened", existing, rate, source)
         inc = Incident(
             id=self._next_id,
             kind=sig.kind,
@@ -332,7 +337,8 @@ class IncidentBook:
             severity=severity,
             summary=redact_text(sig.summary),
             first_seen=sig.at,
-            last_seen=sig.at,
+            last_seen=max(sig.at, last_at),
+            count=sig.count,
             source=sig.source,
             fields=dict(sig.fields),
         )
@@ -341,7 +347,7 @@ class IncidentBook:
         self.incidents[inc.id] = inc
         self._by_fingerprint[fp] = inc.id
         self._append(inc)
-        return Update("opened", inc, rate)
+        return Update("opened", inc, rate, source)
 
     def resolve(self, incident_id: int, why: str, at: float | None = None) -> Update | None:
         """Resolve one open incident (a state rule found it no longer holds, or a

@@ -59,6 +59,10 @@ class Signal:
     severity: Severity | None = None  # None = the kind's default
     clears: bool = False  # a state rule saying the condition is back to normal
     fields: dict[str, Any] = field(default_factory=dict)
+    # Signals merged into this one (``watch.rules.SignalBatch``: one poll's flood of one
+    # error), and the time of the last of them (None: ``at``).
+    count: int = 1
+    last_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -25,6 +25,7 @@ import shutil
 import stat
 import struct
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -271,9 +272,8 @@ def _copy_consistent(
             except FileNotFoundError:
                 continue
             with src, os.fdopen(create_new(target), "wb") as out:
-                while chunk := src.read(COPY_CHUNK_BYTES):
-                    out.write(chunk)
-                    done += len(chunk)
+                for copied in copy_bytes(src.fileno(), out.fileno()):
+                    done += copied
                     if progress:
                         progress("copy", done, size)
         if fingerprint(source) == before:
@@ -282,6 +282,31 @@ def _copy_consistent(
         f"{source}: changed while it was being copied ({attempts} attempts)",
         hint="a live writer holds it; stop Hermes (see statewardenctl holders) and retry",
     )
+
+
+def copy_bytes(src: int, dst: int) -> Iterator[int]:
+    """Copy what is left of descriptor ``src`` to ``dst``, yielding the bytes copied by
+    each step (at most ``COPY_CHUNK_BYTES``).
+
+    ``copy_file_range``: the kernel copies (or shares the blocks, on a filesystem with
+    reflinks) without the bytes passing through this process. Where it is refused
+    (another filesystem on an old kernel, a filesystem without it) the rest is read and
+    written.
+    """
+    while True:
+        try:
+            n = os.copy_file_range(src, dst, COPY_CHUNK_BYTES)
+        except OSError:
+            # Refused here (or a real error, which the plain read or write raises again).
+            break
+        if n == 0:
+            return
+        yield n
+    while chunk := os.read(src, COPY_CHUNK_BYTES):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+        yield len(chunk)
 
 
 def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:

@@ -34,9 +34,9 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.integrity import (
     ErrorGroup,
+    IntegrityCheck,
     fts_from_integrity_lines,
     group_errors,
-    run_integrity_check,
 )
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
@@ -178,6 +178,9 @@ class Diagnosis:
     # FTS tables whose tokenizer cannot be loaded here (tokenizers.py) -> why: their
     # index cannot be verified; that is not damage.
     unverifiable: dict[str, str] = field(default_factory=dict)
+    # CPU seconds of the threads that ran the FTS tables' own checks (not in the calling
+    # thread's CPU time); not part of the JSON.
+    helper_cpu_s: float = 0.0
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -196,6 +199,7 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["helper_cpu_s"]
         for t in data["tables"]:
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
         data["findings"] = self.findings()
@@ -268,10 +272,10 @@ def _diagnose(
 ) -> Diagnosis:
     notes = [truncated] if truncated else []
     table_names = [o.name for o in schema.tables() if o.rootpage]
-    lines, complete, abort = run_integrity_check(conn, progress, table_names)
-    if abort:
-        notes.append(f"the integrity check stopped early: {abort}")
-    groups = group_errors(lines, schema)
+    # The b-trees are checked now; the FTS tables' own checks go on in threads while
+    # the tables are scanned, their orphans counted and their FTS copies compared
+    # (``IntegrityCheck``).
+    check = IntegrityCheck(conn, progress, table_names)
     base = schema.base_tables()
     tables = []
     for i, obj in enumerate(base):
@@ -280,6 +284,14 @@ def _diagnose(
         tables.append(table_facts(conn, obj, schema))
     if progress:
         progress("scan tables", len(base), len(base))
+    orphans, fk_errors = foreign_key_orphans(conn, base)
+    if progress:
+        progress("compare FTS copies", 0, 1)
+    copies = compare(conn, schema)
+    lines, complete, abort = check.result()
+    if abort:
+        notes.append(f"the integrity check stopped early: {abort}")
+    groups = group_errors(lines, schema)
     roots = schema.by_root()
     twice = {
         roots[int(m.group(1))].name
@@ -289,16 +301,17 @@ def _diagnose(
     for t in tables:
         t.page_referenced_twice = t.name in twice
     unverifiable = unloadable(conn, schema)
+    fts5 = [o.name for o in schema.tables() if o.module == "fts5" and o.name not in unverifiable]
+    own = check.own_verdicts() or {}
     if complete:
         fts = fts_from_integrity_lines(lines, schema)
+    elif all(name in own for name in fts5):
+        # Their own checks ran on a connection of their own, whatever stopped the rest.
+        fts = {name: own[name] for name in fts5}
     else:
         fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))
     fts = {name: res for name, res in fts.items() if name not in unverifiable}
-    orphans, fk_errors = foreign_key_orphans(conn, base)
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
-    if progress:
-        progress("compare FTS copies", 0, 1)
-    copies = compare(conn, schema)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
     for c in copies:
         if c.rows_rotted:
@@ -320,6 +333,7 @@ def _diagnose(
         foreign_key_check_complete=not fk_errors,
         copies=copies,
         unverifiable=unverifiable,
+        helper_cpu_s=check.helper_cpu_s,
     )
 
 

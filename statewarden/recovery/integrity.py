@@ -12,7 +12,9 @@ reaches (a damaged interior page orphans its leaves).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import apsw
@@ -66,12 +68,154 @@ def run_integrity_check(
 ) -> tuple[list[str], bool, str | None]:
     """All error lines of an uncapped ``integrity_check``; (lines, finished, abort note).
 
+    See :class:`IntegrityCheck`, which this runs to its end.
+    """
+    return IntegrityCheck(conn, progress, tables).result()
+
+
+class IntegrityCheck:
+    """An uncapped ``integrity_check`` of ``conn``'s database, its slow part in a thread.
+
+    Since SQLite 3.44 the pragma also runs each virtual table's own check (FTS5's
+    ``integrity-check``: most of the pragma's time on a Hermes database). Here the
+    b-trees, their indexes and the page accounting are checked on this thread, through
+    a second connection without virtual-table modules (so the pragma skips them), while
+    ``PRAGMA integrity_check(<virtual table>)`` runs for each virtual table on a
+    connection of its own in a thread (SQLite releases the GIL): the same lines the
+    whole pragma gives, the virtual tables' last. If a thread stops without a result,
+    that table is checked on the caller's connection when the result is asked for. The
+    constructor returns when the b-trees are checked; :meth:`result` waits for the rest,
+    so a caller can do other reads meanwhile.
+
     SQLite reports the b-tree errors first; checking rows against indexes afterwards may
     hit a damaged page and end the pragma with an error, so the cross-checks of the
     tables after that one would never run. When that happens the check is run again
     table by table (``PRAGMA integrity_check(T)``) so that one damaged table does not
-    hide the others; lines are kept once each, in order.
+    hide the others; lines are kept once each, in order. A check that stopped early
+    (as the whole pragma would) gives no virtual-table lines.
     """
+
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        progress: ProgressFn | None = None,
+        tables: list[str] | None = None,
+        *,
+        skip: Collection[str] = (),
+    ) -> None:
+        self._conn = conn
+        self._progress = progress
+        every = _virtual_tables(conn)
+        # ``skip``: virtual tables whose own check is not wanted (verified elsewhere).
+        self._vtabs = [name for name in every if name not in skip]
+        self._vtab_rows: dict[str, tuple[list[str], str | None]] = {}
+        self._cpu: dict[str, float] = {}
+        self._threads: list[threading.Thread] = []
+        path = conn.filename
+        btrees = conn
+        if every and path and (self._vtabs or skip):
+            try:
+                btrees = apsw.Connection(path)
+                btrees.drop_modules(None)
+            except apsw.Error:
+                btrees = conn  # the whole pragma on the caller's connection, as before
+            else:
+                # One thread (and connection) per table: two FTS tables, two cores.
+                self._threads = [
+                    threading.Thread(
+                        target=self._check_vtab, args=(path, name), name="fts-check", daemon=True
+                    )
+                    for name in self._vtabs
+                ]
+                for thread in self._threads:
+                    thread.start()
+        try:
+            self._lines, self._abort = _check(btrees, progress, tables)
+        finally:
+            if btrees is not conn:
+                btrees.close()
+        if btrees is conn:
+            self._vtabs = []  # the whole pragma ran: the virtual tables are in its lines
+
+    def _check_vtab(self, path: str, name: str) -> None:
+        cpu0 = time.thread_time()
+        try:
+            conn = apsw.Connection(path)
+        except apsw.Error:
+            return  # result() checks what is missing on the caller's connection
+        try:
+            self._vtab_rows[name] = _pragma_rows(
+                conn, f"PRAGMA integrity_check({quote_ident(name)})"
+            )
+        finally:
+            conn.close()
+            self._cpu[name] = time.thread_time() - cpu0
+
+    @property
+    def helper_cpu_s(self) -> float:
+        """CPU seconds the threads used (not in the calling thread's own CPU time)."""
+        return sum(self._cpu.values())
+
+    def result(self) -> tuple[list[str], bool, str | None]:
+        """(lines, finished, abort note), once the virtual tables are checked too."""
+        for thread in self._threads:
+            while thread.is_alive():
+                if self._progress:
+                    self._progress("FTS check", len(self._vtab_rows), len(self._vtabs))
+                thread.join(0.25)
+        self._threads = []
+        lines, abort = self._lines, self._abort
+        if abort is None:
+            extra: list[str] = []
+            for name in self._vtabs:
+                if name not in self._vtab_rows:  # its connection could not be opened
+                    self._vtab_rows[name] = _pragma_rows(
+                        self._conn, f"PRAGMA integrity_check({quote_ident(name)})"
+                    )
+                rows, v_abort = self._vtab_rows[name]
+                if rows != ["ok"]:
+                    extra.extend(_lines(rows))
+                if v_abort is not None and abort is None:
+                    abort = f"{v_abort} on {name}"
+            have = set(lines)
+            lines = lines + [ln for ln in dict.fromkeys(extra) if ln not in have]
+        return lines, abort is None, abort
+
+    def own_verdicts(self) -> dict[str, str] | None:
+        """Each virtual table's own check, "ok" or its first lines, even when the b-tree
+        check stopped early (a damaged page elsewhere does not stop these); None when
+        they were part of the whole pragma instead. Call after :meth:`result`."""
+        if not self._vtab_rows:
+            return None
+        out = {}
+        for name, (rows, abort) in self._vtab_rows.items():
+            if rows == ["ok"] and abort is None:
+                out[name] = "ok"
+            else:
+                out[name] = "; ".join(_lines(rows)[:3] + ([abort] if abort else []))
+        return out
+
+
+def _virtual_tables(conn: apsw.Connection) -> list[str]:
+    """The virtual tables in ``conn``'s schema ([] when the schema cannot be read)."""
+    try:
+        return [
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' AND rootpage = 0"
+                " AND sql LIKE 'CREATE VIRTUAL TABLE%'"
+            )
+        ]
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return []
+
+
+def _check(
+    conn: apsw.Connection, progress: ProgressFn | None, tables: list[str] | None
+) -> tuple[list[str], str | None]:
+    """The pragma on ``conn``, again table by table if it stopped early (see above)."""
     steps = [0]
 
     def tick() -> bool:
@@ -84,7 +228,7 @@ def run_integrity_check(
     try:
         rows, abort = _pragma_rows(conn, f"PRAGMA integrity_check({UNCAPPED_ERRORS})")
         if rows == ["ok"]:
-            return [], True, None
+            return [], None
         lines = dict.fromkeys(_lines(rows))
         stopped_on: list[str] = []
         if abort is not None:
@@ -102,7 +246,7 @@ def run_integrity_check(
     if abort is not None:
         where = f" on {', '.join(stopped_on)}" if stopped_on else ""
         note = f"{abort}{where}"
-    return list(lines), abort is None, note
+    return list(lines), note
 
 
 def _pragma_rows(conn: apsw.Connection, sql: str) -> tuple[list[str], str | None]:

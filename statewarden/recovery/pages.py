@@ -26,7 +26,6 @@ Call only with no SQLite connection open to ``path`` in this process (docs/safet
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -69,18 +68,21 @@ class DatabaseFile:
     """The pages of a closed database file, read with plain reads."""
 
     def __init__(self, path: Path) -> None:
-        # Mapped, not read: a multi-gigabyte database need not fit in memory.
-        with open(path, "rb") as f:
-            self.data: bytes | mmap.mmap = (
-                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                if os.fstat(f.fileno()).st_size
-                else b""
-            )
-        header = parse_header(bytes(self.data[:100]), str(path))
+        # Each page read when wanted (pread), neither mapped nor read whole: memory stays
+        # bounded whatever the file's size (a mapping's pages count as the process's
+        # memory once touched).
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(self._fd).st_size
+            first = os.pread(self._fd, 100, 0)
+            header = parse_header(first, str(path))
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.page_size = header.page_size
-        self.usable = self.page_size - self.data[20]
+        self.usable = self.page_size - first[20]
         self.encoding = header.text_encoding
-        self.page_count = len(self.data) // self.page_size
+        self.page_count = size // self.page_size
         self.freelist_trunk = header.freelist_trunk
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
@@ -90,11 +92,12 @@ class DatabaseFile:
             return self.overlay[n]
         if not 1 <= n <= self.page_count:
             raise PageFormatError(f"page {n} is outside the file")
-        return bytes(self.data[(n - 1) * self.page_size : n * self.page_size])
+        return os.pread(self._fd, self.page_size, (n - 1) * self.page_size)
 
     def close(self) -> None:
-        if isinstance(self.data, mmap.mmap):
-            self.data.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def btree_header(self, n: int) -> tuple[int, int, int]:
         """(page type, header offset, cell count) of a b-tree page."""

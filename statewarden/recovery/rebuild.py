@@ -196,6 +196,10 @@ class Rebuild:
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
+        # FTS tables copied whole from the work copy and left as they were (mode
+        # ``copy``, every shadow table copied): the verification need not check their
+        # index again (``recover.py``).
+        self.fts_unchanged: set[str] = set()
         self.force_triggers: set[str] = set()
         self.attached = False  # the source is attached to the output connection as src
 
@@ -242,6 +246,7 @@ class Rebuild:
             flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI,
         )
         self.copies = {}
+        self.fts_unchanged = set()
         dst = self.dst
         try:
             dst.execute(f"PRAGMA page_size={hdr.page_size}")
@@ -363,6 +368,8 @@ class Rebuild:
             except apsw.Error as exc:
                 self.report.notes.append(f"{name}: FTS 'rebuild' failed: {exc}")
         elif mode in ("copy", "reconcile", "reindex"):
+            if mode == "copy":
+                self.fts_unchanged.add(name)
             for obj in self.schema.tables():
                 if obj.shadow_of != name:
                     continue
@@ -392,6 +399,7 @@ class Rebuild:
             if name in self.schema.fts_owner and name not in self.force_triggers:
                 raise _FtsCopyFailed(name, str(exc)) from None
             self.report.notes.append(f"{name}: copying {shadow} failed: {exc}")
+            self.fts_unchanged.discard(name)
             return
         if rows:
             marks = ", ".join("?" for _ in rows[0])

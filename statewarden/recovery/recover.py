@@ -209,10 +209,11 @@ def _recover_copy(
         with report.timed("rebuild"):
             _vacuum_into(work.db, built, work.source_header.journal_mode)
             copies = _measure_only(work.db, schema)
+        unchanged_fts = {o.name for o in schema.tables() if o.module == "fts5"}
     else:
         report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
         rebuild_started = time.monotonic()
-        copies = Rebuild(
+        rebuild = Rebuild(
             work,
             built,
             schema,
@@ -225,12 +226,15 @@ def _recover_copy(
             progress=progress,
             trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
             others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
-        ).run()
+        )
+        copies = rebuild.run()
+        unchanged_fts = rebuild.fts_unchanged
         spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
         report.timings["rebuild"] = round(spent, 3)
         if report.partial_rows:
             with report.timed("salvage"):
                 _complete_partial_rows(work.db, built, schema, report, copies)
+            unchanged_fts = set()  # its updates fire the output's triggers: check them all
         if any(
             c.report.recovered_from_pages
             or c.report.recovered_from_wal
@@ -245,12 +249,30 @@ def _recover_copy(
             built,
             source_schema_version=source_version,
             source_journal_mode=work.source_header.journal_mode,
+            checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
         )
         _account(built, copies, report)
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
     return report
+
+
+def _checked_on_source(diag: Diagnosis, schema: Schema, unchanged: set[str]) -> set[str]:
+    """Of the FTS tables the output holds as the work copy did (``unchanged``), those
+    whose index the diagnosis checked and found intact: FTS5's check passed, no
+    integrity error in them or their shadow tables, and the check ran to its end. The
+    verification need not check them again."""
+    if not diag.integrity_complete:
+        return set()
+    flagged = {g.object for g in diag.groups}
+    return {
+        name
+        for name in unchanged
+        if diag.fts.get(name) == "ok"
+        and name not in flagged
+        and not flagged & {o.name for o in schema.tables() if o.shadow_of == name}
+    }
 
 
 def _never_used(diag: Diagnosis) -> list[int] | None:

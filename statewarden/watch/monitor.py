@@ -23,16 +23,17 @@ from statewarden.logs import get_logger
 from statewarden.targets import Target
 from statewarden.watch.files import FileWatcher
 from statewarden.watch.logtail import LogTailer
-from statewarden.watch.rules import CronSessions, signals_from_journal, signals_from_record
+from statewarden.watch.rules import CronSessions, SignalBatch, signals_from_journal
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 300.0
 # Python's logging writes a record and its traceback in one write(), so a record is
 # complete almost at once; this short wait only covers a writer that splits it.
 LOG_IDLE_FLUSH_S = 0.005
-# Bytes read per log file per poll: bounds memory under a flood (the loop polls again
-# at once while the tailer is behind).
-LOG_POLL_BYTES = 1 << 20
+# Bytes read per log file per poll: bounds memory under a flood, and how long one poll
+# keeps the daemon's loop (so its control socket) busy: about 1,300 lines, about ten
+# milliseconds (the loop polls again at once while the tailer is behind).
+LOG_POLL_BYTES = 128 << 10
 # Offsets are saved at most this often (each save is two fsyncs), and always on stop; a
 # crash re-reads at most this much of the logs.
 LOG_OFFSETS_SAVE_S = 1.0
@@ -120,9 +121,10 @@ class TargetMonitor:
         ]
 
     def _poll_logs(self, now: float) -> list[Found]:
-        out: list[Found] = []
+        batch = SignalBatch(self.target, cron=self.cron, now=now)
         for record in self.logs.poll():
-            out.extend(signals_from_record(record, self.target, cron=self.cron, now=now))
+            batch.add(record)
+        out = batch.signals()
         for notice in self.logs.drain_notices():
             out.append(
                 Observation(f"log_{notice.what}", self.db, notice.text, now, {"file": notice.file})

@@ -19,6 +19,8 @@ from typing import Any
 
 _STAMP = r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}"
 RECORD_START_RE = re.compile(_STAMP + " ")
+# Where a text of whole lines is cut into records: before each line that starts one.
+RECORD_SPLIT_RE = re.compile(r"\n(?=" + _STAMP + " )")
 _LINE_RE = re.compile(
     r"(?P<stamp>" + _STAMP + r") (?P<level>[A-Z]+|Level \d+)"
     r"(?: \[(?P<session>[^\]\s]+)\])? (?P<logger>[^\s:]+(?::[^\s:]+)*): (?P<message>.*)",

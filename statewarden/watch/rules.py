@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from re import _constants as _sre_constants  # type: ignore[attr-defined]
+from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any
 
 from statewarden.incidents.signals import Found, Observation, Severity, Signal, cap_evidence
@@ -38,6 +40,9 @@ from statewarden.watch.records import LogRecord, journal_record, parse_record
 SUMMARY_ERROR_MAX_CHARS = 160
 # A transcript append failing this many times in a row is an error, not a warning.
 TRANSCRIPT_FAILURES_ERROR = 10
+# Records whose evidence a merged signal carries from the start and from the end of its
+# batch (``SignalBatch``): at least what an incident keeps (the book's EVIDENCE_KEEP).
+MERGED_EVIDENCE_RECORDS = 10
 # Cron session ids remembered by ``CronSessions`` (oldest forgotten first).
 CRON_SESSIONS_REMEMBERED = 4096
 
@@ -64,10 +69,24 @@ _STATE_FRAME_RE = re.compile(r'File "[^"]*hermes_state\w*\.py"')
 _OTHER_DB_RE = re.compile(r"\b(?!state\.db\b)[\w-]+\.db\b")
 
 
-def is_state_db_record(record: LogRecord) -> bool:
-    """True when the record comes from code working on state.db (see module doc)."""
+def is_state_db_record(record: LogRecord, lowered: str | None = None) -> bool:
+    """True when the record comes from code working on state.db (see module doc).
+
+    ``lowered``: the record's text in lower case when it is all ASCII (the caller has it
+    already), so case-insensitive texts are found with ``in`` instead of a search.
+    """
     text = record.text
-    named_state = _STATE_TEXT_RE.search(text) is not None
+    if lowered is not None:
+        named_state = (
+            "state.db" in lowered
+            or "session db" in lowered
+            or "sessiondb" in lowered
+            or "session store" in lowered
+            or "routing save" in lowered
+            or "routing load" in lowered
+        )
+    else:
+        named_state = _STATE_TEXT_RE.search(text) is not None
     if not named_state and _OTHER_DB_RE.search(text):
         return False
     if named_state or _STATE_FRAME_RE.search(text):
@@ -242,6 +261,39 @@ _RULE_TRIGGER_RE = re.compile(
     r"|state\.db|Supervised task|In-place FTS rebuild|WAL journal_mode unsupported"
     r"|Persisted transcript lagged|DeletedWalGenerationError|WAL lock guard|WAL-reset"
 )
+
+
+def _needles(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Texts one of which every match of ``pattern`` contains, or None (no such texts of
+    4 characters or more): a message with none of them needs no search.
+
+    Per alternative of a pattern that is one alternation, else of the whole pattern: the
+    longest run of plain characters among its top-level items (each is part of every
+    match; a group, a repeat or a class ends a run)."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    parsed = list(_sre_parser.parse(pattern.pattern, pattern.flags))
+    if len(parsed) == 1 and parsed[0][0] is _sre_constants.BRANCH:
+        branches = [list(b) for b in parsed[0][1][1]]
+    else:
+        branches = [parsed]
+    out = []
+    for items in branches:
+        best = run = ""
+        for op, arg in items:
+            run = run + chr(arg) if op is _sre_constants.LITERAL else ""
+            best = max(best, run, key=len)
+        if len(best) < 4:
+            return None
+        out.append(best)
+    return tuple(out)
+
+
+# Each rule with the first of its texts and the others (one ``in`` each, kept cheap).
+_RULES_WITH_NEEDLES = tuple(
+    (rule, None, ()) if (n := _needles(rule.pattern)) is None else (rule, n[0], n[1:])
+    for rule in RULES
+)
 # What the ``anywhere`` rules look for in a traceback.
 _ANYWHERE_TRIGGER_RE = re.compile(r"DeletedWalGenerationError|WAL lock guard could not arm")
 _ANYWHERE_RULES = tuple(rule for rule in RULES if rule.anywhere)
@@ -349,6 +401,101 @@ def _corruption_signal(record: LogRecord, target: Target, now: float | None) -> 
                    rule="corruption", error=what)  # fmt: skip
 
 
+@dataclass(slots=True)
+class _Hit:
+    """One signal a record gives, classified but not built yet (building it is most of
+    the cost, and a batch builds one per fingerprint)."""
+
+    kind: str
+    key: str
+    severity: Severity | None
+    rule: Rule | None  # None: the generic corruption or locked signal
+    match: re.Match[str] | None
+
+
+def _rule_hit(rule: Rule, m: re.Match[str]) -> _Hit:
+    severity = rule.severity
+    if rule.name == "transcript_append" and int(m["failure_count"]) >= TRANSCRIPT_FAILURES_ERROR:
+        severity = "error"
+    return _Hit(rule.kind, rule.key(m), severity, rule, m)
+
+
+def _classify(record: LogRecord, target: Target) -> list[_Hit]:
+    """The signals ``record`` gives, in order, not built yet (see module doc)."""
+    out: list[_Hit] = []
+    matched: Rule | None = None
+    message = record.message
+    if _RULE_TRIGGER_RE.search(message):
+        for rule, needle, others in _RULES_WITH_NEEDLES:
+            if needle is not None and needle not in message:
+                for other in others:
+                    if other in message:
+                        break
+                else:
+                    continue  # the pattern needs one of these texts: no search can match
+            m = rule.pattern.search(message)
+            if m is not None and rule.applies(m, target):
+                matched = rule
+                out.append(_rule_hit(rule, m))
+                break
+    text = record.text
+    lowered: str | None = None
+    if text.isascii():
+        # One lower-cased copy instead of case-insensitive searches: for ASCII text
+        # ``in`` on it finds exactly what those searches find.
+        lowered = text.lower()
+        corrupt = (
+            "database disk image is malformed" in lowered
+            or "malformed database schema" in lowered
+            or "disk i/o error" in lowered
+            or "file is not a database" in lowered
+        )
+        locked = "database is locked" in lowered
+        anywhere = "DeletedWalGenerationError" in text or "WAL lock guard could not arm" in text
+        if matched is None and not (corrupt or locked or anywhere):
+            return out
+    else:
+        if matched is None and not _TEXT_TRIGGER_RE.search(text):
+            return out
+        corrupt = _CORRUPTION_RE.search(text) is not None
+        locked = _LOCKED_RE.search(text) is not None
+        anywhere = _ANYWHERE_TRIGGER_RE.search(text) is not None
+    if (matched is None or not matched.anywhere) and anywhere:
+        # Named only in the traceback (or behind another rule's message).
+        for rule in _ANYWHERE_RULES:
+            if matched is not None and rule.kind == matched.kind:
+                continue
+            m = rule.pattern.search(text)
+            if m is not None and rule.applies(m, target):
+                out.append(_rule_hit(rule, m))
+                matched = matched or rule
+                break
+    state_db = None
+    if (matched is None or not matched.corruption) and corrupt:
+        state_db = is_state_db_record(record, lowered)
+        if state_db:
+            out.append(_Hit("corruption", "", None, None, None))
+    if matched is None and locked:
+        if state_db is None:
+            state_db = is_state_db_record(record, lowered)
+        if state_db:
+            out.append(_Hit("write_failures", "locked", None, None, None))
+    return out
+
+
+def _build(hit: _Hit, record: LogRecord, target: Target, now: float | None) -> Signal:
+    if hit.rule is not None:
+        assert hit.match is not None
+        return _apply_rule(hit.rule, hit.match, record, target, now)
+    if hit.kind == "corruption":
+        return _corruption_signal(record, target, now)
+    summary = f"state.db is locked: {record.logger or 'Hermes'} could not write: " + (
+        _clip(record.message, SUMMARY_ERROR_MAX_CHARS)
+    )
+    return _signal(record, target, "write_failures", summary, key="locked",
+                   severity=None, now=now, rule="locked")  # fmt: skip
+
+
 def signals_from_record(
     record: LogRecord,
     target: Target,
@@ -364,41 +511,85 @@ def signals_from_record(
     out: list[Found] = []
     if cron is not None:
         out.extend(cron.observe(record, target, now))
-    matched: Rule | None = None
-    if _RULE_TRIGGER_RE.search(record.message):
-        for rule in RULES:
-            m = rule.pattern.search(record.message)
-            if m is not None and rule.applies(m, target):
-                matched = rule
-                out.append(_apply_rule(rule, m, record, target, now))
-                break
-    if matched is None and not _TEXT_TRIGGER_RE.search(record.text):
-        return out
-    if (matched is None or not matched.anywhere) and _ANYWHERE_TRIGGER_RE.search(record.text):
-        # Named only in the traceback (or behind another rule's message).
-        for rule in _ANYWHERE_RULES:
-            if matched is not None and rule.kind == matched.kind:
-                continue
-            m = rule.pattern.search(record.text)
-            if m is not None and rule.applies(m, target):
-                out.append(_apply_rule(rule, m, record, target, now))
-                matched = matched or rule
-                break
-    state_db = None
-    if (matched is None or not matched.corruption) and _CORRUPTION_RE.search(record.text):
-        state_db = is_state_db_record(record)
-        if state_db:
-            out.append(_corruption_signal(record, target, now))
-    if matched is None and _LOCKED_RE.search(record.text):
-        if state_db is None:
-            state_db = is_state_db_record(record)
-        if state_db:
-            summary = f"state.db is locked: {record.logger or 'Hermes'} could not write: " + (
-                _clip(record.message, SUMMARY_ERROR_MAX_CHARS)
-            )
-            out.append(_signal(record, target, "write_failures", summary, key="locked",
-                               severity=None, now=now, rule="locked"))  # fmt: skip
+    out.extend(_build(hit, record, target, now) for hit in _classify(record, target))
     return out
+
+
+@dataclass(slots=True)
+class _Group:
+    """The signals of one fingerprint and severity in a batch, built once at its end."""
+
+    first: _Hit
+    first_record: LogRecord
+    last: _Hit
+    last_record: LogRecord
+    count: int = 1
+    head: list[LogRecord] = field(default_factory=list)  # the first MERGED_EVIDENCE_RECORDS records
+    tail: deque[LogRecord] = field(default_factory=lambda: deque(maxlen=MERGED_EVIDENCE_RECORDS))
+
+
+class SignalBatch:
+    """The signals of many records (one poll's), those that share a fingerprint and a
+    severity merged into one that counts them.
+
+    A flood of one error is then one signal per batch for the incident book, the
+    timeline and the alerts, not one per line: the merged signal is the first one, with
+    ``count`` the number merged, ``last_at`` the time of the last, the fields of the first
+    updated with those of the last, and the evidence of the first and the last
+    ``MERGED_EVIDENCE_RECORDS`` records (all an incident keeps). Building a signal
+    (summary, clipping, fields) is done once per merged signal, not once per record.
+    Observations (a cron session seen) are kept one by one, in order.
+    """
+
+    def __init__(
+        self, target: Target, *, cron: CronSessions | None = None, now: float | None = None
+    ) -> None:
+        self.target = target
+        self.cron = cron
+        self.now = now
+        self.records = 0
+        self._out: list[Found | _Group] = []
+        self._groups: dict[tuple[str, str, Severity | None], _Group] = {}
+
+    def add(self, record: LogRecord) -> None:
+        """Classify one record (in the order the records were written)."""
+        self.records += 1
+        if self.cron is not None and (
+            "cron_" in record.message or (record.session or "").startswith("cron_")
+        ):
+            self._out.extend(self.cron.observe(record, self.target, self.now))
+        for hit in _classify(record, self.target):
+            key = (hit.kind, hit.key, hit.severity)
+            group = self._groups.get(key)
+            if group is None:
+                group = _Group(hit, record, hit, record)
+                group.head.append(record)
+                self._groups[key] = group
+                self._out.append(group)
+                continue
+            group.count += 1
+            group.last, group.last_record = hit, record
+            if len(group.head) < MERGED_EVIDENCE_RECORDS:
+                group.head.append(record)
+            else:
+                group.tail.append(record)
+
+    def signals(self) -> list[Found]:
+        """What the batch gives, in the order first seen."""
+        return [self._merged(g) if isinstance(g, _Group) else g for g in self._out]
+
+    def _merged(self, group: _Group) -> Signal:
+        first = _build(group.first, group.first_record, self.target, self.now)
+        if group.count == 1:
+            return first
+        last = _build(group.last, group.last_record, self.target, self.now)
+        return replace(
+            first,
+            count=group.count,
+            last_at=max(first.at, last.at),
+            evidence=tuple(_evidence(r)[0] for r in [*group.head, *group.tail]),
+            fields={**first.fields, **last.fields},
+        )
 
 
 def signals_from_log(
