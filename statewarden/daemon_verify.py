@@ -32,10 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
-import platform
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +45,7 @@ from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import StatewardenError
 from statewarden.incidents.signals import Found, Observation, Severity, Signal
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
+from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.targets import Target
@@ -54,17 +53,14 @@ from statewarden.targets import Target
 if TYPE_CHECKING:  # pragma: no cover
     from statewarden.daemon import Daemon
 
+__all__ = ["IDLE_NICE", "IOPRIO_CLASS_IDLE", "Verifications", "idle_priority", "in_idle_thread",
+           "io_class_of"]  # fmt: skip
+
 T = TypeVar("T")
 
 VERIFIED_FILE = "verified.json"
 # Kinds after which a database is verified soon (Hermes repaired itself; a unit loops).
 VERIFY_AFTER = frozenset({"self_repair", "crash_loop"})
-IDLE_NICE = 19
-IOPRIO_WHO_PROCESS = 1  # with a thread id: that thread alone
-IOPRIO_CLASS_IDLE = 3
-IOPRIO_CLASS_SHIFT = 13
-SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "riscv64": 30}
-SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "i686": 290, "armv7l": 315, "riscv64": 31}
 HEALTHY = "none"
 FAILED = "failed"
 RETRY_FAILED_S = 600.0  # a verification that could not finish is tried again this soon
@@ -95,38 +91,6 @@ class Verified:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def idle_priority() -> str:
-    """The calling thread to nice 19 and the idle I/O class; says what it runs at."""
-    tid = threading.get_native_id()
-    said = []
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, IDLE_NICE)
-        said.append(f"nice {os.getpriority(os.PRIO_PROCESS, tid)}")
-    except OSError as exc:
-        said.append(f"nice unchanged ({exc.strerror})")
-    nr = SYS_IOPRIO_SET.get(platform.machine())
-    if nr is None:
-        said.append("I/O priority unchanged (unknown architecture)")
-        return ", ".join(said)
-    libc = ctypes.CDLL(None, use_errno=True)
-    value = IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT
-    if libc.syscall(nr, IOPRIO_WHO_PROCESS, tid, value) == 0:
-        said.append("idle I/O")
-    else:
-        said.append(f"I/O priority unchanged ({os.strerror(ctypes.get_errno())})")
-    return ", ".join(said)
-
-
-def io_class_of(tid: int) -> int | None:
-    """The I/O scheduling class of thread ``tid`` (3: idle), or None if unknown."""
-    nr = SYS_IOPRIO_GET.get(platform.machine())
-    if nr is None:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    value = int(libc.syscall(nr, IOPRIO_WHO_PROCESS, tid))
-    return None if value < 0 else value >> IOPRIO_CLASS_SHIFT
 
 
 async def in_idle_thread(fn: Callable[[], T]) -> tuple[T, str, float]:

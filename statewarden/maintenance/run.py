@@ -88,7 +88,7 @@ from statewarden.maintenance.quiesce import (
     terminate_all,
     unit_states,
 )
-from statewarden.maintenance.snapshots import list_snapshots
+from statewarden.maintenance.snapshots import newest_of, take_snapshot
 from statewarden.maintenance.swap import (
     NewFile,
     prune,
@@ -125,12 +125,8 @@ def other_copies(db: Path, state: Path) -> list[Path]:
     """What recover may take a lost row from (``recovery/other_copies.py``): the newest
     verified snapshot of ``db``, and Hermes' published retired WAL captures (main image
     copied) and pre-update backups beside it (each verified again before use)."""
-    real = os.path.realpath(db)
-    snaps = [
-        Path(s.path)
-        for s in list_snapshots(state)
-        if s.integrity == "ok" and os.path.realpath(s.source) == real
-    ]
+    newest = newest_of(state, db)
+    snaps = [Path(newest.path)] if newest is not None else []
     beside = [
         db.parent / i.name
         for i in recovery_files.scan(db).items
@@ -439,6 +435,7 @@ class MaintenanceRun:
             if done is not None:
                 return done
         try:
+            self._snapshot_before_stop(plan)
             self._quiesce(plan)
             if opts.action in SWAP_ACTIONS:
                 self._step("fence", mode=oct(self.orig.mode))
@@ -529,6 +526,26 @@ class MaintenanceRun:
                 "nothing was swapped; see the loss report, then rerun with --accept-loss",
             )  # fmt: skip
         return None
+
+    def _snapshot_before_stop(self, plan: Plan) -> None:
+        """A verified snapshot right before anything is stopped (``maintenance.snapshots``):
+        taken online, so it costs no downtime. Not taking one never stops the run."""
+        if not self.mc.snapshots or not (plan.units or plan.signals):
+            return
+        if (self.report.recover or {}).get("damage") not in (None, "none"):
+            self.report.notes.append(
+                "no snapshot before the stop: the pre-build's check found damage in the live"
+                " file, and a snapshot must pass check (the original goes to quarantine)"
+            )
+            return
+        self._step("snapshot")
+        try:
+            snap = take_snapshot(self.db, self.state, self.target.name, self.mc.snapshots_keep,
+                                 self.mc.snapshots_max_age, progress=self.progress)  # fmt: skip
+        except (OSError, StatewardenError) as exc:
+            self.report.notes.append(f"no snapshot before the stop: {exc}")
+            return
+        self.report.notes.append(f"snapshot before the stop: {snap.path}")
 
     def _quiesce(self, plan: Plan) -> None:
         for unit in plan.units:
