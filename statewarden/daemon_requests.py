@@ -17,6 +17,9 @@ serving.
 | ``ack`` | acknowledge an incident (``id``) |
 | ``alerts`` | each alert sink's health and the outbox |
 | ``silences`` | the silences, after reading ``silences.json`` again |
+| ``maintenance`` | the maintenance policy, runs in flight, each database's last report |
+| ``maintenance_run`` | a maintenance run on ``db``, streamed (``daemon_handoff``) |
+| ``maintenance_cancel`` | cancel the run handed to the daemon on ``db`` |
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Requests:
             "alerts": self.alerts,
             "silences": self.silences,
             "maintenance": self.maintenance,
+            "maintenance_run": daemon.handoff.start,
+            "maintenance_cancel": daemon.handoff.cancel,
         }
 
     async def handle(self, req: Request) -> Any:

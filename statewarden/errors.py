@@ -137,6 +137,12 @@ class ControlError(StatewardenError):
     """The daemon answered with an error."""
 
 
+class RunInProgress(StatewardenError):
+    """A maintenance run is already in progress on the database (one at a time)."""
+
+    exit_code = EXIT_REFUSED
+
+
 class RunLocked(StatewardenError):
     """Another maintenance run holds this database's lock."""
 

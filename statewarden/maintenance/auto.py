@@ -196,6 +196,8 @@ class AutoMaintenance:
 
     async def _run(self, target: Target, args: list[str], what: str) -> None:
         key = str(target.db)
+        if args[0] == "maintenance":
+            args = [*args, "--here"]  # run by this subprocess, not handed back to the daemon
         argv = [sys.executable, "-m", "statewarden.cli.ctl", *args, "--db", key, "--json"]
         if self.config.source:
             argv += ["--config", self.config.source]
