@@ -100,7 +100,7 @@ from statewarden.maintenance.swap import (
     swap,
 )
 from statewarden.maintenance.transcripts import import_diverted, pending_sources
-from statewarden.maintenance.wording import incomplete_reason
+from statewarden.maintenance.wording import folded_problems, incomplete_reason
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
 from statewarden.recovery.check import check_database
@@ -418,6 +418,7 @@ class MaintenanceRun:
 
     def _plan(self, scanner: HolderScanner) -> Plan:
         scan = scanner.scan(full=True)[0]
+        scan.problems = folded_problems(scan)  # the plan's refusals: one line, not thousands
         if self._daemon is not None and any(h.pid == self._daemon for h in scan.holders):
             # Its reads are short and read-only: waited for (settle), never stopped.
             scan.holders = [h for h in scan.holders if h.pid != self._daemon]

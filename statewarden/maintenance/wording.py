@@ -47,24 +47,45 @@ def cancel_line(event: dict[str, Any]) -> str:
     return f"cannot cancel now: {event.get('reason')}"
 
 
-def incomplete_reason(scan: HolderScan) -> str:
-    """Why ``scan`` is not complete: its problems, with every process that could not be
-    read folded into one line (a sandbox or a busy host has thousands)."""
+def folded_problems(scan: HolderScan) -> list[str]:
+    """``scan``'s problems, with every process that could not be read folded into one
+    line (a sandbox or a busy host has hundreds or thousands, each its own problem)."""
     unread = {int(u["pid"]): u for u in scan.uninspectable}
     per_pid = [p for p in scan.problems if _names_one_of(p, unread)]
+    if not per_pid:
+        return list(scan.problems)
     rest = [p for p in scan.problems if p not in per_pid]
-    if per_pid:
-        me = os.geteuid()
-        others = sum(1 for u in unread.values() if u.get("uid") not in (None, me))
-        n = len(per_pid)
-        who = "process" if n == 1 else "processes"
-        whose = " of other users" if others >= n else ""
-        rest.insert(
-            0,
-            f"{n} {who}{whose} could not be read (the first: {per_pid[0]}); with"
-            " holders.other_users: locks they are checked through /proc/locks instead",
-        )
-    return "holder scan incomplete: " + "; ".join(rest)
+    me = os.geteuid()
+    listed = [unread[_pid_of(p)] for p in per_pid]
+    n = len(listed)
+    others = sum(1 for u in listed if u.get("uid") not in (None, me))
+    who = f"{n} {'process' if n == 1 else 'processes'}"
+    if others == n:
+        who += " of other users"
+    elif others:
+        who += f" ({others} of other users)"
+    held = sum(1 for u in listed if u.get("holds_lock"))
+    if held:
+        locks = f"{held} of them {'holds' if held == 1 else 'hold'} a lock on state.db"
+    elif all(u.get("holds_lock") is False for u in listed):
+        locks = "none holds a lock on state.db"
+    else:
+        locks = "their locks could not be read"
+    line = (
+        f"{who} could not be read ({locks}; the first: {per_pid[0]}); holders.other_users:"
+        " fail counts them against the scan, locks (the default) checks them through"
+        " /proc/locks"
+    )
+    return [line, *rest]
+
+
+def incomplete_reason(scan: HolderScan) -> str:
+    """Why ``scan`` is not complete, in one line."""
+    return "holder scan incomplete: " + "; ".join(folded_problems(scan))
+
+
+def _pid_of(problem: str) -> int:
+    return int(problem[4:].split(" ", 1)[0])
 
 
 def _names_one_of(problem: str, unread: dict[int, Any]) -> bool:
