@@ -15,6 +15,13 @@ On the same Hermes-written file (a fixture from ``lab/hermes_fixtures.py``; defa
 
 Each line gives the wall time and the CPU time (of the verification's own thread; of
 the process for the pragma), the median of ``--repeat`` runs, and the ratio.
+
+Then the delay one verification adds to Hermes' commits while it runs: a real Hermes
+``SessionDB`` writer in a subprocess (its own interpreter, as in real life) appends a
+message every ``--commit-every-ms`` to the same file and times each
+``append_message`` (one commit); the commits made while a verification runs are set
+next to those made in as long a stretch just before it, with no verification (the
+anchor): median, 99th percentile and maximum, in milliseconds.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import argparse
 import asyncio
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +41,17 @@ import apsw
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lab.hermes_fixtures import LARGE, SMALL, TALL, Spec, built_db  # noqa: E402
+from lab.hermes_fixtures import (  # noqa: E402
+    LARGE,
+    SMALL,
+    TALL,
+    Spec,
+    built_db,
+    hermes_python,
+    writer_env,
+)
 from statewarden.daemon_verify import in_idle_thread  # noqa: E402
+from statewarden.errors import StatewardenError  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 
 SPECS: dict[str, Spec] = {"large": LARGE, "tall": TALL, "small": SMALL}
@@ -67,10 +84,79 @@ def integrity_check(db: Path) -> tuple[float, float, str]:
     return time.perf_counter() - t0, time.process_time() - c0, rows[0]
 
 
+# The writer: Hermes' own SessionDB, one message per tick, each commit timed; prints
+# "<start> <seconds>" per commit (start on the monotonic clock, shared by the processes
+# of one machine) until its stdin closes.
+WRITER = """
+import sys, threading, time
+from hermes_state import SessionDB
+every = float(sys.argv[1])
+db = SessionDB()
+sid = "bench_commit_latency"
+db.create_session(sid, "cli")
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+print("ready", flush=True)
+n = 0
+while not stop.wait(every):
+    n += 1
+    t0 = time.monotonic()
+    db.append_message(sid, "assistant", f"tick {n}")
+    print(f"{t0} {time.monotonic() - t0}", flush=True)
+db.close()
+"""
+
+
+def _stats_ms(values: list[float]) -> str:
+    if not values:
+        return "no commit"
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return (f"{len(values)} commits, median {statistics.median(ordered) * 1000:.2f} ms,"
+            f" p99 {p99 * 1000:.2f} ms, max {ordered[-1] * 1000:.2f} ms")  # fmt: skip
+
+
+def commit_delay(
+    db: Path, work: Path, every_s: float, anchor_s: float
+) -> tuple[list[float], list[float], str]:
+    """Commit latencies of a real SessionDB writer on ``db``: (in ``anchor_s`` or as
+    long as the verification took, just before it; while one verification runs; what
+    the verification gave: its damage class, or why it could not finish)."""
+    env = writer_env(db.parent)
+    proc = subprocess.Popen(
+        [hermes_python(), "-c", WRITER, str(every_s)], env=env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # the writer's first commits (schema, session) settle
+        anchor_from = time.monotonic()
+        time.sleep(anchor_s)
+        v0 = time.monotonic()
+        try:
+            outcome = f"damage {verification(db, work)[2]}"
+        except StatewardenError as exc:  # e.g. no consistent copy while the writer commits
+            outcome = f"could not finish: {exc.message}"
+        v1 = time.monotonic()
+        time.sleep(0.2)
+    finally:
+        proc.stdin.close()
+    out = proc.stdout.read()
+    proc.wait(timeout=60)
+    commits = [tuple(map(float, line.split())) for line in out.splitlines()]
+    during = [d for t, d in commits if v0 <= t < v1]
+    # The anchor: the same length of time just before, with no verification running.
+    before = [d for t, d in commits if max(anchor_from, v0 - (v1 - v0)) <= t < v0]
+    return before, during, outcome
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--spec", choices=sorted(SPECS), default="large")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--commit-every-ms", type=float, default=100.0)
     args = parser.parse_args()
     t0 = time.perf_counter()
     src = built_db(SPECS[args.spec])
@@ -85,6 +171,8 @@ def main() -> None:
         verify_runs = [verification(db, work) for _ in range(args.repeat)]
         normal_runs = [verification_normal(db, work) for _ in range(args.repeat)]
         pragma_runs = [integrity_check(db) for _ in range(args.repeat)]
+        anchor_s = statistics.median(r[0] for r in verify_runs)
+        before, during, outcome = commit_delay(db, work, args.commit_every_ms / 1000, anchor_s)
     v_wall = statistics.median(r[0] for r in verify_runs)
     v_cpu = statistics.median(r[1] for r in verify_runs)
     n_wall = statistics.median(r[0] for r in normal_runs)
@@ -98,6 +186,12 @@ def main() -> None:
           f"{pragma_runs[0][2]}")  # fmt: skip
     print(f"ratio (verification / integrity_check): wall {v_wall / p_wall:.2f}x, "
           f"CPU {v_cpu / p_cpu:.2f}x")  # fmt: skip
+    print(f"Hermes commits, no verification running: {_stats_ms(before)}")
+    print(f"Hermes commits, while a verification runs: {_stats_ms(during)}"
+          f" (the verification: {outcome})")  # fmt: skip
+    if before and during:
+        ratio = statistics.median(during) / statistics.median(before)
+        print(f"ratio (during / without, median commit): {ratio:.2f}x")
 
 
 if __name__ == "__main__":
