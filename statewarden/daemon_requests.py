@@ -59,8 +59,8 @@ class Requests:
             "alerts": self.alerts,
             "silences": self.silences,
             "maintenance": self.maintenance,
-            "maintenance_run": daemon.handoff.start,
-            "maintenance_cancel": daemon.handoff.cancel,
+            "maintenance_run": self.maintenance_run,
+            "maintenance_cancel": self.maintenance_cancel,
         }
 
     async def handle(self, req: Request) -> Any:
@@ -126,6 +126,13 @@ class Requests:
     async def maintenance(self, _req: Request) -> Any:
         """The daemon's maintenance policy, runs in flight and each database's last report."""
         return self.daemon.maintenance.status()
+
+    async def maintenance_run(self, req: Request) -> Any:
+        """A maintenance run handed to the daemon, streamed (``daemon_handoff``)."""
+        return await self.daemon.handoff.start(req)
+
+    async def maintenance_cancel(self, req: Request) -> Any:
+        return await self.daemon.handoff.cancel(req)
 
     async def ack(self, req: Request) -> Any:
         return self.daemon.book.ack(_incident_id(req)).to_json()

@@ -52,6 +52,7 @@ from statewarden.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNREADABLE,
+    Cancelled,
     DatabaseChanged,
     DatabaseUnreadable,
     StatewardenError,
@@ -294,7 +295,7 @@ class MaintenanceRun:
         def checked_progress(phase: str, done: int, total: int) -> None:
             self._tell_cancel()
             if self._cancel_asked and not self._committed:
-                raise _Cancelled(CANCELLED)
+                raise Cancelled(CANCELLED)
             if user_progress is not None:
                 user_progress(phase, done, total)
 
@@ -508,7 +509,7 @@ class MaintenanceRun:
                 before = None
                 done = None
                 self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
-            except _Cancelled as exc:
+            except Cancelled as exc:
                 self._remove_new()
                 self.report.cancelled = True
                 return self._finish("cancelled: nothing was stopped", EXIT_FAILED, str(exc))
@@ -553,7 +554,7 @@ class MaintenanceRun:
             self.report.cancelled = abort.cancelled
             return self._rollback(abort.message, abort.code)
         except StatewardenError as exc:
-            self.report.cancelled = isinstance(exc, _Cancelled)
+            self.report.cancelled = isinstance(exc, Cancelled)
             return self._rollback(str(exc), EXIT_FAILED)
         assert self.new is not None
         self._let_go()
@@ -1148,11 +1149,6 @@ class _Abort(Exception):
         self.message = message
         self.code = code
         self.cancelled = cancelled
-
-
-class _Cancelled(StatewardenError):
-    """Raised from the progress callback of a long step (pre-build, catch-up) when a
-    cancel was asked for before the swap."""
 
 
 def unfinished(config: Config, db: Path) -> bool:
