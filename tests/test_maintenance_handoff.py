@@ -217,3 +217,38 @@ class TestWithoutDaemon:
         assert steps.index("swap") < events.index(answer)
         ids = session_ids(db)
         assert len(ids) == len(set(ids))
+
+
+class TestBadRequests:
+    @pytest.mark.parametrize(
+        ("args", "error"),
+        [
+            ({"db": "state.db"}, "db must be the absolute path of a state.db"),
+            ({"db": ["/x"]}, "db must be the absolute path of a state.db"),
+            ({}, "db must be the absolute path of a state.db"),
+            ({"db": "/x/state.db", "action": ["repair"]},
+             "action must be one of: repair, check, journal-mode=delete, journal-mode=wal,"
+             " checkpoint, vacuum"),
+        ],
+    )  # fmt: skip
+    def test_a_bad_run_request_is_a_one_line_error(
+        self, daemon: DaemonProc, args: dict[str, Any], error: str
+    ) -> None:
+        """Hostile or wrong arguments: a one-line usage error (exit code 2 carried in
+        the reply), nothing started, and the socket keeps serving."""
+        from statewarden.errors import ControlError
+
+        with pytest.raises(ControlError) as err:
+            daemon.ctl_raw("maintenance_run", **args)
+        assert str(err.value) == error
+        assert err.value.exit_code == 2
+        assert daemon.ctl_raw("maintenance")["running"] == []
+
+    def test_cancel_with_no_run_is_refused(self, daemon: DaemonProc, hermes_home: Path) -> None:
+        """A cancel when no run was handed to the daemon: a one-line error naming the db."""
+        from statewarden.errors import ControlError
+
+        db = str(hermes_home / "state.db")
+        with pytest.raises(ControlError) as err:
+            daemon.ctl_raw("maintenance_cancel", db=db)
+        assert str(err.value) == f"no maintenance run handed to the daemon is in progress on {db}"
