@@ -299,11 +299,13 @@ def request(
     return _result_of(json.loads(buf.split(b"\n", 1)[0]))
 
 
-def _result_of(reply: dict[str, Any]) -> Any:
+def _result_of(reply: dict[str, Any], *, with_exit_code: bool = False) -> Any:
+    """The result of a reply, or its error raised (with the exit code the reply names
+    when ``with_exit_code``; the one-shot requests keep exit 1 for a refusal)."""
     if not reply.get("ok"):
         err = ControlError(str(reply.get("error")))
         code = reply.get("exit_code")
-        if isinstance(code, int) and not isinstance(code, bool):
+        if with_exit_code and isinstance(code, int) and not isinstance(code, bool):
             err.exit_code = code
         raise err
     return reply.get("result")
@@ -346,7 +348,7 @@ class StreamClient:
         reply = json.loads(line)
         if reply.get("ok") and "event" in reply:
             return "event", reply["event"]
-        return "result", _result_of(reply)
+        return "result", _result_of(reply, with_exit_code=True)
 
     def close(self) -> None:
         self.sock.close()

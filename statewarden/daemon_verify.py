@@ -14,6 +14,11 @@ check finds:
   on, and its ledger, ``maintenance.ledger.in_progress``, as for the alert muting): it
   waits for the run to end, and a result from a verification a run overlapped (or whose
   file was swapped meanwhile) is thrown away. One at a time.
+- **a busy writer**: a raw copy of the bundle during which every attempt saw a commit
+  (``DatabaseChanged``) is replaced by a consistent copy through SQLite's backup API
+  from a read-only connection (as a snapshot is taken), checked the same way; the
+  result says which copy was checked (``copy``). That copy holds what SQLite reads, so
+  damage only in the WAL's frames that SQLite does not replay is not seen there.
 - **how**: in a thread of its own (never a pool thread, which would keep the priority)
   that first lowers itself to nice 19 and the idle I/O class (``setpriority`` and
   ``ioprio_set`` on its native thread id: Linux keeps both per thread). A thread, not a
@@ -34,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -42,9 +48,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from statewarden.atomic import private_dir, write_atomic
-from statewarden.errors import StatewardenError
+from statewarden.errors import DatabaseChanged, StatewardenError
 from statewarden.incidents.signals import Found, Observation, Severity, Signal
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
+from statewarden.maintenance.snapshots import backup_copy
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
@@ -88,6 +95,7 @@ class Verified:
     findings: list[str] = field(default_factory=list)
     error: str | None = None
     priority: str = ""  # what the worker thread ran at ("nice 19, idle I/O")
+    copy: str = ""  # how the private copy was made: "raw" (the bundle) or "backup API"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -239,11 +247,28 @@ class Verifications:
             if time.monotonic() > deadline:
                 raise GivenUp(f"not finished within watch.verify_timeout ({_timeout(d)})")
 
+        copied = ["raw"]
+
         def run() -> Diagnosis:
             parent = private_dir(d.state_dir / "work")
-            return check_database(
-                target.db, parent, progress=progress, copy_guard=d.databases.source_reads
-            )
+            try:
+                return check_database(
+                    target.db, parent, progress=progress, copy_guard=d.databases.source_reads
+                )
+            except DatabaseChanged:
+                pass
+            # A writer too busy for a raw copy of the bundle (every attempt saw a commit):
+            # a consistent copy through SQLite's backup API instead, from a read-only
+            # connection (no checkpoint, no writer blocked), checked like the raw one.
+            copied[0] = "backup API"
+            with d.databases.source_reads:
+                copy = backup_copy(target.db, parent)
+            try:
+                diagnosis = check_database(copy, copy.parent, progress=progress)
+            finally:
+                shutil.rmtree(copy.parent, ignore_errors=True)
+            diagnosis.path = str(target.db)
+            return diagnosis
 
         self.running = key
         inode = _inode(target.db)
@@ -264,7 +289,8 @@ class Verifications:
             v = Verified(key, started, FAILED, reason, error=f"{type(exc).__name__}: {exc}")
         else:
             v = Verified(key, started, diagnosis.damage, reason, cpu_s=round(cpu_s, 3),
-                         findings=diagnosis.findings(), priority=priority)  # fmt: skip
+                         findings=diagnosis.findings(), priority=priority,
+                         copy=copied[0])  # fmt: skip
         finally:
             self.running = None
         v.took_s = round(time.monotonic() - t0, 3)

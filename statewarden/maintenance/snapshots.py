@@ -30,6 +30,8 @@ import datetime as dt
 import fcntl
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
@@ -49,6 +51,7 @@ SNAPSHOTS_DIR = "snapshots"
 LOCK_NAME = ".lock"
 LOCK_WAIT_S = 60.0  # another snapshot being taken: wait this long for it
 HEALTHY = "none"  # the check's verdict for a snapshot that counts
+BACKUP_PREFIX = ".statewarden-backup-"
 
 
 @dataclass
@@ -137,6 +140,21 @@ def take_snapshot(
             raise
         prune_snapshots(state_dir, profile, keep, max_age_s)
     return snap
+
+
+def backup_copy(db: Path, folder: Path) -> Path:
+    """A consistent copy of ``db`` through the backup API (as a snapshot is taken) in a
+    new private folder under ``folder``: for a check while a writer is too busy for a
+    raw copy of the bundle. The caller removes the folder (``copy.parent``)."""
+    work = Path(tempfile.mkdtemp(prefix=BACKUP_PREFIX, dir=private_dir(folder)))
+    dest = work / db.name
+    os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    try:
+        _backup(db, dest)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return dest
 
 
 def _backup(db: Path, dest: Path) -> None:
