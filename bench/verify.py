@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import statistics
 import subprocess
@@ -50,7 +51,7 @@ from lab.hermes_fixtures import (  # noqa: E402
     hermes_python,
     writer_env,
 )
-from statewarden.daemon_verify import in_idle_thread  # noqa: E402
+from statewarden.daemon_verify import check_live, in_idle_thread  # noqa: E402
 from statewarden.errors import StatewardenError  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 
@@ -58,10 +59,13 @@ SPECS: dict[str, Spec] = {"large": LARGE, "tall": TALL, "small": SMALL}
 
 
 def verification(db: Path, work: Path) -> tuple[float, float, str, str]:
-    """(wall s, CPU s of its thread, damage class, priority) of one verification."""
+    """(wall s, CPU s of its thread, damage class and copy, priority) of one
+    verification, as the daemon makes it (``daemon_verify.check_live``)."""
     t0 = time.perf_counter()
-    diagnosis, priority, cpu_s = asyncio.run(in_idle_thread(lambda: check_database(db, work)))
-    return time.perf_counter() - t0, cpu_s, diagnosis.damage, priority
+    (diagnosis, copied), priority, cpu_s = asyncio.run(
+        in_idle_thread(lambda: check_live(db, work, None, contextlib.nullcontext()))
+    )
+    return time.perf_counter() - t0, cpu_s, f"{diagnosis.damage} ({copied} copy)", priority
 
 
 def verification_normal(db: Path, work: Path) -> tuple[float, float]:
@@ -117,11 +121,12 @@ def _stats_ms(values: list[float]) -> str:
 
 
 def commit_delay(
-    db: Path, work: Path, every_s: float, anchor_s: float
+    db: Path, work: Path, every_s: float, anchor_s: float, repeat: int
 ) -> tuple[list[float], list[float], str]:
     """Commit latencies of a real SessionDB writer on ``db``: (in ``anchor_s`` or as
-    long as the verification took, just before it; while one verification runs; what
-    the verification gave: its damage class, or why it could not finish)."""
+    long as the verifications took, just before them; while ``repeat`` verifications
+    run back to back; what the last gave: its damage class, or why it could not
+    finish)."""
     env = writer_env(db.parent)
     proc = subprocess.Popen(
         [hermes_python(), "-c", WRITER, str(every_s)], env=env, stdin=subprocess.PIPE,
@@ -135,10 +140,11 @@ def commit_delay(
         anchor_from = time.monotonic()
         time.sleep(anchor_s)
         v0 = time.monotonic()
-        try:
-            outcome = f"damage {verification(db, work)[2]}"
-        except StatewardenError as exc:  # e.g. no consistent copy while the writer commits
-            outcome = f"could not finish: {exc.message}"
+        for _ in range(repeat):
+            try:
+                outcome = f"damage {verification(db, work)[2]}"
+            except StatewardenError as exc:
+                outcome = f"could not finish: {exc.message}"
         v1 = time.monotonic()
         time.sleep(0.2)
     finally:
@@ -171,8 +177,10 @@ def main() -> None:
         verify_runs = [verification(db, work) for _ in range(args.repeat)]
         normal_runs = [verification_normal(db, work) for _ in range(args.repeat)]
         pragma_runs = [integrity_check(db) for _ in range(args.repeat)]
-        anchor_s = statistics.median(r[0] for r in verify_runs)
-        before, during, outcome = commit_delay(db, work, args.commit_every_ms / 1000, anchor_s)
+        anchor_s = sum(r[0] for r in verify_runs)
+        before, during, outcome = commit_delay(
+            db, work, args.commit_every_ms / 1000, anchor_s, args.repeat
+        )
     v_wall = statistics.median(r[0] for r in verify_runs)
     v_cpu = statistics.median(r[1] for r in verify_runs)
     n_wall = statistics.median(r[0] for r in normal_runs)

@@ -43,6 +43,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,6 +54,7 @@ from statewarden.incidents.signals import Found, Observation, Severity, Signal
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
 from statewarden.maintenance.snapshots import backup_copy
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
+from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.targets import Target
@@ -247,35 +249,16 @@ class Verifications:
             if time.monotonic() > deadline:
                 raise GivenUp(f"not finished within watch.verify_timeout ({_timeout(d)})")
 
-        copied = ["raw"]
-
-        def run() -> Diagnosis:
+        def run() -> tuple[Diagnosis, str]:
             parent = private_dir(d.state_dir / "work")
-            try:
-                return check_database(
-                    target.db, parent, progress=progress, copy_guard=d.databases.source_reads
-                )
-            except DatabaseChanged:
-                pass
-            # A writer too busy for a raw copy of the bundle (every attempt saw a commit):
-            # a consistent copy through SQLite's backup API instead, from a read-only
-            # connection (no checkpoint, no writer blocked), checked like the raw one.
-            copied[0] = "backup API"
-            with d.databases.source_reads:
-                copy = backup_copy(target.db, parent)
-            try:
-                diagnosis = check_database(copy, copy.parent, progress=progress)
-            finally:
-                shutil.rmtree(copy.parent, ignore_errors=True)
-            diagnosis.path = str(target.db)
-            return diagnosis
+            return check_live(target.db, parent, progress, d.databases.source_reads)
 
         self.running = key
         inode = _inode(target.db)
         started, t0 = time.time(), time.monotonic()
         d.log.info("verifying database", db=key, reason=reason)
         try:
-            diagnosis, priority, cpu_s = await in_idle_thread(run)
+            (diagnosis, copied), priority, cpu_s = await in_idle_thread(run)
         except GivenUp as exc:
             v = Verified(key, started, FAILED, reason, error=str(exc))
         except StatewardenError as exc:
@@ -290,7 +273,7 @@ class Verifications:
         else:
             v = Verified(key, started, diagnosis.damage, reason, cpu_s=round(cpu_s, 3),
                          findings=diagnosis.findings(), priority=priority,
-                         copy=copied[0])  # fmt: skip
+                         copy=copied)  # fmt: skip
         finally:
             self.running = None
         v.took_s = round(time.monotonic() - t0, 3)
@@ -339,6 +322,28 @@ class Verifications:
         """Give up a verification in flight; its task, for the shutdown to await."""
         self._stop.set()
         return [self.task] if self.task is not None else []
+
+
+def check_live(
+    db: Path, parent: Path, progress: ProgressFn | None, guard: AbstractContextManager[Any]
+) -> tuple[Diagnosis, str]:
+    """``check`` of a live database, and how its private copy was made: ``raw`` (the
+    bundle, holding ``guard`` while copying) or, when a writer is too busy for a
+    consistent raw copy (every attempt saw a commit), ``backup API``: a consistent copy
+    through SQLite's backup API from a read-only connection (no checkpoint, no writer
+    blocked), checked the same way."""
+    try:
+        return check_database(db, parent, progress=progress, copy_guard=guard), "raw"
+    except DatabaseChanged:
+        pass
+    with guard:
+        copy = backup_copy(db, parent)
+    try:
+        diagnosis = check_database(copy, copy.parent, progress=progress)
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    diagnosis.path = str(db)
+    return diagnosis, "backup API"
 
 
 def _inode(path: Path) -> int | None:
