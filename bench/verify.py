@@ -6,8 +6,8 @@ On the same Hermes-written file (a fixture from ``lab/hermes_fixtures.py``; defa
 ``large``: ~640 sessions, ~40,000 messages, ~250 MB), it times:
 
 - what the daemon runs on its schedule (``daemon_verify.in_idle_thread`` around
-  ``recovery.check.check_database``: a private copy, the full diagnosis, the copy
-  removed), in a thread lowered to nice 19 and the idle I/O class, as the daemon does;
+  ``daemon_verify.check_live``: ``check`` on a private copy, raw or, under a writer too
+  busy for one, through the backup API; the copy removed), in a thread lowered to nice 19 and the idle I/O class, as the daemon does;
 - the same verification at normal priority (what idle priority costs in wall time on a
   busy machine: nothing on an idle one);
 - SQLite's uncapped ``PRAGMA integrity_check`` on the same file (read-only, immutable),
