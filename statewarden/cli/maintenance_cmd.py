@@ -114,16 +114,17 @@ def maintenance(
     config = get_config(config_path)
     interactive = not yes and sys.stdin.isatty() and sys.stderr.isatty()
 
-    def confirm(plan: Plan) -> bool:
-        if not interactive:
-            return True
+    def ask() -> bool:
         return click.confirm("Stop these holders and run the maintenance?", err=True)
+
+    def confirm(_plan: Plan) -> bool:
+        return ask() if interactive else True
 
     if not (here or dry_run):
         flags = {"force": force, "accept_loss": accept_loss, "no_import": no_import,
                  "resume": resume}  # fmt: skip
         handed = hand_off(targets[0], config, action, flags, as_json=as_json,
-                          confirm=confirm if interactive and not resume else None)  # fmt: skip
+                          confirm=ask if interactive and not resume else None)  # fmt: skip
         if handed is not None:
             finish(handed, as_json)
             return

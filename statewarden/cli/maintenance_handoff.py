@@ -22,7 +22,6 @@ from statewarden.cli.maintenance_output import PREFIX, printer, report_from
 from statewarden.config import Config, runtime_dir
 from statewarden.control import StreamClient, request, socket_path
 from statewarden.errors import EXIT_FAILED, ControlError, DaemonNotRunning, StatewardenError
-from statewarden.maintenance.plan import Plan
 from statewarden.maintenance.run import MaintenanceRun, Options, RunReport
 from statewarden.targets import Target
 
@@ -36,7 +35,7 @@ def hand_off(
     flags: dict[str, bool],
     *,
     as_json: bool,
-    confirm: Callable[[Plan], bool] | None,
+    confirm: Callable[[], bool] | None,
 ) -> RunReport | None:
     """The run's report, run by the daemon; None if no daemon runs (run it here)."""
     path = socket_path(runtime_dir(config))
@@ -51,7 +50,7 @@ def hand_off(
         dry = MaintenanceRun(target, config, options, emit=printer(as_json)).execute()
         if dry.exit_code:
             return dry
-        if not confirm(Plan.__new__(Plan)):
+        if not confirm():
             return RunReport(db=db, action=action, outcome="not confirmed: nothing done",
                              exit_code=EXIT_FAILED)  # fmt: skip
     try:

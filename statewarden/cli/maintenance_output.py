@@ -4,6 +4,7 @@ then its report on stdout and its exit code."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import fields
 from typing import Any
 
@@ -19,6 +20,12 @@ def printer(as_json: bool, draw: ProgressFn | None = None) -> Any:
     """What a person (or, with --json, a program) sees of a run's events, on stderr."""
 
     def emit(event: dict[str, Any]) -> None:
+        # Whoever reads the events may go away (a pipe closed, the daemon stopped): the
+        # run goes on to its end, which its ledger and outcome record.
+        with contextlib.suppress(BrokenPipeError):
+            show(event)
+
+    def show(event: dict[str, Any]) -> None:
         kind = event.get("event")
         if as_json:
             # An event relayed from the daemon's run carries its schema_version already.
