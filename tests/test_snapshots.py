@@ -216,3 +216,31 @@ def test_a_run_takes_one_before_it_stops_anything(
     state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
     assert [s.path for s in list_snapshots(state)] == [path]
     assert integrity(Path(path)) == "ok"
+
+
+def test_kill_9_at_the_snapshot_step_then_resume(
+    config: Path, tmp_path: Path, fake_bin: Path
+) -> None:
+    """kill -9 right after the run's ``snapshot`` step is in its ledger (nothing stopped
+    yet): --resume rolls back, state.db is untouched and readable, and the holder was
+    never signalled."""
+    home = make_home(tmp_path / "home", SMALL)
+    db = home / "state.db"
+    w = FakeHermes(fake_bin, home, "dashboard", write_every=0.05)
+    try:
+        crashed = subprocess.run(
+            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
+             "--action", "vacuum", "--yes"],
+            env={**os.environ, "STATEWARDEN_CRASH_AT": "snapshot"}, cwd=REPO,
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        assert crashed.returncode == -9, crashed.stderr
+        assert w.proc.poll() is None  # never signalled
+        resumed = ctl("--db", str(db), "--resume", "--json")
+    finally:
+        w.stop()
+    rep = report_of(resumed)
+    assert rep["outcome"] == "rolled back: the database is unchanged"
+    assert integrity(db) == "ok"
+    assert oct(db.stat().st_mode & 0o777) == "0o644"
+    assert not list(home.glob(".statewarden-*"))
