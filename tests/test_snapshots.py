@@ -27,7 +27,7 @@ from statewarden.maintenance.snapshots import (
 )
 from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.maintenance import maintenance_config
-from tests.test_maintenance import REPO, FakeHermes, ctl, integrity, report_of, rows
+from tests.test_maintenance import REPO, FakeHermes, ctl, integrity, needs_root, report_of, rows
 
 
 @pytest.fixture
@@ -244,3 +244,32 @@ def test_kill_9_at_the_snapshot_step_then_resume(
     assert integrity(db) == "ok"
     assert oct(db.stat().st_mode & 0o777) == "0o644"
     assert not list(home.glob(".statewarden-*"))
+
+
+@needs_root
+def test_a_full_disk_keeps_no_half_snapshot(tmp_path: Path) -> None:
+    """The state dir on a tmpfs too small for the copy (a private mount namespace):
+    ``snapshots take`` fails with one line (no traceback), exit 1, and no ``.db`` or
+    ``.json`` is left in the snapshots folder; the source is untouched."""
+    home = make_home(tmp_path / "home", SMALL)
+    db = home / "state.db"
+    before = digest(db)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    script = (
+        f'mount -t tmpfs -o size=2M,mode=0700 tmpfs "{state}" && '
+        f'"{sys.executable}" -m statewarden.cli.ctl snapshots take --db "{db}"; '
+        f'echo "rc=$?"; ls -A "{state}/statewarden/snapshots"'
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        env={**os.environ, "XDG_STATE_HOME": str(state)}, cwd=REPO,
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "rc=1", proc.stderr
+    assert lines[1:] == [".lock"]
+    (err,) = proc.stderr.splitlines()
+    assert err.startswith("statewardenctl: error: ")
+    assert "Traceback" not in proc.stderr
+    assert digest(db) == before

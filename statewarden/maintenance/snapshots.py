@@ -52,6 +52,7 @@ LOCK_NAME = ".lock"
 LOCK_WAIT_S = 60.0  # another snapshot being taken: wait this long for it
 HEALTHY = "none"  # the check's verdict for a snapshot that counts
 BACKUP_PREFIX = ".statewarden-backup-"
+COPY_SIDECARS = ("-journal", "-wal", "-shm")
 
 
 @dataclass
@@ -136,7 +137,7 @@ def take_snapshot(
             )  # fmt: skip
             write_atomic(dest.with_suffix(".json"), json.dumps(snap.to_json(), indent=2) + "\n")
         except BaseException:
-            dest.unlink(missing_ok=True)
+            _remove_copy(dest)
             raise
         prune_snapshots(state_dir, profile, keep, max_age_s)
     return snap
@@ -197,12 +198,23 @@ def _sessions(dest: Path) -> int | None:
         conn.close()
 
 
+def _remove_copy(dest: Path) -> None:
+    """A copy not kept, with what SQLite may have left beside it (a full disk leaves
+    the backup's rollback journal)."""
+    for path in (dest, *(Path(f"{dest}{sfx}") for sfx in COPY_SIDECARS)):
+        path.unlink(missing_ok=True)
+
+
 def _remove_strays(folder: Path) -> None:
-    """A copy with no ``.json`` was never kept (a take killed half-way): removed. Called
-    under the folder's lock, so no take is writing it."""
+    """A copy with no ``.json`` was never kept (a take killed half-way): removed, with
+    its sidecars. Called under the folder's lock, so no take is writing it."""
     for db in folder.glob("*.db"):
         if not db.with_suffix(".json").exists():
-            db.unlink(missing_ok=True)
+            _remove_copy(db)
+    for sfx in COPY_SIDECARS:
+        for side in folder.glob(f"*.db{sfx}"):
+            if not Path(str(side)[: -len(sfx)]).exists():
+                side.unlink(missing_ok=True)
 
 
 def list_snapshots(state_dir: Path) -> list[Snapshot]:
