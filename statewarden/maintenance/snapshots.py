@@ -45,6 +45,7 @@ from statewarden.errors import DatabaseError, StatewardenError
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
 from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
 
 SNAPSHOTS_DIR = "snapshots"
@@ -52,7 +53,7 @@ LOCK_NAME = ".lock"
 LOCK_WAIT_S = 60.0  # another snapshot being taken: wait this long for it
 HEALTHY = "none"  # the check's verdict for a snapshot that counts
 BACKUP_PREFIX = ".statewarden-backup-"
-COPY_SIDECARS = ("-journal", "-wal", "-shm")
+COPY_SIDECARS = (JOURNAL_SUFFIX, WAL_SUFFIX, SHM_SUFFIX)
 
 
 @dataclass
