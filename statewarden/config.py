@@ -85,6 +85,8 @@ DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S = 30.0
 DEFAULT_QUARANTINE_KEEP = 5
 DEFAULT_QUARANTINE_MAX_AGE_S = 30 * 86400.0
 DEFAULT_SNAPSHOTS_KEEP = 7
+DEFAULT_SNAPSHOTS_MAX_AGE_S = 30 * 86400.0
+DEFAULT_SNAPSHOT_INTERVAL_S = 86400.0  # a verified snapshot of each database once a day
 DEFAULT_LOG_LEVEL: LogLevel = "info"
 DEFAULT_LOG_FORMAT: LogFormat = "auto"
 
@@ -376,7 +378,9 @@ class MaintenanceConfig:
     quarantine_keep: int = DEFAULT_QUARANTINE_KEEP
     quarantine_max_age: Duration = DEFAULT_QUARANTINE_MAX_AGE_S
     snapshots: bool = True
+    snapshot_interval: Duration = DEFAULT_SNAPSHOT_INTERVAL_S
     snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
+    snapshots_max_age: Duration = DEFAULT_SNAPSHOTS_MAX_AGE_S
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ descriptors are free; a connection over either limit gets a one-line error and i
 closed. A connection with no request for ``IDLE_TIMEOUT_S``, a request line not
 finished within ``REQUEST_TIMEOUT_S`` of its first byte, or a reply not taken within
 ``WRITE_TIMEOUT_S`` is closed.
+
+A streamed reply (a maintenance run handed to the daemon): the handler returns a
+:class:`Streamed`; each of its events goes out as ``{"ok": true, "event": {...}}`` as it
+happens, then the result as usual. A client that goes away ends its stream, not what
+the stream was watching. An error reply from a handler carries ``exit_code``, the exit
+code the same error has in ``statewardenctl``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import socket
 import stat
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +54,15 @@ DEFAULT_CLIENT_TIMEOUT_S = 10.0
 SOCKET_NAME = "control.sock"
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+STREAM_POLL_S = 0.5  # a streamed reply's reader wakes this often (to act on Ctrl-C)
+
+
+@dataclass
+class Streamed:
+    """A reply sent as it happens: each of ``events``, then ``result()``."""
+
+    events: AsyncIterator[dict[str, Any]]
+    result: Callable[[], Any]
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -213,9 +229,25 @@ class ControlServer:
                     )
                     continue
                 if line.strip():
-                    await self._reply(writer, await self._dispatch(line))
+                    reply = await self._dispatch(line)
+                    if isinstance(reply, Streamed):
+                        await self._stream(writer, reply)
+                    else:
+                        await self._reply(writer, reply)
 
-    async def _dispatch(self, line: bytes) -> dict[str, Any]:
+    async def _stream(self, writer: asyncio.StreamWriter, streamed: Streamed) -> None:
+        events = streamed.events
+        try:
+            async for event in events:
+                await self._reply(writer, {"ok": True, "event": event})
+            await self._reply(writer, {"ok": True, "result": streamed.result()})
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    async def _dispatch(self, line: bytes) -> dict[str, Any] | Streamed:
         try:
             request = json.loads(line)
         except ValueError:
@@ -225,11 +257,14 @@ class ControlServer:
         if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
             return {"ok": False, "error": 'request must be a JSON object with a string "cmd"'}
         try:
-            return {"ok": True, "result": await self.handler(request)}
+            result = await self.handler(request)
         except StatewardenError as exc:
-            return {"ok": False, "error": str(exc)}
+            return {"ok": False, "error": str(exc), "exit_code": exc.exit_code}
         except Exception as exc:  # noqa: BLE001 - one bad request must not end the daemon
             return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
+        if isinstance(result, Streamed):
+            return result
+        return {"ok": True, "result": result}
 
 
 def request(
@@ -261,10 +296,62 @@ def request(
             pass  # what arrived before the reset is read below
     if not buf:
         raise ControlError("the daemon closed the connection without an answer")
-    reply = json.loads(buf.split(b"\n", 1)[0])
+    return _result_of(json.loads(buf.split(b"\n", 1)[0]))
+
+
+def _result_of(reply: dict[str, Any], *, with_exit_code: bool = False) -> Any:
+    """The result of a reply, or its error raised (with the exit code the reply names
+    when ``with_exit_code``; the one-shot requests keep exit 1 for a refusal)."""
     if not reply.get("ok"):
-        raise ControlError(str(reply.get("error")))
+        err = ControlError(str(reply.get("error")))
+        code = reply.get("exit_code")
+        if with_exit_code and isinstance(code, int) and not isinstance(code, bool):
+            err.exit_code = code
+        raise err
     return reply.get("result")
+
+
+class StreamClient:
+    """The client side of a streamed request: :meth:`next` gives each event as it
+    comes, then the result (``("event", {...})``, ..., ``("result", ...)``)."""
+
+    def __init__(self, path: Path, cmd: str, **args: Any) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(DEFAULT_CLIENT_TIMEOUT_S)
+        try:
+            self.sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self.sock.close()
+            raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
+        except OSError as exc:
+            self.sock.close()
+            raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.sock.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        self.sock.settimeout(STREAM_POLL_S)
+        self._buf = b""
+
+    def next(self) -> tuple[str, Any] | None:
+        """The next event or the result; None if nothing came within STREAM_POLL_S.
+        A ControlError for an error reply or a daemon that went away."""
+        while b"\n" not in self._buf:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError:
+                return None
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                raise ControlError("the daemon closed the connection before the run's end")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        reply = json.loads(line)
+        if reply.get("ok") and "event" in reply:
+            return "event", reply["event"]
+        return "result", _result_of(reply, with_exit_code=True)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def socket_path(runtime_dir: Path) -> Path:

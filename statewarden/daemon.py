@@ -24,7 +24,8 @@ The parts it wires together: the databases watched (``daemon_databases``), holde
 scans (``daemon_holders``), the units watcher, the control requests
 (``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
 journal it cannot read), maintenance runs joined to the alerts (``daemon_runs``), each
-database verified on a schedule (``daemon_verify``). Everything they find goes to
+database verified on a schedule (``daemon_verify``), maintenance runs handed to it by
+``statewardenctl maintenance`` (``daemon_handoff``). Everything they find goes to
 :meth:`Daemon.handle`, which hands it to the incident recorder; every incident update
 the recorder makes goes to the announcer (``statewarden.alerts.announce``) and to the
 alerts (``statewarden.alerts.service``: journald and Telegram notifications).
@@ -51,6 +52,7 @@ from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import ControlServer, socket_path
 from statewarden.daemon_databases import WatchedDatabases
+from statewarden.daemon_handoff import HandedRuns
 from statewarden.daemon_health import OwnHealth
 from statewarden.daemon_holders import HolderScans
 from statewarden.daemon_metrics import Metrics
@@ -114,6 +116,7 @@ class Daemon:
         self.maintenance = AutoMaintenance(config, self.log)
         self.runs = RunAlerts(self)
         self.verify = Verifications(self)
+        self.handoff = HandedRuns(self)
         self.requests = Requests(self)
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
@@ -355,6 +358,7 @@ class Daemon:
             tasks.append(self.holder_scans.task)
         tasks += self.databases.close()
         tasks += self.verify.close()
+        tasks += self.handoff.close()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):

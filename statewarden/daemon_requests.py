@@ -17,6 +17,9 @@ serving.
 | ``ack`` | acknowledge an incident (``id``) |
 | ``alerts`` | each alert sink's health and the outbox |
 | ``silences`` | the silences, after reading ``silences.json`` again |
+| ``maintenance`` | the maintenance policy, runs in flight, each database's last report |
+| ``maintenance_run`` | a maintenance run on ``db``, streamed (``daemon_handoff``) |
+| ``maintenance_cancel`` | cancel the run handed to the daemon on ``db`` |
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class Requests:
             "alerts": self.alerts,
             "silences": self.silences,
             "maintenance": self.maintenance,
+            "maintenance_run": self.maintenance_run,
+            "maintenance_cancel": self.maintenance_cancel,
         }
 
     async def handle(self, req: Request) -> Any:
@@ -121,6 +126,13 @@ class Requests:
     async def maintenance(self, _req: Request) -> Any:
         """The daemon's maintenance policy, runs in flight and each database's last report."""
         return self.daemon.maintenance.status()
+
+    async def maintenance_run(self, req: Request) -> Any:
+        """A maintenance run handed to the daemon, streamed (``daemon_handoff``)."""
+        return await self.daemon.handoff.start(req)
+
+    async def maintenance_cancel(self, req: Request) -> Any:
+        return await self.daemon.handoff.cancel(req)
 
     async def ack(self, req: Request) -> Any:
         return self.daemon.book.ack(_incident_id(req)).to_json()

@@ -14,6 +14,11 @@ check finds:
   on, and its ledger, ``maintenance.ledger.in_progress``, as for the alert muting): it
   waits for the run to end, and a result from a verification a run overlapped (or whose
   file was swapped meanwhile) is thrown away. One at a time.
+- **a busy writer**: a raw copy of the bundle during which every attempt saw a commit
+  (``DatabaseChanged``) is replaced by a consistent copy through SQLite's backup API
+  from a read-only connection (as a snapshot is taken), checked the same way; the
+  result says which copy was checked (``copy``). That copy holds what SQLite reads, so
+  damage only in the WAL's frames that SQLite does not replay is not seen there.
 - **how**: in a thread of its own (never a pool thread, which would keep the priority)
   that first lowers itself to nice 19 and the idle I/O class (``setpriority`` and
   ``ioprio_set`` on its native thread id: Linux keeps both per thread). A thread, not a
@@ -32,21 +37,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
-import platform
+import shutil
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from statewarden.atomic import private_dir, write_atomic
-from statewarden.errors import StatewardenError
+from statewarden.errors import DatabaseChanged, StatewardenError
 from statewarden.incidents.signals import KINDS, Found, Observation, Severity, Signal
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
+from statewarden.maintenance.snapshots import backup_copy
+from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
+from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.targets import Target
@@ -54,17 +62,14 @@ from statewarden.targets import Target
 if TYPE_CHECKING:  # pragma: no cover
     from statewarden.daemon import Daemon
 
+__all__ = ["IDLE_NICE", "IOPRIO_CLASS_IDLE", "Verifications", "idle_priority", "in_idle_thread",
+           "io_class_of"]  # fmt: skip
+
 T = TypeVar("T")
 
 VERIFIED_FILE = "verified.json"
 # Kinds after which a database is verified soon (Hermes repaired itself; a unit loops).
 VERIFY_AFTER = frozenset(n for n, k in KINDS.items() if k.verified_soon_after)
-IDLE_NICE = 19
-IOPRIO_WHO_PROCESS = 1  # with a thread id: that thread alone
-IOPRIO_CLASS_IDLE = 3
-IOPRIO_CLASS_SHIFT = 13
-SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "i686": 289, "armv7l": 314, "riscv64": 30}
-SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "i686": 290, "armv7l": 315, "riscv64": 31}
 HEALTHY = "none"
 FAILED = "failed"
 RETRY_FAILED_S = 600.0  # a verification that could not finish is tried again this soon
@@ -92,41 +97,10 @@ class Verified:
     findings: list[str] = field(default_factory=list)
     error: str | None = None
     priority: str = ""  # what the worker thread ran at ("nice 19, idle I/O")
+    copy: str = ""  # how the private copy was made: "raw" (the bundle) or "backup API"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def idle_priority() -> str:
-    """The calling thread to nice 19 and the idle I/O class; says what it runs at."""
-    tid = threading.get_native_id()
-    said = []
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, IDLE_NICE)
-        said.append(f"nice {os.getpriority(os.PRIO_PROCESS, tid)}")
-    except OSError as exc:
-        said.append(f"nice unchanged ({exc.strerror})")
-    nr = SYS_IOPRIO_SET.get(platform.machine())
-    if nr is None:
-        said.append("I/O priority unchanged (unknown architecture)")
-        return ", ".join(said)
-    libc = ctypes.CDLL(None, use_errno=True)
-    value = IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT
-    if libc.syscall(nr, IOPRIO_WHO_PROCESS, tid, value) == 0:
-        said.append("idle I/O")
-    else:
-        said.append(f"I/O priority unchanged ({os.strerror(ctypes.get_errno())})")
-    return ", ".join(said)
-
-
-def io_class_of(tid: int) -> int | None:
-    """The I/O scheduling class of thread ``tid`` (3: idle), or None if unknown."""
-    nr = SYS_IOPRIO_GET.get(platform.machine())
-    if nr is None:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    value = int(libc.syscall(nr, IOPRIO_WHO_PROCESS, tid))
-    return None if value < 0 else value >> IOPRIO_CLASS_SHIFT
 
 
 async def in_idle_thread(fn: Callable[[], T]) -> tuple[T, str, float]:
@@ -275,18 +249,16 @@ class Verifications:
             if time.monotonic() > deadline:
                 raise GivenUp(f"not finished within watch.verify_timeout ({_timeout(d)})")
 
-        def run() -> Diagnosis:
+        def run() -> tuple[Diagnosis, str]:
             parent = private_dir(d.state_dir / "work")
-            return check_database(
-                target.db, parent, progress=progress, copy_guard=d.databases.source_reads
-            )
+            return check_live(target.db, parent, progress, d.databases.source_reads)
 
         self.running = key
         inode = _inode(target.db)
         started, t0 = time.time(), time.monotonic()
         d.log.info("verifying database", db=key, reason=reason)
         try:
-            diagnosis, priority, cpu_s = await in_idle_thread(run)
+            (diagnosis, copied), priority, cpu_s = await in_idle_thread(run)
         except GivenUp as exc:
             v = Verified(key, started, FAILED, reason, error=str(exc))
         except StatewardenError as exc:
@@ -301,7 +273,8 @@ class Verifications:
         else:
             v = Verified(key, started, diagnosis.damage, reason,
                          cpu_s=round(cpu_s + diagnosis.helper_cpu_s, 3),
-                         findings=diagnosis.findings(), priority=priority)  # fmt: skip
+                         findings=diagnosis.findings(), priority=priority,
+                         copy=copied)  # fmt: skip
         finally:
             self.running = None
         v.took_s = round(time.monotonic() - t0, 3)
@@ -350,6 +323,28 @@ class Verifications:
         """Give up a verification in flight; its task, for the shutdown to await."""
         self._stop.set()
         return [self.task] if self.task is not None else []
+
+
+def check_live(
+    db: Path, parent: Path, progress: ProgressFn | None, guard: AbstractContextManager[Any]
+) -> tuple[Diagnosis, str]:
+    """``check`` of a live database, and how its private copy was made: ``raw`` (the
+    bundle, holding ``guard`` while copying) or, when a writer is too busy for a
+    consistent raw copy (every attempt saw a commit), ``backup API``: a consistent copy
+    through SQLite's backup API from a read-only connection (no checkpoint, no writer
+    blocked), checked the same way."""
+    try:
+        return check_database(db, parent, progress=progress, copy_guard=guard), "raw"
+    except DatabaseChanged:
+        pass
+    with guard:
+        copy = backup_copy(db, parent)
+    try:
+        diagnosis = check_database(copy, copy.parent, progress=progress)
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    diagnosis.path = str(db)
+    return diagnosis, "backup API"
 
 
 def _inode(path: Path) -> int | None:

@@ -137,6 +137,16 @@ class ControlError(StatewardenError):
     """The daemon answered with an error."""
 
 
+class Cancelled(StatewardenError):
+    """A maintenance run was cancelled by the user (Ctrl-C) before its swap."""
+
+
+class RunInProgress(StatewardenError):
+    """A maintenance run is already in progress on the database (one at a time)."""
+
+    exit_code = EXIT_REFUSED
+
+
 class RunLocked(StatewardenError):
     """Another maintenance run holds this database's lock."""
 

@@ -51,6 +51,15 @@ def lock_state_dir(directory: Path) -> StateLock:
     return StateLock(directory, fd)
 
 
+def daemon_pid(directory: Path) -> int | None:
+    """The pid of the daemon that holds ``directory`` (its state folder), or None."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return _holder_pid(st.st_dev, st.st_ino)
+
+
 def _holder_pid(dev: int, ino: int) -> int | None:
     """The pid holding a FLOCK on (dev, ino), from /proc/locks, if it can be told."""
     want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"

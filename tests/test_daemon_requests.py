@@ -17,7 +17,7 @@ def test_the_table_names_every_request() -> None:
     """The README's commands that ask the daemon each have a handler, and only those."""
     table = {
         "status", "holders", "incidents", "incident", "check", "verify", "ack", "alerts",
-        "maintenance", "silences",
+        "maintenance", "silences", "maintenance_run", "maintenance_cancel",
     }  # fmt: skip
 
     class _NoDaemon:

@@ -600,10 +600,10 @@ class TestSnapshots:
             capture_output=True, text=True, cwd=REPO, check=False,
         )  # fmt: skip
         assert r.returncode == 1
-        assert "the snapshot failed its integrity check" in r.stderr
+        assert "the snapshot failed its check (base damage" in r.stderr
         assert "Traceback" not in r.stderr
         state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden" / "snapshots"
-        assert list(state.iterdir()) == []
+        assert [p.name for p in state.iterdir()] == [".lock"]  # no copy kept
 
 
 def test_a_holder_that_ignores_sigterm_is_killed(

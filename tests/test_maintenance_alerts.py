@@ -176,7 +176,7 @@ class TestShellRuns:
     def test_refused_and_killed_and_rolled_back(
         self, tmp_path: Path, api: BotApi, fake_bin: Path
     ) -> None:
-        """Shell runs with the daemon up: one refused (an interactive Hermes, no --force)
+        """Shell runs (``--here``) with the daemon up: one refused (an interactive Hermes, no --force)
         is told with its reason; one killed with kill -9 mid-settle mutes the database
         only while it lives; its --resume rolls back and is told as rolled back."""
         db, env = setup(tmp_path, api, auto_repair="never", settle="30s",
@@ -185,7 +185,7 @@ class TestShellRuns:
         chat = FakeHermes(fake_bin, db.parent, "chat")
         try:
             d.wait_for_line("statewarden ready")
-            refused = ctl(env, "maintenance", "--db", str(db), "--yes", "--json")
+            refused = ctl(env, "maintenance", "--here", "--db", str(db), "--yes", "--json")
             out, err = refused.communicate(timeout=WAIT_S)
             assert refused.returncode == 5, err
             (text,) = wait_for(lambda: messages(api, "maintenance_refused"), timeout_s=WAIT_S,
@@ -195,7 +195,7 @@ class TestShellRuns:
             assert muted(d) == []  # a refused run never got as far as a ledger
             chat.stop()
 
-            run = ctl(env, "maintenance", "--db", str(db), "--yes", "--json")
+            run = ctl(env, "maintenance", "--here", "--db", str(db), "--yes", "--json")
             try:
                 wait_for(lambda: muted(d) == [str(db)], timeout_s=WAIT_S, what="the mute")
                 state = Path(env["XDG_STATE_HOME"]) / "statewarden"
@@ -210,7 +210,7 @@ class TestShellRuns:
             wait_for(lambda: muted(d) == [], timeout_s=WAIT_S, what="the end of the mute")
             assert len(messages(api, "maintenance_")) == 1  # the killed run told nothing
 
-            resume = ctl(env, "maintenance", "--db", str(db), "--resume", "--json")
+            resume = ctl(env, "maintenance", "--here", "--db", str(db), "--resume", "--json")
             out, err = resume.communicate(timeout=WAIT_S)
             assert resume.returncode == 1, err
             (text,) = wait_for(lambda: messages(api, "maintenance_rolled_back"),

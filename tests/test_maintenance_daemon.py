@@ -82,13 +82,14 @@ def test_corruption_incident_starts_a_repair(tmp_path: Path) -> None:
     assert not list(db.parent.glob(".statewarden-*"))
 
 
-def test_a_window_keeps_a_verified_snapshot(tmp_path: Path) -> None:
-    """Inside a window, the daemon keeps one verified snapshot per database."""
+def test_the_daemon_keeps_a_verified_snapshot_on_its_schedule(tmp_path: Path) -> None:
+    """Every maintenance.snapshot_interval (no window needed), the daemon keeps a
+    verified snapshot of each database, taken at idle priority."""
     home = make_home(tmp_path / "hermes", TINY)
     config = tmp_path / "config.yaml"
     config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
                                   "maintenance": {"auto_repair": "never",
-                                                  "windows": ["daily 00:00-24:00"]}}))  # fmt: skip
+                                                  "snapshot_interval": "2s"}}))  # fmt: skip
     env = daemon_env(tmp_path, home)
     env["STATEWARDEN_CONFIG"] = str(config)
     d = DaemonProc(env)
@@ -101,4 +102,5 @@ def test_a_window_keeps_a_verified_snapshot(tmp_path: Path) -> None:
     assert last["exit_code"] == 0
     (snap,) = last["snapshots"]
     assert snap["integrity"] == "ok"
+    assert snap["check"] == "none"
     assert integrity(Path(snap["path"])) == "ok"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import threading
 from pathlib import Path
 
@@ -153,3 +154,44 @@ def test_verify_names_what_it_cannot_find(daemon: DaemonProc) -> None:
     assert r.exit_code == EXIT_FAILED  # the daemon's answer: the message says why
     assert r.stderr.count("\n") == 1
     assert "no watched database 'nope' (watched: default" in r.stderr
+
+
+def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
+    tmp_path: Path,
+) -> None:
+    """A real SessionDB writer commits every 2 ms on a 10 MB database: no raw copy of
+    the bundle is ever consistent, so the verification checks a consistent copy taken
+    through the backup API instead: a verdict (healthy), not a failed verification; the
+    writer commits on throughout, and its -wal is not checkpointed by the daemon."""
+    from lab.hermes_fixtures import SMALL, make_home
+    from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+
+    home = make_home(tmp_path / "hermes", SMALL)
+    (home / "logs").mkdir(exist_ok=True)
+    install_fake_hermes(tmp_path / "bin")
+    log = tmp_path / "commits.log"
+    env = configured(tmp_path, home, verify_interval="1h")
+    writer = subprocess.Popen(
+        [str(tmp_path / "bin" / "hermes"), "dashboard"],
+        env={**env, WRITE_EVERY_ENV: "0.002", LOG_ENV: str(log)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    d = DaemonProc(env)
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "ready"
+        d.wait_for_line("statewarden ready")
+        before = len(log.read_text().splitlines()) if log.exists() else 0
+        r = run_ctl("verify", "--json", env=env)
+        after = len(log.read_text().splitlines())
+        assert writer.poll() is None
+    finally:
+        d.stop()
+        writer.terminate()
+        _, err = writer.communicate(timeout=30)
+    assert r.exit_code == 0, r.stderr
+    (v,) = json.loads(r.stdout)["databases"]
+    assert v["result"] == "none"
+    assert v["copy"] == "backup API"
+    assert after > before
+    assert err == ""

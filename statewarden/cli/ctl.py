@@ -75,7 +75,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "snapshots": (
         "statewarden.cli.snapshots_cmd",
         "snapshots_group",
-        "List verified snapshots (backup copies that passed integrity_check), newest first.",
+        "List verified snapshots (online backup copies that passed check), newest first.",
     ),
     "demo": (
         "statewarden.cli.demo_cmd",

@@ -1,8 +1,16 @@
-"""``statewardenctl maintenance``: stop every holder, repair, swap, restart; or resume."""
+"""``statewardenctl maintenance``: stop every holder, repair, swap, restart; or resume.
+
+When the daemon runs, the run is handed to it (``maintenance_handoff.py``) and watched
+from here; without one (or with ``--here``) this process runs it. Either way Ctrl-C
+cancels safely before the swap and is refused, with the reason, after it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -10,32 +18,32 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
-    echo_line,
     get_config,
     handle_errors,
     json_option,
-    print_json,
-    print_json_line,
     profile_option,
     select_targets,
 )
 from statewarden.cli._progress import progress_reporter
+from statewarden.cli.maintenance_handoff import hand_off
+from statewarden.cli.maintenance_output import finish, printer
 from statewarden.errors import UsageError
 from statewarden.maintenance.plan import Plan
 from statewarden.maintenance.run import ACTIONS, MaintenanceRun, Options
 
 
-def _printer(as_json: bool) -> Any:
-    def emit(event: dict[str, Any]) -> None:
-        if as_json:
-            print_json_line(event, err=True)
-        elif event["event"] == "plan":
-            for line in event["lines"]:
-                echo_line(line, err=True)
-        elif event["event"] == "step":
-            echo_line(f"statewardenctl: maintenance: {event['step']}", err=True)
+@contextlib.contextmanager
+def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
+    """Ctrl-C (SIGINT) asks the run to cancel; the run answers at its next step."""
 
-    return emit
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        run.cancel()
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 @click.command("maintenance")
@@ -59,6 +67,9 @@ def _printer(as_json: bool) -> Any:
     is_flag=True,
     help="Do not import the transcripts Hermes diverted into the repaired file.",
 )
+@click.option("--here", is_flag=True,
+              help="Run in this process even when the daemon runs (it is handed to the"
+              " daemon otherwise).")  # fmt: skip
 @json_option
 @handle_errors
 def maintenance(
@@ -73,6 +84,7 @@ def maintenance(
     accept_loss: bool,
     resume: bool,
     no_import: bool,
+    here: bool,
     as_json: bool,
 ) -> None:
     """Stop every holder of a state.db, repair it, swap the new file in, restart Hermes.
@@ -81,9 +93,15 @@ def maintenance(
     swap. The original goes to quarantine, never deleted. Every step is in a run ledger,
     so an interrupted run is finished or rolled back by --resume (or the daemon).
 
-    Exit codes: 0 done (or healthy), 1 failed or aborted and rolled back, 2 usage,
-    3 the repair would lose rows (nothing swapped without --accept-loss) or swapped with
-    accepted loss, 4 unreadable, 5 refused (a holder that may not be stopped).
+    When the daemon runs, the run is handed to it (one at a time per database; its
+    progress is shown here, and it goes on if this command is killed); otherwise
+    (or with --here) this process runs it. Ctrl-C cancels before the swap (the run
+    rolls back); from the swap on it is refused and the run finishes.
+
+    Exit codes: 0 done (or healthy), 1 failed, aborted or cancelled and rolled back,
+    2 usage, 3 the repair would lose rows (nothing swapped without --accept-loss) or
+    swapped with accepted loss, 4 unreadable, 5 refused (a holder that may not be
+    stopped, or another run in progress on the database).
 
     Example: statewardenctl maintenance --profile default --dry-run
     """
@@ -94,22 +112,27 @@ def maintenance(
         names = ", ".join(t.name for t in targets)
         raise UsageError(f"several databases found ({names}); choose one with --db or --profile")
     config = get_config(config_path)
+    interactive = not yes and sys.stdin.isatty() and sys.stderr.isatty()
 
-    def confirm(plan: Plan) -> bool:
-        if yes or not (sys.stdin.isatty() and sys.stderr.isatty()):
-            return True
+    def ask() -> bool:
         return click.confirm("Stop these holders and run the maintenance?", err=True)
 
+    def confirm(_plan: Plan) -> bool:
+        return ask() if interactive else True
+
+    if not (here or dry_run):
+        flags = {"force": force, "accept_loss": accept_loss, "no_import": no_import,
+                 "resume": resume}  # fmt: skip
+        handed = hand_off(targets[0], config, action, flags, as_json=as_json,
+                          confirm=ask if interactive and not resume else None)  # fmt: skip
+        if handed is not None:
+            finish(handed, as_json)
+            return
     options = Options(action=action, force=force, accept_loss=accept_loss, dry_run=dry_run,
                       confirm=confirm, import_transcripts=not no_import)  # fmt: skip
     with progress_reporter("json" if as_json else "auto") as progress:
-        run = MaintenanceRun(targets[0], config, options, emit=_printer(as_json),
+        run = MaintenanceRun(targets[0], config, options, emit=printer(as_json),
                              progress=progress)  # fmt: skip
-        report = run.resume() if resume else run.execute()
-    if as_json:
-        print_json(report.to_json())
-    else:
-        for line in report.render():
-            echo_line(line)
-    if report.exit_code:
-        raise SystemExit(report.exit_code)
+        with ctrl_c_cancels(run):
+            report = run.resume() if resume else run.execute()
+    finish(report, as_json)

@@ -19,7 +19,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.cli._progress import progress_reporter
-from statewarden.cli.maintenance_cmd import _printer
+from statewarden.cli.maintenance_output import printer
 from statewarden.config import state_dir
 from statewarden.errors import UsageError
 from statewarden.maintenance.plan import Plan
@@ -86,7 +86,7 @@ def restore_cmd(*, name: str, config_path: str | None, yes: bool, force: bool,
     options = Options(action="restore", force=force, confirm=confirm,
                       restore_from=entry.path / "state.db")  # fmt: skip
     with progress_reporter("json" if as_json else "auto") as progress:
-        report = MaintenanceRun(target, config, options, emit=_printer(as_json),
+        report = MaintenanceRun(target, config, options, emit=printer(as_json),
                                 progress=progress).execute()  # fmt: skip
     if as_json:
         print_json(report.to_json())

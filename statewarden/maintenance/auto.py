@@ -7,8 +7,13 @@ connections; the run copies and fences files). Its JSON report is logged.
 
 - At start-up, a database whose ledger records an unfinished run gets ``--resume``:
   the interrupted run is rolled forward or back, and the units it stopped run again.
-- In each window, one verified snapshot per database (``statewardenctl snapshots take``)
-  when ``maintenance.snapshots`` is on.
+- Every ``maintenance.snapshot_interval`` (default a day), one verified snapshot of each
+  database (``statewardenctl snapshots take --idle``: nice 19, idle I/O) when
+  ``maintenance.snapshots`` is on; a database with none yet gets its first
+  :data:`FIRST_SNAPSHOT_AFTER_S` after the daemon first sees it (not in the same breath
+  as its first verification). Never while a run is in progress on it; a snapshot that
+  fails its check is tried again only after the next interval (verification raises the
+  damage).
 - ``maintenance.auto_repair``: ``never``; ``immediately`` (as soon as an open incident
   of a kind in ``maintenance.repair_kinds`` names the database); ``in_window`` (the
   same, inside a window of ``maintenance.windows`` that stays open long enough for the
@@ -42,7 +47,8 @@ from statewarden.maintenance import outcomes
 from statewarden.maintenance.ledger import in_progress
 from statewarden.maintenance.plan import RECOVER_BYTES_PER_S
 from statewarden.maintenance.run import unfinished
-from statewarden.maintenance.windows import current_window, fits, parse_windows
+from statewarden.maintenance.snapshots import newest_of
+from statewarden.maintenance.windows import fits, parse_windows
 from statewarden.recovery.bundle import bundle_bytes
 from statewarden.targets import Target
 
@@ -52,6 +58,9 @@ RUN_OVERHEAD_S = 120.0
 # Holder and unit alerts stay muted this long after a run ends: the units it started
 # again come up, and what its stops caused clears, before anything is sent.
 QUIET_AFTER_S = 30.0
+
+# A database with no snapshot yet gets its first this long after it is first seen.
+FIRST_SNAPSHOT_AFTER_S = 300.0
 
 LogFn = Callable[..., None]
 
@@ -71,7 +80,7 @@ class AutoMaintenance:
         self.running: dict[str, asyncio.Task[None]] = {}
         self.last: dict[str, dict[str, Any]] = {}
         self._done_for: set[tuple[int, int]] = set()
-        self._snapped: set[tuple[str, float]] = set()
+        self._snapshot_at: dict[str, float] = {}  # db -> its last snapshot (or try)
         self.last_snapshot: dict[str, dict[str, Any]] = {}
         self.in_progress: dict[str, str] = {}  # db -> run id of the run in progress
         self._ended: dict[str, float] = {}  # db -> when its run was seen to end
@@ -138,7 +147,7 @@ class AutoMaintenance:
         mc = self.config.maintenance
         now = now or dt.datetime.now(dt.UTC)
         if mc.auto_repair == "never":
-            self._snapshots(targets, now)
+            self._snapshots(targets, now.timestamp())
             return
         for t in targets:
             key = str(t.db)
@@ -161,25 +170,34 @@ class AutoMaintenance:
             self.running[key] = asyncio.create_task(
                 self._run(t, ["maintenance", "--yes"], "repair")
             )
-        self._snapshots(targets, now)
+        self._snapshots(targets, now.timestamp())
 
-    def _snapshots(self, targets: Sequence[Target], now: dt.datetime) -> None:
-        """One verified snapshot per database in each window (maintenance.snapshots)."""
-        if not self.config.maintenance.snapshots:
-            return
-        window = current_window(self.windows, now)
-        if window is None:
+    def _snapshots(self, targets: Sequence[Target], now: float) -> None:
+        """A verified snapshot of each database every ``maintenance.snapshot_interval``."""
+        mc = self.config.maintenance
+        if not mc.snapshots:
             return
         for t in targets:
             key = str(t.db)
-            done = (key, window[0].timestamp())
-            if key in self.running or done in self._snapped or not t.db.exists():
+            if key not in self._snapshot_at:
+                newest = newest_of(state_dir(self.config), t.db)
+                first = min(FIRST_SNAPSHOT_AFTER_S, mc.snapshot_interval)
+                self._snapshot_at[key] = (
+                    newest.taken_at if newest is not None else now - mc.snapshot_interval + first
+                )
+            if now - self._snapshot_at[key] < mc.snapshot_interval:
                 continue
-            self._snapped.add(done)
-            self.running[key] = asyncio.create_task(self._run(t, ["snapshots", "take"], "snapshot"))
+            if key in self.running or key in self.in_progress or not t.db.exists():
+                continue
+            self._snapshot_at[key] = now
+            self.running[key] = asyncio.create_task(
+                self._run(t, ["snapshots", "take", "--idle"], "snapshot")
+            )
 
     async def _run(self, target: Target, args: list[str], what: str) -> None:
         key = str(target.db)
+        if args[0] == "maintenance":
+            args = [*args, "--here"]  # run by this subprocess, not handed back to the daemon
         argv = [sys.executable, "-m", "statewarden.cli.ctl", *args, "--db", key, "--json"]
         if self.config.source:
             argv += ["--config", self.config.source]

@@ -25,6 +25,7 @@ from statewarden.holders.processes import read_stat
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
 from statewarden.maintenance.plan import REFUSE, SIGNAL, STOP_UNIT, HolderDecision, decide
+from statewarden.maintenance.wording import incomplete_reason
 from statewarden.systemd import JobResult, UserManager, call_sync
 
 SCAN_GAP_S = 0.1
@@ -170,6 +171,9 @@ class Settler:
     unit_timeout_s: float
     address: str | None = None
     systemd_ok: bool = True
+    # Holders waited for, never signalled: the statewarden daemon, whose reads of the
+    # file are short and read-only (a verification's copy, a header read).
+    wait_for: frozenset[int] = frozenset()
 
     def run(self) -> SettleResult:
         result = SettleResult(ok=False)
@@ -179,10 +183,12 @@ class Settler:
             scan = self.scanner.scan(full=True)[0]
             result.scans += 1
             if not scan.complete:
-                result.reason = "holder scan incomplete: " + "; ".join(scan.problems)
+                result.reason = incomplete_reason(scan)
                 return result
             # This process holds the original open for reading (fence.hold_open).
             scan.holders = [h for h in scan.holders if h.pid != os.getpid()]
+            waiting = [h for h in scan.holders if h.pid in self.wait_for]
+            scan.holders = [h for h in scan.holders if h.pid not in self.wait_for]
             if scan.holders and self.systemd_ok:
                 self.systemd_ok = annotate_units([scan], self.address) is None
             to_signal: list[tuple[HolderDecision, int | None]] = []
@@ -213,7 +219,7 @@ class Settler:
             if to_signal:
                 terminate_all([(d.pid, ticks) for d, ticks in to_signal], self.grace_s)
             now = time.monotonic()
-            if scan.holders:
+            if scan.holders or waiting:
                 quiet_since = now
             elif now - quiet_since >= self.settle_s:
                 result.ok = True

@@ -52,6 +52,7 @@ from statewarden.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNREADABLE,
+    Cancelled,
     DatabaseChanged,
     DatabaseUnreadable,
     StatewardenError,
@@ -59,6 +60,7 @@ from statewarden.errors import (
 )
 from statewarden.holders.processes import short_command
 from statewarden.holders.scan import HolderScanner
+from statewarden.lock import daemon_pid
 from statewarden.maintenance import fence, outcomes
 from statewarden.maintenance.ledger import (
     FINISHED,
@@ -88,7 +90,7 @@ from statewarden.maintenance.quiesce import (
     terminate_all,
     unit_states,
 )
-from statewarden.maintenance.snapshots import list_snapshots
+from statewarden.maintenance.snapshots import newest_of, take_snapshot
 from statewarden.maintenance.swap import (
     NewFile,
     prune,
@@ -99,6 +101,7 @@ from statewarden.maintenance.swap import (
     swap,
 )
 from statewarden.maintenance.transcripts import import_diverted, pending_sources
+from statewarden.maintenance.wording import folded_problems, incomplete_reason
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
 from statewarden.recovery.check import check_database
@@ -117,6 +120,11 @@ POST_CHECK_MAX_ERRORS = 100
 POST_CHECK_SCANS = 5
 UNIT_START_CHECK_S = 1.0
 POST_CHECK_GAP_S = 0.2
+# Why a cancel is refused from the swap on: the new file is going in (or is in).
+PAST_THE_SWAP = (
+    "the swap has begun, so the run finishes (the new file goes in, the units start again)"
+)
+CANCELLED = "cancelled by the user before the swap"
 
 EmitFn = Callable[[dict[str, Any]], None]
 
@@ -125,12 +133,8 @@ def other_copies(db: Path, state: Path) -> list[Path]:
     """What recover may take a lost row from (``recovery/other_copies.py``): the newest
     verified snapshot of ``db``, and Hermes' published retired WAL captures (main image
     copied) and pre-update backups beside it (each verified again before use)."""
-    real = os.path.realpath(db)
-    snaps = [
-        Path(s.path)
-        for s in list_snapshots(state)
-        if s.integrity == "ok" and os.path.realpath(s.source) == real
-    ]
+    newest = newest_of(state, db)
+    snaps = [Path(newest.path)] if newest is not None else []
     beside = [
         db.parent / i.name
         for i in recovery_files.scan(db).items
@@ -175,6 +179,8 @@ class RunReport:
     recover: dict[str, Any] | None = None
     plan: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    source_identity: dict[str, Any] | None = None  # the source at the pre-build
+    cancelled: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -205,6 +211,8 @@ class RunReport:
             lines.append(f"  {s['step']:<12} {s['seconds']:8.3f} s")
         if self.downtime_s is not None:
             lines.append(f"  downtime: {self.downtime_s:.3f} s (first stop -> last unit active)")
+        elif self.units_stopped or self.start_again:
+            lines.append("  stopped and started again, nothing swapped")
         if self.swap_s is not None:
             lines.append(f"  swap: {self.swap_s * 1000:.1f} ms")
         if self.quarantine:
@@ -258,7 +266,6 @@ class MaintenanceRun:
                 f"unknown action {self.options.action!r} (one of: {', '.join(ACTIONS)})"
             )
         self._emit = emit
-        self.progress = progress
         self.address = address
         self.state = state_dir(config)
         self.folder = run_dir(self.state, self.db)
@@ -276,6 +283,23 @@ class MaintenanceRun:
         self._started_at = time.time()
         self._step_started: tuple[str, float] | None = None
         self._down_started: float | None = None
+        # Cancel (Ctrl-C, or the daemon's SIGINT for a run handed to it): asked for at any
+        # time, acted on at the next step before the swap; refused from the swap on.
+        self._cancel_asked = False
+        self._cancel_answer: dict[str, Any] | None = None
+        self._committed = False  # the swap has begun: a cancel is refused
+        self._resuming = False
+        self._daemon = daemon_pid(self.state)  # never stopped: waited for
+        user_progress = progress
+
+        def checked_progress(phase: str, done: int, total: int) -> None:
+            self._tell_cancel()
+            if self._cancel_asked and not self._committed:
+                raise Cancelled(CANCELLED)
+            if user_progress is not None:
+                user_progress(phase, done, total)
+
+        self.progress: ProgressFn | None = checked_progress
 
     # -- events and the ledger -------------------------------------------------------
 
@@ -283,8 +307,41 @@ class MaintenanceRun:
         if self._emit is not None:
             self._emit({"event": event, "db": str(self.db), **data})
 
+    def cancel(self) -> tuple[bool, str]:
+        """Ask the run to stop (safe to call from a signal handler: flags only). Before the
+        swap it rolls back at its next step; from the swap on it is refused, and the run
+        finishes. Returns (accepted, why); the run also emits a ``cancel`` event."""
+        if self._resuming:
+            answer = (False, "a resume finishes (or rolls back) what an interrupted run began")
+        elif self._committed:
+            answer = (False, PAST_THE_SWAP)
+        else:
+            self._cancel_asked = True
+            answer = (True, "the run stops before the swap and rolls back what it did")
+        self._cancel_answer = {"accepted": answer[0], "reason": answer[1]}
+        return answer
+
+    def _tell_cancel(self) -> None:
+        """The answer to a cancel, as an event, once (outside the signal handler)."""
+        answer, self._cancel_answer = self._cancel_answer, None
+        if answer is not None:
+            self.emit("cancel", **answer)
+
+    def _stop_if_cancelled(self) -> None:
+        self._tell_cancel()
+        if self._cancel_asked and not self._committed:
+            raise _Abort(CANCELLED, EXIT_FAILED, cancelled=True)
+
+    def _commit(self) -> None:
+        """The point of no return: from here a cancel is refused."""
+        self._committed = True
+        if self._cancel_asked:  # asked in between (a signal handler runs between bytecodes)
+            self._committed = False
+            raise _Abort(CANCELLED, EXIT_FAILED, cancelled=True)
+
     def _step(self, name: str, **data: Any) -> None:
         """Ledger line first (durable), then the event; timings per step."""
+        self._tell_cancel()
         self.ledger.step(name, **data)
         now = time.monotonic()
         if self._step_started is not None:
@@ -313,6 +370,7 @@ class MaintenanceRun:
             prev, since = self._step_started
             self.report.steps.append({"step": prev, "seconds": round(time.monotonic() - since, 3)})
             self._step_started = None
+        self._tell_cancel()
         self.ledger.step(FINISHED, outcome=outcome, exit_code=code, message=self.report.message)
         self.ledger.close()
         self.emit("finished", outcome=outcome, exit_code=code, message=self.report.message)
@@ -361,6 +419,14 @@ class MaintenanceRun:
 
     def _plan(self, scanner: HolderScanner) -> Plan:
         scan = scanner.scan(full=True)[0]
+        scan.problems = folded_problems(scan)  # the plan's refusals: one line, not thousands
+        if self._daemon is not None and any(h.pid == self._daemon for h in scan.holders):
+            # Its reads are short and read-only: waited for (settle), never stopped.
+            scan.holders = [h for h in scan.holders if h.pid != self._daemon]
+            self.report.notes.append(
+                f"the statewarden daemon (pid {self._daemon}) was reading the database;"
+                " it is waited for, never stopped"
+            )
         note = annotate_units([scan], self.address) if scan.holders else None
         return make_plan(
             self.db, scan, action=self.options.action, force=self.options.force,
@@ -373,7 +439,11 @@ class MaintenanceRun:
     def _run(self) -> RunReport:
         opts = self.options
         self.orig = fence.original(self.db)
-        scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms)
+        scanner = HolderScanner(
+            [self.db],
+            exempt_comms=self.config.holders.exempt_comms,
+            other_users=self.config.holders.other_users,
+        )
         try:
             plan = self._plan(scanner)
             self.report.plan = plan.to_json()
@@ -398,12 +468,19 @@ class MaintenanceRun:
                 self.report.outcome = "not confirmed: nothing done"
                 self.report.exit_code = EXIT_FAILED
                 return self.report
+            self._tell_cancel()
+            if self._cancel_asked:
+                self.report.outcome = "cancelled: nothing done"
+                self.report.exit_code = EXIT_FAILED
+                self.report.cancelled = True
+                return self.report
             run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
             self.report.run_id = run_id
             self.ledger.create(
                 {"run_id": run_id, "db": str(self.db), "profile": self.target.name,
                  "action": opts.action, "original": asdict(self.orig), "pid": os.getpid()}
             )  # fmt: skip
+            self.emit("started", run_id=run_id, action=opts.action, pid=os.getpid())
             return self._body(plan, scanner, run_id)
         finally:
             scanner.close()
@@ -420,7 +497,7 @@ class MaintenanceRun:
             self.new = new_file_path(self.db, run_id)
             self._step("prebuild", new=str(self.new))
             before = identity(self.db)
-            self.report.notes.append(f"source identity at the pre-build: {before.to_json()}")
+            self.report.source_identity = before.to_json()
             try:
                 done = self._build()
                 if done is None:
@@ -432,6 +509,10 @@ class MaintenanceRun:
                 before = None
                 done = None
                 self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
+            except Cancelled as exc:
+                self._remove_new()
+                self.report.cancelled = True
+                return self._finish("cancelled: nothing was stopped", EXIT_FAILED, str(exc))
             except StatewardenError as exc:
                 self._remove_new()
                 code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
@@ -439,6 +520,9 @@ class MaintenanceRun:
             if done is not None:
                 return done
         try:
+            self._stop_if_cancelled()
+            self._snapshot_before_stop(plan)
+            self._stop_if_cancelled()
             self._quiesce(plan)
             if opts.action in SWAP_ACTIONS:
                 self._step("fence", mode=oct(self.orig.mode))
@@ -450,9 +534,12 @@ class MaintenanceRun:
                         "the fence (mode 000) does not stop root's processes; the settle"
                         " scans alone kept them out"
                     )
+            self._stop_if_cancelled()
             self._step("settle")
             self._settle(scanner)
+            self._stop_if_cancelled()
             if opts.action == "checkpoint":
+                self._commit()
                 return self._checkpoint()
             self._step("verify-source")
             if opts.action != "restore" and (before is None or not self._unchanged(before)):
@@ -462,9 +549,12 @@ class MaintenanceRun:
                     return done
             # Root's processes ignore the fence: a last look right before the swap.
             self._no_holders(scanner, "just before the swap")
+            self._commit()
         except _Abort as abort:
+            self.report.cancelled = abort.cancelled
             return self._rollback(abort.message, abort.code)
         except StatewardenError as exc:
+            self.report.cancelled = isinstance(exc, Cancelled)
             return self._rollback(str(exc), EXIT_FAILED)
         assert self.new is not None
         self._let_go()
@@ -530,8 +620,29 @@ class MaintenanceRun:
             )  # fmt: skip
         return None
 
+    def _snapshot_before_stop(self, plan: Plan) -> None:
+        """A verified snapshot right before anything is stopped (``maintenance.snapshots``):
+        taken online, so it costs no downtime. Not taking one never stops the run."""
+        if not self.mc.snapshots or not (plan.units or plan.signals):
+            return
+        if (self.report.recover or {}).get("damage") not in (None, "none"):
+            self.report.notes.append(
+                "no snapshot before the stop: the pre-build's check found damage in the live"
+                " file, and a snapshot must pass check (the original goes to quarantine)"
+            )
+            return
+        self._step("snapshot")
+        try:
+            snap = take_snapshot(self.db, self.state, self.target.name, self.mc.snapshots_keep,
+                                 self.mc.snapshots_max_age, progress=self.progress)  # fmt: skip
+        except (OSError, StatewardenError) as exc:
+            self.report.notes.append(f"no snapshot before the stop: {exc}")
+            return
+        self.report.notes.append(f"snapshot before the stop: {snap.path}")
+
     def _quiesce(self, plan: Plan) -> None:
         for unit in plan.units:
+            self._stop_if_cancelled()
             self._step("stop-unit", unit=unit)
             self._mark_down()
             self.stopped_units.append(unit)
@@ -556,21 +667,23 @@ class MaintenanceRun:
     def _settle(self, scanner: HolderScanner) -> None:
         def on_unit(unit: str) -> None:
             self.ledger.step("stop-unit", unit=unit)
+            self._mark_down()
             if unit not in self.stopped_units:
                 self.stopped_units.append(unit)
 
         def on_signal(d: Any) -> None:
             self.ledger.step("signal", pid=d.pid, command=d.command)
+            self._mark_down()
             self.signalled.append({"pid": d.pid, "command": d.command, "ended": "signalled",
                                    "origin": describe_origin(d)})  # fmt: skip
 
-        self._mark_down()
         result = Settler(
             scanner=scanner, settle_s=self.mc.settle, timeout_s=self.mc.settle_timeout,
             respawn_limit=self.mc.respawn_limit, grace_s=self.mc.stop_grace,
             force=self.options.force, stop_interactive=self.mc.stop_interactive,
             on_signal=on_signal, on_unit=on_unit, unit_timeout_s=self.mc.unit_timeout,
             address=self.address,
+            wait_for=frozenset({self._daemon}) if self._daemon is not None else frozenset(),
         ).run()  # fmt: skip
         if not result.ok:
             raise _Abort(result.reason, EXIT_FAILED)
@@ -659,11 +772,19 @@ class MaintenanceRun:
         return None
 
     def _no_holders(self, scanner: HolderScanner, when: str) -> None:
-        """One more full scan: nobody but this process may hold the old file now."""
-        scan = scanner.scan(full=True)[0]
-        if not scan.complete:
-            raise _Abort("holder scan incomplete: " + "; ".join(scan.problems), EXIT_FAILED)
-        others = [h for h in scan.holders if h.pid != os.getpid()]
+        """One more full scan: nobody but this process may hold the old file now (the
+        daemon's short read-only reads are waited for, up to maintenance.settle_timeout)."""
+        deadline = time.monotonic() + self.mc.settle_timeout
+        while True:
+            scan = scanner.scan(full=True)[0]
+            if not scan.complete:
+                raise _Abort(incomplete_reason(scan), EXIT_FAILED)
+            others = [h for h in scan.holders if h.pid != os.getpid()]
+            if not others or any(h.pid != self._daemon for h in others):
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(POST_CHECK_GAP_S)
         if others:
             who = ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in others)
             raise _Abort(f"{who} opened the database {when}", EXIT_FAILED)
@@ -803,6 +924,7 @@ class MaintenanceRun:
         except (StatewardenError, apsw.Error) as exc:
             summary["integrity"] = f"could not be checked: {exc}"
         scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
+                                other_users=self.config.holders.other_users,
                                 watch_opens=False)  # fmt: skip
         try:
             # A unit that just started may be creating -wal / -shm while the scan reads
@@ -857,9 +979,14 @@ class MaintenanceRun:
             fence.take_down(self.db, self.orig)
         self._remove_new()
         failed = self._restart()
+        # Nothing was swapped: the time the holders were stopped is not a downtime figure
+        # of a repair (the report says they were stopped and started again).
+        self.report.downtime_s = None
         msg = f"aborted and rolled back: {reason}"
         if failed:
             msg += f"; {', '.join(failed)} did not start again"
+        if self.report.cancelled:
+            return self._finish("cancelled and rolled back: the database is unchanged", code, msg)
         return self._finish("rolled back: the database is unchanged", code, msg)
 
     # -- resume ------------------------------------------------------------------------
@@ -910,6 +1037,7 @@ class MaintenanceRun:
             return self._told(self._resume(record))
 
     def _resume(self, record: LedgerRecord) -> RunReport:
+        self._resuming = True
         begin = record.begin
         self.report.run_id = record.run_id
         self.report.action = str(begin.get("action", self.report.action))
@@ -930,6 +1058,7 @@ class MaintenanceRun:
         qdir = Path(swap_step["quarantine"])
         self.report.quarantine = str(qdir)
         scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
+                                other_users=self.config.holders.other_users,
                                 watch_opens=False)  # fmt: skip
         try:
             swapped = os.stat(self.db).st_ino == swap_step.get("new_ino")
@@ -1015,10 +1144,11 @@ def _copy_sidecar(dfd: int, name: str, dest: Path) -> None:
 
 
 class _Abort(Exception):
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, *, cancelled: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.cancelled = cancelled
 
 
 def unfinished(config: Config, db: Path) -> bool:
