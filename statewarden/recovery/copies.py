@@ -384,3 +384,144 @@ def write_rebuilt(dst: apsw.Connection, table: str, rows: list[RebuiltRow]) -> s
         ],
     )
     return name
+
+
+_COLUMN_PART_RE = re.compile(
+    r"^(?:COALESCE\(\s*b\.[\"`\[]?(\w+)[\"`\]]?\s*,\s*''\s*\)|b\.[\"`\[]?(\w+)[\"`\]]?)$", re.I
+)
+_LITERAL_PART_RE = re.compile(r"^'((?:[^']|'')*)'$")
+
+
+def _parts(expr: str) -> list[tuple[str, str]] | None:
+    """An expression ``a || ' ' || COALESCE(b.x, '')`` as [("text", " "), ("column",
+    "x"), ...]; None for any other shape (it cannot be solved for a column)."""
+    out: list[tuple[str, str]] = []
+    for raw in _split_concat(expr):
+        part = raw.strip()
+        if m := _LITERAL_PART_RE.match(part):
+            out.append(("text", m.group(1).replace("''", "'")))
+        elif m := _COLUMN_PART_RE.match(part):
+            out.append(("column", m.group(1) or m.group(2)))
+        else:
+            return None
+    return out
+
+
+def _split_concat(s: str) -> list[str]:
+    """Split at ``||`` outside parentheses and quotes."""
+    parts, depth, cur, quote, i = [], 0, [], "", 0
+    while i < len(s):
+        ch = s[i]
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            cur.append(ch)
+        elif ch == "(":
+            depth += 1
+            cur.append(ch)
+        elif ch == ")":
+            depth -= 1
+            cur.append(ch)
+        elif s.startswith("||", i) and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            i += 2
+            continue
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+def solve_for_one_column(expr: str, row: dict[str, Any], copy: str) -> dict[str, str]:
+    """Each column whose value, put in place of the stored one with every other column
+    as stored, makes ``expr`` (the trigger's expression) give exactly ``copy``: the
+    column -> that value. Only TEXT values are solved for."""
+    parts = _parts(expr)
+    if parts is None:
+        return {}
+    names = [v for k, v in parts if k == "column"]
+
+    def text(k: str, v: str) -> str:
+        if k == "text":
+            return v
+        value = row.get(v)
+        return "" if value is None else str(value)
+
+    out: dict[str, str] = {}
+    for i, (kind, col) in enumerate(parts):
+        if kind != "column" or names.count(col) != 1:
+            continue
+        head = "".join(text(k, v) for k, v in parts[:i])
+        tail = "".join(text(k, v) for k, v in parts[i + 1 :])
+        if len(copy) < len(head) + len(tail) or not copy.startswith(head):
+            continue
+        if tail and not copy.endswith(tail):
+            continue
+        value = copy[len(head) : len(copy) - len(tail)]
+        if value != row.get(col) and isinstance(row.get(col), str | None):
+            out[col] = value
+    return out
+
+
+@dataclass
+class Restored:
+    table: str
+    rowid: int
+    column: str
+    stored: Any  # what the file held
+    value: str  # what the copies say it was
+    copies: list[str]
+
+
+def restore_from_copies(
+    src: apsw.Connection, dst: apsw.Connection, schema: Schema, check: CopyCheck
+) -> list[Restored]:
+    """Rows of ``check.table`` that differ from two FTS copies that agree with each
+    other (``rows_rotted``), restored in ``dst`` from the copies: when exactly one
+    column, changed alone, makes the row give the copies' text again, that column is
+    set to it. A row for which no such column, or more than one, exists is left as it
+    is (returned nowhere)."""
+    fs = [f for f in feeds(schema) if f.table == check.table and f.fts in check.copies]
+    if not fs or not check.rows_rotted:
+        return []
+    feed = fs[0]
+    if list(feed.columns) != ["c0"]:
+        return []
+    obj = schema.by_name(check.table)
+    if obj is None:
+        return []
+    names = [c.name for c in obj.stored_columns]
+    t = quote_ident(check.table)
+    # Text that is not UTF-8 (changed bytes) is read as bytes and decoded leniently.
+    sel = ", ".join(
+        f"CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
+        for q in (quote_ident(c) for c in names)
+    )
+    content = quote_ident(f"{feed.fts}_content")
+    out = []
+    for rowid in check.rows_rotted:
+        try:
+            got = src.execute(f"SELECT c0 FROM {content} WHERE id = ?", (rowid,)).fetchone()
+            values = dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+        if got is None or values is None or not isinstance(got[0], str):
+            continue
+        row = {
+            c: v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+            for c, v in zip(names, values, strict=True)
+        }
+        solved = solve_for_one_column(feed.columns["c0"], row, got[0])
+        if len(solved) != 1:
+            continue
+        ((col, value),) = solved.items()
+        dst.execute(f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid))
+        out.append(Restored(check.table, rowid, col, row[col], value, list(check.copies)))
+    return out

@@ -38,6 +38,7 @@ from statewarden.recovery.integrity import (
     group_errors,
     run_integrity_check,
 )
+from statewarden.recovery.pages import PageFormatError, ZeroedCells, zeroed_cells
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.tokenizers import unloadable
@@ -178,6 +179,10 @@ class Diagnosis:
     # FTS tables whose tokenizer cannot be loaded here (tokenizers.py) -> why: their
     # index cannot be verified; that is not damage.
     unverifiable: dict[str, str] = field(default_factory=dict)
+    # Rows whose record runs into zeroed sectors, per table: rowid -> the positions of
+    # the columns hit (None: its header was hit). SQLite reads them with the zeros as
+    # their values, and no integrity check sees it (pages.zeroed_cells).
+    zeroed_cells: dict[str, ZeroedCells] = field(default_factory=dict)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -188,6 +193,12 @@ class Diagnosis:
         )
         for c in self.copies:
             out.extend(c.findings())
+        for name, cells in self.zeroed_cells.items():
+            n = len(cells)
+            out.append(
+                f"{name}: {n} row{'s' if n != 1 else ''} run into zeroed bytes, read as"
+                f" values by SQLite (rowid{'s' if n != 1 else ''} {_sample(sorted(cells))})"
+            )
         out.extend(
             f"{t}: {n} orphan row{'s' if n != 1 else ''} (foreign_key_check)"
             for t, n in self.orphans.items()
@@ -198,6 +209,7 @@ class Diagnosis:
         data = asdict(self)
         for t in data["tables"]:
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
+        data["zeroed_cells"] = {t: sorted(c) for t, c in self.zeroed_cells.items()}
         data["findings"] = self.findings()
         return data
 
@@ -247,6 +259,8 @@ def diagnose(
         result = _diagnose(conn, db, schema, progress, truncated)
     finally:
         conn.close()
+    # Raw page reads, now that no connection is open to the copy (docs/safety.md rule 2).
+    _add_zeroed_cells(result, db, schema)
     if wal is not None:
         result.notes.extend(wal.notes(wal_name))
         result.wal_dropped_commits = wal.dropped_commits
@@ -257,6 +271,28 @@ def diagnose(
         result.notes.insert(0, schema_rebuilt)
         result.damage = "unreadable"
     return result
+
+
+def _add_zeroed_cells(result: Diagnosis, db: Path, schema: Schema) -> None:
+    """Rows that run into zeroed sectors: in a base table they are base damage (the
+    row SQLite reads is not the row that was written); in an FTS shadow table the FTS
+    table is rebuilt from its base table (derived damage)."""
+    try:
+        found = zeroed_cells(db, schema)
+    except (PageFormatError, OSError, ValueError) as exc:
+        result.notes.append(f"the search for zeroed sectors failed: {exc}")
+        return
+    for name, cells in found.items():
+        obj = schema.by_name(name)
+        if obj is None:
+            continue
+        result.zeroed_cells[name] = cells
+        if obj.shadow_of is not None:
+            if result.fts.get(obj.shadow_of, "ok") == "ok":
+                result.fts[obj.shadow_of] = f"{len(cells)} rows of {name} run into zeroed bytes"
+            result.damage = worst(result.damage, "derived")
+        else:
+            result.damage = worst(result.damage, "base")
 
 
 def _diagnose(
@@ -289,7 +325,9 @@ def _diagnose(
     for t in tables:
         t.page_referenced_twice = t.name in twice
     unverifiable = unloadable(conn, schema)
-    if complete:
+    # A line that names no object ("database disk image is malformed") can end the
+    # check before the FTS tables' own checks ran: then they are run here.
+    if complete and not any(g.kind == "unknown" for g in groups):
         fts = fts_from_integrity_lines(lines, schema)
     else:
         fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))

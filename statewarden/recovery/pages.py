@@ -87,6 +87,22 @@ class DatabaseFile:
         self.freelist_trunk = header.freelist_trunk
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
+        self._zeroed: dict[int, list[tuple[int, int]]] | None = None
+
+    def runs_into_zeros(self, n: int, off: int) -> bool:
+        """Does the table-leaf cell at ``off`` of page ``n`` run into a zeroed sector
+        (``zeroed_cells``)? Its record would decode with the zeros as its values."""
+        if self._zeroed is None:
+            self._zeroed = zeroed_sectors(self)
+        if not self._zeroed:
+            return False
+        try:
+            _, segs = _payload_segments(self, n, off)
+        except (PageFormatError, struct.error, IndexError):
+            return False
+        return any(p not in self.overlay for _, _, p, _ in segs) and bool(
+            _zeroed_runs([s for s in segs if s[2] not in self.overlay], self._zeroed)
+        )
 
     def page(self, n: int) -> bytes:
         if n in self.overlay:
@@ -202,9 +218,14 @@ class DatabaseFile:
         rows, bad = [], 0
         for off in self.cell_offsets(n):
             try:
-                rows.append(self._table_cell(n, off))
+                row = self._table_cell(n, off)
             except (PageFormatError, struct.error, UnicodeDecodeError, IndexError):
                 bad += 1
+                continue
+            if self.runs_into_zeros(n, off):
+                bad += 1  # decodes, but with zeroed bytes for values: not the row
+                continue
+            rows.append(row)
         return rows, bad
 
     def _table_cell(self, n: int, off: int) -> tuple[int, list[Any]]:
@@ -570,7 +591,9 @@ def _carve(db: DatabaseFile, n: int) -> list[Row]:
             end = pos + size
             local = size > 0 and end <= db.usable and db._local_size(size, table=True) == size
             if local and rowid > 0:
-                out.append((rowid, db.record(bytes(pg[pos:end]))))
+                record = db.record(bytes(pg[pos:end]))
+                if not db.runs_into_zeros(n, off):
+                    out.append((rowid, record))
                 off = end
                 continue
         except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
@@ -749,3 +772,176 @@ def _decode_known(db: DatabaseFile, payload: bytes, have: bytes) -> dict[int, An
         if all(have[start:body]):
             out[i] = value
     return out
+
+
+# -- cells that run into zeroed sectors ---------------------------------------------
+
+SECTOR = 512
+# A record may hold a few zero bytes of its own (integers, reals); this many in a row
+# that lie in a wholly zeroed sector are the sector's, not the record's.
+MIN_ZEROED_RUN = 16
+
+# rowid -> positions of the columns whose bytes were zeroed (None: its record header
+# was, so no column can be trusted).
+ZeroedCells = dict[int, list[int] | None]
+
+
+def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
+    """Page number -> the wholly zeroed 512-byte sectors of that page (offsets in the
+    page, aligned as a disk writes them)."""
+    data = db.data
+    zero = bytes(SECTOR)
+    out: dict[int, list[tuple[int, int]]] = {}
+    pos = 0
+    end = db.page_count * db.page_size
+    while pos < end:
+        at = data.find(zero, pos, end)
+        if at < 0:
+            break
+        sector = -(-at // SECTOR) * SECTOR
+        if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
+            n, lo = divmod(sector, db.page_size)
+            out.setdefault(n + 1, []).append((lo, lo + SECTOR))
+            pos = sector + SECTOR
+        else:
+            pos = sector if sector > at else at + 1
+    return out
+
+
+def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
+    """Table leaves a b-tree reaches (a page that does not parse is not descended)."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen or not 1 <= n <= db.page_count:
+            continue
+        seen.add(n)
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind == PAGE_TABLE_INTERIOR:
+                stack.extend(db.children(n))
+            elif kind == PAGE_TABLE_LEAF:
+                out.append(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue
+    return out
+
+
+# (payload offset, length, page, offset in the page) of one stretch of a payload
+Segment = tuple[int, int, int, int]
+
+
+def _payload_segments(db: DatabaseFile, n: int, off: int) -> tuple[int, list[Segment]]:
+    """(rowid, stretches) of a table-leaf cell: where each stretch of its payload lies
+    (in the cell, then on its overflow pages)."""
+    pg = db.page(n)
+    size, pos = varint(pg, off)
+    rowid, pos = varint(pg, pos)
+    local = db._local_size(size, table=True)
+    if pos + local > db.usable:
+        raise PageFormatError(f"page {n}: cell at {off} runs past the page")
+    segs: list[Segment] = [(0, local, n, pos)]
+    if local < size:
+        (nxt,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
+        at = local
+        seen: set[int] = set()
+        while at < size and nxt and 1 <= nxt <= db.page_count and nxt not in seen:
+            seen.add(nxt)
+            length = min(db.usable - 4, size - at)
+            segs.append((at, length, nxt, 4))
+            at += length
+            (nxt,) = struct.unpack(">I", db.page(nxt)[:4])
+    return rowid, segs
+
+
+def _zeroed_runs(
+    segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]
+) -> list[tuple[int, int]]:
+    """Stretches of a payload (payload offsets) that lie in zeroed sectors, each at
+    least ``MIN_ZEROED_RUN`` long."""
+    runs = []
+    for at, length, page, start in segs:
+        for lo, hi in zeroed.get(page, ()):
+            a, b = max(lo, start), min(hi, start + length)
+            if b - a >= MIN_ZEROED_RUN:
+                runs.append((at + a - start, at + b - start))
+    return runs
+
+
+def _columns_hit(
+    db: DatabaseFile, segs: list[Segment], runs: list[tuple[int, int]]
+) -> list[int] | None:
+    """Positions of the record's columns whose bytes overlap ``runs``; None when its
+    header does (or cannot be read)."""
+    _, length, page, start = segs[0]
+    local = bytes(db.page(page)[start : start + length])
+    try:
+        hsize, pos = varint(local, 0)
+        if hsize > len(local) or any(lo < hsize for lo, _ in runs):
+            return None
+        body = hsize
+        hit = []
+        i = 0
+        while pos < hsize:
+            t, pos = varint(local, pos)
+            width = _serial_size(t)
+            if width and any(lo < body + width and body < hi for lo, hi in runs):
+                hit.append(i)
+            body += width
+            i += 1
+    except PageFormatError:
+        return None
+    return hit
+
+
+def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
+    """Rows whose record runs into zeroed bytes, per rowid table of ``schema``.
+
+    A zeroed sector (or 4 KiB block) inside a cell leaves a record SQLite still reads:
+    its header gives every column's length, so the zeros are read as text, a real of
+    0.0, an integer 0. Every wholly zeroed 512-byte sector of the file is found, and
+    each cell of a table leaf whose payload (in the cell or on its overflow pages) has
+    ``MIN_ZEROED_RUN`` or more bytes in one is listed with the columns those bytes
+    belong to. Call with no SQLite connection open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        zeroed = zeroed_sectors(db)
+        if not zeroed:
+            return {}
+        free = db.freelist_pages()
+        leaves_of = {
+            o.name: _tree_leaves(db, o.rootpage)
+            for o in schema.tables()
+            if o.rootpage and not o.without_rowid and not o.is_virtual
+        }
+        on_leaf = {n for leaves in leaves_of.values() for n in leaves}
+        # A zeroed sector on a page that is no leaf of any table may be an overflow page.
+        others = {n for n in zeroed if n not in on_leaf and n not in free}
+        out: dict[str, ZeroedCells] = {}
+        for name, leaves in leaves_of.items():
+            found: ZeroedCells = {}
+            for n in leaves:
+                if n not in zeroed and not others:
+                    continue
+                try:
+                    offsets = db.cell_offsets(n)
+                except (PageFormatError, struct.error):
+                    continue
+                for off in offsets:
+                    try:
+                        rowid, segs = _payload_segments(db, n, off)
+                    except (PageFormatError, struct.error, IndexError):
+                        continue
+                    if not any(p in zeroed for _, _, p, _ in segs):
+                        continue
+                    runs = _zeroed_runs(segs, zeroed)
+                    if runs:
+                        found[rowid] = _columns_hit(db, segs, runs)
+            if found:
+                out[name] = found
+        return out
+    finally:
+        db.close()

@@ -26,7 +26,13 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
-from statewarden.recovery.copies import feeds, fts_rowids, rebuild_from_copies, write_rebuilt
+from statewarden.recovery.copies import (
+    feeds,
+    fts_rowids,
+    rebuild_from_copies,
+    restore_from_copies,
+    write_rebuilt,
+)
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport, json_value
@@ -79,6 +85,17 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
     return lambda row: tuple(row[1 : 1 + n])
 
 
+ZEROED_REASON = "its record runs into zeroed bytes"
+
+
+def _zeroed_columns(hit: list[int] | None, cols: list[str], key_idx: list[int]) -> list[str] | None:
+    """Names of the columns a zeroed sector hit; None when no column can be trusted
+    (the record header, or a key column, was hit)."""
+    if hit is None or any(i + 1 in key_idx for i in hit):
+        return None
+    return [cols[i] for i in hit if i < len(cols)]
+
+
 def _columns(obj: SchemaObject) -> list[str]:
     return [c.name for c in obj.stored_columns]
 
@@ -112,7 +129,7 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
     bad_fts |= {name for name, res in diag.fts.items() if res != "ok"}
     rotted = {fts for c in diag.copies for fts in c.copies_rotted}
     bad_fts |= rotted
-    flagged = {g.object for g in diag.groups}
+    flagged = {g.object for g in diag.groups} | set(diag.zeroed_cells)
     fed = {f.fts for f in feeds(schema)}
     modes = {}
     for obj in schema.tables():
@@ -287,6 +304,7 @@ class Rebuild:
                 if obj.name in self.damaged:
                     self._add_from_other_copies(tc)
             self._copy_sequences()
+            self._restore_from_copies()
             for tc in self.copies.values():
                 self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
@@ -486,6 +504,42 @@ class Rebuild:
             f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
         )
 
+    def _restore_from_copies(self) -> None:
+        """Rows that differ from two FTS copies that agree with each other (changed on
+        disk) get the changed column back from the copies (``copies.restore_from_copies``);
+        each is listed in ``restored_from_copies``; the others stay as stored."""
+        for check in self.diag.copies:
+            if check.table not in self.copies or not check.rows_rotted:
+                continue
+            done = restore_from_copies(self.src, self.dst, self.schema, check)
+            restored = {r.rowid for r in done}
+            for r in done:
+                self.report.restored_from_copies.append(
+                    {
+                        "table": r.table,
+                        "rowid": r.rowid,
+                        "column": r.column,
+                        "stored": json_value(r.stored),
+                        "from": r.copies,
+                    }
+                )
+            kept = [r for r in check.rows_rotted if r not in restored]
+            if done:
+                shown = ", ".join(str(r) for r in sorted(restored)[:20])
+                self.report.notes.append(
+                    f"{check.table}: {len(done)} rows changed on disk were restored from"
+                    f" their search-index copies ({', '.join(check.copies)}), which agree"
+                    f" with each other (rowids {shown})"
+                )
+            if kept:
+                shown = ", ".join(str(r) for r in kept[:20])
+                self.report.notes.append(
+                    f"{check.table}: {len(kept)} rows differ from their search-index copies,"
+                    " which agree with each other, and no single column changed explains"
+                    f" it: kept as stored (rowids {shown}); the copies keep the text they had"
+                )
+                self.copies[check.table].report.unverified += len(kept)
+
     def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
         """Rows the FTS copies remember that the output table lacks go, as far as the
         copies hold them, to a documented side table (``copies.REBUILT_RULE``)."""
@@ -609,29 +663,45 @@ class Rebuild:
         seen = [0]
         partial: dict[int, list[str]] = {}
 
+        zeroed = self.diag.zeroed_cells.get(obj.name, {})
+
         def on_row(row: tuple[Any, ...]) -> None:
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
             tc.source_keys.add(key)
-            tc.rowids.add(int(row[0]))
             values = list(row[1:])
             missing = partial.pop(int(row[0]), None)
+            why = None
+            if int(row[0]) in zeroed:
+                hit = _zeroed_columns(zeroed[int(row[0])], cols, key_idx)
+                if hit is None:
+                    # Its record header ran into zeroed bytes: no column can be trusted.
+                    zeroed_lost.append(int(row[0]))
+                    return
+                if hit:
+                    why = ZEROED_REASON
+                    missing = sorted({*(missing or []), *hit}, key=cols.index)
+                    for c in hit:
+                        values[cols.index(c)] = None
+            tc.rowids.add(int(row[0]))
             if missing is not None:
                 filled = self._fill_missing(obj, cols, values, missing)
             if self._insert_row(tc, int(row[0]), values, cols) and missing is not None:
                 tc.report.partial += 1
-                self.report.partial_rows.append(
-                    {
-                        "table": obj.name,
-                        "rowid": int(row[0]),
-                        "columns": missing,
-                        "filled": {c: json_value(v) for c, v in filled.items()},
-                    }
-                )
+                entry: dict[str, Any] = {
+                    "table": obj.name,
+                    "rowid": int(row[0]),
+                    "columns": missing,
+                    "filled": {c: json_value(v) for c, v in filled.items()},
+                }
+                if why:
+                    entry["why"] = why
+                self.report.partial_rows.append(entry)
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
+        zeroed_lost: list[int] = []
         hints = sorted(tc.hint_rowids)
         result = scan_table(
             self.src,
@@ -647,8 +717,14 @@ class Rebuild:
                 f"{obj.name}: {len(result.out_of_order)} cells read out of rowid order that no"
                 f" index lists (rowids {shown}): garbled cells, not rows; not copied"
             )
-        tc.report.unreadable_rows = result.unreadable_rows
+        tc.report.unreadable_rows = result.unreadable_rows + len(zeroed_lost)
         tc.report.unreadable_ranges = result.unreadable_ranges
+        if zeroed_lost:
+            shown = ", ".join(str(r) for r in zeroed_lost[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(zeroed_lost)} rows whose record header ran into zeroed"
+                f" bytes were not copied (rowids {shown})"
+            )
         if result.text_repaired:
             shown = ", ".join(str(r) for r in result.text_repaired[:20])
             self.report.notes.append(

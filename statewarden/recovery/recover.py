@@ -175,15 +175,6 @@ def _recover_copy(
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
     if work.schema_note:
         report.notes.append(work.schema_note)
-    for c in diag.copies:
-        if c.rows_rotted:
-            # The row is kept as stored: the FTS text is a concatenation of several
-            # columns and cannot say which column changed, or how; the copies keep the
-            # original text (and stay searchable).
-            report.notes.append(
-                f"{c.findings()[0]}; kept as stored, their search-index copies keep the"
-                " text they had"
-            )
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)
@@ -281,8 +272,8 @@ def _complete_partial_rows(
     try:
         for entry in report.partial_rows:
             obj = schema.by_name(entry["table"])
-            if obj is None:
-                continue
+            if obj is None or entry.get("why"):
+                continue  # columns zeroed on disk: the file holds no other copy of them
             cols = [c.name for c in obj.stored_columns]
             whole = record_by_its_header(db, obj.rootpage, entry["rowid"])
             if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
@@ -325,6 +316,8 @@ def _complete_partial_rows(
 
 def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out = {g.object for g in diag.groups if g.kind == "table"}
+    base = {o.name for o in schema.base_tables()}
+    out.update(name for name in diag.zeroed_cells if name in base)
     for t in diag.tables:
         if (
             t.scan_rows != t.distinct_keys

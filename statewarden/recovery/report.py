@@ -65,6 +65,9 @@ class TableReport:
     rebuilt_from_copies: int = 0  # lost rows rebuilt from FTS/index copies (side table)
     recovered_from_other_copies: int = 0  # from a snapshot, WAL capture or backup
     deleted_since_copy: int = 0  # rows of those copies the evidence says were deleted
+    # Rows kept as stored that differ from two search-index copies agreeing with each
+    # other, where no single changed column explains it: not proven good (a loss).
+    unverified: int = 0
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -87,6 +90,7 @@ class TableReport:
             "rebuilt_from_copies": self.rebuilt_from_copies,
             "recovered_from_other_copies": self.recovered_from_other_copies,
             "deleted_since_copy": self.deleted_since_copy,
+            "unverified": self.unverified,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -111,6 +115,9 @@ class Report:
     rebuilt: dict[str, str] = field(default_factory=dict)  # table -> its side table
     # Rows taken from another copy: table, rowid, from (its label), copy_taken_at.
     from_other_copies: list[dict[str, Any]] = field(default_factory=list)
+    # Columns changed on disk, put back from the search-index copies: table, rowid,
+    # column, stored (what the file held), from (the copies).
+    restored_from_copies: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -131,7 +138,9 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return any(t.lost or t.unreadable_ranges or t.partial for t in self.tables.values())
+        return any(
+            t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -153,6 +162,7 @@ class Report:
             "rebuilt": self.rebuilt,
             "rebuilt_rule": REBUILT_RULE,
             "from_other_copies": self.from_other_copies,
+            "restored_from_copies": self.restored_from_copies,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -203,6 +213,11 @@ class Report:
                     " (the freelist is damaged and no index or FTS copy lists them:"
                     " they may be deleted rows)"
                 )
+        for r in self.restored_from_copies:
+            out.append(
+                f"  restored: {r['table']} rowid {r['rowid']}: {r['column']} from"
+                f" {', '.join(r['from'])} (changed on disk)"
+            )
         for p in self.partial_rows:
             out.append(
                 f"  partial: {p['table']} rowid {p['rowid']}: unreadable " + ", ".join(p["columns"])
@@ -224,9 +239,13 @@ class Report:
         )
         if self.loss_detected and not self.lost:
             partial = sum(t.partial for t in self.tables.values())
+            unverified = sum(t.unverified for t in self.tables.values())
             loss = (
                 f"loss detected: {partial} partial row{'s' if partial != 1 else ''}"
                 if partial
+                else f"loss detected: {unverified} row{'s' if unverified != 1 else ''}"
+                " contradicting their search-index copies"
+                if unverified
                 else "loss detected: unreadable rowid ranges"
             )
         if self.timings:

@@ -1,0 +1,322 @@
+"""The standing fuzz lab: random damage to a Hermes database, ground truth by carving.
+
+A seed draws one to three pieces of damage, each one of:
+
+- ``sector``: a zeroed 512-byte sector (512-aligned, anywhere in a page);
+- ``block``: a zeroed 4 KiB block at a random 512-aligned offset (across two pages);
+- ``scribble``: random bytes (16 to 512 of them) at a random offset of a page;
+- ``torn``: one half of a page replaced by the same half of its older image;
+- ``reverted``: a whole page replaced by its older image.
+
+Older images come from an earlier copy of the same file: the fixture as Hermes first
+wrote it (``built_db``), while the damaged file is that fixture after Hermes appended
+more messages to some of its sessions and opened a new one (``later_db``, cached). Half
+the damage goes to pages of the ``sessions`` and ``messages`` b-trees, the rest anywhere
+but page 1 (the file header and schema root: salvaging a file without them is its own
+lab case).
+
+Ground truth by carving, sharing no code with ``statewarden/recovery/``: a row of a
+base table counts as *intact* when its exact cell (payload-size and rowid varints,
+record and overflow pointer) still lies where it was in the damaged file, and every
+page of its overflow chain is unchanged, so its exact record can still be decoded
+from the damaged file's bytes. ``check_run`` then holds ``recover`` to its promises:
+no intact row dropped, no wrong row written as a good one, ``loss_detected`` exactly
+when a row did not come back as it was, the source unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from lab.hermes_fixtures import Spec, built_db, cache_dir, hermes_python
+from statewarden.demo.damage import PristineFile, schema_roots, varint, write_at
+
+# Small enough that one seed takes well under a second, large enough that the
+# messages b-tree has an interior level and the sessions table several leaves.
+FUZZ = Spec(sessions=24, messages=400, text_bytes=300, seed=11)
+KINDS = ("sector", "block", "scribble", "torn", "reverted")
+SECTOR = 512
+BLOCK = 4096
+# Base tables whose rows are held to the promises (FTS tables are derived data).
+BASE_TABLES = ("sessions", "messages", "session_model_usage")
+
+LATER_WRITER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+ids = [r[0] for r in db._conn.execute("SELECT id FROM sessions ORDER BY started_at LIMIT 3")]
+for n, sid in enumerate(ids):
+    for i in range(6):
+        db.append_message(sid, "user" if i % 2 == 0 else "assistant",
+                          f"later message {i} of session {n}: the writer appended it afterwards")
+db.create_session("later_session", "cli", model="hermes-4-70b")
+db.set_session_title("later_session", "a session opened after the first copy")
+for i in range(8):
+    db.append_message("later_session", "user", f"later session message {i}")
+db.close()
+"""
+
+
+def later_db(spec: Spec = FUZZ) -> Path:
+    """``built_db(spec)`` after Hermes appended messages to three sessions and opened a
+    new one (cached next to it): the file the fuzz lab damages."""
+    older = built_db(spec)
+    root = cache_dir() / f"{spec.key()}-later-v1"
+    db = root / "state.db"
+    if db.exists():
+        return db
+    tmp = root.with_name(root.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copyfile(older, tmp / "state.db")
+    subprocess.run([hermes_python(spec.hermes), "-c", LATER_WRITER, str(tmp)], check=True)
+    for side in ("-wal", "-shm"):
+        if (tmp / f"state.db{side}").exists():
+            raise RuntimeError(f"Hermes left state.db{side} behind after close")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return db
+
+
+@dataclass
+class Damage:
+    kind: str
+    offset: int  # byte offset in the file
+    length: int
+    page: int
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.length} bytes at {self.offset} (page {self.page})"
+
+
+@dataclass
+class FuzzCase:
+    db: Path
+    pristine: Path  # the file before the damage
+    older: Path  # the earlier copy the torn and reverted pages come from
+    seed: int
+    damage: list[Damage] = field(default_factory=list)
+    # table -> rowid -> (values of the pristine row, intact in the damaged file?)
+    truth: dict[str, dict[int, tuple[tuple[Any, ...], bool]]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"seed {self.seed}: " + "; ".join(d.describe() for d in self.damage)
+
+    def intact(self, table: str) -> set[int]:
+        return {r for r, (_, ok) in self.truth.get(table, {}).items() if ok}
+
+
+def _base_pages(pf: PristineFile, roots: dict[str, int]) -> list[int]:
+    out: list[int] = []
+    for name in ("sessions", "messages"):
+        interior, leaves = pf.tree_pages(roots[name])
+        out.extend(interior + leaves)
+    return sorted(out)
+
+
+def fuzz_case(dest_dir: Path, seed: int, spec: Spec = FUZZ) -> FuzzCase:
+    """A copy of ``later_db(spec)`` with the damage ``seed`` draws, and its truth."""
+    rnd = random.Random(seed)
+    pristine = later_db(spec)
+    older = built_db(spec)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    db = dest_dir / "state.db"
+    shutil.copyfile(pristine, db)
+    pf = PristineFile(pristine)
+    old = PristineFile(older)
+    ps = pf.page_size
+    pages = len(pf.data) // ps
+    base = _base_pages(pf, schema_roots(pristine))
+    case = FuzzCase(db=db, pristine=pristine, older=older, seed=seed)
+    for _ in range(rnd.randint(1, 3)):
+        kind = rnd.choice(KINDS)
+        page = rnd.choice(base) if rnd.random() < 0.5 else rnd.randint(2, pages)
+        start = (page - 1) * ps
+        if kind == "sector":
+            offset, length = start + rnd.randrange(0, ps, SECTOR), SECTOR
+            data = bytes(length)
+        elif kind == "block":
+            offset = start + rnd.randrange(0, ps, SECTOR)
+            length = min(BLOCK, len(pf.data) - offset)
+            data = bytes(length)
+        elif kind == "scribble":
+            length = rnd.randint(16, 512)
+            offset = start + rnd.randrange(0, ps - length)
+            data = rnd.randbytes(length)
+        else:
+            image = old.page(page) if page <= len(old.data) // ps else bytes(ps)
+            if kind == "torn":
+                half = rnd.choice((0, ps // 2))
+                offset, length, data = start + half, ps // 2, image[half : half + ps // 2]
+            else:
+                offset, length, data = start, ps, image
+        write_at(db, offset, data)
+        case.damage.append(Damage(kind, offset, length, page))
+    case.truth = carve_truth(pristine, db)
+    return case
+
+
+def _local_size(usable: int, size: int) -> int:
+    """Bytes of a table-leaf payload of ``size`` bytes stored in the cell itself."""
+    x = usable - 35
+    if size <= x:
+        return size
+    m = ((usable - 12) * 32 // 255) - 23
+    k = m + (size - m) % (usable - 4)
+    return k if k <= x else m
+
+
+def carve_truth(
+    pristine: Path, damaged: Path
+) -> dict[str, dict[int, tuple[tuple[Any, ...], bool]]]:
+    """Every row of the base tables in ``pristine`` and whether its exact cell and
+    overflow chain are still in ``damaged`` (byte for byte, where they were)."""
+    pf = PristineFile(pristine)
+    now = damaged.read_bytes()
+    ps = pf.page_size
+    usable = ps - pf.data[20]
+    roots = schema_roots(pristine)
+    out: dict[str, dict[int, tuple[tuple[Any, ...], bool]]] = {}
+    for table in BASE_TABLES:
+        if table not in roots:
+            continue
+        values = {int(r[0]): tuple(r) for r in _rows(pristine, table)}
+        intact: dict[int, bool] = {}
+        for leaf in pf.tree_pages(roots[table])[1]:
+            pg = pf.page(leaf)
+            base = (leaf - 1) * ps
+            for off in pf.cell_offsets(leaf):
+                size, pos = varint(pg, off)
+                rowid, pos = varint(pg, pos)
+                local = _local_size(usable, size)
+                end = pos + local + (4 if local < size else 0)
+                ok = now[base + off : base + end] == pg[off:end]
+                if ok and local < size:
+                    (nxt,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
+                    left = size - local
+                    while ok and nxt and left > 0:
+                        o = (nxt - 1) * ps
+                        used = 4 + min(usable - 4, left)
+                        ok = now[o : o + used] == pf.data[o : o + used]
+                        left -= usable - 4
+                        (nxt,) = struct.unpack(">I", pf.data[o : o + 4])
+                intact[rowid] = ok
+        out[table] = {r: (v, intact.get(r, False)) for r, v in values.items()}
+    return out
+
+
+def _rows(path: Path, table: str) -> list[tuple[Any, ...]]:
+    conn = apsw.Connection(
+        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        try:
+            return [tuple(r) for r in conn.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid")]
+        except UnicodeDecodeError:
+            # Text that is not UTF-8 (scribbled bytes): read as bytes, shown with U+FFFD.
+            cols = [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+            sel = ", ".join(
+                f"CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) ELSE {c} END" for c in cols
+            )
+            out = []
+            for r in conn.execute(f"SELECT rowid, {sel} FROM {table} ORDER BY rowid"):
+                out.append(
+                    tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in r)
+                )
+            return out
+    finally:
+        conn.close()
+
+
+def bundle_digest(db: Path) -> str:
+    """SHA-256 over the database and its sidecars (to prove the source unchanged)."""
+    h = hashlib.sha256()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        p = Path(f"{db}{suffix}")
+        h.update(suffix.encode())
+        h.update(p.read_bytes() if p.exists() else b"<absent>")
+    return h.hexdigest()
+
+
+def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> list[str]:
+    """What ``recover``'s report and output break of its promises on this case."""
+    out: list[str] = []
+    partial = {(p["table"], p["rowid"]): set(p["columns"]) for p in report.get("partial_rows", [])}
+    others = {(e["table"], e["rowid"]) for e in report.get("from_other_copies", [])}
+    lost_any = False
+    for table, rows in case.truth.items():
+        got = {int(r[0]): tuple(r) for r in _rows(output, table)} if output else {}
+        cols = _columns(output, table) if output else []
+        for rowid, (want, ok) in rows.items():
+            have = got.get(rowid)
+            if have != want:
+                lost_any = True
+                if ok:
+                    why = "missing" if have is None else "changed"
+                    out.append(f"{table} rowid {rowid}: intact on disk, {why} in the output")
+        for rowid, have in got.items():
+            want_row = rows.get(rowid)
+            if want_row is not None and have == want_row[0]:
+                continue
+            if (table, rowid) in others:
+                continue
+            if (table, rowid) in partial and want_row is not None:
+                unreadable = partial[(table, rowid)]
+                bad = [
+                    c
+                    for i, c in enumerate(cols)
+                    if c not in unreadable and have[i + 1] != want_row[0][i + 1]
+                ]
+                if not bad:
+                    continue
+                out.append(f"{table} rowid {rowid}: partial, but {', '.join(bad)} wrong")
+                continue
+            what = "never existed" if want_row is None else "differs from the row Hermes wrote"
+            out.append(f"{table} rowid {rowid}: written as a good row but {what}")
+    if bool(report.get("loss_detected")) != lost_any:
+        out.append(
+            f"loss_detected is {report.get('loss_detected')} but rows were"
+            f" {'lost' if lost_any else 'all recovered'}"
+        )
+    return out
+
+
+def _columns(path: Path, table: str) -> list[str]:
+    conn = apsw.Connection(
+        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        return [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+    finally:
+        conn.close()
+
+
+def run_seed(work: Path, seed: int, spec: Spec = FUZZ) -> tuple[FuzzCase, list[str]]:
+    """Damage a copy by ``seed``, run ``recover`` on it, return the case and what broke."""
+    from statewarden.errors import StatewardenError
+    from statewarden.recovery.recover import recover
+
+    case = fuzz_case(work / "db", seed, spec)
+    before = bundle_digest(case.db)
+    output = work / "out" / "recovered.db"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        rep = recover(case.db, output).to_json()
+    except StatewardenError as exc:
+        return case, [f"recover failed: {exc}"]
+    found = violations(case, rep, output if output.exists() else None)
+    if not output.exists():
+        found.append("recover left no verified output")
+    if bundle_digest(case.db) != before:
+        found.append("the source bundle changed")
+    return case, found
