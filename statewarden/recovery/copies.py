@@ -525,3 +525,42 @@ def restore_from_copies(
         dst.execute(f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid))
         out.append(Restored(check.table, rowid, col, row[col], value, list(check.copies)))
     return out
+
+
+def indexed_values(
+    conn: apsw.Connection,
+    schema: Schema,
+    table: str,
+    rowids: set[int],
+    *,
+    broken_roots: set[int],
+) -> dict[int, dict[str, tuple[Any, str]]]:
+    """For each of ``rowids``, the column values the intact indexes of ``table`` hold
+    for it (column -> (value, index name)), read from the indexes alone (covering
+    reads: the table is not touched). Partial indexes and indexes on expressions are
+    left out; so is an index whose own b-tree is damaged."""
+    out: dict[int, dict[str, tuple[Any, str]]] = {}
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue
+        try:
+            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
+            if not cols or any(c is None for c in cols):
+                continue
+            sel = ", ".join(quote_ident(str(c)) for c in cols)
+            sql = (
+                f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
+            )
+            for row in conn.execute(sql):
+                if int(row[0]) not in rowids:
+                    continue
+                got = out.setdefault(int(row[0]), {})
+                for c, v in zip(cols, row[1:], strict=True):
+                    got.setdefault(str(c), (v, idx.name))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return out

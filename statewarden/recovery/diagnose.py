@@ -46,6 +46,9 @@ from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
+# integrity_check's line when a read error ended it (the virtual tables' checks may
+# not have run).
+CHECK_CUT_SHORT = "database disk image is malformed"
 _TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
 
 
@@ -327,7 +330,8 @@ def _diagnose(
     unverifiable = unloadable(conn, schema)
     # A line that names no object ("database disk image is malformed") can end the
     # check before the FTS tables' own checks ran: then they are run here.
-    if complete and not any(g.kind == "unknown" for g in groups):
+    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in lines)
+    if complete and not cut_short and not any(g.kind == "unknown" for g in groups):
         fts = fts_from_integrity_lines(lines, schema)
     else:
         fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))

@@ -29,6 +29,7 @@ from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import (
     feeds,
     fts_rowids,
+    indexed_values,
     rebuild_from_copies,
     restore_from_copies,
     write_rebuilt,
@@ -86,6 +87,7 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
 
 
 ZEROED_REASON = "its record runs into zeroed bytes"
+BAD_TEXT_REASON = "its text is not valid UTF-8 (changed on disk)"
 
 
 def _zeroed_columns(hit: list[int] | None, cols: list[str], key_idx: list[int]) -> list[str] | None:
@@ -306,6 +308,8 @@ class Rebuild:
             self._copy_sequences()
             self._restore_from_copies()
             for tc in self.copies.values():
+                self._restore_from_indexes(tc)
+            for tc in self.copies.values():
                 self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
@@ -513,7 +517,15 @@ class Rebuild:
                 continue
             done = restore_from_copies(self.src, self.dst, self.schema, check)
             restored = {r.rowid for r in done}
+            tc = self.copies[check.table]
             for r in done:
+                for entry in self.report.partial_rows:
+                    if (entry["table"], entry["rowid"]) == (r.table, r.rowid):
+                        entry["columns"] = [c for c in entry["columns"] if c != r.column]
+                        entry["filled"].pop(r.column, None)
+                        if not entry["columns"]:
+                            tc.report.partial -= 1
+                self.report.partial_rows = [e for e in self.report.partial_rows if e["columns"]]
                 self.report.restored_from_copies.append(
                     {
                         "table": r.table,
@@ -538,7 +550,50 @@ class Rebuild:
                     " which agree with each other, and no single column changed explains"
                     f" it: kept as stored (rowids {shown}); the copies keep the text they had"
                 )
-                self.copies[check.table].report.unverified += len(kept)
+                tc.report.unverified += len(kept)
+
+    def _restore_from_indexes(self, tc: TableCopy) -> None:
+        """Rows known to be damaged on disk (partial, or restored from their FTS
+        copies) are compared with the entries intact indexes hold for their rowid: a
+        column that differs from them (a changed real, a filled-in value) is set to
+        the indexed value, which was written with the row."""
+        obj = tc.obj
+        suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
+        suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
+        if not suspects or obj.without_rowid:
+            return
+        broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
+        entries = indexed_values(self.src, self.schema, obj.name, suspects, broken_roots=broken)
+        t = quote_ident(obj.name)
+        cols = _columns(obj)
+        for rowid, found in sorted(entries.items()):
+            sel = ", ".join(quote_ident(c) for c in found)
+            have = self.dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,))
+            row = have.fetchone()
+            if row is None:
+                continue
+            for (col, (value, index)), stored in zip(found.items(), row, strict=True):
+                if col not in cols or (stored == value and type(stored) is type(value)):
+                    continue
+                self.dst.execute(
+                    f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
+                )
+                self.report.restored_from_copies.append(
+                    {
+                        "table": obj.name,
+                        "rowid": rowid,
+                        "column": col,
+                        "stored": json_value(stored),
+                        "from": [f"index {index}"],
+                    }
+                )
+                for entry in self.report.partial_rows:
+                    if (entry["table"], entry["rowid"]) == (obj.name, rowid):
+                        entry["columns"] = [c for c in entry["columns"] if c != col]
+                        entry["filled"].pop(col, None)
+                        if not entry["columns"]:
+                            tc.report.partial -= 1
+        self.report.partial_rows = [e for e in self.report.partial_rows if e["columns"]]
 
     def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
         """Rows the FTS copies remember that the output table lacks go, as far as the
@@ -672,17 +727,23 @@ class Rebuild:
             values = list(row[1:])
             missing = partial.pop(int(row[0]), None)
             why = None
+            hit: list[str] | None = []
             if int(row[0]) in zeroed:
                 hit = _zeroed_columns(zeroed[int(row[0])], cols, key_idx)
-                if hit is None:
-                    # Its record header ran into zeroed bytes: no column can be trusted.
-                    zeroed_lost.append(int(row[0]))
-                    return
-                if hit:
-                    why = ZEROED_REASON
-                    missing = sorted({*(missing or []), *hit}, key=cols.index)
-                    for c in hit:
-                        values[cols.index(c)] = None
+                why = ZEROED_REASON
+            if hit is not None and int(row[0]) in bad_text:
+                # Hermes writes valid UTF-8 only: such text was changed on disk.
+                bad = bad_text.pop(int(row[0]))
+                hit = None if any(cols.index(c) + 1 in key_idx for c in bad) else [*hit, *bad]
+                why = why or BAD_TEXT_REASON
+            if hit is None:
+                # Its record header (or a key) ran into damage: no column can be trusted.
+                zeroed_lost.append(int(row[0]))
+                return
+            if hit:
+                missing = sorted({*(missing or []), *hit}, key=cols.index)
+                for c in hit:
+                    values[cols.index(c)] = None
             tc.rowids.add(int(row[0]))
             if missing is not None:
                 filled = self._fill_missing(obj, cols, values, missing)
@@ -702,6 +763,7 @@ class Rebuild:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
         zeroed_lost: list[int] = []
+        bad_text: dict[int, list[str]] = {}
         hints = sorted(tc.hint_rowids)
         result = scan_table(
             self.src,
@@ -710,6 +772,7 @@ class Rebuild:
             on_row,
             hints=hints,
             on_partial=partial.__setitem__,
+            on_bad_text=bad_text.__setitem__,
         )
         if result.out_of_order:
             shown = ", ".join(str(r) for r in result.out_of_order[:10])
@@ -722,14 +785,15 @@ class Rebuild:
         if zeroed_lost:
             shown = ", ".join(str(r) for r in zeroed_lost[:10])
             self.report.notes.append(
-                f"{obj.name}: {len(zeroed_lost)} rows whose record header ran into zeroed"
-                f" bytes were not copied (rowids {shown})"
+                f"{obj.name}: {len(zeroed_lost)} rows whose record header or key ran into"
+                f" zeroed or changed bytes were not copied (rowids {shown})"
             )
         if result.text_repaired:
             shown = ", ".join(str(r) for r in result.text_repaired[:20])
             self.report.notes.append(
                 f"{obj.name}: {len(result.text_repaired)} rows held text that is not valid"
-                f" UTF-8; kept, with U+FFFD for the bad bytes (rowids {shown})"
+                f" UTF-8 (changed on disk): those columns are unreadable, unless their"
+                f" search-index copies restore them (rowids {shown})"
             )
 
     def _fill_missing(

@@ -318,6 +318,9 @@ def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out = {g.object for g in diag.groups if g.kind == "table"}
     base = {o.name for o in schema.base_tables()}
     out.update(name for name in diag.zeroed_cells if name in base)
+    # Rows changed on disk are read one by one: a column whose text is not UTF-8 any
+    # more is unreadable, and the changed one comes back from the copies.
+    out.update(c.table for c in diag.copies if c.rows_rotted and c.table in base)
     for t in diag.tables:
         if (
             t.scan_rows != t.distinct_keys
