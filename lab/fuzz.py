@@ -251,7 +251,11 @@ def bundle_digest(db: Path) -> str:
 def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> list[str]:
     """What ``recover``'s report and output break of its promises on this case."""
     out: list[str] = []
-    partial = {(p["table"], p["rowid"]): set(p["columns"]) for p in report.get("partial_rows", [])}
+    # A partial row's unreadable columns, and those it read but could not vouch for.
+    partial = {
+        (p["table"], p["rowid"]): set(p["columns"]) | set(p.get("unverified", []))
+        for p in report.get("partial_rows", [])
+    }
     others = {(e["table"], e["rowid"]) for e in report.get("from_other_copies", [])}
     lost_any = False
     for table, rows in case.truth.items():

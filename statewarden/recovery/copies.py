@@ -531,15 +531,16 @@ def indexed_values(
     conn: apsw.Connection,
     schema: Schema,
     table: str,
-    rowids: set[int],
+    rowids: set[int] | None,
     *,
     broken_roots: set[int],
-) -> dict[int, dict[str, tuple[Any, str]]]:
-    """For each of ``rowids``, the column values the intact indexes of ``table`` hold
-    for it (column -> (value, index name)), read from the indexes alone (covering
-    reads: the table is not touched). Partial indexes and indexes on expressions are
-    left out; so is an index whose own b-tree is damaged."""
-    out: dict[int, dict[str, tuple[Any, str]]] = {}
+) -> dict[int, dict[str, list[tuple[Any, str]]]]:
+    """For each of ``rowids`` (None: every rowid), the column values the intact
+    indexes of ``table`` hold for it (column -> [(value, index name), ...], one per
+    index that holds the column), read from the indexes alone (covering reads: the
+    table is not touched). Partial indexes and indexes on expressions are left out;
+    so is an index whose own b-tree is damaged."""
+    out: dict[int, dict[str, list[tuple[Any, str]]]] = {}
     for idx in schema.objects:
         if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
             continue
@@ -554,11 +555,11 @@ def indexed_values(
                 f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
             )
             for row in conn.execute(sql):
-                if int(row[0]) not in rowids:
+                if rowids is not None and int(row[0]) not in rowids:
                     continue
                 got = out.setdefault(int(row[0]), {})
                 for c, v in zip(cols, row[1:], strict=True):
-                    got.setdefault(str(c), (v, idx.name))
+                    got.setdefault(str(c), []).append((v, idx.name))
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise

@@ -777,9 +777,10 @@ def _decode_known(db: DatabaseFile, payload: bytes, have: bytes) -> dict[int, An
 # -- cells that run into zeroed sectors ---------------------------------------------
 
 SECTOR = 512
-# A record may hold a few zero bytes of its own (integers, reals); this many in a row
-# that lie in a wholly zeroed sector are the sector's, not the record's.
-MIN_ZEROED_RUN = 16
+# A record may end in a zero byte or two of its own (an integer, a real); this many of
+# its bytes in a wholly zeroed sector are the sector's, not the record's. (A sector
+# that holds the start of a cell is never zero: a cell starts with its payload size.)
+MIN_ZEROED_RUN = 4
 
 # rowid -> positions of the columns whose bytes were zeroed (None: its record header
 # was, so no column can be trusted).

@@ -553,47 +553,96 @@ class Rebuild:
                 tc.report.unverified += len(kept)
 
     def _restore_from_indexes(self, tc: TableCopy) -> None:
-        """Rows known to be damaged on disk (partial, or restored from their FTS
-        copies) are compared with the entries intact indexes hold for their rowid: a
-        column that differs from them (a changed real, a filled-in value) is set to
-        the indexed value, which was written with the row."""
+        """Rows of a table copied row by row are compared with the entries its intact
+        indexes hold for their rowid. A column of a row known to be damaged on disk
+        (partial, or restored from its FTS copies) that differs from an index entry,
+        or a column of any row that differs from the entries of two or more indexes
+        agreeing with each other, is set to the indexed value, written with the row
+        (a changed real, a filled-in value). A column only one index holds that
+        differs in a row with no other damage is left as stored and counted as
+        unverified (either may be the changed one)."""
         obj = tc.obj
+        if obj.without_rowid or obj.name not in self.damaged:
+            return
         suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
         suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
-        if not suspects or obj.without_rowid:
-            return
         broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
-        entries = indexed_values(self.src, self.schema, obj.name, suspects, broken_roots=broken)
-        t = quote_ident(obj.name)
+        entries = indexed_values(self.src, self.schema, obj.name, None, broken_roots=broken)
         cols = _columns(obj)
-        for rowid, found in sorted(entries.items()):
-            sel = ", ".join(quote_ident(c) for c in found)
-            have = self.dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,))
-            row = have.fetchone()
-            if row is None:
+        indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
+        self._mark_unverified(obj, cols, entries)
+        if not indexed:
+            return
+        t = quote_ident(obj.name)
+        sel = ", ".join(quote_ident(c) for c in indexed)
+        unverified: list[int] = []
+        fixes: list[tuple[int, str, Any, Any, list[str]]] = []
+        for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}"):
+            rowid = int(row[0])
+            found = entries.get(rowid)
+            if not found:
                 continue
-            for (col, (value, index)), stored in zip(found.items(), row, strict=True):
-                if col not in cols or (stored == value and type(stored) is type(value)):
+            for col, stored in zip(indexed, row[1:], strict=True):
+                witnesses = found.get(col, [])
+                values = {(type(v), v) for v, _ in witnesses}
+                if not witnesses or len(values) != 1:
                     continue
-                self.dst.execute(
-                    f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
-                )
-                self.report.restored_from_copies.append(
-                    {
-                        "table": obj.name,
-                        "rowid": rowid,
-                        "column": col,
-                        "stored": json_value(stored),
-                        "from": [f"index {index}"],
-                    }
-                )
-                for entry in self.report.partial_rows:
-                    if (entry["table"], entry["rowid"]) == (obj.name, rowid):
-                        entry["columns"] = [c for c in entry["columns"] if c != col]
-                        entry["filled"].pop(col, None)
-                        if not entry["columns"]:
-                            tc.report.partial -= 1
+                value = witnesses[0][0]
+                if stored == value and type(stored) is type(value):
+                    continue
+                if rowid in suspects or len(witnesses) >= 2:
+                    fixes.append((rowid, col, value, stored, [i for _, i in witnesses]))
+                elif rowid not in unverified:
+                    unverified.append(rowid)
+        for rowid, col, value, stored, by in fixes:
+            self.dst.execute(
+                f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
+            )
+            self.report.restored_from_copies.append(
+                {
+                    "table": obj.name,
+                    "rowid": rowid,
+                    "column": col,
+                    "stored": json_value(stored),
+                    "from": [f"index {i}" for i in by],
+                }
+            )
+            for entry in self.report.partial_rows:
+                if (entry["table"], entry["rowid"]) == (obj.name, rowid):
+                    entry["columns"] = [c for c in entry["columns"] if c != col]
+                    entry["filled"].pop(col, None)
+                    if not entry["columns"]:
+                        tc.report.partial -= 1
         self.report.partial_rows = [e for e in self.report.partial_rows if e["columns"]]
+        if fixes:
+            shown = ", ".join(str(r) for r in sorted({f[0] for f in fixes})[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(fixes)} columns changed on disk were restored from the"
+                f" entries of its intact indexes (rowids {shown})"
+            )
+        if unverified:
+            tc.report.unverified += len(unverified)
+            shown = ", ".join(str(r) for r in unverified[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(unverified)} rows differ from the one intact index that"
+                f" holds a column of theirs: kept as stored, unverified (rowids {shown})"
+            )
+
+    def _mark_unverified(
+        self, obj: SchemaObject, cols: list[str], entries: dict[int, dict[str, list[Any]]]
+    ) -> None:
+        """A partial row's record is damaged: the columns that did read may have been
+        changed too. Each partial row lists, besides its unreadable columns, those
+        read but not vouched for by an intact index (``unverified``): neither its key
+        nor a column an index holds for its rowid."""
+        keys = set(obj.key_columns) | ({obj.rowid_alias} if obj.rowid_alias else set())
+        for entry in self.report.partial_rows:
+            if entry["table"] != obj.name:
+                continue
+            vouched = keys | set(entries.get(entry["rowid"], {}))
+            entry["unverified"] = [
+                c for c in cols if c not in entry["columns"] and c not in vouched
+            ]
 
     def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
         """Rows the FTS copies remember that the output table lacks go, as far as the
