@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -781,31 +782,32 @@ SECTOR = 512
 # its bytes in a wholly zeroed sector are the sector's, not the record's. (A sector
 # that holds the start of a cell is never zero: a cell starts with its payload size.)
 MIN_ZEROED_RUN = 4
+# The shortest run of zero bytes taken for (part of) a zeroed sector.
+MIN_ZERO_STRETCH = 16
 
 # rowid -> positions of the columns whose bytes were zeroed (None: its record header
 # was, so no column can be trusted).
 ZeroedCells = dict[int, list[int] | None]
 
 
+_ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
+
+
 def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
-    """Page number -> the wholly zeroed 512-byte sectors of that page (offsets in the
-    page, aligned as a disk writes them)."""
-    data = db.data
-    zero = bytes(SECTOR)
-    out: dict[int, list[tuple[int, int]]] = {}
-    pos = 0
+    """Page number -> its stretches of zeroed sectors (offsets in the page): runs of
+    ``MIN_ZERO_STRETCH`` or more zero bytes that reach a 512-byte boundary, the way a
+    disk zeroes whole sectors (a later write may have covered part of one)."""
     end = db.page_count * db.page_size
-    while pos < end:
-        at = data.find(zero, pos, end)
-        if at < 0:
-            break
-        sector = -(-at // SECTOR) * SECTOR
-        if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
-            n, lo = divmod(sector, db.page_size)
-            out.setdefault(n + 1, []).append((lo, lo + SECTOR))
-            pos = sector + SECTOR
-        else:
-            pos = sector if sector > at else at + 1
+    out: dict[int, list[tuple[int, int]]] = {}
+    for m in _ZERO_RUN_RE.finditer(db.data, 0, end):
+        lo, hi = m.span()
+        if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+            continue  # inside one sector, touching neither of its ends: not a sector's
+        while lo < hi:
+            n = lo // db.page_size
+            stop = min(hi, (n + 1) * db.page_size)
+            out.setdefault(n + 1, []).append((lo - n * db.page_size, stop - n * db.page_size))
+            lo = stop
     return out
 
 
