@@ -257,6 +257,10 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
         for p in report.get("partial_rows", [])
     }
     others = {(e["table"], e["rowid"]) for e in report.get("from_other_copies", [])}
+    # Rows the report names as older than the rows that depend on them (lost writes).
+    others |= {
+        (e["table"], e["rowid"]) for e in report.get("count_mismatches", []) if e["what"] == "stale"
+    }
     lost_any = False
     for table, rows in case.truth.items():
         got = {int(r[0]): tuple(r) for r in _rows(output, table)} if output else {}

@@ -186,6 +186,9 @@ class Diagnosis:
     # the columns hit (None: its header was hit). SQLite reads them with the zeros as
     # their values, and no integrity check sees it (pages.zeroed_cells).
     zeroed_cells: dict[str, ZeroedCells] = field(default_factory=dict)
+    # Hermes' sessions whose message_count disagrees with the messages the file holds
+    # for them: (rowid, message_count, messages counted) (``counts_disagree``).
+    counts_disagree: list[tuple[int, int, int]] = field(default_factory=list)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -196,6 +199,14 @@ class Diagnosis:
         )
         for c in self.copies:
             out.extend(c.findings())
+        if self.counts_disagree:
+            n = len(self.counts_disagree)
+            shown = _sample(sorted(r for r, _, _ in self.counts_disagree))
+            out.append(
+                f"sessions: {n} row{'s' if n != 1 else ''} whose message_count disagrees with"
+                f" the messages stored for {'them' if n != 1 else 'it'} (rowids {shown}):"
+                " a write lost (a page back to an older image) or messages lost"
+            )
         for name, cells in self.zeroed_cells.items():
             n = len(cells)
             out.append(
@@ -341,7 +352,10 @@ def _diagnose(
     if progress:
         progress("compare FTS copies", 0, 1)
     copies = compare(conn, schema)
+    counts = counts_disagree(conn)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
+    if counts:
+        damage = worst(damage, "base")
     for c in copies:
         if c.rows_rotted:
             damage = worst(damage, "base")
@@ -362,6 +376,7 @@ def _diagnose(
         foreign_key_check_complete=not fk_errors,
         copies=copies,
         unverifiable=unverifiable,
+        counts_disagree=counts,
     )
 
 
@@ -487,6 +502,42 @@ def fts_integrity(
                 raise
             out[obj.name] = str(exc).split("\n", 1)[0]
     return out
+
+
+def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[int, int, int]]:
+    """Hermes' sessions whose ``message_count`` is not the number of their (active)
+    messages: (rowid, message_count, messages counted), from full scans.
+
+    Hermes counts each message into its session in the same transaction that stores
+    it, so in an intact file the two agree. A session counting fewer messages than
+    it has is older than its messages (its page went back to an older image: a lost
+    write); one counting more has lost messages. Empty when the file has no such
+    tables, or when either cannot be read whole."""
+    d = quote_ident(db_name)
+    try:
+        cols = {str(r[1]) for r in conn.execute(f"PRAGMA {d}.table_info(messages)")}
+        scols = {str(r[1]) for r in conn.execute(f"PRAGMA {d}.table_info(sessions)")}
+        if not {"session_id"} <= cols or not {"id", "message_count"} <= scols:
+            return []
+        active = " WHERE active = 1" if "active" in cols else ""
+        counted = dict(
+            conn.execute(
+                f"SELECT session_id, count(*) FROM {d}.messages NOT INDEXED{active}"
+                " GROUP BY session_id"
+            ).fetchall()
+        )
+        out = []
+        for rowid, sid, n in conn.execute(
+            f"SELECT rowid, id, message_count FROM {d}.sessions NOT INDEXED"
+        ):
+            have = int(counted.get(sid, 0))
+            if isinstance(n, int) and n != have:
+                out.append((int(rowid), n, have))
+        return out
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return []
 
 
 def orphan_rows(conn: apsw.Connection, table: str) -> int:

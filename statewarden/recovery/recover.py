@@ -50,7 +50,7 @@ from statewarden.atomic import write_new
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
-from statewarden.recovery.diagnose import Diagnosis, diagnose
+from statewarden.recovery.diagnose import Diagnosis, counts_disagree, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.other_copies import check_sources, open_copies
 from statewarden.recovery.pages import (
@@ -247,6 +247,7 @@ def _recover_copy(
             source_journal_mode=work.source_header.journal_mode,
         )
         _account(built, copies, report)
+        _count_mismatches(built, report)
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
@@ -427,6 +428,27 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             report.tables[name] = r
     finally:
         conn.close()
+
+
+def _count_mismatches(built: Path, report: Report) -> None:
+    """Sessions of the output whose message_count disagrees with their messages: a
+    row older than its messages (stale: a lost write) or messages missing."""
+    conn = apsw.Connection(str(built))
+    try:
+        found = counts_disagree(conn)
+    finally:
+        conn.close()
+    for rowid, stored, counted in found:
+        what = "stale" if stored < counted else "messages missing"
+        report.count_mismatches.append(
+            {
+                "table": "sessions",
+                "rowid": rowid,
+                "message_count": stored,
+                "messages": counted,
+                "what": what,
+            }
+        )
 
 
 def _sorted_keys(keys: set[Any]) -> list[Any]:

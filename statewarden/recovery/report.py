@@ -5,8 +5,10 @@ source* when a full scan read its row, its row was decoded from a page or a WAL 
 or (for a table with FTS copies) the copies hold its rowid, else an index whose own
 b-tree is intact lists it; it is *lost* when the output has no row with that key.
 ``loss_detected`` is true exactly when some known key is lost, some rowid range of the
-source could not be read at all (its keys cannot even be listed), or a row was kept
-with unreadable columns (partial).
+source could not be read at all (its keys cannot even be listed), a row was kept
+with unreadable columns (partial) or contradicting its witnesses (unverified), or a
+session's message_count disagrees with the messages recovered for it (a stale row,
+or messages missing).
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ class Report:
     # Columns changed on disk, put back from the search-index copies: table, rowid,
     # column, stored (what the file held), from (the copies).
     restored_from_copies: list[dict[str, Any]] = field(default_factory=list)
+    # Sessions whose message_count disagrees with the messages recovered for them:
+    # table, rowid, message_count, messages, and what it means: "stale" (the row is
+    # older than its messages: a lost write) or "messages missing".
+    count_mismatches: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -138,7 +144,7 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return any(
+        return bool(self.count_mismatches) or any(
             t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
         )
 
@@ -163,6 +169,7 @@ class Report:
             "rebuilt_rule": REBUILT_RULE,
             "from_other_copies": self.from_other_copies,
             "restored_from_copies": self.restored_from_copies,
+            "count_mismatches": self.count_mismatches,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -218,6 +225,11 @@ class Report:
                 f"  restored: {r['table']} rowid {r['rowid']}: {r['column']} from"
                 f" {', '.join(r['from'])} (changed on disk)"
             )
+        for m in self.count_mismatches:
+            out.append(
+                f"  {m['what']}: {m['table']} rowid {m['rowid']}: message_count"
+                f" {m['message_count']}, {m['messages']} messages recovered"
+            )
         for p in self.partial_rows:
             out.append(
                 f"  partial: {p['table']} rowid {p['rowid']}: unreadable " + ", ".join(p["columns"])
@@ -240,12 +252,16 @@ class Report:
         if self.loss_detected and not self.lost:
             partial = sum(t.partial for t in self.tables.values())
             unverified = sum(t.unverified for t in self.tables.values())
+            counts = len(self.count_mismatches)
             loss = (
                 f"loss detected: {partial} partial row{'s' if partial != 1 else ''}"
                 if partial
                 else f"loss detected: {unverified} row{'s' if unverified != 1 else ''}"
-                " contradicting their search-index copies"
+                " contradicting their witnesses"
                 if unverified
+                else f"loss detected: {counts} session{'s' if counts != 1 else ''} whose"
+                " message_count disagrees with the messages recovered"
+                if counts
                 else "loss detected: unreadable rowid ranges"
             )
         if self.timings:
