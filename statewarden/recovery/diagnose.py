@@ -520,12 +520,13 @@ def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[
         if not {"session_id"} <= cols or not {"id", "message_count"} <= scols:
             return []
         active = " WHERE active = 1" if "active" in cols else ""
-        counted = dict(
-            conn.execute(
+        counted: dict[Any, Any] = {
+            r[0]: r[1]
+            for r in conn.execute(
                 f"SELECT session_id, count(*) FROM {d}.messages NOT INDEXED{active}"
                 " GROUP BY session_id"
-            ).fetchall()
-        )
+            )
+        }
         out = []
         for rowid, sid, n in conn.execute(
             f"SELECT rowid, id, message_count FROM {d}.sessions NOT INDEXED"

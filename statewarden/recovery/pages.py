@@ -546,11 +546,47 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             rows: list[Row] = []
             for leaf in _damaged_leaves(db, obj.rootpage):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
+            for leaf in _garbled_leaves(db, obj.rootpage):
+                # Its pointers read: only the cells they point to (no stale copies
+                # from the free space), those that decode and are not zeroed.
+                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1]))
             if rows:
-                out[name] = sorted(rows, key=lambda r: r[0])
+                out[name] = _one_version(rows)
         return out
     finally:
         db.close()
+
+
+def _one_version(rows: list[Row]) -> list[Row]:
+    """Rows by rowid, a rowid carved twice with different records left out: which
+    one is current (and which a stale copy) cannot be told."""
+    by: dict[int, list[list[Any]]] = {}
+    for rowid, values in rows:
+        by.setdefault(rowid, []).append(values)
+    return [(r, vs[0]) for r, vs in sorted(by.items()) if all(v == vs[0] for v in vs)]
+
+
+def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
+    """Leaves of the tree whose header and cell pointers read but whose cells do not
+    hold rowids in increasing order, or do not fit in the page (garbled cells): a
+    scan through SQLite can stop at such a cell, or seek past the cells after it."""
+    out = []
+    for n in _tree_leaves(db, root):
+        pg = db.page(n)
+        try:
+            prev = None
+            for off in db.cell_offsets(n):
+                size, pos = varint(pg, off)
+                rowid, pos = varint(pg, pos)
+                local = db._local_size(size, table=True)
+                if pos + local + (4 if local < size else 0) > db.usable or (
+                    prev is not None and rowid <= prev
+                ):
+                    raise PageFormatError(f"page {n}: garbled cell at {off}")
+                prev = rowid
+        except (PageFormatError, struct.error, IndexError):
+            out.append(n)
+    return out
 
 
 def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
@@ -558,7 +594,8 @@ def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
 
 
 def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Children of the tree's interior pages that cannot be parsed as b-tree pages."""
+    """The root and the children of the tree's interior pages that cannot be parsed
+    as b-tree pages."""
     out: list[int] = []
     seen: set[int] = set()
     stack = [root]
@@ -576,8 +613,9 @@ def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
                 raise PageFormatError(f"page {n}: not a table page")
             db.cell_offsets(n)
         except (PageFormatError, struct.error, IndexError):
-            if n != root:
-                out.append(n)
+            # The root too: a table of one page has a leaf for its root (a damaged
+            # interior page holds no cell that decodes as a row of the table).
+            out.append(n)
     return sorted(out)
 
 
@@ -700,8 +738,8 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
     else:
         return {}
     local = db._local_size(size, table=True)
-    if local >= size:
-        return {}
+    if local >= size or size > db.page_count * db.usable:
+        return {}  # no chain, or a garbled size no chain in this file could hold
     chunk = db.usable - 4
     known: list[tuple[int, bytes]] = [(0, bytes(pg[pos : pos + local]))]  # (offset, bytes)
     at = local

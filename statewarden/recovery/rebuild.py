@@ -62,6 +62,8 @@ class TableCopy:
     indexed: bool = False  # an index with no error listed every row (index_keys)
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     hint_rowids: set[int] = field(default_factory=set)  # the rowids those entries name
+    intact_indexes: int = 0  # indexes of the whole table whose own b-tree is intact
+    listed_by: dict[int, int] = field(default_factory=dict)  # rowid -> how many list it
     page_keys: set[Any] = field(default_factory=set)
     page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
@@ -88,6 +90,10 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
 
 ZEROED_REASON = "its record runs into zeroed bytes"
 BAD_TEXT_REASON = "its text is not valid UTF-8 (changed on disk)"
+UNLISTED = (
+    "read through the b-tree, but none of the table's intact indexes lists its rowid"
+    " and no search-index copy holds it: a garbled cell, not a row"
+)
 
 
 def _zeroed_columns(hit: list[int] | None, cols: list[str], key_idx: list[int]) -> list[str] | None:
@@ -722,6 +728,10 @@ class Rebuild:
             if idx.rootpage not in broken_trees:
                 tc.index_keys.update(keys)
                 tc.indexed = True
+                tc.intact_indexes += 1
+                for r in rows:
+                    if isinstance(r[0], int):
+                        tc.listed_by[int(r[0])] = tc.listed_by.get(int(r[0]), 0) + 1
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -770,6 +780,12 @@ class Rebuild:
         zeroed = self.diag.zeroed_cells.get(obj.name, {})
 
         def on_row(row: tuple[Any, ...]) -> None:
+            if self._unlisted(tc, int(row[0])):
+                # Read through the b-tree, but no intact index of the table lists it
+                # (two or more would) and no FTS copy holds it: a garbled cell that
+                # decodes, not a row. Set aside, never copied as a good row.
+                self._set_aside(tc, int(row[0]), dict(zip(cols, row[1:], strict=True)), UNLISTED)
+                return
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
             tc.source_keys.add(key)
@@ -844,6 +860,16 @@ class Rebuild:
                 f" UTF-8 (changed on disk): those columns are unreadable, unless their"
                 f" search-index copies restore them (rowids {shown})"
             )
+
+    def _unlisted(self, tc: TableCopy, rowid: int) -> bool:
+        """Does no intact index of the table list ``rowid``, though two or more of
+        them list every row, and no FTS copy hold it?"""
+        return (
+            tc.intact_indexes >= 2
+            and rowid not in tc.listed_by
+            and rowid not in tc.fts_rowids
+            and not tc.obj.without_rowid
+        )
 
     def _fill_missing(
         self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
