@@ -66,6 +66,15 @@ def fresh_copy(dest_dir: Path, spec: AnySpec = SMALL, name: str = "state.db") ->
     return Case(db=db, pristine=src, roots=schema_roots(src))
 
 
+def recount_messages(conn: apsw.Connection) -> None:
+    """After deleting messages, set each session's message_count to the messages it
+    has left, as Hermes does when it deletes a session's messages."""
+    conn.execute(
+        "UPDATE sessions SET message_count = (SELECT count(*) FROM messages m"
+        " WHERE m.session_id = sessions.id AND m.active = 1)"
+    )
+
+
 def zero_page(case: Case, page: int) -> None:
     pf = PristineFile(case.db)
     _write(case.db, (page - 1) * pf.page_size, b"\x00" * pf.page_size)
@@ -389,6 +398,7 @@ def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec 
     conn.execute("PRAGMA secure_delete=OFF")
     with conn:
         conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (first, last))
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     shutil.copyfile(case.db, dest_dir / "pristine.db")
@@ -592,6 +602,7 @@ def stale_index_entries(
     conn = apsw.Connection(str(case.db))
     with conn:
         conn.execute(f"DELETE FROM messages WHERE id IN ({', '.join(str(r) for r in rowids)})")
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     shutil.copyfile(case.db, dest_dir / "pristine.db")
@@ -631,6 +642,7 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     conn = apsw.Connection(str(case.db))
     with conn:
         conn.execute("DELETE FROM messages WHERE id BETWEEN 400 AND 700")
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     shutil.copyfile(case.db, dest_dir / "pristine.db")
@@ -756,6 +768,7 @@ def gaps_then_zeroed_interior(dest_dir: Path, spec: Spec = SMALL) -> Case:
         conn.execute(
             "DELETE FROM messages WHERE id BETWEEN 300 AND 305 OR id BETWEEN 1200 AND 1201"
         )
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     case.pristine = dest_dir / "pristine.db"
@@ -872,4 +885,39 @@ def random_bytes(dest_dir: Path, seed: int, spec: Spec = SMALL) -> Case:
     case.lost_rowids = {table: sorted(hit)}
     case.damaged_pages.append(leaf)
     case.note = f"{table} leaf {leaf}: 64 random bytes at offset {start} (seed {seed})"
+    return case
+
+
+def zeroed_sector_in_cell(dest_dir: Path, rowid: int = 60, spec: Spec = SMALL) -> Case:
+    """The 512-byte sector that holds the end of a message's record zeroed, as a disk
+    that lost one sector: the cell's start (sizes, rowid, record header) is intact, so
+    SQLite reads the row whole, with zeros for the tail of its text (and for any
+    column after it). The first message from ``rowid`` on whose record crosses a
+    sector boundary is taken. ``lost_rowids['messages']`` lists every row whose cell
+    the sector touches: none may come back as a good row; ``phantom['messages']`` is
+    the one whose record header survived."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    for rid in range(rowid, rowid + 200):
+        leaf = _leaf_of(pf, case.roots["messages"], rid)
+        start, end = _cell_span(pf, leaf, rid)
+        sector = (end - 1) // 512 * 512
+        page_end = leaf * pf.page_size
+        if start + 8 < sector and end <= page_end:
+            break
+    else:  # pragma: no cover - a fixture without such a row
+        raise LookupError("no record crosses a sector boundary")
+    hit = []
+    pg = pf.page(leaf)
+    base = (leaf - 1) * pf.page_size
+    for off in pf.cell_offsets(leaf):
+        size, pos = _varint(pg, off)
+        r, pos = _varint(pg, pos)
+        if base + off < sector + 512 and sector < base + pos + size:
+            hit.append(r)
+    _write(case.db, sector, bytes(512))
+    case.lost_rowids = {"messages": sorted(hit)}
+    case.phantom = {"messages": rid}
+    case.damaged_pages.append(leaf)
+    case.note = f"messages leaf {leaf}: the sector at {sector} zeroed (rowid {rid}'s record tail)"
     return case

@@ -479,15 +479,29 @@ class Restored:
 
 
 def restore_from_copies(
-    src: apsw.Connection, dst: apsw.Connection, schema: Schema, check: CopyCheck
+    src: apsw.Connection,
+    dst: apsw.Connection,
+    schema: Schema,
+    check: CopyCheck,
+    also: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> list[Restored]:
     """Rows of ``check.table`` that differ from two FTS copies that agree with each
-    other (``rows_rotted``), restored in ``dst`` from the copies: when exactly one
-    column, changed alone, makes the row give the copies' text again, that column is
-    set to it. A row for which no such column, or more than one, exists is left as it
-    is (returned nowhere)."""
+    other (``rows_rotted``), and the rows ``also`` (known changed on disk: text that
+    is not UTF-8, zeroed bytes) whose copies agree, restored in ``dst`` from the
+    copies: when exactly one column, changed alone, makes the row give the copies'
+    text again, that column is set to it. A row for which no such column, or more
+    than one, exists is left as it is (returned nowhere)."""
     fs = [f for f in feeds(schema) if f.table == check.table and f.fts in check.copies]
-    if not fs or not check.rows_rotted:
+    agreed = set(also)
+    if len(fs) >= 2 and agreed:
+        try:
+            agreed = _copies_agree(src, fs[0], fs[1], agreed)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            agreed = set()
+    rowids = sorted(set(check.rows_rotted) | agreed)
+    if not fs or not rowids:
         return []
     feed = fs[0]
     if list(feed.columns) != ["c0"]:
@@ -504,7 +518,7 @@ def restore_from_copies(
     )
     content = quote_ident(f"{feed.fts}_content")
     out = []
-    for rowid in check.rows_rotted:
+    for rowid in rowids:
         try:
             got = src.execute(f"SELECT c0 FROM {content} WHERE id = ?", (rowid,)).fetchone()
             values = dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()

@@ -574,8 +574,12 @@ def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
     for n in _tree_leaves(db, root):
         pg = db.page(n)
         try:
+            offsets = db.cell_offsets(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue  # its pointers do not read: carved whole (``_damaged_leaves``)
+        try:
             prev = None
-            for off in db.cell_offsets(n):
+            for off in offsets:
                 size, pos = varint(pg, off)
                 rowid, pos = varint(pg, pos)
                 local = db._local_size(size, table=True)
@@ -820,6 +824,9 @@ SECTOR = 512
 # its bytes in a wholly zeroed sector are the sector's, not the record's. (A sector
 # that holds the start of a cell is never zero: a cell starts with its payload size.)
 MIN_ZEROED_RUN = 4
+# The most zero bytes a record can end in by itself: an 8-byte real or integer whose
+# low bytes are zero (2.0 ends in seven).
+MAX_NUMBER_ZEROS = 7
 # The shortest run of zero bytes taken for (part of) a zeroed sector.
 MIN_ZERO_STRETCH = 16
 
@@ -906,7 +913,10 @@ def _zeroed_runs(
     for at, length, page, start in segs:
         for lo, hi in zeroed.get(page, ()):
             a, b = max(lo, start), min(hi, start + length)
-            if b - a >= MIN_ZEROED_RUN:
+            # Zeros that run on past the payload's end may be a number's own low
+            # bytes followed by unused space: at most 7 of them are a number's.
+            least = MIN_ZEROED_RUN if hi <= start + length else MAX_NUMBER_ZEROS + 1
+            if b - a >= least:
                 runs.append((at + a - start, at + b - start))
     return runs
 

@@ -519,9 +519,14 @@ class Rebuild:
         disk) get the changed column back from the copies (``copies.restore_from_copies``);
         each is listed in ``restored_from_copies``; the others stay as stored."""
         for check in self.diag.copies:
-            if check.table not in self.copies or not check.rows_rotted:
+            changed = {
+                e["rowid"]
+                for e in self.report.partial_rows
+                if e["table"] == check.table and e.get("changed")
+            }
+            if check.table not in self.copies or not (check.rows_rotted or changed):
                 continue
-            done = restore_from_copies(self.src, self.dst, self.schema, check)
+            done = restore_from_copies(self.src, self.dst, self.schema, check, changed)
             restored = {r.rowid for r in done}
             tc = self.copies[check.table]
             for r in done:
@@ -541,7 +546,7 @@ class Rebuild:
                         "from": r.copies,
                     }
                 )
-            kept = [r for r in check.rows_rotted if r not in restored]
+            kept = [r for r in check.rows_rotted if r not in restored and r not in changed]
             if done:
                 shown = ", ".join(str(r) for r in sorted(restored)[:20])
                 self.report.notes.append(
@@ -805,6 +810,7 @@ class Rebuild:
                 # Its record header (or a key) ran into damage: no column can be trusted.
                 zeroed_lost.append(int(row[0]))
                 return
+            hit_names = set(hit)
             if hit:
                 missing = sorted({*(missing or []), *hit}, key=cols.index)
                 for c in hit:
@@ -822,6 +828,7 @@ class Rebuild:
                 }
                 if why:
                     entry["why"] = why
+                    entry["changed"] = [c for c in missing if c in hit_names]
                 self.report.partial_rows.append(entry)
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:

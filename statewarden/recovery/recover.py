@@ -273,10 +273,12 @@ def _complete_partial_rows(
     try:
         for entry in report.partial_rows:
             obj = schema.by_name(entry["table"])
-            if obj is None or entry.get("why"):
-                continue  # columns zeroed on disk: the file holds no other copy of them
+            if obj is None:
+                continue
+            # Columns zeroed or changed on disk: the file holds no other copy of them.
+            changed = set(entry.get("changed", []))
             cols = [c.name for c in obj.stored_columns]
-            whole = record_by_its_header(db, obj.rootpage, entry["rowid"])
+            whole = None if changed else record_by_its_header(db, obj.rootpage, entry["rowid"])
             if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
                 if obj.rowid_alias and obj.rowid_alias in cols:
                     whole[cols.index(obj.rowid_alias)] = entry["rowid"]
@@ -295,7 +297,9 @@ def _complete_partial_rows(
                 continue
             got = partial_columns(db, obj.rootpage, entry["rowid"], roots)
             found = {
-                cols[i]: v for i, v in got.items() if i < len(cols) and cols[i] in entry["columns"]
+                cols[i]: v
+                for i, v in got.items()
+                if i < len(cols) and cols[i] in entry["columns"] and cols[i] not in changed
             }
             if not found:
                 continue
