@@ -101,9 +101,8 @@ class DatabaseFile:
             _, segs = _payload_segments(self, n, off)
         except (PageFormatError, struct.error, IndexError):
             return False
-        return any(p not in self.overlay for _, _, p, _ in segs) and bool(
-            _zeroed_runs([s for s in segs if s[2] not in self.overlay], self._zeroed)
-        )
+        runs = _zeroed_runs([s for s in segs if s[2] not in self.overlay], self._zeroed)
+        return bool(runs) and _columns_hit(self, segs, runs) != []
 
     def page(self, n: int) -> bytes:
         if n in self.overlay:
@@ -906,31 +905,32 @@ def _payload_segments(db: DatabaseFile, n: int, off: int) -> tuple[int, list[Seg
 
 def _zeroed_runs(
     segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]
-) -> list[tuple[int, int]]:
+) -> list[tuple[int, int, bool]]:
     """Stretches of a payload (payload offsets) that lie in zeroed sectors, each at
-    least ``MIN_ZEROED_RUN`` long."""
+    least ``MIN_ZEROED_RUN`` long, and whether it is *short*: zeros that run on past
+    the payload's end, no more than a number's own low bytes (``MAX_NUMBER_ZEROS``)
+    followed by unused space, which count only where they fall in text or a blob."""
     runs = []
     for at, length, page, start in segs:
         for lo, hi in zeroed.get(page, ()):
             a, b = max(lo, start), min(hi, start + length)
-            # Zeros that run on past the payload's end may be a number's own low
-            # bytes followed by unused space: at most 7 of them are a number's.
-            least = MIN_ZEROED_RUN if hi <= start + length else MAX_NUMBER_ZEROS + 1
-            if b - a >= least:
-                runs.append((at + a - start, at + b - start))
+            if b - a >= MIN_ZEROED_RUN:
+                short = hi > start + length and b - a <= MAX_NUMBER_ZEROS
+                runs.append((at + a - start, at + b - start, short))
     return runs
 
 
 def _columns_hit(
-    db: DatabaseFile, segs: list[Segment], runs: list[tuple[int, int]]
+    db: DatabaseFile, segs: list[Segment], runs: list[tuple[int, int, bool]]
 ) -> list[int] | None:
-    """Positions of the record's columns whose bytes overlap ``runs``; None when its
-    header does (or cannot be read)."""
+    """Positions of the record's columns whose bytes overlap ``runs`` (a short run
+    only text or a blob: ``_zeroed_runs``); None when its header does (or cannot be
+    read)."""
     _, length, page, start = segs[0]
     local = bytes(db.page(page)[start : start + length])
     try:
         hsize, pos = varint(local, 0)
-        if hsize > len(local) or any(lo < hsize for lo, _ in runs):
+        if hsize > len(local) or any(lo < hsize for lo, _, _ in runs):
             return None
         body = hsize
         hit = []
@@ -938,7 +938,9 @@ def _columns_hit(
         while pos < hsize:
             t, pos = varint(local, pos)
             width = _serial_size(t)
-            if width and any(lo < body + width and body < hi for lo, hi in runs):
+            if width and any(
+                lo < body + width and body < hi and (t >= 12 or not short) for lo, hi, short in runs
+            ):
                 hit.append(i)
             body += width
             i += 1
@@ -989,8 +991,9 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
                     if not any(p in zeroed for _, _, p, _ in segs):
                         continue
                     runs = _zeroed_runs(segs, zeroed)
-                    if runs:
-                        found[rowid] = _columns_hit(db, segs, runs)
+                    hit = _columns_hit(db, segs, runs) if runs else []
+                    if hit is None or hit:
+                        found[rowid] = hit
             if found:
                 out[name] = found
         return out
