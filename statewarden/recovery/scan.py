@@ -127,6 +127,8 @@ class _Scan:
         result = self.result
         for _ in range(MAX_RESUMES):
             if self._stream():
+                if self._resume_at_listed_rowid():
+                    continue
                 return result
             if self._step_over_failing_cell():
                 continue
@@ -135,6 +137,8 @@ class _Scan:
                 return result
             status, value = _probe(self.conn, self.probe, lo)
             if status == "end":
+                if self._resume_at_listed_rowid():
+                    continue
                 return result
             if status == "row":
                 assert value is not None
@@ -159,6 +163,33 @@ class _Scan:
         result.first_error = result.first_error or "too many damaged stretches"
         result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
         return result
+
+    def _resume_at_listed_rowid(self) -> bool:
+        """The table looked ended: but a garbled cell can end a stream, or send a seek
+        past the rest of the table, on a leaf whose pointers still read. If a readable
+        index lists a rowid above the position that no stream delivered and that reads
+        on its own, the scan resumes there; what lies between could not be read. True
+        when it resumes."""
+        lo = MIN_ROWID if self.last is None else self.last + 1
+        for h in self.hints[bisect.bisect_left(self.hints, lo) :]:
+            if h in self.seen or h in self.alone:
+                continue
+            try:
+                found = self.conn.execute(
+                    f"SELECT rowid FROM {self.t} NOT INDEXED WHERE rowid = ?", (h,)
+                ).fetchone()
+            except apsw.Error as exc:
+                if not _is_damage(exc):
+                    raise
+                continue
+            if found is None:
+                continue
+            if h > lo:
+                self.result.add_range(lo, h - 1)
+            self.last = h - 1
+            self.start = h
+            return True
+        return False
 
     def _select(self, start: int | None, what: str) -> tuple[str, tuple[int, ...]]:
         if start is None:
@@ -204,7 +235,7 @@ class _Scan:
                 return
             self.seen[rowid] = times + 1
             current.add(rowid)
-            if start is None or rowid >= start:
+            if (start is None or rowid >= start) and not unlisted(rowid):
                 self.last = rowid
             result.rows_read += 1
             self.on_row(row)
@@ -280,7 +311,10 @@ class _Scan:
         before = self.last
         # The last row of the table is in order; one whose successor is unknown is not.
         after_ok = cell < got[1] if len(got) > 1 else ended
-        in_order = (before is None or before < cell) and after_ok
+        # A rowid no readable index lists (when one lists the table's rows) is not
+        # trusted to move the position either: a garbled cell can sit in order.
+        listed = not self.hint_set or cell in self.hint_set
+        in_order = (before is None or before < cell) and after_ok and listed
         if in_order:
             self._read_alone(cell)
         elif not self._read_alone(cell, record=False):
