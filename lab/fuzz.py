@@ -328,3 +328,54 @@ def run_seed(work: Path, seed: int, spec: Spec = FUZZ) -> tuple[FuzzCase, list[s
     if bundle_digest(case.db) != before:
         found.append("the source bundle changed")
     return case, found
+
+
+# Seeds whose damage found a distinct way to break a promise, named for what they do.
+# Each broke a promise before the fix its name records; tests/test_recover_fuzz.py keeps
+# them (and a fixed run of seeds) holding.
+FINDINGS: dict[str, int] = {
+    # A zeroed 4 KiB block ends inside a message's record: it was written out with NUL
+    # bytes for text and a timestamp of 0.0 as a good row.
+    "zeroed_block_in_a_record": 137,
+    # A zeroed sector later partly written over: the zeros left in the record still
+    # mark it (they are no longer a whole sector).
+    "partly_rewritten_zeroed_sector": 94,
+    # A sessions row's title ends in zeros that run on into the next (zeroed) cell.
+    "zeros_past_a_records_end": 173,
+    # integrity_check stopped at "database disk image is malformed" before the FTS
+    # checks ran; a damaged trigram index was copied, the output failed verification
+    # and no output was left (every session "dropped").
+    "fts_check_cut_short": 142,
+    # Random bytes over a message's text: kept with U+FFFD as a good row; now the text
+    # comes back from its two agreeing FTS copies.
+    "scribbled_text": 111,
+    # Random bytes over a message's role and text: the role is unreadable (not UTF-8),
+    # the text is restored from the copies.
+    "scribbled_role_and_text": 65,
+    # Random bytes over a timestamp only: another real, as a good row; the two intact
+    # indexes that hold the timestamp agree on the real one.
+    "scribbled_real": 113,
+    # Random bytes over a record header: the columns that still read are named
+    # unverified in the partial row, not passed off as read.
+    "scribbled_record_header": 296,
+    # A sessions page back to an older image (a lost write): stale sessions were
+    # written as good rows; their message_count disagrees with their messages.
+    "reverted_sessions_page": 166,
+    # Half a sessions page from an older image (torn): the same, for two sessions.
+    "torn_sessions_page": 314,
+    # The header of the only sessions page (a root leaf) zeroed: every session was
+    # dropped; the root is carved too now.
+    "zeroed_root_leaf_header": 364,
+    # A garbled cell on a sessions leaf whose pointers still read: the scan stopped
+    # there and 20 sessions were dropped; the leaf is read by its pointers.
+    "garbled_cell_on_a_parsing_leaf": 393,
+    # A garbled payload size of about 2**40 made the overflow search run for 40 s, and
+    # a garbled cell was written out as session 68776995.
+    "garbled_payload_size": 300,
+    # A garbled cell read as rowid 2084 in order between garbage: the scan jumped past
+    # every later message (31 dropped).
+    "garbled_rowid_moves_the_scan": 554,
+    # An FTS content page back to an older image names rowid 1924145348609: reported
+    # as a lost message that never existed.
+    "fts_copy_names_a_rowid_past_the_sequence": 605,
+}

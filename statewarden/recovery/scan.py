@@ -142,10 +142,12 @@ class _Scan:
                 return result
             if status == "row":
                 assert value is not None
-                # The leaf is readable but this row may not be: read it alone.
-                self.alone.add(value)
-                self._read_alone(value)
-                self.earlier.add(value)
+                # The leaf is readable but this row may not be: read it alone (unless
+                # a stream already delivered it).
+                if value not in self.earlier:
+                    self.alone.add(value)
+                    self._read_alone(value)
+                    self.earlier.add(value)
                 self.last = value
                 if value == MAX_ROWID:
                     return result
@@ -235,7 +237,7 @@ class _Scan:
                 return
             self.seen[rowid] = times + 1
             current.add(rowid)
-            if (start is None or rowid >= start) and not unlisted(rowid):
+            if start is None or rowid >= start:
                 self.last = rowid
             result.rows_read += 1
             self.on_row(row)
