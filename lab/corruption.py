@@ -921,3 +921,33 @@ def zeroed_sector_in_cell(dest_dir: Path, rowid: int = 60, spec: Spec = SMALL) -
     case.damaged_pages.append(leaf)
     case.note = f"messages leaf {leaf}: the sector at {sector} zeroed (rowid {rid}'s record tail)"
     return case
+
+
+def lost_writes(dest_dir: Path) -> Case:
+    """Lost writes: the database after Hermes appended messages to three sessions and
+    opened a new one (``lab.fuzz.later_db``), with the pages of ``sessions`` that
+    those transactions changed back to their older images (the disk acknowledged the
+    writes but kept the old sectors), while the messages, the indexes and the FTS
+    copies kept theirs. ``phantom['sessions']`` is how many sessions are now stale
+    (older than their messages); ``lost_rowids['sessions']`` the rowids gone from the
+    table (the new session); ``pristine`` the file as written."""
+    from lab.fuzz import FUZZ, later_db
+
+    older = built_db(FUZZ)
+    case = fresh_copy(dest_dir, FUZZ)
+    shutil.copyfile(later_db(FUZZ), case.db)
+    case.pristine = later_db(FUZZ)
+    case.roots = schema_roots(case.pristine)
+    new, old = PristineFile(case.pristine), PristineFile(older)
+    _, leaves = new.tree_pages(case.roots["sessions"])
+    for leaf in leaves:
+        if new.page(leaf) != old.page(leaf) and old.page_type(leaf) == 0x0D:
+            _write(case.db, (leaf - 1) * new.page_size, old.page(leaf))
+            case.damaged_pages.append(leaf)
+    sql = "SELECT rowid, * FROM sessions"
+    now = {r[0]: r for r in table_rows(case.db, sql)}
+    want = {r[0]: r for r in table_rows(case.pristine, sql)}
+    case.phantom = {"sessions": sum(1 for r, v in want.items() if r in now and now[r] != v)}
+    case.lost_rowids = {"sessions": sorted(int(str(r)) for r in set(want) - set(now))}
+    case.note = f"sessions pages {case.damaged_pages} back to their older images"
+    return case

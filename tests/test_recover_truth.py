@@ -283,3 +283,90 @@ class TestRandomBytes:
         }
         assert set(got) <= set(want)
         assert rep["lost"].get(table, 0) <= len(hit)
+
+
+class TestCellsThatStraddleAZeroedSector:
+    def test_a_record_that_runs_into_zeros_is_never_a_good_row(self, tmp_path: Path) -> None:
+        """The sector holding the tail of a message's record zeroed (its cell header
+        intact, so SQLite reads the row with NULs for text and 0 for numbers): check
+        names the row and calls it base damage; recover writes no row the sector
+        touched as read: its zeroed text comes back from the two agreeing FTS copies
+        and a zeroed number from the intact indexes that hold it (listed in
+        restored_from_copies), else the row is partial with its zeroed columns listed
+        and why, or not written; every other message exactly as Hermes wrote it, loss
+        detected for the row whose start was zeroed. (The row was written out with
+        NUL bytes, rc 0, "no loss".)"""
+        case = corruption.zeroed_sector_in_cell(tmp_path / "db")
+        rowid = case.phantom["messages"]
+        hit = set(case.lost_rowids["messages"])
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert rowid in d["zeroed_cells"]["messages"]
+        assert any("run into zeroed bytes" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (3, True)
+        partial = {p["rowid"]: p for p in rep["partial_rows"] if p["table"] == "messages"}
+        restored = {r["rowid"] for r in rep["restored_from_copies"] if r["table"] == "messages"}
+        # The zeroed text comes back from its two agreeing FTS copies, a zeroed number
+        # from the intact indexes that hold it: restored, and said so.
+        assert rowid in restored
+        sql = "SELECT rowid, * FROM messages ORDER BY rowid"
+        want = {r[0]: r for r in rows(case.pristine, sql)}
+        got = {r[0]: r for r in rows(out, sql)}
+        for r in hit:
+            if r in got and r not in partial:  # a good row only when put back whole
+                assert r in restored
+                assert got[r] == want[r]
+        for p in partial.values():
+            assert p["why"] == "its record runs into zeroed bytes"
+            assert set(p["changed"]) <= set(p["columns"])
+        assert all(got[r] == want[r] for r in want if r not in hit)
+        assert all("\x00" not in str(v) for r in hit if r in got for v in got[r])
+
+
+class TestBitRotWithTwoAgreeingCopies:
+    def test_the_text_comes_back_from_the_copies(self, tmp_path: Path) -> None:
+        """One letter of a message's text changed on disk, its two FTS copies agreeing
+        on the original: check calls it base damage; recover restores the text from
+        the copies and says so (restored_from_copies, a note): the row equals what
+        Hermes wrote, no loss, exit 0. (The altered text was kept, rc 0.)"""
+        case = corruption.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, checked = check_json(case)
+        assert (code, checked["databases"][0]["damage"]) == (3, "base")
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (0, False)
+        [fix] = rep["restored_from_copies"]
+        assert (fix["table"], fix["rowid"], fix["column"]) == ("messages", rowid, "content")
+        assert any("restored from their search-index copies" in n for n in rep["notes"])
+        assert_rows_are_pristine(out, case.pristine, "messages")
+
+
+class TestLostWrites:
+    def test_stale_and_missing_rows_are_named(self, tmp_path: Path) -> None:
+        """The sessions page a batch of Hermes transactions changed back to its older
+        image, the messages, indexes and FTS copies kept new: every page is well
+        formed. check calls it base damage (exit 3), naming the sessions whose
+        message_count disagrees with their messages; recover names each stale session
+        (older than its messages) in count_mismatches and the session the page lost
+        in lost_keys: loss detected, never "no loss". (check said derived, recover
+        wrote the stale rows as good ones.)"""
+        case = corruption.lost_writes(tmp_path / "db")
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert any("message_count disagrees" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (3, True)
+        stale = [m for m in rep["count_mismatches"] if m["what"] == "stale"]
+        sql = "SELECT rowid, * FROM sessions"
+        want = {r[0]: r for r in rows(case.pristine, sql)}
+        got = {r[0]: r for r in rows(out, sql)}
+        differ = {r for r in got if got[r] != want.get(r)}
+        assert {m["rowid"] for m in stale} == differ
+        assert len(differ) == case.phantom["sessions"]
+        (lost,) = case.lost_rowids["sessions"]
+        [(sid,)] = rows(case.pristine, f"SELECT id FROM sessions WHERE rowid = {lost}")
+        assert [sid] in rep["tables"]["sessions"]["lost_keys"]
+        assert_rows_are_pristine(out, case.pristine, "messages")
