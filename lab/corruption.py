@@ -951,3 +951,46 @@ def lost_writes(dest_dir: Path) -> Case:
     case.lost_rowids = {"sessions": sorted(int(str(r)) for r in set(want) - set(now))}
     case.note = f"sessions pages {case.damaged_pages} back to their older images"
     return case
+
+
+def _overflow_pointer_at(pf: PristineFile, leaf: int, rowid: int) -> tuple[int, int]:
+    """(file offset of the overflow pointer of ``rowid``'s cell, the page it names)."""
+    start, end = _cell_span(pf, leaf, rowid)
+    usable = pf.page_size - pf.data[20]
+    size = end - start
+    x = usable - 35
+    m = ((usable - 12) * 32 // 255) - 23
+    k = m + (size - m) % (usable - 4)
+    local = k if k <= x else m
+    assert local < size, f"rowid {rowid} has no overflow chain"
+    (first,) = struct.unpack(">I", pf.data[start + local : start + local + 4])
+    return start + local, first
+
+
+def cross_linked_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Two messages whose text spills onto overflow pages; the second one's overflow
+    pointer rewritten to name the first one's overflow page: both rows' chains now
+    lead to the same page, and the second row's own overflow page is reached by
+    nothing. SQLite reads the second message with the first one's text past its cell.
+    ``phantom['messages']`` is the second message's rowid (its own chain is intact,
+    only unattached); ``unreached['messages']`` is [first, second]."""
+    case = fresh_copy(dest_dir, spec)
+    long = [
+        int(str(r))
+        for (r,) in table_rows(
+            case.db, "SELECT rowid FROM messages WHERE length(content) > 4100 ORDER BY rowid"
+        )
+    ]
+    a, b = long[0], long[1]
+    pf = PristineFile(case.db)
+    _, first_a = _overflow_pointer_at(pf, _leaf_of(pf, case.roots["messages"], a), a)
+    at_b, first_b = _overflow_pointer_at(pf, _leaf_of(pf, case.roots["messages"], b), b)
+    _write(case.db, at_b, struct.pack(">I", first_a))
+    case.phantom = {"messages": b}
+    case.unreached = {"messages": [a, b]}
+    case.damaged_pages.append(at_b // pf.page_size + 1)
+    case.note = (
+        f"messages rowid {b}: overflow pointer {first_b} rewritten to {first_a},"
+        f" rowid {a}'s first overflow page"
+    )
+    return case

@@ -370,3 +370,27 @@ class TestLostWrites:
         [(sid,)] = rows(case.pristine, f"SELECT id FROM sessions WHERE rowid = {lost}")
         assert [sid] in rep["tables"]["sessions"]["lost_keys"]
         assert_rows_are_pristine(out, case.pristine, "messages")
+
+
+class TestCrossLinkedOverflowChains:
+    def test_neither_row_is_written_with_the_others_text(self, tmp_path: Path) -> None:
+        """Two messages whose overflow pointers lead to the same page (the second's own
+        overflow page intact but reached by nothing): check names the second row and
+        calls it base damage; recover gives the shared page to the row its FTS copies
+        vouch for, and the other row its own unattached chain: both rows exactly as
+        Hermes wrote them, no loss, exit 0. (The second message was written out with
+        the first one's text.)"""
+        case = corruption.cross_linked_overflow(tmp_path / "db")
+        a, b = case.unreached["messages"]
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert d["cross_linked"]["messages"]
+        assert any("leads into another row's pages" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"], rep["partial_rows"]) == (0, False, [])
+        assert_rows_are_pristine(out, case.pristine, "messages")
+        assert rep["tables"]["messages"]["recovered_from_pages"] >= 1
+        q = "SELECT content FROM messages WHERE rowid = ?"
+        text_a, text_b = (rows(out, q.replace("?", str(r)))[0][0] for r in (a, b))
+        assert text_a != text_b

@@ -579,3 +579,33 @@ def indexed_values(
                 raise
             continue
     return out
+
+
+def agrees_with_copies(
+    conn: apsw.Connection, schema: Schema, table: str, rowid: int
+) -> bool | None:
+    """Does row ``rowid`` of ``table``, as ``conn`` reads it, give exactly the text its
+    FTS copies hold (every copy that has it)? None when no copy holds it or it cannot
+    be read."""
+    t = quote_ident(table)
+    seen = False
+    for f in feeds(schema):
+        if f.table != table:
+            continue
+        content = quote_ident(f"{f.fts}_content")
+        try:
+            got = conn.execute(
+                f"SELECT {f.copy_matches()} FROM {t} AS b NOT INDEXED JOIN {content} AS c"
+                f" ON c.id = ({f.rowid_expr}) WHERE b.rowid = ?",
+                (rowid,),
+            ).fetchone()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            return None
+        if got is None:
+            continue
+        if not got[0]:
+            return False
+        seen = True
+    return True if seen else None

@@ -38,7 +38,12 @@ from statewarden.recovery.integrity import (
     group_errors,
     run_integrity_check,
 )
-from statewarden.recovery.pages import PageFormatError, ZeroedCells, zeroed_cells
+from statewarden.recovery.pages import (
+    PageFormatError,
+    ZeroedCells,
+    cross_linked_cells,
+    zeroed_cells,
+)
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.tokenizers import unloadable
@@ -186,6 +191,11 @@ class Diagnosis:
     # the columns hit (None: its header was hit). SQLite reads them with the zeros as
     # their values, and no integrity check sees it (pages.zeroed_cells).
     zeroed_cells: dict[str, ZeroedCells] = field(default_factory=dict)
+    # Rows whose overflow chain leads into pages another row's chain owns, per table
+    # (rowid -> positions of the columns past the cell), and the pages claimed twice
+    # and their owners' (pages.cross_linked_cells).
+    cross_linked: dict[str, ZeroedCells] = field(default_factory=dict)
+    cross_linked_pages: list[int] = field(default_factory=list)
     # Hermes' sessions whose message_count disagrees with the messages the file holds
     # for them: (rowid, message_count, messages counted) (``counts_disagree``).
     counts_disagree: list[tuple[int, int, int]] = field(default_factory=list)
@@ -207,6 +217,12 @@ class Diagnosis:
                 f" the messages stored for {'them' if n != 1 else 'it'} (rowids {shown}):"
                 " a write lost (a page back to an older image) or messages lost"
             )
+        for name, cells in self.cross_linked.items():
+            n = len(cells)
+            out.append(
+                f"{name}: {n} row{'s' if n != 1 else ''} whose overflow chain leads into"
+                f" another row's pages (rowid{'s' if n != 1 else ''} {_sample(sorted(cells))})"
+            )
         for name, cells in self.zeroed_cells.items():
             n = len(cells)
             out.append(
@@ -224,6 +240,7 @@ class Diagnosis:
         for t in data["tables"]:
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
         data["zeroed_cells"] = {t: sorted(c) for t, c in self.zeroed_cells.items()}
+        data["cross_linked"] = {t: sorted(c) for t, c in self.cross_linked.items()}
         data["findings"] = self.findings()
         return data
 
@@ -275,6 +292,8 @@ def diagnose(
         conn.close()
     # Raw page reads, now that no connection is open to the copy (docs/safety.md rule 2).
     _add_zeroed_cells(result, db, schema)
+    if any("2nd reference to page" in ln for ln in result.error_lines):
+        _add_cross_links(result, db, schema)
     if wal is not None:
         result.notes.extend(wal.notes(wal_name))
         result.wal_dropped_commits = wal.dropped_commits
@@ -307,6 +326,24 @@ def _add_zeroed_cells(result: Diagnosis, db: Path, schema: Schema) -> None:
             result.damage = worst(result.damage, "derived")
         else:
             result.damage = worst(result.damage, "base")
+
+
+def _add_cross_links(result: Diagnosis, db: Path, schema: Schema) -> None:
+    """Overflow pages two chains reach (the integrity check saw a page referenced
+    twice): the rows that read another row's bytes are base damage."""
+    try:
+        found, pages = cross_linked_cells(db, schema)
+    except (PageFormatError, OSError, ValueError) as exc:
+        result.notes.append(f"the search for cross-linked overflow chains failed: {exc}")
+        return
+    result.cross_linked_pages = sorted(pages)
+    for name, cells in found.items():
+        obj = schema.by_name(name)
+        if obj is None:
+            continue
+        result.cross_linked[name] = cells
+        base = obj.shadow_of is None
+        result.damage = worst(result.damage, "base" if base else "derived")
 
 
 def _diagnose(

@@ -708,7 +708,13 @@ def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:
     return out
 
 
-def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+def partial_columns(
+    path: Path,
+    root: int,
+    rowid: int,
+    roots: list[int],
+    foreign: frozenset[int] | set[int] = frozenset(),
+) -> dict[int, Any]:
     """Columns (by position) of row ``rowid`` recoverable from the file when its
     overflow chain is broken.
 
@@ -716,19 +722,23 @@ def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict
     the chain is looked for among pages no b-tree reaches: one chain of such pages whose
     length makes the payload come out at its recorded size, once the pages lost at the
     break are counted as whole pages. A column whose bytes all lie in known parts is
-    decoded; the others are left out. Call with no SQLite connection open to ``path``
-    (docs/safety.md rule 2).
+    decoded; the others are left out. ``foreign`` are overflow pages another row's
+    chain owns (``cross_linked_cells``): the chain breaks where it reaches one, and
+    its own rest may then start right there. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2).
     """
     db = DatabaseFile(path)
     try:
-        return _partial_columns(db, root, rowid, roots)
+        return _partial_columns(db, root, rowid, roots, foreign)
     except (PageFormatError, struct.error, IndexError):
         return {}
     finally:
         db.close()
 
 
-def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+def _partial_columns(
+    db: DatabaseFile, root: int, rowid: int, roots: list[int], foreign: frozenset[int] | set[int]
+) -> dict[int, Any]:
     leaf = find_leaf(db, root, rowid)
     if leaf is None:
         return {}
@@ -748,7 +758,11 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
     at = local
     n = struct.unpack(">I", pg[pos + local : pos + local + 4])[0]
     seen: set[int] = set()
+    into_foreign = False
     while at < size and n and n not in seen and 1 <= n <= db.page_count:
+        if n in foreign:
+            into_foreign = True  # another row's page: this chain's own rest is elsewhere
+            break
         seen.add(n)
         ov = db.page(n)
         nxt = struct.unpack(">I", ov[:4])[0]
@@ -758,7 +772,7 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
         at += chunk
         n = nxt
     if at < size:
-        tail = _find_tail(db, roots, size, at, chunk)
+        tail = _find_tail(db, roots, size, at, chunk, none_lost=into_foreign)
         if tail is not None:
             start, pages = tail
             for p in pages:
@@ -773,9 +787,10 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
 
 
 def _find_tail(
-    db: DatabaseFile, roots: list[int], size: int, at: int, chunk: int
+    db: DatabaseFile, roots: list[int], size: int, at: int, chunk: int, *, none_lost: bool = False
 ) -> tuple[int, list[int]] | None:
-    """(payload offset, pages) of the one unreached chain that ends the payload."""
+    """(payload offset, pages) of the one unreached chain that ends the payload (with
+    ``none_lost``, it may also start right at the break)."""
     reached = db.reachable(roots)
     free = set(range(1, db.page_count + 1)) - reached
     pointed = set()
@@ -788,7 +803,7 @@ def _find_tail(
         chain = _chain(db, start, (size // chunk) + 1)
         if not chain or not set(chain) <= free:
             continue
-        for lost in range(1, (size - at) // chunk + 1):
+        for lost in range(0 if none_lost else 1, (size - at) // chunk + 1):
             begin = at + lost * chunk
             if begin + (len(chain) - 1) * chunk < size <= begin + len(chain) * chunk:
                 fits.append((begin, chain))
@@ -997,5 +1012,66 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
             if found:
                 out[name] = found
         return out
+    finally:
+        db.close()
+
+
+# -- overflow chains that lead to the same pages ------------------------------------
+
+
+def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCells], set[int]]:
+    """Rows whose overflow chain leads into pages another row's chain owns, per
+    table (rowid -> positions of the columns with bytes past the cell), and the pages
+    claimed more than once.
+
+    Every overflow page belongs to one chain. When two cells' chains reach the same
+    page, the owner is the one whose chain is as long as its payload needs and ends
+    there (its own length and position prove it); the other reads someone else's
+    bytes past its cell. When neither or both fit, both are listed. Call with no
+    SQLite connection open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        claims: dict[int, list[tuple[str, int, bool]]] = {}
+        local_of: dict[tuple[str, int], tuple[int, list[Segment]]] = {}
+        for o in schema.tables():
+            if not o.rootpage or o.without_rowid or o.is_virtual:
+                continue
+            for n in _tree_leaves(db, o.rootpage):
+                try:
+                    offsets = db.cell_offsets(n)
+                except (PageFormatError, struct.error):
+                    continue
+                for off in offsets:
+                    try:
+                        rowid, segs = _payload_segments(db, n, off)
+                        size, _ = varint(db.page(n), off)
+                    except (PageFormatError, struct.error, IndexError):
+                        continue
+                    if len(segs) < 2:
+                        continue
+                    pages = [p for _, _, p, _ in segs[1:]]
+                    need = -(-(size - segs[0][1]) // (db.usable - 4))
+                    last = struct.unpack(">I", db.page(pages[-1])[:4])[0]
+                    fits = len(pages) == need and last == 0
+                    local_of[(o.name, rowid)] = (size, segs)
+                    for p in pages:
+                        claims.setdefault(p, []).append((o.name, rowid, fits))
+        shared = {p for p, c in claims.items() if len({(t, r) for t, r, _ in c}) > 1}
+        losers: set[tuple[str, int]] = set()
+        for p in shared:
+            owners = [(t, r) for t, r, fits in claims[p] if fits]
+            keep = owners[0] if len(owners) == 1 else None
+            losers.update((t, r) for t, r, _ in claims[p] if (t, r) != keep)
+        out: dict[str, ZeroedCells] = {}
+        for t, r in losers:
+            size, segs = local_of[(t, r)]
+            past = [(segs[0][1], size, False)]  # every byte past the cell
+            out.setdefault(t, {})[r] = _columns_hit(db, segs, past)
+        owned = set(shared)
+        for (t, r), (_, segs) in local_of.items():
+            if (t, r) not in losers and any(p in shared for _, _, p, _ in segs[1:]):
+                owned.update(p for _, _, p, _ in segs[1:])
+        return out, owned
     finally:
         db.close()

@@ -27,6 +27,7 @@ import apsw
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import (
+    agrees_with_copies,
     feeds,
     fts_rowids,
     indexed_values,
@@ -90,6 +91,7 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
 
 ZEROED_REASON = "its record runs into zeroed bytes"
 BAD_TEXT_REASON = "its text is not valid UTF-8 (changed on disk)"
+CROSS_LINKED = "its overflow chain leads into another row's pages"
 UNLISTED = (
     "read through the b-tree, but none of the table's intact indexes lists its rowid"
     " and no search-index copy holds it: a garbled cell, not a row"
@@ -546,7 +548,9 @@ class Rebuild:
                         "from": r.copies,
                     }
                 )
-            kept = [r for r in check.rows_rotted if r not in restored and r not in changed]
+            # A partial row is already a loss, and may yet be completed (recover.py).
+            partial = {e["rowid"] for e in self.report.partial_rows if e["table"] == check.table}
+            kept = [r for r in check.rows_rotted if r not in restored and r not in partial]
             if done:
                 shown = ", ".join(str(r) for r in sorted(restored)[:20])
                 self.report.notes.append(
@@ -783,6 +787,7 @@ class Rebuild:
         partial: dict[int, list[str]] = {}
 
         zeroed = self.diag.zeroed_cells.get(obj.name, {})
+        crossed = self.diag.cross_linked.get(obj.name, {})
 
         def on_row(row: tuple[Any, ...]) -> None:
             if self._unlisted(tc, int(row[0])):
@@ -798,10 +803,19 @@ class Rebuild:
             missing = partial.pop(int(row[0]), None)
             why = None
             hit: list[str] | None = []
-            if int(row[0]) in zeroed:
+            if int(row[0]) in crossed and not agrees_with_copies(
+                self.src, self.schema, obj.name, int(row[0])
+            ):
+                # Its chain leads into pages another row's chain reaches too, and its
+                # FTS copies do not vouch for what it reads there: the columns past its
+                # cell may be that row's bytes. Its own rest is looked for later
+                # (recover.py).
+                hit = _zeroed_columns(crossed[int(row[0])], cols, key_idx)
+                why = CROSS_LINKED
+            elif int(row[0]) in zeroed:
                 hit = _zeroed_columns(zeroed[int(row[0])], cols, key_idx)
                 why = ZEROED_REASON
-            if hit is not None and int(row[0]) in bad_text:
+            if hit is not None and int(row[0]) in bad_text and why != CROSS_LINKED:
                 # Hermes writes valid UTF-8 only: such text was changed on disk.
                 bad = bad_text.pop(int(row[0]))
                 hit = None if any(cols.index(c) + 1 in key_idx for c in bad) else [*hit, *bad]
@@ -828,6 +842,7 @@ class Rebuild:
                 }
                 if why:
                     entry["why"] = why
+                if why and why != CROSS_LINKED:
                     entry["changed"] = [c for c in missing if c in hit_names]
                 self.report.partial_rows.append(entry)
             seen[0] += 1

@@ -50,6 +50,7 @@ from statewarden.atomic import write_new
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS, UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
+from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis, counts_disagree, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.other_copies import check_sources, open_copies
@@ -61,12 +62,12 @@ from statewarden.recovery.pages import (
     rows_from_images,
     salvage_rows,
 )
-from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
+from statewarden.recovery.rebuild import CROSS_LINKED, Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.schema import Schema, read_schema
 from statewarden.recovery.verify import verify_output
-from statewarden.sqlite import hermes_schema_version, quote_ident
+from statewarden.sqlite import hermes_schema_version, quote_ident, uri_for
 
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
@@ -230,7 +231,9 @@ def _recover_copy(
         report.timings["rebuild"] = round(spent, 3)
         if report.partial_rows:
             with report.timed("salvage"):
-                _complete_partial_rows(work.db, built, schema, report, copies)
+                foreign = set(diag.cross_linked_pages)
+                _complete_partial_rows(work.db, built, schema, report, copies, foreign=foreign)
+                _check_completed_against_copies(work.db, built, schema, report, copies)
         if any(
             c.report.recovered_from_pages
             or c.report.recovered_from_wal
@@ -263,7 +266,13 @@ def _never_used(diag: Diagnosis) -> list[int] | None:
 
 
 def _complete_partial_rows(
-    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
+    db: Path,
+    built: Path,
+    schema: Schema,
+    report: Report,
+    copies: dict[str, TableCopy],
+    *,
+    foreign: set[int],
 ) -> None:
     """Columns of partial rows that the file still holds past the break in their
     overflow chain (``pages.partial_columns``) replace what was filled in the output.
@@ -295,7 +304,7 @@ def _complete_partial_rows(
                 copies[obj.name].report.partial -= 1
                 copies[obj.name].report.recovered_from_pages += 1
                 continue
-            got = partial_columns(db, obj.rootpage, entry["rowid"], roots)
+            got = partial_columns(db, obj.rootpage, entry["rowid"], roots, foreign)
             found = {
                 cols[i]: v
                 for i, v in got.items()
@@ -316,13 +325,61 @@ def _complete_partial_rows(
                 copies[obj.name].report.recovered_from_pages += 1
     finally:
         conn.close()
+    report.partial_rows_completed = [e for e in report.partial_rows if not e["columns"]]
     report.partial_rows = [e for e in report.partial_rows if e["columns"]]
+
+
+def _check_completed_against_copies(
+    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
+) -> None:
+    """A row whose chain led into another row's pages, completed from an unattached
+    chain, must give the text its FTS copies hold; one that does not is counted
+    unverified (its completion may have taken a third row's pages)."""
+    done = [
+        e
+        for e in report.partial_rows_completed
+        if e.get("why") == CROSS_LINKED and e["table"] in copies
+    ]
+    if not done:
+        return
+    src = apsw.Connection(
+        uri_for(db, mode="ro"), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    out = apsw.Connection(str(built))
+    try:
+        for e in done:
+            for f in feeds(schema):
+                if f.table != e["table"]:
+                    continue
+                content = quote_ident(f"{f.fts}_content")
+                copy = src.execute(
+                    f"SELECT * FROM {content} WHERE id = ?", (e["rowid"],)
+                ).fetchone()
+                if copy is None:
+                    continue
+                exprs = ", ".join(f.columns.values())
+                mine = out.execute(
+                    f"SELECT {exprs} FROM {quote_ident(f.table)} AS b WHERE b.rowid = ?",
+                    (e["rowid"],),
+                ).fetchone()
+                want = [copy[1 + int(c[1:])] for c in f.columns]
+                if mine is not None and list(mine) != want:
+                    copies[e["table"]].report.unverified += 1
+                    report.notes.append(
+                        f"{e['table']} rowid {e['rowid']}: completed from an unattached"
+                        f" overflow chain, but it disagrees with its copy in {f.fts}: unverified"
+                    )
+                    break
+    finally:
+        out.close()
+        src.close()
 
 
 def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out = {g.object for g in diag.groups if g.kind == "table"}
     base = {o.name for o in schema.base_tables()}
     out.update(name for name in diag.zeroed_cells if name in base)
+    out.update(name for name in diag.cross_linked if name in base)
     # Rows changed on disk are read one by one: a column whose text is not UTF-8 any
     # more is unreadable, and the changed one comes back from the copies.
     out.update(c.table for c in diag.copies if c.rows_rotted and c.table in base)

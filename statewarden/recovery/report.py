@@ -114,6 +114,8 @@ class Report:
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     renamed: list[dict[str, Any]] = field(default_factory=list)
     partial_rows: list[dict[str, Any]] = field(default_factory=list)
+    # Partial rows made whole from the file's pages (not in the JSON: working state).
+    partial_rows_completed: list[dict[str, Any]] = field(default_factory=list)
     rebuilt: dict[str, str] = field(default_factory=dict)  # table -> its side table
     # Rows taken from another copy: table, rowid, from (its label), copy_taken_at.
     from_other_copies: list[dict[str, Any]] = field(default_factory=list)
