@@ -312,6 +312,31 @@ def _columns(path: Path, table: str) -> list[str]:
         conn.close()
 
 
+def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list[str]:
+    """``check``'s class against what ``recover`` proved: a row of a base table
+    damaged on disk is base damage (SQLite, and so Hermes, reads it wrong or not at
+    all); a file every row of which came back untouched (nothing lost, restored,
+    partial or stale) is not."""
+    from statewarden.recovery.check import check_database
+
+    damage = check_database(case.db, work).damage
+    damaged_rows = any(not ok for rows in case.truth.values() for _, ok in rows.values())
+    if damaged_rows and damage not in ("base", "unreadable"):
+        return [f"check says {damage} though rows of base tables are damaged on disk"]
+    touched = (
+        report.get("loss_detected")
+        or report.get("restored_from_copies")
+        or report.get("partial_rows")
+        or report.get("count_mismatches")
+        or any(t.get("recovered_from_pages") for t in report.get("tables", {}).values())
+    )
+    # "unreadable" is always true to SQLite when it is said: the schema or header is
+    # what it cannot read, whatever recover makes of the file.
+    if not damaged_rows and not touched and damage == "base":
+        return [f"check says {damage} though recover brought every row back as it was"]
+    return []
+
+
 def run_seed(work: Path, seed: int, spec: Spec = FUZZ) -> tuple[FuzzCase, list[str]]:
     """Damage a copy by ``seed``, run ``recover`` on it, return the case and what broke."""
     from statewarden.errors import StatewardenError
@@ -328,6 +353,7 @@ def run_seed(work: Path, seed: int, spec: Spec = FUZZ) -> tuple[FuzzCase, list[s
     found = violations(case, rep, output if output.exists() else None)
     if not output.exists():
         found.append("recover left no verified output")
+    found.extend(class_violations(case, rep, work))
     if bundle_digest(case.db) != before:
         found.append("the source bundle changed")
     return case, found

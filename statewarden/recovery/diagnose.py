@@ -328,6 +328,46 @@ def _add_zeroed_cells(result: Diagnosis, db: Path, schema: Schema) -> None:
             result.damage = worst(result.damage, "base")
 
 
+_PAGE_RE = re.compile(r"\bof page (\d+)\b|\bon page (\d+)\b|^Page (\d+)\b")
+
+
+def _attribute_by_page(conn: apsw.Connection, schema: Schema, groups: list[ErrorGroup]) -> None:
+    """Lines the check printed with no b-tree named ("Multiple uses for byte 3508 of
+    page 273"): when every page they name belongs to an index or an FTS shadow table
+    (SQLite's ``dbstat`` says whose), the group is derived damage, named after it."""
+    for g in groups:
+        if g.kind != "unknown" or g.derived or g.errors != len(g.sample):
+            continue
+        pages: set[int] = set()
+        for ln in g.sample:
+            m = _PAGE_RE.search(ln)
+            if m is None:
+                if ln.strip() == CHECK_CUT_SHORT:
+                    continue
+                pages = set()
+                break
+            pages.add(int(next(x for x in m.groups() if x)))
+        if not pages:
+            continue
+        owners: set[str] = set()
+        found: set[int] = set()
+        try:
+            for name, pageno in conn.execute("SELECT name, pageno FROM dbstat"):
+                if pageno in pages:
+                    owners.add(str(name))
+                    found.add(int(pageno))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+        objs = [schema.by_name(o) for o in owners]
+        if found == pages and all(
+            o is not None and (o.type == "index" or o.shadow_of is not None) for o in objs
+        ):
+            g.derived = True
+            g.object = ", ".join(sorted(owners))
+
+
 def _add_cross_links(result: Diagnosis, db: Path, schema: Schema) -> None:
     """Overflow pages two chains reach (the integrity check saw a page referenced
     twice): the rows that read another row's bytes are base damage."""
@@ -359,6 +399,7 @@ def _diagnose(
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
     groups = group_errors(lines, schema)
+    _attribute_by_page(conn, schema, groups)
     base = schema.base_tables()
     tables = []
     for i, obj in enumerate(base):
@@ -655,6 +696,16 @@ def classify(
     for g in groups:
         if g.kind == "schema":
             return "unreadable"
+        if (
+            g.kind == "unknown"
+            and g.errors == len(g.sample)
+            and all(ln.strip() == CHECK_CUT_SHORT for ln in g.sample)
+        ):
+            # Only the line a read error ends the check with: which object it read is
+            # not said; the full scans of every table below decide whether rows are
+            # missing (and the FTS tables' own checks are run, see _diagnose).
+            damage = worst(damage, "derived")
+            continue
         facts = by_name.get(g.object) if g.kind == "table" else None
         if facts is not None and complete and facts.every_row_accounted_for():
             # The b-tree is damaged but every row reads, once, and the table's indexes
