@@ -696,16 +696,6 @@ def classify(
     for g in groups:
         if g.kind == "schema":
             return "unreadable"
-        if (
-            g.kind == "unknown"
-            and g.errors == len(g.sample)
-            and all(ln.strip() == CHECK_CUT_SHORT for ln in g.sample)
-        ):
-            # Only the line a read error ends the check with: which object it read is
-            # not said; the full scans of every table below decide whether rows are
-            # missing (and the FTS tables' own checks are run, see _diagnose).
-            damage = worst(damage, "derived")
-            continue
         facts = by_name.get(g.object) if g.kind == "table" else None
         if facts is not None and complete and facts.every_row_accounted_for():
             # The b-tree is damaged but every row reads, once, and the table's indexes
