@@ -318,8 +318,13 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
     all); a file every row of which came back untouched (nothing lost, restored,
     partial or stale) is not."""
     from statewarden.recovery.check import check_database
+    from statewarden.recovery.diagnose import CHECK_CUT_SHORT
 
-    damage = check_database(case.db, work).damage
+    diag = check_database(case.db, work)
+    damage = diag.damage
+    # A check that a read error ended with no object named cannot tell what it did
+    # not reach: calling that base damage is the careful answer, not a wrong one.
+    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in diag.error_lines)
     damaged_rows = any(not ok for rows in case.truth.values() for _, ok in rows.values())
     if damaged_rows and damage not in ("base", "unreadable"):
         return [f"check says {damage} though rows of base tables are damaged on disk"]
@@ -332,7 +337,7 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
     )
     # "unreadable" is always true to SQLite when it is said: the schema or header is
     # what it cannot read, whatever recover makes of the file.
-    if not damaged_rows and not touched and damage == "base":
+    if not damaged_rows and not touched and damage == "base" and not cut_short:
         return [f"check says {damage} though recover brought every row back as it was"]
     return []
 
