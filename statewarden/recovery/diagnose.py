@@ -538,6 +538,19 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> l
     return sorted(out)
 
 
+def _sequence(conn: apsw.Connection, table: str) -> int | None:
+    """The table's ``sqlite_sequence`` value, if it has one that reads."""
+    try:
+        row = conn.execute(
+            "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
+        ).fetchone()
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return None
+    return row[0] if row is not None and isinstance(row[0], int) else None
+
+
 def _rows_elsewhere(
     conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
 ) -> tuple[list[int], list[int]]:
@@ -548,6 +561,11 @@ def _rows_elsewhere(
     copies = fts_rowids(conn, schema, obj.name)
     if copies is None:
         return [], []
+    seq = _sequence(conn, obj.name)
+    if seq is not None:
+        # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
+        # holds a garbled cell, not a row that existed.
+        copies = {r for r in copies if r <= seq}
     listed = set(_index_rowids(conn, schema, obj))
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 

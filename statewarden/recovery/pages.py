@@ -853,20 +853,33 @@ _ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
 
 
 def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
-    """Page number -> its stretches of zeroed sectors (offsets in the page): runs of
-    ``MIN_ZERO_STRETCH`` or more zero bytes that reach a 512-byte boundary, the way a
-    disk zeroes whole sectors (a later write may have covered part of one)."""
+    """Page number -> its stretches of zeroed sectors (offsets in the page): on each
+    page that holds a wholly zeroed 512-byte sector, the runs of ``MIN_ZERO_STRETCH``
+    or more zero bytes that reach a 512-byte boundary, the way a disk zeroes whole
+    sectors (a later write may have covered part of one)."""
+    data = db.data
     end = db.page_count * db.page_size
+    zero = bytes(SECTOR)
+    pages: set[int] = set()
+    pos = 0
+    while pos < end:
+        at = data.find(zero, pos, end)
+        if at < 0:
+            break
+        sector = -(-at // SECTOR) * SECTOR
+        if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
+            pages.add(sector // db.page_size + 1)
+            pos = (sector // db.page_size + 1) * db.page_size  # the page is a candidate
+        else:
+            pos = max(sector, at + 1)
     out: dict[int, list[tuple[int, int]]] = {}
-    for m in _ZERO_RUN_RE.finditer(db.data, 0, end):
-        lo, hi = m.span()
-        if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
-            continue  # inside one sector, touching neither of its ends: not a sector's
-        while lo < hi:
-            n = lo // db.page_size
-            stop = min(hi, (n + 1) * db.page_size)
-            out.setdefault(n + 1, []).append((lo - n * db.page_size, stop - n * db.page_size))
-            lo = stop
+    for n in sorted(pages):
+        base = (n - 1) * db.page_size
+        for m in _ZERO_RUN_RE.finditer(data, base, base + db.page_size):
+            lo, hi = m.start() - base, m.end() - base
+            if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+                continue  # inside one sector, touching neither of its ends: not a sector's
+            out.setdefault(n, []).append((lo, hi))
     return out
 
 
@@ -964,6 +977,29 @@ def _columns_hit(
     return hit
 
 
+def _may_hold_payload(db: DatabaseFile, n: int, stretches: list[tuple[int, int]]) -> bool:
+    """Could a zero stretch of page ``n`` lie in some record's bytes? Not when it lies
+    in a leaf's free space (before its cell content area), nor when it is the unused
+    tail of the last page of an overflow chain (next page 0, the zeros run to the
+    page's end), nor on an overflow page whose next-page number it zeroes (the chain
+    is broken there, which SQLite itself reports)."""
+    pg = db.page(n)
+    try:
+        kind, h, _ = db.btree_header(n)
+    except PageFormatError:
+        kind = 0
+    if kind == PAGE_TABLE_LEAF:
+        (content,) = struct.unpack(">H", pg[h + 5 : h + 7])
+        content = content or 65536
+        return any(hi > content for _, hi in stretches)
+    if kind:
+        return False  # an interior or index page: no table record lives there
+    if any(lo < 4 for lo, _ in stretches):
+        return False
+    last = struct.unpack(">I", pg[:4])[0] == 0
+    return any(not (last and hi >= db.page_size) for _, hi in stretches)
+
+
 def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
     """Rows whose record runs into zeroed bytes, per rowid table of ``schema``.
 
@@ -976,7 +1012,7 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
     """
     db = DatabaseFile(path)
     try:
-        zeroed = zeroed_sectors(db)
+        zeroed = {n: z for n, z in zeroed_sectors(db).items() if _may_hold_payload(db, n, z)}
         if not zeroed:
             return {}
         free = db.freelist_pages()
