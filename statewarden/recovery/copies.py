@@ -76,12 +76,22 @@ class CopyCheck:
     table: str
     copies: list[str]
     rows_rotted: list[int] = field(default_factory=list)  # the copies agree, the row not
+    # Rows that differ from copies that disagree with each other, whose text is not
+    # UTF-8 (Hermes writes none): the row changed on disk, whatever the copies did.
+    rows_bad_text: list[int] = field(default_factory=list)
     copies_rotted: dict[str, list[int]] = field(default_factory=dict)  # fts -> rowids
     missing_from_copies: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def findings(self) -> list[str]:
         out = []
+        if self.rows_bad_text:
+            n = len(self.rows_bad_text)
+            out.append(
+                f"{self.table}: {n} row{'s' if n != 1 else ''} whose text is not valid"
+                f" UTF-8 (changed on disk; rowid{'s' if n != 1 else ''}"
+                f" {_sample(self.rows_bad_text)})"
+            )
         if self.rows_rotted:
             n = len(self.rows_rotted)
             rows = "1 row differs from its" if n == 1 else f"{n} rows differ from their"
@@ -191,6 +201,9 @@ def compare(conn: apsw.Connection, schema: Schema) -> list[CopyCheck]:
             if isinstance(exc, apsw.InterruptError):
                 raise
             check.error = str(exc).split("\n", 1)[0]
+            # No vote without the copies: text that is not UTF-8 still says a row
+            # changed on disk (a full read of the table, on damage only).
+            check.rows_bad_text = _scan_bad_text(conn, schema, table)
         out.append(check)
     return out
 
@@ -211,6 +224,7 @@ def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
         # differ from each other (then nothing can tell which is right).
         same = _copies_agree(conn, a, b, both)
         check.rows_rotted = sorted(same)
+        check.rows_bad_text = _bad_text(conn, check.table, both - same)
         for f in fs:
             only = sorted(differs[f.fts] - same)
             if only:
@@ -219,6 +233,53 @@ def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
         for f in fs:
             if differs[f.fts]:
                 check.copies_rotted[f.fts] = sorted(differs[f.fts])
+
+
+def _scan_bad_text(conn: apsw.Connection, schema: Schema, table: str) -> list[int]:
+    """Rowids of ``table`` with a text value that is not valid UTF-8, read as bytes
+    past damaged stretches (a read error ends the search, keeping what it found)."""
+    obj = schema.by_name(table)
+    if obj is None or obj.without_rowid:
+        return []
+    try:
+        (encoding,) = conn.execute("PRAGMA encoding").fetchone()
+    except apsw.Error:
+        return []
+    if str(encoding).upper() != "UTF-8":
+        return []  # the bytes are UTF-16: SQLite converts them, never invalid here
+    cols = ", ".join(
+        f"CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) END"
+        for q in (quote_ident(c.name) for c in obj.stored_columns)
+    )
+    out = []
+    try:
+        for row in conn.execute(f"SELECT rowid, {cols} FROM {quote_ident(table)} NOT INDEXED"):
+            for v in row[1:]:
+                if isinstance(v, bytes):
+                    try:
+                        v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        out.append(int(row[0]))
+                        break
+    except apsw.Error as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+    return out
+
+
+def _bad_text(conn: apsw.Connection, table: str, rowids: set[int]) -> list[int]:
+    """Those of ``rowids`` with a text value that is not valid UTF-8."""
+    out = []
+    t = quote_ident(table)
+    for rowid in sorted(rowids):
+        try:
+            conn.execute(f"SELECT * FROM {t} NOT INDEXED WHERE rowid = ?", (rowid,)).fetchall()
+        except UnicodeDecodeError:
+            out.append(rowid)
+        except apsw.Error as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+    return out
 
 
 def _copies_agree(conn: apsw.Connection, a: Feed, b: Feed, rowids: set[int]) -> set[int]:

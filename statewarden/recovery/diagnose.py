@@ -435,7 +435,7 @@ def _diagnose(
     if counts:
         damage = worst(damage, "base")
     for c in copies:
-        if c.rows_rotted:
+        if c.rows_rotted or c.rows_bad_text:
             damage = worst(damage, "base")
         if c.copies_rotted:
             damage = worst(damage, "derived")

@@ -382,7 +382,9 @@ def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out.update(name for name in diag.cross_linked if name in base)
     # Rows changed on disk are read one by one: a column whose text is not UTF-8 any
     # more is unreadable, and the changed one comes back from the copies.
-    out.update(c.table for c in diag.copies if c.rows_rotted and c.table in base)
+    out.update(
+        c.table for c in diag.copies if (c.rows_rotted or c.rows_bad_text) and c.table in base
+    )
     for t in diag.tables:
         if (
             t.scan_rows != t.distinct_keys
