@@ -242,10 +242,10 @@ def _scan_bad_text(conn: apsw.Connection, schema: Schema, table: str) -> list[in
     if obj is None or obj.without_rowid:
         return []
     try:
-        (encoding,) = conn.execute("PRAGMA encoding").fetchone()
+        row = conn.execute("PRAGMA encoding").fetchone()
     except apsw.Error:
         return []
-    if str(encoding).upper() != "UTF-8":
+    if row is None or str(row[0]).upper() != "UTF-8":
         return []  # the bytes are UTF-16: SQLite converts them, never invalid here
     cols = ", ".join(
         f"CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) END"
