@@ -409,6 +409,9 @@ FINDINGS: dict[str, int] = {
     # A garbled cell read as rowid 2084 in order between garbage: the scan jumped past
     # every later message (31 dropped).
     "garbled_rowid_moves_the_scan": 554,
+    # Random bytes over a message's text while both FTS content tables are damaged
+    # (no vote): check called it derived and recover bulk-copied the changed text.
+    "bad_text_while_the_copies_cannot_vote": 1149,
     # An FTS content page back to an older image names rowid 1924145348609: reported
     # as a lost message that never existed.
     "fts_copy_names_a_rowid_past_the_sequence": 605,
