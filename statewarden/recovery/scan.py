@@ -119,6 +119,7 @@ class _Scan:
         self.seen: dict[int, int] = {}
         self.earlier: set[int] = set()  # rowids delivered by an earlier stream
         self.alone: set[int] = set()  # cells read on their own: a stream steps over them
+        self.tried: set[int] = set()  # listed rowids a scan that looked ended resumed at
         self.returned = 0  # rows the current stream's cursor returned (delivered or not)
         self.on_partial: Callable[[int, list[str]], None] | None = None
         self.on_bad_text: Callable[[int, list[str]], None] | None = None
@@ -168,14 +169,16 @@ class _Scan:
 
     def _resume_at_listed_rowid(self) -> bool:
         """The table looked ended: but a garbled cell can end a stream, or send a seek
-        past the rest of the table, on a leaf whose pointers still read. If a readable
-        index lists a rowid above the position that no stream delivered and that reads
-        on its own, the scan resumes there; what lies between could not be read. True
+        past rows (its rowid may even be one that exists), on a leaf whose pointers
+        still read. If a readable index lists a rowid no stream delivered, outside the
+        stretches found unreadable, that reads on its own, the scan resumes there. True
         when it resumes."""
-        lo = MIN_ROWID if self.last is None else self.last + 1
-        for h in self.hints[bisect.bisect_left(self.hints, lo) :]:
-            if h in self.seen or h in self.alone:
+        for h in self.hints:
+            if h in self.seen or h in self.alone or h in self.tried:
                 continue
+            if any(lo <= h <= hi for lo, hi in self.result.unreadable_ranges):
+                continue
+            self.tried.add(h)
             try:
                 found = self.conn.execute(
                     f"SELECT rowid FROM {self.t} NOT INDEXED WHERE rowid = ?", (h,)
@@ -186,8 +189,6 @@ class _Scan:
                 continue
             if found is None:
                 continue
-            if h > lo:
-                self.result.add_range(lo, h - 1)
             self.last = h - 1
             self.start = h
             return True
