@@ -412,6 +412,9 @@ FINDINGS: dict[str, int] = {
     # Random bytes over a message's text while both FTS content tables are damaged
     # (no vote): check called it derived and recover bulk-copied the changed text.
     "bad_text_while_the_copies_cannot_vote": 1149,
+    # Random bytes over the first messages leaf: a garbled cell read as rowid 246, a
+    # rowid that exists, sent the scan past 111 intact messages.
+    "garbled_cell_reads_as_a_real_rowid": 1466,
     # An FTS content page back to an older image names rowid 1924145348609: reported
     # as a lost message that never existed.
     "fts_copy_names_a_rowid_past_the_sequence": 605,
