@@ -256,6 +256,9 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
         (p["table"], p["rowid"]): set(p["columns"]) | set(p.get("unverified", []))
         for p in report.get("partial_rows", [])
     }
+    partial.update(
+        {(u["table"], u["rowid"]): set(u["columns"]) for u in report.get("unverified_rows", [])}
+    )
     others = {(e["table"], e["rowid"]) for e in report.get("from_other_copies", [])}
     # Rows the report names as older than the rows that depend on them (lost writes).
     others |= {

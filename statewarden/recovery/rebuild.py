@@ -538,7 +538,6 @@ class Rebuild:
                         entry["filled"].pop(r.column, None)
                         if not entry["columns"]:
                             tc.report.partial -= 1
-                self.report.partial_rows = [e for e in self.report.partial_rows if e["columns"]]
                 self.report.restored_from_copies.append(
                     {
                         "table": r.table,
@@ -576,18 +575,25 @@ class Rebuild:
         (a changed real, a filled-in value). A column only one index holds that
         differs in a row with no other damage is left as stored and counted as
         unverified (either may be the changed one)."""
+        entries: dict[int, dict[str, list[Any]]] = {}
+        try:
+            entries = self._fix_from_indexes(tc)
+        finally:
+            self._settle_partial(tc, entries)
+
+    def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
+        """``_restore_from_indexes`` but the settling; returns the index entries read."""
         obj = tc.obj
         if obj.without_rowid or obj.name not in self.damaged:
-            return
+            return {}
         suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
         suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
         broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
         entries = indexed_values(self.src, self.schema, obj.name, None, broken_roots=broken)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
-        self._mark_unverified(obj, cols, entries)
         if not indexed:
-            return
+            return entries
         t = quote_ident(obj.name)
         sel = ", ".join(quote_ident(c) for c in indexed)
         unverified: list[int] = []
@@ -628,7 +634,6 @@ class Rebuild:
                     entry["filled"].pop(col, None)
                     if not entry["columns"]:
                         tc.report.partial -= 1
-        self.report.partial_rows = [e for e in self.report.partial_rows if e["columns"]]
         if fixes:
             shown = ", ".join(str(r) for r in sorted({f[0] for f in fixes})[:20])
             self.report.notes.append(
@@ -642,22 +647,55 @@ class Rebuild:
                 f"{obj.name}: {len(unverified)} rows differ from the one intact index that"
                 f" holds a column of theirs: kept as stored, unverified (rowids {shown})"
             )
+        return entries
 
-    def _mark_unverified(
-        self, obj: SchemaObject, cols: list[str], entries: dict[int, dict[str, list[Any]]]
-    ) -> None:
-        """A partial row's record is damaged: the columns that did read may have been
-        changed too. Each partial row lists, besides its unreadable columns, those
-        read but not vouched for by an intact index (``unverified``): neither its key
-        nor a column an index holds for its rowid."""
+    def _settle_partial(self, tc: TableCopy, entries: dict[int, dict[str, list[Any]]]) -> None:
+        """A row whose record was damaged on disk: the columns that did read may have
+        been changed too. Each such row lists the columns it read but nothing vouches
+        for (``unverified``): not its key, not a column an intact index holds for its
+        rowid, not a column its FTS copies were found to agree with (restored from
+        them). A partial row keeps them in its entry; a row whose unreadable columns
+        all came back is listed in ``unverified_rows`` when any is left, else it is
+        whole."""
+        obj = tc.obj
+        cols = _columns(obj)
         keys = set(obj.key_columns) | ({obj.rowid_alias} if obj.rowid_alias else set())
+        fed = {
+            c
+            for f in feeds(self.schema)
+            if f.table == obj.name
+            for expr in f.columns.values()
+            for c in re.findall(r"\bb\.[\"`\[]?(\w+)", expr)
+        }
+        by_copies = {
+            e["rowid"]
+            for e in self.report.restored_from_copies
+            if e["table"] == obj.name and not e["from"][0].startswith("index ")
+        }
+        kept = []
         for entry in self.report.partial_rows:
             if entry["table"] != obj.name:
+                kept.append(entry)
                 continue
             vouched = keys | set(entries.get(entry["rowid"], {}))
+            if entry["rowid"] in by_copies:
+                vouched |= fed
             entry["unverified"] = [
                 c for c in cols if c not in entry["columns"] and c not in vouched
             ]
+            if entry["columns"]:
+                kept.append(entry)
+            elif entry["unverified"]:
+                tc.report.unverified += 1
+                self.report.unverified_rows.append(
+                    {
+                        "table": obj.name,
+                        "rowid": entry["rowid"],
+                        "columns": entry["unverified"],
+                        "why": entry.get("why", ""),
+                    }
+                )
+        self.report.partial_rows = kept
 
     def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
         """Rows the FTS copies remember that the output table lacks go, as far as the

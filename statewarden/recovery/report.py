@@ -126,6 +126,9 @@ class Report:
     # table, rowid, message_count, messages, and what it means: "stale" (the row is
     # older than its messages: a lost write) or "messages missing".
     count_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    # Rows damaged on disk whose unreadable columns all came back from witnesses, but
+    # with columns nothing vouches for: table, rowid, columns, why (counted unverified).
+    unverified_rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -172,6 +175,7 @@ class Report:
             "from_other_copies": self.from_other_copies,
             "restored_from_copies": self.restored_from_copies,
             "count_mismatches": self.count_mismatches,
+            "unverified_rows": self.unverified_rows,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -226,6 +230,11 @@ class Report:
             out.append(
                 f"  restored: {r['table']} rowid {r['rowid']}: {r['column']} from"
                 f" {', '.join(r['from'])} (changed on disk)"
+            )
+        for u in self.unverified_rows:
+            out.append(
+                f"  unverified: {u['table']} rowid {u['rowid']}: {', '.join(u['columns'])}"
+                f" read but not vouched for ({u['why']})"
             )
         for m in self.count_mismatches:
             out.append(
