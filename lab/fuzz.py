@@ -20,8 +20,10 @@ base table counts as *intact* when its exact cell (payload-size and rowid varint
 record and overflow pointer) still lies where it was in the damaged file, and every
 page of its overflow chain is unchanged, so its exact record can still be decoded
 from the damaged file's bytes. ``check_run`` then holds ``recover`` to its promises:
-no intact row dropped, no wrong row written as a good one, ``loss_detected`` exactly
-when a row did not come back as it was, the source unchanged.
+no intact row dropped, no wrong row written as a good one (a partial or unverified
+row names the columns it cannot vouch for), ``loss_detected`` true whenever a row did
+not come back as it was and only when the report lists something lost or unproven,
+the source unchanged; and ``check``'s class against what ``recover`` proved.
 """
 
 from __future__ import annotations
@@ -297,10 +299,22 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
                 continue
             what = "never existed" if want_row is None else "differs from the row Hermes wrote"
             out.append(f"{table} rowid {rowid}: written as a good row but {what}")
-    if bool(report.get("loss_detected")) != lost_any:
+    # Rows the report lists as not proven (partial, unverified, stale, stretches that
+    # could not be read) make loss_detected true even when they happen to be right.
+    tables = report.get("tables", {}).values()
+    listed = bool(
+        report.get("partial_rows")
+        or report.get("unverified_rows")
+        or report.get("count_mismatches")
+        or any(t.get("unverified") or t.get("unreadable_ranges") for t in tables)
+    )
+    if report.get("loss_detected") is not None and (
+        (lost_any and not report["loss_detected"])
+        or (report["loss_detected"] and not lost_any and not listed)
+    ):
         out.append(
             f"loss_detected is {report.get('loss_detected')} but rows were"
-            f" {'lost' if lost_any else 'all recovered'}"
+            f" {'lost' if lost_any else 'all recovered, none listed as unproven'}"
         )
     return out
 

@@ -2,9 +2,12 @@
 ground truth by carving, and recover held to its promises on every seed.
 
 On every seed: no row whose exact record is still in the damaged file is dropped, no
-row is written out as good unless it equals the row Hermes wrote (a partial row names
-its unreadable and unverified columns, a stale one is named), ``loss_detected`` is
-true exactly when some row did not come back as it was, and the source is unchanged.
+row is written out as good unless it equals the row Hermes wrote (a partial or
+unverified row names the columns it cannot vouch for, a stale one is named),
+``loss_detected`` is true whenever some row did not come back as it was and only when
+the report lists something lost or unproven, the source is unchanged, and ``check``
+calls damage to a base table's rows base damage (and a file recover brings back
+untouched not).
 A longer run is ``bench/fuzz_recover.py``.
 """
 
