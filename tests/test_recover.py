@@ -864,15 +864,22 @@ class TestInvalidText:
     def test_clean_table_restores_the_text(self, tmp_path: Path) -> None:
         """Text with an invalid UTF-8 byte in an otherwise healthy table: SQLite does not
         validate text, but Hermes writes none, so the column is unreadable; its two FTS
-        copies agree on the original, so it is restored from them: the row equals what
-        Hermes wrote, no loss, exit 0. (It was copied byte for byte, 0xFF and all.)"""
+        copies agree on the original, so it is restored from them and the row equals
+        what Hermes wrote. The record was changed on disk, so the columns nothing
+        vouches for (neither an index nor the copies: role, ...) are named in
+        unverified_rows and loss is detected (exit 3): nothing proves them. (It was
+        copied byte for byte, 0xFF and all, as a good row.)"""
         case = corruption.invalid_utf8(tmp_path / "db")
         rowid = case.phantom["messages"]
         code, doc, out = recover_json(case, tmp_path)
-        assert (code, doc["loss_detected"], doc["partial_rows"]) == (0, False, [])
+        assert (code, doc["loss_detected"], doc["partial_rows"], doc["lost"]) == (3, True, [], {})
         assert [(r["rowid"], r["column"]) for r in doc["restored_from_copies"]] == [
             (rowid, "content")
         ]
+        [u] = doc["unverified_rows"]
+        assert (u["rowid"], u["why"]) == (rowid, "its text is not valid UTF-8 (changed on disk)")
+        assert "role" in u["columns"]
+        assert "content" not in u["columns"]
         assert_same_rows(out, "messages")
 
     def test_damaged_table_row_by_row_repairs_the_text(self, tmp_path: Path) -> None:
