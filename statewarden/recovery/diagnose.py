@@ -38,12 +38,7 @@ from statewarden.recovery.integrity import (
     group_errors,
     run_integrity_check,
 )
-from statewarden.recovery.pages import (
-    PageFormatError,
-    ZeroedCells,
-    cross_linked_cells,
-    zeroed_cells,
-)
+from statewarden.recovery.pages import ZeroedCells, cross_linked_cells, zeroed_cells
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.tokenizers import unloadable
@@ -312,7 +307,7 @@ def _add_zeroed_cells(result: Diagnosis, db: Path, schema: Schema) -> None:
     table is rebuilt from its base table (derived damage)."""
     try:
         found = zeroed_cells(db, schema)
-    except (PageFormatError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
         result.notes.append(f"the search for zeroed sectors failed: {exc}")
         return
     for name, cells in found.items():
@@ -373,7 +368,7 @@ def _add_cross_links(result: Diagnosis, db: Path, schema: Schema) -> None:
     twice): the rows that read another row's bytes are base damage."""
     try:
         found, pages = cross_linked_cells(db, schema)
-    except (PageFormatError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
         result.notes.append(f"the search for cross-linked overflow chains failed: {exc}")
         return
     result.cross_linked_pages = sorted(pages)
