@@ -524,6 +524,8 @@ def solve_for_one_column(expr: str, row: dict[str, Any], copy: str) -> dict[str,
         if tail and not copy.endswith(tail):
             continue
         value = copy[len(head) : len(copy) - len(tail)]
+        if value == "" and row.get(col) is None:
+            continue  # COALESCE(NULL, ''): the copy agrees with the stored NULL
         if value != row.get(col) and isinstance(row.get(col), str | None):
             out[col] = value
     return out
