@@ -1070,7 +1070,9 @@ class Rebuild:
         rows = self.carved.get(tc.obj.name, [])
         if not rows:
             return
-        vouched = tc.known_keys()
+        # Either witness vouches: an intact index drops a row's entry with the row as
+        # surely as the FTS copies do (whose own pages may be the damaged ones).
+        vouched = tc.known_keys() | tc.index_keys
         for rowid, values in rows:
             if rowid in tc.rowids:
                 continue
