@@ -49,7 +49,7 @@ KINDS = ("sector", "block", "scribble", "torn", "reverted")
 SECTOR = 512
 BLOCK = 4096
 # Base tables whose rows are held to the promises (FTS tables are derived data).
-BASE_TABLES = ("sessions", "messages", "session_model_usage")
+BASE_TABLES = ("sessions", "messages", "session_model_usage", "gateway_routing")
 
 LATER_WRITER = """
 import os, sys

@@ -615,13 +615,11 @@ def indexed_values(
     """For each of ``rowids`` (None: every rowid), the column values the intact
     indexes of ``table`` hold for it (column -> [(value, index name), ...], one per
     index that holds the column), read from the indexes alone (covering reads: the
-    table is not touched). Partial indexes and indexes on expressions are left out;
-    so is an index whose own b-tree is damaged."""
+    table is not touched). A partial index vouches for the rows it lists; indexes on
+    expressions are left out, and so is an index whose own b-tree is damaged."""
     out: dict[int, dict[str, list[tuple[Any, str]]]] = {}
     for idx in schema.objects:
         if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
-            continue
-        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
             continue
         try:
             cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
@@ -631,6 +629,9 @@ def indexed_values(
             sql = (
                 f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
             )
+            partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
+            if partial:  # the planner uses a partial index only under its own condition
+                sql += f" WHERE {partial.group(1)}"
             for row in conn.execute(sql):
                 if rowids is not None and int(row[0]) not in rowids:
                     continue

@@ -642,6 +642,15 @@ class Rebuild:
             )
         if unverified:
             tc.report.unverified += len(unverified)
+            for rowid in unverified:
+                self.report.unverified_rows.append(
+                    {
+                        "table": obj.name,
+                        "rowid": rowid,
+                        "columns": [c for c in indexed if len(entries[rowid].get(c, [])) == 1],
+                        "why": "differs from the one intact index that holds the column",
+                    }
+                )
             shown = ", ".join(str(r) for r in unverified[:20])
             self.report.notes.append(
                 f"{obj.name}: {len(unverified)} rows differ from the one intact index that"

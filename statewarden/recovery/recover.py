@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -375,8 +376,16 @@ def _check_completed_against_copies(
         src.close()
 
 
+_MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
+
+
 def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out = {g.object for g in diag.groups if g.kind == "table"}
+    # "row N missing from index X": the index or the row changed; the table is read
+    # row by row so that its rows are held against its intact indexes.
+    for ln in diag.error_lines:
+        if (m := _MISSING_FROM_INDEX_RE.match(ln)) and (idx := schema.by_name(m.group(1))):
+            out.add(idx.tbl_name)
     base = {o.name for o in schema.base_tables()}
     out.update(name for name in diag.zeroed_cells if name in base)
     out.update(name for name in diag.cross_linked if name in base)
