@@ -306,6 +306,7 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
         report.get("partial_rows")
         or report.get("unverified_rows")
         or report.get("count_mismatches")
+        or report.get("schema_rows_lost")
         or any(t.get("unverified") or t.get("unreadable_ranges") for t in tables)
     )
     if report.get("loss_detected") is not None and (
@@ -350,6 +351,7 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
         or report.get("restored_from_copies")
         or report.get("partial_rows")
         or report.get("count_mismatches")
+        or report.get("schema_rows_lost")
         or any(t.get("recovered_from_pages") for t in report.get("tables", {}).values())
     )
     # "unreadable" is always true to SQLite when it is said: the schema or header is

@@ -1111,3 +1111,29 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
         return out, owned
     finally:
         db.close()
+
+
+def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:
+    """Rowid stretches ``sqlite_schema`` lacks, from 1 to its highest rowid: schema
+    rows lost with a destroyed leaf when page 1 was rebuilt from the leaves left
+    (``rebuild_schema_root``). SQLite numbers schema rows 1, 2, 3, ...; a stretch
+    missing here held objects (tables, indexes) the rebuilt schema no longer names.
+    Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        rowids: set[int] = set()
+        for n in _tree_leaves(db, 1):
+            try:
+                rows, _bad = db.leaf_rows(n)
+            except (PageFormatError, struct.error, IndexError):
+                continue
+            rowids.update(r for r, _ in rows)
+    finally:
+        db.close()
+    gaps: list[tuple[int, int]] = []
+    expect = 1
+    for r in sorted(rowids):
+        if r > expect:
+            gaps.append((expect, r - 1))
+        expect = max(expect, r + 1)
+    return gaps

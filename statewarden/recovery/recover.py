@@ -62,6 +62,7 @@ from statewarden.recovery.pages import (
     record_fits,
     rows_from_images,
     salvage_rows,
+    schema_rowid_gaps,
 )
 from statewarden.recovery.rebuild import CROSS_LINKED, Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
@@ -177,6 +178,14 @@ def _recover_copy(
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
     if work.schema_note:
         report.notes.append(work.schema_note)
+        # Raw reads: diagnose closed its connection (docs/safety.md rule 2).
+        report.schema_rows_lost = [list(g) for g in schema_rowid_gaps(work.db)]
+        if report.schema_rows_lost:
+            shown = ", ".join(f"{lo}..{hi}" for lo, hi in report.schema_rows_lost)
+            report.notes.append(
+                f"sqlite_schema rows {shown} were on a destroyed page: the objects they"
+                " named (tables among them) are missing from the rebuilt schema"
+            )
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)

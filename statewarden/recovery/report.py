@@ -129,6 +129,9 @@ class Report:
     # Rows damaged on disk whose unreadable columns all came back from witnesses, but
     # with columns nothing vouches for: table, rowid, columns, why (counted unverified).
     unverified_rows: list[dict[str, Any]] = field(default_factory=list)
+    # sqlite_schema rowid stretches lost with a destroyed page (page 1 rebuilt): the
+    # objects there, tables among them, are missing.
+    schema_rows_lost: list[list[int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -149,7 +152,7 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return bool(self.count_mismatches) or any(
+        return bool(self.count_mismatches or self.schema_rows_lost) or any(
             t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
         )
 
@@ -176,6 +179,7 @@ class Report:
             "restored_from_copies": self.restored_from_copies,
             "count_mismatches": self.count_mismatches,
             "unverified_rows": self.unverified_rows,
+            "schema_rows_lost": self.schema_rows_lost,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -273,6 +277,8 @@ class Report:
                 else f"loss detected: {counts} session{'s' if counts != 1 else ''} whose"
                 " message_count disagrees with the messages recovered"
                 if counts
+                else "loss detected: schema rows on a destroyed page (objects missing)"
+                if self.schema_rows_lost
                 else "loss detected: unreadable rowid ranges"
             )
         if self.timings:
