@@ -751,8 +751,8 @@ class TestPartialRows:
         """A session whose system_prompt overflow page is zeroed: the row is kept. The
         columns in its cell (id, source, model, ...) read in place; the columns after
         the prompt come back from the rest of its overflow chain, found among the pages
-        no b-tree reaches (started_at, which its intact indexes hold, from those
-        first); only system_prompt (whose bytes were on the zeroed page) is NULL,
+        no b-tree reaches (started_at and title, which its intact indexes hold, from
+        those first); only system_prompt (whose bytes were on the zeroed page) is NULL,
         listed as the row's one unreadable column. Its 8 messages are not orphans;
         loss is detected (exit 3) but no row is lost."""
         case = corruption.broken_overflow(tmp_path / "db")
@@ -768,11 +768,13 @@ class TestPartialRows:
             ["system_prompt"],
             {},
         )
-        assert {"title", "input_tokens"} <= set(p["recovered_from_pages"])
-        assert any(
-            (r["rowid"], r["column"]) == (rowid, "started_at") and r["from"][0].startswith("index")
+        assert {"input_tokens", "output_tokens"} <= set(p["recovered_from_pages"])
+        from_indexes = {
+            r["column"]
             for r in doc["restored_from_copies"]
-        )
+            if r["rowid"] == rowid and r["from"][0].startswith("index")
+        }
+        assert {"started_at", "title"} <= from_indexes
         q = f"SELECT * FROM sessions WHERE rowid = {rowid}"
         [got] = rows(out, q)
         [want] = rows(case.pristine, q)
@@ -811,8 +813,8 @@ class TestPartialRowsFill:
         """Every overflow page of the session zeroed: only what the cell holds survives;
         a NOT NULL column past it gets the documented fill (DEFAULT, else 0 or ''),
         unless an intact index holds its value: started_at (REAL, no DEFAULT, filled 0)
-        is then put back from the indexes, the fill named as what was stored; the row
-        and its messages are kept."""
+        is then put back from the indexes, the fill named as what was stored, and so is
+        the title (its unique index lists it); the row and its messages are kept."""
         case = corruption.broken_overflow(tmp_path / "db", whole_chain=True)
         rowid = case.phantom["sessions"]
         code, doc, out = recover_json(case, tmp_path)
@@ -828,12 +830,13 @@ class TestPartialRowsFill:
             "input_tokens",
             "output_tokens",
             "cwd",
-            "title",
         ]
         assert p["filled"] == {}
         assert "recovered_from_pages" not in p
-        [fix] = [r for r in doc["restored_from_copies"] if r["rowid"] == rowid]
-        assert (fix["column"], fix["stored"]) == ("started_at", 0)
+        fixes = {
+            r["column"]: r["stored"] for r in doc["restored_from_copies"] if r["rowid"] == rowid
+        }
+        assert fixes == {"started_at": 0, "title": None}
         q = f"SELECT id, source, model, started_at FROM sessions WHERE rowid = {rowid}"
         assert rows(out, q) == rows(case.pristine, q)
         assert "messages" not in doc["orphans"]

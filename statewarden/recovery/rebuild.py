@@ -596,6 +596,8 @@ class Rebuild:
             return entries
         t = quote_ident(obj.name)
         sel = ", ".join(quote_ident(c) for c in indexed)
+        # A value renamed by the dedupe rule differs from its index entry on purpose.
+        renamed = {(e["rowid"], e["column"]) for e in self.report.renamed if e["table"] == obj.name}
         unverified: list[int] = []
         fixes: list[tuple[int, str, Any, Any, list[str]]] = []
         for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}"):
@@ -604,6 +606,8 @@ class Rebuild:
             if not found:
                 continue
             for col, stored in zip(indexed, row[1:], strict=True):
+                if (rowid, col) in renamed:
+                    continue
                 witnesses = found.get(col, [])
                 values = {(type(v), v) for v, _ in witnesses}
                 if not witnesses or len(values) != 1:
