@@ -66,6 +66,15 @@ def fresh_copy(dest_dir: Path, spec: AnySpec = SMALL, name: str = "state.db") ->
     return Case(db=db, pristine=src, roots=schema_roots(src))
 
 
+def recount_messages(conn: apsw.Connection) -> None:
+    """After deleting messages, set each session's message_count to the messages it
+    has left, as Hermes does when it deletes a session's messages."""
+    conn.execute(
+        "UPDATE sessions SET message_count = (SELECT count(*) FROM messages m"
+        " WHERE m.session_id = sessions.id AND m.active = 1)"
+    )
+
+
 def zero_page(case: Case, page: int) -> None:
     pf = PristineFile(case.db)
     _write(case.db, (page - 1) * pf.page_size, b"\x00" * pf.page_size)
@@ -389,6 +398,7 @@ def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec 
     conn.execute("PRAGMA secure_delete=OFF")
     with conn:
         conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (first, last))
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     shutil.copyfile(case.db, dest_dir / "pristine.db")
@@ -592,6 +602,7 @@ def stale_index_entries(
     conn = apsw.Connection(str(case.db))
     with conn:
         conn.execute(f"DELETE FROM messages WHERE id IN ({', '.join(str(r) for r in rowids)})")
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     shutil.copyfile(case.db, dest_dir / "pristine.db")
@@ -631,6 +642,7 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     conn = apsw.Connection(str(case.db))
     with conn:
         conn.execute("DELETE FROM messages WHERE id BETWEEN 400 AND 700")
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     shutil.copyfile(case.db, dest_dir / "pristine.db")
@@ -756,6 +768,7 @@ def gaps_then_zeroed_interior(dest_dir: Path, spec: Spec = SMALL) -> Case:
         conn.execute(
             "DELETE FROM messages WHERE id BETWEEN 300 AND 305 OR id BETWEEN 1200 AND 1201"
         )
+        recount_messages(conn)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     case.pristine = dest_dir / "pristine.db"
@@ -872,4 +885,112 @@ def random_bytes(dest_dir: Path, seed: int, spec: Spec = SMALL) -> Case:
     case.lost_rowids = {table: sorted(hit)}
     case.damaged_pages.append(leaf)
     case.note = f"{table} leaf {leaf}: 64 random bytes at offset {start} (seed {seed})"
+    return case
+
+
+def zeroed_sector_in_cell(dest_dir: Path, rowid: int = 60, spec: Spec = SMALL) -> Case:
+    """The 512-byte sector that holds the end of a message's record zeroed, as a disk
+    that lost one sector: the cell's start (sizes, rowid, record header) is intact, so
+    SQLite reads the row whole, with zeros for the tail of its text (and for any
+    column after it). The first message from ``rowid`` on whose record crosses a
+    sector boundary is taken. ``lost_rowids['messages']`` lists every row whose cell
+    the sector touches: none may come back as a good row; ``phantom['messages']`` is
+    the one whose record header survived."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    for rid in range(rowid, rowid + 200):
+        leaf = _leaf_of(pf, case.roots["messages"], rid)
+        start, end = _cell_span(pf, leaf, rid)
+        sector = (end - 1) // 512 * 512
+        page_end = leaf * pf.page_size
+        if start + 8 < sector and end <= page_end:
+            break
+    else:  # pragma: no cover - a fixture without such a row
+        raise LookupError("no record crosses a sector boundary")
+    hit = []
+    pg = pf.page(leaf)
+    base = (leaf - 1) * pf.page_size
+    for off in pf.cell_offsets(leaf):
+        size, pos = _varint(pg, off)
+        r, pos = _varint(pg, pos)
+        if base + off < sector + 512 and sector < base + pos + size:
+            hit.append(r)
+    _write(case.db, sector, bytes(512))
+    case.lost_rowids = {"messages": sorted(hit)}
+    case.phantom = {"messages": rid}
+    case.damaged_pages.append(leaf)
+    case.note = f"messages leaf {leaf}: the sector at {sector} zeroed (rowid {rid}'s record tail)"
+    return case
+
+
+def lost_writes(dest_dir: Path) -> Case:
+    """Lost writes: the database after Hermes appended messages to three sessions and
+    opened a new one (``lab.fuzz.later_db``), with the pages of ``sessions`` that
+    those transactions changed back to their older images (the disk acknowledged the
+    writes but kept the old sectors), while the messages, the indexes and the FTS
+    copies kept theirs. ``phantom['sessions']`` is how many sessions are now stale
+    (older than their messages); ``lost_rowids['sessions']`` the rowids gone from the
+    table (the new session); ``pristine`` the file as written."""
+    from lab.fuzz import FUZZ, later_db
+
+    older = built_db(FUZZ)
+    case = fresh_copy(dest_dir, FUZZ)
+    shutil.copyfile(later_db(FUZZ), case.db)
+    case.pristine = later_db(FUZZ)
+    case.roots = schema_roots(case.pristine)
+    new, old = PristineFile(case.pristine), PristineFile(older)
+    _, leaves = new.tree_pages(case.roots["sessions"])
+    for leaf in leaves:
+        if new.page(leaf) != old.page(leaf) and old.page_type(leaf) == 0x0D:
+            _write(case.db, (leaf - 1) * new.page_size, old.page(leaf))
+            case.damaged_pages.append(leaf)
+    sql = "SELECT rowid, * FROM sessions"
+    now = {r[0]: r for r in table_rows(case.db, sql)}
+    want = {r[0]: r for r in table_rows(case.pristine, sql)}
+    case.phantom = {"sessions": sum(1 for r, v in want.items() if r in now and now[r] != v)}
+    case.lost_rowids = {"sessions": sorted(int(str(r)) for r in set(want) - set(now))}
+    case.note = f"sessions pages {case.damaged_pages} back to their older images"
+    return case
+
+
+def _overflow_pointer_at(pf: PristineFile, leaf: int, rowid: int) -> tuple[int, int]:
+    """(file offset of the overflow pointer of ``rowid``'s cell, the page it names)."""
+    start, end = _cell_span(pf, leaf, rowid)
+    usable = pf.page_size - pf.data[20]
+    size = end - start
+    x = usable - 35
+    m = ((usable - 12) * 32 // 255) - 23
+    k = m + (size - m) % (usable - 4)
+    local = k if k <= x else m
+    assert local < size, f"rowid {rowid} has no overflow chain"
+    (first,) = struct.unpack(">I", pf.data[start + local : start + local + 4])
+    return start + local, first
+
+
+def cross_linked_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
+    """Two messages whose text spills onto overflow pages; the second one's overflow
+    pointer rewritten to name the first one's overflow page: both rows' chains now
+    lead to the same page, and the second row's own overflow page is reached by
+    nothing. SQLite reads the second message with the first one's text past its cell.
+    ``phantom['messages']`` is the second message's rowid (its own chain is intact,
+    only unattached); ``unreached['messages']`` is [first, second]."""
+    case = fresh_copy(dest_dir, spec)
+    long = [
+        int(str(r))
+        for (r,) in table_rows(
+            case.db, "SELECT rowid FROM messages WHERE length(content) > 4100 ORDER BY rowid"
+        )
+    ]
+    a, b = long[0], long[1]
+    pf = PristineFile(case.db)
+    _, first_a = _overflow_pointer_at(pf, _leaf_of(pf, case.roots["messages"], a), a)
+    at_b, first_b = _overflow_pointer_at(pf, _leaf_of(pf, case.roots["messages"], b), b)
+    _write(case.db, at_b, struct.pack(">I", first_a))
+    case.phantom = {"messages": b}
+    case.unreached = {"messages": [a, b]}
+    case.damaged_pages.append(at_b // pf.page_size + 1)
+    case.note = (
+        f"messages rowid {b}: overflow pointer {first_b} rewritten to {first_a},"
+        f" rowid {a}'s first overflow page"
+    )
     return case

@@ -722,19 +722,26 @@ class TestBitRot:
         q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
         assert rows(out, q) == pristine(q)
 
-    def test_rotted_row_is_kept_and_named(self, tmp_path: Path) -> None:
-        """A message row changed on disk (its FTS copies still hold the original): the
-        row is kept as stored and named in the notes; the copies keep the original."""
+    def test_rotted_row_is_restored_from_its_copies(self, tmp_path: Path) -> None:
+        """A message row changed on disk (one letter), its two FTS copies agreeing on
+        the original: the text is restored from the copies (the only column that,
+        changed alone, gives their text back), listed in restored_from_copies with
+        what the file held and named in the notes; the row equals what Hermes wrote,
+        no loss, exit 0. (It was kept as stored, altered, with exit 0.)"""
         case = corruption.bit_rot(tmp_path / "db", "row")
         rowid = case.phantom["messages"]
         code, doc, out = recover_json(case, tmp_path)
-        assert code == 0
-        assert any(
-            n.startswith("messages: 1 row differs from its search-index copies")
-            for n in doc["notes"]
-        )
+        assert (code, doc["loss_detected"]) == (0, False)
+        [fix] = doc["restored_from_copies"]
         q = f"SELECT content FROM messages WHERE rowid = {rowid}"
-        assert rows(out, q) == rows(case.db, q) != pristine(q)
+        assert (fix["rowid"], fix["column"], fix["stored"]) == (
+            rowid,
+            "content",
+            rows(case.db, q)[0][0],
+        )
+        assert fix["from"] == ["messages_fts", "messages_fts_trigram"]
+        assert any("restored from their search-index copies" in n for n in doc["notes"])
+        assert_same_rows(out, "messages")
         q = f"SELECT c0 FROM messages_fts_content WHERE id = {rowid}"
         assert rows(out, q) == pristine(q)
 
@@ -744,8 +751,9 @@ class TestPartialRows:
         """A session whose system_prompt overflow page is zeroed: the row is kept. The
         columns in its cell (id, source, model, ...) read in place; the columns after
         the prompt come back from the rest of its overflow chain, found among the pages
-        no b-tree reaches; only system_prompt (whose bytes were on the zeroed page) is
-        NULL, listed as the row's one unreadable column. Its 8 messages are not orphans;
+        no b-tree reaches (started_at and title, which its intact indexes hold, from
+        those first); only system_prompt (whose bytes were on the zeroed page) is NULL,
+        listed as the row's one unreadable column. Its 8 messages are not orphans;
         loss is detected (exit 3) but no row is lost."""
         case = corruption.broken_overflow(tmp_path / "db")
         rowid = case.phantom["sessions"]
@@ -760,7 +768,13 @@ class TestPartialRows:
             ["system_prompt"],
             {},
         )
-        assert {"started_at", "title", "input_tokens"} <= set(p["recovered_from_pages"])
+        assert {"input_tokens", "output_tokens"} <= set(p["recovered_from_pages"])
+        from_indexes = {
+            r["column"]
+            for r in doc["restored_from_copies"]
+            if r["rowid"] == rowid and r["from"][0].startswith("index")
+        }
+        assert {"started_at", "title"} <= from_indexes
         q = f"SELECT * FROM sessions WHERE rowid = {rowid}"
         [got] = rows(out, q)
         [want] = rows(case.pristine, q)
@@ -798,7 +812,9 @@ class TestPartialRowsFill:
     def test_whole_chain_lost_fills_not_null_columns_by_the_rule(self, tmp_path: Path) -> None:
         """Every overflow page of the session zeroed: only what the cell holds survives;
         a NOT NULL column past it gets the documented fill (DEFAULT, else 0 or ''),
-        listed in the report; the row and its messages are kept."""
+        unless an intact index holds its value: started_at (REAL, no DEFAULT, filled 0)
+        is then put back from the indexes, the fill named as what was stored, and so is
+        the title (its unique index lists it); the row and its messages are kept."""
         case = corruption.broken_overflow(tmp_path / "db", whole_chain=True)
         rowid = case.phantom["sessions"]
         code, doc, out = recover_json(case, tmp_path)
@@ -806,20 +822,23 @@ class TestPartialRowsFill:
         [p] = doc["partial_rows"]
         assert p["columns"][0] == "system_prompt"
         # Columns stored as NULL, 0 or 1 need no body bytes and read in place; of the
-        # others, started_at is the one NOT NULL column: REAL, no DEFAULT, so 0.
+        # others, started_at is the one NOT NULL column: REAL, no DEFAULT, so 0, then
+        # its value from the intact indexes that hold it.
         assert p["columns"] == [
             "system_prompt",
-            "started_at",
             "message_count",
             "input_tokens",
             "output_tokens",
             "cwd",
-            "title",
         ]
-        assert p["filled"] == {"started_at": 0}
+        assert p["filled"] == {}
         assert "recovered_from_pages" not in p
+        fixes = {
+            r["column"]: r["stored"] for r in doc["restored_from_copies"] if r["rowid"] == rowid
+        }
+        assert fixes == {"started_at": 0, "title": None}
         q = f"SELECT id, source, model, started_at FROM sessions WHERE rowid = {rowid}"
-        assert rows(out, q) == [("long_prompt", "telegram", "hermes-4-70b", 0)]
+        assert rows(out, q) == rows(case.pristine, q)
         assert "messages" not in doc["orphans"]
 
 
@@ -845,22 +864,32 @@ class TestSmallTables:
 
 
 class TestInvalidText:
-    def test_clean_table_keeps_the_bytes(self, tmp_path: Path) -> None:
+    def test_clean_table_restores_the_text(self, tmp_path: Path) -> None:
         """Text with an invalid UTF-8 byte in an otherwise healthy table: SQLite does not
-        validate text; the comparison with its FTS copies names the row, and it is
-        copied as stored, byte for byte."""
+        validate text, but Hermes writes none, so the column is unreadable; its two FTS
+        copies agree on the original, so it is restored from them and the row equals
+        what Hermes wrote. The record was changed on disk, so the columns nothing
+        vouches for (neither an index nor the copies: role, ...) are named in
+        unverified_rows and loss is detected (exit 3): nothing proves them. (It was
+        copied byte for byte, 0xFF and all, as a good row.)"""
         case = corruption.invalid_utf8(tmp_path / "db")
         rowid = case.phantom["messages"]
         code, doc, out = recover_json(case, tmp_path)
-        assert (code, doc["loss_detected"]) == (0, False)
-        assert any(f"changed on disk (rowid {rowid})" in n for n in doc["notes"])
-        q = f"SELECT CAST(content AS BLOB) FROM messages WHERE rowid = {rowid}"
-        assert rows(out, q) == rows(case.db, q)
-        assert b"\xff" in rows(out, q)[0][0]  # type: ignore[operator]
+        assert (code, doc["loss_detected"], doc["partial_rows"], doc["lost"]) == (3, True, [], {})
+        assert [(r["rowid"], r["column"]) for r in doc["restored_from_copies"]] == [
+            (rowid, "content")
+        ]
+        [u] = doc["unverified_rows"]
+        assert (u["rowid"], u["why"]) == (rowid, "its text is not valid UTF-8 (changed on disk)")
+        assert "role" in u["columns"]
+        assert "content" not in u["columns"]
+        assert_same_rows(out, "messages")
 
     def test_damaged_table_row_by_row_repairs_the_text(self, tmp_path: Path) -> None:
         """The same bad byte in a table that is copied row by row (a leaf elsewhere is
-        zeroed): the row is kept with U+FFFD for the bad byte and named in the notes."""
+        zeroed): the text is unreadable (not UTF-8), named in the notes, and restored
+        from its two agreeing FTS copies: the row equals what Hermes wrote (it was kept
+        with U+FFFD for the bad byte, as a good row)."""
         case = corruption.invalid_utf8(tmp_path / "db", rowid=700)
         pf = corruption.PristineFile(case.db)
         _, leaves = pf.tree_pages(case.roots["messages"])
@@ -872,8 +901,9 @@ class TestInvalidText:
         assert any(
             n.startswith("messages: 1 rows held text that is not valid UTF-8") for n in doc["notes"]
         )
-        [(content,)] = rows(out, "SELECT content FROM messages WHERE rowid = 700")
-        assert "\ufffd" in str(content)
-        got = [r for r in rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") if r[0] != 700]
+        assert [(r["rowid"], r["column"]) for r in doc["restored_from_copies"]] == [
+            (700, "content")
+        ]
+        got = rows(out, "SELECT rowid, * FROM messages ORDER BY rowid")
         want = pristine("SELECT rowid, * FROM messages ORDER BY rowid")
-        assert got == [r for r in want if r[0] not in {700, *lost}]
+        assert got == [r for r in want if r[0] not in set(lost)]

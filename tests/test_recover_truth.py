@@ -283,3 +283,175 @@ class TestRandomBytes:
         }
         assert set(got) <= set(want)
         assert rep["lost"].get(table, 0) <= len(hit)
+
+
+class TestCellsThatStraddleAZeroedSector:
+    def test_a_record_that_runs_into_zeros_is_never_a_good_row(self, tmp_path: Path) -> None:
+        """The sector holding the tail of a message's record zeroed (its cell header
+        intact, so SQLite reads the row with NULs for text and 0 for numbers): check
+        names the row and calls it base damage; recover writes no row the sector
+        touched as read: its zeroed text comes back from the two agreeing FTS copies
+        and a zeroed number from the intact indexes that hold it (listed in
+        restored_from_copies), else the row is partial with its zeroed columns listed
+        and why, or not written; every other message exactly as Hermes wrote it, loss
+        detected for the row whose start was zeroed. (The row was written out with
+        NUL bytes, rc 0, "no loss".)"""
+        case = corruption.zeroed_sector_in_cell(tmp_path / "db")
+        rowid = case.phantom["messages"]
+        hit = set(case.lost_rowids["messages"])
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert rowid in d["zeroed_cells"]["messages"]
+        assert any("run into zeroed bytes" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (3, True)
+        partial = {p["rowid"]: p for p in rep["partial_rows"] if p["table"] == "messages"}
+        restored = {r["rowid"] for r in rep["restored_from_copies"] if r["table"] == "messages"}
+        # The zeroed text comes back from its two agreeing FTS copies, a zeroed number
+        # from the intact indexes that hold it: restored, and said so.
+        assert rowid in restored
+        sql = "SELECT rowid, * FROM messages ORDER BY rowid"
+        want = {r[0]: r for r in rows(case.pristine, sql)}
+        got = {r[0]: r for r in rows(out, sql)}
+        for r in hit:
+            if r in got and r not in partial:  # a good row only when put back whole
+                assert r in restored
+                assert got[r] == want[r]
+        for p in partial.values():
+            assert p["why"] == "its record runs into zeroed bytes"
+            assert set(p["changed"]) <= set(p["columns"])
+        assert all(got[r] == want[r] for r in want if r not in hit)
+        assert all("\x00" not in str(v) for r in hit if r in got for v in got[r])
+
+
+class TestBitRotWithTwoAgreeingCopies:
+    def test_the_text_comes_back_from_the_copies(self, tmp_path: Path) -> None:
+        """One letter of a message's text changed on disk, its two FTS copies agreeing
+        on the original: check calls it base damage; recover restores the text from
+        the copies and says so (restored_from_copies, a note): the row equals what
+        Hermes wrote, no loss, exit 0. (The altered text was kept, rc 0.)"""
+        case = corruption.bit_rot(tmp_path / "db", "row")
+        rowid = case.phantom["messages"]
+        code, checked = check_json(case)
+        assert (code, checked["databases"][0]["damage"]) == (3, "base")
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (0, False)
+        [fix] = rep["restored_from_copies"]
+        assert (fix["table"], fix["rowid"], fix["column"]) == ("messages", rowid, "content")
+        assert any("restored from their search-index copies" in n for n in rep["notes"])
+        assert_rows_are_pristine(out, case.pristine, "messages")
+
+
+class TestLostWrites:
+    def test_stale_and_missing_rows_are_named(self, tmp_path: Path) -> None:
+        """The sessions page a batch of Hermes transactions changed back to its older
+        image, the messages, indexes and FTS copies kept new: every page is well
+        formed. check calls it base damage (exit 3), naming the sessions whose
+        message_count disagrees with their messages; recover names each stale session
+        (older than its messages) in count_mismatches and the session the page lost
+        in lost_keys: loss detected, never "no loss". (check said derived, recover
+        wrote the stale rows as good ones.)"""
+        case = corruption.lost_writes(tmp_path / "db")
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert any("message_count disagrees" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (3, True)
+        stale = [m for m in rep["count_mismatches"] if m["what"] == "stale"]
+        sql = "SELECT rowid, * FROM sessions"
+        want = {r[0]: r for r in rows(case.pristine, sql)}
+        got = {r[0]: r for r in rows(out, sql)}
+        differ = {r for r in got if got[r] != want.get(r)}
+        assert {m["rowid"] for m in stale} == differ
+        assert len(differ) == case.phantom["sessions"]
+        (lost,) = case.lost_rowids["sessions"]
+        [(sid,)] = rows(case.pristine, f"SELECT id FROM sessions WHERE rowid = {lost}")
+        assert [sid] in rep["tables"]["sessions"]["lost_keys"]
+        assert_rows_are_pristine(out, case.pristine, "messages")
+
+
+class TestCrossLinkedOverflowChains:
+    def test_neither_row_is_written_with_the_others_text(self, tmp_path: Path) -> None:
+        """Two messages whose overflow pointers lead to the same page (the second's own
+        overflow page intact but reached by nothing): check names the second row and
+        calls it base damage; recover gives the shared page to the row its FTS copies
+        vouch for, and the other row its own unattached chain: both rows exactly as
+        Hermes wrote them, no loss, exit 0. (The second message was written out with
+        the first one's text.)"""
+        case = corruption.cross_linked_overflow(tmp_path / "db")
+        a, b = case.unreached["messages"]
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        assert d["cross_linked"]["messages"]
+        assert any("leads into another row's pages" in f for f in d["findings"])
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"], rep["partial_rows"]) == (0, False, [])
+        assert_rows_are_pristine(out, case.pristine, "messages")
+        assert rep["tables"]["messages"]["recovered_from_pages"] >= 1
+        q = "SELECT content FROM messages WHERE rowid = ?"
+        text_a, text_b = (rows(out, q.replace("?", str(r)))[0][0] for r in (a, b))
+        assert text_a != text_b
+
+
+# Hermes' own history on a healthy file: a rewind marks messages inactive and leaves
+# message_count as it was; a compaction archives the active ones and sets the count
+# to the new active rows; more messages follow each.
+_HONEST_HISTORY = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+for sid in ("rewound", "compacted", "both"):
+    db.create_session(sid, "cli")
+    ids = [db.append_message(sid, "user" if i % 2 == 0 else "assistant", f"{sid} turn {i}")
+           for i in range(8)]
+    if sid in ("rewound", "both"):
+        db.rewind_to_message(sid, ids[4])
+    if sid in ("compacted", "both"):
+        db.archive_and_compact(sid, [{"role": "user", "content": f"{sid} summary"}])
+    if sid == "both":
+        db.rewind_to_message(sid, db.append_message(sid, "user", "after the compaction"))
+    db.append_message(sid, "assistant", f"{sid} goes on")
+db.close()
+"""
+
+
+class TestHonestCounts:
+    def test_rewind_and_compaction_are_no_lost_writes(self, tmp_path: Path) -> None:
+        """Hermes' own rewind (messages marked inactive, message_count kept) and
+        compaction (the count set to the new active rows), one after the other too,
+        leave counts that differ from the active messages: check calls the file
+        healthy (exit 0) and recover names no count mismatch and no loss. (The lost-
+        write rule took a rewound session for one that lost messages: base damage.)"""
+        import subprocess
+        import sys
+
+        home = tmp_path / "home"
+        home.mkdir()
+        subprocess.run([sys.executable, "-c", _HONEST_HISTORY, str(home)], check=True)
+        db = home / "state.db"
+        counts = {
+            r[0]: (r[1], r[2])
+            for r in corruption.table_rows(
+                db,
+                "SELECT s.id, s.message_count, (SELECT count(*) FROM messages m"
+                " WHERE m.session_id = s.id AND m.active = 1) FROM sessions s",
+            )
+        }
+        # The rewound sessions count more than their active messages.
+        assert counts["rewound"] == (9, 5), counts
+        assert counts["both"] == (3, 2), counts
+        code, stdout, stderr = run_ctl("check", "--db", str(db), "--json", "--progress", "none")
+        assert (code, stderr) == (0, "")
+        (d,) = json.loads(stdout)["databases"]
+        assert d["damage"] == "none"
+        out = tmp_path / "out" / "recovered.db"
+        out.parent.mkdir()
+        code, stdout, stderr = run_ctl(
+            "recover", "--source", str(db), "--output", str(out), "--json"
+        )
+        rep = json.loads(stdout)
+        assert (code, rep["loss_detected"], rep["count_mismatches"]) == (0, False, [])

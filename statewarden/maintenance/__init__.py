@@ -23,9 +23,14 @@ HOMES = {
     "ACTIONS": "run",
     "MaintenanceRun": "run",
     "Options": "run",
+    "PAST_THE_SWAP": "run",
+    "RunReport": "run",
+    "backup_copy": "snapshots",
     "list_snapshots": "snapshots",
     "take_snapshot": "snapshots",
     "list_quarantine": "swap",
+    "cancel_line": "wording",
+    "step_line": "wording",
 }
 __all__ = list(HOMES)
 if not TYPE_CHECKING:  # mypy reads each name in its home module, typed

@@ -76,12 +76,22 @@ class CopyCheck:
     table: str
     copies: list[str]
     rows_rotted: list[int] = field(default_factory=list)  # the copies agree, the row not
+    # Rows that differ from copies that disagree with each other, whose text is not
+    # UTF-8 (Hermes writes none): the row changed on disk, whatever the copies did.
+    rows_bad_text: list[int] = field(default_factory=list)
     copies_rotted: dict[str, list[int]] = field(default_factory=dict)  # fts -> rowids
     missing_from_copies: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def findings(self) -> list[str]:
         out = []
+        if self.rows_bad_text:
+            n = len(self.rows_bad_text)
+            out.append(
+                f"{self.table}: {n} row{'s' if n != 1 else ''} whose text is not valid"
+                f" UTF-8 (changed on disk; rowid{'s' if n != 1 else ''}"
+                f" {_sample(self.rows_bad_text)})"
+            )
         if self.rows_rotted:
             n = len(self.rows_rotted)
             rows = "1 row differs from its" if n == 1 else f"{n} rows differ from their"
@@ -191,6 +201,9 @@ def compare(conn: apsw.Connection, schema: Schema) -> list[CopyCheck]:
             if isinstance(exc, apsw.InterruptError):
                 raise
             check.error = str(exc).split("\n", 1)[0]
+            # No vote without the copies: text that is not UTF-8 still says a row
+            # changed on disk (a full read of the table, on damage only).
+            check.rows_bad_text = _scan_bad_text(conn, schema, table)
         out.append(check)
     return out
 
@@ -211,6 +224,7 @@ def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
         # differ from each other (then nothing can tell which is right).
         same = _copies_agree(conn, a, b, both)
         check.rows_rotted = sorted(same)
+        check.rows_bad_text = _bad_text(conn, check.table, both - same)
         for f in fs:
             only = sorted(differs[f.fts] - same)
             if only:
@@ -219,6 +233,53 @@ def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
         for f in fs:
             if differs[f.fts]:
                 check.copies_rotted[f.fts] = sorted(differs[f.fts])
+
+
+def _scan_bad_text(conn: apsw.Connection, schema: Schema, table: str) -> list[int]:
+    """Rowids of ``table`` with a text value that is not valid UTF-8, read as bytes
+    past damaged stretches (a read error ends the search, keeping what it found)."""
+    obj = schema.by_name(table)
+    if obj is None or obj.without_rowid:
+        return []
+    try:
+        row = conn.execute("PRAGMA encoding").fetchone()
+    except apsw.Error:
+        return []
+    if row is None or str(row[0]).upper() != "UTF-8":
+        return []  # the bytes are UTF-16: SQLite converts them, never invalid here
+    cols = ", ".join(
+        f"CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) END"
+        for q in (quote_ident(c.name) for c in obj.stored_columns)
+    )
+    out = []
+    try:
+        for row in conn.execute(f"SELECT rowid, {cols} FROM {quote_ident(table)} NOT INDEXED"):
+            for v in row[1:]:
+                if isinstance(v, bytes):
+                    try:
+                        v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        out.append(int(row[0]))
+                        break
+    except apsw.Error as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+    return out
+
+
+def _bad_text(conn: apsw.Connection, table: str, rowids: set[int]) -> list[int]:
+    """Those of ``rowids`` with a text value that is not valid UTF-8."""
+    out = []
+    t = quote_ident(table)
+    for rowid in sorted(rowids):
+        try:
+            conn.execute(f"SELECT * FROM {t} NOT INDEXED WHERE rowid = ?", (rowid,)).fetchall()
+        except UnicodeDecodeError:
+            out.append(rowid)
+        except apsw.Error as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+    return out
 
 
 def _copies_agree(conn: apsw.Connection, a: Feed, b: Feed, rowids: set[int]) -> set[int]:
@@ -384,3 +445,231 @@ def write_rebuilt(dst: apsw.Connection, table: str, rows: list[RebuiltRow]) -> s
         ],
     )
     return name
+
+
+_COLUMN_PART_RE = re.compile(
+    r"^(?:COALESCE\(\s*b\.[\"`\[]?(\w+)[\"`\]]?\s*,\s*''\s*\)|b\.[\"`\[]?(\w+)[\"`\]]?)$", re.I
+)
+_LITERAL_PART_RE = re.compile(r"^'((?:[^']|'')*)'$")
+
+
+def _parts(expr: str) -> list[tuple[str, str]] | None:
+    """An expression ``a || ' ' || COALESCE(b.x, '')`` as [("text", " "), ("column",
+    "x"), ...]; None for any other shape (it cannot be solved for a column)."""
+    out: list[tuple[str, str]] = []
+    for raw in _split_concat(expr):
+        part = raw.strip()
+        if m := _LITERAL_PART_RE.match(part):
+            out.append(("text", m.group(1).replace("''", "'")))
+        elif m := _COLUMN_PART_RE.match(part):
+            out.append(("column", m.group(1) or m.group(2)))
+        else:
+            return None
+    return out
+
+
+def _split_concat(s: str) -> list[str]:
+    """Split at ``||`` outside parentheses and quotes."""
+    parts, depth, cur, quote, i = [], 0, [], "", 0
+    while i < len(s):
+        ch = s[i]
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+            cur.append(ch)
+        elif ch == "(":
+            depth += 1
+            cur.append(ch)
+        elif ch == ")":
+            depth -= 1
+            cur.append(ch)
+        elif s.startswith("||", i) and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            i += 2
+            continue
+        else:
+            cur.append(ch)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+def solve_for_one_column(expr: str, row: dict[str, Any], copy: str) -> dict[str, str]:
+    """Each column whose value, put in place of the stored one with every other column
+    as stored, makes ``expr`` (the trigger's expression) give exactly ``copy``: the
+    column -> that value. Only TEXT values are solved for."""
+    parts = _parts(expr)
+    if parts is None:
+        return {}
+    names = [v for k, v in parts if k == "column"]
+
+    def text(k: str, v: str) -> str:
+        if k == "text":
+            return v
+        value = row.get(v)
+        return "" if value is None else str(value)
+
+    out: dict[str, str] = {}
+    for i, (kind, col) in enumerate(parts):
+        if kind != "column" or names.count(col) != 1:
+            continue
+        head = "".join(text(k, v) for k, v in parts[:i])
+        tail = "".join(text(k, v) for k, v in parts[i + 1 :])
+        if len(copy) < len(head) + len(tail) or not copy.startswith(head):
+            continue
+        if tail and not copy.endswith(tail):
+            continue
+        value = copy[len(head) : len(copy) - len(tail)]
+        if value == "" and row.get(col) is None:
+            continue  # COALESCE(NULL, ''): the copy agrees with the stored NULL
+        if value != row.get(col) and isinstance(row.get(col), str | None):
+            out[col] = value
+    return out
+
+
+@dataclass
+class Restored:
+    table: str
+    rowid: int
+    column: str
+    stored: Any  # what the file held
+    value: str  # what the copies say it was
+    copies: list[str]
+
+
+def restore_from_copies(
+    src: apsw.Connection,
+    dst: apsw.Connection,
+    schema: Schema,
+    check: CopyCheck,
+    also: set[int] = frozenset(),  # type: ignore[assignment]
+) -> list[Restored]:
+    """Rows of ``check.table`` that differ from two FTS copies that agree with each
+    other (``rows_rotted``), and the rows ``also`` (known changed on disk: text that
+    is not UTF-8, zeroed bytes) whose copies agree, restored in ``dst`` from the
+    copies: when exactly one column, changed alone, makes the row give the copies'
+    text again, that column is set to it. A row for which no such column, or more
+    than one, exists is left as it is (returned nowhere)."""
+    fs = [f for f in feeds(schema) if f.table == check.table and f.fts in check.copies]
+    agreed = set(also)
+    if len(fs) >= 2 and agreed:
+        try:
+            agreed = _copies_agree(src, fs[0], fs[1], agreed)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            agreed = set()
+    rowids = sorted(set(check.rows_rotted) | agreed)
+    if not fs or not rowids:
+        return []
+    feed = fs[0]
+    if list(feed.columns) != ["c0"]:
+        return []
+    obj = schema.by_name(check.table)
+    if obj is None:
+        return []
+    names = [c.name for c in obj.stored_columns]
+    t = quote_ident(check.table)
+    # Text that is not UTF-8 (changed bytes) is read as bytes and decoded leniently.
+    sel = ", ".join(
+        f"CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
+        for q in (quote_ident(c) for c in names)
+    )
+    content = quote_ident(f"{feed.fts}_content")
+    out = []
+    for rowid in rowids:
+        try:
+            got = src.execute(f"SELECT c0 FROM {content} WHERE id = ?", (rowid,)).fetchone()
+            values = dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+        if got is None or values is None or not isinstance(got[0], str):
+            continue
+        row = {
+            c: v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+            for c, v in zip(names, values, strict=True)
+        }
+        solved = solve_for_one_column(feed.columns["c0"], row, got[0])
+        if len(solved) != 1:
+            continue
+        ((col, value),) = solved.items()
+        dst.execute(f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid))
+        out.append(Restored(check.table, rowid, col, row[col], value, list(check.copies)))
+    return out
+
+
+def indexed_values(
+    conn: apsw.Connection,
+    schema: Schema,
+    table: str,
+    rowids: set[int] | None,
+    *,
+    broken_roots: set[int],
+) -> dict[int, dict[str, list[tuple[Any, str]]]]:
+    """For each of ``rowids`` (None: every rowid), the column values the intact
+    indexes of ``table`` hold for it (column -> [(value, index name), ...], one per
+    index that holds the column), read from the indexes alone (covering reads: the
+    table is not touched). A partial index vouches for the rows it lists; indexes on
+    expressions are left out, and so is an index whose own b-tree is damaged."""
+    out: dict[int, dict[str, list[tuple[Any, str]]]] = {}
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
+            continue
+        try:
+            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
+            if not cols or any(c is None for c in cols):
+                continue
+            sel = ", ".join(quote_ident(str(c)) for c in cols)
+            sql = (
+                f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
+            )
+            partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
+            if partial:  # the planner uses a partial index only under its own condition
+                sql += f" WHERE {partial.group(1)}"
+            for row in conn.execute(sql):
+                if rowids is not None and int(row[0]) not in rowids:
+                    continue
+                got = out.setdefault(int(row[0]), {})
+                for c, v in zip(cols, row[1:], strict=True):
+                    got.setdefault(str(c), []).append((v, idx.name))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return out
+
+
+def agrees_with_copies(
+    conn: apsw.Connection, schema: Schema, table: str, rowid: int
+) -> bool | None:
+    """Does row ``rowid`` of ``table``, as ``conn`` reads it, give exactly the text its
+    FTS copies hold (every copy that has it)? None when no copy holds it or it cannot
+    be read."""
+    t = quote_ident(table)
+    seen = False
+    for f in feeds(schema):
+        if f.table != table:
+            continue
+        content = quote_ident(f"{f.fts}_content")
+        try:
+            got = conn.execute(
+                f"SELECT {f.copy_matches()} FROM {t} AS b NOT INDEXED JOIN {content} AS c"
+                f" ON c.id = ({f.rowid_expr}) WHERE b.rowid = ?",
+                (rowid,),
+            ).fetchone()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            return None
+        if got is None:
+            continue
+        if not got[0]:
+            return False
+        seen = True
+    return True if seen else None

@@ -38,6 +38,7 @@ from statewarden.recovery.integrity import (
     fts_from_integrity_lines,
     group_errors,
 )
+from statewarden.recovery.pages import ZeroedCells, cross_linked_cells, zeroed_cells
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.tokenizers import unloadable
@@ -45,6 +46,9 @@ from statewarden.recovery.wal import WalFacts
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
+# integrity_check's line when a read error ended it (the virtual tables' checks may
+# not have run).
+CHECK_CUT_SHORT = "database disk image is malformed"
 _TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
 
 
@@ -181,6 +185,18 @@ class Diagnosis:
     # CPU seconds of the threads that ran the FTS tables' own checks (not in the calling
     # thread's CPU time); not part of the JSON.
     helper_cpu_s: float = 0.0
+    # Rows whose record runs into zeroed sectors, per table: rowid -> the positions of
+    # the columns hit (None: its header was hit). SQLite reads them with the zeros as
+    # their values, and no integrity check sees it (pages.zeroed_cells).
+    zeroed_cells: dict[str, ZeroedCells] = field(default_factory=dict)
+    # Rows whose overflow chain leads into pages another row's chain owns, per table
+    # (rowid -> positions of the columns past the cell), and the pages claimed twice
+    # and their owners' (pages.cross_linked_cells).
+    cross_linked: dict[str, ZeroedCells] = field(default_factory=dict)
+    cross_linked_pages: list[int] = field(default_factory=list)
+    # Hermes' sessions whose message_count disagrees with the messages the file holds
+    # for them: (rowid, message_count, messages counted) (``counts_disagree``).
+    counts_disagree: list[tuple[int, int, int]] = field(default_factory=list)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -191,6 +207,26 @@ class Diagnosis:
         )
         for c in self.copies:
             out.extend(c.findings())
+        if self.counts_disagree:
+            n = len(self.counts_disagree)
+            shown = _sample(sorted(r for r, _, _ in self.counts_disagree))
+            out.append(
+                f"sessions: {n} row{'s' if n != 1 else ''} whose message_count disagrees with"
+                f" the messages stored for {'them' if n != 1 else 'it'} (rowids {shown}):"
+                " a write lost (a page back to an older image) or messages lost"
+            )
+        for name, cells in self.cross_linked.items():
+            n = len(cells)
+            out.append(
+                f"{name}: {n} row{'s' if n != 1 else ''} whose overflow chain leads into"
+                f" another row's pages (rowid{'s' if n != 1 else ''} {_sample(sorted(cells))})"
+            )
+        for name, cells in self.zeroed_cells.items():
+            n = len(cells)
+            out.append(
+                f"{name}: {n} row{'s' if n != 1 else ''} run into zeroed bytes, read as"
+                f" values by SQLite (rowid{'s' if n != 1 else ''} {_sample(sorted(cells))})"
+            )
         out.extend(
             f"{t}: {n} orphan row{'s' if n != 1 else ''} (foreign_key_check)"
             for t, n in self.orphans.items()
@@ -202,6 +238,8 @@ class Diagnosis:
         del data["helper_cpu_s"]
         for t in data["tables"]:
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
+        data["zeroed_cells"] = {t: sorted(c) for t, c in self.zeroed_cells.items()}
+        data["cross_linked"] = {t: sorted(c) for t, c in self.cross_linked.items()}
         data["findings"] = self.findings()
         return data
 
@@ -251,6 +289,10 @@ def diagnose(
         result = _diagnose(conn, db, schema, progress, truncated)
     finally:
         conn.close()
+    # Raw page reads, now that no connection is open to the copy (docs/safety.md rule 2).
+    _add_zeroed_cells(result, db, schema)
+    if any("2nd reference to page" in ln for ln in result.error_lines):
+        _add_cross_links(result, db, schema)
     if wal is not None:
         result.notes.extend(wal.notes(wal_name))
         result.wal_dropped_commits = wal.dropped_commits
@@ -261,6 +303,86 @@ def diagnose(
         result.notes.insert(0, schema_rebuilt)
         result.damage = "unreadable"
     return result
+
+
+def _add_zeroed_cells(result: Diagnosis, db: Path, schema: Schema) -> None:
+    """Rows that run into zeroed sectors: in a base table they are base damage (the
+    row SQLite reads is not the row that was written); in an FTS shadow table the FTS
+    table is rebuilt from its base table (derived damage)."""
+    try:
+        found = zeroed_cells(db, schema)
+    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
+        result.notes.append(f"the search for zeroed sectors failed: {exc}")
+        return
+    for name, cells in found.items():
+        obj = schema.by_name(name)
+        if obj is None:
+            continue
+        result.zeroed_cells[name] = cells
+        if obj.shadow_of is not None:
+            if result.fts.get(obj.shadow_of, "ok") == "ok":
+                result.fts[obj.shadow_of] = f"{len(cells)} rows of {name} run into zeroed bytes"
+            result.damage = worst(result.damage, "derived")
+        else:
+            result.damage = worst(result.damage, "base")
+
+
+_PAGE_RE = re.compile(r"\bof page (\d+)\b|\bon page (\d+)\b|^Page (\d+)\b")
+
+
+def _attribute_by_page(conn: apsw.Connection, schema: Schema, groups: list[ErrorGroup]) -> None:
+    """Lines the check printed with no b-tree named ("Multiple uses for byte 3508 of
+    page 273"): when every page they name belongs to an index or an FTS shadow table
+    (SQLite's ``dbstat`` says whose), the group is derived damage, named after it."""
+    for g in groups:
+        if g.kind != "unknown" or g.derived or g.errors != len(g.sample):
+            continue
+        pages: set[int] = set()
+        for ln in g.sample:
+            m = _PAGE_RE.search(ln)
+            if m is None:
+                if ln.strip() == CHECK_CUT_SHORT:
+                    continue
+                pages = set()
+                break
+            pages.add(int(next(x for x in m.groups() if x)))
+        if not pages:
+            continue
+        owners: set[str] = set()
+        found: set[int] = set()
+        try:
+            for name, pageno in conn.execute("SELECT name, pageno FROM dbstat"):
+                if pageno in pages:
+                    owners.add(str(name))
+                    found.add(int(pageno))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+        objs = [schema.by_name(o) for o in owners]
+        if found == pages and all(
+            o is not None and (o.type == "index" or o.shadow_of is not None) for o in objs
+        ):
+            g.derived = True
+            g.object = ", ".join(sorted(owners))
+
+
+def _add_cross_links(result: Diagnosis, db: Path, schema: Schema) -> None:
+    """Overflow pages two chains reach (the integrity check saw a page referenced
+    twice): the rows that read another row's bytes are base damage."""
+    try:
+        found, pages = cross_linked_cells(db, schema)
+    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
+        result.notes.append(f"the search for cross-linked overflow chains failed: {exc}")
+        return
+    result.cross_linked_pages = sorted(pages)
+    for name, cells in found.items():
+        obj = schema.by_name(name)
+        if obj is None:
+            continue
+        result.cross_linked[name] = cells
+        base = obj.shadow_of is None
+        result.damage = worst(result.damage, "base" if base else "derived")
 
 
 def _diagnose(
@@ -288,10 +410,12 @@ def _diagnose(
     if progress:
         progress("compare FTS copies", 0, 1)
     copies = compare(conn, schema)
+    counts = counts_disagree(conn)
     lines, complete, abort = check.result()
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
     groups = group_errors(lines, schema)
+    _attribute_by_page(conn, schema, groups)
     roots = schema.by_root()
     twice = {
         roots[int(m.group(1))].name
@@ -303,7 +427,10 @@ def _diagnose(
     unverifiable = unloadable(conn, schema)
     fts5 = [o.name for o in schema.tables() if o.module == "fts5" and o.name not in unverifiable]
     own = check.own_verdicts() or {}
-    if complete:
+    # A line that names no object ("database disk image is malformed") can end the
+    # b-tree check; the FTS tables' own checks ran on connections of their own.
+    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in lines)
+    if complete and not cut_short and not any(g.kind == "unknown" for g in groups):
         fts = fts_from_integrity_lines(lines, schema)
     elif all(name in own for name in fts5):
         # Their own checks ran on a connection of their own, whatever stopped the rest.
@@ -313,8 +440,10 @@ def _diagnose(
     fts = {name: res for name, res in fts.items() if name not in unverifiable}
     notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
+    if counts:
+        damage = worst(damage, "base")
     for c in copies:
-        if c.rows_rotted:
+        if c.rows_rotted or c.rows_bad_text:
             damage = worst(damage, "base")
         if c.copies_rotted:
             damage = worst(damage, "derived")
@@ -334,6 +463,7 @@ def _diagnose(
         copies=copies,
         unverifiable=unverifiable,
         helper_cpu_s=check.helper_cpu_s,
+        counts_disagree=counts,
     )
 
 
@@ -417,6 +547,19 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> l
     return sorted(out)
 
 
+def _sequence(conn: apsw.Connection, table: str) -> int | None:
+    """The table's ``sqlite_sequence`` value, if it has one that reads."""
+    try:
+        row = conn.execute(
+            "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
+        ).fetchone()
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return None
+    return row[0] if row is not None and isinstance(row[0], int) else None
+
+
 def _rows_elsewhere(
     conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
 ) -> tuple[list[int], list[int]]:
@@ -427,6 +570,11 @@ def _rows_elsewhere(
     copies = fts_rowids(conn, schema, obj.name)
     if copies is None:
         return [], []
+    seq = _sequence(conn, obj.name)
+    if seq is not None:
+        # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
+        # holds a garbled cell, not a row that existed.
+        copies = {r for r in copies if r <= seq}
     listed = set(_index_rowids(conn, schema, obj))
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 
@@ -459,6 +607,49 @@ def fts_integrity(
                 raise
             out[obj.name] = str(exc).split("\n", 1)[0]
     return out
+
+
+def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[int, int, int]]:
+    """Hermes' sessions whose ``message_count`` no honest history explains: (rowid,
+    message_count, messages counted), from full scans.
+
+    Hermes counts each message into its session in the same transaction that stores
+    it; a compaction sets the count to the active messages, and a rewind marks
+    messages inactive (``active = 0``) and leaves the count as it was. So in an
+    intact file the count lies between the session's active messages and all of its
+    messages. A session counting fewer than its active messages is older than its
+    messages (its page went back to an older image: a lost write; the active ones are
+    the count given); one counting more than all of its messages has lost messages
+    (all of them are the count given). Empty when the file has no such tables, or
+    when either cannot be read whole."""
+    d = quote_ident(db_name)
+    try:
+        cols = {str(r[1]) for r in conn.execute(f"PRAGMA {d}.table_info(messages)")}
+        scols = {str(r[1]) for r in conn.execute(f"PRAGMA {d}.table_info(sessions)")}
+        if not {"session_id"} <= cols or not {"id", "message_count"} <= scols:
+            return []
+        active = "coalesce(active, 1) = 1" if "active" in cols else "1"
+        counted: dict[Any, tuple[int, int]] = {
+            r[0]: (int(r[1]), int(r[2]))
+            for r in conn.execute(
+                f"SELECT session_id, sum({active}), count(*) FROM {d}.messages NOT INDEXED"
+                " GROUP BY session_id"
+            )
+        }
+        out = []
+        for rowid, sid, n in conn.execute(
+            f"SELECT rowid, id, message_count FROM {d}.sessions NOT INDEXED"
+        ):
+            live, every = counted.get(sid, (0, 0))
+            if isinstance(n, int) and n < live:
+                out.append((int(rowid), n, live))
+            elif isinstance(n, int) and n > every:
+                out.append((int(rowid), n, every))
+        return out
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return []
 
 
 def orphan_rows(conn: apsw.Connection, table: str) -> int:

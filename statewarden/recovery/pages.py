@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,21 @@ class DatabaseFile:
         self.freelist_trunk = header.freelist_trunk
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
+        self._zeroed: dict[int, list[tuple[int, int]]] | None = None
+
+    def runs_into_zeros(self, n: int, off: int) -> bool:
+        """Does the table-leaf cell at ``off`` of page ``n`` run into a zeroed sector
+        (``zeroed_cells``)? Its record would decode with the zeros as its values."""
+        if self._zeroed is None:
+            self._zeroed = zeroed_sectors(self)
+        if not self._zeroed:
+            return False
+        try:
+            _, segs = _payload_segments(self, n, off)
+        except (PageFormatError, struct.error, IndexError):
+            return False
+        runs = _zeroed_runs([s for s in segs if s[2] not in self.overlay], self._zeroed)
+        return bool(runs) and _columns_hit(self, segs, runs) != []
 
     def page(self, n: int) -> bytes:
         if n in self.overlay:
@@ -93,6 +109,10 @@ class DatabaseFile:
         if not 1 <= n <= self.page_count:
             raise PageFormatError(f"page {n} is outside the file")
         return os.pread(self._fd, self.page_size, (n - 1) * self.page_size)
+
+    def raw_pages(self, first: int, count: int) -> bytes:
+        """Pages ``first`` .. ``first + count - 1`` as the file holds them (no overlay)."""
+        return os.pread(self._fd, count * self.page_size, (first - 1) * self.page_size)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -202,9 +222,14 @@ class DatabaseFile:
         rows, bad = [], 0
         for off in self.cell_offsets(n):
             try:
-                rows.append(self._table_cell(n, off))
+                row = self._table_cell(n, off)
             except (PageFormatError, struct.error, UnicodeDecodeError, IndexError):
                 bad += 1
+                continue
+            if self.runs_into_zeros(n, off):
+                bad += 1  # decodes, but with zeroed bytes for values: not the row
+                continue
+            rows.append(row)
         return rows, bad
 
     def _table_cell(self, n: int, off: int) -> tuple[int, list[Any]]:
@@ -524,11 +549,51 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             rows: list[Row] = []
             for leaf in _damaged_leaves(db, obj.rootpage):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
+            for leaf in _garbled_leaves(db, obj.rootpage):
+                # Its pointers read: only the cells they point to (no stale copies
+                # from the free space), those that decode and are not zeroed.
+                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1]))
             if rows:
-                out[name] = sorted(rows, key=lambda r: r[0])
+                out[name] = _one_version(rows)
         return out
     finally:
         db.close()
+
+
+def _one_version(rows: list[Row]) -> list[Row]:
+    """Rows by rowid, a rowid carved twice with different records left out: which
+    one is current (and which a stale copy) cannot be told."""
+    by: dict[int, list[list[Any]]] = {}
+    for rowid, values in rows:
+        by.setdefault(rowid, []).append(values)
+    return [(r, vs[0]) for r, vs in sorted(by.items()) if all(v == vs[0] for v in vs)]
+
+
+def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
+    """Leaves of the tree whose header and cell pointers read but whose cells do not
+    hold rowids in increasing order, or do not fit in the page (garbled cells): a
+    scan through SQLite can stop at such a cell, or seek past the cells after it."""
+    out = []
+    for n in _tree_leaves(db, root):
+        pg = db.page(n)
+        try:
+            offsets = db.cell_offsets(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue  # its pointers do not read: carved whole (``_damaged_leaves``)
+        try:
+            prev = None
+            for off in offsets:
+                size, pos = varint(pg, off)
+                rowid, pos = varint(pg, pos)
+                local = db._local_size(size, table=True)
+                if pos + local + (4 if local < size else 0) > db.usable or (
+                    prev is not None and rowid <= prev
+                ):
+                    raise PageFormatError(f"page {n}: garbled cell at {off}")
+                prev = rowid
+        except (PageFormatError, struct.error, IndexError):
+            out.append(n)
+    return out
 
 
 def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
@@ -536,7 +601,8 @@ def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
 
 
 def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Children of the tree's interior pages that cannot be parsed as b-tree pages."""
+    """The root and the children of the tree's interior pages that cannot be parsed
+    as b-tree pages."""
     out: list[int] = []
     seen: set[int] = set()
     stack = [root]
@@ -554,8 +620,9 @@ def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
                 raise PageFormatError(f"page {n}: not a table page")
             db.cell_offsets(n)
         except (PageFormatError, struct.error, IndexError):
-            if n != root:
-                out.append(n)
+            # The root too: a table of one page has a leaf for its root (a damaged
+            # interior page holds no cell that decodes as a row of the table).
+            out.append(n)
     return sorted(out)
 
 
@@ -570,7 +637,9 @@ def _carve(db: DatabaseFile, n: int) -> list[Row]:
             end = pos + size
             local = size > 0 and end <= db.usable and db._local_size(size, table=True) == size
             if local and rowid > 0:
-                out.append((rowid, db.record(bytes(pg[pos:end]))))
+                record = db.record(bytes(pg[pos:end]))
+                if not db.runs_into_zeros(n, off):
+                    out.append((rowid, record))
                 off = end
                 continue
         except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
@@ -643,7 +712,13 @@ def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:
     return out
 
 
-def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+def partial_columns(
+    path: Path,
+    root: int,
+    rowid: int,
+    roots: list[int],
+    foreign: frozenset[int] | set[int] = frozenset(),
+) -> dict[int, Any]:
     """Columns (by position) of row ``rowid`` recoverable from the file when its
     overflow chain is broken.
 
@@ -651,19 +726,23 @@ def partial_columns(path: Path, root: int, rowid: int, roots: list[int]) -> dict
     the chain is looked for among pages no b-tree reaches: one chain of such pages whose
     length makes the payload come out at its recorded size, once the pages lost at the
     break are counted as whole pages. A column whose bytes all lie in known parts is
-    decoded; the others are left out. Call with no SQLite connection open to ``path``
-    (docs/safety.md rule 2).
+    decoded; the others are left out. ``foreign`` are overflow pages another row's
+    chain owns (``cross_linked_cells``): the chain breaks where it reaches one, and
+    its own rest may then start right there. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2).
     """
     db = DatabaseFile(path)
     try:
-        return _partial_columns(db, root, rowid, roots)
+        return _partial_columns(db, root, rowid, roots, foreign)
     except (PageFormatError, struct.error, IndexError):
         return {}
     finally:
         db.close()
 
 
-def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) -> dict[int, Any]:
+def _partial_columns(
+    db: DatabaseFile, root: int, rowid: int, roots: list[int], foreign: frozenset[int] | set[int]
+) -> dict[int, Any]:
     leaf = find_leaf(db, root, rowid)
     if leaf is None:
         return {}
@@ -676,14 +755,18 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
     else:
         return {}
     local = db._local_size(size, table=True)
-    if local >= size:
-        return {}
+    if local >= size or size > db.page_count * db.usable:
+        return {}  # no chain, or a garbled size no chain in this file could hold
     chunk = db.usable - 4
     known: list[tuple[int, bytes]] = [(0, bytes(pg[pos : pos + local]))]  # (offset, bytes)
     at = local
     n = struct.unpack(">I", pg[pos + local : pos + local + 4])[0]
     seen: set[int] = set()
+    into_foreign = False
     while at < size and n and n not in seen and 1 <= n <= db.page_count:
+        if n in foreign:
+            into_foreign = True  # another row's page: this chain's own rest is elsewhere
+            break
         seen.add(n)
         ov = db.page(n)
         nxt = struct.unpack(">I", ov[:4])[0]
@@ -693,7 +776,7 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
         at += chunk
         n = nxt
     if at < size:
-        tail = _find_tail(db, roots, size, at, chunk)
+        tail = _find_tail(db, roots, size, at, chunk, none_lost=into_foreign)
         if tail is not None:
             start, pages = tail
             for p in pages:
@@ -708,9 +791,10 @@ def _partial_columns(db: DatabaseFile, root: int, rowid: int, roots: list[int]) 
 
 
 def _find_tail(
-    db: DatabaseFile, roots: list[int], size: int, at: int, chunk: int
+    db: DatabaseFile, roots: list[int], size: int, at: int, chunk: int, *, none_lost: bool = False
 ) -> tuple[int, list[int]] | None:
-    """(payload offset, pages) of the one unreached chain that ends the payload."""
+    """(payload offset, pages) of the one unreached chain that ends the payload (with
+    ``none_lost``, it may also start right at the break)."""
     reached = db.reachable(roots)
     free = set(range(1, db.page_count + 1)) - reached
     pointed = set()
@@ -723,7 +807,7 @@ def _find_tail(
         chain = _chain(db, start, (size // chunk) + 1)
         if not chain or not set(chain) <= free:
             continue
-        for lost in range(1, (size - at) // chunk + 1):
+        for lost in range(0 if none_lost else 1, (size - at) // chunk + 1):
             begin = at + lost * chunk
             if begin + (len(chain) - 1) * chunk < size <= begin + len(chain) * chunk:
                 fits.append((begin, chain))
@@ -749,3 +833,318 @@ def _decode_known(db: DatabaseFile, payload: bytes, have: bytes) -> dict[int, An
         if all(have[start:body]):
             out[i] = value
     return out
+
+
+# -- cells that run into zeroed sectors ---------------------------------------------
+
+SECTOR = 512
+# A record may end in a zero byte or two of its own (an integer, a real); this many of
+# its bytes in a wholly zeroed sector are the sector's, not the record's. (A sector
+# that holds the start of a cell is never zero: a cell starts with its payload size.)
+MIN_ZEROED_RUN = 4
+# The most zero bytes a record can end in by itself: an 8-byte real or integer whose
+# low bytes are zero (2.0 ends in seven).
+MAX_NUMBER_ZEROS = 7
+# The shortest run of zero bytes taken for (part of) a zeroed sector.
+MIN_ZERO_STRETCH = 16
+
+# rowid -> positions of the columns whose bytes were zeroed (None: its record header
+# was, so no column can be trusted).
+ZeroedCells = dict[int, list[int] | None]
+
+
+_ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
+# How much of the file the zeroed-sector search reads at once.
+ZERO_SCAN_CHUNK = 4 << 20
+
+
+def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
+    """Page number -> its stretches of zeroed sectors (offsets in the page): on each
+    page that holds a wholly zeroed 512-byte sector, the runs of ``MIN_ZERO_STRETCH``
+    or more zero bytes that reach a 512-byte boundary, the way a disk zeroes whole
+    sectors (a later write may have covered part of one)."""
+    zero = bytes(SECTOR)
+    out: dict[int, list[tuple[int, int]]] = {}
+    # Read in page-aligned chunks (memory bounded at any size); a sector never
+    # straddles two pages, so never two chunks.
+    per_chunk = max(1, ZERO_SCAN_CHUNK // db.page_size)
+    for first in range(1, db.page_count + 1, per_chunk):
+        count = min(per_chunk, db.page_count - first + 1)
+        data = db.raw_pages(first, count)
+        end = len(data)
+        pages: set[int] = set()
+        pos = 0
+        while pos < end:
+            at = data.find(zero, pos, end)
+            if at < 0:
+                break
+            sector = -(-at // SECTOR) * SECTOR
+            if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
+                pages.add(sector // db.page_size)
+                pos = (sector // db.page_size + 1) * db.page_size  # the page is a candidate
+            else:
+                pos = max(sector, at + 1)
+        for i in sorted(pages):
+            base = i * db.page_size
+            for m in _ZERO_RUN_RE.finditer(data, base, base + db.page_size):
+                lo, hi = m.start() - base, m.end() - base
+                if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+                    continue  # inside one sector, touching neither of its ends: not a sector's
+                out.setdefault(first + i, []).append((lo, hi))
+    return out
+
+
+def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
+    """Table leaves a b-tree reaches (a page that does not parse is not descended)."""
+    out: list[int] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in seen or not 1 <= n <= db.page_count:
+            continue
+        seen.add(n)
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind == PAGE_TABLE_INTERIOR:
+                stack.extend(db.children(n))
+            elif kind == PAGE_TABLE_LEAF:
+                out.append(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue
+    return out
+
+
+# (payload offset, length, page, offset in the page) of one stretch of a payload
+Segment = tuple[int, int, int, int]
+
+
+def _payload_segments(db: DatabaseFile, n: int, off: int) -> tuple[int, list[Segment]]:
+    """(rowid, stretches) of a table-leaf cell: where each stretch of its payload lies
+    (in the cell, then on its overflow pages)."""
+    pg = db.page(n)
+    size, pos = varint(pg, off)
+    rowid, pos = varint(pg, pos)
+    local = db._local_size(size, table=True)
+    if pos + local > db.usable:
+        raise PageFormatError(f"page {n}: cell at {off} runs past the page")
+    segs: list[Segment] = [(0, local, n, pos)]
+    if local < size:
+        (nxt,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
+        at = local
+        seen: set[int] = set()
+        while at < size and nxt and 1 <= nxt <= db.page_count and nxt not in seen:
+            seen.add(nxt)
+            length = min(db.usable - 4, size - at)
+            segs.append((at, length, nxt, 4))
+            at += length
+            (nxt,) = struct.unpack(">I", db.page(nxt)[:4])
+    return rowid, segs
+
+
+def _zeroed_runs(
+    segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]
+) -> list[tuple[int, int, bool]]:
+    """Stretches of a payload (payload offsets) that lie in zeroed sectors, each at
+    least ``MIN_ZEROED_RUN`` long, and whether it is *short*: zeros that run on past
+    the payload's end, no more than a number's own low bytes (``MAX_NUMBER_ZEROS``)
+    followed by unused space, which count only where they fall in text or a blob."""
+    runs = []
+    for at, length, page, start in segs:
+        for lo, hi in zeroed.get(page, ()):
+            a, b = max(lo, start), min(hi, start + length)
+            if b - a >= MIN_ZEROED_RUN:
+                short = hi > start + length and b - a <= MAX_NUMBER_ZEROS
+                runs.append((at + a - start, at + b - start, short))
+    return runs
+
+
+def _columns_hit(
+    db: DatabaseFile, segs: list[Segment], runs: list[tuple[int, int, bool]]
+) -> list[int] | None:
+    """Positions of the record's columns whose bytes overlap ``runs`` (a short run
+    only text or a blob: ``_zeroed_runs``); None when its header does (or cannot be
+    read)."""
+    _, length, page, start = segs[0]
+    local = bytes(db.page(page)[start : start + length])
+    try:
+        hsize, pos = varint(local, 0)
+        if hsize > len(local) or any(lo < hsize for lo, _, _ in runs):
+            return None
+        body = hsize
+        hit = []
+        i = 0
+        while pos < hsize:
+            t, pos = varint(local, pos)
+            width = _serial_size(t)
+            if width and any(
+                lo < body + width and body < hi and (t >= 12 or not short) for lo, hi, short in runs
+            ):
+                hit.append(i)
+            body += width
+            i += 1
+    except PageFormatError:
+        return None
+    return hit
+
+
+def _may_hold_payload(db: DatabaseFile, n: int, stretches: list[tuple[int, int]]) -> bool:
+    """Could a zero stretch of page ``n`` lie in some record's bytes? Not when it lies
+    in a leaf's free space (before its cell content area), nor when it is the unused
+    tail of the last page of an overflow chain (next page 0, the zeros run to the
+    page's end), nor on an overflow page whose next-page number it zeroes (the chain
+    is broken there, which SQLite itself reports)."""
+    pg = db.page(n)
+    try:
+        kind, h, _ = db.btree_header(n)
+    except PageFormatError:
+        kind = 0
+    if kind == PAGE_TABLE_LEAF:
+        (content,) = struct.unpack(">H", pg[h + 5 : h + 7])
+        content = content or 65536
+        return any(hi > content for _, hi in stretches)
+    if kind:
+        return False  # an interior or index page: no table record lives there
+    if any(lo < 4 for lo, _ in stretches):
+        return False
+    last = struct.unpack(">I", pg[:4])[0] == 0
+    return any(not (last and hi >= db.page_size) for _, hi in stretches)
+
+
+def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
+    """Rows whose record runs into zeroed bytes, per rowid table of ``schema``.
+
+    A zeroed sector (or 4 KiB block) inside a cell leaves a record SQLite still reads:
+    its header gives every column's length, so the zeros are read as text, a real of
+    0.0, an integer 0. Every wholly zeroed 512-byte sector of the file is found, and
+    each cell of a table leaf whose payload (in the cell or on its overflow pages) has
+    ``MIN_ZEROED_RUN`` or more bytes in one is listed with the columns those bytes
+    belong to. Call with no SQLite connection open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        zeroed = {n: z for n, z in zeroed_sectors(db).items() if _may_hold_payload(db, n, z)}
+        if not zeroed:
+            return {}
+        free = db.freelist_pages()
+        leaves_of = {
+            o.name: _tree_leaves(db, o.rootpage)
+            for o in schema.tables()
+            if o.rootpage and not o.without_rowid and not o.is_virtual
+        }
+        on_leaf = {n for leaves in leaves_of.values() for n in leaves}
+        # A zeroed sector on a page that is no leaf of any table may be an overflow page.
+        others = {n for n in zeroed if n not in on_leaf and n not in free}
+        out: dict[str, ZeroedCells] = {}
+        for name, leaves in leaves_of.items():
+            found: ZeroedCells = {}
+            for n in leaves:
+                if n not in zeroed and not others:
+                    continue
+                try:
+                    offsets = db.cell_offsets(n)
+                except (PageFormatError, struct.error):
+                    continue
+                for off in offsets:
+                    try:
+                        rowid, segs = _payload_segments(db, n, off)
+                    except (PageFormatError, struct.error, IndexError):
+                        continue
+                    if not any(p in zeroed for _, _, p, _ in segs):
+                        continue
+                    runs = _zeroed_runs(segs, zeroed)
+                    hit = _columns_hit(db, segs, runs) if runs else []
+                    if hit is None or hit:
+                        found[rowid] = hit
+            if found:
+                out[name] = found
+        return out
+    finally:
+        db.close()
+
+
+# -- overflow chains that lead to the same pages ------------------------------------
+
+
+def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCells], set[int]]:
+    """Rows whose overflow chain leads into pages another row's chain owns, per
+    table (rowid -> positions of the columns with bytes past the cell), and the pages
+    claimed more than once.
+
+    Every overflow page belongs to one chain. When two cells' chains reach the same
+    page, the owner is the one whose chain is as long as its payload needs and ends
+    there (its own length and position prove it); the other reads someone else's
+    bytes past its cell. When neither or both fit, both are listed. Call with no
+    SQLite connection open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        claims: dict[int, list[tuple[str, int, bool]]] = {}
+        local_of: dict[tuple[str, int], tuple[int, list[Segment]]] = {}
+        for o in schema.tables():
+            if not o.rootpage or o.without_rowid or o.is_virtual:
+                continue
+            for n in _tree_leaves(db, o.rootpage):
+                try:
+                    offsets = db.cell_offsets(n)
+                except (PageFormatError, struct.error):
+                    continue
+                for off in offsets:
+                    try:
+                        rowid, segs = _payload_segments(db, n, off)
+                        size, _ = varint(db.page(n), off)
+                    except (PageFormatError, struct.error, IndexError):
+                        continue
+                    if len(segs) < 2:
+                        continue
+                    pages = [p for _, _, p, _ in segs[1:]]
+                    need = -(-(size - segs[0][1]) // (db.usable - 4))
+                    last = struct.unpack(">I", db.page(pages[-1])[:4])[0]
+                    fits = len(pages) == need and last == 0
+                    local_of[(o.name, rowid)] = (size, segs)
+                    for p in pages:
+                        claims.setdefault(p, []).append((o.name, rowid, fits))
+        shared = {p for p, c in claims.items() if len({(t, r) for t, r, _ in c}) > 1}
+        losers: set[tuple[str, int]] = set()
+        for p in shared:
+            owners = [(t, r) for t, r, fits in claims[p] if fits]
+            keep = owners[0] if len(owners) == 1 else None
+            losers.update((t, r) for t, r, _ in claims[p] if (t, r) != keep)
+        out: dict[str, ZeroedCells] = {}
+        for t, r in losers:
+            size, segs = local_of[(t, r)]
+            past = [(segs[0][1], size, False)]  # every byte past the cell
+            out.setdefault(t, {})[r] = _columns_hit(db, segs, past)
+        owned = set(shared)
+        for (t, r), (_, segs) in local_of.items():
+            if (t, r) not in losers and any(p in shared for _, _, p, _ in segs[1:]):
+                owned.update(p for _, _, p, _ in segs[1:])
+        return out, owned
+    finally:
+        db.close()
+
+
+def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:
+    """Rowid stretches ``sqlite_schema`` lacks, from 1 to its highest rowid: schema
+    rows lost with a destroyed leaf when page 1 was rebuilt from the leaves left
+    (``rebuild_schema_root``). SQLite numbers schema rows 1, 2, 3, ...; a stretch
+    missing here held objects (tables, indexes) the rebuilt schema no longer names.
+    Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        rowids: set[int] = set()
+        for n in _tree_leaves(db, 1):
+            try:
+                rows, _bad = db.leaf_rows(n)
+            except (PageFormatError, struct.error, IndexError):
+                continue
+            rowids.update(r for r, _ in rows)
+    finally:
+        db.close()
+    gaps: list[tuple[int, int]] = []
+    expect = 1
+    for r in sorted(rowids):
+        if r > expect:
+            gaps.append((expect, r - 1))
+        expect = max(expect, r + 1)
+    return gaps

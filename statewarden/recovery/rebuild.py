@@ -26,7 +26,15 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
-from statewarden.recovery.copies import feeds, fts_rowids, rebuild_from_copies, write_rebuilt
+from statewarden.recovery.copies import (
+    agrees_with_copies,
+    feeds,
+    fts_rowids,
+    indexed_values,
+    rebuild_from_copies,
+    restore_from_copies,
+    write_rebuilt,
+)
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport, json_value
@@ -55,6 +63,8 @@ class TableCopy:
     indexed: bool = False  # an index with no error listed every row (index_keys)
     hint_keys: set[Any] = field(default_factory=set)  # from every readable index
     hint_rowids: set[int] = field(default_factory=set)  # the rowids those entries name
+    intact_indexes: int = 0  # indexes of the whole table whose own b-tree is intact
+    listed_by: dict[int, int] = field(default_factory=dict)  # rowid -> how many list it
     page_keys: set[Any] = field(default_factory=set)
     page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
     rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
@@ -77,6 +87,23 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
         return lambda row: int(row[0])
     n = len(obj.key_columns)
     return lambda row: tuple(row[1 : 1 + n])
+
+
+ZEROED_REASON = "its record runs into zeroed bytes"
+BAD_TEXT_REASON = "its text is not valid UTF-8 (changed on disk)"
+CROSS_LINKED = "its overflow chain leads into another row's pages"
+UNLISTED = (
+    "read through the b-tree, but none of the table's intact indexes lists its rowid"
+    " and no search-index copy holds it: a garbled cell, not a row"
+)
+
+
+def _zeroed_columns(hit: list[int] | None, cols: list[str], key_idx: list[int]) -> list[str] | None:
+    """Names of the columns a zeroed sector hit; None when no column can be trusted
+    (the record header, or a key column, was hit)."""
+    if hit is None or any(i + 1 in key_idx for i in hit):
+        return None
+    return [cols[i] for i in hit if i < len(cols)]
 
 
 def _columns(obj: SchemaObject) -> list[str]:
@@ -112,7 +139,7 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
     bad_fts |= {name for name, res in diag.fts.items() if res != "ok"}
     rotted = {fts for c in diag.copies for fts in c.copies_rotted}
     bad_fts |= rotted
-    flagged = {g.object for g in diag.groups}
+    flagged = {g.object for g in diag.groups} | set(diag.zeroed_cells)
     fed = {f.fts for f in feeds(schema)}
     modes = {}
     for obj in schema.tables():
@@ -292,6 +319,9 @@ class Rebuild:
                 if obj.name in self.damaged:
                     self._add_from_other_copies(tc)
             self._copy_sequences()
+            self._restore_from_copies()
+            for tc in self.copies.values():
+                self._restore_from_indexes(tc)
             for tc in self.copies.values():
                 self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
@@ -494,6 +524,200 @@ class Rebuild:
             f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
         )
 
+    def _restore_from_copies(self) -> None:
+        """Rows that differ from two FTS copies that agree with each other (changed on
+        disk) get the changed column back from the copies (``copies.restore_from_copies``);
+        each is listed in ``restored_from_copies``; the others stay as stored."""
+        for check in self.diag.copies:
+            changed = {
+                e["rowid"]
+                for e in self.report.partial_rows
+                if e["table"] == check.table and e.get("changed")
+            }
+            if check.table not in self.copies or not (check.rows_rotted or changed):
+                continue
+            done = restore_from_copies(self.src, self.dst, self.schema, check, changed)
+            restored = {r.rowid for r in done}
+            tc = self.copies[check.table]
+            for r in done:
+                for entry in self.report.partial_rows:
+                    if (entry["table"], entry["rowid"]) == (r.table, r.rowid):
+                        entry["columns"] = [c for c in entry["columns"] if c != r.column]
+                        entry["filled"].pop(r.column, None)
+                        if not entry["columns"]:
+                            tc.report.partial -= 1
+                self.report.restored_from_copies.append(
+                    {
+                        "table": r.table,
+                        "rowid": r.rowid,
+                        "column": r.column,
+                        "stored": json_value(r.stored),
+                        "from": r.copies,
+                    }
+                )
+            # A partial row is already a loss, and may yet be completed (recover.py).
+            partial = {e["rowid"] for e in self.report.partial_rows if e["table"] == check.table}
+            kept = [r for r in check.rows_rotted if r not in restored and r not in partial]
+            if done:
+                shown = ", ".join(str(r) for r in sorted(restored)[:20])
+                self.report.notes.append(
+                    f"{check.table}: {len(done)} rows changed on disk were restored from"
+                    f" their search-index copies ({', '.join(check.copies)}), which agree"
+                    f" with each other (rowids {shown})"
+                )
+            if kept:
+                shown = ", ".join(str(r) for r in kept[:20])
+                self.report.notes.append(
+                    f"{check.table}: {len(kept)} rows differ from their search-index copies,"
+                    " which agree with each other, and no single column changed explains"
+                    f" it: kept as stored (rowids {shown}); the copies keep the text they had"
+                )
+                tc.report.unverified += len(kept)
+
+    def _restore_from_indexes(self, tc: TableCopy) -> None:
+        """Rows of a table copied row by row are compared with the entries its intact
+        indexes hold for their rowid. A column of a row known to be damaged on disk
+        (partial, or restored from its FTS copies) that differs from an index entry,
+        or a column of any row that differs from the entries of two or more indexes
+        agreeing with each other, is set to the indexed value, written with the row
+        (a changed real, a filled-in value). A column only one index holds that
+        differs in a row with no other damage is left as stored and counted as
+        unverified (either may be the changed one)."""
+        entries: dict[int, dict[str, list[Any]]] = {}
+        try:
+            entries = self._fix_from_indexes(tc)
+        finally:
+            self._settle_partial(tc, entries)
+
+    def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
+        """``_restore_from_indexes`` but the settling; returns the index entries read."""
+        obj = tc.obj
+        if obj.without_rowid or obj.name not in self.damaged:
+            return {}
+        suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
+        suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
+        broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
+        entries = indexed_values(self.src, self.schema, obj.name, None, broken_roots=broken)
+        cols = _columns(obj)
+        indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
+        if not indexed:
+            return entries
+        t = quote_ident(obj.name)
+        sel = ", ".join(quote_ident(c) for c in indexed)
+        # A value renamed by the dedupe rule differs from its index entry on purpose.
+        renamed = {(e["rowid"], e["column"]) for e in self.report.renamed if e["table"] == obj.name}
+        unverified: list[int] = []
+        fixes: list[tuple[int, str, Any, Any, list[str]]] = []
+        for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}"):
+            rowid = int(row[0])
+            found = entries.get(rowid)
+            if not found:
+                continue
+            for col, stored in zip(indexed, row[1:], strict=True):
+                if (rowid, col) in renamed:
+                    continue
+                witnesses = found.get(col, [])
+                values = {(type(v), v) for v, _ in witnesses}
+                if not witnesses or len(values) != 1:
+                    continue
+                value = witnesses[0][0]
+                if stored == value and type(stored) is type(value):
+                    continue
+                if rowid in suspects or len(witnesses) >= 2:
+                    fixes.append((rowid, col, value, stored, [i for _, i in witnesses]))
+                elif rowid not in unverified:
+                    unverified.append(rowid)
+        for rowid, col, value, stored, by in fixes:
+            self.dst.execute(
+                f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
+            )
+            self.report.restored_from_copies.append(
+                {
+                    "table": obj.name,
+                    "rowid": rowid,
+                    "column": col,
+                    "stored": json_value(stored),
+                    "from": [f"index {i}" for i in by],
+                }
+            )
+            for entry in self.report.partial_rows:
+                if (entry["table"], entry["rowid"]) == (obj.name, rowid):
+                    entry["columns"] = [c for c in entry["columns"] if c != col]
+                    entry["filled"].pop(col, None)
+                    if not entry["columns"]:
+                        tc.report.partial -= 1
+        if fixes:
+            shown = ", ".join(str(r) for r in sorted({f[0] for f in fixes})[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(fixes)} columns changed on disk were restored from the"
+                f" entries of its intact indexes (rowids {shown})"
+            )
+        if unverified:
+            tc.report.unverified += len(unverified)
+            for rowid in unverified:
+                self.report.unverified_rows.append(
+                    {
+                        "table": obj.name,
+                        "rowid": rowid,
+                        "columns": [c for c in indexed if len(entries[rowid].get(c, [])) == 1],
+                        "why": "differs from the one intact index that holds the column",
+                    }
+                )
+            shown = ", ".join(str(r) for r in unverified[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(unverified)} rows differ from the one intact index that"
+                f" holds a column of theirs: kept as stored, unverified (rowids {shown})"
+            )
+        return entries
+
+    def _settle_partial(self, tc: TableCopy, entries: dict[int, dict[str, list[Any]]]) -> None:
+        """A row whose record was damaged on disk: the columns that did read may have
+        been changed too. Each such row lists the columns it read but nothing vouches
+        for (``unverified``): not its key, not a column an intact index holds for its
+        rowid, not a column its FTS copies were found to agree with (restored from
+        them). A partial row keeps them in its entry; a row whose unreadable columns
+        all came back is listed in ``unverified_rows`` when any is left, else it is
+        whole."""
+        obj = tc.obj
+        cols = _columns(obj)
+        keys = set(obj.key_columns) | ({obj.rowid_alias} if obj.rowid_alias else set())
+        fed = {
+            c
+            for f in feeds(self.schema)
+            if f.table == obj.name
+            for expr in f.columns.values()
+            for c in re.findall(r"\bb\.[\"`\[]?(\w+)", expr)
+        }
+        by_copies = {
+            e["rowid"]
+            for e in self.report.restored_from_copies
+            if e["table"] == obj.name and not e["from"][0].startswith("index ")
+        }
+        kept = []
+        for entry in self.report.partial_rows:
+            if entry["table"] != obj.name:
+                kept.append(entry)
+                continue
+            vouched = keys | set(entries.get(entry["rowid"], {}))
+            if entry["rowid"] in by_copies:
+                vouched |= fed
+            entry["unverified"] = [
+                c for c in cols if c not in entry["columns"] and c not in vouched
+            ]
+            if entry["columns"]:
+                kept.append(entry)
+            elif entry["unverified"]:
+                tc.report.unverified += 1
+                self.report.unverified_rows.append(
+                    {
+                        "table": obj.name,
+                        "rowid": entry["rowid"],
+                        "columns": entry["unverified"],
+                        "why": entry.get("why", ""),
+                    }
+                )
+        self.report.partial_rows = kept
+
     def _rebuild_lost_from_copies(self, tc: TableCopy) -> None:
         """Rows the FTS copies remember that the output table lacks go, as far as the
         copies hold them, to a documented side table (``copies.REBUILT_RULE``)."""
@@ -572,6 +796,10 @@ class Rebuild:
             if idx.rootpage not in broken_trees:
                 tc.index_keys.update(keys)
                 tc.indexed = True
+                tc.intact_indexes += 1
+                for r in rows:
+                    if isinstance(r[0], int):
+                        tc.listed_by[int(r[0])] = tc.listed_by.get(int(r[0]), 0) + 1
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -617,29 +845,71 @@ class Rebuild:
         seen = [0]
         partial: dict[int, list[str]] = {}
 
+        zeroed = self.diag.zeroed_cells.get(obj.name, {})
+        crossed = self.diag.cross_linked.get(obj.name, {})
+
         def on_row(row: tuple[Any, ...]) -> None:
+            if self._unlisted(tc, int(row[0])):
+                # Read through the b-tree, but no intact index of the table lists it
+                # (two or more would) and no FTS copy holds it: a garbled cell that
+                # decodes, not a row. Set aside, never copied as a good row.
+                self._set_aside(tc, int(row[0]), dict(zip(cols, row[1:], strict=True)), UNLISTED)
+                return
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
             tc.source_keys.add(key)
-            tc.rowids.add(int(row[0]))
             values = list(row[1:])
             missing = partial.pop(int(row[0]), None)
+            why = None
+            hit: list[str] | None = []
+            if int(row[0]) in crossed and not agrees_with_copies(
+                self.src, self.schema, obj.name, int(row[0])
+            ):
+                # Its chain leads into pages another row's chain reaches too, and its
+                # FTS copies do not vouch for what it reads there: the columns past its
+                # cell may be that row's bytes. Its own rest is looked for later
+                # (recover.py).
+                hit = _zeroed_columns(crossed[int(row[0])], cols, key_idx)
+                why = CROSS_LINKED
+            elif int(row[0]) in zeroed:
+                hit = _zeroed_columns(zeroed[int(row[0])], cols, key_idx)
+                why = ZEROED_REASON
+            if hit is not None and int(row[0]) in bad_text and why != CROSS_LINKED:
+                # Hermes writes valid UTF-8 only: such text was changed on disk.
+                bad = bad_text.pop(int(row[0]))
+                hit = None if any(cols.index(c) + 1 in key_idx for c in bad) else [*hit, *bad]
+                why = why or BAD_TEXT_REASON
+            if hit is None:
+                # Its record header (or a key) ran into damage: no column can be trusted.
+                zeroed_lost.append(int(row[0]))
+                return
+            hit_names = set(hit)
+            if hit:
+                missing = sorted({*(missing or []), *hit}, key=cols.index)
+                for c in hit:
+                    values[cols.index(c)] = None
+            tc.rowids.add(int(row[0]))
             if missing is not None:
                 filled = self._fill_missing(obj, cols, values, missing)
             if self._insert_row(tc, int(row[0]), values, cols) and missing is not None:
                 tc.report.partial += 1
-                self.report.partial_rows.append(
-                    {
-                        "table": obj.name,
-                        "rowid": int(row[0]),
-                        "columns": missing,
-                        "filled": {c: json_value(v) for c, v in filled.items()},
-                    }
-                )
+                entry: dict[str, Any] = {
+                    "table": obj.name,
+                    "rowid": int(row[0]),
+                    "columns": missing,
+                    "filled": {c: json_value(v) for c, v in filled.items()},
+                }
+                if why:
+                    entry["why"] = why
+                if why and why != CROSS_LINKED:
+                    entry["changed"] = [c for c in missing if c in hit_names]
+                self.report.partial_rows.append(entry)
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
 
+        zeroed_lost: list[int] = []
+        bad_text: dict[int, list[str]] = {}
         hints = sorted(tc.hint_rowids)
         result = scan_table(
             self.src,
@@ -648,6 +918,7 @@ class Rebuild:
             on_row,
             hints=hints,
             on_partial=partial.__setitem__,
+            on_bad_text=bad_text.__setitem__,
         )
         if result.out_of_order:
             shown = ", ".join(str(r) for r in result.out_of_order[:10])
@@ -655,14 +926,31 @@ class Rebuild:
                 f"{obj.name}: {len(result.out_of_order)} cells read out of rowid order that no"
                 f" index lists (rowids {shown}): garbled cells, not rows; not copied"
             )
-        tc.report.unreadable_rows = result.unreadable_rows
+        tc.report.unreadable_rows = result.unreadable_rows + len(zeroed_lost)
         tc.report.unreadable_ranges = result.unreadable_ranges
+        if zeroed_lost:
+            shown = ", ".join(str(r) for r in zeroed_lost[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(zeroed_lost)} rows whose record header or key ran into"
+                f" zeroed or changed bytes were not copied (rowids {shown})"
+            )
         if result.text_repaired:
             shown = ", ".join(str(r) for r in result.text_repaired[:20])
             self.report.notes.append(
                 f"{obj.name}: {len(result.text_repaired)} rows held text that is not valid"
-                f" UTF-8; kept, with U+FFFD for the bad bytes (rowids {shown})"
+                f" UTF-8 (changed on disk): those columns are unreadable, unless their"
+                f" search-index copies restore them (rowids {shown})"
             )
+
+    def _unlisted(self, tc: TableCopy, rowid: int) -> bool:
+        """Does no intact index of the table list ``rowid``, though two or more of
+        them list every row, and no FTS copy hold it?"""
+        return (
+            tc.intact_indexes >= 2
+            and rowid not in tc.listed_by
+            and rowid not in tc.fts_rowids
+            and not tc.obj.without_rowid
+        )
 
     def _fill_missing(
         self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
@@ -803,7 +1091,9 @@ class Rebuild:
         rows = self.carved.get(tc.obj.name, [])
         if not rows:
             return
-        vouched = tc.known_keys()
+        # Either witness vouches: an intact index drops a row's entry with the row as
+        # surely as the FTS copies do (whose own pages may be the damaged ones).
+        vouched = tc.known_keys() | tc.index_keys
         for rowid, values in rows:
             if rowid in tc.rowids:
                 continue

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +52,8 @@ from statewarden.errors import UsageError
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
-from statewarden.recovery.diagnose import Diagnosis, diagnose
+from statewarden.recovery.copies import feeds
+from statewarden.recovery.diagnose import Diagnosis, counts_disagree, diagnose
 from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.other_copies import check_sources, open_copies
 from statewarden.recovery.pages import (
@@ -61,13 +63,14 @@ from statewarden.recovery.pages import (
     record_fits,
     rows_from_images,
     salvage_rows,
+    schema_rowid_gaps,
 )
-from statewarden.recovery.rebuild import Rebuild, TableCopy, key_fn
+from statewarden.recovery.rebuild import CROSS_LINKED, Rebuild, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.schema import Schema, read_schema
 from statewarden.recovery.verify import verify_output
-from statewarden.sqlite import hermes_schema_version, quote_ident
+from statewarden.sqlite import hermes_schema_version, quote_ident, uri_for
 
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
@@ -166,14 +169,13 @@ def _recover_copy(
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
     if work.schema_note:
         report.notes.append(work.schema_note)
-    for c in diag.copies:
-        if c.rows_rotted:
-            # The row is kept as stored: the FTS text is a concatenation of several
-            # columns and cannot say which column changed, or how; the copies keep the
-            # original text (and stay searchable).
+        # Raw reads: diagnose closed its connection (docs/safety.md rule 2).
+        report.schema_rows_lost = [list(g) for g in schema_rowid_gaps(work.db)]
+        if report.schema_rows_lost:
+            shown = ", ".join(f"{lo}..{hi}" for lo, hi in report.schema_rows_lost)
             report.notes.append(
-                f"{c.findings()[0]}; kept as stored, their search-index copies keep the"
-                " text they had"
+                f"sqlite_schema rows {shown} were on a destroyed page: the objects they"
+                " named (tables among them) are missing from the rebuilt schema"
             )
     conn = apsw.Connection(str(work.db))
     try:
@@ -233,7 +235,9 @@ def _recover_copy(
         report.timings["rebuild"] = round(spent, 3)
         if report.partial_rows:
             with report.timed("salvage"):
-                _complete_partial_rows(work.db, built, schema, report, copies)
+                foreign = set(diag.cross_linked_pages)
+                _complete_partial_rows(work.db, built, schema, report, copies, foreign=foreign)
+                _check_completed_against_copies(work.db, built, schema, report, copies)
             unchanged_fts = set()  # its updates fire the output's triggers: check them all
         if any(
             c.report.recovered_from_pages
@@ -252,6 +256,7 @@ def _recover_copy(
             checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
         )
         _account(built, copies, report)
+        _count_mismatches(built, report)
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
@@ -284,7 +289,13 @@ def _never_used(diag: Diagnosis) -> list[int] | None:
 
 
 def _complete_partial_rows(
-    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
+    db: Path,
+    built: Path,
+    schema: Schema,
+    report: Report,
+    copies: dict[str, TableCopy],
+    *,
+    foreign: set[int],
 ) -> None:
     """Columns of partial rows that the file still holds past the break in their
     overflow chain (``pages.partial_columns``) replace what was filled in the output.
@@ -296,8 +307,10 @@ def _complete_partial_rows(
             obj = schema.by_name(entry["table"])
             if obj is None:
                 continue
+            # Columns zeroed or changed on disk: the file holds no other copy of them.
+            changed = set(entry.get("changed", []))
             cols = [c.name for c in obj.stored_columns]
-            whole = record_by_its_header(db, obj.rootpage, entry["rowid"])
+            whole = None if changed else record_by_its_header(db, obj.rootpage, entry["rowid"])
             if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
                 if obj.rowid_alias and obj.rowid_alias in cols:
                     whole[cols.index(obj.rowid_alias)] = entry["rowid"]
@@ -314,9 +327,11 @@ def _complete_partial_rows(
                 copies[obj.name].report.partial -= 1
                 copies[obj.name].report.recovered_from_pages += 1
                 continue
-            got = partial_columns(db, obj.rootpage, entry["rowid"], roots)
+            got = partial_columns(db, obj.rootpage, entry["rowid"], roots, foreign)
             found = {
-                cols[i]: v for i, v in got.items() if i < len(cols) and cols[i] in entry["columns"]
+                cols[i]: v
+                for i, v in got.items()
+                if i < len(cols) and cols[i] in entry["columns"] and cols[i] not in changed
             }
             if not found:
                 continue
@@ -333,11 +348,74 @@ def _complete_partial_rows(
                 copies[obj.name].report.recovered_from_pages += 1
     finally:
         conn.close()
+    report.partial_rows_completed = [e for e in report.partial_rows if not e["columns"]]
     report.partial_rows = [e for e in report.partial_rows if e["columns"]]
+
+
+def _check_completed_against_copies(
+    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
+) -> None:
+    """A row whose chain led into another row's pages, completed from an unattached
+    chain, must give the text its FTS copies hold; one that does not is counted
+    unverified (its completion may have taken a third row's pages)."""
+    done = [
+        e
+        for e in report.partial_rows_completed
+        if e.get("why") == CROSS_LINKED and e["table"] in copies
+    ]
+    if not done:
+        return
+    src = apsw.Connection(
+        uri_for(db, mode="ro"), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    out = apsw.Connection(str(built))
+    try:
+        for e in done:
+            for f in feeds(schema):
+                if f.table != e["table"]:
+                    continue
+                content = quote_ident(f"{f.fts}_content")
+                copy = src.execute(
+                    f"SELECT * FROM {content} WHERE id = ?", (e["rowid"],)
+                ).fetchone()
+                if copy is None:
+                    continue
+                exprs = ", ".join(f.columns.values())
+                mine = out.execute(
+                    f"SELECT {exprs} FROM {quote_ident(f.table)} AS b WHERE b.rowid = ?",
+                    (e["rowid"],),
+                ).fetchone()
+                want = [copy[1 + int(c[1:])] for c in f.columns]
+                if mine is not None and list(mine) != want:
+                    copies[e["table"]].report.unverified += 1
+                    report.notes.append(
+                        f"{e['table']} rowid {e['rowid']}: completed from an unattached"
+                        f" overflow chain, but it disagrees with its copy in {f.fts}: unverified"
+                    )
+                    break
+    finally:
+        out.close()
+        src.close()
+
+
+_MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
 
 
 def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out = {g.object for g in diag.groups if g.kind == "table"}
+    # "row N missing from index X": the index or the row changed; the table is read
+    # row by row so that its rows are held against its intact indexes.
+    for ln in diag.error_lines:
+        if (m := _MISSING_FROM_INDEX_RE.match(ln)) and (idx := schema.by_name(m.group(1))):
+            out.add(idx.tbl_name)
+    base = {o.name for o in schema.base_tables()}
+    out.update(name for name in diag.zeroed_cells if name in base)
+    out.update(name for name in diag.cross_linked if name in base)
+    # Rows changed on disk are read one by one: a column whose text is not UTF-8 any
+    # more is unreadable, and the changed one comes back from the copies.
+    out.update(
+        c.table for c in diag.copies if (c.rows_rotted or c.rows_bad_text) and c.table in base
+    )
     for t in diag.tables:
         if (
             t.scan_rows != t.distinct_keys
@@ -410,7 +488,12 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                     n += 1
                     out_keys.add(keyf(tuple(row)))
             read_keys = tc.source_keys | tc.page_keys
-            known = read_keys | tc.known_keys()
+            witnessed = tc.known_keys()
+            if tc.sequence is not None:
+                # AUTOINCREMENT never gave out a rowid above the table's sequence: a
+                # copy that names one holds a garbled cell, not a row that existed.
+                witnessed = {k for k in witnessed if not isinstance(k, int) or k <= tc.sequence}
+            known = read_keys | witnessed
             lost = known - out_keys
             r.recovered = n
             r.source_distinct = len(read_keys)
@@ -444,6 +527,27 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             report.tables[name] = r
     finally:
         conn.close()
+
+
+def _count_mismatches(built: Path, report: Report) -> None:
+    """Sessions of the output whose message_count disagrees with their messages: a
+    row older than its messages (stale: a lost write) or messages missing."""
+    conn = apsw.Connection(str(built))
+    try:
+        found = counts_disagree(conn)
+    finally:
+        conn.close()
+    for rowid, stored, counted in found:
+        what = "stale" if stored < counted else "messages missing"
+        report.count_mismatches.append(
+            {
+                "table": "sessions",
+                "rowid": rowid,
+                "message_count": stored,
+                "messages": counted,
+                "what": what,
+            }
+        )
 
 
 def _sorted_keys(keys: set[Any]) -> list[Any]:

@@ -5,8 +5,10 @@ source* when a full scan read its row, its row was decoded from a page or a WAL 
 or (for a table with FTS copies) the copies hold its rowid, else an index whose own
 b-tree is intact lists it; it is *lost* when the output has no row with that key.
 ``loss_detected`` is true exactly when some known key is lost, some rowid range of the
-source could not be read at all (its keys cannot even be listed), or a row was kept
-with unreadable columns (partial).
+source could not be read at all (its keys cannot even be listed), a row was kept
+with unreadable columns (partial) or contradicting its witnesses (unverified), or a
+session's message_count disagrees with the messages recovered for it (a stale row,
+or messages missing).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ class TableReport:
     rebuilt_from_copies: int = 0  # lost rows rebuilt from FTS/index copies (side table)
     recovered_from_other_copies: int = 0  # from a snapshot, WAL capture or backup
     deleted_since_copy: int = 0  # rows of those copies the evidence says were deleted
+    # Rows kept as stored that differ from two search-index copies agreeing with each
+    # other, where no single changed column explains it: not proven good (a loss).
+    unverified: int = 0
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -87,6 +92,7 @@ class TableReport:
             "rebuilt_from_copies": self.rebuilt_from_copies,
             "recovered_from_other_copies": self.recovered_from_other_copies,
             "deleted_since_copy": self.deleted_since_copy,
+            "unverified": self.unverified,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -108,9 +114,24 @@ class Report:
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     renamed: list[dict[str, Any]] = field(default_factory=list)
     partial_rows: list[dict[str, Any]] = field(default_factory=list)
+    # Partial rows made whole from the file's pages (not in the JSON: working state).
+    partial_rows_completed: list[dict[str, Any]] = field(default_factory=list)
     rebuilt: dict[str, str] = field(default_factory=dict)  # table -> its side table
     # Rows taken from another copy: table, rowid, from (its label), copy_taken_at.
     from_other_copies: list[dict[str, Any]] = field(default_factory=list)
+    # Columns changed on disk, put back from the search-index copies: table, rowid,
+    # column, stored (what the file held), from (the copies).
+    restored_from_copies: list[dict[str, Any]] = field(default_factory=list)
+    # Sessions whose message_count disagrees with the messages recovered for them:
+    # table, rowid, message_count, messages, and what it means: "stale" (the row is
+    # older than its messages: a lost write) or "messages missing".
+    count_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    # Rows damaged on disk whose unreadable columns all came back from witnesses, but
+    # with columns nothing vouches for: table, rowid, columns, why (counted unverified).
+    unverified_rows: list[dict[str, Any]] = field(default_factory=list)
+    # sqlite_schema rowid stretches lost with a destroyed page (page 1 rebuilt): the
+    # objects there, tables among them, are missing.
+    schema_rows_lost: list[list[int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -131,7 +152,9 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return any(t.lost or t.unreadable_ranges or t.partial for t in self.tables.values())
+        return bool(self.count_mismatches or self.schema_rows_lost) or any(
+            t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -153,6 +176,10 @@ class Report:
             "rebuilt": self.rebuilt,
             "rebuilt_rule": REBUILT_RULE,
             "from_other_copies": self.from_other_copies,
+            "restored_from_copies": self.restored_from_copies,
+            "count_mismatches": self.count_mismatches,
+            "unverified_rows": self.unverified_rows,
+            "schema_rows_lost": self.schema_rows_lost,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -203,6 +230,21 @@ class Report:
                     " (the freelist is damaged and no index or FTS copy lists them:"
                     " they may be deleted rows)"
                 )
+        for r in self.restored_from_copies:
+            out.append(
+                f"  restored: {r['table']} rowid {r['rowid']}: {r['column']} from"
+                f" {', '.join(r['from'])} (changed on disk)"
+            )
+        for u in self.unverified_rows:
+            out.append(
+                f"  unverified: {u['table']} rowid {u['rowid']}: {', '.join(u['columns'])}"
+                f" read but not vouched for ({u['why']})"
+            )
+        for m in self.count_mismatches:
+            out.append(
+                f"  {m['what']}: {m['table']} rowid {m['rowid']}: message_count"
+                f" {m['message_count']}, {m['messages']} messages recovered"
+            )
         for p in self.partial_rows:
             out.append(
                 f"  partial: {p['table']} rowid {p['rowid']}: unreadable " + ", ".join(p["columns"])
@@ -224,9 +266,19 @@ class Report:
         )
         if self.loss_detected and not self.lost:
             partial = sum(t.partial for t in self.tables.values())
+            unverified = sum(t.unverified for t in self.tables.values())
+            counts = len(self.count_mismatches)
             loss = (
                 f"loss detected: {partial} partial row{'s' if partial != 1 else ''}"
                 if partial
+                else f"loss detected: {unverified} row{'s' if unverified != 1 else ''}"
+                " contradicting their witnesses"
+                if unverified
+                else f"loss detected: {counts} session{'s' if counts != 1 else ''} whose"
+                " message_count disagrees with the messages recovered"
+                if counts
+                else "loss detected: schema rows on a destroyed page (objects missing)"
+                if self.schema_rows_lost
                 else "loss detected: unreadable rowid ranges"
             )
         if self.timings:

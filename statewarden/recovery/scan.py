@@ -43,6 +43,8 @@ class ScanResult:
     unreadable_rows: int = 0  # single rows whose content failed (counted alone)
     unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
+    # rowid -> its columns whose text is not valid UTF-8 (changed bytes: unreadable)
+    bad_text: dict[int, list[str]] = field(default_factory=dict)
     repeats_skipped: int = 0  # the same rowid met again and again (a looping tree)
     partial: dict[int, list[str]] = field(default_factory=dict)  # rowid -> unreadable columns
     out_of_order: list[int] = field(default_factory=list)  # garbled cells' rowids, withheld
@@ -68,6 +70,7 @@ def scan_table(
     db_name: str = "main",
     hints: Sequence[int] = (),
     on_partial: Callable[[int, list[str]], None] | None = None,
+    on_bad_text: Callable[[int, list[str]], None] | None = None,
 ) -> ScanResult:
     """Call ``on_row((rowid, *columns))`` for every readable row, in b-tree order.
 
@@ -76,10 +79,13 @@ def scan_table(
     intact index): where reading can resume is searched among them first. A row only
     some of whose columns can be read (a broken overflow chain) is delivered with
     ``None`` for the others, which are listed in ``ScanResult.partial`` and given to
-    ``on_partial(rowid, columns)`` just before the row.
+    ``on_partial(rowid, columns)`` just before the row. A row with text that is not
+    valid UTF-8 is delivered with U+FFFD for the bad bytes, those columns given to
+    ``on_bad_text(rowid, columns)`` just before the row.
     """
     scan = _Scan(conn, table, columns, on_row, db_name=db_name, hints=hints)
     scan.on_partial = on_partial
+    scan.on_bad_text = on_bad_text
     return scan.run()
 
 
@@ -113,13 +119,17 @@ class _Scan:
         self.seen: dict[int, int] = {}
         self.earlier: set[int] = set()  # rowids delivered by an earlier stream
         self.alone: set[int] = set()  # cells read on their own: a stream steps over them
+        self.tried: set[int] = set()  # listed rowids a scan that looked ended resumed at
         self.returned = 0  # rows the current stream's cursor returned (delivered or not)
         self.on_partial: Callable[[int, list[str]], None] | None = None
+        self.on_bad_text: Callable[[int, list[str]], None] | None = None
 
     def run(self) -> ScanResult:
         result = self.result
         for _ in range(MAX_RESUMES):
             if self._stream():
+                if self._resume_at_listed_rowid():
+                    continue
                 return result
             if self._step_over_failing_cell():
                 continue
@@ -128,13 +138,17 @@ class _Scan:
                 return result
             status, value = _probe(self.conn, self.probe, lo)
             if status == "end":
+                if self._resume_at_listed_rowid():
+                    continue
                 return result
             if status == "row":
                 assert value is not None
-                # The leaf is readable but this row may not be: read it alone.
-                self.alone.add(value)
-                self._read_alone(value)
-                self.earlier.add(value)
+                # The leaf is readable but this row may not be: read it alone (unless
+                # a stream already delivered it).
+                if value not in self.earlier:
+                    self.alone.add(value)
+                    self._read_alone(value)
+                    self.earlier.add(value)
                 self.last = value
                 if value == MAX_ROWID:
                     return result
@@ -152,6 +166,33 @@ class _Scan:
         result.first_error = result.first_error or "too many damaged stretches"
         result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
         return result
+
+    def _resume_at_listed_rowid(self) -> bool:
+        """The table looked ended: but a garbled cell can end a stream, or send a seek
+        past rows (its rowid may even be one that exists), on a leaf whose pointers
+        still read. If a readable index lists a rowid no stream delivered, outside the
+        stretches found unreadable, that reads on its own, the scan resumes there. True
+        when it resumes."""
+        for h in self.hints:
+            if h in self.seen or h in self.alone or h in self.tried:
+                continue
+            if any(lo <= h <= hi for lo, hi in self.result.unreadable_ranges):
+                continue
+            self.tried.add(h)
+            try:
+                found = self.conn.execute(
+                    f"SELECT rowid FROM {self.t} NOT INDEXED WHERE rowid = ?", (h,)
+                ).fetchone()
+            except apsw.Error as exc:
+                if not _is_damage(exc):
+                    raise
+                continue
+            if found is None:
+                continue
+            self.last = h - 1
+            self.start = h
+            return True
+        return False
 
     def _select(self, start: int | None, what: str) -> tuple[str, tuple[int, ...]]:
         if start is None:
@@ -273,7 +314,10 @@ class _Scan:
         before = self.last
         # The last row of the table is in order; one whose successor is unknown is not.
         after_ok = cell < got[1] if len(got) > 1 else ended
-        in_order = (before is None or before < cell) and after_ok
+        # A rowid no readable index lists (when one lists the table's rows) is not
+        # trusted to move the position either: a garbled cell can sit in order.
+        listed = not self.hint_set or cell in self.hint_set
+        in_order = (before is None or before < cell) and after_ok and listed
         if in_order:
             self._read_alone(cell)
         elif not self._read_alone(cell, record=False):
@@ -300,8 +344,12 @@ class _Scan:
         try:
             rows = [tuple(r) for r in self.conn.execute(self.one, (rowid,)).fetchall()]
         except UnicodeDecodeError:
-            rows = [_lenient_row(self.conn, self.t, self.columns, rowid)]
+            row, bad = _lenient_row(self.conn, self.t, self.columns, rowid)
+            rows = [row]
             result.text_repaired.append(rowid)
+            result.bad_text[rowid] = bad
+            if self.on_bad_text and bad:
+                self.on_bad_text(rowid, bad)
         except apsw.Error as exc:
             if not _is_damage(exc):
                 raise
@@ -337,7 +385,7 @@ def _partial_row(
             row = got.fetchone()
             values.append(None if row is None else row[0])
         except UnicodeDecodeError:
-            values.append(_lenient_row(conn, t, [c], rowid)[1])
+            values.append(_lenient_row(conn, t, [c], rowid)[0][1])
         except apsw.Error as exc:
             if not _is_damage(exc):
                 raise
@@ -374,9 +422,12 @@ def _rows(conn: apsw.Connection, sql: str, args: tuple[int, ...]) -> Iterator[Ro
         yield tuple(row)
 
 
-def _lenient_row(conn: apsw.Connection, t: str, columns: Sequence[str], rowid: int) -> Row:
+def _lenient_row(
+    conn: apsw.Connection, t: str, columns: Sequence[str], rowid: int
+) -> tuple[Row, list[str]]:
     """A row whose TEXT is not valid UTF-8 (scribbled bytes): text is read as bytes and
-    decoded with U+FFFD for what cannot be decoded; other values are read as they are."""
+    decoded with U+FFFD for what cannot be decoded; other values are read as they are.
+    Returns the row and the columns whose text was not valid UTF-8."""
     parts = "".join(
         f", typeof({q}), CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
         for q in (quote_ident(c) for c in columns)
@@ -386,12 +437,17 @@ def _lenient_row(conn: apsw.Connection, t: str, columns: Sequence[str], rowid: i
     ).fetchone()
     assert raw is not None
     values: list[Any] = [int(raw[0])]
-    for i in range(len(columns)):
+    bad = []
+    for i, c in enumerate(columns):
         kind, value = raw[1 + 2 * i], raw[2 + 2 * i]
         if kind == "text" and isinstance(value, bytes):
-            value = value.decode("utf-8", errors="replace")
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError:
+                value = value.decode("utf-8", errors="replace")
+                bad.append(c)
         values.append(value)
-    return tuple(values)
+    return tuple(values), bad
 
 
 def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:

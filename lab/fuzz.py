@@ -1,0 +1,440 @@
+"""The standing fuzz lab: random damage to a Hermes database, ground truth by carving.
+
+A seed draws one to three pieces of damage, each one of:
+
+- ``sector``: a zeroed 512-byte sector (512-aligned, anywhere in a page);
+- ``block``: a zeroed 4 KiB block at a random 512-aligned offset (across two pages);
+- ``scribble``: random bytes (16 to 512 of them) at a random offset of a page;
+- ``torn``: one half of a page replaced by the same half of its older image;
+- ``reverted``: a whole page replaced by its older image.
+
+Older images come from an earlier copy of the same file: the fixture as Hermes first
+wrote it (``built_db``), while the damaged file is that fixture after Hermes appended
+more messages to some of its sessions and opened a new one (``later_db``, cached). Half
+the damage goes to pages of the ``sessions`` and ``messages`` b-trees, the rest anywhere
+but page 1 (the file header and schema root: salvaging a file without them is its own
+lab case).
+
+Ground truth by carving, sharing no code with ``statewarden/recovery/``: a row of a
+base table counts as *intact* when its exact cell (payload-size and rowid varints,
+record and overflow pointer) still lies where it was in the damaged file, and every
+page of its overflow chain is unchanged, so its exact record can still be decoded
+from the damaged file's bytes. ``check_run`` then holds ``recover`` to its promises:
+no intact row dropped, no wrong row written as a good one (a partial or unverified
+row names the columns it cannot vouch for), ``loss_detected`` true whenever a row did
+not come back as it was and only when the report lists something lost or unproven,
+the source unchanged; and ``check``'s class against what ``recover`` proved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from lab.hermes_fixtures import Spec, built_db, cache_dir, hermes_python
+from statewarden.demo.damage import PristineFile, schema_roots, varint, write_at
+
+# Small enough that one seed takes well under a second, large enough that the
+# messages b-tree has an interior level and the sessions table several leaves.
+FUZZ = Spec(sessions=24, messages=400, text_bytes=300, seed=11)
+KINDS = ("sector", "block", "scribble", "torn", "reverted")
+SECTOR = 512
+BLOCK = 4096
+# Base tables whose rows are held to the promises (FTS tables are derived data).
+BASE_TABLES = ("sessions", "messages", "session_model_usage", "gateway_routing")
+
+LATER_WRITER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+ids = [r[0] for r in db._conn.execute("SELECT id FROM sessions ORDER BY started_at LIMIT 3")]
+for n, sid in enumerate(ids):
+    for i in range(6):
+        db.append_message(sid, "user" if i % 2 == 0 else "assistant",
+                          f"later message {i} of session {n}: the writer appended it afterwards")
+db.create_session("later_session", "cli", model="hermes-4-70b")
+db.set_session_title("later_session", "a session opened after the first copy")
+for i in range(8):
+    db.append_message("later_session", "user", f"later session message {i}")
+db.close()
+"""
+
+
+def later_db(spec: Spec = FUZZ) -> Path:
+    """``built_db(spec)`` after Hermes appended messages to three sessions and opened a
+    new one (cached next to it): the file the fuzz lab damages."""
+    older = built_db(spec)
+    root = cache_dir() / f"{spec.key()}-later-v1"
+    db = root / "state.db"
+    if db.exists():
+        return db
+    tmp = root.with_name(root.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copyfile(older, tmp / "state.db")
+    subprocess.run([hermes_python(spec.hermes), "-c", LATER_WRITER, str(tmp)], check=True)
+    for side in ("-wal", "-shm"):
+        if (tmp / f"state.db{side}").exists():
+            raise RuntimeError(f"Hermes left state.db{side} behind after close")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return db
+
+
+@dataclass
+class Damage:
+    kind: str
+    offset: int  # byte offset in the file
+    length: int
+    page: int
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.length} bytes at {self.offset} (page {self.page})"
+
+
+@dataclass
+class FuzzCase:
+    db: Path
+    pristine: Path  # the file before the damage
+    older: Path  # the earlier copy the torn and reverted pages come from
+    seed: int
+    damage: list[Damage] = field(default_factory=list)
+    # table -> rowid -> (values of the pristine row, intact in the damaged file?)
+    truth: dict[str, dict[int, tuple[tuple[Any, ...], bool]]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"seed {self.seed}: " + "; ".join(d.describe() for d in self.damage)
+
+    def intact(self, table: str) -> set[int]:
+        return {r for r, (_, ok) in self.truth.get(table, {}).items() if ok}
+
+
+def _base_pages(pf: PristineFile, roots: dict[str, int]) -> list[int]:
+    out: list[int] = []
+    for name in ("sessions", "messages"):
+        interior, leaves = pf.tree_pages(roots[name])
+        out.extend(interior + leaves)
+    return sorted(out)
+
+
+def fuzz_case(dest_dir: Path, seed: int, spec: Spec = FUZZ) -> FuzzCase:
+    """A copy of ``later_db(spec)`` with the damage ``seed`` draws, and its truth."""
+    rnd = random.Random(seed)
+    pristine = later_db(spec)
+    older = built_db(spec)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    db = dest_dir / "state.db"
+    shutil.copyfile(pristine, db)
+    pf = PristineFile(pristine)
+    old = PristineFile(older)
+    ps = pf.page_size
+    pages = len(pf.data) // ps
+    base = _base_pages(pf, schema_roots(pristine))
+    case = FuzzCase(db=db, pristine=pristine, older=older, seed=seed)
+    for _ in range(rnd.randint(1, 3)):
+        kind = rnd.choice(KINDS)
+        page = rnd.choice(base) if rnd.random() < 0.5 else rnd.randint(2, pages)
+        start = (page - 1) * ps
+        if kind == "sector":
+            offset, length = start + rnd.randrange(0, ps, SECTOR), SECTOR
+            data = bytes(length)
+        elif kind == "block":
+            offset = start + rnd.randrange(0, ps, SECTOR)
+            length = min(BLOCK, len(pf.data) - offset)
+            data = bytes(length)
+        elif kind == "scribble":
+            length = rnd.randint(16, 512)
+            offset = start + rnd.randrange(0, ps - length)
+            data = rnd.randbytes(length)
+        else:
+            image = old.page(page) if page <= len(old.data) // ps else bytes(ps)
+            if kind == "torn":
+                half = rnd.choice((0, ps // 2))
+                offset, length, data = start + half, ps // 2, image[half : half + ps // 2]
+            else:
+                offset, length, data = start, ps, image
+        write_at(db, offset, data)
+        case.damage.append(Damage(kind, offset, length, page))
+    case.truth = carve_truth(pristine, db)
+    return case
+
+
+def _local_size(usable: int, size: int) -> int:
+    """Bytes of a table-leaf payload of ``size`` bytes stored in the cell itself."""
+    x = usable - 35
+    if size <= x:
+        return size
+    m = ((usable - 12) * 32 // 255) - 23
+    k = m + (size - m) % (usable - 4)
+    return k if k <= x else m
+
+
+def carve_truth(
+    pristine: Path, damaged: Path
+) -> dict[str, dict[int, tuple[tuple[Any, ...], bool]]]:
+    """Every row of the base tables in ``pristine`` and whether its exact cell and
+    overflow chain are still in ``damaged`` (byte for byte, where they were)."""
+    pf = PristineFile(pristine)
+    now = damaged.read_bytes()
+    ps = pf.page_size
+    usable = ps - pf.data[20]
+    roots = schema_roots(pristine)
+    out: dict[str, dict[int, tuple[tuple[Any, ...], bool]]] = {}
+    for table in BASE_TABLES:
+        if table not in roots:
+            continue
+        values = {int(r[0]): tuple(r) for r in _rows(pristine, table)}
+        intact: dict[int, bool] = {}
+        for leaf in pf.tree_pages(roots[table])[1]:
+            pg = pf.page(leaf)
+            base = (leaf - 1) * ps
+            for off in pf.cell_offsets(leaf):
+                size, pos = varint(pg, off)
+                rowid, pos = varint(pg, pos)
+                local = _local_size(usable, size)
+                end = pos + local + (4 if local < size else 0)
+                ok = now[base + off : base + end] == pg[off:end]
+                if ok and local < size:
+                    (nxt,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
+                    left = size - local
+                    while ok and nxt and left > 0:
+                        o = (nxt - 1) * ps
+                        used = 4 + min(usable - 4, left)
+                        ok = now[o : o + used] == pf.data[o : o + used]
+                        left -= usable - 4
+                        (nxt,) = struct.unpack(">I", pf.data[o : o + 4])
+                intact[rowid] = ok
+        out[table] = {r: (v, intact.get(r, False)) for r, v in values.items()}
+    return out
+
+
+def _rows(path: Path, table: str) -> list[tuple[Any, ...]]:
+    conn = apsw.Connection(
+        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        try:
+            return [tuple(r) for r in conn.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid")]
+        except UnicodeDecodeError:
+            # Text that is not UTF-8 (scribbled bytes): read as bytes, shown with U+FFFD.
+            cols = [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+            sel = ", ".join(
+                f"CASE WHEN typeof({c}) = 'text' THEN CAST({c} AS BLOB) ELSE {c} END" for c in cols
+            )
+            out = []
+            for r in conn.execute(f"SELECT rowid, {sel} FROM {table} ORDER BY rowid"):
+                out.append(
+                    tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in r)
+                )
+            return out
+    finally:
+        conn.close()
+
+
+def bundle_digest(db: Path) -> str:
+    """SHA-256 over the database and its sidecars (to prove the source unchanged)."""
+    h = hashlib.sha256()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        p = Path(f"{db}{suffix}")
+        h.update(suffix.encode())
+        h.update(p.read_bytes() if p.exists() else b"<absent>")
+    return h.hexdigest()
+
+
+def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> list[str]:
+    """What ``recover``'s report and output break of its promises on this case."""
+    out: list[str] = []
+    # A partial row's unreadable columns, and those it read but could not vouch for.
+    partial = {
+        (p["table"], p["rowid"]): set(p["columns"]) | set(p.get("unverified", []))
+        for p in report.get("partial_rows", [])
+    }
+    partial.update(
+        {(u["table"], u["rowid"]): set(u["columns"]) for u in report.get("unverified_rows", [])}
+    )
+    others = {(e["table"], e["rowid"]) for e in report.get("from_other_copies", [])}
+    # Rows the report names as older than the rows that depend on them (lost writes).
+    others |= {
+        (e["table"], e["rowid"]) for e in report.get("count_mismatches", []) if e["what"] == "stale"
+    }
+    lost_any = False
+    for table, rows in case.truth.items():
+        try:
+            got = {int(r[0]): tuple(r) for r in _rows(output, table)} if output else {}
+            cols = _columns(output, table) if output else []
+        except apsw.SQLError:  # no such table in the output: none of its rows came back
+            got, cols = {}, []
+        for rowid, (want, ok) in rows.items():
+            have = got.get(rowid)
+            if have != want:
+                lost_any = True
+                if ok:
+                    why = "missing" if have is None else "changed"
+                    out.append(f"{table} rowid {rowid}: intact on disk, {why} in the output")
+        for rowid, have in got.items():
+            want_row = rows.get(rowid)
+            if want_row is not None and have == want_row[0]:
+                continue
+            if (table, rowid) in others:
+                continue
+            if (table, rowid) in partial and want_row is not None:
+                unreadable = partial[(table, rowid)]
+                bad = [
+                    c
+                    for i, c in enumerate(cols)
+                    if c not in unreadable and have[i + 1] != want_row[0][i + 1]
+                ]
+                if not bad:
+                    continue
+                out.append(f"{table} rowid {rowid}: partial, but {', '.join(bad)} wrong")
+                continue
+            what = "never existed" if want_row is None else "differs from the row Hermes wrote"
+            out.append(f"{table} rowid {rowid}: written as a good row but {what}")
+    # Rows the report lists as not proven (partial, unverified, stale, stretches that
+    # could not be read) make loss_detected true even when they happen to be right.
+    tables = report.get("tables", {}).values()
+    listed = bool(
+        report.get("partial_rows")
+        or report.get("unverified_rows")
+        or report.get("count_mismatches")
+        or report.get("schema_rows_lost")
+        or any(t.get("unverified") or t.get("unreadable_ranges") for t in tables)
+    )
+    if report.get("loss_detected") is not None and (
+        (lost_any and not report["loss_detected"])
+        or (report["loss_detected"] and not lost_any and not listed)
+    ):
+        out.append(
+            f"loss_detected is {report.get('loss_detected')} but rows were"
+            f" {'lost' if lost_any else 'all recovered, none listed as unproven'}"
+        )
+    return out
+
+
+def _columns(path: Path, table: str) -> list[str]:
+    conn = apsw.Connection(
+        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        return [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+    finally:
+        conn.close()
+
+
+def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list[str]:
+    """``check``'s class against what ``recover`` proved: a row of a base table
+    damaged on disk is base damage (SQLite, and so Hermes, reads it wrong or not at
+    all); a file every row of which came back untouched (nothing lost, restored,
+    partial or stale) is not."""
+    from statewarden.recovery.check import check_database
+    from statewarden.recovery.diagnose import CHECK_CUT_SHORT
+
+    diag = check_database(case.db, work)
+    damage = diag.damage
+    # A check that a read error ended with no object named cannot tell what it did
+    # not reach: calling that base damage is the careful answer, not a wrong one.
+    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in diag.error_lines)
+    damaged_rows = any(not ok for rows in case.truth.values() for _, ok in rows.values())
+    if damaged_rows and damage not in ("base", "unreadable"):
+        return [f"check says {damage} though rows of base tables are damaged on disk"]
+    touched = (
+        report.get("loss_detected")
+        or report.get("restored_from_copies")
+        or report.get("partial_rows")
+        or report.get("count_mismatches")
+        or report.get("schema_rows_lost")
+        or any(t.get("recovered_from_pages") for t in report.get("tables", {}).values())
+    )
+    # "unreadable" is always true to SQLite when it is said: the schema or header is
+    # what it cannot read, whatever recover makes of the file.
+    if not damaged_rows and not touched and damage == "base" and not cut_short:
+        return [f"check says {damage} though recover brought every row back as it was"]
+    return []
+
+
+def run_seed(work: Path, seed: int, spec: Spec = FUZZ) -> tuple[FuzzCase, list[str]]:
+    """Damage a copy by ``seed``, run ``recover`` on it, return the case and what broke."""
+    from statewarden.errors import StatewardenError
+    from statewarden.recovery.recover import recover
+
+    case = fuzz_case(work / "db", seed, spec)
+    before = bundle_digest(case.db)
+    output = work / "out" / "recovered.db"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        rep = recover(case.db, output).to_json()
+    except StatewardenError as exc:
+        return case, [f"recover failed: {exc}"]
+    found = violations(case, rep, output if output.exists() else None)
+    if not output.exists():
+        found.append("recover left no verified output")
+    found.extend(class_violations(case, rep, work))
+    if bundle_digest(case.db) != before:
+        found.append("the source bundle changed")
+    return case, found
+
+
+# Seeds whose damage found a distinct way to break a promise, named for what they do.
+# Each broke a promise before the fix its name records; tests/test_recover_fuzz.py keeps
+# them (and a fixed run of seeds) holding.
+FINDINGS: dict[str, int] = {
+    # A zeroed 4 KiB block ends inside a message's record: it was written out with NUL
+    # bytes for text and a timestamp of 0.0 as a good row.
+    "zeroed_block_in_a_record": 137,
+    # A zeroed sector later partly written over: the zeros left in the record still
+    # mark it (they are no longer a whole sector).
+    "partly_rewritten_zeroed_sector": 94,
+    # A sessions row's title ends in zeros that run on into the next (zeroed) cell.
+    "zeros_past_a_records_end": 173,
+    # integrity_check stopped at "database disk image is malformed" before the FTS
+    # checks ran; a damaged trigram index was copied, the output failed verification
+    # and no output was left (every session "dropped").
+    "fts_check_cut_short": 142,
+    # Random bytes over a message's text: kept with U+FFFD as a good row; now the text
+    # comes back from its two agreeing FTS copies.
+    "scribbled_text": 111,
+    # Random bytes over a message's role and text: the role is unreadable (not UTF-8),
+    # the text is restored from the copies.
+    "scribbled_role_and_text": 65,
+    # Random bytes over a timestamp only: another real, as a good row; the two intact
+    # indexes that hold the timestamp agree on the real one.
+    "scribbled_real": 113,
+    # Random bytes over a record header: the columns that still read are named
+    # unverified in the partial row, not passed off as read.
+    "scribbled_record_header": 296,
+    # A sessions page back to an older image (a lost write): stale sessions were
+    # written as good rows; their message_count disagrees with their messages.
+    "reverted_sessions_page": 166,
+    # Half a sessions page from an older image (torn): the same, for two sessions.
+    "torn_sessions_page": 314,
+    # The header of the only sessions page (a root leaf) zeroed: every session was
+    # dropped; the root is carved too now.
+    "zeroed_root_leaf_header": 364,
+    # A garbled cell on a sessions leaf whose pointers still read: the scan stopped
+    # there and 20 sessions were dropped; the leaf is read by its pointers.
+    "garbled_cell_on_a_parsing_leaf": 393,
+    # A garbled payload size of about 2**40 made the overflow search run for 40 s, and
+    # a garbled cell was written out as session 68776995.
+    "garbled_payload_size": 300,
+    # A garbled cell read as rowid 2084 in order between garbage: the scan jumped past
+    # every later message (31 dropped).
+    "garbled_rowid_moves_the_scan": 554,
+    # Random bytes over a message's text while both FTS content tables are damaged
+    # (no vote): check called it derived and recover bulk-copied the changed text.
+    "bad_text_while_the_copies_cannot_vote": 1149,
+    # Random bytes over the first messages leaf: a garbled cell read as rowid 246, a
+    # rowid that exists, sent the scan past 111 intact messages.
+    "garbled_cell_reads_as_a_real_rowid": 1466,
+    # An FTS content page back to an older image names rowid 1924145348609: reported
+    # as a lost message that never existed.
+    "fts_copy_names_a_rowid_past_the_sequence": 605,
+}
