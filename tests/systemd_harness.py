@@ -206,7 +206,14 @@ class UserSystemd:
             if time.monotonic() > deadline:
                 raise HarnessUnavailable("the manager did not create systemd/private in time")
             time.sleep(0.05)
-        r = self.systemctl("is-system-running", "--wait")
+        # The socket file exists once bound, a moment before the manager listens on
+        # it; systemctl then falls back to the user bus, not up yet either ("Failed
+        # to connect to bus"). Ask again until the manager answers.
+        while True:
+            r = self.systemctl("is-system-running", "--wait")
+            if r.stdout.strip() or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if r.stdout.strip() not in ("running", "degraded"):
             raise HarnessUnavailable(f"manager state {r.stdout.strip()!r}: {r.stderr.strip()}")
         if not self.activate_bus:
