@@ -629,7 +629,9 @@ class TestFullDisk:
             (full,) = eventually(lambda: d.incidents_of("state_unwritable"), what="unwritable")
             assert f"cannot write its state in {sdir}" in full["summary"]
             d.wait_for_line("state_unwritable")
-            assert [x for x in d.lines if "incident opened" in x and "corruption" in x]
+            # The two announcements come in either order: read on until the corruption's.
+            while not [x for x in d.lines if "incident opened" in x and "corruption" in x]:
+                d.wait_for_line("incident opened")
             _nsenter(d.proc.pid, "rm", "-f", f"{sdir}/filler")
             eventually(lambda: not d.incidents_of("state_unwritable"), what="unwritable resolved")
             book = _nsenter(d.proc.pid, "cat", f"{sdir}/incidents.json").stdout
