@@ -51,7 +51,7 @@ from lab.hermes_fixtures import (  # noqa: E402
     hermes_python,
     writer_env,
 )
-from statewarden.daemon_verify import check_live, in_idle_thread  # noqa: E402
+from statewarden.daemon.verify import check_live, in_idle_thread  # noqa: E402
 from statewarden.errors import StatewardenError  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 
