@@ -10,7 +10,9 @@ holder scan when one is due. Discovery runs again every ``discovery.rescan_inter
 so a home or database that appears later is picked up.
 
 Signal handlers only record the signal; the loop acts on it: SIGTERM/SIGINT stop (in
-stages, each with a time limit), SIGHUP reloads the config and keeps the old one if the
+stages, each with a time limit and logged with its name, duration and outcome by
+``daemon.shutdown``: control socket, metrics, file events, background tasks, alerts,
+incident book), SIGHUP reloads the config and keeps the old one if the
 new one is invalid. ``WATCHDOG=1`` is sent from the loop itself, so a hung loop gets
 restarted.
 
@@ -20,16 +22,18 @@ write it, 0700) and locked, so a second daemon on it exits with
 to the hard limit. State incidents open from the last run are evaluated afresh
 (``incidents.restart``).
 
-The parts it wires together: the databases watched (``daemon_databases``), holder
-scans (``daemon_holders``), the units watcher, the control requests
-(``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
-journal it cannot read), maintenance runs joined to the alerts (``daemon_runs``), each
-database verified on a schedule (``daemon_verify``), maintenance runs handed to it by
-``statewardenctl maintenance`` (``daemon_handoff``). Everything they find goes to
+The parts it wires together: the databases watched (``daemon.databases``), holder
+scans (``daemon.holders``), the units watcher, the control requests
+(``daemon.requests``), its own health (``daemon.health``: state it cannot write, a
+journal it cannot read), maintenance runs joined to the alerts (``daemon.runs``), each
+database verified on a schedule (``daemon.verify``), maintenance runs handed to it by
+``statewardenctl maintenance`` (``daemon.handoff``). Each part is given what it uses
+(the book, the alert service, the watched databases, the holder scans, a callback),
+never the daemon, so none imports this module back. Everything they find goes to
 :meth:`Daemon.handle`, which hands it to the incident recorder; every incident update
 the recorder makes goes to the announcer (``statewarden.alerts.announce``) and to the
 alerts (``statewarden.alerts.service``: journald and Telegram notifications).
-Metrics (``daemon_metrics``) when configured.
+Metrics (``daemon.metrics``) when configured.
 """
 
 from __future__ import annotations

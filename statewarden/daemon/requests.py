@@ -18,7 +18,7 @@ serving.
 | ``alerts`` | each alert sink's health and the outbox |
 | ``silences`` | the silences, after reading ``silences.json`` again |
 | ``maintenance`` | the maintenance policy, runs in flight, each database's last report |
-| ``maintenance_run`` | a maintenance run on ``db``, streamed (``daemon_handoff``) |
+| ``maintenance_run`` | a maintenance run on ``db``, streamed (``daemon.handoff``) |
 | ``maintenance_cancel`` | cancel the run handed to the daemon on ``db`` |
 """
 
@@ -147,7 +147,7 @@ class Requests:
         return self.sources.maintenance.status()
 
     async def maintenance_run(self, req: Request) -> Any:
-        """A maintenance run handed to the daemon, streamed (``daemon_handoff``)."""
+        """A maintenance run handed to the daemon, streamed (``daemon.handoff``)."""
         return await self.sources.handoff.start(req)
 
     async def maintenance_cancel(self, req: Request) -> Any:
