@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench._common import start_daemon
 from lab.hermes_fixtures import TINY, holding, log_line, make_home
-from statewarden.control import request
+from statewarden.daemon.control import request
 
 LINE = "gateway.session: state.db routing save failed: database disk image is malformed"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from bench._common import figure, time_it
 from lab.hermes_fixtures import LARGE, TINY, built_db
-from statewarden.status import database_status
 from statewarden.targets import target_for_db
+from statewarden.watch.status import database_status
 
 
 def main() -> None:

@@ -5,8 +5,8 @@
 On the same Hermes-written file (a fixture from ``lab/hermes_fixtures.py``; default
 ``large``: ~640 sessions, ~40,000 messages, ~250 MB), it times:
 
-- what the daemon runs on its schedule (``daemon_verify.in_idle_thread`` around
-  ``daemon_verify.check_live``: ``check`` on a private copy, raw or, under a writer too
+- what the daemon runs on its schedule (``daemon.verify.in_idle_thread`` around
+  ``daemon.verify.check_live``: ``check`` on a private copy, raw or, under a writer too
   busy for one, through the backup API; the copy removed), in a thread lowered to nice 19 and the idle I/O class, as the daemon does;
 - the same verification at normal priority (what idle priority costs in wall time on a
   busy machine: nothing on an idle one);
@@ -51,7 +51,7 @@ from lab.hermes_fixtures import (  # noqa: E402
     hermes_python,
     writer_env,
 )
-from statewarden.daemon_verify import check_live, in_idle_thread  # noqa: E402
+from statewarden.daemon.verify import check_live, in_idle_thread  # noqa: E402
 from statewarden.errors import StatewardenError  # noqa: E402
 from statewarden.recovery.check import check_database  # noqa: E402
 
@@ -60,7 +60,7 @@ SPECS: dict[str, Spec] = {"large": LARGE, "tall": TALL, "small": SMALL}
 
 def verification(db: Path, work: Path) -> tuple[float, float, str, str]:
     """(wall s, CPU s of its thread, damage class and copy, priority) of one
-    verification, as the daemon makes it (``daemon_verify.check_live``)."""
+    verification, as the daemon makes it (``daemon.verify.check_live``)."""
     t0 = time.perf_counter()
     (diagnosis, copied), priority, cpu_s = asyncio.run(
         in_idle_thread(lambda: check_live(db, work, None, contextlib.nullcontext()))

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from statewarden import control
+from statewarden.daemon import control
 from statewarden.errors import AlreadyRunning, ControlError, DaemonNotRunning, UsageError
 
 

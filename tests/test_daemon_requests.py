@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from statewarden.daemon_requests import Requests
+from statewarden.daemon.requests import Requests
 from statewarden.errors import ControlError
 from tests.support.daemon import DaemonProc
 from tests.support.waiting import wait_for

@@ -118,7 +118,7 @@ class TestIncidentKinds:
         """The router's mutes and folds and the restart check's groups are computed from
         the table's fields, so a new kind needs no entry anywhere else."""
         from statewarden.alerts.router import FOLDED_INTO_CORRUPTION, MAINTENANCE_MUTES
-        from statewarden.daemon_verify import VERIFY_AFTER
+        from statewarden.daemon.verify import VERIFY_AFTER
         from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS
         from statewarden.watch.holders import MAINTENANCE_EXEMPT
 

@@ -350,7 +350,7 @@ class TestReload:
             "import json, sys\n"
             "from pathlib import Path\n"
             "from statewarden.config import Config, HoldersConfig\n"
-            "from statewarden.daemon_holders import HolderScans\n"
+            "from statewarden.daemon.holders import HolderScans\n"
             "h = HolderScans(Config(holders=HoldersConfig(other_users='fail')), lambda f: None)\n"
             "h.set_dbs([Path(sys.argv[1])])\n"
             "before = h.watcher.scan()[0]\n"

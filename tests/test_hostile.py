@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from lab.hermes_fixtures import TINY, log_line, make_home
 from statewarden.atomic import write_atomic
 from statewarden.cli.ctl import main as ctl
-from statewarden.control import ControlServer
+from statewarden.daemon.control import ControlServer
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import Signal
 from statewarden.incidents.timeline import Timeline

@@ -26,7 +26,7 @@ import pytest
 from lab.bot_api import BotApi
 from lab.hermes_fixtures import TINY, make_home
 from lab.push_server import PushServer
-from statewarden import install as inst
+from statewarden.cli import install as inst
 from statewarden.incidents.signals import KINDS
 from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl

@@ -35,17 +35,14 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"recovery", "holders", "incidents", "watch", "alerts", "maintenance", "daemon", "demo"}
     ),
 }
-SUBPACKAGES = frozenset(ALLOWED) - {BASE, "daemon"}
+SUBPACKAGES = frozenset(ALLOWED) - {BASE}
 
 
 def part_of(module: str) -> str:
-    """``statewarden.recovery.scan`` -> ``recovery``; a top-level module is the base
-    except the daemon's own modules."""
+    """``statewarden.recovery.scan`` -> ``recovery``; a top-level module is the base."""
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in SUBPACKAGES:
         return parts[1]
-    if len(parts) >= 2 and (parts[1] == "daemon" or parts[1].startswith("daemon_")):
-        return "daemon"
     return BASE
 
 
@@ -187,3 +184,98 @@ def test_the_face_check_names_the_import(tmp_path: Path) -> None:
         "statewarden/recovery/__init__.py, or use a name it has"
     ]
     assert face_violations(probe, "statewarden.recovery.probe", "probe.py") == []
+
+
+# -- no import circles: the modules import each other in one direction -------------------
+
+
+def module_of(name: str) -> str | None:
+    """The module an imported name lands in: ``statewarden.daemon.core.Daemon`` ->
+    ``statewarden.daemon.core``; a name of a subpackage's face -> its home module."""
+    parts = name.split(".")
+    for n in range(len(parts), 1, -1):
+        candidate = ".".join(parts[:n])
+        path = PACKAGE.parent / Path(*parts[:n])
+        if path.with_suffix(".py").is_file():
+            return candidate
+        if (path / "__init__.py").is_file():
+            rest = parts[n:]
+            homes: dict[str, str] = getattr(importlib.import_module(candidate), "HOMES", {})
+            if rest and rest[0] in homes:
+                home = homes[rest[0]] or rest[0]
+                return f"{candidate}.{home}"
+            return candidate
+    return None
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the modules it imports (as written: module level, function level and
+    under TYPE_CHECKING alike). A module's own packages are left out: Python has them
+    loaded before the module (``from statewarden.demo import damage`` in
+    ``statewarden.demo.sandbox`` imports ``damage``, not the package again)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        here = module_name(path)
+        targets = {module_of(name) for _line, name in imports_of(path)}
+        graph[here] = {
+            t for t in targets if t is not None and t != here and not here.startswith(t + ".")
+        }
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: each set of modules that reach one another (Tarjan's strongly
+    connected components of more than one module), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import circle in the package: no two modules reach each other through their
+    imports, TYPE_CHECKING ones included (the daemon's parts receive what they use
+    instead of importing the daemon back)."""
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    """The check can fail: a part importing the daemon core that imports it is a circle,
+    and a chain that does not come back is none."""
+    graph = {
+        "statewarden.daemon.core": {"statewarden.daemon.runs", "statewarden.errors"},
+        "statewarden.daemon.runs": {"statewarden.daemon.core"},
+        "statewarden.errors": set(),
+    }
+    assert circles(graph) == [["statewarden.daemon.core", "statewarden.daemon.runs"]]
+    graph["statewarden.daemon.runs"] = {"statewarden.errors"}
+    assert circles(graph) == []
+    assert module_of("statewarden.daemon.core.Daemon") == "statewarden.daemon.core"
+    assert module_of("statewarden.daemon.Daemon") == "statewarden.daemon.core"

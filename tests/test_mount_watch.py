@@ -8,9 +8,9 @@ import apsw
 
 from lab.hermes_fixtures import TINY, make_home
 from statewarden.mounts import parse_mountinfo
-from statewarden.status import database_status
 from statewarden.targets import target_for_db
 from statewarden.watch.mounts import MountWatcher
+from statewarden.watch.status import database_status
 
 
 def _mounts(fstype: str) -> str:

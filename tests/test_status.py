@@ -196,7 +196,7 @@ class TestMounts:
 
     def test_status_flags_wal_on_unsafe_mount(self, hermes_home: Path) -> None:
         """A WAL database on an unsafe filesystem is reported as a problem."""
-        from statewarden.status import database_status
+        from statewarden.watch.status import database_status
 
         (target,) = discover(Config())
         fake = [Mount(str(hermes_home), "virtiofs", "hostshare", "rw")]

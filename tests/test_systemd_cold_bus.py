@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from lab.hermes_fixtures import SMALL, TINY, make_home
-from statewarden import install as inst
+from statewarden.cli import install as inst
 from statewarden.systemd import UserManager
 from tests.fake_hermes import install_fake_hermes
 from tests.support.maintenance import exempt_comms

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import TINY
-from statewarden.daemon_verify import IDLE_NICE, IOPRIO_CLASS_IDLE, in_idle_thread, io_class_of
+from statewarden.daemon.verify import IDLE_NICE, IOPRIO_CLASS_IDLE, in_idle_thread, io_class_of
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_NO_DAEMON
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env

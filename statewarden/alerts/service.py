@@ -179,6 +179,10 @@ class Alerts:
         self.router.set_maintenance(db, active)
         self._kick()
 
+    def in_maintenance(self) -> frozenset[str]:
+        """The databases whose alerts are muted for a maintenance run now."""
+        return frozenset(self.router.maintenance)
+
     def notify(self, n: Notification) -> list[str]:
         """Queue a notification that is not an incident's (a maintenance run's outcome)
         for every sink whose route takes it; the sinks it went to. The outbox keeps it

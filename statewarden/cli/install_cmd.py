@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from statewarden import install as inst
+from statewarden.cli import install as inst
 from statewarden.cli._common import handle_errors, print_json
 from statewarden.config import (
     ALERTMANAGER_CREDENTIAL,

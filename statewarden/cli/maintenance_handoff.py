@@ -1,6 +1,6 @@
 """``statewardenctl maintenance`` with the daemon running: the run handed to it, watched.
 
-The request is ``maintenance_run`` over the control socket (``daemon_handoff`` on the
+The request is ``maintenance_run`` over the control socket (``daemon.handoff`` on the
 other side); every event of the run comes back as it happens and is shown as a run in
 this process would show it (step lines, the progress bar on a TTY, JSON lines with
 --json); its report is printed at the end. Ctrl-C sends ``maintenance_cancel`` on a
@@ -20,7 +20,7 @@ from statewarden.cli._common import echo_line
 from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_output import PREFIX, printer, report_from
 from statewarden.config import Config, runtime_dir
-from statewarden.control import StreamClient, request, socket_path
+from statewarden.daemon.control import StreamClient, request, socket_path
 from statewarden.errors import EXIT_FAILED, ControlError, DaemonNotRunning, StatewardenError
 from statewarden.maintenance.run import MaintenanceRun, Options, RunReport
 from statewarden.targets import Target

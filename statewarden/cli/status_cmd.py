@@ -22,11 +22,11 @@ from statewarden.cli._common import (
 )
 from statewarden.cli.verify_cmd import verdict_line
 from statewarden.config import runtime_dir, state_dir
-from statewarden.control import request, socket_path
-from statewarden.daemon_verify import VERIFIED_FILE
+from statewarden.daemon.control import request, socket_path
+from statewarden.daemon.verify import VERIFIED_FILE
 from statewarden.errors import DaemonNotRunning
 from statewarden.recovery_files import RecoveryFile
-from statewarden.status import DatabaseStatus, FilesystemFacts, status_all
+from statewarden.watch.status import DatabaseStatus, FilesystemFacts, status_all
 
 
 def _or_dash(value: object) -> str:

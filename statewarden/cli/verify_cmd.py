@@ -19,7 +19,7 @@ from statewarden.cli._common import (
     profile_option,
 )
 from statewarden.config import runtime_dir
-from statewarden.control import request, socket_path
+from statewarden.daemon.control import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, NoDaemon
 from statewarden.recovery.diagnose import exit_code_for, worst
 

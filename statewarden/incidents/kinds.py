@@ -54,7 +54,7 @@ class Kind:
     # as a holder of this kind (``watch/holders.py``).
     maintenance_process_exempt: bool = False
     # A sign the database may be damaged: its integrity is verified soon after, not at
-    # the next scheduled verification (``daemon_verify.py``).
+    # the next scheduled verification (``daemon/verify.py``).
     verified_soon_after: bool = False
 
 

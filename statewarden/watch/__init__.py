@@ -3,7 +3,9 @@
 ``logtail`` follows the Hermes log files and cuts them into records (``records``), which
 ``rules`` turns into signals;
 ``journal`` follows the Hermes units' journal; ``files`` watches state.db and its
-sidecars. Each watcher produces signals and observations (``statewarden.incidents.signals``).
+sidecars; ``status`` reads the facts about each database without harm
+(``statewardenctl status``). Each watcher produces signals and observations
+(``statewarden.incidents.signals``).
 """
 
 from typing import TYPE_CHECKING
@@ -20,6 +22,10 @@ HOMES = {
     "Guard": "monitor",
     "TargetMonitor": "monitor",
     "MountWatcher": "mounts",
+    "DatabaseStatus": "status",
+    "FilesystemFacts": "status",
+    "database_status": "status",
+    "status_all": "status",
     "UnitWatcher": "units",
 }
 __all__ = list(HOMES)

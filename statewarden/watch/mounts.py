@@ -1,6 +1,6 @@
 """The mount watcher: a WAL database on a filesystem where WAL is not safe.
 
-Fed each database's status (from ``statewarden.status``, which names the filesystem
+Fed each database's status (from ``statewarden.watch.status``, which names the filesystem
 under the file and whether WAL is safe there), it raises ``unsafe_mount`` while the
 database is in WAL mode on such a filesystem and clears it once that is no longer so
 (converted to another journal mode, or moved).
@@ -9,7 +9,7 @@ database is in WAL mode on such a filesystem and clears it once that is no longe
 from __future__ import annotations
 
 from statewarden.incidents.signals import Signal
-from statewarden.status import DatabaseStatus
+from statewarden.watch.status import DatabaseStatus
 
 
 class MountWatcher:

@@ -74,7 +74,7 @@ class DaemonProc:
 
     def ctl_raw(self, request: str, **args: Any) -> Any:
         """One request straight on this daemon's control socket."""
-        from statewarden.control import request as send
+        from statewarden.daemon.control import request as send
 
         return send(
             Path(self.env["XDG_RUNTIME_DIR"]) / "statewarden" / "control.sock", request, **args

@@ -29,15 +29,14 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from statewarden.control import Streamed
+from statewarden.config import Config
+from statewarden.daemon.control import Streamed
 from statewarden.errors import RunInProgress, StatewardenError, UsageError
+from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.maintenance.ledger import in_progress
 from statewarden.maintenance.run import ACTIONS, PAST_THE_SWAP
-
-if TYPE_CHECKING:  # pragma: no cover
-    from statewarden.daemon import Daemon
 
 FLAGS = ("force", "accept_loss", "no_import", "resume")
 REPORT_TAIL_CHARS = 500  # of a run's stderr, when it ended without a report
@@ -71,9 +70,17 @@ class HandedRun:
 
 
 class HandedRuns:
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(
+        self, config: Config, state_dir: Path, maintenance: AutoMaintenance, log: Any
+    ) -> None:
+        self.config_source = config.source
+        self.state_dir = state_dir
+        self.maintenance = maintenance
+        self.log = log
         self.runs: dict[str, HandedRun] = {}
+
+    def reconfigure(self, config: Config) -> None:
+        self.config_source = config.source
 
     def _db(self, req: dict[str, Any]) -> str:
         db = req.get("db")
@@ -83,24 +90,22 @@ class HandedRuns:
 
     def _busy(self, db: str) -> str | None:
         """Why a run may not start on ``db`` now (one at a time), or None."""
-        d = self.daemon
         mine = self.runs.get(db)
         if mine is not None and not mine.done:
             return f"maintenance run {mine.name()} is already in progress on {db}"
         try:
-            record = in_progress(d.state_dir, Path(db))
+            record = in_progress(self.state_dir, Path(db))
         except (OSError, StatewardenError):
             record = None
         if record is not None:
             pid = record.begin.get("pid")
             return f"maintenance run {record.run_id} (pid {pid}) is already in progress on {db}"
-        if db in d.maintenance.running:
+        if db in self.maintenance.running:
             return f"a snapshot or run the daemon started itself is in progress on {db}"
         return None
 
     async def start(self, req: dict[str, Any]) -> Streamed:
         """``maintenance_run``: start the run, stream it to this client."""
-        d = self.daemon
         db = self._db(req)
         action = req.get("action", "repair")
         if action not in ACTIONS:
@@ -113,16 +118,16 @@ class HandedRuns:
         for flag in FLAGS:
             if req.get(flag) is True:
                 argv.append("--" + flag.replace("_", "-"))
-        if d.config.source:
-            argv += ["--config", d.config.source]
+        if self.config_source:
+            argv += ["--config", self.config_source]
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         run = HandedRun(db, proc)
         self.runs[db] = run
-        d.maintenance.running[db] = asyncio.create_task(self._follow(run))
-        d.log.warning("maintenance run handed to the daemon", db=db, action=action, pid=proc.pid)
+        self.maintenance.running[db] = asyncio.create_task(self._follow(run))
+        self.log.warning("maintenance run handed to the daemon", db=db, action=action, pid=proc.pid)
         return Streamed(self._watch(run), lambda: run.report)
 
     async def _watch(self, run: HandedRun) -> Any:
@@ -140,7 +145,6 @@ class HandedRuns:
             run.watchers.discard(q)
 
     async def _follow(self, run: HandedRun) -> None:
-        d = self.daemon
         assert run.proc.stdout is not None
         assert run.proc.stderr is not None
         tail: list[str] = []
@@ -166,8 +170,8 @@ class HandedRuns:
                 report = {"outcome": "failed", "exit_code": code or 1,
                           "message": "\n".join(tail)[-REPORT_TAIL_CHARS:]}  # fmt: skip
             report["exit_code"] = code
-            d.maintenance.last[run.db] = report
-            log = d.log.info if code == 0 else d.log.error
+            self.maintenance.last[run.db] = report
+            log = self.log.info if code == 0 else self.log.error
             log("maintenance run handed to the daemon finished", db=run.db, run_id=run.run_id,
                 outcome=report.get("outcome"), exit_code=code)  # fmt: skip
             run.end(report)
@@ -175,7 +179,7 @@ class HandedRuns:
             if not run.done:
                 run.end({"outcome": "failed", "exit_code": 1,
                          "message": "the daemon stopped following the run"})  # fmt: skip
-            d.maintenance.running.pop(run.db, None)
+            self.maintenance.running.pop(run.db, None)
 
     async def cancel(self, req: dict[str, Any]) -> dict[str, Any]:
         """``maintenance_cancel``: ask the run handed to the daemon on ``db`` to stop."""
@@ -184,14 +188,14 @@ class HandedRuns:
         if run is None or run.done:
             raise UsageError(f"no maintenance run handed to the daemon is in progress on {db}")
         try:
-            record = in_progress(self.daemon.state_dir, Path(db))
+            record = in_progress(self.state_dir, Path(db))
         except (OSError, StatewardenError):
             record = None
         if record is not None and record.has("swap"):
             return {"asked": False, "run_id": run.run_id, "reason": PAST_THE_SWAP}
         with contextlib.suppress(ProcessLookupError):
             run.proc.send_signal(signal.SIGINT)
-        self.daemon.log.warning("maintenance run cancel asked", db=db, run_id=run.run_id)
+        self.log.warning("maintenance run cancel asked", db=db, run_id=run.run_id)
         return {"asked": True, "run_id": run.run_id,
                 "reason": "the run stops at its next step before the swap"}  # fmt: skip
 

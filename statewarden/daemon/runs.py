@@ -20,13 +20,15 @@ At most every :data:`CHECK_EVERY_S`, from the main loop (:meth:`RunAlerts.tick`)
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statewarden.alerts.router import FOLDED_INTO_CORRUPTION
+from statewarden.alerts.service import Alerts
+from statewarden.daemon.databases import WatchedDatabases
+from statewarden.incidents.book import IncidentBook
+from statewarden.incidents.recorder import Recorder
 from statewarden.maintenance import outcomes
-
-if TYPE_CHECKING:  # pragma: no cover
-    from statewarden.daemon import Daemon
+from statewarden.maintenance.auto import AutoMaintenance
 
 CHECK_EVERY_S = 0.5
 # What a successful repair resolves: the corruption and what was folded into it.
@@ -34,8 +36,22 @@ REPAIRED_BY_MAINTENANCE = frozenset({"corruption"}) | FOLDED_INTO_CORRUPTION
 
 
 class RunAlerts:
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(
+        self,
+        *,
+        databases: WatchedDatabases,
+        maintenance: AutoMaintenance,
+        alerts: Alerts,
+        book: IncidentBook,
+        recorder: Recorder,
+        log: Any,
+    ) -> None:
+        self.databases = databases
+        self.maintenance = maintenance
+        self.alerts = alerts
+        self.book = book
+        self.recorder = recorder
+        self.log = log
         self._last = 0.0
         self.ended: dict[str, float] = {}  # db -> when its last run's outcome was told
 
@@ -47,30 +63,28 @@ class RunAlerts:
         if now - self._last < CHECK_EVERY_S:
             return
         self._last = now
-        d = self.daemon
-        targets = [m.target for m in d.databases.monitors.values()]
-        muted = d.maintenance.muted(targets, now)
-        for db in sorted(muted - d.alerts.router.maintenance):
-            d.alerts.set_maintenance(db, True)
-        for db in sorted(d.alerts.router.maintenance - muted):
-            d.alerts.set_maintenance(db, False)
-        for path, data in d.maintenance.outcomes():
+        muted = self.maintenance.muted(self.databases.targets(), now)
+        already = self.alerts.in_maintenance()
+        for db in sorted(muted - already):
+            self.alerts.set_maintenance(db, True)
+        for db in sorted(already - muted):
+            self.alerts.set_maintenance(db, False)
+        for path, data in self.maintenance.outcomes():
             self.tell(data)
             outcomes.done(path)
 
     def tell(self, data: dict[str, Any]) -> None:
         """One run's outcome: through the sinks, and the corruption it repaired resolved."""
-        d = self.daemon
         n = outcomes.notification(data)
-        sinks = d.alerts.notify(n)
+        sinks = self.alerts.notify(n)
         kind = n.items[0].kind
         run_id = str(data.get("run_id", ""))
         self.ended[str(data.get("db"))] = time.time()
-        d.log.info("maintenance outcome told", db=data.get("db"), run_id=run_id, kind=kind,
+        self.log.info("maintenance outcome told", db=data.get("db"), run_id=run_id, kind=kind,
                    outcome=data.get("outcome"), sinks=sinks)  # fmt: skip
         post_check = data.get("post_check") or {}
         if kind != "maintenance_repaired" or post_check.get("ok") is not True:
             return
-        for inc in d.book.open_incidents():
+        for inc in self.book.open_incidents():
             if inc.db == data.get("db") and inc.kind in REPAIRED_BY_MAINTENANCE:
-                d.recorder.resolve(inc.id, f"repaired by maintenance run {run_id}")
+                self.recorder.resolve(inc.id, f"repaired by maintenance run {run_id}")

@@ -10,7 +10,9 @@ holder scan when one is due. Discovery runs again every ``discovery.rescan_inter
 so a home or database that appears later is picked up.
 
 Signal handlers only record the signal; the loop acts on it: SIGTERM/SIGINT stop (in
-stages, each with a time limit), SIGHUP reloads the config and keeps the old one if the
+stages, each with a time limit and logged with its name, duration and outcome by
+``daemon.shutdown``: control socket, metrics, file events, background tasks, alerts,
+incident book), SIGHUP reloads the config and keeps the old one if the
 new one is invalid. ``WATCHDOG=1`` is sent from the loop itself, so a hung loop gets
 restarted.
 
@@ -20,16 +22,18 @@ write it, 0700) and locked, so a second daemon on it exits with
 to the hard limit. State incidents open from the last run are evaluated afresh
 (``incidents.restart``).
 
-The parts it wires together: the databases watched (``daemon_databases``), holder
-scans (``daemon_holders``), the units watcher, the control requests
-(``daemon_requests``), its own health (``daemon_health``: state it cannot write, a
-journal it cannot read), maintenance runs joined to the alerts (``daemon_runs``), each
-database verified on a schedule (``daemon_verify``), maintenance runs handed to it by
-``statewardenctl maintenance`` (``daemon_handoff``). Everything they find goes to
+The parts it wires together: the databases watched (``daemon.databases``), holder
+scans (``daemon.holders``), the units watcher, the control requests
+(``daemon.requests``), its own health (``daemon.health``: state it cannot write, a
+journal it cannot read), maintenance runs joined to the alerts (``daemon.runs``), each
+database verified on a schedule (``daemon.verify``), maintenance runs handed to it by
+``statewardenctl maintenance`` (``daemon.handoff``). Each part is given what it uses
+(the book, the alert service, the watched databases, the holder scans, a callback),
+never the daemon, so none imports this module back. Everything they find goes to
 :meth:`Daemon.handle`, which hands it to the incident recorder; every incident update
 the recorder makes goes to the announcer (``statewarden.alerts.announce``) and to the
 alerts (``statewarden.alerts.service``: journald and Telegram notifications).
-Metrics (``daemon_metrics``) when configured.
+Metrics (``daemon.metrics``) when configured.
 """
 
 from __future__ import annotations
@@ -50,15 +54,16 @@ from statewarden.alerts.announce import Announcer
 from statewarden.alerts.service import Alerts
 from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
-from statewarden.control import ControlServer, socket_path
-from statewarden.daemon_databases import WatchedDatabases
-from statewarden.daemon_handoff import HandedRuns
-from statewarden.daemon_health import OwnHealth
-from statewarden.daemon_holders import HolderScans
-from statewarden.daemon_metrics import Metrics
-from statewarden.daemon_requests import Requests
-from statewarden.daemon_runs import RunAlerts
-from statewarden.daemon_verify import Verifications
+from statewarden.daemon.control import ControlServer, socket_path
+from statewarden.daemon.databases import WatchedDatabases
+from statewarden.daemon.handoff import HandedRuns
+from statewarden.daemon.health import OwnHealth
+from statewarden.daemon.holders import HolderScans
+from statewarden.daemon.metrics import Metrics, Snapshot, snapshot_of
+from statewarden.daemon.requests import Requests, Sources
+from statewarden.daemon.runs import RunAlerts
+from statewarden.daemon.shutdown import run_stage
+from statewarden.daemon.verify import Verifications
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
@@ -114,10 +119,41 @@ class Daemon:
         self.holder_scans = HolderScans(config, self.handle, self._maintenance_pids)
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
-        self.runs = RunAlerts(self)
-        self.verify = Verifications(self)
-        self.handoff = HandedRuns(self)
-        self.requests = Requests(self)
+        self.runs = RunAlerts(
+            databases=self.databases,
+            maintenance=self.maintenance,
+            alerts=self.alerts,
+            book=self.book,
+            recorder=self.recorder,
+            log=self.log,
+        )
+        self.verify = Verifications(
+            config=config,
+            state_dir=sdir,
+            databases=self.databases,
+            handle=self.handle,
+            ran_since=self.runs.ran_since,
+            last_check=self.last_check,
+            log=self.log,
+        )
+        self.handoff = HandedRuns(config, sdir, self.maintenance, self.log)
+        self.requests = Requests(
+            Sources(
+                book=self.book,
+                timeline=self.timeline,
+                alerts=self.alerts,
+                databases=self.databases,
+                holder_scans=self.holder_scans,
+                units=self.units,
+                verify=self.verify,
+                maintenance=self.maintenance,
+                handoff=self.handoff,
+                state_dir=sdir,
+                last_check=self.last_check,
+                about=self.about,
+                file_events_degraded=self._file_events_degraded,
+            )
+        )
         self.control = ControlServer(socket_path(runtime_dir(config)), self.requests.handle)
         self.events: FileEvents | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -179,6 +215,24 @@ class Daemon:
     def wake(self, _path: str = "") -> None:
         """Called (thread-safely, via the loop) when a file in a logs directory changed."""
         self._wake.set()
+
+    def about(self) -> dict[str, Any]:
+        """The daemon itself, as the ``status`` request shows it."""
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "started_at": self.started_at,
+            "config": self.config.source,
+            "status": self.status_line(),
+        }
+
+    def _file_events_degraded(self) -> str | None:
+        return self.events.degraded if self.events is not None else None
+
+    def _snapshot(self) -> Snapshot:
+        return snapshot_of(
+            self.book, self.holder_scans, self.databases, self.alerts, self.last_check
+        )
 
     def status_line(self) -> str:
         n = len(self.databases.monitors)
@@ -262,13 +316,13 @@ class Daemon:
         for found in self.events.signals(time.time()):
             self.handle(found)
         # An interrupted maintenance run is finished or rolled back first (in the background).
-        targets = [m.target for m in self.databases.monitors.values()]
+        targets = self.databases.targets()
         self._tasks.append(asyncio.create_task(self.maintenance.resume_unfinished(targets)))
         await self.databases.check_mounts()
         self._tasks.append(asyncio.create_task(self.units.run()))
         self.alerts.reconcile(self.book.incidents.values())
         self._tasks.append(asyncio.create_task(self.alerts.run()))
-        self.metrics = Metrics.started(self)
+        self.metrics = Metrics.started(self.config.metrics.listen, self._snapshot, self.log)
         self.poll()  # the baseline: what exists now is not news
         await self.holder_scans.scan()
         if self.holder_scans.scans_done:
@@ -296,9 +350,7 @@ class Daemon:
                 await asyncio.sleep(MIN_POLL_GAP_S - gap)
             last_poll = time.monotonic()
             self.poll()
-            self.maintenance.tick(
-                [m.target for m in self.databases.monitors.values()], self.book.open_incidents()
-            )
+            self.maintenance.tick(self.databases.targets(), self.book.open_incidents())
             self.runs.tick(time.time())
             self.verify.tick(time.time())
             self.holder_scans.schedule(last_poll)
@@ -307,7 +359,7 @@ class Daemon:
                 for found in self.events.signals(time.time()):
                     self.handle(found)
             if self.metrics is not None:
-                self.metrics.refresh(self)
+                self.metrics.refresh()
             journald.notify_status(self.status_line())
 
     async def reload(self) -> None:
@@ -332,6 +384,8 @@ class Daemon:
             self.holder_scans.reconfigure(new)
             await self.alerts.reload(new.alerts)
             self.maintenance.reconfigure(new)
+            self.verify.reconfigure(new)
+            self.handoff.reconfigure(new)
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
         await self.databases.check_mounts()
@@ -344,15 +398,20 @@ class Daemon:
             await asyncio.sleep(interval_s)
 
     async def shutdown(self) -> None:
-        """Stop in stages, each with a time limit; safe to call twice."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.control.close(), STOP_STAGE_TIMEOUT_S)
+        """Stop in stages, each with a time limit, each logged with its name, duration and
+        outcome (a stage that fails or overruns says so, and the next one runs); safe to
+        call twice. The incident book is saved last; a book that cannot be saved is an
+        error the caller sees."""
+        limit = STOP_STAGE_TIMEOUT_S
+        await run_stage(self.log, "control socket", self.control.close(), limit)
         if self.metrics is not None:
-            await asyncio.to_thread(self.metrics.close)
-            self.metrics = None
+            metrics, self.metrics = self.metrics, None
+            await run_stage(self.log, "metrics", asyncio.to_thread(metrics.close), limit)
         if self.events is not None:
-            await asyncio.to_thread(self.events.stop, STOP_STAGE_TIMEOUT_S)
-            self.events = None
+            events, self.events = self.events, None
+            # events.stop waits up to the limit itself; the stage allows a little more.
+            stop = asyncio.to_thread(events.stop, limit)
+            await run_stage(self.log, "file events", stop, limit + 1.0)
         tasks, self._tasks = self._tasks, []
         if self.holder_scans.task is not None:
             tasks.append(self.holder_scans.task)
@@ -361,13 +420,14 @@ class Daemon:
         tasks += self.handoff.close()
         for task in tasks:
             task.cancel()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(
-                asyncio.gather(*tasks, return_exceptions=True), STOP_STAGE_TIMEOUT_S
-            )
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.alerts.close(), STOP_STAGE_TIMEOUT_S)
-        self.book.save()
+        gathered = asyncio.gather(*tasks, return_exceptions=True)
+        await run_stage(self.log, "background tasks", gathered, limit)
+        await run_stage(self.log, "alerts", self.alerts.close(), limit)
+
+        async def save_book() -> None:
+            self.book.save()
+
+        await run_stage(self.log, "incident book", save_book(), limit, reraise=True)
 
 
 def _raise_descriptor_limit() -> None:

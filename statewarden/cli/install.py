@@ -36,6 +36,8 @@ from statewarden.config import ALERTMANAGER_CREDENTIAL, APPRISE_CREDENTIAL, HEAR
 from statewarden.errors import InstallError, SystemdCallFailed, SystemdUnavailable, UsageError
 from statewarden.systemd import FALLBACK, UserManager
 
+# statewarden/: the wheel keeps the unit templates, man pages and completions beside it.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 UNIT = "statewarden.service"
 FAILED_TEMPLATE = "statewarden-failed@.service"
 UNIT_FILES = (UNIT, FAILED_TEMPLATE)
@@ -136,7 +138,7 @@ def default_data_dir(env: dict[str, str] | None = None) -> Path:
 
 def _data_source(rel: str) -> Path:
     """The shipped file ``rel`` (``man/statewarden.1``, ``completions/statewardenctl``)."""
-    here = Path(__file__).resolve().parent
+    here = PACKAGE_DIR
     kind, name = rel.split("/", 1)
     checkout = {
         "man": here.parent / "docs" / "man",
@@ -150,7 +152,7 @@ def _data_source(rel: str) -> Path:
 
 def templates_dir() -> Path:
     """The unit templates: packaged in the wheel, or the source tree's ``systemd/``."""
-    here = Path(__file__).resolve().parent
+    here = PACKAGE_DIR
     for candidate in (here / "_systemd", here.parent / "systemd"):
         if (candidate / UNIT).is_file():
             return candidate

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from statewarden.daemon_databases import WatchedDatabases
+from statewarden.daemon.databases import WatchedDatabases
 from statewarden.errors import StateUnwritable
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import Found, Signal

@@ -1,7 +1,7 @@
 """The daemon's control requests: a table of handlers, one per request name.
 
 ``statewardenctl`` sends ``{"cmd": NAME, ...}`` over the control socket
-(``statewarden.control``); :meth:`Requests.handle` looks ``NAME`` up in
+(``statewarden.daemon.control``); :meth:`Requests.handle` looks ``NAME`` up in
 :attr:`Requests.handlers` and awaits the handler with the request. An unknown name,
 or a bad argument, is a ``UsageError``: a one-line error reply, and the socket goes on
 serving.
@@ -18,35 +18,60 @@ serving.
 | ``alerts`` | each alert sink's health and the outbox |
 | ``silences`` | the silences, after reading ``silences.json`` again |
 | ``maintenance`` | the maintenance policy, runs in flight, each database's last report |
-| ``maintenance_run`` | a maintenance run on ``db``, streamed (``daemon_handoff``) |
+| ``maintenance_run`` | a maintenance run on ``db``, streamed (``daemon.handoff``) |
 | ``maintenance_cancel`` | cancel the run handed to the daemon on ``db`` |
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from statewarden import __version__
+from statewarden.alerts.service import Alerts
 from statewarden.atomic import private_dir
+from statewarden.daemon.databases import WatchedDatabases
+from statewarden.daemon.handoff import HandedRuns
+from statewarden.daemon.holders import HolderScans
+from statewarden.daemon.verify import Verifications
 from statewarden.errors import UsageError
+from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.show import show_incident
+from statewarden.incidents.timeline import Timeline
+from statewarden.maintenance.auto import AutoMaintenance
 from statewarden.mounts import read_mounts
 from statewarden.recovery.check import check_database
-
-if TYPE_CHECKING:
-    from statewarden.daemon import Daemon
+from statewarden.watch.units import UnitWatcher
 
 Request = dict[str, Any]
 Handler = Callable[[Request], Awaitable[Any]]
 
 
+@dataclass
+class Sources:
+    """What the requests answer from: the daemon's parts, not the daemon."""
+
+    book: IncidentBook
+    timeline: Timeline
+    alerts: Alerts
+    databases: WatchedDatabases
+    holder_scans: HolderScans
+    units: UnitWatcher
+    verify: Verifications
+    maintenance: AutoMaintenance
+    handoff: HandedRuns
+    state_dir: Path
+    last_check: dict[str, tuple[float, str]]  # db -> (when, damage class), for the metrics
+    about: Callable[[], dict[str, Any]]  # the daemon itself: pid, version, config, status
+    file_events_degraded: Callable[[], str | None]  # why file events poll (None: inotify)
+
+
 class Requests:
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
         self._checking = asyncio.Lock()
         self.handlers: dict[str, Handler] = {
             "status": self.status,
@@ -71,7 +96,7 @@ class Requests:
         return await handler(req)
 
     async def status(self, _req: Request) -> Any:
-        d = self.daemon
+        d = self.sources
         mounts = read_mounts()
         dbs = []
         for key, m in d.databases.monitors.items():
@@ -87,17 +112,11 @@ class Requests:
             )
         return {
             "units": d.units.status,
-            "daemon": {
-                "pid": os.getpid(),
-                "version": __version__,
-                "started_at": d.started_at,
-                "config": d.config.source,
-                "status": d.status_line(),
-            },
+            "daemon": d.about(),
             "alerts": {name: s["state"] for name, s in d.alerts.status()["sinks"].items()},
             # Watchers polling for want of inotify, with why (None: inotify works).
             "inotify": {
-                "file_events": d.events.degraded if d.events is not None else None,
+                "file_events": d.file_events_degraded(),
                 "holder_opens": d.holder_scans.watcher.open_watch_degraded,
             },
             "alert_sinks": d.alerts.health_summary(),
@@ -105,41 +124,41 @@ class Requests:
         }
 
     async def holders(self, _req: Request) -> Any:
-        await self.daemon.holder_scans.scan()
-        return [s.to_json() for s in self.daemon.holder_scans.last.values()]
+        await self.sources.holder_scans.scan()
+        return [s.to_json() for s in self.sources.holder_scans.last.values()]
 
     async def incidents(self, req: Request) -> Any:
-        listing = self.daemon.book.listing(include_resolved=bool(req.get("all")))
-        alerts = self.daemon.alerts
+        listing = self.sources.book.listing(include_resolved=bool(req.get("all")))
+        alerts = self.sources.alerts
         return [{**i.to_json(), "notification": alerts.incident_state(i.id)} for i in listing]
 
     async def alerts(self, _req: Request) -> Any:
-        return self.daemon.alerts.status()
+        return self.sources.alerts.status()
 
     async def silences(self, _req: Request) -> Any:
-        self.daemon.alerts.refresh_silences(force=True)
-        return self.daemon.alerts.silence_status()
+        self.sources.alerts.refresh_silences(force=True)
+        return self.sources.alerts.silence_status()
 
     async def incident(self, req: Request) -> Any:
-        return show_incident(self.daemon.book, self.daemon.timeline, _incident_id(req))
+        return show_incident(self.sources.book, self.sources.timeline, _incident_id(req))
 
     async def maintenance(self, _req: Request) -> Any:
         """The daemon's maintenance policy, runs in flight and each database's last report."""
-        return self.daemon.maintenance.status()
+        return self.sources.maintenance.status()
 
     async def maintenance_run(self, req: Request) -> Any:
-        """A maintenance run handed to the daemon, streamed (``daemon_handoff``)."""
-        return await self.daemon.handoff.start(req)
+        """A maintenance run handed to the daemon, streamed (``daemon.handoff``)."""
+        return await self.sources.handoff.start(req)
 
     async def maintenance_cancel(self, req: Request) -> Any:
-        return await self.daemon.handoff.cancel(req)
+        return await self.sources.handoff.cancel(req)
 
     async def ack(self, req: Request) -> Any:
-        return self.daemon.book.ack(_incident_id(req)).to_json()
+        return self.sources.book.ack(_incident_id(req)).to_json()
 
     async def check(self, req: Request) -> Any:
         """Diagnose one watched database (by ``db`` path or ``profile``) on a private copy."""
-        d = self.daemon
+        d = self.sources
         monitors = d.databases.monitors
         wanted = req.get("db") or req.get("profile")
         chosen = [m for key, m in monitors.items() if wanted in (None, key, m.target.name)]
@@ -162,7 +181,7 @@ class Requests:
     async def verify(self, req: Request) -> Any:
         """Verify now, as the schedule does (incident on damage): one database (``db`` or
         ``profile``) or every watched one; answers when every verification is done."""
-        d = self.daemon
+        d = self.sources
         monitors = d.databases.monitors
         wanted = req.get("db") or req.get("profile")
         if wanted is not None and not isinstance(wanted, str):

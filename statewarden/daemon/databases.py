@@ -29,11 +29,11 @@ from statewarden.config import Config, state_dir
 from statewarden.incidents.signals import Found
 from statewarden.logs import get_logger
 from statewarden.mounts import Mount, read_mounts
-from statewarden.status import DatabaseStatus, database_status
 from statewarden.targets import Target, discover
 from statewarden.watch.journal import JournalFollower
 from statewarden.watch.monitor import TargetMonitor
 from statewarden.watch.mounts import MountWatcher
+from statewarden.watch.status import DatabaseStatus, database_status
 
 NOT_FOLLOWED = "not followed"
 
@@ -103,6 +103,9 @@ class WatchedDatabases:
         for m in self.monitors.values():
             m.files.wal_warn_bytes = config.watch.wal_warn_bytes
             m.files.wal_growth_window_s = config.watch.wal_growth_window
+
+    def targets(self) -> list[Target]:
+        return [m.target for m in self.monitors.values()]
 
     def paths(self) -> list[Path]:
         return [m.target.db for m in self.monitors.values()]

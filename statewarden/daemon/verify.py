@@ -46,9 +46,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from statewarden.atomic import private_dir, write_atomic
+from statewarden.config import Config, WatchConfig
+from statewarden.daemon.databases import WatchedDatabases
 from statewarden.errors import DatabaseChanged, StatewardenError
 from statewarden.incidents.signals import KINDS, Found, Observation, Severity, Signal
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
@@ -58,9 +60,6 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.targets import Target
-
-if TYPE_CHECKING:  # pragma: no cover
-    from statewarden.daemon import Daemon
 
 __all__ = ["IDLE_NICE", "IOPRIO_CLASS_IDLE", "Verifications", "idle_priority", "in_idle_thread",
            "io_class_of"]  # fmt: skip
@@ -135,9 +134,28 @@ async def in_idle_thread(fn: Callable[[], T]) -> tuple[T, str, float]:
 class Verifications:
     """Which database is due, the one verification running, and the last results."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.path = daemon.state_dir / VERIFIED_FILE
+    def __init__(
+        self,
+        *,
+        config: Config,
+        state_dir: Path,
+        databases: WatchedDatabases,
+        handle: Callable[[Found], None],
+        ran_since: Callable[[str, float], bool],
+        last_check: dict[str, tuple[float, str]],
+        log: Any,
+    ) -> None:
+        """``handle`` takes what a verification finds; ``ran_since(db, t)`` says whether a
+        maintenance run on ``db`` ended since ``t``; ``last_check`` is shared with the
+        metrics and the ``check`` request."""
+        self.watch = config.watch
+        self.state_dir = state_dir
+        self.databases = databases
+        self.handle = handle
+        self.ran_since = ran_since
+        self.last_check = last_check
+        self.log = log
+        self.path = state_dir / VERIFIED_FILE
         self.last: dict[str, Verified] = self._load()
         self.due: dict[str, str] = {}  # db -> why it is due now
         self.running: str | None = None
@@ -145,6 +163,9 @@ class Verifications:
         self._one = asyncio.Lock()
         self._stop = threading.Event()
         self._ticked = 0.0
+
+    def reconfigure(self, config: Config) -> None:
+        self.watch = config.watch
 
     # -------------------------------------------------------------- state
 
@@ -160,7 +181,7 @@ class Verifications:
             text = json.dumps({db: v.to_json() for db, v in self.last.items()}, indent=1)
             write_atomic(self.path, text + "\n")
         except OSError as exc:
-            self.daemon.log.warning("cannot save the verification results", error=str(exc))
+            self.log.warning("cannot save the verification results", error=str(exc))
 
     def status_of(self, db: str) -> dict[str, Any] | None:
         v = self.last.get(db)
@@ -177,7 +198,7 @@ class Verifications:
             isinstance(found, Signal)
             and found.kind in VERIFY_AFTER
             and not found.clears
-            and found.db in self.daemon.databases.monitors
+            and found.db in self.databases.monitors
         ):
             self.due.setdefault(found.db, found.kind)
 
@@ -186,9 +207,9 @@ class Verifications:
         it is in progress."""
         real = Path(os.path.abspath(db))
         try:
-            if lock_holder(run_dir(self.daemon.state_dir, real)) is not None:
+            if lock_holder(run_dir(self.state_dir, real)) is not None:
                 return True
-            return in_progress(self.daemon.state_dir, real) is not None
+            return in_progress(self.state_dir, real) is not None
         except (OSError, StatewardenError):
             return False
 
@@ -197,9 +218,8 @@ class Verifications:
         if now - self._ticked < TICK_EVERY_S:
             return
         self._ticked = now
-        d = self.daemon
-        interval = d.config.watch.verify_interval
-        for key in d.databases.monitors:
+        interval = self.watch.verify_interval
+        for key in self.databases.monitors:
             last = self.last.get(key)
             if last is None:
                 self.due.setdefault(key, "first")
@@ -208,12 +228,12 @@ class Verifications:
             elif now - last.at >= interval:
                 self.due.setdefault(key, "scheduled")
         for key in list(self.due):
-            if key not in d.databases.monitors:
+            if key not in self.databases.monitors:
                 del self.due[key]
         if self.task is not None and not self.task.done():
             return
         for key, why in list(self.due.items()):
-            target = d.databases.monitors[key].target
+            target = self.databases.monitors[key].target
             if not target.db.exists() or self._maintenance_on(target.db):
                 continue  # nothing to verify yet, or a run is on it: after the run
             del self.due[key]
@@ -234,29 +254,28 @@ class Verifications:
             return await self._verify(target, reason)
 
     async def _verify(self, target: Target, reason: str) -> Verified:
-        d = self.daemon
         key = str(target.db)
         if self._maintenance_on(target.db):
             raise StatewardenError(
                 f"{key}: a maintenance run is in progress; it is verified after the run"
             )
-        deadline = time.monotonic() + d.config.watch.verify_timeout
+        deadline = time.monotonic() + self.watch.verify_timeout
         stop = self._stop
 
         def progress(_phase: str, _done: int, _total: int) -> None:
             if stop.is_set():
                 raise GivenUp("the daemon is stopping")
             if time.monotonic() > deadline:
-                raise GivenUp(f"not finished within watch.verify_timeout ({_timeout(d)})")
+                raise GivenUp(f"not finished within watch.verify_timeout ({_timeout(self.watch)})")
 
         def run() -> tuple[Diagnosis, str]:
-            parent = private_dir(d.state_dir / "work")
-            return check_live(target.db, parent, progress, d.databases.source_reads)
+            parent = private_dir(self.state_dir / "work")
+            return check_live(target.db, parent, progress, self.databases.source_reads)
 
         self.running = key
         inode = _inode(target.db)
         started, t0 = time.time(), time.monotonic()
-        d.log.info("verifying database", db=key, reason=reason)
+        self.log.info("verifying database", db=key, reason=reason)
         try:
             (diagnosis, copied), priority, cpu_s = await in_idle_thread(run)
         except GivenUp as exc:
@@ -281,40 +300,39 @@ class Verifications:
         if stop.is_set():
             return v  # given up for the shutdown: not a result, verified after the start
         swapped = _inode(target.db) != inode
-        if swapped or self._maintenance_on(target.db) or d.runs.ran_since(key, started):
+        if swapped or self._maintenance_on(target.db) or self.ran_since(key, started):
             # A run overlapped: what was verified may be the file before the swap.
-            d.log.info("verification overlapped a maintenance run; result dropped", db=key)
+            self.log.info("verification overlapped a maintenance run; result dropped", db=key)
             self.due.setdefault(key, "after maintenance")
             return v
         self.last[key] = v
         if v.result != FAILED:
-            d.last_check[key] = (v.at, v.result)  # the metrics' last check
+            self.last_check[key] = (v.at, v.result)  # the metrics' last check
         self._save()
         self._report(target, v)
         return v
 
     def _report(self, target: Target, v: Verified) -> None:
-        d = self.daemon
         key = str(target.db)
         if v.result == FAILED:
-            d.log.warning("verification failed", db=key, error=v.error)
-            d.handle(Observation("verified", key, f"verification failed: {v.error}", v.at,
+            self.log.warning("verification failed", db=key, error=v.error)
+            self.handle(Observation("verified", key, f"verification failed: {v.error}", v.at,
                                  {"result": v.result, "reason": v.reason}))  # fmt: skip
             return
         if v.result == HEALTHY:
-            d.log.info("database verified healthy", db=key, took_s=v.took_s)
+            self.log.info("database verified healthy", db=key, took_s=v.took_s)
             text = f"verified healthy ({v.reason}, {v.took_s:.1f} s)"
-            d.handle(Observation("verified", key, text, v.at, {"result": v.result}))
+            self.handle(Observation("verified", key, text, v.at, {"result": v.result}))
             return
         next_step = f"statewardenctl maintenance --profile {target.name}"
         summary = (f"verification found {v.result} damage in state.db: "
                    f"{'; '.join(v.findings[:3]) or 'see the evidence'}; "
                    f"next step: {next_step}")  # fmt: skip
         evidence = (*v.findings[:EVIDENCE_FINDINGS], f"next step: {next_step}")
-        d.log.error("verification found damage", db=key, damage=v.result)
+        self.log.error("verification found damage", db=key, damage=v.result)
         fields = {"damage": v.result, "next_step": next_step, "reason": v.reason}
         severity: Severity = "error" if v.result == "derived" else "critical"
-        d.handle(Signal("corruption", key, summary, v.at, source="verify", evidence=evidence,
+        self.handle(Signal("corruption", key, summary, v.at, source="verify", evidence=evidence,
                         severity=severity, fields=fields))  # fmt: skip
 
     # -------------------------------------------------------------- life cycle
@@ -354,5 +372,5 @@ def _inode(path: Path) -> int | None:
         return None
 
 
-def _timeout(d: Daemon) -> str:
-    return f"{d.config.watch.verify_timeout:.0f} s"
+def _timeout(watch: WatchConfig) -> str:
+    return f"{watch.verify_timeout:.0f} s"

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from statewarden.alerts.service import Alerts
+from statewarden.daemon.databases import WatchedDatabases
+from statewarden.daemon.holders import HolderScans
 from statewarden.errors import StatewardenError
+from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import KINDS
 from statewarden.sidecars import WAL_SUFFIX, sidecar
-
-if TYPE_CHECKING:
-    from statewarden.daemon import Daemon
 
 REFRESH_S = 1.0
 
@@ -52,35 +53,36 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 class Metrics:
-    def __init__(self, listen: str) -> None:
+    def __init__(self, listen: str, take: Callable[[], Snapshot] = Snapshot) -> None:
         self.host, self.port = parse_listen(listen)
         self.snapshot = Snapshot()
+        self._take = take
         self._server: Any = None
         self._refreshed_at = 0.0
 
     @classmethod
-    def started(cls, daemon: Daemon) -> Metrics | None:
-        """Metrics serving on ``metrics.listen``; None when off or the port is unavailable."""
-        listen = daemon.config.metrics.listen
+    def started(cls, listen: str | None, take: Callable[[], Snapshot], log: Any) -> Metrics | None:
+        """Metrics serving on ``listen`` (``metrics.listen``), each snapshot from ``take``;
+        None when off or the port is unavailable."""
         if listen is None:
             return None
-        metrics = cls(listen)
+        metrics = cls(listen, take)
         try:
             metrics.start()
         except StatewardenError as exc:
-            daemon.log.error("metrics unavailable", error=str(exc))
+            log.error("metrics unavailable", error=str(exc))
             return None
-        metrics.refresh(daemon, force=True)
-        daemon.log.info("metrics served", url=f"http://{listen}/metrics")
+        metrics.refresh(force=True)
+        log.info("metrics served", url=f"http://{listen}/metrics")
         return metrics
 
-    def refresh(self, daemon: Daemon, *, force: bool = False) -> None:
+    def refresh(self, *, force: bool = False) -> None:
         """A new snapshot of the daemon's state, at most every :data:`REFRESH_S`."""
         now = time.monotonic()
         if not force and now - self._refreshed_at < REFRESH_S:
             return
         self._refreshed_at = now
-        self.update(snapshot_of(daemon))
+        self.update(self._take())
 
     def start(self) -> None:
         registry = CollectorRegistry(auto_describe=False)
@@ -146,19 +148,27 @@ class Metrics:
             self._server = None
 
 
-def snapshot_of(daemon: Daemon) -> Snapshot:
-    snap = Snapshot(open_incidents=dict.fromkeys(KINDS, 0), last_check=dict(daemon.last_check))
-    for inc in daemon.book.open_incidents():
+def snapshot_of(
+    book: IncidentBook,
+    holder_scans: HolderScans,
+    databases: WatchedDatabases,
+    alerts: Alerts,
+    last_check: dict[str, tuple[float, str]],
+) -> Snapshot:
+    """What a scrape reads: the open incidents, each database's holders and ``-wal``, the
+    last checks and the alert sinks' outboxes."""
+    snap = Snapshot(open_incidents=dict.fromkeys(KINDS, 0), last_check=dict(last_check))
+    for inc in book.open_incidents():
         snap.open_incidents[inc.kind] = snap.open_incidents.get(inc.kind, 0) + 1
-    for db, scan in daemon.holder_scans.last.items():
+    for db, scan in holder_scans.last.items():
         for h in scan.holders:
             snap.holders[(str(db), h.kind)] = snap.holders.get((str(db), h.kind), 0) + 1
-    for key, m in daemon.databases.monitors.items():
+    for key, m in databases.monitors.items():
         try:
             snap.wal_bytes[key] = os.stat(sidecar(m.target.db, WAL_SUFFIX)).st_size
         except OSError:
             snap.wal_bytes[key] = 0
-    for name, s in daemon.alerts.status()["sinks"].items():
+    for name, s in alerts.status()["sinks"].items():
         snap.outbox_depth[name] = s["pending"]
         snap.delivered[name] = s.get("delivered", 0)
     return snap
