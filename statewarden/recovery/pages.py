@@ -92,15 +92,19 @@ class DatabaseFile:
     def runs_into_zeros(self, n: int, off: int) -> bool:
         """Does the table-leaf cell at ``off`` of page ``n`` run into a zeroed sector
         (``zeroed_cells``)? Its record would decode with the zeros as its values."""
-        if self._zeroed is None:
-            self._zeroed = zeroed_sectors(self)
-        if not self._zeroed:
-            return False
         try:
             _, segs = _payload_segments(self, n, off)
         except (PageFormatError, struct.error, IndexError):
             return False
-        runs = _zeroed_runs([s for s in segs if s[2] not in self.overlay], self._zeroed)
+        segs = [s for s in segs if s[2] not in self.overlay]
+        # Only the cell's own pages are searched (once each): never the whole file.
+        if self._zeroed is None:
+            self._zeroed = {}
+        wanted = {s[2] for s in segs} - self._zeroed.keys()
+        found = zeroed_sectors_of(self, wanted)
+        for page in wanted:
+            self._zeroed[page] = found.get(page, [])
+        runs = _zeroed_runs(segs, self._zeroed)
         return bool(runs) and _columns_hit(self, segs, runs) != []
 
     def page(self, n: int) -> bytes:
@@ -863,34 +867,49 @@ def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
     page that holds a wholly zeroed 512-byte sector, the runs of ``MIN_ZERO_STRETCH``
     or more zero bytes that reach a 512-byte boundary, the way a disk zeroes whole
     sectors (a later write may have covered part of one)."""
-    zero = bytes(SECTOR)
     out: dict[int, list[tuple[int, int]]] = {}
     # Read in page-aligned chunks (memory bounded at any size); a sector never
     # straddles two pages, so never two chunks.
     per_chunk = max(1, ZERO_SCAN_CHUNK // db.page_size)
     for first in range(1, db.page_count + 1, per_chunk):
         count = min(per_chunk, db.page_count - first + 1)
-        data = db.raw_pages(first, count)
-        end = len(data)
-        pages: set[int] = set()
-        pos = 0
-        while pos < end:
-            at = data.find(zero, pos, end)
-            if at < 0:
-                break
-            sector = -(-at // SECTOR) * SECTOR
-            if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
-                pages.add(sector // db.page_size)
-                pos = (sector // db.page_size + 1) * db.page_size  # the page is a candidate
-            else:
-                pos = max(sector, at + 1)
-        for i in sorted(pages):
-            base = i * db.page_size
-            for m in _ZERO_RUN_RE.finditer(data, base, base + db.page_size):
-                lo, hi = m.start() - base, m.end() - base
-                if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
-                    continue  # inside one sector, touching neither of its ends: not a sector's
-                out.setdefault(first + i, []).append((lo, hi))
+        out.update(_zeroed_in(db.raw_pages(first, count), first, db.page_size))
+    return out
+
+
+def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple[int, int]]]:
+    """:func:`zeroed_sectors` of ``pages`` alone (each read by itself)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for n in pages:
+        if 1 <= n <= db.page_count:
+            out.update(_zeroed_in(db.raw_pages(n, 1), n, db.page_size))
+    return out
+
+
+def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[int, int]]]:
+    """:func:`zeroed_sectors` of ``data``, the pages from ``first`` on."""
+    zero = bytes(SECTOR)
+    end = len(data)
+    pages: set[int] = set()
+    pos = 0
+    while pos < end:
+        at = data.find(zero, pos, end)
+        if at < 0:
+            break
+        sector = -(-at // SECTOR) * SECTOR
+        if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
+            pages.add(sector // page_size)
+            pos = (sector // page_size + 1) * page_size  # the page is a candidate
+        else:
+            pos = max(sector, at + 1)
+    out: dict[int, list[tuple[int, int]]] = {}
+    for i in sorted(pages):
+        base = i * page_size
+        for m in _ZERO_RUN_RE.finditer(data, base, base + page_size):
+            lo, hi = m.start() - base, m.end() - base
+            if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+                continue  # inside one sector, touching neither of its ends: not a sector's
+            out.setdefault(first + i, []).append((lo, hi))
     return out
 
 
