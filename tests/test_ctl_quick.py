@@ -205,3 +205,14 @@ class TestWholeProcess:
             os.close(w)
         assert proc.returncode == 141, proc.stderr
         assert "Traceback" not in proc.stderr
+
+    def test_shell_completion_still_answers(self, quiet_env: dict[str, str]) -> None:
+        """The installed script (the quick entry point) still answers the shell
+        completion's requests, which come with no arguments and go to click."""
+        script = Path(sys.executable).parent / "statewardenctl"
+        env = {**quiet_env, "COMP_WORDS": "statewardenctl hol", "COMP_CWORD": "1",
+               "_STATEWARDENCTL_COMPLETE": "bash_complete"}  # fmt: skip
+        r = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False,
+                           timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "plain,holders" in r.stdout.splitlines()
