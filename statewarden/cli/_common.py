@@ -9,13 +9,15 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from statewarden.cli._plain import (
-    errors_as_exit_codes,
-    printable,
-)
+from statewarden.cli import _plain
+from statewarden.cli._plain import errors_as_exit_codes, printable
 from statewarden.json_output import json_document
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Every command reads its config and chooses its databases the same way (``_plain``).
+get_config = _plain.get_config
+select_targets = _plain.select_targets
 
 
 def echo_line(text: str = "", *, err: bool = False) -> None:

@@ -16,9 +16,14 @@ import click
 
 from statewarden.alerts import supervisor
 from statewarden.alerts.service import SINK_NAMES, outbox_status, routes_of, send_test
-from statewarden.cli._common import config_option, handle_errors, json_option, print_json
+from statewarden.cli._common import (
+    config_option,
+    get_config,
+    handle_errors,
+    json_option,
+    print_json,
+)
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config
 from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError

@@ -15,8 +15,8 @@ from statewarden.cli._common import (
     json_option,
     print_json,
     profile_option,
+    select_targets,
 )
-from statewarden.cli._plain import select_targets
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.errors import UsageError
 from statewarden.recovery.check import check_database

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 import yaml
 
-from statewarden.cli._common import config_option, handle_errors, print_json
+from statewarden.cli._common import config_option, get_config, handle_errors, print_json
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config
 from statewarden.config import to_plain
 
 

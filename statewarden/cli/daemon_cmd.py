@@ -8,9 +8,8 @@ import sys
 import click
 
 from statewarden import __version__, logs
-from statewarden.cli._common import config_option, handle_errors
+from statewarden.cli._common import config_option, get_config, handle_errors
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config
 from statewarden.daemon import Daemon
 
 

@@ -12,9 +12,14 @@ from typing import Any
 import click
 
 from statewarden.alerts.service import saved_states
-from statewarden.cli._common import config_option, handle_errors, json_option, print_json
+from statewarden.cli._common import (
+    config_option,
+    get_config,
+    handle_errors,
+    json_option,
+    print_json,
+)
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning

@@ -18,11 +18,12 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    get_config,
     handle_errors,
     json_option,
     profile_option,
+    select_targets,
 )
-from statewarden.cli._plain import get_config, select_targets
 from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_handoff import hand_off
 from statewarden.cli.maintenance_output import finish, printer

@@ -11,13 +11,13 @@ import click
 from statewarden.cli._common import (
     config_option,
     echo_line,
+    get_config,
     handle_errors,
     human_bytes,
     json_option,
     print_json,
 )
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config
 from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_output import printer
 from statewarden.config import state_dir

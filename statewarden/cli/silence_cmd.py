@@ -16,9 +16,15 @@ from typing import Any, get_args
 import click
 
 from statewarden.alerts.silences import SilenceFile, describe, listing
-from statewarden.cli._common import config_option, echo_line, handle_errors, json_option, print_json
+from statewarden.cli._common import (
+    config_option,
+    echo_line,
+    get_config,
+    handle_errors,
+    json_option,
+    print_json,
+)
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config
 from statewarden.config import IncidentKind, parse_duration, runtime_dir, state_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import DaemonNotRunning, UsageError

@@ -10,14 +10,15 @@ from statewarden.cli._common import (
     config_option,
     db_option,
     echo_line,
+    get_config,
     handle_errors,
     human_bytes,
     json_option,
     print_json,
     profile_option,
+    select_targets,
 )
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._plain import get_config, select_targets
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.config import state_dir
 from statewarden.errors import UsageError

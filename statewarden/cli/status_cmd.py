@@ -12,13 +12,14 @@ from statewarden.cli._common import (
     config_option,
     db_option,
     echo_line,
+    get_config,
     handle_errors,
     human_bytes,
     json_option,
     print_json,
     profile_option,
+    select_targets,
 )
-from statewarden.cli._plain import get_config, select_targets
 from statewarden.cli.verify_cmd import verdict_line
 from statewarden.config import runtime_dir, state_dir
 from statewarden.control import request, socket_path

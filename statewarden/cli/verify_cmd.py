@@ -12,12 +12,12 @@ from statewarden.cli._common import (
     config_option,
     db_option,
     echo_line,
+    get_config,
     handle_errors,
     json_option,
     print_json,
     profile_option,
 )
-from statewarden.cli._plain import get_config
 from statewarden.config import runtime_dir
 from statewarden.control import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, NoDaemon
