@@ -10,8 +10,10 @@ files of its own) and two real Hermes writers on one tiny state.db: one of ``--u
 - in-process: a full ``/proc`` scan and an incremental re-scan (as root), and a full
   scan as the user (in a process of that uid, timed inside it);
 - whole processes, each started as a command would be (interpreter start-up and
-  imports included): ``statewardenctl holders --db DB --no-systemd``, ``fuser DB`` and
-  ``lsof DB``, as root and as the user (through ``setpriv``, for all three alike);
+  imports included), A/B alternated: ``statewardenctl holders --db DB --no-systemd``
+  (the installed entry point, which reads plain options without click), the same
+  through the click group (``python -m statewarden.cli.ctl``), ``fuser DB`` and
+  ``lsof DB``, as root and as the user (through ``setpriv``, for all alike);
 - the imports of ``statewardenctl --help`` (``python -X importtime``, summed).
 
 statewarden's bytecode is compiled first, as ``pip install`` does.
@@ -141,7 +143,9 @@ def main() -> None:
     as_user = ["setpriv", "--reuid", str(args.uid), "--regid", str(args.uid), "--clear-groups"]
     ctl = [str(Path(sys.executable).with_name("statewardenctl"))]
     if not Path(ctl[0]).exists():
-        ctl = [sys.executable, "-m", "statewarden.cli.ctl"]
+        ctl = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
+    # The same command through the click group, as before the quick entry point.
+    click_ctl = [sys.executable, "-m", "statewarden.cli.ctl"]
     # As installed (pip compiles the bytecode): no run pays for compiling statewarden,
     # also where PYTHONDONTWRITEBYTECODE is set.
     subprocess.run(
@@ -195,17 +199,26 @@ def main() -> None:
                                        capture_output=True, text=True, check=False, cwd=REPO, env=env)  # fmt: skip
                 assert check.returncode == 0, check.stdout + check.stderr
                 for who, prefix in (("root", []), ("user", as_user)):
-                    for name, cmd in (
-                        (
-                            "statewardenctl holders",
-                            [*ctl, "holders", "--db", str(db), "--no-systemd"],
-                        ),
+                    cmds = [
+                        ("statewardenctl holders", [*ctl, "holders", "--db", str(db), "--no-systemd"]),
+                        ("holders through click", [*click_ctl, "holders", "--db", str(db), "--no-systemd"]),
                         ("fuser", ["fuser", str(db)]),
                         ("lsof", ["lsof", str(db)]),
-                    ):
-                        rows.append(
-                            (f"{name}, {who}", timed(command([*prefix, *cmd], env), args.runs))
-                        )
+                    ]  # fmt: skip
+                    # A/B alternated: each run times every command once, in turn.
+                    by_command: dict[str, list[float]] = {name: [] for name, _ in cmds}
+                    for _ in range(args.runs):
+                        for name, cmd in cmds:
+                            by_command[name] += timed(command([*prefix, *cmd], env), 1)
+                    rows += [(f"{name}, {who}", by_command[name]) for name, _ in cmds]
+                run_imports = {
+                    name: min(
+                        import_ms([*(c[1:] if len(c) > 1 else c), "holders", "--db", str(db),
+                                   "--no-systemd"])
+                        for _ in range(args.runs)
+                    )
+                    for name, c in (("statewardenctl", ctl), ("through click", click_ctl))
+                }  # fmt: skip
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGTERM)
@@ -233,9 +246,14 @@ def main() -> None:
     print(
         f"  imports of statewardenctl --help: {help_imports:.1f} ms; of holders --help: {holders_imports:.1f} ms"
     )
+    print(
+        f"  imports of a whole holders --db run: {run_imports['statewardenctl']:.1f} ms"
+        f" (through click: {run_imports['through click']:.1f} ms)"
+    )
     for who in ("root", "user"):
         ratio = best[f"statewardenctl holders, {who}"] / best[f"fuser, {who}"]
-        print(f"  whole-process holders / fuser, {who}: {ratio:.2f}")
+        slow = best[f"holders through click, {who}"] / best[f"fuser, {who}"]
+        print(f"  whole-process holders / fuser, {who}: {ratio:.2f} (through click: {slow:.2f})")
     for who in ("root", "user"):
         ratio = best[f"in-process full scan, {who}"] / best[f"fuser, {who}"]
         print(f"  in-process full scan / fuser, {who}: {ratio:.2f}")

@@ -1,0 +1,107 @@
+"""What commands share that needs no click: safe text, errors as exit codes, targets.
+
+``statewardenctl holders`` with plain options runs without importing click
+(:mod:`statewarden.cli.quick`); what it shares with every other command lives here, and
+:mod:`statewarden.cli._common` builds the click side on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from statewarden.config import Config, load_config
+from statewarden.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    StatewardenError,
+    UsageError,
+)
+from statewarden.targets import Target, discover, find_target, target_for_db
+
+ENV_DEBUG = "STATEWARDEN_DEBUG"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, ``\\n``).
+
+    Names, paths and command lines come from other processes, other users' among them,
+    and from folder names: printed raw, one could move the cursor, rewrite lines, retitle
+    the terminal or split one line of output (an error is one line) into several.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def write_line(text: str = "", *, err: bool = False) -> None:
+    """One line on stdout (or stderr), written as it is: callers escape what is not theirs.
+
+    stdout is flushed by the caller when a report is whole (stderr writes each line).
+    """
+    (sys.stderr if err else sys.stdout).write(text + "\n")
+
+
+def fail(prog: str, message: str, code: int) -> None:
+    """``prog: error: message`` as one line on stderr, then exit with ``code``."""
+    write_line(printable(f"{prog}: error: {message}"), err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def errors_as_exit_codes(
+    prog: str, passthrough: tuple[type[BaseException], ...] = ()
+) -> Iterator[None]:
+    """Turn any error into one line on stderr and an exit code; never a traceback.
+
+    Exceptions of the ``passthrough`` types (and ``SystemExit``) go on unchanged. Set
+    ``STATEWARDEN_DEBUG=1`` to see the traceback of an unexpected error.
+    """
+    try:
+        yield
+    except StatewardenError as exc:
+        fail(prog, str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        fail(prog, "interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): stop quietly, as a SIGPIPE'd tool would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+    except Exception as exc:
+        if isinstance(exc, passthrough) or os.environ.get(ENV_DEBUG):
+            raise
+        fail(
+            prog,
+            f"unexpected {type(exc).__name__}: {exc} (set {ENV_DEBUG}=1 for the traceback)",
+            EXIT_FAILED,
+        )
+
+
+def get_config(config_path: str | None) -> Config:
+    return load_config(config_path)
+
+
+def select_targets(
+    config_path: str | None, db: str | None, profile: str | None
+) -> tuple[list[Target], str]:
+    """The targets a command works on, and a note when none were found."""
+    if db and profile:
+        raise UsageError("--db and --profile cannot be used together")
+    if db:
+        return [target_for_db(Path(db))], ""
+    config = get_config(config_path)
+    targets = discover(config)
+    if profile:
+        t = find_target(targets, profile)
+        if t is None:
+            names = ", ".join(x.name for x in targets) or "none"
+            raise UsageError(f"no Hermes profile named {profile!r} (found: {names})")
+        return [t], ""
+    if not targets:
+        return [], "no Hermes home found ($HERMES_HOME or ~/.hermes); nothing to report"
+    return targets, ""

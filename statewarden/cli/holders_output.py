@@ -1,0 +1,264 @@
+"""The text and JSON of ``statewardenctl holders``: one scan, reported; no click needed.
+
+The click command (:mod:`statewarden.cli.holders_cmd`) and the quick entry point
+(:mod:`statewarden.cli.quick`) both report through here, so they print the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from statewarden.cli._plain import get_config, printable, select_targets, write_line
+from statewarden.errors import EXIT_OK, EXIT_SCAN_INCOMPLETE, EXIT_STALE_OR_LOST_LOCKS, UsageError
+from statewarden.holders.processes import human_age, short_command
+from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
+from statewarden.holders.scan import VIA_LOCKS, Holder, HolderScan, HolderScanner, age_seconds
+from statewarden.json_output import json_document
+from statewarden.targets import Target
+
+if TYPE_CHECKING:
+    from statewarden.systemd import UnitInfo
+
+_COLUMNS = ("PID", "KIND", "UNIT", "FDS (db/wal/shm)", "ORPHAN", "SINCE", "FLAGS", "COMMAND")
+_COMMAND_WIDTH = 60
+
+
+def exit_code(scans: list[HolderScan]) -> int:
+    """3 when a holder is STALE or lost its locks, 1 when the scan is incomplete, else 0."""
+    if any(("STALE" in h.flags or "LOST-LOCKS" in h.flags) for s in scans for h in s.holders):
+        return EXIT_STALE_OR_LOST_LOCKS
+    if any(not s.complete for s in scans):
+        return EXIT_SCAN_INCOMPLETE
+    return EXIT_OK
+
+
+def check_db(db: str) -> None:
+    path = Path(db).expanduser()
+    if path.is_dir():
+        raise UsageError(f"--db {db}: is a directory; give the path of the state.db file")
+    if not path.exists():
+        raise UsageError(f"--db {db}: no such file")
+
+
+def _fds(h: Holder) -> str:
+    if h.via == VIA_LOCKS:
+        return "? (locks)"  # its descriptors could not be read; its locks were seen
+    return "/".join(str(h.fds.get(n, 0)) for n in (DB_FILE, WAL_FILE, SHM_FILE))
+
+
+def _row(h: Holder, now: float) -> tuple[str, ...]:
+    command = short_command(h.cmdline) or f"[{h.comm}]"
+    if len(command) > _COMMAND_WIDTH:
+        command = command[: _COMMAND_WIDTH - 3] + "..."
+    flags = ",".join(h.flags)
+    if h.stale_files:
+        flags = flags.replace("STALE", "STALE(" + "+".join(h.stale_files) + ")")
+    return tuple(
+        printable(cell)
+        for cell in (
+            str(h.pid),
+            h.kind + ("*" if h.kind_evidence else ""),
+            h.unit or "(none)",
+            _fds(h),
+            "yes" if h.orphan else "-",
+            human_age(age_seconds(h, now)),
+            flags or "-",
+            command,
+        )
+    )
+
+
+def coverage_line(scan: HolderScan) -> str | None:
+    """One line on the processes checked through /proc/locks alone, or None if there were none.
+
+    ``312 processes of other users could not be read; none holds a lock on state.db``
+    """
+    checked = [u for u in scan.uninspectable if u.get("checked") == VIA_LOCKS]
+    if not checked:
+        return None
+    n = len(checked)
+    others = sum(1 for u in checked if u.get("uid") != os.geteuid())
+    plural = "process" if n == 1 else "processes"
+    if others == n:
+        who = f"{n} {plural} of other users"
+    elif not others:
+        who = f"{n} {plural}"
+    else:
+        who = f"{n} {plural} ({others} of other users)"
+    held = sum(1 for u in checked if u.get("holds_lock"))
+    if not held:
+        return f"{who} could not be read; none holds a lock on state.db"
+    verb = "holds" if held == 1 else "hold"
+    return f"{who} could not be read; {held} {verb} a lock on state.db (listed above, via locks)"
+
+
+def _unreadable(scan: HolderScan) -> list[str]:
+    """``--verbose``: one line per process that could not be read, and how it was covered."""
+    lines = []
+    for u in scan.uninspectable:
+        uid = "?" if u.get("uid") is None else u["uid"]
+        if u.get("checked") == VIA_LOCKS:
+            how = "holds a lock on state.db" if u.get("holds_lock") else "holds no lock on state.db"
+        elif u.get("exempt"):
+            how = "exempt"
+        else:
+            how = "not covered"
+        lines.append(f"  pid {u['pid']} ({u['comm']}, uid {uid}): {u['reason']}; {how}")
+    return lines
+
+
+def _is_unreadable_problem(scan: HolderScan, problem: str) -> bool:
+    return any(problem.startswith(f"pid {u['pid']} (") for u in scan.uninspectable)
+
+
+def render(
+    scans: list[HolderScan],
+    targets: list[Target],
+    units: list[UnitInfo],
+    systemd_note: str | None,
+    *,
+    verbose: bool = False,
+) -> None:
+    now = time.time()
+    for i, (scan, target) in enumerate(zip(scans, targets, strict=True)):
+        if i:
+            write_line()
+        write_line(printable(f"{target.name}: {scan.db}"))
+        for note in scan.notes:
+            write_line(printable(f"  note: {note}"))
+        if scan.holders:
+            rows = [_COLUMNS, *(_row(h, now) for h in scan.holders)]
+            widths = [max(len(r[c]) for r in rows) for c in range(len(_COLUMNS) - 1)]
+            for r in rows:
+                cells = [r[c].ljust(widths[c]) for c in range(len(widths))]
+                write_line("  ".join([*cells, r[-1]]).rstrip())
+            for h in scan.holders:
+                if h.kind_evidence:
+                    write_line(printable(f"  * pid {h.pid} is a {h.kind} by {h.kind_evidence}"))
+        else:
+            write_line("no holders")
+        if scan.vanished:
+            write_line(f"  {len(scan.vanished)} process(es) exited during the scan")
+        line = coverage_line(scan)
+        if line:
+            write_line(line)
+        if verbose and scan.uninspectable:
+            write_line("processes that could not be read:")
+            for text in _unreadable(scan):
+                write_line(printable(text))
+        if not scan.complete:
+            write_line(
+                f"scan INCOMPLETE: {len(scan.problems)} problem(s); treat the database as held:"
+            )
+            hidden = 0
+            for p in scan.problems:
+                if not verbose and _is_unreadable_problem(scan, p):
+                    hidden += 1
+                else:
+                    write_line(printable(f"  {p}"))
+            if hidden:
+                write_line(
+                    f"  {hidden} process(es) could not be inspected"
+                    f" (holders.other_users: {scan.other_users}); --verbose lists them"
+                )
+    if units:
+        write_line()
+        write_line("systemd user units:")
+        width = max(len(u.name) for u in units)
+        for u in units:
+            write_line(
+                f"  {u.name.ljust(width)}  {u.active_state}/{u.sub_state}"
+                f"  main pid {u.main_pid or '-'}  restarts {u.n_restarts}"
+            )
+    if systemd_note:
+        write_line(systemd_note)
+
+
+def _payload(
+    scans: list[HolderScan],
+    targets: list[Target],
+    note: str | None,
+    units: list[UnitInfo],
+    systemd_note: str | None,
+) -> dict[str, Any]:
+    dbs = []
+    for scan, target in zip(scans, targets, strict=True):
+        item = scan.to_json()
+        item["profile"] = target.name
+        dbs.append(item)
+    return {
+        "complete": all(s.complete for s in scans),
+        "databases": dbs,
+        "systemd": systemd_note,
+        "units": [u.to_json() for u in units],
+        "note": note or None,
+        # With one database, its fields at the top level too (the documented shape).
+        **({k: v for k, v in dbs[0].items() if k != "complete"} if len(dbs) == 1 else {}),
+    }
+
+
+def open_scanner(
+    config_path: str | None, db: str | None, profile: str | None, *, watch: bool
+) -> tuple[HolderScanner, list[Target], str]:
+    """The scanner of the chosen databases, their targets, and a note when none were found."""
+    if db:
+        check_db(db)
+    targets, note = select_targets(config_path, db, profile)
+    # No config file means every default (other_users: locks), with --db too.
+    policy = get_config(config_path).holders
+    scanner = HolderScanner(
+        [t.db for t in targets],
+        exempt_comms=policy.exempt_comms,
+        other_users=policy.other_users,
+        watch_opens=watch,  # open events only help the incremental scans of --watch
+    )
+    return scanner, targets, note
+
+
+def scan_and_report(
+    scanner: HolderScanner,
+    targets: list[Target],
+    note: str,
+    *,
+    full: bool,
+    as_json: bool,
+    watch: bool,
+    no_systemd: bool,
+    verbose: bool,
+) -> int:
+    """Scan once, print the result (text, or JSON: one document, or one line with --watch).
+
+    Returns the exit code of this scan (:func:`exit_code`).
+    """
+    scans = scanner.scan(full=full)
+    if any(h.kind == "unknown" for scan in scans for h in scan.holders):
+        # Hermes' gateway_heartbeats may name it (a read-only look at the file).
+        from statewarden.holders.heartbeats import apply_heartbeats  # noqa: PLC0415
+
+        apply_heartbeats(scans)
+    units: list[UnitInfo] = []
+    systemd_note = None
+    if not no_systemd:
+        # D-Bus (dbus-fast, asyncio) is imported only when it is asked.
+        from statewarden.holders.units import systemd_view  # noqa: PLC0415
+
+        units, systemd_note = systemd_view(scans)
+    if as_json:
+        data = json_document(_payload(scans, targets, note, units, systemd_note))
+        if watch:
+            write_line(json.dumps(data, default=str))
+        else:
+            write_line(json.dumps(data, indent=2, default=str, sort_keys=False))
+    else:
+        if watch:
+            write_line(time.strftime("-- %Y-%m-%d %H:%M:%S --"))
+        if note:
+            write_line(note)
+        render(scans, targets, units, systemd_note, verbose=verbose)
+    sys.stdout.flush()
+    return exit_code(scans)

@@ -1,0 +1,101 @@
+"""``statewardenctl``'s entry point: ``holders`` with plain options runs without click.
+
+``statewardenctl holders`` is what a script or a watchdog runs again and again, next to
+``fuser``; click and the command group are about half of its imports. When its
+arguments are only the options in :data:`HOLDERS_VALUES` and :data:`HOLDERS_FLAGS`,
+they are read here and the command runs through the same code as the click command
+(:mod:`statewarden.cli.holders_output`), printing the same. Anything else (``--help``,
+``--watch``, an option without its value, an unknown option, another command) goes to
+the click group (:mod:`statewarden.cli.ctl`), which reads and reports it as always.
+"""
+
+from __future__ import annotations
+
+import sys
+
+PROG = "statewardenctl"
+# An option that takes a value -> its keyword; a flag -> its keyword.
+HOLDERS_VALUES = {"--config": "config_path", "--db": "db", "--profile": "profile"}
+HOLDERS_FLAGS = {
+    "--json": "as_json",
+    "--no-systemd": "no_systemd",
+    "--verbose": "verbose",
+    "-v": "verbose",
+}
+
+
+def holders_options(args: list[str]) -> dict[str, str | bool | None] | None:
+    """The options of ``holders ARGS``, or None when click should read them instead.
+
+    Takes ``--db X`` and ``--db=X``; a repeated option keeps its last value, as click
+    does. A value that looks like an option, an empty value, ``--`` or anything not
+    listed goes to click, which gives its own answer (and its usage error).
+    """
+    options: dict[str, str | bool | None] = {
+        "config_path": None,
+        "db": None,
+        "profile": None,
+        "as_json": False,
+        "no_systemd": False,
+        "verbose": False,
+    }
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in HOLDERS_FLAGS:
+            options[HOLDERS_FLAGS[arg]] = True
+            i += 1
+            continue
+        name, eq, value = arg.partition("=")
+        if name not in HOLDERS_VALUES:
+            return None
+        if not eq:
+            if i + 1 >= len(args):
+                return None
+            value = args[i + 1]
+            i += 1
+        if not value or value.startswith("-"):
+            return None
+        options[HOLDERS_VALUES[name]] = value
+        i += 1
+    return options
+
+
+def run_holders(options: dict[str, str | bool | None]) -> int:
+    """``statewardenctl holders`` once, as the click command runs it without --watch."""
+    from statewarden.cli._plain import errors_as_exit_codes  # noqa: PLC0415
+
+    with errors_as_exit_codes(PROG):
+        from statewarden.cli.holders_output import open_scanner, scan_and_report  # noqa: PLC0415
+
+        config_path, db, profile = (options[k] for k in ("config_path", "db", "profile"))
+        assert config_path is None or isinstance(config_path, str)
+        assert db is None or isinstance(db, str)
+        assert profile is None or isinstance(profile, str)
+        scanner, targets, note = open_scanner(config_path, db, profile, watch=False)
+        try:
+            return scan_and_report(
+                scanner,
+                targets,
+                note,
+                full=True,
+                as_json=bool(options["as_json"]),
+                watch=False,
+                no_systemd=bool(options["no_systemd"]),
+                verbose=bool(options["verbose"]),
+            )
+        except KeyboardInterrupt:
+            return 0  # as the click command: Ctrl-C during the scan ends it quietly
+    return 1  # pragma: no cover - errors_as_exit_codes exits
+
+
+def main() -> None:
+    """Run ``statewardenctl`` with ``sys.argv``."""
+    args = sys.argv[1:]
+    if args[:1] == ["holders"]:
+        options = holders_options(args[1:])
+        if options is not None:
+            sys.exit(run_holders(options))
+    from statewarden.cli.ctl import main as ctl_main  # noqa: PLC0415
+
+    ctl_main()
