@@ -34,6 +34,12 @@ import apsw
 from statewarden.atomic import create_new
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
 from statewarden.progress import ProgressFn
+from statewarden.recovery.lost_schema import (
+    infer_page_size,
+    rebuild_from_known_schema,
+    reindex,
+    rewrite_header,
+)
 from statewarden.recovery.pages import rebuild_schema_root
 from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
@@ -180,6 +186,12 @@ def check_work_parent(directory: Path) -> None:
 
 def validate_source(db: Path) -> HeaderFacts:
     """Raw checks of the source, with no connection open: exists, a file, a SQLite header."""
+    return parse_header(_read_head(db), str(db))
+
+
+def _read_head(db: Path) -> bytes:
+    """The source's first 100 bytes, after checking it exists and is a regular file
+    (its sidecars too)."""
     if not os.path.lexists(db):
         raise UsageError(f"{db}: no such file")
     if db.is_dir():
@@ -194,7 +206,7 @@ def validate_source(db: Path) -> HeaderFacts:
                     pass
     except PermissionError as exc:
         raise DatabaseUnreadable(f"{exc.filename}: permission denied") from None
-    return parse_header(head, str(db))
+    return head
 
 
 def make_work_copy(
@@ -211,7 +223,14 @@ def make_work_copy(
     copy itself, plus an output for a repair). A copy during which the source changed
     is retried up to ``attempts`` times, then refused with :class:`DatabaseChanged`.
     """
-    header = validate_source(source)
+    head = _read_head(source)
+    header_error: DatabaseUnreadable | None = None
+    try:
+        header: HeaderFacts | None = parse_header(head, str(source))
+    except DatabaseUnreadable as exc:
+        if len(head) < HEADER_SIZE:
+            raise
+        header, header_error = None, exc  # the pages may still tell the page size
     size = bundle_bytes(source)
     work_parent.mkdir(parents=True, exist_ok=True)
     work_parent = work_parent.resolve()
@@ -223,6 +242,10 @@ def make_work_copy(
     try:
         lock_fd = _claim(work_dir)
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
+        header_note = None
+        if header is None:
+            assert header_error is not None
+            header, header_note = _infer_header(copy, source, header_error)
         header, page_size_note = _fit_page_size(copy, header, source)
         wal = _read_wal(copy, header)
         file_header = header
@@ -236,7 +259,7 @@ def make_work_copy(
         if truncated:
             _trust_file_size(copy, header)
         schema_note = _fold_or_rebuild_schema(copy, source, truncated)
-        schema_note = "; ".join(filter(None, [page_size_note, schema_note])) or None
+        schema_note = "; ".join(filter(None, [header_note, page_size_note, schema_note])) or None
         return WorkCopy(
             work_dir=work_dir,
             db=copy,
@@ -438,6 +461,23 @@ def _truncation(copy: Path, header: HeaderFacts) -> str | None:
     return None
 
 
+def _infer_header(copy: Path, source: Path, error: DatabaseUnreadable) -> tuple[HeaderFacts, str]:
+    """A destroyed header replaced in the private copy by a fresh one, with the page
+    size the pages prove (``lost_schema.infer_page_size``); ``error`` is raised when no
+    size is clearly the file's (then it is no database statewarden can read)."""
+    found = infer_page_size(copy)
+    if found is None:
+        raise error
+    page_size, why = found
+    rewrite_header(copy, page_size)
+    with open(copy, "rb") as f:
+        header = parse_header(f.read(HEADER_SIZE), str(source))
+    return header, (
+        f"{source}: the database header is destroyed; the private copy was given a new one"
+        f" with the page size the pages prove, {page_size} bytes ({why})"
+    )
+
+
 def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[HeaderFacts, str | None]:
     """A page-size field that contradicts the file (one flipped header byte), fixed in
     the private copy when exactly one page size makes the header's valid page count fill
@@ -487,18 +527,30 @@ def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> 
     except DatabaseUnreadable as first:
         if truncated:
             raise
-        try:
+        leaves = 0
+        with contextlib.suppress(DatabaseUnreadable):
             leaves = rebuild_schema_root(copy)
-            if not leaves:
-                raise first from None
+            if leaves:
+                _fold(copy, source, truncated)
+                return (
+                    f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite"
+                    f" cannot read the schema; it was rebuilt in the private copy from"
+                    f" {leaves} intact sqlite_schema leaf pages"
+                )
+        # No schema leaf left either: Hermes' known schema, if the rows fit one.
+        try:
+            lost = rebuild_from_known_schema(copy, source)
+        except DatabaseUnreadable as exc:
+            raise DatabaseUnreadable(f"{first}; {str(exc).removeprefix(f'{source}: ')}") from None
+        try:
             _fold(copy, source, truncated)
+            not_indexed = reindex(copy, lost)
         except DatabaseUnreadable:
             raise first from None
-    return (
-        f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite cannot read"
-        f" the schema; it was rebuilt in the private copy from {leaves} intact"
-        " sqlite_schema leaf pages"
-    )
+        note = lost.note(source)
+        if not_indexed:
+            note += f"; the indexes of {', '.join(not_indexed)} could not be rebuilt in the copy"
+        return note
 
 
 def _fold(copy: Path, source: Path, truncated: str | None) -> None:

@@ -68,7 +68,9 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
 class DatabaseFile:
     """The pages of a closed database file, read with plain reads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, page_size: int | None = None) -> None:
+        """``page_size``: read a file whose header is destroyed with this page size (no
+        reserved bytes, UTF-8, no freelist known) instead of the header's."""
         # Each page read when wanted (pread), neither mapped nor read whole: memory stays
         # bounded whatever the file's size (a mapping's pages count as the process's
         # memory once touched).
@@ -76,15 +78,22 @@ class DatabaseFile:
         try:
             size = os.fstat(self._fd).st_size
             first = os.pread(self._fd, 100, 0)
-            header = parse_header(first, str(path))
+            header = None if page_size else parse_header(first, str(path))
         except BaseException:
             os.close(self._fd)
             raise
-        self.page_size = header.page_size
-        self.usable = self.page_size - first[20]
-        self.encoding = header.text_encoding
+        if header is None:
+            assert page_size is not None
+            self.page_size = page_size
+            self.usable = page_size
+            self.encoding = "utf-8"
+            self.freelist_trunk = 0
+        else:
+            self.page_size = header.page_size
+            self.usable = self.page_size - first[20]
+            self.encoding = header.text_encoding
+            self.freelist_trunk = header.freelist_trunk
         self.page_count = size // self.page_size
-        self.freelist_trunk = header.freelist_trunk
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
         self._zeroed: dict[int, list[tuple[int, int]]] | None = None

@@ -1,0 +1,479 @@
+"""Page 1 and the schema pages destroyed: the page size and Hermes' schema inferred.
+
+When the 100-byte header is gone, or page 1 and every ``sqlite_schema`` leaf with it,
+SQLite cannot read anything, though the tables' pages are intact. This module rebuilds
+page 1 of the private copy from what the other pages prove (sqlite.org/fileformat2.html):
+
+1. the page size (``infer_page_size``): at each candidate size from 512 to 65536 that
+   divides the file's length, count the pages whose b-tree header is consistent (a
+   page type, a cell-pointer array and cells inside the page, an interior page's
+   children inside the file); the true size has the most, and no other size as many;
+2. the tables' trees (``find_trees``): every table b-tree page no interior page points
+   to is a root; its leaves hold records of one table's shape;
+3. the layout (``rebuild_from_known_schema``): each of Hermes' known schemas
+   (``known_schemas.py``) is matched against the trees' records (the number of fields and
+   their types, ``pages.record_fits``); the one whose tables the most leaves fit, with
+   both ``sessions`` and ``messages`` found, is taken. A file no layout fits is not
+   Hermes' and gets no guessed schema;
+4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
+   each table's root the largest tree of its shape; an index, an FTS shadow table and
+   a table with no tree get a new empty root page appended to the copy. The rest is
+   the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
+   rebuilt, and the FTS tables are rebuilt from ``messages``.
+
+Only the private copy is written. Call with no SQLite connection open to it
+(docs/safety.md rule 2).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from statewarden.errors import DatabaseUnreadable, PageFormatError
+from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
+from statewarden.recovery.pages import (
+    PAGE_INDEX_LEAF,
+    PAGE_TABLE_INTERIOR,
+    PAGE_TABLE_LEAF,
+    DatabaseFile,
+    Row,
+    encode_varint,
+    record_fits,
+)
+from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
+
+PAGE_SIZES = tuple(512 << i for i in range(8))
+# Pages read per candidate page size: enough to tell the sizes apart on any file.
+PAGES_READ_FOR_SIZE = 50_000
+# Leaves of a tree whose records are decoded to match its shape (spread over the tree).
+LEAVES_SAMPLED = 8
+# The tables every Hermes layout has: a file whose rows fit neither is not Hermes'.
+HERMES_CORE = ("sessions", "messages")
+
+KnownRow = tuple[str, str, str, str | None]
+
+
+@dataclass
+class Tree:
+    """A table b-tree found by walking the pages: its root and its leaves."""
+
+    root: int
+    leaves: list[int]
+    rows: list[Row] = field(default_factory=list)  # records of a sample of its leaves
+
+
+@dataclass
+class LostSchema:
+    """What was inferred, for the notes."""
+
+    layout: str
+    description: str
+    roots: dict[str, int]  # table -> root page of the tree taken for it
+    leaves: dict[str, int]  # table -> leaves of that tree
+    missing: list[str]  # base tables no tree fits
+    fitted_leaves: dict[str, int]  # layout -> leaves its tables fit
+    new_pages: int
+
+    def note(self, source: Path) -> str:
+        found = ", ".join(
+            f"{t} (root page {self.roots[t]}, {self.leaves[t]} leaves)" for t in sorted(self.roots)
+        )
+        others = ", ".join(
+            f"{name}: {n}" for name, n in sorted(self.fitted_leaves.items()) if name != self.layout
+        )
+        text = (
+            f"{source}: page 1 and the sqlite_schema pages are destroyed; the schema was"
+            f" rebuilt in the private copy from the known schema of {self.description}"
+            f" (layout {self.layout}): the records of {self.fitted_leaves[self.layout]}"
+            f" table leaves fit its tables (other layouts: {others}); tables found: {found}"
+        )
+        if self.missing:
+            text += f"; no pages of {', '.join(sorted(self.missing))} were found"
+        return (
+            text + "; indexes and FTS tables are rebuilt from the tables; recover can rebuild"
+            " the database from this schema"
+        )
+
+
+# -- the page size ------------------------------------------------------------------
+
+
+def infer_page_size(path: Path) -> tuple[int, str] | None:
+    """(page size, why) for a file whose header is destroyed, or None when no size
+    is clearly the file's (no b-tree page at any size, or two sizes tie)."""
+    size = path.stat().st_size
+    scores: dict[int, int] = {}
+    for ps in PAGE_SIZES:
+        if size % ps or size < 2 * ps:
+            continue
+        db = DatabaseFile(path, page_size=ps)
+        try:
+            last = min(db.page_count, PAGES_READ_FOR_SIZE)
+            scores[ps] = sum(1 for n in range(2, last + 1) if _plausible(db, n))
+        finally:
+            db.close()
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+    if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return None
+    best, count = ranked[0]
+    runner = f"; at {ranked[1][0]} bytes {ranked[1][1]}" if len(ranked) > 1 else ""
+    return best, f"{count} pages have a consistent b-tree header at {best} bytes{runner}"
+
+
+def _plausible(db: DatabaseFile, n: int) -> bool:
+    """Does page ``n`` read as a b-tree page at ``db``'s page size?"""
+    try:
+        _kind, h, _count = db.btree_header(n)
+        offs = db.cell_offsets(n)
+        pg = db.page(n)
+        first_free, content = struct.unpack(">HH", pg[h + 1 : h + 5])
+        content = content or 65536
+        if content > db.page_size or (offs and content > min(offs)):
+            return False
+        if first_free and not h + 8 <= first_free < db.page_size:
+            return False
+        return all(2 <= c <= db.page_count for c in db.children(n))
+    except (PageFormatError, struct.error):
+        return False
+
+
+def fresh_header(page_size: int, page_count: int) -> bytes:
+    """A 100-byte header for a file in WAL mode (as Hermes keeps it), UTF-8, no
+    reserved bytes, no freelist known."""
+    h = bytearray(HEADER_SIZE)
+    h[0:16] = SQLITE_MAGIC
+    struct.pack_into(">H", h, 16, 1 if page_size == 65536 else page_size)
+    h[18:24] = bytes([2, 2, 0, 64, 32, 32])
+    struct.pack_into(">II", h, 24, 1, page_count)  # change counter, page count
+    struct.pack_into(">II", h, 40, 1, 4)  # schema cookie, schema format
+    struct.pack_into(">I", h, 56, 1)  # UTF-8
+    struct.pack_into(">II", h, 92, 1, apsw.SQLITE_VERSION_NUMBER)
+    return bytes(h)
+
+
+def rewrite_header(path: Path, page_size: int) -> None:
+    """Give a private copy whose header is destroyed a fresh one (page 1's b-tree is
+    left as it is)."""
+    pages = path.stat().st_size // page_size
+    with open(path, "r+b") as f:
+        f.write(fresh_header(page_size, pages))
+
+
+# -- the trees ----------------------------------------------------------------------
+
+
+def find_trees(db: DatabaseFile) -> list[Tree]:
+    """Every table b-tree among pages 2.. that no interior page points to, with its
+    leaves and the records of a sample of them."""
+    leaves: set[int] = set()
+    interior: dict[int, list[int]] = {}
+    pointed: set[int] = set()
+    for n in range(2, db.page_count + 1):
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind == PAGE_TABLE_LEAF:
+                db.cell_offsets(n)
+                leaves.add(n)
+            elif kind == PAGE_TABLE_INTERIOR:
+                children = db.children(n)
+                if all(2 <= c <= db.page_count for c in children):
+                    interior[n] = children
+                    pointed.update(children)
+        except (PageFormatError, struct.error):
+            continue
+    trees = []
+    for root in sorted((leaves | set(interior)) - pointed):
+        reached: list[int] = []
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in leaves:
+                reached.append(n)
+            else:
+                stack.extend(reversed(interior.get(n, [])))
+        if reached:
+            tree = Tree(root, reached)
+            step = max(1, len(reached) // LEAVES_SAMPLED)
+            for leaf in [*reached[::step], reached[-1]][: LEAVES_SAMPLED + 1]:
+                try:
+                    rows, _bad = db.leaf_rows(leaf)
+                except PageFormatError:
+                    continue
+                tree.rows.extend(rows)
+            trees.append(tree)
+    return trees
+
+
+def layout_schema(rows: tuple[KnownRow, ...]) -> Schema:
+    """The schema a layout's rows make, read from an in-memory database (its root
+    pages mean nothing here; its columns are exact)."""
+    conn = apsw.Connection(":memory:")
+    try:
+        for _type, _name, _tbl, sql in rows:
+            if sql is None:
+                continue
+            try:
+                conn.execute(sql)
+            except apsw.SQLError:
+                continue  # an FTS shadow table its FTS5 table created already
+        return read_schema(conn)
+    finally:
+        conn.close()
+
+
+def _candidates(schema: Schema) -> list[SchemaObject]:
+    return [
+        o
+        for o in schema.tables()
+        if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
+    ]
+
+
+def _fit(candidates: list[SchemaObject], rows: list[Row]) -> str | None:
+    """The one table whose shape every record fits (at least one with all its
+    columns), as ``pages`` gives orphan leaves to tables."""
+    if not rows:
+        return None
+    most = max(len(v) for _, v in rows)
+    fits = [
+        o.name
+        for o in candidates
+        if most == len(o.stored_columns) and all(record_fits(o, v) for _, v in rows)
+    ]
+    return fits[0] if len(fits) == 1 else None
+
+
+# -- page 1 -------------------------------------------------------------------------
+
+
+def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
+    """Rewrite page 1 of the private copy ``path`` as the root of the known schema its
+    rows fit, appending an empty root page for every object no tree was found for.
+    Raises :class:`DatabaseUnreadable` (one line) when no Hermes layout fits."""
+    db = DatabaseFile(path)
+    try:
+        trees = find_trees(db)
+        page_size, usable, page_count = db.page_size, db.usable, db.page_count
+        header = db.page(1)[:HEADER_SIZE]
+    finally:
+        db.close()
+    best: tuple[int, str] | None = None
+    fitted: dict[str, int] = {}
+    chosen: dict[str, dict[str, Tree]] = {}
+    for layout, (_what, rows) in KNOWN_SCHEMAS.items():
+        schema = layout_schema(rows)
+        cands = _candidates(schema)
+        base = {o.name for o in schema.base_tables()}
+        per_table: dict[str, Tree] = {}
+        score = 0
+        for tree in trees:
+            name = _fit(cands, tree.rows)
+            if name is None or name not in base:
+                continue
+            score += len(tree.leaves)
+            if name not in per_table or len(tree.leaves) > len(per_table[name].leaves):
+                per_table[name] = tree
+        fitted[layout] = score
+        chosen[layout] = per_table
+        if all(t in per_table for t in HERMES_CORE) and (best is None or score > best[0]):
+            best = (score, layout)
+    if best is None:
+        raise DatabaseUnreadable(
+            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
+            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
+        )
+    layout = best[1]
+    description, known = KNOWN_SCHEMAS[layout]
+    schema = layout_schema(known)
+    found = chosen[layout]
+    records: list[list[Any]] = []
+    next_page = page_count + 1
+    empty_pages: list[bytes] = []
+    for kind, name, tbl, sql in known:
+        obj = schema.by_name(name)
+        root = 0
+        if kind in ("table", "index") and not (obj is not None and obj.is_virtual):
+            if name in found and obj is not None and obj.shadow_of is None:
+                root = found[name].root
+            else:
+                root = next_page
+                next_page += 1
+                table_tree = kind == "table" and obj is not None and not obj.without_rowid
+                empty_pages.append(_empty_leaf(page_size, usable, table_tree))
+        records.append([kind, name, tbl, root, sql])
+    leaves = _schema_leaves(records, page_size, usable)
+    first_leaf = next_page
+    total = first_leaf - 1 + len(leaves)
+    page1 = _page1(header, leaves, first_leaf, page_size, usable, total, records)
+    with open(path, "r+b") as f:
+        f.seek(page_count * page_size)
+        for page in empty_pages:
+            f.write(page)
+        for leaf in leaves:
+            f.write(leaf)
+        f.seek(0)
+        f.write(page1)
+    base_names = {o.name for o in schema.base_tables()}
+    return LostSchema(
+        layout=layout,
+        description=description,
+        roots={t: tree.root for t, tree in found.items()},
+        leaves={t: len(tree.leaves) for t, tree in found.items()},
+        missing=sorted(base_names - set(found)),
+        fitted_leaves=fitted,
+        new_pages=total - page_count,
+    )
+
+
+def encode_record(values: list[Any]) -> bytes:
+    """SQLite's record format for NULL, integers and text (the schema's values)."""
+    types: list[int] = []
+    body = bytearray()
+    for v in values:
+        if v is None:
+            types.append(0)
+        elif isinstance(v, int) and v in (0, 1):
+            types.append(8 + v)
+        elif isinstance(v, int):
+            for t, width in ((1, 1), (2, 2), (3, 3), (4, 4), (5, 6), (6, 8)):
+                if -(1 << (8 * width - 1)) <= v < 1 << (8 * width - 1):
+                    types.append(t)
+                    body += v.to_bytes(width, "big", signed=True)
+                    break
+        else:
+            raw = str(v).encode()
+            types.append(2 * len(raw) + 13)
+            body += raw
+    head = b"".join(encode_varint(t) for t in types)
+    size = len(head) + 1
+    while len(head) + len(encode_varint(size)) != size:
+        size = len(head) + len(encode_varint(size))
+    return encode_varint(size) + head + bytes(body)
+
+
+def _empty_leaf(page_size: int, usable: int, table: bool) -> bytes:
+    page = bytearray(page_size)
+    page[0] = PAGE_TABLE_LEAF if table else PAGE_INDEX_LEAF
+    struct.pack_into(">H", page, 5, usable % 65536)
+    return bytes(page)
+
+
+def _cells(records: list[list[Any]], usable: int) -> list[bytes]:
+    out = []
+    for rowid, values in enumerate(records, start=1):
+        payload = encode_record(values)
+        if len(payload) > usable - 35:
+            raise DatabaseUnreadable(
+                f"the known schema's row for {values[1]} does not fit a page of {usable} bytes"
+            )
+        out.append(encode_varint(len(payload)) + encode_varint(rowid) + payload)
+    return out
+
+
+def _leaf(cells: list[bytes], page_size: int, usable: int, h: int, prefix: bytes) -> bytes:
+    page = bytearray(page_size)
+    page[:h] = prefix
+    content = usable
+    pointers = []
+    for cell in cells:
+        content -= len(cell)
+        page[content : content + len(cell)] = cell
+        pointers.append(content)
+    struct.pack_into(">BHHHB", page, h, PAGE_TABLE_LEAF, 0, len(cells), content % 65536, 0)
+    for i, p in enumerate(pointers):
+        struct.pack_into(">H", page, h + 8 + 2 * i, p)
+    return bytes(page)
+
+
+def _schema_leaves(records: list[list[Any]], page_size: int, usable: int) -> list[bytes]:
+    """The schema rows packed into table leaves, in rowid order (one leaf when they
+    fit page 1 after its header: none, page 1 itself holds them)."""
+    cells = _cells(records, usable)
+    if 8 + sum(len(c) + 2 for c in cells) <= usable - HEADER_SIZE:
+        return []  # page 1 alone holds them (see _page1)
+    groups: list[list[bytes]] = [[]]
+    used = 8
+    for cell in cells:
+        if used + len(cell) + 2 > usable:
+            groups.append([])
+            used = 8
+        groups[-1].append(cell)
+        used += len(cell) + 2
+    return [_leaf(g, page_size, usable, 0, b"") for g in groups]
+
+
+def _page1(  # noqa: PLR0917 - one page from its parts
+    header: bytes,
+    leaves: list[bytes],
+    first_leaf: int,
+    page_size: int,
+    usable: int,
+    total: int,
+    records: list[list[Any]],
+) -> bytes:
+    """Page 1: the header (kept when it was intact, with the new page count) and the
+    root of ``sqlite_schema``: a leaf holding every row, or an interior page over
+    ``leaves`` (numbered from ``first_leaf``)."""
+    if header.startswith(SQLITE_MAGIC):
+        head = bytearray(header)
+        change = struct.unpack(">I", head[24:28])[0]
+        struct.pack_into(">I", head, 28, total)
+        struct.pack_into(">I", head, 92, change)
+    else:
+        head = bytearray(fresh_header(page_size, total))
+    if not leaves:
+        return _leaf(_cells(records, usable), page_size, usable, HEADER_SIZE, bytes(head))
+    page = bytearray(page_size)
+    page[:HEADER_SIZE] = head
+    content = usable
+    pointers = []
+    rowid = 0
+    for i, leaf in enumerate(leaves[:-1]):
+        rowid += struct.unpack(">H", leaf[3:5])[0]
+        cell = struct.pack(">I", first_leaf + i) + encode_varint(rowid)
+        content -= len(cell)
+        page[content : content + len(cell)] = cell
+        pointers.append(content)
+    h = HEADER_SIZE
+    struct.pack_into(
+        ">BHHHBI",
+        page,
+        h,
+        PAGE_TABLE_INTERIOR,
+        0,
+        len(pointers),
+        content,
+        0,
+        first_leaf + len(leaves) - 1,
+    )
+    for i, p in enumerate(pointers):
+        struct.pack_into(">H", page, h + 12 + 2 * i, p)
+    return bytes(page)
+
+
+def reindex(path: Path, lost: LostSchema) -> list[str]:
+    """Fill the empty indexes of the tables found from the tables themselves (SQLite's
+    ``REINDEX``), so that the recovery holds the rows against indexes that list them,
+    not against empty ones; returns the tables whose indexes could not be built (they
+    stay empty and read as index damage). Call after the copy is folded."""
+    failed = []
+    conn = apsw.Connection(str(path))
+    try:
+        for table in sorted(lost.roots):
+            try:
+                conn.execute(f"REINDEX {quote_ident(table)}")
+            except apsw.Error:
+                failed.append(table)
+    finally:
+        conn.close()
+    return failed
