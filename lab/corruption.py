@@ -1012,9 +1012,8 @@ def zeroed_page1(dest_dir: Path, spec: AnySpec = SMALL, *, schema_leaves: bool =
         _write(case.db, (n - 1) * pf.page_size, b"\x00" * pf.page_size)
     case.damaged_pages.extend(destroyed)
     for table in ("sessions", "messages"):
-        case.unreached[table] = [
-            r for (r,) in table_rows(case.pristine, f"SELECT rowid FROM {table}")
-        ]
+        rows = table_rows(case.pristine, f"SELECT rowid FROM {table}")
+        case.unreached[table] = [int(str(r)) for (r,) in rows]
     what = "page 1 and every sqlite_schema page" if schema_leaves else "page 1 (header included)"
     case.note = f"{what} zeroed: pages {destroyed}"
     return case
