@@ -55,6 +55,7 @@ PAGES_READ_FOR_SIZE = 50_000
 LEAVES_SAMPLED = 8
 # The tables every Hermes layout has: a file whose rows fit neither is not Hermes'.
 HERMES_CORE = ("sessions", "messages")
+SEQUENCE = "sqlite_sequence"
 
 KnownRow = tuple[str, str, str, str | None]
 
@@ -66,6 +67,7 @@ class Tree:
     root: int
     leaves: list[int]
     rows: list[Row] = field(default_factory=list)  # records of a sample of its leaves
+    columns: dict[str, int] = field(default_factory=dict)  # once attributed: name -> field
 
 
 @dataclass
@@ -79,6 +81,8 @@ class LostSchema:
     missing: list[str]  # base tables no tree fits
     fitted_leaves: dict[str, int]  # layout -> leaves its tables fit
     new_pages: int
+    # trees whose records fit more than one table equally: (leaves, records read, tables)
+    left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
 
     def note(self, source: Path) -> str:
         found = ", ".join(
@@ -95,6 +99,11 @@ class LostSchema:
         )
         if self.missing:
             text += f"; no pages of {', '.join(sorted(self.missing))} were found"
+        for leaves, records, tables in self.left_out:
+            text += (
+                f"; {leaves} leaves ({records} records read) fit {' and '.join(tables)} alike"
+                " and nothing tells which: their rows are not recovered"
+            )
         return (
             text + "; indexes and FTS tables are rebuilt from the tables; recover can rebuild"
             " the database from this schema"
@@ -214,9 +223,12 @@ def find_trees(db: DatabaseFile) -> list[Tree]:
     return trees
 
 
-def layout_schema(rows: tuple[KnownRow, ...]) -> Schema:
-    """The schema a layout's rows make, read from an in-memory database (its root
-    pages mean nothing here; its columns are exact)."""
+ForeignKey = tuple[str, str, str, str]  # (table, column, referenced table, its column)
+
+
+def layout_schema(rows: tuple[KnownRow, ...]) -> tuple[Schema, list[ForeignKey]]:
+    """The schema a layout's rows make, and its foreign keys, read from an in-memory
+    database (its root pages mean nothing here; its columns are exact)."""
     conn = apsw.Connection(":memory:")
     try:
         for _type, _name, _tbl, sql in rows:
@@ -226,7 +238,14 @@ def layout_schema(rows: tuple[KnownRow, ...]) -> Schema:
                 conn.execute(sql)
             except apsw.SQLError:
                 continue  # an FTS shadow table its FTS5 table created already
-        return read_schema(conn)
+        schema = read_schema(conn)
+        fks = [
+            (o.name, str(r[3]), str(r[2]), str(r[4]))
+            for o in schema.base_tables()
+            for r in conn.execute(f"PRAGMA foreign_key_list({quote_ident(o.name)})")
+            if r[4] is not None
+        ]
+        return schema, fks
     finally:
         conn.close()
 
@@ -239,18 +258,125 @@ def _candidates(schema: Schema) -> list[SchemaObject]:
     ]
 
 
-def _fit(candidates: list[SchemaObject], rows: list[Row]) -> str | None:
+def _fit(candidates: list[SchemaObject], rows: list[Row]) -> list[SchemaObject]:
     """The one table whose shape every record fits (at least one with all its
-    columns), as ``pages`` gives orphan leaves to tables."""
+    columns), as ``pages`` gives orphan leaves to tables; among several, the one whose
+    declared column types agree with the most values (text in TEXT columns, numbers in
+    REAL and INTEGER ones), if only one does."""
     if not rows:
-        return None
+        return []
+    names = {o.name for o in candidates}
+    if all(len(v) == 2 and v[0] in names and isinstance(v[1], int) for _, v in rows):
+        return [o for o in candidates if o.name == SEQUENCE]  # table name, highest rowid
+    candidates = [o for o in candidates if o.name != SEQUENCE]
     most = max(len(v) for _, v in rows)
     fits = [
-        o.name
+        o
         for o in candidates
-        if most == len(o.stored_columns) and all(record_fits(o, v) for _, v in rows)
+        if most == len(o.stored_columns)
+        and all(record_fits(o, v) and not _null_key(o, v) for _, v in rows)
     ]
-    return fits[0] if len(fits) == 1 else None
+    if len(fits) > 1:
+        agree = {o.name: _agreement(o, rows) for o in fits}
+        top = max(agree.values())
+        fits = [o for o in fits if agree[o.name] == top]
+    return fits
+
+
+def _referenced(
+    fits: list[SchemaObject], tree: Tree, fks: list[ForeignKey], found: dict[str, Tree]
+) -> str | None:
+    """Of the tables a tree fits equally well, the one whose key the rows of a table
+    already found refer to (``sessions.system_prompt_hash`` names the rows of
+    ``system_prompts``, not of ``state_meta``), if exactly one."""
+    proven = []
+    for obj in fits:
+        names = [c.name for c in obj.stored_columns]
+        # (the rows found, their column, this table's column): declared keys both ways.
+        links = [(found[t], c, tc) for t, c, to, tc in fks if to == obj.name and t in found]
+        links += [(found[to], tc, c) for t, c, to, tc in fks if t == obj.name and to in found]
+        for other, column, own in links:
+            if own not in names:
+                continue
+            values = _column_values(other, column)
+            i = names.index(own)
+            if any(len(v) > i and v[i] in values for _, v in tree.rows):
+                proven.append(obj.name)
+                break
+    return proven[0] if len(proven) == 1 else None
+
+
+def _by_creation_order(
+    fits: list[SchemaObject],
+    tree: Tree,
+    roots: list[int],
+    tables: list[str],
+    found: dict[str, Tree],
+) -> SchemaObject | None:
+    """Of the tables a tree fits equally well, the one at the tree's place: SQLite gives
+    each new table the next page, so the table trees (``roots``, ascending, the empty
+    ones too) follow the order Hermes creates its rowid ``tables`` in. Between the two
+    nearest trees already attributed, when there are as many trees as tables created
+    between those two, the tree's place names its table."""
+    where = {name: roots.index(t.root) for name, t in found.items() if t.root in roots}
+    anchors = sorted((tables.index(n), pos) for n, pos in where.items() if n in tables)
+    here = roots.index(tree.root)
+    before = [(k, p) for k, p in anchors if p < here]
+    after = [(k, p) for k, p in anchors if p > here]
+    k0, p0 = before[-1] if before else (-1, -1)
+    k1, p1 = after[0] if after else (len(tables), len(roots))
+    if k1 - k0 != p1 - p0:
+        return None
+    name = tables[k0 + here - p0]
+    return next((o for o in fits if o.name == name), None)
+
+
+def _table_trees(schema: Schema, rows: tuple[KnownRow, ...]) -> list[SchemaObject]:
+    """The objects stored as table b-trees, in the order Hermes creates them."""
+    out = []
+    for _type, name, _tbl, _sql in rows:
+        obj = schema.by_name(name)
+        if obj is not None and obj.type == "table" and not (obj.is_virtual or obj.without_rowid):
+            out.append(obj)
+    return out
+
+
+def _column_values(tree: Tree, column: str) -> set[Any]:
+    index = tree.columns.get(column)
+    if index is None:
+        return set()
+    return {v[index] for _, v in tree.rows if len(v) > index and v[index] is not None}
+
+
+def _null_key(obj: SchemaObject, values: list[Any]) -> bool:
+    """A NULL in a declared primary key column other than the rowid: SQLite allows it,
+    Hermes never writes it (an FTS shadow row's NULL rowid alias looks like one)."""
+    alias = obj.rowid_alias
+    return any(
+        v is None and col.pk and col.name != alias
+        for col, v in zip(obj.stored_columns, values, strict=False)
+    )
+
+
+def _agreement(obj: SchemaObject, rows: list[Row]) -> int:
+    """How many values are of the storage class their column's declared type asks for."""
+    kinds: list[tuple[type, ...]] = []
+    for col in obj.stored_columns:
+        t = col.decl_type.upper()
+        if "INT" in t or any(k in t for k in ("REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")):
+            kinds.append((int, float))
+        elif any(k in t for k in ("CHAR", "CLOB", "TEXT")):
+            kinds.append((str,))
+        elif t in ("", "BLOB"):
+            kinds.append((int, float, str, bytes))  # no affinity: any value agrees
+        else:
+            kinds.append((int, float))
+    return sum(
+        1
+        for _, values in rows
+        for v, want in zip(values, kinds, strict=False)
+        if v is not None and isinstance(v, want)
+    )
 
 
 # -- page 1 -------------------------------------------------------------------------
@@ -270,19 +396,38 @@ def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
     best: tuple[int, str] | None = None
     fitted: dict[str, int] = {}
     chosen: dict[str, dict[str, Tree]] = {}
+    left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
     for layout, (_what, rows) in KNOWN_SCHEMAS.items():
-        schema = layout_schema(rows)
+        schema, fks = layout_schema(rows)
         cands = _candidates(schema)
-        base = {o.name for o in schema.base_tables()}
+        base = {o.name for o in schema.base_tables()} | {SEQUENCE}
         per_table: dict[str, Tree] = {}
         score = 0
+        tied: list[tuple[Tree, list[SchemaObject]]] = []
         for tree in trees:
-            name = _fit(cands, tree.rows)
-            if name is None or name not in base:
+            fits = _fit(cands, tree.rows)
+            if len(fits) > 1:
+                tied.append((tree, fits))
                 continue
-            score += len(tree.leaves)
-            if name not in per_table or len(tree.leaves) > len(per_table[name].leaves):
-                per_table[name] = tree
+            if not fits or fits[0].name not in base:
+                continue
+            score += _take(per_table, fits[0], tree)
+        unresolved = []
+        for tree, fits in tied:  # second: the evidence of the tables found
+            name = _referenced(fits, tree, fks, per_table)
+            obj = schema.by_name(name) if name else None
+            if obj is not None and obj.name in base:
+                score += _take(per_table, obj, tree)
+            else:
+                unresolved.append((tree, fits))
+        tables = [o.name for o in _table_trees(schema, rows)]
+        roots = sorted(t.root for t in trees)
+        for tree, fits in unresolved:  # last: where its root lies among the roots found
+            by_order = _by_creation_order(fits, tree, roots, tables, per_table)
+            if by_order is not None and by_order.name in base:
+                score += _take(per_table, by_order, tree)
+            elif any(o.name in base for o in fits):
+                left_out.setdefault(layout, []).append((tree, [o.name for o in fits]))
         fitted[layout] = score
         chosen[layout] = per_table
         if all(t in per_table for t in HERMES_CORE) and (best is None or score > best[0]):
@@ -294,7 +439,7 @@ def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
         )
     layout = best[1]
     description, known = KNOWN_SCHEMAS[layout]
-    schema = layout_schema(known)
+    schema, _fks = layout_schema(known)
     found = chosen[layout]
     records: list[list[Any]] = []
     next_page = page_count + 1
@@ -332,7 +477,17 @@ def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
         missing=sorted(base_names - set(found)),
         fitted_leaves=fitted,
         new_pages=total - page_count,
+        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out.get(layout, [])],
     )
+
+
+def _take(per_table: dict[str, Tree], obj: SchemaObject, tree: Tree) -> int:
+    """Give ``tree`` to ``obj`` when it is the largest of its shape; its leaves."""
+    tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+    held = per_table.get(obj.name)
+    if held is None or len(tree.leaves) > len(held.leaves):
+        per_table[obj.name] = tree
+    return len(tree.leaves)
 
 
 def encode_record(values: list[Any]) -> bytes:
