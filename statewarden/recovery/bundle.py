@@ -35,12 +35,13 @@ from statewarden.atomic import create_new
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
 from statewarden.progress import ProgressFn
 from statewarden.recovery.lost_schema import (
+    LostSchema,
     infer_page_size,
     rebuild_from_known_schema,
     reindex,
     rewrite_header,
 )
-from statewarden.recovery.pages import rebuild_schema_root
+from statewarden.recovery.pages import rebuild_schema_root, schema_records, schema_rowid_gaps
 from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
@@ -532,11 +533,12 @@ def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> 
             leaves = rebuild_schema_root(copy)
             if leaves:
                 _fold(copy, source, truncated)
-                return (
+                note = (
                     f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite"
                     f" cannot read the schema; it was rebuilt in the private copy from"
                     f" {leaves} intact sqlite_schema leaf pages"
                 )
+                return _complete_schema(copy, source, note)
         # No schema leaf left either: Hermes' known schema, if the rows fit one.
         try:
             lost = rebuild_from_known_schema(copy, source)
@@ -544,13 +546,34 @@ def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> 
             raise DatabaseUnreadable(f"{first}; {str(exc).removeprefix(f'{source}: ')}") from None
         try:
             _fold(copy, source, truncated)
-            not_indexed = reindex(copy, lost)
         except DatabaseUnreadable:
             raise first from None
-        note = lost.note(source)
-        if not_indexed:
-            note += f"; the indexes of {', '.join(not_indexed)} could not be rebuilt in the copy"
+        return _with_indexes(copy, lost, lost.note(source))
+
+
+def _with_indexes(copy: Path, lost: LostSchema, note: str) -> str:
+    """Fill the new, empty indexes of the copy from its tables; the note says which
+    could not be."""
+    not_indexed = reindex(copy, lost)
+    if not_indexed:
+        note += f"; the indexes of {', '.join(not_indexed)} could not be rebuilt in the copy"
+    return note
+
+
+def _complete_schema(copy: Path, source: Path, note: str) -> str:
+    """Page 1 was rebuilt from the schema leaves left; when rows of ``sqlite_schema``
+    were lost with a destroyed leaf and the file is Hermes', the objects they named
+    are added from the known schema (``lost_schema``), their tables found by shape.
+    Otherwise the schema stays as rebuilt (the report names the rows lost)."""
+    if not schema_rowid_gaps(copy):
         return note
+    present = {str(v[1]): int(v[3]) for v in schema_records(copy)}
+    try:
+        lost = rebuild_from_known_schema(copy, source, present=present)
+        _fold(copy, source, None)
+    except DatabaseUnreadable:
+        return note
+    return _with_indexes(copy, lost, f"{note}; {lost.note(source).removeprefix(f'{source}: ')}")
 
 
 def _fold(copy: Path, source: Path, truncated: str | None) -> None:

@@ -43,6 +43,7 @@ from statewarden.recovery.pages import (
     DatabaseFile,
     Row,
     encode_varint,
+    is_schema_record,
     record_fits,
 )
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
@@ -83,6 +84,8 @@ class LostSchema:
     new_pages: int
     # trees whose records fit more than one table equally: (leaves, records read, tables)
     left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)  # objects the schema still named
+    reindex: list[str] = field(default_factory=list)  # tables given new, empty indexes
 
     def note(self, source: Path) -> str:
         found = ", ".join(
@@ -91,9 +94,15 @@ class LostSchema:
         others = ", ".join(
             f"{name}: {n}" for name, n in sorted(self.fitted_leaves.items()) if name != self.layout
         )
+        lead = (
+            f"{source}: sqlite_schema rows were lost with a destroyed page; the"
+            f" {len(self.completed)} objects it still names kept, the others added"
+            if self.completed
+            else f"{source}: page 1 and the sqlite_schema pages are destroyed; the schema was"
+            " rebuilt"
+        )
         text = (
-            f"{source}: page 1 and the sqlite_schema pages are destroyed; the schema was"
-            f" rebuilt in the private copy from the known schema of {self.description}"
+            f"{lead} in the private copy from the known schema of {self.description}"
             f" (layout {self.layout}): the records of {self.fitted_leaves[self.layout]}"
             f" table leaves fit its tables (other layouts: {others}); tables found: {found}"
         )
@@ -219,6 +228,8 @@ def find_trees(db: DatabaseFile) -> list[Tree]:
                 except PageFormatError:
                     continue
                 tree.rows.extend(rows)
+            if tree.rows and all(is_schema_record(v) for _, v in tree.rows):
+                continue  # a leaf of sqlite_schema left over: no table's
             trees.append(tree)
     return trees
 
@@ -382,10 +393,16 @@ def _agreement(obj: SchemaObject, rows: list[Row]) -> int:
 # -- page 1 -------------------------------------------------------------------------
 
 
-def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
+def rebuild_from_known_schema(
+    path: Path, source: Path, present: dict[str, int] | None = None
+) -> LostSchema:
     """Rewrite page 1 of the private copy ``path`` as the root of the known schema its
     rows fit, appending an empty root page for every object no tree was found for.
-    Raises :class:`DatabaseUnreadable` (one line) when no Hermes layout fits."""
+    ``present``: the objects (name -> root page) the schema still names, when only
+    some of its rows were lost; they keep their roots, and only layouts holding them
+    all are considered. Raises :class:`DatabaseUnreadable` (one line) when no Hermes
+    layout fits."""
+    present = present or {}
     db = DatabaseFile(path)
     try:
         trees = find_trees(db)
@@ -397,14 +414,18 @@ def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
     fitted: dict[str, int] = {}
     chosen: dict[str, dict[str, Tree]] = {}
     left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
+    claimed = set(present.values())
     for layout, (_what, rows) in KNOWN_SCHEMAS.items():
+        if not set(present) <= {name for _t, name, _tb, _s in rows}:
+            fitted[layout] = 0
+            continue
         schema, fks = layout_schema(rows)
-        cands = _candidates(schema)
+        cands = [o for o in _candidates(schema) if o.name not in present]
         base = {o.name for o in schema.base_tables()} | {SEQUENCE}
-        per_table: dict[str, Tree] = {}
+        per_table = _present_trees(schema, present, trees)
         score = 0
         tied: list[tuple[Tree, list[SchemaObject]]] = []
-        for tree in trees:
+        for tree in (t for t in trees if t.root not in claimed):
             fits = _fit(cands, tree.rows)
             if len(fits) > 1:
                 tied.append((tree, fits))
@@ -442,12 +463,17 @@ def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
     schema, _fks = layout_schema(known)
     found = chosen[layout]
     records: list[list[Any]] = []
+    reindex_tables: set[str] = set()
     next_page = page_count + 1
     empty_pages: list[bytes] = []
     for kind, name, tbl, sql in known:
         obj = schema.by_name(name)
         root = 0
-        if kind in ("table", "index") and not (obj is not None and obj.is_virtual):
+        if name in present:
+            root = present[name]
+        elif kind in ("table", "index") and not (obj is not None and obj.is_virtual):
+            if kind == "index":
+                reindex_tables.add(tbl)
             if name in found and obj is not None and obj.shadow_of is None:
                 root = found[name].root
             else:
@@ -472,13 +498,30 @@ def rebuild_from_known_schema(path: Path, source: Path) -> LostSchema:
     return LostSchema(
         layout=layout,
         description=description,
-        roots={t: tree.root for t, tree in found.items()},
-        leaves={t: len(tree.leaves) for t, tree in found.items()},
+        roots={t: tree.root for t, tree in found.items() if t not in present},
+        leaves={t: len(tree.leaves) for t, tree in found.items() if t not in present},
+        completed=sorted(present),
+        reindex=sorted(reindex_tables & base_names),
         missing=sorted(base_names - set(found)),
         fitted_leaves=fitted,
         new_pages=total - page_count,
         left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out.get(layout, [])],
     )
+
+
+def _present_trees(schema: Schema, present: dict[str, int], trees: list[Tree]) -> dict[str, Tree]:
+    """The trees of the tables the schema still names, as found (for the evidence of
+    their rows)."""
+    by_root = {t.root: t for t in trees}
+    out = {}
+    for name, root in present.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.type != "table" or obj.is_virtual:
+            continue
+        tree = by_root.get(root) or Tree(root, [])
+        tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+        out[name] = tree
+    return out
 
 
 def _take(per_table: dict[str, Tree], obj: SchemaObject, tree: Tree) -> int:
@@ -624,7 +667,7 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
     failed = []
     conn = apsw.Connection(str(path))
     try:
-        for table in sorted(lost.roots):
+        for table in lost.reindex:
             try:
                 conn.execute(f"REINDEX {quote_ident(table)}")
             except apsw.Error:

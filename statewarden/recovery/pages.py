@@ -1133,6 +1133,29 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
         db.close()
 
 
+def schema_records(path: Path) -> list[list[Any]]:
+    """The ``sqlite_schema`` rows (type, name, tbl_name, rootpage, sql) its b-tree
+    from page 1 still reaches, read raw. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        out: list[list[Any]] = []
+        for n in _tree_leaves(db, 1):
+            try:
+                rows, _bad = db.leaf_rows(n)
+            except (PageFormatError, struct.error, IndexError):
+                continue
+            out.extend(v for _, v in rows if _schema_record(v))
+        return out
+    finally:
+        db.close()
+
+
+def is_schema_record(values: list[Any]) -> bool:
+    """Does this record look like a row of ``sqlite_schema``?"""
+    return _schema_record(values)
+
+
 def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:
     """Rowid stretches ``sqlite_schema`` lacks, from 1 to its highest rowid: schema
     rows lost with a destroyed leaf when page 1 was rebuilt from the leaves left
