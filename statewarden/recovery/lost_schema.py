@@ -86,6 +86,7 @@ class LostSchema:
     left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)  # objects the schema still named
     reindex: list[str] = field(default_factory=list)  # tables given new, empty indexes
+    first_new_page: int = 0  # the pages from here on were appended to the copy
 
     def note(self, source: Path) -> str:
         found = ", ".join(
@@ -502,6 +503,7 @@ def rebuild_from_known_schema(
         leaves={t: len(tree.leaves) for t, tree in found.items() if t not in present},
         completed=sorted(present),
         reindex=sorted(reindex_tables & base_names),
+        first_new_page=page_count + 1,
         missing=sorted(base_names - set(found)),
         fitted_leaves=fitted,
         new_pages=total - page_count,
@@ -665,13 +667,29 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
     not against empty ones; returns the tables whose indexes could not be built (they
     stay empty and read as index damage). Call after the copy is folded."""
     failed = []
+    unbuilt: list[int] = []
     conn = apsw.Connection(str(path))
     try:
+        page_size = int(str(conn.execute("PRAGMA page_size").fetchall()[0][0]))
         for table in lost.reindex:
             try:
                 conn.execute(f"REINDEX {quote_ident(table)}")
             except apsw.Error:
                 failed.append(table)
+                unbuilt += [
+                    int(r[0])
+                    for r in conn.execute(
+                        "SELECT rootpage FROM sqlite_schema WHERE type = 'index'"
+                        " AND tbl_name = ? AND rootpage > ?",
+                        (table, lost.first_new_page - 1),
+                    )
+                ]
     finally:
         conn.close()
+    # An index left empty would vouch that its table has no rows: its new root page is
+    # zeroed instead, so it reads as the damaged index it is and is rebuilt.
+    with open(path, "r+b") as f:
+        for n in unbuilt:
+            f.seek((n - 1) * page_size)
+            f.write(bytes(page_size))
     return failed
