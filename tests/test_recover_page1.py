@@ -210,3 +210,24 @@ class TestFuzzWithPage1:
         the table was missing from the output and its rows were dropped."""
         case, found = fuzz.run_seed(tmp_path, seed)
         assert found == [], case.describe()
+
+
+class TestRowsThatFitTwoTables:
+    def test_left_out_rows_are_a_loss(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed on a schema-30 file, and the one root of a table
+        whose rows fit two tables alike that creation order can place (session_turn_leases
+        between gateway_heartbeats and async_delegations) made unplaceable by zeroing the
+        empty compression_locks root before it: the tree is left out, the report lists it
+        in rows_left_out and loss_detected is true; no row is written to the wrong table."""
+        case = corruption.zeroed_page1(tmp_path / "db", MAIN_EXTERNAL, schema_leaves=True)
+        roots = corruption.schema_roots(case.pristine)
+        n = roots["compression_locks"]
+        corruption._write(case.db, (n - 1) * 4096, bytes(4096))
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")  # a verified output, with loss
+        assert rep["rows_left_out"] == [
+            {"leaves": 1, "records_read": 1, "fit": ["compression_locks", "session_turn_leases"]}
+        ]
+        assert rep["loss_detected"] is True
+        for table in ("compression_locks", "session_turn_leases"):
+            assert rows(out, f"SELECT * FROM {table}") == []

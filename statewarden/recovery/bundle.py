@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -76,6 +77,9 @@ class WorkCopy:
     truncated_note: str | None  # set when the file is shorter than its header says
     wal: WalFacts | None = None  # the source's -wal, frame by frame, if it had one
     schema_note: str | None = None  # set when page 1 had to be rebuilt to read the schema
+    # rows of a rebuilt schema's tables that fit two tables alike, not recovered
+    # (``LostSchema.left_out_json``)
+    left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def wal_name(self) -> str:
@@ -259,7 +263,8 @@ def make_work_copy(
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
-        schema_note = _fold_or_rebuild_schema(copy, source, truncated)
+        left_out: list[dict[str, Any]] = []
+        schema_note = _fold_or_rebuild_schema(copy, source, truncated, left_out)
         schema_note = "; ".join(filter(None, [header_note, page_size_note, schema_note])) or None
         return WorkCopy(
             work_dir=work_dir,
@@ -271,6 +276,7 @@ def make_work_copy(
             truncated_note=truncated,
             wal=wal,
             schema_note=schema_note,
+            left_out=left_out,
             lock_fd=lock_fd,
         )
     except BaseException:
@@ -518,7 +524,9 @@ def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
         f.write(struct.pack(">I", (header.change_counter + 1) & 0xFFFFFFFF))
 
 
-def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> str | None:
+def _fold_or_rebuild_schema(
+    copy: Path, source: Path, truncated: str | None, left_out: list[dict[str, Any]]
+) -> str | None:
     """Fold the copy; if its schema cannot be read, rebuild page 1 from the intact
     ``sqlite_schema`` leaves (``pages.rebuild_schema_root``) and fold again. Returns a
     note when page 1 was rebuilt; raises the first error if that does not help."""
@@ -538,7 +546,7 @@ def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> 
                     f" cannot read the schema; it was rebuilt in the private copy from"
                     f" {leaves} intact sqlite_schema leaf pages"
                 )
-                return _complete_schema(copy, source, note)
+                return _complete_schema(copy, source, note, left_out)
         # No schema leaf left either: Hermes' known schema, if the rows fit one.
         try:
             lost = rebuild_from_known_schema(copy, source)
@@ -548,6 +556,7 @@ def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> 
             _fold(copy, source, truncated)
         except DatabaseUnreadable:
             raise first from None
+        left_out.extend(lost.left_out_json())
         return _with_indexes(copy, lost, lost.note(source))
 
 
@@ -560,7 +569,7 @@ def _with_indexes(copy: Path, lost: LostSchema, note: str) -> str:
     return note
 
 
-def _complete_schema(copy: Path, source: Path, note: str) -> str:
+def _complete_schema(copy: Path, source: Path, note: str, left_out: list[dict[str, Any]]) -> str:
     """Page 1 was rebuilt from the schema leaves left; when rows of ``sqlite_schema``
     were lost with a destroyed leaf and the file is Hermes', the objects they named
     are added from the known schema (``lost_schema``), their tables found by shape.
@@ -573,6 +582,7 @@ def _complete_schema(copy: Path, source: Path, note: str) -> str:
         _fold(copy, source, None)
     except DatabaseUnreadable:
         return note
+    left_out.extend(lost.left_out_json())
     return _with_indexes(copy, lost, f"{note}; {lost.note(source).removeprefix(f'{source}: ')}")
 
 

@@ -88,6 +88,13 @@ class LostSchema:
     reindex: list[str] = field(default_factory=list)  # tables given new, empty indexes
     first_new_page: int = 0  # the pages from here on were appended to the copy
 
+    def left_out_json(self) -> list[dict[str, Any]]:
+        """The trees left out, as the report lists them."""
+        return [
+            {"leaves": leaves, "records_read": records, "fit": tables}
+            for leaves, records, tables in self.left_out
+        ]
+
     def note(self, source: Path) -> str:
         found = ", ".join(
             f"{t} (root page {self.roots[t]}, {self.leaves[t]} leaves)" for t in sorted(self.roots)
@@ -223,7 +230,7 @@ def find_trees(db: DatabaseFile) -> list[Tree]:
         if reached:
             tree = Tree(root, reached)
             step = max(1, len(reached) // LEAVES_SAMPLED)
-            for leaf in [*reached[::step], reached[-1]][: LEAVES_SAMPLED + 1]:
+            for leaf in dict.fromkeys([*reached[::step][:LEAVES_SAMPLED], reached[-1]]):
                 try:
                     rows, _bad = db.leaf_rows(leaf)
                 except PageFormatError:
