@@ -231,3 +231,26 @@ class TestRowsThatFitTwoTables:
         assert rep["loss_detected"] is True
         for table in ("compression_locks", "session_turn_leases"):
             assert rows(out, f"SELECT * FROM {table}") == []
+
+
+class TestFreelistUnknown:
+    def test_deleted_rows_stay_deleted_when_the_header_is_gone(self, tmp_path: Path) -> None:
+        """1,000 messages deleted (their leaves go to the freelist with their rows still
+        on them), then the header zeroed: the freelist it named is unknown, so a page no
+        b-tree reaches may hold deleted rows; recover takes such a row only when an
+        intact index lists it, and the output holds exactly the live messages."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages WHERE id BETWEEN 500 AND 1499")
+            corruption.recount_messages(conn)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        live = rows(case.db, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert len(live) == 1000
+        assert rows(case.db, "PRAGMA freelist_count")[0][0] > 0
+        with open(case.db, "r+b") as f:
+            f.write(bytes(100))
+        code, _rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == live

@@ -80,6 +80,9 @@ class WorkCopy:
     # rows of a rebuilt schema's tables that fit two tables alike, not recovered
     # (``LostSchema.left_out_json``)
     left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the header was destroyed and rebuilt: where the freelist was is not known, so a
+    # page no b-tree reaches may hold deleted rows
+    freelist_unknown: bool = False
 
     @property
     def wal_name(self) -> str:
@@ -277,6 +280,7 @@ def make_work_copy(
             wal=wal,
             schema_note=schema_note,
             left_out=left_out,
+            freelist_unknown=header_note is not None,
             lock_fd=lock_fd,
         )
     except BaseException:

@@ -227,7 +227,8 @@ def _recover_copy(
             wal_rows=wal_rows,
             report=report,
             progress=progress,
-            trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
+            trust_unreached=not work.freelist_unknown
+            and not any(g.kind == "freelist" for g in diag.groups),
             others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
         )
         copies = rebuild.run()
