@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,14 @@ import apsw
 import pytest
 
 from lab import corruption, fuzz
-from lab.hermes_fixtures import MAIN_EXTERNAL, MAIN_LEGACY, SMALL, AnySpec, built_db
+from lab.hermes_fixtures import (
+    MAIN_EXTERNAL,
+    MAIN_LEGACY,
+    SMALL,
+    AnySpec,
+    built_db,
+    hermes_python,
+)
 from lab.write_known_schemas import LAYOUTS, schema_rows
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
 from statewarden.recovery.lost_schema import infer_page_size
@@ -78,6 +86,20 @@ class TestKnownSchemas:
         schema fails here until lab/write_known_schemas.py is run again."""
         _what, spec = LAYOUTS[layout]
         assert KNOWN_SCHEMAS[layout][1] == tuple(schema_rows(built_db(spec)))
+
+    @pytest.mark.parametrize("version", ["0.13.0", "0.19.0"])
+    def test_a_fresh_database_of_the_installed_hermes(self, tmp_path: Path, version: str) -> None:
+        """A database the installed hermes-agent release creates now, in a new home
+        (its ``SessionDB`` opened and closed, no rows), has exactly the checked-in
+        sqlite_schema rows of that release."""
+        home = tmp_path / "home"
+        home.mkdir()
+        script = (
+            "import os, sys; os.environ['HERMES_HOME'] = sys.argv[1];"
+            " from hermes_state import SessionDB; SessionDB().close()"
+        )
+        subprocess.run([hermes_python(version), "-c", script, str(home)], check=True)
+        assert KNOWN_SCHEMAS[version][1] == tuple(schema_rows(home / "state.db"))
 
 
 class TestPageSize:
