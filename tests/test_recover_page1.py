@@ -22,6 +22,7 @@ from lab import corruption, fuzz
 from lab.hermes_fixtures import (
     MAIN_EXTERNAL,
     MAIN_LEGACY,
+    OLDEST,
     SMALL,
     AnySpec,
     built_db,
@@ -34,6 +35,7 @@ from statewarden.recovery.schema import read_schema
 from tests.support.cli import run_ctl
 
 SPECS: dict[str, AnySpec] = {
+    "0.13.0": OLDEST,
     "0.19.0": SMALL,
     "30-external": MAIN_EXTERNAL,
     "30-legacy": MAIN_LEGACY,
@@ -145,7 +147,7 @@ class TestPage1Destroyed:
         assert any("page size the pages prove, 4096 bytes" in n for n in rep["notes"])
         assert_every_table_pristine(out, case.pristine)
 
-    @pytest.mark.parametrize("layout", ["0.19.0", "30-external", "30-legacy"])
+    @pytest.mark.parametrize("layout", ["0.13.0", "0.19.0", "30-external", "30-legacy"])
     @pytest.mark.parametrize("keep_header", [False, True])
     def test_page1_and_every_schema_page_zeroed(
         self, tmp_path: Path, layout: str, keep_header: bool
