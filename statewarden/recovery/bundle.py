@@ -192,14 +192,9 @@ def check_work_parent(directory: Path) -> None:
         )
 
 
-def validate_source(db: Path) -> HeaderFacts:
-    """Raw checks of the source, with no connection open: exists, a file, a SQLite header."""
-    return parse_header(_read_head(db), str(db))
-
-
 def _read_head(db: Path) -> bytes:
-    """The source's first 100 bytes, after checking it exists and is a regular file
-    (its sidecars too)."""
+    """Raw checks of the source, with no connection open (exists, a regular file, its
+    sidecars too); its first 100 bytes, the header ``parse_header`` reads."""
     if not os.path.lexists(db):
         raise UsageError(f"{db}: no such file")
     if db.is_dir():
