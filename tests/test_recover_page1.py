@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -278,3 +279,29 @@ class TestFreelistUnknown:
         code, _rep, err, out = recover(case.db, tmp_path)
         assert (code, err) == (0, "")
         assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == live
+
+
+class TestHostilePages:
+    @pytest.mark.parametrize("shape", ["empty_leaves", "interior_cycle"])
+    def test_one_line_and_exit_4(self, tmp_path: Path, shape: str) -> None:
+        """A file with no header whose pages are b-tree pages but hold nothing Hermes
+        wrote (only empty leaves; interior pages that point at themselves and each other
+        in a cycle): the walks end, no schema is guessed, one line, exit 4."""
+        pages = [bytes(4096)]
+        for n in range(2, 34):
+            page = bytearray(4096)
+            if shape == "empty_leaves":
+                page[0] = 0x0D
+                struct.pack_into(">H", page, 5, 4096)
+            else:
+                page[0] = 0x05
+                struct.pack_into(">HHHBI", page, 1, 0, 1, 4092, 0, n % 32 + 2)
+                struct.pack_into(">H", page, 12, 4092)
+                struct.pack_into(">I", page, 4092, n)
+            pages.append(bytes(page))
+        db = tmp_path / "state.db"
+        db.write_bytes(b"".join(pages))
+        code, _doc, err = check(db)
+        assert code == 4
+        assert err.count("\n") == 1
+        assert "no schema is guessed" in err
