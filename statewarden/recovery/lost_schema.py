@@ -158,7 +158,8 @@ def _plausible(db: DatabaseFile, n: int) -> bool:
         _kind, h, _count = db.btree_header(n)
         offs = db.cell_offsets(n)
         pg = db.page(n)
-        first_free, content = struct.unpack(">HH", pg[h + 1 : h + 5])
+        (first_free,) = struct.unpack(">H", pg[h + 1 : h + 3])
+        (content,) = struct.unpack(">H", pg[h + 5 : h + 7])
         content = content or 65536
         if content > db.page_size or (offs and content > min(offs)):
             return False
