@@ -1,12 +1,13 @@
 """The long run of the fuzz lab: ``recover`` against random damage on many seeds.
 
-    .venv/bin/python bench/fuzz_recover.py [--seeds 500] [--first 0]
+    .venv/bin/python bench/fuzz_recover.py [--seeds 500] [--first 0] [--page1]
 
 For each seed ``lab/fuzz.py`` damages a copy of a Hermes-written database (zeroed
 sectors and 4 KiB blocks, random bytes, torn and reverted pages) and carves the ground
 truth; ``recover`` runs on it and its output and report are held to the promises (no
 intact row dropped, no wrong row passed off as good, loss reported exactly when rows
-were lost, the source unchanged). In the same run, on the same damaged files, what a
+were lost, the source unchanged); ``--page1`` destroys page 1 on every seed too (and
+the schema pages on half of them). In the same run, on the same damaged files, what a
 user would do instead, ``sqlite3 .dump | sqlite3`` (Debian's CLI), is judged by the
 same truth (it reports nothing, so only dropped and wrong rows count for it).
 
@@ -45,6 +46,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--seeds", type=int, default=500)
     p.add_argument("--first", type=int, default=0)
+    p.add_argument("--page1", action="store_true", help="destroy page 1 on every seed too")
     args = p.parse_args()
     fuzz.later_db()  # built once, outside the timings
     ours: list[str] = []
@@ -56,7 +58,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             work = Path(d)
             t0 = time.perf_counter()
-            case, found = fuzz.run_seed(work / "ours", seed)
+            case, found = fuzz.run_seed(work / "ours", seed, page1=args.page1)
             t_ours.append(time.perf_counter() - t0)
             if found:
                 ours.append(f"{case.describe()}: {found[0]}")

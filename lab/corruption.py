@@ -994,3 +994,31 @@ def cross_linked_overflow(dest_dir: Path, spec: Spec = SMALL) -> Case:
         f" rowid {a}'s first overflow page"
     )
     return case
+
+
+def zeroed_page1(
+    dest_dir: Path, spec: AnySpec = SMALL, *, schema_leaves: bool = False, keep_header: bool = False
+) -> Case:
+    """Page 1 zeroed whole, the 100-byte header included (``keep_header``: all but the
+    header); with ``schema_leaves`` every other page of ``sqlite_schema``'s b-tree too,
+    so no page names a table any more.
+
+    Every row of every table is intact on its own pages (``unreached`` lists them all:
+    nothing but page 1 and the schema leaves was written), so a recovery that infers
+    the page size and takes Hermes' known schema for the version loses none.
+    """
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.pristine)
+    interior, leaves = pf.tree_pages(1)
+    destroyed = [1] + (sorted(set(interior + leaves) - {1}) if schema_leaves else [])
+    for n in destroyed:
+        skip = 100 if n == 1 and keep_header else 0
+        _write(case.db, (n - 1) * pf.page_size + skip, b"\x00" * (pf.page_size - skip))
+    case.damaged_pages.extend(destroyed)
+    for table in ("sessions", "messages"):
+        rows = table_rows(case.pristine, f"SELECT rowid FROM {table}")
+        case.unreached[table] = [int(str(r)) for (r,) in rows]
+    what = "page 1 and every sqlite_schema page" if schema_leaves else "page 1"
+    what += " (header kept)" if keep_header else " (header included)"
+    case.note = f"{what} zeroed: pages {destroyed}"
+    return case

@@ -12,8 +12,10 @@ Older images come from an earlier copy of the same file: the fixture as Hermes f
 wrote it (``built_db``), while the damaged file is that fixture after Hermes appended
 more messages to some of its sessions and opened a new one (``later_db``, cached). Half
 the damage goes to pages of the ``sessions`` and ``messages`` b-trees, the rest anywhere
-but page 1 (the file header and schema root: salvaging a file without them is its own
-lab case).
+but page 1. With ``page1=True`` the seed also destroys page 1 (drawn from its own
+stream, so a seed's other damage stays the same): zeroed whole, header included, or its
+b-tree zeroed with the header kept, and in half the seeds every ``sqlite_schema`` page
+with it; recover must then infer the page size and the schema.
 
 Ground truth by carving, sharing no code with ``statewarden/recovery/``: a row of a
 base table counts as *intact* when its exact cell (payload-size and rowid varints,
@@ -126,8 +128,9 @@ def _base_pages(pf: PristineFile, roots: dict[str, int]) -> list[int]:
     return sorted(out)
 
 
-def fuzz_case(dest_dir: Path, seed: int, spec: Spec = FUZZ) -> FuzzCase:
-    """A copy of ``later_db(spec)`` with the damage ``seed`` draws, and its truth."""
+def fuzz_case(dest_dir: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False) -> FuzzCase:
+    """A copy of ``later_db(spec)`` with the damage ``seed`` draws (and page 1
+    destroyed, with ``page1``), and its truth."""
     rnd = random.Random(seed)
     pristine = later_db(spec)
     older = built_db(spec)
@@ -164,8 +167,25 @@ def fuzz_case(dest_dir: Path, seed: int, spec: Spec = FUZZ) -> FuzzCase:
                 offset, length, data = start, ps, image
         write_at(db, offset, data)
         case.damage.append(Damage(kind, offset, length, page))
+    if page1:
+        _destroy_page1(case, pf, random.Random(f"page1-{seed}"))
     case.truth = carve_truth(pristine, db)
     return case
+
+
+def _destroy_page1(case: FuzzCase, pf: PristineFile, rnd: random.Random) -> None:
+    """Zero page 1 (header included, or all but the header) and, half the time, every
+    other page of the ``sqlite_schema`` b-tree."""
+    ps = pf.page_size
+    keep = rnd.choice((0, 100))
+    pages = [1]
+    if rnd.random() < 0.5:
+        interior, leaves = pf.tree_pages(1)
+        pages += sorted(set(interior + leaves) - {1})
+    for n in pages:
+        start = (n - 1) * ps + (keep if n == 1 else 0)
+        write_at(case.db, start, bytes((n - 1) * ps + ps - start))
+        case.damage.append(Damage("page1" if n == 1 else "schema", start, ps, n))
 
 
 def _local_size(usable: int, size: int) -> int:
@@ -361,12 +381,15 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
     return []
 
 
-def run_seed(work: Path, seed: int, spec: Spec = FUZZ) -> tuple[FuzzCase, list[str]]:
-    """Damage a copy by ``seed``, run ``recover`` on it, return the case and what broke."""
+def run_seed(
+    work: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False
+) -> tuple[FuzzCase, list[str]]:
+    """Damage a copy by ``seed`` (page 1 too, with ``page1``), run ``recover`` on it,
+    return the case and what broke."""
     from statewarden.errors import StatewardenError
     from statewarden.recovery.recover import recover
 
-    case = fuzz_case(work / "db", seed, spec)
+    case = fuzz_case(work / "db", seed, spec, page1=page1)
     before = bundle_digest(case.db)
     output = work / "out" / "recovered.db"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -28,13 +28,21 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
 from statewarden.atomic import create_new
 from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
 from statewarden.progress import ProgressFn
-from statewarden.recovery.pages import rebuild_schema_root
+from statewarden.recovery.lost_schema import (
+    LostSchema,
+    infer_page_size,
+    rebuild_from_known_schema,
+    reindex,
+    rewrite_header,
+)
+from statewarden.recovery.pages import rebuild_schema_root, schema_records, schema_rowid_gaps
 from statewarden.recovery.wal import WalFacts, read_wal
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
@@ -69,6 +77,12 @@ class WorkCopy:
     truncated_note: str | None  # set when the file is shorter than its header says
     wal: WalFacts | None = None  # the source's -wal, frame by frame, if it had one
     schema_note: str | None = None  # set when page 1 had to be rebuilt to read the schema
+    # rows of a rebuilt schema's tables that fit two tables alike, not recovered
+    # (``LostSchema.left_out_json``)
+    left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the header was destroyed and rebuilt: where the freelist was is not known, so a
+    # page no b-tree reaches may hold deleted rows
+    freelist_unknown: bool = False
 
     @property
     def wal_name(self) -> str:
@@ -178,8 +192,9 @@ def check_work_parent(directory: Path) -> None:
         )
 
 
-def validate_source(db: Path) -> HeaderFacts:
-    """Raw checks of the source, with no connection open: exists, a file, a SQLite header."""
+def _read_head(db: Path) -> bytes:
+    """Raw checks of the source, with no connection open (exists, a regular file, its
+    sidecars too); its first 100 bytes, the header ``parse_header`` reads."""
     if not os.path.lexists(db):
         raise UsageError(f"{db}: no such file")
     if db.is_dir():
@@ -194,7 +209,7 @@ def validate_source(db: Path) -> HeaderFacts:
                     pass
     except PermissionError as exc:
         raise DatabaseUnreadable(f"{exc.filename}: permission denied") from None
-    return parse_header(head, str(db))
+    return head
 
 
 def make_work_copy(
@@ -211,7 +226,14 @@ def make_work_copy(
     copy itself, plus an output for a repair). A copy during which the source changed
     is retried up to ``attempts`` times, then refused with :class:`DatabaseChanged`.
     """
-    header = validate_source(source)
+    head = _read_head(source)
+    header_error: DatabaseUnreadable | None = None
+    try:
+        header: HeaderFacts | None = parse_header(head, str(source))
+    except DatabaseUnreadable as exc:
+        if len(head) < HEADER_SIZE:
+            raise
+        header, header_error = None, exc  # the pages may still tell the page size
     size = bundle_bytes(source)
     work_parent.mkdir(parents=True, exist_ok=True)
     work_parent = work_parent.resolve()
@@ -223,6 +245,10 @@ def make_work_copy(
     try:
         lock_fd = _claim(work_dir)
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
+        header_note = None
+        if header is None:
+            assert header_error is not None
+            header, header_note = _infer_header(copy, source, header_error)
         header, page_size_note = _fit_page_size(copy, header, source)
         wal = _read_wal(copy, header)
         file_header = header
@@ -235,8 +261,9 @@ def make_work_copy(
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
-        schema_note = _fold_or_rebuild_schema(copy, source, truncated)
-        schema_note = "; ".join(filter(None, [page_size_note, schema_note])) or None
+        left_out: list[dict[str, Any]] = []
+        schema_note = _fold_or_rebuild_schema(copy, source, truncated, left_out)
+        schema_note = "; ".join(filter(None, [header_note, page_size_note, schema_note])) or None
         return WorkCopy(
             work_dir=work_dir,
             db=copy,
@@ -247,6 +274,8 @@ def make_work_copy(
             truncated_note=truncated,
             wal=wal,
             schema_note=schema_note,
+            left_out=left_out,
+            freelist_unknown=header_note is not None,
             lock_fd=lock_fd,
         )
     except BaseException:
@@ -438,6 +467,23 @@ def _truncation(copy: Path, header: HeaderFacts) -> str | None:
     return None
 
 
+def _infer_header(copy: Path, source: Path, error: DatabaseUnreadable) -> tuple[HeaderFacts, str]:
+    """A destroyed header replaced in the private copy by a fresh one, with the page
+    size the pages prove (``lost_schema.infer_page_size``); ``error`` is raised when no
+    size is clearly the file's (then it is no database statewarden can read)."""
+    found = infer_page_size(copy)
+    if found is None:
+        raise error
+    page_size, why = found
+    rewrite_header(copy, page_size)
+    with open(copy, "rb") as f:
+        header = parse_header(f.read(HEADER_SIZE), str(source))
+    return header, (
+        f"{source}: the database header is destroyed; the private copy was given a new one"
+        f" with the page size the pages prove, {page_size} bytes ({why})"
+    )
+
+
 def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[HeaderFacts, str | None]:
     """A page-size field that contradicts the file (one flipped header byte), fixed in
     the private copy when exactly one page size makes the header's valid page count fill
@@ -477,7 +523,9 @@ def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
         f.write(struct.pack(">I", (header.change_counter + 1) & 0xFFFFFFFF))
 
 
-def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> str | None:
+def _fold_or_rebuild_schema(
+    copy: Path, source: Path, truncated: str | None, left_out: list[dict[str, Any]]
+) -> str | None:
     """Fold the copy; if its schema cannot be read, rebuild page 1 from the intact
     ``sqlite_schema`` leaves (``pages.rebuild_schema_root``) and fold again. Returns a
     note when page 1 was rebuilt; raises the first error if that does not help."""
@@ -487,18 +535,54 @@ def _fold_or_rebuild_schema(copy: Path, source: Path, truncated: str | None) -> 
     except DatabaseUnreadable as first:
         if truncated:
             raise
-        try:
+        leaves = 0
+        with contextlib.suppress(DatabaseUnreadable):
             leaves = rebuild_schema_root(copy)
-            if not leaves:
-                raise first from None
+            if leaves:
+                _fold(copy, source, truncated)
+                note = (
+                    f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite"
+                    f" cannot read the schema; it was rebuilt in the private copy from"
+                    f" {leaves} intact sqlite_schema leaf pages"
+                )
+                return _complete_schema(copy, source, note, left_out)
+        # No schema leaf left either: Hermes' known schema, if the rows fit one.
+        try:
+            lost = rebuild_from_known_schema(copy, source)
+        except DatabaseUnreadable as exc:
+            raise DatabaseUnreadable(f"{first}; {str(exc).removeprefix(f'{source}: ')}") from None
+        try:
             _fold(copy, source, truncated)
         except DatabaseUnreadable:
             raise first from None
-    return (
-        f"{source}: page 1 (the root of sqlite_schema) is damaged, so SQLite cannot read"
-        f" the schema; it was rebuilt in the private copy from {leaves} intact"
-        " sqlite_schema leaf pages"
-    )
+        left_out.extend(lost.left_out_json())
+        return _with_indexes(copy, lost, lost.note(source))
+
+
+def _with_indexes(copy: Path, lost: LostSchema, note: str) -> str:
+    """Fill the new, empty indexes of the copy from its tables; the note says which
+    could not be."""
+    not_indexed = reindex(copy, lost)
+    if not_indexed:
+        note += f"; the indexes of {', '.join(not_indexed)} could not be rebuilt in the copy"
+    return note
+
+
+def _complete_schema(copy: Path, source: Path, note: str, left_out: list[dict[str, Any]]) -> str:
+    """Page 1 was rebuilt from the schema leaves left; when rows of ``sqlite_schema``
+    were lost with a destroyed leaf and the file is Hermes', the objects they named
+    are added from the known schema (``lost_schema``), their tables found by shape.
+    Otherwise the schema stays as rebuilt (the report names the rows lost)."""
+    if not schema_rowid_gaps(copy):
+        return note
+    present = {str(v[1]): int(v[3]) for v in schema_records(copy)}
+    try:
+        lost = rebuild_from_known_schema(copy, source, present=present)
+        _fold(copy, source, None)
+    except DatabaseUnreadable:
+        return note
+    left_out.extend(lost.left_out_json())
+    return _with_indexes(copy, lost, f"{note}; {lost.note(source).removeprefix(f'{source}: ')}")
 
 
 def _fold(copy: Path, source: Path, truncated: str | None) -> None:

@@ -68,7 +68,9 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
 class DatabaseFile:
     """The pages of a closed database file, read with plain reads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, page_size: int | None = None) -> None:
+        """``page_size``: read a file whose header is destroyed with this page size (no
+        reserved bytes, UTF-8, no freelist known) instead of the header's."""
         # Each page read when wanted (pread), neither mapped nor read whole: memory stays
         # bounded whatever the file's size (a mapping's pages count as the process's
         # memory once touched).
@@ -76,15 +78,22 @@ class DatabaseFile:
         try:
             size = os.fstat(self._fd).st_size
             first = os.pread(self._fd, 100, 0)
-            header = parse_header(first, str(path))
+            header = None if page_size else parse_header(first, str(path))
         except BaseException:
             os.close(self._fd)
             raise
-        self.page_size = header.page_size
-        self.usable = self.page_size - first[20]
-        self.encoding = header.text_encoding
+        if header is None:
+            assert page_size is not None
+            self.page_size = page_size
+            self.usable = page_size
+            self.encoding = "utf-8"
+            self.freelist_trunk = 0
+        else:
+            self.page_size = header.page_size
+            self.usable = self.page_size - first[20]
+            self.encoding = header.text_encoding
+            self.freelist_trunk = header.freelist_trunk
         self.page_count = size // self.page_size
-        self.freelist_trunk = header.freelist_trunk
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
         self._zeroed: dict[int, list[tuple[int, int]]] | None = None
@@ -1141,6 +1150,29 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
         return out, owned
     finally:
         db.close()
+
+
+def schema_records(path: Path) -> list[list[Any]]:
+    """The ``sqlite_schema`` rows (type, name, tbl_name, rootpage, sql) its b-tree
+    from page 1 still reaches, read raw. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        out: list[list[Any]] = []
+        for n in _tree_leaves(db, 1):
+            try:
+                rows, _bad = db.leaf_rows(n)
+            except (PageFormatError, struct.error, IndexError):
+                continue
+            out.extend(v for _, v in rows if _schema_record(v))
+        return out
+    finally:
+        db.close()
+
+
+def is_schema_record(values: list[Any]) -> bool:
+    """Does this record look like a row of ``sqlite_schema``?"""
+    return _schema_record(values)
 
 
 def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:

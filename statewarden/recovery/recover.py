@@ -169,6 +169,7 @@ def _recover_copy(
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
     if work.schema_note:
         report.notes.append(work.schema_note)
+        report.rows_left_out = work.left_out
         # Raw reads: diagnose closed its connection (docs/safety.md rule 2).
         report.schema_rows_lost = [list(g) for g in schema_rowid_gaps(work.db)]
         if report.schema_rows_lost:
@@ -226,7 +227,8 @@ def _recover_copy(
             wal_rows=wal_rows,
             report=report,
             progress=progress,
-            trust_unreached=not any(g.kind == "freelist" for g in diag.groups),
+            trust_unreached=not work.freelist_unknown
+            and not any(g.kind == "freelist" for g in diag.groups),
             others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
         )
         copies = rebuild.run()

@@ -8,7 +8,8 @@ b-tree is intact lists it; it is *lost* when the output has no row with that key
 source could not be read at all (its keys cannot even be listed), a row was kept
 with unreadable columns (partial) or contradicting its witnesses (unverified), or a
 session's message_count disagrees with the messages recovered for it (a stale row,
-or messages missing).
+or messages missing), or rows of a schema rebuilt from Hermes' known layout fit two
+tables alike and were left out (``rows_left_out``).
 """
 
 from __future__ import annotations
@@ -132,6 +133,9 @@ class Report:
     # sqlite_schema rowid stretches lost with a destroyed page (page 1 rebuilt): the
     # objects there, tables among them, are missing.
     schema_rows_lost: list[list[int]] = field(default_factory=list)
+    # leaves of a schema rebuilt from Hermes' known layout whose rows fit two tables
+    # alike: not recovered, a loss (``lost_schema.py``)
+    rows_left_out: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -152,7 +156,7 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return bool(self.count_mismatches or self.schema_rows_lost) or any(
+        return bool(self.count_mismatches or self.schema_rows_lost or self.rows_left_out) or any(
             t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
         )
 
@@ -180,6 +184,7 @@ class Report:
             "count_mismatches": self.count_mismatches,
             "unverified_rows": self.unverified_rows,
             "schema_rows_lost": self.schema_rows_lost,
+            "rows_left_out": self.rows_left_out,
             "notes": self.notes,
             "timings": self.timings,
         }

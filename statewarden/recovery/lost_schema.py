@@ -1,0 +1,703 @@
+"""Page 1 and the schema pages destroyed: the page size and Hermes' schema inferred.
+
+When the 100-byte header is gone, or page 1 and every ``sqlite_schema`` leaf with it,
+SQLite cannot read anything, though the tables' pages are intact. This module rebuilds
+page 1 of the private copy from what the other pages prove (sqlite.org/fileformat2.html):
+
+1. the page size (``infer_page_size``): at each candidate size from 512 to 65536 that
+   divides the file's length, count the pages whose b-tree header is consistent (a
+   page type, a cell-pointer array and cells inside the page, an interior page's
+   children inside the file); the true size has the most, and no other size as many;
+2. the tables' trees (``find_trees``): every table b-tree page no interior page points
+   to is a root; its leaves hold records of one table's shape;
+3. the layout (``rebuild_from_known_schema``): each of Hermes' known schemas
+   (``known_schemas.py``) is matched against the trees' records (the number of fields and
+   their types, ``pages.record_fits``); the one whose tables the most leaves fit, with
+   both ``sessions`` and ``messages`` found, is taken. A file no layout fits is not
+   Hermes' and gets no guessed schema;
+4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
+   each table's root the largest tree of its shape; an index, an FTS shadow table and
+   a table with no tree get a new empty root page appended to the copy. The rest is
+   the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
+   rebuilt, and the FTS tables are rebuilt from ``messages``.
+
+Only the private copy is written. Call with no SQLite connection open to it
+(docs/safety.md rule 2).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from statewarden.errors import DatabaseUnreadable, PageFormatError
+from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
+from statewarden.recovery.pages import (
+    PAGE_INDEX_LEAF,
+    PAGE_TABLE_INTERIOR,
+    PAGE_TABLE_LEAF,
+    DatabaseFile,
+    Row,
+    encode_varint,
+    is_schema_record,
+    record_fits,
+)
+from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
+
+PAGE_SIZES = tuple(512 << i for i in range(8))
+# Pages read per candidate page size: enough to tell the sizes apart on any file.
+PAGES_READ_FOR_SIZE = 50_000
+# Leaves of a tree whose records are decoded to match its shape (spread over the tree).
+LEAVES_SAMPLED = 8
+# The tables every Hermes layout has: a file whose rows fit neither is not Hermes'.
+HERMES_CORE = ("sessions", "messages")
+SEQUENCE = "sqlite_sequence"
+
+KnownRow = tuple[str, str, str, str | None]
+
+
+@dataclass
+class Tree:
+    """A table b-tree found by walking the pages: its root and its leaves."""
+
+    root: int
+    leaves: list[int]
+    rows: list[Row] = field(default_factory=list)  # records of a sample of its leaves
+    columns: dict[str, int] = field(default_factory=dict)  # once attributed: name -> field
+
+
+@dataclass
+class LostSchema:
+    """What was inferred, for the notes."""
+
+    layout: str
+    description: str
+    roots: dict[str, int]  # table -> root page of the tree taken for it
+    leaves: dict[str, int]  # table -> leaves of that tree
+    missing: list[str]  # base tables no tree fits
+    fitted_leaves: dict[str, int]  # layout -> leaves its tables fit
+    new_pages: int
+    # trees whose records fit more than one table equally: (leaves, records read, tables)
+    left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)  # objects the schema still named
+    reindex: list[str] = field(default_factory=list)  # tables given new, empty indexes
+    first_new_page: int = 0  # the pages from here on were appended to the copy
+
+    def left_out_json(self) -> list[dict[str, Any]]:
+        """The trees left out, as the report lists them."""
+        return [
+            {"leaves": leaves, "records_read": records, "fit": tables}
+            for leaves, records, tables in self.left_out
+        ]
+
+    def note(self, source: Path) -> str:
+        found = ", ".join(
+            f"{t} (root page {self.roots[t]}, {self.leaves[t]} leaves)" for t in sorted(self.roots)
+        )
+        others = ", ".join(
+            f"{name}: {n}" for name, n in sorted(self.fitted_leaves.items()) if name != self.layout
+        )
+        lead = (
+            f"{source}: sqlite_schema rows were lost with a destroyed page; the"
+            f" {len(self.completed)} objects it still names kept, the others added"
+            if self.completed
+            else f"{source}: page 1 and the sqlite_schema pages are destroyed; the schema was"
+            " rebuilt"
+        )
+        text = (
+            f"{lead} in the private copy from the known schema of {self.description}"
+            f" (layout {self.layout}): the records of {self.fitted_leaves[self.layout]}"
+            f" table leaves fit its tables (other layouts: {others}); tables found: {found}"
+        )
+        if self.missing:
+            text += f"; no pages of {', '.join(sorted(self.missing))} were found"
+        for leaves, records, tables in self.left_out:
+            text += (
+                f"; {leaves} leaves ({records} records read) fit {' and '.join(tables)} alike"
+                " and nothing tells which: their rows are not recovered"
+            )
+        return (
+            text + "; indexes and FTS tables are rebuilt from the tables; recover can rebuild"
+            " the database from this schema"
+        )
+
+
+# -- the page size ------------------------------------------------------------------
+
+
+def infer_page_size(path: Path) -> tuple[int, str] | None:
+    """(page size, why) for a file whose header is destroyed, or None when no size
+    is clearly the file's (no b-tree page at any size, or two sizes tie)."""
+    size = path.stat().st_size
+    scores: dict[int, int] = {}
+    for ps in PAGE_SIZES:
+        if size % ps or size < 2 * ps:
+            continue
+        db = DatabaseFile(path, page_size=ps)
+        try:
+            last = min(db.page_count, PAGES_READ_FOR_SIZE)
+            scores[ps] = sum(1 for n in range(2, last + 1) if _plausible(db, n))
+        finally:
+            db.close()
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+    if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return None
+    best, count = ranked[0]
+    runner = f"; at {ranked[1][0]} bytes {ranked[1][1]}" if len(ranked) > 1 else ""
+    return best, f"{count} pages have a consistent b-tree header at {best} bytes{runner}"
+
+
+def _plausible(db: DatabaseFile, n: int) -> bool:
+    """Does page ``n`` read as a b-tree page at ``db``'s page size?"""
+    try:
+        _kind, h, _count = db.btree_header(n)
+        offs = db.cell_offsets(n)
+        pg = db.page(n)
+        (first_free,) = struct.unpack(">H", pg[h + 1 : h + 3])
+        (content,) = struct.unpack(">H", pg[h + 5 : h + 7])
+        content = content or 65536
+        if content > db.page_size or (offs and content > min(offs)):
+            return False
+        if first_free and not h + 8 <= first_free < db.page_size:
+            return False
+        return all(2 <= c <= db.page_count for c in db.children(n))
+    except (PageFormatError, struct.error):
+        return False
+
+
+def fresh_header(page_size: int, page_count: int) -> bytes:
+    """A 100-byte header for a file in WAL mode (as Hermes keeps it), UTF-8, no
+    reserved bytes, no freelist known."""
+    h = bytearray(HEADER_SIZE)
+    h[0:16] = SQLITE_MAGIC
+    struct.pack_into(">H", h, 16, 1 if page_size == 65536 else page_size)
+    h[18:24] = bytes([2, 2, 0, 64, 32, 32])
+    struct.pack_into(">II", h, 24, 1, page_count)  # change counter, page count
+    struct.pack_into(">II", h, 40, 1, 4)  # schema cookie, schema format
+    struct.pack_into(">I", h, 56, 1)  # UTF-8
+    struct.pack_into(">II", h, 92, 1, apsw.SQLITE_VERSION_NUMBER)
+    return bytes(h)
+
+
+def rewrite_header(path: Path, page_size: int) -> None:
+    """Give a private copy whose header is destroyed a fresh one (page 1's b-tree is
+    left as it is)."""
+    pages = path.stat().st_size // page_size
+    with open(path, "r+b") as f:
+        f.write(fresh_header(page_size, pages))
+
+
+# -- the trees ----------------------------------------------------------------------
+
+
+def find_trees(db: DatabaseFile) -> list[Tree]:
+    """Every table b-tree among pages 2.. that no interior page points to, with its
+    leaves and the records of a sample of them."""
+    leaves: set[int] = set()
+    interior: dict[int, list[int]] = {}
+    pointed: set[int] = set()
+    for n in range(2, db.page_count + 1):
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind == PAGE_TABLE_LEAF:
+                db.cell_offsets(n)
+                leaves.add(n)
+            elif kind == PAGE_TABLE_INTERIOR:
+                children = db.children(n)
+                if all(2 <= c <= db.page_count for c in children):
+                    interior[n] = children
+                    pointed.update(children)
+        except (PageFormatError, struct.error):
+            continue
+    trees = []
+    for root in sorted((leaves | set(interior)) - pointed):
+        reached: list[int] = []
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in leaves:
+                reached.append(n)
+            else:
+                stack.extend(reversed(interior.get(n, [])))
+        if reached:
+            tree = Tree(root, reached)
+            step = max(1, len(reached) // LEAVES_SAMPLED)
+            for leaf in dict.fromkeys([*reached[::step][:LEAVES_SAMPLED], reached[-1]]):
+                try:
+                    rows, _bad = db.leaf_rows(leaf)
+                except PageFormatError:
+                    continue
+                tree.rows.extend(rows)
+            if tree.rows and all(is_schema_record(v) for _, v in tree.rows):
+                continue  # a leaf of sqlite_schema left over: no table's
+            trees.append(tree)
+    return trees
+
+
+ForeignKey = tuple[str, str, str, str]  # (table, column, referenced table, its column)
+
+
+def layout_schema(rows: tuple[KnownRow, ...]) -> tuple[Schema, list[ForeignKey]]:
+    """The schema a layout's rows make, and its foreign keys, read from an in-memory
+    database (its root pages mean nothing here; its columns are exact)."""
+    conn = apsw.Connection(":memory:")
+    try:
+        for _type, _name, _tbl, sql in rows:
+            if sql is None:
+                continue
+            try:
+                conn.execute(sql)
+            except apsw.SQLError:
+                continue  # an FTS shadow table its FTS5 table created already
+        schema = read_schema(conn)
+        fks = [
+            (o.name, str(r[3]), str(r[2]), str(r[4]))
+            for o in schema.base_tables()
+            for r in conn.execute(f"PRAGMA foreign_key_list({quote_ident(o.name)})")
+            if r[4] is not None
+        ]
+        return schema, fks
+    finally:
+        conn.close()
+
+
+def _candidates(schema: Schema) -> list[SchemaObject]:
+    return [
+        o
+        for o in schema.tables()
+        if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
+    ]
+
+
+def _fit(candidates: list[SchemaObject], rows: list[Row]) -> list[SchemaObject]:
+    """The one table whose shape every record fits (at least one with all its
+    columns), as ``pages`` gives orphan leaves to tables; among several, the one whose
+    declared column types agree with the most values (text in TEXT columns, numbers in
+    REAL and INTEGER ones), if only one does."""
+    if not rows:
+        return []
+    names = {o.name for o in candidates}
+    if all(len(v) == 2 and v[0] in names and isinstance(v[1], int) for _, v in rows):
+        return [o for o in candidates if o.name == SEQUENCE]  # table name, highest rowid
+    candidates = [o for o in candidates if o.name != SEQUENCE]
+    most = max(len(v) for _, v in rows)
+    fits = [
+        o
+        for o in candidates
+        if most == len(o.stored_columns)
+        and all(record_fits(o, v) and not _null_key(o, v) for _, v in rows)
+    ]
+    if len(fits) > 1:
+        agree = {o.name: _agreement(o, rows) for o in fits}
+        top = max(agree.values())
+        fits = [o for o in fits if agree[o.name] == top]
+    return fits
+
+
+def _referenced(
+    fits: list[SchemaObject], tree: Tree, fks: list[ForeignKey], found: dict[str, Tree]
+) -> str | None:
+    """Of the tables a tree fits equally well, the one whose key the rows of a table
+    already found refer to (``sessions.system_prompt_hash`` names the rows of
+    ``system_prompts``, not of ``state_meta``), if exactly one."""
+    proven = []
+    for obj in fits:
+        names = [c.name for c in obj.stored_columns]
+        # (the rows found, their column, this table's column): declared keys both ways.
+        links = [(found[t], c, tc) for t, c, to, tc in fks if to == obj.name and t in found]
+        links += [(found[to], tc, c) for t, c, to, tc in fks if t == obj.name and to in found]
+        for other, column, own in links:
+            if own not in names:
+                continue
+            values = _column_values(other, column)
+            i = names.index(own)
+            if any(len(v) > i and v[i] in values for _, v in tree.rows):
+                proven.append(obj.name)
+                break
+    return proven[0] if len(proven) == 1 else None
+
+
+def _by_creation_order(
+    fits: list[SchemaObject],
+    tree: Tree,
+    roots: list[int],
+    tables: list[str],
+    found: dict[str, Tree],
+) -> SchemaObject | None:
+    """Of the tables a tree fits equally well, the one at the tree's place: SQLite gives
+    each new table the next page, so the table trees (``roots``, ascending, the empty
+    ones too) follow the order Hermes creates its rowid ``tables`` in. Between the two
+    nearest trees already attributed, when there are as many trees as tables created
+    between those two, the tree's place names its table."""
+    where = {name: roots.index(t.root) for name, t in found.items() if t.root in roots}
+    anchors = sorted((tables.index(n), pos) for n, pos in where.items() if n in tables)
+    here = roots.index(tree.root)
+    before = [(k, p) for k, p in anchors if p < here]
+    after = [(k, p) for k, p in anchors if p > here]
+    k0, p0 = before[-1] if before else (-1, -1)
+    k1, p1 = after[0] if after else (len(tables), len(roots))
+    if k1 - k0 != p1 - p0:
+        return None
+    name = tables[k0 + here - p0]
+    return next((o for o in fits if o.name == name), None)
+
+
+def _table_trees(schema: Schema, rows: tuple[KnownRow, ...]) -> list[SchemaObject]:
+    """The objects stored as table b-trees, in the order Hermes creates them."""
+    out = []
+    for _type, name, _tbl, _sql in rows:
+        obj = schema.by_name(name)
+        if obj is not None and obj.type == "table" and not (obj.is_virtual or obj.without_rowid):
+            out.append(obj)
+    return out
+
+
+def _column_values(tree: Tree, column: str) -> set[Any]:
+    index = tree.columns.get(column)
+    if index is None:
+        return set()
+    return {v[index] for _, v in tree.rows if len(v) > index and v[index] is not None}
+
+
+def _null_key(obj: SchemaObject, values: list[Any]) -> bool:
+    """A NULL in a declared primary key column other than the rowid: SQLite allows it,
+    Hermes never writes it (an FTS shadow row's NULL rowid alias looks like one)."""
+    alias = obj.rowid_alias
+    return any(
+        v is None and col.pk and col.name != alias
+        for col, v in zip(obj.stored_columns, values, strict=False)
+    )
+
+
+def _agreement(obj: SchemaObject, rows: list[Row]) -> int:
+    """How many values are of the storage class their column's declared type asks for."""
+    kinds: list[tuple[type, ...]] = []
+    for col in obj.stored_columns:
+        t = col.decl_type.upper()
+        if "INT" in t or any(k in t for k in ("REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")):
+            kinds.append((int, float))
+        elif any(k in t for k in ("CHAR", "CLOB", "TEXT")):
+            kinds.append((str,))
+        elif t in ("", "BLOB"):
+            kinds.append((int, float, str, bytes))  # no affinity: any value agrees
+        else:
+            kinds.append((int, float))
+    return sum(
+        1
+        for _, values in rows
+        for v, want in zip(values, kinds, strict=False)
+        if v is not None and isinstance(v, want)
+    )
+
+
+# -- page 1 -------------------------------------------------------------------------
+
+
+def rebuild_from_known_schema(
+    path: Path, source: Path, present: dict[str, int] | None = None
+) -> LostSchema:
+    """Rewrite page 1 of the private copy ``path`` as the root of the known schema its
+    rows fit, appending an empty root page for every object no tree was found for.
+    ``present``: the objects (name -> root page) the schema still names, when only
+    some of its rows were lost; they keep their roots, and only layouts holding them
+    all are considered. Raises :class:`DatabaseUnreadable` (one line) when no Hermes
+    layout fits."""
+    present = present or {}
+    db = DatabaseFile(path)
+    try:
+        trees = find_trees(db)
+        page_size, usable, page_count = db.page_size, db.usable, db.page_count
+        header = db.page(1)[:HEADER_SIZE]
+    finally:
+        db.close()
+    best: tuple[int, str] | None = None
+    fitted: dict[str, int] = {}
+    chosen: dict[str, dict[str, Tree]] = {}
+    left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
+    claimed = set(present.values())
+    for layout, (_what, rows) in KNOWN_SCHEMAS.items():
+        if not set(present) <= {name for _t, name, _tb, _s in rows}:
+            fitted[layout] = 0
+            continue
+        schema, fks = layout_schema(rows)
+        cands = [o for o in _candidates(schema) if o.name not in present]
+        base = {o.name for o in schema.base_tables()} | {SEQUENCE}
+        per_table = _present_trees(schema, present, trees)
+        score = 0
+        tied: list[tuple[Tree, list[SchemaObject]]] = []
+        for tree in (t for t in trees if t.root not in claimed):
+            fits = _fit(cands, tree.rows)
+            if len(fits) > 1:
+                tied.append((tree, fits))
+                continue
+            if not fits or fits[0].name not in base:
+                continue
+            score += _take(per_table, fits[0], tree)
+        unresolved = []
+        for tree, fits in tied:  # second: the evidence of the tables found
+            name = _referenced(fits, tree, fks, per_table)
+            obj = schema.by_name(name) if name else None
+            if obj is not None and obj.name in base:
+                score += _take(per_table, obj, tree)
+            else:
+                unresolved.append((tree, fits))
+        tables = [o.name for o in _table_trees(schema, rows)]
+        roots = sorted(t.root for t in trees)
+        for tree, fits in unresolved:  # last: where its root lies among the roots found
+            by_order = _by_creation_order(fits, tree, roots, tables, per_table)
+            if by_order is not None and by_order.name in base:
+                score += _take(per_table, by_order, tree)
+            elif any(o.name in base for o in fits):
+                left_out.setdefault(layout, []).append((tree, [o.name for o in fits]))
+        fitted[layout] = score
+        chosen[layout] = per_table
+        if all(t in per_table for t in HERMES_CORE) and (best is None or score > best[0]):
+            best = (score, layout)
+    if best is None:
+        raise DatabaseUnreadable(
+            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
+            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
+        )
+    layout = best[1]
+    description, known = KNOWN_SCHEMAS[layout]
+    schema, _fks = layout_schema(known)
+    found = chosen[layout]
+    records: list[list[Any]] = []
+    reindex_tables: set[str] = set()
+    next_page = page_count + 1
+    empty_pages: list[bytes] = []
+    for kind, name, tbl, sql in known:
+        obj = schema.by_name(name)
+        root = 0
+        if name in present:
+            root = present[name]
+        elif kind in ("table", "index") and not (obj is not None and obj.is_virtual):
+            if kind == "index":
+                reindex_tables.add(tbl)
+            if name in found and obj is not None and obj.shadow_of is None:
+                root = found[name].root
+            else:
+                root = next_page
+                next_page += 1
+                table_tree = kind == "table" and obj is not None and not obj.without_rowid
+                empty_pages.append(_empty_leaf(page_size, usable, table_tree))
+        records.append([kind, name, tbl, root, sql])
+    leaves = _schema_leaves(records, page_size, usable)
+    first_leaf = next_page
+    total = first_leaf - 1 + len(leaves)
+    page1 = _page1(header, leaves, first_leaf, page_size, usable, total, records)
+    with open(path, "r+b") as f:
+        f.seek(page_count * page_size)
+        for page in empty_pages:
+            f.write(page)
+        for leaf in leaves:
+            f.write(leaf)
+        f.seek(0)
+        f.write(page1)
+    base_names = {o.name for o in schema.base_tables()}
+    return LostSchema(
+        layout=layout,
+        description=description,
+        roots={t: tree.root for t, tree in found.items() if t not in present},
+        leaves={t: len(tree.leaves) for t, tree in found.items() if t not in present},
+        completed=sorted(present),
+        reindex=sorted(reindex_tables & base_names),
+        first_new_page=page_count + 1,
+        missing=sorted(base_names - set(found)),
+        fitted_leaves=fitted,
+        new_pages=total - page_count,
+        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out.get(layout, [])],
+    )
+
+
+def _present_trees(schema: Schema, present: dict[str, int], trees: list[Tree]) -> dict[str, Tree]:
+    """The trees of the tables the schema still names, as found (for the evidence of
+    their rows)."""
+    by_root = {t.root: t for t in trees}
+    out = {}
+    for name, root in present.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.type != "table" or obj.is_virtual:
+            continue
+        tree = by_root.get(root) or Tree(root, [])
+        tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+        out[name] = tree
+    return out
+
+
+def _take(per_table: dict[str, Tree], obj: SchemaObject, tree: Tree) -> int:
+    """Give ``tree`` to ``obj`` when it is the largest of its shape; its leaves."""
+    tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+    held = per_table.get(obj.name)
+    if held is None or len(tree.leaves) > len(held.leaves):
+        per_table[obj.name] = tree
+    return len(tree.leaves)
+
+
+def encode_record(values: list[Any]) -> bytes:
+    """SQLite's record format for NULL, integers and text (the schema's values)."""
+    types: list[int] = []
+    body = bytearray()
+    for v in values:
+        if v is None:
+            types.append(0)
+        elif isinstance(v, int) and v in (0, 1):
+            types.append(8 + v)
+        elif isinstance(v, int):
+            for t, width in ((1, 1), (2, 2), (3, 3), (4, 4), (5, 6), (6, 8)):
+                if -(1 << (8 * width - 1)) <= v < 1 << (8 * width - 1):
+                    types.append(t)
+                    body += v.to_bytes(width, "big", signed=True)
+                    break
+        else:
+            raw = str(v).encode()
+            types.append(2 * len(raw) + 13)
+            body += raw
+    head = b"".join(encode_varint(t) for t in types)
+    size = len(head) + 1
+    while len(head) + len(encode_varint(size)) != size:
+        size = len(head) + len(encode_varint(size))
+    return encode_varint(size) + head + bytes(body)
+
+
+def _empty_leaf(page_size: int, usable: int, table: bool) -> bytes:
+    page = bytearray(page_size)
+    page[0] = PAGE_TABLE_LEAF if table else PAGE_INDEX_LEAF
+    struct.pack_into(">H", page, 5, usable % 65536)
+    return bytes(page)
+
+
+def _cells(records: list[list[Any]], usable: int) -> list[bytes]:
+    out = []
+    for rowid, values in enumerate(records, start=1):
+        payload = encode_record(values)
+        if len(payload) > usable - 35:
+            raise DatabaseUnreadable(
+                f"the known schema's row for {values[1]} does not fit a page of {usable} bytes"
+            )
+        out.append(encode_varint(len(payload)) + encode_varint(rowid) + payload)
+    return out
+
+
+def _leaf(cells: list[bytes], page_size: int, usable: int, h: int, prefix: bytes) -> bytes:
+    page = bytearray(page_size)
+    page[:h] = prefix
+    content = usable
+    pointers = []
+    for cell in cells:
+        content -= len(cell)
+        page[content : content + len(cell)] = cell
+        pointers.append(content)
+    struct.pack_into(">BHHHB", page, h, PAGE_TABLE_LEAF, 0, len(cells), content % 65536, 0)
+    for i, p in enumerate(pointers):
+        struct.pack_into(">H", page, h + 8 + 2 * i, p)
+    return bytes(page)
+
+
+def _schema_leaves(records: list[list[Any]], page_size: int, usable: int) -> list[bytes]:
+    """The schema rows packed into table leaves, in rowid order (one leaf when they
+    fit page 1 after its header: none, page 1 itself holds them)."""
+    cells = _cells(records, usable)
+    if 8 + sum(len(c) + 2 for c in cells) <= usable - HEADER_SIZE:
+        return []  # page 1 alone holds them (see _page1)
+    groups: list[list[bytes]] = [[]]
+    used = 8
+    for cell in cells:
+        if used + len(cell) + 2 > usable:
+            groups.append([])
+            used = 8
+        groups[-1].append(cell)
+        used += len(cell) + 2
+    return [_leaf(g, page_size, usable, 0, b"") for g in groups]
+
+
+def _page1(  # noqa: PLR0917 - one page from its parts
+    header: bytes,
+    leaves: list[bytes],
+    first_leaf: int,
+    page_size: int,
+    usable: int,
+    total: int,
+    records: list[list[Any]],
+) -> bytes:
+    """Page 1: the header (kept when it was intact, with the new page count) and the
+    root of ``sqlite_schema``: a leaf holding every row, or an interior page over
+    ``leaves`` (numbered from ``first_leaf``)."""
+    if header.startswith(SQLITE_MAGIC):
+        head = bytearray(header)
+        change = struct.unpack(">I", head[24:28])[0]
+        struct.pack_into(">I", head, 28, total)
+        struct.pack_into(">I", head, 92, change)
+    else:
+        head = bytearray(fresh_header(page_size, total))
+    if not leaves:
+        return _leaf(_cells(records, usable), page_size, usable, HEADER_SIZE, bytes(head))
+    page = bytearray(page_size)
+    page[:HEADER_SIZE] = head
+    content = usable
+    pointers = []
+    rowid = 0
+    for i, leaf in enumerate(leaves[:-1]):
+        rowid += struct.unpack(">H", leaf[3:5])[0]
+        cell = struct.pack(">I", first_leaf + i) + encode_varint(rowid)
+        content -= len(cell)
+        page[content : content + len(cell)] = cell
+        pointers.append(content)
+    h = HEADER_SIZE
+    struct.pack_into(
+        ">BHHHBI",
+        page,
+        h,
+        PAGE_TABLE_INTERIOR,
+        0,
+        len(pointers),
+        content,
+        0,
+        first_leaf + len(leaves) - 1,
+    )
+    for i, p in enumerate(pointers):
+        struct.pack_into(">H", page, h + 12 + 2 * i, p)
+    return bytes(page)
+
+
+def reindex(path: Path, lost: LostSchema) -> list[str]:
+    """Fill the empty indexes of the tables found from the tables themselves (SQLite's
+    ``REINDEX``), so that the recovery holds the rows against indexes that list them,
+    not against empty ones; returns the tables whose indexes could not be built (they
+    stay empty and read as index damage). Call after the copy is folded."""
+    failed = []
+    unbuilt: list[int] = []
+    conn = apsw.Connection(str(path))
+    try:
+        page_size = int(str(conn.execute("PRAGMA page_size").fetchall()[0][0]))
+        for table in lost.reindex:
+            try:
+                conn.execute(f"REINDEX {quote_ident(table)}")
+            except apsw.Error:
+                failed.append(table)
+                unbuilt += [
+                    int(r[0])
+                    for r in conn.execute(
+                        "SELECT rootpage FROM sqlite_schema WHERE type = 'index'"
+                        " AND tbl_name = ? AND rootpage > ?",
+                        (table, lost.first_new_page - 1),
+                    )
+                ]
+    finally:
+        conn.close()
+    # An index left empty would vouch that its table has no rows: its new root page is
+    # zeroed instead, so it reads as the damaged index it is and is rebuilt.
+    with open(path, "r+b") as f:
+        for n in unbuilt:
+            f.seek((n - 1) * page_size)
+            f.write(bytes(page_size))
+    return failed
