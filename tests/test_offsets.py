@@ -58,7 +58,6 @@ def test_is_saved_file_tells_a_reused_inode_apart(tmp_path: Path) -> None:
     log = tmp_path / "agent.log"
     log.write_bytes(b"line one\nline two\n")
     st = os.stat(log)
-    from statewarden.watch.offsets import head_digest, mark_digest
 
     fd = os.open(log, os.O_RDONLY)
     try:
