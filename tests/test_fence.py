@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -80,3 +84,38 @@ def test_a_resumed_fence_takes_down_what_the_ledger_says_was_put_up(tmp_path: Pa
     db.chmod(FENCE_MODE)
     Fence(db, orig, up=True).take_down()
     assert mode_of(db) == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_the_fence_keeps_out_a_process_of_the_owners_uid() -> None:
+    """A process of the database owner's uid (not root) cannot open the fenced file, and
+    can again once the fence is down; root's run knows its own processes ignore it."""
+    folder = Path(tempfile.mkdtemp(prefix="statewarden-fence-"))
+    try:
+        folder.chmod(0o755)
+        db = folder / "state.db"
+        db.write_bytes(b"data")
+        os.chown(db, 65534, 65534)
+        db.chmod(0o600)
+        probe = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            f"open({str(db)!r}, 'rb').read()",
+        ]
+        fence = Fence.of(db)
+        assert not fence.effective  # this process is root
+        fence.put_up()
+        try:
+            kept_out = subprocess.run(probe, capture_output=True, text=True, check=False)
+        finally:
+            fence.let_go()
+            fence.take_down()
+        assert kept_out.returncode != 0
+        assert "PermissionError" in kept_out.stderr
+        assert subprocess.run(probe, check=False).returncode == 0
+    finally:
+        shutil.rmtree(folder)
