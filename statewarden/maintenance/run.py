@@ -493,33 +493,7 @@ class MaintenanceRun:
         fnc = self._fence()
         before: SourceIdentity | None = None
         if opts.action in SWAP_ACTIONS:
-            try:
-                private_dir(quarantine_root(self.state))  # refused now, not at the swap
-            except (OSError, StatewardenError) as exc:
-                return self._finish("failed before stopping anything", EXIT_FAILED, str(exc))
-            self.new = new_file_path(self.db, run_id)
-            self._step("prebuild", new=str(self.new))
-            before = identity(self.db)
-            self.report.source_identity = before.to_json()
-            try:
-                done = self._build()
-                if done is None:
-                    self.sealed = seal(self.new)
-                self.report.path = "pre-built while Hermes ran"
-            except DatabaseChanged as exc:
-                # A writer busy enough that no copy is consistent: build after the stop.
-                self._remove_new()
-                before = None
-                done = None
-                self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
-            except Cancelled as exc:
-                self._remove_new()
-                self.report.cancelled = True
-                return self._finish("cancelled: nothing was stopped", EXIT_FAILED, str(exc))
-            except StatewardenError as exc:
-                self._remove_new()
-                code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
-                return self._finish("failed before stopping anything", code, str(exc))
+            before, done = self._prebuild(run_id)
             if done is not None:
                 return done
         try:
@@ -582,6 +556,39 @@ class MaintenanceRun:
         return self._after_swap()
 
     # -- steps -------------------------------------------------------------------------
+
+    def _prebuild(self, run_id: str) -> tuple[SourceIdentity | None, RunReport | None]:
+        """Build the new file while Hermes runs: the source's identity it was built from
+        (None: build after the stop), and a report when the run ends here."""
+        try:
+            private_dir(quarantine_root(self.state))  # refused now, not at the swap
+        except (OSError, StatewardenError) as exc:
+            return None, self._finish("failed before stopping anything", EXIT_FAILED, str(exc))
+        self.new = new_file_path(self.db, run_id)
+        self._step("prebuild", new=str(self.new))
+        built_from = identity(self.db)
+        self.report.source_identity = built_from.to_json()
+        before: SourceIdentity | None = built_from
+        try:
+            done = self._build()
+            if done is None:
+                self.sealed = seal(self.new)
+            self.report.path = "pre-built while Hermes ran"
+        except DatabaseChanged as exc:
+            # A writer busy enough that no copy is consistent: build after the stop.
+            self._remove_new()
+            before = None
+            done = None
+            self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
+        except Cancelled as exc:
+            self._remove_new()
+            self.report.cancelled = True
+            return None, self._finish("cancelled: nothing was stopped", EXIT_FAILED, str(exc))
+        except StatewardenError as exc:
+            self._remove_new()
+            code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
+            return None, self._finish("failed before stopping anything", code, str(exc))
+        return before, done
 
     def _build(self) -> RunReport | None:
         """Build the new file; a report when the run ends here (healthy, loss, failed)."""
