@@ -3,9 +3,9 @@
 Hermes keeps its home private (0700) and its log lines can carry what must stay there:
 Telegram bot tokens, ``api_key=...``, ``Authorization:`` headers and bearer values,
 ``sk-...``-style provider keys. Evidence lines, summaries and timeline text pass
-through :func:`redact_text` before they reach the incident book, the timeline, the
-control socket or the journal; the value is replaced by :data:`REDACTED`, the name
-of what it was is kept.
+through :func:`redact_text` once, where they enter (``incidents/evidence.py``), before
+they reach the incident book, the timeline, the control socket or the journal; the
+value is replaced by :data:`REDACTED`, the name of what it was is kept.
 
 A secret statewarden itself holds (the Telegram bot token) is known exactly: a
 :class:`Scrubber` made with it takes it out in every encoding a server's answer, a URL

@@ -2,8 +2,9 @@
 
 ``processes`` reads one process from ``/proc`` and names its kind; ``scan`` finds every
 holder of a database (descriptors, maps, ``/proc/locks``, stale inodes), incrementally;
-``opens`` turns inotify open events into cheap re-scans; ``report`` holds the records
-and their JSON; ``units`` confirms each holder's unit with the user manager.
+``locks`` reads ``/proc/locks`` and the OFD locks descriptors carry; ``opens`` turns
+inotify open events into cheap re-scans; ``report`` holds the records and their JSON;
+``units`` confirms each holder's unit with the user manager.
 """
 
 from typing import TYPE_CHECKING

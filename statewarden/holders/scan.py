@@ -80,6 +80,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders import processes as P
+from statewarden.holders.locks import LockKey, Locks, LockTable, attribute, fd_locks, read_locks
 from statewarden.holders.report import (
     DB_FILE,
     FILE_NAMES,
@@ -127,8 +128,6 @@ PARALLEL_MIN_PROCESSES = 256
 # to root. They are still listed under ``uninspectable`` with ``exempt: true``.
 DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
 _DELETED = " (deleted)"
-# (major, minor, inode, mode, start, end): an OFD lock as /proc/locks and fdinfo print it.
-_LockKey = tuple[int, int, int, str, int, str]
 
 
 @dataclass(frozen=True)
@@ -157,28 +156,7 @@ class _Entry:
     # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
     stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
     # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
-    ofd: list[tuple[int, tuple[int, str, bool], _LockKey]] = field(default_factory=list)
-
-
-# (pid, target index) -> (file name, stale, kind, mode, start, end) of each lock it owns
-_Owned = dict[tuple[int, int], list[tuple[str, bool, str, str, int, str]]]
-
-
-@dataclass
-class _LockTable:
-    """What ``/proc/locks`` says, read once per scan."""
-
-    owned: _Owned
-    pids: set[int]  # the owner of every POSIX lock, on any file
-    # target index -> (what, OFD lock key or None) of each lock on its files that names
-    # no owner: -1 is an open file description lock
-    unnamed: dict[int, list[tuple[str, _LockKey | None]]]
-    # target index -> what of each unnamed lock no readable descriptor carries
-    ownerless: dict[int, list[str]] = field(default_factory=dict)
-
-
-# A _LockTable, or why /proc/locks could not be read.
-_Locks = _LockTable | str
+    ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = field(default_factory=list)
 
 
 class _Vanished(Exception):
@@ -287,7 +265,7 @@ class HolderScanner:
         self._store(self._inspect_all(todo, targets, devs), vanished)
         locks = self._read_locks(targets)
         hidden: list[int] = []
-        if isinstance(locks, _LockTable):
+        if isinstance(locks, LockTable):
             newborn, hidden = self._unlisted(locks, set(pids), targets)
             if newborn:  # started after /proc was listed, and already locks a target
                 self._store(self._inspect_all(newborn, targets, devs), vanished)
@@ -301,7 +279,7 @@ class HolderScanner:
                 self._store(self._inspect_all(again, targets, devs), vanished)
                 pids += [p for p in new if p in self._cache]
                 locks = self._read_locks(targets)
-                if isinstance(locks, _LockTable):
+                if isinstance(locks, LockTable):
                     self._attribute(locks)
         mode = "full" if full else "incremental"
         entries = [e for _, e in sorted(self._cache.items()) if e.error or e.fds or e.maps]
@@ -329,30 +307,17 @@ class HolderScanner:
             else:
                 self._cache[pid] = entry
 
-    def _attribute(self, locks: _LockTable) -> bool:
-        """Match each ownerless OFD lock to a readable descriptor that carries it.
-
-        Fills ``locks.ownerless`` with what no readable descriptor carries; True if any.
-        Descriptors sharing one open file description (``dup``, ``fork``) count once.
-        """
-        carriers: dict[_LockKey, list[tuple[int, int]]] = {}
+    def _attribute(self, locks: LockTable) -> bool:
+        """Match each ownerless OFD lock to a readable descriptor that carries it
+        (``locks.attribute``); True if a lock is left that no readable descriptor carries."""
+        carriers: dict[LockKey, list[tuple[int, int]]] = {}
         for e in self._cache.values():
             for fd, _hit, key in e.ofd:
                 carriers.setdefault(key, []).append((e.pid, fd))
-        left: dict[_LockKey, int] = {
-            key: _count_descriptions(holders) for key, holders in carriers.items()
-        }
-        locks.ownerless = {}
-        for index, unnamed in locks.unnamed.items():
-            for what, lock in unnamed:
-                if lock is not None and left.get(lock, 0) > 0:
-                    left[lock] -= 1
-                    continue
-                locks.ownerless.setdefault(index, []).append(what)
-        return bool(locks.ownerless)
+        return attribute(locks, carriers)
 
     def _unlisted(
-        self, locks: _LockTable, listed: set[int], targets: list[_Target]
+        self, locks: LockTable, listed: set[int], targets: list[_Target]
     ) -> tuple[list[int], list[int]]:
         """Lock owners ``/proc`` did not list: (started since, with a lock on a target; hidden).
 
@@ -372,13 +337,13 @@ class HolderScanner:
         if not missing:
             return newborn, []
         again = self._read_locks(targets)
-        still = again.pids if isinstance(again, _LockTable) else set(missing)
+        still = again.pids if isinstance(again, LockTable) else set(missing)
         return newborn, [p for p in missing if p in still]
 
-    def _coverage(self, locks: _Locks) -> dict[str, int]:
+    def _coverage(self, locks: Locks) -> dict[str, int]:
         """How each process of the last listing was covered: read, through locks, or not."""
         out = {"read": 0, "locks_only": 0, "kernel_threads": 0, "uncovered": 0}
-        by_locks = self.other_users == "locks" and isinstance(locks, _LockTable)
+        by_locks = self.other_users == "locks" and isinstance(locks, LockTable)
         for e in self._cache.values():
             if e.kernel_thread:
                 out["kernel_threads"] += 1
@@ -520,7 +485,8 @@ class HolderScanner:
                 entry.fds[hit] = entry.fds.get(hit, 0) + 1
                 if hit[2]:
                     entry.stale_ids[(fst.st_dev, fst.st_ino)] = (hit[0], hit[1])
-                self._read_fd_locks(f"{base}/fdinfo/{fd}", int(fd), hit, entry)
+                fd_no = int(fd)
+                entry.ofd.extend((fd_no, hit, key) for key in fd_locks(f"{base}/fdinfo/{fd}"))
         try:
             maps = P.read_file(f"{base}/maps")
         except (FileNotFoundError, ProcessLookupError) as exc:
@@ -532,23 +498,6 @@ class HolderScanner:
         if any(t.db.name.encode() in maps for t in targets):
             self._match_maps(maps, targets, entry)
         return entry
-
-    @staticmethod
-    def _read_fd_locks(path: str, fd: int, hit: tuple[int, str, bool], entry: _Entry) -> None:
-        """The OFD locks the descriptor's open file description carries (its ``lock:`` lines).
-
-        A descriptor closed since, or an fdinfo that cannot be read, adds nothing: the lock
-        it may carry then stays ownerless (fail closed).
-        """
-        try:
-            info = P.read_file(path)
-        except OSError:
-            return
-        for line in info.splitlines():
-            if line.startswith(b"lock:"):
-                key = _ofd_key(line[5:].decode("ascii", "replace").split())
-                if key is not None:
-                    entry.ofd.append((fd, hit, key))
 
     def _gone_or(self, pid: int, what: str, exc: OSError) -> str:
         """Raise :class:`_Vanished` if the process exited mid-read, else say what failed.
@@ -623,11 +572,9 @@ class HolderScanner:
             if hit is not None:
                 entry.maps[hit] = entry.maps.get(hit, 0) + 1
 
-    def _read_locks(self, targets: list[_Target]) -> _Locks:
-        """Every lock owner, and what each owns on the targets' files, current or old.
-
-        Returns why, instead, when ``/proc/locks`` cannot be read.
-        """
+    def _read_locks(self, targets: list[_Target]) -> Locks:
+        """Every lock owner, and what each owns on the targets' files, current or old
+        (``locks.read_locks``); or why ``/proc/locks`` could not be read."""
         by_id: dict[tuple[int, int, int], tuple[int, str, bool]] = {}
         # An old inode only while a process this scan read holds it (unlinked, or renamed
         # away): a number remembered from before may name a stranger's file by now.
@@ -639,36 +586,7 @@ class HolderScanner:
             for name, fid in t.ids.items():
                 if fid:
                     by_id[(os.major(fid[0]), os.minor(fid[0]), fid[1])] = (i, name, False)
-        try:
-            text = P.read_file(f"{self.proc}/locks").decode("ascii", "replace")
-        except OSError as exc:
-            return f"{self.proc}/locks: {exc.strerror or exc}"
-        table = _LockTable(owned={}, pids=set(), unnamed={})
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) < 8 or parts[1] == "->":
-                continue  # a waiter, not an owner
-            try:
-                pid = int(parts[4])
-                maj, mnr, ino = parts[5].split(":")
-                key = (int(maj, 16), int(mnr, 16), int(ino))
-            except ValueError:
-                continue
-            if pid > 0 and parts[1] == "POSIX":
-                # Only a POSIX lock dies with its owner. A FLOCK keeps the pid of whoever
-                # took it, which may have exited since, leaving it to a forked child.
-                table.pids.add(pid)
-            if key not in by_id:
-                continue
-            i, name, stale = by_id[key]
-            if pid <= 0:
-                what = f"{parts[1]} {parts[3]} on {name}"
-                table.unnamed.setdefault(i, []).append((what, _ofd_key(parts)))
-                continue
-            table.owned.setdefault((pid, i), []).append(
-                (name, stale, parts[1], parts[3], int(parts[6]), parts[7])
-            )
-        return table
+        return read_locks(self.proc, by_id)
 
     # -- building the result ----------------------------------------------------
 
@@ -676,7 +594,7 @@ class HolderScanner:
         self,
         index: int,
         target: _Target,
-        locks: _Locks,
+        locks: Locks,
         entries: list[_Entry],
         *,
         vanished: list[int],
@@ -692,7 +610,7 @@ class HolderScanner:
         )  # fmt: skip
         if target.ids[DB_FILE] is None:
             scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
-        table = locks if isinstance(locks, _LockTable) else None
+        table = locks if isinstance(locks, LockTable) else None
         if table is None:
             scan.problems.append(f"locks could not be read, so lost locks cannot be seen: {locks}")
         else:
@@ -760,7 +678,7 @@ class HolderScanner:
         index: int,
         fds: dict[tuple[int, str, bool], int],
         maps: dict[tuple[int, str, bool], int],
-        locks: _Locks,
+        locks: Locks,
         *,
         via: str = VIA_DESCRIPTORS,
     ) -> Holder:
@@ -790,7 +708,7 @@ class HolderScanner:
             else:
                 mapcounts[name] = mapcounts.get(name, 0) + c
         owned: list[LockInfo] = []
-        if isinstance(locks, _LockTable):
+        if isinstance(locks, LockTable):
             for name, is_stale, kind, mode, start, end in locks.owned.get((pid, index), []):
                 if not is_stale:
                     owned.append(LockInfo(name, kind, mode, start, end))
@@ -802,7 +720,7 @@ class HolderScanner:
                 if i == index and not is_stale and ofd not in owned:
                     owned.append(ofd)
         wal_conn = bool(counts.get(SHM_FILE) or mapcounts.get(SHM_FILE))
-        if not isinstance(locks, _LockTable):
+        if not isinstance(locks, LockTable):
             lock_state = LOCK_UNKNOWN
         elif any(lk.file == DB_FILE for lk in owned):
             lock_state = LOCK_HELD
@@ -859,27 +777,6 @@ class HolderScanner:
             chain.append(item)
             pid = st.ppid
         return chain
-
-
-def _ofd_key(parts: Sequence[str]) -> _LockKey | None:
-    """The key of an OFD lock from the fields of its ``/proc/locks`` or ``lock:`` line."""
-    if len(parts) < 8 or parts[1] != "OFDLCK":
-        return None
-    try:
-        maj, mnr, ino = parts[5].split(":")
-        return (int(maj, 16), int(mnr, 16), int(ino), parts[3], int(parts[6]), parts[7])
-    except ValueError:
-        return None
-
-
-def _count_descriptions(carriers: list[tuple[int, int]]) -> int:
-    """How many open file descriptions the (pid, fd) pairs are: pairs the kernel shows to
-    share one (``kcmp``), or cannot tell apart, count once."""
-    distinct: list[tuple[int, int]] = []
-    for pid, fd in carriers:
-        if not any(P.same_open_file(pid, fd, p, f) is not False for p, f in distinct):
-            distinct.append((pid, fd))
-    return len(distinct)
 
 
 def _owner(pid: int, proc: str) -> int | None:

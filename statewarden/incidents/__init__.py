@@ -1,6 +1,7 @@
 """Incidents: what watchers signal, turned into incidents a person reads.
 
-``kinds`` is the one table of incident kinds; ``signals`` defines signals and observations; ``book``
+``kinds`` is the one table of incident kinds; ``signals`` defines signals and
+observations; ``evidence`` is where their text enters, capped and redacted once; ``book``
 opens, updates, resolves and persists incidents; ``timeline`` keeps the bounded evidence
 timeline per database; ``recorder`` puts what the watchers find into both; ``show`` is an
 incident with the timeline around its first signal.
@@ -13,6 +14,9 @@ from statewarden.public import public_face
 # The names other parts use, and the module each lives in ("": the submodule itself).
 HOMES = {
     "Incident": "book",
+    "EVIDENCE_LINE_MAX_CHARS": "evidence",
+    "cap_evidence": "evidence",
+    "scrub": "evidence",
     "IncidentBook": "book",
     "Update": "book",
     "KINDS": "kinds",
@@ -25,11 +29,9 @@ HOMES = {
     "START_KINDS": "restart",
     "RestartCheck": "restart",
     "show_incident": "show",
-    "EVIDENCE_LINE_MAX_CHARS": "signals",
     "Found": "signals",
     "Observation": "signals",
     "Signal": "signals",
-    "cap_evidence": "signals",
     "Timeline": "timeline",
 }
 __all__ = list(HOMES)

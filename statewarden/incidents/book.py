@@ -26,7 +26,8 @@ the last change it holds) and the change log emptied, when the log holds more li
 than the book has incidents, or plain updates (counts) waited ``save_interval_s``.
 Loading reads the snapshot, then replays the changes after its sequence number.
 
-Evidence and summaries are stored with secrets redacted (``redact.py``). A write that
+Evidence and summaries arrive capped and with secrets redacted (a signal cleans them as
+it is made, ``evidence.py``); a resolution is scrubbed as it comes in. A write that
 fails (a full disk, no descriptors) never stops :meth:`IncidentBook.record`: the book
 keeps working in memory, ``write_error`` says why, and the next ``flush`` writes the
 whole book again.
@@ -45,9 +46,9 @@ from typing import Any, Literal
 from statewarden.atomic import StateUnwritable, append_line, fsync_file, write_atomic
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
+from statewarden.incidents.evidence import scrub
 from statewarden.incidents.kinds import KINDS, SEVERITY_RANK, Severity, is_state_kind
-from statewarden.incidents.signals import Signal, cap_evidence
-from statewarden.redact import redact_text
+from statewarden.incidents.signals import Signal
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
 # The change log is compacted when it holds more lines than this or than the book has
@@ -277,8 +278,7 @@ class IncidentBook:
 
     @staticmethod
     def _add_evidence(inc: Incident, lines: tuple[str, ...]) -> None:
-        for raw in lines:
-            line = redact_text(cap_evidence(raw))
+        for line in lines:  # capped and redacted when the signal was made
             if line in inc.evidence:
                 continue
             if len(inc.evidence) >= EVIDENCE_KEEP:
@@ -310,7 +310,7 @@ class IncidentBook:
             self._dirty = True
             if SEVERITY_RANK[severity] > SEVERITY_RANK[existing.severity]:
                 existing.severity = severity
-                existing.summary = redact_text(sig.summary)
+                existing.summary = sig.summary
                 self._append(existing)
                 return Update("escalated", existing, rate, source)
             return Update("updated", existing, rate, source)
@@ -324,7 +324,7 @@ class IncidentBook:
             existing.resolution = ""
             existing.count += sig.count
             existing.last_seen = last_at
-            existing.summary = redact_text(sig.summary)
+            existing.summary = sig.summary
             existing.severity = severity
             self._add_evidence(existing, sig.evidence)
             self._append(existing)
@@ -335,7 +335,7 @@ class IncidentBook:
             db=sig.db,
             key=sig.key,
             severity=severity,
-            summary=redact_text(sig.summary),
+            summary=sig.summary,
             first_seen=sig.at,
             last_seen=max(sig.at, last_at),
             count=sig.count,
@@ -360,7 +360,7 @@ class IncidentBook:
     def _resolve(self, inc: Incident, at: float, why: str) -> Update:
         inc.state = "resolved"
         inc.resolved_at = at
-        inc.resolution = redact_text(why)
+        inc.resolution = scrub(why)
         self._append(inc)
         return Update("resolved", inc)
 

@@ -9,6 +9,8 @@ An **observation** is context for the evidence timeline: a holder arrived, a WAL
 sample, a cron session started. Observations never open incidents.
 
 A signal names its incident kind; every kind is an entry of ``incidents/kinds.py``.
+Signals and observations are where evidence enters: each one is redacted and capped as
+it is made (``incidents/evidence.py``), so no store ever sees a secret or an endless line.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewarden.incidents.evidence import (
+    EVIDENCE_LINE_MAX_CHARS,
+    cap_evidence,
+    clean_lines,
+    scrub,
+    scrub_fields,
+)
 from statewarden.incidents.kinds import KINDS, Severity
 
-# ``KINDS`` and ``Severity`` are ``incidents/kinds.py``'s, named here too for the
-# watchers that make signals.
+# ``KINDS`` and ``Severity`` are ``incidents/kinds.py``'s, ``cap_evidence`` and its cap
+# ``incidents/evidence.py``'s, named here too for the watchers that make signals.
 __all__ = [
     "EVIDENCE_LINE_MAX_CHARS",
     "KINDS",
@@ -30,19 +39,6 @@ __all__ = [
     "Signal",
     "cap_evidence",
 ]
-
-# Evidence lines are cut to this many characters (the note saying so included), by the
-# rules that quote a record and again by the incident book that keeps them.
-EVIDENCE_LINE_MAX_CHARS = 4000
-
-
-def cap_evidence(text: str) -> str:
-    """``text`` cut to ``EVIDENCE_LINE_MAX_CHARS``, ending with a note of what was cut."""
-    if len(text) <= EVIDENCE_LINE_MAX_CHARS:
-        return text
-    # The note is no longer than one that counts every character as cut.
-    keep = EVIDENCE_LINE_MAX_CHARS - len(f"\n…[{len(text)} chars cut]")
-    return text[:keep] + f"\n…[{len(text) - keep} chars cut]"
 
 
 @dataclass(frozen=True)
@@ -67,6 +63,9 @@ class Signal:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown incident kind {self.kind!r}")
+        # Evidence enters here: redacted and capped once (``evidence.py``).
+        object.__setattr__(self, "summary", scrub(self.summary))
+        object.__setattr__(self, "evidence", clean_lines(self.evidence))
 
     @property
     def fingerprint(self) -> str:
@@ -87,6 +86,11 @@ class Observation:
     text: str  # one line a person reads: "cron job cron_d0aa05fd7f4a started"
     at: float = field(default_factory=time.time)
     fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Evidence enters here: secrets redacted once (``evidence.py``).
+        object.__setattr__(self, "text", scrub(self.text))
+        object.__setattr__(self, "fields", scrub_fields(self.fields))
 
 
 # What a watcher's poll gives: signals and observations, in the order seen.

@@ -6,7 +6,7 @@ error. The timeline keeps that history per database: holders arriving and leavin
 WAL size samples and checkpoints, sidecar creations and deletions, cron sessions
 starting, unit restarts, and every incident change.
 
-Storage: one JSON-lines file (0600, secrets redacted) per database under
+Storage: one JSON-lines file (0600) per database under
 ``<state_dir>/timeline/``, appended to (cheap), and compacted when it passes
 ``max_bytes`` or holds entries older than ``max_age_s``: the file is rewritten with
 what is young enough, newest half first when size is the reason. Bounded in both time and space.
@@ -25,7 +25,6 @@ from typing import Any
 from statewarden.atomic import StateUnwritable, append_line, write_atomic
 from statewarden.config import DEFAULT_TIMELINE_MAX_AGE_S as DEFAULT_MAX_AGE_S
 from statewarden.config import DEFAULT_TIMELINE_MAX_BYTES as DEFAULT_MAX_BYTES
-from statewarden.redact import redact_text
 
 # A signal that fires again within this window is not written again (a flood is
 # one line a minute in the timeline, with the count so far).
@@ -67,13 +66,17 @@ class Timeline:
         return self.directory / f"{digest}.jsonl"
 
     def add(self, db: str, what: str, text: str, at: float | None = None, **fields: Any) -> None:
-        """Append one entry (secrets redacted); a failed write is kept in ``write_error``."""
+        """Append one entry; a failed write is kept in ``write_error``.
+
+        Its text comes from a signal, an observation or an incident: secrets are already
+        redacted (``evidence.py``).
+        """
         entry = {
             "at": time.time() if at is None else at,
             "what": what,
-            "text": redact_text(text),
+            "text": text,
             "db": db,
-            "fields": {k: redact_text(v) if isinstance(v, str) else v for k, v in fields.items()},
+            "fields": fields,
         }
         self._pending.append((db, json.dumps(entry, default=str) + "\n"))
         self.flush()

@@ -136,3 +136,58 @@ def copy_out(fd: int, dest: Path) -> None:
         os.fsync(out)
     finally:
         os.close(out)
+
+
+class Fence:
+    """The fence of one run: the original's facts, whether the fence is up, and the
+    descriptor the run reads the original through while it is.
+
+    ``MaintenanceRun`` asks it, and nothing else, to put the fence up, take it down,
+    and read or copy the fenced original.
+    """
+
+    def __init__(self, db: Path, orig: Original, *, up: bool = False) -> None:
+        self.db = db
+        self.orig = orig
+        self.up = up  # put up (or, on a resume, the ledger says it was)
+        self._fd: int | None = None  # the original, held open from before the fence
+
+    @classmethod
+    def of(cls, db: Path) -> Fence:
+        """The fence of ``db`` as found now (refuses a symlink: :func:`original`)."""
+        return cls(db, original(db))
+
+    def put_up(self) -> None:
+        """Hold the original open for reading, then set its mode to 000."""
+        self._fd = hold_open(self.db, self.orig)
+        put_up(self.db, self.orig)
+        self.up = True
+
+    @property
+    def effective(self) -> bool:
+        """Whether mode 000 keeps the original's holders out (not root's processes)."""
+        return effective(self.orig)
+
+    def take_down(self) -> None:
+        """Give the original its mode back, if the fence was put up."""
+        if self.up:
+            take_down(self.db, self.orig)
+
+    def let_go(self) -> None:
+        """Close the descriptor held on the original (before the swap)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _held(self) -> int:
+        if self._fd is None:
+            raise FenceError(f"{self.db}: the original is not held open")
+        return self._fd
+
+    def sha256(self) -> str:
+        """The digest of the original, read through the held descriptor."""
+        return sha256_of(self._held())
+
+    def copy_out(self, dest: Path) -> None:
+        """Copy the original, read through the held descriptor, to the new file ``dest``."""
+        copy_out(self._held(), dest)

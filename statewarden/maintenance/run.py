@@ -61,7 +61,8 @@ from statewarden.errors import (
 from statewarden.holders.processes import short_command
 from statewarden.holders.scan import HolderScanner
 from statewarden.lock import daemon_pid
-from statewarden.maintenance import fence, outcomes
+from statewarden.maintenance import outcomes
+from statewarden.maintenance.fence import Fence, Original, copy_out
 from statewarden.maintenance.ledger import (
     FINISHED,
     Ledger,
@@ -273,12 +274,10 @@ class MaintenanceRun:
         self.report = RunReport(db=str(self.db), action=self.options.action)
         self.stopped_units: list[str] = []
         self.signalled: list[dict[str, Any]] = []
-        self.fenced = False
-        self.orig: fence.Original | None = None
+        self.fence: Fence | None = None  # from the plan on: the original and its fence
         self.new: Path | None = None
         self.folded_sha256: str | None = None
         self.sealed: NewFile | None = None  # the new file as built, proven at the swap
-        self._orig_fd: int | None = None  # the original, held open from before the fence
         self._t0 = time.monotonic()
         self._started_at = time.time()
         self._step_started: tuple[str, float] | None = None
@@ -357,9 +356,13 @@ class MaintenanceRun:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _let_go(self) -> None:
-        if self._orig_fd is not None:
-            os.close(self._orig_fd)
-            self._orig_fd = None
+        if self.fence is not None:
+            self.fence.let_go()
+
+    def _fence(self) -> Fence:
+        """The run's fence (there is one from the plan on, or from the ledger on a resume)."""
+        assert self.fence is not None
+        return self.fence
 
     def _finish(self, outcome: str, code: int, message: str = "") -> RunReport:
         self._let_go()
@@ -438,7 +441,7 @@ class MaintenanceRun:
 
     def _run(self) -> RunReport:
         opts = self.options
-        self.orig = fence.original(self.db)
+        self.fence = Fence.of(self.db)
         scanner = HolderScanner(
             [self.db],
             exempt_comms=self.config.holders.exempt_comms,
@@ -478,7 +481,7 @@ class MaintenanceRun:
             self.report.run_id = run_id
             self.ledger.create(
                 {"run_id": run_id, "db": str(self.db), "profile": self.target.name,
-                 "action": opts.action, "original": asdict(self.orig), "pid": os.getpid()}
+                 "action": opts.action, "original": asdict(self.fence.orig), "pid": os.getpid()}
             )  # fmt: skip
             self.emit("started", run_id=run_id, action=opts.action, pid=os.getpid())
             return self._body(plan, scanner, run_id)
@@ -487,36 +490,10 @@ class MaintenanceRun:
 
     def _body(self, plan: Plan, scanner: HolderScanner, run_id: str) -> RunReport:
         opts = self.options
-        assert self.orig is not None
+        fnc = self._fence()
         before: SourceIdentity | None = None
         if opts.action in SWAP_ACTIONS:
-            try:
-                private_dir(quarantine_root(self.state))  # refused now, not at the swap
-            except (OSError, StatewardenError) as exc:
-                return self._finish("failed before stopping anything", EXIT_FAILED, str(exc))
-            self.new = new_file_path(self.db, run_id)
-            self._step("prebuild", new=str(self.new))
-            before = identity(self.db)
-            self.report.source_identity = before.to_json()
-            try:
-                done = self._build()
-                if done is None:
-                    self.sealed = seal(self.new)
-                self.report.path = "pre-built while Hermes ran"
-            except DatabaseChanged as exc:
-                # A writer busy enough that no copy is consistent: build after the stop.
-                self._remove_new()
-                before = None
-                done = None
-                self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
-            except Cancelled as exc:
-                self._remove_new()
-                self.report.cancelled = True
-                return self._finish("cancelled: nothing was stopped", EXIT_FAILED, str(exc))
-            except StatewardenError as exc:
-                self._remove_new()
-                code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
-                return self._finish("failed before stopping anything", code, str(exc))
+            before, done = self._prebuild(run_id)
             if done is not None:
                 return done
         try:
@@ -525,11 +502,9 @@ class MaintenanceRun:
             self._stop_if_cancelled()
             self._quiesce(plan)
             if opts.action in SWAP_ACTIONS:
-                self._step("fence", mode=oct(self.orig.mode))
-                self._orig_fd = fence.hold_open(self.db, self.orig)
-                fence.put_up(self.db, self.orig)
-                self.fenced = True
-                if not fence.effective(self.orig):
+                self._step("fence", mode=oct(fnc.orig.mode))
+                fnc.put_up()
+                if not fnc.effective:
                     self.report.notes.append(
                         "the fence (mode 000) does not stop root's processes; the settle"
                         " scans alone kept them out"
@@ -566,7 +541,7 @@ class MaintenanceRun:
         self._step("swap", new=str(self.new), quarantine=str(qdir), new_ino=sealed.ino,
                    new_file=sealed.to_json())  # fmt: skip
         try:
-            res = swap(self.db, self.new, qdir, self.orig, run_id, sealed=sealed,
+            res = swap(self.db, self.new, qdir, fnc.orig, run_id, sealed=sealed,
                        after=self._crash_point)  # fmt: skip
         except (OSError, StatewardenError) as exc:
             return self._swap_failed(qdir, exc)
@@ -581,6 +556,39 @@ class MaintenanceRun:
         return self._after_swap()
 
     # -- steps -------------------------------------------------------------------------
+
+    def _prebuild(self, run_id: str) -> tuple[SourceIdentity | None, RunReport | None]:
+        """Build the new file while Hermes runs: the source's identity it was built from
+        (None: build after the stop), and a report when the run ends here."""
+        try:
+            private_dir(quarantine_root(self.state))  # refused now, not at the swap
+        except (OSError, StatewardenError) as exc:
+            return None, self._finish("failed before stopping anything", EXIT_FAILED, str(exc))
+        self.new = new_file_path(self.db, run_id)
+        self._step("prebuild", new=str(self.new))
+        built_from = identity(self.db)
+        self.report.source_identity = built_from.to_json()
+        before: SourceIdentity | None = built_from
+        try:
+            done = self._build()
+            if done is None:
+                self.sealed = seal(self.new)
+            self.report.path = "pre-built while Hermes ran"
+        except DatabaseChanged as exc:
+            # A writer busy enough that no copy is consistent: build after the stop.
+            self._remove_new()
+            before = None
+            done = None
+            self.report.notes.append(f"no pre-build while Hermes ran: {exc.message}")
+        except Cancelled as exc:
+            self._remove_new()
+            self.report.cancelled = True
+            return None, self._finish("cancelled: nothing was stopped", EXIT_FAILED, str(exc))
+        except StatewardenError as exc:
+            self._remove_new()
+            code = EXIT_UNREADABLE if isinstance(exc, DatabaseUnreadable) else EXIT_FAILED
+            return None, self._finish("failed before stopping anything", code, str(exc))
+        return before, done
 
     def _build(self) -> RunReport | None:
         """Build the new file; a report when the run ends here (healthy, loss, failed)."""
@@ -692,15 +700,13 @@ class MaintenanceRun:
         """Whether the source still has the content the new file was built from: the
         same identity, or (Hermes checkpoints on close) no WAL left and exactly the bytes
         of the folded copy the pre-build used."""
-        assert self.orig is not None
         after = identity(self.db)
         if before.same_content(after):
             self.report.notes.append("the source did not change after the pre-build")
             return True
         if self.folded_sha256 is None or not after.wal_empty:
             return False
-        assert self._orig_fd is not None
-        same = fence.sha256_of(self._orig_fd) == self.folded_sha256
+        same = self._fence().sha256() == self.folded_sha256
         if same:
             self.report.notes.append(
                 "the source only checkpointed its WAL after the pre-build: same content"
@@ -708,9 +714,7 @@ class MaintenanceRun:
         return same
 
     def _catch_up(self, scanner: HolderScanner) -> RunReport | None:
-        assert self.orig is not None
         assert self.new is not None
-        assert self._orig_fd is not None
         self._remove_new()
         # A copy of the fenced bundle, read through the descriptor held since before the
         # fence (never by lowering it): nobody can open the original meanwhile. The copy
@@ -727,7 +731,7 @@ class MaintenanceRun:
                 raise _Abort(f"{self.db.parent / name}: not the folder this run made",
                              EXIT_FAILED)  # fmt: skip
             source = Path(f"/proc/self/fd/{cfd}") / self.db.name
-            fence.copy_out(self._orig_fd, source)
+            self._fence().copy_out(source)
             for sfx in (WAL_SUFFIX, JOURNAL_SUFFIX):
                 _copy_sidecar(dfd, sidecar(self.db, sfx).name, Path(f"{source}{sfx}"))
             self._crash_point("catch-up-copied")
@@ -956,7 +960,6 @@ class MaintenanceRun:
         """A swap that could not write (a full disk, a quarantine folder that became a
         symlink): while the original still has its name, what was moved goes back and
         the run rolls back."""
-        assert self.orig is not None
         if isinstance(exc, OSError):
             reason = f"the swap failed: {exc.strerror or exc}" + (
                 f" ({exc.filename})" if exc.filename else ""
@@ -964,7 +967,7 @@ class MaintenanceRun:
         else:
             reason = f"the swap failed: {exc}"
         try:
-            put_back(self.db, qdir, self.orig)
+            put_back(self.db, qdir, self._fence().orig)
         except (OSError, StatewardenError) as again:
             raise StatewardenError(
                 f"{self.db}: {reason}; it could not be undone: {again}",
@@ -975,8 +978,8 @@ class MaintenanceRun:
     def _rollback(self, reason: str, code: int) -> RunReport:
         self._let_go()
         self._step("rollback", reason=reason)
-        if self.orig is not None and self.fenced:
-            fence.take_down(self.db, self.orig)
+        if self.fence is not None:
+            self.fence.take_down()
         self._remove_new()
         failed = self._restart()
         # Nothing was swapped: the time the holders were stopped is not a downtime figure
@@ -1041,13 +1044,12 @@ class MaintenanceRun:
         begin = record.begin
         self.report.run_id = record.run_id
         self.report.action = str(begin.get("action", self.report.action))
-        self.orig = fence.Original(**begin["original"])
+        self.fence = Fence(self.db, Original(**begin["original"]), up=record.has("fence"))
         for e in record.steps("stop-unit"):
             if e["unit"] not in self.stopped_units:
                 self.stopped_units.append(e["unit"])
         self.signalled = [{"pid": e["pid"], "command": e["command"]}
                           for e in record.steps("signal")]  # fmt: skip
-        self.fenced = record.has("fence")
         prebuild = record.last("prebuild")
         swap_step = record.last("swap")
         if swap_step is None:
@@ -1080,7 +1082,7 @@ class MaintenanceRun:
             sealed = seal(self.new)  # a ledger of an older version
         self._step("swap", new=str(self.new), quarantine=str(qdir), resumed=True,
                    new_ino=swap_step.get("new_ino"), new_file=sealed.to_json())  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.orig, record.run_id, sealed=sealed,
+        res = swap(self.db, self.new, qdir, self.fence.orig, record.run_id, sealed=sealed,
                    after=self._crash_point)  # fmt: skip
         self._step("swapped", files=res.files)
         self.report.notes.append("resumed after an interruption during the swap: rolled forward")
@@ -1138,7 +1140,7 @@ def _copy_sidecar(dfd: int, name: str, dest: Path) -> None:
         raise
     try:
         if stat.S_ISREG(os.fstat(fd).st_mode):
-            fence.copy_out(fd, dest)
+            copy_out(fd, dest)
     finally:
         os.close(fd)
 

@@ -28,7 +28,7 @@ Following the files:
   ``notices``; the tailer goes on with the other files.
 
 Offsets are persisted per file as (device, inode, offset, digests of the first bytes and
-of the bytes before the offset) in a JSON file, written
+of the bytes before the offset) in a JSON file (``offsets.py``), written
 atomically (tmp + fsync + rename), so a restart neither re-reads old lines nor misses
 lines written while it was down (a file rotated while it was down is found again by its
 inode among ``x.log.N``). The saved offset is the start of the first record not yet
@@ -50,8 +50,6 @@ bytes (the hole a copytruncate leaves under a writer without O_APPEND) are dropp
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import stat
 import time
@@ -61,21 +59,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.atomic import StateUnwritable, write_atomic
+from statewarden.atomic import StateUnwritable
 from statewarden.targets import Target
+from statewarden.watch.offsets import (
+    HEAD_BYTES,
+    MARK_BYTES,
+    Offset,
+    OffsetsFile,
+    head_digest,
+    is_saved_file,
+    mark_digest,
+    open_log,
+)
 from statewarden.watch.records import RECORD_SPLIT_RE, LogRecord, parse_record, starts_record
 
 LOG_NAMES = ("agent.log", "errors.log", "gateway.log", "gui.log")
-OFFSETS_VERSION = 1
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
 DEFAULT_MAX_RECORD_CHARS = 256 * 1024
 DEFAULT_MAX_POLL_BYTES = 16 * 1024 * 1024
 DEFAULT_IDLE_FLUSH_S = 0.5  # a record with no line after it for this long is complete
 DEFAULT_READ_CHUNK_BYTES = 64 * 1024
-# Bytes at the start of a log whose digest is saved with its offset.
-HEAD_BYTES = 256
-# Bytes just before the read offset kept to tell a log rewritten in place (see above).
-MARK_BYTES = 256
 # Offsets are saved by every poll that moved them (0) or at most this often: each save
 # is two fsyncs. A crash re-reads at most this much; close() always saves.
 DEFAULT_SAVE_INTERVAL_S = 0.0
@@ -328,27 +331,16 @@ class _Reader:
         if self.lines and now - self.last_line_at >= self.limits.idle_flush_s:
             self.emit(out)
 
-    def saved(self) -> _Saved:
+    def saved(self) -> Offset:
         """This file's position as the offsets file keeps it."""
         if self._head is None or int(self._head.partition(":")[0]) < HEAD_BYTES:
-            self._head = _head(self.fd, HEAD_BYTES)  # cached once the file has that many
+            self._head = head_digest(self.fd, HEAD_BYTES)  # cached once the file has that many
         offset = self.committed
-        return _Saved(self.dev, self.ino, offset, self._head, _mark(self.fd, offset))
+        return Offset(self.dev, self.ino, offset, self._head, mark_digest(self.fd, offset))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
-
-
-@dataclass(frozen=True)
-class _Saved:
-    dev: int
-    ino: int
-    offset: int
-    head: str  # digest of the file's first bytes: an inode number can be reused
-    # Digest of the MARK_BYTES before ``offset``: the file was not rewritten in place
-    # while statewarden was down ("" in offsets files written before it was kept).
-    mark: str = ""
 
 
 def _without_blank_tail(text: str) -> str:
@@ -359,39 +351,6 @@ def _without_blank_tail(text: str) -> str:
     while lines and (not lines[-1] or lines[-1].isspace()):
         lines.pop()
     return "\n".join(lines)
-
-
-def _head(fd: int, upto: int) -> str:
-    """Digest of the first ``min(upto, HEAD_BYTES)`` bytes: tells a reused inode apart."""
-    data = os.pread(fd, min(upto, HEAD_BYTES), 0)
-    return f"{len(data)}:{hashlib.sha256(data).hexdigest()[:16]}"
-
-
-def _mark(fd: int, offset: int) -> str:
-    """Digest of the ``MARK_BYTES`` before ``offset`` (fewer near the start)."""
-    n = min(offset, MARK_BYTES)
-    data = os.pread(fd, n, offset - n) if n else b""
-    return f"{n}:{hashlib.sha256(data).hexdigest()[:16]}"
-
-
-def _is_saved_file(path: Path, saved: _Saved) -> bool:
-    """True when ``path`` is the file the offsets file describes (inode, first bytes and
-    the bytes before the offset)."""
-    opened = _open(path)
-    if opened is None:
-        return False
-    fd, st = opened
-    try:
-        if (st.st_dev, st.st_ino) != (saved.dev, saved.ino):
-            return False
-        length = int(saved.head.partition(":")[0] or 0)
-        if _head(fd, length) != saved.head:
-            return False
-        return not saved.mark or _mark(fd, saved.offset) == saved.mark
-    except (OSError, ValueError):
-        return False
-    finally:
-        os.close(fd)
 
 
 def file_kind(path: Path, st: os.stat_result) -> str:
@@ -420,55 +379,22 @@ def _ident(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
 
-def _parse_saved(v: object) -> _Saved | None:
-    if not isinstance(v, dict):
-        return None
-    try:
-        return _Saved(int(v["dev"]), int(v["inode"]), int(v["offset"]), str(v["head"]),
-                      str(v.get("mark", "")))  # fmt: skip
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 @dataclass
 class _Tail:
     name: str
     path: Path
     reader: _Reader | None = None
-    resume: _Saved | None = None  # where the last run stopped, from the offsets file
+    resume: Offset | None = None  # where the last run stopped, from the offsets file
     # Rotated files (x.log.N) still followed: other Hermes processes keep writing to
     # the inode they opened until they rotate themselves.
     rotated: list[_Reader] = field(default_factory=list)
-    resume_rotated: list[_Saved] = field(default_factory=list)
+    resume_rotated: list[Offset] = field(default_factory=list)
     # Rotated files (dev, inode) whose lines were read or are history; None = not known yet.
     known: set[tuple[int, int]] | None = None
     seen: bool = False  # polled at least once
     problem: str = ""
     problem_what: str = ""  # the notice's ``what``: "not_a_file", "unreadable"
     problem_now: bool = False  # the problem was seen again in this poll
-
-
-def _open(path: Path) -> tuple[int, os.stat_result] | None:
-    """The file open for reading, or None if it is gone or not a regular file.
-
-    ``PermissionError`` is raised, not swallowed: a log that cannot be read is a
-    problem to report (detection from it has stopped), not a file that went away.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except PermissionError:
-        raise
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
-    return fd, st
 
 
 class LogTailer:
@@ -504,15 +430,15 @@ class LogTailer:
                                DEFAULT_READ_CHUNK_BYTES)  # fmt: skip
         self._tails = [_Tail(n, self.logs_dir / n) for n in names]
         self._notices: list[Notice] = []
-        saved, rotated, known = self._load()
-        self._first_start = saved is None and start_at_end
+        self._offsets_file = OffsetsFile(self.offsets_path)
+        saved = self._offsets_file.load()
+        self._first_start = saved.files is None and start_at_end
         for tail in self._tails:
-            if saved and tail.name in saved:
-                tail.resume = saved[tail.name]
-            tail.resume_rotated = rotated.get(tail.name, [])
-            if tail.name in known:
-                tail.known = known[tail.name]
-        self._saved: dict[str, Any] | None = None
+            if saved.files and tail.name in saved.files:
+                tail.resume = saved.files[tail.name]
+            tail.resume_rotated = saved.rotated.get(tail.name, [])
+            if tail.name in saved.known:
+                tail.known = saved.known[tail.name]
         self.write_error: StateUnwritable | None = None  # the last offsets save that failed
 
     @classmethod
@@ -633,7 +559,7 @@ class LogTailer:
             chain = self._chain(tail)
             for saved in tail.resume_rotated:
                 for path, st in chain:
-                    if (st.st_dev, st.st_ino) == (saved.dev, saved.ino) and _is_saved_file(
+                    if (st.st_dev, st.st_ino) == (saved.dev, saved.ino) and is_saved_file(
                         path, saved
                     ):
                         self._follow_rotated(tail, path, (saved.dev, saved.ino), saved.offset, out)
@@ -658,7 +584,7 @@ class LogTailer:
         ]
         for _attempt in range(MAX_RACE_RETRIES):
             for candidate in candidates:
-                opened = _open(candidate)
+                opened = open_log(candidate)
                 if opened is None:
                     continue
                 fd, st = opened
@@ -709,7 +635,7 @@ class LogTailer:
             self._let_go(tail, r, known, out, now)
         elif tail.resume is not None:
             saved, tail.resume = tail.resume, None
-            if st is not None and _is_saved_file(tail.path, saved):
+            if st is not None and is_saved_file(tail.path, saved):
                 return self._resume_here(tail, saved, _ident(st), out, now, chain=chain)
             self._resume_rotated(tail, saved, out, now, chain=chain, known=known)
         self._read_unseen(tail, chain, known, out, now)
@@ -773,7 +699,7 @@ class LogTailer:
     def _resume_here(
         self,
         tail: _Tail,
-        saved: _Saved,
+        saved: Offset,
         ident: tuple[int, int],
         out: list[LogRecord],
         now: float,
@@ -791,7 +717,7 @@ class LogTailer:
     def _resume_rotated(
         self,
         tail: _Tail,
-        saved: _Saved,
+        saved: Offset,
         out: list[LogRecord],
         now: float,
         *,
@@ -801,7 +727,7 @@ class LogTailer:
         """After a restart the file reading stopped in was rotated: go on in it where it is
         now, or say that lines were missed when it is gone."""
         found = [p for p, s in chain if _ident(s) == (saved.dev, saved.ino)]
-        if found and _is_saved_file(found[0], saved):
+        if found and is_saved_file(found[0], saved):
             resumed = self._follow_rotated(
                 tail, found[0], (saved.dev, saved.ino), saved.offset, out
             )
@@ -876,7 +802,7 @@ class LogTailer:
     ) -> bool:
         """Open ``tail.path``, read from ``offset`` (None: from its end). False when the
         path is no longer the file ``ident`` (rotated meanwhile): nothing was opened."""
-        opened = _open(tail.path)
+        opened = open_log(tail.path)
         if opened is None:
             return True  # gone or not a file now: the next poll sees it
         fd, st = opened
@@ -925,28 +851,30 @@ class LogTailer:
 
     # -- offsets -------------------------------------------------------------------
 
-    def offsets(self) -> dict[str, dict[str, int | str]]:
-        """What the offsets file holds now: per log name, device, inode, offset and a
-        digest of the file's first bytes (``"<length>:<sha256 prefix>"``)."""
-        files: dict[str, dict[str, int | str]] = {}
+    def _offsets(self) -> dict[str, Offset]:
+        out: dict[str, Offset] = {}
         for t in self._tails:
-            saved = t.resume
-            if t.reader is not None:
-                saved = t.reader.saved()
+            saved = t.reader.saved() if t.reader is not None else t.resume
             if saved is not None:
-                files[t.name] = {"dev": saved.dev, "inode": saved.ino, "offset": saved.offset,
-                                 "head": saved.head, "mark": saved.mark}  # fmt: skip
-        return files
+                out[t.name] = saved
+        return out
 
-    def rotated_offsets(self) -> dict[str, list[dict[str, int | str]]]:
-        """The rotated files still followed, per log name, as ``offsets()`` gives them."""
-        out: dict[str, list[dict[str, int | str]]] = {}
+    def _rotated_offsets(self) -> dict[str, list[Offset]]:
+        out: dict[str, list[Offset]] = {}
         for t in self._tails:
             saved = [r.saved() for r in t.rotated] or t.resume_rotated
             if saved:
-                out[t.name] = [{"dev": s.dev, "inode": s.ino, "offset": s.offset,
-                                "head": s.head, "mark": s.mark} for s in saved]  # fmt: skip
+                out[t.name] = saved
         return out
+
+    def offsets(self) -> dict[str, dict[str, int | str]]:
+        """What the offsets file holds now: per log name, device, inode, offset and a
+        digest of the file's first bytes (``"<length>:<sha256 prefix>"``)."""
+        return {name: o.to_json() for name, o in self._offsets().items()}
+
+    def rotated_offsets(self) -> dict[str, list[dict[str, int | str]]]:
+        """The rotated files still followed, per log name, as ``offsets()`` gives them."""
+        return {name: [o.to_json() for o in offs] for name, offs in self._rotated_offsets().items()}
 
     def _autosave(self) -> None:
         now = self.clock()
@@ -961,48 +889,6 @@ class LogTailer:
                 self.write_error = None
 
     def save(self) -> None:
-        """Write the offsets file if it changed (tmp + fsync + rename, then the dir)."""
-        data: dict[str, Any] = {"version": OFFSETS_VERSION, "files": self.offsets()}
-        rotated = self.rotated_offsets()
-        if rotated:
-            data["rotated"] = rotated
-        known = {t.name: sorted([d, i] for d, i in t.known) for t in self._tails if t.known}
-        if known:
-            data["known_rotated"] = known
-        if data == self._saved:
-            return
-        write_atomic(self.offsets_path, json.dumps(data, sort_keys=True))
-        self._saved = data
-
-    def _load(
-        self,
-    ) -> tuple[dict[str, _Saved] | None, dict[str, list[_Saved]], dict[str, set[tuple[int, int]]]]:
-        try:
-            raw = json.loads(self.offsets_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None, {}, {}
-        except (OSError, ValueError):
-            # A damaged offsets file: not a first start (history is not news), nothing known.
-            return {}, {}, {}
-        if not isinstance(raw, dict):
-            return {}, {}, {}
-        out: dict[str, _Saved] = {}
-        files = raw.get("files")
-        if isinstance(files, dict):
-            for name, v in files.items():
-                saved = _parse_saved(v)
-                if saved is not None:
-                    out[name] = saved
-        rotated: dict[str, list[_Saved]] = {}
-        rot = raw.get("rotated")
-        if isinstance(rot, dict):
-            for name, items in rot.items():
-                if isinstance(items, list):
-                    rotated[name] = [s for s in map(_parse_saved, items) if s is not None]
-        known: dict[str, set[tuple[int, int]]] = {}
-        kn = raw.get("known_rotated")
-        if isinstance(kn, dict):
-            for name, pairs in kn.items():
-                with contextlib.suppress(TypeError, ValueError):
-                    known[name] = {(int(d), int(i)) for d, i in pairs}
-        return out, rotated, known
+        """Write the offsets file if it changed (``offsets.OffsetsFile``)."""
+        known = {t.name: t.known for t in self._tails if t.known}
+        self._offsets_file.save(self._offsets(), self._rotated_offsets(), known)

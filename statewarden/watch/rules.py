@@ -32,7 +32,7 @@ from re import _constants as _sre_constants  # type: ignore[attr-defined]
 from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any
 
-from statewarden.incidents.signals import Found, Observation, Severity, Signal, cap_evidence
+from statewarden.incidents.signals import Found, Observation, Severity, Signal
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record
 
@@ -317,7 +317,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _evidence(record: LogRecord) -> tuple[str, ...]:
-    return (cap_evidence(record.text),)
+    """The record as evidence: the signal redacts and caps it (``incidents/evidence.py``)."""
+    return (record.text,)
 
 
 def _source(record: LogRecord) -> str:

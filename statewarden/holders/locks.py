@@ -1,0 +1,142 @@
+"""Reading ``/proc/locks``: who owns a lock on a database's files, and whose OFD locks.
+
+``/proc/locks`` is readable by everyone. Each line names a lock's kind (``POSIX``,
+``FLOCK``, ``OFDLCK``), its mode, its owner's pid and the file as
+``major:minor:inode``. :func:`read_locks` reads it once per scan into a
+:class:`LockTable`: every owner of a POSIX lock on any file (an owner ``/proc`` does not
+list is a hidden process), and per target what each owner holds on the target's files.
+
+An open file description (OFD) lock names no owner (pid -1). The ``lock:`` lines of
+``/proc/<pid>/fdinfo/<fd>`` (:func:`fd_locks`) say which descriptor carries one;
+:func:`attribute` matches them, counting descriptors that share one open file
+description once (``kcmp``), and leaves the rest ``ownerless``. The scanner
+(``scan.py``) decides what an ownerless lock means for the scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from statewarden.holders import processes as P
+
+# (major, minor, inode, mode, start, end): an OFD lock as /proc/locks and fdinfo print it.
+LockKey = tuple[int, int, int, str, int, str]
+# (major, minor, inode) of a target's file -> (target index, file name, stale)
+FileIds = dict[tuple[int, int, int], tuple[int, str, bool]]
+# (pid, target index) -> (file name, stale, kind, mode, start, end) of each lock it owns
+Owned = dict[tuple[int, int], list[tuple[str, bool, str, str, int, str]]]
+
+
+@dataclass
+class LockTable:
+    """What ``/proc/locks`` says, read once per scan."""
+
+    owned: Owned
+    pids: set[int]  # the owner of every POSIX lock, on any file
+    # target index -> (what, OFD lock key or None) of each lock on its files that names
+    # no owner: -1 is an open file description lock
+    unnamed: dict[int, list[tuple[str, LockKey | None]]]
+    # target index -> what of each unnamed lock no readable descriptor carries
+    ownerless: dict[int, list[str]] = field(default_factory=dict)
+
+
+# A LockTable, or why /proc/locks could not be read.
+Locks = LockTable | str
+
+
+def read_locks(proc: str, by_id: FileIds) -> Locks:
+    """Every lock owner, and what each owns on the files ``by_id`` names.
+
+    Returns why, instead, when ``<proc>/locks`` cannot be read.
+    """
+    try:
+        text = P.read_file(f"{proc}/locks").decode("ascii", "replace")
+    except OSError as exc:
+        return f"{proc}/locks: {exc.strerror or exc}"
+    table = LockTable(owned={}, pids=set(), unnamed={})
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 8 or parts[1] == "->":
+            continue  # a waiter, not an owner
+        try:
+            pid = int(parts[4])
+            maj, mnr, ino = parts[5].split(":")
+            key = (int(maj, 16), int(mnr, 16), int(ino))
+        except ValueError:
+            continue
+        if pid > 0 and parts[1] == "POSIX":
+            # Only a POSIX lock dies with its owner. A FLOCK keeps the pid of whoever
+            # took it, which may have exited since, leaving it to a forked child.
+            table.pids.add(pid)
+        if key not in by_id:
+            continue
+        i, name, stale = by_id[key]
+        if pid <= 0:
+            what = f"{parts[1]} {parts[3]} on {name}"
+            table.unnamed.setdefault(i, []).append((what, ofd_key(parts)))
+            continue
+        table.owned.setdefault((pid, i), []).append(
+            (name, stale, parts[1], parts[3], int(parts[6]), parts[7])
+        )
+    return table
+
+
+def fd_locks(fdinfo: str) -> list[LockKey]:
+    """The OFD locks a descriptor's open file description carries (the ``lock:`` lines of
+    its ``fdinfo``).
+
+    A descriptor closed since, or an fdinfo that cannot be read, gives nothing: the lock
+    it may carry then stays ownerless (fail closed).
+    """
+    try:
+        info = P.read_file(fdinfo)
+    except OSError:
+        return []
+    out: list[LockKey] = []
+    for line in info.splitlines():
+        if line.startswith(b"lock:"):
+            key = ofd_key(line[5:].decode("ascii", "replace").split())
+            if key is not None:
+                out.append(key)
+    return out
+
+
+def attribute(locks: LockTable, carriers: dict[LockKey, list[tuple[int, int]]]) -> bool:
+    """Match each unnamed OFD lock to a (pid, fd) in ``carriers`` that carries it.
+
+    Fills ``locks.ownerless`` with what no readable descriptor carries; True if any.
+    Descriptors sharing one open file description (``dup``, ``fork``) count once.
+    """
+    left: dict[LockKey, int] = {
+        key: count_descriptions(holders) for key, holders in carriers.items()
+    }
+    locks.ownerless = {}
+    for index, unnamed in locks.unnamed.items():
+        for what, lock in unnamed:
+            if lock is not None and left.get(lock, 0) > 0:
+                left[lock] -= 1
+                continue
+            locks.ownerless.setdefault(index, []).append(what)
+    return bool(locks.ownerless)
+
+
+def ofd_key(parts: Sequence[str]) -> LockKey | None:
+    """The key of an OFD lock from the fields of its ``/proc/locks`` or ``lock:`` line."""
+    if len(parts) < 8 or parts[1] != "OFDLCK":
+        return None
+    try:
+        maj, mnr, ino = parts[5].split(":")
+        return (int(maj, 16), int(mnr, 16), int(ino), parts[3], int(parts[6]), parts[7])
+    except ValueError:
+        return None
+
+
+def count_descriptions(carriers: list[tuple[int, int]]) -> int:
+    """How many open file descriptions the (pid, fd) pairs are: pairs the kernel shows to
+    share one (``kcmp``), or cannot tell apart, count once."""
+    distinct: list[tuple[int, int]] = []
+    for pid, fd in carriers:
+        if not any(P.same_open_file(pid, fd, p, f) is not False for p, f in distinct):
+            distinct.append((pid, fd))
+    return len(distinct)
