@@ -916,8 +916,13 @@ def format_duration(seconds: float) -> str:
 def format_bytes(n: int) -> str:
     """``n`` bytes as the config writes it (``50MB``, ``16MiB``, ``4096``);
     :func:`parse_bytes` reads it back."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("GB", 10**9),
-                       ("MB", 10**6)):  # fmt: skip
+    for unit, size in (
+        ("GiB", 2**30),
+        ("MiB", 2**20),
+        ("KiB", 2**10),
+        ("GB", 10**9),
+        ("MB", 10**6),
+    ):
         if n >= size and n % size == 0:
             return f"{n // size}{unit}"
     return str(n)

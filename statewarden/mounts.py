@@ -19,12 +19,31 @@ MOUNTINFO = Path("/proc/self/mountinfo")
 # Filesystem types on which WAL is unsafe (exact names); any ``fuse.*`` also is.
 UNSAFE_FOR_WAL = frozenset(
     {
-        "virtiofs", "9p", "9p2000", "drvfs", "vboxsf", "prl_fs", "vmhgfs",
-        "fuse", "fuseblk",
-        "nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs",
-        "ceph", "glusterfs", "lustre", "gpfs", "afs", "ocfs2", "gfs2", "beegfs",
+        "virtiofs",
+        "9p",
+        "9p2000",
+        "drvfs",
+        "vboxsf",
+        "prl_fs",
+        "vmhgfs",
+        "fuse",
+        "fuseblk",
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ncpfs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "afs",
+        "ocfs2",
+        "gfs2",
+        "beegfs",
     }
-)  # fmt: skip
+)
 
 _ESCAPE_RE = re.compile(r"\\([0-7]{3})")
 

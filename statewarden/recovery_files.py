@@ -135,8 +135,15 @@ def _read_manifest(path: Path) -> dict[str, Any] | str:
 
 def _capture(folder: Path, name: str) -> RecoveryFile:
     size, files, capped, unlisted = _tree_size(folder / name)
-    item = RecoveryFile("retired_wal", name, size, files, capped=capped,
-                        partial=name.endswith(PARTIAL_SUFFIX), problem=unlisted)  # fmt: skip
+    item = RecoveryFile(
+        "retired_wal",
+        name,
+        size,
+        files,
+        capped=capped,
+        partial=name.endswith(PARTIAL_SUFFIX),
+        problem=unlisted,
+    )
     if unlisted:
         return item
     manifest = _read_manifest(folder / name / RETIRED_WAL_MANIFEST)

@@ -56,8 +56,25 @@ _MAYBE_RE = re.compile(
 
 # _MAYBE_RE's texts in lower case, looked for with ``in`` in ASCII text (where nothing
 # but these letters folds to them), and its one pattern.
-_MAYBE_TEXTS = ("auth", "bearer", "key", "token", "secret", "pass", "pwd", "sk-", "rk-", "pk-",
-                "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox", "aiza")  # fmt: skip
+_MAYBE_TEXTS = (
+    "auth",
+    "bearer",
+    "key",
+    "token",
+    "secret",
+    "pass",
+    "pwd",
+    "sk-",
+    "rk-",
+    "pk-",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "xox",
+    "aiza",
+)
 _MAYBE_DIGITS_RE = re.compile(r"[0-9]{6}:")
 
 

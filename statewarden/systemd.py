@@ -128,9 +128,14 @@ class JobResult:
         return self.result == "done"
 
     def to_json(self) -> dict[str, Any]:
-        return {"unit": self.unit, "action": self.action, "job": self.job,
-                "result": self.result, "waited_s": round(self.waited_s, 3),
-                "gave_up": self.gave_up}  # fmt: skip
+        return {
+            "unit": self.unit,
+            "action": self.action,
+            "job": self.job,
+            "result": self.result,
+            "waited_s": round(self.waited_s, 3),
+            "gave_up": self.gave_up,
+        }
 
 
 @dataclass(frozen=True)
@@ -203,9 +208,10 @@ class _PeerBus(MessageBus):
         await self._authenticate()
         self._loop.add_reader(
             self._fd,
-            build_message_reader(self._sock, self._process_message, self._finalize,
-                                 self._negotiate_unix_fd),
-        )  # fmt: skip
+            build_message_reader(
+                self._sock, self._process_message, self._finalize, self._negotiate_unix_fd
+            ),
+        )
         self.unique_name = ":peer-to-peer"
         self._writer.schedule_write()
         # systemd 252 reads the first message together with BEGIN when they arrive at
@@ -297,8 +303,9 @@ class UserManager:
             bus = (_PeerBus if self.peer else MessageBus)(bus_address=address)
             self._bus = await asyncio.wait_for(bus.connect(), self.connect_timeout_s)
         except TimeoutError as exc:
-            raise self._unavailable(f"the bus at {address} did not answer"
-                                    f" within {self.connect_timeout_s:g} s") from exc  # fmt: skip
+            raise self._unavailable(
+                f"the bus at {address} did not answer within {self.connect_timeout_s:g} s"
+            ) from exc
         except AuthError as exc:
             raise self._unavailable(f"access denied by the bus at {address} ({exc})") from exc
         except PermissionError as exc:
@@ -337,14 +344,21 @@ class UserManager:
         name; a bus with no systemd behind it answers at once with an error
         (``ServiceUnknown``, or ``Spawn.*`` from Debian's ``Exec=/bin/false`` stub).
         """
-        (owned,) = await self._call("NameHasOwner", "s", [_SYSTEMD], interface=_BUS,
-                                    path=_BUS_PATH, destination=_BUS)  # fmt: skip
+        (owned,) = await self._call(
+            "NameHasOwner", "s", [_SYSTEMD], interface=_BUS, path=_BUS_PATH, destination=_BUS
+        )
         if owned:
             return
         try:
-            await self._call("StartServiceByName", "su", [_SYSTEMD, 0], interface=_BUS,
-                             path=_BUS_PATH, destination=_BUS,
-                             timeout_s=self.name_wait_s)  # fmt: skip
+            await self._call(
+                "StartServiceByName",
+                "su",
+                [_SYSTEMD, 0],
+                interface=_BUS,
+                path=_BUS_PATH,
+                destination=_BUS,
+                timeout_s=self.name_wait_s,
+            )
         except SystemdCallFailed as exc:
             if exc.error_name != "timeout":
                 raise
@@ -378,9 +392,15 @@ class UserManager:
         if self._bus is None:
             raise self._unavailable("not connected")
         # NO_AUTO_START: a session bus without systemd must not try to activate it.
-        msg = Message(destination=destination, path=path, interface=interface,
-                      member=member, signature=signature, body=list(body),
-                      flags=MessageFlag.NO_AUTOSTART)  # fmt: skip
+        msg = Message(
+            destination=destination,
+            path=path,
+            interface=interface,
+            member=member,
+            signature=signature,
+            body=list(body),
+            flags=MessageFlag.NO_AUTOSTART,
+        )
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         try:
             reply = await asyncio.wait_for(self._bus.call(msg), timeout_s)
@@ -408,8 +428,11 @@ class UserManager:
         out = []
         for row in body[0]:
             name, description, load, active, sub, _following, path = row[:7]
-            out.append(await self._unit_info(name, path, description=description, load=load,
-                                             active=active, sub=sub))  # fmt: skip
+            out.append(
+                await self._unit_info(
+                    name, path, description=description, load=load, active=active, sub=sub
+                )
+            )
         return sorted(out, key=lambda u: u.name)
 
     async def unit(self, name: str) -> UnitInfo | None:
@@ -423,9 +446,13 @@ class UserManager:
         path = body[0]
         u = await self.get_all(path, _UNIT)
         return await self._unit_info(
-            name, path, description=u.get("Description", ""), load=u.get("LoadState", ""),
-            active=u.get("ActiveState", ""), sub=u.get("SubState", ""),
-        )  # fmt: skip
+            name,
+            path,
+            description=u.get("Description", ""),
+            load=u.get("LoadState", ""),
+            active=u.get("ActiveState", ""),
+            sub=u.get("SubState", ""),
+        )
 
     async def _unit_info(
         self, name: str, path: str, *, description: str, load: str, active: str, sub: str
@@ -435,11 +462,17 @@ class UserManager:
             props = await self.get_all(path, _SERVICE)
         elif name.endswith(".scope"):
             props = await self.get_all(path, _SCOPE)
-        return UnitInfo(name=name, description=description, load_state=load,
-                        active_state=active, sub_state=sub,
-                        main_pid=int(props.get("MainPID", 0) or 0),
-                        control_group=str(props.get("ControlGroup", "") or ""),
-                        n_restarts=int(props.get("NRestarts", 0) or 0), path=path)  # fmt: skip
+        return UnitInfo(
+            name=name,
+            description=description,
+            load_state=load,
+            active_state=active,
+            sub_state=sub,
+            main_pid=int(props.get("MainPID", 0) or 0),
+            control_group=str(props.get("ControlGroup", "") or ""),
+            n_restarts=int(props.get("NRestarts", 0) or 0),
+            path=path,
+        )
 
     async def unit_by_pid(self, pid: int) -> str | None:
         """The unit the manager puts ``pid`` in, or None if it belongs to none of its units."""
@@ -505,16 +538,19 @@ class UserManager:
         result = self._removed.pop(job)
         return JobResult(unit, action, job, result, time.monotonic() - started)
 
-    async def stop_unit(self, unit: str, *, mode: str = "replace",
-                        timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+    async def stop_unit(
+        self, unit: str, *, mode: str = "replace", timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    ) -> JobResult:
         return await self._job("stop", "StopUnit", unit, mode, timeout_s)
 
-    async def start_unit(self, unit: str, *, mode: str = "replace",
-                         timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+    async def start_unit(
+        self, unit: str, *, mode: str = "replace", timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    ) -> JobResult:
         return await self._job("start", "StartUnit", unit, mode, timeout_s)
 
-    async def restart_unit(self, unit: str, *, mode: str = "replace",
-                           timeout_s: float = DEFAULT_JOB_TIMEOUT_S) -> JobResult:  # fmt: skip
+    async def restart_unit(
+        self, unit: str, *, mode: str = "replace", timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    ) -> JobResult:
         return await self._job("restart", "RestartUnit", unit, mode, timeout_s)
 
     # -- unit files -------------------------------------------------------------------

@@ -82,8 +82,18 @@ def alert_of(n: Notification, item: Item) -> dict[str, Any]:
 
 
 def test_item(n: Notification) -> Item:
-    return Item(0, "statewarden_test", "info", "-", "-", "statewarden alert test", "test",
-                n.created_at, n.created_at, 1)  # fmt: skip
+    return Item(
+        0,
+        "statewarden_test",
+        "info",
+        "-",
+        "-",
+        "statewarden alert test",
+        "test",
+        n.created_at,
+        n.created_at,
+        1,
+    )
 
 
 class AlertmanagerSink:
@@ -102,8 +112,9 @@ class AlertmanagerSink:
         secret = False
         if cfg.url is None:
             try:
-                base, self.source = read_secret(cfg.url_file, cfg.credential,
-                                                "Alertmanager URL", env)  # fmt: skip
+                base, self.source = read_secret(
+                    cfg.url_file, cfg.credential, "Alertmanager URL", env
+                )
                 secret = True
             except SecretMissing as exc:
                 self.problem = str(exc)
@@ -150,8 +161,9 @@ class AlertmanagerSink:
         if status >= 500 or status == 429:
             raise Retry(f"{status} {text}")
         if 300 <= status < 400 or status in (401, 403, 404, 405):
-            raise Rejected(f"{status} {text}: check the Alertmanager URL of {self.source}"
-                           f" ({self.server})")  # fmt: skip
+            raise Rejected(
+                f"{status} {text}: check the Alertmanager URL of {self.source} ({self.server})"
+            )
         if status == 400:
             raise Refused(f"{status} {text}")
         raise Retry(f"{status} {text}")

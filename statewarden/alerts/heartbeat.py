@@ -82,8 +82,9 @@ class Heartbeat:
         self.problem = ""
         self.url = self.fail_url = ""
         try:
-            url, self.health.source = read_secret(cfg.url_file, cfg.credential, "heartbeat URL",
-                                                  env)  # fmt: skip
+            url, self.health.source = read_secret(
+                cfg.url_file, cfg.credential, "heartbeat URL", env
+            )
         except SecretMissing as exc:
             self.problem = str(exc)
         else:

@@ -431,8 +431,14 @@ class Router:
                 continue
             if sink not in rec.sinks:
                 continue
-            items.append(item_for(inc, "reminder", profile=self.profile_of(inc.db),
-                                  rate_per_min=self._rates.get(inc.id)))  # fmt: skip
+            items.append(
+                item_for(
+                    inc,
+                    "reminder",
+                    profile=self.profile_of(inc.db),
+                    rate_per_min=self._rates.get(inc.id),
+                )
+            )
         if not items:
             return None
         return Notification(f"{sink}-refresh:{now:.6f}", "firing", self.host, now, items)

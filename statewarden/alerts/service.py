@@ -131,8 +131,7 @@ class Alerts:
         # httpx only when a heartbeat is configured (as for Telegram).
         from statewarden.alerts.heartbeat import Heartbeat  # noqa: PLC0415
 
-        self.heartbeat = Heartbeat(cfg.heartbeat, log=self.log, trouble=self.trouble,
-                                   env=self.env)  # fmt: skip
+        self.heartbeat = Heartbeat(cfg.heartbeat, log=self.log, trouble=self.trouble, env=self.env)
 
     def trouble(self) -> str:
         """Why the heartbeat says "fail": an open critical incident no silence mutes; ""."""
@@ -211,16 +210,18 @@ class Alerts:
                 self.silences = self.silence_file.read()
             except StatewardenError as exc:
                 if str(exc) != self.silences_error:
-                    self.log.error("silences file unreadable; keeping the last ones read",
-                                   error=str(exc))  # fmt: skip
+                    self.log.error(
+                        "silences file unreadable; keeping the last ones read", error=str(exc)
+                    )
                 self.silences_error = str(exc)
             else:
                 self.silences_error = ""
         self._silences_checked = now
         ended = self.router.set_silences([s for s in self.silences if s.active(now)], now)
         for s in ended:
-            self.log.info("silence ended; what it muted and is still open is notified",
-                          silence=describe(s))  # fmt: skip
+            self.log.info(
+                "silence ended; what it muted and is still open is notified", silence=describe(s)
+            )
         if ended:
             self._kick()
 
@@ -320,8 +321,7 @@ class Alerts:
                 d.health.restarts += 1
                 d.health.state = "restarting"
                 d.health.last_error = f"delivery failed: {why}"
-                self.log.error("alert delivery task ended; starting it again", sink=name,
-                               error=why)  # fmt: skip
+                self.log.error("alert delivery task ended; starting it again", sink=name, error=why)
         self._kick()
 
     async def reload(self, cfg: AlertsConfig) -> None:

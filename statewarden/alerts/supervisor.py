@@ -30,8 +30,11 @@ def last_log_lines(unit: str, n: int = EVIDENCE_LINES) -> list[str]:
     try:
         r = subprocess.run(
             ["journalctl", "--user", "-u", unit, "-n", str(n), "-o", "cat", "--no-pager"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     return [line for line in r.stdout.splitlines() if line.strip()][-n:]

@@ -38,8 +38,12 @@ DEFAULT_WATCH_INTERVAL_S = 2.0
     show_default=True,
     help="Seconds between scans with --watch.",
 )
-@click.option("--count", type=click.IntRange(min=0), default=0,
-              help="With --watch, stop after this many scans (0: never).")  # fmt: skip
+@click.option(
+    "--count",
+    type=click.IntRange(min=0),
+    default=0,
+    help="With --watch, stop after this many scans (0: never).",
+)
 @click.option("--no-systemd", is_flag=True, help="Do not ask the systemd user manager.")
 @click.option("--verbose", "-v", is_flag=True, help="List the processes that could not be read.")
 @handle_errors

@@ -70,13 +70,22 @@ DATA_FILES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("man/statewarden.1", "man/man1/statewarden.1", ("man/man1/statewarden.1.gz",)),
     ("man/statewardenctl.1", "man/man1/statewardenctl.1", ("man/man1/statewardenctl.1.gz",)),
     ("man/statewarden.yaml.5", "man/man5/statewarden.yaml.5", ("man/man5/statewarden.yaml.5.gz",)),
-    ("completions/statewardenctl", "bash-completion/completions/statewardenctl",
-     ("bash-completion/completions/statewardenctl",)),
-    ("completions/_statewardenctl", "zsh/site-functions/_statewardenctl",
-     ("zsh/vendor-completions/_statewardenctl",)),
-    ("completions/statewardenctl.fish", "fish/vendor_completions.d/statewardenctl.fish",
-     ("fish/vendor_completions.d/statewardenctl.fish",)),
-)  # fmt: skip
+    (
+        "completions/statewardenctl",
+        "bash-completion/completions/statewardenctl",
+        ("bash-completion/completions/statewardenctl",),
+    ),
+    (
+        "completions/_statewardenctl",
+        "zsh/site-functions/_statewardenctl",
+        ("zsh/vendor-completions/_statewardenctl",),
+    ),
+    (
+        "completions/statewardenctl.fish",
+        "fish/vendor_completions.d/statewardenctl.fish",
+        ("fish/vendor_completions.d/statewardenctl.fish",),
+    ),
+)
 DATA_FILE_MODE = 0o644  # read by man and the shells, never secret
 
 
@@ -358,8 +367,7 @@ def plan_install(
     ours = read_manifest(manifest).get("files", {})
     files: list[FileChange] = []
     for name in UNIT_FILES:
-        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file,
-                         credentials)  # fmt: skip
+        content = render((tdir / name).read_text(encoding="utf-8"), bindir, token_file, credentials)
         files.append(_change(unit_dir / name, content, ours, force))
     data_files, data_note = plan_data_files(
         data_dir or default_data_dir(), bindir, ours, force=force
@@ -431,8 +439,7 @@ def _where_man_looks(plan: InstallPlan) -> list[str]:
     if not pages or manpath is None:
         return []
     try:
-        r = subprocess.run([manpath, "-q"], capture_output=True, text=True, timeout=10,
-                           check=False)  # fmt: skip
+        r = subprocess.run([manpath, "-q"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return []
     mandir = pages[0].parent.parent

@@ -25,26 +25,47 @@ def _manifest() -> Path:
 @click.command("install")
 @click.option("--enable", is_flag=True, help="Enable the unit (start it with the user manager).")
 @click.option("--now", is_flag=True, help="Start (or restart, if its file changed) the unit now.")
-@click.option("--unit-dir", type=click.Path(path_type=Path), default=None,
-              help="Where to write the units (default ~/.config/systemd/user).")  # fmt: skip
+@click.option(
+    "--unit-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where to write the units (default ~/.config/systemd/user).",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
-@click.option("--force", is_flag=True,
-              help="Replace units, man pages, completions install did not write.")  # fmt: skip
-@click.option("--telegram-token-file", type=click.Path(path_type=Path), default=None,
-              help="Give the units this file (mode 600) as the Telegram token credential"
-              " (LoadCredential=telegram-token:PATH).")  # fmt: skip
-@click.option("--apprise-urls-file", type=click.Path(path_type=Path), default=None,
-              help="Give the units this file (mode 600) of Apprise URLs as a credential"
-              " (LoadCredential=apprise-urls:PATH;"
-              " alerts.apprise.credential: apprise-urls).")  # fmt: skip
-@click.option("--heartbeat-url-file", type=click.Path(path_type=Path), default=None,
-              help="Give the daemon's unit this file (mode 600) with the heartbeat push URL"
-              " as a credential (LoadCredential=heartbeat-url:PATH;"
-              " alerts.heartbeat.credential: heartbeat-url).")  # fmt: skip
-@click.option("--alertmanager-url-file", type=click.Path(path_type=Path), default=None,
-              help="Give the units this file (mode 600) with an Alertmanager URL that carries"
-              " a secret as a credential (LoadCredential=alertmanager-url:PATH;"
-              " alerts.alertmanager.credential: alertmanager-url).")  # fmt: skip
+@click.option(
+    "--force", is_flag=True, help="Replace units, man pages, completions install did not write."
+)
+@click.option(
+    "--telegram-token-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Give the units this file (mode 600) as the Telegram token credential"
+    " (LoadCredential=telegram-token:PATH).",
+)
+@click.option(
+    "--apprise-urls-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Give the units this file (mode 600) of Apprise URLs as a credential"
+    " (LoadCredential=apprise-urls:PATH;"
+    " alerts.apprise.credential: apprise-urls).",
+)
+@click.option(
+    "--heartbeat-url-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Give the daemon's unit this file (mode 600) with the heartbeat push URL"
+    " as a credential (LoadCredential=heartbeat-url:PATH;"
+    " alerts.heartbeat.credential: heartbeat-url).",
+)
+@click.option(
+    "--alertmanager-url-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Give the units this file (mode 600) with an Alertmanager URL that carries"
+    " a secret as a credential (LoadCredential=alertmanager-url:PATH;"
+    " alerts.alertmanager.credential: alertmanager-url).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
 def install(  # noqa: PLR0917 (one parameter per option, as click passes them)

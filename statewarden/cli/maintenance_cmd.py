@@ -50,9 +50,14 @@ def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
 @config_option
 @db_option
 @profile_option
-@click.option("--action", type=click.Choice(ACTIONS), default="repair", show_default=True,
-              help="repair (check, repair only when damaged), check (read-only), vacuum,"
-              " journal-mode=delete|wal, checkpoint.")  # fmt: skip
+@click.option(
+    "--action",
+    type=click.Choice(ACTIONS),
+    default="repair",
+    show_default=True,
+    help="repair (check, repair only when damaged), check (read-only), vacuum,"
+    " journal-mode=delete|wal, checkpoint.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and stop.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
 @click.option(
@@ -67,9 +72,11 @@ def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
     is_flag=True,
     help="Do not import the transcripts Hermes diverted into the repaired file.",
 )
-@click.option("--here", is_flag=True,
-              help="Run in this process even when the daemon runs (it is handed to the"
-              " daemon otherwise).")  # fmt: skip
+@click.option(
+    "--here",
+    is_flag=True,
+    help="Run in this process even when the daemon runs (it is handed to the daemon otherwise).",
+)
 @json_option
 @handle_errors
 def maintenance(
@@ -121,18 +128,33 @@ def maintenance(
         return ask() if interactive else True
 
     if not (here or dry_run):
-        flags = {"force": force, "accept_loss": accept_loss, "no_import": no_import,
-                 "resume": resume}  # fmt: skip
-        handed = hand_off(targets[0], config, action, flags, as_json=as_json,
-                          confirm=ask if interactive and not resume else None)  # fmt: skip
+        flags = {
+            "force": force,
+            "accept_loss": accept_loss,
+            "no_import": no_import,
+            "resume": resume,
+        }
+        handed = hand_off(
+            targets[0],
+            config,
+            action,
+            flags,
+            as_json=as_json,
+            confirm=ask if interactive and not resume else None,
+        )
         if handed is not None:
             finish(handed, as_json)
             return
-    options = Options(action=action, force=force, accept_loss=accept_loss, dry_run=dry_run,
-                      confirm=confirm, import_transcripts=not no_import)  # fmt: skip
+    options = Options(
+        action=action,
+        force=force,
+        accept_loss=accept_loss,
+        dry_run=dry_run,
+        confirm=confirm,
+        import_transcripts=not no_import,
+    )
     with progress_reporter("json" if as_json else "auto") as progress:
-        run = MaintenanceRun(targets[0], config, options, emit=printer(as_json),
-                             progress=progress)  # fmt: skip
+        run = MaintenanceRun(targets[0], config, options, emit=printer(as_json), progress=progress)
         with ctrl_c_cancels(run):
             report = run.resume() if resume else run.execute()
     finish(report, as_json)

@@ -51,8 +51,9 @@ def hand_off(
         if dry.exit_code:
             return dry
         if not confirm():
-            return RunReport(db=db, action=action, outcome="not confirmed: nothing done",
-                             exit_code=EXIT_FAILED)  # fmt: skip
+            return RunReport(
+                db=db, action=action, outcome="not confirmed: nothing done", exit_code=EXIT_FAILED
+            )
     try:
         stream = StreamClient(path, "maintenance_run", db=db, action=action, **flags)
     except DaemonNotRunning:
@@ -67,8 +68,9 @@ def hand_off(
         with progress_reporter("none" if as_json else "auto") as draw:
             emit = printer(as_json, draw)
             if not as_json:
-                echo_line(f"{PREFIX}handed to the daemon (Ctrl-C cancels before the swap)",
-                          err=True)  # fmt: skip
+                echo_line(
+                    f"{PREFIX}handed to the daemon (Ctrl-C cancels before the swap)", err=True
+                )
             while True:
                 if asked[0]:
                     asked[0] = 0
@@ -101,9 +103,13 @@ def _report(data: Any, db: str, action: str) -> RunReport:
     if not isinstance(data, dict):
         raise ControlError("the daemon gave no report of the run")
     if "action" not in data:  # the run ended before it could report (its stderr said why)
-        return RunReport(db=db, action=action, outcome=str(data.get("outcome") or "failed"),
-                         exit_code=int(data.get("exit_code") or EXIT_FAILED),
-                         message=str(data.get("message") or ""))  # fmt: skip
+        return RunReport(
+            db=db,
+            action=action,
+            outcome=str(data.get("outcome") or "failed"),
+            exit_code=int(data.get("exit_code") or EXIT_FAILED),
+            message=str(data.get("message") or ""),
+        )
     report = report_from(data)
     with contextlib.suppress(TypeError, ValueError):
         report.exit_code = int(data.get("exit_code", report.exit_code))

@@ -61,8 +61,9 @@ def list_cmd(*, config_path: str | None, as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Also stop interactive and non-Hermes holders.")
 @json_option
 @handle_errors
-def restore_cmd(*, name: str, config_path: str | None, yes: bool, force: bool,
-                as_json: bool) -> None:  # fmt: skip
+def restore_cmd(
+    *, name: str, config_path: str | None, yes: bool, force: bool, as_json: bool
+) -> None:
     """Swap the quarantined original NAME back in, the way maintenance swaps.
 
     The current state.db goes to quarantine in turn; nothing is deleted.
@@ -83,11 +84,13 @@ def restore_cmd(*, name: str, config_path: str | None, yes: bool, force: bool,
             return True
         return click.confirm(f"Stop these holders and put {name} back?", err=True)
 
-    options = Options(action="restore", force=force, confirm=confirm,
-                      restore_from=entry.path / "state.db")  # fmt: skip
+    options = Options(
+        action="restore", force=force, confirm=confirm, restore_from=entry.path / "state.db"
+    )
     with progress_reporter("json" if as_json else "auto") as progress:
-        report = MaintenanceRun(target, config, options, emit=printer(as_json),
-                                progress=progress).execute()  # fmt: skip
+        report = MaintenanceRun(
+            target, config, options, emit=printer(as_json), progress=progress
+        ).execute()
     if as_json:
         print_json(report.to_json())
     else:

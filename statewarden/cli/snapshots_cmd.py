@@ -46,8 +46,10 @@ def snapshots_group(ctx: click.Context, *, config_path: str | None, as_json: boo
         click.echo("no verified snapshot yet")
     for s in snaps:
         when = dt.datetime.fromtimestamp(s.taken_at).isoformat(timespec="seconds")
-        echo_line(f"{when}  {s.profile}  {human_bytes(s.bytes)}  {s.sessions} sessions"
-                   f"  check {'passed' if s.verified else 'FAILED'}  {s.path}")  # fmt: skip
+        echo_line(
+            f"{when}  {s.profile}  {human_bytes(s.bytes)}  {s.sessions} sessions"
+            f"  check {'passed' if s.verified else 'FAILED'}  {s.path}"
+        )
 
 
 @snapshots_group.command("take")
@@ -60,8 +62,15 @@ def snapshots_group(ctx: click.Context, *, config_path: str | None, as_json: boo
 )
 @json_option
 @handle_errors
-def take_cmd(*, config_path: str | None, db: str | None, profile: str | None,
-             progress_mode: str, idle: bool, as_json: bool) -> None:  # fmt: skip
+def take_cmd(
+    *,
+    config_path: str | None,
+    db: str | None,
+    profile: str | None,
+    progress_mode: str,
+    idle: bool,
+    as_json: bool,
+) -> None:
     """Take a verified snapshot of each database now (the daemon takes one a day).
 
     An online copy through SQLite's backup API from a read-only connection (Hermes
@@ -78,12 +87,22 @@ def take_cmd(*, config_path: str | None, db: str | None, profile: str | None,
     if idle:
         idle_priority()
     with progress_reporter(progress_mode) as progress:
-        snaps = [take_snapshot(t.db, state_dir(config), t.name, mc.snapshots_keep,
-                               mc.snapshots_max_age, progress=progress)
-                 for t in targets]  # fmt: skip
+        snaps = [
+            take_snapshot(
+                t.db,
+                state_dir(config),
+                t.name,
+                mc.snapshots_keep,
+                mc.snapshots_max_age,
+                progress=progress,
+            )
+            for t in targets
+        ]
     if as_json:
         print_json({"snapshots": [s.to_json() for s in snaps]})
         return
     for s in snaps:
-        echo_line(f"kept {s.path}: {human_bytes(s.bytes)}, {s.sessions} sessions,"
-                   f" check passed, {s.seconds:.2f} s")  # fmt: skip
+        echo_line(
+            f"kept {s.path}: {human_bytes(s.bytes)}, {s.sessions} sessions,"
+            f" check passed, {s.seconds:.2f} s"
+        )

@@ -113,17 +113,30 @@ class HandedRuns:
         busy = self._busy(db)
         if busy is not None:
             raise RunInProgress(f"{busy}; wait for it to finish")
-        argv = [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--here",
-                "--db", db, "--action", str(action), "--yes", "--json"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "maintenance",
+            "--here",
+            "--db",
+            db,
+            "--action",
+            str(action),
+            "--yes",
+            "--json",
+        ]
         for flag in FLAGS:
             if req.get(flag) is True:
                 argv.append("--" + flag.replace("_", "-"))
         if self.config_source:
             argv += ["--config", self.config_source]
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        )
         run = HandedRun(db, proc)
         self.runs[db] = run
         self.maintenance.running[db] = asyncio.create_task(self._follow(run))
@@ -167,18 +180,31 @@ class HandedRuns:
             try:
                 report: dict[str, Any] = json.loads(out)
             except ValueError:
-                report = {"outcome": "failed", "exit_code": code or 1,
-                          "message": "\n".join(tail)[-REPORT_TAIL_CHARS:]}  # fmt: skip
+                report = {
+                    "outcome": "failed",
+                    "exit_code": code or 1,
+                    "message": "\n".join(tail)[-REPORT_TAIL_CHARS:],
+                }
             report["exit_code"] = code
             self.maintenance.last[run.db] = report
             log = self.log.info if code == 0 else self.log.error
-            log("maintenance run handed to the daemon finished", db=run.db, run_id=run.run_id,
-                outcome=report.get("outcome"), exit_code=code)  # fmt: skip
+            log(
+                "maintenance run handed to the daemon finished",
+                db=run.db,
+                run_id=run.run_id,
+                outcome=report.get("outcome"),
+                exit_code=code,
+            )
             run.end(report)
         finally:
             if not run.done:
-                run.end({"outcome": "failed", "exit_code": 1,
-                         "message": "the daemon stopped following the run"})  # fmt: skip
+                run.end(
+                    {
+                        "outcome": "failed",
+                        "exit_code": 1,
+                        "message": "the daemon stopped following the run",
+                    }
+                )
             self.maintenance.running.pop(run.db, None)
 
     async def cancel(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -196,8 +222,11 @@ class HandedRuns:
         with contextlib.suppress(ProcessLookupError):
             run.proc.send_signal(signal.SIGINT)
         self.log.warning("maintenance run cancel asked", db=db, run_id=run.run_id)
-        return {"asked": True, "run_id": run.run_id,
-                "reason": "the run stops at its next step before the swap"}  # fmt: skip
+        return {
+            "asked": True,
+            "run_id": run.run_id,
+            "reason": "the run stops at its next step before the swap",
+        }
 
     def close(self) -> list[asyncio.Task[Any]]:
         """The runs keep going (a run is finished or rolled back by itself, or resumed at

@@ -80,8 +80,14 @@ class RunAlerts:
         kind = n.items[0].kind
         run_id = str(data.get("run_id", ""))
         self.ended[str(data.get("db"))] = time.time()
-        self.log.info("maintenance outcome told", db=data.get("db"), run_id=run_id, kind=kind,
-                   outcome=data.get("outcome"), sinks=sinks)  # fmt: skip
+        self.log.info(
+            "maintenance outcome told",
+            db=data.get("db"),
+            run_id=run_id,
+            kind=kind,
+            outcome=data.get("outcome"),
+            sinks=sinks,
+        )
         post_check = data.get("post_check") or {}
         if kind != "maintenance_repaired" or post_check.get("ok") is not True:
             return

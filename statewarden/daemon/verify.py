@@ -61,8 +61,14 @@ from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.targets import Target
 
-__all__ = ["IDLE_NICE", "IOPRIO_CLASS_IDLE", "Verifications", "idle_priority", "in_idle_thread",
-           "io_class_of"]  # fmt: skip
+__all__ = [
+    "IDLE_NICE",
+    "IOPRIO_CLASS_IDLE",
+    "Verifications",
+    "idle_priority",
+    "in_idle_thread",
+    "io_class_of",
+]
 
 T = TypeVar("T")
 
@@ -284,16 +290,27 @@ class Verifications:
             # An unreadable database is a verdict; anything else (no space for the copy,
             # the file gone) is a verification that could not be made.
             unreadable = type(exc).__name__ == "DatabaseUnreadable"
-            v = Verified(key, started, "unreadable" if unreadable else FAILED, reason,
-                         findings=[str(exc)] if unreadable else [],
-                         error=None if unreadable else str(exc))  # fmt: skip
+            v = Verified(
+                key,
+                started,
+                "unreadable" if unreadable else FAILED,
+                reason,
+                findings=[str(exc)] if unreadable else [],
+                error=None if unreadable else str(exc),
+            )
         except Exception as exc:  # noqa: BLE001 - a failed verification is recorded, not fatal
             v = Verified(key, started, FAILED, reason, error=f"{type(exc).__name__}: {exc}")
         else:
-            v = Verified(key, started, diagnosis.damage, reason,
-                         cpu_s=round(cpu_s + diagnosis.helper_cpu_s, 3),
-                         findings=diagnosis.findings(), priority=priority,
-                         copy=copied)  # fmt: skip
+            v = Verified(
+                key,
+                started,
+                diagnosis.damage,
+                reason,
+                cpu_s=round(cpu_s + diagnosis.helper_cpu_s, 3),
+                findings=diagnosis.findings(),
+                priority=priority,
+                copy=copied,
+            )
         finally:
             self.running = None
         v.took_s = round(time.monotonic() - t0, 3)
@@ -316,8 +333,15 @@ class Verifications:
         key = str(target.db)
         if v.result == FAILED:
             self.log.warning("verification failed", db=key, error=v.error)
-            self.handle(Observation("verified", key, f"verification failed: {v.error}", v.at,
-                                 {"result": v.result, "reason": v.reason}))  # fmt: skip
+            self.handle(
+                Observation(
+                    "verified",
+                    key,
+                    f"verification failed: {v.error}",
+                    v.at,
+                    {"result": v.result, "reason": v.reason},
+                )
+            )
             return
         if v.result == HEALTHY:
             self.log.info("database verified healthy", db=key, took_s=v.took_s)
@@ -325,15 +349,27 @@ class Verifications:
             self.handle(Observation("verified", key, text, v.at, {"result": v.result}))
             return
         next_step = f"statewardenctl maintenance --profile {target.name}"
-        summary = (f"verification found {v.result} damage in state.db: "
-                   f"{'; '.join(v.findings[:3]) or 'see the evidence'}; "
-                   f"next step: {next_step}")  # fmt: skip
+        summary = (
+            f"verification found {v.result} damage in state.db: "
+            f"{'; '.join(v.findings[:3]) or 'see the evidence'}; "
+            f"next step: {next_step}"
+        )
         evidence = (*v.findings[:EVIDENCE_FINDINGS], f"next step: {next_step}")
         self.log.error("verification found damage", db=key, damage=v.result)
         fields = {"damage": v.result, "next_step": next_step, "reason": v.reason}
         severity: Severity = "error" if v.result == "derived" else "critical"
-        self.handle(Signal("corruption", key, summary, v.at, source="verify", evidence=evidence,
-                        severity=severity, fields=fields))  # fmt: skip
+        self.handle(
+            Signal(
+                "corruption",
+                key,
+                summary,
+                v.at,
+                source="verify",
+                evidence=evidence,
+                severity=severity,
+                fields=fields,
+            )
+        )
 
     # -------------------------------------------------------------- life cycle
 

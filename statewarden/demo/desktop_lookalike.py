@@ -53,8 +53,12 @@ def main() -> None:
             if stopping:
                 break
             before = _read(pidfile)
-            subprocess.run([hermes, "serve", "--isolated"], check=False,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(
+                [hermes, "serve", "--isolated"],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             deadline = time.monotonic() + START_TIMEOUT_S
             while not stopping and _read(pidfile) in (0, before) and time.monotonic() < deadline:
                 time.sleep(POLL_S)

@@ -51,10 +51,14 @@ class Step:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "explanation": self.explanation, "command": self.command,
-            "expected_exit_codes": list(self.expected), "exit_code": self.exit_code,
-            "ok": self.ok, "output": self.output,
-        }  # fmt: skip
+            "name": self.name,
+            "explanation": self.explanation,
+            "command": self.command,
+            "expected_exit_codes": list(self.expected),
+            "exit_code": self.exit_code,
+            "ok": self.ok,
+            "output": self.output,
+        }
 
 
 @dataclass
@@ -71,10 +75,13 @@ class DemoReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "ok": self.ok, "sandbox": str(self.sandbox), "kept": self.kept,
-            "setup": self.setup, "steps": [s.to_json() for s in self.steps],
+            "ok": self.ok,
+            "sandbox": str(self.sandbox),
+            "kept": self.kept,
+            "setup": self.setup,
+            "steps": [s.to_json() for s in self.steps],
             "error": self.error,
-        }  # fmt: skip
+        }
 
 
 Emit = Callable[[str], None]
@@ -115,8 +122,10 @@ class Demo:
                 self._steps(sandbox, report)
             finally:
                 self.emit("")
-                self.emit("Cleaning up: stopping every process the demo started"
-                          + ("." if self.keep else f" and removing {sandbox.root}."))  # fmt: skip
+                self.emit(
+                    "Cleaning up: stopping every process the demo started"
+                    + ("." if self.keep else f" and removing {sandbox.root}.")
+                )
                 sandbox.close(keep=self.keep)
                 if self.keep:
                     self.emit(f"The sandbox is kept for inspection: {sandbox.root}")
@@ -128,58 +137,96 @@ class Demo:
             damage = sandbox.build()
         except OSError as exc:
             raise SandboxError(f"could not build the sandbox in {sandbox.root}: {exc}") from exc
-        self.emit(f"  A Hermes home, {sandbox.hermes_home}, whose state.db Hermes itself wrote"
-                  " (40 sessions, 700 messages).")  # fmt: skip
-        self.emit(f"  Damaged while closed, as in the stories: sessions row {damage.phantom_rowid}"
-                  f" stored twice (a phantom row, page {damage.phantom_leaf}), and"
-                  f" {damage.fts_pointers} cell pointers of a search-index page"
-                  f" (page {damage.fts_leaf}) aimed at one cell.")  # fmt: skip
+        self.emit(
+            f"  A Hermes home, {sandbox.hermes_home}, whose state.db Hermes itself wrote"
+            " (40 sessions, 700 messages)."
+        )
+        self.emit(
+            f"  Damaged while closed, as in the stories: sessions row {damage.phantom_rowid}"
+            f" stored twice (a phantom row, page {damage.phantom_leaf}), and"
+            f" {damage.fts_pointers} cell pointers of a search-index page"
+            f" (page {damage.fts_leaf}) aimed at one cell."
+        )
         started = sandbox.start_holders()
         self.emit("  Holders started, plain processes standing in for Hermes' units:")
         for line in started:
             self.emit(f"    {line}")
-        report.setup = {"hermes_home": str(sandbox.hermes_home), "db": str(sandbox.db),
-                        "damage": damage.to_json(), "holders": started}  # fmt: skip
+        report.setup = {
+            "hermes_home": str(sandbox.hermes_home),
+            "db": str(sandbox.db),
+            "damage": damage.to_json(),
+            "holders": started,
+        }
 
     def _steps(self, sandbox: Sandbox, report: DemoReport) -> None:
         plan = [
-            Step("status", "What statewarden sees of the database, read without writing or"
-                 " locking it (no daemon runs here, so it says so and works locally).",
-                 "statewardenctl status"),
-            Step("holders", "Every process holding state.db: the gateway, the dashboard, your"
-                 " chat, and the orphaned serve --isolated the desktop app keeps alive.",
-                 "statewardenctl holders"),
-            Step("check", "An uncapped check of a private copy: the phantom row in sessions is"
-                 " base damage (exit 3) even though the search-index errors come first.",
-                 "statewardenctl check", (EXIT_BASE_DAMAGE,)),
-            Step("maintenance", "The repair: the new file is built while Hermes runs, then every"
-                 " holder is stopped (--force: your chat too), the old file fenced, the new one"
-                 " swapped in; the original goes to quarantine.",
-                 "statewardenctl maintenance --yes --force", (EXIT_OK, EXIT_FAILED)),
-        ]  # fmt: skip
+            Step(
+                "status",
+                "What statewarden sees of the database, read without writing or"
+                " locking it (no daemon runs here, so it says so and works locally).",
+                "statewardenctl status",
+            ),
+            Step(
+                "holders",
+                "Every process holding state.db: the gateway, the dashboard, your"
+                " chat, and the orphaned serve --isolated the desktop app keeps alive.",
+                "statewardenctl holders",
+            ),
+            Step(
+                "check",
+                "An uncapped check of a private copy: the phantom row in sessions is"
+                " base damage (exit 3) even though the search-index errors come first.",
+                "statewardenctl check",
+                (EXIT_BASE_DAMAGE,),
+            ),
+            Step(
+                "maintenance",
+                "The repair: the new file is built while Hermes runs, then every"
+                " holder is stopped (--force: your chat too), the old file fenced, the new one"
+                " swapped in; the original goes to quarantine.",
+                "statewardenctl maintenance --yes --force",
+                (EXIT_OK, EXIT_FAILED),
+            ),
+        ]
         for step in plan:
             if not self._run(sandbox, report, step):
                 return
         last = report.steps[-1]
         if last.exit_code == EXIT_FAILED and _respawn_abort(last.output):
-            report.steps.append(Step(
-                "close-desktop-app", "The run was rolled back, the database unchanged: the"
-                " desktop app kept bringing serve --isolated back (as root the fence cannot"
-                " keep it out). As the message says, close the desktop app; the demo stops"
-                " its look-alike."))  # fmt: skip
+            report.steps.append(
+                Step(
+                    "close-desktop-app",
+                    "The run was rolled back, the database unchanged: the"
+                    " desktop app kept bringing serve --isolated back (as root the fence cannot"
+                    " keep it out). As the message says, close the desktop app; the demo stops"
+                    " its look-alike.",
+                )
+            )
             self._show(report.steps[-1])
             sandbox.stop_desktop_app()
-            if not self._run(sandbox, report, Step(
-                "maintenance-again", "With the desktop app closed, the same run again.",
-                "statewardenctl maintenance --yes --force")):  # fmt: skip
+            if not self._run(
+                sandbox,
+                report,
+                Step(
+                    "maintenance-again",
+                    "With the desktop app closed, the same run again.",
+                    "statewardenctl maintenance --yes --force",
+                ),
+            ):
                 return
         for step in [
-            Step("check-again", "The live file now: every distinct session and every"
-                 " message kept, the duplicate dropped, the search index rebuilt.",
-                 "statewardenctl check"),
-            Step("quarantine", "The damaged original is kept, with its checksums, never"
-                 " deleted.", "statewardenctl quarantine list"),
-        ]:  # fmt: skip
+            Step(
+                "check-again",
+                "The live file now: every distinct session and every"
+                " message kept, the duplicate dropped, the search index rebuilt.",
+                "statewardenctl check",
+            ),
+            Step(
+                "quarantine",
+                "The damaged original is kept, with its checksums, never deleted.",
+                "statewardenctl quarantine list",
+            ),
+        ]:
             if not self._run(sandbox, report, step):
                 return
 
@@ -203,10 +250,16 @@ class Demo:
         assert step.command is not None
         args = step.command.split()[1:]
         proc = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", *args], env=sandbox.env(),
-            cwd=sandbox.home, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=STEP_TIMEOUT_S, check=False,
-        )  # fmt: skip
+            [sys.executable, "-m", "statewarden.cli.ctl", *args],
+            env=sandbox.env(),
+            cwd=sandbox.home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=STEP_TIMEOUT_S,
+            check=False,
+        )
         step.exit_code, step.output = proc.returncode, proc.stdout
         for line in proc.stdout.rstrip("\n").splitlines():
             self.emit(line)

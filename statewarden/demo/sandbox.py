@@ -41,11 +41,15 @@ STOP_GRACE_S = 5.0
 POLL_S = 0.05
 # Short settle and grace periods, so the demo's maintenance run takes seconds.
 CONFIG = {
-    "maintenance": {"settle": "1s", "stop_grace": "3s", "respawn_limit": 2,
-                    "settle_timeout": "20s"},
+    "maintenance": {
+        "settle": "1s",
+        "stop_grace": "3s",
+        "respawn_limit": 2,
+        "settle_timeout": "20s",
+    },
     "alerts": {"journald": {"enabled": False}},
     "logging": {"format": "plain", "level": "warning"},
-}  # fmt: skip
+}
 HOLDERS = (("gateway", ("gateway", "run")), ("dashboard", ("dashboard",)), ("chat", ("chat",)))
 
 
@@ -59,8 +63,12 @@ class Damage:
     fts_pointers: int
 
     def to_json(self) -> dict[str, int]:
-        return {"phantom_rowid": self.phantom_rowid, "phantom_leaf": self.phantom_leaf,
-                "fts_leaf": self.fts_leaf, "fts_pointers": self.fts_pointers}  # fmt: skip
+        return {
+            "phantom_rowid": self.phantom_rowid,
+            "phantom_leaf": self.phantom_leaf,
+            "fts_leaf": self.fts_leaf,
+            "fts_pointers": self.fts_pointers,
+        }
 
 
 class Sandbox:
@@ -90,7 +98,7 @@ class Sandbox:
             self.root / "cache",
             self.root / "tmp",
         ):
-            d.mkdir(parents=True, exist_ok=True)  # fmt: skip
+            d.mkdir(parents=True, exist_ok=True)
         (self.root / "runtime").mkdir(mode=0o700, exist_ok=True)
         (self.root / "config" / "statewarden" / "config.yaml").write_text(json.dumps(CONFIG))
         write_database(self.db)
@@ -107,21 +115,26 @@ class Sandbox:
         exe.chmod(0o755)
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("STATEWARDEN_", "XDG_", "HERMES_", "DEMO_"))}  # fmt: skip
-        env.update({
-            "HOME": str(self.home),
-            "HERMES_HOME": str(self.hermes_home),
-            "XDG_CONFIG_HOME": str(self.root / "config"),
-            "XDG_STATE_HOME": str(self.root / "state"),
-            "XDG_CACHE_HOME": str(self.root / "cache"),
-            "XDG_RUNTIME_DIR": str(self.root / "runtime"),
-            "TMPDIR": str(self.root / "tmp"),
-            "DBUS_SESSION_BUS_ADDRESS": f"unix:path={self.root / 'runtime' / 'no-bus'}",
-            "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            hermes_lookalike.WRITE_EVERY_ENV: str(WRITE_EVERY_S),
-        })  # fmt: skip
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("STATEWARDEN_", "XDG_", "HERMES_", "DEMO_"))
+        }
+        env.update(
+            {
+                "HOME": str(self.home),
+                "HERMES_HOME": str(self.hermes_home),
+                "XDG_CONFIG_HOME": str(self.root / "config"),
+                "XDG_STATE_HOME": str(self.root / "state"),
+                "XDG_CACHE_HOME": str(self.root / "cache"),
+                "XDG_RUNTIME_DIR": str(self.root / "runtime"),
+                "TMPDIR": str(self.root / "tmp"),
+                "DBUS_SESSION_BUS_ADDRESS": f"unix:path={self.root / 'runtime' / 'no-bus'}",
+                "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                hermes_lookalike.WRITE_EVERY_ENV: str(WRITE_EVERY_S),
+            }
+        )
         return env
 
     def start_holders(self) -> list[str]:
@@ -142,9 +155,15 @@ class Sandbox:
 
     def _popen(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
         with open(self.run_dir / f"{name}.log", "ab") as log:
-            return subprocess.Popen(argv, env=env, cwd=self.home, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=log,
-                                    start_new_session=True)  # fmt: skip
+            return subprocess.Popen(
+                argv,
+                env=env,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
 
     def _start(self, name: str, argv: list[str]) -> None:
         proc = self._popen(argv, self.env(), name)

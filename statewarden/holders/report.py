@@ -44,8 +44,13 @@ class LockInfo:
     end: str  # a number or EOF
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "kind": self.kind, "mode": self.mode,
-                "start": self.start, "end": self.end}  # fmt: skip
+        return {
+            "file": self.file,
+            "kind": self.kind,
+            "mode": self.mode,
+            "start": self.start,
+            "end": self.end,
+        }
 
 
 @dataclass

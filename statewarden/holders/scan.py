@@ -364,10 +364,13 @@ class HolderScanner:
     # -- reading /proc --------------------------------------------------------
 
     def _target(self, db: Path) -> _Target:
-        ids = {name: _stat_id(sidecar(db, suffix))
-               for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)}  # fmt: skip
-        names = {db.name + suffix: name
-                 for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)}  # fmt: skip
+        ids = {
+            name: _stat_id(sidecar(db, suffix))
+            for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
+        }
+        names = {
+            db.name + suffix: name for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
+        }
         return _Target(db=db, dir_real=_real_dir(db), ids=ids, names=names)
 
     def _list_pids(self) -> list[int]:
@@ -604,10 +607,17 @@ class HolderScanner:
         coverage: dict[str, int],
     ) -> HolderScan:
         scan = HolderScan(
-            db=target.db, files=dict(target.ids), holders=[], problems=[], uninspectable=[],
-            vanished=list(vanished), processes=n, mode=mode, other_users=self.other_users,
+            db=target.db,
+            files=dict(target.ids),
+            holders=[],
+            problems=[],
+            uninspectable=[],
+            vanished=list(vanished),
+            processes=n,
+            mode=mode,
+            other_users=self.other_users,
             coverage=dict(coverage),
-        )  # fmt: skip
+        )
         if target.ids[DB_FILE] is None:
             scan.notes.append(f"{target.db} does not exist; looking for holders of old inodes only")
         table = locks if isinstance(locks, LockTable) else None
@@ -642,10 +652,16 @@ class HolderScanner:
                 uid = entry.uid
                 exempt = entry.comm in self.exempt_comms
                 scan.uninspectable.append(
-                    {"pid": pid, "uid": uid, "comm": entry.comm, "reason": entry.error,
-                     "exempt": exempt, "checked": "locks" if by_locks else None,
-                     "holds_lock": bool(owned) if table is not None else None}
-                )  # fmt: skip
+                    {
+                        "pid": pid,
+                        "uid": uid,
+                        "comm": entry.comm,
+                        "reason": entry.error,
+                        "exempt": exempt,
+                        "checked": "locks" if by_locks else None,
+                        "holds_lock": bool(owned) if table is not None else None,
+                    }
+                )
                 if not exempt and not by_locks:
                     scan.problems.append(
                         f"pid {pid} ({entry.comm}, uid {uid if uid is not None else '?'})"

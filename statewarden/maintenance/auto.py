@@ -104,10 +104,12 @@ class AutoMaintenance:
             if record is not None:
                 if key not in self.in_progress:
                     self.log.info(
-                        "maintenance run in progress; holder and unit alerts muted", db=key,
-                        run_id=record.run_id, pid=record.begin.get("pid"),
+                        "maintenance run in progress; holder and unit alerts muted",
+                        db=key,
+                        run_id=record.run_id,
+                        pid=record.begin.get("pid"),
                         action=record.begin.get("action"),
-                    )  # fmt: skip
+                    )
                 self.in_progress[key] = record.run_id
                 self._ended.pop(key, None)
             elif key in self.in_progress:
@@ -141,8 +143,12 @@ class AutoMaintenance:
                 self.log.warning("resuming an interrupted maintenance run", db=str(t.db))
                 await self._run(t, ["maintenance", "--resume"], "resume")
 
-    def tick(self, targets: Sequence[Target], incidents: Sequence[Incident],
-             now: dt.datetime | None = None) -> None:  # fmt: skip
+    def tick(
+        self,
+        targets: Sequence[Target],
+        incidents: Sequence[Incident],
+        now: dt.datetime | None = None,
+    ) -> None:
         """Start a repair run where the policy says one is due (in the background)."""
         mc = self.config.maintenance
         now = now or dt.datetime.now(dt.UTC)
@@ -154,9 +160,12 @@ class AutoMaintenance:
             if key in self.running:
                 continue
             wanted = [
-                i for i in incidents if i.db == key and i.kind in mc.repair_kinds
+                i
+                for i in incidents
+                if i.db == key
+                and i.kind in mc.repair_kinds
                 and (i.id, i.count) not in self._done_for
-            ]  # fmt: skip
+            ]
             if not wanted:
                 continue
             if mc.auto_repair == "in_window" and not fits(self.windows, now, estimate_s(t)):
@@ -164,9 +173,11 @@ class AutoMaintenance:
             for i in wanted:
                 self._done_for.add((i.id, i.count))
             self.log.warning(
-                "starting a maintenance run", db=key, incidents=[i.id for i in wanted],
+                "starting a maintenance run",
+                db=key,
+                incidents=[i.id for i in wanted],
                 policy=mc.auto_repair,
-            )  # fmt: skip
+            )
             self.running[key] = asyncio.create_task(
                 self._run(t, ["maintenance", "--yes"], "repair")
             )
@@ -203,9 +214,11 @@ class AutoMaintenance:
             argv += ["--config", self.config.source]
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
+            )
             out, err = await proc.communicate()
             try:
                 report: dict[str, Any] = json.loads(out)
@@ -218,10 +231,13 @@ class AutoMaintenance:
                 self.last[key] = report
             log = self.log.info if proc.returncode == 0 else self.log.error
             log(
-                f"maintenance {what} finished", db=key,
+                f"maintenance {what} finished",
+                db=key,
                 outcome=report.get("outcome") or ("kept" if proc.returncode == 0 else "not kept"),
-                exit_code=proc.returncode, message=report.get("message") or "",
-                downtime_s=report.get("downtime_s"), quarantine=report.get("quarantine"),
-            )  # fmt: skip
+                exit_code=proc.returncode,
+                message=report.get("message") or "",
+                downtime_s=report.get("downtime_s"),
+                quarantine=report.get("quarantine"),
+            )
         finally:
             self.running.pop(key, None)

@@ -65,8 +65,13 @@ def record(state_dir: Path, report: dict[str, Any], profile: str, started_at: fl
         return None
     where = private_dir(folder(state_dir))
     run_id = report.get("run_id") or "norun-" + uuid.uuid4().hex[:6]
-    data = {**report, "run_id": run_id, "profile": profile, "started_at": started_at,
-            "finished_at": time.time()}  # fmt: skip
+    data = {
+        **report,
+        "run_id": run_id,
+        "profile": profile,
+        "started_at": started_at,
+        "finished_at": time.time(),
+    }
     path = where / f"{time.time_ns():020d}-{run_id}.json"
     write_atomic(path, json.dumps(data, default=str))
     for old in sorted(where.glob("*.json"))[:-KEEP]:

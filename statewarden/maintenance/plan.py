@@ -62,9 +62,14 @@ class HolderDecision:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "pid": self.pid, "kind": self.kind, "uid": self.uid, "unit": self.unit,
-            "command": self.command, "action": self.action, "reason": self.reason,
-        }  # fmt: skip
+            "pid": self.pid,
+            "kind": self.kind,
+            "uid": self.uid,
+            "unit": self.unit,
+            "command": self.command,
+            "action": self.action,
+            "reason": self.reason,
+        }
 
 
 @dataclass
@@ -89,8 +94,9 @@ class Plan:
     @property
     def refusals(self) -> list[str]:
         out = [f"holder scan incomplete: {p}" for p in self.scan_problems]
-        out += [f"pid {d.pid} ({d.command}): {d.reason}" for d in self.decisions
-                if d.action == REFUSE]  # fmt: skip
+        out += [
+            f"pid {d.pid} ({d.command}): {d.reason}" for d in self.decisions if d.action == REFUSE
+        ]
         return out
 
     @property
@@ -179,10 +185,16 @@ def decide(
 ) -> HolderDecision:
     my_uid = os.geteuid() if my_uid is None else my_uid
     d = HolderDecision(
-        pid=holder.pid, kind=holder.kind, uid=holder.uid, unit=holder.unit,
-        command=short_command(holder.cmdline) or holder.comm, action=REFUSE, reason="",
-        parents=list(holder.parents), ssh_connection=holder.ssh_connection,
-    )  # fmt: skip
+        pid=holder.pid,
+        kind=holder.kind,
+        uid=holder.uid,
+        unit=holder.unit,
+        command=short_command(holder.cmdline) or holder.comm,
+        action=REFUSE,
+        reason="",
+        parents=list(holder.parents),
+        ssh_connection=holder.ssh_connection,
+    )
     in_service = bool(holder.unit and holder.unit.endswith(".service"))
     if holder.uid != my_uid:
         d.reason = f"runs as uid {holder.uid}, not {my_uid}: only its owner can stop it"
@@ -235,10 +247,18 @@ def make_plan(
     needed = 0 if offline else size * PREBUILD_SPACE_FACTOR + FREE_SPACE_MARGIN_BYTES
     return Plan(
         quarantine_space=None if offline else _quarantine_space(db, size, quarantine),
-        db=db, action=action, decisions=decisions, units=units,
-        scan_problems=list(scan.problems), systemd_note=systemd_note, free_bytes=free,
-        needed_bytes=needed, db_bytes=size, settle_s=settle_s, stop_grace_s=stop_grace_s,
-    )  # fmt: skip
+        db=db,
+        action=action,
+        decisions=decisions,
+        units=units,
+        scan_problems=list(scan.problems),
+        systemd_note=systemd_note,
+        free_bytes=free,
+        needed_bytes=needed,
+        db_bytes=size,
+        settle_s=settle_s,
+        stop_grace_s=stop_grace_s,
+    )
 
 
 def _quarantine_space(db: Path, size: int, quarantine: Path | None) -> tuple[Path, int, int] | None:

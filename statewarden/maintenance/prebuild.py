@@ -94,9 +94,14 @@ def identity(db: Path) -> SourceIdentity:
     except (OSError, StatewardenError):
         salts = None
     return SourceIdentity(
-        counter, st.st_size, st.st_mtime_ns, st.st_ino, wst.st_size, wst.st_mtime_ns,
+        counter,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+        wst.st_size,
+        wst.st_mtime_ns,
         (int(salts[0]), int(salts[1])) if salts else None,
-    )  # fmt: skip
+    )
 
 
 def new_file_path(db: Path, run_id: str) -> Path:
@@ -138,8 +143,9 @@ def build_new_file(
     try:
         if not hash_folded:
             return Prebuilt(recover(db, output, progress=progress, extra_sources=extra_sources), "")
-        work = make_work_copy(db, output.parent, space_factor=PREBUILD_SPACE_FACTOR,
-                              progress=progress)  # fmt: skip
+        work = make_work_copy(
+            db, output.parent, space_factor=PREBUILD_SPACE_FACTOR, progress=progress
+        )
         try:
             folded = file_sha256(work.db)
             report = recover(work.db, output, progress=progress, extra_sources=extra_sources)

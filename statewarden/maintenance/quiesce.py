@@ -94,8 +94,9 @@ def start_units(units: Sequence[str], address: str | None, timeout_s: float) -> 
     return _jobs("start", units, address, timeout_s)
 
 
-def _jobs(action: str, units: Sequence[str], address: str | None, timeout_s: float
-          ) -> list[JobResult]:  # fmt: skip
+def _jobs(
+    action: str, units: Sequence[str], address: str | None, timeout_s: float
+) -> list[JobResult]:
     async def run(m: UserManager) -> list[JobResult]:
         out = []
         for unit in units:
@@ -193,8 +194,12 @@ class Settler:
                 self.systemd_ok = annotate_units([scan], self.address) is None
             to_signal: list[tuple[HolderDecision, int | None]] = []
             for h in scan.holders:
-                d = decide(h, force=self.force, stop_interactive=self.stop_interactive,
-                           systemd_ok=self.systemd_ok)  # fmt: skip
+                d = decide(
+                    h,
+                    force=self.force,
+                    stop_interactive=self.stop_interactive,
+                    systemd_ok=self.systemd_ok,
+                )
                 key = d.command
                 result.comebacks[key] = result.comebacks.get(key, 0) + 1
                 if d.action == REFUSE:

@@ -139,9 +139,11 @@ def other_copies(db: Path, state: Path) -> list[Path]:
     beside = [
         db.parent / i.name
         for i in recovery_files.scan(db).items
-        if i.what in ("retired_wal", "pre_update_backup") and not i.partial and not i.problem
+        if i.what in ("retired_wal", "pre_update_backup")
+        and not i.partial
+        and not i.problem
         and i.main_mode in (None, "copied")
-    ]  # fmt: skip
+    ]
     return snaps[:1] + beside
 
 
@@ -432,12 +434,17 @@ class MaintenanceRun:
             )
         note = annotate_units([scan], self.address) if scan.holders else None
         return make_plan(
-            self.db, scan, action=self.options.action, force=self.options.force,
-            stop_interactive=self.mc.stop_interactive, systemd_note=note,
-            settle_s=self.mc.settle, stop_grace_s=self.mc.stop_grace,
+            self.db,
+            scan,
+            action=self.options.action,
+            force=self.options.force,
+            stop_interactive=self.mc.stop_interactive,
+            systemd_note=note,
+            settle_s=self.mc.settle,
+            stop_grace_s=self.mc.stop_grace,
             offline=self.options.action == "checkpoint",
             quarantine=quarantine_root(self.state),
-        )  # fmt: skip
+        )
 
     def _run(self) -> RunReport:
         opts = self.options
@@ -480,9 +487,15 @@ class MaintenanceRun:
             run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
             self.report.run_id = run_id
             self.ledger.create(
-                {"run_id": run_id, "db": str(self.db), "profile": self.target.name,
-                 "action": opts.action, "original": asdict(self.fence.orig), "pid": os.getpid()}
-            )  # fmt: skip
+                {
+                    "run_id": run_id,
+                    "db": str(self.db),
+                    "profile": self.target.name,
+                    "action": opts.action,
+                    "original": asdict(self.fence.orig),
+                    "pid": os.getpid(),
+                }
+            )
             self.emit("started", run_id=run_id, action=opts.action, pid=os.getpid())
             return self._body(plan, scanner, run_id)
         finally:
@@ -538,11 +551,17 @@ class MaintenanceRun:
             sealed = self.sealed or seal(self.new)
         except StatewardenError as exc:
             return self._rollback(str(exc), EXIT_FAILED)
-        self._step("swap", new=str(self.new), quarantine=str(qdir), new_ino=sealed.ino,
-                   new_file=sealed.to_json())  # fmt: skip
+        self._step(
+            "swap",
+            new=str(self.new),
+            quarantine=str(qdir),
+            new_ino=sealed.ino,
+            new_file=sealed.to_json(),
+        )
         try:
-            res = swap(self.db, self.new, qdir, fnc.orig, run_id, sealed=sealed,
-                       after=self._crash_point)  # fmt: skip
+            res = swap(
+                self.db, self.new, qdir, fnc.orig, run_id, sealed=sealed, after=self._crash_point
+            )
         except (OSError, StatewardenError) as exc:
             return self._swap_failed(qdir, exc)
         self._step("swapped", files=res.files)
@@ -602,8 +621,11 @@ class MaintenanceRun:
             self.report.recover = rep.to_json()
             if rep.damage == "none":
                 self._remove_new()
-                return self._finish("healthy: nothing to repair", EXIT_OK,
-                                    "the check found no damage; nothing was stopped")  # fmt: skip
+                return self._finish(
+                    "healthy: nothing to repair",
+                    EXIT_OK,
+                    "the check found no damage; nothing was stopped",
+                )
             return self._gate(rep)
         if self.options.action == "restore":
             assert self.options.restore_from is not None
@@ -618,14 +640,18 @@ class MaintenanceRun:
     def _gate(self, rep: Report) -> RunReport | None:
         if not rep.verified:
             self._remove_new()
-            return self._finish("failed before stopping anything", EXIT_FAILED,
-                                "the repaired file failed verification")  # fmt: skip
+            return self._finish(
+                "failed before stopping anything",
+                EXIT_FAILED,
+                "the repaired file failed verification",
+            )
         if rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss):
             self._remove_new()
             return self._finish(
-                "stopped: the repair would lose rows", EXIT_MAINTENANCE_LOSS,
+                "stopped: the repair would lose rows",
+                EXIT_MAINTENANCE_LOSS,
                 "nothing was swapped; see the loss report, then rerun with --accept-loss",
-            )  # fmt: skip
+            )
         return None
 
     def _snapshot_before_stop(self, plan: Plan) -> None:
@@ -641,8 +667,14 @@ class MaintenanceRun:
             return
         self._step("snapshot")
         try:
-            snap = take_snapshot(self.db, self.state, self.target.name, self.mc.snapshots_keep,
-                                 self.mc.snapshots_max_age, progress=self.progress)  # fmt: skip
+            snap = take_snapshot(
+                self.db,
+                self.state,
+                self.target.name,
+                self.mc.snapshots_keep,
+                self.mc.snapshots_max_age,
+                progress=self.progress,
+            )
         except (OSError, StatewardenError) as exc:
             self.report.notes.append(f"no snapshot before the stop: {exc}")
             return
@@ -682,17 +714,29 @@ class MaintenanceRun:
         def on_signal(d: Any) -> None:
             self.ledger.step("signal", pid=d.pid, command=d.command)
             self._mark_down()
-            self.signalled.append({"pid": d.pid, "command": d.command, "ended": "signalled",
-                                   "origin": describe_origin(d)})  # fmt: skip
+            self.signalled.append(
+                {
+                    "pid": d.pid,
+                    "command": d.command,
+                    "ended": "signalled",
+                    "origin": describe_origin(d),
+                }
+            )
 
         result = Settler(
-            scanner=scanner, settle_s=self.mc.settle, timeout_s=self.mc.settle_timeout,
-            respawn_limit=self.mc.respawn_limit, grace_s=self.mc.stop_grace,
-            force=self.options.force, stop_interactive=self.mc.stop_interactive,
-            on_signal=on_signal, on_unit=on_unit, unit_timeout_s=self.mc.unit_timeout,
+            scanner=scanner,
+            settle_s=self.mc.settle,
+            timeout_s=self.mc.settle_timeout,
+            respawn_limit=self.mc.respawn_limit,
+            grace_s=self.mc.stop_grace,
+            force=self.options.force,
+            stop_interactive=self.mc.stop_interactive,
+            on_signal=on_signal,
+            on_unit=on_unit,
+            unit_timeout_s=self.mc.unit_timeout,
             address=self.address,
             wait_for=frozenset({self._daemon}) if self._daemon is not None else frozenset(),
-        ).run()  # fmt: skip
+        ).run()
         if not result.ok:
             raise _Abort(result.reason, EXIT_FAILED)
 
@@ -725,11 +769,11 @@ class MaintenanceRun:
         cfd: int | None = None
         try:
             os.mkdir(name, 0o700, dir_fd=dfd)
-            cfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=dfd)  # fmt: skip
+            cfd = os.open(
+                name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd
+            )
             if os.fstat(cfd).st_uid != os.geteuid():
-                raise _Abort(f"{self.db.parent / name}: not the folder this run made",
-                             EXIT_FAILED)  # fmt: skip
+                raise _Abort(f"{self.db.parent / name}: not the folder this run made", EXIT_FAILED)
             source = Path(f"/proc/self/fd/{cfd}") / self.db.name
             self._fence().copy_out(source)
             for sfx in (WAL_SUFFIX, JOURNAL_SUFFIX):
@@ -737,9 +781,12 @@ class MaintenanceRun:
             self._crash_point("catch-up-copied")
             if self.options.action == "repair":
                 rep = build_new_file(
-                    source, self.new, self.progress, hash_folded=False,
+                    source,
+                    self.new,
+                    self.progress,
+                    hash_folded=False,
                     extra_sources=other_copies(self.db, self.state),
-                ).report  # fmt: skip
+                ).report
                 rep.source = str(self.db)
                 self.report.recover = rep.to_json()
             else:
@@ -763,16 +810,20 @@ class MaintenanceRun:
         )
         self._no_holders(scanner, "during the catch-up")
         if rep is not None and rep.damage == "none":
-            raise _Abort("the check found no damage once Hermes was stopped; nothing to swap",
-                         EXIT_OK)  # fmt: skip
+            raise _Abort(
+                "the check found no damage once Hermes was stopped; nothing to swap", EXIT_OK
+            )
         if rep is not None and (
             not rep.verified
             or (rep.loss_detected and not (self.options.accept_loss or self.mc.accept_loss))
         ):
             code = EXIT_FAILED if not rep.verified else EXIT_MAINTENANCE_LOSS
-            raise _Abort("the catch-up repair failed verification" if not rep.verified
-                         else "the catch-up repair would lose rows (see --accept-loss)",
-                         code)  # fmt: skip
+            raise _Abort(
+                "the catch-up repair failed verification"
+                if not rep.verified
+                else "the catch-up repair would lose rows (see --accept-loss)",
+                code,
+            )
         return None
 
     def _no_holders(self, scanner: HolderScanner, when: str) -> None:
@@ -817,8 +868,9 @@ class MaintenanceRun:
             self._journal_mode_pin()
         failed = self._restart()
         self._post_check()
-        removed = prune(self.state, self.target.name, self.mc.quarantine_keep,
-                        self.mc.quarantine_max_age)  # fmt: skip
+        removed = prune(
+            self.state, self.target.name, self.mc.quarantine_keep, self.mc.quarantine_max_age
+        )
         for p in removed:
             self.report.notes.append(f"quarantine retention removed {p}")
         code = EXIT_OK
@@ -834,8 +886,9 @@ class MaintenanceRun:
             code = EXIT_FAILED
             problems.append("the post-check failed: " + self.report.post_check["summary"])
         message = "; ".join(problems)
-        return self._finish("swapped" if self.report.action != "repair" else "repaired",
-                            code, message)  # fmt: skip
+        return self._finish(
+            "swapped" if self.report.action != "repair" else "repaired", code, message
+        )
 
     def _journal_mode_pin(self) -> None:
         """After ``journal-mode=delete``: does Hermes' config.yaml keep it that way?"""
@@ -927,9 +980,12 @@ class MaintenanceRun:
             summary["integrity"] = "ok" if rows == [("ok",)] else [r[0] for r in rows]
         except (StatewardenError, apsw.Error) as exc:
             summary["integrity"] = f"could not be checked: {exc}"
-        scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
-                                other_users=self.config.holders.other_users,
-                                watch_opens=False)  # fmt: skip
+        scanner = HolderScanner(
+            [self.db],
+            exempt_comms=self.config.holders.exempt_comms,
+            other_users=self.config.holders.other_users,
+            watch_opens=False,
+        )
         try:
             # A unit that just started may be creating -wal / -shm while the scan reads
             # the files' inodes: a holder looks stale only if it still does a moment later.
@@ -1048,8 +1104,9 @@ class MaintenanceRun:
         for e in record.steps("stop-unit"):
             if e["unit"] not in self.stopped_units:
                 self.stopped_units.append(e["unit"])
-        self.signalled = [{"pid": e["pid"], "command": e["command"]}
-                          for e in record.steps("signal")]  # fmt: skip
+        self.signalled = [
+            {"pid": e["pid"], "command": e["command"]} for e in record.steps("signal")
+        ]
         prebuild = record.last("prebuild")
         swap_step = record.last("swap")
         if swap_step is None:
@@ -1059,9 +1116,12 @@ class MaintenanceRun:
         self.new = Path(swap_step["new"])
         qdir = Path(swap_step["quarantine"])
         self.report.quarantine = str(qdir)
-        scanner = HolderScanner([self.db], exempt_comms=self.config.holders.exempt_comms,
-                                other_users=self.config.holders.other_users,
-                                watch_opens=False)  # fmt: skip
+        scanner = HolderScanner(
+            [self.db],
+            exempt_comms=self.config.holders.exempt_comms,
+            other_users=self.config.holders.other_users,
+            watch_opens=False,
+        )
         try:
             swapped = os.stat(self.db).st_ino == swap_step.get("new_ino")
             if not swapped:
@@ -1080,10 +1140,23 @@ class MaintenanceRun:
             sealed = NewFile(0, int(swap_step.get("new_ino") or 0), 0, "")  # not looked at
         else:
             sealed = seal(self.new)  # a ledger of an older version
-        self._step("swap", new=str(self.new), quarantine=str(qdir), resumed=True,
-                   new_ino=swap_step.get("new_ino"), new_file=sealed.to_json())  # fmt: skip
-        res = swap(self.db, self.new, qdir, self.fence.orig, record.run_id, sealed=sealed,
-                   after=self._crash_point)  # fmt: skip
+        self._step(
+            "swap",
+            new=str(self.new),
+            quarantine=str(qdir),
+            resumed=True,
+            new_ino=swap_step.get("new_ino"),
+            new_file=sealed.to_json(),
+        )
+        res = swap(
+            self.db,
+            self.new,
+            qdir,
+            self.fence.orig,
+            record.run_id,
+            sealed=sealed,
+            after=self._crash_point,
+        )
         self._step("swapped", files=res.files)
         self.report.notes.append("resumed after an interruption during the swap: rolled forward")
         return self._after_swap()
@@ -1105,8 +1178,9 @@ def _unclaimed_work_folder(dfd: int, name: str) -> bool:
     except OSError:
         return False
     try:
-        fd = os.open(f"{name}/{WORK_LOCK}.new", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dfd)  # fmt: skip
+        fd = os.open(
+            f"{name}/{WORK_LOCK}.new", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd
+        )
     except FileNotFoundError:
         try:
             os.rmdir(name, dir_fd=dfd)  # only if empty: nothing was put in it

@@ -132,10 +132,17 @@ def take_snapshot(
                 )
             sessions = _sessions(dest)
             snap = Snapshot(
-                path=str(dest), source=str(db), profile=profile, taken_at=taken_at,
-                bytes=dest.stat().st_size, sha256=file_sha256(dest), integrity="ok",
-                sessions=sessions, seconds=round(time.monotonic() - started, 3), check=verdict,
-            )  # fmt: skip
+                path=str(dest),
+                source=str(db),
+                profile=profile,
+                taken_at=taken_at,
+                bytes=dest.stat().st_size,
+                sha256=file_sha256(dest),
+                integrity="ok",
+                sessions=sessions,
+                seconds=round(time.monotonic() - started, 3),
+                check=verdict,
+            )
             write_atomic(dest.with_suffix(".json"), json.dumps(snap.to_json(), indent=2) + "\n")
         except BaseException:
             _remove_copy(dest)
@@ -237,9 +244,12 @@ def list_snapshots(state_dir: Path) -> list[Snapshot]:
 
 
 def prune_snapshots(
-    state_dir: Path, profile: str, keep: int, max_age_s: float | None = None,
+    state_dir: Path,
+    profile: str,
+    keep: int,
+    max_age_s: float | None = None,
     now: float | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """Remove the snapshots of ``profile`` beyond the newest ``keep`` or older than
     ``max_age_s``; the newest one always stays."""
     now = time.time() if now is None else now

@@ -103,11 +103,11 @@ def _open_ours(dir_fd: int, name: str, where: Path) -> int:
     with no other name (another user cannot make a file ours, nor, with the kernel's
     ``protected_hardlinks``, link one of ours that they cannot write)."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                     dir_fd=dir_fd)  # fmt: skip
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd
+        )
     except FileNotFoundError:
-        raise FenceError(f"{where}: the new file is missing; the original stays in place"
-                         ) from None  # fmt: skip
+        raise FenceError(f"{where}: the new file is missing; the original stays in place") from None
     except OSError as exc:
         raise FenceError(
             f"{where}: is no longer the new file statewarden wrote ({exc.strerror}: replaced,"
@@ -175,8 +175,9 @@ def _copy_excl(src_fd: int, qfd: int, name: str) -> None:
     tmp = name + ".tmp"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp, dir_fd=qfd)  # left by a run killed while copying; ours, in our folder
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600, dir_fd=qfd)  # fmt: skip
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=qfd
+    )
     try:
         with os.fdopen(fd, "wb") as d:
             offset = 0
@@ -245,8 +246,9 @@ def swap(
     try:
         qfd = _open_dir(qdir)
         try:
-            result = _swap_at(dfd, qfd, db=db, new=new, qdir=qdir, orig=orig, sealed=sealed,
-                              after=after)  # fmt: skip
+            result = _swap_at(
+                dfd, qfd, db=db, new=new, qdir=qdir, orig=orig, sealed=sealed, after=after
+            )
         finally:
             os.close(qfd)
     finally:
@@ -256,9 +258,16 @@ def swap(
 
 
 def _swap_at(
-    dfd: int, qfd: int, *, db: Path, new: Path, qdir: Path, orig: fence.Original,
-    sealed: NewFile, after: Callable[[str], None] | None,
-) -> SwapResult:  # fmt: skip
+    dfd: int,
+    qfd: int,
+    *,
+    db: Path,
+    new: Path,
+    qdir: Path,
+    orig: fence.Original,
+    sealed: NewFile,
+    after: Callable[[str], None] | None,
+) -> SwapResult:
     result = SwapResult(qdir)
     name = db.name
     if not _is(dfd, name, orig.ino, orig.dev):
@@ -277,8 +286,9 @@ def _swap_at(
             # interrupted before the unlink: the one beside the database must go, or the
             # new file would be read with the original's -wal.
             if here.st_size != kept_side.st_size:
-                raise FenceError(f"{db.parent / side}: differs from its copy in quarantine;"
-                                 " not swapped")  # fmt: skip
+                raise FenceError(
+                    f"{db.parent / side}: differs from its copy in quarantine; not swapped"
+                )
             os.unlink(side, dir_fd=dfd)
     if after is not None:
         after("sidecars-moved")
@@ -350,8 +360,7 @@ def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise FenceError(f"{qdir}: cannot be opened to undo the swap: {exc.strerror}"
-                             ) from None  # fmt: skip
+            raise FenceError(f"{qdir}: cannot be opened to undo the swap: {exc.strerror}") from None
         try:
             for sfx in SIDECAR_SUFFIXES:
                 side = sidecar(db, sfx).name
@@ -408,10 +417,17 @@ def prune(state_dir: Path, profile: str, keep: int, max_age_s: float) -> list[Pa
     if not root.is_dir():
         return []
     mine = sorted(
-        (p for p in root.iterdir() if p.name.startswith(f"{profile}-") and p.is_dir()
-         and not p.is_symlink() and (p / MANIFEST).exists()),
-        key=lambda p: p.stat().st_mtime, reverse=True,
-    )  # fmt: skip
+        (
+            p
+            for p in root.iterdir()
+            if p.name.startswith(f"{profile}-")
+            and p.is_dir()
+            and not p.is_symlink()
+            and (p / MANIFEST).exists()
+        ),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
     removed = []
     now = time.time()
     for i, path in enumerate(mine):
@@ -434,9 +450,13 @@ class QuarantineEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "path": str(self.path), "db": self.db, "run_id": self.run_id,
-            "swapped_at": self.swapped_at, "files": self.files,
-        }  # fmt: skip
+            "name": self.name,
+            "path": str(self.path),
+            "db": self.db,
+            "run_id": self.run_id,
+            "swapped_at": self.swapped_at,
+            "files": self.files,
+        }
 
 
 def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
@@ -465,15 +485,22 @@ def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
     files = {
         n: (folder / n).stat().st_size
         for n in (names if isinstance(names, dict) else {})
-        if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
-        and (folder / n).is_file() and not (folder / n).is_symlink()
-    }  # fmt: skip
+        if isinstance(n, str)
+        and n not in ("", ".", "..")
+        and "/" not in n
+        and (folder / n).is_file()
+        and not (folder / n).is_symlink()
+    }
     when = data.get("swapped_at")
     if not isinstance(when, int | float) or not 0 <= when < _LAST_TIME:
         when = folder.stat().st_mtime
     db = data.get("db")
     run_id = data.get("run_id")
     return QuarantineEntry(
-        folder.name, folder, db if isinstance(db, str) and os.path.isabs(db) else "",
-        run_id if isinstance(run_id, str) else "", float(when), files,
-    )  # fmt: skip
+        folder.name,
+        folder,
+        db if isinstance(db, str) and os.path.isabs(db) else "",
+        run_id if isinstance(run_id, str) else "",
+        float(when),
+        files,
+    )

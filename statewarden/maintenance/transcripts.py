@@ -60,8 +60,15 @@ SPOOL_REASON = "transcript_cap_drop"
 MAX_FILE_BYTES = 256 * 1024 * 1024
 MAX_SPOOL_ENTRY_BYTES = 16 * 1024 * 1024
 BUSY_TIMEOUT_MS = 10_000
-_TEXT_COLUMNS = ("tool_name", "tool_call_id", "finish_reason", "reasoning", "reasoning_content",
-                 "api_content", "display_kind")  # fmt: skip
+_TEXT_COLUMNS = (
+    "tool_name",
+    "tool_call_id",
+    "finish_reason",
+    "reasoning",
+    "reasoning_content",
+    "api_content",
+    "display_kind",
+)
 _JSON_COLUMNS = ("reasoning_details", "codex_reasoning_items", "codex_message_items")
 _FLAG_COLUMNS = ("observed", "_compressed_summary")
 
@@ -82,9 +89,15 @@ class FileResult:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "session_id": self.session_id, "lines": self.lines,
-                "imported": self.imported, "already_present": self.already_present,
-                "skipped": dict(self.skipped), "new_session": self.new_session}  # fmt: skip
+        return {
+            "path": self.path,
+            "session_id": self.session_id,
+            "lines": self.lines,
+            "imported": self.imported,
+            "already_present": self.already_present,
+            "skipped": dict(self.skipped),
+            "new_session": self.new_session,
+        }
 
 
 @dataclass
@@ -100,9 +113,12 @@ class ImportResult:
         return sum(f.imported for f in self.files) if self.error is None else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"imported": self.imported, "error": self.error,
-                "files": [f.to_json() for f in self.files],
-                "not_imported": list(self.not_imported)}  # fmt: skip
+        return {
+            "imported": self.imported,
+            "error": self.error,
+            "files": [f.to_json() for f in self.files],
+            "not_imported": list(self.not_imported),
+        }
 
     def summary(self) -> str:
         if self.error:
@@ -110,8 +126,10 @@ class ImportResult:
         sessions = sum(1 for f in self.files if f.imported)
         new = sum(1 for f in self.files if f.new_session and f.imported)
         present = sum(f.already_present for f in self.files)
-        return (f"imported {self.imported} diverted message(s) into {sessions} session(s)"
-                f" ({new} new); {present} already in the file")  # fmt: skip
+        return (
+            f"imported {self.imported} diverted message(s) into {sessions} session(s)"
+            f" ({new} new); {present} already in the file"
+        )
 
 
 @dataclass
@@ -261,8 +279,9 @@ def _record(obj: Any, fr: FileResult, digest: Any) -> _Record | None:
         return None
     content = obj.get("content")
     calls = _tool_calls(obj.get("tool_calls"))
-    if (content is None or content == "") and not (calls or obj.get("tool_call_id")
-                                                    or obj.get("tool_name")):  # fmt: skip
+    if (content is None or content == "") and not (
+        calls or obj.get("tool_call_id") or obj.get("tool_name")
+    ):
         fr.skip("no content and no tool call")
         return None
     values: dict[str, Any] = {"role": role, "content": _encode_content(content)}
@@ -278,8 +297,14 @@ def _record(obj: Any, fr: FileResult, digest: Any) -> _Record | None:
     pmid = obj.get("platform_message_id") or obj.get("message_id")
     values["platform_message_id"] = str(pmid) if pmid is not None else None
     ts = _timestamp(obj.get("timestamp"))
-    identity = (role, values["content"], values["tool_call_id"], values["tool_name"],
-                values["tool_calls"], ts)  # fmt: skip
+    identity = (
+        role,
+        values["content"],
+        values["tool_call_id"],
+        values["tool_name"],
+        values["tool_calls"],
+        ts,
+    )
     digest.update(b"\0")
     digest.update(json.dumps(list(identity), sort_keys=True, default=str).encode())
     rid = digest.hexdigest()
@@ -343,9 +368,12 @@ def _import(
 
 
 def _import_session(
-    conn: apsw.Connection, fr: FileResult, records: list[_Record],
-    msg_cols: set[str], ses_cols: set[str],
-) -> None:  # fmt: skip
+    conn: apsw.Connection,
+    fr: FileResult,
+    records: list[_Record],
+    msg_cols: set[str],
+    ses_cols: set[str],
+) -> None:
     sid = fr.session_id
     if not records:
         return
@@ -373,15 +401,20 @@ def _import_session(
         names = [c for c in values if c in msg_cols]
         cols = ", ".join(quote_ident(c) for c in names)
         marks = ", ".join("?" for _ in names)
-        conn.execute(f"INSERT INTO messages ({cols}) VALUES ({marks})",
-                     tuple(values[c] for c in names))  # fmt: skip
+        conn.execute(
+            f"INSERT INTO messages ({cols}) VALUES ({marks})", tuple(values[c] for c in names)
+        )
         calls += r.tool_calls
         fr.imported += 1
-    sets = [f"{c} = coalesce({c}, 0) + ?" for c in ("message_count", "tool_call_count")
-            if c in ses_cols]  # fmt: skip
+    sets = [
+        f"{c} = coalesce({c}, 0) + ?" for c in ("message_count", "tool_call_count") if c in ses_cols
+    ]
     if sets:
-        args = [n for c, n in (("message_count", fr.imported), ("tool_call_count", calls))
-                if c in ses_cols]  # fmt: skip
+        args = [
+            n
+            for c, n in (("message_count", fr.imported), ("tool_call_count", calls))
+            if c in ses_cols
+        ]
         conn.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", (*args, sid))
 
 
@@ -421,8 +454,15 @@ def _existing(
     conn: apsw.Connection, sid: str, msg_cols: set[str]
 ) -> tuple[_Present, set[str], float | None]:
     """The session's rows: those no import wrote, recovery ids of those one did, newest time."""
-    want = ["role", "content", "tool_call_id", "tool_name", "tool_calls", "timestamp",
-            "display_metadata"]  # fmt: skip
+    want = [
+        "role",
+        "content",
+        "tool_call_id",
+        "tool_name",
+        "tool_calls",
+        "timestamp",
+        "display_metadata",
+    ]
     select = ", ".join(quote_ident(c) if c in msg_cols else "NULL" for c in want)
     rows = conn.execute(f"SELECT {select} FROM messages WHERE session_id = ?", (sid,))
     present = _Present()

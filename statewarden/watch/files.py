@@ -315,8 +315,11 @@ class FileWatcher:
         elif not kept.items and self._recovery_present:
             self._recovery_present = False
             gone = "no recovery files left beside state.db"
-            out.append(Signal("recovery_files", self.db, gone, now, key="present",
-                              source="files", clears=True))  # fmt: skip
+            out.append(
+                Signal(
+                    "recovery_files", self.db, gone, now, key="present", source="files", clears=True
+                )
+            )
         over = total > self.recovery_warn_bytes
         growing = self.recovery_growth_scans > 0 and (
             self._recovery_growth >= self.recovery_growth_scans
@@ -343,9 +346,18 @@ class FileWatcher:
             )
         elif self._recovery_over and not over and self._recovery_growth == 0:
             self._recovery_over = False
-            out.append(Signal("recovery_files", self.db, f"recovery files back to "
-                              f"{total / 2**20:.1f} MiB", now, key="size", source="files",
-                              severity="warning", clears=True))  # fmt: skip
+            out.append(
+                Signal(
+                    "recovery_files",
+                    self.db,
+                    f"recovery files back to {total / 2**20:.1f} MiB",
+                    now,
+                    key="size",
+                    source="files",
+                    severity="warning",
+                    clears=True,
+                )
+            )
         self._recovery_names = names_now
         self._recovery_bytes = total
         return out

@@ -55,22 +55,32 @@ class HolderRule:
     says: str  # formatted with {holder}, {stale_files} and {kind}
 
     def summary(self, h: Holder) -> str:
-        return self.says.format(holder=describe(h), stale_files=", ".join(h.stale_files),
-                                kind=h.kind)  # fmt: skip
+        return self.says.format(
+            holder=describe(h), stale_files=", ".join(h.stale_files), kind=h.kind
+        )
 
 
 # The per-holder state rules, in the order their signals are given. Each clears for a
 # pid once that pid is gone or no longer in the state.
 HOLDER_RULES: tuple[HolderRule, ...] = (
-    HolderRule("stale_holder", lambda h, _expected: h.stale,
-               "{holder} still holds an old or deleted {stale_files} inode: its writes no "
-               "longer reach the live database"),
-    HolderRule("lost_locks", lambda h, _expected: h.lock_state == LOCK_LOST,
-               "{holder} has state.db open but lost its SQLite locks: another process closing "
-               "the database can delete -wal/-shm under it"),
-    HolderRule("unexpected_holder", lambda h, expected: h.kind not in expected,
-               "{holder} holds state.db and is not a kind expected here ({kind})"),
-)  # fmt: skip
+    HolderRule(
+        "stale_holder",
+        lambda h, _expected: h.stale,
+        "{holder} still holds an old or deleted {stale_files} inode: its writes no "
+        "longer reach the live database",
+    ),
+    HolderRule(
+        "lost_locks",
+        lambda h, _expected: h.lock_state == LOCK_LOST,
+        "{holder} has state.db open but lost its SQLite locks: another process closing "
+        "the database can delete -wal/-shm under it",
+    ),
+    HolderRule(
+        "unexpected_holder",
+        lambda h, expected: h.kind not in expected,
+        "{holder} holds state.db and is not a kind expected here ({kind})",
+    ),
+)
 
 
 # What a maintenance run's own process never is (it holds the database to repair it):
@@ -200,14 +210,34 @@ class HolderWatcher:
             return []
         before, self._degraded_reported = self._degraded_reported, why
         if why is not None:
-            summary = (f"holder open watch: {why}. Every process is read at each holder "
-                       "scan instead (nothing is missed)")  # fmt: skip
-            return [Signal("watcher_degraded", "*", summary, now, key="holder_opens",
-                           source="holders", evidence=(why,))]  # fmt: skip
+            summary = (
+                f"holder open watch: {why}. Every process is read at each holder "
+                "scan instead (nothing is missed)"
+            )
+            return [
+                Signal(
+                    "watcher_degraded",
+                    "*",
+                    summary,
+                    now,
+                    key="holder_opens",
+                    source="holders",
+                    evidence=(why,),
+                )
+            ]
         if before is None:
             return []
-        return [Signal("watcher_degraded", "*", "holder open watch (inotify) works again", now,
-                       key="holder_opens", source="holders", clears=True)]  # fmt: skip
+        return [
+            Signal(
+                "watcher_degraded",
+                "*",
+                "holder open watch (inotify) works again",
+                now,
+                key="holder_opens",
+                source="holders",
+                clears=True,
+            )
+        ]
 
     def _too_many(self, holders: list[Holder]) -> dict[str, str]:
         """``multi_writer``, for the whole database (key ""), when it has too many holders."""

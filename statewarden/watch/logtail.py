@@ -311,8 +311,9 @@ class _Reader:
         while self.lines and (not self.lines[-1] or self.lines[-1].isspace()):
             self.lines.pop()  # blank lines between records belong to neither
         if self.lines:
-            out.append(parse_record("\n".join(self.lines), self.label,
-                                    truncated=self.rec_truncated))  # fmt: skip
+            out.append(
+                parse_record("\n".join(self.lines), self.label, truncated=self.rec_truncated)
+            )
             self.stats.records += 1
             self.lines = []
             self.rec_chars = 0
@@ -426,8 +427,9 @@ class LogTailer:
         self.clock = clock
         self.stats = TailStats()
         self.behind = False  # the last poll stopped at max_poll_bytes: poll again soon
-        self._limits = _Limits(max_line_bytes, max_record_chars, idle_flush_s,
-                               DEFAULT_READ_CHUNK_BYTES)  # fmt: skip
+        self._limits = _Limits(
+            max_line_bytes, max_record_chars, idle_flush_s, DEFAULT_READ_CHUNK_BYTES
+        )
         self._tails = [_Tail(n, self.logs_dir / n) for n in names]
         self._notices: list[Notice] = []
         self._offsets_file = OffsetsFile(self.offsets_path)
@@ -735,11 +737,19 @@ class LogTailer:
                 self.behind |= resumed.read(out, now, self.max_poll_bytes)
                 resumed.idle(out, now)
             known.add((saved.dev, saved.ino))
-            self._notice(tail, "rotated", f"{tail.name} was rotated while statewarden "
-                         "was not running; reading on where it stopped")  # fmt: skip
+            self._notice(
+                tail,
+                "rotated",
+                f"{tail.name} was rotated while statewarden "
+                "was not running; reading on where it stopped",
+            )
         else:
-            self._notice(tail, "gap", f"{tail.name} was rotated away while statewarden was "
-                         "not running; lines in between were not read")  # fmt: skip
+            self._notice(
+                tail,
+                "gap",
+                f"{tail.name} was rotated away while statewarden was "
+                "not running; lines in between were not read",
+            )
 
     def _read_unseen(
         self,
@@ -759,8 +769,11 @@ class LogTailer:
                 known.add(_ident(s))
                 unseen.append((p, _ident(s)))
         if unseen:
-            self._notice(tail, "rotated", f"{tail.name} was rotated; read {len(unseen)} "
-                         "rotated file(s) not seen before")  # fmt: skip
+            self._notice(
+                tail,
+                "rotated",
+                f"{tail.name} was rotated; read {len(unseen)} rotated file(s) not seen before",
+            )
         for path, ident in unseen:
             opened = self._open_ident(tail, path, ident)
             if opened is None:
@@ -812,8 +825,12 @@ class LogTailer:
         pos = st.st_size if offset is None else offset
         if pos > st.st_size:
             if truncated_ok:
-                self._notice(tail, "truncated", f"{tail.name} was truncated while statewarden "
-                             "was not running; reading it from the start")  # fmt: skip
+                self._notice(
+                    tail,
+                    "truncated",
+                    f"{tail.name} was truncated while statewarden "
+                    "was not running; reading it from the start",
+                )
             pos = 0
         tail.reader = self._reader(fd, st, tail.path, pos)
         self.behind |= tail.reader.read(out, now, self.max_poll_bytes)

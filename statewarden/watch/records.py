@@ -82,9 +82,12 @@ def _journal_text(value: object) -> str:
 def journal_record(entry: Mapping[str, Any]) -> LogRecord:
     """The log record carried by one journald JSON entry of a Hermes unit."""
     unit = _journal_text(
-        entry.get("_SYSTEMD_USER_UNIT") or entry.get("USER_UNIT") or entry.get("_SYSTEMD_UNIT")
-        or entry.get("UNIT") or "hermes"
-    )  # fmt: skip
+        entry.get("_SYSTEMD_USER_UNIT")
+        or entry.get("USER_UNIT")
+        or entry.get("_SYSTEMD_UNIT")
+        or entry.get("UNIT")
+        or "hermes"
+    )
     message = _journal_text(entry.get("MESSAGE")).replace("\x00", "")
     record = parse_record(message, f"journal:{unit}")
     if record.at is None:
@@ -93,6 +96,14 @@ def journal_record(entry: Mapping[str, Any]) -> LogRecord:
             at = dt.datetime.fromtimestamp(usec / 1e6)  # naive local, like Hermes' own lines
         except (ValueError, OverflowError, OSError):
             at = None
-        record = LogRecord(record.path, at, record.level, record.session, record.logger,
-                           record.message, record.text, record.truncated)  # fmt: skip
+        record = LogRecord(
+            record.path,
+            at,
+            record.level,
+            record.session,
+            record.logger,
+            record.message,
+            record.text,
+            record.truncated,
+        )
     return record

@@ -55,9 +55,13 @@ _CORRUPTION_RE = re.compile(
 )
 _CANONICAL = {
     t.lower(): t
-    for t in ("database disk image is malformed", "malformed database schema", "disk I/O error",
-              "file is not a database")
-}  # fmt: skip
+    for t in (
+        "database disk image is malformed",
+        "malformed database schema",
+        "disk I/O error",
+        "file is not a database",
+    )
+}
 _LOCKED_RE = re.compile(r"database is locked", re.IGNORECASE)
 # Loggers of Hermes modules whose only database is state.db.
 _STATE_LOGGERS = ("hermes_state", "gateway.session", "run_agent")
@@ -143,116 +147,260 @@ def _rule(
 # First match wins; the order puts the narrower text first.
 RULES: tuple[Rule, ...] = (
     # newer: FATAL lines.
-    _rule("db_replaced", r"FATAL: state\.db was replaced underneath the gateway", "stale_holder",
-          "critical", "state.db was replaced while the gateway had it open; it stopped writing",
-          key="db_replaced"),
-    _rule("fatal_corruption", r"FATAL: state\.db reported structural corruption", "corruption",
-          "critical", "Hermes stopped: state.db reported structural corruption", corruption=True),
+    _rule(
+        "db_replaced",
+        r"FATAL: state\.db was replaced underneath the gateway",
+        "stale_holder",
+        "critical",
+        "state.db was replaced while the gateway had it open; it stopped writing",
+        key="db_replaced",
+    ),
+    _rule(
+        "fatal_corruption",
+        r"FATAL: state\.db reported structural corruption",
+        "corruption",
+        "critical",
+        "Hermes stopped: state.db reported structural corruption",
+        corruption=True,
+    ),
     # DeletedWalGenerationError (hermes_state_errors._DELETED_WAL_GENERATION_MSG, both
     # wordings Hermes has shipped, and the exception's name in a traceback).
-    _rule("deleted_sidecar", r"FATAL: (?:session storage stopped writing because another Hermes "
-          r"process still holds|a live process holds) a deleted state\.db-(?:wal|shm)"
-          r"|\bDeletedWalGenerationError\b", "stale_holder", "critical",
-          "Hermes halted writes (DeletedWalGenerationError): a process still holds a deleted "
-          "state.db-wal/-shm generation; a second WAL would split the database",
-          key="deleted_sidecar", anywhere=True),
-    _rule("fatal_other", r"FATAL: .*(?:state\.db|session storage)", "write_failures",
-          "critical", "Hermes stopped writing session storage: {rest}", key="fatal"),
-    _rule("jsonl_divert_failed", r"JSONL divert failed after state\.db (?P<cause>.+?) for "
-          r"(?P<session>[^\s:]+)", "messages_dropped", "critical",
-          "messages are being lost: state.db {cause} and the JSONL divert failed too "
-          "(session {session})"),
-    _rule("turn_stopped", r"No reply: the turn was stopped because session storage could not "
-          r"be written", "write_failures", "critical",
-          "a turn got no reply because session storage could not be written", key="turn_stopped"),
-    _rule("cross_vm_wal", r"existing WAL-mode database is on a cross-VM filesystem",
-          "unsafe_mount", "error",
-          "state.db is a WAL database on a cross-VM filesystem (locks are not coherent there)",
-          key="cross_vm"),
+    _rule(
+        "deleted_sidecar",
+        r"FATAL: (?:session storage stopped writing because another Hermes "
+        r"process still holds|a live process holds) a deleted state\.db-(?:wal|shm)"
+        r"|\bDeletedWalGenerationError\b",
+        "stale_holder",
+        "critical",
+        "Hermes halted writes (DeletedWalGenerationError): a process still holds a deleted "
+        "state.db-wal/-shm generation; a second WAL would split the database",
+        key="deleted_sidecar",
+        anywhere=True,
+    ),
+    _rule(
+        "fatal_other",
+        r"FATAL: .*(?:state\.db|session storage)",
+        "write_failures",
+        "critical",
+        "Hermes stopped writing session storage: {rest}",
+        key="fatal",
+    ),
+    _rule(
+        "jsonl_divert_failed",
+        r"JSONL divert failed after state\.db (?P<cause>.+?) for "
+        r"(?P<session>[^\s:]+)",
+        "messages_dropped",
+        "critical",
+        "messages are being lost: state.db {cause} and the JSONL divert failed too "
+        "(session {session})",
+    ),
+    _rule(
+        "turn_stopped",
+        r"No reply: the turn was stopped because session storage could not "
+        r"be written",
+        "write_failures",
+        "critical",
+        "a turn got no reply because session storage could not be written",
+        key="turn_stopped",
+    ),
+    _rule(
+        "cross_vm_wal",
+        r"existing WAL-mode database is on a cross-VM filesystem",
+        "unsafe_mount",
+        "error",
+        "state.db is a WAL database on a cross-VM filesystem (locks are not coherent there)",
+        key="cross_vm",
+    ),
     # 0.19.0
-    _rule("queue_full", r"Session DB transcript pending queue full for (?P<session>\S+) "
-          r"\(cap=(?P<cap>\d+)\)", "messages_dropped", "critical",
-          "messages are being lost: the transcript queue of session {session} is full "
-          "(cap {cap}), oldest dropped"),
-    _rule("transcript_append", r"Session DB transcript append failed for (?P<session>\S+) "
-          r"\(failure_count=(?P<failure_count>\d+), pending=(?P<pending>\d+)\); will retry: "
-          r"(?P<error>.*)", "write_failures", None,
-          "transcript append to state.db failed (session {session}, {failure_count} failures, "
-          "{pending} pending): {error}", key="transcript_append"),
-    _rule("append_message", r"Session DB append_message failed: (?P<error>.*)",
-          "write_failures", None, "writing a message to state.db failed: {error}",
-          key="append_message"),
-    _rule("routing", r"state\.db routing (?P<op>save|load) failed: (?P<error>.*)",
-          "write_failures", None, "state.db routing {op} failed: {error}",
-          key=lambda m: f"routing_{m['op']}"),
-    _rule("gave_up", r"Supervised task (?P<task>.+?) died (?P<times>\d+) times in rapid "
-          r"succession.*giving up restarts", "task_died", "critical",
-          "gateway task {task} died {times} times in a row; Hermes gave up restarting it",
-          key=lambda m: m["task"]),
-    _rule("task_died", r"Supervised task (?P<task>.+?) died: (?P<error>.*)", "task_died", None,
-          "gateway task {task} died: {error}", key=lambda m: m["task"]),
-    _rule("schema_malformed", r"state\.db schema is malformed \((?P<error>.*?)\) — attempting "
-          r"automatic repair", "self_repair", "error",
-          "state.db schema is malformed; Hermes is repairing it in place ({error})",
-          key="schema_repair"),
-    _rule("schema_unrecoverable", r"state\.db schema repair could not recover", "self_repair",
-          "critical", "Hermes could not repair the state.db schema; manual repair needed",
-          key="schema_repair_failed"),
-    _rule("fts_corruption", r"state\.db write failed with an FTS-corruption error "
-          r"\((?P<error>.*?)\) — ", "self_repair", "error",
-          "state.db full-text index is corrupt; Hermes is rebuilding it in place ({error})",
-          key="fts_rebuild"),
-    _rule("fts_rebuild_failed", r"In-place FTS rebuild (?P<how>failed|made no progress)",
-          "self_repair", "critical",
-          "Hermes' in-place rebuild of the state.db full-text index {how}; offline repair needed",
-          key="fts_rebuild_failed"),
-    _rule("wal_fallback", r"(?P<label>\S+): WAL journal_mode unsupported on this filesystem "
-          r"\((?P<error>.*?)\) — falling back to journal_mode=DELETE", "unsafe_mount", "warning",
-          "state.db's filesystem does not support WAL; Hermes fell back to journal_mode=DELETE",
-          key="wal_fallback", applies=_is_target_db),
+    _rule(
+        "queue_full",
+        r"Session DB transcript pending queue full for (?P<session>\S+) "
+        r"\(cap=(?P<cap>\d+)\)",
+        "messages_dropped",
+        "critical",
+        "messages are being lost: the transcript queue of session {session} is full "
+        "(cap {cap}), oldest dropped",
+    ),
+    _rule(
+        "transcript_append",
+        r"Session DB transcript append failed for (?P<session>\S+) "
+        r"\(failure_count=(?P<failure_count>\d+), pending=(?P<pending>\d+)\); will retry: "
+        r"(?P<error>.*)",
+        "write_failures",
+        None,
+        "transcript append to state.db failed (session {session}, {failure_count} failures, "
+        "{pending} pending): {error}",
+        key="transcript_append",
+    ),
+    _rule(
+        "append_message",
+        r"Session DB append_message failed: (?P<error>.*)",
+        "write_failures",
+        None,
+        "writing a message to state.db failed: {error}",
+        key="append_message",
+    ),
+    _rule(
+        "routing",
+        r"state\.db routing (?P<op>save|load) failed: (?P<error>.*)",
+        "write_failures",
+        None,
+        "state.db routing {op} failed: {error}",
+        key=lambda m: f"routing_{m['op']}",
+    ),
+    _rule(
+        "gave_up",
+        r"Supervised task (?P<task>.+?) died (?P<times>\d+) times in rapid "
+        r"succession.*giving up restarts",
+        "task_died",
+        "critical",
+        "gateway task {task} died {times} times in a row; Hermes gave up restarting it",
+        key=lambda m: m["task"],
+    ),
+    _rule(
+        "task_died",
+        r"Supervised task (?P<task>.+?) died: (?P<error>.*)",
+        "task_died",
+        None,
+        "gateway task {task} died: {error}",
+        key=lambda m: m["task"],
+    ),
+    _rule(
+        "schema_malformed",
+        r"state\.db schema is malformed \((?P<error>.*?)\) — attempting "
+        r"automatic repair",
+        "self_repair",
+        "error",
+        "state.db schema is malformed; Hermes is repairing it in place ({error})",
+        key="schema_repair",
+    ),
+    _rule(
+        "schema_unrecoverable",
+        r"state\.db schema repair could not recover",
+        "self_repair",
+        "critical",
+        "Hermes could not repair the state.db schema; manual repair needed",
+        key="schema_repair_failed",
+    ),
+    _rule(
+        "fts_corruption",
+        r"state\.db write failed with an FTS-corruption error "
+        r"\((?P<error>.*?)\) — ",
+        "self_repair",
+        "error",
+        "state.db full-text index is corrupt; Hermes is rebuilding it in place ({error})",
+        key="fts_rebuild",
+    ),
+    _rule(
+        "fts_rebuild_failed",
+        r"In-place FTS rebuild (?P<how>failed|made no progress)",
+        "self_repair",
+        "critical",
+        "Hermes' in-place rebuild of the state.db full-text index {how}; offline repair needed",
+        key="fts_rebuild_failed",
+    ),
+    _rule(
+        "wal_fallback",
+        r"(?P<label>\S+): WAL journal_mode unsupported on this filesystem "
+        r"\((?P<error>.*?)\) — falling back to journal_mode=DELETE",
+        "unsafe_mount",
+        "warning",
+        "state.db's filesystem does not support WAL; Hermes fell back to journal_mode=DELETE",
+        key="wal_fallback",
+        applies=_is_target_db,
+    ),
     # hermes_state_lockguard: the OFD-lock guard on SQLite's own descriptors.
-    _rule("lock_guard_refused", r"WAL lock guard could not arm (?P<missing>\d+) of "
-          r"(?P<ranges>\d+) ranges for (?P<label>\S+) — refusing to run", "lock_guard", "error",
-          "a Hermes writer refused to run: its WAL lock guard could not arm {missing} of "
-          "{ranges} ranges on {label} (WalGuardArmedIncompleteError)",
-          key="refused", applies=_is_target_db, anywhere=True),
-    _rule("lock_guard_incomplete", r"WAL lock guard incomplete for (?P<label>\S+): "
-          r"(?P<missing>\d+) of (?P<ranges>\d+) guard range", "lock_guard", "warning",
-          "a Hermes writer left {missing} of {ranges} WAL lock-guard ranges on {label} unarmed "
-          "(a foreign EXCLUSIVE holder or a lock failure): its WAL generation is partly "
-          "unguarded", key="incomplete", applies=_is_target_db),
-    _rule("lock_guard_failed", r"WAL lock guard failed to arm for (?P<label>\S+) \(OSError",
-          "lock_guard", "warning",
-          "a Hermes writer could not arm its WAL lock guard on {label} (OSError while "
-          "locking): its WAL generation may be unguarded", key="failed", applies=_is_target_db),
+    _rule(
+        "lock_guard_refused",
+        r"WAL lock guard could not arm (?P<missing>\d+) of "
+        r"(?P<ranges>\d+) ranges for (?P<label>\S+) — refusing to run",
+        "lock_guard",
+        "error",
+        "a Hermes writer refused to run: its WAL lock guard could not arm {missing} of "
+        "{ranges} ranges on {label} (WalGuardArmedIncompleteError)",
+        key="refused",
+        applies=_is_target_db,
+        anywhere=True,
+    ),
+    _rule(
+        "lock_guard_incomplete",
+        r"WAL lock guard incomplete for (?P<label>\S+): "
+        r"(?P<missing>\d+) of (?P<ranges>\d+) guard range",
+        "lock_guard",
+        "warning",
+        "a Hermes writer left {missing} of {ranges} WAL lock-guard ranges on {label} unarmed "
+        "(a foreign EXCLUSIVE holder or a lock failure): its WAL generation is partly "
+        "unguarded",
+        key="incomplete",
+        applies=_is_target_db,
+    ),
+    _rule(
+        "lock_guard_failed",
+        r"WAL lock guard failed to arm for (?P<label>\S+) \(OSError",
+        "lock_guard",
+        "warning",
+        "a Hermes writer could not arm its WAL lock guard on {label} (OSError while "
+        "locking): its WAL generation may be unguarded",
+        key="failed",
+        applies=_is_target_db,
+    ),
     # The WAL-reset bug gate (SQLite 3.7.0 .. 3.51.2; fixed 3.51.3, backports 3.50.7, 3.44.6):
     # hermes_state's _log_wal_reset_bug_once, the CLI's startup check (stderr, so the unit's
     # journal) and the salvage lane's sqlite3 shell gate.
-    _rule("wal_reset_kept_wal", r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable "
-          r"to the WAL-reset corruption bug.*?is already in WAL mode", "wal_reset_bug", "error",
-          "Hermes' SQLite {version} has the WAL-reset bug and {label} stays in WAL mode: "
-          "concurrent writers can corrupt it; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
-          key="library", applies=_is_target_db),
-    _rule("wal_reset_delete", r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable to "
-          r"the WAL-reset corruption bug", "wal_reset_bug", "warning",
-          "Hermes' SQLite {version} has the WAL-reset bug; {label} uses journal_mode=DELETE "
-          "instead of WAL; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
-          key="library", applies=_is_target_db),
-    _rule("wal_reset_startup", r"SQLite (?P<version>\S+) has the WAL-reset bug "
-          r"\(https://sqlite\.org/wal\.html", "wal_reset_bug", "warning",
-          "Hermes runs on SQLite {version}, which has the WAL-reset bug: existing WAL "
-          "databases it opens are at risk; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
-          key="library"),
-    _rule("wal_reset_cli", r"sqlite3 CLI (?P<binary>\S+) reports version (?P<version>\S+), "
-          r"which still carries the WAL-reset opener bug", "wal_reset_bug", "warning",
-          "the sqlite3 shell {binary} ({version}) has the WAL-reset bug: Hermes refused it for "
-          "salvage, and opening state.db with it while Hermes runs can split the WAL; install "
-          "sqlite3 3.51.3+", key="cli"),
-    _rule("transcript_lag", r"Persisted transcript lagged live cached history for session "
-          r"(?P<session>\S+) \(disk=(?P<disk>\d+), memory=(?P<memory>\d+)\)", "write_failures",
-          "error", "session {session}: state.db holds {disk} messages, memory {memory} "
-          "(writes are not reaching state.db; possible FTS corruption)", key="transcript_lag"),
-)  # fmt: skip
+    _rule(
+        "wal_reset_kept_wal",
+        r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable "
+        r"to the WAL-reset corruption bug.*?is already in WAL mode",
+        "wal_reset_bug",
+        "error",
+        "Hermes' SQLite {version} has the WAL-reset bug and {label} stays in WAL mode: "
+        "concurrent writers can corrupt it; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+        key="library",
+        applies=_is_target_db,
+    ),
+    _rule(
+        "wal_reset_delete",
+        r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable to "
+        r"the WAL-reset corruption bug",
+        "wal_reset_bug",
+        "warning",
+        "Hermes' SQLite {version} has the WAL-reset bug; {label} uses journal_mode=DELETE "
+        "instead of WAL; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+        key="library",
+        applies=_is_target_db,
+    ),
+    _rule(
+        "wal_reset_startup",
+        r"SQLite (?P<version>\S+) has the WAL-reset bug "
+        r"\(https://sqlite\.org/wal\.html",
+        "wal_reset_bug",
+        "warning",
+        "Hermes runs on SQLite {version}, which has the WAL-reset bug: existing WAL "
+        "databases it opens are at risk; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+        key="library",
+    ),
+    _rule(
+        "wal_reset_cli",
+        r"sqlite3 CLI (?P<binary>\S+) reports version (?P<version>\S+), "
+        r"which still carries the WAL-reset opener bug",
+        "wal_reset_bug",
+        "warning",
+        "the sqlite3 shell {binary} ({version}) has the WAL-reset bug: Hermes refused it for "
+        "salvage, and opening state.db with it while Hermes runs can split the WAL; install "
+        "sqlite3 3.51.3+",
+        key="cli",
+    ),
+    _rule(
+        "transcript_lag",
+        r"Persisted transcript lagged live cached history for session "
+        r"(?P<session>\S+) \(disk=(?P<disk>\d+), memory=(?P<memory>\d+)\)",
+        "write_failures",
+        "error",
+        "session {session}: state.db holds {disk} messages, memory {memory} "
+        "(writes are not reaching state.db; possible FTS corruption)",
+        key="transcript_lag",
+    ),
+)
 
 # Every rule's pattern contains one of these texts: a message with none of them is
 # checked against no rule (one search instead of twenty on ordinary lines).
@@ -359,8 +507,9 @@ def _signal(
     )
 
 
-def _apply_rule(rule: Rule, m: re.Match[str], record: LogRecord, target: Target,
-                now: float | None) -> Signal:  # fmt: skip
+def _apply_rule(
+    rule: Rule, m: re.Match[str], record: LogRecord, target: Target, now: float | None
+) -> Signal:
     groups = {k: (v or "") for k, v in m.groupdict().items()}
     values = {k: _clip(v, SUMMARY_ERROR_MAX_CHARS) for k, v in groups.items()}
     values["rest"] = _clip(record.message[m.start() :], SUMMARY_ERROR_MAX_CHARS)
@@ -376,8 +525,16 @@ def _apply_rule(rule: Rule, m: re.Match[str], record: LogRecord, target: Target,
     failures = int(groups.get("failure_count") or 0)
     if rule.name == "transcript_append" and failures >= TRANSCRIPT_FAILURES_ERROR:
         severity = "error"
-    return _signal(record, target, rule.kind, rule.summary.format(**values), key=rule.key(m),
-                   severity=severity, now=now, **fields)  # fmt: skip
+    return _signal(
+        record,
+        target,
+        rule.kind,
+        rule.summary.format(**values),
+        key=rule.key(m),
+        severity=severity,
+        now=now,
+        **fields,
+    )
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -398,8 +555,17 @@ def _corruption_signal(record: LogRecord, target: Target, now: float | None) -> 
     who = record.logger or "Hermes"
     quoted = _clip(where, SUMMARY_ERROR_MAX_CHARS)
     summary = f"state.db corruption: {who} reported '{what}': {quoted}"
-    return _signal(record, target, "corruption", summary, key="", severity=None, now=now,
-                   rule="corruption", error=what)  # fmt: skip
+    return _signal(
+        record,
+        target,
+        "corruption",
+        summary,
+        key="",
+        severity=None,
+        now=now,
+        rule="corruption",
+        error=what,
+    )
 
 
 @dataclass(slots=True)
@@ -493,8 +659,16 @@ def _build(hit: _Hit, record: LogRecord, target: Target, now: float | None) -> S
     summary = f"state.db is locked: {record.logger or 'Hermes'} could not write: " + (
         _clip(record.message, SUMMARY_ERROR_MAX_CHARS)
     )
-    return _signal(record, target, "write_failures", summary, key="locked",
-                   severity=None, now=now, rule="locked")  # fmt: skip
+    return _signal(
+        record,
+        target,
+        "write_failures",
+        summary,
+        key="locked",
+        severity=None,
+        now=now,
+        rule="locked",
+    )
 
 
 def signals_from_record(
@@ -625,11 +799,19 @@ def signals_from_journal(
     m = _JSONL_FALLBACK_RE.search(record.message)
     if m is not None:
         error = _clip(m["error"], SUMMARY_ERROR_MAX_CHARS)
-        out.append(_signal(
-            record, target, "jsonl_fallback",
-            f"the gateway cannot use state.db and writes sessions to JSONL: {error}",
-            key="", severity=None, now=now, rule="jsonl_fallback", error=error,
-        ))  # fmt: skip
+        out.append(
+            _signal(
+                record,
+                target,
+                "jsonl_fallback",
+                f"the gateway cannot use state.db and writes sessions to JSONL: {error}",
+                key="",
+                severity=None,
+                now=now,
+                rule="jsonl_fallback",
+                error=error,
+            )
+        )
     for item in signals_from_record(record, target, cron=cron, now=now):
         # The fallback line already says the store failed; "locked" in it is its cause.
         if m is not None and isinstance(item, Signal) and item.fields.get("rule") == "locked":
@@ -680,9 +862,13 @@ class CronSessions:
             at = record.timestamp
             if at is None:
                 at = time.time() if now is None else now
-            out.append(Observation(
-                what="cron_started", db=str(target.db),
-                text=f"cron job {job} started (session {session})", at=at,
-                fields={"session": session, "job": job, "source": _source(record)},
-            ))  # fmt: skip
+            out.append(
+                Observation(
+                    what="cron_started",
+                    db=str(target.db),
+                    text=f"cron job {job} started (session {session})",
+                    at=at,
+                    fields={"session": session, "job": job, "source": _source(record)},
+                )
+            )
         return out
