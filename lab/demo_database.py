@@ -1,7 +1,7 @@
 """Write ``statewarden/demo/hermes-state.db.gz`` anew with the real Hermes:
 ``python -m lab.demo_database`` (needs hermes-agent, as the tests do).
 
-:func:`build_demo_database` is also what ``tests/test_demo.py`` compares the shipped
+:func:`build_demo_database` is also what ``tests/demo/test_demo.py`` compares the shipped
 copy with.
 """
 

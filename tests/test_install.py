@@ -28,11 +28,11 @@ from lab.hermes_fixtures import TINY, make_home
 from lab.push_server import PushServer
 from statewarden import install as inst
 from statewarden.incidents.signals import KINDS
+from tests.daemon.test_logs import hermes_logger, malformed
 from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl
 from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
-from tests.test_daemon_logs import hermes_logger, malformed
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
 REPO = Path(__file__).resolve().parent.parent
