@@ -60,6 +60,8 @@ def manifest_of(env: dict[str, str]) -> Path:
 
 class TestWithoutManager:
     def test_writes_both_units_for_this_installation(self, tmp_path: Path) -> None:
+        """Without a user manager, install writes the service and the OnFailure template with this
+        installation's bindir in ExecStart, says so, and lists both in its manifest."""
         env = offline_env(tmp_path)
         r = ctl("install", env=env)
         assert r.exit_code == 0, r.stderr
@@ -77,6 +79,7 @@ class TestWithoutManager:
         assert {str(units / n) for n in inst.UNIT_FILES} <= set(manifest["files"])
 
     def test_second_install_changes_nothing(self, tmp_path: Path) -> None:
+        """A second install finds the units up to date: it writes nothing and no mtime changes."""
         env = offline_env(tmp_path)
         assert ctl("install", env=env).exit_code == 0
         before = {p: p.stat().st_mtime_ns for p in unit_dir_of(env).iterdir()}
@@ -87,6 +90,8 @@ class TestWithoutManager:
         assert {p: p.stat().st_mtime_ns for p in unit_dir_of(env).iterdir()} == before
 
     def test_enable_without_a_manager_is_one_line_and_exit_1(self, tmp_path: Path) -> None:
+        """--enable with no manager reachable is a one-line error (exit 1) naming the command to run
+        later; the unit files are still written."""
         env = offline_env(tmp_path)
         r = ctl("install", "--enable", env=env)
         assert r.exit_code == 1
@@ -96,6 +101,8 @@ class TestWithoutManager:
         assert (unit_dir_of(env) / inst.UNIT).is_file()  # the files are still written
 
     def test_a_unit_file_written_by_someone_else_is_kept(self, tmp_path: Path) -> None:
+        """A unit file install did not write is refused (exit 1) and left as it was, the template
+        not written either; --force replaces it."""
         env = offline_env(tmp_path)
         units = unit_dir_of(env)
         units.mkdir(parents=True)
@@ -110,6 +117,8 @@ class TestWithoutManager:
         assert "ExecStart=/bin/true" not in (units / inst.UNIT).read_text()
 
     def test_a_planted_symlink_is_refused_and_its_target_untouched(self, tmp_path: Path) -> None:
+        """A symlink planted at the unit's path is refused, with and without --force, and the file
+        it points at keeps its bytes."""
         env = offline_env(tmp_path)
         units = unit_dir_of(env)
         units.mkdir(parents=True)
@@ -132,6 +141,8 @@ class TestWithoutManager:
         assert {f.action for f in plan.files} == {"update"}
 
     def test_a_telegram_token_file_becomes_a_credential_of_both_units(self, tmp_path: Path) -> None:
+        """--telegram-token-file becomes a LoadCredential= line in both units, and the token itself
+        is never printed."""
         env = offline_env(tmp_path)
         token = tmp_path / "telegram.token"
         token.write_text("123:abc\n")
@@ -197,6 +208,8 @@ class TestWithoutManager:
 
     @pytest.mark.parametrize("how", ["readable by others", "symlink", "missing", "folder"])
     def test_a_token_file_that_is_not_private_is_refused(self, tmp_path: Path, how: str) -> None:
+        """A token file readable by others, a symlink or a folder is a one-line error (exit 1)
+        naming the path, and no unit is written."""
         env = offline_env(tmp_path)
         real = tmp_path / "real.token"
         real.write_text("123:abc\n")
@@ -216,6 +229,7 @@ class TestWithoutManager:
         assert not unit_dir_of(env).exists()
 
     def test_dry_run_changes_nothing(self, tmp_path: Path) -> None:
+        """--dry-run says what it would create and start, and writes neither units nor manifest."""
         env = offline_env(tmp_path)
         r = ctl("install", "--enable", "--now", "--dry-run", env=env)
         assert r.exit_code == 0, r.stderr
@@ -225,6 +239,8 @@ class TestWithoutManager:
         assert not manifest_of(env).exists()
 
     def test_uninstall_removes_exactly_what_install_wrote(self, tmp_path: Path) -> None:
+        """uninstall removes the files install wrote and its manifest, and keeps the user's own unit
+        file in the same folder."""
         env = offline_env(tmp_path)
         assert ctl("install", env=env).exit_code == 0
         units = unit_dir_of(env)
@@ -236,6 +252,8 @@ class TestWithoutManager:
         assert not manifest_of(env).exists()
 
     def test_uninstall_keeps_a_file_changed_since(self, tmp_path: Path) -> None:
+        """uninstall keeps a unit file edited since install, says why, and removes the unchanged
+        ones."""
         env = offline_env(tmp_path)
         assert ctl("install", env=env).exit_code == 0
         edited = unit_dir_of(env) / inst.UNIT
@@ -247,6 +265,7 @@ class TestWithoutManager:
         assert not (unit_dir_of(env) / inst.FAILED_TEMPLATE).exists()
 
     def test_uninstall_with_nothing_installed_is_a_usage_error(self, tmp_path: Path) -> None:
+        """uninstall with nothing installed is a one-line usage error (exit 2)."""
         r = ctl("uninstall", env=offline_env(tmp_path))
         assert r.exit_code == 2
         assert r.stderr.startswith("statewardenctl: error: nothing to uninstall")
@@ -595,6 +614,8 @@ def installed(request: pytest.FixtureRequest) -> Iterator[Installed]:
 @pytest.mark.systemd
 class TestRealManager:
     def test_enable_now_reaches_running_with_ready_status(self, installed: Installed) -> None:
+        """install --enable --now in a real user manager: the service runs with a status text, is
+        enabled, and default.target wants it."""
         props = installed.wait_running()
         assert "watching" in props["StatusText"] or "database" in props["StatusText"]
         r = installed.manager.systemctl("is-enabled", inst.UNIT)
@@ -603,6 +624,8 @@ class TestRealManager:
         assert wants.is_symlink()
 
     def test_install_again_changes_nothing(self, installed: Installed) -> None:
+        """install --enable --now again says already enabled and running, and the main process is
+        the same one."""
         before = installed.wait_running()
         r = installed.ctl("install", "--enable", "--now")
         assert r.exit_code == 0, r.stderr
@@ -611,6 +634,7 @@ class TestRealManager:
         assert installed.wait_running()["MainPID"] == before["MainPID"]
 
     def test_reload_keeps_the_same_process(self, installed: Installed) -> None:
+        """systemctl reload keeps the same main process, with no restart counted."""
         before = installed.wait_running()
         r = installed.manager.systemctl("reload", inst.UNIT)
         assert r.returncode == 0, r.stderr
@@ -642,12 +666,15 @@ class TestRealManager:
         assert status["Seccomp"].strip() == "2"  # SystemCallArchitectures=, RestrictRealtime=
 
     def test_kill_9_is_restarted(self, installed: Installed) -> None:
+        """A daemon killed with SIGKILL is restarted by the manager, once, as a new process."""
         before = installed.wait_running()
         os.kill(int(before["MainPID"]), signal.SIGKILL)
         after = installed.wait_running(other_than=before["MainPID"])
         assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
 
     def test_stop_is_clean_within_the_timeout(self, installed: Installed) -> None:
+        """systemctl stop ends the daemon cleanly (result success, exit status 0), and it starts
+        again."""
         installed.wait_running()
         r = installed.manager.systemctl("stop", inst.UNIT)
         assert r.returncode == 0, r.stderr

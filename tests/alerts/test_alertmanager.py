@@ -100,6 +100,8 @@ class TestSink:
         assert outbox.pending() == []
 
     def test_alertmanager_down_keeps_the_entry(self, tmp_path: Path) -> None:
+        """An Alertmanager that cannot be reached leaves the delivery retrying, saying so, and the
+        entry in the outbox."""
         s = PushServer()
         s.stop()
         outbox = Outbox(tmp_path / "outbox", max_entries=10)
@@ -112,6 +114,8 @@ class TestSink:
     @pytest.mark.parametrize(("answer", "state"), [("404", "rejected"), ("redirect", "rejected"),
                                                    ("500", "retrying")])  # fmt: skip
     def test_answers(self, tmp_path: Path, answer: str, state: str) -> None:
+        """A 404 or a redirect from /api/v2/alerts is rejected and a 500 retried; either way the
+        entry stays in the outbox."""
         s = PushServer(default=answer)
         try:
             outbox = Outbox(tmp_path / "outbox", max_entries=10)
@@ -124,6 +128,7 @@ class TestSink:
         assert s.requests[0].path == "/api/v2/alerts"
 
     def test_config(self) -> None:
+        """An enabled alertmanager sink needs a url, and one that is not http(s) is refused."""
         with pytest.raises(ConfigError, match="is required when alertmanager is enabled"):
             parse_config("alerts:\n  alertmanager: {enabled: true}\n")
         with pytest.raises(ConfigError, match="expected an http"):
@@ -266,6 +271,8 @@ class TestDaemon:
     def test_the_daemon_posts_corruption(
         self, env: dict[str, str], hermes_home: Path, am: Alertmanager
     ) -> None:
+        """A real daemon posts a corruption incident to a real Alertmanager with the kind, severity,
+        database, profile and incident id as labels and the next step as an annotation."""
         path = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(

@@ -65,6 +65,8 @@ class TestSink:
     def test_a_notification_arrives_as_apprise_json(
         self, tmp_path: Path, server: PushServer
     ) -> None:
+        """A notification reaches a ``json://`` Apprise URL as one POST with the headline as title,
+        the summary and next step in the message and type failure; the outbox is emptied."""
         sink = sink_for(urls_file(tmp_path, f"json://127.0.0.1:{server.port}/{TOPIC}"))
         outbox = Outbox(tmp_path / "outbox", max_entries=10)
         d = Delivery(sink, outbox, retry_max_s=1.0, log=Log())
@@ -110,6 +112,8 @@ class TestSink:
         assert reread.pending() == []
 
     def test_an_unknown_url_is_a_configuration_problem_never_shown(self, tmp_path: Path) -> None:
+        """A URL with a scheme Apprise does not know is a rejected delivery naming its position in
+        the file, never the URL itself; the notification stays in the outbox."""
         path = urls_file(tmp_path, f"nosuchscheme://{TOPIC}")
         outbox = Outbox(tmp_path / "outbox", max_entries=10)
         d = Delivery(sink_for(path), outbox, retry_max_s=1.0, log=Log())
@@ -121,6 +125,8 @@ class TestSink:
         assert len(outbox.pending("apprise")) == 1
 
     def test_a_urls_file_others_can_read_is_refused(self, tmp_path: Path) -> None:
+        """A URLs file readable by others is refused, and the problem names its mode and the
+        chmod."""
         path = urls_file(tmp_path, f"json://127.0.0.1:1/{TOPIC}", mode=0o640)
         sink = sink_for(path)
         assert sink.token_problem == (
@@ -128,6 +134,8 @@ class TestSink:
         )
 
     def test_credential(self, tmp_path: Path, server: PushServer) -> None:
+        """The URLs from a systemd credential (``$CREDENTIALS_DIRECTORY``) are used: one request,
+        the sink healthy."""
         creds = tmp_path / "creds"
         creds.mkdir()
         (creds / "apprise-urls").write_text(f"json://127.0.0.1:{server.port}/{TOPIC}\n")
@@ -141,6 +149,8 @@ class TestSink:
         assert len(server.requests) == 1
 
     def test_config_never_takes_urls(self) -> None:
+        """The config takes no URLs itself (an unknown key), and an enabled apprise sink needs its
+        URLs file or credential."""
         with pytest.raises(ConfigError, match="unknown key"):
             parse_config("alerts:\n  apprise: {enabled: true, urls: ['ntfy://x']}\n")
         with pytest.raises(ConfigError, match="is required when apprise is enabled"):
@@ -151,6 +161,8 @@ class TestDaemon:
     def test_the_daemon_sends_corruption_through_apprise(
         self, env: dict[str, str], hermes_home: Path, server: PushServer, tmp_path: Path
     ) -> None:
+        """A real daemon sends a corruption incident through Apprise, counts it delivered, and the
+        URL's secret is in none of its output, status or state files."""
         path = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         secret = urls_file(tmp_path, f"json://127.0.0.1:{server.port}/{TOPIC}")

@@ -72,6 +72,8 @@ def api() -> Iterator[BotApi]:
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare for a private tmpfs")  # fmt: skip
 def test_full_disk_sends_from_memory(tmp_path: Path, api: BotApi) -> None:
+    """With the state directory on a full tmpfs, a corruption notification is still delivered to
+    Telegram from memory; the persist error and the log say so, and the token is never shown."""
     state = tmp_path / "state"
     state.mkdir()
     r = subprocess.run(

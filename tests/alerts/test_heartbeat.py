@@ -86,9 +86,12 @@ class TestPing:
         ],
     )  # fmt: skip
     def test_fail_url(self, url: str, suffix: str, fail: str) -> None:
+        """The fail URL is the ping URL with the fail suffix appended: one slash between path parts,
+        a query suffix (``&status=down``, ``?status=down``) kept as given."""
         assert fail_url_of(url, suffix) == fail
 
     def test_configured_fail_suffix_is_used(self, tmp_path: Path, server: PushServer) -> None:
+        """A configured fail_suffix is what a failing ping requests, not the default ``/fail``."""
         hb = beat(tmp_path, server, ["critical"], fail_suffix="?status=down")
         assert asyncio.run(hb.ping()) is True
         assert server.paths() == [f"/ping/{UUID}?status=down"]
@@ -105,6 +108,8 @@ class TestPing:
     def test_a_failed_ping_is_counted_logged_and_scrubbed(
         self, tmp_path: Path, server: PushServer, answer: str, error: str
     ) -> None:
+        """A 500, a redirect, an oversized or a too-slow answer is a failed ping: counted, health
+        failing with the reason, one warning logged, and the URL's secret UUID in none of it."""
         server.default = answer
         hb = beat(tmp_path, server, [])
         assert asyncio.run(hb.ping()) is False
@@ -118,6 +123,8 @@ class TestPing:
         assert UUID not in json.dumps([hb.health.to_json(), hb.log.lines])
 
     def test_a_server_that_is_down_is_a_failure_not_a_crash(self, tmp_path: Path) -> None:
+        """A server that is not listening is a failed ping saying it cannot be reached, without the
+        secret UUID, not an exception."""
         s = PushServer()
         s.stop()
         hb = beat(tmp_path, s, [])
@@ -128,6 +135,8 @@ class TestPing:
 
 class TestUrlSecret:
     def test_a_file_others_can_read_is_refused(self, tmp_path: Path) -> None:
+        """A URL file readable by others is refused, and the problem names its mode and the
+        chmod."""
         path = url_file(tmp_path, f"http://127.0.0.1:1/ping/{UUID}", mode=0o644)
         hb = Heartbeat(HeartbeatConfig(url_file=path), log=Log(), trouble=lambda: "")
         assert hb.problem == (
@@ -135,6 +144,7 @@ class TestUrlSecret:
         )
 
     def test_a_symlink_is_refused(self, tmp_path: Path) -> None:
+        """A URL file that is a symbolic link is refused, and the problem says so."""
         target = url_file(tmp_path, f"http://127.0.0.1:1/ping/{UUID}")
         link = tmp_path / "link.url"
         link.symlink_to(target)
@@ -142,6 +152,8 @@ class TestUrlSecret:
         assert hb.problem == f"no heartbeat URL: file {link}: is a symbolic link"
 
     def test_credential(self, tmp_path: Path, server: PushServer) -> None:
+        """The URL from a systemd credential (``$CREDENTIALS_DIRECTORY``) is used for pings and
+        named as the source of the health."""
         creds = tmp_path / "creds"
         creds.mkdir()
         (creds / "heartbeat-url").write_text(f"{server.url}/ping/{UUID}")
@@ -152,11 +164,14 @@ class TestUrlSecret:
         assert hb.health.source == "credential heartbeat-url"
 
     def test_not_a_url(self, tmp_path: Path) -> None:
+        """A URL file whose text is not one http(s) URL is a problem that says so."""
         hb = Heartbeat(HeartbeatConfig(url_file=url_file(tmp_path, "hc-ping.com/x")), log=Log(),
                        trouble=lambda: "")  # fmt: skip
         assert hb.problem.endswith(": not one http(s) URL")
 
     def test_config_takes_no_url_and_checks_the_suffix(self) -> None:
+        """The config takes no URL itself (an unknown key), refuses a fail_suffix that is neither a
+        path nor a query, and reads the interval as a duration."""
         with pytest.raises(ConfigError, match="unknown key"):
             parse_config("alerts:\n  heartbeat: {url: 'https://hc-ping.com/x'}\n")
         with pytest.raises(ConfigError, match="expected a path or query"):
@@ -170,6 +185,8 @@ class TestDaemon:
     def test_the_daemon_pings_and_fails_while_corruption_is_open(
         self, env: dict[str, str], hermes_home: Path, server: PushServer, tmp_path: Path
     ) -> None:
+        """A real daemon pings at start, sends the fail ping while a corruption incident is open,
+        and ``alerts`` shows the heartbeat failing with that incident as the reason."""
         path = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         secret = url_file(tmp_path, f"{server.url}/ping/{UUID}")

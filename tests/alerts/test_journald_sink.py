@@ -111,6 +111,8 @@ class TestCatalogFile:
         assert CATALOG.read_text() == catalog_text()
 
     def test_every_kind_has_an_entry_with_a_next_step(self) -> None:
+        """The journal catalog file has an entry for every incident kind's MESSAGE_ID, with a
+        subject and what to do."""
         text = CATALOG.read_text()
         for kind in KINDS:
             block = text.split(f"-- {KINDS[kind].message_id}\n")[1].split("\n-- ")[0]

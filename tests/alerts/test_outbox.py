@@ -124,6 +124,7 @@ class TestHostileFolder:
         assert list(target.iterdir()) == []
 
     def test_folder_writable_by_others_is_not_used(self, tmp_path: Path) -> None:
+        """An outbox folder writable by others is not written to, and the persist error says why."""
         (tmp_path / "outbox").mkdir()
         (tmp_path / "outbox").chmod(0o777)
         box = Outbox(tmp_path / "outbox", max_entries=10)
@@ -134,6 +135,8 @@ class TestHostileFolder:
 
 class TestTokenInEvidence:
     def test_bot_token_in_a_log_line_is_not_sent_on(self) -> None:
+        """A bot token inside a logged request URL is redacted from the evidence lines a
+        notification carries."""
         from statewarden.alerts.message import evidence_lines
 
         line = "ERROR telegram: POST https://api.telegram.org/bot123456789:AAHxyzxyzxyzxyzxyzxyzxyzxyzxyzxyz12/getUpdates failed"

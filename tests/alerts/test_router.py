@@ -296,6 +296,8 @@ class TestNotifiedMeansDelivered:
                                           "sinks": ["journald", "telegram"], "waiting": []}  # fmt: skip
 
     def test_set_aside_everywhere_is_not_notified(self, tmp_path: Path) -> None:
+        """A notification set aside by every sink is not "notified": the incident's state says which
+        sinks refused it."""
         rig = Rig(tmp_path)
         rig.fire(sig("corruption", T0))
         rig.router.tick(T0)

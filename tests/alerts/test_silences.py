@@ -55,6 +55,7 @@ class TestRouter:
         assert [(i.kind, i.change) for i in after.items] == [("corruption", "opened")]
 
     def test_silence_on_another_database_mutes_nothing_here(self, tmp_path: Path) -> None:
+        """A silence of a kind on another database does not mute that kind on this one."""
         rig = Rig(tmp_path)
         rig.router.set_silences([silence(1, "corruption", T0, db="/elsewhere/state.db")], T0)
         rig.fire(sig("corruption", T0))
@@ -146,6 +147,8 @@ class TestCommand:
     def test_bad_input_is_one_line_with_the_usage_code(
         self, env: dict[str, str], args: list[str], error: str
     ) -> None:
+        """A bad kind, duration or silence ID, or expiring one that does not exist, is one error
+        line with the usage exit code and nothing on stdout."""
         code, out, err = ctl(env, "silence", *args)
         assert code == EXIT_USAGE
         assert out == ""
@@ -153,6 +156,7 @@ class TestCommand:
         assert err.startswith(f"statewardenctl: error: {error}")
 
     def test_expiring_twice_is_refused(self, env: dict[str, str]) -> None:
+        """Expiring a silence that has already ended is a one-line usage error saying so."""
         ctl(env, "silence", "add", "--kind", "corruption", "--for", "1h", "--reason", "r")
         assert ctl(env, "silence", "expire", "1")[0] == 0
         code, _, err = ctl(env, "silence", "expire", "1")
@@ -171,6 +175,8 @@ class TestFile:
         assert sorted(s.id for s in SilenceFile(tmp_path).read()) == list(range(1, 21))
 
     def test_a_damaged_file_is_a_one_line_error(self, env: dict[str, str], tmp_path: Path) -> None:
+        """A silences file that is not JSON makes ``silence list`` fail with one line naming the
+        file (exit 1), nothing on stdout."""
         path = tmp_path / "xdg-state" / "statewarden" / "silences.json"
         path.parent.mkdir(parents=True)
         path.write_text("{not json")

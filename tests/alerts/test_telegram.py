@@ -243,6 +243,8 @@ class TestSend:
         assert min(gaps) >= 0.3
 
     def test_no_token_is_rejected_with_where_it_looked(self, api: BotApi, tmp_path: Path) -> None:
+        """With no bot token, delivery is rejected naming the token file it looked for, and no
+        request reaches the Bot API."""
         sink = TelegramSink(cfg(api, token_file=tmp_path / "missing"), {})
         box = Outbox(tmp_path / "outbox", max_entries=10)
         box.put(note("a"), "telegram")
@@ -288,12 +290,15 @@ class TestToken:
 
 class TestSplit:
     def test_split_between_lines(self) -> None:
+        """A message over 4096 characters is split between lines into parts within the limit that
+        join back to the whole."""
         lines = [f"<i>l{k}</i> " + "y" * 1000 for k in range(10)]
         parts = split_message(lines)
         assert all(len(p) <= 4096 for p in parts)
         assert "\n".join(parts) == "\n".join(lines)
 
     def test_one_huge_line_is_cut_without_breaking_escapes(self) -> None:
+        """One line over the limit is cut into parts within it, never inside an HTML escape."""
         parts = split_message(["&" * 5000], limit=100)
         assert all(len(p) <= 100 for p in parts)
         assert "".join(parts) == "&amp;" * 5000

@@ -299,6 +299,8 @@ class TestSupervised:
 class TestScrubber:
     @pytest.mark.parametrize("spelling", token_spellings())
     def test_every_spelling_of_the_token_is_scrubbed(self, spelling: str) -> None:
+        """Every spelling of the bot token (as is, encoded, in other case), alone or inside a
+        sentence, a query string or JSON, is scrubbed without a trace."""
         scrub = Scrubber(TOKEN, TOKEN.split(":", 1)[1])
         for text in (spelling, f"a {spelling} b", f"x={spelling}&y=1", f'{{"d": "{spelling}"}}'):
             assert leaks(scrub(text)) == [], text
@@ -313,6 +315,7 @@ class TestScrubber:
         assert scrub("two+words two%20words two%2520words") == " ".join(["***redacted***"] * 3)
 
     def test_telegram_sink_scrubs_with_it(self) -> None:
+        """The Telegram sink's scrub redacts the token in a request path and in plain text."""
         sink = TelegramSink(TelegramConfig(enabled=True, chat_id="1"), ENV)
         lower = token_spellings()[3]
         assert sink.scrub(f"/bot{lower}/x {TOKEN}") == "/bot***redacted***/x ***redacted***"

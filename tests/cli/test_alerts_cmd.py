@@ -68,6 +68,8 @@ alerts:
 
 class TestConfig:
     def test_issue_shape_is_accepted_as_is(self) -> None:
+        """The alerts section in its documented shape parses as is: both sinks on, the chat id, the
+        token file, group wait, repeat interval and no_wait."""
         cfg = parse_config(ISSUE_SHAPE).alerts
         assert cfg.journald.enabled
         assert cfg.telegram.enabled
@@ -78,6 +80,7 @@ class TestConfig:
         assert cfg.no_wait == ("critical",)
 
     def test_numeric_chat_id_is_kept_as_text(self) -> None:
+        """A chat_id written as a YAML number is kept as its text, sign included."""
         cfg = parse_config("alerts: {telegram: {enabled: true, chat_id: -100123}}").alerts
         assert cfg.telegram.chat_id == "-100123"
 
@@ -107,11 +110,14 @@ class TestConfig:
         ],
     )  # fmt: skip
     def test_bad_values_are_one_line(self, text: str, message: str) -> None:
+        """Each bad alerts value is a ConfigError whose message names the source, line, key and what
+        was expected."""
         with pytest.raises(ConfigError) as err:
             parse_config(text)
         assert str(err.value).startswith(message)
 
     def test_incident_kinds_match_the_book(self) -> None:
+        """The config's incident kinds and severities are exactly the incident book's."""
         assert get_args(IncidentKind) == tuple(KINDS)
         assert get_args(Severity) == get_args(SignalSeverity)
 
@@ -132,6 +138,8 @@ class TestAlertsTest:
         assert TOKEN not in r.output
 
     def test_telegram_401_is_exit_1_with_the_reason(self, tmp_path: Path, api: BotApi) -> None:
+        """``alerts test`` against a Bot API answering 401: exit 1, the rejection with what to check
+        on stdout, one error line, and the token never shown."""
         api.default = "401"
         token_file = tmp_path / "tok"
         token_file.write_text(TOKEN)
@@ -146,6 +154,8 @@ class TestAlertsTest:
         assert TOKEN not in r.output
 
     def test_missing_token_file(self, tmp_path: Path, api: BotApi) -> None:
+        """A missing token file is a rejected test (exit 1) whose answer names the file, and no
+        request reaches the Bot API."""
         cfg = telegram_config(tmp_path, api, tmp_path / "nope")
         r = CliRunner(env={"STATEWARDEN_TELEGRAM_TOKEN": ""}).invoke(
             ctl, ["alerts", "test", "--config", str(cfg), "--json"]
@@ -157,6 +167,8 @@ class TestAlertsTest:
         assert api.requests == []
 
     def test_journald_without_a_journal_writes_stderr(self, tmp_path: Path) -> None:
+        """With no journal socket, the journald sink's test entry goes to stderr and the test says
+        so (exit 0)."""
         cfg = write_config(tmp_path, "alerts: {journald: {enabled: true}}\n")
         r = CliRunner(env={"STATEWARDEN_JOURNAL_SOCKET": str(tmp_path / "none")}).invoke(
             ctl, ["alerts", "test", "--config", str(cfg)]
@@ -166,6 +178,8 @@ class TestAlertsTest:
         assert "<5>statewarden test notification from" in r.stderr
 
     def test_sink_not_enabled_is_usage_error(self, tmp_path: Path) -> None:
+        """``alerts test --sink`` naming a sink that is not enabled is a one-line usage error (exit
+        2) naming the config key."""
         cfg = write_config(tmp_path, "alerts: {journald: {enabled: true}}\n")
         r = CliRunner().invoke(ctl, ["alerts", "test", "--sink", "telegram", "--config", str(cfg)])
         assert r.exit_code == 2

@@ -55,6 +55,8 @@ def base_env() -> dict[str, str]:
     [(None, in_pty, True), ("1", in_pty, False), ("", in_pty, True), (None, piped, False)],
 )
 def test_console_log(no_color: str | None, runner: object, coloured: bool) -> None:
+    """The console log is coloured on a terminal, unless NO_COLOR is set to something, and never
+    when piped."""
     env = base_env() | ({} if no_color is None else {"NO_COLOR": no_color})
     code, out = runner([sys.executable, "-c", LOG], env)  # type: ignore[operator]
     assert code == 0, out
@@ -69,6 +71,8 @@ def test_console_log(no_color: str | None, runner: object, coloured: bool) -> No
 def test_progress_bar(
     hermes_home: Path, no_color: str | None, runner: object, coloured: bool
 ) -> None:
+    """check's progress bar is drawn and coloured on a terminal, not with NO_COLOR set, and
+    uncoloured when piped."""
     env = base_env() | ({} if no_color is None else {"NO_COLOR": no_color})
     argv = [str(CTL), "check", "--db", str(hermes_home / "state.db"), "--progress", "bar"]
     code, out = runner(argv, env)  # type: ignore[operator]

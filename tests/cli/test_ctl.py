@@ -74,6 +74,7 @@ def test_a_command_imports_only_its_own_modules() -> None:
 
 
 def test_unknown_command_is_a_usage_error() -> None:
+    """An unknown command is a usage error (exit 2) naming it."""
     result = CliRunner().invoke(main, ["nope"])
     assert result.exit_code == 2
     assert "No such command 'nope'" in result.stderr

@@ -35,6 +35,8 @@ def journald_config(tmp_path: Path) -> Path:
 
 
 def test_the_version_is_one_and_cannot_be_shadowed() -> None:
+    """json_document puts ``schema_version: 1`` first, and a payload naming its own schema_version
+    is a ValueError."""
     assert json_document({"a": 1}) == {"schema_version": 1, "a": 1}
     with pytest.raises(ValueError, match="names its own schema_version"):
         json_document({"schema_version": 2})
@@ -56,6 +58,8 @@ def test_the_version_is_one_and_cannot_be_shadowed() -> None:
     ],
 )
 def test_listing_commands(hermes_home: Path, args: list[str], codes: set[int], key: str) -> None:
+    """Each listing command's --json document is an object starting with ``schema_version: 1`` and
+    holding its list under the expected key."""
     r = run_ctl(*args)
     assert r.exit_code in codes, r.stderr
     assert key in document(r.stdout)
@@ -84,6 +88,7 @@ def test_alerts_test_is_an_object_of_sinks(journald_config: Path) -> None:
 
 
 def test_incident_show(hermes_home: Path) -> None:
+    """``incidents show --json`` is a versioned document holding the incident asked for."""
     book = IncidentBook(state_dir(load_config(None)) / "incidents.json")
     book.record(Signal("corruption", str(hermes_home / "state.db"), "malformed"))
     book.save()
@@ -93,6 +98,8 @@ def test_incident_show(hermes_home: Path) -> None:
 
 
 def test_check_recover_and_their_progress_lines(hermes_home: Path, tmp_path: Path) -> None:
+    """check and recover print a versioned document, and each of their JSON progress lines on stderr
+    starts with schema_version, then event."""
     db = hermes_home / "state.db"
     r = run_ctl("check", "--db", str(db), "--json", "--progress", "json")
     assert r.exit_code == 0, r.stderr
@@ -123,12 +130,15 @@ def test_the_recover_report_file(hermes_home: Path, tmp_path: Path) -> None:
 
 
 def test_snapshot_take(hermes_home: Path) -> None:
+    """``snapshots take --json`` is a versioned document listing the one snapshot taken."""
     r = run_ctl("snapshots", "take", "--db", str(hermes_home / "state.db"), "--json")
     assert r.exit_code == 0, r.stderr
     assert len(document(r.stdout)["snapshots"]) == 1
 
 
 def test_holders_watch_lines(hermes_home: Path) -> None:
+    """``holders --watch --json`` prints one versioned document per scan: a full scan, then an
+    incremental one."""
     args = ["--watch", "--count", "2", "--interval", "0.05", "--json", "--no-systemd"]
     r = run_ctl("holders", *args)
     assert r.exit_code == 0, r.stderr
@@ -138,6 +148,8 @@ def test_holders_watch_lines(hermes_home: Path) -> None:
 
 
 def test_maintenance_dry_run_and_its_event_lines(hermes_home: Path) -> None:
+    """``maintenance --dry-run --json`` prints a versioned document, and every event line on stderr
+    carries schema_version 1."""
     r = run_ctl("maintenance", "--db", str(hermes_home / "state.db"), "--action", "check",
                 "--dry-run", "--json")  # fmt: skip
     assert r.exit_code == 0, r.stderr

@@ -35,6 +35,8 @@ def scrape(port: int) -> dict[str, float]:
 
 class TestMetrics:
     def test_served_and_follow_the_daemon(self, env: dict[str, str], hermes_home: Path) -> None:
+        """A real daemon serves metrics on metrics.listen, and they follow it: WAL size, outbox
+        depth, holders, a corruption incident opened and its journald notification delivered."""
         port = free_port()
         cfg = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
         cfg.parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +65,7 @@ class TestMetrics:
                 d.stop()
 
     def test_off_by_default_and_listen_is_checked(self) -> None:
+        """Metrics are off by default, and a listen address that is not host:port is refused."""
         assert parse_config("{}").metrics.listen is None
         with pytest.raises(ConfigError, match=r"metrics\.listen: expected host:port"):
             parse_config("metrics: {listen: '9108'}")

@@ -47,6 +47,8 @@ def test_an_unknown_request_is_a_one_line_error(daemon: DaemonProc, name: str) -
 def test_a_bad_incident_id_is_a_one_line_error(
     daemon: DaemonProc, value: object, error: str
 ) -> None:
+    """An incident id that is missing, not a number, or not in the book is a one-line error from the
+    incident and ack requests."""
     for request in ("incident", "ack"):
         with pytest.raises(ControlError, match=f"^{re.escape(error)}$"):
             daemon.ctl_raw(request, id=value)

@@ -306,6 +306,8 @@ class TestInProgress:
 
 class TestOutcomes:
     def test_each_kind_and_what_tells_nothing(self, tmp_path: Path) -> None:
+        """Outcomes that changed nothing leave no notification; each other outcome is told once as
+        maintenance_repaired, _rolled_back or _refused, keyed by run, without "#0"."""
         state = tmp_path / "state"
         base = {"db": "/h/state.db", "action": "repair", "run_id": "R", "exit_code": 0}
         for outcome in (
@@ -366,6 +368,8 @@ class TestOutcomes:
         assert victim.exists()
 
     def test_loss_and_a_unit_that_did_not_start_are_errors(self) -> None:
+        """A repair that lost rows is an error-severity notification saying how many were recovered,
+        lost and set aside, and LOSS."""
         data = {
             "outcome": "repaired",
             "exit_code": 3,

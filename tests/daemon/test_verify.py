@@ -82,6 +82,8 @@ def test_a_phantom_row_opens_a_corruption_incident_on_its_own(tmp_path: Path) ->
 def test_a_healthy_database_is_recorded_and_kept_across_a_restart(
     tmp_path: Path, hermes_home: Path
 ) -> None:
+    """A healthy database is verified at start and on request; the record survives a restart within
+    the interval (no new verification) and status shows it with no daemon running."""
     env = configured(tmp_path, hermes_home, verify_interval="1h")
     d = DaemonProc(env)
     try:
@@ -116,6 +118,8 @@ def test_a_healthy_database_is_recorded_and_kept_across_a_restart(
 
 
 def test_a_self_repair_makes_the_database_due(tmp_path: Path, hermes_home: Path) -> None:
+    """A self-repair backup appearing next to the database makes it due for a verification at once,
+    with the reason self_repair."""
     env = configured(tmp_path, hermes_home, verify_interval="1h")
     d = DaemonProc(env)
     try:
@@ -129,6 +133,8 @@ def test_a_self_repair_makes_the_database_due(tmp_path: Path, hermes_home: Path)
 
 
 def test_a_verification_past_its_time_limit_is_given_up(tmp_path: Path, hermes_home: Path) -> None:
+    """A verification past watch.verify_timeout is given up: verify fails saying so, no corruption
+    incident is opened and no work file is left."""
     env = configured(tmp_path, hermes_home, verify_interval="1h", verify_timeout="1ms")
     d = DaemonProc(env)
     try:
@@ -143,6 +149,7 @@ def test_a_verification_past_its_time_limit_is_given_up(tmp_path: Path, hermes_h
 
 
 def test_verify_without_a_daemon_is_one_line_and_exit_6(env: dict[str, str]) -> None:
+    """verify with no daemon running is one error line and exit 6."""
     r = run_ctl("verify", env=env)
     assert r.exit_code == EXIT_NO_DAEMON
     assert r.stderr.count("\n") == 1
@@ -150,6 +157,7 @@ def test_verify_without_a_daemon_is_one_line_and_exit_6(env: dict[str, str]) -> 
 
 
 def test_verify_names_what_it_cannot_find(daemon: DaemonProc) -> None:
+    """verify --profile naming no watched database fails with one line listing the watched ones."""
     r = run_ctl("verify", "--profile", "nope", env=daemon.env)
     assert r.exit_code == EXIT_FAILED  # the daemon's answer: the message says why
     assert r.stderr.count("\n") == 1

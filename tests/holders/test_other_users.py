@@ -532,6 +532,8 @@ class TestOfdLocks:
     def test_a_writer_with_ofd_locks_is_complete_and_named(
         self, user_home: Home, procs: list[Proc]
     ) -> None:
+        """As a normal user, with other users' processes about, a writer holding OFD locks is found
+        through its descriptors with its locks held and no flag, and the scan is complete."""
         procs.append(idle_root())
         with holding(user_home.home, ofd_guard=True, prefix=tuple(SETPRIV)) as writer:
             proc = holders_as_user(user_home, "--json")
@@ -562,6 +564,7 @@ class TestOfdLocks:
         assert [lk for lk in me["locks"] if lk["file"] == "state.db"] == [OFD_SHARED]
 
     def test_two_writers_with_the_same_ofd_locks_are_both_attributed(self, user_home: Home) -> None:
+        """Two writers holding the same OFD locks are both found, and the scan is complete."""
         with (
             holding(user_home.home, ofd_guard=True, prefix=tuple(SETPRIV)) as one,
             holding(user_home.home, ofd_guard=True, prefix=tuple(SETPRIV)) as two,

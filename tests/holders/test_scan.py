@@ -735,6 +735,8 @@ class TestCoverageLine:
     def test_one_line_says_what_was_checked_through_locks(
         self, uids: list[int], held: int, line: str | None
     ) -> None:
+        """The coverage line counts the processes that could not be read (and how many of other
+        users), and how many of them hold a lock on state.db; with none, there is no line."""
         assert coverage_line(self.scan_with(uids, held)) == line
 
 
@@ -788,6 +790,8 @@ class TestHeartbeats:
     def test_a_heartbeat_of_a_reused_pid_or_another_host_is_not_evidence(
         self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
     ) -> None:
+        """A heartbeat older than the process with its pid, or from another host, does not name the
+        holder's kind: both stay unknown."""
         db = hermes_home / "state.db"
         wrapped = helpers(WRAPPED, db)
         started = started_at(read_stat(wrapped.pid).start_ticks).timestamp()

@@ -24,6 +24,7 @@ def _recorder(tmp_path: Path) -> tuple[Recorder, list[Update]]:
 
 class TestRecorder:
     def test_an_observation_is_a_timeline_entry_only(self, tmp_path: Path) -> None:
+        """An observation goes on the timeline only: no incident, no update handed on."""
         rec, seen = _recorder(tmp_path)
         assert rec.record(Observation("holder_arrived", DB, "pid 7 opened state.db", 10.0)) is None
         assert [(e.what, e.text) for e in rec.timeline.entries(DB)] == [
@@ -49,6 +50,8 @@ class TestRecorder:
         assert [e.what for e in rec.timeline.entries(DB)] == ["signal"]
 
     def test_tick_hands_on_quiet_resolutions(self, tmp_path: Path) -> None:
+        """An incident opened by a signal is handed on at the next tick, and its quiet resolution at
+        a later tick, with no source."""
         rec, seen = _recorder(tmp_path)
         rec.record(Signal("corruption", DB, "malformed", 10.0))
         rec.tick(30.0)
@@ -74,6 +77,7 @@ class TestShowIncident:
         assert shown["timeline"][0]["line"] == format_entry(first)
 
     def test_an_unknown_incident_is_a_usage_error(self, tmp_path: Path) -> None:
+        """Showing an incident id the book does not have is a usage error "no incident N"."""
         rec, _ = _recorder(tmp_path)
         with pytest.raises(UsageError, match=r"^no incident 999$"):
             show_incident(rec.book, rec.timeline, 999)

@@ -183,6 +183,8 @@ class TestRepair:
     def test_dry_run_prints_the_plan_and_stops(
         self, config: Path, phantom: tuple[Path, list[str]], fake_bin: Path
     ) -> None:
+        """--dry-run prints how each holder would be stopped, does nothing, and the holder keeps
+        running."""
         db, _ = phantom
         w = FakeHermes(fake_bin, db.parent, "serve")
         try:
@@ -267,6 +269,8 @@ class TestRefusals:
     def test_unfinished_run_blocks_a_new_one(
         self, config: Path, phantom: tuple[Path, list[str]]
     ) -> None:
+        """After a run killed with SIGKILL mid-way, a new run is refused (exit 1) and points at
+        --resume."""
         db, _ = phantom
         env = {**os.environ, "STATEWARDEN_CRASH_AT": "prebuild"}
         assert ctl("--db", str(db), "--yes", env=env).returncode == -signal.SIGKILL
@@ -416,6 +420,7 @@ class TestFullDisk:
 
 
 def test_resume_without_a_run(config: Path, tmp_path: Path) -> None:
+    """--resume with no unfinished run exits 0 with the outcome "nothing to resume"."""
     home = make_home(tmp_path / "home", TINY)
     proc = ctl("--db", str(home / "state.db"), "--resume", "--json")
     assert proc.returncode == 0
@@ -423,6 +428,7 @@ def test_resume_without_a_run(config: Path, tmp_path: Path) -> None:
 
 
 def test_bad_action_is_a_usage_error(config: Path, tmp_path: Path) -> None:
+    """An unknown --action is a usage error (exit 2) without a traceback."""
     home = make_home(tmp_path / "home", TINY)
     proc = ctl("--db", str(home / "state.db"), "--action", "defrag")
     assert proc.returncode == 2
@@ -431,6 +437,8 @@ def test_bad_action_is_a_usage_error(config: Path, tmp_path: Path) -> None:
 
 def test_several_databases_need_a_choice(config: Path, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """With several profiles and neither --db nor --profile, maintenance is a usage error (exit 2)
+    asking for one."""
     home = make_home(tmp_path / "hermes", TINY, profiles=("work",))
     monkeypatch.setenv("HERMES_HOME", str(home))
     proc = ctl("--yes")
@@ -594,6 +602,8 @@ class TestSnapshots:
 
     def test_a_damaged_file_gives_no_snapshot(self, config: Path,
                                               phantom: tuple[Path, list[str]]) -> None:  # fmt: skip
+        """``snapshots take`` on a damaged file fails its check (exit 1, no traceback) and keeps no
+        copy."""
         db, _ = phantom
         r = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--db", str(db)],

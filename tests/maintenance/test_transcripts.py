@@ -107,6 +107,9 @@ def diverted(hermes_home: Path) -> Path:
 
 class TestImport:
     def test_both_shapes_in_hermes_row_shape(self, diverted: Path) -> None:
+        """Diverted JSONL transcripts and the pending_messages spool are imported in Hermes' row
+        shape (an existing session and a new one), the spool's copies found already present, the
+        sources unchanged, and Hermes reads the rows back as it wrote them."""
         db = diverted / "state.db"
         before = count(db, "SELECT count(*) FROM messages WHERE session_id = ?", EXISTING)
         counted = count(db, "SELECT message_count FROM sessions WHERE id = ?", EXISTING)
@@ -144,6 +147,7 @@ class TestImport:
         assert count(db, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'folder'") == 1
 
     def test_a_second_import_adds_nothing(self, diverted: Path) -> None:
+        """A second import adds no row: every message is found already present."""
         db = diverted / "state.db"
         assert import_diverted(db, diverted).imported == 6
         total = count(db, "SELECT count(*) FROM messages")
@@ -172,6 +176,8 @@ class TestImport:
         assert (f.imported, f.already_present) == (2, 1)
 
     def test_odd_lines_are_skipped_and_counted(self, hermes_home: Path) -> None:
+        """Lines that are not JSON objects, have no role, or no content and no tool call are skipped
+        and counted by reason; the good line is imported."""
         write_jsonl(hermes_home / "sessions" / f"{EXISTING}.jsonl", [
             "not json at all", "[1, 2]", {"content": "no role"}, {"role": ""},
             {"role": "assistant", "content": None}, "[" * 100_000,
@@ -221,6 +227,7 @@ class TestImport:
         assert "planted.jsonl: Too many levels of symbolic links" in notes[2]
 
     def test_nothing_to_import(self, hermes_home: Path) -> None:
+        """With nothing diverted, the import reports no files, no error and nothing imported."""
         result = import_diverted(hermes_home / "state.db", hermes_home)
         assert (result.files, result.error, result.imported) == ([], None, 0)
 
@@ -244,6 +251,8 @@ class TestMaintenanceImports:
         return case.db
 
     def test_repair_imports_what_was_diverted(self, maint_config: Path, tmp_path: Path) -> None:
+        """A repair imports the diverted transcripts once, as one import step, and a later run on
+        the healthy file imports nothing twice."""
         db = self._diverted_phantom(tmp_path)
         proc = ctl("--db", str(db), "--yes", "--json")
         assert proc.returncode == 0, proc.stderr
@@ -260,6 +269,7 @@ class TestMaintenanceImports:
                      "and kept in the JSONL") == 1  # fmt: skip
 
     def test_no_import_keeps_them_out(self, maint_config: Path, tmp_path: Path) -> None:
+        """--no-import repairs without importing, and the report's notes say so."""
         db = self._diverted_phantom(tmp_path)
         proc = ctl("--db", str(db), "--yes", "--json", "--no-import")
         assert proc.returncode == 0, proc.stderr

@@ -85,6 +85,8 @@ def units(tmp_path: Path) -> Iterator[tuple[UserSystemd, Path, list[str]]]:
 def test_units_are_stopped_repaired_and_started_again(
     units: tuple[UserSystemd, Path, list[str]], tmp_path: Path
 ) -> None:
+    """Maintenance with a real user manager stops the Hermes units holding a damaged state.db,
+    repairs it, and starts them again as new processes that hold the new file, none stale."""
     manager, db, distinct = units
     config = tmp_path / "config.yaml"
     config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},

@@ -31,6 +31,8 @@ class TestGrammar:
         ],
     )
     def test_valid(self, text: str, days: set[int], start: int, end: int) -> None:
+        """Windows parse to their days and start and end minutes: single days, daily, lists,
+        weekdays, full day names, a window across midnight and one ending at 24:00."""
         assert parse_window(text) == (frozenset(days), start, end)
 
     @pytest.mark.parametrize(
@@ -38,6 +40,8 @@ class TestGrammar:
                  "Sun 03:00-03:00", "Sun 03:60-04:00", ""],
     )  # fmt: skip
     def test_invalid(self, text: str) -> None:
+        """A window with no times, one time, an unknown day, hours past 24, no length or minutes
+        past 59 does not parse."""
         assert parse_window(text) is None
 
     def test_config_error_names_the_key_and_line(self) -> None:
@@ -47,6 +51,8 @@ class TestGrammar:
         assert str(err.value).startswith("c.yaml:2: maintenance.windows[1]: expected a window")
 
     def test_defaults(self) -> None:
+        """By default there are no windows, auto-repair is in_window, and it repairs corruption
+        only."""
         m = parse_config("{}").maintenance
         assert m.windows == ()
         assert m.auto_repair == "in_window"
@@ -55,6 +61,8 @@ class TestGrammar:
 
 class TestTimes:
     def test_inside_and_next(self) -> None:
+        """Inside a window its start and end are given in UTC; at its end it is over and the next
+        one is a week later."""
         w = parse_windows(["Sun 03:00-04:00"])
         # 2026-11-29 is a Sunday.
         inside = current_window(w, local(2026, 11, 29, 3, 30), BERLIN)

@@ -42,10 +42,12 @@ def bash_complete(*words: str) -> list[str]:
 
 
 def test_bash_completes_a_command() -> None:
+    """bash completes a command name from its first letters."""
     assert bash_complete("hol") == ["holders"]
 
 
 def test_bash_completes_subcommands_and_options() -> None:
+    """bash completes subcommands, options, and an option's choices."""
     assert bash_complete("silence", "") == ["add", "expire", "list"]
     assert "--json" in bash_complete("holders", "--")
     assert bash_complete("check", "--progress", "") == ["auto", "bar", "json", "none"]

@@ -79,6 +79,7 @@ class TestIncidentKinds:
         assert re.findall(r"`(\w+)`", m[1]) == list(KINDS)
 
     def test_message_ids_are_distinct_128_bit_ids(self) -> None:
+        """Every incident kind's MESSAGE_ID is 32 lower-case hex digits, and no two are the same."""
         ids = [k.message_id for k in KINDS.values()]
         assert len(set(ids)) == len(ids)
         assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
@@ -183,6 +184,8 @@ def functions(name: str) -> list[str]:
 
 class TestSharedNames:
     def test_each_is_defined_once(self) -> None:
+        """Each shared name (ProgressFn, Found, Backoff, the sidecar and bundle suffixes) has one
+        definition in the package."""
         for name in ("ProgressFn", "Found", "Backoff", "SIDECAR_SUFFIXES", "BUNDLE_SUFFIXES"):
             assert len(definitions(name)) == 1, (name, definitions(name))
 
@@ -274,6 +277,8 @@ class TestExitCodes:
         assert named == constants
 
     def test_three_means_three_things_each_named(self) -> None:
+        """Exit code 3 has one named constant for each of its three meanings: base damage, recovered
+        with loss, stale or lost locks."""
         assert errors.EXIT_BASE_DAMAGE == 3
         assert errors.EXIT_RECOVERED_WITH_LOSS == 3
         assert errors.EXIT_STALE_OR_LOST_LOCKS == 3

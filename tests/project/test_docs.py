@@ -19,6 +19,7 @@ def test_generated_docs_are_current() -> None:
 
 
 def test_every_config_key_is_in_the_reference() -> None:
+    """Every configuration key appears in docs/config.md."""
     from statewarden.config import schema_keys
 
     text = (ROOT / "docs" / "config.md").read_text()
@@ -27,6 +28,7 @@ def test_every_config_key_is_in_the_reference() -> None:
 
 
 def test_every_command_is_in_the_reference_and_the_man_page() -> None:
+    """Every statewardenctl command has its section in docs/cli.md and in statewardenctl(1)."""
     from statewarden.cli.ctl import COMMANDS
 
     cli = (ROOT / "docs" / "cli.md").read_text()
@@ -55,6 +57,7 @@ def test_the_check_fails_on_a_stale_file(tmp_path: Path) -> None:
 
 
 def test_the_runbook_has_a_section_for_every_incident_kind() -> None:
+    """docs/runbook.md has a section for every incident kind."""
     from statewarden.incidents.signals import KINDS
 
     runbook = (ROOT / "docs" / "runbook.md").read_text()

@@ -90,6 +90,7 @@ def violations() -> list[str]:
 
 
 def test_every_import_follows_the_layer_rule() -> None:
+    """No module imports from a part above it or beside it that the layer rule forbids."""
     assert violations() == []
 
 
@@ -118,6 +119,7 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
 
 
 def test_every_module_is_in_a_known_part() -> None:
+    """Every module of the package belongs to a part the layer rule knows."""
     names = [module_name(p) for p in PACKAGE.rglob("*.py")]
     assert {part_of(n) for n in names} <= set(ALLOWED)
     assert any(part_of(n) == "recovery" for n in names)
@@ -151,6 +153,7 @@ def face_violations(path: Path, module: str, shown_as: str) -> list[str]:
 
 
 def test_other_parts_import_only_public_names() -> None:
+    """A module imports from another subpackage only the names its ``__init__`` makes public."""
     out: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         out += face_violations(path, module_name(path), str(path.relative_to(PACKAGE.parent)))

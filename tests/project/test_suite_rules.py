@@ -39,6 +39,8 @@ class TestSkipsUnderCI:
     def test_a_skip_is_a_failure_with_its_reason(
         self, inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, value: str
     ) -> None:
+        """Under CI (true, 1, yes) a skip in a test body fails it and a skip mark errors its setup,
+        each with the skip's reason; an xfail stays an xfail."""
         monkeypatch.setenv("CI", value)
         result = inner.runpytest_inprocess("-p", "no:cacheprovider", "-rf")
         # A skip in the test body fails it; a skip mark fails its setup (an error).
@@ -54,6 +56,7 @@ class TestSkipsUnderCI:
     def test_outside_ci_a_skip_stays_a_skip(
         self, inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, value: str | None
     ) -> None:
+        """With CI unset, empty, false, 0 or no, a skip stays a skip with its reason."""
         if value is None:
             monkeypatch.delenv("CI", raising=False)
         else:

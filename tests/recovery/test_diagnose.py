@@ -289,6 +289,7 @@ class TestUnreadableInputs:
         assert table(doc, "messages")["scan_rows"] == n - len(lost)
 
     def test_directory(self, tmp_path: Path) -> None:
+        """check --db on a directory is one error line saying so, exit 4."""
         code, _, err = run_ctl("check", "--db", str(tmp_path))
         assert code == 4
         assert err == f"statewardenctl: error: {tmp_path}: is a directory, not a database\n"

@@ -108,6 +108,8 @@ class TestFromASnapshot:
         assert doc["lost"] == {}
 
     def test_without_a_damaged_table_no_copy_is_read(self, tmp_path: Path) -> None:
+        """Without a damaged table the extra source is never read: even a file that is no database
+        leaves recover at exit 0 with nothing taken from other copies and no note."""
         case = corruption.fresh_copy(tmp_path / "db")
         bogus = tmp_path / "not-a-db.db"
         bogus.write_bytes(b"garbage" * 100)
@@ -210,6 +212,8 @@ class TestOtherKinds:
         )
 
     def test_a_missing_extra_source_is_a_usage_error(self, tmp_path: Path) -> None:
+        """An --extra-source that does not exist is a usage error (exit 2) naming it, and no output
+        is written."""
         case = corruption.fresh_copy(tmp_path / "db")
         out = tmp_path / "out.db"
         code, _stdout, stderr = run_ctl(

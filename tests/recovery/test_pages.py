@@ -58,11 +58,14 @@ class TestVarint:
         assert varint(data, 0) == (v, len(data) - 1)
 
     def test_known_encodings(self) -> None:
+        """SQLite varints decode to their value and length: one byte, two bytes, and nine 0xff bytes
+        as -1."""
         assert varint(b"\x7f", 0) == (127, 1)
         assert varint(b"\x81\x00", 0) == (128, 2)
         assert varint(b"\xff" * 9, 0) == (-1, 9)
 
     def test_truncated_varint_is_a_format_error(self) -> None:
+        """A varint that runs past the end of the page is a PageFormatError saying so."""
         with pytest.raises(PageFormatError, match="varint runs past the end of the page"):
             varint(b"\x81\x81", 0)
 

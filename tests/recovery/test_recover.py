@@ -479,6 +479,8 @@ class TestRefusals:
             subprocess.run(["umount", str(small)], check=True)
 
     def test_missing_output_directory(self, tmp_path: Path) -> None:
+        """An --output in a folder that does not exist is a one-line usage error (exit 2) naming
+        it."""
         case = corruption.fresh_copy(tmp_path / "db")
         out = tmp_path / "nope" / "out.db"
         code, _, err = run_ctl("recover", "--source", str(case.db), "--output", str(out))

@@ -56,6 +56,9 @@ def session_ids(db: Path) -> list[str]:
 
 
 def test_maintenance_as_the_user_stops_an_ofd_writer_and_repairs() -> None:
+    """As a normal user, with root's processes about, holders finds current Hermes' writer by its
+    OFD locks (complete, named dashboard), and maintenance stops it, repairs the phantom row without
+    loss and starts it again."""
     base = Path(tempfile.mkdtemp(prefix="statewarden-ofd-"))
     idle = subprocess.Popen(  # a root process: one more of another user's
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE

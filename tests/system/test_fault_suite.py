@@ -58,6 +58,9 @@ def committed(log: Path) -> list[str]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="maintenance as root, as CI runs it")
 def test_kill_9_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None:
+    """Maintenance killed with SIGKILL or crashed at seeded random moments while a writer commits,
+    then resumed: every committed row is there exactly once, the file is intact with its mode, no
+    work file or unfinished run is left."""
     home = make_home(tmp_path / "home", SMALL)
     db = home / "state.db"
     mode = stat.S_IMODE(db.stat().st_mode)

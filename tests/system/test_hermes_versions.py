@@ -105,6 +105,7 @@ def check_json(db: Path) -> tuple[int, dict[str, Any]]:
 
 
 def test_status_reads_the_schema_version(gen: Generation, tmp_path: Path) -> None:
+    """status reads each generation's schema version, WAL mode and no problem."""
     home = make_home(tmp_path / "home", gen.spec)
     code, out, err = run_ctl("status", "--db", str(home / "state.db"), "--json")
     assert (code, err) == (0, "")
@@ -130,6 +131,8 @@ def test_healthy_check_has_no_finding(gen: Generation, tmp_path: Path) -> None:
 
 
 def test_phantom_row_is_found_exactly(gen: Generation, tmp_path: Path) -> None:
+    """check finds a phantom row in each generation exactly: base damage (exit 3), one duplicate
+    rowid in sessions, every other table and the FTS indexes clean."""
     case = corruption.phantom_row(tmp_path / "db", gen.spec)
     n = len(rows(case.pristine, "SELECT id FROM sessions"))
     code, doc = check_json(case.db)
@@ -153,6 +156,8 @@ def test_phantom_row_is_found_exactly(gen: Generation, tmp_path: Path) -> None:
 
 
 def test_recover_brings_back_every_row_and_object(gen: Generation, tmp_path: Path) -> None:
+    """recover on each generation's phantom row gives a verified copy equal to the pristine
+    database, the duplicate dropped and nothing lost."""
     case = corruption.phantom_row(tmp_path / "db", gen.spec)
     out = tmp_path / "out" / "recovered.db"
     out.parent.mkdir()
@@ -247,6 +252,7 @@ def test_main_fixtures_have_the_schema_30_shapes() -> None:
 
 
 def test_main_cjk_table_names_the_unloadable_tokenizer() -> None:
+    """Hermes main's CJK search table is built with the cjk_unicode61 tokenizer named in its SQL."""
     [(sql,)] = rows(
         built_db(MAIN_CJK), "SELECT sql FROM sqlite_schema WHERE name = 'messages_fts_cjk'"
     )
@@ -262,6 +268,8 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_maintenance_repairs_the_phantom_row(gen: Generation, config: Path, tmp_path: Path) -> None:
+    """maintenance repairs each generation's phantom row in place: outcome repaired, no loss, the
+    post-check clean and the file equal to the pristine one."""
     case = corruption.phantom_row(tmp_path / "home", gen.spec)
     proc = subprocess.run(
         [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(case.db),

@@ -37,6 +37,8 @@ def _open_kinds(d: DaemonProc) -> set[str]:
 def test_a_repaired_outcome_resolves_what_was_folded_into_corruption(
     tmp_path: Path, hermes_home: Path
 ) -> None:
+    """A repaired outcome resolves the corruption incident and what was folded into it (write
+    failures, self-repair) as repaired by that run."""
     env = _env(tmp_path, hermes_home)
     d = DaemonProc(env)
     try:

@@ -100,6 +100,9 @@ def write_config(path: Path, home: Path, interval: str) -> None:
 def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
     manager: UserSystemd, tmp_path: Path
 ) -> None:
+    """In a real user manager, a phantom row planted while the Hermes unit was stopped is found by
+    the daemon's own verification (a corruption incident and its journal alert), and a repair stops
+    the unit, repairs the file and resolves every incident."""
     home = make_home(tmp_path / "hermes", SMALL)
     db = home / "state.db"
     bin_dir = tmp_path / "bin"

@@ -73,6 +73,8 @@ class TestLogIsNotARegularFile:
 
     @pytest.mark.parametrize("make", ["fifo", "dev_zero"])
     def test_skipped_with_the_right_message(self, tmp_path: Path, make: str) -> None:
+        """A log that is a FIFO or a link to /dev/zero is skipped with one signal saying what it is
+        and how to fix it, said once, and the other logs are still followed."""
         home = tmp_path / "home"
         m = monitor_for(home)
         m.poll()
@@ -180,6 +182,9 @@ def recovery(found: Sequence[Found]) -> list[tuple[str, str, bool]]:
 
 class TestRecoveryFilesScan:
     def test_each_kind_is_listed_with_its_size(self, hermes_home: Path) -> None:
+        """Each kind of recovery file Hermes leaves next to state.db (retired WAL captures, partial
+        ones, the pending_messages spool, emergency backups) is listed with its size and manifest
+        facts; another database's capture is not."""
         make_capture(hermes_home, "20261001-072448", 3624811, 100_000)
         make_capture(hermes_home, "20261002-080000", 42, 5000, partial=True)
         (hermes_home / "pending_messages").mkdir()
@@ -216,6 +221,8 @@ class TestRecoveryFilesScan:
         assert kept.total_bytes == sum(i.bytes for i in kept.items)
 
     def test_a_capture_without_manifest_says_so(self, hermes_home: Path) -> None:
+        """A capture whose manifest.json is missing, or is not a regular file, is listed with that
+        problem."""
         d = make_capture(hermes_home, "20261001-072448", 7, 1000)
         (d / "manifest.json").unlink()
         (item,) = scan(hermes_home / "state.db", hermes_home).items
@@ -271,6 +278,8 @@ class TestRecoveryFilesWatch:
         return FileWatcher(target_for_db(home / "state.db"), **kw)
 
     def test_appearing_is_info_and_gone_clears(self, hermes_home: Path) -> None:
+        """A recovery file appearing is an info signal at once, naming what is new; nothing new is
+        no signal; when all are gone the signal is cleared."""
         w = self.watcher(hermes_home)
         assert recovery(w.poll(1000.0)) == []
         make_capture(hermes_home, "20261001-072448", 42, 1000)
@@ -295,6 +304,8 @@ class TestRecoveryFilesWatch:
         assert recovery(w.poll(1100.0)) == []
 
     def test_over_the_limit_is_a_warning(self, hermes_home: Path) -> None:
+        """Recovery files over recovery_warn_bytes, sized at the interval, are a size warning,
+        cleared when they fall under it again."""
         w = self.watcher(hermes_home, recovery_warn_bytes=200_000)
         w.poll(1000.0)
         spool = hermes_home / "pending_messages"
@@ -581,6 +592,8 @@ class TestInotifyMessages:
         )
 
     def test_enospc_names_the_watch_limit(self) -> None:
+        """ENOSPC from inotify says the user's watches are used up, with the current
+        max_user_watches and the sysctl that raises it."""
         limit = inotify_limit("max_user_watches")
         assert limit is not None
         assert unavailable(errno.ENOSPC) == (

@@ -76,6 +76,8 @@ class TestObservations:
 
 class TestStateRules:
     def test_rules_table_names_known_kinds_once(self) -> None:
+        """The holder rules table names stale_holder, lost_locks and unexpected_holder, each
+        once."""
         kinds = [r.kind for r in HOLDER_RULES]
         assert kinds == ["stale_holder", "lost_locks", "unexpected_holder"]
 

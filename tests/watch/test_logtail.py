@@ -565,6 +565,8 @@ class TestRewrittenInPlace:
         assert notices == ["rewritten"] * (rounds - 1)
 
     def test_rewritten_larger_reads_from_the_start(self, logs: Path, offsets: Path) -> None:
+        """A log rewritten in place with more lines than before is read again from its start: the
+        new records, each once."""
         path = logs / "agent.log"
         t = tailer(logs, offsets, start_at_end=False)
         first = self.rewrite(path, 0, 3)

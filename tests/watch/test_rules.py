@@ -438,6 +438,8 @@ class TestNewerHermesGuards:
         assert out[0].summary.startswith("Hermes halted writes (DeletedWalGenerationError)")
 
     def test_deleted_wal_generation_only_in_the_traceback(self) -> None:
+        """A DeletedWalGenerationError seen only in a turn failure's traceback is still a critical
+        stale_holder (deleted_sidecar) signal."""
         tb = traceback(
             "hermes_state_errors.DeletedWalGenerationError: " + self.DELETED_OLD[:60],
             frame="/opt/hermes/hermes_state_dbfile.py",
@@ -454,6 +456,8 @@ class TestNewerHermesGuards:
         assert kinds(out) == [("write_failures", "append_message", "warning"), self.DELETED]
 
     def test_lock_guard_incomplete(self) -> None:
+        """Hermes' "WAL lock guard incomplete" for state.db is a lock_guard incomplete warning
+        labelled with the database path."""
         out = signals(
             "WARNING",
             "hermes_state",
@@ -465,6 +469,8 @@ class TestNewerHermesGuards:
         assert out[0].fields["label"] == "/home/u/.hermes/state.db"
 
     def test_lock_guard_failed_to_arm(self) -> None:
+        """Hermes' "WAL lock guard failed to arm" for state.db, with its traceback, is a lock_guard
+        failed warning."""
         out = signals(
             "WARNING",
             "hermes_state",
@@ -488,6 +494,7 @@ class TestNewerHermesGuards:
         assert kinds(out) == [("lock_guard", "refused", "error")]
 
     def test_lock_guard_of_another_database_is_not_ours(self) -> None:
+        """A lock guard message about another Hermes database (kanban.db) is no signal."""
         assert (
             signals(
                 "WARNING",
@@ -511,6 +518,9 @@ class TestNewerHermesGuards:
     def test_wal_reset_bug_of_the_linked_sqlite(
         self, action: str, expected: tuple[str, str, str]
     ) -> None:
+        """The linked SQLite's WAL-reset bug warning is a wal_reset_bug (library) signal: an error
+        when WAL is left in place, a warning when Hermes falls back to DELETE; the version is
+        kept."""
         out = signals(
             "WARNING",
             "hermes_state",
@@ -522,6 +532,7 @@ class TestNewerHermesGuards:
         assert out[0].fields["version"] == "3.45.1"
 
     def test_wal_reset_bug_of_another_database_is_not_ours(self) -> None:
+        """The WAL-reset bug warning about another database (kanban.db) is no signal."""
         assert (
             signals(
                 "WARNING",
@@ -547,6 +558,8 @@ class TestNewerHermesGuards:
         assert s.source == "journal:hermes-gateway.service"
 
     def test_sqlite3_shell_refused_for_salvage(self) -> None:
+        """Hermes refusing a sqlite3 shell with the WAL-reset bug for salvage is a wal_reset_bug
+        (cli) warning carrying the binary and its version."""
         out = signals(
             "WARNING",
             "hermes_cli.session_lost_and_found",
