@@ -48,8 +48,12 @@ class PushServer:
 
             def _any(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                hit = Hit(self.command, self.path, self.rfile.read(length) if length else b"",
-                          headers={k.lower(): v for k, v in self.headers.items()})  # fmt: skip
+                hit = Hit(
+                    self.command,
+                    self.path,
+                    self.rfile.read(length) if length else b"",
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                )
                 with server._lock:
                     how = server.script.pop(0) if server.script else server.default
                     hit.answered = how

@@ -161,15 +161,24 @@ class TestWithoutManager:
         no heartbeat); the output names the config key that reads each, never the text."""
         env = offline_env(tmp_path)
         files = {}
-        for name, text in (("apprise-urls", "json://127.0.0.1:1/secret-apprise"),
-                           ("heartbeat-url", "http://127.0.0.1:1/secret-ping"),
-                           ("alertmanager-url", "http://u:secret-pass@127.0.0.1:1")):  # fmt: skip
+        for name, text in (
+            ("apprise-urls", "json://127.0.0.1:1/secret-apprise"),
+            ("heartbeat-url", "http://127.0.0.1:1/secret-ping"),
+            ("alertmanager-url", "http://u:secret-pass@127.0.0.1:1"),
+        ):
             files[name] = tmp_path / name
             files[name].write_text(text + "\n")
             files[name].chmod(0o600)
-        r = ctl("install", "--apprise-urls-file", str(files["apprise-urls"]),
-                "--heartbeat-url-file", str(files["heartbeat-url"]),
-                "--alertmanager-url-file", str(files["alertmanager-url"]), env=env)  # fmt: skip
+        r = ctl(
+            "install",
+            "--apprise-urls-file",
+            str(files["apprise-urls"]),
+            "--heartbeat-url-file",
+            str(files["heartbeat-url"]),
+            "--alertmanager-url-file",
+            str(files["alertmanager-url"]),
+            env=env,
+        )
         assert r.exit_code == 0, r.stderr
         service = (unit_dir_of(env) / inst.UNIT).read_text()
         failed = (unit_dir_of(env) / inst.FAILED_TEMPLATE).read_text()
@@ -182,8 +191,9 @@ class TestWithoutManager:
         for leaked in ("secret-apprise", "secret-ping", "secret-pass"):
             assert leaked not in r.stdout + r.stderr
 
-    @pytest.mark.parametrize("option", ["--apprise-urls-file", "--heartbeat-url-file",
-                                        "--alertmanager-url-file"])  # fmt: skip
+    @pytest.mark.parametrize(
+        "option", ["--apprise-urls-file", "--heartbeat-url-file", "--alertmanager-url-file"]
+    )
     @pytest.mark.parametrize("how", ["readable by others", "symlink", "missing"])
     def test_a_sink_secret_file_that_is_not_private_is_refused(
         self, tmp_path: Path, option: str, how: str
@@ -290,8 +300,11 @@ DATA_FILES = {
 def user_shell_env(env: dict[str, str]) -> dict[str, str]:
     """A login-like environment: ~/.local/bin on PATH (as pipx and install.sh set up)."""
     home = env["HOME"]
-    return {"HOME": home, "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
-            "LANG": "C.UTF-8"}  # fmt: skip
+    return {
+        "HOME": home,
+        "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
 
 
 class TestManPagesAndCompletions:
@@ -319,18 +332,19 @@ class TestManPagesAndCompletions:
         pages = ("statewarden.1", "statewardenctl.1", "statewarden.yaml.5")
         for page in pages:
             name, section = page.rsplit(".", 1)
-            r = subprocess.run(["man", "-w", section, name], env=shell, capture_output=True,
-                               text=True, check=False)  # fmt: skip
+            r = subprocess.run(
+                ["man", "-w", section, name], env=shell, capture_output=True, text=True, check=False
+            )
             assert not r.stdout.startswith(env["HOME"]), r.stdout  # nothing installed yet
         assert ctl("install", env=env).exit_code == 0
         mandir = data_dir_of(env) / "man"
-        r = subprocess.run(["manpath", "-q"], env=shell, capture_output=True, text=True,
-                           check=True)  # fmt: skip
+        r = subprocess.run(["manpath", "-q"], env=shell, capture_output=True, text=True, check=True)
         assert str(mandir) in r.stdout.strip().split(":")
         for page in pages:
             name, section = page.rsplit(".", 1)
-            r = subprocess.run(["man", "-w", section, name], env=shell, capture_output=True,
-                               text=True, check=False)  # fmt: skip
+            r = subprocess.run(
+                ["man", "-w", section, name], env=shell, capture_output=True, text=True, check=False
+            )
             assert r.stdout.strip() == str(mandir / f"man{section}" / page), r.stderr
 
     def test_bash_fish_and_zsh_complete_from_the_installed_files(self, tmp_path: Path) -> None:
@@ -343,26 +357,48 @@ class TestManPagesAndCompletions:
         bindir = str(Path(sys.executable).parent)
         shell["PATH"] = f"{bindir}:{shell['PATH']}"
         bash = subprocess.run(
-            ["bash", "--norc", "--noprofile", "-c",
-             "source /usr/share/bash-completion/bash_completion;"
-             " _completion_loader statewardenctl; complete -p statewardenctl;"
-             " COMP_WORDS=(statewardenctl hol); COMP_CWORD=1;"
-             " _statewardenctl_completion statewardenctl; echo \"${COMPREPLY[@]}\""],
-            env=shell, capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
+            [
+                "bash",
+                "--norc",
+                "--noprofile",
+                "-c",
+                "source /usr/share/bash-completion/bash_completion;"
+                " _completion_loader statewardenctl; complete -p statewardenctl;"
+                " COMP_WORDS=(statewardenctl hol); COMP_CWORD=1;"
+                ' _statewardenctl_completion statewardenctl; echo "${COMPREPLY[@]}"',
+            ],
+            env=shell,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert bash.returncode == 0, bash.stderr
         assert "_statewardenctl_completion statewardenctl" in bash.stdout
         assert bash.stdout.splitlines()[-1] == "holders"
-        fish = subprocess.run(["fish", "-c", "complete -C 'statewardenctl hol'"],
-                              env=shell, capture_output=True, text=True, check=False,
-                              timeout=60)  # fmt: skip
+        fish = subprocess.run(
+            ["fish", "-c", "complete -C 'statewardenctl hol'"],
+            env=shell,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert fish.stdout.split()[:1] == ["holders"], fish.stdout + fish.stderr
         zsh = subprocess.run(
-            ["zsh", "-f", "-c",
-             "fpath=(~/.local/share/zsh/site-functions $fpath); autoload -Uz compinit;"
-             " compinit -u -D; print -r -- ${_comps[statewardenctl]}"],
-            env=shell, capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
+            [
+                "zsh",
+                "-f",
+                "-c",
+                "fpath=(~/.local/share/zsh/site-functions $fpath); autoload -Uz compinit;"
+                " compinit -u -D; print -r -- ${_comps[statewardenctl]}",
+            ],
+            env=shell,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert zsh.stdout.strip() == "_statewardenctl", zsh.stdout + zsh.stderr
 
     def test_uninstall_removes_them_and_only_the_folders_install_made(self, tmp_path: Path) -> None:
@@ -381,8 +417,10 @@ class TestManPagesAndCompletions:
             assert f"removed {data / rel}" in r.stdout
         assert mine.read_text() == ".TH MYTOOL 1\n"
         assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*")) == [
-            "man", "man/man1", "man/man1/mytool.1",
-        ]  # fmt: skip
+            "man",
+            "man/man1",
+            "man/man1/mytool.1",
+        ]
 
     def test_a_page_someone_else_wrote_is_kept_and_a_planted_link_refused(
         self, tmp_path: Path
@@ -433,8 +471,9 @@ class TestManPagesAndCompletions:
         for rels in (where for _src, _dst, where in inst.DATA_FILES):
             (prefix / "share" / rels[0]).parent.mkdir(parents=True, exist_ok=True)
             (prefix / "share" / rels[0]).write_text("packaged\n")
-        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=prefix / "bin",
-                                 data_dir=data_dir_of(env))  # fmt: skip
+        plan = inst.plan_install(
+            unit_dir_of(env), manifest_of(env), bindir=prefix / "bin", data_dir=data_dir_of(env)
+        )
         assert plan.data_files == []
         assert plan.data_note is not None
         assert str(prefix / "share") in plan.data_note
@@ -457,14 +496,16 @@ class TestManPagesAndCompletions:
             (usr / "share" / where[0]).parent.mkdir(parents=True, exist_ok=True)
             (usr / "share" / where[0]).write_text("packaged\n")
         monkeypatch.setenv("PATH", f"/usr/bin:{usr / 'bin'}:/bin")
-        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=venv_bin,
-                                 data_dir=data_dir_of(env))  # fmt: skip
+        plan = inst.plan_install(
+            unit_dir_of(env), manifest_of(env), bindir=venv_bin, data_dir=data_dir_of(env)
+        )
         assert plan.data_files == []
         assert plan.data_note is not None
         assert str(usr / "share") in plan.data_note
         monkeypatch.setenv("PATH", "/usr/bin:/bin")  # not linked on PATH: the user's copies
-        plan = inst.plan_install(unit_dir_of(env), manifest_of(env), bindir=venv_bin,
-                                 data_dir=data_dir_of(env))  # fmt: skip
+        plan = inst.plan_install(
+            unit_dir_of(env), manifest_of(env), bindir=venv_bin, data_dir=data_dir_of(env)
+        )
         assert len(plan.data_files) == len(inst.DATA_FILES)
 
 
@@ -492,10 +533,17 @@ def test_a_full_disk_half_way_is_one_line_and_the_next_install_finishes(
     data.mkdir(parents=True)
     r = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", FULL_DISK_SCRIPT],
-        env={**env, "DATA": str(data), "UNITS": str(unit_dir_of(env)),
-             "CTL": str(Path(sys.executable).parent / "statewardenctl")},
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        env={
+            **env,
+            "DATA": str(data),
+            "UNITS": str(unit_dir_of(env)),
+            "CTL": str(Path(sys.executable).parent / "statewardenctl"),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert "first=1" in r.stdout, r.stdout + r.stderr
     assert "second=0" in r.stdout, r.stdout + r.stderr
     assert "uninstall=0" in r.stdout, r.stdout + r.stderr
@@ -542,9 +590,13 @@ class Installed:
         """The installed statewardenctl, run as the manager's user."""
         script = str(Path(sys.executable).parent / "statewardenctl")
         r = subprocess.run(
-            self.manager.as_user([script, *args]), env=self.env, capture_output=True,
-            text=True, timeout=180, check=False,
-        )  # fmt: skip
+            self.manager.as_user([script, *args]),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         return CtlRun(r.returncode, r.stdout, r.stderr)
 
     def show(self, *props: str) -> dict[str, str]:
@@ -782,17 +834,25 @@ class TestRealManager:
                 files[name].chmod(0o600)
             if uid:
                 where = {n: f"credential: {n}" for n in secrets}
-                r = installed.ctl("install", "--now",
-                                  "--heartbeat-url-file", str(files["heartbeat-url"]),
-                                  "--apprise-urls-file", str(files["apprise-urls"]),
-                                  "--alertmanager-url-file", str(files["alertmanager-url"]))  # fmt: skip
+                r = installed.ctl(
+                    "install",
+                    "--now",
+                    "--heartbeat-url-file",
+                    str(files["heartbeat-url"]),
+                    "--apprise-urls-file",
+                    str(files["apprise-urls"]),
+                    "--alertmanager-url-file",
+                    str(files["alertmanager-url"]),
+                )
                 assert r.exit_code == 0, r.stdout + r.stderr
                 unit = (m.unit_dir / inst.UNIT).read_text()
                 assert all(f"LoadCredential={n}:{files[n]}" in unit for n in secrets)
             else:
-                where = {"heartbeat-url": f"url_file: {files['heartbeat-url']}",
-                         "apprise-urls": f"urls_file: {files['apprise-urls']}",
-                         "alertmanager-url": f"url_file: {files['alertmanager-url']}"}  # fmt: skip
+                where = {
+                    "heartbeat-url": f"url_file: {files['heartbeat-url']}",
+                    "apprise-urls": f"urls_file: {files['apprise-urls']}",
+                    "alertmanager-url": f"url_file: {files['alertmanager-url']}",
+                }
             config.write_text(
                 "alerts:\n  group_wait: 1s\n"
                 f"  heartbeat: {{{where['heartbeat-url']}, interval: 1s}}\n"
@@ -809,8 +869,9 @@ class TestRealManager:
             def told(server: PushServer) -> bool:
                 return any(b"corruption" in h.body for h in list(server.requests))
 
-            wait_for(lambda: told(apprise) and told(am), "the corruption alert at both",
-                     timeout_s=60)  # fmt: skip
+            wait_for(
+                lambda: told(apprise) and told(am), "the corruption alert at both", timeout_s=60
+            )
             wait_for(lambda: "/ping/hb-secret-0123456789/fail" in push.paths(), "the fail ping")
         finally:
             for server in (push, apprise, am):
@@ -829,8 +890,7 @@ class TestRealManager:
         assert "corruption" in names
         journal = m.journal(inst.UNIT)
         assert "ready" in journal  # the daemon logged, so the check below reads something
-        for secret in ("hb-secret-0123456789", "apprise-secret-0123456789",
-                       "am-secret-0123456789"):  # fmt: skip
+        for secret in ("hb-secret-0123456789", "apprise-secret-0123456789", "am-secret-0123456789"):
             assert secret not in journal
         installed.wait_running()
 
@@ -840,11 +900,21 @@ class TestRealManager:
         units = installed.manager.unit_dir
         env = {**installed.env, **user_shell_env(installed.env)}
         r = subprocess.run(
-            ["nsenter", "-t", str(installed.manager.manager_pid), "-m",
-             *installed.manager.as_user(["systemd-analyze", "--user", "verify",
-                                         str(units / inst.UNIT)])],
-            env=env, capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
+            [
+                "nsenter",
+                "-t",
+                str(installed.manager.manager_pid),
+                "-m",
+                *installed.manager.as_user(
+                    ["systemd-analyze", "--user", "verify", str(units / inst.UNIT)]
+                ),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout + r.stderr == ""
 

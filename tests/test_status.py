@@ -163,9 +163,13 @@ class TestMounts:
         """Mount points are decoded (\\040 is a space); optional fields before '-' are skipped."""
         mounts = parse_mountinfo(MOUNTINFO)
         assert [m.mount_point for m in mounts] == [
-            "/", "/mnt/My Share", "/home/u/.hermes", "/home/u/.hermes/profiles/local",
-            "/srv/nfs", "/mnt/sshfs",
-        ]  # fmt: skip
+            "/",
+            "/mnt/My Share",
+            "/home/u/.hermes",
+            "/home/u/.hermes/profiles/local",
+            "/srv/nfs",
+            "/mnt/sshfs",
+        ]
         assert mounts[4].fstype == "nfs4"
 
     @pytest.mark.parametrize(
@@ -186,10 +190,24 @@ class TestMounts:
 
     @pytest.mark.parametrize(
         ("fstype", "unsafe"),
-        [("virtiofs", True), ("9p", True), ("fuse.sshfs", True), ("nfs", True), ("nfs4", True),
-         ("cifs", True), ("smb3", True), ("ceph", True), ("glusterfs", True),
-         ("ext4", False), ("xfs", False), ("btrfs", False), ("tmpfs", False), ("overlay", False), ("zfs", False)],
-    )  # fmt: skip
+        [
+            ("virtiofs", True),
+            ("9p", True),
+            ("fuse.sshfs", True),
+            ("nfs", True),
+            ("nfs4", True),
+            ("cifs", True),
+            ("smb3", True),
+            ("ceph", True),
+            ("glusterfs", True),
+            ("ext4", False),
+            ("xfs", False),
+            ("btrfs", False),
+            ("tmpfs", False),
+            ("overlay", False),
+            ("zfs", False),
+        ],
+    )
     def test_unsafe_filesystems(self, fstype: str, unsafe: bool) -> None:
         """Network, cross-VM and FUSE filesystems are unsafe for WAL; local ones are not."""
         assert is_unsafe_for_wal(fstype) is unsafe

@@ -47,9 +47,20 @@ def am(tmp_path: Path, hook: PushServer) -> Iterator[Alertmanager]:
 
 
 def item(change: str = "opened", incident: int = 7) -> Item:
-    return Item(incident, "corruption", "critical", DB, "default", "state.db is malformed",
-                change, T0, T0 + 5, 2, evidence=["ERROR gateway: database disk image is malformed"],
-                next_step="statewardenctl check --profile default")  # fmt: skip
+    return Item(
+        incident,
+        "corruption",
+        "critical",
+        DB,
+        "default",
+        "state.db is malformed",
+        change,
+        T0,
+        T0 + 5,
+        2,
+        evidence=["ERROR gateway: database disk image is malformed"],
+        next_step="statewardenctl check --profile default",
+    )
 
 
 def webhook_states(hook: PushServer) -> list[tuple[str, str]]:
@@ -82,9 +93,14 @@ class TestSink:
         d = deliver(sink, outbox, Notification("k1", "firing", "box", T0 + 6, [item()]))
         assert d.health.last_answer == "1 alert posted (200)", d.health.last_error
         (alert,) = am.alerts()
-        assert alert["labels"] == {"alertname": "corruption", "severity": "critical",
-                                   "database": DB, "profile": "default", "host": "box",
-                                   "incident": "7"}  # fmt: skip
+        assert alert["labels"] == {
+            "alertname": "corruption",
+            "severity": "critical",
+            "database": DB,
+            "profile": "default",
+            "host": "box",
+            "incident": "7",
+        }
         assert alert["annotations"] == {
             "summary": "state.db is malformed",
             "next_step": "statewardenctl check --profile default",
@@ -111,8 +127,9 @@ class TestSink:
         assert d.health.last_error.startswith(f"cannot reach {s.url}")
         assert [e.key for e in outbox.pending("alertmanager")] == ["k1"]
 
-    @pytest.mark.parametrize(("answer", "state"), [("404", "rejected"), ("redirect", "rejected"),
-                                                   ("500", "retrying")])  # fmt: skip
+    @pytest.mark.parametrize(
+        ("answer", "state"), [("404", "rejected"), ("redirect", "rejected"), ("500", "retrying")]
+    )
     def test_answers(self, tmp_path: Path, answer: str, state: str) -> None:
         """A 404 or a redirect from /api/v2/alerts is rejected and a 500 retried; either way the
         entry stays in the outbox."""
@@ -164,8 +181,9 @@ class TestSecretUrl:
             url_file = tmp_path / "am.url"
             url_file.write_text(f"http://statewarden:s3cret-pa55word@127.0.0.1:{s.port}/\n")
             url_file.chmod(0o600)
-            sink = AlertmanagerSink(AlertmanagerConfig(enabled=True, url_file=url_file,
-                                                       timeout=2.0))  # fmt: skip
+            sink = AlertmanagerSink(
+                AlertmanagerConfig(enabled=True, url_file=url_file, timeout=2.0)
+            )
             outbox = Outbox(tmp_path / "outbox", max_entries=10)
             d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
         finally:
@@ -236,8 +254,11 @@ class TestThroughTheOutbox:
             alerts.submit(update)
             first = await asyncio.to_thread(wait_for, am.alerts, what="the alert")
             seen.append(first[0])
-            await asyncio.to_thread(wait_for, lambda: alerts.deliveries["alertmanager"].health.delivered >= 3,
-                                    what="two re-posts")  # fmt: skip
+            await asyncio.to_thread(
+                wait_for,
+                lambda: alerts.deliveries["alertmanager"].health.delivered >= 3,
+                what="two re-posts",
+            )
             seen.append(am.alerts()[0])
             resolved = book.resolve(update.incident.id, "fixed", at=T0 + 100)
             assert resolved is not None
@@ -285,8 +306,11 @@ class TestDaemon:
             malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
             (alert,) = wait_for(am.alerts, what="the corruption alert")
             (inc,) = d.incidents_of("corruption")
-            wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
-                     == "notified firing")  # fmt: skip
+            wait_for(
+                lambda: (
+                    d.incidents_of("corruption")[0]["notification"]["state"] == "notified firing"
+                )
+            )
         finally:
             d.stop()
         assert alert["labels"]["alertname"] == "corruption"

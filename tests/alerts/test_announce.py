@@ -56,8 +56,11 @@ class TestAnnouncer:
     def test_a_quiet_resolution_has_no_source(self, tmp_path: Path) -> None:
         """A log-rule incident resolved by the book's tick names no watcher."""
         book = IncidentBook(None, quiet_resolve_s=60.0)
-        book.record(Signal("corruption", DB, "database disk image is malformed", 1000.0,
-                           source="log:agent.log"))  # fmt: skip
+        book.record(
+            Signal(
+                "corruption", DB, "database disk image is malformed", 1000.0, source="log:agent.log"
+            )
+        )
         (resolved,) = book.tick(2000.0)
         with capture_logs() as logs:
             Announcer(Timeline(tmp_path / "timeline")).submit(resolved)
@@ -83,9 +86,12 @@ class TestDaemonAnnounces:
         sock.settimeout(30)
         proc = subprocess.Popen(
             [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run"],
-            env={**env, "JOURNAL_STREAM": "8:1234",
-                 "STATEWARDEN_JOURNAL_SOCKET": str(tmp_path / "journal.sock")},
-        )  # fmt: skip
+            env={
+                **env,
+                "JOURNAL_STREAM": "8:1234",
+                "STATEWARDEN_JOURNAL_SOCKET": str(tmp_path / "journal.sock"),
+            },
+        )
         message_id = KINDS["self_repair"].message_id
         try:
             while decode_entry(sock.recv(1 << 20))["MESSAGE"] != "statewarden ready":

@@ -43,14 +43,26 @@ def urls_file(tmp_path: Path, *urls: str, mode: int = 0o600) -> Path:
 
 
 def note(key: str = "k1") -> Notification:
-    item = Item(3, "corruption", "critical", DB, "default", "state.db is malformed", "opened",
-                T0, T0, 1, next_step="statewardenctl check --profile default")  # fmt: skip
+    item = Item(
+        3,
+        "corruption",
+        "critical",
+        DB,
+        "default",
+        "state.db is malformed",
+        "opened",
+        T0,
+        T0,
+        1,
+        next_step="statewardenctl check --profile default",
+    )
     return Notification(key, "firing", "box", T0, [item])
 
 
 def sink_for(path: Path, **env: str) -> AppriseSink:
-    return AppriseSink(AppriseConfig(enabled=True, urls_file=path, timeout=2.0, deadline=5.0),
-                       env=env)  # fmt: skip
+    return AppriseSink(
+        AppriseConfig(enabled=True, urls_file=path, timeout=2.0, deadline=5.0), env=env
+    )
 
 
 def attempt(d: Delivery, times: int = 1) -> None:
@@ -90,8 +102,11 @@ class TestSink:
         second = PushServer()
         second.script = ["500"]
         try:
-            path = urls_file(tmp_path, f"json://127.0.0.1:{server.port}/{TOPIC}",
-                             f"json://127.0.0.1:{second.port}/{TOPIC}")  # fmt: skip
+            path = urls_file(
+                tmp_path,
+                f"json://127.0.0.1:{server.port}/{TOPIC}",
+                f"json://127.0.0.1:{second.port}/{TOPIC}",
+            )
             outbox = Outbox(tmp_path / "outbox", max_entries=10)
             d = Delivery(sink_for(path), outbox, retry_max_s=1.0, log=Log())
             outbox.put(note(), "apprise")
@@ -139,8 +154,10 @@ class TestSink:
         creds = tmp_path / "creds"
         creds.mkdir()
         (creds / "apprise-urls").write_text(f"json://127.0.0.1:{server.port}/{TOPIC}\n")
-        sink = AppriseSink(AppriseConfig(enabled=True, credential="apprise-urls"),
-                           env={"CREDENTIALS_DIRECTORY": str(creds)})  # fmt: skip
+        sink = AppriseSink(
+            AppriseConfig(enabled=True, credential="apprise-urls"),
+            env={"CREDENTIALS_DIRECTORY": str(creds)},
+        )
         outbox = Outbox(tmp_path / "outbox", max_entries=10)
         d = Delivery(sink, outbox, retry_max_s=1.0, log=Log())
         outbox.put(note(), "apprise")
@@ -174,8 +191,11 @@ class TestDaemon:
             d.wait_for_line("statewarden ready")
             malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
             (hit,) = wait_for(lambda: list(server.requests), what="the Apprise post")
-            wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
-                     == "notified firing")  # fmt: skip
+            wait_for(
+                lambda: (
+                    d.incidents_of("corruption")[0]["notification"]["state"] == "notified firing"
+                )
+            )
             status = d.ctl("alerts")
         finally:
             d.stop()

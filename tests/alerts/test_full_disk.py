@@ -69,18 +69,34 @@ def api() -> Iterator[BotApi]:
     server.stop()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root and unshare for a private tmpfs")  # fmt: skip
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root and unshare for a private tmpfs",
+)
 def test_full_disk_sends_from_memory(tmp_path: Path, api: BotApi) -> None:
     """With the state directory on a full tmpfs, a corruption notification is still delivered to
     Telegram from memory; the persist error and the log say so, and the token is never shown."""
     state = tmp_path / "state"
     state.mkdir()
     r = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", SCRIPT,
-         str(state), api.url, TOKEN],
-        capture_output=True, text=True, timeout=120, cwd=REPO, check=False,
-    )  # fmt: skip
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(state),
+            api.url,
+            TOKEN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["status"]["sinks"]["telegram"]["delivered"] == 1

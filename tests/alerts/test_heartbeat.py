@@ -40,8 +40,13 @@ def url_file(tmp_path: Path, url: str, mode: int = 0o600) -> Path:
 
 
 def beat(tmp_path: Path, server: PushServer, trouble: list[str], **kw: object) -> Heartbeat:
-    cfg = HeartbeatConfig(url_file=url_file(tmp_path, f"{server.url}/ping/{UUID}"),
-                          interval=3600.0, timeout=1.0, deadline=2.0, **kw)  # type: ignore[arg-type]  # fmt: skip
+    cfg = HeartbeatConfig(
+        url_file=url_file(tmp_path, f"{server.url}/ping/{UUID}"),
+        interval=3600.0,
+        timeout=1.0,
+        deadline=2.0,
+        **kw,  # type: ignore[arg-type]
+    )
     return Heartbeat(cfg, log=Log(), trouble=lambda: trouble[0] if trouble else "")
 
 
@@ -80,11 +85,14 @@ class TestPing:
         [
             ("https://hc-ping.com/abc", "/fail", "https://hc-ping.com/abc/fail"),
             ("https://hc-ping.com/abc/", "/fail", "https://hc-ping.com/abc/fail"),
-            ("https://kuma/api/push/k1?status=up", "&status=down",
-             "https://kuma/api/push/k1?status=up&status=down"),
+            (
+                "https://kuma/api/push/k1?status=up",
+                "&status=down",
+                "https://kuma/api/push/k1?status=up&status=down",
+            ),
             ("https://kuma/api/push/k1", "?status=down", "https://kuma/api/push/k1?status=down"),
         ],
-    )  # fmt: skip
+    )
     def test_fail_url(self, url: str, suffix: str, fail: str) -> None:
         """The fail URL is the ping URL with the fail suffix appended: one slash between path parts,
         a query suffix (``&status=down``, ``?status=down``) kept as given."""
@@ -157,16 +165,23 @@ class TestUrlSecret:
         creds = tmp_path / "creds"
         creds.mkdir()
         (creds / "heartbeat-url").write_text(f"{server.url}/ping/{UUID}")
-        hb = Heartbeat(HeartbeatConfig(credential="heartbeat-url"), log=Log(),
-                       trouble=lambda: "", env={"CREDENTIALS_DIRECTORY": str(creds)})  # fmt: skip
+        hb = Heartbeat(
+            HeartbeatConfig(credential="heartbeat-url"),
+            log=Log(),
+            trouble=lambda: "",
+            env={"CREDENTIALS_DIRECTORY": str(creds)},
+        )
         assert hb.problem == ""
         assert asyncio.run(hb.ping()) is True
         assert hb.health.source == "credential heartbeat-url"
 
     def test_not_a_url(self, tmp_path: Path) -> None:
         """A URL file whose text is not one http(s) URL is a problem that says so."""
-        hb = Heartbeat(HeartbeatConfig(url_file=url_file(tmp_path, "hc-ping.com/x")), log=Log(),
-                       trouble=lambda: "")  # fmt: skip
+        hb = Heartbeat(
+            HeartbeatConfig(url_file=url_file(tmp_path, "hc-ping.com/x")),
+            log=Log(),
+            trouble=lambda: "",
+        )
         assert hb.problem.endswith(": not one http(s) URL")
 
     def test_config_takes_no_url_and_checks_the_suffix(self) -> None:
@@ -199,8 +214,7 @@ class TestDaemon:
             wait_for(lambda: server.paths() == [f"/ping/{UUID}"], what="the first ping")
             malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
             wait_for(lambda: f"/ping/{UUID}/fail" in server.paths(), what="the fail ping")
-            status = wait_for(lambda: (s := d.ctl("alerts"))["heartbeat"]["signal"] == "fail"
-                              and s)  # fmt: skip
+            status = wait_for(lambda: (s := d.ctl("alerts"))["heartbeat"]["signal"] == "fail" and s)
             text = run_ctl("alerts", env=env).stdout
             d_incidents = d.ctl("incidents")["incidents"]
         finally:

@@ -164,8 +164,15 @@ class TestRealJournal:
         assert firing["MESSAGE"].startswith("CRITICAL corruption on box, profile work")
         assert resolved["MESSAGE_ID"] == KINDS["stale_holder"].message_id
         assert resolved["PRIORITY"] == "5"
-        warn = manager.run("journalctl", "-o", "json", "--no-pager", "-p", "warning",
-                           "SYSLOG_IDENTIFIER=statewarden").stdout  # fmt: skip
+        warn = manager.run(
+            "journalctl",
+            "-o",
+            "json",
+            "--no-pager",
+            "-p",
+            "warning",
+            "SYSLOG_IDENTIFIER=statewarden",
+        ).stdout
         states = [json.loads(line).get("STATEWARDEN_STATE") for line in warn.splitlines()]
         assert states == ["firing"]
         corruption_id = KINDS["corruption"].message_id
@@ -189,9 +196,13 @@ class TestRealJournal:
         state = tmp_path / "state"
         state.mkdir(mode=0o700)
         r = manager.run(
-            "sh", "-c", f'cd "{REPO}" && exec "{sys.executable}" -c "$0" "$1" "$2"',
-            CHANGES, str(state), mode,
-        )  # fmt: skip
+            "sh",
+            "-c",
+            f'cd "{REPO}" && exec "{sys.executable}" -c "$0" "$1" "$2"',
+            CHANGES,
+            str(state),
+            mode,
+        )
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["changes"] == ["opened", "updated", "escalated", "resolved"]
@@ -206,9 +217,13 @@ class TestRealJournal:
         manager.run("journalctl", "--flush")
         db = f"/home/u/.hermes-{mode}/state.db"
         lines = manager.run(
-            "journalctl", "-o", "json", "--no-pager", "SYSLOG_IDENTIFIER=statewarden",
+            "journalctl",
+            "-o",
+            "json",
+            "--no-pager",
+            "SYSLOG_IDENTIFIER=statewarden",
             f"STATEWARDEN_DB={db}",
-        ).stdout.splitlines()  # fmt: skip
+        ).stdout.splitlines()
         entries = [json.loads(line) for line in lines]
         alerts = [e for e in entries if "MESSAGE_ID" in e]
         assert [e["MESSAGE_ID"] for e in alerts] == [KINDS["wal_growth"].message_id] * 3

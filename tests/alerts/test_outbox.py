@@ -11,8 +11,9 @@ from statewarden.alerts.outbox import Outbox
 
 
 def note(key: str, incident: int = 1) -> Notification:
-    item = Item(incident, "corruption", "critical", "/db", "default", "malformed", "opened",
-                1.0, 2.0, 3)  # fmt: skip
+    item = Item(
+        incident, "corruption", "critical", "/db", "default", "malformed", "opened", 1.0, 2.0, 3
+    )
     return Notification(key, "firing", "box", 1.0, [item])
 
 

@@ -19,9 +19,16 @@ CFG = AlertsConfig()  # group_wait 30 s, no_wait critical, repeat 4 h
 
 
 def sig(kind: str, at: float, key: str = "", clears: bool = False, **kw: object) -> Signal:
-    return Signal(kind, DB, f"{kind} summary", at=at, key=key, clears=clears,
-                  evidence=("2026-11-30 10:00:00 ERROR gateway: database is locked",),
-                  **kw)  # type: ignore[arg-type]  # fmt: skip
+    return Signal(
+        kind,
+        DB,
+        f"{kind} summary",
+        at=at,
+        key=key,
+        clears=clears,
+        evidence=("2026-11-30 10:00:00 ERROR gateway: database is locked",),
+        **kw,  # type: ignore[arg-type]
+    )
 
 
 class Rig:
@@ -292,8 +299,12 @@ class TestNotifiedMeansDelivered:
         assert restarted.state_of(1)["state"] == "notified firing (not yet by telegram)"
         (telegram,) = rig.outbox.pending("telegram")
         rig.router.confirmed("telegram", telegram.notification, "delivered")
-        assert rig.router.state_of(1) == {"state": "notified firing", "at": T0,
-                                          "sinks": ["journald", "telegram"], "waiting": []}  # fmt: skip
+        assert rig.router.state_of(1) == {
+            "state": "notified firing",
+            "at": T0,
+            "sinks": ["journald", "telegram"],
+            "waiting": [],
+        }
 
     def test_set_aside_everywhere_is_not_notified(self, tmp_path: Path) -> None:
         """A notification set aside by every sink is not "notified": the incident's state says which

@@ -85,8 +85,10 @@ class TestRouter:
         rig.router.set_silences([s], T0 + 1)
         (inc,) = rig.book.open_incidents()
         short = rig.fire(sig("corruption", T0 + 5, key="b"))
-        for u in (rig.book.resolve(inc.id, "fixed", at=T0 + 10),
-                  rig.book.resolve(short.incident.id, "fixed", at=T0 + 11)):  # fmt: skip
+        for u in (
+            rig.book.resolve(inc.id, "fixed", at=T0 + 10),
+            rig.book.resolve(short.incident.id, "fixed", at=T0 + 11),
+        ):
             assert u is not None
             rig.router.submit(u, now=u.incident.resolved_at)
         assert rig.router.tick(T0 + 100) == []
@@ -110,8 +112,9 @@ def ctl(env: dict[str, str], *args: str) -> tuple[int, str, str]:
 class TestCommand:
     def test_add_list_expire_without_daemon(self, env: dict[str, str], tmp_path: Path) -> None:
         """No daemon: the command writes silences.json (atomically, 0600) and says so."""
-        code, out, err = ctl(env, "silence", "add", "--kind", "wal_growth", "--for", "2h",
-                             "--reason", "bulk import")  # fmt: skip
+        code, out, err = ctl(
+            env, "silence", "add", "--kind", "wal_growth", "--for", "2h", "--reason", "bulk import"
+        )
         assert code == 0, err
         assert out.startswith("silence #1 (wal_growth) until ")
         assert "daemon not running" in err
@@ -121,8 +124,19 @@ class TestCommand:
         assert saved.kind == "wal_growth"
         assert saved.db is None
         assert round(saved.ends_at - saved.created_at) == 7200
-        code, out, _ = ctl(env, "silence", "add", "--kind", "corruption", "--db",
-                           "/srv/h/state.db", "--for", "30m", "--reason", "r")  # fmt: skip
+        code, out, _ = ctl(
+            env,
+            "silence",
+            "add",
+            "--kind",
+            "corruption",
+            "--db",
+            "/srv/h/state.db",
+            "--for",
+            "30m",
+            "--reason",
+            "r",
+        )
         assert code == 0
         assert out.startswith("silence #2 (corruption on /srv/h/state.db)")
         code, out, _ = ctl(env, "silence", "expire", "1")
@@ -137,13 +151,15 @@ class TestCommand:
         ("args", "error"),
         [
             (["add", "--kind", "nope", "--for", "2h", "--reason", "r"], "unknown kind 'nope'"),
-            (["add", "--kind", "corruption", "--for", "soon", "--reason", "r"],
-             "bad duration 'soon'"),
+            (
+                ["add", "--kind", "corruption", "--for", "soon", "--reason", "r"],
+                "bad duration 'soon'",
+            ),
             (["add", "--kind", "corruption", "--for", "0s", "--reason", "r"], "bad duration '0s'"),
             (["expire", "7"], "no silence #7 (active ones: none)"),
             (["expire", "x1"], "bad silence ID 'x1'"),
         ],
-    )  # fmt: skip
+    )
     def test_bad_input_is_one_line_with_the_usage_code(
         self, env: dict[str, str], args: list[str], error: str
     ) -> None:
@@ -233,29 +249,50 @@ class TestDaemon:
         d = DaemonProc(env)
         try:
             d.wait_for_line("statewarden ready")
-            code, _, err = ctl(env, "silence", "add", "--kind", "corruption", "--for", "1h",
-                               "--reason", "disk swap")  # fmt: skip
+            code, _, err = ctl(
+                env,
+                "silence",
+                "add",
+                "--kind",
+                "corruption",
+                "--for",
+                "1h",
+                "--reason",
+                "disk swap",
+            )
             assert code == 0
             assert err == ""
             status = d.ctl("alerts")
             assert [(s["id"], s["state"]) for s in status["silences"]] == [(1, "active")]
             malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
-            wait_for(lambda: d.incidents_of("corruption") and
-                     d.incidents_of("corruption")[0]["notification"]["state"]
-                     == "muted: silence #1", what="a muted corruption incident")  # fmt: skip
+            wait_for(
+                lambda: (
+                    d.incidents_of("corruption")
+                    and d.incidents_of("corruption")[0]["notification"]["state"]
+                    == "muted: silence #1"
+                ),
+                what="a muted corruption incident",
+            )
         finally:
             d.stop()
         d = DaemonProc(env)
         try:
             d.wait_for_line("statewarden ready")
-            wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
-                     == "muted: silence #1", what="still muted after the restart")  # fmt: skip
+            wait_for(
+                lambda: (
+                    d.incidents_of("corruption")[0]["notification"]["state"] == "muted: silence #1"
+                ),
+                what="still muted after the restart",
+            )
             assert api.accepted == []
             assert ctl(env, "silence", "expire", "1")[0] == 0
             (req,) = wait_for(lambda: list(api.accepted), what="the message after the silence")
             assert req.text.startswith("<b>CRITICAL corruption on")
-            wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
-                     == "notified firing")  # fmt: skip
+            wait_for(
+                lambda: (
+                    d.incidents_of("corruption")[0]["notification"]["state"] == "notified firing"
+                )
+            )
         finally:
             d.stop()
         assert len(api.accepted) == 1

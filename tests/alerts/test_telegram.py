@@ -47,17 +47,29 @@ def api() -> Iterator[BotApi]:
 
 
 def cfg(api: BotApi, **kw: Any) -> TelegramConfig:
-    base = TelegramConfig(enabled=True, chat_id="123456789", api_base=api.url,
-                          min_interval=0.05, timeout=1.0)  # fmt: skip
+    base = TelegramConfig(
+        enabled=True, chat_id="123456789", api_base=api.url, min_interval=0.05, timeout=1.0
+    )
     return dataclasses.replace(base, **kw)
 
 
 def note(
     key: str, summary: str = "database disk image is malformed", evidence: int = 1
 ) -> Notification:
-    item = Item(7, "corruption", "critical", "/home/u/.hermes/state.db", "default", summary,
-                "opened", 1.0, 2.0, 3, evidence=[f"line {k} <b>&" for k in range(evidence)],
-                next_step="statewardenctl check --profile default")  # fmt: skip
+    item = Item(
+        7,
+        "corruption",
+        "critical",
+        "/home/u/.hermes/state.db",
+        "default",
+        summary,
+        "opened",
+        1.0,
+        2.0,
+        3,
+        evidence=[f"line {k} <b>&" for k in range(evidence)],
+        next_step="statewardenctl check --profile default",
+    )
     return Notification(key, "firing", "box", 1.0, [item])
 
 
@@ -137,9 +149,11 @@ class TestSend:
         port = api.port
         assert warnings == [
             ("alert sink failed; retrying with backoff", "500 Internal Server Error"),
-            ("alert sink failed; retrying with backoff",
-             f"no answer from http://127.0.0.1:{port} in 0.5 s"),
-        ]  # fmt: skip
+            (
+                "alert sink failed; retrying with backoff",
+                f"no answer from http://127.0.0.1:{port} in 0.5 s",
+            ),
+        ]
         assert any(e == "alert sink recovered" for _, e, _ in d.log.lines)
 
     def test_refused_connection_keeps_the_entry(self, tmp_path: Path) -> None:
@@ -269,7 +283,9 @@ class TestToken:
         c = dataclasses.replace(c, token_file=None)
         assert load_token(c, env) == ("1:credtoken", "credential telegram-token")
         assert load_token(c, {"STATEWARDEN_TELEGRAM_TOKEN": "2:envtoken"}) == (
-            "2:envtoken", "$STATEWARDEN_TELEGRAM_TOKEN")  # fmt: skip
+            "2:envtoken",
+            "$STATEWARDEN_TELEGRAM_TOKEN",
+        )
 
     def test_bad_tokens_are_named_not_shown(self, tmp_path: Path) -> None:
         """An empty file, an unreadable one, a value with spaces: one line, no token text."""

@@ -33,8 +33,10 @@ from tests.support.daemon import DaemonProc
 from tests.support.waiting import wait_for
 
 ENV = {"STATEWARDEN_TELEGRAM_TOKEN": TOKEN}
-FAILED = ("alert sink failed; retrying with backoff",
-          "alert sink rejected the notification: a configuration problem")  # fmt: skip
+FAILED = (
+    "alert sink failed; retrying with backoff",
+    "alert sink rejected the notification: a configuration problem",
+)
 HANG_S = 60.0  # only a hung test waits this long
 
 
@@ -42,9 +44,15 @@ def token_spellings(token: str = TOKEN) -> list[str]:
     """What a leak could look like, spelled out here, independently of the scrubber."""
     secret = token.split(":", 1)[1]
     pct = quote(token, safe="")
-    out = [token, secret, pct, re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), pct),
-           quote_plus(token), json.dumps(token)[1:-1],
-           "".join(f"\\u{ord(c):04x}" for c in token)]  # fmt: skip
+    out = [
+        token,
+        secret,
+        pct,
+        re.sub(r"%[0-9A-F]{2}", lambda m: m.group(0).lower(), pct),
+        quote_plus(token),
+        json.dumps(token)[1:-1],
+        "".join(f"\\u{ord(c):04x}" for c in token),
+    ]
     for raw in (token.encode(), secret.encode()):
         for shift in range(3):
             piece = raw[shift : shift + (len(raw) - shift) // 3 * 3]
@@ -118,10 +126,12 @@ class TestEveryHostileAnswer:
         errors = [why for _, why in failures]
         by_mode = dict(zip(HOSTILE, errors, strict=True))
         port = api.port
-        assert by_mode["429huge"] == ("429 Too Many Requests (retry_after too long: capped at "
-                                      "alerts.retry_max, 0.3 s)")  # fmt: skip
-        assert by_mode["429far"] == ("429 Too Many Requests (retry_after 1e+09 s: capped at "
-                                     "alerts.retry_max, 0.3 s)")  # fmt: skip
+        assert by_mode["429huge"] == (
+            "429 Too Many Requests (retry_after too long: capped at alerts.retry_max, 0.3 s)"
+        )
+        assert by_mode["429far"] == (
+            "429 Too Many Requests (retry_after 1e+09 s: capped at alerts.retry_max, 0.3 s)"
+        )
         assert by_mode["deep"] == "200 but the answer is not JSON (application/json)"
         assert by_mode["huge"] == "200 answer over the 64 KiB limit: cut; not read"
         assert by_mode["drip"] == (
@@ -383,12 +393,21 @@ class TestDaemonAgainstAHostileServer:
                 f"telegram  rejected  1 waiting; {len(script)} errors in a row; last error: "
                 "307 redirect to https://127.0.0.1/bot***redacted***/sendMessage" in listing
             )
-            shown += [json.dumps(alerts), json.dumps(status), text, listing,
-                      run_ctl("incidents", env=env).stdout]  # fmt: skip
+            shown += [
+                json.dumps(alerts),
+                json.dumps(status),
+                text,
+                listing,
+                run_ctl("incidents", env=env).stdout,
+            ]
             d.proc.send_signal(signal.SIGHUP)  # the config fixed: try again
             wait_for(lambda: len(api.accepted) == 1, what="the alert delivered")
-            wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
-                     == "notified firing", what="incidents saying notified")  # fmt: skip
+            wait_for(
+                lambda: (
+                    d.incidents_of("corruption")[0]["notification"]["state"] == "notified firing"
+                ),
+                what="incidents saying notified",
+            )
             shown.append(run_ctl("incidents", env=env).stdout)
             peak_kib = peak_rss_kib(d.proc.pid)
         finally:
@@ -411,8 +430,10 @@ class TestDaemonAgainstAHostileServer:
 
 
 class TestAlertsTestCommand:
-    @pytest.mark.parametrize(("mode", "result"), [("leak", "rejected"), ("leakdesc", "failed"),
-                                                  ("deep", "failed"), ("reset", "failed")])  # fmt: skip
+    @pytest.mark.parametrize(
+        ("mode", "result"),
+        [("leak", "rejected"), ("leakdesc", "failed"), ("deep", "failed"), ("reset", "failed")],
+    )
     def test_a_hostile_answer_is_a_one_line_result_without_the_token(
         self, api: BotApi, tmp_path: Path, mode: str, result: str
     ) -> None:

@@ -54,7 +54,9 @@ def write_config(tmp_path: Path, text: str) -> Path:
 
 
 def telegram_config(tmp_path: Path, api: BotApi, token_file: Path) -> Path:
-    return write_config(tmp_path, f"""\
+    return write_config(
+        tmp_path,
+        f"""\
 alerts:
   journald: {{enabled: false}}
   telegram:
@@ -63,7 +65,8 @@ alerts:
     chat_id: -1001234567890
     message_thread_id: 7
     api_base: {api.url}
-""")  # fmt: skip
+""",
+    )
 
 
 class TestConfig:
@@ -94,21 +97,33 @@ class TestConfig:
     @pytest.mark.parametrize(
         ("text", "message"),
         [
-            ("alerts: {telegram: {enabled: true}}",
-             "<config>:1: alerts.telegram.chat_id: is required when telegram is enabled"),
-            ("alerts: {telegram: {api_base: ftp://x}}",
-             "<config>:1: alerts.telegram.api_base: expected an http(s) URL, got 'ftp://x'"),
-            ("alerts: {telegram: {min_severity: loud}}",
-             "<config>:1: alerts.telegram.min_severity: expected one of info, warning, error, "
-             "critical, got a string (\"loud\")"),
-            ("alerts: {journald: {kinds: [corrupt]}}",
-             "<config>:1: alerts.journald.kinds[0]: expected one of corruption,"),
-            ("alerts: {outbox_max_entries: 0}",
-             "<config>:1: alerts.outbox_max_entries: expected a whole number above zero"),
-            ("alerts: {telegram: {chat_id: [1]}}",
-             "<config>:1: alerts.telegram.chat_id: expected a number or a string, got a list"),
+            (
+                "alerts: {telegram: {enabled: true}}",
+                "<config>:1: alerts.telegram.chat_id: is required when telegram is enabled",
+            ),
+            (
+                "alerts: {telegram: {api_base: ftp://x}}",
+                "<config>:1: alerts.telegram.api_base: expected an http(s) URL, got 'ftp://x'",
+            ),
+            (
+                "alerts: {telegram: {min_severity: loud}}",
+                "<config>:1: alerts.telegram.min_severity: expected one of info, warning, error, "
+                'critical, got a string ("loud")',
+            ),
+            (
+                "alerts: {journald: {kinds: [corrupt]}}",
+                "<config>:1: alerts.journald.kinds[0]: expected one of corruption,",
+            ),
+            (
+                "alerts: {outbox_max_entries: 0}",
+                "<config>:1: alerts.outbox_max_entries: expected a whole number above zero",
+            ),
+            (
+                "alerts: {telegram: {chat_id: [1]}}",
+                "<config>:1: alerts.telegram.chat_id: expected a number or a string, got a list",
+            ),
         ],
-    )  # fmt: skip
+    )
     def test_bad_values_are_one_line(self, text: str, message: str) -> None:
         """Each bad alerts value is a ConfigError whose message names the source, line, key and what
         was expected."""
@@ -218,8 +233,13 @@ class TestIncidentsShowNotificationState:
 
         sdir = tmp_path / "xdg-state" / "statewarden"
         book = IncidentBook(sdir / "incidents.json")
-        router = Router(AlertsConfig(), Outbox(sdir / "outbox", max_entries=10),
-                        {"journald": Route("info")}, state_path=sdir / "alerts.json", host="box")  # fmt: skip
+        router = Router(
+            AlertsConfig(),
+            Outbox(sdir / "outbox", max_entries=10),
+            {"journald": Route("info")},
+            state_path=sdir / "alerts.json",
+            host="box",
+        )
         for kind, db in (("corruption", "/db"), ("wal_growth", "/other.db")):
             update = book.record(Signal(kind, db, f"{kind} here", at=100.0))
             assert update is not None
@@ -234,9 +254,13 @@ class TestIncidentsShowNotificationState:
         # The sink delivers it (to a stream: no journal socket here) and confirms.
         stream = io.StringIO()
         sink = JournaldSink(JournalSender(str(tmp_path / "no-journal")), stream)
-        d = Delivery(sink, router.outbox, retry_max_s=1.0, log=Log(),
-                     on_outcome=lambda e, outcome: router.confirmed(e.sink, e.notification,
-                                                                    outcome))  # fmt: skip
+        d = Delivery(
+            sink,
+            router.outbox,
+            retry_max_s=1.0,
+            log=Log(),
+            on_outcome=lambda e, outcome: router.confirmed(e.sink, e.notification, outcome),
+        )
         assert asyncio.run(d.deliver_one())
         assert "corruption here" in stream.getvalue()
         lines = CliRunner().invoke(ctl, ["incidents"]).stdout.splitlines()

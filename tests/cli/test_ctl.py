@@ -31,8 +31,9 @@ PROBE = (
 
 
 def probe(*args: str) -> dict[str, object]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                          cwd=REPO, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, cwd=REPO, check=True
+    )
     result: dict[str, object] = json.loads(proc.stdout)
     return result
 
@@ -54,8 +55,11 @@ def test_help_imports_no_command_module() -> None:
     out = probe("--help")
     modules = out["modules"]
     assert isinstance(modules, list)
-    loaded = [m for m in modules if m.endswith("_cmd") or m.split(".")[0] in
-              ("apsw", "yaml", "dbus_fast", "rich", "asyncio")]  # fmt: skip
+    loaded = [
+        m
+        for m in modules
+        if m.endswith("_cmd") or m.split(".")[0] in ("apsw", "yaml", "dbus_fast", "rich", "asyncio")
+    ]
     assert loaded == []
     help_text = out["help"]
     assert isinstance(help_text, str)

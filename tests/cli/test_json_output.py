@@ -67,8 +67,9 @@ def test_listing_commands(hermes_home: Path, args: list[str], codes: set[int], k
 
 def test_silence_list_is_an_object_of_silences(tmp_path: Path) -> None:
     """``silence list --json`` was a bare list; it is ``{"schema_version", "silences"}``."""
-    add = run_ctl("silence", "add", "--kind", "wal_growth", "--for", "1h", "--reason", "r",
-                  "--json")  # fmt: skip
+    add = run_ctl(
+        "silence", "add", "--kind", "wal_growth", "--for", "1h", "--reason", "r", "--json"
+    )
     assert add.exit_code == 0, add.stderr
     assert document(add.stdout)["id"] == 1
     doc = document(run_ctl("silence", "list", "--json").stdout)
@@ -108,8 +109,9 @@ def test_check_recover_and_their_progress_lines(hermes_home: Path, tmp_path: Pat
     assert events
     assert all(list(e)[:2] == ["schema_version", "event"] for e in events)
     out = tmp_path / "recovered.db"
-    r = run_ctl("recover", "--source", str(db), "--output", str(out), "--json",
-                "--progress", "json")  # fmt: skip
+    r = run_ctl(
+        "recover", "--source", str(db), "--output", str(out), "--json", "--progress", "json"
+    )
     assert r.exit_code == 0, r.stderr
     assert document(r.stdout)["verified"] is True
     assert {json.loads(line)["schema_version"] for line in r.stderr.splitlines()} == {1}
@@ -120,8 +122,9 @@ def test_the_recover_report_file(hermes_home: Path, tmp_path: Path) -> None:
     `schema_version` first, then the same keys as `recover --json`."""
     db = hermes_home / "state.db"
     report = tmp_path / "report.json"
-    r = run_ctl("recover", "--source", str(db), "--output", str(tmp_path / "a.db"),
-                "--report", str(report))  # fmt: skip
+    r = run_ctl(
+        "recover", "--source", str(db), "--output", str(tmp_path / "a.db"), "--report", str(report)
+    )
     assert r.exit_code == 0, r.stderr
     written = document(report.read_text())
     r = run_ctl("recover", "--source", str(db), "--output", str(tmp_path / "b.db"), "--json")
@@ -150,8 +153,15 @@ def test_holders_watch_lines(hermes_home: Path) -> None:
 def test_maintenance_dry_run_and_its_event_lines(hermes_home: Path) -> None:
     """``maintenance --dry-run --json`` prints a versioned document, and every event line on stderr
     carries schema_version 1."""
-    r = run_ctl("maintenance", "--db", str(hermes_home / "state.db"), "--action", "check",
-                "--dry-run", "--json")  # fmt: skip
+    r = run_ctl(
+        "maintenance",
+        "--db",
+        str(hermes_home / "state.db"),
+        "--action",
+        "check",
+        "--dry-run",
+        "--json",
+    )
     assert r.exit_code == 0, r.stderr
     document(r.stdout)
     events = [json.loads(line) for line in r.stderr.splitlines()]

@@ -110,15 +110,37 @@ def test_unreadable_processes_of_other_users_are_one_line() -> None:
         case = phantom_row(base / "home", SMALL)
         (base / "config.yaml").write_text(json.dumps({"holders": {"other_users": "fail"}}))
         subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-        env = {**os.environ, "HOME": str(base), "XDG_STATE_HOME": str(base / "state"),
-               "XDG_RUNTIME_DIR": str(base / "run"), "XDG_CONFIG_HOME": str(base / "cfg"),
-               "STATEWARDEN_CONFIG": str(base / "config.yaml")}  # fmt: skip
+        env = {
+            **os.environ,
+            "HOME": str(base),
+            "XDG_STATE_HOME": str(base / "state"),
+            "XDG_RUNTIME_DIR": str(base / "run"),
+            "XDG_CONFIG_HOME": str(base / "cfg"),
+            "STATEWARDEN_CONFIG": str(base / "config.yaml"),
+        }
         proc = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-             sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db",
-             str(case.db), "--yes"],
-            env=env, cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
-        )  # fmt: skip
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(case.db),
+                "--yes",
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     assert proc.returncode == 5, proc.stderr

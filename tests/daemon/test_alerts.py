@@ -78,8 +78,11 @@ class TestDaemonTelegram:
                 in text
             )
             (inc,) = d.incidents_of("corruption")
-            assert wait_for(lambda: d.incidents_of("corruption")[0]["notification"]["state"]
-                              == "notified firing")  # fmt: skip
+            assert wait_for(
+                lambda: (
+                    d.incidents_of("corruption")[0]["notification"]["state"] == "notified firing"
+                )
+            )
             assert inc["severity"] == "critical"
             status = wait_for(
                 lambda: (s := d.ctl("alerts"))["sinks"]["telegram"]["delivered"] == 1 and s
@@ -116,8 +119,10 @@ class TestDaemonTelegram:
             task_died(log, "cron_ticker")
             task_died(log, "delivery_worker")
             outbox = tmp_path / "xdg-state" / "statewarden" / "outbox"
-            wait_for(lambda: len(list(outbox.glob("*.telegram.json"))) >= 2,
-                       what="two Telegram entries in the outbox")  # fmt: skip
+            wait_for(
+                lambda: len(list(outbox.glob("*.telegram.json"))) >= 2,
+                what="two Telegram entries in the outbox",
+            )
             d.wait_for_line("alert sink failed")
         finally:
             d.stop(signal.SIGKILL)
@@ -130,8 +135,12 @@ class TestDaemonTelegram:
                 wait_for(lambda: len(api.accepted) >= 3, what="three messages")
                 wait_for(lambda: not list(outbox.glob("*.telegram.json")), what="outbox empty")
                 kinds = [r.text.split("\n")[0] for r in api.accepted]
-                whats = [ln for r in api.accepted for ln in r.text.split("\n")
-                         if ln.startswith("<i>what:</i>")]  # fmt: skip
+                whats = [
+                    ln
+                    for r in api.accepted
+                    for ln in r.text.split("\n")
+                    if ln.startswith("<i>what:</i>")
+                ]
             finally:
                 d.stop()
         finally:

@@ -35,12 +35,20 @@ def setup(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     case = phantom_row(tmp_path / "hermes", SMALL)
     (case.db.parent / "logs").mkdir(exist_ok=True)
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({
-        "holders": {"exempt_comms": exempt_comms()},
-        "maintenance": {"settle": "0.5s", "stop_grace": "3s", "auto_repair": "never",
-                        "settle_timeout": "20s"},
-        "watch": {"verify_interval": "1d"},
-    }))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {
+                    "settle": "0.5s",
+                    "stop_grace": "3s",
+                    "auto_repair": "never",
+                    "settle_timeout": "20s",
+                },
+                "watch": {"verify_interval": "1d"},
+            }
+        )
+    )
     env = daemon_env(tmp_path, case.db.parent)
     env["STATEWARDEN_CONFIG"] = str(config)
     return case.db, env
@@ -55,9 +63,13 @@ def stubborn_holder(db: Path) -> subprocess.Popen[bytes]:
 def start_ctl(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
-        env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def read_until(proc: subprocess.Popen[str], text: str, seen: list[str]) -> str:
@@ -226,11 +238,13 @@ class TestBadRequests:
             ({"db": "state.db"}, "db must be the absolute path of a state.db"),
             ({"db": ["/x"]}, "db must be the absolute path of a state.db"),
             ({}, "db must be the absolute path of a state.db"),
-            ({"db": "/x/state.db", "action": ["repair"]},
-             "action must be one of: repair, check, journal-mode=delete, journal-mode=wal,"
-             " checkpoint, vacuum"),
+            (
+                {"db": "/x/state.db", "action": ["repair"]},
+                "action must be one of: repair, check, journal-mode=delete, journal-mode=wal,"
+                " checkpoint, vacuum",
+            ),
         ],
-    )  # fmt: skip
+    )
     def test_a_bad_run_request_is_a_one_line_error(
         self, daemon: DaemonProc, args: dict[str, Any], error: str
     ) -> None:

@@ -50,8 +50,10 @@ class TestMetrics:
                 assert first['statewarden_open_incidents{kind="corruption"}'] == 0
                 assert f'statewarden_wal_bytes{{db="{db}"}}' in first
                 assert first['statewarden_alert_outbox_depth{sink="journald"}'] == 0
-                wait_for(lambda: any(k.startswith("statewarden_holders{") for k in scrape(port)),
-                           what="a holders gauge")  # fmt: skip
+                wait_for(
+                    lambda: any(k.startswith("statewarden_holders{") for k in scrape(port)),
+                    what="a holders gauge",
+                )
                 malformed(hermes_logger(hermes_home / "logs", "gateway.session"))
                 wait_for(
                     lambda: scrape(port)['statewarden_open_incidents{kind="corruption"}'] == 1,

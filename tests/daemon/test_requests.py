@@ -16,9 +16,19 @@ from tests.support.waiting import wait_for
 def test_the_table_names_every_request() -> None:
     """The README's commands that ask the daemon each have a handler, and only those."""
     table = {
-        "status", "holders", "incidents", "incident", "check", "verify", "ack", "alerts",
-        "maintenance", "silences", "maintenance_run", "maintenance_cancel",
-    }  # fmt: skip
+        "status",
+        "holders",
+        "incidents",
+        "incident",
+        "check",
+        "verify",
+        "ack",
+        "alerts",
+        "maintenance",
+        "silences",
+        "maintenance_run",
+        "maintenance_cancel",
+    }
 
     class _NoDaemon:
         pass
@@ -60,7 +70,9 @@ def test_incident_and_ack_by_request(daemon: DaemonProc, hermes_home: Path) -> N
     inc = wait_for(lambda: next(iter(daemon.ctl_raw("incidents")), None), what="incident")
     shown = daemon.ctl_raw("incident", id=inc["id"])
     assert shown["incident"]["id"] == inc["id"]
-    assert any(e["what"] == "incident" and e["line"].endswith(f"incident opened: {inc['summary']}")
-               for e in shown["timeline"])  # fmt: skip
+    assert any(
+        e["what"] == "incident" and e["line"].endswith(f"incident opened: {inc['summary']}")
+        for e in shown["timeline"]
+    )
     assert daemon.ctl_raw("ack", id=str(inc["id"]))["acked"] is True
     assert daemon.ctl_raw("incidents")[0]["acked"] is True

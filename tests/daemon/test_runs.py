@@ -64,14 +64,26 @@ def setup(tmp_path: Path, api: BotApi, **maintenance: object) -> tuple[Path, dic
     case = phantom_row(tmp_path / "hermes", SMALL)
     (case.db.parent / "logs").mkdir(exist_ok=True)
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({
-        "holders": {"exempt_comms": exempt_comms()},
-        "maintenance": {"settle": "0.5s", "stop_grace": "3s", **maintenance},
-        "alerts": {"retry_max": "500ms", "group_wait": "300ms",
-                   "journald": {"enabled": True},
-                   "telegram": {"enabled": True, "chat_id": "123456789", "api_base": api.url,
-                                "min_interval": "50ms", "timeout": "2s"}},
-    }))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "0.5s", "stop_grace": "3s", **maintenance},
+                "alerts": {
+                    "retry_max": "500ms",
+                    "group_wait": "300ms",
+                    "journald": {"enabled": True},
+                    "telegram": {
+                        "enabled": True,
+                        "chat_id": "123456789",
+                        "api_base": api.url,
+                        "min_interval": "50ms",
+                        "timeout": "2s",
+                    },
+                },
+            }
+        )
+    )
     env = daemon_env(tmp_path, case.db.parent)
     env["STATEWARDEN_CONFIG"] = str(config)
     env["STATEWARDEN_TELEGRAM_TOKEN"] = TOKEN
@@ -80,9 +92,14 @@ def setup(tmp_path: Path, api: BotApi, **maintenance: object) -> tuple[Path, dic
 
 def ctl(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "statewarden.cli.ctl", *args], env=env, cwd=REPO,
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "statewarden.cli.ctl", *args],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def messages(api: BotApi, headline: str) -> list[str]:
@@ -119,8 +136,11 @@ class TestDaemonRun:
         try:
             d.wait_for_line("statewarden ready")
             malformed(hermes_logger(db.parent / "logs", "gateway.session"))
-            wait_for(lambda: messages(api, "CRITICAL corruption"), timeout_s=WAIT_S,
-                     what="the corruption message")  # fmt: skip
+            wait_for(
+                lambda: messages(api, "CRITICAL corruption"),
+                timeout_s=WAIT_S,
+                what="the corruption message",
+            )
             # The run is in progress: its database is muted, and what it causes is held.
             wait_for(lambda: muted(d) == [str(db)], timeout_s=WAIT_S, what="the mute")
             task_died_line(db.parent)
@@ -132,8 +152,11 @@ class TestDaemonRun:
             )
             d.wait_for_line("maintenance repair finished", timeout_s=WAIT_S)
             holder.proc.wait(timeout=30)  # stopped by the run (SIGTERM)
-            (text,) = wait_for(lambda: messages(api, "maintenance_repaired"), timeout_s=WAIT_S,
-                               what="the repaired outcome")  # fmt: skip
+            (text,) = wait_for(
+                lambda: messages(api, "maintenance_repaired"),
+                timeout_s=WAIT_S,
+                what="the repaired outcome",
+            )
             run = d.ctl_raw("maintenance")["last"][str(db)]
             assert run["outcome"] == "repaired"
             assert f"run {run['run_id']}: repair, repaired" in text
@@ -149,21 +172,25 @@ class TestDaemonRun:
             (inc,) = all_incidents(d, "corruption")
             assert inc["state"] == "resolved"
             assert inc["resolution"] == f"repaired by maintenance run {run['run_id']}"
-            (resolved,) = wait_for(lambda: messages(api, "RESOLVED corruption"),
-                                   what="the resolved message")  # fmt: skip
+            (resolved,) = wait_for(
+                lambda: messages(api, "RESOLVED corruption"), what="the resolved message"
+            )
             assert f"repaired by maintenance run {run['run_id']}" in resolved
             # Still muted just after the run; unmuted once the quiet period is over, and
             # the task_died incident (still open) is sent then, once.
             wait_for(lambda: muted(d) == [], timeout_s=WAIT_S, what="the end of the mute")
             held = f"#{died['id']} task_died"
-            wait_for(lambda: [t for t in messages(api, "") if held in t],
-                     what=f"the held task_died in {[t[:80] for t in messages(api, '')]}")  # fmt: skip
+            wait_for(
+                lambda: [t for t in messages(api, "") if held in t],
+                what=f"the held task_died in {[t[:80] for t in messages(api, '')]}",
+            )
             time.sleep(1.0)  # anything sent twice would arrive now
             assert len(messages(api, "maintenance_repaired")) == 1
             assert len([t for t in messages(api, "") if held in t]) == 1
             assert len(messages(api, "RESOLVED corruption")) == 1
-            assert not list(outcomes.folder(Path(env["XDG_STATE_HOME"]) / "statewarden")
-                            .glob("*.json"))  # fmt: skip
+            assert not list(
+                outcomes.folder(Path(env["XDG_STATE_HOME"]) / "statewarden").glob("*.json")
+            )
         finally:
             holder.stop()
             d.stop()
@@ -179,8 +206,7 @@ class TestShellRuns:
         """Shell runs (``--here``) with the daemon up: one refused (an interactive Hermes, no --force)
         is told with its reason; one killed with kill -9 mid-settle mutes the database
         only while it lives; its --resume rolls back and is told as rolled back."""
-        db, env = setup(tmp_path, api, auto_repair="never", settle="30s",
-                        settle_timeout="60s")  # fmt: skip
+        db, env = setup(tmp_path, api, auto_repair="never", settle="30s", settle_timeout="60s")
         d = DaemonProc(env)
         chat = FakeHermes(fake_bin, db.parent, "chat")
         try:
@@ -188,8 +214,11 @@ class TestShellRuns:
             refused = ctl(env, "maintenance", "--here", "--db", str(db), "--yes", "--json")
             out, err = refused.communicate(timeout=WAIT_S)
             assert refused.returncode == 5, err
-            (text,) = wait_for(lambda: messages(api, "maintenance_refused"), timeout_s=WAIT_S,
-                               what="the refused outcome")  # fmt: skip
+            (text,) = wait_for(
+                lambda: messages(api, "maintenance_refused"),
+                timeout_s=WAIT_S,
+                what="the refused outcome",
+            )
             assert "maintenance repair refused; nothing was stopped" in text
             assert json.loads(out)["message"] in text
             assert muted(d) == []  # a refused run never got as far as a ledger
@@ -199,8 +228,11 @@ class TestShellRuns:
             try:
                 wait_for(lambda: muted(d) == [str(db)], timeout_s=WAIT_S, what="the mute")
                 state = Path(env["XDG_STATE_HOME"]) / "statewarden"
-                wait_for(lambda: (rec := in_progress(state, db)) is not None
-                         and rec.has("settle"), timeout_s=WAIT_S, what="the settle")  # fmt: skip
+                wait_for(
+                    lambda: (rec := in_progress(state, db)) is not None and rec.has("settle"),
+                    timeout_s=WAIT_S,
+                    what="the settle",
+                )
                 os.kill(run.pid, signal.SIGKILL)
             finally:
                 run.communicate(timeout=30)
@@ -213,8 +245,11 @@ class TestShellRuns:
             resume = ctl(env, "maintenance", "--here", "--db", str(db), "--resume", "--json")
             out, err = resume.communicate(timeout=WAIT_S)
             assert resume.returncode == 1, err
-            (text,) = wait_for(lambda: messages(api, "maintenance_rolled_back"),
-                               timeout_s=WAIT_S, what="the rolled-back outcome")  # fmt: skip
+            (text,) = wait_for(
+                lambda: messages(api, "maintenance_rolled_back"),
+                timeout_s=WAIT_S,
+                what="the rolled-back outcome",
+            )
             assert "aborted and rolled back: resumed after an interruption before the swap" in (
                 text
             )
@@ -254,8 +289,9 @@ class TestInProgress:
             "    print('ready', flush=True)\n"
             "    time.sleep(600)\n"
         )
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
-                                text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "ready"
@@ -336,9 +372,14 @@ class TestOutcomes:
             assert n.key == f"{n.items[0].kind}:R"
             assert "#0" not in plain_text(n)
             outcomes.done(path)
-        assert kinds == ["maintenance_repaired", "maintenance_rolled_back",
-                         "maintenance_refused", "maintenance_refused", "maintenance_refused",
-                         "maintenance_repaired"]  # fmt: skip
+        assert kinds == [
+            "maintenance_repaired",
+            "maintenance_rolled_back",
+            "maintenance_refused",
+            "maintenance_refused",
+            "maintenance_refused",
+            "maintenance_repaired",
+        ]
         assert outcomes.pending(state) == []
 
     def test_bounded_and_hostile_files(self, tmp_path: Path) -> None:
@@ -388,8 +429,16 @@ class TestOutcomes:
 
 def incident(i: int, kind: str, db: str = "/h/state.db") -> Incident:
     now = time.time()
-    return Incident(id=i, kind=kind, db=db, key="", severity="error", summary=kind,
-                    first_seen=now, last_seen=now)  # fmt: skip
+    return Incident(
+        id=i,
+        kind=kind,
+        db=db,
+        key="",
+        severity="error",
+        summary=kind,
+        first_seen=now,
+        last_seen=now,
+    )
 
 
 class TestMuting:
@@ -438,13 +487,23 @@ def test_a_full_state_dir_costs_the_outcome_not_the_run(tmp_path: Path, fake_bin
         f"{sys.executable} -m statewarden.cli.ctl maintenance --db {db} --yes --json;"
         " echo rc=$?"
     )
-    env = {**os.environ, "XDG_STATE_HOME": str(state), "STATEWARDEN_CONFIG": str(config),
-           "PREPARE": prepare}  # fmt: skip
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(state),
+        "STATEWARDEN_CONFIG": str(config),
+        "PREPARE": prepare,
+    }
     chat = FakeHermes(fake_bin, home, "chat")
     try:
-        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                              capture_output=True, text=True, cwd=REPO, check=False, env=env,
-                              timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            env=env,
+            timeout=300,
+        )
     finally:
         chat.stop()
     assert "Traceback" not in proc.stderr

@@ -182,8 +182,10 @@ def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
     writer = subprocess.Popen(
         [str(tmp_path / "bin" / "hermes"), "dashboard"],
         env={**env, WRITE_EVERY_ENV: "0.002", LOG_ENV: str(log)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     d = DaemonProc(env)
     try:
         assert writer.stdout is not None

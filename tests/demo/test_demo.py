@@ -30,8 +30,9 @@ NOBODY = "65534"
 
 def contents(db: Path) -> dict[str, Any]:
     """Schema, header values and every row of every table (FTS shadow tables too)."""
-    conn = apsw.Connection(f"file:{db}?mode=ro&immutable=1",
-                           flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)  # fmt: skip
+    conn = apsw.Connection(
+        f"file:{db}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
     try:
         schema = sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema"))
         out: dict[str, Any] = {"schema": schema}
@@ -72,8 +73,9 @@ def test_write_database_never_overwrites(tmp_path: Path) -> None:
 
 def clean_env(base: Path) -> dict[str, str]:
     """An environment whose home, XDG folders and TMPDIR are empty folders under ``base``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("STATEWARDEN_", "XDG_", "HERMES_"))}  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("STATEWARDEN_", "XDG_", "HERMES_"))
+    }
     for name in ("HOME", "TMPDIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR"):
         d = base / name.lower()
         d.mkdir(mode=0o700)
@@ -98,10 +100,21 @@ def leftovers(base: Path) -> list[str]:
     return files + procs
 
 
-def run_demo(env: dict[str, str], *args: str, prefix: list[str] | None = None,
-             ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([*(prefix or []), *CTL, *args], env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+def run_demo(
+    env: dict[str, str],
+    *args: str,
+    prefix: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*(prefix or []), *CTL, *args],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_demo_exits_0_and_leaves_nothing(tmp_path: Path) -> None:
@@ -180,8 +193,15 @@ def test_interrupted_demo_cleans_up(tmp_path: Path, sig: signal.Signals) -> None
     """Ctrl-C (or SIGTERM) while the holders run: exit 130, every process it started
     stopped (the daemonised serve --isolated too), the sandbox removed."""
     env = clean_env(tmp_path)
-    proc = subprocess.Popen([*CTL], env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CTL],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     seen = []
     for line in proc.stdout:
@@ -207,9 +227,16 @@ def test_full_disk_fails_cleanly(tmp_path: Path, size: str) -> None:
     env = clean_env(tmp_path)
     tmp = env["TMPDIR"]
     script = f'mount -t tmpfs -o size={size} tmpfs "{tmp}" && "$@"; echo "rc=$?"; ls -A "{tmp}"'
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *CTL], env=env, cwd=REPO,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *CTL],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     lines = proc.stdout.rstrip("\n").splitlines()
     assert lines[-1] == "rc=1", proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr

@@ -58,8 +58,9 @@ def replicating(tmp_path: Path, hermes_home: Path) -> Iterator[subprocess.Popen[
     db = hermes_home / "state.db"
     proc = subprocess.Popen(
         [str(exe), "replicate", str(db), f"file://{tmp_path / 'replica'}"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     try:
@@ -155,29 +156,60 @@ def test_maintenance_stops_and_restarts_the_litestream_unit(tmp_path: Path) -> N
     install_fake_litestream(bin_dir)
     replica = tmp_path / "replica"
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "0.5s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "0.5s"}})
+    )
     with user_systemd(tmp_path / "manager") as manager:
-        manager.write_unit(GATEWAY, UNIT.format(
-            what="Hermes gateway", home=db.parent, command=f"{bin_dir}/hermes gateway run"))  # fmt: skip
-        manager.write_unit(LITESTREAM, UNIT.format(
-            what="Litestream", home=db.parent,
-            command=f"{bin_dir}/litestream replicate {db} file://{replica}"))  # fmt: skip
+        manager.write_unit(
+            GATEWAY,
+            UNIT.format(
+                what="Hermes gateway", home=db.parent, command=f"{bin_dir}/hermes gateway run"
+            ),
+        )
+        manager.write_unit(
+            LITESTREAM,
+            UNIT.format(
+                what="Litestream",
+                home=db.parent,
+                command=f"{bin_dir}/litestream replicate {db} file://{replica}",
+            ),
+        )
         manager.daemon_reload()
         for unit in (GATEWAY, LITESTREAM):
             r = manager.systemctl("start", unit)
             assert r.returncode == 0, r.stderr
-        wait_for(lambda: {main_pid(manager, u) for u in (GATEWAY, LITESTREAM)} - {0}
-                 <= holder_pids(db) and 0 not in {main_pid(manager, u) for u in (GATEWAY, LITESTREAM)},
-                 "both units to hold the database")  # fmt: skip
+        wait_for(
+            lambda: (
+                {main_pid(manager, u) for u in (GATEWAY, LITESTREAM)} - {0} <= holder_pids(db)
+                and 0 not in {main_pid(manager, u) for u in (GATEWAY, LITESTREAM)}
+            ),
+            "both units to hold the database",
+        )
         before = {u: main_pid(manager, u) for u in (GATEWAY, LITESTREAM)}
-        env = {**os.environ, "STATEWARDEN_CONFIG": str(config),
-               "DBUS_SESSION_BUS_ADDRESS": manager.bus_address}  # fmt: skip
+        env = {
+            **os.environ,
+            "STATEWARDEN_CONFIG": str(config),
+            "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+        }
         proc = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
-             "--yes", "--json"], capture_output=True, text=True, cwd=REPO, env=env,
-            check=False, stdin=subprocess.DEVNULL, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(db),
+                "--yes",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rep = json.loads(proc.stdout)
         assert rep["outcome"] == "repaired"
@@ -192,9 +224,13 @@ def test_maintenance_stops_and_restarts_the_litestream_unit(tmp_path: Path) -> N
         scan = HolderScanner([db], watch_opens=False).scan()[0]
         assert not any(h.stale for h in scan.holders)
         # The restarted Litestream syncs the new file (its inode), not the quarantined one.
-        wait_for(lambda: (replica / "syncs").exists()
-                 and (replica / "syncs").read_text().split()[2] == str(new_ino),
-                 "litestream to sync the new file")  # fmt: skip
+        wait_for(
+            lambda: (
+                (replica / "syncs").exists()
+                and (replica / "syncs").read_text().split()[2] == str(new_ino)
+            ),
+            "litestream to sync the new file",
+        )
     ids = session_ids(db)
     assert len(ids) == len(set(ids))
     assert distinct <= set(ids)

@@ -72,8 +72,9 @@ class Proc:
     def __init__(
         self, cmd: list[str], env: dict[str, str] | None = None, ready: str = "ready"
     ) -> None:
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, env=env, cwd=REPO)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if line != ready:
@@ -108,8 +109,10 @@ def procs() -> Iterator[list[Proc]]:
 
 def user_writer(h: Home) -> Proc:
     """A Hermes writer of the second uid holding its own state.db."""
-    return Proc([*SETPRIV, hermes_python(), str(WRITER), "hold", "--home", str(h.home)],
-                env=writer_env(h.home))  # fmt: skip
+    return Proc(
+        [*SETPRIV, hermes_python(), str(WRITER), "hold", "--home", str(h.home)],
+        env=writer_env(h.home),
+    )
 
 
 def idle_root() -> Proc:
@@ -125,10 +128,24 @@ def holders_as_user(
     env.pop("STATEWARDEN_CONFIG", None)
     extra = ["--config", config] if config else []
     return subprocess.run(
-        [*SETPRIV, sys.executable, "-m", "statewarden.cli.ctl", "holders", "--db", str(h.db),
-         "--no-systemd", *extra, *args],
-        capture_output=True, text=True, cwd=REPO, check=False, env=env,
-    )  # fmt: skip
+        [
+            *SETPRIV,
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "holders",
+            "--db",
+            str(h.db),
+            "--no-systemd",
+            *extra,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env=env,
+    )
 
 
 def fail_config(h: Home) -> str:
@@ -242,14 +259,36 @@ class TestOtherUsers:
         """Given CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE, the user reads root's writer as root does."""
         with holding(user_home.home) as root_writer:
             proc = subprocess.run(
-                ["setpriv", "--reuid", str(USER), "--regid", str(USER), "--clear-groups",
-                 "--inh-caps", "+sys_ptrace,+dac_read_search",
-                 "--ambient-caps", "+sys_ptrace,+dac_read_search",
-                 sys.executable, "-m", "statewarden.cli.ctl", "holders", "--db", str(user_home.db),
-                 "--no-systemd", "--json"],
-                capture_output=True, text=True, cwd=REPO, check=False,
-                env={**os.environ, "HOME": "/nonexistent", "XDG_CONFIG_HOME": str(user_home.config_dir)},
-            )  # fmt: skip
+                [
+                    "setpriv",
+                    "--reuid",
+                    str(USER),
+                    "--regid",
+                    str(USER),
+                    "--clear-groups",
+                    "--inh-caps",
+                    "+sys_ptrace,+dac_read_search",
+                    "--ambient-caps",
+                    "+sys_ptrace,+dac_read_search",
+                    sys.executable,
+                    "-m",
+                    "statewarden.cli.ctl",
+                    "holders",
+                    "--db",
+                    str(user_home.db),
+                    "--no-systemd",
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
+                env={
+                    **os.environ,
+                    "HOME": "/nonexistent",
+                    "XDG_CONFIG_HOME": str(user_home.config_dir),
+                },
+            )
         data = json.loads(proc.stdout)
         root = by_pid(data)[root_writer.pid]
         assert root["via"] == "descriptors"
@@ -265,8 +304,21 @@ class TestOtherUsers:
             " print('ready', flush=True); sys.stdin.read()"
         )
         third = str(USER - 1)
-        procs.append(evil := Proc(["setpriv", "--reuid", third, "--regid", third,
-                                   "--clear-groups", sys.executable, "-c", code]))  # fmt: skip
+        procs.append(
+            evil := Proc(
+                [
+                    "setpriv",
+                    "--reuid",
+                    third,
+                    "--regid",
+                    third,
+                    "--clear-groups",
+                    sys.executable,
+                    "-c",
+                    code,
+                ]
+            )
+        )
         out = holders_as_user(user_home, "--verbose").stdout
         assert "\x1b" not in out
         line = next(ln for ln in out.splitlines() if ln.startswith(f"  pid {evil.pid} "))
@@ -329,9 +381,12 @@ class TestOtherUsers:
         with holding(user_home.home) as root_writer:
             proc = subprocess.run(
                 [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
-                capture_output=True, text=True, cwd=REPO, check=False,
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
                 env={**os.environ, "HOME": "/nonexistent"},
-            )  # fmt: skip
+            )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["complete"] is True
@@ -361,9 +416,12 @@ class TestReload:
         with holding(user_home.home):
             proc = subprocess.run(
                 [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
-                capture_output=True, text=True, cwd=REPO, check=False,
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
                 env={**os.environ, "HOME": "/nonexistent"},
-            )  # fmt: skip
+            )
         assert proc.returncode == 0, proc.stderr
         before, after, coverage = json.loads(proc.stdout)
         assert before is False
@@ -409,8 +467,11 @@ class TestStaleThroughLocks:
         number cannot be shown to be that file any more (numbers are reused), so root is
         found through its lock on the current -shm, and not called STALE."""
         with holding(user_home.home) as root_writer:
-            procs.append(scanner := Proc([*SETPRIV, sys.executable, "-c", SCANNER,
-                                          str(user_home.db)], ready="scanned"))  # fmt: skip
+            procs.append(
+                scanner := Proc(
+                    [*SETPRIV, sys.executable, "-c", SCANNER, str(user_home.db)], ready="scanned"
+                )
+            )
             replace_db(user_home)
             data = second_scan(scanner)
         assert data["complete"] is True
@@ -455,12 +516,25 @@ class TestStaleThroughLocks:
         os.chown(stranger, STRANGER, STRANGER)
         with holding(home, prefix=tuple(SETPRIV)):
             old = {os.stat(f"{h.db}{sfx}").st_ino for sfx in ("-wal", "-shm")}
-            procs.append(scanner := Proc([*SETPRIV, sys.executable, "-c", SCANNER, str(h.db)],
-                                         ready="scanned"))  # fmt: skip
+            procs.append(
+                scanner := Proc(
+                    [*SETPRIV, sys.executable, "-c", SCANNER, str(h.db)], ready="scanned"
+                )
+            )
         assert not Path(f"{h.db}-wal").exists()
         assert not Path(f"{h.db}-shm").exists()
-        procs.append(Proc([*STRANGER_SETPRIV, sys.executable, "-c", REUSE_INODE,
-                           str(stranger), ",".join(map(str, old))]))  # fmt: skip
+        procs.append(
+            Proc(
+                [
+                    *STRANGER_SETPRIV,
+                    sys.executable,
+                    "-c",
+                    REUSE_INODE,
+                    str(stranger),
+                    ",".join(map(str, old)),
+                ]
+            )
+        )
         data = second_scan(scanner)
         assert data["complete"] is True, data["problems"]
         assert data["holders"] == []
@@ -520,8 +594,13 @@ ROOT_OFD = (
     " fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0x40000002, 510, 0));"
     " print('ready', flush=True); sys.stdin.read()"
 )
-OFD_SHARED = {"file": "state.db", "kind": "OFDLCK", "mode": "READ", "start": 1073741826,
-              "end": "1073742335"}  # fmt: skip
+OFD_SHARED = {
+    "file": "state.db",
+    "kind": "OFDLCK",
+    "mode": "READ",
+    "start": 1073741826,
+    "end": "1073742335",
+}
 OFD_DMS = {"file": "state.db-shm", "kind": "OFDLCK", "mode": "READ", "start": 128, "end": "128"}
 
 
@@ -554,8 +633,9 @@ class TestOfdLocks:
     ) -> None:
         """A stray open/close drops the process's POSIX locks on state.db; the OFD lock
         still covers the SHARED range, so it has not lost its locks (no LOST-LOCKS)."""
-        with holding(user_home.home, ofd_guard=True, drop_posix_locks=True,
-                     prefix=tuple(SETPRIV)) as writer:  # fmt: skip
+        with holding(
+            user_home.home, ofd_guard=True, drop_posix_locks=True, prefix=tuple(SETPRIV)
+        ) as writer:
             proc = holders_as_user(user_home, "--json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         me = by_pid(json.loads(proc.stdout))[writer.pid]
@@ -603,13 +683,37 @@ class TestRestrictedProc:
         /proc/locks that /proc does not list (what remains when the option is not seen).
         """
         proc = subprocess.run(
-            ["unshare", "-m", "-p", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh",
-             sys.executable, "-m", "tests.ns_holders", str(user_home.home),
-             "--db", str(user_home.db), "--json", "--no-systemd"],
-            capture_output=True, text=True, cwd=REPO, check=False,
-            env={**os.environ, "NS_HIDEPID": "2", "NS_UID": str(USER), "HOME": "/nonexistent",
-                 "XDG_CONFIG_HOME": str(user_home.config_dir)},
-        )  # fmt: skip
+            [
+                "unshare",
+                "-m",
+                "-p",
+                "--fork",
+                "--mount-proc",
+                "sh",
+                "-c",
+                '"$@"; exit $?',
+                "sh",
+                sys.executable,
+                "-m",
+                "tests.ns_holders",
+                str(user_home.home),
+                "--db",
+                str(user_home.db),
+                "--json",
+                "--no-systemd",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            env={
+                **os.environ,
+                "NS_HIDEPID": "2",
+                "NS_UID": str(USER),
+                "HOME": "/nonexistent",
+                "XDG_CONFIG_HOME": str(user_home.config_dir),
+            },
+        )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["rc"] == 1, out
@@ -629,14 +733,38 @@ class TestRestrictedProc:
     def test_hidepid_exempts_its_gid_group(self, user_home: Home) -> None:
         """hidepid=2,gid=G: a member of G sees every process, so the scan can be complete."""
         proc = subprocess.run(
-            ["unshare", "-m", "-p", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh",
-             sys.executable, "-m", "tests.ns_holders", str(user_home.home),
-             "--db", str(user_home.db), "--json", "--no-systemd"],
-            capture_output=True, text=True, cwd=REPO, check=False,
-            env={**os.environ, "NS_HIDEPID": f"2,gid={PROC_GROUP}", "NS_UID": str(USER),
-                 "NS_GROUPS": str(PROC_GROUP), "HOME": "/nonexistent",
-                 "XDG_CONFIG_HOME": str(user_home.config_dir)},
-        )  # fmt: skip
+            [
+                "unshare",
+                "-m",
+                "-p",
+                "--fork",
+                "--mount-proc",
+                "sh",
+                "-c",
+                '"$@"; exit $?',
+                "sh",
+                sys.executable,
+                "-m",
+                "tests.ns_holders",
+                str(user_home.home),
+                "--db",
+                str(user_home.db),
+                "--json",
+                "--no-systemd",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            env={
+                **os.environ,
+                "NS_HIDEPID": f"2,gid={PROC_GROUP}",
+                "NS_UID": str(USER),
+                "NS_GROUPS": str(PROC_GROUP),
+                "HOME": "/nonexistent",
+                "XDG_CONFIG_HOME": str(user_home.config_dir),
+            },
+        )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         data = json.loads(out["stdout"])

@@ -94,8 +94,12 @@ class Helper:
     """A small real process from ``python -c CODE DB`` that prints ``ready``."""
 
     def __init__(self, code: str, db: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(db)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
@@ -235,9 +239,16 @@ class TestCgroupUnit:
 class TestHumanAge:
     @pytest.mark.parametrize(
         ("seconds", "text"),
-        [(12, "12s"), (60, "1m"), (5 * 3600, "5h"), (5 * 3600 + 120, "5h 2m"),
-         (2 * 86400 + 3 * 3600 + 5, "2d 3h"), (86400, "1d"), (-3, "0s")],
-    )  # fmt: skip
+        [
+            (12, "12s"),
+            (60, "1m"),
+            (5 * 3600, "5h"),
+            (5 * 3600 + 120, "5h 2m"),
+            (2 * 86400 + 3 * 3600 + 5, "2d 3h"),
+            (86400, "1d"),
+            (-3, "0s"),
+        ],
+    )
     def test_since_column(self, seconds: int, text: str) -> None:
         """The SINCE column shows the two largest units."""
         assert human_age(seconds) == text
@@ -293,8 +304,11 @@ class TestWriters:
         with holding(hermes_home):
             result = scan(db)
         assert os.getpid() not in pids(result)
-        mine = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-                if os.path.exists(f"/proc/self/fd/{fd}")]  # fmt: skip
+        mine = [
+            os.readlink(f"/proc/self/fd/{fd}")
+            for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")
+        ]
         assert not [p for p in mine if "state.db" in p]
 
 
@@ -328,8 +342,11 @@ class TestOrphanServeIsolated:
         """docs/stories.md story 5: killing the desktop's serve --isolated brings a new one; the scan sees it."""
         pidfile = tmp_path / "serve.pid"
         env = hermes_env(hermes_home, fake_bin, pidfile)
-        app = subprocess.Popen([sys.executable, "-m", "tests.respawner",
-                                "hermes", "serve", "--isolated"], env=env, cwd=REPO)  # fmt: skip
+        app = subprocess.Popen(
+            [sys.executable, "-m", "tests.respawner", "hermes", "serve", "--isolated"],
+            env=env,
+            cwd=REPO,
+        )
         try:
             wait_for(lambda: read_pid(pidfile), "the first serve --isolated")
             first = read_pid(pidfile)
@@ -449,8 +466,10 @@ class TestIncremental:
     ) -> None:
         """A process cached as a non-holder that opens state.db later is found incrementally."""
         db = hermes_home / "state.db"
-        code = ("import sys; print('ready', flush=True); sys.stdin.readline();"
-                " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()")  # fmt: skip
+        code = (
+            "import sys; print('ready', flush=True); sys.stdin.readline();"
+            " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()"
+        )
         late = helpers(code, db)
         scanner = HolderScanner([db], refresh_per_scan=0)
         assert late.pid not in pids(scanner.scan()[0])
@@ -507,8 +526,10 @@ class TestOpenWatch:
     ) -> None:
         """With the watch off, a cached process that opens state.db later is still found."""
         db = hermes_home / "state.db"
-        code = ("import sys; print('ready', flush=True); sys.stdin.readline();"
-                " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()")  # fmt: skip
+        code = (
+            "import sys; print('ready', flush=True); sys.stdin.readline();"
+            " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()"
+        )
         late = helpers(code, db)
         scanner = HolderScanner([db], refresh_per_scan=0, watch_opens=False)
         assert late.pid not in pids(scanner.scan()[0])
@@ -568,8 +589,12 @@ class TestFailClosed:
             "    print(os.getpid(), flush=True); sys.stdin.read(); os._exit(0)\n"
             "os._exit(0)\n"
         )
-        proc = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(lock)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert proc.stdout is not None
             child = int(proc.stdout.readline())
@@ -593,11 +618,28 @@ class TestFailClosed:
         proc = subprocess.run(
             # Under sh, so the driver is not the namespace's PID 1 (whose children would
             # have PPID 1 and count as orphans).
-            ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh",
-             sys.executable, "-m", "tests.ns_holders", str(hermes_home), "--db", str(hermes_home / "state.db"),
-             "--no-systemd"],
-            capture_output=True, text=True, cwd=REPO, check=False,
-        )  # fmt: skip
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "sh",
+                "-c",
+                '"$@"; exit $?',
+                "sh",
+                sys.executable,
+                "-m",
+                "tests.ns_holders",
+                str(hermes_home),
+                "--db",
+                str(hermes_home / "state.db"),
+                "--no-systemd",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["rc"] == 0, out
@@ -650,8 +692,20 @@ class TestCli:
         assert isinstance(data["complete"], bool)
         assert result.exit_code == (0 if data["complete"] else 1)
         (h,) = [x for x in data["holders"] if x["pid"] == w.pid]
-        for key in ("pid", "ppid", "uid", "kind", "unit", "orphan", "stale", "locks", "fds",
-                    "cmdline", "started_at", "parents"):  # fmt: skip
+        for key in (
+            "pid",
+            "ppid",
+            "uid",
+            "kind",
+            "unit",
+            "orphan",
+            "stale",
+            "locks",
+            "fds",
+            "cmdline",
+            "started_at",
+            "parents",
+        ):
             assert key in h
         assert h["fds"] == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
         assert data["systemd"] == (
@@ -680,12 +734,29 @@ class TestCli:
                 for p in (home, home / "state.db"):
                     p.chmod(0o755 if p.is_dir() else 0o644)
                 proc = subprocess.run(
-                    ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-                     sys.executable, "-m", "statewarden.cli.ctl", "holders",
-                     "--db", str(home / "state.db"), "--no-systemd", "--config", str(config)],
-                    capture_output=True, text=True, cwd=REPO, check=False,
+                    [
+                        "setpriv",
+                        "--reuid",
+                        "65534",
+                        "--regid",
+                        "65534",
+                        "--clear-groups",
+                        sys.executable,
+                        "-m",
+                        "statewarden.cli.ctl",
+                        "holders",
+                        "--db",
+                        str(home / "state.db"),
+                        "--no-systemd",
+                        "--config",
+                        str(config),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    cwd=REPO,
+                    check=False,
                     env={**os.environ, "HOME": "/nonexistent"},
-                )  # fmt: skip
+                )
                 code, out = proc.returncode, proc.stdout
         finally:
             shutil.rmtree(shared, ignore_errors=True)
@@ -713,25 +784,53 @@ class TestCli:
 class TestCoverageLine:
     @staticmethod
     def scan_with(uids: list[int], held: int = 0) -> HolderScan:
-        unread = [{"pid": 100 + i, "uid": uid, "comm": "x", "reason": "r", "exempt": False,
-                   "checked": "locks", "holds_lock": i < held} for i, uid in enumerate(uids)]  # fmt: skip
-        return HolderScan(db=Path("/h/state.db"), files={}, holders=[], problems=[],
-                          uninspectable=unread, vanished=[], processes=len(uids), mode="full")  # fmt: skip
+        unread = [
+            {
+                "pid": 100 + i,
+                "uid": uid,
+                "comm": "x",
+                "reason": "r",
+                "exempt": False,
+                "checked": "locks",
+                "holds_lock": i < held,
+            }
+            for i, uid in enumerate(uids)
+        ]
+        return HolderScan(
+            db=Path("/h/state.db"),
+            files={},
+            holders=[],
+            problems=[],
+            uninspectable=unread,
+            vanished=[],
+            processes=len(uids),
+            mode="full",
+        )
 
     @pytest.mark.parametrize(
         ("uids", "held", "line"),
         [
             ([], 0, None),
-            ([os.geteuid() + 1] * 312, 0,
-             "312 processes of other users could not be read; none holds a lock on state.db"),
-            ([os.geteuid() + 1], 1, "1 process of other users could not be read;"
-             " 1 holds a lock on state.db (listed above, via locks)"),
+            (
+                [os.geteuid() + 1] * 312,
+                0,
+                "312 processes of other users could not be read; none holds a lock on state.db",
+            ),
+            (
+                [os.geteuid() + 1],
+                1,
+                "1 process of other users could not be read;"
+                " 1 holds a lock on state.db (listed above, via locks)",
+            ),
             ([os.geteuid()], 0, "1 process could not be read; none holds a lock on state.db"),
-            ([os.geteuid(), os.geteuid() + 1, os.geteuid() + 2], 2,
-             "3 processes (2 of other users) could not be read;"
-             " 2 hold a lock on state.db (listed above, via locks)"),
+            (
+                [os.geteuid(), os.geteuid() + 1, os.geteuid() + 2],
+                2,
+                "3 processes (2 of other users) could not be read;"
+                " 2 hold a lock on state.db (listed above, via locks)",
+            ),
         ],
-    )  # fmt: skip
+    )
     def test_one_line_says_what_was_checked_through_locks(
         self, uids: list[int], held: int, line: str | None
     ) -> None:
@@ -797,8 +896,12 @@ class TestHeartbeats:
         started = started_at(read_stat(wrapped.pid).start_ticks).timestamp()
         add_heartbeat(db, wrapped.pid, started - 3600, socket.gethostname())  # an hour earlier
         other = helpers(WRAPPED, db)
-        add_heartbeat(db, other.pid, started_at(read_stat(other.pid).start_ticks).timestamp(),
-                      "some-other-host")  # fmt: skip
+        add_heartbeat(
+            db,
+            other.pid,
+            started_at(read_stat(other.pid).start_ticks).timestamp(),
+            "some-other-host",
+        )
         data = json.loads(run_ctl("holders", "--db", str(db), "--json", "--no-systemd").stdout)
         kinds = {h["pid"]: (h["kind"], h["kind_evidence"]) for h in data["holders"]}
         assert kinds[wrapped.pid] == ("unknown", None)

@@ -37,10 +37,12 @@ class TestRecorder:
         """Plain updates too: the announcer, not the recorder, decides what is news."""
         rec, seen = _recorder(tmp_path)
         for at in (10.0, 11.0):
-            rec.record(Signal("stale_holder", DB, "pid 7 holds an old inode", at, key="7",
-                              source="holders"))  # fmt: skip
-        rec.record(Signal("stale_holder", DB, "gone", 12.0, key="7", source="holders",
-                          clears=True))  # fmt: skip
+            rec.record(
+                Signal(
+                    "stale_holder", DB, "pid 7 holds an old inode", at, key="7", source="holders"
+                )
+            )
+        rec.record(Signal("stale_holder", DB, "gone", 12.0, key="7", source="holders", clears=True))
         assert [(u.change, u.source) for u in seen] == [
             ("opened", "holders"),
             ("updated", "holders"),

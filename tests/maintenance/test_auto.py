@@ -26,8 +26,14 @@ def setup(tmp_path: Path, **maintenance: object) -> tuple[Path, dict[str, str]]:
     case = phantom_row(tmp_path / "hermes", SMALL)
     (case.db.parent / "logs").mkdir(exist_ok=True)
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "0.5s", **maintenance}}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "0.5s", **maintenance},
+            }
+        )
+    )
     env = daemon_env(tmp_path, case.db.parent)
     env["STATEWARDEN_CONFIG"] = str(config)
     return case.db, env
@@ -43,9 +49,13 @@ def test_daemon_start_rolls_back_an_interrupted_run(tmp_path: Path) -> None:
     db, env = setup(tmp_path, auto_repair="never")
     crashed = subprocess.run(
         [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db), "--yes"],
-        env={**env, "STATEWARDEN_CRASH_AT": "settle"}, cwd=REPO, capture_output=True,
-        text=True, check=False, timeout=300,
-    )  # fmt: skip
+        env={**env, "STATEWARDEN_CRASH_AT": "settle"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert stat.S_IMODE(db.stat().st_mode) == 0
     d = DaemonProc(env)
@@ -65,14 +75,18 @@ def test_corruption_incident_starts_a_repair(tmp_path: Path) -> None:
     d = DaemonProc(env)
     try:
         d.wait_for_line("statewarden ready")
-        line = log_line(dt.datetime.now(), "ERROR", "gateway.session",
-                        "FATAL: state.db reported structural corruption (database disk image"
-                        " is malformed)")  # fmt: skip
+        line = log_line(
+            dt.datetime.now(),
+            "ERROR",
+            "gateway.session",
+            "FATAL: state.db reported structural corruption (database disk image is malformed)",
+        )
         with open(db.parent / "logs" / "agent.log", "a") as f:
             f.write(line + "\n")
         d.wait_for_line("maintenance repair finished", timeout_s=120)
-        status = eventually(lambda: d.ctl_raw("maintenance")["last"].get(str(db)),
-                            what="the run's report")  # fmt: skip
+        status = eventually(
+            lambda: d.ctl_raw("maintenance")["last"].get(str(db)), what="the run's report"
+        )
         assert status["outcome"] == "repaired", status
     finally:
         d.stop()
@@ -87,16 +101,23 @@ def test_the_daemon_keeps_a_verified_snapshot_on_its_schedule(tmp_path: Path) ->
     verified snapshot of each database, taken at idle priority."""
     home = make_home(tmp_path / "hermes", TINY)
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"auto_repair": "never",
-                                                  "snapshot_interval": "2s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"auto_repair": "never", "snapshot_interval": "2s"},
+            }
+        )
+    )
     env = daemon_env(tmp_path, home)
     env["STATEWARDEN_CONFIG"] = str(config)
     d = DaemonProc(env)
     try:
         d.wait_for_line("maintenance snapshot finished", timeout_s=120)
-        last = eventually(lambda: d.ctl_raw("maintenance")["last_snapshot"].get(
-            str(home / "state.db")), what="the snapshot's report")  # fmt: skip
+        last = eventually(
+            lambda: d.ctl_raw("maintenance")["last_snapshot"].get(str(home / "state.db")),
+            what="the snapshot's report",
+        )
     finally:
         d.stop()
     assert last["exit_code"] == 0

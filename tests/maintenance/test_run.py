@@ -42,9 +42,14 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
-        capture_output=True, text=True, cwd=REPO, check=False, env=env or dict(os.environ),
-        stdin=subprocess.DEVNULL, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env=env or dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
 
 
 def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -78,8 +83,9 @@ class FakeHermes:
     def __init__(self, bin_dir: Path, home: Path, *args: str, write_every: float = 0.2) -> None:
         env = writer_env(home)
         env[WRITE_EVERY_ENV] = str(write_every)
-        self.proc = subprocess.Popen([str(bin_dir / "hermes"), *args], env=env,
-                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [str(bin_dir / "hermes"), *args], env=env, stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
@@ -126,8 +132,10 @@ class TestRepair:
         a file with exactly the distinct sessions and every message, keeps the original."""
         db, distinct = phantom
         messages_before = rows(db, "SELECT count(*) FROM messages NOT INDEXED")[0][0]
-        writers = [FakeHermes(fake_bin, db.parent, "dashboard"),
-                   FakeHermes(fake_bin, db.parent, "serve")]  # fmt: skip
+        writers = [
+            FakeHermes(fake_bin, db.parent, "dashboard"),
+            FakeHermes(fake_bin, db.parent, "serve"),
+        ]
         try:
             proc = ctl("--db", str(db), "--yes", "--json")
         finally:
@@ -249,9 +257,12 @@ class TestRefusals:
         """Even with --force: exit 5, the other uid's process keeps running."""
         db, _ = phantom
         holder = subprocess.Popen(
-            ["sh", "-c", f'exec 3<"{db}"; exec setpriv --reuid 65534 --regid 65534'
-             " --clear-groups sleep 300"],
-        )  # fmt: skip
+            [
+                "sh",
+                "-c",
+                f'exec 3<"{db}"; exec setpriv --reuid 65534 --regid 65534 --clear-groups sleep 300',
+            ],
+        )
         try:
             deadline = time.monotonic() + WAIT_S
             while holder.pid not in {h.pid for h in HolderScanner([db]).scan()[0].holders}:
@@ -291,9 +302,15 @@ class TestRespawn:
         pidfile = tmp_path / "serve.pid"
         env = {**writer_env(db.parent), PIDFILE_ENV: str(pidfile)}
         respawner = subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "respawner.py"), str(fake_bin / "hermes"),
-             "serve", "--isolated"], env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(REPO / "tests" / "respawner.py"),
+                str(fake_bin / "hermes"),
+                "serve",
+                "--isolated",
+            ],
+            env=env,
+        )
         try:
             deadline = time.monotonic() + WAIT_S
             while not pidfile.exists():
@@ -325,8 +342,19 @@ class TestRespawn:
         assert not list(db.parent.glob(".statewarden-*"))
 
 
-CRASH_STEPS = ["prebuild", "signal", "fence", "settle", "verify-source", "catch-up",
-               "swap", "sidecars-moved", "original-kept", "swapped", "post-check"]  # fmt: skip
+CRASH_STEPS = [
+    "prebuild",
+    "signal",
+    "fence",
+    "settle",
+    "verify-source",
+    "catch-up",
+    "swap",
+    "sidecars-moved",
+    "original-kept",
+    "swapped",
+    "post-check",
+]
 
 
 class TestCrash:
@@ -383,13 +411,21 @@ class TestFullDisk:
             f"{sys.executable} -m statewarden.cli.ctl maintenance --db {mnt}/home/state.db"
             f" --yes --json; echo rc=$?; sha256sum {src} {mnt}/home/state.db; ls -a {mnt}/home"
         )
-        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                              capture_output=True, text=True, cwd=REPO, check=False,
-                              timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            timeout=300,
+        )
         assert "rc=1" in proc.stdout, proc.stdout + proc.stderr
         assert "not enough free space" in proc.stdout
-        sums = {line.split()[0] for line in proc.stdout.splitlines() if "state.db" in line
-                and len(line.split()[0]) == 64}  # fmt: skip
+        sums = {
+            line.split()[0]
+            for line in proc.stdout.splitlines()
+            if "state.db" in line and len(line.split()[0]) == 64
+        }
         assert len(sums) == 1  # unchanged
         assert ".statewarden" not in proc.stdout.split("rc=1")[1]
         assert "Traceback" not in proc.stderr
@@ -406,9 +442,14 @@ class TestFullDisk:
             f"{sys.executable} -m statewarden.cli.ctl maintenance --db {mnt}/home/state.db"
             f" --yes; echo rc=$?; ls -a {mnt}/home; cmp {src} {mnt}/home/state.db && echo same"
         )
-        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                              capture_output=True, text=True, cwd=REPO, check=False,
-                              timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+            timeout=300,
+        )
         out = proc.stdout + proc.stderr
         assert "Traceback" not in out
         assert "failed before stopping anything" in proc.stdout, out
@@ -435,8 +476,9 @@ def test_bad_action_is_a_usage_error(config: Path, tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_several_databases_need_a_choice(config: Path, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_several_databases_need_a_choice(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With several profiles and neither --db nor --profile, maintenance is a usage error (exit 2)
     asking for one."""
     home = make_home(tmp_path / "hermes", TINY, profiles=("work",))
@@ -454,8 +496,7 @@ def test_vacuum_and_journal_mode(config: Path, tmp_path: Path) -> None:
     proc = ctl("--db", str(db), "--yes", "--json", "--action", "journal-mode=delete")
     assert proc.returncode == 0, proc.stderr
     assert report_of(proc)["outcome"] == "swapped"
-    assert any("does not pin database.journal_mode: delete" in n
-               for n in report_of(proc)["notes"])  # fmt: skip
+    assert any("does not pin database.journal_mode: delete" in n for n in report_of(proc)["notes"])
     assert rows(db, "PRAGMA journal_mode")[0][0] == "delete"
     assert session_ids(db) == ids
     proc = ctl("--db", str(db), "--yes", "--json", "--action", "checkpoint")
@@ -500,13 +541,35 @@ class TestUnprivileged:
                 json.dumps({"maintenance": {"settle": "1s", "stop_grace": "3s"}})
             )
             subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-            env = {**os.environ, "BASE": str(base), "PY": sys.executable, "REPO": str(REPO),
-                   "STATEWARDEN_CONFIG": str(base / "config.yaml")}  # fmt: skip
+            env = {
+                **os.environ,
+                "BASE": str(base),
+                "PY": sys.executable,
+                "REPO": str(REPO),
+                "STATEWARDEN_CONFIG": str(base / "config.yaml"),
+            }
             proc = subprocess.run(
-                ["unshare", "--pid", "--fork", "--mount-proc", "setpriv", "--reuid", "65534",
-                 "--regid", "65534", "--clear-groups", "sh", "-c", NS_SCRIPT],
-                env=env, capture_output=True, text=True, check=False, timeout=300,
-            )  # fmt: skip
+                [
+                    "unshare",
+                    "--pid",
+                    "--fork",
+                    "--mount-proc",
+                    "setpriv",
+                    "--reuid",
+                    "65534",
+                    "--regid",
+                    "65534",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                    NS_SCRIPT,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
             rc = (base / "rc").read_text().strip()
             stderr = (base / "stderr.txt").read_text()
             assert rc == "0", f"{proc.stderr}\n{stderr}\n{(base / 'report.json').read_text()}"
@@ -531,16 +594,30 @@ def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str
     assert rep["outcome"] == "repaired"
     listed = subprocess.run(
         [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "list", "--json"],
-        capture_output=True, text=True, cwd=REPO, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     entries = json.loads(listed.stdout)["quarantine"]
     assert [e["name"] for e in entries] == [Path(rep["quarantine"]).name]
     assert entries[0]["db"] == str(db)
     restored = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "restore",
-         entries[0]["name"], "--yes", "--json"],
-        capture_output=True, text=True, cwd=REPO, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "quarantine",
+            "restore",
+            entries[0]["name"],
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
     # The original was damaged, and the post-check says so: exit 1, but swapped back.
     assert restored.returncode == 1, restored.stderr
     back = report_of(restored)
@@ -550,13 +627,17 @@ def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str
     assert len(ids) == len(distinct) + 1  # the original again, phantom row and all
     listed = subprocess.run(
         [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "list", "--json"],
-        capture_output=True, text=True, cwd=REPO, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     assert len(json.loads(listed.stdout)["quarantine"]) == 2
 
 
-def test_a_writer_too_busy_for_a_prebuild(config: Path, phantom: tuple[Path, list[str]],
-                                          fake_bin: Path) -> None:  # fmt: skip
+def test_a_writer_too_busy_for_a_prebuild(
+    config: Path, phantom: tuple[Path, list[str]], fake_bin: Path
+) -> None:
     """A writer that changes the file during every copy attempt: the new file is built
     after the stop instead, and the run still repairs."""
     db, distinct = phantom
@@ -583,10 +664,21 @@ class TestSnapshots:
         try:
             for _ in range(4):  # one more than snapshots_keep
                 r = subprocess.run(
-                    [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take",
-                     "--db", str(home / "state.db"), "--json"],
-                    capture_output=True, text=True, cwd=REPO, check=False,
-                )  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "statewarden.cli.ctl",
+                        "snapshots",
+                        "take",
+                        "--db",
+                        str(home / "state.db"),
+                        "--json",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    cwd=REPO,
+                    check=False,
+                )
                 assert r.returncode == 0, r.stderr
         finally:
             w.stop()
@@ -596,19 +688,26 @@ class TestSnapshots:
         assert integrity(Path(snap["path"])) == "ok"
         listed = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "--json"],
-            capture_output=True, text=True, cwd=REPO, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
         assert len(json.loads(listed.stdout)["snapshots"]) == 3
 
-    def test_a_damaged_file_gives_no_snapshot(self, config: Path,
-                                              phantom: tuple[Path, list[str]]) -> None:  # fmt: skip
+    def test_a_damaged_file_gives_no_snapshot(
+        self, config: Path, phantom: tuple[Path, list[str]]
+    ) -> None:
         """``snapshots take`` on a damaged file fails its check (exit 1, no traceback) and keeps no
         copy."""
         db, _ = phantom
         r = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--db", str(db)],
-            capture_output=True, text=True, cwd=REPO, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+        )
         assert r.returncode == 1
         assert "the snapshot failed its check (base damage" in r.stderr
         assert "Traceback" not in r.stderr
@@ -644,8 +743,10 @@ def test_a_holder_that_ignores_sigterm_is_killed(
 
 
 def _work_folder_with_lock(folder: Path) -> bool:
-    return any(n.startswith(".statewarden-work-") and os.path.exists(folder / n / ".lock")
-               for n in os.listdir(folder))  # fmt: skip
+    return any(
+        n.startswith(".statewarden-work-") and os.path.exists(folder / n / ".lock")
+        for n in os.listdir(folder)
+    )
 
 
 class TestLeftovers:
@@ -664,10 +765,21 @@ class TestLeftovers:
             if step == "catch-up":
                 env["STATEWARDEN_CRASH_AT"] = "catch-up-copied"
             run = subprocess.Popen(
-                [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
-                 "--yes"], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "statewarden.cli.ctl",
+                    "maintenance",
+                    "--db",
+                    str(db),
+                    "--yes",
+                ],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             if step == "prebuild":
                 while run.poll() is None and not _work_folder_with_lock(db.parent):
                     pass
@@ -724,10 +836,18 @@ def test_holders_that_ignore_sigterm_are_stopped_together(tmp_path: Path) -> Non
             assert p.stdout is not None
             assert p.stdout.readline().strip() == "ready"
         result = Settler(
-            scanner=scanner, settle_s=0.3, timeout_s=60, respawn_limit=2, grace_s=5,
-            force=True, stop_interactive=True, on_signal=lambda d: signalled.append(d.pid),
-            on_unit=lambda u: None, unit_timeout_s=5, address="unix:path=/nonexistent",
-        ).run()  # fmt: skip
+            scanner=scanner,
+            settle_s=0.3,
+            timeout_s=60,
+            respawn_limit=2,
+            grace_s=5,
+            force=True,
+            stop_interactive=True,
+            on_signal=lambda d: signalled.append(d.pid),
+            on_unit=lambda u: None,
+            unit_timeout_s=5,
+            address="unix:path=/nonexistent",
+        ).run()
     finally:
         scanner.close()
         for p in procs:

@@ -66,8 +66,13 @@ class TestOnline:
         log = tmp_path / "commits.log"
         env = writer_env(home)
         env.update({WRITE_EVERY_ENV: "0.005", LOG_ENV: str(log)})
-        proc = subprocess.Popen([str(fake_bin / "hermes"), "dashboard"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [str(fake_bin / "hermes"), "dashboard"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline().strip() == "ready"
@@ -172,17 +177,33 @@ class TestCommand:
         home = make_home(tmp_path / "home", TINY)
         env = dict(os.environ)
         take = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--idle",
-             "--db", str(home / "state.db")],
-            capture_output=True, text=True, cwd=REPO, env=env, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "snapshots",
+                "take",
+                "--idle",
+                "--db",
+                str(home / "state.db"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=False,
+        )
         assert take.returncode == 0, take.stderr
         assert take.stdout.startswith("kept ")
         assert "check passed" in take.stdout
         listed = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "--json"],
-            capture_output=True, text=True, cwd=REPO, env=env, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=True,
+        )
         doc = json.loads(listed.stdout)
         assert doc["schema_version"] == 1
         (snap,) = doc["snapshots"]
@@ -190,8 +211,12 @@ class TestCommand:
         assert snap["source"] == str(home / "state.db")
         text = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.ctl", "snapshots"],
-            capture_output=True, text=True, cwd=REPO, env=env, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=True,
+        )
         assert "  check passed  " in text.stdout
 
 
@@ -229,11 +254,24 @@ def test_kill_9_at_the_snapshot_step_then_resume(
     w = FakeHermes(fake_bin, home, "dashboard", write_every=0.05)
     try:
         crashed = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
-             "--action", "vacuum", "--yes"],
-            env={**os.environ, "STATEWARDEN_CRASH_AT": "snapshot"}, cwd=REPO,
-            capture_output=True, text=True, check=False, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(db),
+                "--action",
+                "vacuum",
+                "--yes",
+            ],
+            env={**os.environ, "STATEWARDEN_CRASH_AT": "snapshot"},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         assert crashed.returncode == -9, crashed.stderr
         assert w.proc.poll() is None  # never signalled
         resumed = ctl("--db", str(db), "--resume", "--json")
@@ -263,9 +301,13 @@ def test_a_full_disk_keeps_no_half_snapshot(tmp_path: Path) -> None:
     )
     proc = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-        env={**os.environ, "XDG_STATE_HOME": str(state)}, cwd=REPO,
-        capture_output=True, text=True, check=False, timeout=300,
-    )  # fmt: skip
+        env={**os.environ, "XDG_STATE_HOME": str(state)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     lines = proc.stdout.splitlines()
     assert lines[0] == "rc=1", proc.stderr
     assert lines[1:] == [".lock"]

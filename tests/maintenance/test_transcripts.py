@@ -32,19 +32,35 @@ NEW = "20261130_220000_abcdef"
 def agent_row(role: str, content: Any, **extra: Any) -> dict[str, Any]:
     """A line in the agent's divert shape (key order as Hermes writes it)."""
     row: dict[str, Any] = {
-        "role": role, "content": content, "tool_name": None, "tool_calls": None,
-        "tool_call_id": None, "finish_reason": None, "reasoning": None,
-        "reasoning_content": None, "reasoning_details": None, "codex_reasoning_items": None,
-        "codex_message_items": None, "_compressed_summary": False, "timestamp": None,
-        "api_content": None, "display_kind": None, "display_metadata": None,
+        "role": role,
+        "content": content,
+        "tool_name": None,
+        "tool_calls": None,
+        "tool_call_id": None,
+        "finish_reason": None,
+        "reasoning": None,
+        "reasoning_content": None,
+        "reasoning_details": None,
+        "codex_reasoning_items": None,
+        "codex_message_items": None,
+        "_compressed_summary": False,
+        "timestamp": None,
+        "api_content": None,
+        "display_kind": None,
+        "display_metadata": None,
         "platform_message_id": None,
-    }  # fmt: skip
+    }
     row.update(extra)
     return row
 
 
-CALLS = [{"id": "call_9", "type": "function",
-          "function": {"name": "terminal", "arguments": "{\"cmd\": \"ls\"}"}}]  # fmt: skip
+CALLS = [
+    {
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "terminal", "arguments": '{"cmd": "ls"}'},
+    }
+]
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> None:
@@ -57,8 +73,13 @@ def write_jsonl(path: Path, rows: list[Any]) -> None:
 def spool(home: Path, name: str, sid: str, message: dict[str, Any], ts: int = 1796160000) -> None:
     folder = home / "pending_messages"
     folder.mkdir(exist_ok=True)
-    entry = {"session_key": sid, "reason": "transcript_cap_drop", "ts": ts, "seq": 0,
-             "data": {"session_id": sid, "message": message}}  # fmt: skip
+    entry = {
+        "session_key": sid,
+        "reason": "transcript_cap_drop",
+        "ts": ts,
+        "seq": 0,
+        "data": {"session_id": sid, "message": message},
+    }
     (folder / f"pending-{name}.json").write_text(json.dumps(entry))
 
 
@@ -78,8 +99,13 @@ def hermes_messages(home: Path, sid: str) -> list[dict[str, Any]]:
         "import json, sys; from hermes_state import SessionDB;"
         " print(json.dumps(SessionDB().get_messages(sys.argv[1]), default=str))"
     )
-    out = subprocess.run([hermes_python(), "-c", code, sid], env=writer_env(home),
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [hermes_python(), "-c", code, sid],
+        env=writer_env(home),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return list(json.loads(out.stdout))
 
 
@@ -87,18 +113,33 @@ def hermes_messages(home: Path, sid: str) -> list[dict[str, Any]]:
 def diverted(hermes_home: Path) -> Path:
     """Both shapes: agent rows for an existing session, gateway rows (and the spool's
     copies of them) for a session the file does not have."""
-    write_jsonl(hermes_home / "sessions" / f"{EXISTING}.jsonl", [
-        agent_row("user", "what is in the folder?"),
-        agent_row("assistant", "", tool_calls=CALLS, reasoning="look first"),
-        agent_row("tool", "a.txt b.txt", tool_name="terminal", tool_call_id="call_9"),
-        agent_row("assistant", "two files", timestamp=1796159000.5, platform_message_id="77"),
-    ])  # fmt: skip
-    meta = {"role": "session_meta", "tools": [], "model": "m", "platform": "telegram",
-            "timestamp": 1796160000.0}  # fmt: skip
-    user = {"role": "user", "content": "hello again", "timestamp": 1796160001.0,
-            "message_id": "501"}  # fmt: skip
-    reply = {"role": "assistant", "content": [{"type": "text", "text": "hi"}],
-             "timestamp": 1796160002.0}  # fmt: skip
+    write_jsonl(
+        hermes_home / "sessions" / f"{EXISTING}.jsonl",
+        [
+            agent_row("user", "what is in the folder?"),
+            agent_row("assistant", "", tool_calls=CALLS, reasoning="look first"),
+            agent_row("tool", "a.txt b.txt", tool_name="terminal", tool_call_id="call_9"),
+            agent_row("assistant", "two files", timestamp=1796159000.5, platform_message_id="77"),
+        ],
+    )
+    meta = {
+        "role": "session_meta",
+        "tools": [],
+        "model": "m",
+        "platform": "telegram",
+        "timestamp": 1796160000.0,
+    }
+    user = {
+        "role": "user",
+        "content": "hello again",
+        "timestamp": 1796160001.0,
+        "message_id": "501",
+    }
+    reply = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "hi"}],
+        "timestamp": 1796160002.0,
+    }
     write_jsonl(hermes_home / "sessions" / f"{NEW}.jsonl", [meta, user, reply])
     spool(hermes_home, "a1", NEW, user)
     spool(hermes_home, "a2", NEW, reply)
@@ -125,8 +166,9 @@ class TestImport:
         (spooled,) = [f for f in result.files if f.path.endswith("pending_messages")]
         assert (spooled.imported, spooled.already_present) == (0, 2)  # copies of the JSONL
         assert {p: p.read_bytes() for p in sources} == sources  # never changed
-        assert count(db, "SELECT count(*) FROM messages WHERE session_id = ?",
-                     EXISTING) == before + 4  # fmt: skip
+        assert (
+            count(db, "SELECT count(*) FROM messages WHERE session_id = ?", EXISTING) == before + 4
+        )
         assert count(db, "SELECT message_count FROM sessions WHERE id = ?", EXISTING) == counted + 4
         # Hermes reads them back as it wrote them.
         rows = hermes_messages(diverted, EXISTING)[-4:]
@@ -164,13 +206,18 @@ class TestImport:
         conn = apsw.Connection(str(db))
         (ts, content) = conn.execute(
             "SELECT timestamp, content FROM messages WHERE session_id = ? AND role = 'user'"
-            " ORDER BY id LIMIT 1", (EXISTING,),
-        ).fetchall()[0]  # fmt: skip
+            " ORDER BY id LIMIT 1",
+            (EXISTING,),
+        ).fetchall()[0]
         conn.close()
-        write_jsonl(hermes_home / "sessions" / f"{EXISTING}.jsonl", [
-            {"role": "user", "content": content, "timestamp": ts},  # stored already
-            {"role": "user", "content": "ok"}, {"role": "user", "content": "ok"},
-        ])  # fmt: skip
+        write_jsonl(
+            hermes_home / "sessions" / f"{EXISTING}.jsonl",
+            [
+                {"role": "user", "content": content, "timestamp": ts},  # stored already
+                {"role": "user", "content": "ok"},
+                {"role": "user", "content": "ok"},
+            ],
+        )
         result = import_diverted(db, hermes_home)
         (f,) = result.files
         assert (f.imported, f.already_present) == (2, 1)
@@ -178,11 +225,18 @@ class TestImport:
     def test_odd_lines_are_skipped_and_counted(self, hermes_home: Path) -> None:
         """Lines that are not JSON objects, have no role, or no content and no tool call are skipped
         and counted by reason; the good line is imported."""
-        write_jsonl(hermes_home / "sessions" / f"{EXISTING}.jsonl", [
-            "not json at all", "[1, 2]", {"content": "no role"}, {"role": ""},
-            {"role": "assistant", "content": None}, "[" * 100_000,
-            {"role": "user", "content": "kept", "timestamp": "2026-11-30T22:00:00"},
-        ])  # fmt: skip
+        write_jsonl(
+            hermes_home / "sessions" / f"{EXISTING}.jsonl",
+            [
+                "not json at all",
+                "[1, 2]",
+                {"content": "no role"},
+                {"role": ""},
+                {"role": "assistant", "content": None},
+                "[" * 100_000,
+                {"role": "user", "content": "kept", "timestamp": "2026-11-30T22:00:00"},
+            ],
+        )
         result = import_diverted(hermes_home / "state.db", hermes_home)
         (f,) = result.files
         assert f.imported == 1
@@ -244,10 +298,13 @@ class TestMaintenanceImports:
     def _diverted_phantom(self, tmp_path: Path) -> Path:
         case = phantom_row(tmp_path / "home", TINY)
         sid = session_ids(case.db)[0]
-        write_jsonl(case.db.parent / "sessions" / f"{sid}.jsonl", [
-            agent_row("user", "written while the file was unusable", timestamp=1796160100.0),
-            agent_row("assistant", "and kept in the JSONL", timestamp=1796160101.0),
-        ])  # fmt: skip
+        write_jsonl(
+            case.db.parent / "sessions" / f"{sid}.jsonl",
+            [
+                agent_row("user", "written while the file was unusable", timestamp=1796160100.0),
+                agent_row("assistant", "and kept in the JSONL", timestamp=1796160101.0),
+            ],
+        )
         return case.db
 
     def test_repair_imports_what_was_diverted(self, maint_config: Path, tmp_path: Path) -> None:
@@ -261,12 +318,20 @@ class TestMaintenanceImports:
         assert rep["imported"]["imported"] == 2
         assert rep["imported"]["error"] is None
         assert [s["step"] for s in rep["steps"]].count("import") == 1
-        assert count(db, "SELECT count(*) FROM messages WHERE content = ?",
-                     "written while the file was unusable") == 1  # fmt: skip
+        assert (
+            count(
+                db,
+                "SELECT count(*) FROM messages WHERE content = ?",
+                "written while the file was unusable",
+            )
+            == 1
+        )
         text = ctl("--db", str(db), "--yes")  # healthy now: nothing swapped, nothing imported
         assert text.returncode == 0, text.stderr
-        assert count(db, "SELECT count(*) FROM messages WHERE content = ?",
-                     "and kept in the JSONL") == 1  # fmt: skip
+        assert (
+            count(db, "SELECT count(*) FROM messages WHERE content = ?", "and kept in the JSONL")
+            == 1
+        )
 
     def test_no_import_keeps_them_out(self, maint_config: Path, tmp_path: Path) -> None:
         """--no-import repairs without importing, and the report's notes say so."""
@@ -276,5 +341,7 @@ class TestMaintenanceImports:
         rep = report_of(proc)
         assert rep["imported"] is None
         assert "diverted transcripts not imported (--no-import)" in rep["notes"]
-        assert count(db, "SELECT count(*) FROM messages WHERE content = ?",
-                     "and kept in the JSONL") == 0  # fmt: skip
+        assert (
+            count(db, "SELECT count(*) FROM messages WHERE content = ?", "and kept in the JSONL")
+            == 0
+        )

@@ -68,16 +68,24 @@ def units(tmp_path: Path) -> Iterator[tuple[UserSystemd, Path, list[str]]]:
     bin_dir = tmp_path / "bin"
     install_fake_hermes(bin_dir)
     with user_systemd(tmp_path / "manager") as manager:
-        for name, what, restart in ((GATEWAY, "gateway run", "always"),
-                                    (DASHBOARD, "dashboard", "no")):  # fmt: skip
-            manager.write_unit(name, UNIT.format(home=case.db.parent, bin=bin_dir, what=what,
-                                                 restart=restart))  # fmt: skip
+        for name, what, restart in (
+            (GATEWAY, "gateway run", "always"),
+            (DASHBOARD, "dashboard", "no"),
+        ):
+            manager.write_unit(
+                name, UNIT.format(home=case.db.parent, bin=bin_dir, what=what, restart=restart)
+            )
         manager.daemon_reload()
         for name in (GATEWAY, DASHBOARD):
             r = manager.systemctl("start", name)
             assert r.returncode == 0, r.stderr
-        wait_for(lambda: {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)}
-                 <= holders(case.db) and 0 not in {main_pid(manager, GATEWAY)}, "units to hold")  # fmt: skip
+        wait_for(
+            lambda: (
+                {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)} <= holders(case.db)
+                and 0 not in {main_pid(manager, GATEWAY)}
+            ),
+            "units to hold",
+        )
         yield manager, case.db, distinct
 
 
@@ -89,16 +97,34 @@ def test_units_are_stopped_repaired_and_started_again(
     repairs it, and starts them again as new processes that hold the new file, none stale."""
     manager, db, distinct = units
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "0.5s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "0.5s"}})
+    )
     before = {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)}
-    env = {**os.environ, "STATEWARDEN_CONFIG": str(config),
-           "DBUS_SESSION_BUS_ADDRESS": manager.bus_address}  # fmt: skip
+    env = {
+        **os.environ,
+        "STATEWARDEN_CONFIG": str(config),
+        "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db), "--yes",
-         "--json"], capture_output=True, text=True, cwd=REPO, env=env, check=False,
-        stdin=subprocess.DEVNULL, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "maintenance",
+            "--db",
+            str(db),
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["outcome"] == "repaired"
@@ -116,8 +142,10 @@ def test_units_are_stopped_repaired_and_started_again(
     assert not any(h.stale for h in scan.holders)
     assert db.stat().st_ino == new_ino
     n = rows(db, "SELECT count(*) FROM messages NOT INDEXED")[0][0]
-    wait_for(lambda: rows(db, "SELECT count(*) FROM messages NOT INDEXED")[0][0] > n,
-             "a unit to write to the new file")  # fmt: skip
+    wait_for(
+        lambda: rows(db, "SELECT count(*) FROM messages NOT INDEXED")[0][0] > n,
+        "a unit to write to the new file",
+    )
     ids = session_ids(db)
     assert len(ids) == len(set(ids))
     assert set(distinct) <= set(ids)
@@ -132,19 +160,38 @@ def test_unit_that_fails_to_start_again_is_reported(
     """The swap is kept (the new file is good); the unit that did not start is named, exit 1."""
     manager, db, _ = units
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "0.5s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "0.5s"}})
+    )
     # The dashboard's next start fails: its program is gone.
-    manager.write_unit(DASHBOARD, UNIT.format(home=db.parent, bin="/nonexistent",
-                                              what="dashboard", restart="no"))  # fmt: skip
+    manager.write_unit(
+        DASHBOARD, UNIT.format(home=db.parent, bin="/nonexistent", what="dashboard", restart="no")
+    )
     manager.daemon_reload()
-    env = {**os.environ, "STATEWARDEN_CONFIG": str(config),
-           "DBUS_SESSION_BUS_ADDRESS": manager.bus_address}  # fmt: skip
+    env = {
+        **os.environ,
+        "STATEWARDEN_CONFIG": str(config),
+        "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db), "--yes",
-         "--json"], capture_output=True, text=True, cwd=REPO, env=env, check=False,
-        stdin=subprocess.DEVNULL, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "maintenance",
+            "--db",
+            str(db),
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["outcome"] == "repaired"
@@ -163,29 +210,59 @@ def test_four_holders_with_a_respawner(
     or aborts with it named, and in both cases both units run again and nothing is lost."""
     manager, db, distinct = units
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "1s", "respawn_limit": 2,
-                                                  "stop_grace": "3s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "1s", "respawn_limit": 2, "stop_grace": "3s"},
+            }
+        )
+    )
     bin_dir = tmp_path / "bin"
     env = {**writer_env(db.parent), "FAKE_HERMES_WRITE_EVERY": "0.3"}
-    chat = subprocess.Popen([str(bin_dir / "hermes"), "chat"], env=env, stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    chat = subprocess.Popen(
+        [str(bin_dir / "hermes"), "chat"], env=env, stdout=subprocess.PIPE, text=True
+    )
     assert chat.stdout is not None
     assert chat.stdout.readline().strip() == "ready"
     pidfile = tmp_path / "serve.pid"
     respawner = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "respawner.py"), str(bin_dir / "hermes"),
-         "serve", "--isolated"], env={**env, "FAKE_HERMES_PIDFILE": str(pidfile)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "tests" / "respawner.py"),
+            str(bin_dir / "hermes"),
+            "serve",
+            "--isolated",
+        ],
+        env={**env, "FAKE_HERMES_PIDFILE": str(pidfile)},
+    )
     try:
         wait_for(lambda: pidfile.exists() and len(holders(db)) >= 4, "four holders")
-        run_env = {**os.environ, "STATEWARDEN_CONFIG": str(config),
-                   "DBUS_SESSION_BUS_ADDRESS": manager.bus_address}  # fmt: skip
+        run_env = {
+            **os.environ,
+            "STATEWARDEN_CONFIG": str(config),
+            "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+        }
         proc = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
-             "--yes", "--force", "--json"], capture_output=True, text=True, cwd=REPO,
-            env=run_env, check=False, stdin=subprocess.DEVNULL, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(db),
+                "--yes",
+                "--force",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=run_env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
         chat_code = chat.poll()
     finally:
         respawner.terminate()
@@ -209,5 +286,7 @@ def test_four_holders_with_a_respawner(
         assert stat.S_IMODE(db.stat().st_mode) == 0o644
     assert set(distinct) <= set(session_ids(db))
     assert sorted(rep["units_stopped"]) == sorted([GATEWAY, DASHBOARD])
-    wait_for(lambda: 0 not in {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)},
-             "both units to run again")  # fmt: skip
+    wait_for(
+        lambda: 0 not in {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)},
+        "both units to run again",
+    )

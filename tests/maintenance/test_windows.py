@@ -36,9 +36,17 @@ class TestGrammar:
         assert parse_window(text) == (frozenset(days), start, end)
 
     @pytest.mark.parametrize(
-        "text", ["Sun", "Sun 03:00", "Funday 03:00-04:00", "Sun 25:00-26:00",
-                 "Sun 03:00-03:00", "Sun 03:60-04:00", ""],
-    )  # fmt: skip
+        "text",
+        [
+            "Sun",
+            "Sun 03:00",
+            "Funday 03:00-04:00",
+            "Sun 25:00-26:00",
+            "Sun 03:00-03:00",
+            "Sun 03:60-04:00",
+            "",
+        ],
+    )
     def test_invalid(self, text: str) -> None:
         """A window with no times, one time, an unknown day, hours past 24, no length or minutes
         past 59 does not parse."""
@@ -66,8 +74,10 @@ class TestTimes:
         w = parse_windows(["Sun 03:00-04:00"])
         # 2026-11-29 is a Sunday.
         inside = current_window(w, local(2026, 11, 29, 3, 30), BERLIN)
-        assert inside == (local(2026, 11, 29, 3, 0).astimezone(UTC),
-                          local(2026, 11, 29, 4, 0).astimezone(UTC))  # fmt: skip
+        assert inside == (
+            local(2026, 11, 29, 3, 0).astimezone(UTC),
+            local(2026, 11, 29, 4, 0).astimezone(UTC),
+        )
         assert current_window(w, local(2026, 11, 29, 4, 0), BERLIN) is None
         nxt = next_window(w, local(2026, 11, 29, 4, 0), BERLIN)
         assert nxt is not None

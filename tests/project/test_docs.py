@@ -13,8 +13,11 @@ def test_generated_docs_are_current() -> None:
     """docs/config.md, docs/cli.md and docs/man/*.1 are what docs/generate.py writes today."""
     r = subprocess.run(
         [sys.executable, str(ROOT / "docs" / "generate.py"), "--check"],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -47,8 +50,11 @@ def test_the_check_fails_on_a_stale_file(tmp_path: Path) -> None:
         target.write_text(before + "stale line\n")
         r = subprocess.run(
             [sys.executable, str(ROOT / "docs" / "generate.py"), "--check"],
-            capture_output=True, text=True, check=False, timeout=120,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         assert r.returncode == 1
         assert "stale: docs/config.md" in r.stderr
         assert target.read_text().endswith("stale line\n")
@@ -88,9 +94,13 @@ def test_the_reference_is_what_each_command_prints_for_help() -> None:
         prog, *rest = path.split()
         for columns in ("200", "80"):
             r = subprocess.run(
-                [str(bindir / prog), *rest, "--help"], capture_output=True, text=True,
-                check=False, timeout=60, env={**os.environ, "COLUMNS": columns},
-            )  # fmt: skip
+                [str(bindir / prog), *rest, "--help"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+                env={**os.environ, "COLUMNS": columns},
+            )
             assert r.returncode == 0, r.stderr
             assert r.stdout == block, f"{path} --help (COLUMNS={columns}) differs from docs/cli.md"
         assert "  -h, --help" in block

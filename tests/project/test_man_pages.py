@@ -24,8 +24,13 @@ def test_man_renders_it() -> None:
     """man renders statewarden.yaml(5) without error, with its name line and a key in the text."""
     if shutil.which("man") is None:
         pytest.skip("man is not installed (apt-get install man-db)")
-    r = subprocess.run(["man", "-l", str(PAGE)], capture_output=True, text=True, check=False,
-                       env={"PATH": "/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "80"})  # fmt: skip
+    r = subprocess.run(
+        ["man", "-l", str(PAGE)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "MANPAGER": "cat", "MANWIDTH": "80"},
+    )
     assert r.returncode == 0, r.stderr
     assert "statewarden.yaml - configuration of statewarden" in r.stdout
     assert "alerts.telegram.token_file" in r.stdout

@@ -184,8 +184,9 @@ class TestOtherKinds:
         (cap / "manifest.json").write_text(json.dumps(manifest))
         _code, doc, _out = recover_with(case, tmp_path, cap)
         assert doc["from_other_copies"] == []
-        assert any("'../other.db', not a file of the capture's own folder" in n
-                   for n in doc["notes"])  # fmt: skip
+        assert any(
+            "'../other.db', not a file of the capture's own folder" in n for n in doc["notes"]
+        )
 
     def test_a_damaged_backup_is_not_used(self, tmp_path: Path) -> None:
         """A pre-update backup that fails its check is left out with a note; the rows
@@ -217,9 +218,14 @@ class TestOtherKinds:
         case = corruption.fresh_copy(tmp_path / "db")
         out = tmp_path / "out.db"
         code, _stdout, stderr = run_ctl(
-            "recover", "--source", str(case.db), "--output", str(out),
-            "--extra-source", str(tmp_path / "nope.db"),
-        )  # fmt: skip
+            "recover",
+            "--source",
+            str(case.db),
+            "--output",
+            str(out),
+            "--extra-source",
+            str(tmp_path / "nope.db"),
+        )
         assert code == 2
         assert f"{tmp_path / 'nope.db'}: no such file for --extra-source" in stderr
         assert not out.exists()

@@ -64,10 +64,15 @@ def as_user(
     """``sh -c SCRIPT`` as the user ($CTL is statewardenctl); with ``tmpfs``, a 32 MB tmpfs
     (``size``) is mounted there first, in a private mount namespace, owned by the user."""
     env = {
-        "HOME": str(top), "PATH": "/usr/bin:/bin", "CTL": CTL, "LANG": "C.UTF-8",
-        "XDG_RUNTIME_DIR": str(top / "run"), "XDG_STATE_HOME": str(top / "state"),
-        "XDG_CONFIG_HOME": str(top / "config"), "SW_TOP": str(top),
-    }  # fmt: skip
+        "HOME": str(top),
+        "PATH": "/usr/bin:/bin",
+        "CTL": CTL,
+        "LANG": "C.UTF-8",
+        "XDG_RUNTIME_DIR": str(top / "run"),
+        "XDG_STATE_HOME": str(top / "state"),
+        "XDG_CONFIG_HOME": str(top / "config"),
+        "SW_TOP": str(top),
+    }
     user = ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--clear-groups", "sh", "-c", script]
     if tmpfs is None:
         cmd = user
@@ -288,12 +293,18 @@ def test_full_quarantine_disk_during_the_swap_rolls_back(base: Path) -> None:
     assert {p.name: p.read_bytes() for p in (db, wal)} == before
     assert not [p for p in db.parent.iterdir() if p.name.startswith(".statewarden-new")]
     check = subprocess.run(
-        [sys.executable, "-c",
-         "import apsw, sys; c = apsw.Connection(sys.argv[1]);"
-         " print(c.execute('PRAGMA integrity_check').fetchall(),"
-         " c.execute('SELECT count(*) FROM state_meta').fetchall())", str(db)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import apsw, sys; c = apsw.Connection(sys.argv[1]);"
+            " print(c.execute('PRAGMA integrity_check').fetchall(),"
+            " c.execute('SELECT count(*) FROM state_meta').fetchall())",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert check.stdout.strip() == "[('ok',)] [(300,)]"
 
 
@@ -409,8 +420,9 @@ def test_page_size_field_flipped_is_read_with_the_size_that_fits(base: Path, raw
     with the one page size the header's page count fits, and every row comes back."""
     top = user_dir(base)
     db = top / "home" / "state.db"
-    want = subprocess.run([sys.executable, "-c", ROWS, str(db)], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
+    want = subprocess.run(
+        [sys.executable, "-c", ROWS, str(db)], capture_output=True, text=True, check=True
+    ).stdout
     with open(db, "r+b") as f:
         f.seek(16)
         f.write(raw)
@@ -421,8 +433,12 @@ def test_page_size_field_flipped_is_read_with_the_size_that_fits(base: Path, raw
     assert "damage: unreadable" in r.stdout
     r = as_user(top, '"$CTL" recover --source "$SW_TOP/home/state.db" --output "$SW_TOP/out.db"')
     assert r.returncode == 0, r.stdout + r.stderr
-    got = subprocess.run([sys.executable, "-c", ROWS, str(top / "out.db")], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    got = subprocess.run(
+        [sys.executable, "-c", ROWS, str(top / "out.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert got == want
     assert db.read_bytes() == data
 
@@ -519,17 +535,33 @@ def test_new_file_swapped_for_a_symlink_during_the_settle_is_not_followed(base: 
     state = base / "root-state"
     state.mkdir(mode=0o700)
     config = base / "root.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "5s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "5s"}})
+    )
     env = {**os.environ, "XDG_STATE_HOME": str(state), "HERMES_HOME": str(top / "home")}
     run = subprocess.Popen(
-        [CTL, "maintenance", "--config", str(config), "--db", str(db), "--action", "vacuum",
-         "--yes"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            CTL,
+            "maintenance",
+            "--config",
+            str(config),
+            "--db",
+            str(db),
+            "--action",
+            "vacuum",
+            "--yes",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + HANG_S
-        while not any('"step": "settle"' in p.read_text()
-                      for p in state.glob("statewarden/maintenance/*/run.jsonl")):  # fmt: skip
+        while not any(
+            '"step": "settle"' in p.read_text()
+            for p in state.glob("statewarden/maintenance/*/run.jsonl")
+        ):
             assert run.poll() is None, run.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.05)

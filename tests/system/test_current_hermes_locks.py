@@ -73,13 +73,31 @@ def test_maintenance_as_the_user_stops_an_ofd_writer_and_repairs() -> None:
             json.dumps({"maintenance": {"settle": "1s", "stop_grace": "5s"}})
         )
         subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-        env = {**os.environ, "BASE": str(base), "PY": sys.executable, "REPO": str(REPO),
-               "STATEWARDEN_CONFIG": str(base / "config.yaml")}  # fmt: skip
+        env = {
+            **os.environ,
+            "BASE": str(base),
+            "PY": sys.executable,
+            "REPO": str(REPO),
+            "STATEWARDEN_CONFIG": str(base / "config.yaml"),
+        }
         proc = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-             "sh", "-c", SCRIPT],
-            env=env, capture_output=True, text=True, check=False, timeout=300,
-        )  # fmt: skip
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                SCRIPT,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         writer = int((base / "dashboard.pid").read_text())
         holders = json.loads((base / "holders.json").read_text())
         assert (base / "holders.rc").read_text().strip() == "0", holders["problems"]

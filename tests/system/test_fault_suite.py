@@ -36,18 +36,33 @@ from tests.support.maintenance import exempt_comms
 
 TRIALS = 10
 SEED = int(os.environ.get("STATEWARDEN_FAULT_SEED", "20261201"))
-STEPS = ["prebuild", "signal", "fence", "settle", "verify-source", "catch-up",
-         "catch-up-copied", "swap", "sidecars-moved", "original-kept", "swapped",
-         "post-check"]  # fmt: skip
+STEPS = [
+    "prebuild",
+    "signal",
+    "fence",
+    "settle",
+    "verify-source",
+    "catch-up",
+    "catch-up-copied",
+    "swap",
+    "sidecars-moved",
+    "original-kept",
+    "swapped",
+    "post-check",
+]
 MAX_DELAY_S = 2.0  # a run of this database takes 1.5 to 3 s here
 
 
 def maintenance(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
-        cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def committed(log: Path) -> list[str]:
@@ -68,10 +83,14 @@ def test_kill_9_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None
     install_fake_hermes(bin_dir)
     log = tmp_path / "committed.log"
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({
-        "holders": {"exempt_comms": exempt_comms()},
-        "maintenance": {"settle": "0.3s", "stop_grace": "3s", "settle_timeout": "30s"},
-    }))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "0.3s", "stop_grace": "3s", "settle_timeout": "30s"},
+            }
+        )
+    )
     env = {**os.environ, "STATEWARDEN_CONFIG": str(config)}
     state = Path(env["XDG_STATE_HOME"]) / "statewarden"
     rng = random.Random(SEED)
@@ -84,15 +103,25 @@ def test_kill_9_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None
                 if writer is not None and writer.stdout is not None:
                     writer.stdout.close()  # stopped by the run: the next writer starts
                 wenv = {**writer_env(home), WRITE_EVERY_ENV: "0.05", LOG_ENV: str(log)}
-                writer = subprocess.Popen([str(bin_dir / "hermes"), "dashboard"], env=wenv,
-                                          stdout=subprocess.PIPE, text=True)  # fmt: skip
+                writer = subprocess.Popen(
+                    [str(bin_dir / "hermes"), "dashboard"],
+                    env=wenv,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 assert writer.stdout is not None
                 assert writer.stdout.readline().strip() == "ready"
             time.sleep(rng.uniform(0.0, 0.5))  # some rows before the run
             if rng.random() < 0.5:
                 how = f"crash at {rng.choice(STEPS)}"
-                run = maintenance("--db", str(db), "--action", "vacuum", "--yes",
-                                  env={**env, "STATEWARDEN_CRASH_AT": how.rsplit(maxsplit=1)[-1]})  # fmt: skip
+                run = maintenance(
+                    "--db",
+                    str(db),
+                    "--action",
+                    "vacuum",
+                    "--yes",
+                    env={**env, "STATEWARDEN_CRASH_AT": how.rsplit(maxsplit=1)[-1]},
+                )
             else:
                 delay = rng.uniform(0.0, MAX_DELAY_S)
                 how = f"kill -9 after {delay:.2f} s"

@@ -177,9 +177,15 @@ def test_recover_of_the_healthy_file_is_identical(gen: Generation, tmp_path: Pat
     home = make_home(tmp_path / "home", gen.spec)
     out = tmp_path / "out.db"
     code, stdout, err = run_ctl(
-        "recover", "--source", str(home / "state.db"), "--output", str(out), "--json",
-        "--progress", "none",
-    )  # fmt: skip
+        "recover",
+        "--source",
+        str(home / "state.db"),
+        "--output",
+        str(out),
+        "--json",
+        "--progress",
+        "none",
+    )
     doc = json.loads(stdout)
     assert (code, err, doc["verified"], doc["loss_detected"]) == (0, "", True, False)
     assert doc["verification"]["fts"].get("messages_fts_cjk") == (
@@ -224,9 +230,15 @@ def test_main_fixtures_have_the_schema_30_shapes() -> None:
     for spec in (MAIN_LEGACY, MAIN_EXTERNAL, MAIN_CJK):
         db = built_db(spec)
         names = {str(r[0]) for r in rows(db, "SELECT name FROM sqlite_schema")}
-        assert {"system_prompts", "gateway_heartbeats", "conversation_generations",
-                "session_turn_leases", "state_meta", "messages_display_order_insert",
-                "idx_sessions_system_prompt_hash"} <= names  # fmt: skip
+        assert {
+            "system_prompts",
+            "gateway_heartbeats",
+            "conversation_generations",
+            "session_turn_leases",
+            "state_meta",
+            "messages_display_order_insert",
+            "idx_sessions_system_prompt_hash",
+        } <= names
         assert rows(db, "SELECT version FROM schema_version") == [(30,)]
         assert rows(db, "SELECT count(*) FROM messages WHERE active = 0") == [(3,)]
         long_tools = rows(
@@ -272,11 +284,24 @@ def test_maintenance_repairs_the_phantom_row(gen: Generation, config: Path, tmp_
     post-check clean and the file equal to the pristine one."""
     case = corruption.phantom_row(tmp_path / "home", gen.spec)
     proc = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(case.db),
-         "--yes", "--json"],
-        capture_output=True, text=True, cwd=REPO, check=False, env=dict(os.environ),
-        stdin=subprocess.DEVNULL, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "maintenance",
+            "--db",
+            str(case.db),
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["outcome"] == "repaired"

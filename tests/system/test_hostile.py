@@ -91,9 +91,15 @@ class TestPlantedNames:
         planted = shared / "report.json.tmp"
         subprocess.run([*AS_NOBODY, "ln", "-s", str(source), str(planted)], check=True)
         code, _out, err = run_ctl(
-            "recover", "--source", str(source), "--output", str(shared / "new.db"),
-            "--report", str(report), "--json",
-        )  # fmt: skip
+            "recover",
+            "--source",
+            str(source),
+            "--output",
+            str(shared / "new.db"),
+            "--report",
+            str(report),
+            "--json",
+        )
         assert code == 0, err
         assert sha(source) == before
         assert stat.S_ISREG(os.lstat(report).st_mode)
@@ -113,9 +119,14 @@ class TestPlantedNames:
         report = shared / "report.json"
         subprocess.run([*AS_NOBODY, "ln", "-s", str(source), str(report)], check=True)
         code, _out, err = run_ctl(
-            "recover", "--source", str(source), "--output", str(shared / "new.db"),
-            "--report", str(report),
-        )  # fmt: skip
+            "recover",
+            "--source",
+            str(source),
+            "--output",
+            str(shared / "new.db"),
+            "--report",
+            str(report),
+        )
         assert code == 2
         assert "already exists; refusing to overwrite it" in err
         assert sha(source) == before
@@ -163,8 +174,12 @@ class TestForeignFolders:
         os.chown(sdir, NOBODY, NOBODY)
         r = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode == 2
         assert f"{sdir}: owned by uid {NOBODY}, not by you (uid 0)" in r.stderr
         assert "Traceback" not in r.stderr
@@ -179,8 +194,12 @@ class TestForeignFolders:
         sdir.chmod(0o770)
         r = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode == 2
         assert "writable by its group (mode 0770)" in r.stderr
         assert os.listdir(sdir) == []
@@ -197,8 +216,12 @@ class TestOneDaemon:
         naming the first one's pid; the first keeps serving."""
         r = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert r.returncode == 5
         err = [x for x in r.stderr.splitlines() if "error" in x]
         assert len(err) == 1
@@ -487,8 +510,15 @@ class TestRestart:
         sdir = Path(env["XDG_STATE_HOME"]) / "statewarden"
         sdir.mkdir(parents=True, mode=0o700)
         book = IncidentBook(sdir / "incidents.json")
-        book.record(Signal("stale_holder", db, "pid 4242 holds a deleted state.db-wal",
-                           key="4242", source="holders"))  # fmt: skip
+        book.record(
+            Signal(
+                "stale_holder",
+                db,
+                "pid 4242 holds a deleted state.db-wal",
+                key="4242",
+                source="holders",
+            )
+        )
         book.record(Signal("stale_holder", db, "from a log line", key="log", source="log:x"))
         book.flush(force=True)
         d = DaemonProc(env)
@@ -508,8 +538,9 @@ class TestRestart:
         """stale_holder raised from a log line resolves after the quiet period."""
         book = IncidentBook(None, quiet_resolve_s=60)
         book.record(Signal("stale_holder", "/db", "log said so", at=1000.0, source="log:a"))
-        book.record(Signal("stale_holder", "/db", "scan said so", at=1000.0, key="1",
-                           source="holders"))  # fmt: skip
+        book.record(
+            Signal("stale_holder", "/db", "scan said so", at=1000.0, key="1", source="holders")
+        )
         resolved = book.tick(now=2000.0)
         assert [u.incident.source for u in resolved] == ["log:a"]
 
@@ -556,8 +587,17 @@ class TestSmaller:
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o555)
-        cmd = [*NO_DAC, sys.executable, "-m", "statewarden.cli.ctl", "recover",
-               "--source", str(home / "state.db"), "--output", str(ro / "new.db")]  # fmt: skip
+        cmd = [
+            *NO_DAC,
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "recover",
+            "--source",
+            str(home / "state.db"),
+            "--output",
+            str(ro / "new.db"),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 2
         assert r.stderr == (
@@ -571,9 +611,19 @@ class TestSmaller:
         ro.mkdir()
         ro.chmod(0o555)
         out = tmp_path / "new.db"
-        cmd = [*NO_DAC, sys.executable, "-m", "statewarden.cli.ctl", "recover",
-               "--source", str(home / "state.db"), "--output", str(out),
-               "--report", str(ro / "r.json")]  # fmt: skip
+        cmd = [
+            *NO_DAC,
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "recover",
+            "--source",
+            str(home / "state.db"),
+            "--output",
+            str(out),
+            "--report",
+            str(ro / "r.json"),
+        ]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 2
         assert f"{ro}: cannot write there for --report" in r.stderr
@@ -585,9 +635,12 @@ class TestSmaller:
         'unexpected' line; the exit code is 141 (as a SIGPIPE'd tool's)."""
         ctl_cmd = f"{sys.executable} -m statewarden.cli.ctl status"
         r = subprocess.run(
-            ["bash", "-c", f"{ctl_cmd} | true; echo \"rc=${{PIPESTATUS[0]}}\" >&2"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            ["bash", "-c", f'{ctl_cmd} | true; echo "rc=${{PIPESTATUS[0]}}" >&2'],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert r.stderr.strip().splitlines()[-1] == "rc=141"
         assert "BrokenPipe" not in r.stderr
         assert "unexpected" not in r.stderr
@@ -598,9 +651,12 @@ class TestSmaller:
 
 def _nsenter(pid: int, *cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["nsenter", "-t", str(pid), "-m", *cmd], capture_output=True, text=True, timeout=60,
+        ["nsenter", "-t", str(pid), "-m", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
-    )  # fmt: skip
+    )
 
 
 @needs_root
@@ -655,8 +711,9 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 book.flush()
 print(book.write_error)
 """
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           timeout=60, check=False)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+        )
         assert r.returncode == 0, r.stderr
         first, second = r.stdout.splitlines()
         assert first.startswith("opened ")
@@ -749,10 +806,21 @@ class TestUnreadableJournal:
 
             def incidents() -> list[dict[str, Any]]:
                 r = subprocess.run(
-                    [*ns, *AS_NOBODY, sys.executable, "-m", "statewarden.cli.ctl",
-                     "incidents", "--json"],
-                    env=env, capture_output=True, text=True, timeout=60, check=False,
-                )  # fmt: skip
+                    [
+                        *ns,
+                        *AS_NOBODY,
+                        sys.executable,
+                        "-m",
+                        "statewarden.cli.ctl",
+                        "incidents",
+                        "--json",
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
                 assert r.returncode == 0, r.stderr
                 return [i for i in json.loads(r.stdout)["incidents"] if i["key"] == "journal"]
 
@@ -768,8 +836,13 @@ class TestUnreadableJournal:
                     "chgrp systemd-journal /var/log/journal && chmod 2755 /var/log/journal"
                     " && journalctl --flush"
                 )
-                r = subprocess.run([*ns, "sh", "-c", persistent], capture_output=True,
-                                   text=True, timeout=60, check=False)  # fmt: skip
+                r = subprocess.run(
+                    [*ns, "sh", "-c", persistent],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
                 assert r.returncode == 0, r.stderr
                 eventually(lambda: not incidents(), timeout_s=120, what="resolved")
             finally:

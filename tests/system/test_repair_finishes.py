@@ -50,8 +50,14 @@ def test_a_repaired_outcome_resolves_what_was_folded_into_corruption(
         wanted = {"corruption", "write_failures", "self_repair"}
         wait_for(lambda: wanted <= _open_kinds(d), what=f"{wanted} open")
         state = Path(env["XDG_STATE_HOME"]) / "statewarden"
-        report = {"outcome": "repaired", "action": "repair", "db": str(hermes_home / "state.db"),
-                  "run_id": "run-1", "exit_code": 0, "post_check": {"ok": True}}  # fmt: skip
+        report = {
+            "outcome": "repaired",
+            "action": "repair",
+            "db": str(hermes_home / "state.db"),
+            "run_id": "run-1",
+            "exit_code": 0,
+            "post_check": {"ok": True},
+        }
         outcomes.record(state, report, "default", time.time())
         wait_for(lambda: not (wanted & _open_kinds(d)), what="every one resolved")
         every = d.ctl("incidents", "--all")["incidents"]
@@ -84,8 +90,10 @@ else:
 def _holder(db: Path, state: Path, *, locked: bool) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(db), str(state), "1" if locked else "0"],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if line != "holding\n":  # never leave it behind for a later test's warnings

@@ -88,13 +88,17 @@ def alerts(manager: UserSystemd) -> list[dict[str, Any]]:
 
 
 def write_config(path: Path, home: Path, interval: str) -> None:
-    path.write_text(json.dumps({
-        "targets": [{"home": str(home), "gateway_unit": GATEWAY}],
-        "watch": {"verify_interval": interval},
-        "holders": {"exempt_comms": exempt_comms()},
-        "maintenance": {"settle": "0.5s"},
-        "alerts": {"group_wait": "300ms", "journald": {"enabled": True}},
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "targets": [{"home": str(home), "gateway_unit": GATEWAY}],
+                "watch": {"verify_interval": interval},
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "0.5s"},
+                "alerts": {"group_wait": "300ms", "journald": {"enabled": True}},
+            }
+        )
+    )
 
 
 def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
@@ -109,10 +113,15 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
     install_fake_hermes(bin_dir)
     config = tmp_path / "config.yaml"
     write_config(config, home, "1s")
-    env = dict(os.environ, HERMES_HOME=str(home), XDG_STATE_HOME=str(tmp_path / "state"),
-               XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_CONFIG_HOME=str(tmp_path / "cfg"),
-               DBUS_SESSION_BUS_ADDRESS=manager.bus_address,
-               STATEWARDEN_CONFIG=str(config))  # fmt: skip
+    env = dict(
+        os.environ,
+        HERMES_HOME=str(home),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_RUNTIME_DIR=str(tmp_path / "run"),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+        DBUS_SESSION_BUS_ADDRESS=manager.bus_address,
+        STATEWARDEN_CONFIG=str(config),
+    )
     env.pop("NOTIFY_SOCKET", None)
     # In the manager's mount namespace: its journal is the one the sink writes to.
     d = DaemonProc(env, prefix=("nsenter", "-t", str(manager.manager_pid), "-m"))
@@ -132,10 +141,16 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         manager.daemon_reload()
         assert manager.systemctl("start", GATEWAY).returncode == 0
         wait_for(lambda: holds(db, main_pid(manager)), timeout_s=WAIT_S, what="the unit holds")
-        wait_for(lambda: status()["units"] == "watching 1 Hermes unit", timeout_s=WAIT_S,
-                 what="status to follow the new unit")  # fmt: skip
-        wait_for(lambda: verified().get("result") == "none", timeout_s=WAIT_S,
-                 what="a healthy verification while the unit writes")  # fmt: skip
+        wait_for(
+            lambda: status()["units"] == "watching 1 Hermes unit",
+            timeout_s=WAIT_S,
+            what="status to follow the new unit",
+        )
+        wait_for(
+            lambda: verified().get("result") == "none",
+            timeout_s=WAIT_S,
+            what="a healthy verification while the unit writes",
+        )
 
         # Stopped: Hermes closed the database (the WAL folded in); one row stored twice.
         assert manager.systemctl("stop", GATEWAY).returncode == 0
@@ -145,8 +160,9 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         wait_for(lambda: holds(db, main_pid(manager)), timeout_s=WAIT_S, what="held again")
 
         # Found on the daemon's own schedule, no request, no log line.
-        (inc,) = wait_for(lambda: d.incidents_of("corruption"), timeout_s=WAIT_S,
-                          what="the corruption incident")  # fmt: skip
+        (inc,) = wait_for(
+            lambda: d.incidents_of("corruption"), timeout_s=WAIT_S, what="the corruption incident"
+        )
         assert inc["summary"].startswith("verification found base damage in state.db")
         assert any("1 phantom duplicate" in e for e in inc["evidence"])
         assert inc["evidence"][-1] == "next step: statewardenctl maintenance --profile default"
@@ -154,8 +170,9 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         assert manager.systemctl("is-active", GATEWAY).stdout.strip() == "active"
         (fired,) = wait_for(
             lambda: [e for e in alerts(manager) if e["STATEWARDEN_KIND"] == "corruption"],
-            timeout_s=WAIT_S, what="the corruption alert in the journal",
-        )  # fmt: skip
+            timeout_s=WAIT_S,
+            what="the corruption alert in the journal",
+        )
         assert fired["STATEWARDEN_STATE"] == "firing"
         assert fired["MESSAGE_ID"] == KINDS["corruption"].message_id
         assert fired["PRIORITY"] == "2"
@@ -167,10 +184,24 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         d.wait_for_line("config reloaded")
         wait_for(lambda: not verified().get("running"), what="no verification running")
         proc = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
-             "--yes", "--json"], capture_output=True, text=True, cwd=REPO, env=env,
-            check=False, stdin=subprocess.DEVNULL, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(db),
+                "--yes",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         report = json.loads(proc.stdout)
         assert report["outcome"] == "repaired"
@@ -189,18 +220,28 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         # Grace: a verification asked for (healthy now), the outbox empty, the mute over.
         r = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.ctl", "verify", "--json"],
-            capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=300,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=False,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         assert [v["result"] for v in json.loads(r.stdout)["databases"]] == ["none"]
-        wait_for(lambda: d.ctl("alerts")["maintenance"] == [], timeout_s=WAIT_S,
-                 what="the end of the maintenance mute")  # fmt: skip
-        wait_for(lambda: d.ctl("alerts")["outbox"] == [], timeout_s=WAIT_S,
-                 what="an empty outbox")  # fmt: skip
+        wait_for(
+            lambda: d.ctl("alerts")["maintenance"] == [],
+            timeout_s=WAIT_S,
+            what="the end of the maintenance mute",
+        )
+        wait_for(lambda: d.ctl("alerts")["outbox"] == [], timeout_s=WAIT_S, what="an empty outbox")
         assert d.ctl("incidents")["incidents"] == []
         entries = alerts(manager)
-        gone = next(i for i, e in enumerate(entries) if e["STATEWARDEN_KIND"] == "corruption"
-                    and e["STATEWARDEN_STATE"] == "resolved")  # fmt: skip
+        gone = next(
+            i
+            for i, e in enumerate(entries)
+            if e["STATEWARDEN_KIND"] == "corruption" and e["STATEWARDEN_STATE"] == "resolved"
+        )
         after = [(e["STATEWARDEN_KIND"], e["STATEWARDEN_STATE"]) for e in entries[gone + 1 :]]
         assert [a for a in after if a[1] == "firing" and a[0] != "maintenance_repaired"] == []
         ids = session_ids(db)
@@ -210,8 +251,11 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         assert manager.systemctl("stop", GATEWAY).returncode == 0
         (manager.unit_dir / GATEWAY).unlink()
         manager.daemon_reload()
-        wait_for(lambda: status()["units"] == "watching 0 Hermes units", timeout_s=WAIT_S,
-                 what="status to follow the unit going away")  # fmt: skip
+        wait_for(
+            lambda: status()["units"] == "watching 0 Hermes units",
+            timeout_s=WAIT_S,
+            what="status to follow the unit going away",
+        )
     finally:
         d.stop()
 

@@ -158,16 +158,30 @@ def make_capture(
             "captured_at": "2026-10-01T07:24:48Z",
             "python": "3.11.9",
             "sqlite": "3.46.1",
-            "wal": {"identity": [2049, 1234], "file": "state.db-wal", "bytes": wal_bytes,
-                    "sha256": "0" * 64},
-            "shm": {"identity": [2049, 1235], "file": "state.db-shm", "bytes": 32768,
-                    "sha256": "0" * 64},
+            "wal": {
+                "identity": [2049, 1234],
+                "file": "state.db-wal",
+                "bytes": wal_bytes,
+                "sha256": "0" * 64,
+            },
+            "shm": {
+                "identity": [2049, 1235],
+                "file": "state.db-shm",
+                "bytes": 32768,
+                "sha256": "0" * 64,
+            },
             "path_generation_at_capture": {"-wal": [2049, 2000]},
             "note": "Frames in the captured WAL were committed by the retired generation.",
-            "main": {"identity": [2049, 1000], "size": len(main), "header": {"valid": True},
-                     "mode": "copied", "file": "state.db", "bytes": len(main),
-                     "sha256": "0" * 64},
-        }  # fmt: skip
+            "main": {
+                "identity": [2049, 1000],
+                "size": len(main),
+                "header": {"valid": True},
+                "mode": "copied",
+                "file": "state.db",
+                "bytes": len(main),
+                "sha256": "0" * 64,
+            },
+        }
         (d / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
     return d
 
@@ -208,11 +222,17 @@ class TestRecoveryFilesScan:
         cap = by_name["state.db.retired-wal-20261001-072448-3624811"]
         manifest_bytes = len((hermes_home / cap.name / "manifest.json").read_bytes())
         assert (cap.what, cap.bytes, cap.files) == (
-            "retired_wal", 100_000 + 32768 + main + manifest_bytes, 4,
-        )  # fmt: skip
+            "retired_wal",
+            100_000 + 32768 + main + manifest_bytes,
+            4,
+        )
         assert (cap.captured_at, cap.trigger, cap.pid, cap.main_mode, cap.problem) == (
-            "2026-10-01T07:24:48Z", "write_refused", 3624811, "copied", None,
-        )  # fmt: skip
+            "2026-10-01T07:24:48Z",
+            "write_refused",
+            3624811,
+            "copied",
+            None,
+        )
         partial = by_name["state.db.retired-wal-20261002-080000-42.partial"]
         assert (partial.partial, partial.problem, partial.files) == (True, None, 3)
         spool = by_name["pending_messages"]
@@ -245,8 +265,14 @@ class TestRecoveryFilesScan:
                 "(i,) = scan(Path(sys.argv[1]) / 'state.db').items\n"
                 "print(i.name, i.bytes, i.problem)\n"
             )
-            r = subprocess.run([*as_uid(free_uid()), sys.executable, "-c", probe, str(base)],
-                               capture_output=True, text=True, timeout=60, check=False, cwd=REPO)  # fmt: skip
+            r = subprocess.run(
+                [*as_uid(free_uid()), sys.executable, "-c", probe, str(base)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                cwd=REPO,
+            )
             assert r.returncode == 0, r.stderr
             assert r.stdout.strip() == "pending_messages 0 cannot be listed: Permission denied"
         finally:
@@ -399,8 +425,10 @@ def inotify_used_up(uid: int) -> Iterator[int]:
     """Every inotify instance of ``uid`` taken, until the block ends."""
     p = subprocess.Popen(
         [*as_uid(uid), sys.executable, "-c", EXHAUST_INOTIFY],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert p.stdout is not None
         n, err = map(int, p.stdout.readline().split())
@@ -429,8 +457,14 @@ class TestNoInotify:
         limit = inotify_limit("max_user_instances")
         assert limit is not None
         with inotify_used_up(uid):
-            r = subprocess.run([*as_uid(uid), sys.executable, "-c", probe], capture_output=True,
-                               text=True, timeout=60, check=False, cwd=REPO)  # fmt: skip
+            r = subprocess.run(
+                [*as_uid(uid), sys.executable, "-c", probe],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                cwd=REPO,
+            )
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == (
             "True this user's inotify instances are used up (fs.inotify.max_user_instances="
@@ -464,10 +498,20 @@ class TestNoInotify:
 
             def incidents(kind: str) -> list[dict[str, Any]]:
                 r = subprocess.run(
-                    [*as_uid(uid), sys.executable, "-m", "statewarden.cli.ctl", "incidents",
-                     "--json"],
-                    env=env, capture_output=True, text=True, timeout=60, check=False,
-                )  # fmt: skip
+                    [
+                        *as_uid(uid),
+                        sys.executable,
+                        "-m",
+                        "statewarden.cli.ctl",
+                        "incidents",
+                        "--json",
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
                 assert r.returncode == 0, r.stderr
                 return [i for i in json.loads(r.stdout)["incidents"] if i["kind"] == kind]
 
@@ -500,17 +544,33 @@ class TestNoInotify:
                     )
                     # Still detecting: a log line written now becomes an incident.
                     with open(home / "logs" / "agent.log", "a", encoding="utf-8") as f:
-                        f.write(log_line(dt.datetime.now(), "ERROR", "gateway.session",
-                                         "state.db save failed: database disk image is "
-                                         "malformed") + "\n")  # fmt: skip
+                        f.write(
+                            log_line(
+                                dt.datetime.now(),
+                                "ERROR",
+                                "gateway.session",
+                                "state.db save failed: database disk image is malformed",
+                            )
+                            + "\n"
+                        )
                         f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
                     (corrupt,) = eventually(lambda: incidents("corruption"), what="corruption")
                     assert "database disk image is malformed" in corrupt["summary"]
                     status = subprocess.run(
-                        [*as_uid(uid), sys.executable, "-m", "statewarden.cli.ctl", "status",
-                         "--json"],
-                        env=env, capture_output=True, text=True, timeout=60, check=False,
-                    )  # fmt: skip
+                        [
+                            *as_uid(uid),
+                            sys.executable,
+                            "-m",
+                            "statewarden.cli.ctl",
+                            "status",
+                            "--json",
+                        ],
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                        check=False,
+                    )
                     inotify = json.loads(status.stdout)["inotify"]
                     assert inotify["file_events"].startswith("file events: this user's inotify")
                 except BaseException:
@@ -529,9 +589,14 @@ class TestNoInotify:
 # set by its root): the limit is lowered there only, for the daemon alone.
 def in_userns_with_watches(n: int) -> tuple[str, ...]:
     return (
-        "unshare", "--user", "--map-root-user", "sh", "-c",
-        f'echo {n} > /proc/sys/user/max_inotify_watches && exec "$@"', "sh",
-    )  # fmt: skip
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        f'echo {n} > /proc/sys/user/max_inotify_watches && exec "$@"',
+        "sh",
+    )
 
 
 @needs_root
@@ -554,16 +619,33 @@ class TestNoInotifyWatches:
             )
             assert "sudo sysctl fs.inotify.max_user_watches=" in inc["summary"]
             with open(hermes_home / "logs" / "errors.log", "a", encoding="utf-8") as f:
-                f.write(log_line(dt.datetime.now(), "ERROR", "gateway.session",
-                                 "state.db routing save failed: database disk image is "
-                                 "malformed") + "\n")  # fmt: skip
+                f.write(
+                    log_line(
+                        dt.datetime.now(),
+                        "ERROR",
+                        "gateway.session",
+                        "state.db routing save failed: database disk image is malformed",
+                    )
+                    + "\n"
+                )
                 f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
             eventually(lambda: d.incidents_of("corruption"), what="corruption while degraded")
             raise_it = subprocess.run(
-                ["nsenter", "-t", str(d.proc.pid), "-U", "--preserve-credentials", "sh", "-c",
-                 "echo 100000 > /proc/sys/user/max_inotify_watches"],
-                capture_output=True, text=True, timeout=30, check=False,
-            )  # fmt: skip
+                [
+                    "nsenter",
+                    "-t",
+                    str(d.proc.pid),
+                    "-U",
+                    "--preserve-credentials",
+                    "sh",
+                    "-c",
+                    "echo 100000 > /proc/sys/user/max_inotify_watches",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
             assert raise_it.returncode == 0, raise_it.stderr
             eventually(lambda: not d.incidents_of("watcher_degraded"), what="both back")
         finally:
@@ -584,8 +666,14 @@ class TestInotifyMessages:
             "from statewarden.inotify import unavailable\n"
             "print(unavailable(errno.EMFILE, 'inotify_init1'))\n"
         )
-        r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                           timeout=60, check=False, cwd=REPO)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=REPO,
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == (
             "this process has no file descriptors left (RLIMIT_NOFILE) (inotify_init1)"

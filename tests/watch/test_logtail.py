@@ -288,8 +288,12 @@ class TestCopies:
         home = tmp_path / "hermes"
         (home / "logs").mkdir(parents=True)
         env = {**os.environ, "HERMES_HOME": str(home)}
-        subprocess.run([hermes_python(), "-c", HERMES_LOGGING_SCRIPT, str(home)], check=True,
-                       env=env, cwd=tmp_path)  # fmt: skip
+        subprocess.run(
+            [hermes_python(), "-c", HERMES_LOGGING_SCRIPT, str(home)],
+            check=True,
+            env=env,
+            cwd=tmp_path,
+        )
         for name in ("agent.log", "errors.log", "gateway.log"):
             assert "routing save failed" in (home / "logs" / name).read_text()
         t = tailer(home / "logs", offsets, start_at_end=False)
@@ -360,8 +364,9 @@ class TestRotation:
         for trial in range(20):
             d = logs / f"t{trial}"
             d.mkdir()
-            handler = logging.handlers.RotatingFileHandler(d / "agent.log", maxBytes=4000,
-                                                           backupCount=50)  # fmt: skip
+            handler = logging.handlers.RotatingFileHandler(
+                d / "agent.log", maxBytes=4000, backupCount=50
+            )
             handler.setFormatter(logging.Formatter(HERMES_FORMAT))
             t = tailer(d, offsets.with_name(f"o{trial}.json"))
             t.poll()
@@ -369,14 +374,26 @@ class TestRotation:
 
             def write(h: logging.Handler = handler, ev: threading.Event = done) -> None:
                 for i in range(60):
-                    h.handle(logging.LogRecord("gateway.session", logging.INFO, __file__, 1,
-                                               f"filler {i}", None, None))  # fmt: skip
+                    h.handle(
+                        logging.LogRecord(
+                            "gateway.session", logging.INFO, __file__, 1, f"filler {i}", None, None
+                        )
+                    )
                     try:
                         raise RuntimeError("database disk image is malformed")
                     except RuntimeError:
                         exc = sys.exc_info()
-                    h.handle(logging.LogRecord("gateway.session", logging.ERROR, __file__, 1,
-                                               f"malformed {i}", None, exc))  # fmt: skip
+                    h.handle(
+                        logging.LogRecord(
+                            "gateway.session",
+                            logging.ERROR,
+                            __file__,
+                            1,
+                            f"malformed {i}",
+                            None,
+                            exc,
+                        )
+                    )
                 ev.set()
 
             writer = threading.Thread(target=write)
@@ -412,8 +429,9 @@ class TestRotation:
         """Two Hermes processes each have their own RotatingFileHandler on agent.log; when
         one rotates, the other keeps writing to the old inode (now agent.log.1). Those
         lines are still returned, also after a restart."""
-        gateway = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=500,
-                                                       backupCount=3)  # fmt: skip
+        gateway = logging.handlers.RotatingFileHandler(
+            logs / "agent.log", maxBytes=500, backupCount=3
+        )
         dashboard = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=0)
         for h in (gateway, dashboard):
             h.setFormatter(logging.Formatter(HERMES_FORMAT))
@@ -448,15 +466,17 @@ class TestRotation:
     def test_rotated_file_deleted_is_no_longer_followed(self, logs: Path, offsets: Path) -> None:
         """A rotated file deleted by the next rotation (past backupCount) is read to its
         end and let go."""
-        handler = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=300,
-                                                       backupCount=1)  # fmt: skip
+        handler = logging.handlers.RotatingFileHandler(
+            logs / "agent.log", maxBytes=300, backupCount=1
+        )
         handler.setFormatter(logging.Formatter(HERMES_FORMAT))
         t = tailer(logs, offsets, start_at_end=False)
         got: list[LogRecord] = []
         try:
             for i in range(40):
-                handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, f"line {i}",
-                                                 None, None))  # fmt: skip
+                handler.handle(
+                    logging.LogRecord("x", logging.INFO, __file__, 1, f"line {i}", None, None)
+                )
                 got += t.poll()
         finally:
             handler.close()
@@ -483,13 +503,15 @@ class TestRotation:
     def test_old_file_deleted_by_rotation_between_polls(self, logs: Path, offsets: Path) -> None:
         """When the file being read was rotated past backupCount (deleted) before the next
         poll, its tail and every rotated file after it are still read."""
-        handler = logging.handlers.RotatingFileHandler(logs / "agent.log", maxBytes=300,
-                                                       backupCount=2)  # fmt: skip
+        handler = logging.handlers.RotatingFileHandler(
+            logs / "agent.log", maxBytes=300, backupCount=2
+        )
         handler.setFormatter(logging.Formatter(HERMES_FORMAT))
 
         def emit(i: int) -> None:
-            handler.handle(logging.LogRecord("x", logging.INFO, __file__, 1, f"line {i}",
-                                             None, None))  # fmt: skip
+            handler.handle(
+                logging.LogRecord("x", logging.INFO, __file__, 1, f"line {i}", None, None)
+            )
 
         t = tailer(logs, offsets, start_at_end=False)
         try:
@@ -596,10 +618,15 @@ class TestRewrittenInPlace:
             texts = [f"proc {n:03d} {k}" for k in range(4)]
             body = "".join(log_line(WHEN, "INFO", "gateway.run", x) + "\n" for x in texts)
             subprocess.run(
-                [sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
-                 str(path), body],
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                    str(path),
+                    body,
+                ],
                 check=True,
-            )  # fmt: skip
+            )
             written += texts
             got += messages(t.poll())
         assert got == written
@@ -821,8 +848,13 @@ class TestChunkBoundaries:
         with tempfile.TemporaryDirectory() as tmp:
             logs = Path(tmp) / "logs"
             logs.mkdir()
-            t = LogTailer(logs, Path(tmp) / "o.json", start_at_end=False, idle_flush_s=3600.0,
-                          max_line_bytes=limit)  # fmt: skip
+            t = LogTailer(
+                logs,
+                Path(tmp) / "o.json",
+                start_at_end=False,
+                idle_flush_s=3600.0,
+                max_line_bytes=limit,
+            )
             got: list[LogRecord] = []
             pos = 0
             for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:
@@ -847,8 +879,14 @@ class TestWholeBlockReading:
         with tempfile.TemporaryDirectory() as tmp:
             logs = Path(tmp) / "logs"
             logs.mkdir()
-            t = LogTailer(logs, Path(tmp) / "o.json", start_at_end=False, idle_flush_s=3600.0,
-                          max_line_bytes=limit, max_record_chars=record_chars)  # fmt: skip
+            t = LogTailer(
+                logs,
+                Path(tmp) / "o.json",
+                start_at_end=False,
+                idle_flush_s=3600.0,
+                max_line_bytes=limit,
+                max_record_chars=record_chars,
+            )
             seen: list[object] = []
             pos = 0
             for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:

@@ -53,16 +53,18 @@ def traceback(error: str, frame: str = "/opt/hermes/hermes_state.py") -> str:
     )
 
 
-def record(level: str, logger: str, message: str, session: str | None = None,
-           tb: str = "") -> LogRecord:  # fmt: skip
+def record(
+    level: str, logger: str, message: str, session: str | None = None, tb: str = ""
+) -> LogRecord:
     text = log_line(WHEN, level, logger, message, session)
     if tb:
         text += "\n" + tb
     return parse_record(text, AGENT_LOG)
 
 
-def signals(level: str, logger: str, message: str, session: str | None = None,
-            tb: str = "") -> list[Signal]:  # fmt: skip
+def signals(
+    level: str, logger: str, message: str, session: str | None = None, tb: str = ""
+) -> list[Signal]:
     out = signals_from_log(record(level, logger, message, session, tb), TARGET)
     assert all(isinstance(s, Signal) for s in out)
     return [s for s in out if isinstance(s, Signal)]
@@ -95,9 +97,12 @@ class TestParseRecord:
 
     def test_message_with_colons_and_traceback(self) -> None:
         """The message is the first line after 'logger: '; the text keeps the traceback."""
-        r = record("WARNING", "gateway.session",
-                   "gateway.session: state.db routing save failed: x: y",
-                   tb=traceback("sqlite3.OperationalError: y"))  # fmt: skip
+        r = record(
+            "WARNING",
+            "gateway.session",
+            "gateway.session: state.db routing save failed: x: y",
+            tb=traceback("sqlite3.OperationalError: y"),
+        )
         assert r.logger == "gateway.session"
         assert r.message == "gateway.session: state.db routing save failed: x: y"
         assert r.text.endswith("sqlite3.OperationalError: y")
@@ -122,13 +127,18 @@ class TestParseRecord:
 class TestCorruption:
     @pytest.mark.parametrize(
         "error",
-        ["database disk image is malformed", "disk I/O error", "file is not a database",
-         "malformed database schema (messages_fts) - invalid rootpage"],
-    )  # fmt: skip
+        [
+            "database disk image is malformed",
+            "disk I/O error",
+            "file is not a database",
+            "malformed database schema (messages_fts) - invalid rootpage",
+        ],
+    )
     def test_routing_save_failed(self, error: str) -> None:
         """The docs/hermes.md example line: a write failure and corruption, both."""
-        out = signals("WARNING", "gateway.session",
-                      f"gateway.session: state.db routing save failed: {error}")  # fmt: skip
+        out = signals(
+            "WARNING", "gateway.session", f"gateway.session: state.db routing save failed: {error}"
+        )
         assert kinds(out) == [
             ("write_failures", "routing_save", "warning"),
             ("corruption", "", "critical"),
@@ -145,8 +155,12 @@ class TestCorruption:
 
     def test_append_message_malformed(self) -> None:
         """run_agent's append failure saying malformed is corruption too."""
-        out = signals("WARNING", "run_agent",
-                      "Session DB append_message failed: database disk image is malformed", SID)  # fmt: skip
+        out = signals(
+            "WARNING",
+            "run_agent",
+            "Session DB append_message failed: database disk image is malformed",
+            SID,
+        )
         assert kinds(out) == [
             ("write_failures", "append_message", "warning"),
             ("corruption", "", "critical"),
@@ -156,8 +170,12 @@ class TestCorruption:
     def test_traceback_through_hermes_state(self) -> None:
         """A traceback through hermes_state.py ending in 'disk I/O error' is corruption,
         whatever the logger; the summary quotes the traceback line."""
-        out = signals("ERROR", "tools.memory", "memory flush failed",
-                      tb=traceback("sqlite3.OperationalError: disk I/O error"))  # fmt: skip
+        out = signals(
+            "ERROR",
+            "tools.memory",
+            "memory flush failed",
+            tb=traceback("sqlite3.OperationalError: disk I/O error"),
+        )
         assert kinds(out) == [("corruption", "", "critical")]
         assert out[0].summary == (
             "state.db corruption: tools.memory reported 'disk I/O error': "
@@ -166,9 +184,15 @@ class TestCorruption:
 
     def test_newer_hermes_state_module(self) -> None:
         """Newer builds split hermes_state into hermes_state_*.py: still state.db code."""
-        out = signals("ERROR", "x", "failed",
-                      tb=traceback("sqlite3.DatabaseError: file is not a database",
-                                   "/opt/hermes/hermes_state_repair.py"))  # fmt: skip
+        out = signals(
+            "ERROR",
+            "x",
+            "failed",
+            tb=traceback(
+                "sqlite3.DatabaseError: file is not a database",
+                "/opt/hermes/hermes_state_repair.py",
+            ),
+        )
         assert kinds(out) == [("corruption", "", "critical")]
 
     def test_state_logger_alone(self) -> None:
@@ -180,8 +204,14 @@ class TestCorruption:
 
     def test_other_database_is_not_state_db(self) -> None:
         """kanban.db corruption (same SQLite helpers) is not state.db corruption."""
-        assert signals("WARNING", "hermes_cli.kanban_db",
-                       "kanban.db write failed: database disk image is malformed") == []  # fmt: skip
+        assert (
+            signals(
+                "WARNING",
+                "hermes_cli.kanban_db",
+                "kanban.db write failed: database disk image is malformed",
+            )
+            == []
+        )
         assert signals("ERROR", "hermes_state", "response_store.db: disk I/O error") == []
 
     def test_unrelated_logger(self) -> None:
@@ -213,20 +243,30 @@ class TestWriteFailures:
         )
         assert kinds([s]) == [("write_failures", "append_message", "warning")]
         assert s.summary == "writing a message to state.db failed: database is locked"
-        assert s.fields == {"rule": "append_message", "error": "database is locked",
-                            "logger": "run_agent", "session": SID}  # fmt: skip
+        assert s.fields == {
+            "rule": "append_message",
+            "error": "database is locked",
+            "logger": "run_agent",
+            "session": SID,
+        }
 
     def test_routing_load_failed(self) -> None:
         """routing load failed has its own key."""
-        out = signals("WARNING", "gateway.session",
-                      "gateway.session: state.db routing load failed: database is locked")  # fmt: skip
+        out = signals(
+            "WARNING",
+            "gateway.session",
+            "gateway.session: state.db routing load failed: database is locked",
+        )
         assert kinds(out) == [("write_failures", "routing_load", "warning")]
 
     def test_transcript_append_failed(self) -> None:
         """failure_count and pending are read as numbers."""
-        [s] = signals("WARNING", "gateway.session",
-                      f"Session DB transcript append failed for {SID} (failure_count=3, "
-                      "pending=4); will retry: database is locked")  # fmt: skip
+        [s] = signals(
+            "WARNING",
+            "gateway.session",
+            f"Session DB transcript append failed for {SID} (failure_count=3, "
+            "pending=4); will retry: database is locked",
+        )
         assert kinds([s]) == [("write_failures", "transcript_append", "warning")]
         assert (s.fields["failure_count"], s.fields["pending"], s.fields["session"]) == (3, 4, SID)
         assert s.summary == (
@@ -236,9 +276,12 @@ class TestWriteFailures:
 
     def test_transcript_append_failing_long_is_an_error(self) -> None:
         """Ten failures in a row raise the severity to error."""
-        [s] = signals("WARNING", "gateway.session",
-                      f"Session DB transcript append failed for {SID} (failure_count=10, "
-                      "pending=12); will retry: database is locked")  # fmt: skip
+        [s] = signals(
+            "WARNING",
+            "gateway.session",
+            f"Session DB transcript append failed for {SID} (failure_count=10, "
+            "pending=12); will retry: database is locked",
+        )
         assert s.effective_severity == "error"
 
     def test_locked_from_state_db_code(self) -> None:
@@ -253,27 +296,36 @@ class TestWriteFailures:
 
     def test_transcript_lagged(self) -> None:
         """Persisted transcript lagging memory: writes are not reaching state.db."""
-        [s] = signals("WARNING", "gateway.run",
-                      "Persisted transcript lagged live cached history for session "
-                      "agent:main:telegram:dm:42 (disk=10, memory=14); preserving live "
-                      "conversation context (possible FTS write corruption)")  # fmt: skip
+        [s] = signals(
+            "WARNING",
+            "gateway.run",
+            "Persisted transcript lagged live cached history for session "
+            "agent:main:telegram:dm:42 (disk=10, memory=14); preserving live "
+            "conversation context (possible FTS write corruption)",
+        )
         assert kinds([s]) == [("write_failures", "transcript_lag", "error")]
         assert (s.fields["disk"], s.fields["memory"]) == (10, 14)
 
     def test_turn_stopped(self) -> None:
         """newer: 'No reply: the turn was stopped ...' is a critical write failure."""
-        out = signals("ERROR", "gateway.run",
-                      "No reply: the turn was stopped because session storage could not be "
-                      "written (state.db is read-only)")  # fmt: skip
+        out = signals(
+            "ERROR",
+            "gateway.run",
+            "No reply: the turn was stopped because session storage could not be "
+            "written (state.db is read-only)",
+        )
         assert kinds(out) == [("write_failures", "turn_stopped", "critical")]
 
 
 class TestMessagesDropped:
     def test_pending_queue_full(self) -> None:
         """The pending queue overflowing means messages are lost."""
-        [s] = signals("WARNING", "gateway.session",
-                      f"Session DB transcript pending queue full for {SID} (cap=200); "
-                      "dropping oldest message to make room")  # fmt: skip
+        [s] = signals(
+            "WARNING",
+            "gateway.session",
+            f"Session DB transcript pending queue full for {SID} (cap=200); "
+            "dropping oldest message to make room",
+        )
         assert kinds([s]) == [("messages_dropped", "", "critical")]
         assert s.summary == (
             f"messages are being lost: the transcript queue of session {SID} is full "
@@ -283,9 +335,12 @@ class TestMessagesDropped:
 
     def test_jsonl_divert_failed(self) -> None:
         """newer: the JSONL divert failing too loses the message."""
-        [s] = signals("ERROR", "gateway.session",
-                      f"JSONL divert failed after state.db write failure for {SID}: "
-                      "[Errno 28] No space left on device")  # fmt: skip
+        [s] = signals(
+            "ERROR",
+            "gateway.session",
+            f"JSONL divert failed after state.db write failure for {SID}: "
+            "[Errno 28] No space left on device",
+        )
         assert kinds([s]) == [("messages_dropped", "", "critical")]
         assert s.summary == (
             "messages are being lost: state.db write failure and the JSONL divert failed too "
@@ -297,29 +352,39 @@ class TestSelfRepair:
     def test_schema_malformed(self) -> None:
         """The automatic schema repair starting is self_repair (corruption is implied by
         the error only when it says so)."""
-        out = signals("ERROR", "hermes_state",
-                      "state.db schema is malformed (malformed database schema (messages_fts) "
-                      "- orphan index) — attempting automatic repair (a backup copy is made "
-                      "first).")  # fmt: skip
-        assert kinds(out) == [("self_repair", "schema_repair", "error"),
-                              ("corruption", "", "critical")]  # fmt: skip
+        out = signals(
+            "ERROR",
+            "hermes_state",
+            "state.db schema is malformed (malformed database schema (messages_fts) "
+            "- orphan index) — attempting automatic repair (a backup copy is made "
+            "first).",
+        )
+        assert kinds(out) == [
+            ("self_repair", "schema_repair", "error"),
+            ("corruption", "", "critical"),
+        ]
 
     def test_fts_corruption(self) -> None:
         """The FTS-corruption rebuild starting."""
-        out = signals("WARNING", "hermes_state",
-                      "state.db write failed with an FTS-corruption error (vtable constructor "
-                      "failed: messages_fts) — attempting one-shot in-place FTS rebuild; "
-                      "canonical message rows are preserved.")  # fmt: skip
+        out = signals(
+            "WARNING",
+            "hermes_state",
+            "state.db write failed with an FTS-corruption error (vtable constructor "
+            "failed: messages_fts) — attempting one-shot in-place FTS rebuild; "
+            "canonical message rows are preserved.",
+        )
         assert kinds(out) == [("self_repair", "fts_rebuild", "error")]
         assert out[0].fields["error"] == "vtable constructor failed: messages_fts"
 
     @pytest.mark.parametrize(
         "message",
-        ["In-place FTS rebuild failed (database is locked); the database needs the full "
-         "offline repair path (repair_state_db_schema).",
-         "In-place FTS rebuild made no progress; the database needs the full offline repair "
-         "path (repair_state_db_schema)."],
-    )  # fmt: skip
+        [
+            "In-place FTS rebuild failed (database is locked); the database needs the full "
+            "offline repair path (repair_state_db_schema).",
+            "In-place FTS rebuild made no progress; the database needs the full offline repair "
+            "path (repair_state_db_schema).",
+        ],
+    )
     def test_fts_rebuild_failed(self, message: str) -> None:
         """The in-place rebuild failing is critical and not a lock problem."""
         assert kinds(signals("ERROR", "hermes_state", message)) == [
@@ -328,10 +393,13 @@ class TestSelfRepair:
 
     def test_schema_repair_could_not_recover(self) -> None:
         """Hermes giving up on the schema repair."""
-        out = signals("ERROR", "hermes_state",
-                      "state.db schema repair could not recover /h/state.db automatically "
-                      "(backup: /h/state.db.malformed-backup-20260907_170528); manual restore "
-                      "from backup may be required.")  # fmt: skip
+        out = signals(
+            "ERROR",
+            "hermes_state",
+            "state.db schema repair could not recover /h/state.db automatically "
+            "(backup: /h/state.db.malformed-backup-20260907_170528); manual restore "
+            "from backup may be required.",
+        )
         assert kinds(out) == [("self_repair", "schema_repair_failed", "critical")]
 
 
@@ -348,9 +416,12 @@ class TestTaskDied:
 
     def test_gave_up(self) -> None:
         """The 'giving up restarts' form is critical, same key."""
-        [s] = signals("ERROR", "gateway.run",
-                      "Supervised task session_expiry died 5 times in rapid succession (each "
-                      "within 60s of restart) — giving up restarts")  # fmt: skip
+        [s] = signals(
+            "ERROR",
+            "gateway.run",
+            "Supervised task session_expiry died 5 times in rapid succession (each "
+            "within 60s of restart) — giving up restarts",
+        )
         assert kinds([s]) == [("task_died", "session_expiry", "critical")]
         assert s.fields["times"] == 5
 
@@ -366,38 +437,58 @@ class TestTaskDied:
 class TestMountAndFatal:
     def test_wal_fallback_for_state_db(self) -> None:
         """WAL unsupported on state.db's filesystem is an unsafe mount."""
-        out = signals("WARNING", "hermes_state",
-                      "state.db: WAL journal_mode unsupported on this filesystem (locking "
-                      "protocol) — falling back to journal_mode=DELETE (slower rollback-journal "
-                      "mode; reduces concurrency but works on NFS/SMB/FUSE).")  # fmt: skip
+        out = signals(
+            "WARNING",
+            "hermes_state",
+            "state.db: WAL journal_mode unsupported on this filesystem (locking "
+            "protocol) — falling back to journal_mode=DELETE (slower rollback-journal "
+            "mode; reduces concurrency but works on NFS/SMB/FUSE).",
+        )
         assert kinds(out) == [("unsafe_mount", "wal_fallback", "warning")]
 
     def test_wal_fallback_for_kanban_is_not_ours(self) -> None:
         """The same message about kanban.db is about another database."""
-        assert signals("WARNING", "hermes_state",
-                       "kanban.db: WAL journal_mode unsupported on this filesystem (locking "
-                       "protocol) — falling back to journal_mode=DELETE (slower).") == []  # fmt: skip
+        assert (
+            signals(
+                "WARNING",
+                "hermes_state",
+                "kanban.db: WAL journal_mode unsupported on this filesystem (locking "
+                "protocol) — falling back to journal_mode=DELETE (slower).",
+            )
+            == []
+        )
 
     def test_cross_vm(self) -> None:
         """newer: an existing WAL database on a cross-VM filesystem."""
-        out = signals("ERROR", "hermes_state",
-                      "existing WAL-mode database is on a cross-VM filesystem (virtiofs); "
-                      "set database.journal_mode: delete")  # fmt: skip
+        out = signals(
+            "ERROR",
+            "hermes_state",
+            "existing WAL-mode database is on a cross-VM filesystem (virtiofs); "
+            "set database.journal_mode: delete",
+        )
         assert kinds(out) == [("unsafe_mount", "cross_vm", "error")]
 
     @pytest.mark.parametrize(
         ("message", "expected"),
         [
-            ("FATAL: state.db was replaced underneath the gateway (inode 12 -> 13); stopping "
-             "writes", ("stale_holder", "db_replaced", "critical")),
-            ("FATAL: state.db reported structural corruption (database disk image is "
-             "malformed); stopping writes", ("corruption", "", "critical")),
-            ("FATAL: session storage stopped writing because another Hermes process still "
-             "holds a deleted state.db-wal or state.db-shm inode (pid 4242)",
-             ("stale_holder", "deleted_sidecar", "critical")),
+            (
+                "FATAL: state.db was replaced underneath the gateway (inode 12 -> 13); stopping "
+                "writes",
+                ("stale_holder", "db_replaced", "critical"),
+            ),
+            (
+                "FATAL: state.db reported structural corruption (database disk image is "
+                "malformed); stopping writes",
+                ("corruption", "", "critical"),
+            ),
+            (
+                "FATAL: session storage stopped writing because another Hermes process still "
+                "holds a deleted state.db-wal or state.db-shm inode (pid 4242)",
+                ("stale_holder", "deleted_sidecar", "critical"),
+            ),
             ("FATAL: session storage is read-only", ("write_failures", "fatal", "critical")),
         ],
-    )  # fmt: skip
+    )
     def test_fatal_lines(self, message: str, expected: tuple[str, str, str]) -> None:
         """newer FATAL lines: one signal each (structural corruption is not doubled)."""
         assert kinds(signals("CRITICAL", "gateway.session", message)) == [expected]
@@ -451,8 +542,7 @@ class TestNewerHermesGuards:
         """A failed append whose cause is the deleted generation: the write failure and
         the stale holder."""
         tb = traceback("hermes_state.DeletedWalGenerationError: FATAL: ...")
-        out = signals("WARNING", "run_agent", "Session DB append_message failed: FATAL: ...",
-                      tb=tb)  # fmt: skip
+        out = signals("WARNING", "run_agent", "Session DB append_message failed: FATAL: ...", tb=tb)
         assert kinds(out) == [("write_failures", "append_message", "warning"), self.DELETED]
 
     def test_lock_guard_incomplete(self) -> None:
@@ -476,9 +566,11 @@ class TestNewerHermesGuards:
             "hermes_state",
             "WAL lock guard failed to arm for /home/u/.hermes/state.db (OSError while locking; "
             "guard ranges below may be unarmed)",
-            tb=traceback("PermissionError: [Errno 13] Permission denied",
-                         frame="/opt/hermes/hermes_state_lockguard.py"),
-        )  # fmt: skip
+            tb=traceback(
+                "PermissionError: [Errno 13] Permission denied",
+                frame="/opt/hermes/hermes_state_lockguard.py",
+            ),
+        )
         assert kinds(out) == [("lock_guard", "failed", "warning")]
 
     def test_lock_guard_refusal_in_a_traceback(self) -> None:
@@ -509,12 +601,17 @@ class TestNewerHermesGuards:
     @pytest.mark.parametrize(
         ("action", "expected"),
         [
-            ("is already in WAL mode — leaving WAL in place (no live downgrade under "
-             "concurrent openers)", ("wal_reset_bug", "library", "error")),
-            ("using journal_mode=DELETE instead of enabling WAL",
-             ("wal_reset_bug", "library", "warning")),
+            (
+                "is already in WAL mode — leaving WAL in place (no live downgrade under "
+                "concurrent openers)",
+                ("wal_reset_bug", "library", "error"),
+            ),
+            (
+                "using journal_mode=DELETE instead of enabling WAL",
+                ("wal_reset_bug", "library", "warning"),
+            ),
         ],
-    )  # fmt: skip
+    )
     def test_wal_reset_bug_of_the_linked_sqlite(
         self, action: str, expected: tuple[str, str, str]
     ) -> None:
@@ -573,12 +670,18 @@ class TestNewerHermesGuards:
 class TestNotSignals:
     @pytest.mark.parametrize(
         "text",
-        ["", "\n\n", "garbage", "\x00\x00\x00", "Traceback (most recent call last):",
-         log_line(WHEN, "INFO", "gateway.run", "Gateway started, 3 platforms"),
-         log_line(WHEN, "INFO", "hermes_state", "state.db opened in WAL mode"),
-         log_line(WHEN, "WARNING", "gateway.session", "Skipping invalid routing entry 'x': bad"),
-         log_line(WHEN, "INFO", "run_agent", "user asked: why is the database locked?")],
-    )  # fmt: skip
+        [
+            "",
+            "\n\n",
+            "garbage",
+            "\x00\x00\x00",
+            "Traceback (most recent call last):",
+            log_line(WHEN, "INFO", "gateway.run", "Gateway started, 3 platforms"),
+            log_line(WHEN, "INFO", "hermes_state", "state.db opened in WAL mode"),
+            log_line(WHEN, "WARNING", "gateway.session", "Skipping invalid routing entry 'x': bad"),
+            log_line(WHEN, "INFO", "run_agent", "user asked: why is the database locked?"),
+        ],
+    )
     def test_ordinary_lines(self, text: str) -> None:
         """Ordinary and garbage lines give nothing."""
         assert signals_from_log(parse_record(text), TARGET) == []
@@ -620,11 +723,15 @@ class TestCron:
         cron = CronSessions()
         sid = "cron_backup_nightly_20260910_030000"
         out = signals_from_log(
-            record("WARNING", "gateway.session",
-                   f"Session DB transcript append failed for {sid} (failure_count=1, "
-                   "pending=1); will retry: database is locked"),
-            TARGET, cron=cron,
-        )  # fmt: skip
+            record(
+                "WARNING",
+                "gateway.session",
+                f"Session DB transcript append failed for {sid} (failure_count=1, "
+                "pending=1); will retry: database is locked",
+            ),
+            TARGET,
+            cron=cron,
+        )
         assert [type(o).__name__ for o in out] == ["Observation", "Signal"]
         assert isinstance(out[0], Observation)
         assert out[0].fields["job"] == "backup_nightly"
@@ -645,8 +752,10 @@ class TestCron:
 
 
 class TestJournal:
-    FALLBACK = ("[gateway] Warning: SQLite session store unavailable, falling back to JSONL: "
-                "database is locked")  # fmt: skip
+    FALLBACK = (
+        "[gateway] Warning: SQLite session store unavailable, falling back to JSONL: "
+        "database is locked"
+    )
 
     def entry(self, message: object) -> dict[str, object]:
         return {
@@ -726,9 +835,9 @@ def _format_strings(source: str) -> list[str]:
         if isinstance(first, ast.Constant) and isinstance(first.value, str):
             out.append(first.value)
         elif isinstance(first, ast.JoinedStr):
-            out.append("".join(
-                str(v.value) if isinstance(v, ast.Constant) else "%s" for v in first.values
-            ))  # fmt: skip
+            out.append(
+                "".join(str(v.value) if isinstance(v, ast.Constant) else "%s" for v in first.values)
+            )
     return out
 
 
@@ -739,38 +848,114 @@ class TestRealHermesTexts:
     @pytest.mark.parametrize(
         ("module", "phrase", "args", "logger", "expected"),
         [
-            ("gateway/session.py", "routing save failed", ("database disk image is malformed",),
-             "gateway.session", [("write_failures", "routing_save"), ("corruption", "")]),
-            ("gateway/session.py", "routing load failed", ("database is locked",),
-             "gateway.session", [("write_failures", "routing_load")]),
-            ("run_agent.py", "append_message failed", ("database is locked",), "run_agent",
-             [("write_failures", "append_message")]),
-            ("gateway/session.py", "transcript append failed", (SID, 3, 2, "disk I/O error"),
-             "gateway.session", [("write_failures", "transcript_append"), ("corruption", "")]),
-            ("gateway/session.py", "pending queue full", (SID, 200), "gateway.session",
-             [("messages_dropped", "")]),
-            ("gateway/run.py", "Supervised task %s died: %r", ("cron", ValueError("x")),
-             "gateway.run", [("task_died", "cron")]),
-            ("gateway/run.py", "giving up restarts", ("cron", 5, 60), "gateway.run",
-             [("task_died", "cron")]),
-            ("gateway/run.py", "Persisted transcript lagged", ("agent:main:cli", 3, 5),
-             "gateway.run", [("write_failures", "transcript_lag")]),
-            ("hermes_state.py", "schema is malformed", ("malformed database schema (x)",),
-             "hermes_state", [("self_repair", "schema_repair"), ("corruption", "")]),
-            ("hermes_state.py", "FTS-corruption error", ("vtable constructor failed",),
-             "hermes_state", [("self_repair", "fts_rebuild")]),
-            ("hermes_state.py", "In-place FTS rebuild failed", ("database is locked",),
-             "hermes_state", [("self_repair", "fts_rebuild_failed")]),
-            ("hermes_state.py", "In-place FTS rebuild made no progress", (), "hermes_state",
-             [("self_repair", "fts_rebuild_failed")]),
-            ("hermes_state.py", "schema repair could not recover", ("/h/state.db", "/h/b"),
-             "hermes_state", [("self_repair", "schema_repair_failed")]),
-            ("hermes_state.py", "WAL journal_mode unsupported", ("state.db", "locking protocol"),
-             "hermes_state", [("unsafe_mount", "wal_fallback")]),
+            (
+                "gateway/session.py",
+                "routing save failed",
+                ("database disk image is malformed",),
+                "gateway.session",
+                [("write_failures", "routing_save"), ("corruption", "")],
+            ),
+            (
+                "gateway/session.py",
+                "routing load failed",
+                ("database is locked",),
+                "gateway.session",
+                [("write_failures", "routing_load")],
+            ),
+            (
+                "run_agent.py",
+                "append_message failed",
+                ("database is locked",),
+                "run_agent",
+                [("write_failures", "append_message")],
+            ),
+            (
+                "gateway/session.py",
+                "transcript append failed",
+                (SID, 3, 2, "disk I/O error"),
+                "gateway.session",
+                [("write_failures", "transcript_append"), ("corruption", "")],
+            ),
+            (
+                "gateway/session.py",
+                "pending queue full",
+                (SID, 200),
+                "gateway.session",
+                [("messages_dropped", "")],
+            ),
+            (
+                "gateway/run.py",
+                "Supervised task %s died: %r",
+                ("cron", ValueError("x")),
+                "gateway.run",
+                [("task_died", "cron")],
+            ),
+            (
+                "gateway/run.py",
+                "giving up restarts",
+                ("cron", 5, 60),
+                "gateway.run",
+                [("task_died", "cron")],
+            ),
+            (
+                "gateway/run.py",
+                "Persisted transcript lagged",
+                ("agent:main:cli", 3, 5),
+                "gateway.run",
+                [("write_failures", "transcript_lag")],
+            ),
+            (
+                "hermes_state.py",
+                "schema is malformed",
+                ("malformed database schema (x)",),
+                "hermes_state",
+                [("self_repair", "schema_repair"), ("corruption", "")],
+            ),
+            (
+                "hermes_state.py",
+                "FTS-corruption error",
+                ("vtable constructor failed",),
+                "hermes_state",
+                [("self_repair", "fts_rebuild")],
+            ),
+            (
+                "hermes_state.py",
+                "In-place FTS rebuild failed",
+                ("database is locked",),
+                "hermes_state",
+                [("self_repair", "fts_rebuild_failed")],
+            ),
+            (
+                "hermes_state.py",
+                "In-place FTS rebuild made no progress",
+                (),
+                "hermes_state",
+                [("self_repair", "fts_rebuild_failed")],
+            ),
+            (
+                "hermes_state.py",
+                "schema repair could not recover",
+                ("/h/state.db", "/h/b"),
+                "hermes_state",
+                [("self_repair", "schema_repair_failed")],
+            ),
+            (
+                "hermes_state.py",
+                "WAL journal_mode unsupported",
+                ("state.db", "locking protocol"),
+                "hermes_state",
+                [("unsafe_mount", "wal_fallback")],
+            ),
         ],
-    )  # fmt: skip
-    def test_log_message(self, module: str, phrase: str, args: tuple[object, ...], logger: str,
-                         expected: list[tuple[str, str]]) -> None:  # fmt: skip
+    )
+    def test_log_message(
+        self,
+        module: str,
+        phrase: str,
+        args: tuple[object, ...],
+        logger: str,
+        expected: list[tuple[str, str]],
+    ) -> None:
         """Each 0.19.0 log text, formatted with Hermes' own format string, gives its signals."""
         [fmt] = {f for f in _format_strings(_hermes_source(module)) if phrase in f}
         out = signals("WARNING", logger, fmt % args)
@@ -778,8 +963,11 @@ class TestRealHermesTexts:
 
     def test_journal_fallback_print(self) -> None:
         """The gateway's own print() of the JSONL fallback gives jsonl_fallback."""
-        [fmt] = {f for f in _format_strings(_hermes_source("gateway/session.py"))
-                 if "falling back to JSONL" in f}  # fmt: skip
+        [fmt] = {
+            f
+            for f in _format_strings(_hermes_source("gateway/session.py"))
+            if "falling back to JSONL" in f
+        }
         out = signals_from_journal({"MESSAGE": fmt % ("database is locked",)}, TARGET)
         assert [s.kind for s in out if isinstance(s, Signal)] == ["jsonl_fallback"]
 
@@ -802,8 +990,10 @@ class TestRuleTexts:
     def test_non_ascii_records_give_what_ascii_ones_give(self) -> None:
         """Case-insensitive texts are found in a lower-cased copy only for ASCII text;
         a record with other characters takes the searches and gives the same signals."""
-        for message in ("state.db routing save failed: Database Disk Image Is Malformed",
-                        "Session DB append_message failed: DATABASE IS LOCKED"):  # fmt: skip
+        for message in (
+            "state.db routing save failed: Database Disk Image Is Malformed",
+            "Session DB append_message failed: DATABASE IS LOCKED",
+        ):
             plain = signals("WARNING", "gateway.session", message)
             accented = signals("WARNING", "gateway.session", message + " é")
             assert plain
@@ -815,17 +1005,25 @@ def _flood(n: int) -> list[LogRecord]:
     for i in range(n):
         when = WHEN + dt.timedelta(milliseconds=i)
         if i % 3 == 0:
-            text = log_line(when, "WARNING", "gateway.session",
-                            f"state.db routing save failed: database disk image is malformed #{i}")  # fmt: skip
+            text = log_line(
+                when,
+                "WARNING",
+                "gateway.session",
+                f"state.db routing save failed: database disk image is malformed #{i}",
+            )
         elif i % 3 == 1:
             text = log_line(
                 when, "INFO", "agent.loop", f"turn {i}", f"cron_job{i % 5}_20260907_170000"
             )
         else:
             count = i // 3
-            text = log_line(when, "WARNING", "run_agent",
-                            f"Session DB transcript append failed for {SID} (failure_count={count}, "
-                            f"pending=3); will retry: database is locked")  # fmt: skip
+            text = log_line(
+                when,
+                "WARNING",
+                "run_agent",
+                f"Session DB transcript append failed for {SID} (failure_count={count}, "
+                f"pending=3); will retry: database is locked",
+            )
         out.append(parse_record(text, AGENT_LOG))
     return out
 
@@ -882,9 +1080,14 @@ class TestSignalBatch:
         (warning, then error), and the incident escalates as one signal at a time does."""
         batch = SignalBatch(TARGET, now=1.0)
         for count in range(1, 13):
-            batch.add(record("WARNING", "run_agent",
-                             f"Session DB transcript append failed for {SID} (failure_count="
-                             f"{count}, pending=1); will retry: disk full"))  # fmt: skip
+            batch.add(
+                record(
+                    "WARNING",
+                    "run_agent",
+                    f"Session DB transcript append failed for {SID} (failure_count="
+                    f"{count}, pending=1); will retry: disk full",
+                )
+            )
         merged = [s for s in batch.signals() if isinstance(s, Signal)]
         assert [(s.effective_severity, s.count) for s in merged] == [("warning", 9), ("error", 3)]
         book = IncidentBook(None)
