@@ -80,6 +80,31 @@ class TestPing:
         assert hb.health.pings_ok == 3
         assert hb.health.state == "ok"
 
+    def test_a_change_while_a_ping_is_on_its_way_is_pinged_at_once(
+        self, tmp_path: Path, server: PushServer
+    ) -> None:
+        """A critical incident opening while the ok ping still waits for its answer sends the
+        fail ping as soon as that answer is in, not an interval (here an hour) later."""
+        trouble: list[str] = []
+        hb = beat(tmp_path, server, trouble)
+        server.script = ["slow"]
+
+        async def scenario() -> None:
+            task = asyncio.create_task(hb.run())
+            await asyncio.to_thread(wait_for, server.paths, what="the first ping")
+            assert hb.health.pings_ok == 0  # its answer is still on its way
+            trouble.append("critical incident #1 corruption open on /x/state.db")
+            hb.nudge()
+            await asyncio.to_thread(
+                wait_for, lambda: len(server.paths()) == 2, what="the fail ping", timeout_s=10.0
+            )
+            task.cancel()
+            await hb.close()
+
+        asyncio.run(scenario())
+        assert server.paths() == [f"/ping/{UUID}", f"/ping/{UUID}/fail"]
+        assert hb.health.signal == "fail"
+
     @pytest.mark.parametrize(
         ("url", "suffix", "fail"),
         [
