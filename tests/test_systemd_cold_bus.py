@@ -30,12 +30,12 @@ import pytest
 from lab.hermes_fixtures import SMALL, TINY, make_home
 from statewarden import install as inst
 from statewarden.systemd import UserManager
+from tests.cli.test_install import Installed
 from tests.fake_hermes import install_fake_hermes
 from tests.maintenance.test_units import GATEWAY, REPO, UNIT, holders, main_pid, wait_for
 from tests.support.maintenance import exempt_comms
 from tests.support.waiting import WAIT_S
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
-from tests.test_install import Installed
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMPLETIONS = REPO / "packaging" / "completions"
 
 
