@@ -23,8 +23,14 @@ BATCH = 100
 
 
 def _signal(i: int) -> Signal:
-    return Signal("corruption", "/db", f"distinct line {i}", key=str(i), source="log:agent.log",
-                  evidence=(f"2026-01-01 00:00:00,000 ERROR x: distinct line {i}",))  # fmt: skip
+    return Signal(
+        "corruption",
+        "/db",
+        f"distinct line {i}",
+        key=str(i),
+        source="log:agent.log",
+        evidence=(f"2026-01-01 00:00:00,000 ERROR x: distinct line {i}",),
+    )
 
 
 def batched(folder: Path) -> tuple[float, int]:

@@ -47,20 +47,40 @@ def write_log(path: Path) -> int:
             when = start + dt.timedelta(milliseconds=37 * written)
             roll = rng.random()
             if roll < 0.001:
-                f.write(log_line(when, "ERROR", "gateway.run",
-                                 "Supervised task flush died: DatabaseError('malformed')"))  # fmt: skip
+                f.write(
+                    log_line(
+                        when,
+                        "ERROR",
+                        "gateway.run",
+                        "Supervised task flush died: DatabaseError('malformed')",
+                    )
+                )
                 f.write("\n" + TRACEBACK + "\n")
                 written += 6
             elif roll < 0.011:
-                f.write(log_line(when, "WARNING", "run_agent",
-                                 "Session DB append_message failed: database is locked",
-                                 "20260907_100000_a1b2c3") + "\n")  # fmt: skip
+                f.write(
+                    log_line(
+                        when,
+                        "WARNING",
+                        "run_agent",
+                        "Session DB append_message failed: database is locked",
+                        "20260907_100000_a1b2c3",
+                    )
+                    + "\n"
+                )
                 written += 1
             else:
                 sid = f"cron_job{rng.randrange(50)}_20260907_{rng.randrange(24):02d}0000"
-                f.write(log_line(when, "INFO", "agent.loop",
-                                 f"turn {written}: tool call web_search returned 12 results",
-                                 sid if roll > 0.9 else None) + "\n")  # fmt: skip
+                f.write(
+                    log_line(
+                        when,
+                        "INFO",
+                        "agent.loop",
+                        f"turn {written}: tool call web_search returned 12 results",
+                        sid if roll > 0.9 else None,
+                    )
+                    + "\n"
+                )
                 written += 1
             records += 1
     return records
@@ -93,8 +113,14 @@ def main() -> None:
         def batched() -> None:
             offsets = Path(tmp) / "offsets.json"
             offsets.unlink(missing_ok=True)
-            tailer = LogTailer(logs, offsets, start_at_end=False, idle_flush_s=0.0,
-                               max_poll_bytes=256 << 10, save_interval_s=1.0)  # fmt: skip
+            tailer = LogTailer(
+                logs,
+                offsets,
+                start_at_end=False,
+                idle_flush_s=0.0,
+                max_poll_bytes=256 << 10,
+                save_interval_s=1.0,
+            )
             cron = CronSessions()
             found = 0
             while True:

@@ -97,8 +97,13 @@ def command(cmd: list[str], env: dict[str, str]) -> Callable[[], object]:
 
 def import_ms(argv: list[str]) -> float:
     """Milliseconds of imports (``-X importtime``, self times summed) of one command."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
-                          text=True, check=False, cwd=REPO)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     total_us = 0
     for line in proc.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
@@ -111,11 +116,25 @@ def import_ms(argv: list[str]) -> float:
 @contextmanager
 def user_writer(home: Path, uid: int, *, ofd: bool = False) -> Iterator[int]:
     proc = subprocess.Popen(
-        ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
-         hermes_python(), str(WRITER), "hold", "--home", str(home),
-         *(["--ofd-guard"] if ofd else [])],
-        env=writer_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            "setpriv",
+            "--reuid",
+            str(uid),
+            "--regid",
+            str(uid),
+            "--clear-groups",
+            hermes_python(),
+            str(WRITER),
+            "hold",
+            "--home",
+            str(home),
+            *(["--ofd-guard"] if ofd else []),
+        ],
+        env=writer_env(home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     assert proc.stdin is not None
     assert proc.stdout.readline().strip() == "ready", "the user's writer did not start"
@@ -188,15 +207,26 @@ def main() -> None:
                 )
                 last = scanner.scan(full=False)[0]
                 assert {mine, root.pid} <= {h.pid for h in last.holders}, "writers lost"
-                out = subprocess.run([*as_user, sys.executable, "-c", USER_SCAN, str(db), str(args.runs)],
-                                     capture_output=True, text=True, check=True, cwd=REPO)  # fmt: skip
+                out = subprocess.run(
+                    [*as_user, sys.executable, "-c", USER_SCAN, str(db), str(args.runs)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    cwd=REPO,
+                )
                 user = json.loads(out.stdout)
                 assert user["complete"], "the user's scan is not complete"
                 assert [mine, "descriptors"] in user["holders"], user["holders"]
                 assert [root.pid, "locks"] in user["holders"], user["holders"]
                 rows.append(("in-process full scan, user", user["times"]))
-                check = subprocess.run([*as_user, *ctl, "holders", "--db", str(db), "--no-systemd", "--json"],
-                                       capture_output=True, text=True, check=False, cwd=REPO, env=env)  # fmt: skip
+                check = subprocess.run(
+                    [*as_user, *ctl, "holders", "--db", str(db), "--no-systemd", "--json"],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    cwd=REPO,
+                    env=env,
+                )
                 assert check.returncode == 0, check.stdout + check.stderr
                 for who, prefix in (("root", []), ("user", as_user)):
                     cmds = [
@@ -236,8 +266,10 @@ def main() -> None:
         )
         for _ in range(args.runs)
     )
-    print(f"holders bench: {n_proc} processes ({args.extra} extra, {args.files} open files each),"
-          f" 2 Hermes writers (uid {args.uid} and root), best and median of {args.runs} runs")  # fmt: skip
+    print(
+        f"holders bench: {n_proc} processes ({args.extra} extra, {args.files} open files each),"
+        f" 2 Hermes writers (uid {args.uid} and root), best and median of {args.runs} runs"
+    )
     best = {}
     for name, times in rows:
         best[name] = min(times)

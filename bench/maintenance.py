@@ -66,10 +66,17 @@ class Bench:
         self.proc: subprocess.Popen[str] | None = None
         self.expected = spec.sessions
         self.config = base / "config.yaml"
-        exempt = sorted({u["comm"] for u in HolderScanner([Path("/none/state.db")],
-                         watch_opens=False).scan()[0].uninspectable})  # fmt: skip
-        self.config.write_text(json.dumps({"holders": {"exempt_comms": exempt},
-                                           "maintenance": {"settle": settle}}))  # fmt: skip
+        exempt = sorted(
+            {
+                u["comm"]
+                for u in HolderScanner([Path("/none/state.db")], watch_opens=False)
+                .scan()[0]
+                .uninspectable
+            }
+        )
+        self.config.write_text(
+            json.dumps({"holders": {"exempt_comms": exempt}, "maintenance": {"settle": settle}})
+        )
 
     def fresh(self, gateway_every: float) -> None:
         """A new damaged copy, the units and the process running on it."""
@@ -78,10 +85,13 @@ class Bench:
         case = phantom_row(self.home, self.spec)
         self.expected = self.spec.sessions  # distinct sessions in the damaged copy
         assert case.phantom
-        for unit, what, every in ((UNITS[0], "gateway run", gateway_every),
-                                  (UNITS[1], "dashboard", 0.0)):  # fmt: skip
-            self.m.write_unit(unit, UNIT.format(home=self.home, bin=self.bin, what=what,
-                                                every=every))  # fmt: skip
+        for unit, what, every in (
+            (UNITS[0], "gateway run", gateway_every),
+            (UNITS[1], "dashboard", 0.0),
+        ):
+            self.m.write_unit(
+                unit, UNIT.format(home=self.home, bin=self.bin, what=what, every=every)
+            )
         self.m.daemon_reload()
         self.start_all()
 
@@ -90,8 +100,9 @@ class Bench:
         assert r.returncode == 0, r.stderr
         env = writer_env(self.home)
         env[WRITE_EVERY_ENV] = "0"
-        self.proc = subprocess.Popen([str(self.bin / "hermes"), "serve"], env=env,
-                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [str(self.bin / "hermes"), "serve"], env=env, stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
@@ -111,13 +122,14 @@ class Bench:
         t0 = time.perf_counter()
         self.stop_all()
         if how == "vacuum":
-            subprocess.run(["sqlite3", str(self.db), f"VACUUM INTO '{new}'"], check=False,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["sqlite3", str(self.db), f"VACUUM INTO '{new}'"], check=False, capture_output=True
+            )
         elif how == "recover":
-            dump = subprocess.Popen(["sqlite3", str(self.db), ".recover"],
-                                    stdout=subprocess.PIPE)  # fmt: skip
-            subprocess.run(["sqlite3", str(new)], stdin=dump.stdout, capture_output=True,
-                           check=False)  # fmt: skip
+            dump = subprocess.Popen(["sqlite3", str(self.db), ".recover"], stdout=subprocess.PIPE)
+            subprocess.run(
+                ["sqlite3", str(new)], stdin=dump.stdout, capture_output=True, check=False
+            )
             dump.wait()
         for side in ("-wal", "-shm"):
             Path(f"{self.db}{side}").unlink(missing_ok=True)
@@ -132,14 +144,29 @@ class Bench:
         return time.perf_counter() - t0
 
     def maintenance(self) -> dict[str, Any]:
-        env = {**os.environ, "STATEWARDEN_CONFIG": str(self.config),
-               "XDG_STATE_HOME": str(self.base / "state"),
-               "DBUS_SESSION_BUS_ADDRESS": self.m.bus_address}  # fmt: skip
+        env = {
+            **os.environ,
+            "STATEWARDEN_CONFIG": str(self.config),
+            "XDG_STATE_HOME": str(self.base / "state"),
+            "DBUS_SESSION_BUS_ADDRESS": self.m.bus_address,
+        }
         r = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(self.db),
-             "--yes", "--json"], capture_output=True, text=True, env=env, check=False,
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(self.db),
+                "--yes",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
             cwd=REPO,
-        )  # fmt: skip
+        )
         rep: dict[str, Any] = json.loads(r.stdout)
         # The non-unit process is the user's to start again; do so, as the others were.
         self.start_process_again()
@@ -150,8 +177,9 @@ class Bench:
             self.proc.wait()
         env = writer_env(self.home)
         env[WRITE_EVERY_ENV] = "0"
-        self.proc = subprocess.Popen([str(self.bin / "hermes"), "serve"], env=env,
-                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [str(self.bin / "hermes"), "serve"], env=env, stdout=subprocess.PIPE, text=True
+        )
 
 
 def verdict(db: Path, expected: int) -> str:
@@ -160,8 +188,9 @@ def verdict(db: Path, expected: int) -> str:
     import apsw
 
     try:
-        conn = apsw.Connection(f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY
-                               | apsw.SQLITE_OPEN_URI)  # fmt: skip
+        conn = apsw.Connection(
+            f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
         try:
             ok = conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
             ids = [r[0] for r in conn.execute("SELECT id FROM sessions NOT INDEXED")]
@@ -195,12 +224,15 @@ def main() -> None:
             floor = b.stop_start()
             print(f"fixture: {size / 1e6:.0f} MB, phantom row; 2 units + 1 process holding it")
             print(f"stop + start, nothing else: {floor:.2f} s")
-            for label, every in (("gateway writing every 0.5 s", 0.5),
-                                 ("holders idle after start", 0.0)):  # fmt: skip
+            for label, every in (
+                ("gateway writing every 0.5 s", 0.5),
+                ("holders idle after start", 0.0),
+            ):
                 b.fresh(every)
                 rep = b.maintenance()
-                prebuild = next((s["seconds"] for s in rep["steps"]
-                                 if s["step"] == "prebuild"), 0.0)  # fmt: skip
+                prebuild = next(
+                    (s["seconds"] for s in rep["steps"] if s["step"] == "prebuild"), 0.0
+                )
                 print(
                     f"statewarden maintenance ({label}): {rep['outcome']}, downtime"
                     f" {rep['downtime_s']:.2f} s, swap {rep['swap_s'] * 1000:.1f} ms,"
@@ -211,8 +243,10 @@ def main() -> None:
                 b.fresh(0.5)
                 t = b.by_hand(how)
                 name = "VACUUM INTO" if how == "vacuum" else "sqlite3 .recover | sqlite3"
-                print(f"by hand, stop + {name} + mv + start: {t:.2f} s of downtime;"
-                      f" {verdict(b.db, b.expected)}")  # fmt: skip
+                print(
+                    f"by hand, stop + {name} + mv + start: {t:.2f} s of downtime;"
+                    f" {verdict(b.db, b.expected)}"
+                )
             b.stop_all()
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -254,8 +254,12 @@ def run_case(
     phases = ", ".join(f"{k} {v:.2f}" for k, v in doc["timings"].items())
     line("  its phases (s)", 0.0, phases)
     size = case.db.stat().st_size
-    line("  its peak RSS, alone in a process", 0.0, f"{recover_rss(case.db, work) / 2**20:.0f} MiB"
-         f" for a {size / 2**20:.0f} MiB file (goal <= 256 MiB at any size)")  # fmt: skip
+    line(
+        "  its peak RSS, alone in a process",
+        0.0,
+        f"{recover_rss(case.db, work) / 2**20:.0f} MiB"
+        f" for a {size / 2**20:.0f} MiB file (goal <= 256 MiB at any size)",
+    )
     if name == "fts-damage":
         line(
             "  its FTS phase vs FTS5 'rebuild'",

@@ -38,14 +38,24 @@ def main() -> None:
             ours = time_it(functools.partial(database_status, target), repeat=30)
             other = None
             if sqlite3_cli:
-                cmd = [sqlite3_cli, "-readonly", str(db),
-                       "PRAGMA page_count; PRAGMA freelist_count; PRAGMA journal_mode;"]  # fmt: skip
+                cmd = [
+                    sqlite3_cli,
+                    "-readonly",
+                    str(db),
+                    "PRAGMA page_count; PRAGMA freelist_count; PRAGMA journal_mode;",
+                ]
                 other = time_it(
                     functools.partial(subprocess.run, cmd, check=True, capture_output=True),
                     repeat=30,
                 )
-            print(figure(f"status on {label} ({size_mb:.0f} MB, in-process)", ours,
-                         versus="sqlite3 shell, same pragmas", other_s=other))  # fmt: skip
+            print(
+                figure(
+                    f"status on {label} ({size_mb:.0f} MB, in-process)",
+                    ours,
+                    versus="sqlite3 shell, same pragmas",
+                    other_s=other,
+                )
+            )
             cli = [
                 str(Path(sys.executable).parent / "statewardenctl"),
                 "status",

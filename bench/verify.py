@@ -122,8 +122,10 @@ def _stats_ms(values: list[float]) -> str:
         return "no commit"
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"{len(values)} commits, median {statistics.median(ordered) * 1000:.2f} ms,"
-            f" p99 {p99 * 1000:.2f} ms, max {ordered[-1] * 1000:.2f} ms")  # fmt: skip
+    return (
+        f"{len(values)} commits, median {statistics.median(ordered) * 1000:.2f} ms,"
+        f" p99 {p99 * 1000:.2f} ms, max {ordered[-1] * 1000:.2f} ms"
+    )
 
 
 def commit_delay(
@@ -135,9 +137,12 @@ def commit_delay(
     finish)."""
     env = writer_env(db.parent)
     proc = subprocess.Popen(
-        [hermes_python(), "-c", WRITER, str(every_s)], env=env, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [hermes_python(), "-c", WRITER, str(every_s)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     assert proc.stdin is not None
     try:
@@ -196,13 +201,16 @@ def main() -> None:
     damage, priority = verify_runs[0][2], verify_runs[0][3]
     print(f"verification ({priority}): wall {v_wall:.3f} s, CPU {v_cpu:.3f} s, damage {damage}")
     print(f"the same at normal priority: wall {n_wall:.3f} s, CPU {n_cpu:.3f} s")
-    print(f"PRAGMA integrity_check: wall {p_wall:.3f} s, CPU {p_cpu:.3f} s, "
-          f"{pragma_runs[0][2]}")  # fmt: skip
-    print(f"ratio (verification / integrity_check): wall {v_wall / p_wall:.2f}x, "
-          f"CPU {v_cpu / p_cpu:.2f}x")  # fmt: skip
+    print(f"PRAGMA integrity_check: wall {p_wall:.3f} s, CPU {p_cpu:.3f} s, {pragma_runs[0][2]}")
+    print(
+        f"ratio (verification / integrity_check): wall {v_wall / p_wall:.2f}x, "
+        f"CPU {v_cpu / p_cpu:.2f}x"
+    )
     print(f"Hermes commits, no verification running: {_stats_ms(before)}")
-    print(f"Hermes commits, while a verification runs: {_stats_ms(during)}"
-          f" (the verification: {outcome})")  # fmt: skip
+    print(
+        f"Hermes commits, while a verification runs: {_stats_ms(during)}"
+        f" (the verification: {outcome})"
+    )
     if before and during:
         ratio = statistics.median(during) / statistics.median(before)
         print(f"ratio (during / without, median commit): {ratio:.2f}x")

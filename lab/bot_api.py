@@ -31,8 +31,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-HOSTILE = ("429huge", "429far", "deep", "huge", "drip", "html", "notjson", "array",
-           "ok_noresult", "200notok", "badutf8", "reset", "loop", "leak", "leakdesc")  # fmt: skip
+HOSTILE = (
+    "429huge",
+    "429far",
+    "deep",
+    "huge",
+    "drip",
+    "html",
+    "notjson",
+    "array",
+    "ok_noresult",
+    "200notok",
+    "badutf8",
+    "reset",
+    "loop",
+    "leak",
+    "leakdesc",
+)
 HUGE_BYTES = 100 * 1024 * 1024
 _CHUNK = b"a" * 65536
 
@@ -122,10 +137,16 @@ class BotApi:
                 self.accepted.append(req)
             self._send(handler, 200, {"ok": True, "result": {"message_id": message_id}})
         elif how == "429":
-            self._send(handler, 429, {"ok": False, "error_code": 429,
-                                      "description": "Too Many Requests: retry after "
-                                      f"{self.retry_after}",
-                                      "parameters": {"retry_after": self.retry_after}})  # fmt: skip
+            self._send(
+                handler,
+                429,
+                {
+                    "ok": False,
+                    "error_code": 429,
+                    "description": f"Too Many Requests: retry after {self.retry_after}",
+                    "parameters": {"retry_after": self.retry_after},
+                },
+            )
         elif how == "401":
             self._send(
                 handler, 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
@@ -136,14 +157,27 @@ class BotApi:
             handler.send_header("Content-Length", "0")
             handler.end_headers()
         elif how == "400chat":
-            self._send(handler, 400, {"ok": False, "error_code": 400,
-                                      "description": "Bad Request: chat not found"})  # fmt: skip
+            self._send(
+                handler,
+                400,
+                {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"},
+            )
         elif how == "400":
-            self._send(handler, 400, {"ok": False, "error_code": 400,
-                                      "description": "Bad Request: can't parse entities"})  # fmt: skip
+            self._send(
+                handler,
+                400,
+                {
+                    "ok": False,
+                    "error_code": 400,
+                    "description": "Bad Request: can't parse entities",
+                },
+            )
         else:
-            self._send(handler, 500, {"ok": False, "error_code": 500,
-                                      "description": "Internal Server Error"})  # fmt: skip
+            self._send(
+                handler,
+                500,
+                {"ok": False, "error_code": 500, "description": "Internal Server Error"},
+            )
 
     def _hostile(self, h: BaseHTTPRequestHandler, req: Request, how: str) -> None:
         def raw(status: int, body: bytes, ctype: str = "application/json") -> None:
@@ -155,11 +189,17 @@ class BotApi:
 
         try:
             if how == "429huge":
-                raw(429, b'{"ok": false, "error_code": 429, "description": "Too Many Requests",'
-                         b' "parameters": {"retry_after": 1' + b"0" * 400 + b"}}")  # fmt: skip
+                raw(
+                    429,
+                    b'{"ok": false, "error_code": 429, "description": "Too Many Requests",'
+                    b' "parameters": {"retry_after": 1' + b"0" * 400 + b"}}",
+                )
             elif how == "429far":
-                raw(429, b'{"ok": false, "error_code": 429, "description": "Too Many Requests",'
-                         b' "parameters": {"retry_after": 1000000000}}')  # fmt: skip
+                raw(
+                    429,
+                    b'{"ok": false, "error_code": 429, "description": "Too Many Requests",'
+                    b' "parameters": {"retry_after": 1000000000}}',
+                )
             elif how == "deep":
                 raw(200, b"[" * 60_000)  # under the size limit: for the parser
             elif how == "html":
@@ -177,8 +217,10 @@ class BotApi:
             elif how in ("loop", "leak"):
                 h.send_response(307 if how == "leak" else 302)
                 if how == "leak":
-                    where = (f"https://127.0.0.1/bot{quote(req.token, safe='')}/sendMessage"
-                             f"?t={_lower_hex(quote_plus(req.token))}")  # fmt: skip
+                    where = (
+                        f"https://127.0.0.1/bot{quote(req.token, safe='')}/sendMessage"
+                        f"?t={_lower_hex(quote_plus(req.token))}"
+                    )
                 else:
                     where = h.path
                 h.send_header("Location", where)
@@ -208,8 +250,9 @@ class BotApi:
                 h.end_headers()
                 h.wfile.write(b'{"ok": true, "res')
                 h.wfile.flush()
-                h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                        struct.pack("ii", 1, 0))  # fmt: skip
+                h.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
                 h.connection.close()
         except OSError:
             pass  # the client hung up: what the test wants to see it do

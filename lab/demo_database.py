@@ -1,7 +1,7 @@
 """Write ``statewarden/demo/hermes-state.db.gz`` anew with the real Hermes:
 ``python -m lab.demo_database`` (needs hermes-agent, as the tests do).
 
-:func:`build_demo_database` is also what ``tests/test_demo.py`` compares the shipped
+:func:`build_demo_database` is also what ``tests/demo/test_demo.py`` compares the shipped
 copy with.
 """
 
@@ -21,8 +21,10 @@ def build_demo_database(home: Path) -> Path:
     args = [a for pair in BUILD.items() for a in pair]
     subprocess.run(
         [hermes_python(), str(WRITER), "build", "--home", str(home), *args],
-        check=True, env=writer_env(home), stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+        check=True,
+        env=writer_env(home),
+        stdout=subprocess.DEVNULL,
+    )
     for side in ("-wal", "-shm"):
         if (home / f"state.db{side}").exists():
             raise RuntimeError(f"Hermes left state.db{side} behind after close")

@@ -407,7 +407,7 @@ def run_seed(
 
 
 # Seeds whose damage found a distinct way to break a promise, named for what they do.
-# Each broke a promise before the fix its name records; tests/test_recover_fuzz.py keeps
+# Each broke a promise before the fix its name records; tests/recovery/test_fuzz.py keeps
 # them (and a fixed run of seeds) holding.
 FINDINGS: dict[str, int] = {
     # A zeroed 4 KiB block ends inside a message's record: it was written out with NUL

@@ -139,12 +139,28 @@ def built_db(spec: Spec | MainSpec) -> Path:
 
 
 def _build_argv(spec: Spec | MainSpec, home: Path) -> list[str]:
-    sizes = ["--sessions", str(spec.sessions), "--messages", str(spec.messages),
-             "--text-bytes", str(spec.text_bytes), "--seed", str(spec.seed)]  # fmt: skip
+    sizes = [
+        "--sessions",
+        str(spec.sessions),
+        "--messages",
+        str(spec.messages),
+        "--text-bytes",
+        str(spec.text_bytes),
+        "--seed",
+        str(spec.seed),
+    ]
     if isinstance(spec, Spec):
         return [hermes_python(spec.hermes), str(WRITER), "build", "--home", str(home), *sizes]
-    argv = [hermes_python(spec.base.hermes), str(MAIN_WRITER), "build", "--home", str(home),
-            "--layout", spec.layout, *sizes]  # fmt: skip
+    argv = [
+        hermes_python(spec.base.hermes),
+        str(MAIN_WRITER),
+        "build",
+        "--home",
+        str(home),
+        "--layout",
+        spec.layout,
+        *sizes,
+    ]
     if spec.layout == "legacy":
         argv += ["--from", str(built_db(spec.base))]
     if spec.cjk:
@@ -179,10 +195,22 @@ class Holder:
         extra = ["--ofd-guard"] if ofd_guard else []
         extra += ["--drop-posix-locks"] if drop_posix_locks else []
         self.proc = subprocess.Popen(
-            [*prefix, hermes_python(), str(WRITER), "hold", "--home", str(home),
-             "--write-every", str(write_every_s), *extra],
-            env=writer_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                *prefix,
+                hermes_python(),
+                str(WRITER),
+                "hold",
+                "--home",
+                str(home),
+                "--write-every",
+                str(write_every_s),
+                *extra,
+            ],
+            env=writer_env(home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if line != "ready":
@@ -224,8 +252,9 @@ def holding(
 ) -> Iterator[Holder]:
     """A real Hermes writer holding ``home``'s state.db; ``ofd_guard`` adds the open file
     description locks Hermes since 0.20 takes; ``prefix`` runs it under e.g. ``setpriv``."""
-    h = Holder(home, write_every_s, ofd_guard=ofd_guard, drop_posix_locks=drop_posix_locks,
-               prefix=prefix)  # fmt: skip
+    h = Holder(
+        home, write_every_s, ofd_guard=ofd_guard, drop_posix_locks=drop_posix_locks, prefix=prefix
+    )
     try:
         yield h
     finally:

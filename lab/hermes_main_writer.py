@@ -513,10 +513,20 @@ def write_rows(conn: sqlite3.Connection, args: argparse.Namespace, clock: float)
             " input_tokens, output_tokens, api_call_count, last_activity_at)"
             " VALUES (?, ?, ?, 'u1', ?, 'hermes-4-70b', ?, ?, ?, '/home/u', ?, ?, ?, ?, 1, ?)",
             (
-                sid, source, source, key, json.dumps({"temperature": 0.3}), h, now(), title,
-                "user" if title else None, rng.randint(10, 5000), rng.randint(10, 2000), now(),
+                sid,
+                source,
+                source,
+                key,
+                json.dumps({"temperature": 0.3}),
+                h,
+                now(),
+                title,
+                "user" if title else None,
+                rng.randint(10, 5000),
+                rng.randint(10, 2000),
+                now(),
             ),
-        )  # fmt: skip
+        )
         conn.execute(
             "INSERT INTO session_model_usage(session_id, model, api_call_count, input_tokens,"
             " output_tokens, first_seen, last_seen) VALUES (?, 'hermes-4-70b', 1, ?, ?, ?, ?)",
@@ -535,8 +545,15 @@ def write_rows(conn: sqlite3.Connection, args: argparse.Namespace, clock: float)
         role, tool_calls, tool_name, call_id = "user", None, None, None
         if kind == 1:
             role = "assistant"
-            tool_calls = json.dumps([{"id": f"call_{j}", "type": "function",
-                                      "function": {"name": "terminal", "arguments": "{}"}}])  # fmt: skip
+            tool_calls = json.dumps(
+                [
+                    {
+                        "id": f"call_{j}",
+                        "type": "function",
+                        "function": {"name": "terminal", "arguments": "{}"},
+                    }
+                ]
+            )
         elif kind == 2:
             role, tool_name, call_id = "tool", "terminal", f"call_{j - 1}"
             if j % 40 == 2:
@@ -596,9 +613,11 @@ def _legacy_prompts(home: str, count: int) -> None:
     db = SessionDB()
     for i in range(count):
         db.create_session(
-            f"legacy_prompt_{i}", "cli", model="hermes-4-70b",
+            f"legacy_prompt_{i}",
+            "cli",
+            model="hermes-4-70b",
             system_prompt=f"legacy prompt {i % 2}: answer briefly",
-        )  # fmt: skip
+        )
         db.append_message(f"legacy_prompt_{i}", "user", f"a question {i}")
     db.close()
 

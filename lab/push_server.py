@@ -4,7 +4,9 @@ Every request (method, path with its query, body, headers) is recorded in :attr:
 and answered by the script (consumed one request at a time, then ``default``): ``ok``
 (200 "OK"), ``500``, ``404``, ``redirect`` (302 to /elsewhere), ``huge`` (100 MB, no
 Content-Length), ``drip`` (headers, then a byte every second: never a whole answer
-in time). A JSON ``answer_body`` may be set for ``ok``. :meth:`stop` closes the port.
+in time), ``slow`` (``ok`` after :data:`SLOW_S`: the request is recorded while its answer
+is still on its way). A JSON ``answer_body`` may be set for ``ok``. :meth:`stop` closes the
+port.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+# Seconds a ``slow`` answer waits before its 200, long enough to act while it is pending.
+SLOW_S = 0.5
 HUGE_BYTES = 100 * 1024 * 1024
 _CHUNK = b"a" * 65536
 
@@ -48,8 +52,12 @@ class PushServer:
 
             def _any(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                hit = Hit(self.command, self.path, self.rfile.read(length) if length else b"",
-                          headers={k.lower(): v for k, v in self.headers.items()})  # fmt: skip
+                hit = Hit(
+                    self.command,
+                    self.path,
+                    self.rfile.read(length) if length else b"",
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                )
                 with server._lock:
                     how = server.script.pop(0) if server.script else server.default
                     hit.answered = how
@@ -78,6 +86,9 @@ class PushServer:
             return [h.path for h in self.requests]
 
     def answer(self, h: BaseHTTPRequestHandler, how: str) -> None:
+        if how == "slow":
+            time.sleep(SLOW_S)
+            how = "ok"
         if how == "ok":
             body = b"OK" if self.answer_body is None else json.dumps(self.answer_body).encode()
             self._plain(h, 200, body)

@@ -1,7 +1,7 @@
 """Write ``statewarden/recovery/known_schemas.py`` from databases Hermes itself wrote.
 
 Run ``python lab/write_known_schemas.py`` after a Hermes release changes its schema;
-``tests/test_recover_page1.py`` checks that the checked-in module still equals what
+``tests/recovery/test_page1.py`` checks that the checked-in module still equals what
 this script writes. Each layout's ``sqlite_schema`` rows (type, name, tbl_name, sql, in
 the order Hermes created them) are taken from the lab's fixtures: 0.13.0 and 0.19.0
 written by the installed hermes-agent releases, schema 30 (born on main, and a 0.19.0

@@ -14,7 +14,7 @@ so is a name that is also a submodule's (Python binds a submodule on its package
 imported): ``recover`` is ``statewarden.recovery.recover``, whose ``recover()`` is the
 entry.
 Other parts import only these names (from the package or from their home module);
-``tests/test_layers.py`` checks it.
+``tests/project/test_layers.py`` checks it.
 """
 
 from __future__ import annotations

@@ -52,8 +52,14 @@ def pytest_runtest_makereport(
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's own config, state or Hermes home."""
-    for name in ("STATEWARDEN_CONFIG", "NOTIFY_SOCKET", "JOURNAL_STREAM", "INVOCATION_ID",
-                 "WATCHDOG_USEC", "WATCHDOG_PID"):  # fmt: skip
+    for name in (
+        "STATEWARDEN_CONFIG",
+        "NOTIFY_SOCKET",
+        "JOURNAL_STREAM",
+        "INVOCATION_ID",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))

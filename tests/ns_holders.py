@@ -43,8 +43,11 @@ def main() -> None:
         if not os.environ.get("NS_NO_HOLDER"):
             pid = stack.enter_context(holding(home)).pid
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        print(json.dumps({"holder": pid, "rc": proc.returncode,
-                          "stdout": proc.stdout, "stderr": proc.stderr}))  # fmt: skip
+        print(
+            json.dumps(
+                {"holder": pid, "rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+            )
+        )
 
 
 if __name__ == "__main__":

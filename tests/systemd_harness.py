@@ -83,8 +83,11 @@ class HarnessUnavailable(Exception):
 
 def cgroup_hierarchies() -> list[Path]:
     """The hierarchies a manager must be placed in: v1 ``systemd`` + ``unified``, or v2."""
-    found = [CGROUP_ROOT / name for name in ("systemd", "unified")
-             if (CGROUP_ROOT / name / "cgroup.procs").exists()]  # fmt: skip
+    found = [
+        CGROUP_ROOT / name
+        for name in ("systemd", "unified")
+        if (CGROUP_ROOT / name / "cgroup.procs").exists()
+    ]
     if not found and (CGROUP_ROOT / "cgroup.procs").exists():
         found = [CGROUP_ROOT]
     return found
@@ -101,8 +104,10 @@ class UserSystemd:
         self.home = base / "home"
         self.unit_dir = self.home / ".config" / "systemd" / "user"
         self.bus_address = f"unix:path={self.runtime_dir / 'bus'}"
-        self.cgroups = [h / "user.slice" / f"user-{uid}.slice" / f"user@{uid}.service"
-                        for h in cgroup_hierarchies()]  # fmt: skip
+        self.cgroups = [
+            h / "user.slice" / f"user-{uid}.slice" / f"user@{uid}.service"
+            for h in cgroup_hierarchies()
+        ]
         self._wrapper: subprocess.Popen[bytes] | None = None
         self._created: list[Path] = []
 
@@ -136,9 +141,14 @@ class UserSystemd:
         self, argv: list[str], timeout: float | None = None
     ) -> subprocess.CompletedProcess[str]:
         """Run a command in the manager's mount namespace (systemctl, journalctl)."""
-        return subprocess.run(["nsenter", "-t", str(self.manager_pid), "-m", *argv],
-                              env=self.env(), capture_output=True, text=True, check=False,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            ["nsenter", "-t", str(self.manager_pid), "-m", *argv],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """Any command in the manager's mount namespace (its journal, its /run/systemd)."""
@@ -150,8 +160,10 @@ class UserSystemd:
     def journal(self, unit: str) -> str:
         """The manager's journal for ``unit`` (as root: ``_SYSTEMD_USER_UNIT``)."""
         self._in_ns(["journalctl", "--flush"], timeout=READY_TIMEOUT_S)
-        return self._in_ns(["journalctl", "--no-pager", "-o", "cat",
-                            f"_SYSTEMD_USER_UNIT={unit}"], timeout=READY_TIMEOUT_S).stdout  # fmt: skip
+        return self._in_ns(
+            ["journalctl", "--no-pager", "-o", "cat", f"_SYSTEMD_USER_UNIT={unit}"],
+            timeout=READY_TIMEOUT_S,
+        ).stdout
 
     def write_unit(self, name: str, text: str) -> Path:
         self.unit_dir.mkdir(parents=True, exist_ok=True)
@@ -194,9 +206,11 @@ class UserSystemd:
                             os.chown(os.path.join(dirpath, f), self.uid, self.uid)
         self._wrapper = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "bash", "-c", _NS_SCRIPT],
-            env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=self.env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=True,
-        )  # fmt: skip
+        )
         private = self.runtime_dir / "systemd" / "private"
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not private.exists():
@@ -229,9 +243,22 @@ class UserSystemd:
             time.sleep(0.05)
 
     def _systemd_on_bus(self) -> bool:
-        r = self._in_ns(self.as_user(["busctl", "--user", "call", "org.freedesktop.DBus",
-                         "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameHasOwner",
-                         "s", "org.freedesktop.systemd1"]), timeout=READY_TIMEOUT_S)  # fmt: skip
+        r = self._in_ns(
+            self.as_user(
+                [
+                    "busctl",
+                    "--user",
+                    "call",
+                    "org.freedesktop.DBus",
+                    "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus",
+                    "NameHasOwner",
+                    "s",
+                    "org.freedesktop.systemd1",
+                ]
+            ),
+            timeout=READY_TIMEOUT_S,
+        )
         return r.stdout.strip() == "b true"
 
     def stop(self) -> None:
@@ -301,8 +328,11 @@ def unavailable_reason() -> str | None:
     for tool in ("unshare", "nsenter", "systemctl", "journalctl", "busctl"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed; {HOW_TO_RUN}"
-    for path in ("/usr/lib/systemd/systemd", "/lib/systemd/systemd-journald",
-                 "/usr/lib/systemd/user/dbus.socket"):  # fmt: skip
+    for path in (
+        "/usr/lib/systemd/systemd",
+        "/lib/systemd/systemd-journald",
+        "/usr/lib/systemd/user/dbus.socket",
+    ):
         if not os.path.exists(path):
             return f"{path} is missing (systemd, dbus-user-session); {HOW_TO_RUN}"
     if not cgroup_hierarchies():

@@ -96,36 +96,72 @@ class TestLoading:
 
 
 BAD_CONFIGS = [
-    ("unknown key", "logging:\n  levle: info\n",
-     "{f}:2: logging.levle: unknown key (known keys here: level, format)"),
-    ("wrong type", "discovery:\n  profiles: 3\n",
-     "{f}:2: discovery.profiles: expected true or false, got a number (3)"),
-    ("bad duration", "discovery:\n  rescan_interval: soon\n",
-     '{f}:2: discovery.rescan_interval: expected a duration above zero such as 30s, 5m, 1h '
-     'or 250ms, got a string ("soon")'),
-    ("yaml syntax", "logging: [\n",
-     "{f}:2: YAML syntax error: expected the node content, but found '<stream end>'"),
-    ("tab", "logging:\n\tlevel: info\n",
-     "{f}:2: a tab character is not allowed in YAML indentation; use spaces"),
-    ("empty file", "",
-     "{f}: the file is empty; expected a mapping of sections "
-     "(write {{}} to use every default, or delete the file)"),
-    ("comments only", "# nothing\n\n",
-     "{f}: the file is empty; expected a mapping of sections "
-     "(write {{}} to use every default, or delete the file)"),
-    ("control character", "logging:\n  level: \x1b\n",
-     "{f}: YAML cannot contain the character #x001b (offset 18)"),
-    ("non-mapping", "- a\n- b\n",
-     "{f}:1: expected a mapping of sections at the top level, got a list"),
-    ("bad choice", "logging:\n  level: loud\n",
-     '{f}:2: logging.level: expected one of debug, info, warning, error, got a string ("loud")'),
-    ("section not a mapping", "logging: 5\n",
-     "{f}:1: logging: expected a mapping, got a number (5)"),
-    ("list item key", "targets:\n  - home: /x\n    bogus: 1\n",
-     "{f}:3: targets[0].bogus: unknown key (known keys here: home, name, db, logs_dir, gateway_unit)"),
+    (
+        "unknown key",
+        "logging:\n  levle: info\n",
+        "{f}:2: logging.levle: unknown key (known keys here: level, format)",
+    ),
+    (
+        "wrong type",
+        "discovery:\n  profiles: 3\n",
+        "{f}:2: discovery.profiles: expected true or false, got a number (3)",
+    ),
+    (
+        "bad duration",
+        "discovery:\n  rescan_interval: soon\n",
+        "{f}:2: discovery.rescan_interval: expected a duration above zero such as 30s, 5m, 1h "
+        'or 250ms, got a string ("soon")',
+    ),
+    (
+        "yaml syntax",
+        "logging: [\n",
+        "{f}:2: YAML syntax error: expected the node content, but found '<stream end>'",
+    ),
+    (
+        "tab",
+        "logging:\n\tlevel: info\n",
+        "{f}:2: a tab character is not allowed in YAML indentation; use spaces",
+    ),
+    (
+        "empty file",
+        "",
+        "{f}: the file is empty; expected a mapping of sections "
+        "(write {{}} to use every default, or delete the file)",
+    ),
+    (
+        "comments only",
+        "# nothing\n\n",
+        "{f}: the file is empty; expected a mapping of sections "
+        "(write {{}} to use every default, or delete the file)",
+    ),
+    (
+        "control character",
+        "logging:\n  level: \x1b\n",
+        "{f}: YAML cannot contain the character #x001b (offset 18)",
+    ),
+    (
+        "non-mapping",
+        "- a\n- b\n",
+        "{f}:1: expected a mapping of sections at the top level, got a list",
+    ),
+    (
+        "bad choice",
+        "logging:\n  level: loud\n",
+        '{f}:2: logging.level: expected one of debug, info, warning, error, got a string ("loud")',
+    ),
+    (
+        "section not a mapping",
+        "logging: 5\n",
+        "{f}:1: logging: expected a mapping, got a number (5)",
+    ),
+    (
+        "list item key",
+        "targets:\n  - home: /x\n    bogus: 1\n",
+        "{f}:3: targets[0].bogus: unknown key (known keys here: home, name, db, logs_dir, gateway_unit)",
+    ),
     ("missing required", "targets:\n  - name: x\n", "{f}:2: targets[0].home: is required"),
     ("targets not a list", "targets: /x\n", '{f}:1: targets: expected a list, got a string ("/x")'),
-]  # fmt: skip
+]
 
 
 class TestBadConfig:
@@ -182,8 +218,11 @@ class TestBadConfig:
         f.write_text("logging:\n  level: loud\n")
         proc = subprocess.run(
             [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--config", str(f)],
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1
         assert "Traceback" not in proc.stderr
@@ -191,10 +230,21 @@ class TestBadConfig:
 
 
 # Values that are wrong for every typed key (no key accepts a nested list of mappings).
-_keys = st.sampled_from(["discovery.profiles", "discovery.rescan_interval", "logging.level",
-                         "logging.format", "paths.state_dir", "discovery.hermes_home"])  # fmt: skip
-_junk = st.one_of(st.lists(st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-                           min_size=1, max_size=3))  # fmt: skip
+_keys = st.sampled_from(
+    [
+        "discovery.profiles",
+        "discovery.rescan_interval",
+        "logging.level",
+        "logging.format",
+        "paths.state_dir",
+        "discovery.hermes_home",
+    ]
+)
+_junk = st.one_of(
+    st.lists(
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), min_size=1, max_size=3
+    )
+)
 
 
 class TestProperties:

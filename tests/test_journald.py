@@ -210,9 +210,12 @@ class TestLogging:
         self, journal_socket: socket.socket, tmp_path: Path
     ) -> None:
         """A real `statewarden run` with JOURNAL_STREAM set sends its start event to the journal socket."""
-        env = dict(os.environ, JOURNAL_STREAM="8:1234",
-                   STATEWARDEN_JOURNAL_SOCKET=journal_socket.getsockname(),
-                   HERMES_HOME=str(tmp_path / "none"))  # fmt: skip
+        env = dict(
+            os.environ,
+            JOURNAL_STREAM="8:1234",
+            STATEWARDEN_JOURNAL_SOCKET=journal_socket.getsockname(),
+            HERMES_HOME=str(tmp_path / "none"),
+        )
         proc = subprocess.Popen(
             [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run"], env=env
         )

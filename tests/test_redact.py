@@ -8,9 +8,34 @@ from hypothesis import strategies as st
 
 from statewarden.redact import _MAYBE_RE, _maybe_secret, redact_text
 
-_PIECES = st.sampled_from(["auth", "BEARER", "Key", "toKen", "SECRET", "Pass", "pwd", "sk-",
-                           "RK-", "pK-", "ghp_", "GHO_", "ghr_", "XOX", "AIza", "123456:",
-                           "12345:", "gh_", "ſecret", "\u212aey", "é", " ", "=", ":"])  # fmt: skip
+_PIECES = st.sampled_from(
+    [
+        "auth",
+        "BEARER",
+        "Key",
+        "toKen",
+        "SECRET",
+        "Pass",
+        "pwd",
+        "sk-",
+        "RK-",
+        "pK-",
+        "ghp_",
+        "GHO_",
+        "ghr_",
+        "XOX",
+        "AIza",
+        "123456:",
+        "12345:",
+        "gh_",
+        "ſecret",
+        "\u212aey",
+        "é",
+        " ",
+        "=",
+        ":",
+    ]
+)
 
 
 @settings(max_examples=500, deadline=None)

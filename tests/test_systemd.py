@@ -58,10 +58,17 @@ def plain_bus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder.chmod(0o755)
     sock = folder / "bus"
     proc = subprocess.Popen(
-        ["dbus-daemon", "--session", "--nofork", "--print-address=1",
-         f"--address=unix:path={sock}"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        [
+            "dbus-daemon",
+            "--session",
+            "--nofork",
+            "--print-address=1",
+            f"--address=unix:path={sock}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         proc.stdout.readline()
@@ -137,15 +144,30 @@ class TestBusWithoutSystemd:
         """Another uid's session bus refuses us: 'access denied', one line, exit 0 from /proc."""
         if os.geteuid() != 0:
             pytest.skip("needs root to connect as a second uid (setpriv); run the suite as root")
-        code = ("import sys; from statewarden.systemd import list_units_sync;"
-                " from statewarden.errors import SystemdUnavailable\n"
-                "try:\n    list_units_sync(address=sys.argv[1])\n"
-                "except SystemdUnavailable as e:\n    print(e)\n")  # fmt: skip
+        code = (
+            "import sys; from statewarden.systemd import list_units_sync;"
+            " from statewarden.errors import SystemdUnavailable\n"
+            "try:\n    list_units_sync(address=sys.argv[1])\n"
+            "except SystemdUnavailable as e:\n    print(e)\n"
+        )
         proc = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-             sys.executable, "-c", code, plain_bus],
-            capture_output=True, text=True, cwd=REPO, check=False,
-        )  # fmt: skip
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                code,
+                plain_bus,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
+        )
         assert proc.stdout == (
             f"systemd user manager not reachable: access denied by the bus at {plain_bus}"
             f" (it closed the connection while authenticating uid 65534); {FALLBACK}\n"
@@ -315,7 +337,9 @@ class TestHoldersAndUnits:
         data = json.loads(run_ctl("holders", "--db", str(units.db), "--json").stdout)
         assert data["systemd"] is None
         assert [(u["name"], u["active_state"], u["sub_state"]) for u in data["units"]] == [
-            (DASHBOARD, "active", "running"), (GATEWAY, "active", "running")]  # fmt: skip
+            (DASHBOARD, "active", "running"),
+            (GATEWAY, "active", "running"),
+        ]
         text = run_ctl("holders", "--db", str(units.db)).stdout.splitlines()
         assert text[text.index("systemd user units:") + 1 :] == [
             f"  {DASHBOARD}  active/running  main pid {units.main_pid(DASHBOARD)}  restarts 0",

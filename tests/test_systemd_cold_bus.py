@@ -30,12 +30,12 @@ import pytest
 from lab.hermes_fixtures import SMALL, TINY, make_home
 from statewarden.cli import install as inst
 from statewarden.systemd import UserManager
+from tests.cli.test_install import Installed
 from tests.fake_hermes import install_fake_hermes
+from tests.maintenance.test_units import GATEWAY, REPO, UNIT, holders, main_pid, wait_for
 from tests.support.maintenance import exempt_comms
 from tests.support.waiting import WAIT_S
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
-from tests.test_install import Installed
-from tests.test_maintenance_units import GATEWAY, REPO, UNIT, holders, main_pid, wait_for
 
 
 @pytest.fixture
@@ -134,10 +134,13 @@ def test_enable_now_on_a_user_bus_not_activated_yet() -> None:
         hermes = make_home(base / "hermes", TINY)
         with user_systemd(base / "manager", activate_bus=False) as manager:
             state = manager.home / ".local" / "state"
-            r = manager.systemctl("set-environment", f"HOME={manager.home}",
-                                  f"XDG_STATE_HOME={state}",
-                                  f"XDG_CONFIG_HOME={manager.home / '.config'}",
-                                  f"HERMES_HOME={hermes}")  # fmt: skip
+            r = manager.systemctl(
+                "set-environment",
+                f"HOME={manager.home}",
+                f"XDG_STATE_HOME={state}",
+                f"XDG_CONFIG_HOME={manager.home / '.config'}",
+                f"HERMES_HOME={hermes}",
+            )
             assert r.returncode == 0, r.stderr
             env = {**manager.env(), "XDG_STATE_HOME": str(state), "HERMES_HOME": str(hermes)}
             installed = Installed(manager, env)
@@ -164,21 +167,39 @@ def test_units_are_stopped_when_the_user_bus_is_not_activated_yet(tmp_path: Path
     bin_dir = tmp_path / "bin"
     install_fake_hermes(bin_dir)
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()},
-                                  "maintenance": {"settle": "0.5s"}}))  # fmt: skip
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "0.5s"}})
+    )
     with user_systemd(tmp_path / "manager", activate_bus=False) as manager:
-        manager.write_unit(GATEWAY, UNIT.format(home=db.parent, bin=bin_dir, what="gateway run",
-                                                restart="always"))  # fmt: skip
+        manager.write_unit(
+            GATEWAY, UNIT.format(home=db.parent, bin=bin_dir, what="gateway run", restart="always")
+        )
         manager.daemon_reload()
         assert manager.systemctl("start", GATEWAY).returncode == 0
         wait_for(lambda: main_pid(manager, GATEWAY) in holders(db), "the unit to hold")
         before = main_pid(manager, GATEWAY)
         env = {**manager.env(), "STATEWARDEN_CONFIG": str(config)}
         proc = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", "--db", str(db),
-             "--action", "checkpoint", "--yes", "--json"], capture_output=True, text=True,
-            cwd=REPO, env=env, check=False, stdin=subprocess.DEVNULL, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(db),
+                "--action",
+                "checkpoint",
+                "--yes",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rep = json.loads(proc.stdout)
         assert rep["outcome"] == "checkpointed"

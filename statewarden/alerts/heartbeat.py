@@ -170,6 +170,9 @@ class Heartbeat:
 
     async def _loop(self) -> None:
         while True:
+            # Cleared before the ping, not after it: a nudge while the ping waits for its
+            # answer (an incident opened) is still seen below, and pinged at once.
+            self._wake.clear()
             if await self.ping():
                 self._backoff.succeeded()
                 wait = self.cfg.interval
@@ -177,12 +180,12 @@ class Heartbeat:
                 wait = min(self._backoff.failed(), self.cfg.interval)  # sooner than the next
             due = time.monotonic() + wait
             while (left := due - time.monotonic()) > 0:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=left)
                 now_signal = "fail" if self.trouble() else "ok"
                 if self._wake.is_set() and now_signal != self.health.signal:
                     break
+                self._wake.clear()
 
     async def close(self) -> None:
         if self._client is not None:

@@ -4,7 +4,7 @@ Hermes is not installed where ``statewardenctl demo`` runs, so the database it d
 was written beforehand by Hermes' own ``hermes_state.SessionDB`` (hermes-agent
 ``HERMES_VERSION``) through ``lab/hermes_writer.py build`` with the arguments in
 ``BUILD``, its clock fixed so that every build is the same row for row; then gzipped.
-``tests/test_demo.py`` builds it again with the real Hermes and checks that the shipped
+``tests/demo/test_demo.py`` builds it again with the real Hermes and checks that the shipped
 copy holds the same schema and the same rows. ``python -m lab.demo_database`` writes
 it anew.
 """

@@ -5,7 +5,7 @@ text ``journalctl -x`` shows under it, the next step a notification names, wheth
 maintenance run mutes it, whether an open ``corruption`` incident folds it in, and when
 an open incident of it is evaluated afresh after a restart. Adding a kind is one entry
 here (and its name in ``config.IncidentKind``, which the base cannot import from here;
-``tests/test_defined_once.py`` keeps the two equal, and the README's MESSAGE_ID table).
+``tests/project/test_defined_once.py`` keeps the two equal, and the README's MESSAGE_ID table).
 
 Kinds use one word per concept, the same in code, CLI, docs and journald.
 """

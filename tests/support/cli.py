@@ -34,7 +34,11 @@ def run_installed(*args: str, env: Mapping[str, str], timeout_s: float = 180) ->
 
     script = Path(sys.executable).parent / "statewardenctl"
     r = subprocess.run(
-        [str(script), *args], env=dict(env), capture_output=True, text=True,
-        timeout=timeout_s, check=False,
-    )  # fmt: skip
+        [str(script), *args],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     return CtlRun(r.returncode, r.stdout, r.stderr)

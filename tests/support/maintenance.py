@@ -21,11 +21,18 @@ def maintenance_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A config with short settle and grace times, made the one the CLI reads."""
     path = tmp_path / "config.yaml"
     path.write_text(
-        json.dumps({
-            "holders": {"exempt_comms": exempt_comms()},
-            "maintenance": {"settle": "0.5s", "stop_grace": "3s", "respawn_limit": 2,
-                            "settle_timeout": "20s", "snapshots_keep": 3},
-        })
-    )  # fmt: skip
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {
+                    "settle": "0.5s",
+                    "stop_grace": "3s",
+                    "respawn_limit": 2,
+                    "settle_timeout": "20s",
+                    "snapshots_keep": 3,
+                },
+            }
+        )
+    )
     monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
     return path

@@ -1,0 +1,218 @@
+"""``statewardenctl holders`` without click: same output, same errors, fewer imports.
+
+The installed ``statewardenctl`` runs :mod:`statewarden.cli.quick`; ``holders`` with
+plain options is read there and reported through the same code as the click command,
+anything else goes on to the click group. Each case here runs both ways, as whole
+processes, on a state.db held by Hermes' own writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.hermes_fixtures import TINY, holding, make_home
+from statewarden.cli.quick import holders_options
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
+CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
+# The modules a run loaded, printed at exit to stderr (after the command's own output).
+PROBE = (
+    "import atexit, json, sys\n"
+    "atexit.register(lambda: print('MODULES ' + json.dumps(sorted(sys.modules)),"
+    " file=sys.stderr))\n"
+    "from statewarden.cli.quick import main\n"
+    "main()\n"
+)
+
+
+def run(base: list[str], *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    # argv[0] is the program's name in click's messages: the same for both ways.
+    return subprocess.run([*base, *args], capture_output=True, text=True, cwd=REPO,
+                          env=env, check=False, timeout=120)  # fmt: skip
+
+
+@pytest.fixture
+def quiet_env(tmp_path: Path) -> dict[str, str]:
+    """No config file and no Hermes home: every default."""
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env.pop("STATEWARDEN_CONFIG", None)
+    env.pop("HERMES_HOME", None)
+    return env
+
+
+def stable(document: dict[str, object]) -> dict[str, object]:
+    """A --json document without what changes from one scan to the next on a busy host."""
+    volatile = {"processes", "vanished", "coverage", "uninspectable", "problems", "complete"}
+    out: dict[str, object] = {}
+    for key, value in document.items():
+        if key in volatile:
+            continue
+        if key == "databases" and isinstance(value, list):
+            out[key] = [stable(v) for v in value]
+        elif key == "holders" and isinstance(value, list):
+            out[key] = sorted((h["pid"], h["kind"], h["via"], h["fds"]) for h in value)
+        else:
+            out[key] = value
+    return out
+
+
+class TestOptions:
+    @pytest.mark.parametrize(
+        ("args", "expected"),
+        [
+            ([], {}),
+            (["--db", "/x/state.db"], {"db": "/x/state.db"}),
+            (["--db=/x/state.db", "--json"], {"db": "/x/state.db", "as_json": True}),
+            (["--db", "a", "--db", "b"], {"db": "b"}),
+            (
+                ["-v", "--no-systemd", "--config", "c.yaml"],
+                {"verbose": True, "no_systemd": True, "config_path": "c.yaml"},
+            ),
+            (["--profile", "coder", "--verbose"], {"profile": "coder", "verbose": True}),
+        ],
+    )
+    def test_plain_options_are_read(self, args: list[str], expected: dict[str, object]) -> None:
+        """Plain options (space or = between name and value, flags, repeats) are read
+        here, the last of a repeated option winning as with click."""
+        base: dict[str, object] = {"config_path": None, "db": None, "profile": None,
+                                   "as_json": False, "no_systemd": False, "verbose": False}  # fmt: skip
+        assert holders_options(args) == {**base, **expected}
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["--help"], ["-h"], ["--watch"], ["--count", "2"], ["--interval", "1"],
+            ["--db"], ["--db="], ["--db", "--json"], ["--db", "-x"], ["--bogus"],
+            ["--", "--db", "x"], ["extra"], ["--json=1"], ["--jso"],
+        ],
+    )  # fmt: skip
+    def test_anything_else_goes_to_click(self, args: list[str]) -> None:
+        """Help, --watch, a missing or empty value, an unknown or abbreviated option, a
+        positional argument: not read here (None), so click answers as it always has."""
+        assert holders_options(args) is None
+
+
+class TestWholeProcess:
+    def test_same_report_as_click_for_a_held_database(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """Text and --json list the same Hermes writer (pid, kind, descriptors) with
+        the same exit code either way; --json carries schema_version."""
+        home = make_home(tmp_path / "hermes", TINY)
+        db = str(home / "state.db")
+        with holding(home) as writer:
+            args = ("holders", "--db", db, "--no-systemd")
+            quick, slow = run(QUICK, *args, env=quiet_env), run(CLICK, *args, env=quiet_env)
+            assert quick.returncode == slow.returncode, (quick.stderr, slow.stderr)
+            assert quick.stderr == slow.stderr == ""
+            for out in (quick.stdout, slow.stdout):
+                assert out.startswith(f"default: {db}\n")
+                assert any(line.split()[:1] == [str(writer.pid)] for line in out.splitlines())
+            quick_j = run(QUICK, *args, "--json", env=quiet_env)
+            slow_j = run(CLICK, *args, "--json", env=quiet_env)
+            assert quick_j.returncode == slow_j.returncode
+            a, b = json.loads(quick_j.stdout), json.loads(slow_j.stdout)
+            assert a["schema_version"] == b["schema_version"] == 1
+            assert writer.pid in {h["pid"] for h in a["holders"]}
+            assert stable(a) == stable(b)
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (("--db", "{tmp}/nope.db"), "statewardenctl: error: --db {tmp}/nope.db: no such file"),
+            (
+                ("--db", "{tmp}"),
+                "statewardenctl: error: --db {tmp}: is a directory; give the"
+                " path of the state.db file",
+            ),
+            (
+                ("--db", "{tmp}/x", "--profile", "p"),
+                "statewardenctl: error: --db and --profile cannot be used together",
+            ),
+            (
+                ("--profile", "nope"),
+                "statewardenctl: error: no Hermes profile named 'nope' (found: none)",
+            ),
+            (("--config", "{tmp}/missing.yaml"), "statewardenctl: error: {tmp}/missing.yaml:"),
+        ],
+    )
+    def test_bad_input_is_one_line_and_exit_2_both_ways(
+        self, tmp_path: Path, quiet_env: dict[str, str], args: tuple[str, ...], message: str
+    ) -> None:
+        """A missing file, a directory, --db with --profile, an unknown profile, a
+        missing config: the same one line on stderr and exit 2 with or without click."""
+        (tmp_path / "x").touch()
+        argv = [a.format(tmp=tmp_path) for a in args]
+        want = message.format(tmp=tmp_path)
+        for base in (QUICK, CLICK):
+            r = run(base, "holders", *argv, env=quiet_env)
+            assert r.returncode == 2, (base, r.stderr)
+            assert r.stdout == ""
+            assert r.stderr.count("\n") == 1, r.stderr
+            assert r.stderr.startswith(want), r.stderr
+            assert "Traceback" not in r.stderr
+
+    def test_click_still_answers_what_quick_does_not_read(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """--db without its value and an unknown option get click's usage error (exit 2),
+        --help click's help (exit 0), from the installed entry point as before."""
+        for args in (("--db",), ("--bogus",)):
+            quick = run(QUICK, "holders", *args, env=quiet_env)
+            slow = run(CLICK, "holders", *args, env=quiet_env)
+            assert quick.returncode == slow.returncode == 2
+            # The usage line names the program as it was started; the error is the same.
+            assert quick.stderr.splitlines()[-1] == slow.stderr.splitlines()[-1]
+            assert quick.stderr.startswith(("Error: ", "Usage: ")), quick.stderr
+        helped = run(QUICK, "holders", "--help", env=quiet_env)
+        assert helped.returncode == 0
+        assert "--watch" in helped.stdout
+
+    def test_quick_holders_imports_no_click(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """`holders --db X --json` loads neither click nor the command group, nor YAML,
+        apsw or D-Bus when no config file exists and --no-systemd is given; another
+        command still loads click."""
+        home = make_home(tmp_path / "hermes", TINY)
+        r = run([sys.executable, "-c", PROBE], "holders", "--db", str(home / "state.db"),
+                "--json", "--no-systemd", env=quiet_env)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        modules = json.loads(r.stderr.rsplit("MODULES ", 1)[1])
+        heavy = [m for m in modules if m.split(".")[0] in ("click", "yaml", "apsw", "dbus_fast")]
+        assert heavy == []
+        assert "statewarden.cli.ctl" not in modules
+        other = run([sys.executable, "-c", PROBE], "status", "--help", env=quiet_env)
+        assert "click" in json.loads(other.stderr.rsplit("MODULES ", 1)[1])
+
+    def test_reader_gone_is_a_quiet_exit(self, tmp_path: Path, quiet_env: dict[str, str]) -> None:
+        """Output to a closed pipe ends quietly with 141, as a SIGPIPE'd tool would."""
+        home = make_home(tmp_path / "hermes", TINY)
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            proc = subprocess.run([*QUICK, "holders", "--db", str(home / "state.db"), "--json",
+                                   "--no-systemd"], stdout=w, stderr=subprocess.PIPE, text=True,
+                                  cwd=REPO, env=quiet_env, check=False, timeout=120)  # fmt: skip
+        finally:
+            os.close(w)
+        assert proc.returncode == 141, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+    def test_shell_completion_still_answers(self, quiet_env: dict[str, str]) -> None:
+        """The installed script (the quick entry point) still answers the shell
+        completion's requests, which come with no arguments and go to click."""
+        script = Path(sys.executable).parent / "statewardenctl"
+        env = {**quiet_env, "COMP_WORDS": "statewardenctl hol", "COMP_CWORD": "1",
+               "_STATEWARDENCTL_COMPLETE": "bash_complete"}  # fmt: skip
+        r = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False,
+                           timeout=60)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "plain,holders" in r.stdout.splitlines()

@@ -1,0 +1,292 @@
+"""Maintenance with a real systemd --user: the Hermes units holding a damaged state.db are
+stopped with a job wait, the file is repaired and swapped, the units start again and
+write to the new file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.corruption import phantom_row
+from lab.hermes_fixtures import SMALL, writer_env
+from statewarden.holders.scan import HolderScanner
+from tests.fake_hermes import install_fake_hermes
+from tests.maintenance.test_run import integrity, rows, session_ids
+from tests.support.maintenance import exempt_comms
+from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0
+GATEWAY = "hermes-gateway.service"
+DASHBOARD = "hermes-dashboard.service"
+UNIT = """\
+[Unit]
+Description=Hermes {what} (statewarden maintenance test)
+
+[Service]
+Environment=HERMES_HOME={home}
+Environment=FAKE_HERMES_WRITE_EVERY=0.2
+ExecStart={bin}/hermes {what}
+Restart={restart}
+RestartSec=1
+KillMode=mixed
+"""
+
+
+def holders(db: Path) -> set[int]:
+    return {h.pid for h in HolderScanner([db], watch_opens=False).scan()[0].holders}
+
+
+def wait_for(cond: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def main_pid(manager: UserSystemd, unit: str) -> int:
+    r = manager.systemctl("show", "-p", "MainPID", "--value", unit)
+    return int(r.stdout.strip() or 0)
+
+
+@pytest.fixture
+def units(tmp_path: Path) -> Iterator[tuple[UserSystemd, Path, list[str]]]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    case = phantom_row(tmp_path / "hermes", SMALL)
+    distinct = sorted(set(session_ids(case.db)))
+    bin_dir = tmp_path / "bin"
+    install_fake_hermes(bin_dir)
+    with user_systemd(tmp_path / "manager") as manager:
+        for name, what, restart in (
+            (GATEWAY, "gateway run", "always"),
+            (DASHBOARD, "dashboard", "no"),
+        ):
+            manager.write_unit(
+                name, UNIT.format(home=case.db.parent, bin=bin_dir, what=what, restart=restart)
+            )
+        manager.daemon_reload()
+        for name in (GATEWAY, DASHBOARD):
+            r = manager.systemctl("start", name)
+            assert r.returncode == 0, r.stderr
+        wait_for(
+            lambda: (
+                {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)} <= holders(case.db)
+                and 0 not in {main_pid(manager, GATEWAY)}
+            ),
+            "units to hold",
+        )
+        yield manager, case.db, distinct
+
+
+@pytest.mark.systemd
+def test_units_are_stopped_repaired_and_started_again(
+    units: tuple[UserSystemd, Path, list[str]], tmp_path: Path
+) -> None:
+    """Maintenance with a real user manager stops the Hermes units holding a damaged state.db,
+    repairs it, and starts them again as new processes that hold the new file, none stale."""
+    manager, db, distinct = units
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "0.5s"}})
+    )
+    before = {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)}
+    env = {
+        **os.environ,
+        "STATEWARDEN_CONFIG": str(config),
+        "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "maintenance",
+            "--db",
+            str(db),
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["outcome"] == "repaired"
+    assert sorted(rep["units_stopped"]) == sorted([GATEWAY, DASHBOARD])
+    assert [u["result"] for u in rep["units_started"]] == ["done", "done"]
+    assert rep["start_again"] == []  # every holder was a unit
+    assert rep["downtime_s"] is not None
+    # Started again, as new processes, which hold the new file and write to it.
+    after = {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)}
+    assert 0 not in after
+    assert not after & before
+    new_ino = db.stat().st_ino
+    wait_for(lambda: after <= holders(db), "the restarted units to hold the new file")
+    scan = HolderScanner([db], watch_opens=False).scan()[0]
+    assert not any(h.stale for h in scan.holders)
+    assert db.stat().st_ino == new_ino
+    n = rows(db, "SELECT count(*) FROM messages NOT INDEXED")[0][0]
+    wait_for(
+        lambda: rows(db, "SELECT count(*) FROM messages NOT INDEXED")[0][0] > n,
+        "a unit to write to the new file",
+    )
+    ids = session_ids(db)
+    assert len(ids) == len(set(ids))
+    assert set(distinct) <= set(ids)
+    assert integrity(db) == "ok"
+    assert stat.S_IMODE(db.stat().st_mode) == 0o644
+
+
+@pytest.mark.systemd
+def test_unit_that_fails_to_start_again_is_reported(
+    units: tuple[UserSystemd, Path, list[str]], tmp_path: Path
+) -> None:
+    """The swap is kept (the new file is good); the unit that did not start is named, exit 1."""
+    manager, db, _ = units
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps({"holders": {"exempt_comms": exempt_comms()}, "maintenance": {"settle": "0.5s"}})
+    )
+    # The dashboard's next start fails: its program is gone.
+    manager.write_unit(
+        DASHBOARD, UNIT.format(home=db.parent, bin="/nonexistent", what="dashboard", restart="no")
+    )
+    manager.daemon_reload()
+    env = {
+        **os.environ,
+        "STATEWARDEN_CONFIG": str(config),
+        "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statewarden.cli.ctl",
+            "maintenance",
+            "--db",
+            str(db),
+            "--yes",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["outcome"] == "repaired"
+    assert f"{DASHBOARD} did not start again" in rep["message"]
+    assert main_pid(manager, GATEWAY) != 0
+    assert integrity(db) == "ok"
+
+
+@pytest.mark.systemd
+def test_four_holders_with_a_respawner(
+    units: tuple[UserSystemd, Path, list[str]], tmp_path: Path
+) -> None:
+    """Story 1 and 5: two units, the user's `hermes chat` and an orphaned `hermes serve
+    --isolated` that a respawner brings back. With --force the run stops all four; as
+    root the fence cannot keep the respawned serve out, so the run either wins the race
+    or aborts with it named, and in both cases both units run again and nothing is lost."""
+    manager, db, distinct = units
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "1s", "respawn_limit": 2, "stop_grace": "3s"},
+            }
+        )
+    )
+    bin_dir = tmp_path / "bin"
+    env = {**writer_env(db.parent), "FAKE_HERMES_WRITE_EVERY": "0.3"}
+    chat = subprocess.Popen(
+        [str(bin_dir / "hermes"), "chat"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert chat.stdout is not None
+    assert chat.stdout.readline().strip() == "ready"
+    pidfile = tmp_path / "serve.pid"
+    respawner = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "tests" / "respawner.py"),
+            str(bin_dir / "hermes"),
+            "serve",
+            "--isolated",
+        ],
+        env={**env, "FAKE_HERMES_PIDFILE": str(pidfile)},
+    )
+    try:
+        wait_for(lambda: pidfile.exists() and len(holders(db)) >= 4, "four holders")
+        run_env = {
+            **os.environ,
+            "STATEWARDEN_CONFIG": str(config),
+            "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "maintenance",
+                "--db",
+                str(db),
+                "--yes",
+                "--force",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=run_env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+        chat_code = chat.poll()
+    finally:
+        respawner.terminate()
+        respawner.wait(timeout=WAIT_S)
+        if chat.poll() is None:
+            chat.kill()
+        chat.wait()
+        chat.stdout.close()
+    rep = json.loads(proc.stdout)
+    assert chat_code is not None  # the interactive CLI was stopped (--force)
+    if proc.returncode == 0:
+        assert rep["outcome"] == "repaired"
+        ids = session_ids(db)
+        assert len(ids) == len(set(ids))
+        assert rep["recover"]["tables"]["sessions"]["duplicates_dropped"] == 1
+        assert integrity(db) == "ok"
+    else:
+        assert proc.returncode == 1, proc.stderr
+        assert rep["outcome"] == "rolled back: the database is unchanged"
+        assert "hermes serve --isolated" in rep["message"]
+        assert stat.S_IMODE(db.stat().st_mode) == 0o644
+    assert set(distinct) <= set(session_ids(db))
+    assert sorted(rep["units_stopped"]) == sorted([GATEWAY, DASHBOARD])
+    wait_for(
+        lambda: 0 not in {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)},
+        "both units to run again",
+    )

@@ -1,0 +1,169 @@
+"""A standing fault suite: maintenance killed with ``kill -9`` at random moments, then
+``--resume``, with real Hermes writers committing rows all along.
+
+Each trial starts a writer (Hermes' own ``SessionDB``, through ``tests/fake_hermes.py``)
+that appends a message every 50 ms and, once each is committed, logs it; then runs
+``statewardenctl maintenance --action vacuum`` (which goes through every step: pre-build,
+signal, fence, settle, catch-up, swap, restart, post-check) and kills it with SIGKILL,
+either right after a step chosen at random is in the ledger
+(``$STATEWARDEN_CRASH_AT``) or after a random delay. ``--resume`` then rolls the run
+back or forward. After every trial: state.db is whole, has its mode, nothing of ours is
+left next to it, the ledger is finished, and every row any writer logged as committed
+is in it exactly once. The trials are drawn from a fixed seed (``$STATEWARDEN_FAULT_SEED``
+picks another), so a failure names the trial that reproduces it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lab.hermes_fixtures import SMALL, make_home, writer_env
+from statewarden.maintenance.ledger import read_ledger, run_dir
+from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+from tests.maintenance.test_run import REPO, integrity, rows
+from tests.support.maintenance import exempt_comms
+
+TRIALS = 10
+SEED = int(os.environ.get("STATEWARDEN_FAULT_SEED", "20261201"))
+STEPS = [
+    "prebuild",
+    "signal",
+    "fence",
+    "settle",
+    "verify-source",
+    "catch-up",
+    "catch-up-copied",
+    "swap",
+    "sidecars-moved",
+    "original-kept",
+    "swapped",
+    "post-check",
+]
+MAX_DELAY_S = 2.0  # a run of this database takes 1.5 to 3 s here
+
+
+def maintenance(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def committed(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    return [line.split("\t", 1)[1] for line in log.read_text().splitlines() if "\t" in line]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="maintenance as root, as CI runs it")
+def test_kill_9_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None:
+    """Maintenance killed with SIGKILL or crashed at seeded random moments while a writer commits,
+    then resumed: every committed row is there exactly once, the file is intact with its mode, no
+    work file or unfinished run is left."""
+    home = make_home(tmp_path / "home", SMALL)
+    db = home / "state.db"
+    mode = stat.S_IMODE(db.stat().st_mode)
+    bin_dir = tmp_path / "bin"
+    install_fake_hermes(bin_dir)
+    log = tmp_path / "committed.log"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "holders": {"exempt_comms": exempt_comms()},
+                "maintenance": {"settle": "0.3s", "stop_grace": "3s", "settle_timeout": "30s"},
+            }
+        )
+    )
+    env = {**os.environ, "STATEWARDEN_CONFIG": str(config)}
+    state = Path(env["XDG_STATE_HOME"]) / "statewarden"
+    rng = random.Random(SEED)
+    writer: subprocess.Popen[str] | None = None
+    seen: list[str] = []
+    killed = 0
+    try:
+        for trial in range(TRIALS):
+            if writer is None or writer.poll() is not None:
+                if writer is not None and writer.stdout is not None:
+                    writer.stdout.close()  # stopped by the run: the next writer starts
+                wenv = {**writer_env(home), WRITE_EVERY_ENV: "0.05", LOG_ENV: str(log)}
+                writer = subprocess.Popen(
+                    [str(bin_dir / "hermes"), "dashboard"],
+                    env=wenv,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                assert writer.stdout is not None
+                assert writer.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.0, 0.5))  # some rows before the run
+            if rng.random() < 0.5:
+                how = f"crash at {rng.choice(STEPS)}"
+                run = maintenance(
+                    "--db",
+                    str(db),
+                    "--action",
+                    "vacuum",
+                    "--yes",
+                    env={**env, "STATEWARDEN_CRASH_AT": how.rsplit(maxsplit=1)[-1]},
+                )
+            else:
+                delay = rng.uniform(0.0, MAX_DELAY_S)
+                how = f"kill -9 after {delay:.2f} s"
+                run = maintenance("--db", str(db), "--action", "vacuum", "--yes", env=env)
+                try:
+                    run.wait(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    run.send_signal(signal.SIGKILL)
+            out, err = run.communicate(timeout=300)
+            what = f"trial {trial} (seed {SEED}): {how}, exit {run.returncode}"
+            assert run.returncode in (0, -signal.SIGKILL), f"{what}: {out}{err}"
+            killed += run.returncode == -signal.SIGKILL
+            resumed = maintenance("--db", str(db), "--resume", "--json", env=env)
+            rout, rerr = resumed.communicate(timeout=300)
+            assert resumed.returncode in (0, 1), f"{what}; resume: {rout}{rerr}"
+            outcome = json.loads(rout)["outcome"]
+            assert outcome in (
+                "nothing to resume",
+                "swapped",
+                "rolled back: the database is unchanged",
+            ), f"{what}: {outcome}"
+            # While the writer may still be running: what it logged so far must be there.
+            want = committed(log)
+            assert len(want) > len(seen), f"{what}: no row committed since the last trial"
+            seen = want
+            got = Counter(r[0] for r in rows(db, "SELECT content FROM messages NOT INDEXED"))
+            missing = [t for t in want if got[t] != 1]
+            assert not missing, f"{what}: {len(missing)} committed rows not there exactly once"
+            assert integrity(db) == "ok", what
+            assert stat.S_IMODE(db.stat().st_mode) == mode, what
+            assert not list(db.parent.glob(".statewarden-*")), what
+            record = read_ledger(run_dir(state, db) / "run.jsonl")
+            assert record is None or record.finished, what
+    finally:
+        if writer is not None:
+            if writer.poll() is None:
+                writer.send_signal(signal.SIGTERM)
+            writer.wait(timeout=60)
+            if writer.stdout is not None:
+                writer.stdout.close()
+    assert killed >= TRIALS // 4, f"only {killed} of {TRIALS} runs were killed mid-way"
+    # The last writer's final rows, committed before it closed.
+    want = committed(log)
+    got = Counter(r[0] for r in rows(db, "SELECT content FROM messages NOT INDEXED"))
+    assert [t for t in want if got[t] != 1] == []
