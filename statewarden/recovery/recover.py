@@ -65,7 +65,13 @@ from statewarden.recovery.pages import (
     salvage_rows,
     schema_rowid_gaps,
 )
-from statewarden.recovery.rebuild import CROSS_LINKED, Rebuild, TableCopy, key_fn
+from statewarden.recovery.rebuild import (
+    CROSS_LINKED,
+    Rebuild,
+    RebuildInputs,
+    TableCopy,
+    key_fn,
+)
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.schema import Schema, read_schema
@@ -216,7 +222,7 @@ def _recover_copy(
     else:
         report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
         rebuild_started = time.monotonic()
-        rebuild = Rebuild(
+        inputs = RebuildInputs(
             work,
             built,
             schema,
@@ -225,12 +231,11 @@ def _recover_copy(
             salvaged=salvaged,
             carved=carved,
             wal_rows=wal_rows,
-            report=report,
-            progress=progress,
             trust_unreached=not work.freelist_unknown
             and not any(g.kind == "freelist" for g in diag.groups),
             others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
         )
+        rebuild = Rebuild(inputs, report=report, progress=progress)
         copies = rebuild.run()
         unchanged_fts = rebuild.fts_unchanged
         spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
