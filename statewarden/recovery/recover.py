@@ -42,6 +42,7 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ from statewarden.recovery.rebuild import (
     CROSS_LINKED,
     Rebuild,
     RebuildInputs,
+    SalvagedRows,
     TableCopy,
     key_fn,
 )
@@ -80,6 +82,15 @@ from statewarden.sqlite import hermes_schema_version, quote_ident, uri_for
 
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
+
+
+@dataclass
+class DecodedRows:
+    """Rows decoded from the work copy's pages before the build, by table."""
+
+    salvaged: SalvagedRows = field(default_factory=dict)  # leaves no b-tree reaches
+    carved: SalvagedRows = field(default_factory=dict)  # leaves whose structure is damaged
+    wal_rows: SalvagedRows = field(default_factory=dict)  # WAL commits SQLite drops
 
 
 def recover(
@@ -162,6 +173,50 @@ def _publish(built: Path, output: Path) -> None:
 def _recover_copy(
     work: WorkCopy, output: Path, progress: ProgressFn | None, extras: list[Path]
 ) -> Report:
+    """The steps after the copy, each its own stage: diagnose, read the schema,
+    salvage, rebuild (or copy a healthy file whole), complete the partial rows,
+    verify and account."""
+    diag, report = _diagnose(work, output, progress)
+    schema, source_version = _read_source(work, report)
+    damaged = _damaged_tables(diag, schema)
+    decoded = _salvage(work, diag, schema, damaged, report)
+    built = work.work_dir / "output.db"
+    if diag.damage == "none":
+        copies, unchanged_fts = _copy_whole(work, built, schema, report)
+    else:
+        inputs = RebuildInputs(
+            work,
+            built,
+            schema,
+            diag,
+            damaged=damaged,
+            salvaged=decoded.salvaged,
+            carved=decoded.carved,
+            wal_rows=decoded.wal_rows,
+            trust_unreached=not work.freelist_unknown
+            and not any(g.kind == "freelist" for g in diag.groups),
+            others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
+        )
+        copies, unchanged_fts = _rebuild(inputs, report, progress)
+    _verify(
+        built,
+        copies,
+        report,
+        work=work,
+        diag=diag,
+        schema=schema,
+        source_version=source_version,
+        unchanged_fts=unchanged_fts,
+        progress=progress,
+    )
+    return report
+
+
+def _diagnose(
+    work: WorkCopy, output: Path, progress: ProgressFn | None
+) -> tuple[Diagnosis, Report]:
+    """Diagnose the work copy; the report starts here, with the damage class and what
+    the copy's rebuilt page 1 (if any) lost."""
     started = time.monotonic()
     diag = diagnose(
         work.db,
@@ -184,6 +239,11 @@ def _recover_copy(
                 f"sqlite_schema rows {shown} were on a destroyed page: the objects they"
                 " named (tables among them) are missing from the rebuilt schema"
             )
+    return diag, report
+
+
+def _read_source(work: WorkCopy, report: Report) -> tuple[Schema, int | None]:
+    """The work copy's schema and Hermes' schema_version (None, noted, if unreadable)."""
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)
@@ -194,10 +254,16 @@ def _recover_copy(
             report.notes.append(f"Hermes' schema_version could not be read from the source: {exc}")
     finally:
         conn.close()
-    damaged = _damaged_tables(diag, schema)
-    salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
-    carved: dict[str, list[tuple[int, list[Any]]]] = {}
-    wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
+    return schema, source_version
+
+
+def _salvage(
+    work: WorkCopy, diag: Diagnosis, schema: Schema, damaged: set[str], report: Report
+) -> DecodedRows:
+    """Rows decoded from the pages before the build: leaves no b-tree reaches and
+    damaged leaves of the damaged tables, and committed WAL transactions SQLite does
+    not replay (a table with such rows joins ``damaged``)."""
+    decoded = DecodedRows()
     if work.wal is not None:
         report.notes.extend(work.wal.notes(work.wal_name))
     with report.timed("salvage"):
@@ -206,53 +272,73 @@ def _recover_copy(
             # a count that differs from the planner's, a page reached twice): decode
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (docs/safety.md rule 2).
-            salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
-            carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
+            decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
+            decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
-            wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
-            damaged.update(name for name, rows in wal_rows.items() if rows)
-    built = work.work_dir / "output.db"
-    if diag.damage == "none":
-        report.strategy = "none"
-        with report.timed("rebuild"):
-            _vacuum_into(work.db, built, work.source_header.journal_mode)
-            copies = _measure_only(work.db, schema)
-        unchanged_fts = {o.name for o in schema.tables() if o.module == "fts5"}
-    else:
-        report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
-        rebuild_started = time.monotonic()
-        inputs = RebuildInputs(
-            work,
-            built,
-            schema,
-            diag,
-            damaged=damaged,
-            salvaged=salvaged,
-            carved=carved,
-            wal_rows=wal_rows,
-            trust_unreached=not work.freelist_unknown
-            and not any(g.kind == "freelist" for g in diag.groups),
-            others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
-        )
-        rebuild = Rebuild(inputs, report=report, progress=progress)
-        copies = rebuild.run()
-        unchanged_fts = rebuild.fts_unchanged
-        spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
-        report.timings["rebuild"] = round(spent, 3)
-        if report.partial_rows:
-            with report.timed("salvage"):
-                foreign = set(diag.cross_linked_pages)
-                _complete_partial_rows(work.db, built, schema, report, copies, foreign=foreign)
-                _check_completed_against_copies(work.db, built, schema, report, copies)
-            unchanged_fts = set()  # its updates fire the output's triggers: check them all
-        if any(
-            c.report.recovered_from_pages
-            or c.report.recovered_from_wal
-            or c.report.recovered_from_other_copies
-            for c in copies.values()
-        ):
-            report.strategy = "salvage"
+            decoded.wal_rows = rows_from_images(
+                work.db, schema, base_names, work.wal.newest_images()
+            )
+            damaged.update(name for name, rows in decoded.wal_rows.items() if rows)
+    return decoded
+
+
+def _copy_whole(
+    work: WorkCopy, built: Path, schema: Schema, report: Report
+) -> tuple[dict[str, TableCopy], set[str]]:
+    """A healthy file: copied whole by ``VACUUM INTO``, its keys measured for the
+    accounting; every FTS table is as it was."""
+    report.strategy = "none"
+    with report.timed("rebuild"):
+        _vacuum_into(work.db, built, work.source_header.journal_mode)
+        copies = _measure_only(work.db, schema)
+    return copies, {o.name for o in schema.tables() if o.module == "fts5"}
+
+
+def _rebuild(
+    inputs: RebuildInputs, report: Report, progress: ProgressFn | None
+) -> tuple[dict[str, TableCopy], set[str]]:
+    """A damaged file: rebuilt (``rebuild.py``), then its partial rows completed from
+    the pages; return the table copies and the FTS tables left as the copy had them."""
+    diag = inputs.diag
+    report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
+    rebuild_started = time.monotonic()
+    rebuild = Rebuild(inputs, report=report, progress=progress)
+    copies = rebuild.run()
+    unchanged_fts = rebuild.fts_unchanged
+    spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
+    report.timings["rebuild"] = round(spent, 3)
+    if report.partial_rows:
+        with report.timed("salvage"):
+            db, built, schema = inputs.work.db, inputs.built, inputs.schema
+            foreign = set(diag.cross_linked_pages)
+            _complete_partial_rows(db, built, schema, report, copies, foreign=foreign)
+            _check_completed_against_copies(db, built, schema, report, copies)
+        unchanged_fts = set()  # its updates fire the output's triggers: check them all
+    if any(
+        c.report.recovered_from_pages
+        or c.report.recovered_from_wal
+        or c.report.recovered_from_other_copies
+        for c in copies.values()
+    ):
+        report.strategy = "salvage"
+    return copies, unchanged_fts
+
+
+def _verify(
+    built: Path,
+    copies: dict[str, TableCopy],
+    report: Report,
+    *,
+    work: WorkCopy,
+    diag: Diagnosis,
+    schema: Schema,
+    source_version: int | None,
+    unchanged_fts: set[str],
+    progress: ProgressFn | None,
+) -> None:
+    """Verify the output on its own terms, then account for every table and count the
+    sessions whose message_count disagrees."""
     if progress:
         progress("verify", 0, 1)
     with report.timed("verify"):
@@ -267,7 +353,6 @@ def _recover_copy(
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
-    return report
 
 
 def _checked_on_source(diag: Diagnosis, schema: Schema, unchanged: set[str]) -> set[str]:
