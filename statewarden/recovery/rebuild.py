@@ -38,7 +38,7 @@ from statewarden.recovery.copies import (
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport, json_value
-from statewarden.recovery.scan import scan_table
+from statewarden.recovery.scan import ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import quote_ident, uri_for
@@ -553,7 +553,7 @@ class Rebuild:
                         "from": r.copies,
                     }
                 )
-            # A partial row is already a loss, and may yet be completed (recover.py).
+            # A partial row is already a loss, and may yet be completed (salvage.py).
             partial = {e["rowid"] for e in self.report.partial_rows if e["table"] == check.table}
             kept = [r for r in check.rows_rotted if r not in restored and r not in partial]
             if done:
@@ -872,7 +872,7 @@ class Rebuild:
                 # Its chain leads into pages another row's chain reaches too, and its
                 # FTS copies do not vouch for what it reads there: the columns past its
                 # cell may be that row's bytes. Its own rest is looked for later
-                # (recover.py).
+                # (salvage.py).
                 hit = _zeroed_columns(crossed[int(row[0])], cols, key_idx)
                 why = CROSS_LINKED
             elif int(row[0]) in zeroed:
@@ -924,6 +924,11 @@ class Rebuild:
             on_partial=partial.__setitem__,
             on_bad_text=bad_text.__setitem__,
         )
+        self._note_row_scan(tc, result, zeroed_lost)
+
+    def _note_row_scan(self, tc: TableCopy, result: ScanResult, zeroed_lost: list[int]) -> None:
+        """What a row-by-row copy of the table could not read, in its report and notes."""
+        obj = tc.obj
         if result.out_of_order:
             shown = ", ".join(str(r) for r in result.out_of_order[:10])
             self.report.notes.append(
