@@ -4,7 +4,8 @@ A private copy of the database bundle (``bundle``) is checked without a cap
 (``integrity``) and classified (``diagnose``, using the file's own ``schema``); ``recover``
 escalates only as far as the damage needs: indexes rebuilt, a fresh file rebuilt row by
 row (``scan``, ``rebuild``), rows salvaged from leaf pages (``pages``) and from WAL
-frames SQLite does not replay (``wal``), rows compared with and rebuilt from their FTS
+frames SQLite does not replay (``wal``), decoded and completed around the build
+(``salvage``), rows compared with and rebuilt from their FTS
 copies (``copies``); the output is
 verified on its own terms (``verify``) and the ``report`` is measured on both files.
 The source is only ever read.

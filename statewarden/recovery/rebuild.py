@@ -38,7 +38,7 @@ from statewarden.recovery.copies import (
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport, json_value
-from statewarden.recovery.scan import scan_table
+from statewarden.recovery.scan import ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import quote_ident, uri_for
@@ -186,40 +186,36 @@ class _FtsCopyFailed(Exception):
         self.reason = reason
 
 
+@dataclass(frozen=True)
+class RebuildInputs:
+    """What one build reads: the work copy, where the output goes, the source's schema
+    and diagnosis, and the rows decoded for it before the build."""
+
+    work: WorkCopy
+    built: Path  # the output file, in the work folder
+    schema: Schema
+    diag: Diagnosis
+    damaged: set[str]  # tables copied row by row
+    # Rows decoded from leaves no b-tree reaches (``pages.salvage_rows``).
+    salvaged: SalvagedRows = field(default_factory=dict)
+    # False when the freelist is damaged: an unreached leaf may then be a freed page
+    # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
+    trust_unreached: bool = True
+    # Rows on page images of committed WAL transactions SQLite does not replay.
+    wal_rows: SalvagedRows = field(default_factory=dict)
+    # Cells carved from leaves whose page structure is damaged (pages.py).
+    carved: SalvagedRows = field(default_factory=dict)
+    # Verified other copies (snapshot, retired WAL captures, backups), newest first.
+    others: list[OtherCopy] = field(default_factory=list)
+
+
 class Rebuild:
     """One build of the output file from a work copy."""
 
     def __init__(
-        self,
-        work: WorkCopy,
-        built: Path,
-        schema: Schema,
-        diag: Diagnosis,
-        *,
-        damaged: set[str],
-        salvaged: SalvagedRows,
-        report: Report,
-        progress: ProgressFn | None,
-        trust_unreached: bool = True,
-        wal_rows: SalvagedRows | None = None,
-        carved: SalvagedRows | None = None,
-        others: list[OtherCopy] | None = None,
+        self, inputs: RebuildInputs, *, report: Report, progress: ProgressFn | None
     ) -> None:
-        self.work = work
-        self.built = built
-        self.schema = schema
-        self.diag = diag
-        self.damaged = damaged
-        self.salvaged = salvaged
-        # False when the freelist is damaged: an unreached leaf may then be a freed page
-        # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
-        self.trust_unreached = trust_unreached
-        # Rows on page images of committed WAL transactions SQLite does not replay.
-        self.wal_rows = wal_rows or {}
-        # Cells carved from leaves whose page structure is damaged (pages.py).
-        self.carved = carved or {}
-        # Verified other copies (snapshot, retired WAL captures, backups), newest first.
-        self.others = others or []
+        self.inputs = inputs
         self.report = report
         self.progress = progress
         self.copies: dict[str, TableCopy] = {}
@@ -250,7 +246,7 @@ class Rebuild:
         self.report.renamed.clear()
         self.report.from_other_copies.clear()
         for suffix in BUNDLE_SUFFIXES:
-            sidecar(self.built, suffix).unlink(missing_ok=True)
+            sidecar(self.inputs.built, suffix).unlink(missing_ok=True)
 
     def _run(self, *, bulk: bool) -> dict[str, TableCopy]:
         try:
@@ -265,11 +261,11 @@ class Rebuild:
             return self._once(bulk=False)
 
     def _once(self, *, bulk: bool) -> dict[str, TableCopy]:
-        hdr = self.work.source_header
-        ro = uri_for(self.work.db, mode="ro")
+        hdr = self.inputs.work.source_header
+        ro = uri_for(self.inputs.work.db, mode="ro")
         self.src = apsw.Connection(ro, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         self.dst = apsw.Connection(
-            str(self.built),
+            str(self.inputs.built),
             flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI,
         )
         self.copies = {}
@@ -285,13 +281,13 @@ class Rebuild:
             self.attached = bulk
             if bulk:
                 dst.execute("ATTACH ? AS src", (ro,))
-            fts_mode = _fts_modes(self.schema, self.damaged, self.diag)
+            fts_mode = _fts_modes(self.inputs.schema, self.inputs.damaged, self.inputs.diag)
             for name in self.force_triggers:
-                external = bool((obj := self.schema.by_name(name)) and obj.fts_content)
+                external = bool((obj := self.inputs.schema.by_name(name)) and obj.fts_content)
                 fts_mode[name] = "rebuild" if external else "triggers"
             carry = {n for n, m in fts_mode.items() if m == "carry"}
             early = _feeding_triggers(
-                self.schema, {n for n, m in fts_mode.items() if m == "triggers"}
+                self.inputs.schema, {n for n, m in fts_mode.items() if m == "triggers"}
             )
             dst.execute("BEGIN")
             self._create(
@@ -303,7 +299,7 @@ class Rebuild:
             )
             self._create(lambda o: o.type == "index" and o.sql is not None)
             self._create(lambda o: o.name in early)
-            tables = self.schema.base_tables()
+            tables = self.inputs.schema.base_tables()
             for i, obj in enumerate(tables):
                 if self.progress:
                     self.progress("copy tables", i, len(tables))
@@ -311,12 +307,12 @@ class Rebuild:
                 self.copies[obj.name] = tc
                 self._index_keys(tc)
                 self._fts_rowids(tc)
-                if not bulk or obj.name in self.damaged or not self._bulk_copy(tc):
+                if not bulk or obj.name in self.inputs.damaged or not self._bulk_copy(tc):
                     self._row_copy(tc)
                 self._add_unreached(tc)
                 self._add_carved(tc)
                 self._add_wal_rows(tc)
-                if obj.name in self.damaged:
+                if obj.name in self.inputs.damaged:
                     self._add_from_other_copies(tc)
             self._copy_sequences()
             self._restore_from_copies()
@@ -344,7 +340,7 @@ class Rebuild:
             self.src.close()
 
     def _create(self, which: Callable[[SchemaObject], bool]) -> None:
-        for obj in self.schema.objects:
+        for obj in self.inputs.schema.objects:
             if obj.sql and which(obj) and obj.name != "sqlite_sequence":
                 try:
                     self.dst.execute(obj.sql)
@@ -354,7 +350,7 @@ class Rebuild:
     def _write_schema_row(self, name: str) -> None:
         """The ``sqlite_schema`` row of a carried FTS table, as the source has it (its
         module cannot be loaded, so ``CREATE VIRTUAL TABLE`` cannot run here)."""
-        obj = self.schema.by_name(name)
+        obj = self.inputs.schema.by_name(name)
         assert obj is not None
         self.dst.execute("BEGIN")
         self.dst.execute("PRAGMA writable_schema=ON")
@@ -369,19 +365,19 @@ class Rebuild:
     def _fill_fts(self, name: str, mode: str) -> None:
         q = quote_ident(name)
         if mode == "carry":
-            for obj in self.schema.tables():
+            for obj in self.inputs.schema.tables():
                 if obj.shadow_of == name:
                     self._carry_shadow(name, obj.name)
             self._keep_fts_version(name)
             self._keep_fts_structure(name)
-            why = self.diag.unverifiable.get(name, "")
+            why = self.inputs.diag.unverifiable.get(name, "")
             self.report.notes.append(
                 f"{name}: carried over as it was, its index unchecked ({why});"
                 " Hermes rebuilds it with `hermes sessions optimize-storage` where the"
                 " tokenizer loads"
             )
         elif mode == "external":
-            for obj in self.schema.tables():
+            for obj in self.inputs.schema.tables():
                 if obj.shadow_of == name:
                     self._copy_shadow(name, obj.name)
             try:
@@ -400,7 +396,7 @@ class Rebuild:
         elif mode in ("copy", "reconcile", "reindex"):
             if mode == "copy":
                 self.fts_unchanged.add(name)
-            for obj in self.schema.tables():
+            for obj in self.inputs.schema.tables():
                 if obj.shadow_of != name:
                     continue
                 if mode == "reindex" and obj.name != f"{name}_content":
@@ -408,7 +404,7 @@ class Rebuild:
                 self._copy_shadow(name, obj.name)
             if mode == "reindex":
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
-            if mode != "copy" and self.schema.fts_owner.get(name) in self.damaged:
+            if mode != "copy" and self.inputs.schema.fts_owner.get(name) in self.inputs.damaged:
                 self._reconcile_fts(name)
         elif mode == "none":
             self.report.notes.append(
@@ -426,7 +422,7 @@ class Rebuild:
                 return
             rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if name in self.schema.fts_owner and name not in self.force_triggers:
+            if name in self.inputs.schema.fts_owner and name not in self.force_triggers:
                 raise _FtsCopyFailed(name, str(exc)) from None
             self.report.notes.append(f"{name}: copying {shadow} failed: {exc}")
             self.fts_unchanged.discard(name)
@@ -439,7 +435,7 @@ class Rebuild:
         """A carried FTS table whose ``_config`` lost its ``version`` row (a damaged
         page) could not be opened at all in the output: the row is written back with
         the file-format version FTS5 gives every table (5 for ``contentless_delete``)."""
-        obj = self.schema.by_name(name)
+        obj = self.inputs.schema.by_name(name)
         config = quote_ident(f"{name}_config")
         try:
             have = self.dst.execute(f"SELECT 1 FROM main.{config} WHERE k = 'version'").fetchone()
@@ -495,11 +491,13 @@ class Rebuild:
         remove entries of rows the output lacks, and (re)index rows that are new or
         differ, with the expressions of the file's own insert trigger (``copies.py``).
         Rows found rotted on disk keep their copies (see ``recover.py``)."""
-        feed = next((f for f in feeds(self.schema) if f.fts == name), None)
-        fts = self.schema.by_name(name)
+        feed = next((f for f in feeds(self.inputs.schema) if f.fts == name), None)
+        fts = self.inputs.schema.by_name(name)
         if feed is None or fts is None:  # pragma: no cover - only fed tables reconcile
             return
-        rotted = {r for c in self.diag.copies if c.table == feed.table for r in c.rows_rotted}
+        rotted = {
+            r for c in self.inputs.diag.copies if c.table == feed.table for r in c.rows_rotted
+        }
         q, content = quote_ident(name), quote_ident(f"{name}_content")
         base = quote_ident(feed.table)
         rid = feed.rowid_expr
@@ -528,7 +526,7 @@ class Rebuild:
         """Rows that differ from two FTS copies that agree with each other (changed on
         disk) get the changed column back from the copies (``copies.restore_from_copies``);
         each is listed in ``restored_from_copies``; the others stay as stored."""
-        for check in self.diag.copies:
+        for check in self.inputs.diag.copies:
             changed = {
                 e["rowid"]
                 for e in self.report.partial_rows
@@ -536,7 +534,7 @@ class Rebuild:
             }
             if check.table not in self.copies or not (check.rows_rotted or changed):
                 continue
-            done = restore_from_copies(self.src, self.dst, self.schema, check, changed)
+            done = restore_from_copies(self.src, self.dst, self.inputs.schema, check, changed)
             restored = {r.rowid for r in done}
             tc = self.copies[check.table]
             for r in done:
@@ -555,7 +553,7 @@ class Rebuild:
                         "from": r.copies,
                     }
                 )
-            # A partial row is already a loss, and may yet be completed (recover.py).
+            # A partial row is already a loss, and may yet be completed (salvage.py).
             partial = {e["rowid"] for e in self.report.partial_rows if e["table"] == check.table}
             kept = [r for r in check.rows_rotted if r not in restored and r not in partial]
             if done:
@@ -592,12 +590,14 @@ class Rebuild:
     def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
         """``_restore_from_indexes`` but the settling; returns the index entries read."""
         obj = tc.obj
-        if obj.without_rowid or obj.name not in self.damaged:
+        if obj.without_rowid or obj.name not in self.inputs.damaged:
             return {}
         suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
         suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
-        broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
-        entries = indexed_values(self.src, self.schema, obj.name, None, broken_roots=broken)
+        broken = {
+            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
+        }
+        entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
         if not indexed:
@@ -683,7 +683,7 @@ class Rebuild:
         keys = set(obj.key_columns) | ({obj.rowid_alias} if obj.rowid_alias else set())
         fed = {
             c
-            for f in feeds(self.schema)
+            for f in feeds(self.inputs.schema)
             if f.table == obj.name
             for expr in f.columns.values()
             for c in re.findall(r"\bb\.[\"`\[]?(\w+)", expr)
@@ -730,8 +730,12 @@ class Rebuild:
         lost = tc.fts_rowids - have
         if not lost:
             return
-        broken = {int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))}
-        rows = rebuild_from_copies(self.src, self.schema, tc.obj.name, lost, broken_roots=broken)
+        broken = {
+            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
+        }
+        rows = rebuild_from_copies(
+            self.src, self.inputs.schema, tc.obj.name, lost, broken_roots=broken
+        )
         if not rows:
             return
         name = write_rebuilt(self.dst, tc.obj.name, rows)
@@ -762,12 +766,12 @@ class Rebuild:
         witness (its entries may be garbage), but every readable index helps find where
         a damaged scan can resume (``hint_keys``)."""
         broken_trees = {
-            int(m.group(1)) for ln in self.diag.error_lines if (m := _TREE_RE.match(ln))
+            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
         }
         obj = tc.obj
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         t = quote_ident(obj.name)
-        for idx in self.schema.objects:
+        for idx in self.inputs.schema.objects:
             if idx.type != "index" or idx.tbl_name != obj.name:
                 continue
             if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
@@ -845,8 +849,8 @@ class Rebuild:
         seen = [0]
         partial: dict[int, list[str]] = {}
 
-        zeroed = self.diag.zeroed_cells.get(obj.name, {})
-        crossed = self.diag.cross_linked.get(obj.name, {})
+        zeroed = self.inputs.diag.zeroed_cells.get(obj.name, {})
+        crossed = self.inputs.diag.cross_linked.get(obj.name, {})
 
         def on_row(row: tuple[Any, ...]) -> None:
             if self._unlisted(tc, int(row[0])):
@@ -863,12 +867,12 @@ class Rebuild:
             why = None
             hit: list[str] | None = []
             if int(row[0]) in crossed and not agrees_with_copies(
-                self.src, self.schema, obj.name, int(row[0])
+                self.src, self.inputs.schema, obj.name, int(row[0])
             ):
                 # Its chain leads into pages another row's chain reaches too, and its
                 # FTS copies do not vouch for what it reads there: the columns past its
                 # cell may be that row's bytes. Its own rest is looked for later
-                # (recover.py).
+                # (salvage.py).
                 hit = _zeroed_columns(crossed[int(row[0])], cols, key_idx)
                 why = CROSS_LINKED
             elif int(row[0]) in zeroed:
@@ -920,6 +924,11 @@ class Rebuild:
             on_partial=partial.__setitem__,
             on_bad_text=bad_text.__setitem__,
         )
+        self._note_row_scan(tc, result, zeroed_lost)
+
+    def _note_row_scan(self, tc: TableCopy, result: ScanResult, zeroed_lost: list[int]) -> None:
+        """What a row-by-row copy of the table could not read, in its report and notes."""
+        obj = tc.obj
         if result.out_of_order:
             shown = ", ".join(str(r) for r in result.out_of_order[:10])
             self.report.notes.append(
@@ -1059,7 +1068,7 @@ class Rebuild:
     def _fts_rowids(self, tc: TableCopy) -> None:
         """Rowids held by the table's FTS copies (Hermes 0.19.0 writes each message's
         text there under the message's id)."""
-        found = fts_rowids(self.src, self.schema, tc.obj.name)
+        found = fts_rowids(self.src, self.inputs.schema, tc.obj.name)
         tc.has_fts_copies = found is not None and tc.obj.key_columns == ["rowid"]
         tc.fts_rowids = found or set()
 
@@ -1071,11 +1080,11 @@ class Rebuild:
         if an intact index or FTS copy of the table lists its key: deleted rows live on
         freed pages, and nothing else remembers them.
         """
-        rows = self.salvaged.get(tc.obj.name, [])
+        rows = self.inputs.salvaged.get(tc.obj.name, [])
         if not rows:
             return
         vouched: set[Any] | None = None
-        if not self.trust_unreached:
+        if not self.inputs.trust_unreached:
             vouched = tc.known_keys()
         for rowid, values in rows:
             if rowid in tc.rowids:
@@ -1088,7 +1097,7 @@ class Rebuild:
         damaged, for rowids the b-tree lacks, each only if an intact index or FTS copy
         of the table lists it (stale cells of deleted rows stay in a page's free
         space)."""
-        rows = self.carved.get(tc.obj.name, [])
+        rows = self.inputs.carved.get(tc.obj.name, [])
         if not rows:
             return
         # Either witness vouches: an intact index drops a row's entry with the row as
@@ -1102,7 +1111,7 @@ class Rebuild:
     def _add_wal_rows(self, tc: TableCopy) -> None:
         """Rows of committed transactions SQLite does not replay: a rowid the output
         lacks is added, a row that differs is replaced by its newer version."""
-        rows = self.wal_rows.get(tc.obj.name, [])
+        rows = self.inputs.wal_rows.get(tc.obj.name, [])
         if not rows:
             return
         obj = tc.obj
@@ -1152,14 +1161,14 @@ class Rebuild:
         none, only if its rowid lies in a stretch of the table that could not be read
         (a stretch that reads without it is where it was deleted)."""
         obj = tc.obj
-        if not self.others or obj.without_rowid:
+        if not self.inputs.others or obj.without_rowid:
             return
         witnesses = tc.has_fts_copies or tc.indexed
         known = tc.known_keys()
         ranges = [(lo, hi) for lo, hi in tc.report.unreadable_ranges]
         cols = _columns(obj)
         key_cols = [c for c in obj.key_columns if c != "rowid"]
-        for copy in self.others:
+        for copy in self.inputs.others:
             rows = copy.rows(obj)
             if rows is None:
                 self.report.notes.append(f"{obj.name}: not in {copy.label}, or other columns")

@@ -52,25 +52,16 @@ from statewarden.errors import UsageError
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
-from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis, counts_disagree, diagnose
-from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.other_copies import check_sources, open_copies
-from statewarden.recovery.pages import (
-    carve_damaged_leaves,
-    partial_columns,
-    record_by_its_header,
-    record_fits,
-    rows_from_images,
-    salvage_rows,
-    schema_rowid_gaps,
-)
-from statewarden.recovery.rebuild import CROSS_LINKED, Rebuild, TableCopy, key_fn
+from statewarden.recovery.pages import schema_rowid_gaps
+from statewarden.recovery.rebuild import Rebuild, RebuildInputs, TableCopy, key_fn
 from statewarden.recovery.report import Report, TableReport
+from statewarden.recovery.salvage import complete_salvage, decode_rows
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.schema import Schema, read_schema
 from statewarden.recovery.verify import verify_output
-from statewarden.sqlite import hermes_schema_version, quote_ident, uri_for
+from statewarden.sqlite import hermes_schema_version, quote_ident
 
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
@@ -156,6 +147,50 @@ def _publish(built: Path, output: Path) -> None:
 def _recover_copy(
     work: WorkCopy, output: Path, progress: ProgressFn | None, extras: list[Path]
 ) -> Report:
+    """The steps after the copy, each its own stage: diagnose, read the schema,
+    salvage, rebuild (or copy a healthy file whole), complete the partial rows,
+    verify and account."""
+    diag, report = _diagnose(work, output, progress)
+    schema, source_version = _read_source(work, report)
+    damaged = _damaged_tables(diag, schema)
+    decoded = decode_rows(work, diag, schema, damaged, report)
+    built = work.work_dir / "output.db"
+    if diag.damage == "none":
+        copies, unchanged_fts = _copy_whole(work, built, schema, report)
+    else:
+        inputs = RebuildInputs(
+            work,
+            built,
+            schema,
+            diag,
+            damaged=damaged,
+            salvaged=decoded.salvaged,
+            carved=decoded.carved,
+            wal_rows=decoded.wal_rows,
+            trust_unreached=not work.freelist_unknown
+            and not any(g.kind == "freelist" for g in diag.groups),
+            others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
+        )
+        copies, unchanged_fts = _rebuild(inputs, report, progress)
+    _verify(
+        built,
+        copies,
+        report,
+        work=work,
+        diag=diag,
+        schema=schema,
+        source_version=source_version,
+        unchanged_fts=unchanged_fts,
+        progress=progress,
+    )
+    return report
+
+
+def _diagnose(
+    work: WorkCopy, output: Path, progress: ProgressFn | None
+) -> tuple[Diagnosis, Report]:
+    """Diagnose the work copy; the report starts here, with the damage class and what
+    the copy's rebuilt page 1 (if any) lost."""
     started = time.monotonic()
     diag = diagnose(
         work.db,
@@ -178,6 +213,11 @@ def _recover_copy(
                 f"sqlite_schema rows {shown} were on a destroyed page: the objects they"
                 " named (tables among them) are missing from the rebuilt schema"
             )
+    return diag, report
+
+
+def _read_source(work: WorkCopy, report: Report) -> tuple[Schema, int | None]:
+    """The work copy's schema and Hermes' schema_version (None, noted, if unreadable)."""
     conn = apsw.Connection(str(work.db))
     try:
         schema = read_schema(conn)
@@ -188,66 +228,62 @@ def _recover_copy(
             report.notes.append(f"Hermes' schema_version could not be read from the source: {exc}")
     finally:
         conn.close()
-    damaged = _damaged_tables(diag, schema)
-    salvaged: dict[str, list[tuple[int, list[Any]]]] = {}
-    carved: dict[str, list[tuple[int, list[Any]]]] = {}
-    wal_rows: dict[str, list[tuple[int, list[Any]]]] = {}
-    if work.wal is not None:
-        report.notes.extend(work.wal.notes(work.wal_name))
-    with report.timed("salvage"):
-        if damaged:
-            # Evidence that rows may be missing (a read error, pages no b-tree reaches,
-            # a count that differs from the planner's, a page reached twice): decode
-            # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
-            # SQLite connection open to the copy (docs/safety.md rule 2).
-            salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
-            carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
-        if work.wal is not None and work.wal.dropped_commits:
-            base_names = [o.name for o in schema.base_tables()]
-            wal_rows = rows_from_images(work.db, schema, base_names, work.wal.newest_images())
-            damaged.update(name for name, rows in wal_rows.items() if rows)
-    built = work.work_dir / "output.db"
-    if diag.damage == "none":
-        report.strategy = "none"
-        with report.timed("rebuild"):
-            _vacuum_into(work.db, built, work.source_header.journal_mode)
-            copies = _measure_only(work.db, schema)
-        unchanged_fts = {o.name for o in schema.tables() if o.module == "fts5"}
-    else:
-        report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
-        rebuild_started = time.monotonic()
-        rebuild = Rebuild(
-            work,
-            built,
-            schema,
-            diag,
-            damaged=damaged,
-            salvaged=salvaged,
-            carved=carved,
-            wal_rows=wal_rows,
-            report=report,
-            progress=progress,
-            trust_unreached=not work.freelist_unknown
-            and not any(g.kind == "freelist" for g in diag.groups),
-            others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
-        )
-        copies = rebuild.run()
-        unchanged_fts = rebuild.fts_unchanged
-        spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
-        report.timings["rebuild"] = round(spent, 3)
-        if report.partial_rows:
-            with report.timed("salvage"):
-                foreign = set(diag.cross_linked_pages)
-                _complete_partial_rows(work.db, built, schema, report, copies, foreign=foreign)
-                _check_completed_against_copies(work.db, built, schema, report, copies)
-            unchanged_fts = set()  # its updates fire the output's triggers: check them all
-        if any(
-            c.report.recovered_from_pages
-            or c.report.recovered_from_wal
-            or c.report.recovered_from_other_copies
-            for c in copies.values()
-        ):
-            report.strategy = "salvage"
+    return schema, source_version
+
+
+def _copy_whole(
+    work: WorkCopy, built: Path, schema: Schema, report: Report
+) -> tuple[dict[str, TableCopy], set[str]]:
+    """A healthy file: copied whole by ``VACUUM INTO``, its keys measured for the
+    accounting; every FTS table is as it was."""
+    report.strategy = "none"
+    with report.timed("rebuild"):
+        _vacuum_into(work.db, built, work.source_header.journal_mode)
+        copies = _measure_only(work.db, schema)
+    return copies, {o.name for o in schema.tables() if o.module == "fts5"}
+
+
+def _rebuild(
+    inputs: RebuildInputs, report: Report, progress: ProgressFn | None
+) -> tuple[dict[str, TableCopy], set[str]]:
+    """A damaged file: rebuilt (``rebuild.py``), then its partial rows completed from
+    the pages; return the table copies and the FTS tables left as the copy had them."""
+    diag = inputs.diag
+    report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
+    rebuild_started = time.monotonic()
+    rebuild = Rebuild(inputs, report=report, progress=progress)
+    copies = rebuild.run()
+    unchanged_fts = rebuild.fts_unchanged
+    spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
+    report.timings["rebuild"] = round(spent, 3)
+    if report.partial_rows:
+        with report.timed("salvage"):
+            complete_salvage(inputs, report, copies)
+        unchanged_fts = set()  # its updates fire the output's triggers: check them all
+    if any(
+        c.report.recovered_from_pages
+        or c.report.recovered_from_wal
+        or c.report.recovered_from_other_copies
+        for c in copies.values()
+    ):
+        report.strategy = "salvage"
+    return copies, unchanged_fts
+
+
+def _verify(
+    built: Path,
+    copies: dict[str, TableCopy],
+    report: Report,
+    *,
+    work: WorkCopy,
+    diag: Diagnosis,
+    schema: Schema,
+    source_version: int | None,
+    unchanged_fts: set[str],
+    progress: ProgressFn | None,
+) -> None:
+    """Verify the output on its own terms, then account for every table and count the
+    sessions whose message_count disagrees."""
     if progress:
         progress("verify", 0, 1)
     with report.timed("verify"):
@@ -262,7 +298,6 @@ def _recover_copy(
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
-    return report
 
 
 def _checked_on_source(diag: Diagnosis, schema: Schema, unchanged: set[str]) -> set[str]:
@@ -280,124 +315,6 @@ def _checked_on_source(diag: Diagnosis, schema: Schema, unchanged: set[str]) -> 
         and name not in flagged
         and not flagged & {o.name for o in schema.tables() if o.shadow_of == name}
     }
-
-
-def _never_used(diag: Diagnosis) -> list[int] | None:
-    """Pages a completed integrity check found no b-tree or freelist using (None when
-    the check stopped early: then every page is walked)."""
-    if not diag.integrity_complete:
-        return None
-    return sorted({int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))})
-
-
-def _complete_partial_rows(
-    db: Path,
-    built: Path,
-    schema: Schema,
-    report: Report,
-    copies: dict[str, TableCopy],
-    *,
-    foreign: set[int],
-) -> None:
-    """Columns of partial rows that the file still holds past the break in their
-    overflow chain (``pages.partial_columns``) replace what was filled in the output.
-    Raw reads of the work copy: no connection is open to it now (docs/safety.md rule 2)."""
-    roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
-    conn = apsw.Connection(str(built))
-    try:
-        for entry in report.partial_rows:
-            obj = schema.by_name(entry["table"])
-            if obj is None:
-                continue
-            # Columns zeroed or changed on disk: the file holds no other copy of them.
-            changed = set(entry.get("changed", []))
-            cols = [c.name for c in obj.stored_columns]
-            whole = None if changed else record_by_its_header(db, obj.rootpage, entry["rowid"])
-            if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
-                if obj.rowid_alias and obj.rowid_alias in cols:
-                    whole[cols.index(obj.rowid_alias)] = entry["rowid"]
-                sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols[: len(whole)])
-                conn.execute(
-                    f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
-                    [*whole, entry["rowid"]],
-                )
-                report.notes.append(
-                    f"{obj.name} rowid {entry['rowid']}: its cell's payload size disagrees"
-                    " with its record; the record was read whole by its own header"
-                )
-                entry["columns"] = []
-                copies[obj.name].report.partial -= 1
-                copies[obj.name].report.recovered_from_pages += 1
-                continue
-            got = partial_columns(db, obj.rootpage, entry["rowid"], roots, foreign)
-            found = {
-                cols[i]: v
-                for i, v in got.items()
-                if i < len(cols) and cols[i] in entry["columns"] and cols[i] not in changed
-            }
-            if not found:
-                continue
-            sets = ", ".join(f"{quote_ident(c)} = ?" for c in found)
-            conn.execute(
-                f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
-                [*found.values(), entry["rowid"]],
-            )
-            entry["recovered_from_pages"] = sorted(found, key=cols.index)
-            entry["columns"] = [c for c in entry["columns"] if c not in found]
-            entry["filled"] = {k: v for k, v in entry["filled"].items() if k not in found}
-            if not entry["columns"]:
-                copies[obj.name].report.partial -= 1
-                copies[obj.name].report.recovered_from_pages += 1
-    finally:
-        conn.close()
-    report.partial_rows_completed = [e for e in report.partial_rows if not e["columns"]]
-    report.partial_rows = [e for e in report.partial_rows if e["columns"]]
-
-
-def _check_completed_against_copies(
-    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
-) -> None:
-    """A row whose chain led into another row's pages, completed from an unattached
-    chain, must give the text its FTS copies hold; one that does not is counted
-    unverified (its completion may have taken a third row's pages)."""
-    done = [
-        e
-        for e in report.partial_rows_completed
-        if e.get("why") == CROSS_LINKED and e["table"] in copies
-    ]
-    if not done:
-        return
-    src = apsw.Connection(
-        uri_for(db, mode="ro"), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    out = apsw.Connection(str(built))
-    try:
-        for e in done:
-            for f in feeds(schema):
-                if f.table != e["table"]:
-                    continue
-                content = quote_ident(f"{f.fts}_content")
-                copy = src.execute(
-                    f"SELECT * FROM {content} WHERE id = ?", (e["rowid"],)
-                ).fetchone()
-                if copy is None:
-                    continue
-                exprs = ", ".join(f.columns.values())
-                mine = out.execute(
-                    f"SELECT {exprs} FROM {quote_ident(f.table)} AS b WHERE b.rowid = ?",
-                    (e["rowid"],),
-                ).fetchone()
-                want = [copy[1 + int(c[1:])] for c in f.columns]
-                if mine is not None and list(mine) != want:
-                    copies[e["table"]].report.unverified += 1
-                    report.notes.append(
-                        f"{e['table']} rowid {e['rowid']}: completed from an unattached"
-                        f" overflow chain, but it disagrees with its copy in {f.fts}: unverified"
-                    )
-                    break
-    finally:
-        out.close()
-        src.close()
 
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")

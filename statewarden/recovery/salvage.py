@@ -1,0 +1,199 @@
+"""Salvage: rows decoded from the work copy's pages, around the build.
+
+Before the build, ``decode_rows`` decodes (``pages.py``, ``wal.py``) what the b-tree
+cannot give: leaves no b-tree reaches and damaged leaves of the damaged tables, and the
+page images of committed WAL transactions SQLite does not replay; the build adds them
+where the dedupe and vouching rules allow (``rebuild.py``). After it,
+``_complete_partial_rows`` completes the rows whose overflow chain broke from the rest
+of the chain the file still holds, and ``_check_completed_against_copies`` holds each
+row completed from an unattached chain against its FTS copies.
+
+Every read here is a raw page read of the work copy, with no SQLite connection open to
+it (docs/safety.md rule 2), except the FTS copies' content read read-only at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.copies import feeds
+from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.integrity import NEVER_USED_RE
+from statewarden.recovery.pages import (
+    carve_damaged_leaves,
+    partial_columns,
+    record_by_its_header,
+    record_fits,
+    rows_from_images,
+    salvage_rows,
+)
+from statewarden.recovery.rebuild import CROSS_LINKED, RebuildInputs, SalvagedRows, TableCopy
+from statewarden.recovery.report import Report
+from statewarden.recovery.schema import Schema
+from statewarden.sqlite import quote_ident, uri_for
+
+
+@dataclass
+class DecodedRows:
+    """Rows decoded from the work copy's pages before the build, by table."""
+
+    salvaged: SalvagedRows = field(default_factory=dict)  # leaves no b-tree reaches
+    carved: SalvagedRows = field(default_factory=dict)  # leaves whose structure is damaged
+    wal_rows: SalvagedRows = field(default_factory=dict)  # WAL commits SQLite drops
+
+
+def decode_rows(
+    work: WorkCopy, diag: Diagnosis, schema: Schema, damaged: set[str], report: Report
+) -> DecodedRows:
+    """Rows decoded from the pages before the build: leaves no b-tree reaches and
+    damaged leaves of the damaged tables, and committed WAL transactions SQLite does
+    not replay (a table with such rows joins ``damaged``)."""
+    decoded = DecodedRows()
+    if work.wal is not None:
+        report.notes.extend(work.wal.notes(work.wal_name))
+    with report.timed("salvage"):
+        if damaged:
+            # Evidence that rows may be missing (a read error, pages no b-tree reaches,
+            # a count that differs from the planner's, a page reached twice): decode
+            # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
+            # SQLite connection open to the copy (docs/safety.md rule 2).
+            decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
+            decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
+        if work.wal is not None and work.wal.dropped_commits:
+            base_names = [o.name for o in schema.base_tables()]
+            decoded.wal_rows = rows_from_images(
+                work.db, schema, base_names, work.wal.newest_images()
+            )
+            damaged.update(name for name, rows in decoded.wal_rows.items() if rows)
+    return decoded
+
+
+def _never_used(diag: Diagnosis) -> list[int] | None:
+    """Pages a completed integrity check found no b-tree or freelist using (None when
+    the check stopped early: then every page is walked)."""
+    if not diag.integrity_complete:
+        return None
+    return sorted({int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))})
+
+
+def complete_salvage(inputs: RebuildInputs, report: Report, copies: dict[str, TableCopy]) -> None:
+    """After the build: the partial rows completed from the pages, and those completed
+    from an unattached chain held against their FTS copies."""
+    db, built, schema = inputs.work.db, inputs.built, inputs.schema
+    foreign = set(inputs.diag.cross_linked_pages)
+    _complete_partial_rows(db, built, schema, report, copies, foreign=foreign)
+    _check_completed_against_copies(db, built, schema, report, copies)
+
+
+def _complete_partial_rows(
+    db: Path,
+    built: Path,
+    schema: Schema,
+    report: Report,
+    copies: dict[str, TableCopy],
+    *,
+    foreign: set[int],
+) -> None:
+    """Columns of partial rows that the file still holds past the break in their
+    overflow chain (``pages.partial_columns``) replace what was filled in the output.
+    Raw reads of the work copy: no connection is open to it now (docs/safety.md rule 2)."""
+    roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
+    conn = apsw.Connection(str(built))
+    try:
+        for entry in report.partial_rows:
+            obj = schema.by_name(entry["table"])
+            if obj is None:
+                continue
+            # Columns zeroed or changed on disk: the file holds no other copy of them.
+            changed = set(entry.get("changed", []))
+            cols = [c.name for c in obj.stored_columns]
+            whole = None if changed else record_by_its_header(db, obj.rootpage, entry["rowid"])
+            if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
+                if obj.rowid_alias and obj.rowid_alias in cols:
+                    whole[cols.index(obj.rowid_alias)] = entry["rowid"]
+                sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols[: len(whole)])
+                conn.execute(
+                    f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
+                    [*whole, entry["rowid"]],
+                )
+                report.notes.append(
+                    f"{obj.name} rowid {entry['rowid']}: its cell's payload size disagrees"
+                    " with its record; the record was read whole by its own header"
+                )
+                entry["columns"] = []
+                copies[obj.name].report.partial -= 1
+                copies[obj.name].report.recovered_from_pages += 1
+                continue
+            got = partial_columns(db, obj.rootpage, entry["rowid"], roots, foreign)
+            found = {
+                cols[i]: v
+                for i, v in got.items()
+                if i < len(cols) and cols[i] in entry["columns"] and cols[i] not in changed
+            }
+            if not found:
+                continue
+            sets = ", ".join(f"{quote_ident(c)} = ?" for c in found)
+            conn.execute(
+                f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
+                [*found.values(), entry["rowid"]],
+            )
+            entry["recovered_from_pages"] = sorted(found, key=cols.index)
+            entry["columns"] = [c for c in entry["columns"] if c not in found]
+            entry["filled"] = {k: v for k, v in entry["filled"].items() if k not in found}
+            if not entry["columns"]:
+                copies[obj.name].report.partial -= 1
+                copies[obj.name].report.recovered_from_pages += 1
+    finally:
+        conn.close()
+    report.partial_rows_completed = [e for e in report.partial_rows if not e["columns"]]
+    report.partial_rows = [e for e in report.partial_rows if e["columns"]]
+
+
+def _check_completed_against_copies(
+    db: Path, built: Path, schema: Schema, report: Report, copies: dict[str, TableCopy]
+) -> None:
+    """A row whose chain led into another row's pages, completed from an unattached
+    chain, must give the text its FTS copies hold; one that does not is counted
+    unverified (its completion may have taken a third row's pages)."""
+    done = [
+        e
+        for e in report.partial_rows_completed
+        if e.get("why") == CROSS_LINKED and e["table"] in copies
+    ]
+    if not done:
+        return
+    src = apsw.Connection(
+        uri_for(db, mode="ro"), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    out = apsw.Connection(str(built))
+    try:
+        for e in done:
+            for f in feeds(schema):
+                if f.table != e["table"]:
+                    continue
+                content = quote_ident(f"{f.fts}_content")
+                copy = src.execute(
+                    f"SELECT * FROM {content} WHERE id = ?", (e["rowid"],)
+                ).fetchone()
+                if copy is None:
+                    continue
+                exprs = ", ".join(f.columns.values())
+                mine = out.execute(
+                    f"SELECT {exprs} FROM {quote_ident(f.table)} AS b WHERE b.rowid = ?",
+                    (e["rowid"],),
+                ).fetchone()
+                want = [copy[1 + int(c[1:])] for c in f.columns]
+                if mine is not None and list(mine) != want:
+                    copies[e["table"]].report.unverified += 1
+                    report.notes.append(
+                        f"{e['table']} rowid {e['rowid']}: completed from an unattached"
+                        f" overflow chain, but it disagrees with its copy in {f.fts}: unverified"
+                    )
+                    break
+    finally:
+        out.close()
+        src.close()
