@@ -230,11 +230,17 @@ def main() -> None:
                 assert check.returncode == 0, check.stdout + check.stderr
                 for who, prefix in (("root", []), ("user", as_user)):
                     cmds = [
-                        ("statewardenctl holders", [*ctl, "holders", "--db", str(db), "--no-systemd"]),
-                        ("holders through click", [*click_ctl, "holders", "--db", str(db), "--no-systemd"]),
+                        (
+                            "statewardenctl holders",
+                            [*ctl, "holders", "--db", str(db), "--no-systemd"],
+                        ),
+                        (
+                            "holders through click",
+                            [*click_ctl, "holders", "--db", str(db), "--no-systemd"],
+                        ),
                         ("fuser", ["fuser", str(db)]),
                         ("lsof", ["lsof", str(db)]),
-                    ]  # fmt: skip
+                    ]
                     # A/B alternated: each run times every command once, in turn.
                     by_command: dict[str, list[float]] = {name: [] for name, _ in cmds}
                     for _ in range(args.runs):
@@ -243,12 +249,19 @@ def main() -> None:
                     rows += [(f"{name}, {who}", by_command[name]) for name, _ in cmds]
                 run_imports = {
                     name: min(
-                        import_ms([*(c[1:] if len(c) > 1 else c), "holders", "--db", str(db),
-                                   "--no-systemd"])
+                        import_ms(
+                            [
+                                *(c[1:] if len(c) > 1 else c),
+                                "holders",
+                                "--db",
+                                str(db),
+                                "--no-systemd",
+                            ]
+                        )
                         for _ in range(args.runs)
                     )
                     for name, c in (("statewardenctl", ctl), ("through click", click_ctl))
-                }  # fmt: skip
+                }
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGTERM)

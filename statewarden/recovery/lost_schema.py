@@ -428,36 +428,9 @@ def rebuild_from_known_schema(
         if not set(present) <= {name for _t, name, _tb, _s in rows}:
             fitted[layout] = 0
             continue
-        schema, fks = layout_schema(rows)
-        cands = [o for o in _candidates(schema) if o.name not in present]
-        base = {o.name for o in schema.base_tables()} | {SEQUENCE}
-        per_table = _present_trees(schema, present, trees)
-        score = 0
-        tied: list[tuple[Tree, list[SchemaObject]]] = []
-        for tree in (t for t in trees if t.root not in claimed):
-            fits = _fit(cands, tree.rows)
-            if len(fits) > 1:
-                tied.append((tree, fits))
-                continue
-            if not fits or fits[0].name not in base:
-                continue
-            score += _take(per_table, fits[0], tree)
-        unresolved = []
-        for tree, fits in tied:  # second: the evidence of the tables found
-            name = _referenced(fits, tree, fks, per_table)
-            obj = schema.by_name(name) if name else None
-            if obj is not None and obj.name in base:
-                score += _take(per_table, obj, tree)
-            else:
-                unresolved.append((tree, fits))
-        tables = [o.name for o in _table_trees(schema, rows)]
-        roots = sorted(t.root for t in trees)
-        for tree, fits in unresolved:  # last: where its root lies among the roots found
-            by_order = _by_creation_order(fits, tree, roots, tables, per_table)
-            if by_order is not None and by_order.name in base:
-                score += _take(per_table, by_order, tree)
-            elif any(o.name in base for o in fits):
-                left_out.setdefault(layout, []).append((tree, [o.name for o in fits]))
+        score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
+        if unplaced:
+            left_out[layout] = unplaced
         fitted[layout] = score
         chosen[layout] = per_table
         if all(t in per_table for t in HERMES_CORE) and (best is None or score > best[0]):
@@ -517,6 +490,50 @@ def rebuild_from_known_schema(
         new_pages=total - page_count,
         left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out.get(layout, [])],
     )
+
+
+def _fit_layout(
+    rows: tuple[tuple[str, str, str, str | None], ...],
+    present: dict[str, int],
+    trees: list[Tree],
+    claimed: set[int],
+) -> tuple[int, dict[str, Tree], list[tuple[Tree, list[str]]]]:
+    """How well one known layout fits the trees found: (leaves fitted, the tree taken
+    for each table, the trees that fit two tables alike and went to neither). A tree
+    goes to the one table its records fit; ties are broken by the evidence of the
+    tables found (foreign keys), then by where its root lies among the roots."""
+    schema, fks = layout_schema(rows)
+    cands = [o for o in _candidates(schema) if o.name not in present]
+    base = {o.name for o in schema.base_tables()} | {SEQUENCE}
+    per_table = _present_trees(schema, present, trees)
+    score = 0
+    tied: list[tuple[Tree, list[SchemaObject]]] = []
+    for tree in (t for t in trees if t.root not in claimed):
+        fits = _fit(cands, tree.rows)
+        if len(fits) > 1:
+            tied.append((tree, fits))
+            continue
+        if not fits or fits[0].name not in base:
+            continue
+        score += _take(per_table, fits[0], tree)
+    unresolved = []
+    for tree, fits in tied:  # second: the evidence of the tables found
+        name = _referenced(fits, tree, fks, per_table)
+        obj = schema.by_name(name) if name else None
+        if obj is not None and obj.name in base:
+            score += _take(per_table, obj, tree)
+        else:
+            unresolved.append((tree, fits))
+    tables = [o.name for o in _table_trees(schema, rows)]
+    roots = sorted(t.root for t in trees)
+    left_out: list[tuple[Tree, list[str]]] = []
+    for tree, fits in unresolved:  # last: where its root lies among the roots found
+        by_order = _by_creation_order(fits, tree, roots, tables, per_table)
+        if by_order is not None and by_order.name in base:
+            score += _take(per_table, by_order, tree)
+        elif any(o.name in base for o in fits):
+            left_out.append((tree, [o.name for o in fits]))
+    return score, per_table, left_out
 
 
 def _present_trees(schema: Schema, present: dict[str, int], trees: list[Tree]) -> dict[str, Tree]:

@@ -196,6 +196,22 @@ class Report:
             f" {'dups':>5} {'lost':>5}  status"
         )
         out = [f"source {self.source}", f"output {self.output}", f"strategy {self.strategy}", head]
+        out.extend(self._table_lines())
+        out.extend(self._row_lines())
+        if self.verification:
+            for o, n in self.verification.orphans.items():
+                out.append(f"  orphans kept: {o}: {n}")
+            out.extend(f"  verification problem: {p}" for p in self.verification.problems)
+        out.extend(f"  note: {n}" for n in self.notes)
+        verdict = "verified" if self.verified else "NOT verified"
+        if self.timings:
+            out.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
+        out.append(f"result: {verdict}, {self._loss_verdict()}")
+        return out
+
+    def _table_lines(self) -> list[str]:
+        """One line per table, and what came back or stayed unread in it."""
+        out: list[str] = []
         for name, t in self.tables.items():
             out.append(
                 f"{name:<28} {t.source_rows:>8} {t.source_distinct:>8} {t.recovered:>9}"
@@ -235,6 +251,11 @@ class Report:
                     " (the freelist is damaged and no index or FTS copy lists them:"
                     " they may be deleted rows)"
                 )
+        return out
+
+    def _row_lines(self) -> list[str]:
+        """A line per row restored, unverified, stale, partial, set aside or renamed."""
+        out: list[str] = []
         for r in self.restored_from_copies:
             out.append(
                 f"  restored: {r['table']} rowid {r['rowid']}: {r['column']} from"
@@ -258,12 +279,10 @@ class Report:
             out.append(f"  set aside: {s['table']} rowid {s['rowid']}: {s['reason']}")
         for r in self.renamed:
             out.append(f"  renamed: {r['table']} rowid {r['rowid']}: {r['column']} -> {r['new']!r}")
-        if self.verification:
-            for o, n in self.verification.orphans.items():
-                out.append(f"  orphans kept: {o}: {n}")
-            out.extend(f"  verification problem: {p}" for p in self.verification.problems)
-        out.extend(f"  note: {n}" for n in self.notes)
-        verdict = "verified" if self.verified else "NOT verified"
+        return out
+
+    def _loss_verdict(self) -> str:
+        """The loss half of the verdict: "no loss", or what was lost."""
         loss = (
             "loss detected: " + ", ".join(f"{k} {v}" for k, v in self.lost.items())
             if self.loss_detected
@@ -286,7 +305,4 @@ class Report:
                 if self.schema_rows_lost
                 else "loss detected: unreadable rowid ranges"
             )
-        if self.timings:
-            out.append("  time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
-        out.append(f"result: {verdict}, {loss}")
-        return out
+        return loss

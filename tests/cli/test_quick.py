@@ -34,8 +34,9 @@ PROBE = (
 
 def run(base: list[str], *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     # argv[0] is the program's name in click's messages: the same for both ways.
-    return subprocess.run([*base, *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, check=False, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [*base, *args], capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120
+    )
 
 
 @pytest.fixture
@@ -81,18 +82,35 @@ class TestOptions:
     def test_plain_options_are_read(self, args: list[str], expected: dict[str, object]) -> None:
         """Plain options (space or = between name and value, flags, repeats) are read
         here, the last of a repeated option winning as with click."""
-        base: dict[str, object] = {"config_path": None, "db": None, "profile": None,
-                                   "as_json": False, "no_systemd": False, "verbose": False}  # fmt: skip
+        base: dict[str, object] = {
+            "config_path": None,
+            "db": None,
+            "profile": None,
+            "as_json": False,
+            "no_systemd": False,
+            "verbose": False,
+        }
         assert holders_options(args) == {**base, **expected}
 
     @pytest.mark.parametrize(
         "args",
         [
-            ["--help"], ["-h"], ["--watch"], ["--count", "2"], ["--interval", "1"],
-            ["--db"], ["--db="], ["--db", "--json"], ["--db", "-x"], ["--bogus"],
-            ["--", "--db", "x"], ["extra"], ["--json=1"], ["--jso"],
+            ["--help"],
+            ["-h"],
+            ["--watch"],
+            ["--count", "2"],
+            ["--interval", "1"],
+            ["--db"],
+            ["--db="],
+            ["--db", "--json"],
+            ["--db", "-x"],
+            ["--bogus"],
+            ["--", "--db", "x"],
+            ["extra"],
+            ["--json=1"],
+            ["--jso"],
         ],
-    )  # fmt: skip
+    )
     def test_anything_else_goes_to_click(self, args: list[str]) -> None:
         """Help, --watch, a missing or empty value, an unknown or abbreviated option, a
         positional argument: not read here (None), so click answers as it always has."""
@@ -182,8 +200,15 @@ class TestWholeProcess:
         apsw or D-Bus when no config file exists and --no-systemd is given; another
         command still loads click."""
         home = make_home(tmp_path / "hermes", TINY)
-        r = run([sys.executable, "-c", PROBE], "holders", "--db", str(home / "state.db"),
-                "--json", "--no-systemd", env=quiet_env)  # fmt: skip
+        r = run(
+            [sys.executable, "-c", PROBE],
+            "holders",
+            "--db",
+            str(home / "state.db"),
+            "--json",
+            "--no-systemd",
+            env=quiet_env,
+        )
         assert r.returncode == 0, r.stderr
         modules = json.loads(r.stderr.rsplit("MODULES ", 1)[1])
         heavy = [m for m in modules if m.split(".")[0] in ("click", "yaml", "apsw", "dbus_fast")]
@@ -198,9 +223,16 @@ class TestWholeProcess:
         r, w = os.pipe()
         os.close(r)
         try:
-            proc = subprocess.run([*QUICK, "holders", "--db", str(home / "state.db"), "--json",
-                                   "--no-systemd"], stdout=w, stderr=subprocess.PIPE, text=True,
-                                  cwd=REPO, env=quiet_env, check=False, timeout=120)  # fmt: skip
+            proc = subprocess.run(
+                [*QUICK, "holders", "--db", str(home / "state.db"), "--json", "--no-systemd"],
+                stdout=w,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+                env=quiet_env,
+                check=False,
+                timeout=120,
+            )
         finally:
             os.close(w)
         assert proc.returncode == 141, proc.stderr
@@ -210,9 +242,14 @@ class TestWholeProcess:
         """The installed script (the quick entry point) still answers the shell
         completion's requests, which come with no arguments and go to click."""
         script = Path(sys.executable).parent / "statewardenctl"
-        env = {**quiet_env, "COMP_WORDS": "statewardenctl hol", "COMP_CWORD": "1",
-               "_STATEWARDENCTL_COMPLETE": "bash_complete"}  # fmt: skip
-        r = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False,
-                           timeout=60)  # fmt: skip
+        env = {
+            **quiet_env,
+            "COMP_WORDS": "statewardenctl hol",
+            "COMP_CWORD": "1",
+            "_STATEWARDENCTL_COMPLETE": "bash_complete",
+        }
+        r = subprocess.run(
+            [str(script)], capture_output=True, text=True, env=env, check=False, timeout=60
+        )
         assert r.returncode == 0, r.stderr
         assert "plain,holders" in r.stdout.splitlines()
