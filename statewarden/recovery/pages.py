@@ -615,8 +615,17 @@ def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
 
 def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
     """The root and the children of the tree's interior pages that cannot be parsed
-    as b-tree pages."""
-    out: list[int] = []
+    as b-tree pages (a table of one page has a leaf for its root; a damaged interior
+    page holds no cell that decodes as a row of the table)."""
+    return sorted(_walk_table_tree(db, root)[1])
+
+
+def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
+    """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that
+    do not parse as table pages: header, children or cell pointers); a page that
+    does not parse is not descended."""
+    leaves: list[int] = []
+    damaged: list[int] = []
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -631,12 +640,15 @@ def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
                 continue
             if kind != PAGE_TABLE_LEAF:
                 raise PageFormatError(f"page {n}: not a table page")
+        except (PageFormatError, struct.error, IndexError):
+            damaged.append(n)
+            continue
+        leaves.append(n)
+        try:
             db.cell_offsets(n)
         except (PageFormatError, struct.error, IndexError):
-            # The root too: a table of one page has a leaf for its root (a damaged
-            # interior page holds no cell that decodes as a row of the table).
-            out.append(n)
-    return sorted(out)
+            damaged.append(n)
+    return leaves, damaged
 
 
 def _carve(db: DatabaseFile, n: int) -> list[Row]:
@@ -924,23 +936,7 @@ def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[
 
 def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
     """Table leaves a b-tree reaches (a page that does not parse is not descended)."""
-    out: list[int] = []
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n in seen or not 1 <= n <= db.page_count:
-            continue
-        seen.add(n)
-        try:
-            kind, _, _ = db.btree_header(n)
-            if kind == PAGE_TABLE_INTERIOR:
-                stack.extend(db.children(n))
-            elif kind == PAGE_TABLE_LEAF:
-                out.append(n)
-        except (PageFormatError, struct.error, IndexError):
-            continue
-    return out
+    return _walk_table_tree(db, root)[0]
 
 
 # (payload offset, length, page, offset in the page) of one stretch of a payload
