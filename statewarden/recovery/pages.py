@@ -1047,44 +1047,52 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
     """
     db = DatabaseFile(path)
     try:
-        zeroed = {n: z for n, z in zeroed_sectors(db).items() if _may_hold_payload(db, n, z)}
-        if not zeroed:
-            return {}
-        free = db.freelist_pages()
-        leaves_of = {
-            o.name: _tree_leaves(db, o.rootpage)
-            for o in schema.tables()
-            if o.rootpage and not o.without_rowid and not o.is_virtual
-        }
-        on_leaf = {n for leaves in leaves_of.values() for n in leaves}
-        # A zeroed sector on a page that is no leaf of any table may be an overflow page.
-        others = {n for n in zeroed if n not in on_leaf and n not in free}
-        out: dict[str, ZeroedCells] = {}
-        for name, leaves in leaves_of.items():
-            found: ZeroedCells = {}
-            for n in leaves:
-                if n not in zeroed and not others:
-                    continue
-                try:
-                    offsets = db.cell_offsets(n)
-                except (PageFormatError, struct.error):
-                    continue
-                for off in offsets:
-                    try:
-                        rowid, segs = _payload_segments(db, n, off)
-                    except (PageFormatError, struct.error, IndexError):
-                        continue
-                    if not any(p in zeroed for _, _, p, _ in segs):
-                        continue
-                    runs = _zeroed_runs(segs, zeroed)
-                    hit = _columns_hit(db, segs, runs) if runs else []
-                    if hit is None or hit:
-                        found[rowid] = hit
-            if found:
-                out[name] = found
-        return out
+        return zeroed_cells_in(db, schema)
     finally:
         db.close()
+
+
+def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
+    """:func:`zeroed_cells` of a file already open for raw reads. A caller that holds
+    SQLite connections to the file meanwhile opens ``db`` before the first of them and
+    closes it after the last (docs/safety.md rule 2: no descriptor of the file is
+    closed while a connection holds locks on it)."""
+    zeroed = {n: z for n, z in zeroed_sectors(db).items() if _may_hold_payload(db, n, z)}
+    if not zeroed:
+        return {}
+    free = db.freelist_pages()
+    leaves_of = {
+        o.name: _tree_leaves(db, o.rootpage)
+        for o in schema.tables()
+        if o.rootpage and not o.without_rowid and not o.is_virtual
+    }
+    on_leaf = {n for leaves in leaves_of.values() for n in leaves}
+    # A zeroed sector on a page that is no leaf of any table may be an overflow page.
+    others = {n for n in zeroed if n not in on_leaf and n not in free}
+    out: dict[str, ZeroedCells] = {}
+    for name, leaves in leaves_of.items():
+        found: ZeroedCells = {}
+        for n in leaves:
+            if n not in zeroed and not others:
+                continue
+            try:
+                offsets = db.cell_offsets(n)
+            except (PageFormatError, struct.error):
+                continue
+            for off in offsets:
+                try:
+                    rowid, segs = _payload_segments(db, n, off)
+                except (PageFormatError, struct.error, IndexError):
+                    continue
+                if not any(p in zeroed for _, _, p, _ in segs):
+                    continue
+                runs = _zeroed_runs(segs, zeroed)
+                hit = _columns_hit(db, segs, runs) if runs else []
+                if hit is None or hit:
+                    found[rowid] = hit
+        if found:
+            out[name] = found
+    return out
 
 
 # -- overflow chains that lead to the same pages ------------------------------------
