@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +30,8 @@ from statewarden.cli import install as inst
 from statewarden.systemd import UserManager
 from tests.cli.test_install import Installed
 from tests.fake_hermes import install_fake_hermes
-from tests.maintenance.test_units import GATEWAY, REPO, UNIT, holders, main_pid, wait_for
-from tests.support.maintenance import exempt_comms
+from tests.maintenance.test_units import GATEWAY, UNIT, holders, main_pid, wait_for
+from tests.support.maintenance import exempt_comms, run_maintenance
 from tests.support.waiting import WAIT_S
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
@@ -179,26 +177,8 @@ def test_units_are_stopped_when_the_user_bus_is_not_activated_yet(tmp_path: Path
         wait_for(lambda: main_pid(manager, GATEWAY) in holders(db), "the unit to hold")
         before = main_pid(manager, GATEWAY)
         env = {**manager.env(), "STATEWARDEN_CONFIG": str(config)}
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "statewarden.cli.ctl",
-                "maintenance",
-                "--db",
-                str(db),
-                "--action",
-                "checkpoint",
-                "--yes",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            timeout=300,
+        proc = run_maintenance(
+            "--db", str(db), "--action", "checkpoint", "--yes", "--json", env=env
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rep = json.loads(proc.stdout)

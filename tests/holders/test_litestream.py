@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from tests.fake_hermes import install_fake_hermes
 from tests.fake_litestream import install_fake_litestream
 from tests.maintenance.test_run import integrity, session_ids
 from tests.support.cli import run_ctl
-from tests.support.maintenance import exempt_comms
+from tests.support.maintenance import exempt_comms, run_maintenance
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,25 +190,7 @@ def test_maintenance_stops_and_restarts_the_litestream_unit(tmp_path: Path) -> N
             "STATEWARDEN_CONFIG": str(config),
             "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
         }
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "statewarden.cli.ctl",
-                "maintenance",
-                "--db",
-                str(db),
-                "--yes",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            timeout=300,
-        )
+        proc = run_maintenance("--db", str(db), "--yes", "--json", env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rep = json.loads(proc.stdout)
         assert rep["outcome"] == "repaired"

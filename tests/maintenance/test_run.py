@@ -24,7 +24,7 @@ from lab.hermes_fixtures import SMALL, TINY, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.fake_hermes import PIDFILE_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.support.maintenance import exempt_comms, maintenance_config
+from tests.support.maintenance import exempt_comms, maintenance_config, run_maintenance
 
 REPO = Path(__file__).resolve().parents[2]
 IS_ROOT = os.geteuid() == 0
@@ -40,16 +40,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        env=env or dict(os.environ),
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    return run_maintenance(*args, env=env)
 
 
 def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from lab.hermes_fixtures import SMALL, writer_env
 from statewarden.holders.scan import HolderScanner
 from tests.fake_hermes import install_fake_hermes
 from tests.maintenance.test_run import integrity, rows, session_ids
-from tests.support.maintenance import exempt_comms
+from tests.support.maintenance import exempt_comms, run_maintenance
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,25 +106,7 @@ def test_units_are_stopped_repaired_and_started_again(
         "STATEWARDEN_CONFIG": str(config),
         "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "statewarden.cli.ctl",
-            "maintenance",
-            "--db",
-            str(db),
-            "--yes",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    proc = run_maintenance("--db", str(db), "--yes", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["outcome"] == "repaired"
@@ -173,25 +155,7 @@ def test_unit_that_fails_to_start_again_is_reported(
         "STATEWARDEN_CONFIG": str(config),
         "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "statewarden.cli.ctl",
-            "maintenance",
-            "--db",
-            str(db),
-            "--yes",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    proc = run_maintenance("--db", str(db), "--yes", "--json", env=env)
     assert proc.returncode == 1, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["outcome"] == "repaired"
@@ -243,26 +207,7 @@ def test_four_holders_with_a_respawner(
             "STATEWARDEN_CONFIG": str(config),
             "DBUS_SESSION_BUS_ADDRESS": manager.bus_address,
         }
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "statewarden.cli.ctl",
-                "maintenance",
-                "--db",
-                str(db),
-                "--yes",
-                "--force",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=run_env,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            timeout=300,
-        )
+        proc = run_maintenance("--db", str(db), "--yes", "--force", "--json", env=run_env)
         chat_code = chat.poll()
     finally:
         respawner.terminate()

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from statewarden.holders.scan import HolderScanner
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def exempt_comms() -> list[str]:
@@ -36,3 +42,21 @@ def maintenance_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.setenv("STATEWARDEN_CONFIG", str(path))
     return path
+
+
+def run_maintenance(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``statewardenctl maintenance ARGS`` as a whole process (stopping units and
+    holders is what it does: never in the test's own process), with ``env`` as its
+    environment (this process's when None), no stdin, five minutes at most."""
+    return subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(env) if env is not None else dict(os.environ),
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )

@@ -37,7 +37,7 @@ from statewarden.watch.units import UnitWatcher
 from tests.fake_hermes import install_fake_hermes
 from tests.maintenance.test_run import integrity, session_ids
 from tests.support.daemon import DaemonProc
-from tests.support.maintenance import exempt_comms
+from tests.support.maintenance import exempt_comms, run_maintenance
 from tests.support.waiting import wait_for
 from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
@@ -183,25 +183,7 @@ def test_a_phantom_row_planted_while_stopped_is_caught_and_repaired(
         d.proc.send_signal(signal.SIGHUP)
         d.wait_for_line("config reloaded")
         wait_for(lambda: not verified().get("running"), what="no verification running")
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "statewarden.cli.ctl",
-                "maintenance",
-                "--db",
-                str(db),
-                "--yes",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            check=False,
-            stdin=subprocess.DEVNULL,
-            timeout=300,
-        )
+        proc = run_maintenance("--db", str(db), "--yes", "--json", env=env)
         assert proc.returncode == 0, proc.stderr
         report = json.loads(proc.stdout)
         assert report["outcome"] == "repaired"
