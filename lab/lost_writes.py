@@ -50,6 +50,12 @@ db.set_session_title("opened_after_the_delete", "took the deleted session's rowi
 for i in range(3):
     db.append_message("opened_after_the_delete", "user", f"message {i} of the new session")
 """,
+    # A session opened and three messages stored in it.
+    "open": """
+db.create_session("opened_later", "telegram", model="hermes-4-70b")
+for i in range(3):
+    db.append_message("opened_later", "user", f"message {i} of the session opened later")
+""",
     # Messages appended to the busiest session (new rowids above the highest).
     "append": """
 sid = conn.execute(

@@ -419,7 +419,8 @@ def _diagnose(
     lines, complete, abort = check.result()
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
-    lost = find_lost_writes(conn, schema, lines, {t.name: t.stale_index_entries for t in tables})
+    index_only = {t.name: t.stale_index_entries for t in tables}
+    lost = find_lost_writes(conn, schema, lines, index_only, orphans)
     for g in lost.given_out:  # named there as rowids that may be lost, not as left behind
         facts = next(t for t in tables if t.name == g.table)
         facts.stale_index_entries = [r for r in facts.stale_index_entries if r not in g.rowids]

@@ -19,11 +19,16 @@ message_count against its messages and FTS copies of rows the table lacks, are i
   table and its FTS copies lack them. Either the rows were lost with their FTS copies,
   or they were deleted and the index lost that write: nothing tells which, and the
   rows may be lost (base damage).
+- *Rows referenced but gone.* Rows of another table whose foreign key names a row the
+  parent table lacks while an intact index of the parent still lists its key: the
+  parent row was written, indexed and referenced, and is gone (base damage). Hermes
+  deletes a session's messages with it, so its own deletes leave no such reference.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,15 +84,29 @@ class GivenOut:
 
 
 @dataclass
+class Referenced:
+    """Rows of ``table`` an intact index lists and rows of ``by`` reference by
+    ``column``, which the table lacks."""
+
+    table: str
+    column: str
+    by: str
+    rowids: list[int]
+    keys: list[Any]
+    references: int  # rows of ``by`` that name them
+
+
+@dataclass
 class LostWrites:
     stale_rows: list[StaleRow] = field(default_factory=list)
     # index -> rowids whose entry is older than the row (another index agrees with it)
     older_entries: dict[str, list[int]] = field(default_factory=dict)
     given_out: list[GivenOut] = field(default_factory=list)
+    referenced: list[Referenced] = field(default_factory=list)
 
     @property
     def damage(self) -> str:
-        if self.stale_rows or self.given_out:
+        if self.stale_rows or self.given_out or self.referenced:
             return "base"
         return "derived" if self.older_entries else "none"
 
@@ -129,6 +148,13 @@ class LostWrites:
                 " their FTS copies, or deleted with the index's write lost (nothing tells"
                 f" which): {_sample(g.rowids)}"
             )
+        for r in self.referenced:
+            out.append(
+                f"{r.table}: {_rows(r.rowids)} gone that {_their(r.rowids)} indexes list and"
+                f" {r.references} row{'s' if r.references != 1 else ''} of {r.by} reference"
+                f" by {r.column}: the rows are lost (a lost write or a damaged page):"
+                f" {_sample(r.rowids)}"
+            )
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -152,6 +178,9 @@ class LostWrites:
             ],
             "older_entries": self.older_entries,
             "given_out": [vars(g) for g in self.given_out],
+            "referenced": [
+                {**vars(r), "keys": [json_value(k) for k in r.keys]} for r in self.referenced
+            ],
         }
 
 
@@ -173,11 +202,14 @@ def find_lost_writes(
     schema: Schema,
     error_lines: list[str],
     index_only: dict[str, list[int]],
+    orphans: dict[str, int] | None = None,
 ) -> LostWrites:
     """The lost writes ``conn``'s file shows. ``error_lines`` are the integrity check's:
     rows are held against their indexes only in tables one of whose indexes it found
     a row missing from (a healthy file costs nothing). ``index_only`` is, per table,
-    the rowids only an index lists (no FTS copy, no row: ``diagnose.TableFacts``)."""
+    the rowids only an index lists (no FTS copy, no row: ``diagnose.TableFacts``);
+    ``orphans`` the tables with rows whose parent is missing (``diagnose.orphan_rows``):
+    only their references are followed."""
     found = LostWrites()
     broken = {int(m.group(1)) for ln in error_lines if (m := _TREE_RE.match(ln))}
     tables: set[str] = set()
@@ -192,7 +224,71 @@ def find_lost_writes(
         gone = _given_out(conn, name, rowids)
         if gone is not None:
             found.given_out.append(gone)
+    for child in sorted(orphans or {}):
+        found.referenced.extend(_referenced_but_gone(conn, schema, child, broken))
     return found
+
+
+def _referenced_but_gone(
+    conn: apsw.Connection, schema: Schema, child: str, broken: set[int]
+) -> list[Referenced]:
+    """Rows other tables lack that an intact index of theirs lists and rows of
+    ``child`` reference (single-column foreign keys to another table)."""
+    out = []
+    try:
+        fks = conn.execute(f"PRAGMA foreign_key_list({quote_ident(child)})").fetchall()
+        for fk in fks:
+            parent, col, to = str(fk[2]), str(fk[3]), fk[4]
+            obj = schema.by_name(parent)
+            if obj is None or parent == child or obj.without_rowid or fk[1] != 0:
+                continue
+            if sum(1 for f in fks if f[0] == fk[0]) != 1:
+                continue  # a key of several columns
+            if to is None and len(obj.key_columns) != 1:
+                continue
+            to = str(to) if to is not None else obj.key_columns[0]
+            gone = _gone(conn, schema, parent=parent, to=to, child=child, col=col, broken=broken)
+            if gone is not None:
+                out.append(gone)
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+    return out
+
+
+def _gone(
+    conn: apsw.Connection,
+    schema: Schema,
+    *,
+    parent: str,
+    to: str,
+    child: str,
+    col: str,
+    broken: set[int],
+) -> Referenced | None:
+    keys: set[Any] = set()
+    scan_table(conn, parent, [to], lambda row: keys.add(row[1]))
+    refs: Counter[Any] = Counter()
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        if row[1] is not None and row[1] not in keys:
+            refs[row[1]] += 1
+
+    scan_table(conn, child, [col], on_row)
+    if not refs:
+        return None
+    listed = {
+        rowid: v
+        for rowid, held in indexed_values(conn, schema, parent, None, broken_roots=broken).items()
+        for v, _ in held.get(to, [])
+        if v in refs
+    }
+    if not listed:
+        return None
+    rowids = sorted(listed)
+    return Referenced(
+        parent, to, child, rowids, [listed[r] for r in rowids], sum(refs[listed[r]] for r in rowids)
+    )
 
 
 def _hold_against_indexes(

@@ -134,6 +134,29 @@ class TestRowidsGivenOut:
         assert [g["rowids"] for g in rep["given_out"]] == [gone]
 
 
+class TestRowsReferencedButGone:
+    def test_a_session_its_messages_and_indexes_name_is_lost(self, tmp_path: Path) -> None:
+        """Hermes opens a session and stores three messages in it; then the sessions
+        page goes back to its image from before. The session is gone while every
+        sessions index lists it and its three messages reference it: check calls it
+        base damage and names it; recover reports it lost. (check called it derived:
+        only the planner's count and the indexes disagreed.)"""
+        case = lost_writes.reverted(tmp_path / "db", "open", ("sessions",))
+        (lost,) = case.lost_rowids["sessions"]
+        code, checked = check_json(case)
+        (d,) = checked["databases"]
+        assert (code, d["damage"]) == (3, "base")
+        (r,) = d["lost_writes"]["referenced"]
+        assert (r["table"], r["rowids"], r["keys"]) == ("sessions", [lost], ["opened_later"])
+        assert (r["by"], r["column"], r["references"]) == ("messages", "id", 3)
+        code, rep, out = recover_json(case, tmp_path)
+        assert (code, rep["loss_detected"]) == (3, True)
+        assert rep["tables"]["sessions"]["lost_keys"] == [["opened_later"]]
+        assert rows(out, "SELECT count(*) FROM messages WHERE session_id = 'opened_later'") == [
+            (3,)
+        ]
+
+
 class TestHermesOwnDeletes:
     def test_deletes_rewinds_compactions_and_prunes_are_no_lost_writes(
         self, tmp_path: Path
@@ -155,7 +178,12 @@ class TestHermesOwnDeletes:
         code, checked = check_json(case)
         (d,) = checked["databases"]
         assert (code, d["damage"], d["findings"]) == (0, "none", [])
-        assert d["lost_writes"] == {"stale_rows": [], "older_entries": {}, "given_out": []}
+        assert d["lost_writes"] == {
+            "stale_rows": [],
+            "older_entries": {},
+            "given_out": [],
+            "referenced": [],
+        }
         code, rep, _ = recover_json(case, tmp_path)
         assert (code, rep["loss_detected"], rep["stale_rows"], rep["given_out"]) == (
             0,
