@@ -85,10 +85,10 @@ for sid in ("empty_one", "empty_two"):
     db.create_session(sid, "cli")
     db.end_session(sid, "user_exit")
 db.delete_empty_sessions()
-ended = [r[0] for r in conn.execute(
-    "SELECT started_at FROM sessions WHERE ended_at IS NOT NULL ORDER BY started_at")]
-if ended:
-    db.prune_sessions(older_than_days=None, started_before=ended[len(ended) // 3])
+oldest = conn.execute("SELECT id, started_at FROM sessions ORDER BY started_at LIMIT 4").fetchall()
+for sid, _ in oldest:
+    db.end_session(sid, "user_exit")
+assert db.prune_sessions(older_than_days=None, started_before=oldest[-1][1] + 1e-3) == 4
 """,
 }
 
