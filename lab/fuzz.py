@@ -286,6 +286,7 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
     others |= {
         (e["table"], e["rowid"]) for e in report.get("count_mismatches", []) if e["what"] == "stale"
     }
+    others |= {(e["table"], e["rowid"]) for e in report.get("stale_rows", [])}
     lost_any = False
     for table, rows in case.truth.items():
         try:
@@ -326,6 +327,8 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
         report.get("partial_rows")
         or report.get("unverified_rows")
         or report.get("count_mismatches")
+        or report.get("stale_rows")
+        or report.get("given_out")
         or report.get("schema_rows_lost")
         or any(t.get("unverified") or t.get("unreadable_ranges") for t in tables)
     )

@@ -16,6 +16,7 @@ which on Debian 12 is 3.40.1, older than the WAL-reset fix of 3.51.3.
 
 from __future__ import annotations
 
+import base64
 import os
 import stat
 import struct
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import apsw
 
@@ -69,6 +70,13 @@ class HeaderFacts:
         if self.write_version == 2 and self.read_version == 2:
             return "wal"
         return "rollback"
+
+
+def json_value(v: Any) -> Any:
+    """A column value as JSON: a blob as ``{"base64": ...}``."""
+    if isinstance(v, bytes):
+        return {"base64": base64.b64encode(v).decode()}
+    return v
 
 
 def parse_header(data: bytes, source: str = "database") -> HeaderFacts:

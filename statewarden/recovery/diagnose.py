@@ -38,6 +38,7 @@ from statewarden.recovery.integrity import (
     fts_from_integrity_lines,
     group_errors,
 )
+from statewarden.recovery.lost_writes import LostWrites, find_lost_writes
 from statewarden.recovery.pages import ZeroedCells, cross_linked_cells, zeroed_cells
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
@@ -197,6 +198,8 @@ class Diagnosis:
     # Hermes' sessions whose message_count disagrees with the messages the file holds
     # for them: (rowid, message_count, messages counted) (``counts_disagree``).
     counts_disagree: list[tuple[int, int, int]] = field(default_factory=list)
+    # Rows older than their index entries, rowids given out but gone (``lost_writes.py``).
+    lost_writes: LostWrites = field(default_factory=LostWrites)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -215,6 +218,7 @@ class Diagnosis:
                 f" the messages stored for {'them' if n != 1 else 'it'} (rowids {shown}):"
                 " a write lost (a page back to an older image) or messages lost"
             )
+        out.extend(self.lost_writes.findings())
         for name, cells in self.cross_linked.items():
             n = len(cells)
             out.append(
@@ -240,6 +244,7 @@ class Diagnosis:
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
         data["zeroed_cells"] = {t: sorted(c) for t, c in self.zeroed_cells.items()}
         data["cross_linked"] = {t: sorted(c) for t, c in self.cross_linked.items()}
+        data["lost_writes"] = self.lost_writes.to_json()
         data["findings"] = self.findings()
         return data
 
@@ -414,6 +419,11 @@ def _diagnose(
     lines, complete, abort = check.result()
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
+    index_only = {t.name: t.stale_index_entries for t in tables}
+    lost = find_lost_writes(conn, schema, lines, index_only, orphans)
+    for g in lost.given_out:  # named there as rowids that may be lost, not as left behind
+        facts = next(t for t in tables if t.name == g.table)
+        facts.stale_index_entries = [r for r in facts.stale_index_entries if r not in g.rowids]
     groups = group_errors(lines, schema)
     _attribute_by_page(conn, schema, groups)
     roots = schema.by_root()
@@ -442,6 +452,7 @@ def _diagnose(
     damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
     if counts:
         damage = worst(damage, "base")
+    damage = worst(damage, lost.damage)
     for c in copies:
         if c.rows_rotted or c.rows_bad_text:
             damage = worst(damage, "base")
@@ -464,6 +475,7 @@ def _diagnose(
         unverifiable=unverifiable,
         helper_cpu_s=check.helper_cpu_s,
         counts_disagree=counts,
+        lost_writes=lost,
     )
 
 

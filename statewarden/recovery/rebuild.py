@@ -37,11 +37,11 @@ from statewarden.recovery.copies import (
 )
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.other_copies import OtherCopy
-from statewarden.recovery.report import Report, TableReport, json_value
+from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
-from statewarden.sqlite import quote_ident, uri_for
+from statewarden.sqlite import json_value, quote_ident, uri_for
 
 PROGRESS_EVERY_ROWS = 1000
 # FTS5's structure record of an index with no segment (cookie 0, no level, no segment,
@@ -597,6 +597,13 @@ class Rebuild:
         broken = {
             int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
         }
+        # A row older than its index entries (a lost write) stays as it was once
+        # written, named stale (``lost_writes.py``), not patched into a mix.
+        stale = {
+            s.rowid
+            for s in self.inputs.diag.lost_writes.stale_rows
+            if s.table == obj.name and not s.restorable
+        }
         entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
@@ -611,7 +618,7 @@ class Rebuild:
         for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}"):
             rowid = int(row[0])
             found = entries.get(rowid)
-            if not found:
+            if not found or rowid in stale:
                 continue
             for col, stored in zip(indexed, row[1:], strict=True):
                 if (rowid, col) in renamed:

@@ -202,6 +202,10 @@ def _diagnose(
     )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
+    lost_writes = diag.lost_writes.to_json()
+    # A row restorable from its indexes is listed with what was restored, not as stale.
+    report.stale_rows = [s for s in lost_writes["stale_rows"] if not s["restorable"]]
+    report.given_out = lost_writes["given_out"]
     if work.schema_note:
         report.notes.append(work.schema_note)
         report.rows_left_out = work.left_out
@@ -456,8 +460,10 @@ def _count_mismatches(built: Path, report: Report) -> None:
         found = counts_disagree(conn)
     finally:
         conn.close()
+    # A row found older than its index entries is stale, whatever its count says.
+    stale = {s["rowid"] for s in report.stale_rows if s["table"] == "sessions"}
     for rowid, stored, counted in found:
-        what = "stale" if stored < counted else "messages missing"
+        what = "stale" if stored < counted or rowid in stale else "messages missing"
         report.count_mismatches.append(
             {
                 "table": "sessions",

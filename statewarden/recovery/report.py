@@ -8,13 +8,14 @@ b-tree is intact lists it; it is *lost* when the output has no row with that key
 source could not be read at all (its keys cannot even be listed), a row was kept
 with unreadable columns (partial) or contradicting its witnesses (unverified), or a
 session's message_count disagrees with the messages recovered for it (a stale row,
-or messages missing), or rows of a schema rebuilt from Hermes' known layout fit two
-tables alike and were left out (``rows_left_out``).
+or messages missing), or a lost write left rows older than their index entries or
+rowids given out that only an index lists (``lost_writes.py``), or rows of a schema
+rebuilt from Hermes' known layout fit two tables alike and were left out
+(``rows_left_out``).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import time
 from collections.abc import Iterator
@@ -43,12 +44,6 @@ PARTIAL_RULE = (
     " it counts as partial, not lost, and makes loss_detected true."
 )
 SAMPLE_LOST_KEYS = 100
-
-
-def json_value(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return {"base64": base64.b64encode(v).decode()}
-    return v
 
 
 @dataclass
@@ -127,6 +122,12 @@ class Report:
     # table, rowid, message_count, messages, and what it means: "stale" (the row is
     # older than its messages: a lost write) or "messages missing".
     count_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    # Lost writes the source shows (``lost_writes.py``): rows older than their index
+    # entries, kept as stored (table, rowid, certain, columns) and rowids the sequence
+    # gave out that only an index lists (table, sequence, highest_rowid, rowids: maybe
+    # lost).
+    stale_rows: list[dict[str, Any]] = field(default_factory=list)
+    given_out: list[dict[str, Any]] = field(default_factory=list)
     # Rows damaged on disk whose unreadable columns all came back from witnesses, but
     # with columns nothing vouches for: table, rowid, columns, why (counted unverified).
     unverified_rows: list[dict[str, Any]] = field(default_factory=list)
@@ -156,7 +157,8 @@ class Report:
 
     @property
     def loss_detected(self) -> bool:
-        return bool(self.count_mismatches or self.schema_rows_lost or self.rows_left_out) or any(
+        listed = self.count_mismatches or self.stale_rows or self.given_out
+        return bool(listed or self.schema_rows_lost or self.rows_left_out) or any(
             t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
         )
 
@@ -182,6 +184,8 @@ class Report:
             "from_other_copies": self.from_other_copies,
             "restored_from_copies": self.restored_from_copies,
             "count_mismatches": self.count_mismatches,
+            "stale_rows": self.stale_rows,
+            "given_out": self.given_out,
             "unverified_rows": self.unverified_rows,
             "schema_rows_lost": self.schema_rows_lost,
             "rows_left_out": self.rows_left_out,
@@ -271,6 +275,18 @@ class Report:
                 f"  {m['what']}: {m['table']} rowid {m['rowid']}: message_count"
                 f" {m['message_count']}, {m['messages']} messages recovered"
             )
+        for s in self.stale_rows:
+            how = "older than" if s["certain"] else "the row or one index entry older:"
+            out.append(
+                f"  stale: {s['table']} rowid {s['rowid']}: {how} its index entries"
+                f" ({', '.join(s['columns'])})"
+            )
+        for g in self.given_out:
+            shown = ", ".join(str(r) for r in g["rowids"][:20])
+            out.append(
+                f"  maybe lost: {g['table']} rowids {shown}: given out (sqlite_sequence"
+                f" {g['sequence']}), listed by its indexes, not in the table or its FTS copies"
+            )
         for p in self.partial_rows:
             out.append(
                 f"  partial: {p['table']} rowid {p['rowid']}: unreadable " + ", ".join(p["columns"])
@@ -298,6 +314,11 @@ class Report:
                 else f"loss detected: {unverified} row{'s' if unverified != 1 else ''}"
                 " contradicting their witnesses"
                 if unverified
+                else f"loss detected: {len(self.stale_rows)} rows older than their index entries"
+                if self.stale_rows
+                else f"loss detected: {sum(len(g['rowids']) for g in self.given_out)} rows given"
+                " out that only an index lists"
+                if self.given_out
                 else f"loss detected: {counts} session{'s' if counts != 1 else ''} whose"
                 " message_count disagrees with the messages recovered"
                 if counts

@@ -1,0 +1,393 @@
+"""Lost writes: pages of a table back to older images, told by what the rest of the file
+says.
+
+A disk that acknowledged a write but kept the old sectors leaves every page well
+formed, so no b-tree check sees it; what remains is disagreement between the copies a
+transaction wrote together. Two kinds are found here (the others, a session's
+message_count against its messages and FTS copies of rows the table lacks, are in
+``diagnose.py``):
+
+- *Rows older than their index entries.* A row whose indexed columns differ from the
+  entries every intact index holding them has for its rowid: the table's page went
+  back (the row is stale, base damage), or, with only one index holding the column,
+  either the row or that one entry is older and nothing tells which (base damage: the
+  row may be stale). An entry that differs while another index agrees with the row is
+  older than the row: derived damage, the index is rebuilt.
+- *Rowids given out but gone.* ``sqlite_sequence`` above the table's highest rowid is
+  no damage on its own (Hermes deletes the newest rows with their session), so it
+  counts only with a witness: an intact index that lists rowids in between while the
+  table and its FTS copies lack them. Either the rows were lost with their FTS copies,
+  or they were deleted and the index lost that write: nothing tells which, and the
+  rows may be lost (base damage).
+- *Rows referenced but gone.* Rows of another table whose foreign key names a row the
+  parent table lacks while an intact index of the parent still lists its key: the
+  parent row was written, indexed and referenced, and is gone (base damage). Hermes
+  deletes a session's messages with it, so its own deletes leave no such reference.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from statewarden.recovery.copies import indexed_values
+from statewarden.recovery.scan import scan_table
+from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.sqlite import json_value, quote_ident
+
+_MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
+_TREE_RE = re.compile(r"^Tree (\d+) ")
+
+
+@dataclass
+class StaleRow:
+    """A row whose indexed columns differ from the entries its intact indexes hold."""
+
+    table: str
+    rowid: int
+    # column -> {"row": what the row holds, "indexes": what they hold, "by": their names}
+    columns: dict[str, dict[str, Any]]
+    # For some column two or more indexes agree with each other against the row: the
+    # row is older. Otherwise one index holds each column, and it or the row is older.
+    certain: bool
+
+    @property
+    def restorable(self) -> bool:
+        """One column differs, and indexes that agree hold it: a value changed on disk
+        as much as an older row, and recover puts the indexes' value back (as it does
+        for rot); a row that differs in more columns is an older version of itself,
+        kept as it was once written and named stale."""
+        return self.certain and len(self.columns) == 1
+
+    def describe(self) -> str:
+        cols = ", ".join(
+            f"{c} {v['row']!r} (index{'es' if len(v['by']) != 1 else ''}"
+            f" {', '.join(v['by'])}: {v['indexes']!r})"
+            for c, v in self.columns.items()
+        )
+        return f"{self.table} rowid {self.rowid}: {cols}"
+
+
+@dataclass
+class GivenOut:
+    """Rowids ``sqlite_sequence`` gave out above the table's highest rowid that an
+    intact index lists while the table and its FTS copies lack them."""
+
+    table: str
+    sequence: int
+    highest_rowid: int
+    rowids: list[int]
+
+
+@dataclass
+class Referenced:
+    """Rows of ``table`` an intact index lists and rows of ``by`` reference by
+    ``column``, which the table lacks."""
+
+    table: str
+    column: str
+    by: str
+    rowids: list[int]
+    keys: list[Any]
+    references: int  # rows of ``by`` that name them
+
+
+@dataclass
+class LostWrites:
+    stale_rows: list[StaleRow] = field(default_factory=list)
+    # index -> rowids whose entry is older than the row (another index agrees with it)
+    older_entries: dict[str, list[int]] = field(default_factory=dict)
+    given_out: list[GivenOut] = field(default_factory=list)
+    referenced: list[Referenced] = field(default_factory=list)
+
+    @property
+    def damage(self) -> str:
+        if self.stale_rows or self.given_out or self.referenced:
+            return "base"
+        return "derived" if self.older_entries else "none"
+
+    def findings(self) -> list[str]:
+        out = []
+        for table in sorted({s.table for s in self.stale_rows}):
+            rows = [s for s in self.stale_rows if s.table == table]
+            sure = [s.rowid for s in rows if s.certain and not s.restorable]
+            one = [s.rowid for s in rows if s.restorable]
+            unsure = [s.rowid for s in rows if not s.certain]
+            if sure:
+                out.append(
+                    f"{table}: {_rows(sure)} older than {_their(sure)} index entries, which"
+                    f" agree with each other (a lost write: stale rows): {_sample(sure)}"
+                )
+            if one:
+                out.append(
+                    f"{table}: {_rows(one)} {'differ' if len(one) != 1 else 'differs'} in one"
+                    " column from index entries that agree with each other: changed on disk"
+                    f" or older (a lost write): {_sample(one)}"
+                )
+            if unsure:
+                out.append(
+                    f"{table}: {_rows(unsure)} {'differ' if len(unsure) != 1 else 'differs'}"
+                    " from the one index holding the column: the row or its entry is older"
+                    " (a lost write), nothing tells which:"
+                    f" {_sample(unsure)}"
+                )
+        for index, rowids in sorted(self.older_entries.items()):
+            out.append(
+                f"{index}: {len(rowids)} entr{'ies' if len(rowids) != 1 else 'y'} older than"
+                f" the row, which another index agrees with (rebuilt): {_sample(rowids)}"
+            )
+        for g in self.given_out:
+            out.append(
+                f"{g.table}: sqlite_sequence gave out rowids up to {g.sequence}, the highest"
+                f" rowid is {g.highest_rowid}, and its indexes list {_rows(g.rowids)} in"
+                " between that neither the table nor its FTS copies hold: rows lost with"
+                " their FTS copies, or deleted with the index's write lost (nothing tells"
+                f" which): {_sample(g.rowids)}"
+            )
+        for r in self.referenced:
+            out.append(
+                f"{r.table}: {_rows(r.rowids)} gone that {_their(r.rowids)} indexes list and"
+                f" {r.references} row{'s' if r.references != 1 else ''} of {r.by} reference"
+                f" by {r.column}: the rows are lost (a lost write or a damaged page):"
+                f" {_sample(r.rowids)}"
+            )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stale_rows": [
+                {
+                    "table": s.table,
+                    "rowid": s.rowid,
+                    "certain": s.certain,
+                    "restorable": s.restorable,
+                    "columns": {
+                        c: {
+                            "row": json_value(v["row"]),
+                            "indexes": json_value(v["indexes"]),
+                            "by": v["by"],
+                        }
+                        for c, v in s.columns.items()
+                    },
+                }
+                for s in self.stale_rows
+            ],
+            "older_entries": self.older_entries,
+            "given_out": [vars(g) for g in self.given_out],
+            "referenced": [
+                {**vars(r), "keys": [json_value(k) for k in r.keys]} for r in self.referenced
+            ],
+        }
+
+
+def _rows(rowids: list[int]) -> str:
+    return f"{len(rowids)} row{'s' if len(rowids) != 1 else ''}"
+
+
+def _their(rowids: list[int]) -> str:
+    return "their" if len(rowids) != 1 else "its"
+
+
+def _sample(rowids: list[int], n: int = 20) -> str:
+    shown = ", ".join(str(r) for r in rowids[:n])
+    return f"rowid{'s' if len(rowids) != 1 else ''} {shown}{', ...' if len(rowids) > n else ''}"
+
+
+def find_lost_writes(
+    conn: apsw.Connection,
+    schema: Schema,
+    error_lines: list[str],
+    index_only: dict[str, list[int]],
+    orphans: dict[str, int] | None = None,
+) -> LostWrites:
+    """The lost writes ``conn``'s file shows. ``error_lines`` are the integrity check's:
+    rows are held against their indexes only in tables one of whose indexes it found
+    a row missing from (a healthy file costs nothing). ``index_only`` is, per table,
+    the rowids only an index lists (no FTS copy, no row: ``diagnose.TableFacts``);
+    ``orphans`` the tables with rows whose parent is missing (``diagnose.orphan_rows``):
+    only their references are followed."""
+    found = LostWrites()
+    broken = {int(m.group(1)) for ln in error_lines if (m := _TREE_RE.match(ln))}
+    tables: set[str] = set()
+    for ln in error_lines:
+        if (m := _MISSING_FROM_INDEX_RE.match(ln)) and (idx := schema.by_name(m.group(1))):
+            tables.add(idx.tbl_name)
+    for name in sorted(tables):
+        obj = schema.by_name(name)
+        if obj is not None and not obj.without_rowid:
+            _hold_against_indexes(conn, schema, obj, broken, found)
+    for name, rowids in index_only.items():
+        gone = _given_out(conn, name, rowids)
+        if gone is not None:
+            found.given_out.append(gone)
+    for child in sorted(orphans or {}):
+        found.referenced.extend(_referenced_but_gone(conn, schema, child, broken))
+    return found
+
+
+def _referenced_but_gone(
+    conn: apsw.Connection, schema: Schema, child: str, broken: set[int]
+) -> list[Referenced]:
+    """Rows other tables lack that an intact index of theirs lists and rows of
+    ``child`` reference (single-column foreign keys to another table)."""
+    out = []
+    try:
+        fks = conn.execute(f"PRAGMA foreign_key_list({quote_ident(child)})").fetchall()
+        for fk in fks:
+            parent, col, to = str(fk[2]), str(fk[3]), fk[4]
+            obj = schema.by_name(parent)
+            if obj is None or parent == child or obj.without_rowid or fk[1] != 0:
+                continue
+            if sum(1 for f in fks if f[0] == fk[0]) != 1:
+                continue  # a key of several columns
+            if to is None and len(obj.key_columns) != 1:
+                continue
+            to = str(to) if to is not None else obj.key_columns[0]
+            gone = _gone(conn, schema, parent=parent, to=to, child=child, col=col, broken=broken)
+            if gone is not None:
+                out.append(gone)
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+    return out
+
+
+def _gone(
+    conn: apsw.Connection,
+    schema: Schema,
+    *,
+    parent: str,
+    to: str,
+    child: str,
+    col: str,
+    broken: set[int],
+) -> Referenced | None:
+    keys: set[Any] = set()
+    scan_table(conn, parent, [to], lambda row: keys.add(row[1]))
+    refs: Counter[Any] = Counter()
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        if row[1] is not None and row[1] not in keys:
+            refs[row[1]] += 1
+
+    scan_table(conn, child, [col], on_row)
+    if not refs:
+        return None
+    listed = {
+        rowid: v
+        for rowid, held in indexed_values(conn, schema, parent, None, broken_roots=broken).items()
+        for v, _ in held.get(to, [])
+        if v in refs
+    }
+    if not listed:
+        return None
+    rowids = sorted(listed)
+    return Referenced(
+        parent, to, child, rowids, [listed[r] for r in rowids], sum(refs[listed[r]] for r in rowids)
+    )
+
+
+def _hold_against_indexes(
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, broken: set[int], found: LostWrites
+) -> None:
+    """Each row of ``obj`` against the entries its intact indexes hold for its rowid."""
+    try:
+        entries = indexed_values(conn, schema, obj.name, None, broken_roots=broken)
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return
+    cols = sorted({c for e in entries.values() for c in e})
+    if not cols:
+        return
+    claimed = _unique_values(conn, obj, entries)
+    older: dict[str, set[int]] = {}
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        rowid = int(row[0])
+        held = entries.get(rowid)
+        if not held:
+            return
+        differ: dict[str, dict[str, Any]] = {}
+        certain = False
+        for col, stored in zip(cols, row[1:], strict=True):
+            witnesses = held.get(col, [])
+            against = [(v, i) for v, i in witnesses if not _same(v, stored)]
+            if not against or any(
+                claimed.get((i, col), {}).get(_key(stored), rowid) != rowid for _, i in against
+            ):
+                # Equal or a value a UNIQUE index holds for another row: two rows claiming
+                # one value, which the dedupe rule settles (``report.DEDUPE_RULE``).
+                continue
+            if len(against) < len(witnesses):  # another index agrees with the row
+                for _, i in against:
+                    older.setdefault(i, set()).add(rowid)
+                continue
+            values = {(type(v), v) for v, _ in against}
+            certain = certain or (len(against) >= 2 and len(values) == 1)
+            differ[col] = {
+                "row": stored,
+                "indexes": against[0][0] if len(values) == 1 else [v for v, _ in against],
+                "by": [i for _, i in against],
+            }
+        if differ:
+            found.stale_rows.append(StaleRow(obj.name, rowid, differ, certain))
+
+    try:
+        scan_table(conn, obj.name, cols, on_row)
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+    for index, rowids in older.items():
+        found.older_entries[index] = sorted(rowids)
+
+
+def _key(v: Any) -> Any:
+    return (type(v).__name__, v)
+
+
+def _unique_values(
+    conn: apsw.Connection, obj: SchemaObject, entries: dict[int, dict[str, list[tuple[Any, str]]]]
+) -> dict[tuple[str, str], dict[Any, int]]:
+    """(UNIQUE index, column) -> value -> the rowid whose entry holds it."""
+    try:
+        unique = {
+            str(r[1]) for r in conn.execute(f"PRAGMA index_list({quote_ident(obj.name)})") if r[2]
+        }
+    except apsw.Error:
+        return {}
+    out: dict[tuple[str, str], dict[Any, int]] = {}
+    for rowid, held in entries.items():
+        for col, witnesses in held.items():
+            for v, index in witnesses:
+                if index in unique:
+                    out.setdefault((index, col), {})[_key(v)] = rowid
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b and (type(a) is type(b) or {type(a), type(b)} <= {int, float}))
+
+
+def _given_out(conn: apsw.Connection, table: str, index_only: list[int]) -> GivenOut | None:
+    """The rowids of ``index_only`` above ``table``'s highest rowid and at most its
+    ``sqlite_sequence``, if any."""
+    try:
+        seq_row = conn.execute(
+            "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
+        ).fetchone()
+        top = conn.execute(f"SELECT max(rowid) FROM {quote_ident(table)} NOT INDEXED").fetchone()
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return None
+    seq = seq_row[0] if seq_row is not None else None
+    highest = top[0] if top is not None and top[0] is not None else 0
+    if not isinstance(seq, int) or not isinstance(highest, int) or seq <= highest:
+        return None
+    above = [r for r in index_only if highest < r <= seq]
+    return GivenOut(table, seq, highest, above) if above else None
