@@ -16,6 +16,7 @@ those meets damage after all the whole build starts over row by row.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,10 +113,17 @@ def _columns(obj: SchemaObject) -> list[str]:
 
 
 def _insert_sql(obj: SchemaObject, cols: list[str]) -> str:
-    rid = [] if obj.rowid_alias else ["rowid"]
+    """The INSERT of one row of ``obj`` with ``cols`` (and its rowid, unless a column
+    is its alias); written once per table and columns, not per row."""
+    return _insert_statement(obj.name, not obj.rowid_alias, tuple(cols))
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_statement(table: str, with_rowid: bool, cols: tuple[str, ...]) -> str:
+    rid = ["rowid"] if with_rowid else []
     names = ", ".join(quote_ident(c) for c in [*rid, *cols])
     marks = ", ".join("?" for _ in range(len(rid) + len(cols)))
-    return f"INSERT INTO main.{quote_ident(obj.name)}({names}) VALUES ({marks})"
+    return f"INSERT INTO main.{quote_ident(table)}({names}) VALUES ({marks})"
 
 
 def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, str]:
