@@ -660,9 +660,12 @@ class Rebuild:
             if not found:
                 continue
             for col, stored in zip(indexed, row[1:], strict=True):
+                witnesses = found.get(col, [])
+                kind = type(stored)
+                if all(type(v) is kind and v == stored for v, _ in witnesses):
+                    continue  # every entry holds what the row holds (most rows)
                 if (rowid, col) in renamed:
                     continue
-                witnesses = found.get(col, [])
                 values = {(type(v), v) for v, _ in witnesses}
                 if not witnesses or len(values) != 1:
                     continue
