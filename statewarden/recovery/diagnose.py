@@ -540,7 +540,7 @@ def table_facts(
             for o in schema.objects
         )
         if key == ["rowid"]:
-            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids))
+            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids), set(hints))
     return TableFacts(
         witnessed=witnessed,
         missing_rows=missing,
@@ -595,9 +595,10 @@ def _sequence(conn: apsw.Connection, table: str) -> int | None:
 
 
 def _rows_elsewhere(
-    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int], listed: set[int]
 ) -> tuple[list[int], list[int]]:
-    """(rowids the FTS copies hold that the table lacks, rowids only an index lists).
+    """(rowids the FTS copies hold that the table lacks, rowids only an index lists);
+    ``listed``: the rowids its readable full indexes list (``_index_rowids``).
 
     Without an FTS copy nothing tells a lost row from an entry a delete left behind,
     so both lists stay empty; the planner's count still shows the mismatch."""
@@ -609,7 +610,6 @@ def _rows_elsewhere(
         # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
         # holds a garbled cell, not a row that existed.
         copies = {r for r in copies if r <= seq}
-    listed = set(_index_rowids(conn, schema, obj))
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 
 
