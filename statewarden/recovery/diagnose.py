@@ -39,7 +39,12 @@ from statewarden.recovery.integrity import (
     group_errors,
 )
 from statewarden.recovery.lost_writes import LostWrites, find_lost_writes
-from statewarden.recovery.pages import ZeroedCells, cross_linked_cells, zeroed_cells
+from statewarden.recovery.pages import (
+    DatabaseFile,
+    ZeroedCells,
+    cross_linked_cells,
+    zeroed_cells_in,
+)
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.tokenizers import unloadable
@@ -280,22 +285,34 @@ def diagnose(
     rows are not in the database as SQLite reads it). ``schema_rebuilt`` says that the
     copy's page 1 was rebuilt (``bundle.py``): the source itself is unreadable.
     """
+    # The zeroed-sector search reads pages raw while the FTS tables' own checks run in
+    # threads (``_diagnose``), through one descriptor opened before the first connection
+    # and closed after the last: closing a descriptor of the file drops every POSIX lock
+    # the process holds on it, SQLite's among them (docs/safety.md rule 2).
+    raw: DatabaseFile | str
     try:
-        conn = apsw.Connection(str(db))
-    except apsw.Error as exc:
-        raise classify_error(db, exc) from None
+        raw = DatabaseFile(db)
+    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
+        raw = str(exc)
     try:
         try:
-            schema = read_schema(conn)
-        except (apsw.Error, UnicodeDecodeError) as exc:
-            raise DatabaseUnreadable(
-                f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
-            ) from None
-        result = _diagnose(conn, db, schema, progress, truncated)
+            conn = apsw.Connection(str(db))
+        except apsw.Error as exc:
+            raise classify_error(db, exc) from None
+        try:
+            try:
+                schema = read_schema(conn)
+            except (apsw.Error, UnicodeDecodeError) as exc:
+                raise DatabaseUnreadable(
+                    f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
+                ) from None
+            result = _diagnose(conn, db, schema, progress, truncated, raw=raw)
+        finally:
+            conn.close()
     finally:
-        conn.close()
-    # Raw page reads, now that no connection is open to the copy (docs/safety.md rule 2).
-    _add_zeroed_cells(result, db, schema)
+        if isinstance(raw, DatabaseFile):
+            raw.close()
+    # Raw page reads of its own, now that no connection is open to the copy.
     if any("2nd reference to page" in ln for ln in result.error_lines):
         _add_cross_links(result, db, schema)
     if wal is not None:
@@ -310,14 +327,25 @@ def diagnose(
     return result
 
 
-def _add_zeroed_cells(result: Diagnosis, db: Path, schema: Schema) -> None:
+def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedCells] | str:
+    """Rows that run into zeroed sectors (``pages.zeroed_cells_in``), or why the search
+    failed (``raw``: the open file, or why it could not be opened)."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return zeroed_cells_in(raw, schema)
+    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
+        return str(exc)
+
+
+def _add_zeroed_cells(
+    result: Diagnosis, found: dict[str, ZeroedCells] | str, schema: Schema
+) -> None:
     """Rows that run into zeroed sectors: in a base table they are base damage (the
     row SQLite reads is not the row that was written); in an FTS shadow table the FTS
     table is rebuilt from its base table (derived damage)."""
-    try:
-        found = zeroed_cells(db, schema)
-    except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
-        result.notes.append(f"the search for zeroed sectors failed: {exc}")
+    if isinstance(found, str):
+        result.notes.append(f"the search for zeroed sectors failed: {found}")
         return
     for name, cells in found.items():
         obj = schema.by_name(name)
@@ -396,6 +424,8 @@ def _diagnose(
     schema: Schema,
     progress: ProgressFn | None,
     truncated: str | None,
+    *,
+    raw: DatabaseFile | str,
 ) -> Diagnosis:
     notes = [truncated] if truncated else []
     table_names = [o.name for o in schema.tables() if o.rootpage]
@@ -416,6 +446,8 @@ def _diagnose(
         progress("compare FTS copies", 0, 1)
     copies = compare(conn, schema)
     counts = counts_disagree(conn)
+    # Raw reads while the FTS checks run (SQLite releases the GIL): see ``diagnose``.
+    zeroed = _zeroed_search(raw, schema)
     lines, complete, abort = check.result()
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
@@ -458,7 +490,7 @@ def _diagnose(
             damage = worst(damage, "base")
         if c.copies_rotted:
             damage = worst(damage, "derived")
-    return Diagnosis(
+    result = Diagnosis(
         path=str(db),
         damage=damage,
         integrity_ok=not lines and complete,
@@ -477,6 +509,8 @@ def _diagnose(
         counts_disagree=counts,
         lost_writes=lost,
     )
+    _add_zeroed_cells(result, zeroed, schema)
+    return result
 
 
 def table_facts(
@@ -518,7 +552,7 @@ def table_facts(
             for o in schema.objects
         )
         if key == ["rowid"]:
-            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids))
+            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids), set(hints))
     return TableFacts(
         witnessed=witnessed,
         missing_rows=missing,
@@ -573,9 +607,10 @@ def _sequence(conn: apsw.Connection, table: str) -> int | None:
 
 
 def _rows_elsewhere(
-    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int]
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int], listed: set[int]
 ) -> tuple[list[int], list[int]]:
-    """(rowids the FTS copies hold that the table lacks, rowids only an index lists).
+    """(rowids the FTS copies hold that the table lacks, rowids only an index lists);
+    ``listed``: the rowids its readable full indexes list (``_index_rowids``).
 
     Without an FTS copy nothing tells a lost row from an entry a delete left behind,
     so both lists stay empty; the planner's count still shows the mismatch."""
@@ -587,7 +622,6 @@ def _rows_elsewhere(
         # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
         # holds a garbled cell, not a row that existed.
         copies = {r for r in copies if r <= seq}
-    listed = set(_index_rowids(conn, schema, obj))
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 
 

@@ -16,6 +16,7 @@ those meets damage after all the whole build starts over row by row.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ import apsw
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import (
+    Feed,
     agrees_with_copies,
     feeds,
     fts_rowids,
@@ -111,10 +113,17 @@ def _columns(obj: SchemaObject) -> list[str]:
 
 
 def _insert_sql(obj: SchemaObject, cols: list[str]) -> str:
-    rid = [] if obj.rowid_alias else ["rowid"]
+    """The INSERT of one row of ``obj`` with ``cols`` (and its rowid, unless a column
+    is its alias); written once per table and columns, not per row."""
+    return _insert_statement(obj.name, not obj.rowid_alias, tuple(cols))
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_statement(table: str, with_rowid: bool, cols: tuple[str, ...]) -> str:
+    rid = ["rowid"] if with_rowid else []
     names = ", ".join(quote_ident(c) for c in [*rid, *cols])
     marks = ", ".join("?" for _ in range(len(rid) + len(cols)))
-    return f"INSERT INTO main.{quote_ident(obj.name)}({names}) VALUES ({marks})"
+    return f"INSERT INTO main.{quote_ident(table)}({names}) VALUES ({marks})"
 
 
 def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, str]:
@@ -223,6 +232,12 @@ class Rebuild:
         # ``copy``, every shadow table copied): the verification need not check their
         # index again (``recover.py``).
         self.fts_unchanged: set[str] = set()
+        # FTS tables with their own content, copied whole from the work copy and then
+        # reconciled with the output's rows only by ordinary INSERT and DELETE on the FTS
+        # table, no row re-indexed from a damaged source (``_reconcile_fts``): FTS5 kept
+        # their index from their own stored content. Each with its feed, by which the
+        # verification checks them instead of FTS5's own check (``verify.py``).
+        self.fts_reconciled: dict[str, Feed] = {}
         self.force_triggers: set[str] = set()
         self.attached = False  # the source is attached to the output connection as src
 
@@ -270,6 +285,7 @@ class Rebuild:
         )
         self.copies = {}
         self.fts_unchanged = set()
+        self.fts_reconciled = {}
         dst = self.dst
         try:
             dst.execute(f"PRAGMA page_size={hdr.page_size}")
@@ -516,11 +532,41 @@ class Rebuild:
         cols = [c.name for c in fts.columns if not c.hidden]
         names = ", ".join(quote_ident(cols[int(k[1:])]) for k in feed.columns)
         exprs = ", ".join(feed.columns.values())
-        self.dst.execute(
-            f"INSERT INTO main.{q}(rowid, {names}) SELECT ({rid}), {exprs}"
+        lacking = (
             f" FROM main.{base} AS b WHERE NOT EXISTS"
             f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
         )
+        added = {r[0] for r in self.dst.execute(f"SELECT ({rid}){lacking}")}
+        self.dst.execute(f"INSERT INTO main.{q}(rowid, {names}) SELECT ({rid}), {exprs}{lacking}")
+        damaged = self._damaged_rowids(feed.table)
+        if fts.fts_content is None and damaged is not None and not added & damaged:
+            self.fts_reconciled[name] = feed
+
+    def _damaged_rowids(self, table: str) -> set[Any] | None:
+        """Rowids of the output's rows of ``table`` whose values did not come whole and
+        unchanged through the b-tree of a row that read clean: decoded from pages or WAL
+        frames, partial, run into zeroed bytes, cross-linked, changed on disk, restored
+        or renamed, from another copy, unverified. None (any row may be) when rows were
+        updated from the WAL (those are not listed one by one)."""
+        tc = self.copies.get(table)
+        diag = self.inputs.diag
+        if tc is None or tc.report.updated_from_wal:
+            return None
+        out: set[Any] = set(tc.page_rowids)
+        out.update(diag.zeroed_cells.get(table, {}), diag.cross_linked.get(table, {}))
+        for c in diag.copies:
+            if c.table == table:
+                out.update(c.rows_rotted, c.rows_bad_text)
+        report = self.report
+        for entries in (
+            report.partial_rows,
+            report.restored_from_copies,
+            report.unverified_rows,
+            report.renamed,
+            report.from_other_copies,
+        ):
+            out.update(e["rowid"] for e in entries if e["table"] == table)
+        return out
 
     def _restore_from_copies(self) -> None:
         """Rows that differ from two FTS copies that agree with each other (changed on
@@ -621,9 +667,12 @@ class Rebuild:
             if not found or rowid in stale:
                 continue
             for col, stored in zip(indexed, row[1:], strict=True):
+                witnesses = found.get(col, [])
+                kind = type(stored)
+                if all(type(v) is kind and v == stored for v, _ in witnesses):
+                    continue  # every entry holds what the row holds (most rows)
                 if (rowid, col) in renamed:
                     continue
-                witnesses = found.get(col, [])
                 values = {(type(v), v) for v, _ in witnesses}
                 if not witnesses or len(values) != 1:
                     continue

@@ -52,6 +52,7 @@ from statewarden.errors import UsageError
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
+from statewarden.recovery.copies import Feed
 from statewarden.recovery.diagnose import Diagnosis, counts_disagree, diagnose
 from statewarden.recovery.other_copies import check_sources, open_copies
 from statewarden.recovery.pages import schema_rowid_gaps
@@ -155,6 +156,7 @@ def _recover_copy(
     damaged = _damaged_tables(diag, schema)
     decoded = decode_rows(work, diag, schema, damaged, report)
     built = work.work_dir / "output.db"
+    reconciled: dict[str, Feed] = {}
     if diag.damage == "none":
         copies, unchanged_fts = _copy_whole(work, built, schema, report)
     else:
@@ -171,7 +173,7 @@ def _recover_copy(
             and not any(g.kind == "freelist" for g in diag.groups),
             others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
         )
-        copies, unchanged_fts = _rebuild(inputs, report, progress)
+        copies, unchanged_fts, reconciled = _rebuild(inputs, report, progress)
     _verify(
         built,
         copies,
@@ -181,6 +183,7 @@ def _recover_copy(
         schema=schema,
         source_version=source_version,
         unchanged_fts=unchanged_fts,
+        reconciled=reconciled,
         progress=progress,
     )
     return report
@@ -249,21 +252,26 @@ def _copy_whole(
 
 def _rebuild(
     inputs: RebuildInputs, report: Report, progress: ProgressFn | None
-) -> tuple[dict[str, TableCopy], set[str]]:
+) -> tuple[dict[str, TableCopy], set[str], dict[str, Feed]]:
     """A damaged file: rebuilt (``rebuild.py``), then its partial rows completed from
-    the pages; return the table copies and the FTS tables left as the copy had them."""
+    the pages; return the table copies, the FTS tables left as the copy had them and
+    those only reconciled with clean rows (``Rebuild.fts_reconciled``)."""
     diag = inputs.diag
     report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
     rebuild_started = time.monotonic()
     rebuild = Rebuild(inputs, report=report, progress=progress)
     copies = rebuild.run()
     unchanged_fts = rebuild.fts_unchanged
+    reconciled = dict(rebuild.fts_reconciled)
     spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
     report.timings["rebuild"] = round(spent, 3)
     if report.partial_rows:
         with report.timed("salvage"):
             complete_salvage(inputs, report, copies)
-        unchanged_fts = set()  # its updates fire the output's triggers: check them all
+        # Its updates fire the output's triggers with values of damaged rows: check
+        # every FTS table.
+        unchanged_fts = set()
+        reconciled = {}
     if any(
         c.report.recovered_from_pages
         or c.report.recovered_from_wal
@@ -271,7 +279,7 @@ def _rebuild(
         for c in copies.values()
     ):
         report.strategy = "salvage"
-    return copies, unchanged_fts
+    return copies, unchanged_fts, reconciled
 
 
 def _verify(
@@ -284,6 +292,7 @@ def _verify(
     schema: Schema,
     source_version: int | None,
     unchanged_fts: set[str],
+    reconciled: dict[str, Feed],
     progress: ProgressFn | None,
 ) -> None:
     """Verify the output on its own terms, then account for every table and count the
@@ -296,6 +305,7 @@ def _verify(
             source_schema_version=source_version,
             source_journal_mode=work.source_header.journal_mode,
             checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
+            reconciled=_index_intact(diag, schema, reconciled),
         )
         _account(built, copies, report)
         _count_mismatches(built, report)
@@ -315,6 +325,21 @@ def _checked_on_source(diag: Diagnosis, schema: Schema, unchanged: set[str]) -> 
     return {
         name
         for name in unchanged
+        if diag.fts.get(name) == "ok"
+        and name not in flagged
+        and not flagged & {o.name for o in schema.tables() if o.shadow_of == name}
+    }
+
+
+def _index_intact(diag: Diagnosis, schema: Schema, reconciled: dict[str, Feed]) -> dict[str, Feed]:
+    """Of the reconciled FTS tables, those whose index the diagnosis found intact:
+    FTS5's own check of it ran to its end and passed (on a connection of its own, even
+    when the integrity check of the b-trees stopped early), and no integrity error or
+    zeroed sector touches it or its shadow tables."""
+    flagged = {g.object for g in diag.groups} | set(diag.zeroed_cells) | set(diag.cross_linked)
+    return {
+        name: feed
+        for name, feed in reconciled.items()
         if diag.fts.get(name) == "ok"
         and name not in flagged
         and not flagged & {o.name for o in schema.tables() if o.shadow_of == name}

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
+
 from lab import corruption
+from lab.hermes_fixtures import MAIN_EXTERNAL
+from statewarden.recovery.copies import feeds
 from statewarden.recovery.recover import recover
+from statewarden.recovery.schema import read_schema
 from statewarden.recovery.verify import Verification, verify_output
 from statewarden.sqlite import read_header
 
@@ -64,7 +69,8 @@ def test_only_fts_tables_the_rebuild_changed_are_checked_again(tmp_path: Path) -
     """Damage in sessions only: both FTS tables are copied whole and unchanged, their
     check on the work copy passed, so the output's verification does not run FTS5's
     check on them again (and says so). A zeroed messages leaf: both FTS tables are
-    reconciled with the rows recovered, so both are checked on the output."""
+    reconciled with the rows recovered (the lost rows' entries deleted through the FTS
+    table), so FTS5 kept their index: they are held against messages instead."""
     phantom = corruption.phantom_row(tmp_path / "phantom")
     report = recover(phantom.db, tmp_path / "phantom-out.db")
     assert report.verification is not None
@@ -75,4 +81,70 @@ def test_only_fts_tables_the_rebuild_changed_are_checked_again(tmp_path: Path) -
     assert report.verification is not None
     assert report.verified
     assert report.verification.fts_checked_on_source == []
+    assert report.verification.fts_checked_by_construction == [
+        "messages_fts",
+        "messages_fts_trigram",
+    ]
     assert set(report.verification.fts.values()) == {"ok"}
+
+
+def test_fts_tables_not_kept_by_fts5_from_clean_rows_keep_their_full_check(
+    tmp_path: Path,
+) -> None:
+    """FTS5's own check of the output is skipped for no FTS table whose index is not
+    the source's passing one kept by FTS5 from clean rows: external content (schema
+    30: its index is built from another table), an index damaged in the source (made
+    again by 'rebuild'), rows added from dropped WAL commits (decoded from frames) and
+    a partial row (its completion fires the triggers with a damaged row's values)."""
+    external = corruption.fresh_copy(tmp_path / "external", MAIN_EXTERNAL)
+    _, leaves = corruption.PristineFile(external.db).tree_pages(external.roots["messages"])
+    corruption.zero_page(external, leaves[3])
+    cases = {
+        "external": external,
+        "rebuilt": corruption.scribbled_trees(
+            tmp_path / "rebuilt", {"messages_fts_data": 2, "messages_fts_trigram_data": 2}
+        ),
+        "wal": corruption.wal_bad_frame(tmp_path / "wal"),
+        "partial": corruption.broken_overflow(tmp_path / "partial"),
+    }
+    for name, case in cases.items():
+        report = recover(case.db, tmp_path / f"{name}-out.db")
+        assert report.verified, name
+        assert report.verification is not None
+        assert report.verification.fts_checked_by_construction == [], name
+        assert report.verification.fts_checked_on_source == [], name
+        assert set(report.verification.fts.values()) == {"ok"}, name
+
+
+def test_a_reconciled_fts_that_disagrees_with_its_table_gets_the_full_check(
+    tmp_path: Path,
+) -> None:
+    """An output whose reconciled FTS copy lost a content row, or a ``_docsize`` row,
+    behind FTS5's back: the check by construction fails, FTS5's own check runs after all
+    and names the damage; the output is not verified."""
+    for shadow in ("content", "docsize"):
+        case = corruption.zeroed_leaf(tmp_path / shadow)
+        out = tmp_path / f"{shadow}-out.db"
+        report = recover(case.db, out)
+        assert report.verified
+        conn = apsw.Connection(str(out))
+        try:
+            schema = read_schema(conn)
+            conn.execute(
+                f"DELETE FROM messages_fts_{shadow} WHERE id = (SELECT max(id) FROM messages)"
+            )
+        finally:
+            conn.close()
+        reconciled = {f.fts: f for f in feeds(schema)}
+        assert set(reconciled) == {"messages_fts", "messages_fts_trigram"}
+        assert report.verification is not None
+        v = verify_output(
+            out,
+            source_schema_version=report.verification.schema_version,
+            source_journal_mode=read_header(out).journal_mode,
+            reconciled=reconciled,
+        )
+        assert v.fts_checked_by_construction == ["messages_fts_trigram"], shadow
+        assert v.fts["messages_fts"].startswith("integrity-check failed"), shadow
+        assert v.fts["messages_fts_trigram"] == "ok"
+        assert not v.ok
