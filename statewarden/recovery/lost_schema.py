@@ -37,6 +37,7 @@ import apsw
 from statewarden.errors import DatabaseUnreadable, PageFormatError
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
 from statewarden.recovery.pages import (
+    PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
     PAGE_TABLE_INTERIOR,
     PAGE_TABLE_LEAF,
@@ -45,6 +46,7 @@ from statewarden.recovery.pages import (
     encode_varint,
     is_schema_record,
     record_fits,
+    varint,
 )
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
@@ -718,3 +720,102 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
             f.seek((n - 1) * page_size)
             f.write(bytes(page_size))
     return failed
+
+
+# -- the rows the old indexes list ------------------------------------------------------
+
+
+def listed_by_old_indexes(
+    path: Path, schema: Schema, carved: dict[str, list[Row]]
+) -> dict[str, set[int]]:
+    """Of the rows ``carved`` from a table's damaged leaves, the rowids an index page
+    left in the file lists with the row's own values, by table.
+
+    When page 1 and the schema are destroyed, the indexes of the rebuilt schema are new
+    (filled from the rows the tables' b-trees still reach), so no index of the schema
+    vouches for a carved row; the file still holds the old indexes' pages, no schema
+    naming them. A carved cell may be a deleted row's bytes left in the free space of
+    its page; a deleted row's entries leave the index pages' cells with it. So a carved
+    row is taken when an index entry, read through its page's cell pointers, holds
+    exactly the row's values of that index's columns and its rowid: the row was live
+    with those values. An entry whose payload overflows its page is not read (Hermes'
+    index keys are short). Call with no SQLite connection open to ``path``
+    (docs/safety.md rule 2)."""
+    wanted: dict[tuple[Any, ...], set[tuple[str, int]]] = {}
+    for name, rows in carved.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.without_rowid or not rows:
+            continue
+        for positions in _index_positions(schema, obj):
+            for rowid, values in rows:
+                if any(p >= len(values) for p in positions):
+                    continue
+                key = tuple(rowid if p < 0 else values[p] for p in positions)
+                wanted.setdefault((*key, rowid), set()).add((name, rowid))
+    out: dict[str, set[int]] = {}
+    if not wanted:
+        return out
+    db = DatabaseFile(path)
+    try:
+        for n in range(2, db.page_count + 1):
+            for entry in _index_entries(db, n):
+                for name, rowid in wanted.get(entry, ()):
+                    out.setdefault(name, set()).add(rowid)
+    finally:
+        db.close()
+    return out
+
+
+def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
+    """For each index of ``obj`` on plain columns, the positions of its columns in the
+    table's records (-1: the rowid), read from an in-memory database."""
+    names = [c.name for c in obj.stored_columns]
+    out: list[list[int]] = []
+    if obj.sql is None:
+        return out
+    conn = apsw.Connection(":memory:")
+    try:
+        conn.execute(obj.sql)
+        for idx in schema.objects:
+            if idx.type != "index" or idx.tbl_name != obj.name or idx.sql is None:
+                continue
+            try:
+                conn.execute(idx.sql)
+                info = conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall()
+            except apsw.Error:
+                continue
+            cols = [(r[1], None if r[2] is None else str(r[2])) for r in info]
+            if not cols or any(c is None and cid != -1 for cid, c in cols):
+                continue  # an expression: not a column's value
+            if any(c is not None and c not in names for _, c in cols):
+                continue
+            out.append(
+                [-1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols]
+            )
+    finally:
+        conn.close()
+    return out
+
+
+def _index_entries(db: DatabaseFile, n: int) -> list[tuple[Any, ...]]:
+    """The entries of index page ``n`` its cell pointers reach, whole in the page (none
+    when it is no index page)."""
+    try:
+        kind, _, _ = db.btree_header(n)
+        if kind not in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
+            return []
+        offsets = db.cell_offsets(n)
+    except (PageFormatError, struct.error):
+        return []
+    pg = db.page(n)
+    most = (db.usable - 12) * 64 // 255 - 23  # the largest payload an index cell holds whole
+    out = []
+    for off in offsets:
+        try:
+            size, pos = varint(pg, off + (4 if kind == PAGE_INDEX_INTERIOR else 0))
+            if size > most or pos + size > db.usable:
+                continue  # its payload overflows the page
+            out.append(tuple(db.record(bytes(pg[pos : pos + size]))))
+        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+            continue
+    return out

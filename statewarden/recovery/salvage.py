@@ -23,6 +23,7 @@ from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.integrity import NEVER_USED_RE
+from statewarden.recovery.lost_schema import listed_by_old_indexes
 from statewarden.recovery.pages import (
     carve_damaged_leaves,
     partial_columns,
@@ -44,6 +45,8 @@ class DecodedRows:
     salvaged: SalvagedRows = field(default_factory=dict)  # leaves no b-tree reaches
     carved: SalvagedRows = field(default_factory=dict)  # leaves whose structure is damaged
     wal_rows: SalvagedRows = field(default_factory=dict)  # WAL commits SQLite drops
+    # rowids of carved rows the old indexes of a rebuilt schema list (``lost_schema``)
+    carved_listed: dict[str, set[int]] = field(default_factory=dict)
 
 
 def decode_rows(
@@ -63,6 +66,8 @@ def decode_rows(
             # SQLite connection open to the copy (docs/safety.md rule 2).
             decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
             decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
+            if work.known_schema and decoded.carved:
+                decoded.carved_listed = listed_by_old_indexes(work.db, schema, decoded.carved)
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
             decoded.wal_rows = rows_from_images(
