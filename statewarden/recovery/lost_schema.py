@@ -27,6 +27,7 @@ Only the private copy is written. Call with no SQLite connection open to it
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -728,47 +729,58 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
 def listed_by_old_indexes(
     path: Path, schema: Schema, carved: dict[str, list[Row]]
 ) -> dict[str, set[int]]:
-    """Of the rows ``carved`` from a table's damaged leaves, the rowids an index page
-    left in the file lists with the row's own values, by table.
+    """Of the rows ``carved`` from a table's damaged leaves, the rowids every index of
+    the table lists with the row's own values in the index pages left in the file, by
+    table.
 
     When page 1 and the schema are destroyed, the indexes of the rebuilt schema are new
     (filled from the rows the tables' b-trees still reach), so no index of the schema
     vouches for a carved row; the file still holds the old indexes' pages, no schema
-    naming them. A carved cell may be a deleted row's bytes left in the free space of
-    its page; a deleted row's entries leave the index pages' cells with it. So a carved
-    row is taken when an index entry, read through its page's cell pointers, holds
-    exactly the row's values of that index's columns and its rowid: the row was live
-    with those values. An entry whose payload overflows its page is not read (Hermes'
+    naming them. A carved cell may be a deleted row's bytes, or an older version of an
+    updated row, left in the free space of its page; a row's entries leave the index
+    pages' cells when it is deleted and change with it. So a carved row is taken when,
+    for each index of its table that lists every row (no ``WHERE``), an entry read
+    through its page's cell pointers holds exactly the row's values of that index's
+    columns and its rowid: the row was live with those values. A table with no such
+    index gets none. An entry whose payload overflows its page is not read (Hermes'
     index keys are short). Call with no SQLite connection open to ``path``
     (docs/safety.md rule 2)."""
-    wanted: dict[tuple[Any, ...], set[tuple[str, int]]] = {}
+    # the entry an index would hold for a carved row -> (table, rowid, which index)
+    wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
+    needed: dict[str, int] = {}  # table -> indexes that list every row
     for name, rows in carved.items():
         obj = schema.by_name(name)
         if obj is None or obj.without_rowid or not rows:
             continue
-        for positions in _index_positions(schema, obj):
+        indexes = _index_positions(schema, obj)
+        needed[name] = len(indexes)
+        for i, positions in enumerate(indexes):
             for rowid, values in rows:
                 if any(p >= len(values) for p in positions):
                     continue
                 key = tuple(rowid if p < 0 else values[p] for p in positions)
-                wanted.setdefault((*key, rowid), set()).add((name, rowid))
+                wanted.setdefault((*key, rowid), set()).add((name, rowid, i))
+    found: dict[tuple[str, int], set[int]] = {}
+    if wanted:
+        db = DatabaseFile(path)
+        try:
+            for n in range(2, db.page_count + 1):
+                for entry in _index_entries(db, n):
+                    for name, rowid, i in wanted.get(entry, ()):
+                        found.setdefault((name, rowid), set()).add(i)
+        finally:
+            db.close()
     out: dict[str, set[int]] = {}
-    if not wanted:
-        return out
-    db = DatabaseFile(path)
-    try:
-        for n in range(2, db.page_count + 1):
-            for entry in _index_entries(db, n):
-                for name, rowid in wanted.get(entry, ()):
-                    out.setdefault(name, set()).add(rowid)
-    finally:
-        db.close()
+    for (name, rowid), listed in found.items():
+        if len(listed) == needed[name]:
+            out.setdefault(name, set()).add(rowid)
     return out
 
 
 def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
-    """For each index of ``obj`` on plain columns, the positions of its columns in the
-    table's records (-1: the rowid), read from an in-memory database."""
+    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
+    the positions of its columns in the table's records (-1: the rowid), read from an
+    in-memory database."""
     names = [c.name for c in obj.stored_columns]
     out: list[list[int]] = []
     if obj.sql is None:
@@ -779,6 +791,8 @@ def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
         for idx in schema.objects:
             if idx.type != "index" or idx.tbl_name != obj.name or idx.sql is None:
                 continue
+            if re.search(r"\bWHERE\b", idx.sql, re.IGNORECASE):
+                continue  # a partial index lists only some rows
             try:
                 conn.execute(idx.sql)
                 info = conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall()
