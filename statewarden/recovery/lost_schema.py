@@ -727,51 +727,56 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
 
 
 def listed_by_old_indexes(
-    path: Path, schema: Schema, carved: dict[str, list[Row]]
+    path: Path, schema: Schema, found: dict[str, list[Row]]
 ) -> dict[str, set[int]]:
-    """Of the rows ``carved`` from a table's damaged leaves, the rowids every index of
-    the table lists with the row's own values in the index pages left in the file, by
-    table.
+    """Of the rows ``found`` on a table's pages (carved from its damaged leaves, read
+    from leaves no b-tree reaches), the rowids every index of the table lists with the
+    row's own values in the index pages left in the file, by table.
 
     When page 1 and the schema are destroyed, the indexes of the rebuilt schema are new
     (filled from the rows the tables' b-trees still reach), so no index of the schema
-    vouches for a carved row; the file still holds the old indexes' pages, no schema
+    vouches for such a row; the file still holds the old indexes' pages, no schema
     naming them. A carved cell may be a deleted row's bytes, or an older version of an
-    updated row, left in the free space of its page; a row's entries leave the index
-    pages' cells when it is deleted and change with it. So a carved row is taken when,
+    updated row, left in the free space of its page, and an unreached leaf a freed page
+    holding deleted rows; a row's entries leave the index pages' cells when it is
+    deleted and change with it. So such a row is taken when,
     for each index of its table that lists every row (no ``WHERE``), an entry read
     through its page's cell pointers holds exactly the row's values of that index's
     columns and its rowid: the row was live with those values. A table with no such
-    index gets none. An entry whose payload overflows its page is not read (Hermes'
-    index keys are short). Call with no SQLite connection open to ``path``
-    (docs/safety.md rule 2)."""
+    index gets none, nor a rowid found with two different records. An entry whose
+    payload overflows its page is not read (Hermes' index keys are short). Call with no
+    SQLite connection open to ``path`` (docs/safety.md rule 2)."""
     # the entry an index would hold for a carved row -> (table, rowid, which index)
     wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
     needed: dict[str, int] = {}  # table -> indexes that list every row
-    for name, rows in carved.items():
+    for name, rows in found.items():
         obj = schema.by_name(name)
         if obj is None or obj.without_rowid or not rows:
             continue
         indexes = _index_positions(schema, obj)
         needed[name] = len(indexes)
+        versions: dict[int, list[list[Any]]] = {}
+        for rowid, values in rows:
+            versions.setdefault(rowid, []).append(values)
+        one = [(r, vs[0]) for r, vs in versions.items() if all(v == vs[0] for v in vs)]
         for i, positions in enumerate(indexes):
-            for rowid, values in rows:
+            for rowid, values in one:
                 if any(p >= len(values) for p in positions):
                     continue
                 key = tuple(rowid if p < 0 else values[p] for p in positions)
                 wanted.setdefault((*key, rowid), set()).add((name, rowid, i))
-    found: dict[tuple[str, int], set[int]] = {}
+    listing: dict[tuple[str, int], set[int]] = {}
     if wanted:
         db = DatabaseFile(path)
         try:
             for n in range(2, db.page_count + 1):
                 for entry in _index_entries(db, n):
                     for name, rowid, i in wanted.get(entry, ()):
-                        found.setdefault((name, rowid), set()).add(i)
+                        listing.setdefault((name, rowid), set()).add(i)
         finally:
             db.close()
     out: dict[str, set[int]] = {}
-    for (name, rowid), listed in found.items():
+    for (name, rowid), listed in listing.items():
         if len(listed) == needed[name]:
             out.setdefault(name, set()).add(rowid)
     return out

@@ -205,9 +205,9 @@ class RebuildInputs:
     wal_rows: SalvagedRows = field(default_factory=dict)
     # Cells carved from leaves whose page structure is damaged (pages.py).
     carved: SalvagedRows = field(default_factory=dict)
-    # Rowids of carved rows an old index of a schema rebuilt from Hermes' known schema
-    # lists with their values (``lost_schema.listed_by_old_indexes``): they vouch too.
-    carved_listed: dict[str, set[int]] = field(default_factory=dict)
+    # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
+    # Hermes' known schema list with their values (``lost_schema``): they vouch too.
+    listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
     # Verified other copies (snapshot, retired WAL captures, backups), newest first.
     others: list[OtherCopy] = field(default_factory=list)
 
@@ -1088,7 +1088,7 @@ class Rebuild:
             return
         vouched: set[Any] | None = None
         if not self.inputs.trust_unreached:
-            vouched = tc.known_keys()
+            vouched = tc.known_keys() | self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
         for rowid, values in rows:
             if rowid in tc.rowids:
                 tc.page_versions_skipped += 1
@@ -1106,7 +1106,7 @@ class Rebuild:
         # Either witness vouches: an intact index drops a row's entry with the row as
         # surely as the FTS copies do (whose own pages may be the damaged ones).
         vouched = tc.known_keys() | tc.index_keys
-        vouched |= self.inputs.carved_listed.get(tc.obj.name, set())
+        vouched |= self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
         for rowid, values in rows:
             if rowid in tc.rowids:
                 continue

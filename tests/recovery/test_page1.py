@@ -213,6 +213,53 @@ class TestCarvedLeafWithPage1:
         assert_every_table_pristine(out, case.pristine)
         assert rows(out, f"SELECT id FROM messages WHERE id = {deleted}") == []
 
+    def test_leaves_no_tree_reaches_come_back(self, tmp_path: Path) -> None:
+        """The root of messages back to its image from before Hermes appended the last
+        messages (a lost write), page 1 with its header and the schema pages zeroed: the
+        newer leaves are reached by no tree, and with the freelist unknown they may be
+        freed pages of deleted rows, which no index of the rebuilt schema lists; the old
+        indexes' pages list each of their rows with its values, and every message comes
+        back. Before, they were not taken and reported lost."""
+        db = tmp_path / "state.db"
+        later, older = fuzz.later_db(), built_db(fuzz.FUZZ)
+        db.write_bytes(later.read_bytes())
+        pf, old = corruption.PristineFile(later), corruption.PristineFile(older)
+        root = corruption.schema_roots(later)["messages"]
+        corruption._write(db, (root - 1) * pf.page_size, old.page(root))
+        interior, leaves = pf.tree_pages(1)
+        for n in {*interior, *leaves}:
+            corruption._write(db, (n - 1) * pf.page_size, bytes(pf.page_size))
+        unreached = set(pf.tree_pages(root)[1]) - set(old.tree_pages(root)[1])
+        assert unreached  # the older root does not reach the newest leaves
+        code, rep, err, out = recover(db, tmp_path)
+        assert (code, err) == (0, "")
+        assert (rep["loss_detected"], rep["lost"], rep["verified"]) == (False, {}, True)
+        assert rep["tables"]["messages"]["unvouched_skipped"] == 0
+        assert_every_table_pristine(out, later)
+
+    def test_deleted_rows_on_freed_leaves_stay_deleted(self, tmp_path: Path) -> None:
+        """1,000 messages deleted (their leaves go to the freelist with their rows still
+        on them), then page 1 with its header and the schema pages zeroed: those leaves
+        are read, but no old index entry lists their rows any more, so the output holds
+        exactly the live messages."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages WHERE id BETWEEN 500 AND 1499")
+            corruption.recount_messages(conn)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        live = rows(case.db, "SELECT rowid, * FROM messages ORDER BY rowid")
+        assert int(str(rows(case.db, "PRAGMA freelist_count")[0][0])) > 0
+        pf = corruption.PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        for n in {*interior, *leaves}:
+            corruption.zero_page(case, n)
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")
+        assert rep["tables"]["messages"]["unvouched_skipped"] > 0
+        assert rows(out, "SELECT rowid, * FROM messages ORDER BY rowid") == live
+
 
 class TestNotHermes:
     def stranger(self, tmp_path: Path) -> Path:
