@@ -480,4 +480,14 @@ PAGE1_FINDINGS: dict[str, int] = {
     # zeroed: the newer leaves no tree reaches were not taken (the freelist is unknown
     # and the rebuilt schema's indexes could not list them); 22 messages dropped.
     "older_interior_half_with_the_schema": 186,
+    # A zeroed sector inside a message's record, page 1 and the schema zeroed: its
+    # session_id, read with the zeros, was "restored" from the rebuilt schema's indexes,
+    # which were filled from that same record, and passed off as read.
+    "zeroed_session_id_restored_from_itself": 143,
+    # The same on another leaf, with the header kept.
+    "zeroed_session_id_with_the_header_kept": 167,
+    # The same for a session's title: a zeroed block and sector, random bytes elsewhere.
+    "zeroed_title_restored_from_itself": 188,
+    # The same after a torn and reverted page elsewhere.
+    "zeroed_session_id_among_older_pages": 193,
 }

@@ -83,6 +83,9 @@ class WorkCopy:
     # the schema was rebuilt from Hermes' known schema: the old indexes' pages are left
     # in the copy, no schema naming them (``lost_schema.listed_by_old_indexes``)
     known_schema: bool = False
+    # indexes filled from their tables in the copy (``LostSchema.rebuilt_indexes``):
+    # they repeat what the tables hold, so they are no second copy of any column
+    rebuilt_indexes: tuple[str, ...] = ()
     # the header was destroyed and rebuilt: where the freelist was is not known, so a
     # page no b-tree reaches may hold deleted rows
     freelist_unknown: bool = False
@@ -279,6 +282,7 @@ def make_work_copy(
             schema_note=schema_note,
             left_out=[e for lost in inferred for e in lost.left_out_json()],
             known_schema=bool(inferred),
+            rebuilt_indexes=tuple(i for lost in inferred for i in lost.rebuilt_indexes),
             freelist_unknown=header_note is not None,
             lock_fd=lock_fd,
         )

@@ -89,6 +89,9 @@ class LostSchema:
     left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)  # objects the schema still named
     reindex: list[str] = field(default_factory=list)  # tables given new, empty indexes
+    # the indexes of those tables: filled from the tables in the copy (``reindex``),
+    # so they repeat the tables' rows and vouch for none
+    rebuilt_indexes: list[str] = field(default_factory=list)
     first_new_page: int = 0  # the pages from here on were appended to the copy
 
     def left_out_json(self) -> list[dict[str, Any]]:
@@ -487,6 +490,9 @@ def rebuild_from_known_schema(
         leaves={t: len(tree.leaves) for t, tree in found.items() if t not in present},
         completed=sorted(present),
         reindex=sorted(reindex_tables & base_names),
+        rebuilt_indexes=[
+            name for kind, name, tbl, _ in known if kind == "index" and tbl in reindex_tables
+        ],
         first_new_page=page_count + 1,
         missing=sorted(base_names - set(found)),
         fitted_leaves=fitted,

@@ -590,6 +590,12 @@ class Rebuild:
         finally:
             self._settle_partial(tc, entries)
 
+    def _rebuilt_index_roots(self) -> set[int]:
+        """Roots of the indexes filled from their own tables in the copy (a schema
+        rebuilt from Hermes' known schema): no witness of those tables' rows."""
+        names = set(self.inputs.work.rebuilt_indexes)
+        return {o.rootpage for o in self.inputs.schema.objects if o.name in names}
+
     def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
         """``_restore_from_indexes`` but the settling; returns the index entries read."""
         obj = tc.obj
@@ -600,6 +606,7 @@ class Rebuild:
         broken = {
             int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
         }
+        broken |= self._rebuilt_index_roots()
         entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
@@ -771,6 +778,7 @@ class Rebuild:
         broken_trees = {
             int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
         }
+        broken_trees |= self._rebuilt_index_roots()
         obj = tc.obj
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         t = quote_ident(obj.name)
