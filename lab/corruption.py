@@ -45,6 +45,8 @@ class Case:
     damaged_pages: list[int] = field(default_factory=list)
     # rowids intact on disk that the b-tree no longer reaches (recoverable)
     unreached: dict[str, list[int]] = field(default_factory=dict)
+    # rowids deleted before the damage whose cells are still whole on their page
+    deleted: dict[str, list[int]] = field(default_factory=dict)
 
 
 def table_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -1021,4 +1023,55 @@ def zeroed_page1(
     what = "page 1 and every sqlite_schema page" if schema_leaves else "page 1"
     what += " (header kept)" if keep_header else " (header included)"
     case.note = f"{what} zeroed: pages {destroyed}"
+    return case
+
+
+def page1_and_leaf_pointers(
+    dest_dir: Path, spec: AnySpec = SMALL, which: int = 3, *, delete_newest: bool = False
+) -> Case:
+    """Page 1 and every ``sqlite_schema`` page zeroed, and with them the header and
+    cell-pointer array of the ``which``-th ``messages`` leaf: no page names a table,
+    and that leaf's cells are whole but only found by carving. ``pristine`` is the file
+    just before the damage.
+
+    ``delete_newest``: first the message whose cell lies at the start of that leaf's
+    content area is deleted (through SQLite, its FTS copies and message_count with it).
+    SQLite frees a cell there by moving the content area's start past it, so its bytes
+    stay whole in the page's free space: a deleted row that carving finds (``deleted``).
+    """
+    case = fresh_copy(dest_dir, spec)
+    pristine = dest_dir / "pristine.db"
+    root = case.roots["messages"]
+    leaf = PristineFile(case.db).tree_pages(root)[1][which]
+    if delete_newest:
+        before = PristineFile(case.db)
+        start = min(before.cell_offsets(leaf))
+        _, pos = _varint(before.page(leaf), start)
+        rowid, _ = _varint(before.page(leaf), pos)
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages WHERE id = ?", (rowid,))
+            recount_messages(conn)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        after = PristineFile(case.db)
+        ps = before.page_size
+        cell = slice((leaf - 1) * ps + start, leaf * ps)
+        if after.data[cell][:64] != before.data[cell][:64] or start in after.cell_offsets(leaf):
+            raise RuntimeError(f"leaf {leaf}: the deleted cell was not left whole")
+        case.deleted = {"messages": [rowid]}
+    shutil.copyfile(case.db, pristine)
+    case.pristine = pristine
+    pf = PristineFile(case.db)
+    interior, leaves = pf.tree_pages(1)
+    for n in sorted(set(interior + leaves)):
+        _write(case.db, (n - 1) * pf.page_size, b"\x00" * pf.page_size)
+    (count,) = struct.unpack(">H", pf.page(leaf)[3:5])
+    _write(case.db, (leaf - 1) * pf.page_size, b"\x00" * (8 + 2 * count))
+    case.damaged_pages.extend([*sorted(set(interior + leaves)), leaf])
+    case.unreached = {"messages": pf.leaf_rowids(leaf)}
+    case.note = (
+        f"page 1 and the sqlite_schema pages zeroed, and the header and cell pointers of"
+        f" messages leaf {leaf}"
+    )
     return case

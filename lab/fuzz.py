@@ -464,3 +464,33 @@ FINDINGS: dict[str, int] = {
     # as a lost message that never existed.
     "fts_copy_names_a_rowid_past_the_sequence": 605,
 }
+
+# The same, for seeds run with page 1 destroyed (``run_seed(..., page1=True)``);
+# tests/recovery/test_page1.py keeps them holding.
+PAGE1_FINDINGS: dict[str, int] = {
+    # A zeroed 4 KiB block over the first 1024 bytes of a messages leaf (header, cell
+    # pointers, two cells), page 1 and the schema pages zeroed: the leaf's ten intact
+    # cells were carved but dropped, since the new indexes of the rebuilt schema could
+    # not list them; the old indexes' pages left in the file do.
+    "leaf_start_zeroed_with_the_schema": 22,
+    # The same over 1536 bytes of a messages leaf, with a zeroed sector and random bytes
+    # on other pages: eight intact messages dropped.
+    "leaf_start_zeroed_among_other_damage": 58,
+    # A zeroed sector at the start of a messages leaf (header, cell pointers, two cells)
+    # and random bytes on another page: nine intact messages dropped.
+    "leaf_sector_zeroed_with_the_schema": 96,
+    # Half a messages interior page from an older image, page 1 whole and the schema
+    # zeroed: the newer leaves no tree reaches were not taken (the freelist is unknown
+    # and the rebuilt schema's indexes could not list them); 22 messages dropped.
+    "older_interior_half_with_the_schema": 186,
+    # A zeroed sector inside a message's record, page 1 and the schema zeroed: its
+    # session_id, read with the zeros, was "restored" from the rebuilt schema's indexes,
+    # which were filled from that same record, and passed off as read.
+    "zeroed_session_id_restored_from_itself": 143,
+    # The same on another leaf, with the header kept.
+    "zeroed_session_id_with_the_header_kept": 167,
+    # The same for a session's title: a zeroed block and sector, random bytes elsewhere.
+    "zeroed_title_restored_from_itself": 188,
+    # The same after a torn and reverted page elsewhere.
+    "zeroed_session_id_among_older_pages": 193,
+}

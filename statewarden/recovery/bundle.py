@@ -80,6 +80,12 @@ class WorkCopy:
     # rows of a rebuilt schema's tables that fit two tables alike, not recovered
     # (``LostSchema.left_out_json``)
     left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the schema was rebuilt from Hermes' known schema: the old indexes' pages are left
+    # in the copy, no schema naming them (``lost_schema.listed_by_old_indexes``)
+    known_schema: bool = False
+    # indexes filled from their tables in the copy (``LostSchema.rebuilt_indexes``):
+    # they repeat what the tables hold, so they are no second copy of any column
+    rebuilt_indexes: tuple[str, ...] = ()
     # the header was destroyed and rebuilt: where the freelist was is not known, so a
     # page no b-tree reaches may hold deleted rows
     freelist_unknown: bool = False
@@ -261,8 +267,8 @@ def make_work_copy(
         truncated = _truncation(copy, header)
         if truncated:
             _trust_file_size(copy, header)
-        left_out: list[dict[str, Any]] = []
-        schema_note = _fold_or_rebuild_schema(copy, source, truncated, left_out)
+        inferred: list[LostSchema] = []
+        schema_note = _fold_or_rebuild_schema(copy, source, truncated, inferred)
         schema_note = "; ".join(filter(None, [header_note, page_size_note, schema_note])) or None
         return WorkCopy(
             work_dir=work_dir,
@@ -274,7 +280,9 @@ def make_work_copy(
             truncated_note=truncated,
             wal=wal,
             schema_note=schema_note,
-            left_out=left_out,
+            left_out=[e for lost in inferred for e in lost.left_out_json()],
+            known_schema=bool(inferred),
+            rebuilt_indexes=tuple(i for lost in inferred for i in lost.rebuilt_indexes),
             freelist_unknown=header_note is not None,
             lock_fd=lock_fd,
         )
@@ -524,7 +532,7 @@ def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
 
 
 def _fold_or_rebuild_schema(
-    copy: Path, source: Path, truncated: str | None, left_out: list[dict[str, Any]]
+    copy: Path, source: Path, truncated: str | None, inferred: list[LostSchema]
 ) -> str | None:
     """Fold the copy; if its schema cannot be read, rebuild page 1 from the intact
     ``sqlite_schema`` leaves (``pages.rebuild_schema_root``) and fold again. Returns a
@@ -545,7 +553,7 @@ def _fold_or_rebuild_schema(
                     f" cannot read the schema; it was rebuilt in the private copy from"
                     f" {leaves} intact sqlite_schema leaf pages"
                 )
-                return _complete_schema(copy, source, note, left_out)
+                return _complete_schema(copy, source, note, inferred)
         # No schema leaf left either: Hermes' known schema, if the rows fit one.
         try:
             lost = rebuild_from_known_schema(copy, source)
@@ -555,7 +563,7 @@ def _fold_or_rebuild_schema(
             _fold(copy, source, truncated)
         except DatabaseUnreadable:
             raise first from None
-        left_out.extend(lost.left_out_json())
+        inferred.append(lost)
         return _with_indexes(copy, lost, lost.note(source))
 
 
@@ -568,7 +576,7 @@ def _with_indexes(copy: Path, lost: LostSchema, note: str) -> str:
     return note
 
 
-def _complete_schema(copy: Path, source: Path, note: str, left_out: list[dict[str, Any]]) -> str:
+def _complete_schema(copy: Path, source: Path, note: str, inferred: list[LostSchema]) -> str:
     """Page 1 was rebuilt from the schema leaves left; when rows of ``sqlite_schema``
     were lost with a destroyed leaf and the file is Hermes', the objects they named
     are added from the known schema (``lost_schema``), their tables found by shape.
@@ -581,7 +589,7 @@ def _complete_schema(copy: Path, source: Path, note: str, left_out: list[dict[st
         _fold(copy, source, None)
     except DatabaseUnreadable:
         return note
-    left_out.extend(lost.left_out_json())
+    inferred.append(lost)
     return _with_indexes(copy, lost, f"{note}; {lost.note(source).removeprefix(f'{source}: ')}")
 
 

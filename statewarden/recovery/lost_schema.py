@@ -27,6 +27,7 @@ Only the private copy is written. Call with no SQLite connection open to it
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ import apsw
 from statewarden.errors import DatabaseUnreadable, PageFormatError
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
 from statewarden.recovery.pages import (
+    PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
     PAGE_TABLE_INTERIOR,
     PAGE_TABLE_LEAF,
@@ -45,6 +47,7 @@ from statewarden.recovery.pages import (
     encode_varint,
     is_schema_record,
     record_fits,
+    varint,
 )
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
 from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
@@ -86,6 +89,9 @@ class LostSchema:
     left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)  # objects the schema still named
     reindex: list[str] = field(default_factory=list)  # tables given new, empty indexes
+    # the indexes of those tables: filled from the tables in the copy (``reindex``),
+    # so they repeat the tables' rows and vouch for none
+    rebuilt_indexes: list[str] = field(default_factory=list)
     first_new_page: int = 0  # the pages from here on were appended to the copy
 
     def left_out_json(self) -> list[dict[str, Any]]:
@@ -484,6 +490,9 @@ def rebuild_from_known_schema(
         leaves={t: len(tree.leaves) for t, tree in found.items() if t not in present},
         completed=sorted(present),
         reindex=sorted(reindex_tables & base_names),
+        rebuilt_indexes=[
+            name for kind, name, tbl, _ in known if kind == "index" and tbl in reindex_tables
+        ],
         first_new_page=page_count + 1,
         missing=sorted(base_names - set(found)),
         fitted_leaves=fitted,
@@ -718,3 +727,120 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
             f.seek((n - 1) * page_size)
             f.write(bytes(page_size))
     return failed
+
+
+# -- the rows the old indexes list ------------------------------------------------------
+
+
+def listed_by_old_indexes(
+    path: Path, schema: Schema, found: dict[str, list[Row]]
+) -> dict[str, set[int]]:
+    """Of the rows ``found`` on a table's pages (carved from its damaged leaves, read
+    from leaves no b-tree reaches), the rowids every index of the table lists with the
+    row's own values in the index pages left in the file, by table.
+
+    When page 1 and the schema are destroyed, the indexes of the rebuilt schema are new
+    (filled from the rows the tables' b-trees still reach), so no index of the schema
+    vouches for such a row; the file still holds the old indexes' pages, no schema
+    naming them. A carved cell may be a deleted row's bytes, or an older version of an
+    updated row, left in the free space of its page, and an unreached leaf a freed page
+    holding deleted rows; a row's entries leave the index pages' cells when it is
+    deleted and change with it. So such a row is taken when,
+    for each index of its table that lists every row (no ``WHERE``), an entry read
+    through its page's cell pointers holds exactly the row's values of that index's
+    columns and its rowid: the row was live with those values. A table with no such
+    index gets none, nor a rowid found with two different records. An entry whose
+    payload overflows its page is not read (Hermes' index keys are short). Call with no
+    SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    # the entry an index would hold for a carved row -> (table, rowid, which index)
+    wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
+    needed: dict[str, int] = {}  # table -> indexes that list every row
+    for name, rows in found.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.without_rowid or not rows:
+            continue
+        indexes = _index_positions(schema, obj)
+        needed[name] = len(indexes)
+        versions: dict[int, list[list[Any]]] = {}
+        for rowid, values in rows:
+            versions.setdefault(rowid, []).append(values)
+        one = [(r, vs[0]) for r, vs in versions.items() if all(v == vs[0] for v in vs)]
+        for i, positions in enumerate(indexes):
+            for rowid, values in one:
+                if any(p >= len(values) for p in positions):
+                    continue
+                key = tuple(rowid if p < 0 else values[p] for p in positions)
+                wanted.setdefault((*key, rowid), set()).add((name, rowid, i))
+    listing: dict[tuple[str, int], set[int]] = {}
+    if wanted:
+        db = DatabaseFile(path)
+        try:
+            for n in range(2, db.page_count + 1):
+                for entry in _index_entries(db, n):
+                    for name, rowid, i in wanted.get(entry, ()):
+                        listing.setdefault((name, rowid), set()).add(i)
+        finally:
+            db.close()
+    out: dict[str, set[int]] = {}
+    for (name, rowid), listed in listing.items():
+        if len(listed) == needed[name]:
+            out.setdefault(name, set()).add(rowid)
+    return out
+
+
+def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
+    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
+    the positions of its columns in the table's records (-1: the rowid), read from an
+    in-memory database."""
+    names = [c.name for c in obj.stored_columns]
+    out: list[list[int]] = []
+    if obj.sql is None:
+        return out
+    conn = apsw.Connection(":memory:")
+    try:
+        conn.execute(obj.sql)
+        for idx in schema.objects:
+            if idx.type != "index" or idx.tbl_name != obj.name or idx.sql is None:
+                continue
+            if re.search(r"\bWHERE\b", idx.sql, re.IGNORECASE):
+                continue  # a partial index lists only some rows
+            try:
+                conn.execute(idx.sql)
+                info = conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall()
+            except apsw.Error:
+                continue
+            cols = [(r[1], None if r[2] is None else str(r[2])) for r in info]
+            if not cols or any(c is None and cid != -1 for cid, c in cols):
+                continue  # an expression: not a column's value
+            if any(c is not None and c not in names for _, c in cols):
+                continue
+            out.append(
+                [-1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols]
+            )
+    finally:
+        conn.close()
+    return out
+
+
+def _index_entries(db: DatabaseFile, n: int) -> list[tuple[Any, ...]]:
+    """The entries of index page ``n`` its cell pointers reach, whole in the page (none
+    when it is no index page)."""
+    try:
+        kind, _, _ = db.btree_header(n)
+        if kind not in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
+            return []
+        offsets = db.cell_offsets(n)
+    except (PageFormatError, struct.error):
+        return []
+    pg = db.page(n)
+    most = (db.usable - 12) * 64 // 255 - 23  # the largest payload an index cell holds whole
+    out = []
+    for off in offsets:
+        try:
+            size, pos = varint(pg, off + (4 if kind == PAGE_INDEX_INTERIOR else 0))
+            if size > most or pos + size > db.usable:
+                continue  # its payload overflows the page
+            out.append(tuple(db.record(bytes(pg[pos : pos + size]))))
+        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+            continue
+    return out

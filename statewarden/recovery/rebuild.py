@@ -214,6 +214,9 @@ class RebuildInputs:
     wal_rows: SalvagedRows = field(default_factory=dict)
     # Cells carved from leaves whose page structure is damaged (pages.py).
     carved: SalvagedRows = field(default_factory=dict)
+    # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
+    # Hermes' known schema list with their values (``lost_schema``): they vouch too.
+    listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
     # Verified other copies (snapshot, retired WAL captures, backups), newest first.
     others: list[OtherCopy] = field(default_factory=list)
 
@@ -633,6 +636,12 @@ class Rebuild:
         finally:
             self._settle_partial(tc, entries)
 
+    def _rebuilt_index_roots(self) -> set[int]:
+        """Roots of the indexes filled from their own tables in the copy (a schema
+        rebuilt from Hermes' known schema): no witness of those tables' rows."""
+        names = set(self.inputs.work.rebuilt_indexes)
+        return {o.rootpage for o in self.inputs.schema.objects if o.name in names}
+
     def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
         """``_restore_from_indexes`` but the settling; returns the index entries read."""
         obj = tc.obj
@@ -650,6 +659,7 @@ class Rebuild:
             for s in self.inputs.diag.lost_writes.stale_rows
             if s.table == obj.name and not s.restorable
         }
+        broken |= self._rebuilt_index_roots()
         entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
@@ -824,6 +834,7 @@ class Rebuild:
         broken_trees = {
             int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
         }
+        broken_trees |= self._rebuilt_index_roots()
         obj = tc.obj
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         t = quote_ident(obj.name)
@@ -1141,7 +1152,7 @@ class Rebuild:
             return
         vouched: set[Any] | None = None
         if not self.inputs.trust_unreached:
-            vouched = tc.known_keys()
+            vouched = tc.known_keys() | self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
         for rowid, values in rows:
             if rowid in tc.rowids:
                 tc.page_versions_skipped += 1
@@ -1159,6 +1170,7 @@ class Rebuild:
         # Either witness vouches: an intact index drops a row's entry with the row as
         # surely as the FTS copies do (whose own pages may be the damaged ones).
         vouched = tc.known_keys() | tc.index_keys
+        vouched |= self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
         for rowid, values in rows:
             if rowid in tc.rowids:
                 continue

@@ -168,6 +168,7 @@ def _recover_copy(
             damaged=damaged,
             salvaged=decoded.salvaged,
             carved=decoded.carved,
+            listed_by_old_indexes=decoded.listed_by_old_indexes,
             wal_rows=decoded.wal_rows,
             trust_unreached=not work.freelist_unknown
             and not any(g.kind == "freelist" for g in diag.groups),

@@ -23,6 +23,7 @@ from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.integrity import NEVER_USED_RE
+from statewarden.recovery.lost_schema import listed_by_old_indexes
 from statewarden.recovery.pages import (
     carve_damaged_leaves,
     partial_columns,
@@ -44,6 +45,8 @@ class DecodedRows:
     salvaged: SalvagedRows = field(default_factory=dict)  # leaves no b-tree reaches
     carved: SalvagedRows = field(default_factory=dict)  # leaves whose structure is damaged
     wal_rows: SalvagedRows = field(default_factory=dict)  # WAL commits SQLite drops
+    # rowids of those rows the old indexes of a rebuilt schema list (``lost_schema``)
+    listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
 
 
 def decode_rows(
@@ -63,6 +66,10 @@ def decode_rows(
             # SQLite connection open to the copy (docs/safety.md rule 2).
             decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
             decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
+            if work.known_schema:
+                decoded.listed_by_old_indexes = listed_by_old_indexes(
+                    work.db, schema, _both(decoded.salvaged, decoded.carved)
+                )
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
             decoded.wal_rows = rows_from_images(
@@ -70,6 +77,10 @@ def decode_rows(
             )
             damaged.update(name for name, rows in decoded.wal_rows.items() if rows)
     return decoded
+
+
+def _both(a: SalvagedRows, b: SalvagedRows) -> SalvagedRows:
+    return {name: [*a.get(name, []), *b.get(name, [])] for name in a.keys() | b.keys()}
 
 
 def _never_used(diag: Diagnosis) -> list[int] | None:
