@@ -203,9 +203,18 @@ def _payload(
 
 
 def open_scanner(
-    config_path: str | None, db: str | None, profile: str | None, *, watch: bool
+    config_path: str | None,
+    db: str | None,
+    profile: str | None,
+    *,
+    watch: bool,
+    name_unreadable: bool = True,
 ) -> tuple[HolderScanner, list[Target], str]:
-    """The scanner of the chosen databases, their targets, and a note when none were found."""
+    """The scanner of the chosen databases, their targets, and a note when none were found.
+
+    ``name_unreadable``: False when the report only counts the processes that could not be
+    read (text without ``--verbose``): the scan then spares reading their names.
+    """
     if db:
         check_db(db)
     targets, note = select_targets(config_path, db, profile)
@@ -216,6 +225,7 @@ def open_scanner(
         exempt_comms=policy.exempt_comms,
         other_users=policy.other_users,
         watch_opens=watch,  # open events only help the incremental scans of --watch
+        name_unreadable=name_unreadable,
     )
     return scanner, targets, note
 

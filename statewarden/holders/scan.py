@@ -157,6 +157,7 @@ class _Entry:
     stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
     # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
     ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = field(default_factory=list)
+    named: bool = False  # its stat was read (or tried): comm, ppid and start time are known
 
 
 class _Vanished(Exception):
@@ -195,6 +196,7 @@ class HolderScanner:
         watch_opens: bool = True,
         workers: int = DEFAULT_SCAN_WORKERS,
         parallel_min_processes: int = PARALLEL_MIN_PROCESSES,
+        name_unreadable: bool = True,
     ) -> None:
         self.dbs = [Path(os.path.abspath(os.path.expanduser(str(d)))) for d in dbs]
         self.proc = proc
@@ -213,6 +215,10 @@ class HolderScanner:
             self._opens = OpenWatch()
         self.workers = workers
         self.parallel_min_processes = parallel_min_processes
+        # False: a process that cannot be read and holds no lock keeps "?" for its name,
+        # parent and start time (one read of /proc/<pid>/stat each spared), for a report
+        # that only counts such processes. One that holds a lock is named all the same.
+        self.name_unreadable = name_unreadable
         try:
             # Linux >= 6.2 reports the descriptor count as the size of /proc/<pid>/fd.
             self._fd_count_supported = os.stat(f"{proc}/self/fd").st_size > 0
@@ -419,11 +425,61 @@ class HolderScanner:
         except OSError:
             return True
 
+    def _names_needed(self) -> bool:
+        """Whether every unreadable process is named (``name_unreadable``, or a policy that
+        reports them one by one: ``other_users: fail``, ``exempt_comms`` matched by name)."""
+        return self.name_unreadable or self.other_users != "locks" or bool(self.exempt_comms)
+
+    def _name(self, entry: _Entry) -> None:
+        """Read the name, parent and start time of an unreadable process left unnamed.
+
+        A failed read leaves "?", as it does during the scan (one that has exited is
+        found gone when its holder's details are read).
+        """
+        if entry.named:
+            return
+        entry.named = True
+        try:
+            st = P.read_stat(entry.pid, self.proc)
+        except OSError:
+            return
+        entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
+
+    def _owned_by_another(self, base: str, entry: _Entry) -> bool:
+        """True if another uid owns the process (its descriptors cannot be listed); one stat.
+
+        ``/proc/<pid>/fd`` has the owner of ``/proc/<pid>`` and, since Linux 6.2, the
+        descriptor count as its size, for every process (none for a kernel thread or a
+        zombie): the count tells the two apart from a live process without a read of
+        ``stat``. Sets the entry's ``uid`` and ``fd_count`` of such a process.
+        """
+        try:
+            st = os.stat(f"{base}/fd")
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise _Vanished from exc
+        except PermissionError:  # hidepid=1 closes the folder: its owner, and no count
+            try:
+                st = os.stat(base)
+            except (FileNotFoundError, ProcessLookupError) as exc:
+                raise _Vanished from exc
+            if st.st_uid == self._euid:
+                return False
+            entry.uid = st.st_uid
+            return True
+        if st.st_uid == self._euid:
+            return False
+        entry.uid = st.st_uid
+        entry.fd_count = st.st_size if self._fd_count_supported else 0
+        return True
+
     def _inspect(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         """What ``pid`` holds. ``stat`` is read only for holders and failures (cost)."""
         entry = self._files(pid, targets, devs)
+        if entry.error and entry.fd_count and not self._names_needed():
+            return entry  # another user's process with descriptors: not a kernel thread
         # No descriptors at all (or none readable) may be a kernel thread: its flags say.
         if entry.fds or entry.maps or entry.error or not entry.fd_count:
+            entry.named = True
             try:
                 st = P.read_stat(pid, self.proc)
             except (FileNotFoundError, ProcessLookupError) as exc:
@@ -432,7 +488,9 @@ class HolderScanner:
                 entry.error = entry.error or f"{self.proc}/{pid}/stat: {exc.strerror}"
                 return entry
             if st.kernel_thread:
-                return _Entry(pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True)
+                return _Entry(
+                    pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True, named=True
+                )
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
             entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
@@ -443,15 +501,9 @@ class HolderScanner:
     def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         base = f"{self.proc}/{pid}"
         entry = _Entry(pid, 0, "?", 0, 0, {}, {})
-        if not self._reads_all:
-            try:
-                owner = os.stat(base).st_uid
-            except (FileNotFoundError, ProcessLookupError) as exc:
-                raise _Vanished from exc
-            if owner != self._euid:
-                entry.uid = owner
-                entry.error = f"{base}/fd: Permission denied"
-                return entry
+        if not self._reads_all and self._owned_by_another(base, entry):
+            entry.error = f"{base}/fd: Permission denied"
+            return entry
         try:
             fds = os.listdir(f"{base}/fd")
             entry.fd_count = len(fds)
@@ -649,6 +701,8 @@ class HolderScanner:
             mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
             owned = table.owned.get((pid, index), []) if table is not None else []
             if entry.error:
+                if owned:
+                    self._name(entry)  # a holder through its locks: shown by name
                 uid = entry.uid
                 exempt = entry.comm in self.exempt_comms
                 scan.uninspectable.append(
