@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewarden.cli._plain import get_config, printable, select_targets, write_line
+from statewarden.config_literals import no_config_file
 from statewarden.errors import EXIT_OK, EXIT_SCAN_INCOMPLETE, EXIT_STALE_OR_LOST_LOCKS, UsageError
 from statewarden.holders.processes import human_age, short_command
 from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
@@ -218,15 +219,17 @@ def open_scanner(
     if db:
         check_db(db)
     targets, note = select_targets(config_path, db, profile)
-    # No config file means every default (other_users: locks), with --db too.
-    policy = get_config(config_path).holders
+    # No config file means every default (other_users: locks), with --db too; the config
+    # module is imported only to read a file.
+    policy = None if no_config_file(config_path) else get_config(config_path).holders
     scanner = HolderScanner(
         [t.db for t in targets],
-        exempt_comms=policy.exempt_comms,
-        other_users=policy.other_users,
         watch_opens=watch,  # open events only help the incremental scans of --watch
         name_unreadable=name_unreadable,
     )
+    if policy is not None:
+        scanner.exempt_comms = frozenset(policy.exempt_comms)
+        scanner.other_users = policy.other_users
     return scanner, targets, note
 
 

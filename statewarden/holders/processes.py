@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from statewarden.config import HolderKind
+from statewarden.config_literals import HolderKind
 
 # The kinds of holder, in the order the docs list them; the config validates against the same type.
 KINDS: tuple[str, ...] = get_args(HolderKind)

@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
+from statewarden.config_literals import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders import processes as P
 from statewarden.holders.locks import LockKey, Locks, LockTable, attribute, fd_locks, read_locks
 from statewarden.holders.report import (
