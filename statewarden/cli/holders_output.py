@@ -6,7 +6,6 @@ The click command (:mod:`statewarden.cli.holders_cmd`) and the quick entry point
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -262,6 +261,8 @@ def scan_and_report(
 
         units, systemd_note = systemd_view(scans)
     if as_json:
+        import json  # noqa: PLC0415 - only --json needs it
+
         data = json_document(_payload(scans, targets, note, units, systemd_note))
         if watch:
             write_line(json.dumps(data, default=str))

@@ -96,11 +96,11 @@ from statewarden.holders.report import (
     LockInfo,
     age_seconds,
 )
-from statewarden.mounts import Mount, read_mounts
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
 if TYPE_CHECKING:
     from statewarden.holders.opens import OpenWatch
+    from statewarden.mounts import Mount
 
 __all__ = [
     "FILE_NAMES",
@@ -136,6 +136,7 @@ class _Target:
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
+    name_bytes: bytes  # the database's file name, as memory maps spell it
 
 
 @dataclass
@@ -377,7 +378,9 @@ class HolderScanner:
         names = {
             db.name + suffix: name for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
         }
-        return _Target(db=db, dir_real=_real_dir(db), ids=ids, names=names)
+        return _Target(
+            db=db, dir_real=_real_dir(db), ids=ids, names=names, name_bytes=os.fsencode(db.name)
+        )
 
     def _list_pids(self) -> list[int]:
         return [int(n) for n in os.listdir(self.proc) if n.isdigit()]
@@ -550,7 +553,7 @@ class HolderScanner:
         except OSError as exc:
             entry.error = f"{base}/maps: {exc.strerror or exc}"
             return entry
-        if any(t.db.name.encode() in maps for t in targets):
+        if any(t.name_bytes in maps for t in targets):
             self._match_maps(maps, targets, entry)
         return entry
 
@@ -605,7 +608,7 @@ class HolderScanner:
                     wanted[(dev, fid[1])] = (i, name)
         seen: set[tuple[str, int]] = set()
         for raw in maps.splitlines():
-            if not any(t.db.name.encode() in raw for t in targets):
+            if not any(t.name_bytes in raw for t in targets):
                 continue
             parts = raw.decode("utf-8", "replace").split(None, 5)
             if len(parts) < 6:
@@ -874,6 +877,8 @@ def restricted_proc(proc: str = "/proc") -> str | None:
     """
     if os.geteuid() == 0:
         return None
+    from statewarden.mounts import read_mounts  # noqa: PLC0415 - root never reads them
+
     real = os.path.realpath(proc)
     found: Mount | None = None
     for m in read_mounts():
