@@ -66,8 +66,9 @@ pid), or by receiving a descriptor over a socket (its count changes; found by th
 round-robin within ``ceil(processes / refresh_per_scan)`` scans). Replaced target
 files force a full scan. Maintenance decisions use full scans.
 
-On a host with at least ``parallel_min_processes`` processes a scan reads /proc in
-``workers`` threads (the reads release the GIL).
+On a host with at least ``parallel_min_processes`` processes a scan that can read every
+process (root, or the capabilities to) reads /proc in ``workers`` threads (the reads
+release the GIL); one that cannot stats most processes once each, in one thread.
 """
 
 from __future__ import annotations
@@ -408,7 +409,9 @@ class HolderScanner:
                     out.append((pid, None))
             return out
 
-        if self.workers <= 1 or len(todo) < self.parallel_min_processes:
+        # Threads pay when processes are read (descriptors, maps); a scan that cannot read
+        # other users' processes gives each of them one stat, which a thread only slows.
+        if self.workers <= 1 or len(todo) < self.parallel_min_processes or not self._reads_all:
             yield from chunk(todo)
             return
         size = -(-len(todo) // (self.workers * 4))

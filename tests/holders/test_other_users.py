@@ -410,6 +410,36 @@ class TestOtherUsers:
             assert quick["coverage"]["kernel_threads"] > 0
         assert quick["coverage"]["uncovered"] == 0
 
+    def test_a_scan_that_cannot_read_other_users_runs_in_one_thread(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """As the user, where most processes get one stat, the scan starts no threads even
+        above ``parallel_min_processes``, and finds what it finds with them (root's holder
+        through locks, complete)."""
+        code = (
+            "import json, sys\n"
+            "from pathlib import Path\n"
+            "from statewarden.holders.scan import HolderScanner\n"
+            "s = HolderScanner([Path(sys.argv[1])], workers=3, parallel_min_processes=1)\n"
+            "r = s.scan()[0]\n"
+            "print(json.dumps({'complete': r.complete, 'threads': 'concurrent.futures' in"
+            " sys.modules, 'holders': [[h.pid, h.via] for h in r.holders]}))\n"
+        )
+        with holding(user_home.home) as root_writer:
+            proc = subprocess.run(
+                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
+                env={**os.environ, "HOME": "/nonexistent"},
+            )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["threads"] is False
+        assert out["complete"] is True
+        assert [root_writer.pid, "locks"] in out["holders"]
+
     def test_the_watcher_sees_the_root_holder_the_same_way(
         self, user_home: Home, procs: list[Proc]
     ) -> None:
