@@ -68,7 +68,8 @@ files force a full scan. Maintenance decisions use full scans.
 
 On a host with at least ``parallel_min_processes`` processes a scan that can read every
 process (root, or the capabilities to) reads /proc in ``workers`` threads (the reads
-release the GIL); one that cannot stats most processes once each, in one thread.
+release the GIL): by default as many as the load average leaves processors idle, up to
+``DEFAULT_SCAN_WORKERS``. One that cannot stats most processes once each, in one thread.
 """
 
 from __future__ import annotations
@@ -121,7 +122,9 @@ __all__ = [
 
 DEFAULT_REFRESH_PER_SCAN = 128
 DEFAULT_PARENT_DEPTH = 16
-# Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes.
+# Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes: at most
+# this many, and no more than the processors the load average leaves idle (a thread
+# waiting for a processor shortens nothing and costs the interpreter lock's hand-overs).
 DEFAULT_SCAN_WORKERS = min(4, os.cpu_count() or 1)
 PARALLEL_MIN_PROCESSES = 256
 # Processes (by comm) that may stay uninspectable without making a scan incomplete
@@ -196,7 +199,7 @@ class HolderScanner:
         exempt_comms: Iterable[str] = DEFAULT_EXEMPT_COMMS,
         other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
         watch_opens: bool = True,
-        workers: int = DEFAULT_SCAN_WORKERS,
+        workers: int | None = None,
         parallel_min_processes: int = PARALLEL_MIN_PROCESSES,
         name_unreadable: bool = True,
     ) -> None:
@@ -411,14 +414,18 @@ class HolderScanner:
 
         # Threads pay when processes are read (descriptors, maps); a scan that cannot read
         # other users' processes gives each of them one stat, which a thread only slows.
-        if self.workers <= 1 or len(todo) < self.parallel_min_processes or not self._reads_all:
+        if len(todo) < self.parallel_min_processes or not self._reads_all:
             yield from chunk(todo)
             return
-        size = -(-len(todo) // (self.workers * 4))
+        workers = self.workers if self.workers is not None else idle_workers()
+        if workers <= 1:
+            yield from chunk(todo)
+            return
+        size = -(-len(todo) // (workers * 4))
         parts = [todo[i : i + size] for i in range(0, len(todo), size)]
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - big scans only
 
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="holders") as pool:
+        with ThreadPoolExecutor(workers, thread_name_prefix="holders") as pool:
             for result in pool.map(chunk, parts):
                 yield from result
 
@@ -853,6 +860,16 @@ class HolderScanner:
             chain.append(item)
             pid = st.ppid
         return chain
+
+
+def idle_workers(limit: int = DEFAULT_SCAN_WORKERS) -> int:
+    """Threads for a big scan: up to ``limit``, as many as the processors the last
+    minute's load average leaves idle, at least one."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return limit
+    return max(1, min(limit, int((os.cpu_count() or 1) - load + 0.5)))
 
 
 def _owner(pid: int, proc: str) -> int | None:

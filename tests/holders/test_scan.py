@@ -31,7 +31,7 @@ from statewarden.holders.processes import (
     systemd_cgroup_path,
     unit_from_cgroup,
 )
-from statewarden.holders.scan import Holder, HolderScan, HolderScanner
+from statewarden.holders.scan import Holder, HolderScan, HolderScanner, idle_workers
 from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.support.cli import run_ctl
 from tests.support.procs import alive
@@ -574,6 +574,18 @@ class TestThreads:
         assert [h.to_json() for h in threaded.holders] == [h.to_json() for h in serial.holders]
         # Short-lived kernel workers may come and go between the two scans.
         assert bool(threaded.problems) == bool(serial.problems)
+
+    def test_threads_follow_the_idle_processors(self) -> None:
+        """By default a big scan takes one thread per processor the load average leaves
+        idle, at least one and at most the limit (a busy host gets one: no hand-overs)."""
+        cpus = os.cpu_count() or 1
+        before = os.getloadavg()[0]
+        found = idle_workers(64)
+        after = os.getloadavg()[0]
+        rounded = {max(1, min(64, int(cpus - load + 0.5))) for load in (before, after)}
+        assert found in rounded
+        assert idle_workers(1) == 1
+        assert 1 <= idle_workers(2) <= 2
 
 
 class TestFailClosed:
