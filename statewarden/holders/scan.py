@@ -710,8 +710,8 @@ class HolderScanner:
         by_locks = self.other_users == "locks" and table is not None
         for entry in entries:
             pid = entry.pid
-            mine = {k: v for k, v in entry.fds.items() if k[0] == index}
-            mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
+            mine = {k: v for k, v in entry.fds.items() if k[0] == index} if entry.fds else {}
+            mapped = {k: v for k, v in entry.maps.items() if k[0] == index} if entry.maps else {}
             owned = table.owned.get((pid, index), []) if table is not None else []
             if entry.error:
                 if owned:
