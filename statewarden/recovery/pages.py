@@ -29,6 +29,9 @@ import itertools
 import os
 import re
 import struct
+import sys
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,46 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
     return value, pos + 9
 
 
+def _header_of(n: int, pg: bytes) -> tuple[int, int, int]:
+    """(page type, header offset, cell count) of b-tree page ``n``, read as ``pg``."""
+    h = 100 if n == 1 else 0
+    kind = pg[h]
+    if kind not in _BTREE_TYPES:
+        raise PageFormatError(f"page {n} is not a b-tree page (type {kind})")
+    (count,) = struct.unpack(">H", pg[h + 3 : h + 5])
+    return kind, h, count
+
+
+@dataclass
+class PageCensus:
+    """What one sequential read of every page of a file tells (the file's own bytes,
+    no overlay): each page's first four bytes as a big-endian number (a b-tree page's
+    type byte is its top byte, an overflow or freelist trunk page's next page is all
+    of it) and its zeroed sectors (:func:`zeroed_sectors`)."""
+
+    first_words: array[int]
+    zeroed: dict[int, list[tuple[int, int]]]
+
+
+def _take_census(db: DatabaseFile) -> PageCensus:
+    """The :class:`PageCensus` of ``db``, read in page-aligned chunks of
+    ``ZERO_SCAN_CHUNK`` bytes (memory bounded at any size)."""
+    words: array[int] = array("I")
+    zeroed: dict[int, list[tuple[int, int]]] = {}
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    for first in range(1, db.page_count + 1, per_chunk):
+        count = min(per_chunk, db.page_count - first + 1)
+        data = db.raw_pages(first, count)
+        data = data[: len(data) // ps * ps]  # (a file cut short meanwhile)
+        words.frombytes(memoryview(data).cast("I")[:: ps // 4].tobytes())
+        zeroed.update(_zeroed_in(data, first, ps))
+    if sys.byteorder == "little":
+        words.byteswap()
+    words.extend(itertools.repeat(0, db.page_count - len(words)))
+    return PageCensus(words, zeroed)
+
+
 class DatabaseFile:
     """The pages of a closed database file, read with plain reads."""
 
@@ -97,6 +140,7 @@ class DatabaseFile:
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
         self._zeroed: dict[int, list[tuple[int, int]]] | None = None
+        self._census: PageCensus | None = None
 
     def runs_into_zeros(self, n: int, off: int) -> bool:
         """Does the table-leaf cell at ``off`` of page ``n`` run into a zeroed sector
@@ -134,33 +178,54 @@ class DatabaseFile:
 
     def btree_header(self, n: int) -> tuple[int, int, int]:
         """(page type, header offset, cell count) of a b-tree page."""
-        pg = self.page(n)
-        h = 100 if n == 1 else 0
-        kind = pg[h]
-        if kind not in _BTREE_TYPES:
-            raise PageFormatError(f"page {n} is not a b-tree page (type {kind})")
-        (count,) = struct.unpack(">H", pg[h + 3 : h + 5])
-        return kind, h, count
+        return _header_of(n, self.page(n))
 
     def cell_offsets(self, n: int) -> list[int]:
-        kind, h, count = self.btree_header(n)
         pg = self.page(n)
+        return self._offsets_of(n, pg, _header_of(n, pg))
+
+    def _offsets_of(self, n: int, pg: bytes, header: tuple[int, int, int]) -> list[int]:
+        """:meth:`cell_offsets` of page ``n`` read as ``pg``, its header ``header``."""
+        kind, h, count = header
         start = h + (12 if kind in _INTERIOR else 8)
-        if start + 2 * count > self.usable:
+        end = start + 2 * count
+        if end > self.usable:
             raise PageFormatError(f"page {n}: cell pointer array overflows the page")
-        offs = [struct.unpack(">H", pg[start + 2 * i : start + 2 * i + 2])[0] for i in range(count)]
-        if any(not start + 2 * count <= o < self.usable for o in offs):
+        offs = list(struct.unpack_from(f">{count}H", pg, start))
+        if offs and not (end <= min(offs) and max(offs) < self.usable):
             raise PageFormatError(f"page {n}: a cell pointer points outside the content area")
         return offs
 
     def children(self, n: int) -> list[int]:
-        kind, h, _ = self.btree_header(n)
-        if kind not in _INTERIOR:
-            return []
         pg = self.page(n)
-        out = [struct.unpack(">I", pg[o : o + 4])[0] for o in self.cell_offsets(n)]
-        out.append(struct.unpack(">I", pg[h + 8 : h + 12])[0])
+        header = _header_of(n, pg)
+        if header[0] not in _INTERIOR:
+            return []
+        return self._children_of(n, pg, header)
+
+    def _children_of(self, n: int, pg: bytes, header: tuple[int, int, int]) -> list[int]:
+        """:meth:`children` of the interior page ``n`` read as ``pg``."""
+        out = [struct.unpack(">I", pg[o : o + 4])[0] for o in self._offsets_of(n, pg, header)]
+        out.append(struct.unpack(">I", pg[header[1] + 8 : header[1] + 12])[0])
         return out
+
+    def page_kind(self, n: int) -> int:
+        """The type byte of page ``n`` (``btree_header``'s first field, whether or not
+        it names a b-tree page), from the census when one was taken."""
+        if n in self.overlay:
+            return self.overlay[n][100 if n == 1 else 0]
+        if not 1 <= n <= self.page_count:
+            raise PageFormatError(f"page {n} is outside the file")
+        if self._census is not None and n != 1:
+            return self._census.first_words[n - 1] >> 24
+        return os.pread(self._fd, 1, (n - 1) * self.page_size + (100 if n == 1 else 0))[0]
+
+    def census(self) -> PageCensus:
+        """The file's :class:`PageCensus`, taken on the first call (one sequential read
+        of every page)."""
+        if self._census is None:
+            self._census = _take_census(self)
+        return self._census
 
     # -- reachability ----------------------------------------------------------------
 
@@ -173,19 +238,46 @@ class DatabaseFile:
             if n in seen or not 1 <= n <= self.page_count:
                 continue
             seen.add(n)
+            pg = self.page(n)
             try:
-                kind, _, _ = self.btree_header(n)
-                stack.extend(self.children(n))
-                if kind in (PAGE_TABLE_LEAF, PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
-                    for off in self.cell_offsets(n):
-                        try:
-                            seen.update(self._overflow_pages_of(n, kind, off))
-                        except (struct.error, IndexError):
-                            continue  # a garbled cell whose payload runs past the page
-            except PageFormatError:
-                continue
+                header = _header_of(n, pg)
+                kind = header[0]
+                if kind in _INTERIOR:
+                    stack.extend(self._children_of(n, pg, header))
+                if kind != PAGE_TABLE_INTERIOR:
+                    self._add_overflow_pages(n, pg, kind, self._offsets_of(n, pg, header), seen)
+            except (PageFormatError, struct.error):
+                continue  # (struct.error: a child pointer cut off by the page's end)
         seen.update(self.freelist_pages())
         return seen
+
+    def _add_overflow_pages(
+        self, n: int, pg: bytes, kind: int, offsets: list[int], seen: set[int]
+    ) -> None:
+        """Add to ``seen`` the overflow pages of the cells at ``offsets`` of page ``n``
+        (read as ``pg``, of type ``kind``), cell by cell: a cell whose payload runs past
+        the page is passed over, a varint that does (PageFormatError) ends the page."""
+        table = kind == PAGE_TABLE_LEAF
+        most = self._max_local(table=table)
+        skip = 4 if kind == PAGE_INDEX_INTERIOR else 0
+        # Both varints of a cell this far from the page's end read within the page.
+        safe = len(pg) - 18 - skip
+        for off in offsets:
+            if off <= safe:
+                # Most cells hold their payload whole: its size alone says so.
+                b, c = pg[off + skip], pg[off + skip + 1]
+                if b < 0x80:
+                    size = b
+                elif c < 0x80:
+                    size = ((b & 0x7F) << 7) | c
+                else:
+                    size = most + 1  # three bytes or more: read in full below
+                if size <= most:
+                    continue
+            try:
+                seen.update(self._overflow_pages_of(n, pg, kind, off))
+            except (struct.error, IndexError):
+                continue  # a garbled cell whose payload runs past the page
 
     def freelist_pages(self) -> set[int]:
         out: set[int] = set()
@@ -200,8 +292,7 @@ class DatabaseFile:
             trunk = nxt
         return out
 
-    def _overflow_pages_of(self, n: int, kind: int, off: int) -> list[int]:
-        pg = self.page(n)
+    def _overflow_pages_of(self, n: int, pg: bytes, kind: int, off: int) -> list[int]:
         pos = off + (4 if kind == PAGE_INDEX_INTERIOR else 0)
         size, pos = varint(pg, pos)
         if kind == PAGE_TABLE_LEAF:
@@ -211,14 +302,27 @@ class DatabaseFile:
             return []
         (first,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
         out: list[int] = []
-        while first and len(out) < MAX_OVERFLOW_PAGES_PER_CELL and 1 <= first <= self.page_count:
+        chain: set[int] = set()
+        # A chain that comes back to a page of its own would only repeat its pages.
+        while (
+            first
+            and first not in chain
+            and len(out) < MAX_OVERFLOW_PAGES_PER_CELL
+            and 1 <= first <= self.page_count
+        ):
             out.append(first)
+            chain.add(first)
             (first,) = struct.unpack(">I", self.page(first)[:4])
         return out
 
+    def _max_local(self, *, table: bool) -> int:
+        """The largest payload a cell holds whole (no overflow page)."""
+        u = self.usable
+        return u - 35 if table else ((u - 12) * 64 // 255) - 23
+
     def _local_size(self, payload: int, *, table: bool) -> int:
         u = self.usable
-        x = u - 35 if table else ((u - 12) * 64 // 255) - 23
+        x = self._max_local(table=table)
         if payload <= x:
             return payload
         m = ((u - 12) * 32 // 255) - 23
@@ -620,10 +724,12 @@ def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
     return sorted(_walk_table_tree(db, root)[1])
 
 
-def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
+def _walk_table_tree(
+    db: DatabaseFile, root: int, *, check_leaves: bool = True
+) -> tuple[list[int], list[int]]:
     """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that
-    do not parse as table pages: header, children or cell pointers); a page that
-    does not parse is not descended."""
+    do not parse as table pages: header, children or, with ``check_leaves``, cell
+    pointers); a page that does not parse is not descended."""
     leaves: list[int] = []
     damaged: list[int] = []
     seen: set[int] = set()
@@ -633,21 +739,22 @@ def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
         if n in seen or not 1 <= n <= db.page_count:
             continue
         seen.add(n)
-        try:
-            kind, _, _ = db.btree_header(n)
-            if kind == PAGE_TABLE_INTERIOR:
+        kind = db.page_kind(n)
+        if kind == PAGE_TABLE_INTERIOR:
+            try:
                 stack.extend(db.children(n))
-                continue
-            if kind != PAGE_TABLE_LEAF:
-                raise PageFormatError(f"page {n}: not a table page")
-        except (PageFormatError, struct.error, IndexError):
+            except (PageFormatError, struct.error, IndexError):
+                damaged.append(n)
+            continue
+        if kind != PAGE_TABLE_LEAF:
             damaged.append(n)
             continue
         leaves.append(n)
-        try:
-            db.cell_offsets(n)
-        except (PageFormatError, struct.error, IndexError):
-            damaged.append(n)
+        if check_leaves:
+            try:
+                db.cell_offsets(n)
+            except (PageFormatError, struct.error, IndexError):
+                damaged.append(n)
     return leaves, damaged
 
 
@@ -887,15 +994,9 @@ def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
     """Page number -> its stretches of zeroed sectors (offsets in the page): on each
     page that holds a wholly zeroed 512-byte sector, the runs of ``MIN_ZERO_STRETCH``
     or more zero bytes that reach a 512-byte boundary, the way a disk zeroes whole
-    sectors (a later write may have covered part of one)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    # Read in page-aligned chunks (memory bounded at any size); a sector never
-    # straddles two pages, so never two chunks.
-    per_chunk = max(1, ZERO_SCAN_CHUNK // db.page_size)
-    for first in range(1, db.page_count + 1, per_chunk):
-        count = min(per_chunk, db.page_count - first + 1)
-        out.update(_zeroed_in(db.raw_pages(first, count), first, db.page_size))
-    return out
+    sectors (a later write may have covered part of one). Taken with the file's
+    census (``DatabaseFile.census``)."""
+    return dict(db.census().zeroed)
 
 
 def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple[int, int]]]:
@@ -935,8 +1036,9 @@ def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[
 
 
 def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Table leaves a b-tree reaches (a page that does not parse is not descended)."""
-    return _walk_table_tree(db, root)[0]
+    """Table leaves a b-tree reaches (a page that does not parse is not descended);
+    only its interior pages are read, the leaves known by their type byte."""
+    return _walk_table_tree(db, root, check_leaves=False)[0]
 
 
 # (payload offset, length, page, offset in the page) of one stretch of a payload
@@ -1020,7 +1122,7 @@ def _may_hold_payload(db: DatabaseFile, n: int, stretches: list[tuple[int, int]]
     is broken there, which SQLite itself reports)."""
     pg = db.page(n)
     try:
-        kind, h, _ = db.btree_header(n)
+        kind, h, _ = _header_of(n, pg)
     except PageFormatError:
         kind = 0
     if kind == PAGE_TABLE_LEAF:
@@ -1069,11 +1171,14 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
     on_leaf = {n for leaves in leaves_of.values() for n in leaves}
     # A zeroed sector on a page that is no leaf of any table may be an overflow page.
     others = {n for n in zeroed if n not in on_leaf and n not in free}
+    # Then a leaf with no zeroed sector of its own may lead into one by an overflow
+    # chain: only a leaf that holds the number of a chain's page can.
+    leading = _leaves_leading_into(db, on_leaf, set(zeroed)) if others else set()
     out: dict[str, ZeroedCells] = {}
     for name, leaves in leaves_of.items():
         found: ZeroedCells = {}
         for n in leaves:
-            if n not in zeroed and not others:
+            if n not in zeroed and n not in leading:
                 continue
             try:
                 offsets = db.cell_offsets(n)
@@ -1092,6 +1197,44 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
                     found[rowid] = hit
         if found:
             out[name] = found
+    return out
+
+
+# Beyond this many pages that lead into a zeroed one, every leaf is read cell by cell.
+MAX_LEADING_PAGES = 64
+
+
+def _leaves_leading_into(db: DatabaseFile, leaves: set[int], targets: set[int]) -> set[int]:
+    """The pages of ``leaves`` a cell's overflow chain may lead from into ``targets``:
+    those whose bytes hold (as four big-endian bytes, anywhere) the number of a page
+    from which next-page numbers lead to a page of ``targets``, or the page itself.
+    A cell's first overflow page is such a number, written in its leaf."""
+    if db.overlay:
+        return set(leaves)  # its pages' next-page numbers are not the census's
+    back: dict[int, list[int]] = {}
+    for q, word in enumerate(db.census().first_words, 1):
+        if 1 <= word <= db.page_count:
+            back.setdefault(word, []).append(q)
+    lead = set(targets)
+    todo = list(targets)
+    while todo and len(lead) <= MAX_LEADING_PAGES:
+        for q in back.get(todo.pop(), ()):
+            if q not in lead:
+                lead.add(q)
+                todo.append(q)
+    if len(lead) > MAX_LEADING_PAGES:
+        return set(leaves)
+    numbers = [struct.pack(">I", p) for p in lead]
+    out: set[int] = set()
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    for first in range(1, db.page_count + 1, per_chunk):
+        data = db.raw_pages(first, min(per_chunk, db.page_count - first + 1))
+        for number in numbers:
+            at = data.find(number)
+            while at >= 0:
+                out.update({first + at // ps, first + (at + 3) // ps} & leaves)
+                at = data.find(number, at + 1)
     return out
 
 
