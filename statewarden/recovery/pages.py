@@ -78,34 +78,70 @@ def _header_of(n: int, pg: bytes) -> tuple[int, int, int]:
     return kind, h, count
 
 
+def _whole_by_size(pg: bytes, at: int, most: int) -> bool:
+    """Does the payload-size varint at ``at`` of ``pg`` say the payload is at most
+    ``most`` bytes (held whole in its cell)? Read only when it takes one or two bytes
+    (False otherwise); ``pg`` holds two bytes from ``at``."""
+    b = pg[at]
+    if b < 0x80:
+        return b <= most
+    c = pg[at + 1]
+    return c < 0x80 and ((b & 0x7F) << 7) | c <= most
+
+
 @dataclass
 class PageCensus:
     """What one sequential read of every page of a file tells (the file's own bytes,
     no overlay): each page's first four bytes as a big-endian number (a b-tree page's
     type byte is its top byte, an overflow or freelist trunk page's next page is all
-    of it) and its zeroed sectors (:func:`zeroed_sectors`)."""
+    of it), and the pages that hold a wholly zeroed 512-byte sector: with their
+    stretches of zeroed sectors (:func:`zeroed_sectors`) where those may lie in a
+    record's bytes, in ``passed`` where they cannot (an index or interior page; a
+    table leaf with no zero byte in its cell content area that a stretch could hold)."""
 
     first_words: array[int]
     zeroed: dict[int, list[tuple[int, int]]]
+    passed: set[int]
 
 
 def _take_census(db: DatabaseFile) -> PageCensus:
     """The :class:`PageCensus` of ``db``, read in page-aligned chunks of
     ``ZERO_SCAN_CHUNK`` bytes (memory bounded at any size)."""
-    words: array[int] = array("I")
-    zeroed: dict[int, list[tuple[int, int]]] = {}
+    census = PageCensus(array("I"), {}, set())
     ps = db.page_size
     per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
     for first in range(1, db.page_count + 1, per_chunk):
         count = min(per_chunk, db.page_count - first + 1)
         data = db.raw_pages(first, count)
         data = data[: len(data) // ps * ps]  # (a file cut short meanwhile)
-        words.frombytes(memoryview(data).cast("I")[:: ps // 4].tobytes())
-        zeroed.update(_zeroed_in(data, first, ps))
+        census.first_words.frombytes(memoryview(data).cast("I")[:: ps // 4].tobytes())
+        for i in _zeroed_sector_pages(data, ps):
+            n, base = first + i, i * ps
+            if not _may_hold_zeroed_payload(data, base, ps, 100 if n == 1 else 0):
+                census.passed.add(n)
+            elif stretches := _zeroed_stretches(data, base, ps):
+                census.zeroed[n] = stretches
     if sys.byteorder == "little":
-        words.byteswap()
-    words.extend(itertools.repeat(0, db.page_count - len(words)))
-    return PageCensus(words, zeroed)
+        census.first_words.byteswap()
+    census.first_words.extend(itertools.repeat(0, db.page_count - len(census.first_words)))
+    return census
+
+
+def _may_hold_zeroed_payload(data: bytes, base: int, ps: int, h: int) -> bool:
+    """Could a stretch of zeroed sectors of the page at ``base`` of ``data`` lie in a
+    record's bytes (``_may_hold_payload``, which this never contradicts)? Not on an
+    index or interior page; on a table leaf only when a zero byte of its cell content
+    area could belong to one: the first (a stretch running into the area) or one of
+    ``MIN_ZERO_STRETCH`` in a row inside it."""
+    kind = data[base + h]
+    if kind in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF):
+        return False
+    if kind != PAGE_TABLE_LEAF:
+        return True
+    content = int.from_bytes(data[base + h + 5 : base + h + 7], "big") or 65536
+    if content >= ps:
+        return False
+    return data[base + content] == 0 or data.find(_ZERO_STRETCH, base + content, base + ps) >= 0
 
 
 class DatabaseFile:
@@ -263,17 +299,9 @@ class DatabaseFile:
         # Both varints of a cell this far from the page's end read within the page.
         safe = len(pg) - 18 - skip
         for off in offsets:
-            if off <= safe:
-                # Most cells hold their payload whole: its size alone says so.
-                b, c = pg[off + skip], pg[off + skip + 1]
-                if b < 0x80:
-                    size = b
-                elif c < 0x80:
-                    size = ((b & 0x7F) << 7) | c
-                else:
-                    size = most + 1  # three bytes or more: read in full below
-                if size <= most:
-                    continue
+            # Most cells hold their payload whole: its size alone says so.
+            if off <= safe and _whole_by_size(pg, off + skip, most):
+                continue
             try:
                 seen.update(self._overflow_pages_of(n, pg, kind, off))
             except (struct.error, IndexError):
@@ -986,6 +1014,7 @@ ZeroedCells = dict[int, list[int] | None]
 
 
 _ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
+_ZERO_STRETCH = bytes(MIN_ZERO_STRETCH)
 # How much of the file the zeroed-sector search reads at once.
 ZERO_SCAN_CHUNK = 4 << 20
 
@@ -996,7 +1025,8 @@ def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
     or more zero bytes that reach a 512-byte boundary, the way a disk zeroes whole
     sectors (a later write may have covered part of one). Taken with the file's
     census (``DatabaseFile.census``)."""
-    return dict(db.census().zeroed)
+    census = db.census()
+    return dict(sorted({**census.zeroed, **zeroed_sectors_of(db, census.passed)}.items()))
 
 
 def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple[int, int]]]:
@@ -1010,9 +1040,18 @@ def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple
 
 def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[int, int]]]:
     """:func:`zeroed_sectors` of ``data``, the pages from ``first`` on."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for i in _zeroed_sector_pages(data, page_size):
+        if stretches := _zeroed_stretches(data, i * page_size, page_size):
+            out[first + i] = stretches
+    return out
+
+
+def _zeroed_sector_pages(data: bytes, page_size: int) -> list[int]:
+    """Indexes (from 0) of the pages of ``data`` that hold a wholly zeroed sector."""
     zero = bytes(SECTOR)
     end = len(data)
-    pages: set[int] = set()
+    pages: list[int] = []
     pos = 0
     while pos < end:
         at = data.find(zero, pos, end)
@@ -1020,18 +1059,21 @@ def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[
             break
         sector = -(-at // SECTOR) * SECTOR
         if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
-            pages.add(sector // page_size)
+            pages.append(sector // page_size)
             pos = (sector // page_size + 1) * page_size  # the page is a candidate
         else:
             pos = max(sector, at + 1)
-    out: dict[int, list[tuple[int, int]]] = {}
-    for i in sorted(pages):
-        base = i * page_size
-        for m in _ZERO_RUN_RE.finditer(data, base, base + page_size):
-            lo, hi = m.start() - base, m.end() - base
-            if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
-                continue  # inside one sector, touching neither of its ends: not a sector's
-            out.setdefault(first + i, []).append((lo, hi))
+    return pages
+
+
+def _zeroed_stretches(data: bytes, base: int, page_size: int) -> list[tuple[int, int]]:
+    """The stretches of zeroed sectors of the page at ``base`` of ``data``."""
+    out = []
+    for m in _ZERO_RUN_RE.finditer(data, base, base + page_size):
+        lo, hi = m.start() - base, m.end() - base
+        if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+            continue  # inside one sector, touching neither of its ends: not a sector's
+        out.append((lo, hi))
     return out
 
 
@@ -1159,7 +1201,10 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
     SQLite connections to the file meanwhile opens ``db`` before the first of them and
     closes it after the last (docs/safety.md rule 2: no descriptor of the file is
     closed while a connection holds locks on it)."""
-    zeroed = {n: z for n, z in zeroed_sectors(db).items() if _may_hold_payload(db, n, z)}
+    # (the census leaves out pages whose zeroed sectors lie in no record's bytes, by
+    # the file's own bytes: those of newer images are looked at whole)
+    sectors = zeroed_sectors(db) if db.overlay else db.census().zeroed
+    zeroed = {n: z for n, z in sectors.items() if _may_hold_payload(db, n, z)}
     if not zeroed:
         return {}
     free = db.freelist_pages()
@@ -1200,15 +1245,11 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
     return out
 
 
-# Beyond this many pages that lead into a zeroed one, every leaf is read cell by cell.
-MAX_LEADING_PAGES = 64
-
-
 def _leaves_leading_into(db: DatabaseFile, leaves: set[int], targets: set[int]) -> set[int]:
     """The pages of ``leaves`` a cell's overflow chain may lead from into ``targets``:
-    those whose bytes hold (as four big-endian bytes, anywhere) the number of a page
-    from which next-page numbers lead to a page of ``targets``, or the page itself.
-    A cell's first overflow page is such a number, written in its leaf."""
+    those with a cell whose first overflow page is one from which next-page numbers
+    lead to a page of ``targets``, or the page itself (and those whose cells do not
+    read plainly: they are left to the cell-by-cell reading)."""
     if db.overlay:
         return set(leaves)  # its pages' next-page numbers are not the census's
     back: dict[int, list[int]] = {}
@@ -1217,25 +1258,56 @@ def _leaves_leading_into(db: DatabaseFile, leaves: set[int], targets: set[int]) 
             back.setdefault(word, []).append(q)
     lead = set(targets)
     todo = list(targets)
-    while todo and len(lead) <= MAX_LEADING_PAGES:
+    while todo:
         for q in back.get(todo.pop(), ()):
             if q not in lead:
                 lead.add(q)
                 todo.append(q)
-    if len(lead) > MAX_LEADING_PAGES:
-        return set(leaves)
-    numbers = [struct.pack(">I", p) for p in lead]
     out: set[int] = set()
     ps = db.page_size
     per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    ordered = sorted(leaves)
+    at = 0
     for first in range(1, db.page_count + 1, per_chunk):
         data = db.raw_pages(first, min(per_chunk, db.page_count - first + 1))
-        for number in numbers:
-            at = data.find(number)
-            while at >= 0:
-                out.update({first + at // ps, first + (at + 3) // ps} & leaves)
-                at = data.find(number, at + 1)
+        while at < len(ordered) and ordered[at] < first + per_chunk:
+            n = ordered[at]
+            at += 1
+            heads = _first_overflow_pages(db, data, (n - first) * ps, 100 if n == 1 else 0)
+            if heads is None or not heads.isdisjoint(lead):
+                out.add(n)
     return out
+
+
+def _first_overflow_pages(db: DatabaseFile, data: bytes, base: int, h: int) -> set[int] | None:
+    """The first overflow page of each cell of the table leaf at ``base`` of ``data``
+    (header at ``h``) that has one, as ``_payload_segments`` reads it (a cell it
+    cannot read has none), or None when its cell pointers do not read plainly."""
+    ps = db.page_size
+    if base + ps > len(data):
+        return None  # (a file cut short meanwhile)
+    (count,) = struct.unpack_from(">H", data, base + h + 3)
+    start = h + 8
+    if start + 2 * count > db.usable:
+        return None
+    most = db._max_local(table=True)
+    heads: set[int] = set()
+    page = b""
+    for off in struct.unpack_from(f">{count}H", data, base + start):
+        if not start + 2 * count <= off < ps - 1:
+            return None
+        if _whole_by_size(data, base + off, most):
+            continue
+        page = page or data[base : base + ps]
+        try:
+            size, pos = varint(page, off)
+            _, pos = varint(page, pos)
+        except PageFormatError:
+            continue
+        local = db._local_size(size, table=True)
+        if local < size and pos + local <= db.usable and pos + local + 4 <= ps:
+            heads.add(struct.unpack_from(">I", page, pos + local)[0])
+    return heads
 
 
 # -- overflow chains that lead to the same pages ------------------------------------

@@ -188,12 +188,14 @@ def answers(path: Path, schema: Schema, page_size: int, *, plain: bool) -> dict[
                 "orphans": plain_orphans(db, roots),
                 "trees": trees,
                 "zeroed": plain_zeroed_cells(db, schema),
+                "sectors": pages.zeroed_sectors_of(db, set(range(1, db.page_count + 1))),
             }
         out: dict[str, Any] = {
             "reachable": db.reachable(roots),
             "orphans": orphan_table_leaves(db, roots),
             "trees": {o.rootpage: pages._walk_table_tree(db, o.rootpage) for o in schema.objects},
             "zeroed": pages.zeroed_cells_in(db, schema),
+            "sectors": pages.zeroed_sectors(db),
         }
         # The same walks once the census is taken (types from it, not from the pages).
         trees = {o.rootpage: pages._walk_table_tree(db, o.rootpage) for o in schema.objects}
