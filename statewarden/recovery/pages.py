@@ -74,8 +74,7 @@ def _header_of(n: int, pg: bytes) -> tuple[int, int, int]:
     kind = pg[h]
     if kind not in _BTREE_TYPES:
         raise PageFormatError(f"page {n} is not a b-tree page (type {kind})")
-    (count,) = struct.unpack(">H", pg[h + 3 : h + 5])
-    return kind, h, count
+    return kind, h, (pg[h + 3] << 8) | pg[h + 4]
 
 
 def _whole_by_size(pg: bytes, at: int, most: int) -> bool:
@@ -444,13 +443,7 @@ def orphan_table_leaves(db: DatabaseFile, roots: list[int]) -> list[int]:
     reached = db.reachable(roots)
     out = []
     for n in range(1, db.page_count + 1):
-        if n in reached:
-            continue
-        try:
-            kind, _, _ = db.btree_header(n)
-        except PageFormatError:
-            continue
-        if kind == PAGE_TABLE_LEAF:
+        if n not in reached and db.page_kind(n) == PAGE_TABLE_LEAF:
             out.append(n)
     return out
 
@@ -496,7 +489,7 @@ def salvage_rows(
             leaves = []
             for n in unreached:
                 try:
-                    if db.btree_header(n)[0] == PAGE_TABLE_LEAF:
+                    if db.page_kind(n) == PAGE_TABLE_LEAF:
                         leaves.append(n)
                 except PageFormatError:
                     continue
@@ -611,8 +604,7 @@ def rebuild_schema_root(path: Path) -> int:
             if n in free:
                 continue
             try:
-                kind, _, _ = db.btree_header(n)
-                if kind != PAGE_TABLE_LEAF:
+                if db.page_kind(n) != PAGE_TABLE_LEAF:
                     continue
                 rows, bad = db.leaf_rows(n)
             except PageFormatError:
