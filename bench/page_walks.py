@@ -6,8 +6,9 @@
 On a Hermes-written fixture and on a damaged copy of it (a sector zeroed in the middle
 of a ``messages`` leaf, one in an overflow page, an interior page of ``messages``
 zeroed whole, which orphans its leaves), times ``DatabaseFile.reachable`` (every page
-the b-trees and the freelist reach), ``orphan_table_leaves`` and ``zeroed_cells``
-(every row whose record runs into a zeroed sector), each on a freshly opened file;
+the b-trees and the freelist reach), ``orphan_table_leaves``, ``zeroed_cells``
+(every row whose record runs into a zeroed sector) and ``carve_damaged_leaves`` of
+``sessions`` and ``messages``, each on a freshly opened file;
 with ``--against``, the same functions of that ``pages.py`` in the same run, A/B
 alternated, and whether both give the same answers. Prints one line per function and
 file: the medians of ``--repeat`` runs.
@@ -39,6 +40,8 @@ from statewarden.recovery import pages  # noqa: E402
 from statewarden.recovery.schema import Schema, read_schema  # noqa: E402
 
 SPECS = {"medium": MEDIUM, "large": LARGE}
+# The tables whose damaged leaves are carved (as recover does for tables it finds damaged).
+CARVED = ["sessions", "messages"]
 
 
 def load_pages(path: Path) -> ModuleType:
@@ -93,6 +96,7 @@ def walks(module: ModuleType, db: Path, schema: Schema) -> dict[str, Callable[[]
         "reachable": reachable,
         "orphan_table_leaves": orphans,
         "zeroed_cells": lambda: module.zeroed_cells(db, schema),
+        "carve_damaged_leaves": lambda: module.carve_damaged_leaves(db, schema, CARVED),
     }
 
 

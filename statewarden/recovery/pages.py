@@ -684,9 +684,11 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
                 continue
             rows: list[Row] = []
-            for leaf in _damaged_leaves(db, obj.rootpage):
+            leaves, damaged = _walk_table_tree(db, obj.rootpage)
+            garbled, unreadable = _garbled_leaves(db, leaves)
+            for leaf in sorted(damaged + unreadable):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
-            for leaf in _garbled_leaves(db, obj.rootpage):
+            for leaf in garbled:
                 # Its pointers read: only the cells they point to (no stale copies
                 # from the free space), those that decode and are not zeroed.
                 rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1]))
@@ -706,17 +708,20 @@ def _one_version(rows: list[Row]) -> list[Row]:
     return [(r, vs[0]) for r, vs in sorted(by.items()) if all(v == vs[0] for v in vs)]
 
 
-def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Leaves of the tree whose header and cell pointers read but whose cells do not
-    hold rowids in increasing order, or do not fit in the page (garbled cells): a
-    scan through SQLite can stop at such a cell, or seek past the cells after it."""
-    out = []
-    for n in _tree_leaves(db, root):
+def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], list[int]]:
+    """(the ``leaves`` whose header and cell pointers read but whose cells do not hold
+    rowids in increasing order, or do not fit in the page (garbled cells): a scan
+    through SQLite can stop at such a cell, or seek past the cells after it; those
+    whose cell pointers do not read), each leaf read once."""
+    garbled = []
+    unreadable = []
+    for n in leaves:
         pg = db.page(n)
         try:
-            offsets = db.cell_offsets(n)
+            offsets = db._offsets_of(n, pg, _header_of(n, pg))
         except (PageFormatError, struct.error, IndexError):
-            continue  # its pointers do not read: carved whole (``_damaged_leaves``)
+            unreadable.append(n)  # carved whole
+            continue
         try:
             prev = None
             for off in offsets:
@@ -729,27 +734,19 @@ def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
                     raise PageFormatError(f"page {n}: garbled cell at {off}")
                 prev = rowid
         except (PageFormatError, struct.error, IndexError):
-            out.append(n)
-    return out
+            garbled.append(n)
+    return garbled, unreadable
 
 
 def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
     return len(values) == len(obj.stored_columns) and record_fits(obj, values)
 
 
-def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """The root and the children of the tree's interior pages that cannot be parsed
-    as b-tree pages (a table of one page has a leaf for its root; a damaged interior
-    page holds no cell that decodes as a row of the table)."""
-    return sorted(_walk_table_tree(db, root)[1])
-
-
-def _walk_table_tree(
-    db: DatabaseFile, root: int, *, check_leaves: bool = True
-) -> tuple[list[int], list[int]]:
-    """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that
-    do not parse as table pages: header, children or, with ``check_leaves``, cell
-    pointers); a page that does not parse is not descended."""
+def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
+    """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that do
+    not parse as table pages: header or children); a page that does not parse is not
+    descended. Only interior pages are read whole: a leaf is known by its type byte
+    (``DatabaseFile.page_kind``), its cells are not read."""
     leaves: list[int] = []
     damaged: list[int] = []
     seen: set[int] = set()
@@ -765,16 +762,10 @@ def _walk_table_tree(
                 stack.extend(db.children(n))
             except (PageFormatError, struct.error, IndexError):
                 damaged.append(n)
-            continue
-        if kind != PAGE_TABLE_LEAF:
+        elif kind == PAGE_TABLE_LEAF:
+            leaves.append(n)
+        else:
             damaged.append(n)
-            continue
-        leaves.append(n)
-        if check_leaves:
-            try:
-                db.cell_offsets(n)
-            except (PageFormatError, struct.error, IndexError):
-                damaged.append(n)
     return leaves, damaged
 
 
@@ -1072,7 +1063,7 @@ def _zeroed_stretches(data: bytes, base: int, page_size: int) -> list[tuple[int,
 def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
     """Table leaves a b-tree reaches (a page that does not parse is not descended);
     only its interior pages are read, the leaves known by their type byte."""
-    return _walk_table_tree(db, root, check_leaves=False)[0]
+    return _walk_table_tree(db, root)[0]
 
 
 # (payload offset, length, page, offset in the page) of one stretch of a payload
