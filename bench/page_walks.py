@@ -50,6 +50,7 @@ def load_pages(path: Path) -> ModuleType:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 

@@ -52,6 +52,8 @@ Row = tuple[int, list[Any]]
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
     """(value, next position) of the big-endian varint at ``pos`` (1-9 bytes)."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        return buf[pos], pos + 1  # one byte: most sizes, serial types and rowids
     value = 0
     for i in range(8):
         if pos + i >= len(buf):
@@ -403,7 +405,11 @@ class DatabaseFile:
             raise PageFormatError("record header size out of range")
         types = []
         while pos < hsize:
-            t, pos = varint(payload, pos)
+            t = payload[pos]
+            if t < 0x80:
+                pos += 1
+            else:
+                t, pos = varint(payload, pos)
             types.append(t)
         values: list[Any] = []
         body = hsize
