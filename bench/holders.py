@@ -1,6 +1,7 @@
 """Holder scan cost on a busy host: statewarden against fuser and lsof, as root and as a user.
 
     .venv/bin/python bench/holders.py [--extra 2000] [--files 4] [--runs 5] [--uid 65534]
+                                      [--baseline OTHER/.venv/bin/python]
 
 Run as root. Starts ``--extra`` processes (forked sleepers, each with ``--files`` open
 files of its own) and two real Hermes writers on one tiny state.db: one of ``--uid``
@@ -13,7 +14,10 @@ files of its own) and two real Hermes writers on one tiny state.db: one of ``--u
   imports included), A/B alternated: ``statewardenctl holders --db DB --no-systemd``
   (the installed entry point, which reads plain options without click), the same
   through the click group (``python -m statewarden.cli.ctl``), ``fuser DB`` and
-  ``lsof DB``, as root and as the user (through ``setpriv``, for all alike);
+  ``lsof DB``, as root and as the user (through ``setpriv``, for all alike); for each,
+  the wall time and the CPU time (user + system of the finished child);
+- with ``--baseline``, the ``statewardenctl`` of another install (another checkout's
+  venv) in the same alternation, to compare two versions in one run;
 - the imports of ``statewardenctl --help`` (``python -X importtime``, summed).
 
 statewarden's bytecode is compiled first, as ``pip install`` does.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -91,8 +96,15 @@ def timed(fn: Callable[[], object], runs: int) -> list[float]:
     return times
 
 
-def command(cmd: list[str], env: dict[str, str]) -> Callable[[], object]:
-    return lambda: subprocess.run(cmd, capture_output=True, check=False, cwd=REPO, env=env)
+def command_times(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """One whole run of ``cmd``: its wall time and its CPU time (user + system), in ms."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=False, cwd=REPO, env=env)
+    wall = (time.perf_counter() - t) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return wall, cpu
 
 
 def import_ms(argv: list[str]) -> float:
@@ -152,6 +164,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--uid", type=int, default=65534)
     ap.add_argument(
+        "--baseline",
+        help="the python of another install whose statewardenctl is timed alongside",
+    )
+    ap.add_argument(
         "--ofd",
         action="store_true",
         help="the user's writer adds the OFD locks of Hermes since 0.20",
@@ -171,6 +187,10 @@ def main() -> None:
         [sys.executable, "-m", "compileall", "-q", str(REPO / "statewarden")], check=True
     )
     rows: list[tuple[str, list[float]]] = []
+    cpu_times: dict[str, list[float]] = {}  # whole processes: CPU ms of each run
+    base: list[str] = []
+    if args.baseline:
+        base = [str(Path(args.baseline).with_name("statewardenctl"))]
     folder = Path(tempfile.mkdtemp(prefix="statewarden-bench-"))
     try:
         folder.chmod(0o755)
@@ -234,6 +254,16 @@ def main() -> None:
                             "statewardenctl holders",
                             [*ctl, "holders", "--db", str(db), "--no-systemd"],
                         ),
+                        *(
+                            [
+                                (
+                                    "baseline holders",
+                                    [*base, "holders", "--db", str(db), "--no-systemd"],
+                                )
+                            ]
+                            if base
+                            else []
+                        ),
                         (
                             "holders through click",
                             [*click_ctl, "holders", "--db", str(db), "--no-systemd"],
@@ -245,7 +275,9 @@ def main() -> None:
                     by_command: dict[str, list[float]] = {name: [] for name, _ in cmds}
                     for _ in range(args.runs):
                         for name, cmd in cmds:
-                            by_command[name] += timed(command([*prefix, *cmd], env), 1)
+                            wall, cpu = command_times([*prefix, *cmd], env)
+                            by_command[name].append(wall)
+                            cpu_times.setdefault(f"{name}, {who}", []).append(cpu)
                     rows += [(f"{name}, {who}", by_command[name]) for name, _ in cmds]
                 run_imports = {
                     name: min(
@@ -286,7 +318,9 @@ def main() -> None:
     best = {}
     for name, times in rows:
         best[name] = min(times)
-        print(f"  {name:<36}{min(times):8.1f} ms  (median {statistics.median(times):.1f})")
+        spent_ms = cpu_times.get(name)
+        spent = f", CPU median {statistics.median(spent_ms):.1f} ms" if spent_ms else ""
+        print(f"  {name:<36}{min(times):8.1f} ms  (median {statistics.median(times):.1f}{spent})")
     print(f"  user's scan coverage: {user['coverage']}")
     print(
         f"  imports of statewardenctl --help: {help_imports:.1f} ms; of holders --help: {holders_imports:.1f} ms"
@@ -302,6 +336,12 @@ def main() -> None:
     for who in ("root", "user"):
         ratio = best[f"in-process full scan, {who}"] / best[f"fuser, {who}"]
         print(f"  in-process full scan / fuser, {who}: {ratio:.2f}")
+    for who in ("root", "user"):
+        fuser_cpu = statistics.median(cpu_times[f"fuser, {who}"])
+        for name in ("statewardenctl holders", "baseline holders"):
+            if f"{name}, {who}" in cpu_times:
+                cpu = statistics.median(cpu_times[f"{name}, {who}"])
+                print(f"  CPU median, {name} / fuser, {who}: {cpu / fuser_cpu:.2f}")
 
 
 if __name__ == "__main__":

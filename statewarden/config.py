@@ -26,12 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
+# Re-exported ("X as X" marks that for mypy): the holders' literals and the file's place,
+# defined where a command that starts fast can import them without this module.
+from statewarden.config_literals import DEFAULT_OTHER_USERS as DEFAULT_OTHER_USERS  # noqa: PLC0414
+from statewarden.config_literals import ENV_CONFIG as ENV_CONFIG  # noqa: PLC0414
+from statewarden.config_literals import HolderKind as HolderKind  # noqa: PLC0414
+from statewarden.config_literals import OtherUsersPolicy as OtherUsersPolicy  # noqa: PLC0414
+from statewarden.config_literals import default_config_path as default_config_path  # noqa: PLC0414
+from statewarden.config_literals import xdg_dir as xdg_dir  # noqa: PLC0414
 from statewarden.errors import ConfigError
 
 if TYPE_CHECKING:
     import yaml
 
-ENV_CONFIG = "STATEWARDEN_CONFIG"
 # Bounds on what a config file may cost to read: the whole schema needs a few hundred
 # values and 4 levels; the limits leave room for long target lists and comments.
 CONFIG_MAX_BYTES = 1 << 20
@@ -171,22 +178,6 @@ class WatchConfig:
     verify_timeout: Duration = DEFAULT_VERIFY_TIMEOUT_S
 
 
-HolderKind = Literal[
-    "gateway",
-    "dashboard",
-    "serve",
-    "serve-isolated",
-    "cli",
-    "tui",
-    "cron",
-    "acp",
-    "sqlite3",
-    "litestream",
-    "unknown",
-]
-# What a holder scan does with a process it cannot read (another user's, EACCES).
-OtherUsersPolicy = Literal["locks", "fail"]
-DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
 DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
     "gateway",
     "dashboard",
@@ -402,19 +393,6 @@ class Config:
 
 
 # --------------------------------------------------------------------------- paths
-
-
-def xdg_dir(env_name: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_*`` if set to an absolute path (the spec ignores relative ones), else the fallback."""
-    env = os.environ if env is None else env
-    value = env.get(env_name, "")
-    if value and os.path.isabs(value):
-        return Path(value)
-    return Path(os.path.expanduser(fallback))
-
-
-def default_config_path(env: Mapping[str, str] | None = None) -> Path:
-    return xdg_dir("XDG_CONFIG_HOME", "~/.config", env) / "statewarden" / "config.yaml"
 
 
 def state_dir(config: Config, env: Mapping[str, str] | None = None) -> Path:

@@ -15,9 +15,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from statewarden.config import Config
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
+
+if TYPE_CHECKING:  # a --db target needs no config (and the config module is slow to import)
+    from statewarden.config import Config
 
 DB_NAME = "state.db"
 DEFAULT_PROFILE = "default"

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from statewarden.config import Config, load_config
 from statewarden.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -22,6 +22,9 @@ from statewarden.errors import (
     UsageError,
 )
 from statewarden.targets import Target, discover, find_target, target_for_db
+
+if TYPE_CHECKING:  # imported when a config is read: `holders --db` without a file needs none
+    from statewarden.config import Config
 
 ENV_DEBUG = "STATEWARDEN_DEBUG"
 
@@ -83,6 +86,8 @@ def errors_as_exit_codes(
 
 
 def get_config(config_path: str | None) -> Config:
+    from statewarden.config import load_config  # noqa: PLC0415 - see the import above
+
     return load_config(config_path)
 
 

@@ -73,7 +73,9 @@ def holders(
 
     Example: statewardenctl holders --profile coder --json
     """
-    scanner, targets, note = open_scanner(config_path, db, profile, watch=watch)
+    scanner, targets, note = open_scanner(
+        config_path, db, profile, watch=watch, name_unreadable=as_json or verbose
+    )
     n = 0
     code = EXIT_OK
     try:

@@ -6,7 +6,6 @@ The click command (:mod:`statewarden.cli.holders_cmd`) and the quick entry point
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewarden.cli._plain import get_config, printable, select_targets, write_line
+from statewarden.config_literals import no_config_file
 from statewarden.errors import EXIT_OK, EXIT_SCAN_INCOMPLETE, EXIT_STALE_OR_LOST_LOCKS, UsageError
 from statewarden.holders.processes import human_age, short_command
 from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
@@ -203,20 +203,32 @@ def _payload(
 
 
 def open_scanner(
-    config_path: str | None, db: str | None, profile: str | None, *, watch: bool
+    config_path: str | None,
+    db: str | None,
+    profile: str | None,
+    *,
+    watch: bool,
+    name_unreadable: bool = True,
 ) -> tuple[HolderScanner, list[Target], str]:
-    """The scanner of the chosen databases, their targets, and a note when none were found."""
+    """The scanner of the chosen databases, their targets, and a note when none were found.
+
+    ``name_unreadable``: False when the report only counts the processes that could not be
+    read (text without ``--verbose``): the scan then spares reading their names.
+    """
     if db:
         check_db(db)
     targets, note = select_targets(config_path, db, profile)
-    # No config file means every default (other_users: locks), with --db too.
-    policy = get_config(config_path).holders
+    # No config file means every default (other_users: locks), with --db too; the config
+    # module is imported only to read a file.
+    policy = None if no_config_file(config_path) else get_config(config_path).holders
     scanner = HolderScanner(
         [t.db for t in targets],
-        exempt_comms=policy.exempt_comms,
-        other_users=policy.other_users,
         watch_opens=watch,  # open events only help the incremental scans of --watch
+        name_unreadable=name_unreadable,
     )
+    if policy is not None:
+        scanner.exempt_comms = frozenset(policy.exempt_comms)
+        scanner.other_users = policy.other_users
     return scanner, targets, note
 
 
@@ -249,6 +261,8 @@ def scan_and_report(
 
         units, systemd_note = systemd_view(scans)
     if as_json:
+        import json  # noqa: PLC0415 - only --json needs it
+
         data = json_document(_payload(scans, targets, note, units, systemd_note))
         if watch:
             write_line(json.dumps(data, default=str))

@@ -72,17 +72,20 @@ def run_holders(options: dict[str, str | bool | None]) -> int:
         assert config_path is None or isinstance(config_path, str)
         assert db is None or isinstance(db, str)
         assert profile is None or isinstance(profile, str)
-        scanner, targets, note = open_scanner(config_path, db, profile, watch=False)
+        as_json, verbose = bool(options["as_json"]), bool(options["verbose"])
+        scanner, targets, note = open_scanner(
+            config_path, db, profile, watch=False, name_unreadable=as_json or verbose
+        )
         try:
             return scan_and_report(
                 scanner,
                 targets,
                 note,
                 full=True,
-                as_json=bool(options["as_json"]),
+                as_json=as_json,
                 watch=False,
                 no_systemd=bool(options["no_systemd"]),
-                verbose=bool(options["verbose"]),
+                verbose=verbose,
             )
         except KeyboardInterrupt:
             return 0  # as the click command: Ctrl-C during the scan ends it quietly

@@ -15,7 +15,7 @@ table, a damaged or busy file, an unreadable one) leaves every kind as it was.
 
 from __future__ import annotations
 
-import socket
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +65,8 @@ def read_heartbeats(db: Path) -> list[Heartbeat]:
 
 def apply_heartbeats(scans: Iterable[HolderScan], *, host: str | None = None) -> None:
     """Call a holder of kind ``unknown`` that a heartbeat row names a gateway."""
-    here = host if host is not None else socket.gethostname()
+    # What socket.gethostname() answers on Linux (uname's node name), without the socket module.
+    here = host if host is not None else os.uname().nodename
     for scan in scans:
         if not any(h.kind in REFINABLE_KINDS for h in scan.holders):
             continue

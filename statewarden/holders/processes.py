@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from statewarden.config import HolderKind
+from statewarden.config_literals import HolderKind
 
 # The kinds of holder, in the order the docs list them; the config validates against the same type.
 KINDS: tuple[str, ...] = get_args(HolderKind)
@@ -32,6 +32,9 @@ _PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
 # Interpreter options that take a separate argument (python -X dev -W error -m ...).
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 _READ_BYTES = 128 * 1024
+# Room for a one-record /proc file: /proc/<pid>/stat is a few hundred bytes (52 numbers
+# and a name of at most 64).
+_RECORD_BYTES = 4096
 # Hermes' global options that take a value before the subcommand (hermes -p coder chat).
 _HERMES_OPTS_WITH_ARG = frozenset({"--profile", "-p", "--home", "--config", "-c", "--model", "-m"})
 # include/linux/sched.h: the task is a kernel thread. Its name (``kworker/0:1``) proves nothing.
@@ -78,8 +81,28 @@ def read_file(path: str) -> bytes:
         os.close(fd)
 
 
+def read_record(path: str) -> bytes:
+    """A /proc file that the kernel writes as one record (``stat``), in one ``read``.
+
+    Such a file comes whole from the first ``read`` that has room for it: a read shorter
+    than the room asked for is the end, and the usual second ``read`` (to see the end) is
+    spared. A record that fills the room is read on to the end.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        first = os.read(fd, _RECORD_BYTES)
+        if len(first) < _RECORD_BYTES:
+            return first
+        chunks = [first]
+        while chunk := os.read(fd, _READ_BYTES):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_stat(pid: int, proc: str = "/proc") -> ProcStat:
-    raw = read_file(f"{proc}/{pid}/stat").decode("utf-8", "replace")
+    raw = read_record(f"{proc}/{pid}/stat").decode("utf-8", "replace")
     # comm may contain spaces and parentheses: it ends at the last ')'.
     left = raw.index("(")
     right = raw.rindex(")")

@@ -66,8 +66,10 @@ pid), or by receiving a descriptor over a socket (its count changes; found by th
 round-robin within ``ceil(processes / refresh_per_scan)`` scans). Replaced target
 files force a full scan. Maintenance decisions use full scans.
 
-On a host with at least ``parallel_min_processes`` processes a scan reads /proc in
-``workers`` threads (the reads release the GIL).
+On a host with at least ``parallel_min_processes`` processes a scan that can read every
+process (root, or the capabilities to) reads /proc in ``workers`` threads (the reads
+release the GIL): by default as many as the load average leaves processors idle, up to
+``DEFAULT_SCAN_WORKERS``. One that cannot stats most processes once each, in one thread.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from statewarden.config import DEFAULT_OTHER_USERS, OtherUsersPolicy
+from statewarden.config_literals import DEFAULT_OTHER_USERS, OtherUsersPolicy
 from statewarden.holders import processes as P
 from statewarden.holders.locks import LockKey, Locks, LockTable, attribute, fd_locks, read_locks
 from statewarden.holders.report import (
@@ -96,11 +98,11 @@ from statewarden.holders.report import (
     LockInfo,
     age_seconds,
 )
-from statewarden.mounts import Mount, read_mounts
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
 if TYPE_CHECKING:
     from statewarden.holders.opens import OpenWatch
+    from statewarden.mounts import Mount
 
 __all__ = [
     "FILE_NAMES",
@@ -120,7 +122,9 @@ __all__ = [
 
 DEFAULT_REFRESH_PER_SCAN = 128
 DEFAULT_PARENT_DEPTH = 16
-# Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes.
+# Threads reading /proc in a scan of at least PARALLEL_MIN_PROCESSES processes: at most
+# this many, and no more than the processors the load average leaves idle (a thread
+# waiting for a processor shortens nothing and costs the interpreter lock's hand-overs).
 DEFAULT_SCAN_WORKERS = min(4, os.cpu_count() or 1)
 PARALLEL_MIN_PROCESSES = 256
 # Processes (by comm) that may stay uninspectable without making a scan incomplete
@@ -136,6 +140,7 @@ class _Target:
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
+    name_bytes: bytes  # the database's file name, as memory maps spell it
 
 
 @dataclass
@@ -157,6 +162,7 @@ class _Entry:
     stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
     # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
     ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = field(default_factory=list)
+    named: bool = False  # its stat was read (or tried): comm, ppid and start time are known
 
 
 class _Vanished(Exception):
@@ -193,8 +199,9 @@ class HolderScanner:
         exempt_comms: Iterable[str] = DEFAULT_EXEMPT_COMMS,
         other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
         watch_opens: bool = True,
-        workers: int = DEFAULT_SCAN_WORKERS,
+        workers: int | None = None,
         parallel_min_processes: int = PARALLEL_MIN_PROCESSES,
+        name_unreadable: bool = True,
     ) -> None:
         self.dbs = [Path(os.path.abspath(os.path.expanduser(str(d)))) for d in dbs]
         self.proc = proc
@@ -213,6 +220,10 @@ class HolderScanner:
             self._opens = OpenWatch()
         self.workers = workers
         self.parallel_min_processes = parallel_min_processes
+        # False: a process that cannot be read and holds no lock keeps "?" for its name,
+        # parent and start time (one read of /proc/<pid>/stat each spared), for a report
+        # that only counts such processes. One that holds a lock is named all the same.
+        self.name_unreadable = name_unreadable
         try:
             # Linux >= 6.2 reports the descriptor count as the size of /proc/<pid>/fd.
             self._fd_count_supported = os.stat(f"{proc}/self/fd").st_size > 0
@@ -371,7 +382,9 @@ class HolderScanner:
         names = {
             db.name + suffix: name for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
         }
-        return _Target(db=db, dir_real=_real_dir(db), ids=ids, names=names)
+        return _Target(
+            db=db, dir_real=_real_dir(db), ids=ids, names=names, name_bytes=os.fsencode(db.name)
+        )
 
     def _list_pids(self) -> list[int]:
         return [int(n) for n in os.listdir(self.proc) if n.isdigit()]
@@ -399,14 +412,20 @@ class HolderScanner:
                     out.append((pid, None))
             return out
 
-        if self.workers <= 1 or len(todo) < self.parallel_min_processes:
+        # Threads pay when processes are read (descriptors, maps); a scan that cannot read
+        # other users' processes gives each of them one stat, which a thread only slows.
+        if len(todo) < self.parallel_min_processes or not self._reads_all:
             yield from chunk(todo)
             return
-        size = -(-len(todo) // (self.workers * 4))
+        workers = self.workers if self.workers is not None else idle_workers()
+        if workers <= 1:
+            yield from chunk(todo)
+            return
+        size = -(-len(todo) // (workers * 4))
         parts = [todo[i : i + size] for i in range(0, len(todo), size)]
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - big scans only
 
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="holders") as pool:
+        with ThreadPoolExecutor(workers, thread_name_prefix="holders") as pool:
             for result in pool.map(chunk, parts):
                 yield from result
 
@@ -419,11 +438,61 @@ class HolderScanner:
         except OSError:
             return True
 
+    def _names_needed(self) -> bool:
+        """Whether every unreadable process is named (``name_unreadable``, or a policy that
+        reports them one by one: ``other_users: fail``, ``exempt_comms`` matched by name)."""
+        return self.name_unreadable or self.other_users != "locks" or bool(self.exempt_comms)
+
+    def _name(self, entry: _Entry) -> None:
+        """Read the name, parent and start time of an unreadable process left unnamed.
+
+        A failed read leaves "?", as it does during the scan (one that has exited is
+        found gone when its holder's details are read).
+        """
+        if entry.named:
+            return
+        entry.named = True
+        try:
+            st = P.read_stat(entry.pid, self.proc)
+        except OSError:
+            return
+        entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
+
+    def _owned_by_another(self, base: str, entry: _Entry) -> bool:
+        """True if another uid owns the process (its descriptors cannot be listed); one stat.
+
+        ``/proc/<pid>/fd`` has the owner of ``/proc/<pid>`` and, since Linux 6.2, the
+        descriptor count as its size, for every process (none for a kernel thread or a
+        zombie): the count tells the two apart from a live process without a read of
+        ``stat``. Sets the entry's ``uid`` and ``fd_count`` of such a process.
+        """
+        try:
+            st = os.stat(f"{base}/fd")
+        except (FileNotFoundError, ProcessLookupError) as exc:
+            raise _Vanished from exc
+        except PermissionError:  # hidepid=1 closes the folder: its owner, and no count
+            try:
+                st = os.stat(base)
+            except (FileNotFoundError, ProcessLookupError) as exc:
+                raise _Vanished from exc
+            if st.st_uid == self._euid:
+                return False
+            entry.uid = st.st_uid
+            return True
+        if st.st_uid == self._euid:
+            return False
+        entry.uid = st.st_uid
+        entry.fd_count = st.st_size if self._fd_count_supported else 0
+        return True
+
     def _inspect(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         """What ``pid`` holds. ``stat`` is read only for holders and failures (cost)."""
         entry = self._files(pid, targets, devs)
+        if entry.error and entry.fd_count and not self._names_needed():
+            return entry  # another user's process with descriptors: not a kernel thread
         # No descriptors at all (or none readable) may be a kernel thread: its flags say.
         if entry.fds or entry.maps or entry.error or not entry.fd_count:
+            entry.named = True
             try:
                 st = P.read_stat(pid, self.proc)
             except (FileNotFoundError, ProcessLookupError) as exc:
@@ -432,7 +501,9 @@ class HolderScanner:
                 entry.error = entry.error or f"{self.proc}/{pid}/stat: {exc.strerror}"
                 return entry
             if st.kernel_thread:
-                return _Entry(pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True)
+                return _Entry(
+                    pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True, named=True
+                )
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
             entry.start_ticks, entry.comm, entry.ppid = st.start_ticks, st.comm, st.ppid
@@ -443,15 +514,9 @@ class HolderScanner:
     def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         base = f"{self.proc}/{pid}"
         entry = _Entry(pid, 0, "?", 0, 0, {}, {})
-        if not self._reads_all:
-            try:
-                owner = os.stat(base).st_uid
-            except (FileNotFoundError, ProcessLookupError) as exc:
-                raise _Vanished from exc
-            if owner != self._euid:
-                entry.uid = owner
-                entry.error = f"{base}/fd: Permission denied"
-                return entry
+        if not self._reads_all and self._owned_by_another(base, entry):
+            entry.error = f"{base}/fd: Permission denied"
+            return entry
         try:
             fds = os.listdir(f"{base}/fd")
             entry.fd_count = len(fds)
@@ -498,7 +563,7 @@ class HolderScanner:
         except OSError as exc:
             entry.error = f"{base}/maps: {exc.strerror or exc}"
             return entry
-        if any(t.db.name.encode() in maps for t in targets):
+        if any(t.name_bytes in maps for t in targets):
             self._match_maps(maps, targets, entry)
         return entry
 
@@ -553,7 +618,7 @@ class HolderScanner:
                     wanted[(dev, fid[1])] = (i, name)
         seen: set[tuple[str, int]] = set()
         for raw in maps.splitlines():
-            if not any(t.db.name.encode() in raw for t in targets):
+            if not any(t.name_bytes in raw for t in targets):
                 continue
             parts = raw.decode("utf-8", "replace").split(None, 5)
             if len(parts) < 6:
@@ -645,10 +710,12 @@ class HolderScanner:
         by_locks = self.other_users == "locks" and table is not None
         for entry in entries:
             pid = entry.pid
-            mine = {k: v for k, v in entry.fds.items() if k[0] == index}
-            mapped = {k: v for k, v in entry.maps.items() if k[0] == index}
+            mine = {k: v for k, v in entry.fds.items() if k[0] == index} if entry.fds else {}
+            mapped = {k: v for k, v in entry.maps.items() if k[0] == index} if entry.maps else {}
             owned = table.owned.get((pid, index), []) if table is not None else []
             if entry.error:
+                if owned:
+                    self._name(entry)  # a holder through its locks: shown by name
                 uid = entry.uid
                 exempt = entry.comm in self.exempt_comms
                 scan.uninspectable.append(
@@ -795,6 +862,16 @@ class HolderScanner:
         return chain
 
 
+def idle_workers(limit: int = DEFAULT_SCAN_WORKERS) -> int:
+    """Threads for a big scan: up to ``limit``, as many as the processors the last
+    minute's load average leaves idle, at least one."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return limit
+    return max(1, min(limit, int((os.cpu_count() or 1) - load + 0.5)))
+
+
 def _owner(pid: int, proc: str) -> int | None:
     """The owner of ``/proc/<pid>``: the process's effective uid (root's for one that made
     itself non-dumpable). One ``stat``, where ``status`` would be a read of a page."""
@@ -820,6 +897,8 @@ def restricted_proc(proc: str = "/proc") -> str | None:
     """
     if os.geteuid() == 0:
         return None
+    from statewarden.mounts import read_mounts  # noqa: PLC0415 - root never reads them
+
     real = os.path.realpath(proc)
     found: Mount | None = None
     for m in read_mounts():

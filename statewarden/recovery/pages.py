@@ -29,6 +29,9 @@ import itertools
 import os
 import re
 import struct
+import sys
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,8 @@ Row = tuple[int, list[Any]]
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
     """(value, next position) of the big-endian varint at ``pos`` (1-9 bytes)."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        return buf[pos], pos + 1  # one byte: most sizes, serial types and rowids
     value = 0
     for i in range(8):
         if pos + i >= len(buf):
@@ -63,6 +68,81 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
     if value >= 1 << 63:
         value -= 1 << 64
     return value, pos + 9
+
+
+def _header_of(n: int, pg: bytes) -> tuple[int, int, int]:
+    """(page type, header offset, cell count) of b-tree page ``n``, read as ``pg``."""
+    h = 100 if n == 1 else 0
+    kind = pg[h]
+    if kind not in _BTREE_TYPES:
+        raise PageFormatError(f"page {n} is not a b-tree page (type {kind})")
+    return kind, h, (pg[h + 3] << 8) | pg[h + 4]
+
+
+def _whole_by_size(pg: bytes, at: int, most: int) -> bool:
+    """Does the payload-size varint at ``at`` of ``pg`` say the payload is at most
+    ``most`` bytes (held whole in its cell)? Read only when it takes one or two bytes
+    (False otherwise); ``pg`` holds two bytes from ``at``."""
+    b = pg[at]
+    if b < 0x80:
+        return b <= most
+    c = pg[at + 1]
+    return c < 0x80 and ((b & 0x7F) << 7) | c <= most
+
+
+@dataclass
+class PageCensus:
+    """What one sequential read of every page of a file tells (the file's own bytes,
+    no overlay): each page's first four bytes as a big-endian number (a b-tree page's
+    type byte is its top byte, an overflow or freelist trunk page's next page is all
+    of it), and the pages that hold a wholly zeroed 512-byte sector: with their
+    stretches of zeroed sectors (:func:`zeroed_sectors`) where those may lie in a
+    record's bytes, in ``passed`` where they cannot (an index or interior page; a
+    table leaf with no zero byte in its cell content area that a stretch could hold)."""
+
+    first_words: array[int]
+    zeroed: dict[int, list[tuple[int, int]]]
+    passed: set[int]
+
+
+def _take_census(db: DatabaseFile) -> PageCensus:
+    """The :class:`PageCensus` of ``db``, read in page-aligned chunks of
+    ``ZERO_SCAN_CHUNK`` bytes (memory bounded at any size)."""
+    census = PageCensus(array("I"), {}, set())
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    for first in range(1, db.page_count + 1, per_chunk):
+        count = min(per_chunk, db.page_count - first + 1)
+        data = db.raw_pages(first, count)
+        data = data[: len(data) // ps * ps]  # (a file cut short meanwhile)
+        census.first_words.frombytes(memoryview(data).cast("I")[:: ps // 4].tobytes())
+        for i in _zeroed_sector_pages(data, ps):
+            n, base = first + i, i * ps
+            if not _may_hold_zeroed_payload(data, base, ps, 100 if n == 1 else 0):
+                census.passed.add(n)
+            elif stretches := _zeroed_stretches(data, base, ps):
+                census.zeroed[n] = stretches
+    if sys.byteorder == "little":
+        census.first_words.byteswap()
+    census.first_words.extend(itertools.repeat(0, db.page_count - len(census.first_words)))
+    return census
+
+
+def _may_hold_zeroed_payload(data: bytes, base: int, ps: int, h: int) -> bool:
+    """Could a stretch of zeroed sectors of the page at ``base`` of ``data`` lie in a
+    record's bytes (``_may_hold_payload``, which this never contradicts)? Not on an
+    index or interior page; on a table leaf only when a zero byte of its cell content
+    area could belong to one: the first (a stretch running into the area) or one of
+    ``MIN_ZERO_STRETCH`` in a row inside it."""
+    kind = data[base + h]
+    if kind in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF):
+        return False
+    if kind != PAGE_TABLE_LEAF:
+        return True
+    content = int.from_bytes(data[base + h + 5 : base + h + 7], "big") or 65536
+    if content >= ps:
+        return False
+    return data[base + content] == 0 or data.find(_ZERO_STRETCH, base + content, base + ps) >= 0
 
 
 class DatabaseFile:
@@ -97,6 +177,7 @@ class DatabaseFile:
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
         self._zeroed: dict[int, list[tuple[int, int]]] | None = None
+        self._census: PageCensus | None = None
 
     def runs_into_zeros(self, n: int, off: int) -> bool:
         """Does the table-leaf cell at ``off`` of page ``n`` run into a zeroed sector
@@ -134,33 +215,54 @@ class DatabaseFile:
 
     def btree_header(self, n: int) -> tuple[int, int, int]:
         """(page type, header offset, cell count) of a b-tree page."""
-        pg = self.page(n)
-        h = 100 if n == 1 else 0
-        kind = pg[h]
-        if kind not in _BTREE_TYPES:
-            raise PageFormatError(f"page {n} is not a b-tree page (type {kind})")
-        (count,) = struct.unpack(">H", pg[h + 3 : h + 5])
-        return kind, h, count
+        return _header_of(n, self.page(n))
 
     def cell_offsets(self, n: int) -> list[int]:
-        kind, h, count = self.btree_header(n)
         pg = self.page(n)
+        return self._offsets_of(n, pg, _header_of(n, pg))
+
+    def _offsets_of(self, n: int, pg: bytes, header: tuple[int, int, int]) -> list[int]:
+        """:meth:`cell_offsets` of page ``n`` read as ``pg``, its header ``header``."""
+        kind, h, count = header
         start = h + (12 if kind in _INTERIOR else 8)
-        if start + 2 * count > self.usable:
+        end = start + 2 * count
+        if end > self.usable:
             raise PageFormatError(f"page {n}: cell pointer array overflows the page")
-        offs = [struct.unpack(">H", pg[start + 2 * i : start + 2 * i + 2])[0] for i in range(count)]
-        if any(not start + 2 * count <= o < self.usable for o in offs):
+        offs = list(struct.unpack_from(f">{count}H", pg, start))
+        if offs and not (end <= min(offs) and max(offs) < self.usable):
             raise PageFormatError(f"page {n}: a cell pointer points outside the content area")
         return offs
 
     def children(self, n: int) -> list[int]:
-        kind, h, _ = self.btree_header(n)
-        if kind not in _INTERIOR:
-            return []
         pg = self.page(n)
-        out = [struct.unpack(">I", pg[o : o + 4])[0] for o in self.cell_offsets(n)]
-        out.append(struct.unpack(">I", pg[h + 8 : h + 12])[0])
+        header = _header_of(n, pg)
+        if header[0] not in _INTERIOR:
+            return []
+        return self._children_of(n, pg, header)
+
+    def _children_of(self, n: int, pg: bytes, header: tuple[int, int, int]) -> list[int]:
+        """:meth:`children` of the interior page ``n`` read as ``pg``."""
+        out = [struct.unpack(">I", pg[o : o + 4])[0] for o in self._offsets_of(n, pg, header)]
+        out.append(struct.unpack(">I", pg[header[1] + 8 : header[1] + 12])[0])
         return out
+
+    def page_kind(self, n: int) -> int:
+        """The type byte of page ``n`` (``btree_header``'s first field, whether or not
+        it names a b-tree page), from the census when one was taken."""
+        if n in self.overlay:
+            return self.overlay[n][100 if n == 1 else 0]
+        if not 1 <= n <= self.page_count:
+            raise PageFormatError(f"page {n} is outside the file")
+        if self._census is not None and n != 1:
+            return self._census.first_words[n - 1] >> 24
+        return os.pread(self._fd, 1, (n - 1) * self.page_size + (100 if n == 1 else 0))[0]
+
+    def census(self) -> PageCensus:
+        """The file's :class:`PageCensus`, taken on the first call (one sequential read
+        of every page)."""
+        if self._census is None:
+            self._census = _take_census(self)
+        return self._census
 
     # -- reachability ----------------------------------------------------------------
 
@@ -173,19 +275,38 @@ class DatabaseFile:
             if n in seen or not 1 <= n <= self.page_count:
                 continue
             seen.add(n)
+            pg = self.page(n)
             try:
-                kind, _, _ = self.btree_header(n)
-                stack.extend(self.children(n))
-                if kind in (PAGE_TABLE_LEAF, PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
-                    for off in self.cell_offsets(n):
-                        try:
-                            seen.update(self._overflow_pages_of(n, kind, off))
-                        except (struct.error, IndexError):
-                            continue  # a garbled cell whose payload runs past the page
-            except PageFormatError:
-                continue
+                header = _header_of(n, pg)
+                kind = header[0]
+                if kind in _INTERIOR:
+                    stack.extend(self._children_of(n, pg, header))
+                if kind != PAGE_TABLE_INTERIOR:
+                    self._add_overflow_pages(n, pg, kind, self._offsets_of(n, pg, header), seen)
+            except (PageFormatError, struct.error):
+                continue  # (struct.error: a child pointer cut off by the page's end)
         seen.update(self.freelist_pages())
         return seen
+
+    def _add_overflow_pages(
+        self, n: int, pg: bytes, kind: int, offsets: list[int], seen: set[int]
+    ) -> None:
+        """Add to ``seen`` the overflow pages of the cells at ``offsets`` of page ``n``
+        (read as ``pg``, of type ``kind``), cell by cell: a cell whose payload runs past
+        the page is passed over, a varint that does (PageFormatError) ends the page."""
+        table = kind == PAGE_TABLE_LEAF
+        most = self._max_local(table=table)
+        skip = 4 if kind == PAGE_INDEX_INTERIOR else 0
+        # Both varints of a cell this far from the page's end read within the page.
+        safe = len(pg) - 18 - skip
+        for off in offsets:
+            # Most cells hold their payload whole: its size alone says so.
+            if off <= safe and _whole_by_size(pg, off + skip, most):
+                continue
+            try:
+                seen.update(self._overflow_pages_of(n, pg, kind, off))
+            except (struct.error, IndexError):
+                continue  # a garbled cell whose payload runs past the page
 
     def freelist_pages(self) -> set[int]:
         out: set[int] = set()
@@ -200,8 +321,7 @@ class DatabaseFile:
             trunk = nxt
         return out
 
-    def _overflow_pages_of(self, n: int, kind: int, off: int) -> list[int]:
-        pg = self.page(n)
+    def _overflow_pages_of(self, n: int, pg: bytes, kind: int, off: int) -> list[int]:
         pos = off + (4 if kind == PAGE_INDEX_INTERIOR else 0)
         size, pos = varint(pg, pos)
         if kind == PAGE_TABLE_LEAF:
@@ -211,14 +331,27 @@ class DatabaseFile:
             return []
         (first,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
         out: list[int] = []
-        while first and len(out) < MAX_OVERFLOW_PAGES_PER_CELL and 1 <= first <= self.page_count:
+        chain: set[int] = set()
+        # A chain that comes back to a page of its own would only repeat its pages.
+        while (
+            first
+            and first not in chain
+            and len(out) < MAX_OVERFLOW_PAGES_PER_CELL
+            and 1 <= first <= self.page_count
+        ):
             out.append(first)
+            chain.add(first)
             (first,) = struct.unpack(">I", self.page(first)[:4])
         return out
 
+    def _max_local(self, *, table: bool) -> int:
+        """The largest payload a cell holds whole (no overflow page)."""
+        u = self.usable
+        return u - 35 if table else ((u - 12) * 64 // 255) - 23
+
     def _local_size(self, payload: int, *, table: bool) -> int:
         u = self.usable
-        x = u - 35 if table else ((u - 12) * 64 // 255) - 23
+        x = self._max_local(table=table)
         if payload <= x:
             return payload
         m = ((u - 12) * 32 // 255) - 23
@@ -272,7 +405,11 @@ class DatabaseFile:
             raise PageFormatError("record header size out of range")
         types = []
         while pos < hsize:
-            t, pos = varint(payload, pos)
+            t = payload[pos]
+            if t < 0x80:
+                pos += 1
+            else:
+                t, pos = varint(payload, pos)
             types.append(t)
         values: list[Any] = []
         body = hsize
@@ -312,13 +449,7 @@ def orphan_table_leaves(db: DatabaseFile, roots: list[int]) -> list[int]:
     reached = db.reachable(roots)
     out = []
     for n in range(1, db.page_count + 1):
-        if n in reached:
-            continue
-        try:
-            kind, _, _ = db.btree_header(n)
-        except PageFormatError:
-            continue
-        if kind == PAGE_TABLE_LEAF:
+        if n not in reached and db.page_kind(n) == PAGE_TABLE_LEAF:
             out.append(n)
     return out
 
@@ -364,7 +495,7 @@ def salvage_rows(
             leaves = []
             for n in unreached:
                 try:
-                    if db.btree_header(n)[0] == PAGE_TABLE_LEAF:
+                    if db.page_kind(n) == PAGE_TABLE_LEAF:
                         leaves.append(n)
                 except PageFormatError:
                     continue
@@ -479,8 +610,7 @@ def rebuild_schema_root(path: Path) -> int:
             if n in free:
                 continue
             try:
-                kind, _, _ = db.btree_header(n)
-                if kind != PAGE_TABLE_LEAF:
+                if db.page_kind(n) != PAGE_TABLE_LEAF:
                     continue
                 rows, bad = db.leaf_rows(n)
             except PageFormatError:
@@ -560,9 +690,11 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
                 continue
             rows: list[Row] = []
-            for leaf in _damaged_leaves(db, obj.rootpage):
+            leaves, damaged = _walk_table_tree(db, obj.rootpage)
+            garbled, unreadable = _garbled_leaves(db, leaves)
+            for leaf in sorted(damaged + unreadable):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
-            for leaf in _garbled_leaves(db, obj.rootpage):
+            for leaf in garbled:
                 # Its pointers read: only the cells they point to (no stale copies
                 # from the free space), those that decode and are not zeroed.
                 rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1]))
@@ -582,17 +714,20 @@ def _one_version(rows: list[Row]) -> list[Row]:
     return [(r, vs[0]) for r, vs in sorted(by.items()) if all(v == vs[0] for v in vs)]
 
 
-def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Leaves of the tree whose header and cell pointers read but whose cells do not
-    hold rowids in increasing order, or do not fit in the page (garbled cells): a
-    scan through SQLite can stop at such a cell, or seek past the cells after it."""
-    out = []
-    for n in _tree_leaves(db, root):
+def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], list[int]]:
+    """(the ``leaves`` whose header and cell pointers read but whose cells do not hold
+    rowids in increasing order, or do not fit in the page (garbled cells): a scan
+    through SQLite can stop at such a cell, or seek past the cells after it; those
+    whose cell pointers do not read), each leaf read once."""
+    garbled = []
+    unreadable = []
+    for n in leaves:
         pg = db.page(n)
         try:
-            offsets = db.cell_offsets(n)
+            offsets = db._offsets_of(n, pg, _header_of(n, pg))
         except (PageFormatError, struct.error, IndexError):
-            continue  # its pointers do not read: carved whole (``_damaged_leaves``)
+            unreadable.append(n)  # carved whole
+            continue
         try:
             prev = None
             for off in offsets:
@@ -605,25 +740,19 @@ def _garbled_leaves(db: DatabaseFile, root: int) -> list[int]:
                     raise PageFormatError(f"page {n}: garbled cell at {off}")
                 prev = rowid
         except (PageFormatError, struct.error, IndexError):
-            out.append(n)
-    return out
+            garbled.append(n)
+    return garbled, unreadable
 
 
 def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
     return len(values) == len(obj.stored_columns) and record_fits(obj, values)
 
 
-def _damaged_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """The root and the children of the tree's interior pages that cannot be parsed
-    as b-tree pages (a table of one page has a leaf for its root; a damaged interior
-    page holds no cell that decodes as a row of the table)."""
-    return sorted(_walk_table_tree(db, root)[1])
-
-
 def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
-    """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that
-    do not parse as table pages: header, children or cell pointers); a page that
-    does not parse is not descended."""
+    """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that do
+    not parse as table pages: header or children); a page that does not parse is not
+    descended. Only interior pages are read whole: a leaf is known by its type byte
+    (``DatabaseFile.page_kind``), its cells are not read."""
     leaves: list[int] = []
     damaged: list[int] = []
     seen: set[int] = set()
@@ -633,20 +762,15 @@ def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
         if n in seen or not 1 <= n <= db.page_count:
             continue
         seen.add(n)
-        try:
-            kind, _, _ = db.btree_header(n)
-            if kind == PAGE_TABLE_INTERIOR:
+        kind = db.page_kind(n)
+        if kind == PAGE_TABLE_INTERIOR:
+            try:
                 stack.extend(db.children(n))
-                continue
-            if kind != PAGE_TABLE_LEAF:
-                raise PageFormatError(f"page {n}: not a table page")
-        except (PageFormatError, struct.error, IndexError):
-            damaged.append(n)
-            continue
-        leaves.append(n)
-        try:
-            db.cell_offsets(n)
-        except (PageFormatError, struct.error, IndexError):
+            except (PageFormatError, struct.error, IndexError):
+                damaged.append(n)
+        elif kind == PAGE_TABLE_LEAF:
+            leaves.append(n)
+        else:
             damaged.append(n)
     return leaves, damaged
 
@@ -879,6 +1003,7 @@ ZeroedCells = dict[int, list[int] | None]
 
 
 _ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
+_ZERO_STRETCH = bytes(MIN_ZERO_STRETCH)
 # How much of the file the zeroed-sector search reads at once.
 ZERO_SCAN_CHUNK = 4 << 20
 
@@ -887,15 +1012,10 @@ def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:
     """Page number -> its stretches of zeroed sectors (offsets in the page): on each
     page that holds a wholly zeroed 512-byte sector, the runs of ``MIN_ZERO_STRETCH``
     or more zero bytes that reach a 512-byte boundary, the way a disk zeroes whole
-    sectors (a later write may have covered part of one)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    # Read in page-aligned chunks (memory bounded at any size); a sector never
-    # straddles two pages, so never two chunks.
-    per_chunk = max(1, ZERO_SCAN_CHUNK // db.page_size)
-    for first in range(1, db.page_count + 1, per_chunk):
-        count = min(per_chunk, db.page_count - first + 1)
-        out.update(_zeroed_in(db.raw_pages(first, count), first, db.page_size))
-    return out
+    sectors (a later write may have covered part of one). Taken with the file's
+    census (``DatabaseFile.census``)."""
+    census = db.census()
+    return dict(sorted({**census.zeroed, **zeroed_sectors_of(db, census.passed)}.items()))
 
 
 def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple[int, int]]]:
@@ -909,9 +1029,18 @@ def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple
 
 def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[int, int]]]:
     """:func:`zeroed_sectors` of ``data``, the pages from ``first`` on."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for i in _zeroed_sector_pages(data, page_size):
+        if stretches := _zeroed_stretches(data, i * page_size, page_size):
+            out[first + i] = stretches
+    return out
+
+
+def _zeroed_sector_pages(data: bytes, page_size: int) -> list[int]:
+    """Indexes (from 0) of the pages of ``data`` that hold a wholly zeroed sector."""
     zero = bytes(SECTOR)
     end = len(data)
-    pages: set[int] = set()
+    pages: list[int] = []
     pos = 0
     while pos < end:
         at = data.find(zero, pos, end)
@@ -919,23 +1048,27 @@ def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[
             break
         sector = -(-at // SECTOR) * SECTOR
         if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
-            pages.add(sector // page_size)
+            pages.append(sector // page_size)
             pos = (sector // page_size + 1) * page_size  # the page is a candidate
         else:
             pos = max(sector, at + 1)
-    out: dict[int, list[tuple[int, int]]] = {}
-    for i in sorted(pages):
-        base = i * page_size
-        for m in _ZERO_RUN_RE.finditer(data, base, base + page_size):
-            lo, hi = m.start() - base, m.end() - base
-            if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
-                continue  # inside one sector, touching neither of its ends: not a sector's
-            out.setdefault(first + i, []).append((lo, hi))
+    return pages
+
+
+def _zeroed_stretches(data: bytes, base: int, page_size: int) -> list[tuple[int, int]]:
+    """The stretches of zeroed sectors of the page at ``base`` of ``data``."""
+    out = []
+    for m in _ZERO_RUN_RE.finditer(data, base, base + page_size):
+        lo, hi = m.start() - base, m.end() - base
+        if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+            continue  # inside one sector, touching neither of its ends: not a sector's
+        out.append((lo, hi))
     return out
 
 
 def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Table leaves a b-tree reaches (a page that does not parse is not descended)."""
+    """Table leaves a b-tree reaches (a page that does not parse is not descended);
+    only its interior pages are read, the leaves known by their type byte."""
     return _walk_table_tree(db, root)[0]
 
 
@@ -1020,7 +1153,7 @@ def _may_hold_payload(db: DatabaseFile, n: int, stretches: list[tuple[int, int]]
     is broken there, which SQLite itself reports)."""
     pg = db.page(n)
     try:
-        kind, h, _ = db.btree_header(n)
+        kind, h, _ = _header_of(n, pg)
     except PageFormatError:
         kind = 0
     if kind == PAGE_TABLE_LEAF:
@@ -1057,7 +1190,10 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
     SQLite connections to the file meanwhile opens ``db`` before the first of them and
     closes it after the last (docs/safety.md rule 2: no descriptor of the file is
     closed while a connection holds locks on it)."""
-    zeroed = {n: z for n, z in zeroed_sectors(db).items() if _may_hold_payload(db, n, z)}
+    # (the census leaves out pages whose zeroed sectors lie in no record's bytes, by
+    # the file's own bytes: those of newer images are looked at whole)
+    sectors = zeroed_sectors(db) if db.overlay else db.census().zeroed
+    zeroed = {n: z for n, z in sectors.items() if _may_hold_payload(db, n, z)}
     if not zeroed:
         return {}
     free = db.freelist_pages()
@@ -1069,11 +1205,14 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
     on_leaf = {n for leaves in leaves_of.values() for n in leaves}
     # A zeroed sector on a page that is no leaf of any table may be an overflow page.
     others = {n for n in zeroed if n not in on_leaf and n not in free}
+    # Then a leaf with no zeroed sector of its own may lead into one by an overflow
+    # chain: only a leaf that holds the number of a chain's page can.
+    leading = _leaves_leading_into(db, on_leaf, set(zeroed)) if others else set()
     out: dict[str, ZeroedCells] = {}
     for name, leaves in leaves_of.items():
         found: ZeroedCells = {}
         for n in leaves:
-            if n not in zeroed and not others:
+            if n not in zeroed and n not in leading:
                 continue
             try:
                 offsets = db.cell_offsets(n)
@@ -1093,6 +1232,71 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
         if found:
             out[name] = found
     return out
+
+
+def _leaves_leading_into(db: DatabaseFile, leaves: set[int], targets: set[int]) -> set[int]:
+    """The pages of ``leaves`` a cell's overflow chain may lead from into ``targets``:
+    those with a cell whose first overflow page is one from which next-page numbers
+    lead to a page of ``targets``, or the page itself (and those whose cells do not
+    read plainly: they are left to the cell-by-cell reading)."""
+    if db.overlay:
+        return set(leaves)  # its pages' next-page numbers are not the census's
+    back: dict[int, list[int]] = {}
+    for q, word in enumerate(db.census().first_words, 1):
+        if 1 <= word <= db.page_count:
+            back.setdefault(word, []).append(q)
+    lead = set(targets)
+    todo = list(targets)
+    while todo:
+        for q in back.get(todo.pop(), ()):
+            if q not in lead:
+                lead.add(q)
+                todo.append(q)
+    out: set[int] = set()
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    ordered = sorted(leaves)
+    at = 0
+    for first in range(1, db.page_count + 1, per_chunk):
+        data = db.raw_pages(first, min(per_chunk, db.page_count - first + 1))
+        while at < len(ordered) and ordered[at] < first + per_chunk:
+            n = ordered[at]
+            at += 1
+            heads = _first_overflow_pages(db, data, (n - first) * ps, 100 if n == 1 else 0)
+            if heads is None or not heads.isdisjoint(lead):
+                out.add(n)
+    return out
+
+
+def _first_overflow_pages(db: DatabaseFile, data: bytes, base: int, h: int) -> set[int] | None:
+    """The first overflow page of each cell of the table leaf at ``base`` of ``data``
+    (header at ``h``) that has one, as ``_payload_segments`` reads it (a cell it
+    cannot read has none), or None when its cell pointers do not read plainly."""
+    ps = db.page_size
+    if base + ps > len(data):
+        return None  # (a file cut short meanwhile)
+    (count,) = struct.unpack_from(">H", data, base + h + 3)
+    start = h + 8
+    if start + 2 * count > db.usable:
+        return None
+    most = db._max_local(table=True)
+    heads: set[int] = set()
+    page = b""
+    for off in struct.unpack_from(f">{count}H", data, base + start):
+        if not start + 2 * count <= off < ps - 1:
+            return None
+        if _whole_by_size(data, base + off, most):
+            continue
+        page = page or data[base : base + ps]
+        try:
+            size, pos = varint(page, off)
+            _, pos = varint(page, pos)
+        except PageFormatError:
+            continue
+        local = db._local_size(size, table=True)
+        if local < size and pos + local <= db.usable and pos + local + 4 <= ps:
+            heads.add(struct.unpack_from(">I", page, pos + local)[0])
+    return heads
 
 
 # -- overflow chains that lead to the same pages ------------------------------------

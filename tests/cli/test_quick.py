@@ -217,6 +217,30 @@ class TestWholeProcess:
         other = run([sys.executable, "-c", PROBE], "status", "--help", env=quiet_env)
         assert "click" in json.loads(other.stderr.rsplit("MODULES ", 1)[1])
 
+    def test_without_a_config_file_the_config_module_is_not_imported(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """No config file: `holders --db X` runs on the defaults without importing the config
+        module; a config file there is read, and its policy applies (other_users: fail
+        names the policy in the report)."""
+        home = make_home(tmp_path / "hermes", TINY)
+        args = ["holders", "--db", str(home / "state.db"), "--json", "--no-systemd"]
+        r = run([sys.executable, "-c", PROBE], *args, env=quiet_env)
+        assert r.returncode == 0, r.stderr
+        modules = json.loads(r.stderr.rsplit("MODULES ", 1)[1])
+        assert "statewarden.config" not in modules
+        assert json.loads(r.stdout.split("MODULES ", 1)[0])["other_users"] == "locks"
+        config = Path(quiet_env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
+        config.parent.mkdir(parents=True)
+        config.write_text("holders:\n  other_users: fail\n")
+        r = run([sys.executable, "-c", PROBE], *args, env=quiet_env)
+        assert "statewarden.config" in json.loads(r.stderr.rsplit("MODULES ", 1)[1])
+        assert json.loads(r.stdout)["other_users"] == "fail"
+        config.write_text("holders:\n  other_users: sometimes\n")
+        bad = run(QUICK, *args, env=quiet_env)
+        assert bad.returncode == 2, bad.stderr
+        assert "other_users" in bad.stderr
+
     def test_reader_gone_is_a_quiet_exit(self, tmp_path: Path, quiet_env: dict[str, str]) -> None:
         """Output to a closed pipe ends quietly with 141, as a SIGPIPE'd tool would."""
         home = make_home(tmp_path / "hermes", TINY)

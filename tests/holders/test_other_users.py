@@ -363,6 +363,83 @@ class TestOtherUsers:
             " and a process that could not be read may hold it"
         ) in data["problems"]
 
+    def test_a_scan_that_only_counts_the_unreadable_still_names_holders_and_skips_kthreads(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """With ``name_unreadable=False`` (text without --verbose) kernel threads are still left
+        out, root's holder through locks still has its name, parent and start time, the
+        processes holding nothing keep "?", and the scan is as complete as a named one."""
+        code = (
+            "import json, sys\n"
+            "from pathlib import Path\n"
+            "from statewarden.holders.scan import HolderScanner\n"
+            "out = {}\n"
+            "for names in (False, True):\n"
+            "    r = HolderScanner([Path(sys.argv[1])], name_unreadable=names).scan()[0]\n"
+            "    out[str(names)] = {'complete': r.complete, 'coverage': r.coverage,\n"
+            "        'holders': [[h.pid, h.via, h.comm, h.ppid, h.start_ticks] for h in r.holders],\n"
+            "        'uninspectable': [[u['pid'], u['comm'], u['holds_lock']]"
+            " for u in r.uninspectable]}\n"
+            "print(json.dumps(out))\n"
+        )
+        with holding(user_home.home) as root_writer:
+            procs.append(idle := idle_root())
+            proc = subprocess.run(
+                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
+                env={**os.environ, "HOME": "/nonexistent"},
+            )
+            start = int(
+                Path(f"/proc/{root_writer.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+            )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        quick, named = out["False"], out["True"]
+        assert quick["complete"] is named["complete"] is True
+        assert [root_writer.pid, "locks", "python", os.getpid(), start] in quick["holders"]
+        assert quick["holders"] == named["holders"]
+        unread = {pid: (comm, held) for pid, comm, held in quick["uninspectable"]}
+        assert unread[idle.pid] == ("?", False)
+        assert unread[root_writer.pid] == ("python", True)
+        assert {pid: c for pid, c, _ in named["uninspectable"]}[idle.pid] == "python"
+        assert not [pid for pid in unread if is_kernel_thread(pid)]
+        if kernel_threads_now():
+            assert quick["coverage"]["kernel_threads"] > 0
+        assert quick["coverage"]["uncovered"] == 0
+
+    def test_a_scan_that_cannot_read_other_users_runs_in_one_thread(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """As the user, where most processes get one stat, the scan starts no threads even
+        above ``parallel_min_processes``, and finds what it finds with them (root's holder
+        through locks, complete)."""
+        code = (
+            "import json, sys\n"
+            "from pathlib import Path\n"
+            "from statewarden.holders.scan import HolderScanner\n"
+            "s = HolderScanner([Path(sys.argv[1])], workers=3, parallel_min_processes=1)\n"
+            "r = s.scan()[0]\n"
+            "print(json.dumps({'complete': r.complete, 'threads': 'concurrent.futures' in"
+            " sys.modules, 'holders': [[h.pid, h.via] for h in r.holders]}))\n"
+        )
+        with holding(user_home.home) as root_writer:
+            proc = subprocess.run(
+                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
+                env={**os.environ, "HOME": "/nonexistent"},
+            )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["threads"] is False
+        assert out["complete"] is True
+        assert [root_writer.pid, "locks"] in out["holders"]
+
     def test_the_watcher_sees_the_root_holder_the_same_way(
         self, user_home: Home, procs: list[Proc]
     ) -> None:

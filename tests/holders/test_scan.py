@@ -24,13 +24,14 @@ from statewarden.holders.processes import (
     PF_KTHREAD,
     classify,
     human_age,
+    read_record,
     read_stat,
     short_command,
     started_at,
     systemd_cgroup_path,
     unit_from_cgroup,
 )
-from statewarden.holders.scan import Holder, HolderScan, HolderScanner
+from statewarden.holders.scan import Holder, HolderScan, HolderScanner, idle_workers
 from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.support.cli import run_ctl
 from tests.support.procs import alive
@@ -252,6 +253,27 @@ class TestHumanAge:
     def test_since_column(self, seconds: int, text: str) -> None:
         """The SINCE column shows the two largest units."""
         assert human_age(seconds) == text
+
+
+class TestReadRecord:
+    def test_a_process_stat_comes_whole_from_one_read(self) -> None:
+        """``read_record`` of this process's stat is what a read to the end gives, and
+        read_stat parses it (pid, parent, name)."""
+        path = f"/proc/{os.getpid()}/stat"
+        whole = read_record(path)
+        assert whole.split(b" ", 2)[:2] == Path(path).read_bytes().split(b" ", 2)[:2]
+        assert whole.endswith(b"\n")
+        st = read_stat(os.getpid())
+        assert (st.pid, st.ppid) == (os.getpid(), os.getppid())
+        assert st.comm == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+
+    def test_a_file_that_fills_the_first_read_is_read_to_the_end(self, tmp_path: Path) -> None:
+        """A file longer than the first read's room is not cut: the rest is read on."""
+        for size in (4095, 4096, 4097, 3 * 131072 + 5):
+            f = tmp_path / f"f{size}"
+            data = bytes(i % 251 for i in range(size))
+            f.write_bytes(data)
+            assert read_record(str(f)) == data, size
 
 
 class TestWriters:
@@ -552,6 +574,18 @@ class TestThreads:
         assert [h.to_json() for h in threaded.holders] == [h.to_json() for h in serial.holders]
         # Short-lived kernel workers may come and go between the two scans.
         assert bool(threaded.problems) == bool(serial.problems)
+
+    def test_threads_follow_the_idle_processors(self) -> None:
+        """By default a big scan takes one thread per processor the load average leaves
+        idle, at least one and at most the limit (a busy host gets one: no hand-overs)."""
+        cpus = os.cpu_count() or 1
+        before = os.getloadavg()[0]
+        found = idle_workers(64)
+        after = os.getloadavg()[0]
+        rounded = {max(1, min(64, int(cpus - load + 0.5))) for load in (before, after)}
+        assert found in rounded
+        assert idle_workers(1) == 1
+        assert 1 <= idle_workers(2) <= 2
 
 
 class TestFailClosed:

@@ -1,0 +1,65 @@
+"""What of the configuration a command needs before (or instead of) reading the file.
+
+The literal types and defaults the holders engine shares with the config, and where the
+config file is, without the config's dataclasses and validation (:mod:`statewarden.config`,
+which re-exports every name here): ``statewardenctl holders`` starts without them when
+no config file exists.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+ENV_CONFIG = "STATEWARDEN_CONFIG"
+
+HolderKind = Literal[
+    "gateway",
+    "dashboard",
+    "serve",
+    "serve-isolated",
+    "cli",
+    "tui",
+    "cron",
+    "acp",
+    "sqlite3",
+    "litestream",
+    "unknown",
+]
+# What a holder scan does with a process it cannot read (another user's, EACCES).
+OtherUsersPolicy = Literal["locks", "fail"]
+DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
+
+
+def xdg_dir(env_name: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_*`` if set to an absolute path (the spec ignores relative ones), else the fallback."""
+    env = os.environ if env is None else env
+    value = env.get(env_name, "")
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path(os.path.expanduser(fallback))
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path:
+    return xdg_dir("XDG_CONFIG_HOME", "~/.config", env) / "statewarden" / "config.yaml"
+
+
+def no_config_file(path: str | None, env: Mapping[str, str] | None = None) -> bool:
+    """True when loading the config would find no file and give every default: no file
+    named (``--config``, ``$STATEWARDEN_CONFIG``) and none at the default place.
+
+    Anything else at the default place (a file, a folder, one that cannot be looked at)
+    is for the config loader to read or to refuse.
+    """
+    env = os.environ if env is None else env
+    if path is not None or env.get(ENV_CONFIG):
+        return False
+    try:
+        os.stat(default_config_path(env))
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
