@@ -160,7 +160,12 @@ def _recover_copy(
     salvage, rebuild (or copy a healthy file whole), complete the partial rows,
     verify and account."""
     diag, report, pending = _diagnose(work, output, progress, ahead=True)
-    schema, source_version = _read_source(work, report)
+    try:
+        schema, source_version = _read_source(work, report)
+    except BaseException:
+        if pending is not None:
+            pending.close()  # its checks and descriptor end before the work folder goes
+        raise
     built = work.work_dir / "output.db"
     whole = None
     if pending is not None:
