@@ -565,6 +565,20 @@ def scrambled_fts_index(dest_dir: Path) -> corruption.Case:
     return case
 
 
+def fts_version_changed(dest_dir: Path) -> corruption.Case:
+    """The format version messages_fts_config stores changed from 4 to 99 in place
+    (one byte of the record's value): every b-tree reads as before, but FTS5 refuses to
+    open the table, so its own check stops with an error instead of a verdict."""
+    case = corruption.fresh_copy(dest_dir)
+    pf = corruption.PristineFile(case.db)
+    root = case.roots["messages_fts_config"]
+    at = pf.page(root).find(b"version\x04")
+    assert at > 0, "the config page holds the version row"
+    damage.write_at(case.db, (root - 1) * pf.page_size + at + len(b"version"), b"\x63")
+    case.note = f"messages_fts_config page {root}: the stored version 4 made 99"
+    return case
+
+
 class TestAheadOfFts:
     def test_healthy_file_comes_back_before_its_fts_checks(self, tmp_path: Path) -> None:
         """A healthy file: the diagnosis is handed back with its FTS checks pending, and
@@ -591,6 +605,21 @@ class TestAheadOfFts:
         assert ahead.damage == "none"
         assert pending.join(ahead)
         assert _comparable(ahead) == _comparable(waited)
+
+    def test_fts_check_that_stops_is_left_to_a_new_diagnosis(self, tmp_path: Path) -> None:
+        """An FTS table FTS5 refuses to open (every b-tree intact): its check stops with
+        an error, which the join cannot take alone; it says so and leaves the diagnosis
+        as it was, while a diagnosis that waits classes the file derived."""
+        case = fts_version_changed(tmp_path / "db")
+        waited = diagnose(case.db)
+        assert waited.damage == "derived"
+        assert "invalid fts5 file format" in waited.fts["messages_fts"]
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        before = _comparable(ahead)
+        assert not pending.join(ahead)
+        assert _comparable(ahead) == before
+        assert ahead.damage == "none"
 
 
 def _comparable(diag: Diagnosis) -> dict[str, Any]:
