@@ -285,15 +285,68 @@ def diagnose(
     rows are not in the database as SQLite reads it). ``schema_rebuilt`` says that the
     copy's page 1 was rebuilt (``bundle.py``): the source itself is unreadable.
     """
+    result, pending = _diagnose_file(
+        db,
+        progress=progress,
+        truncated=truncated,
+        wal=wal,
+        wal_name=wal_name,
+        schema_rebuilt=schema_rebuilt,
+        defer=False,
+    )
+    assert pending is None
+    return result
+
+
+def diagnose_ahead_of_fts(
+    db: Path,
+    *,
+    progress: ProgressFn | None = None,
+    truncated: str | None = None,
+    wal: WalFacts | None = None,
+    wal_name: str = "the WAL",
+    schema_rebuilt: str | None = None,
+) -> tuple[Diagnosis, FtsPending | None]:
+    """``diagnose``, except that a file whose b-trees, rows and FTS copies show no
+    damage comes back before FTS5's own checks of its FTS tables end: its FTS verdicts
+    are "ok" for now, and the ``FtsPending`` returned with it gives the real ones
+    (``FtsPending.join``). Until it is joined, SQLite connections of this process are
+    open to ``db``: nothing may read the file outside SQLite (docs/safety.md rule 2).
+    """
+    defer = schema_rebuilt is None and not (wal and (wal.dropped_commits or wal.foreign))
+    return _diagnose_file(
+        db,
+        progress=progress,
+        truncated=truncated,
+        wal=wal,
+        wal_name=wal_name,
+        schema_rebuilt=schema_rebuilt,
+        defer=defer,
+    )
+
+
+def _diagnose_file(
+    db: Path,
+    *,
+    progress: ProgressFn | None,
+    truncated: str | None,
+    wal: WalFacts | None,
+    wal_name: str,
+    schema_rebuilt: str | None,
+    defer: bool,
+) -> tuple[Diagnosis, FtsPending | None]:
+    """See ``diagnose`` and ``diagnose_ahead_of_fts``."""
     # The zeroed-sector search reads pages raw while the FTS tables' own checks run in
     # threads (``_diagnose``), through one descriptor opened before the first connection
     # and closed after the last: closing a descriptor of the file drops every POSIX lock
-    # the process holds on it, SQLite's among them (docs/safety.md rule 2).
+    # the process holds on it, SQLite's among them (docs/safety.md rule 2). When the
+    # checks go on after this returns, the descriptor goes with them (``FtsPending``).
     raw: DatabaseFile | str
     try:
         raw = DatabaseFile(db)
     except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
         raw = str(exc)
+    pending: FtsPending | None = None
     try:
         try:
             conn = apsw.Connection(str(db))
@@ -306,13 +359,16 @@ def diagnose(
                 raise DatabaseUnreadable(
                     f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
                 ) from None
-            result = _diagnose(conn, db, schema, progress, truncated, raw=raw)
+            result, running = _diagnose(conn, db, schema, progress, truncated, raw=raw, defer=defer)
+            if running is not None:
+                pending = FtsPending(running, schema, raw)
         finally:
             conn.close()
     finally:
-        if isinstance(raw, DatabaseFile):
+        if pending is None and isinstance(raw, DatabaseFile):
             raw.close()
-    # Raw page reads of its own, now that no connection is open to the copy.
+    # Raw page reads of its own, now that no connection is open to the copy (a file
+    # with FTS checks pending has no integrity error lines).
     if any("2nd reference to page" in ln for ln in result.error_lines):
         _add_cross_links(result, db, schema)
     if wal is not None:
@@ -324,7 +380,55 @@ def diagnose(
     if schema_rebuilt:
         result.notes.insert(0, schema_rebuilt)
         result.damage = "unreadable"
-    return result
+    return result, pending
+
+
+class FtsPending:
+    """FTS5's own checks of a file otherwise found healthy, still running in threads
+    on connections of their own (``diagnose_ahead_of_fts``), with the descriptor for raw
+    reads opened before them, which is closed only after their connections."""
+
+    def __init__(self, check: IntegrityCheck, schema: Schema, raw: DatabaseFile | str) -> None:
+        self._check = check
+        self._schema = schema
+        self._raw = raw
+        self._waited = False
+        self._apart = False
+
+    def close(self) -> None:
+        """Wait for the checks, then close the descriptor (after their connections)."""
+        if not self._waited:
+            try:
+                self._apart = self._check.wait()
+            finally:
+                self._waited = True
+                if isinstance(self._raw, DatabaseFile):
+                    self._raw.close()
+                self._raw = ""
+
+    def join(self, diag: Diagnosis) -> bool:
+        """Complete ``diag`` with the FTS checks' verdicts, its damage class with them.
+        False when their outcome is not one this can add alone (a check that could not
+        run on its own connection or stopped, or a line that names something other than
+        an FTS table): ``diag`` is then unchanged and the file must be diagnosed again
+        (``diagnose``)."""
+        self.close()
+        if not self._apart:
+            return False
+        lines, complete, _ = self._check.result()
+        groups = group_errors(lines, self._schema)
+        if not complete or any(g.kind != "fts" for g in groups):
+            return False
+        fts = fts_from_integrity_lines(lines, self._schema)
+        diag.fts = {name: res for name, res in fts.items() if name not in diag.unverifiable}
+        diag.error_lines = lines
+        diag.integrity_errors = len(lines)
+        diag.integrity_ok = not lines
+        diag.groups = groups
+        diag.helper_cpu_s = self._check.helper_cpu_s
+        damage = classify(groups, diag.tables, diag.fts, complete=True)
+        diag.damage = worst(diag.damage, damage)
+        return True
 
 
 def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedCells] | str:
@@ -418,6 +522,24 @@ def _add_cross_links(result: Diagnosis, db: Path, schema: Schema) -> None:
         result.damage = worst(result.damage, "base" if base else "derived")
 
 
+@dataclass
+class _Facts:
+    """What the scans found, apart from the integrity check's lines."""
+
+    notes: list[str]
+    tables: list[TableFacts]
+    orphans: dict[str, int]
+    fk_errors: list[str]
+    copies: list[CopyCheck]
+    counts: list[tuple[int, int, int]]
+    zeroed: dict[str, ZeroedCells] | str
+    # Rowids only an index lists, per table, as the scan found them (before the lost
+    # writes take the rowids given out from them).
+    index_only: dict[str, list[int]]
+    unverifiable: dict[str, str]
+    truncated: bool
+
+
 def _diagnose(
     conn: apsw.Connection,
     db: Path,
@@ -426,8 +548,11 @@ def _diagnose(
     truncated: str | None,
     *,
     raw: DatabaseFile | str,
-) -> Diagnosis:
-    notes = [truncated] if truncated else []
+    defer: bool = False,
+) -> tuple[Diagnosis, IntegrityCheck | None]:
+    """The diagnosis; with ``defer``, a file whose b-trees, rows and copies show no
+    damage is returned at once with FTS verdicts still to come, and the running check
+    with it (``FtsPending``); otherwise the check is waited for here."""
     table_names = [o.name for o in schema.tables() if o.rootpage]
     # The b-trees are checked now; the FTS tables' own checks go on in threads while
     # the tables are scanned, their orphans counted and their FTS copies compared
@@ -448,14 +573,53 @@ def _diagnose(
     counts = counts_disagree(conn)
     # Raw reads while the FTS checks run (SQLite releases the GIL): see ``diagnose``.
     zeroed = _zeroed_search(raw, schema)
-    lines, complete, abort = check.result()
+    facts = _Facts(
+        notes=[truncated] if truncated else [],
+        tables=tables,
+        orphans=orphans,
+        fk_errors=fk_errors,
+        copies=copies,
+        counts=counts,
+        zeroed=zeroed,
+        index_only={t.name: t.stale_index_entries for t in tables},
+        unverifiable=unloadable(conn, schema),
+        truncated=truncated is not None,
+    )
+    btree_lines, btree_abort = check.btree_result()
+    if defer and not btree_lines and btree_abort is None:
+        # Every FTS verdict "ok" for now: only a file otherwise healthy is handed back
+        # before its FTS checks end (``FtsPending.join`` gives the verdicts).
+        ahead = {o.name: "ok" for o in schema.tables() if o.module == "fts5"}
+        result = _verdict(conn, schema, facts, ([], True, None), check, fts=ahead)
+        result.path = str(db)
+        if result.damage == "none":
+            return result, check
+    result = _verdict(conn, schema, facts, check.result(), check, progress=progress)
+    result.path = str(db)
+    return result, None
+
+
+def _verdict(
+    conn: apsw.Connection,
+    schema: Schema,
+    facts: _Facts,
+    checked: tuple[list[str], bool, str | None],
+    check: IntegrityCheck,
+    *,
+    fts: dict[str, str] | None = None,
+    progress: ProgressFn | None = None,
+) -> Diagnosis:
+    """The diagnosis from the scans' facts and the integrity check's (lines, finished,
+    abort note); ``fts``: the FTS verdicts when they are given, not read from it."""
+    lines, complete, abort = checked
+    notes = list(facts.notes)
+    tables = facts.tables
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
-    index_only = {t.name: t.stale_index_entries for t in tables}
-    lost = find_lost_writes(conn, schema, lines, index_only, orphans)
+    lost = find_lost_writes(conn, schema, lines, facts.index_only, facts.orphans)
     for g in lost.given_out:  # named there as rowids that may be lost, not as left behind
-        facts = next(t for t in tables if t.name == g.table)
-        facts.stale_index_entries = [r for r in facts.stale_index_entries if r not in g.rowids]
+        t = next(t for t in tables if t.name == g.table)
+        t.stale_index_entries = [r for r in facts.index_only[t.name] if r not in g.rowids]
     groups = group_errors(lines, schema)
     _attribute_by_page(conn, schema, groups)
     roots = schema.by_root()
@@ -466,32 +630,30 @@ def _diagnose(
     }
     for t in tables:
         t.page_referenced_twice = t.name in twice
-    unverifiable = unloadable(conn, schema)
-    fts5 = [o.name for o in schema.tables() if o.module == "fts5" and o.name not in unverifiable]
-    own = check.own_verdicts() or {}
-    # A line that names no object ("database disk image is malformed") can end the
-    # b-tree check; the FTS tables' own checks ran on connections of their own.
-    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in lines)
-    if complete and not cut_short and not any(g.kind == "unknown" for g in groups):
-        fts = fts_from_integrity_lines(lines, schema)
-    elif all(name in own for name in fts5):
-        # Their own checks ran on a connection of their own, whatever stopped the rest.
-        fts = {name: own[name] for name in fts5}
-    else:
-        fts = fts_integrity(conn, schema, progress, skip=set(unverifiable))
+    unverifiable = facts.unverifiable
+    if fts is None:
+        fts = _fts_verdicts(
+            conn,
+            schema,
+            checked=(lines, complete),
+            groups=groups,
+            check=check,
+            progress=progress,
+            unverifiable=unverifiable,
+        )
     fts = {name: res for name, res in fts.items() if name not in unverifiable}
-    notes.extend(f"foreign_key_check failed on {e}" for e in fk_errors)
-    damage = classify(groups, tables, fts, complete=complete, truncated=truncated is not None)
-    if counts:
+    notes.extend(f"foreign_key_check failed on {e}" for e in facts.fk_errors)
+    damage = classify(groups, tables, fts, complete=complete, truncated=facts.truncated)
+    if facts.counts:
         damage = worst(damage, "base")
     damage = worst(damage, lost.damage)
-    for c in copies:
+    for c in facts.copies:
         if c.rows_rotted or c.rows_bad_text:
             damage = worst(damage, "base")
         if c.copies_rotted:
             damage = worst(damage, "derived")
     result = Diagnosis(
-        path=str(db),
+        path="",
         damage=damage,
         integrity_ok=not lines and complete,
         integrity_complete=complete,
@@ -499,18 +661,44 @@ def _diagnose(
         groups=groups,
         tables=tables,
         fts=fts,
-        orphans=orphans,
+        orphans=facts.orphans,
         notes=notes,
         error_lines=lines,
-        foreign_key_check_complete=not fk_errors,
-        copies=copies,
+        foreign_key_check_complete=not facts.fk_errors,
+        copies=facts.copies,
         unverifiable=unverifiable,
         helper_cpu_s=check.helper_cpu_s,
-        counts_disagree=counts,
+        counts_disagree=facts.counts,
         lost_writes=lost,
     )
-    _add_zeroed_cells(result, zeroed, schema)
+    _add_zeroed_cells(result, facts.zeroed, schema)
     return result
+
+
+def _fts_verdicts(
+    conn: apsw.Connection,
+    schema: Schema,
+    *,
+    checked: tuple[list[str], bool],
+    groups: list[ErrorGroup],
+    check: IntegrityCheck,
+    progress: ProgressFn | None,
+    unverifiable: dict[str, str],
+) -> dict[str, str]:
+    """Each FTS table's verdict: from the finished check's lines, else from its own
+    check on a connection of its own, else from FTS5's check run here."""
+    lines, complete = checked
+    fts5 = [o.name for o in schema.tables() if o.module == "fts5" and o.name not in unverifiable]
+    own = check.own_verdicts() or {}
+    # A line that names no object ("database disk image is malformed") can end the
+    # b-tree check; the FTS tables' own checks ran on connections of their own.
+    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in lines)
+    if complete and not cut_short and not any(g.kind == "unknown" for g in groups):
+        return fts_from_integrity_lines(lines, schema)
+    if all(name in own for name in fts5):
+        # Their own checks ran on a connection of their own, whatever stopped the rest.
+        return {name: own[name] for name in fts5}
+    return fts_integrity(conn, schema, progress, skip=set(unverifiable))
 
 
 def table_facts(

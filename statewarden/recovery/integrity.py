@@ -156,14 +156,26 @@ class IntegrityCheck:
         """CPU seconds the threads used (not in the calling thread's own CPU time)."""
         return sum(self._cpu.values())
 
-    def result(self) -> tuple[list[str], bool, str | None]:
-        """(lines, finished, abort note), once the virtual tables are checked too."""
+    def btree_result(self) -> tuple[list[str], str | None]:
+        """(lines, abort note) of the b-tree check alone, without waiting for the
+        virtual tables' own checks (all of the lines when the whole pragma ran)."""
+        return list(self._lines), self._abort
+
+    def wait(self) -> bool:
+        """Wait for the virtual tables' own checks; True when each ran on a connection
+        of its own, so that :meth:`result` needs no more of the caller's connection
+        (which may be closed by then)."""
         for thread in self._threads:
             while thread.is_alive():
                 if self._progress:
                     self._progress("FTS check", len(self._vtab_rows), len(self._vtabs))
                 thread.join(0.25)
         self._threads = []
+        return all(name in self._vtab_rows for name in self._vtabs)
+
+    def result(self) -> tuple[list[str], bool, str | None]:
+        """(lines, finished, abort note), once the virtual tables are checked too."""
+        self.wait()
         lines, abort = self._lines, self._abort
         if abort is None:
             extra: list[str] = []

@@ -53,7 +53,13 @@ from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.copies import Feed
-from statewarden.recovery.diagnose import Diagnosis, counts_disagree, diagnose
+from statewarden.recovery.diagnose import (
+    Diagnosis,
+    FtsPending,
+    counts_disagree,
+    diagnose,
+    diagnose_ahead_of_fts,
+)
 from statewarden.recovery.other_copies import check_sources, open_copies
 from statewarden.recovery.pages import schema_rowid_gaps
 from statewarden.recovery.rebuild import Rebuild, RebuildInputs, TableCopy, key_fn
@@ -62,6 +68,8 @@ from statewarden.recovery.salvage import complete_salvage, decode_rows
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.schema import Schema, read_schema
 from statewarden.recovery.verify import verify_output
+from statewarden.recovery.wal import WalFacts
+from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import hermes_schema_version, quote_ident
 
 # A recovery writes the work copy and the output next to each other.
@@ -151,13 +159,27 @@ def _recover_copy(
     """The steps after the copy, each its own stage: diagnose, read the schema,
     salvage, rebuild (or copy a healthy file whole), complete the partial rows,
     verify and account."""
-    diag, report = _diagnose(work, output, progress)
-    schema, source_version = _read_source(work, report)
+    diag, report, pending = _diagnose(work, output, progress, ahead=True)
+    try:
+        schema, source_version = _read_source(work, report)
+    except BaseException:
+        if pending is not None:
+            pending.close()  # its checks and descriptor end before the work folder goes
+        raise
+    built = work.work_dir / "output.db"
+    whole = None
+    if pending is not None:
+        whole, joined = _copy_ahead(work, built, schema, report, (diag, pending))
+        if not joined:
+            diag, report, _ = _diagnose(work, output, progress, ahead=False)
+            schema, source_version = _read_source(work, report)
+        report.damage = diag.damage
     damaged = _damaged_tables(diag, schema)
     decoded = decode_rows(work, diag, schema, damaged, report)
-    built = work.work_dir / "output.db"
     reconciled: dict[str, Feed] = {}
-    if diag.damage == "none":
+    if whole is not None:
+        copies, unchanged_fts = whole
+    elif diag.damage == "none":
         copies, unchanged_fts = _copy_whole(work, built, schema, report)
     else:
         inputs = RebuildInputs(
@@ -191,12 +213,14 @@ def _recover_copy(
 
 
 def _diagnose(
-    work: WorkCopy, output: Path, progress: ProgressFn | None
-) -> tuple[Diagnosis, Report]:
+    work: WorkCopy, output: Path, progress: ProgressFn | None, *, ahead: bool
+) -> tuple[Diagnosis, Report, FtsPending | None]:
     """Diagnose the work copy; the report starts here, with the damage class and what
-    the copy's rebuilt page 1 (if any) lost."""
+    the copy's rebuilt page 1 (if any) lost. ``ahead``: a file found healthy but for
+    FTS5's own checks comes back while they go on (``diagnose_ahead_of_fts``)."""
     started = time.monotonic()
-    diag = diagnose(
+    how = diagnose_ahead_of_fts if ahead else _diagnose_now
+    diag, pending = how(
         work.db,
         progress=progress,
         truncated=work.truncated_note,
@@ -221,7 +245,56 @@ def _diagnose(
                 f"sqlite_schema rows {shown} were on a destroyed page: the objects they"
                 " named (tables among them) are missing from the rebuilt schema"
             )
-    return diag, report
+    return diag, report, pending
+
+
+def _diagnose_now(
+    db: Path,
+    *,
+    progress: ProgressFn | None,
+    truncated: str | None,
+    wal: WalFacts | None,
+    wal_name: str,
+    schema_rebuilt: str | None,
+) -> tuple[Diagnosis, FtsPending | None]:
+    """``diagnose``, its FTS checks waited for."""
+    diag = diagnose(
+        db,
+        progress=progress,
+        truncated=truncated,
+        wal=wal,
+        wal_name=wal_name,
+        schema_rebuilt=schema_rebuilt,
+    )
+    return diag, None
+
+
+def _copy_ahead(
+    work: WorkCopy,
+    built: Path,
+    schema: Schema,
+    report: Report,
+    ahead: tuple[Diagnosis, FtsPending],
+) -> tuple[tuple[dict[str, TableCopy], set[str]] | None, bool]:
+    """A file found healthy but for FTS5's own checks, which go on meanwhile: copied
+    whole while they run (through SQLite only, as their connections are open:
+    docs/safety.md rule 2), then the checks joined. Returns the copy, kept only when
+    they passed (else removed: the file is rebuilt), and whether the diagnosis could
+    take their verdicts (else it is made again)."""
+    diag, pending = ahead
+    whole = None
+    try:
+        whole = _copy_whole(work, built, schema, report)
+    finally:
+        started = time.monotonic()
+        joined = pending.join(diag)
+        waited = time.monotonic() - started
+        report.timings["diagnose"] = round(report.timings["diagnose"] + waited, 3)
+    if joined and diag.damage == "none":
+        return whole, True
+    for suffix in BUNDLE_SUFFIXES:
+        sidecar(built, suffix).unlink(missing_ok=True)
+    return None, joined
 
 
 def _read_source(work: WorkCopy, report: Report) -> tuple[Schema, int | None]:

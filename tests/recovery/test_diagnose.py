@@ -16,8 +16,10 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
+from statewarden.demo import damage
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.check import check_database
+from statewarden.recovery.diagnose import Diagnosis, diagnose, diagnose_ahead_of_fts
 from statewarden.recovery.scan import scan_table
 from tests.support.cli import run_ctl
 
@@ -545,3 +547,82 @@ class TestScan:
         n = pristine_count("SELECT count(*) FROM messages")
         assert len(seen) == n - sum(len(rs) for rs in lost)
         assert not set(seen) & {r for rs in lost for r in rs}
+
+
+def scrambled_fts_index(dest_dir: Path) -> corruption.Case:
+    """Sixteen bytes inside one segment of messages_fts's index inverted, well inside
+    its cell: every b-tree, row and FTS copy reads as before, only FTS5's own check of
+    that table fails (what the b-tree check cannot see)."""
+    case = corruption.fresh_copy(dest_dir)
+    pf = corruption.PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots["messages_fts_data"])
+    leaf = leaves[len(leaves) // 2]
+    off = pf.cell_offsets(leaf)[0]
+    at = (leaf - 1) * pf.page_size + off + 64
+    old = pf.page(leaf)[off + 64 : off + 80]
+    damage.write_at(case.db, at, bytes(b ^ 0xFF for b in old))
+    case.note = f"messages_fts_data leaf {leaf}: 16 bytes of a segment inverted"
+    return case
+
+
+def fts_version_changed(dest_dir: Path) -> corruption.Case:
+    """The format version messages_fts_config stores changed from 4 to 99 in place
+    (one byte of the record's value): every b-tree reads as before, but FTS5 refuses to
+    open the table, so its own check stops with an error instead of a verdict."""
+    case = corruption.fresh_copy(dest_dir)
+    pf = corruption.PristineFile(case.db)
+    root = case.roots["messages_fts_config"]
+    at = pf.page(root).find(b"version\x04")
+    assert at > 0, "the config page holds the version row"
+    damage.write_at(case.db, (root - 1) * pf.page_size + at + len(b"version"), b"\x63")
+    case.note = f"messages_fts_config page {root}: the stored version 4 made 99"
+    return case
+
+
+class TestAheadOfFts:
+    def test_healthy_file_comes_back_before_its_fts_checks(self, tmp_path: Path) -> None:
+        """A healthy file: the diagnosis is handed back with its FTS checks pending, and
+        joining them gives the same diagnosis as waiting for them."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        assert pending.join(ahead)
+        waited = diagnose(case.db)
+        assert ahead.damage == waited.damage == "none"
+        assert _comparable(ahead) == _comparable(waited)
+
+    def test_fts_damage_found_by_its_own_check_alone(self, tmp_path: Path) -> None:
+        """An FTS index scrambled inside its pages (no b-tree error): the joined
+        diagnosis names it and classes the file derived, as a diagnosis that waited for
+        the check does; before the join it looked healthy."""
+        case = scrambled_fts_index(tmp_path / "db")
+        waited = diagnose(case.db)
+        assert waited.damage == "derived"
+        assert waited.fts["messages_fts"] != "ok"
+        assert waited.error_lines == [] or all("messages_fts" in ln for ln in waited.error_lines)
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        assert ahead.damage == "none"
+        assert pending.join(ahead)
+        assert _comparable(ahead) == _comparable(waited)
+
+    def test_fts_check_that_stops_is_left_to_a_new_diagnosis(self, tmp_path: Path) -> None:
+        """An FTS table FTS5 refuses to open (every b-tree intact): its check stops with
+        an error, which the join cannot take alone; it says so and leaves the diagnosis
+        as it was, while a diagnosis that waits classes the file derived."""
+        case = fts_version_changed(tmp_path / "db")
+        waited = diagnose(case.db)
+        assert waited.damage == "derived"
+        assert "invalid fts5 file format" in waited.fts["messages_fts"]
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        before = _comparable(ahead)
+        assert not pending.join(ahead)
+        assert _comparable(ahead) == before
+        assert ahead.damage == "none"
+
+
+def _comparable(diag: Diagnosis) -> dict[str, Any]:
+    doc = diag.to_json()
+    del doc["path"]
+    return doc

@@ -22,6 +22,7 @@ from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
 from statewarden.sqlite import read_header
+from tests.recovery.test_diagnose import fts_version_changed, scrambled_fts_index
 from tests.support.cli import run_ctl
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
@@ -561,6 +562,39 @@ class TestCollisions:
             (c["key"],)
         ]
         assert (doc["verified"], doc["loss_detected"]) == (True, False)
+
+
+class TestFtsIndexScrambled:
+    def test_copy_made_ahead_of_the_fts_check_is_not_kept(self, tmp_path: Path) -> None:
+        """An FTS index scrambled inside its pages, every b-tree intact: the whole-file
+        copy made while FTS5's own check runs is dropped when the check fails; the index
+        is rebuilt from its content (reindex, nothing lost, exit 0) and MATCH answers as
+        on the pristine file."""
+        case = scrambled_fts_index(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert doc["strategy"] == "reindex"
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)
+        assert doc["verification"]["fts"]["messages_fts"] == "ok"
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert rows(out, q)
+        assert_same_rows(out, "messages")
+        assert sorted(os.listdir(out.parent)) == ["recovered.db"]
+
+    def test_fts_check_that_stops_makes_a_new_diagnosis(self, tmp_path: Path) -> None:
+        """FTS5 refuses to open messages_fts (its stored version changed), every b-tree
+        intact: the copy made ahead is dropped, the file diagnosed again (derived) and
+        the FTS table rebuilt from its content; MATCH answers as on the pristine file."""
+        case = fts_version_changed(tmp_path / "db")
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert doc["strategy"] == "reindex"
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)
+        assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert sorted(os.listdir(out.parent)) == ["recovered.db"]
 
 
 class TestExternalContentFts:
