@@ -167,10 +167,13 @@ def test_verify_names_what_it_cannot_find(daemon: DaemonProc) -> None:
 def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
     tmp_path: Path,
 ) -> None:
-    """A real SessionDB writer commits every 2 ms on a 10 MB database: no raw copy of
-    the bundle is ever consistent, so the verification checks a consistent copy taken
-    through the backup API instead: a verdict (healthy), not a failed verification; the
-    writer commits on throughout, and its -wal is not checkpointed by the daemon."""
+    """A real SessionDB writer commits every half millisecond on a 10 MB database: a raw
+    copy of the bundle is hardly ever consistent, so the verification checks a
+    consistent copy taken through the backup API instead: a verdict (healthy), not a
+    failed verification; the writer commits on throughout, and its -wal is not
+    checkpointed by the daemon. A starved writer can leave one raw copy consistent on a
+    loaded machine, so up to three verifications run: each gives a verdict, and one at
+    least was made through the backup API."""
     from lab.hermes_fixtures import SMALL, make_home
     from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 
@@ -181,7 +184,7 @@ def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
     env = configured(tmp_path, home, verify_interval="1h")
     writer = subprocess.Popen(
         [str(tmp_path / "bin" / "hermes"), "dashboard"],
-        env={**env, WRITE_EVERY_ENV: "0.002", LOG_ENV: str(log)},
+        env={**env, WRITE_EVERY_ENV: "0.0005", LOG_ENV: str(log)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -192,16 +195,21 @@ def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
         assert writer.stdout.readline().strip() == "ready"
         d.wait_for_line("statewarden ready")
         before = len(log.read_text().splitlines()) if log.exists() else 0
-        r = run_ctl("verify", "--json", env=env)
+        verdicts = []
+        for _ in range(3):
+            r = run_ctl("verify", "--json", env=env)
+            assert r.exit_code == 0, r.stderr
+            (v,) = json.loads(r.stdout)["databases"]
+            verdicts.append(v)
+            if v["copy"] == "backup API":
+                break
         after = len(log.read_text().splitlines())
         assert writer.poll() is None
     finally:
         d.stop()
         writer.terminate()
         _, err = writer.communicate(timeout=30)
-    assert r.exit_code == 0, r.stderr
-    (v,) = json.loads(r.stdout)["databases"]
-    assert v["result"] == "none"
-    assert v["copy"] == "backup API"
+    assert [v["result"] for v in verdicts] == ["none"] * len(verdicts)
+    assert verdicts[-1]["copy"] == "backup API", verdicts
     assert after > before
     assert err == ""
