@@ -2,8 +2,8 @@
 processes A/B: the interpreter that runs it decides which statewarden is timed, so the
 same script compares two installs in one run.
 
-    farm-bench --vs '<other venv>/bin/python bench/recover_once.py DB' -- \\
-        .venv/bin/python bench/recover_once.py DB
+    /usr/bin/time -v <other venv>/bin/python bench/recover_once.py DB
+    /usr/bin/time -v .venv/bin/python bench/recover_once.py DB   # and again, in turn
 
 Prints the strategy, whether the output verified and the report's phase timings.
 """
