@@ -27,6 +27,7 @@ Only the private copy is written. Call with no SQLite connection open to it
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from statewarden.recovery.pages import (
     PAGE_TABLE_LEAF,
     DatabaseFile,
     Row,
+    carve_damaged_leaves,
     encode_varint,
     is_schema_record,
     record_fits,
@@ -72,6 +74,7 @@ class Tree:
     leaves: list[int]
     rows: list[Row] = field(default_factory=list)  # records of a sample of its leaves
     columns: dict[str, int] = field(default_factory=dict)  # once attributed: name -> field
+    headless: bool = False  # a root leaf whose header is destroyed, its cells carved
 
 
 @dataclass
@@ -93,6 +96,10 @@ class LostSchema:
     # so they repeat the tables' rows and vouch for none
     rebuilt_indexes: list[str] = field(default_factory=list)
     first_new_page: int = 0  # the pages from here on were appended to the copy
+    # core tables no page of which was found: Hermes wrote rows to them (a message
+    # belongs to a session), so all their rows are lost
+    lost_tables: list[str] = field(default_factory=list)
+    headless: dict[str, int] = field(default_factory=dict)  # table -> root whose header is gone
 
     def left_out_json(self) -> list[dict[str, Any]]:
         """The trees left out, as the report lists them."""
@@ -120,8 +127,15 @@ class LostSchema:
             f" (layout {self.layout}): the records of {self.fitted_leaves[self.layout]}"
             f" table leaves fit its tables (other layouts: {others}); tables found: {found}"
         )
+        for table, root in sorted(self.headless.items()):
+            text += (
+                f"; the header of page {root}, the root of {table}, is destroyed:"
+                " its cells are carved"
+            )
         if self.missing:
             text += f"; no pages of {', '.join(sorted(self.missing))} were found"
+        if self.lost_tables:
+            text += "".join(f"; all rows of {t} are lost" for t in self.lost_tables)
         for leaves, records, tables in self.left_out:
             text += (
                 f"; {leaves} leaves ({records} records read) fit {' and '.join(tables)} alike"
@@ -425,31 +439,9 @@ def rebuild_from_known_schema(
         header = db.page(1)[:HEADER_SIZE]
     finally:
         db.close()
-    best: tuple[int, str] | None = None
-    fitted: dict[str, int] = {}
-    chosen: dict[str, dict[str, Tree]] = {}
-    left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
-    claimed = set(present.values())
-    for layout, (_what, rows) in KNOWN_SCHEMAS.items():
-        if not set(present) <= {name for _t, name, _tb, _s in rows}:
-            fitted[layout] = 0
-            continue
-        score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
-        if unplaced:
-            left_out[layout] = unplaced
-        fitted[layout] = score
-        chosen[layout] = per_table
-        if all(t in per_table for t in HERMES_CORE) and (best is None or score > best[0]):
-            best = (score, layout)
-    if best is None:
-        raise DatabaseUnreadable(
-            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
-            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
-        )
-    layout = best[1]
+    layout, fitted, found, left_out = _choose_layout(path, source, present, trees)
     description, known = KNOWN_SCHEMAS[layout]
     schema, _fks = layout_schema(known)
-    found = chosen[layout]
     records: list[list[Any]] = []
     reindex_tables: set[str] = set()
     next_page = page_count + 1
@@ -495,10 +487,97 @@ def rebuild_from_known_schema(
         ],
         first_new_page=page_count + 1,
         missing=sorted(base_names - set(found)),
+        lost_tables=[t for t in HERMES_CORE if t not in found and t not in present],
+        headless={t: tree.root for t, tree in found.items() if tree.headless},
         fitted_leaves=fitted,
         new_pages=total - page_count,
-        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out.get(layout, [])],
+        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out],
     )
+
+
+def _choose_layout(
+    path: Path, source: Path, present: dict[str, int], trees: list[Tree]
+) -> tuple[str, dict[str, int], dict[str, Tree], list[tuple[Tree, list[str]]]]:
+    """The known layout the trees fit best: (its name, leaves fitted per layout, the
+    tree taken for each of its tables, the trees left out). A layout is taken only
+    when one of ``sessions`` and ``messages`` and another of its tables are found;
+    one with both beats one with either. A core table no tree fits is looked for
+    among the pages whose header is destroyed (``_headless_roots``). Raises
+    :class:`DatabaseUnreadable` when no layout is taken."""
+    best: tuple[int, int, str] | None = None
+    fitted: dict[str, int] = {}
+    chosen: dict[str, dict[str, Tree]] = {}
+    left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
+    claimed = set(present.values())
+    for layout, (_what, rows) in KNOWN_SCHEMAS.items():
+        if not set(present) <= {name for _t, name, _tb, _s in rows}:
+            fitted[layout] = 0
+            continue
+        score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
+        core = [t for t in HERMES_CORE if t in per_table or t in present]
+        if core and len(core) < len(HERMES_CORE):
+            score += _headless_roots(path, rows, per_table, trees, present)
+            core = [t for t in HERMES_CORE if t in per_table or t in present]
+        if unplaced:
+            left_out[layout] = unplaced
+        fitted[layout] = score
+        chosen[layout] = per_table
+        if core and len(per_table) >= 2 and (best is None or (len(core), score) > best[:2]):
+            best = (len(core), score, layout)
+    if best is None:
+        raise DatabaseUnreadable(
+            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
+            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
+        )
+    layout = best[2]
+    return layout, fitted, chosen[layout], left_out.get(layout, [])
+
+
+def _headless_roots(
+    path: Path,
+    rows: tuple[KnownRow, ...],
+    per_table: dict[str, Tree],
+    trees: list[Tree],
+    present: dict[str, int],
+) -> int:
+    """For each core table no tree fits, the one page no tree holds whose b-tree header
+    is destroyed (a root leaf with its header zeroed) and whose cells, carved
+    (``pages.carve_damaged_leaves``), hold the most records of that table's shape, if
+    one holds more than any other: taken as the table's root, so the recovery carves
+    it as a damaged leaf of the table (its rows then taken only where witnesses vouch
+    for them). Returns the pages taken."""
+    schema, _fks = layout_schema(rows)
+    taken = {n for t in trees for n in (t.root, *t.leaves)} | set(present.values())
+    db = DatabaseFile(path)
+    try:
+        pages = [n for n in range(2, db.page_count + 1) if n not in taken and _headless(db, n)]
+    finally:
+        db.close()
+    found = 0
+    for name in HERMES_CORE:
+        obj = schema.by_name(name)
+        if name in per_table or name in present or obj is None or not pages:
+            continue
+        probes = Schema([dataclasses.replace(obj, name=str(n), rootpage=n) for n in pages])
+        carved = carve_damaged_leaves(path, probes, [str(n) for n in pages])
+        counts = {int(k): [r for r in rs if not _null_key(obj, r[1])] for k, rs in carved.items()}
+        top = max((len(rs) for rs in counts.values()), default=0)
+        best = [n for n, rs in counts.items() if len(rs) == top]
+        if top and len(best) == 1:
+            tree = Tree(best[0], [best[0]], counts[best[0]], headless=True)
+            tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+            per_table[name] = tree
+            found += 1
+    return found
+
+
+def _headless(db: DatabaseFile, n: int) -> bool:
+    """Is page ``n`` no b-tree page (its header destroyed, or a page of another kind)?"""
+    try:
+        db.btree_header(n)
+    except (PageFormatError, struct.error):
+        return True
+    return False
 
 
 def _fit_layout(

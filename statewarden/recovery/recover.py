@@ -213,6 +213,7 @@ def _diagnose(
     if work.schema_note:
         report.notes.append(work.schema_note)
         report.rows_left_out = work.left_out
+        report.tables_lost = work.tables_lost
         # Raw reads: diagnose closed its connection (docs/safety.md rule 2).
         report.schema_rows_lost = [list(g) for g in schema_rowid_gaps(work.db)]
         if report.schema_rows_lost:

@@ -395,3 +395,38 @@ class TestHostilePages:
         assert code == 4
         assert err.count("\n") == 1
         assert "no schema is guessed" in err
+
+
+class TestSessionsRootDestroyed:
+    def test_a_zeroed_sessions_page_is_a_loss(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed, and a zeroed block over the only sessions page
+        (fuzz seed 289): the layout is taken from messages and the other tables, and the
+        report says every row of sessions is lost (loss detected, exit 3), never "no
+        loss". Before, no layout was taken without sessions: exit 4, nothing recovered."""
+        case = fuzz.fuzz_case(
+            tmp_path / "db", fuzz.PAGE1_FINDINGS["zeroed_sessions_page"], page1=True
+        )
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")
+        assert rep["tables_lost"] == ["sessions"]
+        assert rep["loss_detected"] is True
+        assert rows(out, "SELECT count(*) FROM sessions") == [(0,)]
+        assert rows(out, "SELECT count(*) FROM messages") == [(len(case.intact("messages")),)]
+        _, text_out, _ = run_ctl(
+            "recover", "--source", str(case.db), "--output", str(out.with_name("t.db"))
+        )
+        assert "all rows of sessions" in text_out
+
+    def test_a_sessions_root_with_its_header_zeroed_is_carved(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed, and the header of the only sessions page (a root
+        leaf) zeroed with it (fuzz seed 364): the page is found by its cells and taken as
+        the sessions root, and every session (all intact) comes back as Hermes wrote it. Before,
+        no layout was taken: exit 4, nothing recovered."""
+        seed = fuzz.PAGE1_FINDINGS["zeroed_sessions_root_header"]
+        case = fuzz.fuzz_case(tmp_path / "db", seed, page1=True)
+        code, _rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")  # every session came back: no loss
+        got = {r[0]: r for r in rows(out, "SELECT rowid, * FROM sessions")}
+        intact = case.intact("sessions")
+        assert intact
+        assert {r: got.get(r) for r in intact} == {r: case.truth["sessions"][r][0] for r in intact}
