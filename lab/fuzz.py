@@ -502,4 +502,8 @@ PAGE1_FINDINGS: dict[str, int] = {
     # with page 1 and the schema zeroed): no layout was taken; now the page is found by
     # its cells and carved as the sessions root.
     "zeroed_sessions_root_header": 364,
+    # Random bytes over a message's timestamp only, page 1 and the schema zeroed: the
+    # rebuilt indexes repeat the changed row, and it was written out as good; now the
+    # two old indexes that hold the timestamp, their pages left in the file, restore it.
+    "scribbled_real_with_the_schema": 113,
 }

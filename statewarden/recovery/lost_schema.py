@@ -844,7 +844,7 @@ def listed_by_old_indexes(
         for rowid, values in rows:
             versions.setdefault(rowid, []).append(values)
         one = [(r, vs[0]) for r, vs in versions.items() if all(v == vs[0] for v in vs)]
-        for i, positions in enumerate(indexes):
+        for i, (_name, positions) in enumerate(indexes):
             for rowid, values in one:
                 if any(p >= len(values) for p in positions):
                     continue
@@ -867,12 +867,19 @@ def listed_by_old_indexes(
     return out
 
 
-def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
-    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
-    the positions of its columns in the table's records (-1: the rowid), read from an
-    in-memory database."""
+def indexed_columns(schema: Schema, obj: SchemaObject) -> set[str]:
+    """The columns of ``obj`` an index that lists every row holds (its old pages vouch
+    for them: ``old_index_witnesses``)."""
     names = [c.name for c in obj.stored_columns]
-    out: list[list[int]] = []
+    return {names[p] for _, positions in _index_positions(schema, obj) for p in positions if p >= 0}
+
+
+def _index_positions(schema: Schema, obj: SchemaObject) -> list[tuple[str, list[int]]]:
+    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
+    its name and the positions of its columns in the table's records (-1: the rowid),
+    read from an in-memory database."""
+    names = [c.name for c in obj.stored_columns]
+    out: list[tuple[str, list[int]]] = []
     if obj.sql is None:
         return out
     conn = apsw.Connection(":memory:")
@@ -893,9 +900,10 @@ def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
                 continue  # an expression: not a column's value
             if any(c is not None and c not in names for _, c in cols):
                 continue
-            out.append(
-                [-1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols]
-            )
+            positions = [
+                -1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols
+            ]
+            out.append((idx.name, positions))
     finally:
         conn.close()
     return out
@@ -923,3 +931,94 @@ def _index_entries(db: DatabaseFile, n: int) -> list[tuple[Any, ...]]:
         except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
             continue
     return out
+
+
+# -- the old indexes as witnesses of the rows read ------------------------------------
+
+# One page of an old index: its entries (indexed values, then the rowid).
+IndexPage = list[tuple[Any, ...]]
+# What the old indexes hold for a table's rows: rowid -> column -> [(value, by), ...]
+Witnesses = dict[int, dict[str, list[tuple[Any, str]]]]
+
+
+def old_index_pages(path: Path, schema: Schema) -> list[IndexPage]:
+    """The entries of every index page in the file that no index of ``schema``
+    reaches (nor the freelist the header names): the pages of the old indexes left in
+    the file when the schema was rebuilt from Hermes' known schema, one list a page.
+    Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
+        new = db.reachable(roots)
+        out = []
+        for n in range(2, db.page_count + 1):
+            if n not in new and (entries := _index_entries(db, n)):
+                out.append(entries)
+        return out
+    finally:
+        db.close()
+
+
+def old_index_witnesses(
+    pages: list[IndexPage], schema: Schema, table: str, rows: dict[int, list[Any]]
+) -> Witnesses:
+    """What the old indexes' pages (``old_index_pages``) hold for the rows of
+    ``table`` (rowid -> the row's values as read), in the shape of
+    ``copies.indexed_values``: for each rowid, each indexed column's values, one per
+    old index entry listing it.
+
+    No schema names those pages, so each is given to the index of the table (one that
+    lists every row, on plain columns) whose entries of its shape agree with the rows
+    read in the most entries, when that index is the only one with that many and they
+    are most of the page's entries of that shape; a page no index wins is left out. A
+    page can hold an older entry of an updated row (a freed page): a row with a column
+    no entry of an index agrees with is held against them by the caller, not here."""
+    obj = schema.by_name(table)
+    if obj is None or obj.without_rowid or not pages:
+        return {}
+    names = [c.name for c in obj.stored_columns]
+    indexes = _index_positions(schema, obj)
+    reals = {
+        i
+        for i, c in enumerate(obj.stored_columns)
+        if any(k in c.decl_type.upper() for k in ("REAL", "FLOA", "DOUB"))
+    }
+    out: Witnesses = {}
+    for entries in pages:
+        agree = [sum(1 for e in entries if _agrees(e, pos, rows)) for _, pos in indexes]
+        top = max(agree, default=0)
+        if not top or agree.count(top) > 1:
+            continue
+        name, positions = indexes[agree.index(top)]
+        shaped = [e for e in entries if len(e) == len(positions) + 1 and isinstance(e[-1], int)]
+        if 2 * top <= len(shaped):
+            continue
+        by = f"{name} (its pages left in the file)"
+        for e in shaped:
+            got = out.setdefault(int(e[-1]), {})
+            for p, v in zip(positions, e, strict=False):
+                if p >= 0:
+                    # SQLite stores a REAL with no fraction as an integer on disk.
+                    real = isinstance(v, int) and p in reals
+                    got.setdefault(names[p], []).append((float(v) if real else v, by))
+    return out
+
+
+def _agrees(entry: tuple[Any, ...], positions: list[int], rows: dict[int, list[Any]]) -> bool:
+    """Is ``entry`` what an index on ``positions`` holds for a row read?"""
+    if len(entry) != len(positions) + 1 or not isinstance(entry[-1], int):
+        return False
+    values = rows.get(entry[-1])
+    if values is None:
+        return False
+    want = [entry[-1] if p < 0 else values[p] if p < len(values) else None for p in positions]
+    return all(_same(a, b) for a, b in zip(want, entry, strict=False))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same value: equal numbers (a REAL may be stored as an integer), or equal
+    values of one type."""
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return not isinstance(a, bool) and not isinstance(b, bool) and a == b
+    return type(a) is type(b) and a == b

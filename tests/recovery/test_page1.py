@@ -430,3 +430,24 @@ class TestSessionsRootDestroyed:
         intact = case.intact("sessions")
         assert intact
         assert {r: got.get(r) for r in intact} == {r: case.truth["sessions"][r][0] for r in intact}
+
+
+class TestOldIndexesAsWitnesses:
+    def test_a_scribbled_timestamp_comes_back_from_the_old_indexes(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed, and random bytes over a message's timestamp
+        only (fuzz seed 113): the rebuilt indexes are filled from that same row, but the
+        two old indexes that hold the timestamp, their pages still in the file, agree on
+        the real one; it comes back from them and is listed as restored. Before, the
+        changed timestamp was written out as a good row."""
+        seed = fuzz.PAGE1_FINDINGS["scribbled_real_with_the_schema"]
+        case = fuzz.fuzz_case(tmp_path / "db", seed, page1=True)
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")
+        want = case.truth["messages"][306][0]
+        assert rows(out, "SELECT rowid, * FROM messages WHERE rowid = 306") == [want]
+        restored = [e for e in rep["restored_from_copies"] if e["rowid"] == 306]
+        assert [(e["table"], e["column"]) for e in restored] == [("messages", "timestamp")]
+        assert sorted(restored[0]["from"]) == [
+            "index idx_messages_session (its pages left in the file)",
+            "index idx_messages_session_active (its pages left in the file)",
+        ]
