@@ -812,7 +812,7 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
 
 
 def listed_by_old_indexes(
-    path: Path, schema: Schema, found: dict[str, list[Row]]
+    pages: list[IndexPage], schema: Schema, found: dict[str, list[Row]]
 ) -> dict[str, set[int]]:
     """Of the rows ``found`` on a table's pages (carved from its damaged leaves, read
     from leaves no b-tree reaches), the rowids every index of the table lists with the
@@ -829,8 +829,8 @@ def listed_by_old_indexes(
     through its page's cell pointers holds exactly the row's values of that index's
     columns and its rowid: the row was live with those values. A table with no such
     index gets none, nor a rowid found with two different records. An entry whose
-    payload overflows its page is not read (Hermes' index keys are short). Call with no
-    SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    payload overflows its page is not read (Hermes' index keys are short). ``pages``:
+    every index page of the file (``index_pages``)."""
     # the entry an index would hold for a carved row -> (table, rowid, which index)
     wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
     needed: dict[str, int] = {}  # table -> indexes that list every row
@@ -851,15 +851,10 @@ def listed_by_old_indexes(
                 key = tuple(rowid if p < 0 else values[p] for p in positions)
                 wanted.setdefault((*key, rowid), set()).add((name, rowid, i))
     listing: dict[tuple[str, int], set[int]] = {}
-    if wanted:
-        db = DatabaseFile(path)
-        try:
-            for n in range(2, db.page_count + 1):
-                for entry in _index_entries(db, n):
-                    for name, rowid, i in wanted.get(entry, ()):
-                        listing.setdefault((name, rowid), set()).add(i)
-        finally:
-            db.close()
+    for page in pages:
+        for entry in page.entries:
+            for name, rowid, i in wanted.get(entry, ()):
+                listing.setdefault((name, rowid), set()).add(i)
     out: dict[str, set[int]] = {}
     for (name, rowid), listed in listing.items():
         if len(listed) == needed[name]:
@@ -935,25 +930,33 @@ def _index_entries(db: DatabaseFile, n: int) -> list[tuple[Any, ...]]:
 
 # -- the old indexes as witnesses of the rows read ------------------------------------
 
-# One page of an old index: its entries (indexed values, then the rowid).
-IndexPage = list[tuple[Any, ...]]
+
+@dataclass
+class IndexPage:
+    """An index page of the file: its entries (indexed values, then the rowid) and
+    whether an index of the schema (or the freelist the header names) reaches it."""
+
+    entries: list[tuple[Any, ...]]
+    reached: bool
+
+
 # What the old indexes hold for a table's rows: rowid -> column -> [(value, by), ...]
 Witnesses = dict[int, dict[str, list[tuple[Any, str]]]]
 
 
-def old_index_pages(path: Path, schema: Schema) -> list[IndexPage]:
-    """The entries of every index page in the file that no index of ``schema``
-    reaches (nor the freelist the header names): the pages of the old indexes left in
-    the file when the schema was rebuilt from Hermes' known schema, one list a page.
-    Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
+    """Every index page in the file with the entries its cell pointers reach. Those no
+    index of ``schema`` reaches (nor the freelist the header names) are the pages of
+    the old indexes left in the file when the schema was rebuilt from Hermes' known
+    schema. Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
     db = DatabaseFile(path)
     try:
         roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
-        new = db.reachable(roots)
+        reached = db.reachable(roots)
         out = []
         for n in range(2, db.page_count + 1):
-            if n not in new and (entries := _index_entries(db, n)):
-                out.append(entries)
+            if entries := _index_entries(db, n):
+                out.append(IndexPage(entries, n in reached))
         return out
     finally:
         db.close()
@@ -962,10 +965,10 @@ def old_index_pages(path: Path, schema: Schema) -> list[IndexPage]:
 def old_index_witnesses(
     pages: list[IndexPage], schema: Schema, table: str, rows: dict[int, list[Any]]
 ) -> Witnesses:
-    """What the old indexes' pages (``old_index_pages``) hold for the rows of
-    ``table`` (rowid -> the row's values as read), in the shape of
-    ``copies.indexed_values``: for each rowid, each indexed column's values, one per
-    old index entry listing it.
+    """What the old indexes' pages (of ``index_pages``, those no index of the schema
+    reaches) hold for the rows of ``table`` (rowid -> the row's values as read), in
+    the shape of ``copies.indexed_values``: for each rowid, each indexed column's
+    values, one per old index entry listing it.
 
     No schema names those pages, so each is given to the index of the table (one that
     lists every row, on plain columns) whose entries of its shape agree with the rows
@@ -984,7 +987,7 @@ def old_index_witnesses(
         if any(k in c.decl_type.upper() for k in ("REAL", "FLOA", "DOUB"))
     }
     out: Witnesses = {}
-    for entries in pages:
+    for entries in (p.entries for p in pages if not p.reached):
         agree = [sum(1 for e in entries if _agrees(e, pos, rows)) for _, pos in indexes]
         top = max(agree, default=0)
         if not top or agree.count(top) > 1:

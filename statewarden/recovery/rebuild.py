@@ -218,9 +218,9 @@ class RebuildInputs:
     # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
     # Hermes' known schema list with their values (``lost_schema``): they vouch too.
     listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
-    # The entries of those old indexes' pages (``lost_schema.old_index_pages``): the
-    # rows read are held against them as against intact indexes.
-    old_index_pages: list[IndexPage] = field(default_factory=list)
+    # The index pages of the file (``lost_schema.index_pages``): the rows read are held
+    # against those of the old indexes as against intact indexes.
+    index_pages: list[IndexPage] = field(default_factory=list)
     # Verified other copies (snapshot, retired WAL captures, backups), newest first.
     others: list[OtherCopy] = field(default_factory=list)
 
@@ -746,7 +746,7 @@ class Rebuild:
     ) -> None:
         """Add to ``entries`` what the old indexes' pages hold for the rows copied
         (``lost_schema.old_index_witnesses``)."""
-        if not self.inputs.old_index_pages:
+        if not self.inputs.index_pages:
             return
         t = quote_ident(tc.obj.name)
         # Only the indexed columns are read (the others stand as NULL: not compared).
@@ -755,9 +755,7 @@ class Rebuild:
         rows = {
             int(r[0]): list(r[1:]) for r in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}")
         }
-        old = old_index_witnesses(
-            self.inputs.old_index_pages, self.inputs.schema, tc.obj.name, rows
-        )
+        old = old_index_witnesses(self.inputs.index_pages, self.inputs.schema, tc.obj.name, rows)
         for rowid, cols in old.items():
             got = entries.setdefault(rowid, {})
             for col, values in cols.items():

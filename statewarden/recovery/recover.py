@@ -169,7 +169,7 @@ def _recover_copy(
             salvaged=decoded.salvaged,
             carved=decoded.carved,
             listed_by_old_indexes=decoded.listed_by_old_indexes,
-            old_index_pages=decoded.old_index_pages,
+            index_pages=decoded.index_pages,
             wal_rows=decoded.wal_rows,
             trust_unreached=not work.freelist_unknown
             and not any(g.kind == "freelist" for g in diag.groups),
