@@ -96,8 +96,8 @@ class LostSchema:
     # so they repeat the tables' rows and vouch for none
     rebuilt_indexes: list[str] = field(default_factory=list)
     first_new_page: int = 0  # the pages from here on were appended to the copy
-    # core tables no page of which was found: Hermes wrote rows to them (a message
-    # belongs to a session), so all their rows are lost
+    # core tables no page of which was found that held rows (``_proven_lost``): all
+    # their rows are lost
     lost_tables: list[str] = field(default_factory=list)
     headless: dict[str, int] = field(default_factory=dict)  # table -> root whose header is gone
 
@@ -487,12 +487,28 @@ def rebuild_from_known_schema(
         ],
         first_new_page=page_count + 1,
         missing=sorted(base_names - set(found)),
-        lost_tables=[t for t in HERMES_CORE if t not in found and t not in present],
+        lost_tables=_proven_lost(found, present),
         headless={t: tree.root for t, tree in found.items() if tree.headless},
         fitted_leaves=fitted,
         new_pages=total - page_count,
         left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out],
     )
+
+
+def _proven_lost(found: dict[str, Tree], present: dict[str, int]) -> list[str]:
+    """The core tables no page of which was found that held rows: ``sessions`` when
+    messages were found (Hermes writes a message's session first), ``messages`` when a
+    session found counts messages (``message_count`` above 0)."""
+    out = []
+    if "sessions" not in found and "sessions" not in present and "messages" in found:
+        out.append("sessions")
+    if "messages" not in found and "messages" not in present and "sessions" in found:
+        tree = found["sessions"]
+        i = tree.columns.get("message_count")
+        counts = [v[i] for _, v in tree.rows if i is not None and len(v) > i]
+        if any(isinstance(c, int) and c > 0 for c in counts):
+            out.append("messages")
+    return out
 
 
 def _choose_layout(
