@@ -30,6 +30,7 @@ from lab.hermes_fixtures import (
     hermes_python,
 )
 from lab.write_known_schemas import LAYOUTS, schema_rows
+from statewarden.demo.damage import PristineFile
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
 from statewarden.recovery.lost_schema import infer_page_size
 from statewarden.recovery.schema import read_schema
@@ -451,3 +452,53 @@ class TestOldIndexesAsWitnesses:
             "index idx_messages_session (its pages left in the file)",
             "index idx_messages_session_active (its pages left in the file)",
         ]
+
+
+def zero_tree(db: Path, pristine: Path, table: str) -> None:
+    """Zero every page of ``table``'s b-tree in ``db`` (as laid out in ``pristine``)."""
+    pf = PristineFile(pristine)
+    interior, leaves = pf.tree_pages(corruption.schema_roots(pristine)[table])
+    with open(db, "r+b") as f:
+        for n in interior + leaves:
+            f.seek((n - 1) * pf.page_size)
+            f.write(bytes(pf.page_size))
+
+
+class TestMessagesTreeDestroyed:
+    def test_messages_gone_while_sessions_count_them_is_a_loss(self, tmp_path: Path) -> None:
+        """Page 1, the schema and every page of the messages b-tree zeroed: the layout is
+        taken from sessions and the other tables, and since sessions count messages the
+        report names messages in tables_lost (exit 3). Before, no layout was taken
+        without messages: exit 4."""
+        case = corruption.zeroed_page1(tmp_path / "db", schema_leaves=True)
+        zero_tree(case.db, case.pristine, "messages")
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")
+        assert rep["tables_lost"] == ["messages"]
+        want = rows(case.pristine, "SELECT rowid, * FROM sessions ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM sessions ORDER BY rowid") == want
+
+    def test_no_messages_ever_written_is_no_loss(self, tmp_path: Path) -> None:
+        """The same on a file whose messages were all deleted and vacuumed away (sessions
+        count none), page 1 and the schema zeroed: no
+        page proves a message existed, so none is named lost and the sessions all come
+        back: exit 0. Calling every missing table lost would claim a loss that is not."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages")
+            corruption.recount_messages(conn)
+        conn.execute("VACUUM")  # no freed page keeps the deleted messages
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        want = rows(case.db, "SELECT rowid, * FROM sessions ORDER BY rowid")
+        pf = PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        with open(case.db, "r+b") as f:
+            for n in {1, *interior, *leaves}:
+                f.seek((n - 1) * pf.page_size)
+                f.write(bytes(pf.page_size))
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, ""), rep.get("notes")
+        assert rep["tables_lost"] == []
+        assert rows(out, "SELECT rowid, * FROM sessions ORDER BY rowid") == want
