@@ -12,14 +12,21 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    to is a root; its leaves hold records of one table's shape;
 3. the layout (``rebuild_from_known_schema``): each of Hermes' known schemas
    (``known_schemas.py``) is matched against the trees' records (the number of fields and
-   their types, ``pages.record_fits``); the one whose tables the most leaves fit, with
-   both ``sessions`` and ``messages`` found, is taken. A file no layout fits is not
-   Hermes' and gets no guessed schema;
+   their types, ``pages.record_fits``); the one whose tables the most leaves fit is
+   taken, one with both ``sessions`` and ``messages`` found before one with either
+   (and another of its tables). A core table no tree fits is looked for among the pages
+   whose header is destroyed, by the cells carved from them (``_headless_roots``); one
+   still not found that the tables found prove held rows is lost whole
+   (``LostSchema.lost_tables``). A file no layout fits is not Hermes' and gets no
+   guessed schema;
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
    each table's root the largest tree of its shape; an index, an FTS shadow table and
    a table with no tree get a new empty root page appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
-   rebuilt, and the FTS tables are rebuilt from ``messages``.
+   rebuilt, and the FTS tables are rebuilt from ``messages``;
+5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
+   vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
+   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are.
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
