@@ -568,11 +568,13 @@ def _headless_roots(
     (``pages.carve_damaged_leaves``), hold the most records of that table's shape, if
     one holds more than any other: taken as the table's root, so the recovery carves
     it as a damaged leaf of the table (its rows then taken only where witnesses vouch
-    for them). Returns the pages taken."""
+    for them); the pages the trees found reach (overflow pages too) are not looked at.
+    Returns the pages taken."""
     schema, _fks = layout_schema(rows)
-    taken = {n for t in trees for n in (t.root, *t.leaves)} | set(present.values())
     db = DatabaseFile(path)
     try:
+        # the pages of the trees found, their overflow pages among them, are no root
+        taken = db.reachable([*(t.root for t in trees), *present.values()])
         pages = [n for n in range(2, db.page_count + 1) if n not in taken and _headless(db, n)]
     finally:
         db.close()
