@@ -330,6 +330,7 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
         or report.get("stale_rows")
         or report.get("given_out")
         or report.get("schema_rows_lost")
+        or report.get("tables_lost")
         or any(t.get("unverified") or t.get("unreadable_ranges") for t in tables)
     )
     if report.get("loss_detected") is not None and (
@@ -493,4 +494,16 @@ PAGE1_FINDINGS: dict[str, int] = {
     "zeroed_title_restored_from_itself": 188,
     # The same after a torn and reverted page elsewhere.
     "zeroed_session_id_among_older_pages": 193,
+    # A zeroed block over the only sessions page, page 1 and the schema zeroed: no
+    # layout was taken without sessions (exit 4, nothing recovered); now the layout is
+    # taken from messages and the other tables and all rows of sessions are a loss.
+    "zeroed_sessions_page": 289,
+    # The header of the only sessions page zeroed (``FINDINGS["zeroed_root_leaf_header"]``
+    # with page 1 and the schema zeroed): no layout was taken; now the page is found by
+    # its cells and carved as the sessions root.
+    "zeroed_sessions_root_header": 364,
+    # Random bytes over a message's timestamp only, page 1 and the schema zeroed: the
+    # rebuilt indexes repeat the changed row, and it was written out as good; now the
+    # two old indexes that hold the timestamp, their pages left in the file, restore it.
+    "scribbled_real_with_the_schema": 113,
 }

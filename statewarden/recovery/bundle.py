@@ -80,6 +80,8 @@ class WorkCopy:
     # rows of a rebuilt schema's tables that fit two tables alike, not recovered
     # (``LostSchema.left_out_json``)
     left_out: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # core tables of that schema no page of which was found: all their rows lost
+    tables_lost: list[str] = dataclasses.field(default_factory=list)
     # the schema was rebuilt from Hermes' known schema: the old indexes' pages are left
     # in the copy, no schema naming them (``lost_schema.listed_by_old_indexes``)
     known_schema: bool = False
@@ -281,6 +283,7 @@ def make_work_copy(
             wal=wal,
             schema_note=schema_note,
             left_out=[e for lost in inferred for e in lost.left_out_json()],
+            tables_lost=[t for lost in inferred for t in lost.lost_tables],
             known_schema=bool(inferred),
             rebuilt_indexes=tuple(i for lost in inferred for i in lost.rebuilt_indexes),
             freelist_unknown=header_note is not None,

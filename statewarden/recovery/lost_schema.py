@@ -12,14 +12,21 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    to is a root; its leaves hold records of one table's shape;
 3. the layout (``rebuild_from_known_schema``): each of Hermes' known schemas
    (``known_schemas.py``) is matched against the trees' records (the number of fields and
-   their types, ``pages.record_fits``); the one whose tables the most leaves fit, with
-   both ``sessions`` and ``messages`` found, is taken. A file no layout fits is not
-   Hermes' and gets no guessed schema;
+   their types, ``pages.record_fits``); the one whose tables the most leaves fit is
+   taken, one with both ``sessions`` and ``messages`` found before one with either
+   (and another of its tables). A core table no tree fits is looked for among the pages
+   whose header is destroyed, by the cells carved from them (``_headless_roots``); one
+   still not found that the tables found prove held rows is lost whole
+   (``LostSchema.lost_tables``). A file no layout fits is not Hermes' and gets no
+   guessed schema;
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
    each table's root the largest tree of its shape; an index, an FTS shadow table and
    a table with no tree get a new empty root page appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
-   rebuilt, and the FTS tables are rebuilt from ``messages``.
+   rebuilt, and the FTS tables are rebuilt from ``messages``;
+5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
+   vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
+   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are.
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
@@ -27,6 +34,7 @@ Only the private copy is written. Call with no SQLite connection open to it
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 from dataclasses import dataclass, field
@@ -44,6 +52,7 @@ from statewarden.recovery.pages import (
     PAGE_TABLE_LEAF,
     DatabaseFile,
     Row,
+    carve_damaged_leaves,
     encode_varint,
     is_schema_record,
     record_fits,
@@ -72,6 +81,7 @@ class Tree:
     leaves: list[int]
     rows: list[Row] = field(default_factory=list)  # records of a sample of its leaves
     columns: dict[str, int] = field(default_factory=dict)  # once attributed: name -> field
+    headless: bool = False  # a root leaf whose header is destroyed, its cells carved
 
 
 @dataclass
@@ -93,6 +103,10 @@ class LostSchema:
     # so they repeat the tables' rows and vouch for none
     rebuilt_indexes: list[str] = field(default_factory=list)
     first_new_page: int = 0  # the pages from here on were appended to the copy
+    # core tables no page of which was found that held rows (``_proven_lost``): all
+    # their rows are lost
+    lost_tables: list[str] = field(default_factory=list)
+    headless: dict[str, int] = field(default_factory=dict)  # table -> root whose header is gone
 
     def left_out_json(self) -> list[dict[str, Any]]:
         """The trees left out, as the report lists them."""
@@ -120,8 +134,15 @@ class LostSchema:
             f" (layout {self.layout}): the records of {self.fitted_leaves[self.layout]}"
             f" table leaves fit its tables (other layouts: {others}); tables found: {found}"
         )
+        for table, root in sorted(self.headless.items()):
+            text += (
+                f"; the header of page {root}, the root of {table}, is destroyed:"
+                " its cells are carved"
+            )
         if self.missing:
             text += f"; no pages of {', '.join(sorted(self.missing))} were found"
+        if self.lost_tables:
+            text += "".join(f"; all rows of {t} are lost" for t in self.lost_tables)
         for leaves, records, tables in self.left_out:
             text += (
                 f"; {leaves} leaves ({records} records read) fit {' and '.join(tables)} alike"
@@ -425,31 +446,9 @@ def rebuild_from_known_schema(
         header = db.page(1)[:HEADER_SIZE]
     finally:
         db.close()
-    best: tuple[int, str] | None = None
-    fitted: dict[str, int] = {}
-    chosen: dict[str, dict[str, Tree]] = {}
-    left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
-    claimed = set(present.values())
-    for layout, (_what, rows) in KNOWN_SCHEMAS.items():
-        if not set(present) <= {name for _t, name, _tb, _s in rows}:
-            fitted[layout] = 0
-            continue
-        score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
-        if unplaced:
-            left_out[layout] = unplaced
-        fitted[layout] = score
-        chosen[layout] = per_table
-        if all(t in per_table for t in HERMES_CORE) and (best is None or score > best[0]):
-            best = (score, layout)
-    if best is None:
-        raise DatabaseUnreadable(
-            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
-            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
-        )
-    layout = best[1]
+    layout, fitted, found, left_out = _choose_layout(path, source, present, trees)
     description, known = KNOWN_SCHEMAS[layout]
     schema, _fks = layout_schema(known)
-    found = chosen[layout]
     records: list[list[Any]] = []
     reindex_tables: set[str] = set()
     next_page = page_count + 1
@@ -495,10 +494,115 @@ def rebuild_from_known_schema(
         ],
         first_new_page=page_count + 1,
         missing=sorted(base_names - set(found)),
+        lost_tables=_proven_lost(found, present),
+        headless={t: tree.root for t, tree in found.items() if tree.headless},
         fitted_leaves=fitted,
         new_pages=total - page_count,
-        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out.get(layout, [])],
+        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out],
     )
+
+
+def _proven_lost(found: dict[str, Tree], present: dict[str, int]) -> list[str]:
+    """The core tables no page of which was found that held rows: ``sessions`` when
+    messages were found (Hermes writes a message's session first), ``messages`` when a
+    session found counts messages (``message_count`` above 0)."""
+    out = []
+    if "sessions" not in found and "sessions" not in present and "messages" in found:
+        out.append("sessions")
+    if "messages" not in found and "messages" not in present and "sessions" in found:
+        tree = found["sessions"]
+        i = tree.columns.get("message_count")
+        counts = [v[i] for _, v in tree.rows if i is not None and len(v) > i]
+        if any(isinstance(c, int) and c > 0 for c in counts):
+            out.append("messages")
+    return out
+
+
+def _choose_layout(
+    path: Path, source: Path, present: dict[str, int], trees: list[Tree]
+) -> tuple[str, dict[str, int], dict[str, Tree], list[tuple[Tree, list[str]]]]:
+    """The known layout the trees fit best: (its name, leaves fitted per layout, the
+    tree taken for each of its tables, the trees left out). A layout is taken only
+    when one of ``sessions`` and ``messages`` and another of its tables are found;
+    one with both beats one with either. A core table no tree fits is looked for
+    among the pages whose header is destroyed (``_headless_roots``). Raises
+    :class:`DatabaseUnreadable` when no layout is taken."""
+    best: tuple[int, int, str] | None = None
+    fitted: dict[str, int] = {}
+    chosen: dict[str, dict[str, Tree]] = {}
+    left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
+    claimed = set(present.values())
+    for layout, (_what, rows) in KNOWN_SCHEMAS.items():
+        if not set(present) <= {name for _t, name, _tb, _s in rows}:
+            fitted[layout] = 0
+            continue
+        score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
+        core = [t for t in HERMES_CORE if t in per_table or t in present]
+        if core and len(core) < len(HERMES_CORE):
+            score += _headless_roots(path, rows, per_table, trees, present)
+            core = [t for t in HERMES_CORE if t in per_table or t in present]
+        if unplaced:
+            left_out[layout] = unplaced
+        fitted[layout] = score
+        chosen[layout] = per_table
+        if core and len(per_table) >= 2 and (best is None or (len(core), score) > best[:2]):
+            best = (len(core), score, layout)
+    if best is None:
+        raise DatabaseUnreadable(
+            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
+            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
+        )
+    layout = best[2]
+    return layout, fitted, chosen[layout], left_out.get(layout, [])
+
+
+def _headless_roots(
+    path: Path,
+    rows: tuple[KnownRow, ...],
+    per_table: dict[str, Tree],
+    trees: list[Tree],
+    present: dict[str, int],
+) -> int:
+    """For each core table no tree fits, the one page no tree holds whose b-tree header
+    is destroyed (a root leaf with its header zeroed) and whose cells, carved
+    (``pages.carve_damaged_leaves``), hold the most records of that table's shape, if
+    one holds more than any other: taken as the table's root, so the recovery carves
+    it as a damaged leaf of the table (its rows then taken only where witnesses vouch
+    for them); the pages the trees found reach (overflow pages too) are not looked at.
+    Returns the pages taken."""
+    schema, _fks = layout_schema(rows)
+    db = DatabaseFile(path)
+    try:
+        # the pages of the trees found, their overflow pages among them, are no root
+        taken = db.reachable([*(t.root for t in trees), *present.values()])
+        pages = [n for n in range(2, db.page_count + 1) if n not in taken and _headless(db, n)]
+    finally:
+        db.close()
+    found = 0
+    for name in HERMES_CORE:
+        obj = schema.by_name(name)
+        if name in per_table or name in present or obj is None or not pages:
+            continue
+        probes = Schema([dataclasses.replace(obj, name=str(n), rootpage=n) for n in pages])
+        carved = carve_damaged_leaves(path, probes, [str(n) for n in pages])
+        counts = {int(k): [r for r in rs if not _null_key(obj, r[1])] for k, rs in carved.items()}
+        top = max((len(rs) for rs in counts.values()), default=0)
+        best = [n for n, rs in counts.items() if len(rs) == top]
+        if top and len(best) == 1:
+            tree = Tree(best[0], [best[0]], counts[best[0]], headless=True)
+            tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+            per_table[name] = tree
+            found += 1
+    return found
+
+
+def _headless(db: DatabaseFile, n: int) -> bool:
+    """Is page ``n`` no b-tree page (its header destroyed, or a page of another kind)?"""
+    try:
+        db.btree_header(n)
+    except (PageFormatError, struct.error):
+        return True
+    return False
 
 
 def _fit_layout(
@@ -733,7 +837,7 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
 
 
 def listed_by_old_indexes(
-    path: Path, schema: Schema, found: dict[str, list[Row]]
+    pages: list[IndexPage], schema: Schema, found: dict[str, list[Row]]
 ) -> dict[str, set[int]]:
     """Of the rows ``found`` on a table's pages (carved from its damaged leaves, read
     from leaves no b-tree reaches), the rowids every index of the table lists with the
@@ -750,8 +854,8 @@ def listed_by_old_indexes(
     through its page's cell pointers holds exactly the row's values of that index's
     columns and its rowid: the row was live with those values. A table with no such
     index gets none, nor a rowid found with two different records. An entry whose
-    payload overflows its page is not read (Hermes' index keys are short). Call with no
-    SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    payload overflows its page is not read (Hermes' index keys are short). ``pages``:
+    every index page of the file (``index_pages``)."""
     # the entry an index would hold for a carved row -> (table, rowid, which index)
     wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
     needed: dict[str, int] = {}  # table -> indexes that list every row
@@ -765,22 +869,17 @@ def listed_by_old_indexes(
         for rowid, values in rows:
             versions.setdefault(rowid, []).append(values)
         one = [(r, vs[0]) for r, vs in versions.items() if all(v == vs[0] for v in vs)]
-        for i, positions in enumerate(indexes):
+        for i, (_name, positions) in enumerate(indexes):
             for rowid, values in one:
                 if any(p >= len(values) for p in positions):
                     continue
                 key = tuple(rowid if p < 0 else values[p] for p in positions)
                 wanted.setdefault((*key, rowid), set()).add((name, rowid, i))
     listing: dict[tuple[str, int], set[int]] = {}
-    if wanted:
-        db = DatabaseFile(path)
-        try:
-            for n in range(2, db.page_count + 1):
-                for entry in _index_entries(db, n):
-                    for name, rowid, i in wanted.get(entry, ()):
-                        listing.setdefault((name, rowid), set()).add(i)
-        finally:
-            db.close()
+    for page in pages:
+        for entry in page.entries:
+            for name, rowid, i in wanted.get(entry, ()):
+                listing.setdefault((name, rowid), set()).add(i)
     out: dict[str, set[int]] = {}
     for (name, rowid), listed in listing.items():
         if len(listed) == needed[name]:
@@ -788,12 +887,19 @@ def listed_by_old_indexes(
     return out
 
 
-def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
-    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
-    the positions of its columns in the table's records (-1: the rowid), read from an
-    in-memory database."""
+def indexed_columns(schema: Schema, obj: SchemaObject) -> set[str]:
+    """The columns of ``obj`` an index that lists every row holds (its old pages vouch
+    for them: ``old_index_witnesses``)."""
     names = [c.name for c in obj.stored_columns]
-    out: list[list[int]] = []
+    return {names[p] for _, positions in _index_positions(schema, obj) for p in positions if p >= 0}
+
+
+def _index_positions(schema: Schema, obj: SchemaObject) -> list[tuple[str, list[int]]]:
+    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
+    its name and the positions of its columns in the table's records (-1: the rowid),
+    read from an in-memory database."""
+    names = [c.name for c in obj.stored_columns]
+    out: list[tuple[str, list[int]]] = []
     if obj.sql is None:
         return out
     conn = apsw.Connection(":memory:")
@@ -814,9 +920,10 @@ def _index_positions(schema: Schema, obj: SchemaObject) -> list[list[int]]:
                 continue  # an expression: not a column's value
             if any(c is not None and c not in names for _, c in cols):
                 continue
-            out.append(
-                [-1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols]
-            )
+            positions = [
+                -1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols
+            ]
+            out.append((idx.name, positions))
     finally:
         conn.close()
     return out
@@ -844,3 +951,102 @@ def _index_entries(db: DatabaseFile, n: int) -> list[tuple[Any, ...]]:
         except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
             continue
     return out
+
+
+# -- the old indexes as witnesses of the rows read ------------------------------------
+
+
+@dataclass
+class IndexPage:
+    """An index page of the file: its entries (indexed values, then the rowid) and
+    whether an index of the schema (or the freelist the header names) reaches it."""
+
+    entries: list[tuple[Any, ...]]
+    reached: bool
+
+
+# What the old indexes hold for a table's rows: rowid -> column -> [(value, by), ...]
+Witnesses = dict[int, dict[str, list[tuple[Any, str]]]]
+
+
+def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
+    """Every index page in the file with the entries its cell pointers reach. Those no
+    index of ``schema`` reaches (nor the freelist the header names) are the pages of
+    the old indexes left in the file when the schema was rebuilt from Hermes' known
+    schema. Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
+        reached = db.reachable(roots)
+        out = []
+        for n in range(2, db.page_count + 1):
+            if entries := _index_entries(db, n):
+                out.append(IndexPage(entries, n in reached))
+        return out
+    finally:
+        db.close()
+
+
+def old_index_witnesses(
+    pages: list[IndexPage], schema: Schema, table: str, rows: dict[int, list[Any]]
+) -> Witnesses:
+    """What the old indexes' pages (of ``index_pages``, those no index of the schema
+    reaches) hold for the rows of ``table`` (rowid -> the row's values as read), in
+    the shape of ``copies.indexed_values``: for each rowid, each indexed column's
+    values, one per old index entry listing it.
+
+    No schema names those pages, so each is given to the index of the table (one that
+    lists every row, on plain columns) whose entries of its shape agree with the rows
+    read in the most entries, when that index is the only one with that many and they
+    are most of the page's entries of that shape; a page no index wins is left out. A
+    page can hold an older entry of an updated row (a freed page): a row with a column
+    no entry of an index agrees with is held against them by the caller, not here."""
+    obj = schema.by_name(table)
+    if obj is None or obj.without_rowid or not pages:
+        return {}
+    names = [c.name for c in obj.stored_columns]
+    indexes = _index_positions(schema, obj)
+    reals = {
+        i
+        for i, c in enumerate(obj.stored_columns)
+        if any(k in c.decl_type.upper() for k in ("REAL", "FLOA", "DOUB"))
+    }
+    out: Witnesses = {}
+    for entries in (p.entries for p in pages if not p.reached):
+        agree = [sum(1 for e in entries if _agrees(e, pos, rows)) for _, pos in indexes]
+        top = max(agree, default=0)
+        if not top or agree.count(top) > 1:
+            continue
+        name, positions = indexes[agree.index(top)]
+        shaped = [e for e in entries if len(e) == len(positions) + 1 and isinstance(e[-1], int)]
+        if 2 * top <= len(shaped):
+            continue
+        by = f"{name} (its pages left in the file)"
+        for e in shaped:
+            got = out.setdefault(int(e[-1]), {})
+            for p, v in zip(positions, e, strict=False):
+                if p >= 0:
+                    # SQLite stores a REAL with no fraction as an integer on disk.
+                    real = isinstance(v, int) and p in reals
+                    got.setdefault(names[p], []).append((float(v) if real else v, by))
+    return out
+
+
+def _agrees(entry: tuple[Any, ...], positions: list[int], rows: dict[int, list[Any]]) -> bool:
+    """Is ``entry`` what an index on ``positions`` holds for a row read?"""
+    if len(entry) != len(positions) + 1 or not isinstance(entry[-1], int):
+        return False
+    values = rows.get(entry[-1])
+    if values is None:
+        return False
+    want = [entry[-1] if p < 0 else values[p] if p < len(values) else None for p in positions]
+    return all(_same(a, b) for a, b in zip(want, entry, strict=False))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same value: equal numbers (a REAL may be stored as an integer), or equal
+    values of one type."""
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return not isinstance(a, bool) and not isinstance(b, bool) and a == b
+    return type(a) is type(b) and a == b

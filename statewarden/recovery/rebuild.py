@@ -38,6 +38,7 @@ from statewarden.recovery.copies import (
     write_rebuilt,
 )
 from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import ScanResult, scan_table
@@ -217,6 +218,9 @@ class RebuildInputs:
     # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
     # Hermes' known schema list with their values (``lost_schema``): they vouch too.
     listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
+    # The index pages of the file (``lost_schema.index_pages``): the rows read are held
+    # against those of the old indexes as against intact indexes.
+    index_pages: list[IndexPage] = field(default_factory=list)
     # Verified other copies (snapshot, retired WAL captures, backups), newest first.
     others: list[OtherCopy] = field(default_factory=list)
 
@@ -661,6 +665,7 @@ class Rebuild:
         }
         broken |= self._rebuilt_index_roots()
         entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
+        self._add_old_index_entries(tc, entries)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
         if not indexed:
@@ -735,6 +740,26 @@ class Rebuild:
                 f" holds a column of theirs: kept as stored, unverified (rowids {shown})"
             )
         return entries
+
+    def _add_old_index_entries(
+        self, tc: TableCopy, entries: dict[int, dict[str, list[Any]]]
+    ) -> None:
+        """Add to ``entries`` what the old indexes' pages hold for the rows copied
+        (``lost_schema.old_index_witnesses``)."""
+        if not self.inputs.index_pages:
+            return
+        t = quote_ident(tc.obj.name)
+        # Only the indexed columns are read (the others stand as NULL: not compared).
+        held = indexed_columns(self.inputs.schema, tc.obj)
+        sel = ", ".join(quote_ident(c) if c in held else "NULL" for c in _columns(tc.obj))
+        rows = {
+            int(r[0]): list(r[1:]) for r in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}")
+        }
+        old = old_index_witnesses(self.inputs.index_pages, self.inputs.schema, tc.obj.name, rows)
+        for rowid, cols in old.items():
+            got = entries.setdefault(rowid, {})
+            for col, values in cols.items():
+                got.setdefault(col, []).extend(values)
 
     def _settle_partial(self, tc: TableCopy, entries: dict[int, dict[str, list[Any]]]) -> None:
         """A row whose record was damaged on disk: the columns that did read may have

@@ -191,6 +191,7 @@ def _recover_copy(
             salvaged=decoded.salvaged,
             carved=decoded.carved,
             listed_by_old_indexes=decoded.listed_by_old_indexes,
+            index_pages=decoded.index_pages,
             wal_rows=decoded.wal_rows,
             trust_unreached=not work.freelist_unknown
             and not any(g.kind == "freelist" for g in diag.groups),
@@ -237,6 +238,7 @@ def _diagnose(
     if work.schema_note:
         report.notes.append(work.schema_note)
         report.rows_left_out = work.left_out
+        report.tables_lost = work.tables_lost
         # Raw reads: diagnose closed its connection (docs/safety.md rule 2).
         report.schema_rows_lost = [list(g) for g in schema_rowid_gaps(work.db)]
         if report.schema_rows_lost:

@@ -137,6 +137,9 @@ class Report:
     # leaves of a schema rebuilt from Hermes' known layout whose rows fit two tables
     # alike: not recovered, a loss (``lost_schema.py``)
     rows_left_out: list[dict[str, Any]] = field(default_factory=list)
+    # tables of a schema rebuilt from Hermes' known layout no page of which was found,
+    # though Hermes wrote rows to them: all their rows are lost (``lost_schema.py``)
+    tables_lost: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Seconds per phase: copy, diagnose, salvage, rebuild, fts, verify (as they ran).
     timings: dict[str, float] = field(default_factory=dict)
@@ -158,7 +161,8 @@ class Report:
     @property
     def loss_detected(self) -> bool:
         listed = self.count_mismatches or self.stale_rows or self.given_out
-        return bool(listed or self.schema_rows_lost or self.rows_left_out) or any(
+        lost_schema = self.schema_rows_lost or self.rows_left_out or self.tables_lost
+        return bool(listed or lost_schema) or any(
             t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
         )
 
@@ -189,6 +193,7 @@ class Report:
             "unverified_rows": self.unverified_rows,
             "schema_rows_lost": self.schema_rows_lost,
             "rows_left_out": self.rows_left_out,
+            "tables_lost": self.tables_lost,
             "notes": self.notes,
             "timings": self.timings,
         }
@@ -304,6 +309,13 @@ class Report:
             if self.loss_detected
             else "no loss"
         )
+        if self.tables_lost:
+            return "loss detected: " + ", ".join(
+                [
+                    *(f"all rows of {t}" for t in self.tables_lost),
+                    *(f"{k} {v}" for k, v in self.lost.items()),
+                ]
+            )
         if self.loss_detected and not self.lost:
             partial = sum(t.partial for t in self.tables.values())
             unverified = sum(t.unverified for t in self.tables.values())

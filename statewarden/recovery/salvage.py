@@ -23,7 +23,7 @@ from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.integrity import NEVER_USED_RE
-from statewarden.recovery.lost_schema import listed_by_old_indexes
+from statewarden.recovery.lost_schema import IndexPage, index_pages, listed_by_old_indexes
 from statewarden.recovery.pages import (
     carve_damaged_leaves,
     partial_columns,
@@ -47,6 +47,9 @@ class DecodedRows:
     wal_rows: SalvagedRows = field(default_factory=dict)  # WAL commits SQLite drops
     # rowids of those rows the old indexes of a rebuilt schema list (``lost_schema``)
     listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
+    # the index pages of the file, those of the old indexes among them: witnesses of
+    # the rows read (``lost_schema``)
+    index_pages: list[IndexPage] = field(default_factory=list)
 
 
 def decode_rows(
@@ -59,6 +62,8 @@ def decode_rows(
     if work.wal is not None:
         report.notes.extend(work.wal.notes(work.wal_name))
     with report.timed("salvage"):
+        if work.known_schema:
+            decoded.index_pages = index_pages(work.db, schema)
         if damaged:
             # Evidence that rows may be missing (a read error, pages no b-tree reaches,
             # a count that differs from the planner's, a page reached twice): decode
@@ -68,7 +73,7 @@ def decode_rows(
             decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
             if work.known_schema:
                 decoded.listed_by_old_indexes = listed_by_old_indexes(
-                    work.db, schema, _both(decoded.salvaged, decoded.carved)
+                    decoded.index_pages, schema, _both(decoded.salvaged, decoded.carved)
                 )
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]

@@ -30,6 +30,7 @@ from lab.hermes_fixtures import (
     hermes_python,
 )
 from lab.write_known_schemas import LAYOUTS, schema_rows
+from statewarden.demo.damage import PristineFile
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
 from statewarden.recovery.lost_schema import infer_page_size
 from statewarden.recovery.schema import read_schema
@@ -395,3 +396,109 @@ class TestHostilePages:
         assert code == 4
         assert err.count("\n") == 1
         assert "no schema is guessed" in err
+
+
+class TestSessionsRootDestroyed:
+    def test_a_zeroed_sessions_page_is_a_loss(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed, and a zeroed block over the only sessions page
+        (fuzz seed 289): the layout is taken from messages and the other tables, and the
+        report says every row of sessions is lost (loss detected, exit 3), never "no
+        loss". Before, no layout was taken without sessions: exit 4, nothing recovered."""
+        case = fuzz.fuzz_case(
+            tmp_path / "db", fuzz.PAGE1_FINDINGS["zeroed_sessions_page"], page1=True
+        )
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")
+        assert rep["tables_lost"] == ["sessions"]
+        assert rep["loss_detected"] is True
+        assert rows(out, "SELECT count(*) FROM sessions") == [(0,)]
+        assert rows(out, "SELECT count(*) FROM messages") == [(len(case.intact("messages")),)]
+        _, text_out, _ = run_ctl(
+            "recover", "--source", str(case.db), "--output", str(out.with_name("t.db"))
+        )
+        assert "all rows of sessions" in text_out
+
+    def test_a_sessions_root_with_its_header_zeroed_is_carved(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed, and the header of the only sessions page (a root
+        leaf) zeroed with it (fuzz seed 364): the page is found by its cells and taken as
+        the sessions root, and every session (all intact) comes back as Hermes wrote it. Before,
+        no layout was taken: exit 4, nothing recovered."""
+        seed = fuzz.PAGE1_FINDINGS["zeroed_sessions_root_header"]
+        case = fuzz.fuzz_case(tmp_path / "db", seed, page1=True)
+        code, _rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")  # every session came back: no loss
+        got = {r[0]: r for r in rows(out, "SELECT rowid, * FROM sessions")}
+        intact = case.intact("sessions")
+        assert intact
+        assert {r: got.get(r) for r in intact} == {r: case.truth["sessions"][r][0] for r in intact}
+
+
+class TestOldIndexesAsWitnesses:
+    def test_a_scribbled_timestamp_comes_back_from_the_old_indexes(self, tmp_path: Path) -> None:
+        """Page 1 and the schema zeroed, and random bytes over a message's timestamp
+        only (fuzz seed 113): the rebuilt indexes are filled from that same row, but the
+        two old indexes that hold the timestamp, their pages still in the file, agree on
+        the real one; it comes back from them and is listed as restored. Before, the
+        changed timestamp was written out as a good row."""
+        seed = fuzz.PAGE1_FINDINGS["scribbled_real_with_the_schema"]
+        case = fuzz.fuzz_case(tmp_path / "db", seed, page1=True)
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")
+        want = case.truth["messages"][306][0]
+        assert rows(out, "SELECT rowid, * FROM messages WHERE rowid = 306") == [want]
+        restored = [e for e in rep["restored_from_copies"] if e["rowid"] == 306]
+        assert [(e["table"], e["column"]) for e in restored] == [("messages", "timestamp")]
+        assert sorted(restored[0]["from"]) == [
+            "index idx_messages_session (its pages left in the file)",
+            "index idx_messages_session_active (its pages left in the file)",
+        ]
+
+
+def zero_tree(db: Path, pristine: Path, table: str) -> None:
+    """Zero every page of ``table``'s b-tree in ``db`` (as laid out in ``pristine``)."""
+    pf = PristineFile(pristine)
+    interior, leaves = pf.tree_pages(corruption.schema_roots(pristine)[table])
+    with open(db, "r+b") as f:
+        for n in interior + leaves:
+            f.seek((n - 1) * pf.page_size)
+            f.write(bytes(pf.page_size))
+
+
+class TestMessagesTreeDestroyed:
+    def test_messages_gone_while_sessions_count_them_is_a_loss(self, tmp_path: Path) -> None:
+        """Page 1, the schema and every page of the messages b-tree zeroed: the layout is
+        taken from sessions and the other tables, and since sessions count messages the
+        report names messages in tables_lost (exit 3). Before, no layout was taken
+        without messages: exit 4."""
+        case = corruption.zeroed_page1(tmp_path / "db", schema_leaves=True)
+        zero_tree(case.db, case.pristine, "messages")
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (3, "")
+        assert rep["tables_lost"] == ["messages"]
+        want = rows(case.pristine, "SELECT rowid, * FROM sessions ORDER BY rowid")
+        assert rows(out, "SELECT rowid, * FROM sessions ORDER BY rowid") == want
+
+    def test_no_messages_ever_written_is_no_loss(self, tmp_path: Path) -> None:
+        """The same on a file whose messages were all deleted and vacuumed away (sessions
+        count none), page 1 and the schema zeroed: no
+        page proves a message existed, so none is named lost and the sessions all come
+        back: exit 0. Calling every missing table lost would claim a loss that is not."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages")
+            corruption.recount_messages(conn)
+        conn.execute("VACUUM")  # no freed page keeps the deleted messages
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        want = rows(case.db, "SELECT rowid, * FROM sessions ORDER BY rowid")
+        pf = PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        with open(case.db, "r+b") as f:
+            for n in {1, *interior, *leaves}:
+                f.seek((n - 1) * pf.page_size)
+                f.write(bytes(pf.page_size))
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, ""), rep.get("notes")
+        assert rep["tables_lost"] == []
+        assert rows(out, "SELECT rowid, * FROM sessions ORDER BY rowid") == want
