@@ -530,20 +530,13 @@ def delete_and_destroy_page1(case: corruption.Case, sessions: str) -> dict[str, 
     return live
 
 
-RESURRECTS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 19: with page 1 gone the freelist is unknown; a freed messages leaf is"
-    " taken as the root and the freed old index pages vouch for its deleted rows",
-)
-
-
 class TestDeletedRowsNeverResurrect:
     @pytest.mark.parametrize(
         "sessions",
         [
-            pytest.param("", marks=RESURRECTS),
+            "",
             "SELECT id FROM sessions ORDER BY id LIMIT 3",
-            pytest.param("SELECT id FROM sessions ORDER BY id LIMIT 60", marks=RESURRECTS),
+            "SELECT id FROM sessions ORDER BY id LIMIT 60",
         ],
     )
     def test_deleted_messages_stay_deleted(self, tmp_path: Path, sessions: str) -> None:
