@@ -66,6 +66,8 @@ PAGE_SIZES = tuple(512 << i for i in range(8))
 PAGES_READ_FOR_SIZE = 50_000
 # Leaves of a tree whose records are decoded to match its shape (spread over the tree).
 LEAVES_SAMPLED = 8
+# Roots read in page order to match a layout's objects (Hermes' have fewer than 100).
+ROOTS_READ = 256
 # The tables every Hermes layout has: a file whose rows fit neither is not Hermes'.
 HERMES_CORE = ("sessions", "messages")
 SEQUENCE = "sqlite_sequence"
@@ -271,8 +273,10 @@ def find_trees(db: DatabaseFile) -> list[Tree]:
 
 
 def btree_roots(db: DatabaseFile) -> list[tuple[int, bool]]:
-    """The b-tree pages among pages 2.. that no interior page points to, ascending, each
-    with whether it is an index page (for ``created_roots``)."""
+    """The first ``ROOTS_READ`` b-tree pages among pages 2.. that no interior page
+    points to, ascending, each with whether it is an index page (for
+    ``created_roots``); a ``sqlite_schema`` leaf left over (page 1, which pointed to
+    it, destroyed or rewritten) is none."""
     kinds: dict[int, bool] = {}
     pointed: set[int] = set()
     for n in range(2, db.page_count + 1):
@@ -283,7 +287,21 @@ def btree_roots(db: DatabaseFile) -> list[tuple[int, bool]]:
             kinds[n] = kind in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR)
         except (PageFormatError, struct.error):
             continue
-    return [(n, is_index) for n, is_index in sorted(kinds.items()) if n not in pointed]
+    out: list[tuple[int, bool]] = []
+    for n, is_index in sorted(kinds.items()):
+        if len(out) == ROOTS_READ:
+            break
+        if n not in pointed and not (not is_index and _schema_leaf(db, n)):
+            out.append((n, is_index))
+    return out
+
+
+def _schema_leaf(db: DatabaseFile, n: int) -> bool:
+    try:
+        rows, _bad = db.leaf_rows(n)
+    except PageFormatError:
+        return False
+    return bool(rows) and all(is_schema_record(v) for _, v in rows)
 
 
 def created_roots(roots: list[tuple[int, bool]], schema: Schema) -> dict[str, int]:

@@ -551,3 +551,20 @@ class TestDeletedRowsNeverResurrect:
         assert (code in (0, 3), err) == (True, "")
         for table, want in live.items():
             assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want, table
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="issue 19: a file upgraded to the legacy schema-30 layout created its newer"
+        " tables later, so the creation order proves no roots; a freed messages leaf is"
+        " still taken and the freed index pages still vouch for its rows",
+    )
+    def test_upgraded_layout(self, tmp_path: Path) -> None:
+        """The same with every message deleted, on a file of the legacy schema-30 layout
+        (its newer tables created by upgrades, after rows were written): the output
+        holds exactly the live sessions and no message."""
+        case = corruption.fresh_copy(tmp_path / "db", MAIN_LEGACY)
+        live = delete_and_destroy_page1(case, "")
+        _code, _rep, err, out = recover(case.db, tmp_path)
+        assert err == ""
+        for table, want in live.items():
+            assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want, table
