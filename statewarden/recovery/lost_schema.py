@@ -20,13 +20,18 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    (``LostSchema.lost_tables``). A file no layout fits is not Hermes' and gets no
    guessed schema;
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
-   each table's root the largest tree of its shape; an index, an FTS shadow table and
-   a table with no tree get a new empty root page appended to the copy. The rest is
+   each table's root the largest tree of its shape, or the tree at the root the
+   creation order proves (``created_roots``: SQLite gives each object created the
+   next page, before any row, so a page ``DELETE`` freed is never one of them); an
+   index, an FTS shadow table and a table with no tree get a new empty root page
+   appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
    rebuilt, and the FTS tables are rebuilt from ``messages``;
 5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
    vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
-   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are.
+   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are;
+   when the creation order proves the old indexes' roots, only the pages they reach
+   (a freed index page still holds the entries of the rows deleted).
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
