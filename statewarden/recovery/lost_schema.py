@@ -20,13 +20,18 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    (``LostSchema.lost_tables``). A file no layout fits is not Hermes' and gets no
    guessed schema;
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
-   each table's root the largest tree of its shape; an index, an FTS shadow table and
-   a table with no tree get a new empty root page appended to the copy. The rest is
+   each table's root the largest tree of its shape, or the tree at the root the
+   creation order proves (``created_roots``: SQLite gives each object created the
+   next page, before any row, so a page ``DELETE`` freed is never one of them); an
+   index, an FTS shadow table and a table with no tree get a new empty root page
+   appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
    rebuilt, and the FTS tables are rebuilt from ``messages``;
 5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
    vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
-   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are.
+   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are;
+   when the creation order proves the old indexes' roots, only the pages they reach
+   (a freed index page still holds the entries of the rows deleted).
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
@@ -66,6 +71,8 @@ PAGE_SIZES = tuple(512 << i for i in range(8))
 PAGES_READ_FOR_SIZE = 50_000
 # Leaves of a tree whose records are decoded to match its shape (spread over the tree).
 LEAVES_SAMPLED = 8
+# Roots read in page order to match a layout's objects (Hermes' have fewer than 100).
+ROOTS_READ = 256
 # The tables every Hermes layout has: a file whose rows fit neither is not Hermes'.
 HERMES_CORE = ("sessions", "messages")
 SEQUENCE = "sqlite_sequence"
@@ -270,6 +277,60 @@ def find_trees(db: DatabaseFile) -> list[Tree]:
     return trees
 
 
+def btree_roots(db: DatabaseFile) -> list[tuple[int, bool]]:
+    """The first ``ROOTS_READ`` b-tree pages among pages 2.. that no interior page
+    points to, ascending, each with whether it is an index page (for
+    ``created_roots``); a ``sqlite_schema`` leaf left over (page 1, which pointed to
+    it, destroyed or rewritten) is none."""
+    kinds: dict[int, bool] = {}
+    pointed: set[int] = set()
+    for n in range(2, db.page_count + 1):
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR):
+                pointed.update(db.children(n))
+            kinds[n] = kind in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR)
+        except (PageFormatError, struct.error):
+            continue
+    out: list[tuple[int, bool]] = []
+    for n, is_index in sorted(kinds.items()):
+        if len(out) == ROOTS_READ:
+            break
+        if n not in pointed and not (not is_index and _schema_leaf(db, n)):
+            out.append((n, is_index))
+    return out
+
+
+def _schema_leaf(db: DatabaseFile, n: int) -> bool:
+    try:
+        rows, _bad = db.leaf_rows(n)
+    except PageFormatError:
+        return False
+    return bool(rows) and all(is_schema_record(v) for _, v in rows)
+
+
+def created_roots(roots: list[tuple[int, bool]], schema: Schema) -> dict[str, int]:
+    """The root page of each b-tree object of ``schema`` (a known layout, its objects in
+    creation order), when the file proves them (``roots``: ``btree_roots``): SQLite
+    gives each object created the next page, before any row is written, so the lowest
+    pages no interior page points to are the roots, in that order. They are taken only
+    when there are at least as many such pages as objects and the first ones are table
+    and index pages in exactly the order the objects are (a file whose tables were
+    created by later upgrades, or whose root was destroyed, proves nothing: empty). A
+    page freed by ``DELETE`` comes after them all, whatever it still holds."""
+    objects = [
+        (o.name, o.type == "index" or o.without_rowid)
+        for o in schema.objects
+        if o.type in ("table", "index") and not o.is_virtual and o.rootpage
+    ]
+    first = roots[: len(objects)]
+    if len(first) < len(objects) or any(
+        is_index != want for (_, is_index), (_, want) in zip(first, objects, strict=True)
+    ):
+        return {}
+    return {name: n for (n, _), (name, _) in zip(first, objects, strict=True)}
+
+
 ForeignKey = tuple[str, str, str, str]  # (table, column, referenced table, its column)
 
 
@@ -442,11 +503,12 @@ def rebuild_from_known_schema(
     db = DatabaseFile(path)
     try:
         trees = find_trees(db)
+        roots = btree_roots(db)
         page_size, usable, page_count = db.page_size, db.usable, db.page_count
         header = db.page(1)[:HEADER_SIZE]
     finally:
         db.close()
-    layout, fitted, found, left_out = _choose_layout(path, source, present, trees)
+    layout, fitted, found, left_out = _choose_layout(path, source, present, trees, roots)
     description, known = KNOWN_SCHEMAS[layout]
     schema, _fks = layout_schema(known)
     records: list[list[Any]] = []
@@ -519,13 +581,19 @@ def _proven_lost(found: dict[str, Tree], present: dict[str, int]) -> list[str]:
 
 
 def _choose_layout(
-    path: Path, source: Path, present: dict[str, int], trees: list[Tree]
+    path: Path,
+    source: Path,
+    present: dict[str, int],
+    trees: list[Tree],
+    roots: list[tuple[int, bool]],
 ) -> tuple[str, dict[str, int], dict[str, Tree], list[tuple[Tree, list[str]]]]:
     """The known layout the trees fit best: (its name, leaves fitted per layout, the
     tree taken for each of its tables, the trees left out). A layout is taken only
     when one of ``sessions`` and ``messages`` and another of its tables are found;
     one with both beats one with either. A core table no tree fits is looked for
-    among the pages whose header is destroyed (``_headless_roots``). Raises
+    among the pages whose header is destroyed (``_headless_roots``). A table whose
+    root the creation order proves (``created_roots``) gets the tree there
+    (``_at_created_roots``). Raises
     :class:`DatabaseUnreadable` when no layout is taken."""
     best: tuple[int, int, str] | None = None
     fitted: dict[str, int] = {}
@@ -537,6 +605,7 @@ def _choose_layout(
             fitted[layout] = 0
             continue
         score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
+        _at_created_roots(per_table, trees, created_roots(roots, layout_schema(rows)[0]), rows)
         core = [t for t in HERMES_CORE if t in per_table or t in present]
         if core and len(core) < len(HERMES_CORE):
             score += _headless_roots(path, rows, per_table, trees, present)
@@ -554,6 +623,28 @@ def _choose_layout(
         )
     layout = best[2]
     return layout, fitted, chosen[layout], left_out.get(layout, [])
+
+
+def _at_created_roots(
+    per_table: dict[str, Tree],
+    trees: list[Tree],
+    created: dict[str, int],
+    rows: tuple[KnownRow, ...],
+) -> None:
+    """Give each table taken the tree whose root the creation order proves is its own
+    (``created_roots``), when its records fit the table or it has none: its rows all
+    deleted, a table's root is an empty leaf, and the largest tree of its shape is then
+    a page ``DELETE`` freed, whose rows must not come back as live."""
+    schema, _fks = layout_schema(rows)
+    by_root = {t.root: t for t in trees}
+    for name, tree in list(per_table.items()):
+        obj = schema.by_name(name)
+        real = by_root.get(created.get(name, 0))
+        if obj is None or real is None or real is tree:
+            continue
+        if all(record_fits(obj, v) and not _null_key(obj, v) for _, v in real.rows):
+            real.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+            per_table[name] = real
 
 
 def _headless_roots(
@@ -973,13 +1064,26 @@ def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
     """Every index page in the file with the entries its cell pointers reach. Those no
     index of ``schema`` reaches (nor the freelist the header names) are the pages of
     the old indexes left in the file when the schema was rebuilt from Hermes' known
-    schema. Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    schema. When the creation order proves the old indexes' roots (``created_roots``),
+    only the pages those roots reach are kept: an index page ``DELETE`` freed (the
+    freelist that named it is gone with page 1) still holds the deleted rows' entries,
+    and vouches for none of them. Call with no SQLite connection open to ``path``
+    (docs/safety.md rule 2)."""
     db = DatabaseFile(path)
     try:
         roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
         reached = db.reachable(roots)
+        created = created_roots(btree_roots(db), schema)
+        old = [
+            n
+            for name, n in created.items()
+            if (o := schema.by_name(name)) is not None and (o.type == "index" or o.without_rowid)
+        ]
+        live = db.reachable(old) if created else None
         out = []
         for n in range(2, db.page_count + 1):
+            if live is not None and n not in live and n not in reached:
+                continue
             if entries := _index_entries(db, n):
                 out.append(IndexPage(entries, n in reached))
         return out
