@@ -306,14 +306,16 @@ def diagnose_ahead_of_fts(
     wal: WalFacts | None = None,
     wal_name: str = "the WAL",
     schema_rebuilt: str | None = None,
+    ahead: bool = True,
 ) -> tuple[Diagnosis, FtsPending | None]:
     """``diagnose``, except that a file whose b-trees, rows and FTS copies show no
     damage comes back before FTS5's own checks of its FTS tables end: its FTS verdicts
     are "ok" for now, and the ``FtsPending`` returned with it gives the real ones
     (``FtsPending.join``). Until it is joined, SQLite connections of this process are
     open to ``db``: nothing may read the file outside SQLite (docs/safety.md rule 2).
+    ``ahead=False``: the checks are waited for, as ``diagnose`` does (no pending).
     """
-    defer = schema_rebuilt is None and not (wal and (wal.dropped_commits or wal.foreign))
+    defer = ahead and schema_rebuilt is None and not (wal and (wal.dropped_commits or wal.foreign))
     return _diagnose_file(
         db,
         progress=progress,

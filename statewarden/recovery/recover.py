@@ -57,7 +57,6 @@ from statewarden.recovery.diagnose import (
     Diagnosis,
     FtsPending,
     counts_disagree,
-    diagnose,
     diagnose_ahead_of_fts,
 )
 from statewarden.recovery.other_copies import check_sources, open_copies
@@ -68,7 +67,6 @@ from statewarden.recovery.salvage import complete_salvage, decode_rows
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.schema import Schema, read_schema
 from statewarden.recovery.verify import verify_output
-from statewarden.recovery.wal import WalFacts
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import hermes_schema_version, quote_ident
 
@@ -220,14 +218,14 @@ def _diagnose(
     the copy's rebuilt page 1 (if any) lost. ``ahead``: a file found healthy but for
     FTS5's own checks comes back while they go on (``diagnose_ahead_of_fts``)."""
     started = time.monotonic()
-    how = diagnose_ahead_of_fts if ahead else _diagnose_now
-    diag, pending = how(
+    diag, pending = diagnose_ahead_of_fts(
         work.db,
         progress=progress,
         truncated=work.truncated_note,
         wal=work.wal,
         wal_name=work.wal_name,
         schema_rebuilt=work.schema_note,
+        ahead=ahead,
     )
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
@@ -248,27 +246,6 @@ def _diagnose(
                 " named (tables among them) are missing from the rebuilt schema"
             )
     return diag, report, pending
-
-
-def _diagnose_now(
-    db: Path,
-    *,
-    progress: ProgressFn | None,
-    truncated: str | None,
-    wal: WalFacts | None,
-    wal_name: str,
-    schema_rebuilt: str | None,
-) -> tuple[Diagnosis, FtsPending | None]:
-    """``diagnose``, its FTS checks waited for."""
-    diag = diagnose(
-        db,
-        progress=progress,
-        truncated=truncated,
-        wal=wal,
-        wal_name=wal_name,
-        schema_rebuilt=schema_rebuilt,
-    )
-    return diag, None
 
 
 def _copy_ahead(
