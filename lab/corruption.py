@@ -77,6 +77,28 @@ def recount_messages(conn: apsw.Connection) -> None:
     )
 
 
+def many_fts_levels(dest_dir: Path, levels: int = 700, spec: AnySpec = SMALL) -> Case:
+    """No damage: each FTS5 index's structure record (``_data`` rowid 10) given
+    ``levels`` more empty levels, two zero bytes each, as Hermes' own writes leave it on
+    a large file (the 1.06 GB ``HUGE`` fixture has 323 levels: 637 zero bytes in a
+    669-byte record, a whole 512-byte sector of them). FTS5's own check passes."""
+    case = fresh_copy(dest_dir, spec)
+    conn = apsw.Connection(str(case.db))
+    try:
+        for (fts,) in conn.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL%fts5%'"
+        ).fetchall():
+            row = conn.execute(f'SELECT block FROM "{fts}_data" WHERE id = 10').fetchone()
+            assert row is not None
+            block = row[0]
+            n, pos = _varint(block, 4)
+            grown = block[:4] + _encode_varint(n + levels) + block[pos:] + bytes(2 * levels)
+            conn.execute(f'UPDATE "{fts}_data" SET block = ? WHERE id = 10', (grown,))
+    finally:
+        conn.close()
+    return case
+
+
 def zero_page(case: Case, page: int) -> None:
     pf = PristineFile(case.db)
     _write(case.db, (page - 1) * pf.page_size, b"\x00" * pf.page_size)

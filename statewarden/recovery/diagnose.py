@@ -32,6 +32,7 @@ from statewarden.errors import (
 )
 from statewarden.progress import ProgressFn
 from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
+from statewarden.recovery.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
 from statewarden.recovery.integrity import (
     ErrorGroup,
     IntegrityCheck,
@@ -444,6 +445,35 @@ def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedC
         return str(exc)
 
 
+def _own_zeros_left_out(
+    conn: apsw.Connection, schema: Schema, found: dict[str, ZeroedCells] | str
+) -> dict[str, ZeroedCells] | str:
+    """``found`` without the FTS5 structure records whose zero bytes are their own
+    (empty levels: ``fts_structure``), which a large Hermes file holds by the hundred."""
+    if isinstance(found, str):
+        return found
+    out = dict(found)
+    for name, cells in found.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.shadow_of is None or name != f"{obj.shadow_of}_data":
+            continue
+        if STRUCTURE_ROWID not in cells:
+            continue
+        try:
+            row = conn.execute(
+                f"SELECT block FROM {quote_ident(name)} WHERE id = ?", (STRUCTURE_ROWID,)
+            ).fetchone()
+        except apsw.Error:
+            continue
+        if row is not None and isinstance(row[0], bytes) and zeros_are_its_own(row[0]):
+            rest = {rowid: cols for rowid, cols in cells.items() if rowid != STRUCTURE_ROWID}
+            if rest:
+                out[name] = rest
+            else:
+                del out[name]
+    return out
+
+
 def _add_zeroed_cells(
     result: Diagnosis, found: dict[str, ZeroedCells] | str, schema: Schema
 ) -> None:
@@ -673,7 +703,7 @@ def _verdict(
         counts_disagree=facts.counts,
         lost_writes=lost,
     )
-    _add_zeroed_cells(result, facts.zeroed, schema)
+    _add_zeroed_cells(result, _own_zeros_left_out(conn, schema, facts.zeroed), schema)
     return result
 
 
