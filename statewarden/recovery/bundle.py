@@ -554,6 +554,10 @@ def _fold_or_rebuild_schema(
     except DatabaseUnreadable as first:
         if truncated:
             raise
+        # Schema rows that still read raw: the pages are there, SQLite refused them.
+        readable = False
+        with contextlib.suppress(OSError, ValueError, IndexError, struct.error):
+            readable = bool(schema_records(copy))
         leaves = 0
         with contextlib.suppress(DatabaseUnreadable):
             leaves = rebuild_schema_root(copy)
@@ -575,7 +579,7 @@ def _fold_or_rebuild_schema(
         except DatabaseUnreadable:
             raise first from None
         inferred.append(lost)
-        return _with_indexes(copy, lost, lost.note(source))
+        return _with_indexes(copy, lost, lost.note(source, str(first) if readable else None))
 
 
 def _with_indexes(copy: Path, lost: LostSchema, note: str) -> str:

@@ -52,6 +52,7 @@ from statewarden.errors import UsageError, path_error
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
+from statewarden.recovery.check import header_count_wrong
 from statewarden.recovery.copies import Feed
 from statewarden.recovery.diagnose import (
     Diagnosis,
@@ -239,7 +240,9 @@ def _diagnose(
         schema_rebuilt=work.schema_note,
         ahead=ahead,
     )
+    header_note = header_count_wrong(work, diag)
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
+    report.notes.extend(filter(None, [header_note]))
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
     lost_writes = diag.lost_writes.to_json()
     # A row restorable from its indexes is listed with what was restored, not as stale.
