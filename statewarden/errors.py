@@ -154,7 +154,9 @@ def copy_failed(source: object, folder: object, exc: OSError) -> CopyFailed:
     if exc.errno in _NO_ROOM:
         return CopyFailed(
             f"{folder}: cannot write the private copy of {source} there: {reason}",
-            hint="free some space or choose another folder" if exc.errno in _NO_SPACE else None,
+            hint="free some space there or choose another folder"
+            if exc.errno in _NO_SPACE
+            else None,
         )
     return CopyFailed(f"{exc.filename or source}: copying it into {folder} failed: {reason}")
 

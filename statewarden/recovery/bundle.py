@@ -149,7 +149,7 @@ def check_free_space(directory: Path, needed: int) -> None:
         raise DatabaseError(
             f"{directory}: not enough free space: {free} bytes free,"
             f" {needed + FREE_SPACE_MARGIN_BYTES} needed",
-            hint="free some space or choose another output directory",
+            hint="free some space there or choose another folder",
         )
 
 

@@ -181,6 +181,7 @@ class TestOtherUsers:
             code, out, err = run_ctl("check", "--db", str(db), "--work-dir", str(small))
             assert (code, out) == (5, "")
             assert err.startswith(f"statewardenctl: error: {small}: not enough free space: ")
+            assert err.endswith(" (free some space there or choose another folder)\n")
             assert os.listdir(small) == []
         finally:
             subprocess.run(["umount", str(small)], check=True)
