@@ -7,6 +7,8 @@ nothing here is meant to reach the user as a traceback.
 
 from __future__ import annotations
 
+import errno
+
 # Exit codes (README.md, "Exit codes", lists each name with its meaning). A number
 # means different things to different commands; each meaning has its own name here.
 EXIT_OK = 0
@@ -21,6 +23,7 @@ EXIT_UNREADABLE = 4
 EXIT_MAINTENANCE_LOSS = 3  # maintenance: the repair would lose rows, or was swapped with loss
 EXIT_REFUSED = 5  # maintenance: a holder that may not be stopped
 EXIT_ALREADY_RUNNING = 5  # statewarden run: another daemon runs on this state folder
+EXIT_NOT_CHECKED = 5  # check: it could not finish (no space, a write failed): nothing judged
 EXIT_NO_DAEMON = 6  # verify: no daemon answers (verification is the daemon's)
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away
@@ -109,6 +112,53 @@ class DatabaseUnreadable(DatabaseError):
 
 class DatabaseChanged(DatabaseError):
     """The source changed while it was being copied: someone is writing to it."""
+
+
+class CopyFailed(StatewardenError):
+    """The private copy of a database could not be made: a write failed (no space
+    left, a file size limit) or a read of the source did. Nothing was judged."""
+
+
+# Why a path the user named cannot be used, by errno: the path's own problems
+# (a usage error, exit 2). Other failures (an I/O error, no space) are not the path's.
+_PATH_REASONS = {
+    errno.ENOENT: "no such file",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ELOOP: "a loop of symbolic links (too many levels of symbolic links)",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EROFS: "read-only file system",
+}
+# Failures of a write that the room or the limits of its folder explain.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def path_error(path: object, exc: OSError, *, option: str = "") -> StatewardenError:
+    """A path the user named (``option``: the command-line option it came from) that
+    cannot be used, as one line naming it and the real reason: a
+    :class:`UsageError` (exit 2) when the path itself is the problem (missing, not
+    permitted, a symlink loop, ...), else a :class:`StatewardenError` (exit 1)."""
+    where = f" ({option})" if option else ""
+    reason = _PATH_REASONS.get(exc.errno or 0)
+    if reason is not None:
+        return UsageError(f"{path}: {reason}{where}")
+    return StatewardenError(f"{path}: {exc.strerror or exc}{where}")
+
+
+def copy_failed(source: object, folder: object, exc: OSError) -> CopyFailed:
+    """The copy of ``source`` into ``folder`` failed with ``exc``: one line naming the
+    folder when a write there failed for want of room, else the file that failed."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in _NO_ROOM:
+        return CopyFailed(
+            f"{folder}: cannot write the private copy of {source} there: {reason}",
+            hint="free some space there or choose another folder"
+            if exc.errno in _NO_SPACE
+            else None,
+        )
+    return CopyFailed(f"{exc.filename or source}: copying it into {folder} failed: {reason}")
 
 
 class SystemdUnavailable(StatewardenError):

@@ -39,6 +39,8 @@ HEADER_SIZE = 100
 READ_BUSY_TIMEOUT_MS = 200
 
 TEXT_ENCODINGS = {1: "utf-8", 2: "utf-16le", 3: "utf-16be"}
+# SQLite's SQLITE_ERROR text for a schema format number above the one it knows.
+UNSUPPORTED_FORMAT = "unsupported file format"
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ def classify_error(path: Path, exc: BaseException) -> DatabaseError:
         return DatabaseError(f"{path}: busy, a writer holds a lock ({text})")
     if isinstance(exc, apsw.CantOpenError):
         return DatabaseError(f"{path}: cannot open ({text})")
+    if isinstance(exc, apsw.SQLError) and text.startswith(UNSUPPORTED_FORMAT):
+        # The header names a schema format (or file format) this SQLite does not know:
+        # the file cannot be read as it is, which is damage, not a failed command.
+        return DatabaseUnreadable(f"{path}: {text} (a header field SQLite does not know)")
     return DatabaseError(f"{path}: {text}")
 
 

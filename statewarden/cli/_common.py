@@ -11,6 +11,7 @@ import click
 
 from statewarden.cli import _plain
 from statewarden.cli._plain import errors_as_exit_codes, printable
+from statewarden.errors import EXIT_FAILED
 from statewarden.json_output import json_document
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,15 +31,25 @@ def handle_errors(func: F) -> F:
 
     Set ``STATEWARDEN_DEBUG=1`` to see the traceback of an unexpected error.
     """
+    return handle_errors_failing_with(EXIT_FAILED)(func)
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        prog = click.get_current_context().find_root().command.name or "statewarden"
-        with errors_as_exit_codes(prog, (click.exceptions.Exit, click.ClickException)):
-            return func(*args, **kwargs)
-        return None
 
-    return cast(F, wrapper)
+def handle_errors_failing_with(failed: int) -> Callable[[F], F]:
+    """:func:`handle_errors` for a command whose failures exit with ``failed`` instead
+    of 1 (``check``, whose 1 means derived damage)."""
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            prog = click.get_current_context().find_root().command.name or "statewarden"
+            passthrough = (click.exceptions.Exit, click.ClickException)
+            with errors_as_exit_codes(prog, passthrough, failed):
+                return func(*args, **kwargs)
+            return None
+
+        return cast(F, wrapper)
+
+    return decorate
 
 
 config_option = click.option(

@@ -57,17 +57,19 @@ def fail(prog: str, message: str, code: int) -> None:
 
 @contextmanager
 def errors_as_exit_codes(
-    prog: str, passthrough: tuple[type[BaseException], ...] = ()
+    prog: str, passthrough: tuple[type[BaseException], ...] = (), failed: int = EXIT_FAILED
 ) -> Iterator[None]:
     """Turn any error into one line on stderr and an exit code; never a traceback.
 
     Exceptions of the ``passthrough`` types (and ``SystemExit``) go on unchanged. Set
-    ``STATEWARDEN_DEBUG=1`` to see the traceback of an unexpected error.
+    ``STATEWARDEN_DEBUG=1`` to see the traceback of an unexpected error. ``failed``: the
+    code of a failure (an error whose code is ``EXIT_FAILED``, or an unexpected one),
+    for a command whose 1 means something else (``check``: derived damage).
     """
     try:
         yield
     except StatewardenError as exc:
-        fail(prog, str(exc), exc.exit_code)
+        fail(prog, str(exc), failed if exc.exit_code == EXIT_FAILED else exc.exit_code)
     except KeyboardInterrupt:
         fail(prog, "interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
@@ -81,7 +83,7 @@ def errors_as_exit_codes(
         fail(
             prog,
             f"unexpected {type(exc).__name__}: {exc} (set {ENV_DEBUG}=1 for the traceback)",
-            EXIT_FAILED,
+            failed,
         )
 
 

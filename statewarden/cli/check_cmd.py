@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -11,14 +12,14 @@ from statewarden.cli._common import (
     config_option,
     db_option,
     echo_line,
-    handle_errors,
+    handle_errors_failing_with,
     json_option,
     print_json,
     profile_option,
     select_targets,
 )
 from statewarden.cli._progress import progress_option, progress_reporter
-from statewarden.errors import UsageError
+from statewarden.errors import EXIT_NOT_CHECKED, UsageError, path_error
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis, exit_code_for, worst
 
@@ -55,6 +56,29 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
     echo_line(f"  damage: {d.damage} ({VERDICTS[d.damage]})")
 
 
+def _work_parent(work_dir: str) -> Path:
+    """``--work-dir``, made if missing, and tried (a file created and removed) before
+    any work: a path that cannot hold the private copy is one line saying why (exit 2)."""
+    path = Path(work_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        try:
+            os.stat(path)  # a symlink loop, or one to nothing: the real reason
+        except OSError as exc:
+            raise path_error(path, exc, option="--work-dir") from None
+        raise UsageError(f"{path}: not a directory (--work-dir)") from None
+    except OSError as exc:
+        raise path_error(path, exc, option="--work-dir") from None
+    try:
+        fd, name = tempfile.mkstemp(prefix=".statewarden-probe-", dir=path)
+    except OSError as exc:
+        raise path_error(path, exc, option="--work-dir") from None
+    os.close(fd)
+    os.unlink(name)
+    return path
+
+
 @click.command()
 @config_option
 @db_option
@@ -73,7 +97,7 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
     help="Where the private copy is made (default: the system temp dir).",
 )
 @progress_option
-@handle_errors
+@handle_errors_failing_with(EXIT_NOT_CHECKED)
 def check(
     *,
     config_path: str | None,
@@ -86,7 +110,9 @@ def check(
 ) -> None:
     """Check a state.db for damage, uncapped, on a private copy (the source is only read).
 
-    Exit codes: 0 healthy, 1 derived damage only, 3 base damage, 4 unreadable, 2 usage.
+    Exit codes: 0 healthy, 1 derived damage only, 3 base damage, 4 unreadable, 2 usage
+    (a path that cannot be used), 5 not checked (no space, a write failed; the message
+    says why).
 
     Example: statewardenctl check --db ~/.hermes/state.db --json
     """
@@ -95,7 +121,7 @@ def check(
     targets, note = select_targets(config_path, db, profile)
     if not targets:
         raise UsageError(note or "nothing to check")
-    parent = Path(work_dir) if work_dir else Path(tempfile.gettempdir())
+    parent = _work_parent(work_dir) if work_dir else Path(tempfile.gettempdir())
     results = []
     with progress_reporter(progress_mode) as progress:
         for t in targets:

@@ -33,7 +33,14 @@ from typing import Any
 import apsw
 
 from statewarden.atomic import create_new
-from statewarden.errors import DatabaseChanged, DatabaseError, DatabaseUnreadable, UsageError
+from statewarden.errors import (
+    DatabaseChanged,
+    DatabaseError,
+    DatabaseUnreadable,
+    UsageError,
+    copy_failed,
+    path_error,
+)
 from statewarden.progress import ProgressFn
 from statewarden.recovery.lost_schema import (
     LostSchema,
@@ -142,7 +149,7 @@ def check_free_space(directory: Path, needed: int) -> None:
         raise DatabaseError(
             f"{directory}: not enough free space: {free} bytes free,"
             f" {needed + FREE_SPACE_MARGIN_BYTES} needed",
-            hint="free some space or choose another output directory",
+            hint="free some space there or choose another folder",
         )
 
 
@@ -203,10 +210,6 @@ def check_work_parent(directory: Path) -> None:
 def _read_head(db: Path) -> bytes:
     """Raw checks of the source, with no connection open (exists, a regular file, its
     sidecars too); its first 100 bytes, the header ``parse_header`` reads."""
-    if not os.path.lexists(db):
-        raise UsageError(f"{db}: no such file")
-    if db.is_dir():
-        raise DatabaseUnreadable(f"{db}: is a directory, not a database")
     try:
         with open_regular(db) as f:
             head = f.read(HEADER_SIZE)
@@ -215,8 +218,10 @@ def _read_head(db: Path) -> bytes:
                 # A sidecar that is a FIFO or a device would hang or never end the copy.
                 with contextlib.suppress(FileNotFoundError), open_regular(f"{db}{suffix}"):
                     pass
-    except PermissionError as exc:
-        raise DatabaseUnreadable(f"{exc.filename}: permission denied") from None
+    except OSError as exc:
+        # Not damage: a path that cannot be read as named (missing, a folder the user
+        # cannot search, a file they may not read, a symlink loop) is the caller's.
+        raise path_error(exc.filename or db, exc) from None
     return head
 
 
@@ -311,11 +316,14 @@ def _copy_consistent(
                 src = open_regular(f"{source}{suffix}")
             except FileNotFoundError:
                 continue
-            with src, os.fdopen(create_new(target), "wb") as out:
-                for copied in copy_bytes(src.fileno(), out.fileno()):
-                    done += copied
-                    if progress:
-                        progress("copy", done, size)
+            try:
+                with src, os.fdopen(create_new(target), "wb") as out:
+                    for copied in copy_bytes(src.fileno(), out.fileno()):
+                        done += copied
+                        if progress:
+                            progress("copy", done, size)
+            except OSError as exc:
+                raise copy_failed(source, work_dir.parent, exc) from None
         if fingerprint(source) == before:
             return dest
     raise DatabaseChanged(
@@ -546,6 +554,10 @@ def _fold_or_rebuild_schema(
     except DatabaseUnreadable as first:
         if truncated:
             raise
+        # Schema rows that still read raw: the pages are there, SQLite refused them.
+        readable = False
+        with contextlib.suppress(OSError, ValueError, IndexError, struct.error):
+            readable = bool(schema_records(copy))
         leaves = 0
         with contextlib.suppress(DatabaseUnreadable):
             leaves = rebuild_schema_root(copy)
@@ -567,7 +579,7 @@ def _fold_or_rebuild_schema(
         except DatabaseUnreadable:
             raise first from None
         inferred.append(lost)
-        return _with_indexes(copy, lost, lost.note(source))
+        return _with_indexes(copy, lost, lost.note(source, str(first) if readable else None))
 
 
 def _with_indexes(copy: Path, lost: LostSchema, note: str) -> str:

@@ -122,7 +122,9 @@ class LostSchema:
             for leaves, records, tables in self.left_out
         ]
 
-    def note(self, source: Path) -> str:
+    def note(self, source: Path, cause: str | None = None) -> str:
+        """What was rebuilt and from what; ``cause``: why SQLite could not read a
+        schema whose pages still read (then they are not said to be destroyed)."""
         found = ", ".join(
             f"{t} (root page {self.roots[t]}, {self.leaves[t]} leaves)" for t in sorted(self.roots)
         )
@@ -133,6 +135,8 @@ class LostSchema:
             f"{source}: sqlite_schema rows were lost with a destroyed page; the"
             f" {len(self.completed)} objects it still names kept, the others added"
             if self.completed
+            else f"{cause}; the schema was rebuilt"
+            if cause
             else f"{source}: page 1 and the sqlite_schema pages are destroyed; the schema was"
             " rebuilt"
         )

@@ -48,10 +48,11 @@ from typing import Any
 import apsw
 
 from statewarden.atomic import fsync_dir, write_new
-from statewarden.errors import UsageError
+from statewarden.errors import UsageError, path_error
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
+from statewarden.recovery.check import header_count_wrong
 from statewarden.recovery.copies import Feed
 from statewarden.recovery.diagnose import (
     Diagnosis,
@@ -92,11 +93,12 @@ def recover(
     if os.path.lexists(output):
         raise UsageError(f"{output}: already exists; refusing to overwrite it")
     if not output.parent.is_dir():
-        raise UsageError(f"{output.parent}: no such directory for --output")
+        raise UsageError(f"{output.parent}: {_not_a_folder(output.parent)} for --output")
     if report_path is not None and os.path.lexists(report_path):
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
     if report_path is not None and not Path(report_path).parent.is_dir():
-        raise UsageError(f"{Path(report_path).parent}: no such directory for --report")
+        parent = Path(report_path).parent
+        raise UsageError(f"{parent}: {_not_a_folder(parent)} for --report")
     # Both folders are tried before any work: a read-only one fails now, not after it.
     _check_writable(output.parent, "--output")
     if report_path is not None:
@@ -117,6 +119,17 @@ def recover(
         return report
     finally:
         work.cleanup()
+
+
+def _not_a_folder(path: Path) -> str:
+    """Why ``path``, which is no folder, is not one: in words, for one line."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return "no such directory"
+    except OSError as exc:
+        return str(path_error(path, exc)).removeprefix(f"{path}: ")
+    return "not a directory"
 
 
 def _check_writable(directory: Path, option: str) -> None:
@@ -227,7 +240,9 @@ def _diagnose(
         schema_rebuilt=work.schema_note,
         ahead=ahead,
     )
+    header_note = header_count_wrong(work, diag)
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
+    report.notes.extend(filter(None, [header_note]))
     report.timings["diagnose"] = round(time.monotonic() - started, 3)
     lost_writes = diag.lost_writes.to_json()
     # A row restorable from its indexes is listed with what was restored, not as stale.

@@ -473,7 +473,7 @@ class TestRefusals:
             )
             assert code == 1
             assert err.startswith(f"statewardenctl: error: {small}: not enough free space: ")
-            assert err.endswith(" needed (free some space or choose another output directory)\n")
+            assert err.endswith(" needed (free some space there or choose another folder)\n")
             assert os.listdir(small) == []
             assert fingerprint(case.db) == before
         finally:
