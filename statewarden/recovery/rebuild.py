@@ -1284,7 +1284,7 @@ class Rebuild:
                 {
                     "table": obj.name,
                     "rowid": rowid,
-                    "columns": [],
+                    "columns": _columns(obj),
                     "why": "a committed -wal transaction SQLite does not replay may have"
                     " deleted it: its page image there is damaged",
                 }

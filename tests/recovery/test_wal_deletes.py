@@ -68,7 +68,9 @@ def test_a_delete_behind_a_damaged_page_image_is_not_taken_as_good(tmp_path: Pat
     victim = max(i for page, i in last.items() if page in leaves)
     set_frame_bit(wal, victim)
     code, report, out = recover(case.db, tmp_path)
-    listed = {u["rowid"] for u in report["unverified_rows"] if u["table"] == "messages"}
+    entries = [u for u in report["unverified_rows"] if u["table"] == "messages"]
+    listed = {u["rowid"] for u in entries}
+    assert all("session_id" in u["columns"] for u in entries)
     back = {int(str(r)) for (r,) in corruption.table_rows(out, sql)}
     assert back, "the damaged leaf's deleted messages should be in doubt here"
     assert back <= listed
