@@ -37,6 +37,7 @@ from statewarden.errors import (
     DatabaseChanged,
     DatabaseError,
     DatabaseUnreadable,
+    PageFormatError,
     UsageError,
     copy_failed,
     path_error,
@@ -49,11 +50,20 @@ from statewarden.recovery.lost_schema import (
     reindex,
     rewrite_header,
 )
-from statewarden.recovery.pages import rebuild_schema_root, schema_records, schema_rowid_gaps
-from statewarden.recovery.wal import WalFacts, read_wal
+from statewarden.recovery.pages import (
+    DatabaseFile,
+    highest_reached_with,
+    is_schema_record,
+    reached_past_size,
+    rebuild_schema_root,
+    schema_records,
+    schema_rowid_gaps,
+)
+from statewarden.recovery.wal import WalFacts, read_wal, rewrite_commit_size
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
     HEADER_SIZE,
+    TEXT_ENCODINGS,
     HeaderFacts,
     classify_error,
     open_regular,
@@ -81,7 +91,9 @@ class WorkCopy:
     source_header: HeaderFacts
     source_bytes: int
     copied: tuple[str, ...]  # which bundle members existed and were copied
-    truncated_note: str | None  # set when the file is shorter than its header says
+    # set when the file is shorter than its header says, or a database size (the
+    # header's, a WAL commit's) is damaged
+    truncated_note: str | None
     wal: WalFacts | None = None  # the source's -wal, frame by frame, if it had one
     schema_note: str | None = None  # set when page 1 had to be rebuilt to read the schema
     # rows of a rebuilt schema's tables that fit two tables alike, not recovered
@@ -263,17 +275,25 @@ def make_work_copy(
             assert header_error is not None
             header, header_note = _infer_header(copy, source, header_error)
         header, page_size_note = _fit_page_size(copy, header, source)
+        header, fields_note = _fit_header_fields(copy, header, source)
+        page_size_note = "; ".join(filter(None, [page_size_note, fields_note])) or None
         wal = _read_wal(copy, header)
         file_header = header
         header = _check_wal_belongs(copy, header, source, wal)
+        size_note = None
         if wal is not None and not wal.ignored:
+            size_note = _fit_commit_size(copy, wal, source, broken=False)
             foreign = _contradicts_file(copy)
+            if foreign and not size_note:
+                size_note = _fit_commit_size(copy, wal, source, broken=True)
+                foreign = None if size_note else foreign
             if foreign:
                 wal = _set_aside_foreign(copy, wal, foreign)
                 header = file_header
-        truncated = _truncation(copy, header)
+        truncated = _truncation(copy, header) or _damaged_size(copy, header, source)
         if truncated:
             _trust_file_size(copy, header)
+        truncated = "; ".join(filter(None, [truncated, size_note])) or None
         inferred: list[LostSchema] = []
         schema_note = _fold_or_rebuild_schema(copy, source, truncated, inferred)
         schema_note = "; ".join(filter(None, [header_note, page_size_note, schema_note])) or None
@@ -462,6 +482,44 @@ def _contradicts_file(copy: Path) -> str | None:
     return f"replayed over the file it breaks it ({with_wal}); the file alone is intact"
 
 
+def _fit_commit_size(copy: Path, wal: WalFacts, source: Path, *, broken: bool) -> str | None:
+    """A note when the database size of the last commit frame SQLite replays is
+    damaged, after the copy's ``-wal`` was given the size its pages prove.
+
+    The size a commit leaves is the highest page its b-trees and freelist reach
+    (``pages.highest_reached_with``, the replayed frames over the file). A size past
+    every page the file and the WAL hold (SQLite reads, but cannot checkpoint), or,
+    when the copy read with the WAL is ``broken``, a size short of pages the b-trees
+    reach (SQLite cuts live pages off) is the field's damage, not the pages'. The
+    proven size is kept only if SQLite then finds the copy intact."""
+    last = wal.last_commit()
+    if last is None:
+        return None
+    images = wal.replayed_images()
+    present = max([copy.stat().st_size // wal.page_size, *images])
+    if not broken and last.commit <= present:
+        return None
+    highest = highest_reached_with(copy, images)
+    if not 0 < highest <= present or highest == last.commit:
+        return None
+    if broken and highest < last.commit:
+        return None
+    path = sidecar(copy, WAL_SUFFIX)
+    kept = copy.parent / "before-size.wal"
+    shutil.copyfile(path, kept)
+    rewrite_commit_size(path, last, highest)
+    if _quick_check(copy) is not None:
+        kept.replace(path)
+        return None
+    kept.unlink()
+    return (
+        f"{source}-wal: frame {last.index + 1}, the last commit SQLite replays, gives"
+        f" the database size as {last.commit} pages, but its b-trees reach page {highest}"
+        f" and the file and the WAL hold {present}: the size field is damaged; the"
+        f" private copy replayed it as {highest} pages"
+    )
+
+
 def _set_aside_foreign(copy: Path, wal: WalFacts, reason: str) -> WalFacts:
     aside = copy.parent / "foreign.wal"
     sidecar(copy, WAL_SUFFIX).rename(aside)
@@ -484,6 +542,25 @@ def _truncation(copy: Path, header: HeaderFacts) -> str | None:
             f" {header.page_size}-byte pages"
         )
     return None
+
+
+def _damaged_size(copy: Path, header: HeaderFacts, source: Path) -> str | None:
+    """A note when the header's database size is less than the file's pages and the
+    b-trees reach a page past it: that page is live, so the size field is the damage
+    (SQLite would read none of the rows there); the copy is then read to the file's
+    end (``_trust_file_size``). Pages past the size that no b-tree reaches are a stale
+    tail, not the database's: SQLite ignores them, and so does ``pages.py``."""
+    if sidecar(copy, WAL_SUFFIX).exists():
+        return None  # the WAL's commits set the size
+    beyond = reached_past_size(copy)
+    if beyond is None:
+        return None
+    pages = copy.stat().st_size // header.page_size
+    return (
+        f"{source}: the header's database size ({header.page_count} pages) is less than"
+        f" the file's {pages} pages, and the b-trees reach page {beyond} past it: the size"
+        " field is damaged; the private copy was read to the file's end"
+    )
 
 
 def _infer_header(copy: Path, source: Path, error: DatabaseUnreadable) -> tuple[HeaderFacts, str]:
@@ -524,6 +601,84 @@ def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[Heade
         " private copy was read with that page size"
     )
     return dataclasses.replace(header, page_size=page_size), note
+
+
+def _fit_header_fields(
+    copy: Path, header: HeaderFacts, source: Path
+) -> tuple[HeaderFacts, str | None]:
+    """Header fields that make SQLite refuse a file whose pages are intact, fixed in
+    the private copy as the file proves them (the source is not touched): the file
+    format versions (1 or 2; the other one's value when it is valid, else 2 with a
+    ``-wal`` and 1 without), the schema format (1 to 4; else 4, what SQLite writes),
+    and the text encoding, when the ``sqlite_schema`` records read as text in exactly
+    one encoding and it is not the header's."""
+    fixes: list[tuple[int, bytes, str]] = []
+    versions = [v for v in (header.write_version, header.read_version) if v in (1, 2)]
+    if len(versions) < 2:
+        wal = sidecar(copy, WAL_SUFFIX).exists()
+        v = versions[0] if versions else 2 if wal else 1
+        was = f"{header.write_version}/{header.read_version}"
+        fixes.append((18, bytes([v, v]), f"file format versions {was}, read as {v}"))
+    if not 1 <= header.schema_format <= 4:
+        fixes.append((44, struct.pack(">I", 4), f"schema format {header.schema_format}, read as 4"))
+    encodings = _schema_encodings(copy)
+    if len(encodings) == 1 and encodings[0] != header.text_encoding:
+        code = {v: k for k, v in TEXT_ENCODINGS.items()}[encodings[0]]
+        what = f"text encoding {header.text_encoding}, but the schema reads as {encodings[0]}"
+        fixes.append((56, struct.pack(">I", code), what))
+    if not fixes:
+        return header, None
+    with open(copy, "r+b") as f:
+        for offset, data, _ in fixes:
+            f.seek(offset)
+            f.write(data)
+        f.seek(0)
+        fixed = parse_header(f.read(HEADER_SIZE), str(source))
+    return fixed, (
+        f"{source}: the database header is damaged ({'; '.join(w for _, _, w in fixes)});"
+        " the private copy was read with the values the file proves"
+    )
+
+
+def _schema_encodings(copy: Path) -> list[str]:
+    """The text encodings in which the records of page 1's ``sqlite_schema`` tree
+    read as schema rows (type, name, ... as text), each with a ``CREATE`` statement."""
+    found = []
+    try:
+        db = DatabaseFile(copy)
+    except (OSError, ValueError, DatabaseUnreadable):
+        return []
+    try:
+        for encoding in TEXT_ENCODINGS.values():
+            db.encoding = encoding
+            if _reads_as_schema(db):
+                found.append(encoding)
+    finally:
+        db.close()
+    return found
+
+
+def _reads_as_schema(db: DatabaseFile) -> bool:
+    stack, seen, good = [1], set[int](), False
+    while stack and len(seen) < 1000:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        try:
+            kids = db.children(n)
+            stack.extend(kids)
+            rows = [] if kids else db.leaf_rows(n)[0]
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        for _, values in rows:
+            if not is_schema_record(values):
+                continue
+            sql = values[4]
+            if sql is not None and not str(sql).upper().startswith("CREATE"):
+                return False
+            good = good or sql is not None
+    return good
 
 
 def _trust_file_size(copy: Path, header: HeaderFacts) -> None:

@@ -25,13 +25,14 @@ Call only with no SQLite connection open to ``path`` in this process (docs/safet
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
 import struct
 import sys
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,12 @@ class DatabaseFile:
             self.usable = self.page_size - first[20]
             self.encoding = header.text_encoding
             self.freelist_trunk = header.freelist_trunk
-        self.page_count = size // self.page_size
+        self.file_pages = self.page_count = size // self.page_size
+        if header is not None and header.page_count_valid and header.page_count < self.page_count:
+            # Pages past the header's database size are no pages of the database: SQLite
+            # reads none of them (a stale tail, left by a crash between a checkpoint and
+            # its truncate). ``reached_past_size`` tells when the size field is the damage.
+            self.page_count = header.page_count
         # Newer page images (from WAL frames) read in place of the file's pages.
         self.overlay: dict[int, bytes] = {}
         self._zeroed: dict[int, list[tuple[int, int]]] | None = None
@@ -505,18 +511,120 @@ def salvage_rows(
         db.close()
 
 
+@dataclass
+class WalRows:
+    """What committed WAL transactions SQLite does not replay did to the tables
+    (``rows_from_images``), by table."""
+
+    rows: dict[str, list[Row]] = field(default_factory=dict)  # on their new leaf images
+    gone: dict[str, set[int]] = field(default_factory=dict)  # rowids they deleted
+    # rowids they may have deleted: a page their tree reaches was written by a damaged
+    # frame, so what those commits left there is not known
+    unsure: dict[str, set[int]] = field(default_factory=dict)
+
+    def changed(self) -> tuple[dict[str, Any], ...]:
+        return (self.rows, self.gone, self.unsure)
+
+
 def rows_from_images(
-    path: Path, schema: Schema, tables: list[str], images: dict[int, bytes]
-) -> dict[str, list[Row]]:
-    """Rows on the table leaves among ``images`` (page number -> newer page image, from
-    WAL frames SQLite does not replay), assigned to ``tables`` by record shape; overflow
-    pages are read from the images first, then from the file."""
-    db = DatabaseFile(path)
+    path: Path,
+    schema: Schema,
+    tables: list[str],
+    images: dict[int, bytes],
+    unknown: set[int] | frozenset[int] = frozenset(),
+) -> WalRows:
+    """The tables as the page ``images`` (page number -> newest image of WAL commits
+    SQLite does not replay) leave them over the file at ``path``, whole transactions:
+    each table's b-tree is walked with the images in place of the file's pages. Rows
+    on its new leaf images are taken; rowids on its leaves the images rewrote or the
+    tree no longer reaches, and on none of its new leaves, were deleted (``gone``).
+    ``unknown``: pages whose newest image is a damaged frame's (0: any page); when the
+    new tree reaches one, its deletions are only ``unsure`` and the images' table leaves
+    it does not reach are assigned by record shape (they may be its own)."""
+    base = DatabaseFile(path)
+    final = DatabaseFile(path)
     try:
-        db.overlay = {n: img for n, img in images.items() if len(img) == db.page_size}
-        return _assign(db, schema, tables, sorted(db.overlay))
+        final.overlay = {n: img for n, img in images.items() if len(img) == final.page_size}
+        final.page_count = max([final.page_count, *final.overlay])
+        out = WalRows()
+        reached: set[int] = set()
+        shaky = False
+        for name in tables:
+            obj = schema.by_name(name)
+            if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
+                continue
+            new_leaves, gone, seen = _table_changes(base, final, obj.rootpage, unknown)
+            reached |= seen
+            out.rows[name] = [r for n in new_leaves for r in _rows_of(final, n)]
+            gone -= {rowid for n in new_leaves for rowid in _leaf_rowids(final, n)}
+            if unknown & seen or 0 in unknown:
+                shaky = True
+                out.unsure[name] = gone
+            else:
+                out.gone[name] = gone
+        if shaky:
+            stray = sorted(n for n in final.overlay if n not in reached)
+            for name, rows in _assign(final, schema, tables, stray).items():
+                out.rows.setdefault(name, []).extend(rows)
+        for rows in out.rows.values():
+            rows.sort(key=lambda r: r[0])
+        return out
     finally:
-        db.close()
+        base.close()
+        final.close()
+
+
+def _table_changes(
+    base: DatabaseFile, final: DatabaseFile, root: int, unknown: set[int] | frozenset[int]
+) -> tuple[list[int], set[int], set[int]]:
+    """(the leaves of the tree at ``root`` that are new images in ``final``, the
+    rowids on the leaves of ``base``'s tree that ``final`` rewrote, no longer reaches
+    or holds as an ``unknown`` page, every page ``final``'s tree reaches)."""
+    base_leaves, _ = _walk_table_tree(base, root)
+    leaves, bad = _walk_table_tree(final, root)
+    seen = set(leaves) | set(bad) | _interiors(final, root)
+    changed = [n for n in base_leaves if n in final.overlay or n not in seen or n in unknown]
+    gone: set[int] = set()
+    for n in changed:
+        gone.update(_leaf_rowids(base, n))
+    return [n for n in leaves if n in final.overlay], gone, seen
+
+
+def _interiors(db: DatabaseFile, root: int) -> set[int]:
+    """The interior pages of the table b-tree at ``root`` (those that parse)."""
+    out: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n in out or not 1 <= n <= db.page_count or db.page_kind(n) != PAGE_TABLE_INTERIOR:
+            continue
+        try:
+            kids = db.children(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        out.add(n)
+        stack.extend(kids)
+    return out
+
+
+def _rows_of(db: DatabaseFile, n: int) -> list[Row]:
+    try:
+        return db.leaf_rows(n)[0]
+    except (PageFormatError, struct.error, IndexError):
+        return []
+
+
+def _leaf_rowids(db: DatabaseFile, n: int) -> list[int]:
+    """The rowids of the cells of table leaf ``n`` (their records not decoded)."""
+    try:
+        pg = db.page(n)
+        out = []
+        for off in db.cell_offsets(n):
+            _, pos = varint(pg, off)
+            out.append(varint(pg, pos)[0])
+        return out
+    except (PageFormatError, struct.error, IndexError):
+        return []
 
 
 def _salvage(db: DatabaseFile, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
@@ -1376,6 +1484,46 @@ def schema_records(path: Path) -> list[list[Any]]:
         return out
     finally:
         db.close()
+
+
+def reached_past_size(path: Path) -> int | None:
+    """The highest page past the header's database size that the b-trees of the
+    schema (read as far as the file goes) or the freelist reach, None if none does
+    (or the header's size is not less than the file's). Such a page is a live page:
+    the header's size is then the damaged field, not the tail."""
+    db = DatabaseFile(path)
+    try:
+        size = db.page_count
+        if size >= db.file_pages:
+            return None
+        db.page_count = db.file_pages
+        highest = _highest_reached(db)
+        return highest if highest > size else None
+    finally:
+        db.close()
+
+
+def highest_reached_with(path: Path, images: dict[int, bytes]) -> int:
+    """The highest page the b-trees of the schema or the freelist reach in the file at
+    ``path`` with the page ``images`` (page number -> image, a WAL's replayed frames)
+    read in place of its pages: the database size those pages make."""
+    db = DatabaseFile(path)
+    try:
+        db.overlay = {n: img for n, img in images.items() if len(img) == db.page_size}
+        db.page_count = max([db.file_pages, *db.overlay])
+        if 1 in db.overlay:
+            db.freelist_trunk = struct.unpack(">I", db.overlay[1][32:36])[0]
+        return _highest_reached(db)
+    finally:
+        db.close()
+
+
+def _highest_reached(db: DatabaseFile) -> int:
+    roots = [1]
+    for n in _tree_leaves(db, 1):
+        with contextlib.suppress(PageFormatError, struct.error, IndexError):
+            roots.extend(v[3] for _, v in db.leaf_rows(n)[0] if _schema_record(v) and v[3] > 0)
+    return max(db.reachable(roots), default=0)
 
 
 def is_schema_record(values: list[Any]) -> bool:

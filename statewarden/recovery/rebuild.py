@@ -40,6 +40,7 @@ from statewarden.recovery.copies import (
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.other_copies import OtherCopy
+from statewarden.recovery.pages import WalRows
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import ScanResult, scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
@@ -211,8 +212,8 @@ class RebuildInputs:
     # False when the freelist is damaged: an unreached leaf may then be a freed page
     # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
     trust_unreached: bool = True
-    # Rows on page images of committed WAL transactions SQLite does not replay.
-    wal_rows: SalvagedRows = field(default_factory=dict)
+    # What committed WAL transactions SQLite does not replay did: rows, deletions.
+    wal_rows: WalRows = field(default_factory=WalRows)
     # Cells carved from leaves whose page structure is damaged (pages.py).
     carved: SalvagedRows = field(default_factory=dict)
     # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
@@ -1203,8 +1204,10 @@ class Rebuild:
 
     def _add_wal_rows(self, tc: TableCopy) -> None:
         """Rows of committed transactions SQLite does not replay: a rowid the output
-        lacks is added, a row that differs is replaced by its newer version."""
-        rows = self.inputs.wal_rows.get(tc.obj.name, [])
+        lacks is added, a row that differs is replaced by its newer version, and a row
+        they deleted is deleted (``_apply_wal_deletes``)."""
+        self._apply_wal_deletes(tc)
+        rows = self.inputs.wal_rows.rows.get(tc.obj.name, [])
         if not rows:
             return
         obj = tc.obj
@@ -1244,6 +1247,48 @@ class Rebuild:
                 )
                 continue
             tc.report.updated_from_wal += 1
+
+    def _apply_wal_deletes(self, tc: TableCopy) -> None:
+        """Rows committed transactions SQLite does not replay deleted are not the
+        database's: taken out of the output and of the keys read (their index and FTS
+        entries were deleted with them). Rows they may have deleted (a page of the table
+        is a damaged frame's) are kept, listed as unverified."""
+        obj = tc.obj
+        gone = sorted(self.inputs.wal_rows.gone.get(obj.name, set()) & tc.rowids)
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        sel = "".join(", " + quote_ident(c) for c in key_cols)
+        t = quote_ident(obj.name)
+        for rowid in gone:
+            row = self.dst.execute(f"SELECT rowid{sel} FROM main.{t} WHERE rowid = ?", (rowid,))
+            found = row.fetchone()
+            if found is None:
+                continue
+            self.dst.execute(f"DELETE FROM main.{t} WHERE rowid = ?", (rowid,))
+            key = rowid if not key_cols else tuple(found[1:])
+            for keys in (tc.source_keys, tc.page_keys, tc.index_keys, tc.hint_keys):
+                keys.discard(key)
+                keys.discard(rowid)
+            for rowids in (tc.rowids, tc.page_rowids, tc.fts_rowids, tc.hint_rowids):
+                rowids.discard(rowid)
+            tc.report.source_rows -= 1
+        if gone:
+            shown = ", ".join(str(r) for r in gone[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(gone)} rows deleted by committed -wal transactions SQLite"
+                f" does not replay were left out (rowids {shown})"
+            )
+        unsure = sorted(self.inputs.wal_rows.unsure.get(obj.name, set()) & tc.rowids)
+        tc.report.unverified += len(unsure)
+        for rowid in unsure:
+            self.report.unverified_rows.append(
+                {
+                    "table": obj.name,
+                    "rowid": rowid,
+                    "columns": _columns(obj),
+                    "why": "a committed -wal transaction SQLite does not replay may have"
+                    " deleted it: its page image there is damaged",
+                }
+            )
 
     def _add_from_other_copies(self, tc: TableCopy) -> None:
         """Rows the output lacks that another verified copy holds, newest copy first,

@@ -25,6 +25,7 @@ from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.lost_schema import IndexPage, index_pages, listed_by_old_indexes
 from statewarden.recovery.pages import (
+    WalRows,
     carve_damaged_leaves,
     partial_columns,
     record_by_its_header,
@@ -44,7 +45,7 @@ class DecodedRows:
 
     salvaged: SalvagedRows = field(default_factory=dict)  # leaves no b-tree reaches
     carved: SalvagedRows = field(default_factory=dict)  # leaves whose structure is damaged
-    wal_rows: SalvagedRows = field(default_factory=dict)  # WAL commits SQLite drops
+    wal_rows: WalRows = field(default_factory=WalRows)  # WAL commits SQLite drops
     # rowids of those rows the old indexes of a rebuilt schema list (``lost_schema``)
     listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
     # the index pages of the file, those of the old indexes among them: witnesses of
@@ -77,10 +78,10 @@ def decode_rows(
                 )
         if work.wal is not None and work.wal.dropped_commits:
             base_names = [o.name for o in schema.base_tables()]
-            decoded.wal_rows = rows_from_images(
-                work.db, schema, base_names, work.wal.newest_images()
+            wal = decoded.wal_rows = rows_from_images(
+                work.db, schema, base_names, work.wal.newest_images(), work.wal.unknown_pages()
             )
-            damaged.update(name for name, rows in decoded.wal_rows.items() if rows)
+            damaged.update(n for n in base_names if any(d.get(n) for d in wal.changed()))
     return decoded
 
 

@@ -73,12 +73,34 @@ class WalFacts:
 
     def newest_images(self) -> dict[int, bytes]:
         """Page images of the dropped committed transactions, the newest per page
-        (the damaged frame itself excluded)."""
+        (the damaged frames excluded), up to the database size the last of them
+        commits: a page past it is not part of the database those commits leave."""
         newest: dict[int, Frame] = {}
         for f in self._dropped():
             if f.intact:
                 newest[f.page] = f
-        return {page: self._image(f) for page, f in newest.items()}
+        size = self.dropped_size()
+        return {page: self._image(f) for page, f in newest.items() if page <= size}
+
+    def dropped_size(self) -> int:
+        """The database size in pages after the last dropped commit (0 if none)."""
+        commits = [f.commit for f in self._dropped() if f.commit and f.intact]
+        return commits[-1] if commits else 0
+
+    def unknown_pages(self) -> set[int]:
+        """Pages whose newest image in the dropped commits is a damaged frame's: what
+        those commits left there is not known. 0 stands for a damaged frame whose page
+        number is no page of the database (it may have written any page)."""
+        size = self.dropped_size()
+        newest: dict[int, Frame] = {}
+        out: set[int] = set()
+        for f in self._dropped():
+            if 1 <= f.page <= max(size, f.page if f.intact else 0):
+                newest[f.page] = f
+            elif not f.intact:
+                out.add(0)
+        out.update(page for page, f in newest.items() if not f.intact and page <= size)
+        return out
 
     def replayed_page(self, page: int) -> bytes | None:
         """The newest image of ``page`` SQLite replays, if any."""
@@ -87,6 +109,15 @@ class WalFacts:
             if f.page == page:
                 found = f
         return None if found is None else self._image(found)
+
+    def replayed_images(self) -> dict[int, bytes]:
+        """The newest image of each page among the frames SQLite replays."""
+        newest = {f.page: f for f in self.frames[: self.replayed]}
+        return {page: self._image(f) for page, f in newest.items()}
+
+    def last_commit(self) -> Frame | None:
+        """The last commit frame SQLite replays (it sets the database size)."""
+        return next((f for f in reversed(self.frames[: self.replayed]) if f.commit), None)
 
     def _image(self, f: Frame) -> bytes:
         assert self.path is not None
@@ -261,3 +292,40 @@ def _current_offsets(data: mmap.mmap, size: int, salt1: int, salt2: int) -> list
             out.append(offset)
         offset += size
     return out
+
+
+def rewrite_commit_size(path: Path, frame: Frame, pages: int) -> None:
+    """Write ``pages`` as the database size of commit ``frame`` of the WAL at ``path``
+    and chain the checksums again from it for as long as the stored ones held (a frame
+    that failed its checksum keeps failing), so that SQLite replays it with that size.
+    For a private copy only."""
+    with open(path, "r+b") as fh:
+        head = fh.read(HEADER_BYTES)
+        big = bool(struct.unpack(">I", head[:4])[0] & 1)
+        page_size = struct.unpack(">I", head[8:12])[0]
+        step = FRAME_HEADER_BYTES + page_size
+        at = frame.offset - FRAME_HEADER_BYTES
+        if at == HEADER_BYTES:
+            sums = struct.unpack(">II", head[24:32])
+        else:
+            fh.seek(at - step + 16)
+            sums = struct.unpack(">II", fh.read(8))
+        old = sums
+        while True:
+            fh.seek(at)
+            fhead = bytearray(fh.read(FRAME_HEADER_BYTES))
+            image = fh.read(page_size)
+            if len(fhead) < FRAME_HEADER_BYTES or len(image) < page_size:
+                return
+            old = checksum(bytes(fhead[:8]), *old, big_endian=big)
+            old = checksum(image, *old, big_endian=big)
+            if fhead[8:16] != head[16:24] or old != struct.unpack(">II", fhead[16:24]):
+                return  # the chain ended here before: it still does
+            if at == frame.offset - FRAME_HEADER_BYTES:
+                struct.pack_into(">I", fhead, 4, pages)
+            sums = checksum(bytes(fhead[:8]), *sums, big_endian=big)
+            sums = checksum(image, *sums, big_endian=big)
+            struct.pack_into(">II", fhead, 16, *sums)
+            fh.seek(at)
+            fh.write(fhead)
+            at += step
