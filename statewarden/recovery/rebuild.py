@@ -39,6 +39,7 @@ from statewarden.recovery.copies import (
 )
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
+from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import ScanResult, scan_table
@@ -665,6 +666,7 @@ class Rebuild:
         }
         broken |= self._rebuilt_index_roots()
         entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
+        drop_misshapen(entries, self.inputs.diag.lost_writes.misshapen)
         self._add_old_index_entries(tc, entries)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
