@@ -111,3 +111,26 @@ class TestSwappedRecords:
         )
         assert fuzz.violations(judged, doc, out) == []
 
+
+class TestSchemaTextShortOfAColumn:
+    @pytest.mark.parametrize(
+        ("table", "column"),
+        [("messages", "tool_call_id"), ("sessions", "system_prompt"), ("messages", "token_count")],
+    )
+    def test_hermes_text_is_put_back(self, tmp_path: Path, table: str, column: str) -> None:
+        """A CREATE TABLE text that lost a column line while every record still carries
+        the field: records with more fields than declared prove the text damaged, so
+        check says the schema is (exit 4, the table named), and recover reads the rows
+        with Hermes' own text for the table: every row in its own columns, the table
+        created as Hermes created it, nothing lost (exit 0)."""
+        case = row_shapes.schema_short_of_column(tmp_path / "db", table, column)
+        code, diag = check_json(case.db)
+        assert (code, diag["damage"]) == (4, "unreadable")
+        assert any(f"CREATE TABLE text of {table}" in n for n in diag["notes"])
+        code, doc, out = recover_json(case, tmp_path)
+        assert (code, doc["loss_detected"], doc["set_aside"]) == (0, False, [])
+        for name in BASE_TABLES:
+            q = f"SELECT rowid, * FROM {name} ORDER BY rowid"
+            assert table_rows(out, q) == table_rows(case.pristine, q)
+        q = f"SELECT sql FROM sqlite_schema WHERE name = '{table}'"
+        assert table_rows(out, q) == table_rows(case.pristine, q)
