@@ -59,6 +59,7 @@ from statewarden.recovery.pages import (
     schema_records,
     schema_rowid_gaps,
 )
+from statewarden.recovery.schema_text import put_back_short_texts
 from statewarden.recovery.wal import WalFacts, read_wal, rewrite_commit_size
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
@@ -296,7 +297,9 @@ def make_work_copy(
         truncated = "; ".join(filter(None, [truncated, size_note])) or None
         inferred: list[LostSchema] = []
         schema_note = _fold_or_rebuild_schema(copy, source, truncated, inferred)
-        schema_note = "; ".join(filter(None, [header_note, page_size_note, schema_note])) or None
+        short_note = None if inferred else put_back_short_texts(copy, source)
+        notes = [header_note, page_size_note, schema_note, short_note]
+        schema_note = "; ".join(filter(None, notes)) or None
         return WorkCopy(
             work_dir=work_dir,
             db=copy,

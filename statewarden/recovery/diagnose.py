@@ -626,7 +626,8 @@ def _diagnose(
         result.path = str(db)
         if result.damage == "none":
             return result, check
-    result = _verdict(conn, schema, facts, check.result(), check, progress=progress)
+    opened = raw if isinstance(raw, DatabaseFile) else None
+    result = _verdict(conn, schema, facts, check.result(), check, progress=progress, raw=opened)
     result.path = str(db)
     return result, None
 
@@ -640,15 +641,17 @@ def _verdict(
     *,
     fts: dict[str, str] | None = None,
     progress: ProgressFn | None = None,
+    raw: DatabaseFile | None = None,
 ) -> Diagnosis:
     """The diagnosis from the scans' facts and the integrity check's (lines, finished,
-    abort note); ``fts``: the FTS verdicts when they are given, not read from it."""
+    abort note); ``fts``: the FTS verdicts when they are given, not read from it;
+    ``raw``: the file open for plain reads (``find_lost_writes``)."""
     lines, complete, abort = checked
     notes = list(facts.notes)
     tables = facts.tables
     if abort:
         notes.append(f"the integrity check stopped early: {abort}")
-    lost = find_lost_writes(conn, schema, lines, facts.index_only, facts.orphans)
+    lost = find_lost_writes(conn, schema, lines, facts.index_only, facts.orphans, raw=raw)
     for g in lost.given_out:  # named there as rowids that may be lost, not as left behind
         t = next(t for t in tables if t.name == g.table)
         t.stale_index_entries = [r for r in facts.index_only[t.name] if r not in g.rowids]

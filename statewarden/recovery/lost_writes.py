@@ -12,7 +12,8 @@ message_count against its messages and FTS copies of rows the table lacks, are i
   back (the row is stale, base damage), or, with only one index holding the column,
   either the row or that one entry is older and nothing tells which (base damage: the
   row may be stale). An entry that differs while another index agrees with the row is
-  older than the row: derived damage, the index is rebuilt.
+  older than the row: derived damage, the index is rebuilt. An entry whose record has
+  not the index's shape (another index's page moved into its tree) is no witness.
 - *Rowids given out but gone.* ``sqlite_sequence`` above the table's highest rowid is
   no damage on its own (Hermes deletes the newest rows with their session), so it
   counts only with a witness: an intact index that lists rowids in between while the
@@ -28,19 +29,31 @@ message_count against its messages and FTS copies of rows the table lacks, are i
 from __future__ import annotations
 
 import re
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
-from statewarden.recovery.copies import indexed_values
+from statewarden.errors import PageFormatError
+from statewarden.recovery.copies import Feed, feeds, indexed_values
+from statewarden.recovery.pages import (
+    PAGE_INDEX_INTERIOR,
+    PAGE_INDEX_LEAF,
+    PAGE_TABLE_INTERIOR,
+    PAGE_TABLE_LEAF,
+    DatabaseFile,
+    record_fits,
+    varint,
+)
 from statewarden.recovery.scan import scan_table
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import json_value, quote_ident
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
 _TREE_RE = re.compile(r"^Tree (\d+) ")
+_SECOND_REFERENCE_RE = re.compile(r"2nd reference to page (\d+)$")
 
 
 @dataclass
@@ -54,14 +67,19 @@ class StaleRow:
     # For some column two or more indexes agree with each other against the row: the
     # row is older. Otherwise one index holds each column, and it or the row is older.
     certain: bool
+    # The rowid whose record the row holds: that rowid's index entries hold the value
+    # the row has, and its FTS copies the row's text (records swapped or moved).
+    record_of: int | None = None
 
     @property
     def restorable(self) -> bool:
         """One column differs, and indexes that agree hold it: a value changed on disk
         as much as an older row, and recover puts the indexes' value back (as it does
         for rot); a row that differs in more columns is an older version of itself,
-        kept as it was once written and named stale."""
-        return self.certain and len(self.columns) == 1
+        kept as it was once written and named stale. A row holding another rowid's
+        record (``record_of``) is not the row it was written as either: kept as it
+        stands, named, never patched column by column into a mix."""
+        return self.certain and len(self.columns) == 1 and self.record_of is None
 
     def describe(self) -> str:
         cols = ", ".join(
@@ -103,6 +121,8 @@ class LostWrites:
     older_entries: dict[str, list[int]] = field(default_factory=dict)
     given_out: list[GivenOut] = field(default_factory=list)
     referenced: list[Referenced] = field(default_factory=list)
+    # index -> rowids of its entries of another index's shape (None: not all named)
+    misshapen: dict[str, set[int] | None] = field(default_factory=dict)
 
     @property
     def damage(self) -> str:
@@ -114,13 +134,22 @@ class LostWrites:
         out = []
         for table in sorted({s.table for s in self.stale_rows}):
             rows = [s for s in self.stale_rows if s.table == table]
-            sure = [s.rowid for s in rows if s.certain and not s.restorable]
+            moved = [s for s in rows if s.record_of is not None]
+            sure = [s.rowid for s in rows if s.certain and not s.restorable and s not in moved]
             one = [s.rowid for s in rows if s.restorable]
             unsure = [s.rowid for s in rows if not s.certain]
             if sure:
                 out.append(
                     f"{table}: {_rows(sure)} older than {_their(sure)} index entries, which"
                     f" agree with each other (a lost write: stale rows): {_sample(sure)}"
+                )
+            if moved:
+                shown = ", ".join(f"{m.rowid} (of {m.record_of})" for m in moved[:20])
+                out.append(
+                    f"{table}: {_rows([m.rowid for m in moved])} hold another row's record:"
+                    " the indexes list the value they hold and the search-index copies their"
+                    " text under that row's rowid (records swapped or moved on disk), not"
+                    f" patched: rowids {shown}{', ...' if len(moved) > 20 else ''}"
                 )
             if one:
                 out.append(
@@ -139,6 +168,12 @@ class LostWrites:
             out.append(
                 f"{index}: {len(rowids)} entr{'ies' if len(rowids) != 1 else 'y'} older than"
                 f" the row, which another index agrees with (rebuilt): {_sample(rowids)}"
+            )
+        for index, bad in sorted(self.misshapen.items()):
+            what = f"{len(bad)} entries" if bad is not None else "entries"
+            out.append(
+                f"{index}: {what} of another index's shape (one of its pages holds another"
+                " index's entries): no witnesses of the rows (rebuilt)"
             )
         for g in self.given_out:
             out.append(
@@ -164,6 +199,7 @@ class LostWrites:
                     "table": s.table,
                     "rowid": s.rowid,
                     "certain": s.certain,
+                    "record_of": s.record_of,
                     "restorable": s.restorable,
                     "columns": {
                         c: {
@@ -178,6 +214,9 @@ class LostWrites:
             ],
             "older_entries": self.older_entries,
             "given_out": [vars(g) for g in self.given_out],
+            "misshapen_entries": {
+                i: sorted(bad) if bad is not None else None for i, bad in self.misshapen.items()
+            },
             "referenced": [
                 {**vars(r), "keys": [json_value(k) for k in r.keys]} for r in self.referenced
             ],
@@ -203,15 +242,21 @@ def find_lost_writes(
     error_lines: list[str],
     index_only: dict[str, list[int]],
     orphans: dict[str, int] | None = None,
+    *,
+    raw: DatabaseFile | None = None,
 ) -> LostWrites:
     """The lost writes ``conn``'s file shows. ``error_lines`` are the integrity check's:
     rows are held against their indexes only in tables one of whose indexes it found
     a row missing from (a healthy file costs nothing). ``index_only`` is, per table,
     the rowids only an index lists (no FTS copy, no row: ``diagnose.TableFacts``);
     ``orphans`` the tables with rows whose parent is missing (``diagnose.orphan_rows``):
-    only their references are followed."""
+    only their references are followed. ``raw``, the same file opened for plain reads
+    before ``conn`` (docs/safety.md rule 2), tells which index entries have their
+    index's shape, and which rows a table's b-tree reads from another table's leaf;
+    without it every entry is taken as its index's, every row read as the table's."""
     found = LostWrites()
     broken = {int(m.group(1)) for ln in error_lines if (m := _TREE_RE.match(ln))}
+    twice = {int(m.group(1)) for ln in error_lines if (m := _SECOND_REFERENCE_RE.search(ln))}
     tables: set[str] = set()
     for ln in error_lines:
         if (m := _MISSING_FROM_INDEX_RE.match(ln)) and (idx := schema.by_name(m.group(1))):
@@ -219,7 +264,8 @@ def find_lost_writes(
     for name in sorted(tables):
         obj = schema.by_name(name)
         if obj is not None and not obj.without_rowid:
-            _hold_against_indexes(conn, schema, obj, broken, found)
+            foreign = _foreign_records(raw, obj, twice) if raw is not None else {}
+            _hold_against_indexes(conn, schema, obj, broken, found, foreign=foreign, raw=raw)
     for name, rowids in index_only.items():
         gone = _given_out(conn, name, rowids)
         if gone is not None:
@@ -292,11 +338,24 @@ def _gone(
 
 
 def _hold_against_indexes(
-    conn: apsw.Connection, schema: Schema, obj: SchemaObject, broken: set[int], found: LostWrites
+    conn: apsw.Connection,
+    schema: Schema,
+    obj: SchemaObject,
+    broken: set[int],
+    found: LostWrites,
+    *,
+    foreign: dict[int, list[list[Any]]],
+    raw: DatabaseFile | None,
 ) -> None:
-    """Each row of ``obj`` against the entries its intact indexes hold for its rowid."""
+    """Each row of ``obj`` against the entries its intact indexes hold for its rowid
+    (those of the index's shape); a row read from another table's leaf (``foreign``:
+    rowid -> records there) is no row of ``obj`` and is not held against them."""
     try:
         entries = indexed_values(conn, schema, obj.name, None, broken_roots=broken)
+        if raw is not None:
+            misshapen = _misshapen_indexes(conn, schema, obj, raw)
+            found.misshapen.update(misshapen)
+            drop_misshapen(entries, misshapen)
     except (apsw.Error, UnicodeDecodeError) as exc:
         if isinstance(exc, apsw.InterruptError):
             raise
@@ -310,7 +369,7 @@ def _hold_against_indexes(
     def on_row(row: tuple[Any, ...]) -> None:
         rowid = int(row[0])
         held = entries.get(rowid)
-        if not held:
+        if not held or any(_reads_as(obj, cols, row, r) for r in foreign.get(rowid, [])):
             return
         differ: dict[str, dict[str, Any]] = {}
         certain = False
@@ -339,11 +398,208 @@ def _hold_against_indexes(
 
     try:
         scan_table(conn, obj.name, cols, on_row)
+        _name_moved_records(conn, schema, obj, entries, found)
     except (apsw.Error, UnicodeDecodeError) as exc:
         if isinstance(exc, apsw.InterruptError):
             raise
     for index, rowids in older.items():
         found.older_entries[index] = sorted(rowids)
+
+
+def _foreign_records(
+    raw: DatabaseFile, obj: SchemaObject, pages: set[int]
+) -> dict[int, list[list[Any]]]:
+    """The records that do not fit ``obj`` (``_fits``) on the table leaves among
+    ``pages`` (those the integrity check found referenced twice), or under them:
+    another table's leaf that a wrong child pointer of ``obj``'s b-tree names, whose
+    cells SQLite reads as rows of ``obj`` under their own rowids. Rowid -> records."""
+    out: dict[int, list[list[Any]]] = {}
+    todo, seen = sorted(pages), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        try:
+            kind = raw.page_kind(n)
+            if kind == PAGE_TABLE_INTERIOR:
+                todo.extend(raw.children(n))
+            if kind != PAGE_TABLE_LEAF:
+                continue
+            rows, _bad = raw.leaf_rows(n)
+        except (PageFormatError, struct.error):
+            continue
+        for rowid, values in rows:
+            if not _fits(obj, values):
+                out.setdefault(rowid, []).append(values)
+    return out
+
+
+def _fits(obj: SchemaObject, values: list[Any]) -> bool:
+    """``pages.record_fits``, and no NOT NULL column without a DEFAULT past the
+    record's last field (``ALTER TABLE ADD COLUMN`` cannot add one: every record of
+    the table has a field for it)."""
+    cols = obj.stored_columns
+    if len(values) > len(cols) or not record_fits(obj, values):
+        return False
+    return not any(c.notnull and c.default is None for c in cols[len(values) :])
+
+
+def _reads_as(obj: SchemaObject, cols: list[str], row: tuple[Any, ...], record: list[Any]) -> bool:
+    """Is ``row`` (rowid, then ``cols``) what SQLite reads of ``record`` as a row of
+    ``obj``: each column the record has a field for holds that field's value?"""
+    at = {c.name: i for i, c in enumerate(obj.stored_columns)}
+    for col, value in zip(cols, row[1:], strict=True):
+        i = at.get(col)
+        if i is None or i >= len(record) or col == obj.rowid_alias:
+            continue
+        if not _same(record[i], value):
+            return False
+    return True
+
+
+def _name_moved_records(
+    conn: apsw.Connection,
+    schema: Schema,
+    obj: SchemaObject,
+    entries: dict[int, dict[str, list[tuple[Any, str]]]],
+    found: LostWrites,
+) -> None:
+    """Rows of ``obj`` just found to differ in one column from indexes that agree:
+    the one that holds another rowid's record gets it in ``record_of``. That rowid's
+    entries hold the row's value for the column, and its FTS copies the row's text: a
+    swapped or moved record, not a changed value (a zeroed or changed column matches
+    no other row's entries and copies)."""
+    rows = [
+        s
+        for s in found.stale_rows
+        if s.table == obj.name and s.certain and len(s.columns) == 1 and s.record_of is None
+    ]
+    fs = [f for f in feeds(schema) if f.table == obj.name]
+    if not rows or not fs:
+        return
+    wanted = {_number_key(v["row"]) for s in rows for v in s.columns.values()}
+    holders: dict[tuple[str, Any], list[int]] = {}
+    for rowid, held in entries.items():
+        for col, witnesses in held.items():
+            for v, _ in witnesses:
+                if (k := _number_key(v)) in wanted:
+                    got = holders.setdefault((col, k), [])
+                    if rowid not in got:
+                        got.append(rowid)
+    t = quote_ident(obj.name)
+    for s in rows:
+        ((col, v),) = s.columns.items()
+        for other in holders.get((col, _number_key(v["row"])), []):
+            if other != s.rowid and _text_is_copy_of(conn, t, fs, s.rowid, other):
+                s.record_of = other
+                break
+
+
+def _number_key(v: Any) -> Any:
+    return ("number", float(v)) if isinstance(v, int | float) else _key(v)
+
+
+def _text_is_copy_of(conn: apsw.Connection, t: str, fs: list[Feed], rowid: int, other: int) -> bool:
+    """Does row ``rowid`` give exactly the text the FTS copies hold under ``other``
+    (every copy that holds it, at least one)?"""
+    seen = False
+    for f in fs:
+        content = quote_ident(f"{f.fts}_content")
+        try:
+            got = conn.execute(
+                f"SELECT {f.copy_matches()} FROM {t} AS b NOT INDEXED JOIN {content} AS c"
+                " ON c.id = ? WHERE b.rowid = ?",
+                (other, rowid),
+            ).fetchone()
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            return False
+        if got is None:
+            continue
+        if not got[0]:
+            return False
+        seen = True
+    return seen
+
+
+def _misshapen_indexes(
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, raw: DatabaseFile
+) -> dict[str, set[int] | None]:
+    """Per index of ``obj`` holding entries of another shape than its own (its column
+    count, then the rowid: another index's entries, on a page moved into its tree),
+    the rowids of those entries; None when one's rowid cannot be read."""
+    out: dict[str, set[int] | None] = {}
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name or not idx.rootpage:
+            continue
+        n = len(conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall())
+        bad = misshapen_entries(raw, idx.rootpage, n + 1)
+        if bad != set():
+            out[idx.name] = bad
+    return out
+
+
+def drop_misshapen(
+    entries: dict[int, dict[str, list[tuple[Any, str]]]], misshapen: dict[str, set[int] | None]
+) -> None:
+    """Take out of ``entries`` (``copies.indexed_values``) what the indexes of
+    ``misshapen`` hold in records of another shape: read in the index's columns, another
+    index's entries say nothing of the rows (an index whose misshapen entries cannot
+    all be named is no witness at all)."""
+    if not misshapen:
+        return
+    for rowid, held in entries.items():
+        for col in list(held):
+            held[col] = [
+                (v, i)
+                for v, i in held[col]
+                if i not in misshapen or ((bad := misshapen[i]) is not None and rowid not in bad)
+            ]
+            if not held[col]:
+                del held[col]
+
+
+def misshapen_entries(raw: DatabaseFile, root: int, fields: int) -> set[int] | None:
+    """Rowids (the last field) of the entries of the index b-tree at ``root`` whose
+    record has not ``fields`` fields; None when such an entry's rowid cannot be read."""
+    out: set[int] = set()
+    todo, seen = [root], set()
+    most = (raw.usable - 12) * 64 // 255 - 23  # the largest payload an index cell holds whole
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        try:
+            kind, _, _ = raw.btree_header(n)
+            if kind not in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
+                continue
+            todo.extend(raw.children(n))
+            pg = raw.page(n)
+            offsets = raw.cell_offsets(n)
+        except (PageFormatError, struct.error):
+            continue
+        for off in offsets:
+            try:
+                size, pos = varint(pg, off + (4 if kind == PAGE_INDEX_INTERIOR else 0))
+                local = bytes(pg[pos : pos + min(size, most)])
+                hsize, at = varint(local, 0)
+                count = 0
+                while at < min(hsize, len(local)):
+                    _, at = varint(local, at)
+                    count += 1
+                if count == fields:
+                    continue
+                if size > most:
+                    return None
+                last = raw.record(local)[-1]
+            except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+                continue
+            if isinstance(last, int):
+                out.add(last)
+    return out
 
 
 def _key(v: Any) -> Any:

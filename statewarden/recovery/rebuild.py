@@ -39,6 +39,7 @@ from statewarden.recovery.copies import (
 )
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
+from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.pages import WalRows
 from statewarden.recovery.report import Report, TableReport
@@ -666,6 +667,7 @@ class Rebuild:
         }
         broken |= self._rebuilt_index_roots()
         entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
+        drop_misshapen(entries, self.inputs.diag.lost_writes.misshapen)
         self._add_old_index_entries(tc, entries)
         cols = _columns(obj)
         indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
@@ -1168,22 +1170,38 @@ class Rebuild:
     def _add_unreached(self, tc: TableCopy) -> None:
         """Rows decoded from leaves the b-tree no longer reaches, for rowids it lacks.
 
-        A rowid the b-tree holds keeps the b-tree's row (the unreached copy is counted,
+        A rowid the output holds keeps the b-tree's row (the unreached copy is counted,
         not used). When the freelist cannot be trusted, an unreached row is taken only
         if an intact index or FTS copy of the table lists its key: deleted rows live on
-        freed pages, and nothing else remembers them.
+        freed pages, and nothing else remembers them. A rowid the b-tree read but whose
+        row was set aside (a child pointer that names another table's leaf reads that
+        table's cells under the same rowids) does not block the real row: it is taken
+        when those witnesses list it, whatever the freelist says.
         """
         rows = self.inputs.salvaged.get(tc.obj.name, [])
         if not rows:
             return
-        vouched: set[Any] | None = None
-        if not self.inputs.trust_unreached:
-            vouched = tc.known_keys() | self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
+        known = tc.known_keys() | self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
+        vouched = None if self.inputs.trust_unreached else known
         for rowid, values in rows:
             if rowid in tc.rowids:
-                tc.page_versions_skipped += 1
+                witnessed = (tc.has_fts_copies or tc.indexed) and rowid in known
+                witnessed = witnessed and not tc.obj.without_rowid
+                if not witnessed or self._holds(tc, rowid):
+                    tc.page_versions_skipped += 1
+                    continue
+                tc.rowids.discard(rowid)
+                self._insert_salvaged(tc, rowid, values, None)
                 continue
             self._insert_salvaged(tc, rowid, values, vouched)
+
+    def _holds(self, tc: TableCopy, rowid: int) -> bool:
+        """Does the output hold a row under ``rowid``?"""
+        t = quote_ident(tc.obj.name)
+        return (
+            self.dst.execute(f"SELECT 1 FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
+            is not None
+        )
 
     def _add_carved(self, tc: TableCopy) -> None:
         """Rows carved from the table's leaves whose header or cell pointers are

@@ -183,6 +183,7 @@ class TestHermesOwnDeletes:
             "older_entries": {},
             "given_out": [],
             "referenced": [],
+            "misshapen_entries": {},
         }
         code, rep, _ = recover_json(case, tmp_path)
         assert (code, rep["loss_detected"], rep["stale_rows"], rep["given_out"]) == (
