@@ -554,11 +554,6 @@ class TestDeletedRowsNeverResurrect:
         for table, want in live.items():
             assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want, table
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the freed messages leaves break the count of the roots in creation order:"
-        " two trees that fit two tables alike are left out (rows_left_out), exit 3",
-    )
     @pytest.mark.parametrize("layout", ["30-external", "30-legacy"])
     def test_no_false_loss_on_schema_30(self, tmp_path: Path, layout: str) -> None:
         """Every message deleted, no VACUUM, then page 1 with its header and the schema
@@ -577,15 +572,9 @@ class TestDeletedRowsNeverResurrect:
             if table.startswith("messages_fts"):
                 continue  # rebuilt from the messages
             sql = f"SELECT rowid, * FROM {table} ORDER BY rowid"
-            want = live.get(table) or rows(case.pristine, sql)
+            want = live[table] if table in live else rows(case.pristine, sql)
             assert rows(out, sql) == want, table
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 19: a file upgraded to the legacy schema-30 layout created its newer"
-        " tables later, so the creation order proves no roots; a freed messages leaf is"
-        " still taken and the freed index pages still vouch for its rows",
-    )
     def test_upgraded_layout(self, tmp_path: Path) -> None:
         """The same with every message deleted, on a file of the legacy schema-30 layout
         (its newer tables created by upgrades, after rows were written): the output
