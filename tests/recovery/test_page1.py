@@ -585,3 +585,44 @@ class TestDeletedRowsNeverResurrect:
         assert err == ""
         for table, want in live.items():
             assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want, table
+
+
+def cut_last_child(db: Path, root: int) -> list[int]:
+    """Drop the right-most child of the interior page ``root`` (its last cell's child
+    becomes the right child): that leaf, intact, is reached by no tree. Returns its
+    rowids."""
+    pf = PristineFile(db)
+    page = bytearray(pf.page(root))
+    assert page[0] == 0x05
+    (count,) = struct.unpack(">H", page[3:5])
+    (child,) = struct.unpack(">I", page[pf.cell_offsets(root)[-1] :][:4])
+    (cut,) = struct.unpack(">I", page[8:12])
+    struct.pack_into(">I", page, 8, child)
+    struct.pack_into(">H", page, 3, count - 1)
+    corruption._write(db, (root - 1) * pf.page_size, bytes(page))
+    return pf.leaf_rowids(cut)
+
+
+class TestUpgradedLayout:
+    def test_a_leaf_no_tree_reaches_is_vouched_by_the_later_indexes(self, tmp_path: Path) -> None:
+        """A file of the legacy schema-30 layout (upgraded from 0.19.0), the last leaf of
+        messages cut off from its root, then page 1 with its header and the schema pages
+        zeroed: the creation order proves the roots of 0.19.0's objects only, so the
+        indexes the upgrade created later (idx_messages_session_id and the others)
+        vouch through every page of their shape, the proven ones through the pages their
+        roots reach; the leaf's rows are listed by all of them and every message comes
+        back, no loss (exit 0). Before, the cut-off leaf counted among the roots,
+        the creation order placed no tree that fits two tables alike, and the run
+        exited 3; with the later indexes' pages dropped, its rows were not taken."""
+        case = corruption.fresh_copy(tmp_path / "db", MAIN_LEGACY)
+        cut = cut_last_child(case.db, case.roots["messages"])
+        assert cut
+        pf = PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        for n in {1, *interior, *leaves}:
+            corruption._write(case.db, (n - 1) * pf.page_size, bytes(pf.page_size))
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")
+        assert (rep["loss_detected"], rep["rows_left_out"]) == (False, [])
+        assert rep["tables"]["messages"]["recovered_from_pages"] == len(cut)
+        assert_every_table_pristine(out, case.pristine)
