@@ -22,7 +22,10 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
    each table's root the largest tree of its shape, or the tree at the root the
    creation order proves (``created_roots``: SQLite gives each object created the
-   next page, before any row, so a page ``DELETE`` freed is never one of them); an
+   next page, before any row, so a page ``DELETE`` freed is never one of them; of a
+   file an upgrade made, only the older layout's objects, ``UPGRADED_FROM``); a tree
+   that fits only proven tables is no root, and a tie placed by creation order does
+   not count the pages the freelist's trunk pages list (``freed_pages``); an
    index, an FTS shadow table and a table with no tree get a new empty root page
    appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
@@ -30,8 +33,8 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
 5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
    vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
    and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are;
-   when the creation order proves the old indexes' roots, only the pages they reach
-   (a freed index page still holds the entries of the rows deleted).
+   an old index whose root the creation order proves, only through the pages that
+   root reaches (a freed index page still holds the entries of the rows deleted).
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
