@@ -32,7 +32,8 @@ from lab.hermes_fixtures import (
 from lab.write_known_schemas import LAYOUTS, schema_rows
 from statewarden.demo.damage import PristineFile
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
-from statewarden.recovery.lost_schema import infer_page_size
+from statewarden.recovery.lost_schema import freed_pages, infer_page_size
+from statewarden.recovery.pages import DatabaseFile
 from statewarden.recovery.schema import read_schema
 from tests.support.cli import run_ctl
 
@@ -626,3 +627,33 @@ class TestUpgradedLayout:
         assert (rep["loss_detected"], rep["rows_left_out"]) == (False, [])
         assert rep["tables"]["messages"]["recovered_from_pages"] == len(cut)
         assert_every_table_pristine(out, case.pristine)
+
+
+class TestFreelistFromItsTrunks:
+    @pytest.mark.parametrize("layout", ["0.19.0", "30-legacy"])
+    def test_the_freelist_is_read_without_page_1(self, tmp_path: Path, layout: str) -> None:
+        """Every message deleted (no VACUUM), then page 1 with its header and the schema
+        pages zeroed: the header named the freelist's first trunk page, but the trunk
+        pages themselves are found by their shape, and the pages they list are exactly
+        the freelist SQLite kept before the damage."""
+        case = corruption.fresh_copy(tmp_path / "db", SPECS[layout])
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        db = DatabaseFile(case.db)
+        try:
+            freelist, page_size = db.freelist_pages(), db.page_size
+        finally:
+            db.close()
+        assert len(freelist) > 1
+        pf = PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        for n in {1, *interior, *leaves}:
+            corruption._write(case.db, (n - 1) * page_size, bytes(page_size))
+        db = DatabaseFile(case.db, page_size=page_size)
+        try:
+            assert freed_pages(db) == freelist
+        finally:
+            db.close()
