@@ -29,6 +29,10 @@ LAYOUTS: dict[str, tuple[str, AnySpec]] = {
     "30-legacy": ("Hermes main, schema_version 30, a 0.19.0 file opened by main", MAIN_LEGACY),
 }
 
+# layout -> the layout its file was created in, when a later Hermes upgraded it: the
+# fixture of ``30-legacy`` is a 0.19.0 file opened by main (``hermes_main_writer.py``)
+UPGRADED_FROM: dict[str, str] = {"30-legacy": "0.19.0"}
+
 HEADER = '''# ruff: noqa: E501
 """The schemas Hermes writes, as its ``sqlite_schema`` rows: one entry per layout.
 
@@ -42,6 +46,14 @@ from __future__ import annotations
 # layout -> (description, ((type, name, tbl_name, sql), ...) in creation order)
 KNOWN_SCHEMAS: dict[str, tuple[str, tuple[tuple[str, str, str, str | None], ...]]] = {
 '''
+
+
+UPGRADED_HEADER = """
+# layout -> the layout its file was created in, when a later Hermes upgraded it: only
+# that layout's objects were created with the file, before any row was written (their
+# rows come first above); the others were created by the upgrade, after rows existed
+UPGRADED_FROM: dict[str, str] = {
+"""
 
 
 def schema_rows(db: Path) -> list[tuple[str, str, str, str | None]]:
@@ -62,6 +74,10 @@ def module_text() -> str:
         for row in schema_rows(built_db(spec)):
             out.append(f"            {row!r},\n")
         out.append("        ),\n    ),\n")
+    out.append("}\n")
+    out.append(UPGRADED_HEADER)
+    for layout, first in UPGRADED_FROM.items():
+        out.append(f"    {layout!r}: {first!r},\n")
     out.append("}\n")
     return "".join(out)
 

@@ -1229,3 +1229,10 @@ KNOWN_SCHEMAS: dict[str, tuple[str, tuple[tuple[str, str, str, str | None], ...]
         ),
     ),
 }
+
+# layout -> the layout its file was created in, when a later Hermes upgraded it: only
+# that layout's objects were created with the file, before any row was written (their
+# rows come first above); the others were created by the upgrade, after rows existed
+UPGRADED_FROM: dict[str, str] = {
+    "30-legacy": "0.19.0",
+}

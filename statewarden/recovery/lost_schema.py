@@ -22,7 +22,10 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
    each table's root the largest tree of its shape, or the tree at the root the
    creation order proves (``created_roots``: SQLite gives each object created the
-   next page, before any row, so a page ``DELETE`` freed is never one of them); an
+   next page, before any row, so a page ``DELETE`` freed is never one of them; of a
+   file an upgrade made, only the older layout's objects, ``UPGRADED_FROM``); a tree
+   that fits only proven tables is no root, and a tie placed by creation order does
+   not count the pages the freelist's trunk pages list (``freed_pages``); an
    index, an FTS shadow table and a table with no tree get a new empty root page
    appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
@@ -30,8 +33,8 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
 5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
    vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
    and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are;
-   when the creation order proves the old indexes' roots, only the pages they reach
-   (a freed index page still holds the entries of the rows deleted).
+   an old index whose root the creation order proves, only through the pages that
+   root reaches (a freed index page still holds the entries of the rows deleted).
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
@@ -40,6 +43,7 @@ Only the private copy is written. Call with no SQLite connection open to it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import struct
 from dataclasses import dataclass, field
@@ -49,7 +53,7 @@ from typing import Any
 import apsw
 
 from statewarden.errors import DatabaseUnreadable, PageFormatError
-from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
+from statewarden.recovery.known_schemas import KNOWN_SCHEMAS, UPGRADED_FROM
 from statewarden.recovery.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
@@ -313,26 +317,91 @@ def _schema_leaf(db: DatabaseFile, n: int) -> bool:
     return bool(rows) and all(is_schema_record(v) for _, v in rows)
 
 
+def freed_pages(db: DatabaseFile) -> set[int]:
+    """The pages of the freelist, found by its trunk pages when page 1, which named the
+    first of them, is destroyed: a page that is no b-tree page and reads as a trunk
+    (the next trunk's number, 0 or another such page; a count of leaf pages the page
+    holds; that many distinct pages of the file, none of them a child of an interior
+    page), with the leaves it lists. A page ``DELETE`` freed is among them while no
+    write took it back: no table's root, its rows deleted ones."""
+    per_trunk = db.usable // 4 - 2
+    trunks: dict[int, tuple[int, tuple[int, ...]]] = {}
+    pointed: set[int] = set()
+    for n in range(2, db.page_count + 1):
+        try:
+            kind, _, _ = db.btree_header(n)
+            if kind in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR):
+                pointed.update(db.children(n))
+            continue
+        except (PageFormatError, struct.error):
+            pass
+        nxt, count = struct.unpack(">II", db.page(n)[:8])
+        if not (nxt or count) or nxt > db.page_count or nxt == 1 or count > per_trunk:
+            continue
+        listed = struct.unpack(f">{count}I", db.page(n)[8 : 8 + 4 * count])
+        if len(set(listed)) == count and all(2 <= p <= db.page_count for p in listed):
+            trunks[n] = (nxt, listed)
+    while True:  # a trunk whose next one is not a trunk is none
+        broken = [n for n, (nxt, listed) in trunks.items() if nxt and nxt not in trunks]
+        broken += [n for n, (_, listed) in trunks.items() if pointed.intersection(listed)]
+        if not broken:
+            break
+        for n in broken:
+            trunks.pop(n, None)
+    return {*trunks, *(p for _, listed in trunks.values() for p in listed)}
+
+
 def created_roots(roots: list[tuple[int, bool]], schema: Schema) -> dict[str, int]:
     """The root page of each b-tree object of ``schema`` (a known layout, its objects in
-    creation order), when the file proves them (``roots``: ``btree_roots``): SQLite
-    gives each object created the next page, before any row is written, so the lowest
-    pages no interior page points to are the roots, in that order. They are taken only
-    when there are at least as many such pages as objects and the first ones are table
-    and index pages in exactly the order the objects are (a file whose tables were
-    created by later upgrades, or whose root was destroyed, proves nothing: empty). A
-    page freed by ``DELETE`` comes after them all, whatever it still holds."""
-    objects = [
+    creation order) that the file proves (``roots``: ``btree_roots``): SQLite gives each
+    object created the next page, before any row is written, so the lowest pages no
+    interior page points to are the roots of the objects created with the file, in that
+    order. They are taken only when there are at least as many such pages as those
+    objects and the first ones are table and index pages in exactly their order (a
+    file of another history, or whose root was destroyed, proves nothing: empty). A
+    page freed by ``DELETE`` comes after them all, whatever it still holds. A layout
+    that an upgrade made of an older one's file (``UPGRADED_FROM``) proves only the
+    roots of the older layout's objects: the upgrade created the others after rows
+    existed, at the end of the file or on freed pages."""
+    objects = _btree_objects(schema)
+    objects = objects[: _created_with_file([name for name, _ in objects])]
+    first = roots[: len(objects)]
+    if (
+        not objects
+        or len(first) < len(objects)
+        or any(is_index != want for (_, is_index), (_, want) in zip(first, objects, strict=True))
+    ):
+        return {}
+    return {name: n for (n, _), (name, _) in zip(first, objects, strict=True)}
+
+
+def _btree_objects(schema: Schema) -> list[tuple[str, bool]]:
+    """The objects of ``schema`` stored as b-trees, in creation order, each with whether
+    its pages are index pages."""
+    return [
         (o.name, o.type == "index" or o.without_rowid)
         for o in schema.objects
         if o.type in ("table", "index") and not o.is_virtual and o.rootpage
     ]
-    first = roots[: len(objects)]
-    if len(first) < len(objects) or any(
-        is_index != want for (_, is_index), (_, want) in zip(first, objects, strict=True)
-    ):
-        return {}
-    return {name: n for (n, _), (name, _) in zip(first, objects, strict=True)}
+
+
+def _created_with_file(names: list[str]) -> int:
+    """How many of the b-tree objects ``names`` (a layout's, in creation order) were
+    created with the file: all, unless they are those of a known layout made by an
+    upgrade (``UPGRADED_FROM``), whose first objects are the older layout's (none when
+    they are not)."""
+    for layout, first in UPGRADED_FROM.items():
+        if tuple(names) == _layout_objects(layout):
+            older = _layout_objects(first)
+            return len(older) if tuple(names[: len(older)]) == older else 0
+    return len(names)
+
+
+@functools.cache
+def _layout_objects(layout: str) -> tuple[str, ...]:
+    """The b-tree objects of a known layout, in creation order."""
+    schema, _fks = layout_schema(KNOWN_SCHEMAS[layout][1])
+    return tuple(name for name, _ in _btree_objects(schema))
 
 
 ForeignKey = tuple[str, str, str, str]  # (table, column, referenced table, its column)
@@ -597,19 +666,22 @@ def _choose_layout(
     one with both beats one with either. A core table no tree fits is looked for
     among the pages whose header is destroyed (``_headless_roots``). A table whose
     root the creation order proves (``created_roots``) gets the tree there
-    (``_at_created_roots``). Raises
+    (``_proven_trees``). Raises
     :class:`DatabaseUnreadable` when no layout is taken."""
     best: tuple[int, int, str] | None = None
     fitted: dict[str, int] = {}
     chosen: dict[str, dict[str, Tree]] = {}
     left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
     claimed = set(present.values())
+    freed = _FreedPages(path)
     for layout, (_what, rows) in KNOWN_SCHEMAS.items():
         if not set(present) <= {name for _t, name, _tb, _s in rows}:
             fitted[layout] = 0
             continue
-        score, per_table, unplaced = _fit_layout(rows, present, trees, claimed)
-        _at_created_roots(per_table, trees, created_roots(roots, layout_schema(rows)[0]), rows)
+        created = created_roots(roots, layout_schema(rows)[0])
+        score, per_table, unplaced = _fit_layout(
+            rows, present, trees, claimed, created=created, freed=freed
+        )
         core = [t for t in HERMES_CORE if t in per_table or t in present]
         if core and len(core) < len(HERMES_CORE):
             score += _headless_roots(path, rows, per_table, trees, present)
@@ -629,26 +701,27 @@ def _choose_layout(
     return layout, fitted, chosen[layout], left_out.get(layout, [])
 
 
-def _at_created_roots(
-    per_table: dict[str, Tree],
-    trees: list[Tree],
-    created: dict[str, int],
-    rows: tuple[KnownRow, ...],
-) -> None:
-    """Give each table taken the tree whose root the creation order proves is its own
-    (``created_roots``), when its records fit the table or it has none: its rows all
-    deleted, a table's root is an empty leaf, and the largest tree of its shape is then
-    a page ``DELETE`` freed, whose rows must not come back as live."""
-    schema, _fks = layout_schema(rows)
+def _proven_trees(
+    schema: Schema, trees: list[Tree], created: dict[str, int], present: dict[str, int]
+) -> dict[str, Tree]:
+    """The tree of each table whose root the creation order proves (``created_roots``),
+    when its records fit the table or it has none: all its rows deleted, a table's root
+    is an empty leaf, and the largest tree of its shape is then a page ``DELETE``
+    freed, whose rows must not come back as live. A table the schema still names
+    (``present``) keeps its root."""
     by_root = {t.root: t for t in trees}
-    for name, tree in list(per_table.items()):
+    out = {}
+    for name, root in created.items():
         obj = schema.by_name(name)
-        real = by_root.get(created.get(name, 0))
-        if obj is None or real is None or real is tree:
+        tree = by_root.get(root)
+        if obj is None or tree is None or name in present or obj.type != "table":
             continue
-        if all(record_fits(obj, v) and not _null_key(obj, v) for _, v in real.rows):
-            real.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
-            per_table[name] = real
+        if obj.is_virtual or obj.without_rowid:
+            continue
+        if all(record_fits(obj, v) and not _null_key(obj, v) for _, v in tree.rows):
+            tree.columns = {c.name: i for i, c in enumerate(obj.stored_columns)}
+            out[name] = tree
+    return out
 
 
 def _headless_roots(
@@ -705,43 +778,78 @@ def _fit_layout(
     present: dict[str, int],
     trees: list[Tree],
     claimed: set[int],
+    *,
+    created: dict[str, int],
+    freed: _FreedPages,
 ) -> tuple[int, dict[str, Tree], list[tuple[Tree, list[str]]]]:
     """How well one known layout fits the trees found: (leaves fitted, the tree taken
-    for each table, the trees that fit two tables alike and went to neither). A tree
-    goes to the one table its records fit; ties are broken by the evidence of the
-    tables found (foreign keys), then by where its root lies among the roots."""
+    for each table, the trees that fit two tables alike and went to neither). A table
+    whose root the creation order proves (``created``) has the tree there
+    (``_proven_trees``), and a tree that fits only such tables is none's root (a page
+    freed, or cut off from its tree by damage: its rows are salvaged as any unreached
+    leaf's are), nor counted among the roots. Any other tree goes to the one table its
+    records fit; ties are broken by the evidence of the tables found (foreign keys),
+    then by where its root lies among the roots, never for a proven table; there the
+    pages the freelist lists (``freed_pages``, read only for a tie) are no roots, and
+    a tree on one of them is left to the salvage of unreached leaves."""
     schema, fks = layout_schema(rows)
     cands = [o for o in _candidates(schema) if o.name not in present]
     base = {o.name for o in schema.base_tables()} | {SEQUENCE}
     per_table = _present_trees(schema, present, trees)
-    score = 0
+    proven = _proven_trees(schema, trees, created, present)
+    per_table.update(proven)
+    score = sum(len(t.leaves) for t in proven.values() if t.rows)
+    held = claimed | {t.root for t in proven.values()}
+    no_root: set[int] = set()
     tied: list[tuple[Tree, list[SchemaObject]]] = []
-    for tree in (t for t in trees if t.root not in claimed):
+    for tree in (t for t in trees if t.root not in held):
         fits = _fit(cands, tree.rows)
-        if len(fits) > 1:
+        if fits and all(o.name in proven for o in fits):
+            no_root.add(tree.root)
+            score += len(tree.leaves)
+        elif len(fits) > 1:
             tied.append((tree, fits))
-            continue
-        if not fits or fits[0].name not in base:
-            continue
-        score += _take(per_table, fits[0], tree)
+        elif fits and fits[0].name in base:
+            score += _take(per_table, fits[0], tree)
     unresolved = []
     for tree, fits in tied:  # second: the evidence of the tables found
         name = _referenced(fits, tree, fks, per_table)
-        obj = schema.by_name(name) if name else None
+        obj = schema.by_name(name) if name and name not in proven else None
         if obj is not None and obj.name in base:
             score += _take(per_table, obj, tree)
         else:
             unresolved.append((tree, fits))
     tables = [o.name for o in _table_trees(schema, rows)]
-    roots = sorted(t.root for t in trees)
+    no_root |= freed.pages() if unresolved else set()
+    roots = sorted(t.root for t in trees if t.root not in no_root)
     left_out: list[tuple[Tree, list[str]]] = []
     for tree, fits in unresolved:  # last: where its root lies among the roots found
+        if tree.root in no_root:
+            continue
         by_order = _by_creation_order(fits, tree, roots, tables, per_table)
-        if by_order is not None and by_order.name in base:
+        if by_order is not None and by_order.name in base and by_order.name not in proven:
             score += _take(per_table, by_order, tree)
         elif any(o.name in base for o in fits):
             left_out.append((tree, [o.name for o in fits]))
     return score, per_table, left_out
+
+
+class _FreedPages:
+    """The pages of a file's freelist (``freed_pages``), read the first time they are
+    wanted."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.found: set[int] | None = None
+
+    def pages(self) -> set[int]:
+        if self.found is None:
+            db = DatabaseFile(self.path)
+            try:
+                self.found = freed_pages(db)
+            finally:
+                db.close()
+        return self.found
 
 
 def _present_trees(schema: Schema, present: dict[str, int], trees: list[Tree]) -> dict[str, Tree]:
@@ -949,17 +1057,21 @@ def listed_by_old_indexes(
     through its page's cell pointers holds exactly the row's values of that index's
     columns and its rowid: the row was live with those values. A table with no such
     index gets none, nor a rowid found with two different records. An entry whose
-    payload overflows its page is not read (Hermes' index keys are short). ``pages``:
-    every index page of the file (``index_pages``)."""
+    payload overflows its page is not read (Hermes' index keys are short), nor one on
+    a page that cannot be that index's (``IndexPage.may_hold``: an index whose root
+    the creation order proves lists only through the pages that root reaches).
+    ``pages``: every index page of the file (``index_pages``)."""
     # the entry an index would hold for a carved row -> (table, rowid, which index)
     wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
     needed: dict[str, int] = {}  # table -> indexes that list every row
+    index_names: dict[tuple[str, int], str] = {}
     for name, rows in found.items():
         obj = schema.by_name(name)
         if obj is None or obj.without_rowid or not rows:
             continue
         indexes = _index_positions(schema, obj)
         needed[name] = len(indexes)
+        index_names.update(((name, i), idx) for i, (idx, _) in enumerate(indexes))
         versions: dict[int, list[list[Any]]] = {}
         for rowid, values in rows:
             versions.setdefault(rowid, []).append(values)
@@ -974,7 +1086,8 @@ def listed_by_old_indexes(
     for page in pages:
         for entry in page.entries:
             for name, rowid, i in wanted.get(entry, ()):
-                listing.setdefault((name, rowid), set()).add(i)
+                if page.may_hold(index_names[name, i]):
+                    listing.setdefault((name, rowid), set()).add(i)
     out: dict[str, set[int]] = {}
     for (name, rowid), listed in listing.items():
         if len(listed) == needed[name]:
@@ -1058,6 +1171,17 @@ class IndexPage:
 
     entries: list[tuple[Any, ...]]
     reached: bool
+    # the old index whose root the creation order proves reaches this page
+    owner: str | None = None
+    # the old indexes whose roots the creation order proves: an unreached page none
+    # of them reaches is no page of theirs (a page ``DELETE`` freed keeps its entries)
+    proven: frozenset[str] = frozenset()
+
+    def may_hold(self, index: str) -> bool:
+        """May this page hold entries of the old index ``index``?"""
+        if self.reached:
+            return True
+        return self.owner == index if self.owner else index not in self.proven
 
 
 # What the old indexes hold for a table's rows: rowid -> column -> [(value, by), ...]
@@ -1068,28 +1192,32 @@ def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
     """Every index page in the file with the entries its cell pointers reach. Those no
     index of ``schema`` reaches (nor the freelist the header names) are the pages of
     the old indexes left in the file when the schema was rebuilt from Hermes' known
-    schema. When the creation order proves the old indexes' roots (``created_roots``),
-    only the pages those roots reach are kept: an index page ``DELETE`` freed (the
-    freelist that named it is gone with page 1) still holds the deleted rows' entries,
-    and vouches for none of them. Call with no SQLite connection open to ``path``
+    schema. When the creation order proves an old index's root (``created_roots``),
+    only the pages that root reaches are that index's (``IndexPage.owner``): an index
+    page ``DELETE`` freed (the freelist that named it is gone with page 1) still holds
+    the deleted rows' entries, and vouches for none of them; when it proves them all,
+    no other page is kept. Call with no SQLite connection open to ``path``
     (docs/safety.md rule 2)."""
     db = DatabaseFile(path)
     try:
         roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
         reached = db.reachable(roots)
         created = created_roots(btree_roots(db), schema)
-        old = [
-            n
-            for name, n in created.items()
-            if (o := schema.by_name(name)) is not None and (o.type == "index" or o.without_rowid)
-        ]
-        live = db.reachable(old) if created else None
+        indexes = {name for name, is_index in _btree_objects(schema) if is_index}
+        proven = frozenset(indexes & set(created))
+        freed = db.freelist_pages()
+        owner: dict[int, str] = {}
+        for name in proven:
+            for n in db.reachable([created[name]]) - freed:
+                owner.setdefault(n, name)
+        every = bool(proven) and proven == indexes
         out = []
         for n in range(2, db.page_count + 1):
-            if live is not None and n not in live and n not in reached:
+            mine = owner.get(n)
+            if every and mine is None and n not in reached:
                 continue
             if entries := _index_entries(db, n):
-                out.append(IndexPage(entries, n in reached))
+                out.append(IndexPage(entries, n in reached, mine, proven))
         return out
     finally:
         db.close()
@@ -1106,7 +1234,8 @@ def old_index_witnesses(
     No schema names those pages, so each is given to the index of the table (one that
     lists every row, on plain columns) whose entries of its shape agree with the rows
     read in the most entries, when that index is the only one with that many and they
-    are most of the page's entries of that shape; a page no index wins is left out. A
+    are most of the page's entries of that shape; a page no index wins is left out, and
+    a page is given only to an index it may be a page of (``IndexPage.may_hold``). A
     page can hold an older entry of an updated row (a freed page): a row with a column
     no entry of an index agrees with is held against them by the caller, not here."""
     obj = schema.by_name(table)
@@ -1120,8 +1249,12 @@ def old_index_witnesses(
         if any(k in c.decl_type.upper() for k in ("REAL", "FLOA", "DOUB"))
     }
     out: Witnesses = {}
-    for entries in (p.entries for p in pages if not p.reached):
-        agree = [sum(1 for e in entries if _agrees(e, pos, rows)) for _, pos in indexes]
+    for page in (p for p in pages if not p.reached):
+        entries = page.entries
+        agree = [
+            sum(1 for e in entries if _agrees(e, pos, rows)) if page.may_hold(name) else 0
+            for name, pos in indexes
+        ]
         top = max(agree, default=0)
         if not top or agree.count(top) > 1:
             continue

@@ -32,7 +32,8 @@ from lab.hermes_fixtures import (
 from lab.write_known_schemas import LAYOUTS, schema_rows
 from statewarden.demo.damage import PristineFile
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
-from statewarden.recovery.lost_schema import infer_page_size
+from statewarden.recovery.lost_schema import freed_pages, infer_page_size
+from statewarden.recovery.pages import DatabaseFile
 from statewarden.recovery.schema import read_schema
 from tests.support.cli import run_ctl
 
@@ -554,12 +555,27 @@ class TestDeletedRowsNeverResurrect:
         for table, want in live.items():
             assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want, table
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 19: a file upgraded to the legacy schema-30 layout created its newer"
-        " tables later, so the creation order proves no roots; a freed messages leaf is"
-        " still taken and the freed index pages still vouch for its rows",
-    )
+    @pytest.mark.parametrize("layout", ["30-external", "30-legacy"])
+    def test_no_false_loss_on_schema_30(self, tmp_path: Path, layout: str) -> None:
+        """Every message deleted, no VACUUM, then page 1 with its header and the schema
+        pages zeroed, on a schema-30 file born on main or upgraded from 0.19.0: the
+        small tables whose rows fit two tables alike (state_meta and system_prompts,
+        compression_locks and session_turn_leases) each come back whole into their own
+        table, no tree is left out and nothing live was lost: exit 0. Before, the freed
+        messages leaves broke the count of the roots in creation order, two trees were
+        left out (rows_left_out) and the run exited 3."""
+        case = corruption.fresh_copy(tmp_path / "db", SPECS[layout])
+        live = delete_and_destroy_page1(case, "")
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")
+        assert (rep["rows_left_out"], rep["loss_detected"]) == ([], False)
+        for table in base_tables(case.pristine):
+            if table.startswith("messages_fts"):
+                continue  # rebuilt from the messages
+            sql = f"SELECT rowid, * FROM {table} ORDER BY rowid"
+            want = live[table] if table in live else rows(case.pristine, sql)
+            assert rows(out, sql) == want, table
+
     def test_upgraded_layout(self, tmp_path: Path) -> None:
         """The same with every message deleted, on a file of the legacy schema-30 layout
         (its newer tables created by upgrades, after rows were written): the output
@@ -570,3 +586,74 @@ class TestDeletedRowsNeverResurrect:
         assert err == ""
         for table, want in live.items():
             assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want, table
+
+
+def cut_last_child(db: Path, root: int) -> list[int]:
+    """Drop the right-most child of the interior page ``root`` (its last cell's child
+    becomes the right child): that leaf, intact, is reached by no tree. Returns its
+    rowids."""
+    pf = PristineFile(db)
+    page = bytearray(pf.page(root))
+    assert page[0] == 0x05
+    (count,) = struct.unpack(">H", page[3:5])
+    (child,) = struct.unpack(">I", page[pf.cell_offsets(root)[-1] :][:4])
+    (cut,) = struct.unpack(">I", page[8:12])
+    struct.pack_into(">I", page, 8, child)
+    struct.pack_into(">H", page, 3, count - 1)
+    corruption._write(db, (root - 1) * pf.page_size, bytes(page))
+    return pf.leaf_rowids(cut)
+
+
+class TestUpgradedLayout:
+    def test_a_leaf_no_tree_reaches_is_vouched_by_the_later_indexes(self, tmp_path: Path) -> None:
+        """A file of the legacy schema-30 layout (upgraded from 0.19.0), the last leaf of
+        messages cut off from its root, then page 1 with its header and the schema pages
+        zeroed: the creation order proves the roots of 0.19.0's objects only, so the
+        indexes the upgrade created later (idx_messages_session_id and the others)
+        vouch through every page of their shape, the proven ones through the pages their
+        roots reach; the leaf's rows are listed by all of them and every message comes
+        back, no loss (exit 0). Before, the cut-off leaf counted among the roots,
+        the creation order placed no tree that fits two tables alike, and the run
+        exited 3; with the later indexes' pages dropped, its rows were not taken."""
+        case = corruption.fresh_copy(tmp_path / "db", MAIN_LEGACY)
+        cut = cut_last_child(case.db, case.roots["messages"])
+        assert cut
+        pf = PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        for n in {1, *interior, *leaves}:
+            corruption._write(case.db, (n - 1) * pf.page_size, bytes(pf.page_size))
+        code, rep, err, out = recover(case.db, tmp_path)
+        assert (code, err) == (0, "")
+        assert (rep["loss_detected"], rep["rows_left_out"]) == (False, [])
+        assert rep["tables"]["messages"]["recovered_from_pages"] == len(cut)
+        assert_every_table_pristine(out, case.pristine)
+
+
+class TestFreelistFromItsTrunks:
+    @pytest.mark.parametrize("layout", ["0.19.0", "30-legacy"])
+    def test_the_freelist_is_read_without_page_1(self, tmp_path: Path, layout: str) -> None:
+        """Every message deleted (no VACUUM), then page 1 with its header and the schema
+        pages zeroed: the header named the freelist's first trunk page, but the trunk
+        pages themselves are found by their shape, and the pages they list are exactly
+        the freelist SQLite kept before the damage."""
+        case = corruption.fresh_copy(tmp_path / "db", SPECS[layout])
+        conn = apsw.Connection(str(case.db))
+        with conn:
+            conn.execute("DELETE FROM messages")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.close()
+        db = DatabaseFile(case.db)
+        try:
+            freelist, page_size = db.freelist_pages(), db.page_size
+        finally:
+            db.close()
+        assert len(freelist) > 1
+        pf = PristineFile(case.db)
+        interior, leaves = pf.tree_pages(1)
+        for n in {1, *interior, *leaves}:
+            corruption._write(case.db, (n - 1) * page_size, bytes(page_size))
+        db = DatabaseFile(case.db, page_size=page_size)
+        try:
+            assert freed_pages(db) == freelist
+        finally:
+            db.close()
