@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from statewarden.errors import (
     EXIT_BROKEN_PIPE,
@@ -23,7 +21,11 @@ from statewarden.errors import (
 )
 from statewarden.targets import Target, discover, find_target, target_for_db
 
-if TYPE_CHECKING:  # imported when a config is read: `holders --db` without a file needs none
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    # imported when a config is read: `holders --db` without a file needs none
     from statewarden.config import Config
 
 ENV_DEBUG = "STATEWARDEN_DEBUG"

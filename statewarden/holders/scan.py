@@ -75,12 +75,9 @@ release the GIL): by default as many as the load average leaves processors idle,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from statewarden.config_literals import DEFAULT_OTHER_USERS, OtherUsersPolicy
+from statewarden.config_literals import DEFAULT_OTHER_USERS
 from statewarden.holders import processes as P
 from statewarden.holders.locks import LockKey, Locks, LockTable, attribute, fd_locks, read_locks
 from statewarden.holders.report import (
@@ -98,9 +95,15 @@ from statewarden.holders.report import (
     LockInfo,
     age_seconds,
 )
+from statewarden.record import FrozenRecord, Record
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+    from typing import Any
+
+    from statewarden.config_literals import OtherUsersPolicy
     from statewarden.holders.opens import OpenWatch
     from statewarden.mounts import Mount
 
@@ -134,35 +137,75 @@ DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
 _DELETED = " (deleted)"
 
 
-@dataclass(frozen=True)
-class _Target:
+class _Target(FrozenRecord):
+    __slots__ = ("db", "dir_real", "ids", "name_bytes", "names")
     db: Path
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
     name_bytes: bytes  # the database's file name, as memory maps spell it
 
+    def __init__(
+        self,
+        db: Path,
+        dir_real: str,
+        ids: dict[str, tuple[int, int] | None],
+        names: dict[str, str],
+        name_bytes: bytes,
+    ) -> None:
+        self._set(db=db, dir_real=dir_real, ids=ids, names=names, name_bytes=name_bytes)
 
-@dataclass
-class _Entry:
+
+class _Entry(Record):
     """What one process instance was found holding, cached by (pid, start time)."""
 
-    pid: int
-    start_ticks: int
-    comm: str
-    ppid: int
-    fd_count: int  # descriptors listed in /proc/<pid>/fd when read
-    # (target index, file name, stale) -> count
-    fds: dict[tuple[int, str, bool], int]
-    maps: dict[tuple[int, str, bool], int]
-    error: str | None = None  # why it could not be inspected
-    kernel_thread: bool = False  # PF_KTHREAD: left out of the scan
-    uid: int | None = None  # of a process that could not be read: who owns its /proc entry
-    # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
-    stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
-    # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
-    ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = field(default_factory=list)
-    named: bool = False  # its stat was read (or tried): comm, ppid and start time are known
+    __slots__ = (
+        "comm",
+        "error",
+        "fd_count",
+        "fds",
+        "kernel_thread",
+        "maps",
+        "named",
+        "ofd",
+        "pid",
+        "ppid",
+        "stale_ids",
+        "start_ticks",
+        "uid",
+    )
+
+    def __init__(
+        self,
+        *,
+        pid: int,
+        start_ticks: int = 0,
+        comm: str = "?",
+        ppid: int = 0,
+        fd_count: int = 0,
+        fds: dict[tuple[int, str, bool], int] | None = None,
+        maps: dict[tuple[int, str, bool], int] | None = None,
+        error: str | None = None,
+        kernel_thread: bool = False,
+        uid: int | None = None,
+        named: bool = False,
+    ) -> None:
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.comm = comm
+        self.ppid = ppid
+        self.fd_count = fd_count  # descriptors listed in /proc/<pid>/fd when read
+        # (target index, file name, stale) -> count
+        self.fds: dict[tuple[int, str, bool], int] = {} if fds is None else fds
+        self.maps: dict[tuple[int, str, bool], int] = {} if maps is None else maps
+        self.error = error  # why it could not be inspected
+        self.kernel_thread = kernel_thread  # PF_KTHREAD: left out of the scan
+        self.uid = uid  # of a process that could not be read: who owns its /proc entry
+        # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
+        self.stale_ids: dict[tuple[int, int], tuple[int, str]] = {}
+        # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
+        self.ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = []
+        self.named = named  # its stat was read (or tried): comm, ppid and start time are known
 
 
 class _Vanished(Exception):
@@ -502,7 +545,12 @@ class HolderScanner:
                 return entry
             if st.kernel_thread:
                 return _Entry(
-                    pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True, named=True
+                    pid=pid,
+                    start_ticks=st.start_ticks,
+                    comm=st.comm,
+                    ppid=st.ppid,
+                    kernel_thread=True,
+                    named=True,
                 )
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
@@ -513,7 +561,7 @@ class HolderScanner:
 
     def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
         base = f"{self.proc}/{pid}"
-        entry = _Entry(pid, 0, "?", 0, 0, {}, {})
+        entry = _Entry(pid=pid)
         if not self._reads_all and self._owned_by_another(base, entry):
             entry.error = f"{base}/fd: Permission denied"
             return entry

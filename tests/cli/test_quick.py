@@ -217,6 +217,29 @@ class TestWholeProcess:
         other = run([sys.executable, "-c", PROBE], "status", "--help", env=quiet_env)
         assert "click" in json.loads(other.stderr.rsplit("MODULES ", 1)[1])
 
+    def test_a_held_database_is_reported_without_the_slow_standard_modules(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """A whole `holders --db X` run on a database a Hermes writer holds (its kind read
+        from gateway_heartbeats, through apsw) loads none of dataclasses, inspect, typing
+        or hashlib: together more CPU than the rest of the command on a busy host."""
+        home = make_home(tmp_path / "hermes", TINY)
+        with holding(home) as writer:
+            r = run(
+                [sys.executable, "-c", PROBE],
+                "holders",
+                "--db",
+                str(home / "state.db"),
+                "--no-systemd",
+                env=quiet_env,
+            )
+        assert r.returncode == 0, r.stderr
+        assert any(line.split()[:1] == [str(writer.pid)] for line in r.stdout.splitlines())
+        modules = json.loads(r.stderr.rsplit("MODULES ", 1)[1])
+        assert "statewarden.holders.heartbeats" in modules  # the whole path was taken
+        slow = {"dataclasses", "inspect", "typing", "hashlib", "ast", "base64", "struct"}
+        assert sorted(slow & set(modules)) == []
+
     def test_without_a_config_file_the_config_module_is_not_imported(
         self, tmp_path: Path, quiet_env: dict[str, str]
     ) -> None:
