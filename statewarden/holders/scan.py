@@ -135,6 +135,8 @@ PARALLEL_MIN_PROCESSES = 256
 # to root. They are still listed under ``uninspectable`` with ``exempt: true``.
 DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
 _DELETED = " (deleted)"
+# What a process holds of a target when it holds nothing there (read, never written).
+_NONE: dict[tuple[int, str, bool], int] = {}
 
 
 class _Target(FrozenRecord):
@@ -457,7 +459,10 @@ class HolderScanner:
 
         # Threads pay when processes are read (descriptors, maps); a scan that cannot read
         # other users' processes gives each of them one stat, which a thread only slows.
-        if len(todo) < self.parallel_min_processes or not self._reads_all:
+        if not self._reads_all:
+            yield from self._inspect_as_user(todo, targets, devs)
+            return
+        if len(todo) < self.parallel_min_processes:
             yield from chunk(todo)
             return
         workers = self.workers if self.workers is not None else idle_workers()
@@ -471,6 +476,47 @@ class HolderScanner:
         with ThreadPoolExecutor(workers, thread_name_prefix="holders") as pool:
             for result in pool.map(chunk, parts):
                 yield from result
+
+    def _inspect_as_user(
+        self, todo: list[int], targets: list[_Target], devs: set[int]
+    ) -> list[tuple[int, _Entry | None]]:
+        """Inspect ``todo`` without the right to read other users' processes.
+
+        One stat of ``/proc/<pid>/fd`` each gives the owner and (Linux >= 6.2) the
+        descriptor count (see :meth:`_owned_by_another`). Another user's process with
+        descriptors is then known: unreadable, not a kernel thread, checked through
+        ``/proc/locks`` later. The rest (this user's processes, one without descriptors,
+        one named in the report, one the stat could not see) go on as :meth:`_inspect`
+        would take them, from what the stat said.
+        """
+        proc, euid = self.proc, self._euid
+        counted, named = self._fd_count_supported, self._names_needed()
+        out: list[tuple[int, _Entry | None]] = []
+        for pid in todo:
+            base = f"{proc}/{pid}"
+            try:
+                st = os.stat(base + "/fd")
+            except OSError:
+                st = None  # gone, or closed by hidepid: _inspect tells which
+            try:
+                if st is None:
+                    entry = self._inspect(pid, targets, devs)
+                elif st.st_uid == euid:
+                    entry = self._inspect(pid, targets, devs, mine=True)
+                else:
+                    entry = _Entry(
+                        pid=pid,
+                        uid=st.st_uid,
+                        fd_count=st.st_size if counted else 0,
+                        error=f"{base}/fd: Permission denied",
+                    )
+                    if named or not entry.fd_count:
+                        entry = self._inspect(pid, targets, devs, unreadable=entry)
+            except _Vanished:
+                out.append((pid, None))
+                continue
+            out.append((pid, entry))
+        return out
 
     def _fd_count_changed(self, cached: _Entry) -> bool:
         """True unless ``/proc/<pid>/fd`` still counts the descriptors it had (one stat)."""
@@ -528,9 +574,24 @@ class HolderScanner:
         entry.fd_count = st.st_size if self._fd_count_supported else 0
         return True
 
-    def _inspect(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
-        """What ``pid`` holds. ``stat`` is read only for holders and failures (cost)."""
-        entry = self._files(pid, targets, devs)
+    def _inspect(
+        self,
+        pid: int,
+        targets: list[_Target],
+        devs: set[int],
+        *,
+        mine: bool = False,
+        unreadable: _Entry | None = None,
+    ) -> _Entry:
+        """What ``pid`` holds. ``stat`` is read only for holders and failures (cost).
+
+        ``mine``: its owner is known to be this user; ``unreadable``: known to be another
+        user's, with what its ``/proc/<pid>/fd`` said (:meth:`_inspect_as_user`).
+        """
+        if unreadable is not None:
+            entry = unreadable
+        else:
+            entry = self._files(pid, targets, devs, owner_known=mine)
         if entry.error and entry.fd_count and not self._names_needed():
             return entry  # another user's process with descriptors: not a kernel thread
         # No descriptors at all (or none readable) may be a kernel thread: its flags say.
@@ -559,10 +620,12 @@ class HolderScanner:
                 entry.uid = _owner(pid, self.proc)
         return entry
 
-    def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
+    def _files(
+        self, pid: int, targets: list[_Target], devs: set[int], *, owner_known: bool = False
+    ) -> _Entry:
         base = f"{self.proc}/{pid}"
         entry = _Entry(pid=pid)
-        if not self._reads_all and self._owned_by_another(base, entry):
+        if not self._reads_all and not owner_known and self._owned_by_another(base, entry):
             entry.error = f"{base}/fd: Permission denied"
             return entry
         try:
@@ -756,16 +819,19 @@ class HolderScanner:
                 f" {self.proc}/locks: this /proc hides processes, so a holder may be missed"
             )
         by_locks = self.other_users == "locks" and table is not None
+        checked = "locks" if by_locks else None
+        owners = table.owned if table is not None else {}
+        exempt_comms = self.exempt_comms
         for entry in entries:
             pid = entry.pid
-            mine = {k: v for k, v in entry.fds.items() if k[0] == index} if entry.fds else {}
-            mapped = {k: v for k, v in entry.maps.items() if k[0] == index} if entry.maps else {}
-            owned = table.owned.get((pid, index), []) if table is not None else []
+            mine = {k: v for k, v in entry.fds.items() if k[0] == index} if entry.fds else _NONE
+            mapped = {k: v for k, v in entry.maps.items() if k[0] == index} if entry.maps else _NONE
+            owned = owners.get((pid, index), ())
             if entry.error:
                 if owned:
                     self._name(entry)  # a holder through its locks: shown by name
                 uid = entry.uid
-                exempt = entry.comm in self.exempt_comms
+                exempt = entry.comm in exempt_comms
                 scan.uninspectable.append(
                     {
                         "pid": pid,
@@ -773,7 +839,7 @@ class HolderScanner:
                         "comm": entry.comm,
                         "reason": entry.error,
                         "exempt": exempt,
-                        "checked": "locks" if by_locks else None,
+                        "checked": checked,
                         "holds_lock": bool(owned) if table is not None else None,
                     }
                 )
@@ -785,7 +851,7 @@ class HolderScanner:
                 if owned and not mine and not mapped:
                     # Its locks are all that can be seen of it: a holder through /proc/locks.
                     try:
-                        found = self._holder(entry, index, {}, {}, locks, via=VIA_LOCKS)
+                        found = self._holder(entry, index, _NONE, _NONE, locks, via=VIA_LOCKS)
                         scan.holders.append(found)
                     except (FileNotFoundError, ProcessLookupError):
                         scan.vanished.append(pid)
