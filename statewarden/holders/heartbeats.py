@@ -99,7 +99,7 @@ def apply_heartbeats(scans: Iterable[HolderScan], *, host: str | None = None) ->
             for beat in beats:
                 if beat.pid != h.pid or (beat.host and beat.host != here):
                     continue
-                started = h.started_at.timestamp()
+                started = h.started
                 if beat.started_at is not None and abs(beat.started_at - started) > START_SLACK_S:
                     continue  # the pid was reused: another process had it then
                 h.kind = "gateway"

@@ -352,11 +352,22 @@ def boot_time(proc: str = "/proc") -> float:
     raise OSError(f"{proc}/stat has no btime line")  # pragma: no cover
 
 
-def started_at(start_ticks: int) -> dt.datetime:
-    """Wall-clock start of a process from its start time in clock ticks since boot."""
-    import datetime as dt  # noqa: PLC0415 - only a holder's report needs it
+def start_time(start_ticks: int) -> float:
+    """Wall-clock start of a process (seconds since the epoch) from its start time in
+    clock ticks since boot."""
+    return boot_time() + start_ticks / clock_ticks()
 
-    epoch = boot_time() + start_ticks / clock_ticks()
+
+def started_at(start_ticks: int) -> dt.datetime:
+    """:func:`start_time` as an aware datetime (UTC)."""
+    return as_datetime(start_time(start_ticks))
+
+
+def as_datetime(epoch: float) -> dt.datetime:
+    """Seconds since the epoch as an aware datetime (UTC); ``datetime`` is imported only
+    when a report shows one (``--json``)."""
+    import datetime as dt  # noqa: PLC0415
+
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 

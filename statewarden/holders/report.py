@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from statewarden.holders.processes import as_datetime
 from statewarden.record import FrozenRecord, Record
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
 from statewarden.targets import DB_NAME
@@ -81,7 +82,7 @@ class Holder(Record):
         "ssh_connection",
         "stale_files",
         "start_ticks",
-        "started_at",
+        "started",
         "uid",
         "unit",
         "via",
@@ -106,7 +107,7 @@ class Holder(Record):
         cmdline: list[str],
         exe: str | None,
         start_ticks: int,
-        started_at: dt.datetime,
+        started: float,
         ssh_connection: str | None,
         parents: list[dict[str, Any]],
         main_pid_of_unit: bool | None = None,
@@ -129,13 +130,18 @@ class Holder(Record):
         self.cmdline = cmdline
         self.exe = exe
         self.start_ticks = start_ticks
-        self.started_at = started_at
+        self.started = started  # seconds since the epoch
         self.ssh_connection = ssh_connection
         self.parents = parents
         self.main_pid_of_unit = main_pid_of_unit
         self.via = via
         # What says its kind, when not its command line (holders/heartbeats.py)
         self.kind_evidence = kind_evidence
+
+    @property
+    def started_at(self) -> dt.datetime:
+        """When it started, as an aware datetime (UTC)."""
+        return as_datetime(self.started)
 
     @property
     def stale(self) -> bool:
@@ -251,4 +257,4 @@ class HolderScan(Record):
 
 def age_seconds(holder: Holder, now: float | None = None) -> float:
     now = time.time() if now is None else now
-    return now - holder.started_at.timestamp()
+    return now - holder.started

@@ -950,7 +950,7 @@ class HolderScanner:
             cmdline=argv,
             exe=P.read_exe(pid, self.proc),
             start_ticks=entry.start_ticks,
-            started_at=P.started_at(entry.start_ticks),
+            started=P.start_time(entry.start_ticks),
             ssh_connection=P.read_environ_var(pid, "SSH_CONNECTION", self.proc),
             parents=parents,
             via=via,

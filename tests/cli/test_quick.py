@@ -221,8 +221,9 @@ class TestWholeProcess:
         self, tmp_path: Path, quiet_env: dict[str, str]
     ) -> None:
         """A whole `holders --db X` run on a database a Hermes writer holds (its kind read
-        from gateway_heartbeats, through apsw) loads none of dataclasses, inspect, typing
-        or hashlib: together more CPU than the rest of the command on a busy host."""
+        from gateway_heartbeats, through apsw) loads none of dataclasses, inspect, typing,
+        hashlib or datetime (its SINCE column is worked out from seconds): together more
+        CPU than the rest of the command on a busy host."""
         home = make_home(tmp_path / "hermes", TINY)
         with holding(home) as writer:
             r = run(
@@ -237,7 +238,16 @@ class TestWholeProcess:
         assert any(line.split()[:1] == [str(writer.pid)] for line in r.stdout.splitlines())
         modules = json.loads(r.stderr.rsplit("MODULES ", 1)[1])
         assert "statewarden.holders.heartbeats" in modules  # the whole path was taken
-        slow = {"dataclasses", "inspect", "typing", "hashlib", "ast", "base64", "struct"}
+        slow = {
+            "dataclasses",
+            "inspect",
+            "typing",
+            "hashlib",
+            "ast",
+            "base64",
+            "struct",
+            "datetime",
+        }
         assert sorted(slow & set(modules)) == []
 
     def test_without_a_config_file_the_config_module_is_not_imported(
