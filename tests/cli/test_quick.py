@@ -22,11 +22,18 @@ from statewarden.cli.quick import holders_options
 REPO = Path(__file__).resolve().parents[2]
 QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
 CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
-# The modules a run loaded, printed at exit to stderr (after the command's own output).
+# The modules a run loaded, printed at exit to stderr (after the command's own output):
+# at the interpreter's exit, or at the quick path's own end (os._exit, no teardown).
 PROBE = (
-    "import atexit, json, sys\n"
-    "atexit.register(lambda: print('MODULES ' + json.dumps(sorted(sys.modules)),"
-    " file=sys.stderr))\n"
+    "import atexit, json, os, sys\n"
+    "def modules(): print('MODULES ' + json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    "atexit.register(modules)\n"
+    "ending = os._exit\n"
+    "def end(code):\n"
+    "    modules()\n"
+    "    sys.stderr.flush()\n"
+    "    ending(code)\n"
+    "os._exit = end\n"
     "from statewarden.cli.quick import main\n"
     "main()\n"
 )
@@ -273,6 +280,37 @@ class TestWholeProcess:
         bad = run(QUICK, *args, env=quiet_env)
         assert bad.returncode == 2, bad.stderr
         assert "other_users" in bad.stderr
+
+    def test_a_holder_at_risk_gives_exit_3_both_ways(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """A process holding a replaced state.db is STALE: the quick path ends with the
+        same exit code (3) and the same whole report as the click command."""
+        home = make_home(tmp_path / "hermes", TINY)
+        db = home / "state.db"
+        keep = (
+            "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
+        )
+        holder = subprocess.Popen(
+            [sys.executable, "-c", keep, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "ready"
+            (tmp_path / "new.db").write_bytes(db.read_bytes())
+            os.replace(tmp_path / "new.db", db)
+            args = ("holders", "--db", str(db), "--no-systemd")
+            quick, slow = run(QUICK, *args, env=quiet_env), run(CLICK, *args, env=quiet_env)
+        finally:
+            holder.communicate("")
+        assert quick.returncode == slow.returncode == 3, (quick.stderr, slow.stderr)
+        line = next(ln for ln in quick.stdout.splitlines() if ln.startswith(f"{holder.pid} "))
+        assert "STALE(state.db)" in line
+        assert quick.stdout.splitlines()[:2] == slow.stdout.splitlines()[:2]
+        assert quick.stdout.count("\n") == slow.stdout.count("\n")
 
     def test_reader_gone_is_a_quiet_exit(self, tmp_path: Path, quiet_env: dict[str, str]) -> None:
         """Output to a closed pipe ends quietly with 141, as a SIGPIPE'd tool would."""
