@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from contextlib import contextmanager
 
 import apsw
 
@@ -40,8 +39,8 @@ _HEADER_NAMES = frozenset(
 )
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
+    from types import TracebackType
     from typing import Any
 
     from statewarden.sqlite_header import HEADER_SIZE as HEADER_SIZE  # noqa: PLC0414
@@ -112,15 +111,26 @@ def open_readonly(
     return conn
 
 
-@contextmanager
-def readonly(
-    path: Path, *, busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS, immutable: bool = False
-) -> Iterator[apsw.Connection]:
-    conn = open_readonly(path, busy_timeout_ms=busy_timeout_ms, immutable=immutable)
-    try:
-        yield conn
-    finally:
-        conn.close()
+class readonly:
+    """``with readonly(path) as conn``: :func:`open_readonly`, closed at the end of the
+    block. (A class, not a ``contextlib`` generator: ``statewardenctl holders`` reads
+    Hermes' heartbeats through it without importing contextlib.)"""
+
+    def __init__(
+        self, path: Path, *, busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS, immutable: bool = False
+    ) -> None:
+        self.conn = open_readonly(path, busy_timeout_ms=busy_timeout_ms, immutable=immutable)
+
+    def __enter__(self) -> apsw.Connection:
+        return self.conn
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.conn.close()
 
 
 def classify_error(path: Path, exc: BaseException) -> DatabaseError:

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from lab.hermes_fixtures import TINY, holding, make_home
+from statewarden.cli._plain import ENV_DEBUG, errors_as_exit_codes
 from statewarden.cli.quick import holders_options
+from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
@@ -229,8 +231,8 @@ class TestWholeProcess:
     ) -> None:
         """A whole `holders --db X` run on a database a Hermes writer holds (its kind read
         from gateway_heartbeats, through apsw) loads none of dataclasses, inspect, typing,
-        hashlib or datetime (its SINCE column is worked out from seconds): together more
-        CPU than the rest of the command on a busy host."""
+        hashlib, contextlib or datetime (its SINCE column is worked out from seconds):
+        together more CPU than the rest of the command on a busy host."""
         home = make_home(tmp_path / "hermes", TINY)
         with holding(home) as writer:
             r = run(
@@ -348,3 +350,42 @@ class TestWholeProcess:
         )
         assert r.returncode == 0, r.stderr
         assert "plain,holders" in r.stdout.splitlines()
+
+
+class TestErrorsAsExitCodes:
+    def test_each_error_is_one_line_and_its_exit_code(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A statewarden error exits with its own code, Ctrl-C with 130, anything else with
+        the failure code; each as one line on stderr, never a traceback."""
+        monkeypatch.delenv(ENV_DEBUG, raising=False)
+        cases: list[tuple[BaseException, int, str]] = [
+            (UsageError("--db x: no such file"), 2, "prog: error: --db x: no such file"),
+            (KeyboardInterrupt(), EXIT_INTERRUPTED, "prog: error: interrupted"),
+            (
+                ValueError("bad"),
+                EXIT_FAILED,
+                f"prog: error: unexpected ValueError: bad (set {ENV_DEBUG}=1 for the traceback)",
+            ),
+        ]
+        for error, code, line in cases:
+            with pytest.raises(SystemExit) as ended, errors_as_exit_codes("prog"):
+                raise error
+            assert ended.value.code == code
+            assert capsys.readouterr().err == line + "\n"
+
+    def test_what_it_does_not_handle_goes_on(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """SystemExit, the passthrough types, and with STATEWARDEN_DEBUG any error, go on
+        unchanged; a block without an error returns normally."""
+        monkeypatch.delenv(ENV_DEBUG, raising=False)
+        with pytest.raises(SystemExit) as ended, errors_as_exit_codes("prog"):
+            sys.exit(7)
+        assert ended.value.code == 7
+        with pytest.raises(LookupError), errors_as_exit_codes("prog", (LookupError,)):
+            raise KeyError("k")
+        monkeypatch.setenv(ENV_DEBUG, "1")
+        with pytest.raises(ValueError, match="bad"), errors_as_exit_codes("prog"):
+            raise ValueError("bad")
+        with errors_as_exit_codes("prog"):
+            done = True
+        assert done
