@@ -84,7 +84,8 @@ def coverage_line(scan: HolderScan) -> str | None:
     if not checked:
         return None
     n = len(checked)
-    others = sum(1 for u in checked if u.get("uid") != os.geteuid())
+    me = os.geteuid()
+    others = sum(1 for u in checked if u.get("uid") != me)
     plural = "process" if n == 1 else "processes"
     if others == n:
         who = f"{n} {plural} of other users"
