@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
 
 ENV_CONFIG = "STATEWARDEN_CONFIG"
 
-HolderKind = Literal[
+# The kinds of holder, in the order the docs list them (HolderKind's values).
+HOLDER_KINDS = (
     "gateway",
     "dashboard",
     "serve",
@@ -27,9 +27,47 @@ HolderKind = Literal[
     "sqlite3",
     "litestream",
     "unknown",
-]
-# What a holder scan does with a process it cannot read (another user's, EACCES).
-OtherUsersPolicy = Literal["locks", "fail"]
+)
+# What a holder scan does with a process it cannot read (another user's, EACCES):
+# OtherUsersPolicy's values.
+OTHER_USERS_POLICIES = ("locks", "fail")
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal
+
+    # The same values as the tuples above, spelled out for the type checker (a test
+    # holds them equal). At run time the types are built from the tuples, on first use
+    # (the config module's validation): a command that never reads a config does not
+    # import typing.
+    HolderKind = Literal[
+        "gateway",
+        "dashboard",
+        "serve",
+        "serve-isolated",
+        "cli",
+        "tui",
+        "cron",
+        "acp",
+        "sqlite3",
+        "litestream",
+        "unknown",
+    ]
+    OtherUsersPolicy = Literal["locks", "fail"]
+else:
+
+    def __getattr__(name: str) -> object:
+        """``HolderKind`` and ``OtherUsersPolicy``, the ``Literal`` types of the tuples."""
+        values = {"HolderKind": HOLDER_KINDS, "OtherUsersPolicy": OTHER_USERS_POLICIES}
+        if name not in values:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from typing import Literal  # noqa: PLC0415
+
+        literal = Literal[values[name]]
+        globals()[name] = literal
+        return literal
+
+
 DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
 
 

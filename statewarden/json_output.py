@@ -6,8 +6,10 @@ of ``recover --report`` all carry it (README: JSON output).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 SCHEMA_VERSION = 1
 """The version of every JSON document and JSON line statewarden writes.

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from statewarden.record import FrozenRecord
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 
@@ -48,13 +49,26 @@ UNSAFE_FOR_WAL = frozenset(
 _ESCAPE_RE = re.compile(r"\\([0-7]{3})")
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(FrozenRecord):
+    """One line of ``mountinfo``: where, what filesystem, from where, with which options."""
+
+    __slots__ = ("fstype", "mount_point", "options", "source", "super_options")
     mount_point: str
     fstype: str
     source: str
     options: str
-    super_options: str = ""  # the filesystem's own options (proc: hidepid=, subset=)
+    super_options: str  # the filesystem's own options (proc: hidepid=, subset=)
+
+    def __init__(
+        self, mount_point: str, fstype: str, source: str, options: str, super_options: str = ""
+    ) -> None:
+        self._set(
+            mount_point=mount_point,
+            fstype=fstype,
+            source=source,
+            options=options,
+            super_options=super_options,
+        )
 
     @property
     def unsafe_for_wal(self) -> bool:

@@ -9,17 +9,17 @@ rescan so a home or profile created later is picked up.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from statewarden.record import FrozenRecord
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 
-if TYPE_CHECKING:  # a --db target needs no config (and the config module is slow to import)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    # a --db target needs no config (and the config module is slow to import)
     from statewarden.config import Config
 
 DB_NAME = "state.db"
@@ -27,18 +27,40 @@ DEFAULT_PROFILE = "default"
 _GATEWAY_UNIT_BASE = "hermes-gateway"
 # Hermes only gives a profile its own unit name when the name matches this rule
 # (hermes_cli/gateway.py, _profile_suffix); other homes get a short hash.
-_PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+_PROFILE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
-@dataclass(frozen=True)
-class Target:
-    """One Hermes database to watch, and where its home, logs and gateway unit are."""
+class Target(FrozenRecord):
+    """One Hermes database to watch, and where its home, logs and gateway unit are.
 
+    Without a ``gateway_unit`` given, the unit is Hermes' name for the home
+    (:func:`gateway_unit_for`), worked out when first asked: a command that never asks
+    (``holders --db``) spares the path resolution and the hash.
+    """
+
+    __slots__ = ("_gateway_unit", "db", "home", "logs_dir", "name")
     name: str
     home: Path
     db: Path
     logs_dir: Path
-    gateway_unit: str
+    _gateway_unit: str | None
+
+    def __init__(
+        self, name: str, home: Path, db: Path, logs_dir: Path, gateway_unit: str | None = None
+    ) -> None:
+        self._set(name=name, home=home, db=db, logs_dir=logs_dir, _gateway_unit=gateway_unit)
+
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        return ("name", "home", "db", "logs_dir", "gateway_unit")
+
+    @property
+    def gateway_unit(self) -> str:
+        unit = self._gateway_unit
+        if unit is None:
+            unit = gateway_unit_for(self.home)
+            object.__setattr__(self, "_gateway_unit", unit)  # once: the record stays frozen
+        return unit
 
     @property
     def wal(self) -> Path:
@@ -80,8 +102,12 @@ def gateway_unit_for(home: Path) -> str:
         parts = resolved.relative_to(native / "profiles").parts
     except ValueError:
         parts = ()
-    if len(parts) == 1 and _PROFILE_NAME_RE.match(parts[0]):
+    import re  # noqa: PLC0415 - see Target: only a command that asks for the unit
+
+    if len(parts) == 1 and re.match(_PROFILE_NAME_PATTERN, parts[0]):
         return f"{_GATEWAY_UNIT_BASE}-{parts[0]}.service"
+    import hashlib  # noqa: PLC0415
+
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:8]
     return f"{_GATEWAY_UNIT_BASE}-{digest}.service"
 
@@ -99,7 +125,6 @@ def _target(name: str, home: Path) -> Target:
         home=home,
         db=home / DB_NAME,
         logs_dir=home / "logs",
-        gateway_unit=gateway_unit_for(home),
     )
 
 
@@ -120,7 +145,7 @@ def discover(config: Config, env: Mapping[str, str] | None = None) -> list[Targe
                     home=home,
                     db=t.db or home / DB_NAME,
                     logs_dir=t.logs_dir or home / "logs",
-                    gateway_unit=t.gateway_unit or gateway_unit_for(home),
+                    gateway_unit=t.gateway_unit,
                 )
             )
         return out
@@ -154,5 +179,4 @@ def target_for_db(db: Path) -> Target:
         home=home,
         db=db,
         logs_dir=home / "logs",
-        gateway_unit=gateway_unit_for(home),
     )

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from statewarden.errors import (
     EXIT_BROKEN_PIPE,
@@ -23,7 +20,11 @@ from statewarden.errors import (
 )
 from statewarden.targets import Target, discover, find_target, target_for_db
 
-if TYPE_CHECKING:  # imported when a config is read: `holders --db` without a file needs none
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    # imported when a config is read: `holders --db` without a file needs none
     from statewarden.config import Config
 
 ENV_DEBUG = "STATEWARDEN_DEBUG"
@@ -55,36 +56,55 @@ def fail(prog: str, message: str, code: int) -> None:
     sys.exit(code)
 
 
-@contextmanager
-def errors_as_exit_codes(
-    prog: str, passthrough: tuple[type[BaseException], ...] = (), failed: int = EXIT_FAILED
-) -> Iterator[None]:
+class errors_as_exit_codes:
     """Turn any error into one line on stderr and an exit code; never a traceback.
 
     Exceptions of the ``passthrough`` types (and ``SystemExit``) go on unchanged. Set
     ``STATEWARDEN_DEBUG=1`` to see the traceback of an unexpected error. ``failed``: the
     code of a failure (an error whose code is ``EXIT_FAILED``, or an unexpected one),
-    for a command whose 1 means something else (``check``: derived damage).
+    for a command whose 1 means something else (``check``: derived damage). (A class,
+    not a ``contextlib`` generator: ``statewardenctl holders`` starts without contextlib.)
     """
-    try:
-        yield
-    except StatewardenError as exc:
-        fail(prog, str(exc), failed if exc.exit_code == EXIT_FAILED else exc.exit_code)
-    except KeyboardInterrupt:
-        fail(prog, "interrupted", EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        # The reader went away (`| head -1`): stop quietly, as a SIGPIPE'd tool would.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(EXIT_BROKEN_PIPE)
-    except Exception as exc:
-        if isinstance(exc, passthrough) or os.environ.get(ENV_DEBUG):
-            raise
-        fail(
-            prog,
-            f"unexpected {type(exc).__name__}: {exc} (set {ENV_DEBUG}=1 for the traceback)",
-            failed,
-        )
+
+    def __init__(
+        self,
+        prog: str,
+        passthrough: tuple[type[BaseException], ...] = (),
+        failed: int = EXIT_FAILED,
+    ) -> None:
+        self.prog = prog
+        self.passthrough = passthrough
+        self.failed = failed
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Ends the process for an error it knows; anything else goes on (returns None)."""
+        if isinstance(exc, StatewardenError):
+            fail(self.prog, str(exc), self.failed if exc.exit_code == EXIT_FAILED else exc.exit_code)
+        elif isinstance(exc, KeyboardInterrupt):
+            fail(self.prog, "interrupted", EXIT_INTERRUPTED)
+        elif isinstance(exc, BrokenPipeError):
+            # The reader went away (`| head -1`): stop quietly, as a SIGPIPE'd tool would.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(EXIT_BROKEN_PIPE)
+        elif (
+            isinstance(exc, Exception)
+            and not isinstance(exc, self.passthrough)
+            and not os.environ.get(ENV_DEBUG)
+        ):
+            fail(
+                self.prog,
+                f"unexpected {type(exc).__name__}: {exc} (set {ENV_DEBUG}=1 for the traceback)",
+                self.failed,
+            )
 
 
 def get_config(config_path: str | None) -> Config:

@@ -10,7 +10,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from statewarden.cli._plain import get_config, printable, select_targets, write_line
 from statewarden.config_literals import no_config_file
@@ -19,10 +18,13 @@ from statewarden.holders.processes import human_age, short_command
 from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
 from statewarden.holders.scan import VIA_LOCKS, Holder, HolderScan, HolderScanner, age_seconds
 from statewarden.json_output import json_document
-from statewarden.targets import Target
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from statewarden.systemd import UnitInfo
+    from statewarden.targets import Target
 
 _COLUMNS = ("PID", "KIND", "UNIT", "FDS (db/wal/shm)", "ORPHAN", "SINCE", "FLAGS", "COMMAND")
 _COMMAND_WIDTH = 60
@@ -82,7 +84,8 @@ def coverage_line(scan: HolderScan) -> str | None:
     if not checked:
         return None
     n = len(checked)
-    others = sum(1 for u in checked if u.get("uid") != os.geteuid())
+    me = os.geteuid()
+    others = sum(1 for u in checked if u.get("uid") != me)
     plural = "process" if n == 1 else "processes"
     if others == n:
         who = f"{n} {plural} of other users"

@@ -11,7 +11,15 @@ the click group (:mod:`statewarden.cli.ctl`), which reads and reports it as alwa
 
 from __future__ import annotations
 
+import gc
+import os
 import sys
+
+from statewarden.errors import EXIT_BROKEN_PIPE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 PROG = "statewardenctl"
 # An option that takes a value -> its keyword; a flag -> its keyword.
@@ -92,13 +100,33 @@ def run_holders(options: dict[str, str | bool | None]) -> int:
     return 1  # pragma: no cover - errors_as_exit_codes exits
 
 
+def end(code: int) -> NoReturn:
+    """End the process with ``code`` once stdout and stderr are written out.
+
+    The report is whole by then: what the interpreter would still do, freeing every
+    object and module one by one, costs a whole ``holders`` run about a tenth of
+    ``fuser``'s CPU time and changes nothing outside this process. A reader gone by
+    the last write gives 141, as in :func:`~statewarden.cli._plain.errors_as_exit_codes`.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = EXIT_BROKEN_PIPE
+    os._exit(code)
+
+
 def main() -> None:
     """Run ``statewardenctl`` with ``sys.argv``."""
     args = sys.argv[1:]
     if args[:1] == ["holders"]:
         options = holders_options(args[1:])
         if options is not None:
-            sys.exit(run_holders(options))
+            # One scan, one report, and the process ends: no reference cycle it makes
+            # needs collecting before then, and the collector's passes over the scan's
+            # records of thousands of processes would cost more than they free.
+            gc.disable()
+            end(run_holders(options))
     from statewarden.cli.ctl import main as ctl_main  # noqa: PLC0415
 
     ctl_main()

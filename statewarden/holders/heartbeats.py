@@ -16,15 +16,19 @@ table, a damaged or busy file, an unreadable one) leaves every kind as it was.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
 
 import apsw
 
 from statewarden.errors import DatabaseError
-from statewarden.holders.report import HolderScan
+from statewarden.record import FrozenRecord
 from statewarden.sqlite import readonly, wal_sidecars_absent
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+    from statewarden.holders.report import HolderScan
 
 __all__ = ["Heartbeat", "apply_heartbeats", "read_heartbeats"]
 
@@ -34,13 +38,31 @@ START_SLACK_S = 5.0
 REFINABLE_KINDS = frozenset({"unknown"})
 
 
-@dataclass(frozen=True)
-class Heartbeat:
+class Heartbeat(FrozenRecord):
+    """One row of ``gateway_heartbeats``."""
+
+    __slots__ = ("backend_id", "host", "last_heartbeat", "pid", "started_at")
     pid: int
     backend_id: str | None
     started_at: float | None
     last_heartbeat: float | None
     host: str | None
+
+    def __init__(
+        self,
+        pid: int,
+        backend_id: str | None,
+        started_at: float | None,
+        last_heartbeat: float | None,
+        host: str | None,
+    ) -> None:
+        self._set(
+            pid=pid,
+            backend_id=backend_id,
+            started_at=started_at,
+            last_heartbeat=last_heartbeat,
+            host=host,
+        )
 
 
 def read_heartbeats(db: Path) -> list[Heartbeat]:
@@ -77,7 +99,7 @@ def apply_heartbeats(scans: Iterable[HolderScan], *, host: str | None = None) ->
             for beat in beats:
                 if beat.pid != h.pid or (beat.host and beat.host != here):
                     continue
-                started = h.started_at.timestamp()
+                started = h.started
                 if beat.started_at is not None and abs(beat.started_at - started) > START_SLACK_S:
                     continue  # the pid was reused: another process had it then
                 h.kind = "gateway"

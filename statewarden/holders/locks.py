@@ -15,10 +15,12 @@ description once (``kcmp``), and leaves the rest ``ownerless``. The scanner
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 from statewarden.holders import processes as P
+from statewarden.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # (major, minor, inode, mode, start, end): an OFD lock as /proc/locks and fdinfo print it.
 LockKey = tuple[int, int, int, str, int, str]
@@ -28,17 +30,25 @@ FileIds = dict[tuple[int, int, int], tuple[int, str, bool]]
 Owned = dict[tuple[int, int], list[tuple[str, bool, str, str, int, str]]]
 
 
-@dataclass
-class LockTable:
+class LockTable(Record):
     """What ``/proc/locks`` says, read once per scan."""
 
-    owned: Owned
-    pids: set[int]  # the owner of every POSIX lock, on any file
-    # target index -> (what, OFD lock key or None) of each lock on its files that names
-    # no owner: -1 is an open file description lock
-    unnamed: dict[int, list[tuple[str, LockKey | None]]]
-    # target index -> what of each unnamed lock no readable descriptor carries
-    ownerless: dict[int, list[str]] = field(default_factory=dict)
+    __slots__ = ("owned", "ownerless", "pids", "unnamed")
+
+    def __init__(
+        self,
+        owned: Owned,
+        pids: set[int],
+        unnamed: dict[int, list[tuple[str, LockKey | None]]],
+        ownerless: dict[int, list[str]] | None = None,
+    ) -> None:
+        self.owned = owned
+        self.pids = pids  # the owner of every POSIX lock, on any file
+        # target index -> (what, OFD lock key or None) of each lock on its files that
+        # names no owner: -1 is an open file description lock
+        self.unnamed = unnamed
+        # target index -> what of each unnamed lock no readable descriptor carries
+        self.ownerless: dict[int, list[str]] = {} if ownerless is None else ownerless
 
 
 # A LockTable, or why /proc/locks could not be read.

@@ -15,20 +15,22 @@ is treated as argv[0].
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, get_args
 
-from statewarden.config_literals import HolderKind
+from statewarden.config_literals import HOLDER_KINDS
+from statewarden.record import FrozenRecord
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # imports that only the type checker needs
+    import datetime as dt
+    from typing import Any
 
 # The kinds of holder, in the order the docs list them; the config validates against the same type.
-KINDS: tuple[str, ...] = get_args(HolderKind)
+KINDS: tuple[str, ...] = HOLDER_KINDS
 HERMES_EXECUTABLES = frozenset({"hermes", "hermes-agent", "hermes-acp"})
-_PYTHON_RE = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
 # Interpreter options that take a separate argument (python -X dev -W error -m ...).
 _PYTHON_OPTS_WITH_ARG = frozenset({"-X", "-W", "--check-hash-based-pycs"})
 _READ_BYTES = 128 * 1024
@@ -46,16 +48,21 @@ CAP_DAC_READ_SEARCH = 2
 CAP_SYS_PTRACE = 19
 
 
-@dataclass(frozen=True)
-class ProcStat:
+class ProcStat(FrozenRecord):
     """The fields of ``/proc/<pid>/stat`` a holder report needs."""
 
+    __slots__ = ("comm", "flags", "pid", "ppid", "start_ticks", "state")
     pid: int
     comm: str
     state: str
     ppid: int
     start_ticks: int
-    flags: int = 0
+    flags: int
+
+    def __init__(
+        self, *, pid: int, comm: str, state: str, ppid: int, start_ticks: int, flags: int = 0
+    ) -> None:
+        self._set(pid=pid, comm=comm, state=state, ppid=ppid, start_ticks=start_ticks, flags=flags)
 
     @property
     def kernel_thread(self) -> bool:
@@ -203,6 +210,22 @@ def is_user_manager(argv: Sequence[str], comm: str) -> bool:
     return comm == "systemd" and "--user" in argv
 
 
+def is_python(name: str) -> bool:
+    """True for an interpreter's file name: ``python``, ``python3``, ``python3.11``,
+    ``python3.13t`` (``python`` and a version, then at most one lower-case letter)."""
+    if name.endswith("\n"):
+        name = name[:-1]  # as a pattern's ``$`` would
+    if not name.startswith("python"):
+        return False
+    rest = name[6:]
+    if rest and rest[-1] in _LOWER:
+        rest = rest[:-1]
+    if not rest:
+        return True
+    major, dot, minor = rest.partition(".")
+    return major.isdecimal() and (not dot or minor.isdecimal())
+
+
 def _basename(arg: str) -> str:
     return arg.rsplit("/", 1)[-1]
 
@@ -216,7 +239,7 @@ def _program(argv: Sequence[str]) -> tuple[str, str | None, list[str]]:
     if not argv:
         return "", None, []
     name = _basename(argv[0])
-    if not _PYTHON_RE.match(name):
+    if not is_python(name):
         return name, None, list(argv[1:])
     i = 1
     while i < len(argv):
@@ -291,7 +314,7 @@ def classify(argv: Sequence[str]) -> str:
         return "acp"
     if program in HERMES_EXECUTABLES:
         return _hermes_kind(rest)
-    script = _script_path(argv) if argv and _PYTHON_RE.match(_basename(argv[0])) else ""
+    script = _script_path(argv) if argv and is_python(_basename(argv[0])) else ""
     if script.endswith("hermes_cli/main.py"):
         return _hermes_kind(rest)
     if script.endswith("run_agent.py"):
@@ -329,9 +352,22 @@ def boot_time(proc: str = "/proc") -> float:
     raise OSError(f"{proc}/stat has no btime line")  # pragma: no cover
 
 
+def start_time(start_ticks: int) -> float:
+    """Wall-clock start of a process (seconds since the epoch) from its start time in
+    clock ticks since boot."""
+    return boot_time() + start_ticks / clock_ticks()
+
+
 def started_at(start_ticks: int) -> dt.datetime:
-    """Wall-clock start of a process from its start time in clock ticks since boot."""
-    epoch = boot_time() + start_ticks / clock_ticks()
+    """:func:`start_time` as an aware datetime (UTC)."""
+    return as_datetime(start_time(start_ticks))
+
+
+def as_datetime(epoch: float) -> dt.datetime:
+    """Seconds since the epoch as an aware datetime (UTC); ``datetime`` is imported only
+    when a report shows one (``--json``)."""
+    import datetime as dt  # noqa: PLC0415
+
     return dt.datetime.fromtimestamp(epoch, tz=dt.UTC)
 
 

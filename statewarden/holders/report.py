@@ -8,14 +8,18 @@ SHARED lock on the database), ``NO-LOCK`` (the database open with no lock at all
 
 from __future__ import annotations
 
-import datetime as dt
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
+from statewarden.holders.processes import as_datetime
+from statewarden.record import FrozenRecord, Record
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
 from statewarden.targets import DB_NAME
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime as dt
+    from pathlib import Path
+    from typing import Any
 
 # How a holder's files are named in reports, whatever the database's own file name.
 DB_FILE = DB_NAME
@@ -33,15 +37,18 @@ VIA_DESCRIPTORS = "descriptors"
 VIA_LOCKS = "locks"
 
 
-@dataclass(frozen=True)
-class LockInfo:
+class LockInfo(FrozenRecord):
     """One ``/proc/locks`` entry a holder owns on one of the bundle's files."""
 
+    __slots__ = ("end", "file", "kind", "mode", "start")
     file: str
     kind: str  # POSIX, FLOCK, OFDLCK
     mode: str  # READ, WRITE
     start: int
     end: str  # a number or EOF
+
+    def __init__(self, file: str, kind: str, mode: str, start: int, end: str) -> None:
+        self._set(file=file, kind=kind, mode=mode, start=start, end=end)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,33 +60,88 @@ class LockInfo:
         }
 
 
-@dataclass
-class Holder:
+class Holder(Record):
     """A process holding one or more of a database's files."""
 
-    pid: int
-    ppid: int
-    uid: int | None
-    comm: str
-    kind: str
-    unit: str | None
-    cgroup: str | None
-    orphan: bool
-    fds: dict[str, int]
-    maps: dict[str, int]
-    stale_files: list[str]
-    locks: list[LockInfo]
-    lock_state: str
-    cmdline: list[str]
-    exe: str | None
-    start_ticks: int
-    started_at: dt.datetime
-    ssh_connection: str | None
-    parents: list[dict[str, Any]]
-    main_pid_of_unit: bool | None = None
-    via: str = VIA_DESCRIPTORS
-    # What says its kind, when not its command line (holders/heartbeats.py)
-    kind_evidence: str | None = None
+    __slots__ = (
+        "cgroup",
+        "cmdline",
+        "comm",
+        "exe",
+        "fds",
+        "kind",
+        "kind_evidence",
+        "lock_state",
+        "locks",
+        "main_pid_of_unit",
+        "maps",
+        "orphan",
+        "parents",
+        "pid",
+        "ppid",
+        "ssh_connection",
+        "stale_files",
+        "start_ticks",
+        "started",
+        "uid",
+        "unit",
+        "via",
+    )
+
+    def __init__(
+        self,
+        *,
+        pid: int,
+        ppid: int,
+        uid: int | None,
+        comm: str,
+        kind: str,
+        unit: str | None,
+        cgroup: str | None,
+        orphan: bool,
+        fds: dict[str, int],
+        maps: dict[str, int],
+        stale_files: list[str],
+        locks: list[LockInfo],
+        lock_state: str,
+        cmdline: list[str],
+        exe: str | None,
+        start_ticks: int,
+        started: float,
+        ssh_connection: str | None,
+        parents: list[dict[str, Any]],
+        main_pid_of_unit: bool | None = None,
+        via: str = VIA_DESCRIPTORS,
+        kind_evidence: str | None = None,
+    ) -> None:
+        self.pid = pid
+        self.ppid = ppid
+        self.uid = uid
+        self.comm = comm
+        self.kind = kind
+        self.unit = unit
+        self.cgroup = cgroup
+        self.orphan = orphan
+        self.fds = fds
+        self.maps = maps
+        self.stale_files = stale_files
+        self.locks = locks
+        self.lock_state = lock_state
+        self.cmdline = cmdline
+        self.exe = exe
+        self.start_ticks = start_ticks
+        self.started = started  # seconds since the epoch
+        self.ssh_connection = ssh_connection
+        self.parents = parents
+        self.main_pid_of_unit = main_pid_of_unit
+        self.via = via
+        # What says its kind, when not its command line (holders/heartbeats.py)
+        self.kind_evidence = kind_evidence
+
+    @property
+    def started_at(self) -> dt.datetime:
+        """When it started, as an aware datetime (UTC)."""
+        return as_datetime(self.started)
 
     @property
     def stale(self) -> bool:
@@ -123,23 +185,51 @@ class Holder:
         }
 
 
-@dataclass
-class HolderScan:
+class HolderScan(Record):
     """The holders of one database, as found by one scan."""
 
-    db: Path
-    files: dict[str, tuple[int, int] | None]
-    holders: list[Holder]
-    problems: list[str]
-    uninspectable: list[dict[str, Any]]
-    vanished: list[int]
-    processes: int
-    mode: str
-    notes: list[str] = field(default_factory=list)
-    other_users: str = "locks"
-    # processes read, checked through /proc/locks only, kernel threads left out, and
-    # unreadable ones that count against completeness
-    coverage: dict[str, int] = field(default_factory=dict)
+    __slots__ = (
+        "coverage",
+        "db",
+        "files",
+        "holders",
+        "mode",
+        "notes",
+        "other_users",
+        "problems",
+        "processes",
+        "uninspectable",
+        "vanished",
+    )
+
+    def __init__(
+        self,
+        *,
+        db: Path,
+        files: dict[str, tuple[int, int] | None],
+        holders: list[Holder],
+        problems: list[str],
+        uninspectable: list[dict[str, Any]],
+        vanished: list[int],
+        processes: int,
+        mode: str,
+        notes: list[str] | None = None,
+        other_users: str = "locks",
+        coverage: dict[str, int] | None = None,
+    ) -> None:
+        self.db = db
+        self.files = files
+        self.holders = holders
+        self.problems = problems
+        self.uninspectable = uninspectable
+        self.vanished = vanished
+        self.processes = processes
+        self.mode = mode
+        self.notes: list[str] = [] if notes is None else notes
+        self.other_users = other_users
+        # processes read, checked through /proc/locks only, kernel threads left out,
+        # and unreadable ones that count against completeness
+        self.coverage: dict[str, int] = {} if coverage is None else coverage
 
     @property
     def complete(self) -> bool:
@@ -167,4 +257,4 @@ class HolderScan:
 
 def age_seconds(holder: Holder, now: float | None = None) -> float:
     now = time.time() if now is None else now
-    return now - holder.started_at.timestamp()
+    return now - holder.started

@@ -75,12 +75,9 @@ release the GIL): by default as many as the load average leaves processors idle,
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from statewarden.config_literals import DEFAULT_OTHER_USERS, OtherUsersPolicy
+from statewarden.config_literals import DEFAULT_OTHER_USERS
 from statewarden.holders import processes as P
 from statewarden.holders.locks import LockKey, Locks, LockTable, attribute, fd_locks, read_locks
 from statewarden.holders.report import (
@@ -98,9 +95,15 @@ from statewarden.holders.report import (
     LockInfo,
     age_seconds,
 )
+from statewarden.record import FrozenRecord, Record
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+    from typing import Any
+
+    from statewarden.config_literals import OtherUsersPolicy
     from statewarden.holders.opens import OpenWatch
     from statewarden.mounts import Mount
 
@@ -132,37 +135,79 @@ PARALLEL_MIN_PROCESSES = 256
 # to root. They are still listed under ``uninspectable`` with ``exempt: true``.
 DEFAULT_EXEMPT_COMMS: tuple[str, ...] = ()
 _DELETED = " (deleted)"
+# What a process holds of a target when it holds nothing there (read, never written).
+_NONE: dict[tuple[int, str, bool], int] = {}
 
 
-@dataclass(frozen=True)
-class _Target:
+class _Target(FrozenRecord):
+    __slots__ = ("db", "dir_real", "ids", "name_bytes", "names")
     db: Path
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
     name_bytes: bytes  # the database's file name, as memory maps spell it
 
+    def __init__(
+        self,
+        db: Path,
+        dir_real: str,
+        ids: dict[str, tuple[int, int] | None],
+        names: dict[str, str],
+        name_bytes: bytes,
+    ) -> None:
+        self._set(db=db, dir_real=dir_real, ids=ids, names=names, name_bytes=name_bytes)
 
-@dataclass
-class _Entry:
+
+class _Entry(Record):
     """What one process instance was found holding, cached by (pid, start time)."""
 
-    pid: int
-    start_ticks: int
-    comm: str
-    ppid: int
-    fd_count: int  # descriptors listed in /proc/<pid>/fd when read
-    # (target index, file name, stale) -> count
-    fds: dict[tuple[int, str, bool], int]
-    maps: dict[tuple[int, str, bool], int]
-    error: str | None = None  # why it could not be inspected
-    kernel_thread: bool = False  # PF_KTHREAD: left out of the scan
-    uid: int | None = None  # of a process that could not be read: who owns its /proc entry
-    # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
-    stale_ids: dict[tuple[int, int], tuple[int, str]] = field(default_factory=dict)
-    # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
-    ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = field(default_factory=list)
-    named: bool = False  # its stat was read (or tried): comm, ppid and start time are known
+    __slots__ = (
+        "comm",
+        "error",
+        "fd_count",
+        "fds",
+        "kernel_thread",
+        "maps",
+        "named",
+        "ofd",
+        "pid",
+        "ppid",
+        "stale_ids",
+        "start_ticks",
+        "uid",
+    )
+
+    def __init__(
+        self,
+        *,
+        pid: int,
+        start_ticks: int = 0,
+        comm: str = "?",
+        ppid: int = 0,
+        fd_count: int = 0,
+        fds: dict[tuple[int, str, bool], int] | None = None,
+        maps: dict[tuple[int, str, bool], int] | None = None,
+        error: str | None = None,
+        kernel_thread: bool = False,
+        uid: int | None = None,
+        named: bool = False,
+    ) -> None:
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.comm = comm
+        self.ppid = ppid
+        self.fd_count = fd_count  # descriptors listed in /proc/<pid>/fd when read
+        # (target index, file name, stale) -> count
+        self.fds: dict[tuple[int, str, bool], int] = {} if fds is None else fds
+        self.maps: dict[tuple[int, str, bool], int] = {} if maps is None else maps
+        self.error = error  # why it could not be inspected
+        self.kernel_thread = kernel_thread  # PF_KTHREAD: left out of the scan
+        self.uid = uid  # of a process that could not be read: who owns its /proc entry
+        # (dev, ino) -> (target index, file name) of old or deleted inodes it holds
+        self.stale_ids: dict[tuple[int, int], tuple[int, str]] = {}
+        # (fd, (target index, file name, stale), lock) of each OFD lock its descriptors carry
+        self.ofd: list[tuple[int, tuple[int, str, bool], LockKey]] = []
+        self.named = named  # its stat was read (or tried): comm, ppid and start time are known
 
 
 class _Vanished(Exception):
@@ -414,7 +459,10 @@ class HolderScanner:
 
         # Threads pay when processes are read (descriptors, maps); a scan that cannot read
         # other users' processes gives each of them one stat, which a thread only slows.
-        if len(todo) < self.parallel_min_processes or not self._reads_all:
+        if not self._reads_all:
+            yield from self._inspect_as_user(todo, targets, devs)
+            return
+        if len(todo) < self.parallel_min_processes:
             yield from chunk(todo)
             return
         workers = self.workers if self.workers is not None else idle_workers()
@@ -428,6 +476,47 @@ class HolderScanner:
         with ThreadPoolExecutor(workers, thread_name_prefix="holders") as pool:
             for result in pool.map(chunk, parts):
                 yield from result
+
+    def _inspect_as_user(
+        self, todo: list[int], targets: list[_Target], devs: set[int]
+    ) -> list[tuple[int, _Entry | None]]:
+        """Inspect ``todo`` without the right to read other users' processes.
+
+        One stat of ``/proc/<pid>/fd`` each gives the owner and (Linux >= 6.2) the
+        descriptor count (see :meth:`_owned_by_another`). Another user's process with
+        descriptors is then known: unreadable, not a kernel thread, checked through
+        ``/proc/locks`` later. The rest (this user's processes, one without descriptors,
+        one named in the report, one the stat could not see) go on as :meth:`_inspect`
+        would take them, from what the stat said.
+        """
+        proc, euid = self.proc, self._euid
+        counted, named = self._fd_count_supported, self._names_needed()
+        out: list[tuple[int, _Entry | None]] = []
+        for pid in todo:
+            base = f"{proc}/{pid}"
+            try:
+                st = os.stat(base + "/fd")
+            except OSError:
+                st = None  # gone, or closed by hidepid: _inspect tells which
+            try:
+                if st is None:
+                    entry = self._inspect(pid, targets, devs)
+                elif st.st_uid == euid:
+                    entry = self._inspect(pid, targets, devs, mine=True)
+                else:
+                    entry = _Entry(
+                        pid=pid,
+                        uid=st.st_uid,
+                        fd_count=st.st_size if counted else 0,
+                        error=f"{base}/fd: Permission denied",
+                    )
+                    if named or not entry.fd_count:
+                        entry = self._inspect(pid, targets, devs, unreadable=entry)
+            except _Vanished:
+                out.append((pid, None))
+                continue
+            out.append((pid, entry))
+        return out
 
     def _fd_count_changed(self, cached: _Entry) -> bool:
         """True unless ``/proc/<pid>/fd`` still counts the descriptors it had (one stat)."""
@@ -485,9 +574,24 @@ class HolderScanner:
         entry.fd_count = st.st_size if self._fd_count_supported else 0
         return True
 
-    def _inspect(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
-        """What ``pid`` holds. ``stat`` is read only for holders and failures (cost)."""
-        entry = self._files(pid, targets, devs)
+    def _inspect(
+        self,
+        pid: int,
+        targets: list[_Target],
+        devs: set[int],
+        *,
+        mine: bool = False,
+        unreadable: _Entry | None = None,
+    ) -> _Entry:
+        """What ``pid`` holds. ``stat`` is read only for holders and failures (cost).
+
+        ``mine``: its owner is known to be this user; ``unreadable``: known to be another
+        user's, with what its ``/proc/<pid>/fd`` said (:meth:`_inspect_as_user`).
+        """
+        if unreadable is not None:
+            entry = unreadable
+        else:
+            entry = self._files(pid, targets, devs, owner_known=mine)
         if entry.error and entry.fd_count and not self._names_needed():
             return entry  # another user's process with descriptors: not a kernel thread
         # No descriptors at all (or none readable) may be a kernel thread: its flags say.
@@ -502,7 +606,12 @@ class HolderScanner:
                 return entry
             if st.kernel_thread:
                 return _Entry(
-                    pid, st.start_ticks, st.comm, st.ppid, 0, {}, {}, kernel_thread=True, named=True
+                    pid=pid,
+                    start_ticks=st.start_ticks,
+                    comm=st.comm,
+                    ppid=st.ppid,
+                    kernel_thread=True,
+                    named=True,
                 )
             if st.state in ("Z", "X") and not entry.error:
                 raise _Vanished  # exited while being read
@@ -511,10 +620,12 @@ class HolderScanner:
                 entry.uid = _owner(pid, self.proc)
         return entry
 
-    def _files(self, pid: int, targets: list[_Target], devs: set[int]) -> _Entry:
+    def _files(
+        self, pid: int, targets: list[_Target], devs: set[int], *, owner_known: bool = False
+    ) -> _Entry:
         base = f"{self.proc}/{pid}"
-        entry = _Entry(pid, 0, "?", 0, 0, {}, {})
-        if not self._reads_all and self._owned_by_another(base, entry):
+        entry = _Entry(pid=pid)
+        if not self._reads_all and not owner_known and self._owned_by_another(base, entry):
             entry.error = f"{base}/fd: Permission denied"
             return entry
         try:
@@ -708,16 +819,19 @@ class HolderScanner:
                 f" {self.proc}/locks: this /proc hides processes, so a holder may be missed"
             )
         by_locks = self.other_users == "locks" and table is not None
+        checked = "locks" if by_locks else None
+        owners = table.owned if table is not None else {}
+        exempt_comms = self.exempt_comms
         for entry in entries:
             pid = entry.pid
-            mine = {k: v for k, v in entry.fds.items() if k[0] == index} if entry.fds else {}
-            mapped = {k: v for k, v in entry.maps.items() if k[0] == index} if entry.maps else {}
-            owned = table.owned.get((pid, index), []) if table is not None else []
+            mine = {k: v for k, v in entry.fds.items() if k[0] == index} if entry.fds else _NONE
+            mapped = {k: v for k, v in entry.maps.items() if k[0] == index} if entry.maps else _NONE
+            owned = owners.get((pid, index), ())
             if entry.error:
                 if owned:
                     self._name(entry)  # a holder through its locks: shown by name
                 uid = entry.uid
-                exempt = entry.comm in self.exempt_comms
+                exempt = entry.comm in exempt_comms
                 scan.uninspectable.append(
                     {
                         "pid": pid,
@@ -725,7 +839,7 @@ class HolderScanner:
                         "comm": entry.comm,
                         "reason": entry.error,
                         "exempt": exempt,
-                        "checked": "locks" if by_locks else None,
+                        "checked": checked,
                         "holds_lock": bool(owned) if table is not None else None,
                     }
                 )
@@ -737,7 +851,7 @@ class HolderScanner:
                 if owned and not mine and not mapped:
                     # Its locks are all that can be seen of it: a holder through /proc/locks.
                     try:
-                        found = self._holder(entry, index, {}, {}, locks, via=VIA_LOCKS)
+                        found = self._holder(entry, index, _NONE, _NONE, locks, via=VIA_LOCKS)
                         scan.holders.append(found)
                     except (FileNotFoundError, ProcessLookupError):
                         scan.vanished.append(pid)
@@ -836,7 +950,7 @@ class HolderScanner:
             cmdline=argv,
             exe=P.read_exe(pid, self.proc),
             start_ticks=entry.start_ticks,
-            started_at=P.started_at(entry.start_ticks),
+            started=P.start_time(entry.start_ticks),
             ssh_connection=P.read_environ_var(pid, "SSH_CONNECTION", self.proc),
             parents=parents,
             via=via,

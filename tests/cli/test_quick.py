@@ -17,16 +17,25 @@ from pathlib import Path
 import pytest
 
 from lab.hermes_fixtures import TINY, holding, make_home
+from statewarden.cli._plain import ENV_DEBUG, errors_as_exit_codes
 from statewarden.cli.quick import holders_options
+from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
 CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
-# The modules a run loaded, printed at exit to stderr (after the command's own output).
+# The modules a run loaded, printed at exit to stderr (after the command's own output):
+# at the interpreter's exit, or at the quick path's own end (os._exit, no teardown).
 PROBE = (
-    "import atexit, json, sys\n"
-    "atexit.register(lambda: print('MODULES ' + json.dumps(sorted(sys.modules)),"
-    " file=sys.stderr))\n"
+    "import atexit, json, os, sys\n"
+    "def modules(): print('MODULES ' + json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    "atexit.register(modules)\n"
+    "ending = os._exit\n"
+    "def end(code):\n"
+    "    modules()\n"
+    "    sys.stderr.flush()\n"
+    "    ending(code)\n"
+    "os._exit = end\n"
     "from statewarden.cli.quick import main\n"
     "main()\n"
 )
@@ -217,6 +226,39 @@ class TestWholeProcess:
         other = run([sys.executable, "-c", PROBE], "status", "--help", env=quiet_env)
         assert "click" in json.loads(other.stderr.rsplit("MODULES ", 1)[1])
 
+    def test_a_held_database_is_reported_without_the_slow_standard_modules(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """A whole `holders --db X` run on a database a Hermes writer holds (its kind read
+        from gateway_heartbeats, through apsw) loads none of dataclasses, inspect, typing,
+        hashlib, contextlib or datetime (its SINCE column is worked out from seconds):
+        together more CPU than the rest of the command on a busy host."""
+        home = make_home(tmp_path / "hermes", TINY)
+        with holding(home) as writer:
+            r = run(
+                [sys.executable, "-c", PROBE],
+                "holders",
+                "--db",
+                str(home / "state.db"),
+                "--no-systemd",
+                env=quiet_env,
+            )
+        assert r.returncode == 0, r.stderr
+        assert any(line.split()[:1] == [str(writer.pid)] for line in r.stdout.splitlines())
+        modules = json.loads(r.stderr.rsplit("MODULES ", 1)[1])
+        assert "statewarden.holders.heartbeats" in modules  # the whole path was taken
+        slow = {
+            "dataclasses",
+            "inspect",
+            "typing",
+            "hashlib",
+            "ast",
+            "base64",
+            "struct",
+            "datetime",
+        }
+        assert sorted(slow & set(modules)) == []
+
     def test_without_a_config_file_the_config_module_is_not_imported(
         self, tmp_path: Path, quiet_env: dict[str, str]
     ) -> None:
@@ -240,6 +282,37 @@ class TestWholeProcess:
         bad = run(QUICK, *args, env=quiet_env)
         assert bad.returncode == 2, bad.stderr
         assert "other_users" in bad.stderr
+
+    def test_a_holder_at_risk_gives_exit_3_both_ways(
+        self, tmp_path: Path, quiet_env: dict[str, str]
+    ) -> None:
+        """A process holding a replaced state.db is STALE: the quick path ends with the
+        same exit code (3) and the same whole report as the click command."""
+        home = make_home(tmp_path / "hermes", TINY)
+        db = home / "state.db"
+        keep = (
+            "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
+        )
+        holder = subprocess.Popen(
+            [sys.executable, "-c", keep, str(db)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "ready"
+            (tmp_path / "new.db").write_bytes(db.read_bytes())
+            os.replace(tmp_path / "new.db", db)
+            args = ("holders", "--db", str(db), "--no-systemd")
+            quick, slow = run(QUICK, *args, env=quiet_env), run(CLICK, *args, env=quiet_env)
+        finally:
+            holder.communicate("")
+        assert quick.returncode == slow.returncode == 3, (quick.stderr, slow.stderr)
+        line = next(ln for ln in quick.stdout.splitlines() if ln.startswith(f"{holder.pid} "))
+        assert "STALE(state.db)" in line
+        assert quick.stdout.splitlines()[:2] == slow.stdout.splitlines()[:2]
+        assert quick.stdout.count("\n") == slow.stdout.count("\n")
 
     def test_reader_gone_is_a_quiet_exit(self, tmp_path: Path, quiet_env: dict[str, str]) -> None:
         """Output to a closed pipe ends quietly with 141, as a SIGPIPE'd tool would."""
@@ -277,3 +350,42 @@ class TestWholeProcess:
         )
         assert r.returncode == 0, r.stderr
         assert "plain,holders" in r.stdout.splitlines()
+
+
+class TestErrorsAsExitCodes:
+    def test_each_error_is_one_line_and_its_exit_code(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A statewarden error exits with its own code, Ctrl-C with 130, anything else with
+        the failure code; each as one line on stderr, never a traceback."""
+        monkeypatch.delenv(ENV_DEBUG, raising=False)
+        cases: list[tuple[BaseException, int, str]] = [
+            (UsageError("--db x: no such file"), 2, "prog: error: --db x: no such file"),
+            (KeyboardInterrupt(), EXIT_INTERRUPTED, "prog: error: interrupted"),
+            (
+                ValueError("bad"),
+                EXIT_FAILED,
+                f"prog: error: unexpected ValueError: bad (set {ENV_DEBUG}=1 for the traceback)",
+            ),
+        ]
+        for error, code, line in cases:
+            with pytest.raises(SystemExit) as ended, errors_as_exit_codes("prog"):
+                raise error
+            assert ended.value.code == code
+            assert capsys.readouterr().err == line + "\n"
+
+    def test_what_it_does_not_handle_goes_on(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """SystemExit, the passthrough types, and with STATEWARDEN_DEBUG any error, go on
+        unchanged; a block without an error returns normally."""
+        monkeypatch.delenv(ENV_DEBUG, raising=False)
+        with pytest.raises(SystemExit) as ended, errors_as_exit_codes("prog"):
+            sys.exit(7)
+        assert ended.value.code == 7
+        with pytest.raises(LookupError), errors_as_exit_codes("prog", (LookupError,)):
+            raise KeyError("k")
+        monkeypatch.setenv(ENV_DEBUG, "1")
+        with pytest.raises(ValueError, match="bad"), errors_as_exit_codes("prog"):
+            raise ValueError("bad")
+        with errors_as_exit_codes("prog"):
+            done = True
+        assert done

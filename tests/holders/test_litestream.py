@@ -8,7 +8,7 @@ runs as ``litestream replicate DB URL`` and holds the database the way Litestrea
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import json
 import os
 import subprocess
@@ -109,10 +109,12 @@ class TestAKnownHolder:
         (holder,) = [h for h in scan.holders if h.pid == replicating.pid]
         d = decide(holder, force=False, stop_interactive=False, systemd_ok=True)
         assert d.action == SIGNAL, d.reason
-        in_unit = dataclasses.replace(holder, unit=LITESTREAM)
+        in_unit = copy.copy(holder)
+        in_unit.unit = LITESTREAM
         d = decide(in_unit, force=False, stop_interactive=False, systemd_ok=True)
         assert (d.action, d.reason) == (STOP_UNIT, f"litestream in {LITESTREAM}")
-        shell = dataclasses.replace(holder, kind="sqlite3")
+        shell = copy.copy(holder)
+        shell.kind = "sqlite3"
         assert decide(shell, force=False, stop_interactive=False, systemd_ok=True).action == (
             "refuse"
         )

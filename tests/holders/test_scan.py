@@ -24,6 +24,7 @@ from statewarden.holders.processes import (
     PF_KTHREAD,
     classify,
     human_age,
+    is_python,
     read_record,
     read_stat,
     short_command,
@@ -191,6 +192,43 @@ class TestClassify:
     def test_kinds(self, argv: list[str], kind: str) -> None:
         """Each command line in docs/hermes.md is recognised as its kind; anything else is unknown."""
         assert classify(argv) == kind
+
+
+class TestInterpreterNames:
+    # The pattern interpreter names were matched with before is_python replaced it.
+    PATTERN = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "python",
+            "python3",
+            "python3.11",
+            "python3.13t",
+            "pythonw",
+            "python3.11d",
+            "python3\n",
+            "python311",
+            "python3.",
+            "python.3",
+            "python3.1.2",
+            "python3.11tt",
+            "pythonab",
+            "python3.11T",
+            "python-3",
+            "Python3",
+            "xpython3",
+            "python\u0663",
+            "python3.\u0661",
+            "python\u00b2",
+            "",
+            "py",
+        ],
+    )
+    def test_the_same_names_as_the_pattern_before(self, name: str) -> None:
+        """Interpreter names (``python``, a version, at most one lower-case letter) are
+        told from others exactly as the regular expression did, without compiling one."""
+        assert is_python(name) == bool(self.PATTERN.match(name))
 
 
 class TestShortCommand:
