@@ -87,7 +87,8 @@ class errors_as_exit_codes:
     ) -> None:
         """Ends the process for an error it knows; anything else goes on (returns None)."""
         if isinstance(exc, StatewardenError):
-            fail(self.prog, str(exc), self.failed if exc.exit_code == EXIT_FAILED else exc.exit_code)
+            code = self.failed if exc.exit_code == EXIT_FAILED else exc.exit_code
+            fail(self.prog, str(exc), code)
         elif isinstance(exc, KeyboardInterrupt):
             fail(self.prog, "interrupted", EXIT_INTERRUPTED)
         elif isinstance(exc, BrokenPipeError):

@@ -95,8 +95,12 @@ class TestPing:
             assert hb.health.pings_ok == 0  # its answer is still on its way
             trouble.append("critical incident #1 corruption open on /x/state.db")
             hb.nudge()
+            # Delivered means answered: the signal is recorded once the answer is in.
             await asyncio.to_thread(
-                wait_for, lambda: len(server.paths()) == 2, what="the fail ping", timeout_s=10.0
+                wait_for,
+                lambda: len(server.paths()) == 2 and hb.health.signal == "fail",
+                what="the fail ping delivered",
+                timeout_s=10.0,
             )
             task.cancel()
             await hb.close()
