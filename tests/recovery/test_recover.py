@@ -18,11 +18,16 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL, TALL, Spec, built_db, holding, make_home
+from statewarden.demo import damage
 from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
 from statewarden.sqlite import read_header
-from tests.recovery.test_diagnose import fts_version_changed, scrambled_fts_index
+from tests.recovery.test_diagnose import (
+    fts_version_changed,
+    scramble_fts_index,
+    scrambled_fts_index,
+)
 from tests.support.cli import run_ctl
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
@@ -594,6 +599,38 @@ class TestFtsIndexScrambled:
         assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
         q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
         assert rows(out, q) == rows(case.pristine, q)
+        assert sorted(os.listdir(out.parent)) == ["recovered.db"]
+
+    def test_fts_index_damage_joined_after_the_data_of_a_damaged_file(self, tmp_path: Path) -> None:
+        """A phantom row and messages_fts's index scrambled inside its pages: FTS5's
+        own verdict, joined once the base tables are in, makes the index rebuilt from
+        its content instead of copied; nothing lost, exit 0, and MATCH answers
+        as on the pristine file."""
+        case = corruption.phantom_row(tmp_path / "db")
+        scramble_fts_index(case)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert (doc["damage"], doc["strategy"]) == ("base", "rebuild")
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)
+        assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert_same_rows(out, "messages")
+        assert_same_rows(out, "sessions")
+
+    def test_fts_check_that_stops_in_a_damaged_file(self, tmp_path: Path) -> None:
+        """A phantom row and an FTS table FTS5 refuses to open: the verdicts cannot be
+        joined, so the file is diagnosed again, waiting for them, and rebuilt with
+        that diagnosis; nothing lost and MATCH answers as on the pristine file."""
+        case = fts_version_changed(tmp_path / "db")
+        damage.duplicate_cell(case.db, "sessions", 5)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert (doc["damage"], doc["verified"], doc["loss_detected"]) == ("base", True, False)
+        assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert_same_rows(out, "sessions")
         assert sorted(os.listdir(out.parent)) == ["recovered.db"]
 
 
