@@ -367,7 +367,9 @@ def _rebuild(
 ) -> tuple[dict[str, TableCopy], set[str], dict[str, Feed]] | None:
     """A damaged file: rebuilt (``rebuild.py``), then its partial rows completed from
     the pages; return the table copies, the FTS tables left as the copy had them and
-    those only reconciled with clean rows (``Rebuild.fts_reconciled``)."""
+    those whose index is proven by construction (``verify.py``): only reconciled with
+    clean rows (``Rebuild.fts_reconciled``) or made by FTS5's 'rebuild' from their own
+    content (``Rebuild.fts_reindexed``)."""
     diag = inputs.diag
     rebuild_started = time.monotonic()
     rebuild = Rebuild(inputs, report=report, progress=progress)
@@ -377,7 +379,13 @@ def _rebuild(
     # The class is the diagnosis's once FTS5's own verdicts are in (joined in the run).
     report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
     unchanged_fts = rebuild.fts_unchanged
-    reconciled = dict(rebuild.fts_reconciled)
+    # FTS tables whose index needs no FTS5 check of its own: the source's, found
+    # intact and kept by FTS5 through INSERT/DELETE of clean rows; or made by FTS5's
+    # 'rebuild' from the content the output stores (``Rebuild._note_reindexed``).
+    reconciled = {
+        **_index_intact(diag, inputs.schema, rebuild.fts_reconciled),
+        **rebuild.fts_reindexed,
+    }
     # The wait for FTS5's own checks is the diagnosis's (``Rebuild._settle_fts_modes``).
     waited = inputs.fts_pending.waited_s if inputs.fts_pending is not None else 0.0
     if waited:
@@ -424,7 +432,7 @@ def _verify(
             source_schema_version=source_version,
             source_journal_mode=work.source_header.journal_mode,
             checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
-            reconciled=_index_intact(diag, schema, reconciled),
+            reconciled=reconciled,
         )
         _account(built, copies, report)
         _count_mismatches(built, report)
