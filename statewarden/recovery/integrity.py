@@ -186,6 +186,8 @@ class IntegrityCheck:
             wal = sidecar(Path(path), WAL_SUFFIX)
             frames = wal.exists() and wal.stat().st_size > 0
             uri = uri_for(Path(path), mode="ro") if frames else uri_for(Path(path), immutable="1")
+            if not sys.executable:
+                return  # no interpreter to start: result() checks them on the caller's
             try:
                 self._child = subprocess.Popen(
                     [

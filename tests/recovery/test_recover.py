@@ -658,6 +658,28 @@ class TestFtsIndexScrambled:
         assert_same_rows(out, "sessions")
         assert sorted(os.listdir(out.parent)) == ["recovered.db"]
 
+    def test_fts_checks_that_cannot_start_make_a_new_diagnosis(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No interpreter to start the child process of FTS5's checks with: the
+        damaged file is diagnosed again, waiting for checks run in this process, and
+        recovered as ever: the same report as with the child (but the timings and the
+        output's name), nothing lost, verified, no file left behind."""
+        case = corruption.phantom_row(tmp_path / "db")
+        scramble_fts_index(case)
+        with_child = recover(case.db, tmp_path / "with-child.db").to_json()
+        monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
+        out = tmp_path / "out.db"
+        report = recover(case.db, out)
+        assert (report.damage, report.verified, report.loss_detected) == ("base", True, False)
+        doc = report.to_json()
+        for d in (doc, with_child):
+            del d["timings"], d["output"]
+        assert doc == with_child
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert sorted(os.listdir(tmp_path)) == ["db", "out.db", "with-child.db"]
+
 
 class TestExternalContentFts:
     def test_fts_damage_is_rebuilt_from_the_view(self, tmp_path: Path) -> None:
