@@ -16,6 +16,7 @@ committed WAL transactions are dropped); ``unreadable`` (header, schema or page 
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -309,12 +310,15 @@ def diagnose_ahead_of_fts(
     schema_rebuilt: str | None = None,
     ahead: bool = True,
 ) -> tuple[Diagnosis, FtsPending | None]:
-    """``diagnose``, except that a file whose b-trees, rows and FTS copies show no
-    damage comes back before FTS5's own checks of its FTS tables end: its FTS verdicts
-    are "ok" for now, and the ``FtsPending`` returned with it gives the real ones
-    (``FtsPending.join``). Until it is joined, SQLite connections of this process are
-    open to ``db``: nothing may read the file outside SQLite (docs/safety.md rule 2).
-    ``ahead=False``: the checks are waited for, as ``diagnose`` does (no pending).
+    """``diagnose``, except that the diagnosis comes back before FTS5's own checks of
+    the FTS tables end, whatever the damage: its FTS verdicts are "ok" for now (or what
+    the b-trees and zeroed sectors already say), its class without them, and the
+    ``FtsPending`` returned with it gives the real ones (``FtsPending.join``). The checks
+    run in a child process (``IntegrityCheck(apart=True)``), so this process may read
+    the file outside SQLite meanwhile: no descriptor it closes can drop their locks
+    (docs/safety.md rule 2). Not with a rebuilt page 1 or WAL commits SQLite drops (the
+    class is settled before the checks). ``ahead=False``: the checks are waited for, as
+    ``diagnose`` does (no pending).
     """
     defer = ahead and schema_rebuilt is None and not (wal and (wal.dropped_commits or wal.foreign))
     return _diagnose_file(
@@ -342,8 +346,8 @@ def _diagnose_file(
     # The zeroed-sector search reads pages raw while the FTS tables' own checks run in
     # threads (``_diagnose``), through one descriptor opened before the first connection
     # and closed after the last: closing a descriptor of the file drops every POSIX lock
-    # the process holds on it, SQLite's among them (docs/safety.md rule 2). When the
-    # checks go on after this returns, the descriptor goes with them (``FtsPending``).
+    # the process holds on it, SQLite's among them (docs/safety.md rule 2). Checks that go
+    # on after this returns run in a child process, whose locks are its own.
     raw: DatabaseFile | str
     try:
         raw = DatabaseFile(db)
@@ -364,14 +368,14 @@ def _diagnose_file(
                 ) from None
             result, running = _diagnose(conn, db, schema, progress, truncated, raw=raw, defer=defer)
             if running is not None:
-                pending = FtsPending(running, schema, raw)
+                pending = FtsPending(running, schema)
         finally:
             conn.close()
     finally:
-        if pending is None and isinstance(raw, DatabaseFile):
+        if isinstance(raw, DatabaseFile):
             raw.close()
-    # Raw page reads of its own, now that no connection is open to the copy (a file
-    # with FTS checks pending has no integrity error lines).
+    # Raw page reads of its own, now that no connection of this process is open to the
+    # copy (checks still pending run in a child process).
     if any("2nd reference to page" in ln for ln in result.error_lines):
         _add_cross_links(result, db, schema)
     if wal is not None:
@@ -387,51 +391,84 @@ def _diagnose_file(
 
 
 class FtsPending:
-    """FTS5's own checks of a file otherwise found healthy, still running in threads
-    on connections of their own (``diagnose_ahead_of_fts``), with the descriptor for raw
-    reads opened before them, which is closed only after their connections."""
+    """FTS5's own checks of a diagnosed file, still running in a child process on
+    connections of its own (``diagnose_ahead_of_fts``)."""
 
-    def __init__(self, check: IntegrityCheck, schema: Schema, raw: DatabaseFile | str) -> None:
+    def __init__(self, check: IntegrityCheck, schema: Schema) -> None:
         self._check = check
         self._schema = schema
-        self._raw = raw
-        self._waited = False
-        self._apart = False
+        self._apart: bool | None = None
+        self._joined: bool | None = None
+        # Seconds ``join`` waited for the checks (a stage of the diagnosis).
+        self.waited_s = 0.0
 
     def close(self) -> None:
-        """Wait for the checks, then close the descriptor (after their connections)."""
-        if not self._waited:
-            try:
-                self._apart = self._check.wait()
-            finally:
-                self._waited = True
-                if isinstance(self._raw, DatabaseFile):
-                    self._raw.close()
-                self._raw = ""
+        """Wait for the checks (their verdicts kept for ``join``)."""
+        if self._apart is None:
+            self._apart = self._check.wait()
+
+    def stop(self) -> None:
+        """End the checks whose verdicts are not wanted any more (an error path)."""
+        if self._apart is None:
+            self._check.stop()
+            self._apart = False
 
     def join(self, diag: Diagnosis) -> bool:
-        """Complete ``diag`` with the FTS checks' verdicts, its damage class with them.
-        False when their outcome is not one this can add alone (a check that could not
-        run on its own connection or stopped, or a line that names something other than
-        an FTS table): ``diag`` is then unchanged and the file must be diagnosed again
-        (``diagnose``)."""
-        self.close()
-        if not self._apart:
-            return False
-        lines, complete, _ = self._check.result()
-        groups = group_errors(lines, self._schema)
-        if not complete or any(g.kind != "fts" for g in groups):
-            return False
-        fts = fts_from_integrity_lines(lines, self._schema)
-        diag.fts = {name: res for name, res in fts.items() if name not in diag.unverifiable}
-        diag.error_lines = lines
-        diag.integrity_errors = len(lines)
-        diag.integrity_ok = not lines
-        diag.groups = groups
-        diag.helper_cpu_s = self._check.helper_cpu_s
-        damage = classify(groups, diag.tables, diag.fts, complete=True)
-        diag.damage = worst(diag.damage, damage)
-        return True
+        """Complete ``diag`` with the FTS checks' verdicts, its class with them: the
+        diagnosis that waited for them (``diagnose``). False when their outcome is not
+        one this can add alone (a check that did not run in the child or stopped, or a
+        line that names something other than an FTS table): ``diag`` is then unchanged
+        and the file must be diagnosed again (``diagnose``). Called again, it answers
+        as the first time."""
+        if self._joined is None:
+            started = time.monotonic()
+            self.close()
+            self.waited_s = time.monotonic() - started
+            self._joined = bool(self._apart) and _join_verdicts(diag, self._check, self._schema)
+        return self._joined
+
+
+def _join_verdicts(diag: Diagnosis, check: IntegrityCheck, schema: Schema) -> bool:
+    """``diag``, made with the b-trees' lines alone and FTS verdicts "ok" for now,
+    completed as ``_verdict`` would have made it with the whole check (see
+    ``FtsPending.join``)."""
+    lines, complete, _ = check.result()
+    if complete != diag.integrity_complete:
+        return False  # an FTS check stopped: its note and class are the diagnosis's
+    before = group_errors(diag.error_lines, schema)
+    # ``_attribute_by_page`` renamed some groups in place, in the same order.
+    attributed = {g.object: a for g, a in zip(before, diag.groups, strict=True)}
+    groups = []
+    for g in group_errors(lines, schema):
+        old = next((b for b in before if b.object == g.object), None)
+        if old is None and g.kind == "fts":
+            groups.append(g)
+        elif old is not None and (old.kind, old.errors, old.sample) == (g.kind, g.errors, g.sample):
+            groups.append(attributed.pop(g.object))
+        else:
+            return False  # the FTS checks' lines named or changed another b-tree
+    if attributed:
+        return False  # pragma: no cover - the b-trees' lines are part of the whole check's
+    unverifiable = diag.unverifiable
+    fts5 = [o.name for o in schema.tables() if o.module == "fts5" and o.name not in unverifiable]
+    cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in lines)
+    if complete and not cut_short and not any(g.kind == "unknown" for g in groups):
+        fts = fts_from_integrity_lines(lines, schema)
+    else:
+        own = check.own_verdicts() or {}
+        if not all(name in own for name in fts5):
+            return False  # ``_fts_verdicts`` would check them on its own connection
+        fts = {name: own[name] for name in fts5}
+    fts = {name: res for name, res in fts.items() if name not in diag.unverifiable}
+    # A verdict of FTS5's own comes before a note of zeroed sectors (``_add_zeroed_cells``).
+    diag.fts.update({name: res for name, res in fts.items() if res != "ok"})
+    diag.error_lines = lines
+    diag.integrity_errors = len(lines)
+    diag.integrity_ok = not lines and complete
+    diag.groups = groups
+    diag.helper_cpu_s = check.helper_cpu_s
+    diag.damage = worst(diag.damage, classify(groups, diag.tables, fts, complete=complete))
+    return True
 
 
 def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedCells] | str:
@@ -586,10 +623,10 @@ def _diagnose(
     damage is returned at once with FTS verdicts still to come, and the running check
     with it (``FtsPending``); otherwise the check is waited for here."""
     table_names = [o.name for o in schema.tables() if o.rootpage]
-    # The b-trees are checked now; the FTS tables' own checks go on in threads while
-    # the tables are scanned, their orphans counted and their FTS copies compared
-    # (``IntegrityCheck``).
-    check = IntegrityCheck(conn, progress, table_names)
+    # The b-trees are checked now; the FTS tables' own checks go on in threads (in a
+    # child process with ``defer``) while the tables are scanned, their orphans counted
+    # and their FTS copies compared (``IntegrityCheck``).
+    check = IntegrityCheck(conn, progress, table_names, apart=defer)
     base = schema.base_tables()
     tables = []
     for i, obj in enumerate(base):
@@ -617,16 +654,16 @@ def _diagnose(
         unverifiable=unloadable(conn, schema),
         truncated=truncated is not None,
     )
-    btree_lines, btree_abort = check.btree_result()
-    if defer and not btree_lines and btree_abort is None:
-        # Every FTS verdict "ok" for now: only a file otherwise healthy is handed back
-        # before its FTS checks end (``FtsPending.join`` gives the verdicts).
-        ahead = {o.name: "ok" for o in schema.tables() if o.module == "fts5"}
-        result = _verdict(conn, schema, facts, ([], True, None), check, fts=ahead)
-        result.path = str(db)
-        if result.damage == "none":
-            return result, check
     opened = raw if isinstance(raw, DatabaseFile) else None
+    if defer:
+        # Every FTS verdict "ok" for now, the b-trees' lines alone: the diagnosis is
+        # handed back before the FTS checks end (``FtsPending.join`` gives the verdicts).
+        btree_lines, btree_abort = check.btree_result()
+        ahead = {o.name: "ok" for o in schema.tables() if o.module == "fts5"}
+        checked = (btree_lines, btree_abort is None, btree_abort)
+        result = _verdict(conn, schema, facts, checked, check, fts=ahead, raw=opened)
+        result.path = str(db)
+        return result, check
     result = _verdict(conn, schema, facts, check.result(), check, progress=progress, raw=opened)
     result.path = str(db)
     return result, None

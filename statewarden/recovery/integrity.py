@@ -11,17 +11,22 @@ reaches (a damaged interior page orphans its leaves).
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
-from statewarden.sqlite import quote_ident
+from statewarden.sidecars import WAL_SUFFIX, sidecar
+from statewarden.sqlite import quote_ident, uri_for
 
 # The check's error cap is set above anything a file can produce; --max-errors only
 # shortens what is printed.
@@ -29,6 +34,45 @@ UNCAPPED_ERRORS = 2**31 - 1
 PROGRESS_EVERY_VM_STEPS = 100_000
 SAMPLE_LINES_PER_GROUP = 5
 
+
+# FTS5's own checks run in a child process (``IntegrityCheck(apart=True)``), so that no
+# descriptor this process opens and closes meanwhile can drop a lock of theirs. It
+# imports only apsw, checks each virtual table on a read-only connection of its own in a
+# thread of its own (SQLite releases the GIL: two FTS tables, two cores) and prints one
+# JSON object: {"rows": {name: [rows, abort]}, "cpu_s": its CPU seconds}. Its URI opens
+# the file ``immutable`` when no ``-wal`` holds frames (a work copy is checkpointed
+# whole: ``bundle.py``): the child then takes no lock at all, so it can neither hold up
+# this process's connections nor be held up by them; otherwise it reads through the WAL,
+# waiting out a passing lock.
+_CHILD_BUSY_TIMEOUT_MS = 10_000
+_APART_CHECKS = """
+import json, sys, threading, time
+import apsw
+uri, busy_ms, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+found = {}
+def check(name):
+    try:
+        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn.set_busy_timeout(busy_ms)
+    except apsw.Error:
+        return
+    rows, abort = [], None
+    try:
+        q = '"' + name.replace('"', '""') + '"'
+        for (row,) in conn.execute("PRAGMA integrity_check(" + q + ")"):
+            rows.append(str(row))
+    except apsw.Error as exc:
+        abort = str(exc).split(chr(10), 1)[0]
+    finally:
+        conn.close()
+    found[name] = [rows, abort]
+threads = [threading.Thread(target=check, args=(n,)) for n in names]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"rows": found, "cpu_s": time.process_time()}))
+"""
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
 NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
@@ -93,6 +137,10 @@ class IntegrityCheck:
     table by table (``PRAGMA integrity_check(T)``) so that one damaged table does not
     hide the others; lines are kept once each, in order. A check that stopped early
     (as the whole pragma would) gives no virtual-table lines.
+
+    ``apart``: the virtual tables' checks run in a child process instead of threads
+    (``_APART_CHECKS``), so that while they run this process may open and close the
+    file outside SQLite (docs/safety.md rule 2 is about this process's own locks).
     """
 
     def __init__(
@@ -102,6 +150,7 @@ class IntegrityCheck:
         tables: list[str] | None = None,
         *,
         skip: Collection[str] = (),
+        apart: bool = False,
     ) -> None:
         self._conn = conn
         self._progress = progress
@@ -111,6 +160,7 @@ class IntegrityCheck:
         self._vtab_rows: dict[str, tuple[list[str], str | None]] = {}
         self._cpu: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
+        self._child: subprocess.Popen[bytes] | None = None
         path = conn.filename
         btrees = conn
         if every and path and (self._vtabs or skip):
@@ -120,15 +170,7 @@ class IntegrityCheck:
             except apsw.Error:
                 btrees = conn  # the whole pragma on the caller's connection, as before
             else:
-                # One thread (and connection) per table: two FTS tables, two cores.
-                self._threads = [
-                    threading.Thread(
-                        target=self._check_vtab, args=(path, name), name="fts-check", daemon=True
-                    )
-                    for name in self._vtabs
-                ]
-                for thread in self._threads:
-                    thread.start()
+                self._start(path, apart=apart)
         try:
             self._lines, self._abort = _check(btrees, progress, tables)
         finally:
@@ -136,6 +178,42 @@ class IntegrityCheck:
                 btrees.close()
         if btrees is conn:
             self._vtabs = []  # the whole pragma ran: the virtual tables are in its lines
+
+    def _start(self, path: str, *, apart: bool) -> None:
+        """Start the virtual tables' own checks: one thread (and connection) per table,
+        two FTS tables on two cores; in a child process with ``apart``."""
+        if apart and self._vtabs:
+            wal = sidecar(Path(path), WAL_SUFFIX)
+            frames = wal.exists() and wal.stat().st_size > 0
+            uri = uri_for(Path(path), mode="ro") if frames else uri_for(Path(path), immutable="1")
+            if not sys.executable:
+                return  # no interpreter to start: result() checks them on the caller's
+            try:
+                self._child = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-I",
+                        "-c",
+                        _APART_CHECKS,
+                        uri,
+                        str(_CHILD_BUSY_TIMEOUT_MS),
+                        *self._vtabs,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+            except OSError:
+                self._child = None  # result() checks them on the caller's connection
+            return
+        self._threads = [
+            threading.Thread(
+                target=self._check_vtab, args=(path, name), name="fts-check", daemon=True
+            )
+            for name in self._vtabs
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def _check_vtab(self, path: str, name: str) -> None:
         cpu0 = time.thread_time()
@@ -171,7 +249,45 @@ class IntegrityCheck:
                     self._progress("FTS check", len(self._vtab_rows), len(self._vtabs))
                 thread.join(0.25)
         self._threads = []
+        if self._child is not None:
+            self._join_child(self._child)
+            self._child = None
         return all(name in self._vtab_rows for name in self._vtabs)
+
+    def _join_child(self, child: subprocess.Popen[bytes]) -> None:
+        """The child's verdicts; none (each then checked on the caller's connection, or
+        the diagnosis made again) when it failed or printed something else."""
+        out = b""
+        while True:
+            if self._progress:
+                self._progress("FTS check", 0, len(self._vtabs))
+            try:
+                out, _ = child.communicate(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if child.returncode != 0:
+            return
+        try:
+            doc = json.loads(out)
+            for name, (rows, abort) in doc["rows"].items():
+                if name in self._vtabs:
+                    self._vtab_rows[name] = (
+                        [str(r) for r in rows],
+                        None if abort is None else str(abort),
+                    )
+            self._cpu["child"] = float(doc["cpu_s"])
+        except (ValueError, KeyError, TypeError):
+            self._vtab_rows.clear()
+
+    def stop(self) -> None:
+        """End the child process of an ``apart`` check whose verdicts are no longer
+        wanted (its threads, in-process, are waited for: ``wait``)."""
+        if self._child is not None:
+            self._child.kill()
+            self._child.communicate()
+            self._child = None
+        self.wait()
 
     def result(self) -> tuple[list[str], bool, str | None]:
         """(lines, finished, abort note), once the virtual tables are checked too."""

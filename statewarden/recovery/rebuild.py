@@ -19,6 +19,7 @@ import contextlib
 import functools
 import re
 from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from statewarden.recovery.copies import (
     restore_from_copies,
     write_rebuilt,
 )
-from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.diagnose import Diagnosis, FtsPending
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.other_copies import OtherCopy
@@ -191,6 +192,16 @@ def _feeding_triggers(schema: Schema, fts_names: set[str]) -> set[str]:
     return out
 
 
+class _FtsVerdictsMissing(Exception):
+    """FTS5's own checks gave no verdicts the diagnosis can take alone
+    (``FtsPending.join``): the file must be diagnosed again and built with that."""
+
+
+class _FtsModesChanged(Exception):
+    """FTS5's own checks, joined after the data went in, found an FTS table damaged
+    that must be filled by triggers created before the data: the build starts over."""
+
+
 class _FtsCopyFailed(Exception):
     def __init__(self, name: str, reason: str) -> None:
         super().__init__(f"{name}: {reason}")
@@ -225,6 +236,9 @@ class RebuildInputs:
     index_pages: list[IndexPage] = field(default_factory=list)
     # Verified other copies (snapshot, retired WAL captures, backups), newest first.
     others: list[OtherCopy] = field(default_factory=list)
+    # FTS5's own checks of the work copy, still running (``diagnose_ahead_of_fts``):
+    # ``diag`` takes their verdicts just before the FTS tables are filled.
+    fts_pending: FtsPending | None = None
 
 
 class Rebuild:
@@ -247,14 +261,29 @@ class Rebuild:
         # their index from their own stored content. Each with its feed, by which the
         # verification checks them instead of FTS5's own check (``verify.py``).
         self.fts_reconciled: dict[str, Feed] = {}
+        # Own-content FTS tables whose index FTS5's 'rebuild' made in the output from
+        # the content copied from an intact content table (``_note_reindexed``).
+        self.fts_reindexed: dict[str, Feed] = {}
         self.force_triggers: set[str] = set()
         self.attached = False  # the source is attached to the output connection as src
 
-    def run(self) -> dict[str, TableCopy]:
+    def run(self) -> dict[str, TableCopy] | None:
+        """Build the output; None (nothing built) when FTS5's own checks, joined before
+        the FTS tables are filled, gave no verdicts the diagnosis can take alone: the
+        file must then be diagnosed again (``FtsPending.join``)."""
         bulk = True
+        before = deepcopy(vars(self.report))
         while True:
             try:
                 return self._run(bulk=bulk)
+            except _FtsVerdictsMissing:
+                self._reset()
+                return None
+            except _FtsModesChanged:
+                # The report as it was before this build (its timings go on).
+                timings = self.report.timings
+                vars(self.report).update(deepcopy(before), timings=timings)
+                self._reset()
             except _FtsCopyFailed as exc:
                 # Its shadow tables looked intact but could not be copied: fill it
                 # from its base table instead, in a fresh build.
@@ -295,6 +324,7 @@ class Rebuild:
         self.copies = {}
         self.fts_unchanged = set()
         self.fts_reconciled = {}
+        self.fts_reindexed = {}
         dst = self.dst
         try:
             dst.execute(f"PRAGMA page_size={hdr.page_size}")
@@ -306,10 +336,7 @@ class Rebuild:
             self.attached = bulk
             if bulk:
                 dst.execute("ATTACH ? AS src", (ro,))
-            fts_mode = _fts_modes(self.inputs.schema, self.inputs.damaged, self.inputs.diag)
-            for name in self.force_triggers:
-                external = bool((obj := self.inputs.schema.by_name(name)) and obj.fts_content)
-                fts_mode[name] = "rebuild" if external else "triggers"
+            fts_mode = self._fts_modes()
             carry = {n for n, m in fts_mode.items() if m == "carry"}
             early = _feeding_triggers(
                 self.inputs.schema, {n for n, m in fts_mode.items() if m == "triggers"}
@@ -347,6 +374,7 @@ class Rebuild:
                 self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
+            fts_mode = self._settle_fts_modes(fts_mode)
             with self.report.timed("fts"):
                 for name, mode in fts_mode.items():
                     self._fill_fts(name, mode)
@@ -363,6 +391,31 @@ class Rebuild:
         finally:
             dst.close()
             self.src.close()
+
+    def _fts_modes(self) -> dict[str, str]:
+        """How each FTS table is filled (``_fts_modes``), as the diagnosis stands."""
+        modes = _fts_modes(self.inputs.schema, self.inputs.damaged, self.inputs.diag)
+        for name in self.force_triggers:
+            external = bool((obj := self.inputs.schema.by_name(name)) and obj.fts_content)
+            modes[name] = "rebuild" if external else "triggers"
+        return modes
+
+    def _settle_fts_modes(self, modes: dict[str, str]) -> dict[str, str]:
+        """The FTS modes with FTS5's own verdicts, once the base tables are in: those
+        chosen before the data with the verdicts still pending stand where they agree.
+        A table found damaged is filled its new way (``reindex``, ``rebuild``) unless
+        that needed triggers before the data: then the build starts over."""
+        pending = self.inputs.fts_pending
+        if pending is None:
+            return modes
+        if not pending.join(self.inputs.diag):
+            raise _FtsVerdictsMissing
+        now = self._fts_modes()
+        if {n for n, m in now.items() if m in ("triggers", "carry")} != {
+            n for n, m in modes.items() if m in ("triggers", "carry")
+        }:
+            raise _FtsModesChanged
+        return now
 
     def _create(self, which: Callable[[SchemaObject], bool]) -> None:
         for obj in self.inputs.schema.objects:
@@ -429,12 +482,25 @@ class Rebuild:
                 self._copy_shadow(name, obj.name)
             if mode == "reindex":
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
-            if mode != "copy" and self.inputs.schema.fts_owner.get(name) in self.inputs.damaged:
+            owner_damaged = self.inputs.schema.fts_owner.get(name) in self.inputs.damaged
+            if mode != "copy" and owner_damaged:
                 self._reconcile_fts(name)
+            if mode == "reindex" and (name in self.fts_reconciled or not owner_damaged):
+                self._note_reindexed(name)
         elif mode == "none":
             self.report.notes.append(
                 f"{name}: contentless FTS table left empty (nothing to rebuild it from)"
             )
+
+    def _note_reindexed(self, name: str) -> None:
+        """An own-content FTS table whose index FTS5's 'rebuild' just made from the
+        content it stores in the output, changed since only by ordinary INSERT and
+        DELETE of clean rows (``_reconcile_fts``): listed with its feed, by which the
+        verification checks it instead of FTS5's own check (``verify.py``)."""
+        feed = next((f for f in feeds(self.inputs.schema) if f.fts == name), None)
+        fts = self.inputs.schema.by_name(name)
+        if feed is not None and fts is not None and fts.fts_content is None:
+            self.fts_reindexed[name] = feed
 
     def _copy_shadow(self, name: str, shadow: str) -> None:
         """Copy one FTS shadow table from the source (in one statement when the source

@@ -60,9 +60,14 @@ from statewarden.recovery.diagnose import (
     counts_disagree,
     diagnose_ahead_of_fts,
 )
-from statewarden.recovery.other_copies import check_sources, open_copies
+from statewarden.recovery.other_copies import OtherCopy, check_sources, open_copies
 from statewarden.recovery.pages import schema_rowid_gaps
-from statewarden.recovery.rebuild import Rebuild, RebuildInputs, TableCopy, key_fn
+from statewarden.recovery.rebuild import (
+    Rebuild,
+    RebuildInputs,
+    TableCopy,
+    key_fn,
+)
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.salvage import complete_salvage, decode_rows
 from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
@@ -169,46 +174,56 @@ def _recover_copy(
 ) -> Report:
     """The steps after the copy, each its own stage: diagnose, read the schema,
     salvage, rebuild (or copy a healthy file whole), complete the partial rows,
-    verify and account."""
+    verify and account. FTS5's own checks of the work copy go on in a child process
+    meanwhile (``diagnose_ahead_of_fts``) and are joined where their verdicts are
+    needed: after the whole copy of a file found healthy, before the FTS tables of a
+    rebuild are filled."""
     diag, report, pending = _diagnose(work, output, progress, ahead=True)
     try:
-        schema, source_version = _read_source(work, report)
-    except BaseException:
+        return _recover_diagnosed(work, output, progress, extras, (diag, report, pending))
+    finally:
         if pending is not None:
-            pending.close()  # its checks and descriptor end before the work folder goes
-        raise
+            pending.stop()  # its checks end before the work folder goes
+
+
+def _recover_diagnosed(
+    work: WorkCopy,
+    output: Path,
+    progress: ProgressFn | None,
+    extras: list[Path],
+    diagnosed: tuple[Diagnosis, Report, FtsPending | None],
+) -> Report:
+    """``_recover_copy`` once the work copy is diagnosed (its FTS checks maybe pending)."""
+    diag, report, pending = diagnosed
+    schema, source_version = _read_source(work, report)
     built = work.work_dir / "output.db"
     whole = None
-    if pending is not None:
+    if pending is not None and diag.damage == "none":
         whole, joined = _copy_ahead(work, built, schema, report, (diag, pending))
         if not joined:
             diag, report, _ = _diagnose(work, output, progress, ahead=False)
             schema, source_version = _read_source(work, report)
         report.damage = diag.damage
-    damaged = _damaged_tables(diag, schema)
-    decoded = decode_rows(work, diag, schema, damaged, report)
+        pending = None
     reconciled: dict[str, Feed] = {}
-    if whole is not None:
-        copies, unchanged_fts = whole
-    elif diag.damage == "none":
-        copies, unchanged_fts = _copy_whole(work, built, schema, report)
+    opened: dict[str, tuple[list[OtherCopy], list[str]]] = {}
+    if whole is not None or diag.damage == "none":
+        # Nothing to decode from a healthy file, but the WAL's notes.
+        decode_rows(work, diag, schema, _damaged_tables(diag, schema), report)
+        copies, unchanged_fts = whole or _copy_whole(work, built, schema, report)
     else:
-        inputs = RebuildInputs(
-            work,
-            built,
-            schema,
-            diag,
-            damaged=damaged,
-            salvaged=decoded.salvaged,
-            carved=decoded.carved,
-            listed_by_old_indexes=decoded.listed_by_old_indexes,
-            index_pages=decoded.index_pages,
-            wal_rows=decoded.wal_rows,
-            trust_unreached=not work.freelist_unknown
-            and not any(g.kind == "freelist" for g in diag.groups),
-            others=open_copies(extras, work.work_dir, report.notes) if damaged and extras else [],
+        built_from = _build(
+            work, built, (schema, diag, pending), report, progress, others=(extras, opened)
         )
-        copies, unchanged_fts, reconciled = _rebuild(inputs, report, progress)
+        if built_from is None:
+            # FTS5's verdicts could not be joined: diagnosed again, waiting for them.
+            diag, report, _ = _diagnose(work, output, progress, ahead=False)
+            schema, source_version = _read_source(work, report)
+            built_from = _build(
+                work, built, (schema, diag, None), report, progress, others=(extras, opened)
+            )
+        assert built_from is not None  # with no checks pending, the build runs whole
+        copies, unchanged_fts, reconciled = built_from
     _verify(
         built,
         copies,
@@ -222,6 +237,50 @@ def _recover_copy(
         progress=progress,
     )
     return report
+
+
+def _build(
+    work: WorkCopy,
+    built: Path,
+    diagnosed: tuple[Schema, Diagnosis, FtsPending | None],
+    report: Report,
+    progress: ProgressFn | None,
+    *,
+    others: tuple[list[Path], dict[str, tuple[list[OtherCopy], list[str]]]],
+) -> tuple[dict[str, TableCopy], set[str], dict[str, Feed]] | None:
+    """A damaged work copy: its rows decoded from the pages, then rebuilt; the report
+    takes the class once FTS5's own verdicts are joined; None when they could not be
+    (``Rebuild.run``). ``others``: the paths of other copies, and where they are kept
+    once opened, with their notes (a build made again after a new diagnosis takes them
+    from there)."""
+    schema, diag, pending = diagnosed
+    extras, opened = others
+    damaged = _damaged_tables(diag, schema)
+    decoded = decode_rows(work, diag, schema, damaged, report)
+    if damaged and extras:
+        if "others" not in opened:
+            notes: list[str] = []
+            opened["others"] = (open_copies(extras, work.work_dir, notes), notes)
+        report.notes.extend(opened["others"][1])
+    inputs = RebuildInputs(
+        work,
+        built,
+        schema,
+        diag,
+        damaged=damaged,
+        salvaged=decoded.salvaged,
+        carved=decoded.carved,
+        listed_by_old_indexes=decoded.listed_by_old_indexes,
+        index_pages=decoded.index_pages,
+        wal_rows=decoded.wal_rows,
+        trust_unreached=not work.freelist_unknown
+        and not any(g.kind == "freelist" for g in diag.groups),
+        others=opened["others"][0] if damaged and extras else [],
+        fts_pending=pending,
+    )
+    out = _rebuild(inputs, report, progress)
+    report.damage = diag.damage
+    return out
 
 
 def _diagnose(
@@ -320,18 +379,33 @@ def _copy_whole(
 
 def _rebuild(
     inputs: RebuildInputs, report: Report, progress: ProgressFn | None
-) -> tuple[dict[str, TableCopy], set[str], dict[str, Feed]]:
+) -> tuple[dict[str, TableCopy], set[str], dict[str, Feed]] | None:
     """A damaged file: rebuilt (``rebuild.py``), then its partial rows completed from
     the pages; return the table copies, the FTS tables left as the copy had them and
-    those only reconciled with clean rows (``Rebuild.fts_reconciled``)."""
+    those whose index is proven by construction (``verify.py``): only reconciled with
+    clean rows (``Rebuild.fts_reconciled``) or made by FTS5's 'rebuild' from their own
+    content (``Rebuild.fts_reindexed``)."""
     diag = inputs.diag
-    report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
     rebuild_started = time.monotonic()
     rebuild = Rebuild(inputs, report=report, progress=progress)
     copies = rebuild.run()
+    if copies is None:
+        return None  # FTS5's verdicts could not be joined (``Rebuild.run``)
+    # The class is the diagnosis's once FTS5's own verdicts are in (joined in the run).
+    report.strategy = "reindex" if diag.damage == "derived" else "rebuild"
     unchanged_fts = rebuild.fts_unchanged
-    reconciled = dict(rebuild.fts_reconciled)
-    spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0)
+    # FTS tables whose index needs no FTS5 check of its own: the source's, found
+    # intact and kept by FTS5 through INSERT/DELETE of clean rows; or made by FTS5's
+    # 'rebuild' from the content the output stores (``Rebuild._note_reindexed``).
+    reconciled = {
+        **_index_intact(diag, inputs.schema, rebuild.fts_reconciled),
+        **rebuild.fts_reindexed,
+    }
+    # The wait for FTS5's own checks is the diagnosis's (``Rebuild._settle_fts_modes``).
+    waited = inputs.fts_pending.waited_s if inputs.fts_pending is not None else 0.0
+    if waited:
+        report.timings["diagnose"] = round(report.timings["diagnose"] + waited, 3)
+    spent = time.monotonic() - rebuild_started - report.timings.get("fts", 0.0) - waited
     report.timings["rebuild"] = round(spent, 3)
     if report.partial_rows:
         with report.timed("salvage"):
@@ -373,7 +447,7 @@ def _verify(
             source_schema_version=source_version,
             source_journal_mode=work.source_header.journal_mode,
             checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
-            reconciled=_index_intact(diag, schema, reconciled),
+            reconciled=reconciled,
         )
         _account(built, copies, report)
         _count_mismatches(built, report)

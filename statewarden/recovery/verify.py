@@ -8,11 +8,13 @@ Hermes' ``schema_version`` and the journal mode are the source's.
 
 FTS5's own check of a table is skipped only where its result follows by construction:
 a table copied whole and unchanged from a work copy whose check of it passed; or a
-table with its own content, copied whole from a passing check and then changed only by
-ordinary ``INSERT``/``DELETE`` on the FTS table (FTS5 keeps such an index from the
-content it stores itself), none of them with a value from a damaged row. The latter is
-held against its base table instead: the same rowids in both, one ``_docsize`` row per
-content row; where that fails, FTS5's full check runs after all.
+table with its own content whose index is the one FTS5 keeps from the content it
+stores itself: copied whole from a passing check, or made in the output by FTS5's
+``'rebuild'`` from its content, then changed only by ordinary ``INSERT``/``DELETE`` on
+the FTS table, none of them with a value from a damaged row (FTS5's check compares
+exactly that index with exactly that content). The latter is held against its base
+table instead: the same rowids in both, one ``_docsize`` row per content row; where
+that fails, FTS5's full check runs after all.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ class Verification:
     problems: list[str] = field(default_factory=list)
     # FTS tables copied whole and unchanged whose index check is the source's (passed).
     fts_checked_on_source: list[str] = field(default_factory=list)
-    # FTS tables whose index is the source's (its check passed), kept by FTS5 itself
-    # through ordinary INSERT/DELETE of rows that read clean, and whose rowids are their
-    # base table's: FTS5's check is not run again.
+    # FTS tables whose index is the source's (its check passed) or FTS5's 'rebuild' of
+    # the content the output stores, kept by FTS5 itself through ordinary INSERT/DELETE
+    # of rows that read clean, and whose rowids are their base table's: FTS5's check is
+    # not run again.
     fts_checked_by_construction: list[str] = field(default_factory=list)
 
     @property
@@ -76,7 +79,8 @@ def verify_output(
     passed and left as they were; their index is not checked again (the b-trees that
     hold it are, and each must still answer a ``MATCH``). ``reconciled``: own-content
     FTS tables copied from a passing check and then changed only by ordinary INSERT
-    and DELETE of clean rows (``rebuild.py``), each with its feed: held against their
+    and DELETE of clean rows, or whose index FTS5's 'rebuild' made from their own
+    content in the output (``rebuild.py``), each with its feed: held against their
     base table (:func:`_by_construction`) instead of FTS5's check, unless that fails.
 
     The connection is read-write only for FTS5's ``integrity-check`` command, an INSERT
@@ -158,8 +162,8 @@ def _count_tables(conn: apsw.Connection, schema: Schema, v: Verification) -> Non
 def _by_construction(conn: apsw.Connection, feed: Feed) -> bool:
     """Does the reconciled FTS table hold exactly its base table's rows (the rowids
     its insert trigger gives them), each with its ``_docsize`` row where it keeps one?
-    Its index needs no check of its own then: it is the source's passing one, kept by
-    FTS5 from its own content (``verify_output``)."""
+    Its index needs no check of its own then: it is the source's passing one or
+    FTS5's 'rebuild' of its content, kept by FTS5 from that content (``verify_output``)."""
     content = quote_ident(f"{feed.fts}_content")
     base = quote_ident(feed.table)
     rid = feed.rowid_expr

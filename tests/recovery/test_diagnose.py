@@ -554,6 +554,13 @@ def scrambled_fts_index(dest_dir: Path) -> corruption.Case:
     its cell: every b-tree, row and FTS copy reads as before, only FTS5's own check of
     that table fails (what the b-tree check cannot see)."""
     case = corruption.fresh_copy(dest_dir)
+    case.note = scramble_fts_index(case)
+    return case
+
+
+def scramble_fts_index(case: corruption.Case) -> str:
+    """Invert sixteen bytes inside one segment of messages_fts's index in ``case.db``
+    (see ``scrambled_fts_index``); return what was done."""
     pf = corruption.PristineFile(case.db)
     _, leaves = pf.tree_pages(case.roots["messages_fts_data"])
     leaf = leaves[len(leaves) // 2]
@@ -561,8 +568,7 @@ def scrambled_fts_index(dest_dir: Path) -> corruption.Case:
     at = (leaf - 1) * pf.page_size + off + 64
     old = pf.page(leaf)[off + 64 : off + 80]
     damage.write_at(case.db, at, bytes(b ^ 0xFF for b in old))
-    case.note = f"messages_fts_data leaf {leaf}: 16 bytes of a segment inverted"
-    return case
+    return f"messages_fts_data leaf {leaf}: 16 bytes of a segment inverted"
 
 
 def fts_version_changed(dest_dir: Path) -> corruption.Case:
@@ -620,6 +626,56 @@ class TestAheadOfFts:
         assert not pending.join(ahead)
         assert _comparable(ahead) == before
         assert ahead.damage == "none"
+
+    def test_damaged_file_comes_back_before_its_fts_checks(self, tmp_path: Path) -> None:
+        """A file with base damage (a phantom row) is handed back with its FTS checks
+        pending too, and joining them gives the diagnosis that waited for them."""
+        case = corruption.phantom_row(tmp_path / "db")
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        assert ahead.damage == "base"
+        assert pending.join(ahead)
+        waited = diagnose(case.db)
+        assert _comparable(ahead) == _comparable(waited)
+
+    def test_fts_damage_found_alone_joined_into_a_damaged_file(self, tmp_path: Path) -> None:
+        """A phantom row and an FTS index scrambled inside its pages: before the join
+        the FTS table looks intact; the joined diagnosis names it as the one that
+        waited does (its verdict, its group, its lines)."""
+        case = corruption.phantom_row(tmp_path / "db")
+        scramble_fts_index(case)
+        waited = diagnose(case.db)
+        assert waited.fts["messages_fts"] != "ok"
+        assert "messages_fts" in {g.object for g in waited.groups}
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        assert ahead.fts["messages_fts"] == "ok"
+        assert pending.join(ahead)
+        assert pending.join(ahead)  # a second join answers as the first
+        assert _comparable(ahead) == _comparable(waited)
+
+    def test_zeroed_leaf_with_its_check_cut_short(self, tmp_path: Path) -> None:
+        """A zeroed leaf of messages ends SQLite's check early: the FTS verdicts come
+        from the checks of their own, and the join gives what waiting gives."""
+        case = corruption.zeroed_leaf(tmp_path / "db")
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        assert pending.join(ahead)
+        waited = diagnose(case.db)
+        assert not waited.integrity_complete
+        assert _comparable(ahead) == _comparable(waited)
+
+    def test_fts_check_that_stops_in_a_damaged_file(self, tmp_path: Path) -> None:
+        """A phantom row and an FTS table FTS5 refuses to open: the join cannot take
+        the stopped check alone and leaves the diagnosis unchanged, to be made again."""
+        case = fts_version_changed(tmp_path / "db")
+        damage.duplicate_cell(case.db, "sessions", 5)
+        ahead, pending = diagnose_ahead_of_fts(case.db)
+        assert pending is not None
+        before = _comparable(ahead)
+        assert not pending.join(ahead)
+        assert _comparable(ahead) == before
+        assert diagnose(case.db).damage == ahead.damage == "base"
 
 
 def _comparable(diag: Diagnosis) -> dict[str, Any]:

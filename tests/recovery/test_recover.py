@@ -18,11 +18,16 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL, TALL, Spec, built_db, holding, make_home
+from statewarden.demo import damage
 from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
 from statewarden.sqlite import read_header
-from tests.recovery.test_diagnose import fts_version_changed, scrambled_fts_index
+from tests.recovery.test_diagnose import (
+    fts_version_changed,
+    scramble_fts_index,
+    scrambled_fts_index,
+)
 from tests.support.cli import run_ctl
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
@@ -166,6 +171,31 @@ class TestDerivedDamage:
             q = f"SELECT rowid FROM {fts} WHERE {fts} MATCH 'checkpoint' ORDER BY rowid"
             assert rows(out, q) == pristine(q)
             assert len(rows(out, q)) > 0
+
+    def test_fts_index_rebuilt_from_its_content_is_proven_by_construction(
+        self, tmp_path: Path
+    ) -> None:
+        """FTS shadow pages zeroed, their content tables intact: each index is made by
+        FTS5's 'rebuild' from the content the output stores, so the verification holds
+        the FTS tables against their base table instead of running FTS5's check again,
+        and says so; each still answers MATCH as the pristine file does."""
+        case = corruption.scribbled_trees(
+            tmp_path / "db", {"messages_fts_data": 2, "messages_fts_trigram_data": 3}
+        )
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        v = doc["verification"]
+        assert v["fts_checked_by_construction"] == ["messages_fts", "messages_fts_trigram"]
+        assert v["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        assert v["fts_checked_on_source"] == []
+        conn = apsw.Connection(str(out))
+        try:
+            for fts in ("messages_fts", "messages_fts_trigram"):
+                conn.execute(f"INSERT INTO {fts}({fts}) VALUES('integrity-check')")
+        finally:
+            conn.close()
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'checkpoint' ORDER BY rowid"
+        assert rows(out, q) == pristine(q)
 
 
 class TestBaseDamage:
@@ -595,6 +625,60 @@ class TestFtsIndexScrambled:
         q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
         assert rows(out, q) == rows(case.pristine, q)
         assert sorted(os.listdir(out.parent)) == ["recovered.db"]
+
+    def test_fts_index_damage_joined_after_the_data_of_a_damaged_file(self, tmp_path: Path) -> None:
+        """A phantom row and messages_fts's index scrambled inside its pages: FTS5's
+        own verdict, joined once the base tables are in, makes the index rebuilt from
+        its content instead of copied; nothing lost, exit 0, and MATCH answers
+        as on the pristine file."""
+        case = corruption.phantom_row(tmp_path / "db")
+        scramble_fts_index(case)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert (doc["damage"], doc["strategy"]) == ("base", "rebuild")
+        assert (doc["verified"], doc["loss_detected"]) == (True, False)
+        assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert_same_rows(out, "messages")
+        assert_same_rows(out, "sessions")
+
+    def test_fts_check_that_stops_in_a_damaged_file(self, tmp_path: Path) -> None:
+        """A phantom row and an FTS table FTS5 refuses to open: the verdicts cannot be
+        joined, so the file is diagnosed again, waiting for them, and rebuilt with
+        that diagnosis; nothing lost and MATCH answers as on the pristine file."""
+        case = fts_version_changed(tmp_path / "db")
+        damage.duplicate_cell(case.db, "sessions", 5)
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 0
+        assert (doc["damage"], doc["verified"], doc["loss_detected"]) == ("base", True, False)
+        assert doc["verification"]["fts"] == {"messages_fts": "ok", "messages_fts_trigram": "ok"}
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert_same_rows(out, "sessions")
+        assert sorted(os.listdir(out.parent)) == ["recovered.db"]
+
+    def test_fts_checks_that_cannot_start_make_a_new_diagnosis(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """No interpreter to start the child process of FTS5's checks with: the
+        damaged file is diagnosed again, waiting for checks run in this process, and
+        recovered as ever: the same report as with the child (but the timings and the
+        output's name), nothing lost, verified, no file left behind."""
+        case = corruption.phantom_row(tmp_path / "db")
+        scramble_fts_index(case)
+        with_child = recover(case.db, tmp_path / "with-child.db").to_json()
+        monkeypatch.setattr("sys.executable", str(tmp_path / "no-such-python"))
+        out = tmp_path / "out.db"
+        report = recover(case.db, out)
+        assert (report.damage, report.verified, report.loss_detected) == ("base", True, False)
+        doc = report.to_json()
+        for d in (doc, with_child):
+            del d["timings"], d["output"]
+        assert doc == with_child
+        q = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'the' ORDER BY rowid"
+        assert rows(out, q) == rows(case.pristine, q)
+        assert sorted(os.listdir(tmp_path)) == ["db", "out.db", "with-child.db"]
 
 
 class TestExternalContentFts:

@@ -92,18 +92,15 @@ def test_fts_tables_not_kept_by_fts5_from_clean_rows_keep_their_full_check(
     tmp_path: Path,
 ) -> None:
     """FTS5's own check of the output is skipped for no FTS table whose index is not
-    the source's passing one kept by FTS5 from clean rows: external content (schema
-    30: its index is built from another table), an index damaged in the source (made
-    again by 'rebuild'), rows added from dropped WAL commits (decoded from frames) and
+    kept by FTS5 from clean rows (the source's passing one, or its 'rebuild' of its own
+    content: ``test_recover.py``): external content (schema 30: its index is built
+    from another table), rows added from dropped WAL commits (decoded from frames) and
     a partial row (its completion fires the triggers with a damaged row's values)."""
     external = corruption.fresh_copy(tmp_path / "external", MAIN_EXTERNAL)
     _, leaves = corruption.PristineFile(external.db).tree_pages(external.roots["messages"])
     corruption.zero_page(external, leaves[3])
     cases = {
         "external": external,
-        "rebuilt": corruption.scribbled_trees(
-            tmp_path / "rebuilt", {"messages_fts_data": 2, "messages_fts_trigram_data": 2}
-        ),
         "wal": corruption.wal_bad_frame(tmp_path / "wal"),
         "partial": corruption.broken_overflow(tmp_path / "partial"),
     }
