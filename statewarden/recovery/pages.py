@@ -712,20 +712,7 @@ def rebuild_schema_root(path: Path) -> int:
     """
     db = DatabaseFile(path)
     try:
-        free = db.freelist_pages()
-        leaves: list[tuple[int, int, int]] = []  # (first rowid, last rowid, page)
-        for n in range(2, db.page_count + 1):
-            if n in free:
-                continue
-            try:
-                if db.page_kind(n) != PAGE_TABLE_LEAF:
-                    continue
-                rows, bad = db.leaf_rows(n)
-            except PageFormatError:
-                continue
-            if rows and not bad and all(_schema_record(v) for _, v in rows):
-                rowids = [r for r, _ in rows]
-                leaves.append((min(rowids), max(rowids), n))
+        leaves = _schema_leaves(db)
         leaves.sort()
         if any(a[1] >= b[0] for a, b in itertools.pairwise(leaves)):
             return 0  # two versions of one stretch: which is current cannot be told
@@ -755,6 +742,67 @@ def rebuild_schema_root(path: Path) -> int:
         f.seek(0)
         f.write(bytes(page[:page_size]))
     return len(leaves)
+
+
+def _schema_leaves(db: DatabaseFile) -> list[tuple[int, int, int]]:
+    """(first rowid, last rowid, page) of each table leaf past page 1 whose every cell
+    decodes to a ``sqlite_schema`` record, freelist pages excluded. The pages are read
+    in one stream of page-aligned chunks; a leaf is decoded only when its first cell
+    may hold such a record (``_may_open_schema_leaf``), so a file of millions of
+    message leaves costs one read of its pages, not a decoding of every row."""
+    free = db.freelist_pages()
+    words = tuple(w.encode(db.encoding) for w in SCHEMA_TYPES)
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    leaves: list[tuple[int, int, int]] = []
+    for first in range(2, db.page_count + 1, per_chunk):
+        data = db.raw_pages(first, min(per_chunk, db.page_count - first + 1))
+        for i in range(len(data) // ps):
+            n, base = first + i, i * ps
+            if data[base] != PAGE_TABLE_LEAF or n in free:
+                continue
+            if not _may_open_schema_leaf(db, data[base : base + ps], words):
+                continue
+            try:
+                rows, bad = db.leaf_rows(n)
+            except PageFormatError:
+                continue
+            if rows and not bad and all(_schema_record(v) for _, v in rows):
+                rowids = [r for r, _ in rows]
+                leaves.append((min(rowids), max(rowids), n))
+    return leaves
+
+
+def _may_open_schema_leaf(db: DatabaseFile, pg: bytes, words: tuple[bytes, ...]) -> bool:
+    """Could the table leaf ``pg`` (not page 1) be a ``sqlite_schema`` leaf? False only
+    when its first cell surely does not decode to a schema record (``_schema_record``):
+    no cell, or a record held in the cell whose header does not give five columns, the
+    first a text that is one of ``words`` (the schema types in the file's encoding).
+    Whatever cannot be told from the cell's own bytes is left to the full decoding."""
+    if not (pg[3] << 8) | pg[4]:
+        return False  # no cell: no row
+    try:
+        off = (pg[8] << 8) | pg[9]
+        size, pos = varint(pg, off)
+        _, pos = varint(pg, pos)
+        local = pg[pos : pos + min(db._local_size(size, table=True), db.usable - pos)]
+        hsize, at = varint(local, 0)
+        if not 0 < hsize <= len(local):
+            return True
+        types = []
+        while at < hsize:
+            t, at = varint(local, at)
+            types.append(t)
+    except PageFormatError:
+        return True
+    if len(types) != 5:
+        return False
+    width = (types[0] - 13) // 2
+    if types[0] < 13 or types[0] % 2 == 0 or not any(len(w) == width for w in words):
+        return False
+    if hsize + width > len(local):
+        return True
+    return local[hsize : hsize + width] in words
 
 
 def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
