@@ -833,8 +833,10 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
     holds its cells. They are found by trying every offset of the page: a cell is
     taken when its payload-size varint, its rowid varint and its record agree (the
     record's own header sums to exactly that payload size, lies in the page, decodes
-    to the end) and the record fits the table (``record_fits``, every column stored).
-    The bytes of deleted rows can stay in a page's free space, so the caller takes a
+    to the end) and the record fits the table (``record_fits``) with every column
+    stored, or as many fields as the rows on the table's readable leaves hold (rows
+    written before an ``ALTER TABLE ADD COLUMN`` keep their shorter records). The
+    bytes of deleted rows can stay in a page's free space, so the caller takes a
     carved row only when an intact index or FTS copy vouches for it. Call with no
     SQLite connection open to ``path`` (docs/safety.md rule 2).
     """
@@ -848,12 +850,16 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             rows: list[Row] = []
             leaves, damaged = _walk_table_tree(db, obj.rootpage)
             garbled, unreadable = _garbled_leaves(db, leaves)
+            if not (damaged or unreadable or garbled):
+                continue
+            counts = _field_counts(db, sorted(set(leaves) - set(garbled)))
+            counts.add(len(obj.stored_columns))
             for leaf in sorted(damaged + unreadable):
-                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
+                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1], counts))
             for leaf in garbled:
                 # Its pointers read: only the cells they point to (no stale copies
                 # from the free space), those that decode and are not zeroed.
-                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1]))
+                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1], counts))
             if rows:
                 out[name] = _one_version(rows)
         return out
@@ -900,8 +906,37 @@ def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], lis
     return garbled, unreadable
 
 
-def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
-    return len(values) == len(obj.stored_columns) and record_fits(obj, values)
+def _fits_whole(obj: SchemaObject, values: list[Any], counts: set[int]) -> bool:
+    """Does a carved record fit ``obj`` (``record_fits``) with a field count its
+    table's readable rows show (``counts``: every column stored, or as many as rows
+    written before an ``ALTER TABLE ADD COLUMN`` hold)?"""
+    return len(values) in counts and record_fits(obj, values)
+
+
+def _field_counts(db: DatabaseFile, leaves: list[int]) -> set[int]:
+    """The field counts of the records in the cells of the table ``leaves``, read
+    from each record's header alone (a cell that does not read is passed over)."""
+    out: set[int] = set()
+    for n in leaves:
+        try:
+            pg = db.page(n)
+            offsets = db._offsets_of(n, pg, _header_of(n, pg))
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        for off in offsets:
+            with contextlib.suppress(PageFormatError, struct.error, IndexError):
+                size, pos = varint(pg, off)
+                _, pos = varint(pg, pos)
+                local = pg[pos : pos + min(size, db._local_size(size, table=True))]
+                hsize, at = varint(local, 0)
+                if not 0 < hsize <= len(local):
+                    continue
+                fields = 0
+                while at < hsize:
+                    _, at = varint(local, at)
+                    fields += 1
+                out.add(fields)
+    return out
 
 
 def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
