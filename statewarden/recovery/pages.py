@@ -196,7 +196,8 @@ class DatabaseFile:
         # Only the cell's own pages are searched (once each): never the whole file.
         if self._zeroed is None:
             self._zeroed = {}
-        wanted = {s[2] for s in segs} - self._zeroed.keys()
+        # (not a set difference with the keys: that walks every page looked at so far)
+        wanted = {s[2] for s in segs if s[2] not in self._zeroed}
         found = zeroed_sectors_of(self, wanted)
         for page in wanted:
             self._zeroed[page] = found.get(page, [])
