@@ -587,7 +587,9 @@ def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[Heade
     """A page-size field that contradicts the file (one flipped header byte), fixed in
     the private copy when exactly one page size makes the header's valid page count fill
     the file to the byte. SQLite would otherwise read every page at the wrong offset
-    and find no schema. The source is not touched."""
+    and find no schema. The source is not touched. A file whose pages read as b-tree
+    pages at the header's size (``infer_page_size``) keeps it: a file cut to a fraction
+    of its pages (half of them fill it at half the size) is truncated, not misread."""
     size = copy.stat().st_size
     if not header.page_count_valid or header.page_count * header.page_size == size:
         return header, None
@@ -595,6 +597,9 @@ def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[Heade
     if len(fits) != 1:
         return header, None
     (page_size,) = fits
+    proven = infer_page_size(copy)
+    if proven is not None and proven[0] == header.page_size:
+        return header, None  # the pages read at the header's size: a file cut short
     with open(copy, "r+b") as f:
         f.seek(16)
         f.write(struct.pack(">H", 1 if page_size == 65536 else page_size))

@@ -196,7 +196,8 @@ class DatabaseFile:
         # Only the cell's own pages are searched (once each): never the whole file.
         if self._zeroed is None:
             self._zeroed = {}
-        wanted = {s[2] for s in segs} - self._zeroed.keys()
+        # (not a set difference with the keys: that walks every page looked at so far)
+        wanted = {s[2] for s in segs if s[2] not in self._zeroed}
         found = zeroed_sectors_of(self, wanted)
         for page in wanted:
             self._zeroed[page] = found.get(page, [])
@@ -712,20 +713,7 @@ def rebuild_schema_root(path: Path) -> int:
     """
     db = DatabaseFile(path)
     try:
-        free = db.freelist_pages()
-        leaves: list[tuple[int, int, int]] = []  # (first rowid, last rowid, page)
-        for n in range(2, db.page_count + 1):
-            if n in free:
-                continue
-            try:
-                if db.page_kind(n) != PAGE_TABLE_LEAF:
-                    continue
-                rows, bad = db.leaf_rows(n)
-            except PageFormatError:
-                continue
-            if rows and not bad and all(_schema_record(v) for _, v in rows):
-                rowids = [r for r, _ in rows]
-                leaves.append((min(rowids), max(rowids), n))
+        leaves = _schema_leaves(db)
         leaves.sort()
         if any(a[1] >= b[0] for a, b in itertools.pairwise(leaves)):
             return 0  # two versions of one stretch: which is current cannot be told
@@ -757,6 +745,67 @@ def rebuild_schema_root(path: Path) -> int:
     return len(leaves)
 
 
+def _schema_leaves(db: DatabaseFile) -> list[tuple[int, int, int]]:
+    """(first rowid, last rowid, page) of each table leaf past page 1 whose every cell
+    decodes to a ``sqlite_schema`` record, freelist pages excluded. The pages are read
+    in one stream of page-aligned chunks; a leaf is decoded only when its first cell
+    may hold such a record (``_may_open_schema_leaf``), so a file of millions of
+    message leaves costs one read of its pages, not a decoding of every row."""
+    free = db.freelist_pages()
+    words = tuple(w.encode(db.encoding) for w in SCHEMA_TYPES)
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    leaves: list[tuple[int, int, int]] = []
+    for first in range(2, db.page_count + 1, per_chunk):
+        data = db.raw_pages(first, min(per_chunk, db.page_count - first + 1))
+        for i in range(len(data) // ps):
+            n, base = first + i, i * ps
+            if data[base] != PAGE_TABLE_LEAF or n in free:
+                continue
+            if not _may_open_schema_leaf(db, data[base : base + ps], words):
+                continue
+            try:
+                rows, bad = db.leaf_rows(n)
+            except PageFormatError:
+                continue
+            if rows and not bad and all(_schema_record(v) for _, v in rows):
+                rowids = [r for r, _ in rows]
+                leaves.append((min(rowids), max(rowids), n))
+    return leaves
+
+
+def _may_open_schema_leaf(db: DatabaseFile, pg: bytes, words: tuple[bytes, ...]) -> bool:
+    """Could the table leaf ``pg`` (not page 1) be a ``sqlite_schema`` leaf? False only
+    when its first cell surely does not decode to a schema record (``_schema_record``):
+    no cell, or a record held in the cell whose header does not give five columns, the
+    first a text that is one of ``words`` (the schema types in the file's encoding).
+    Whatever cannot be told from the cell's own bytes is left to the full decoding."""
+    if not (pg[3] << 8) | pg[4]:
+        return False  # no cell: no row
+    try:
+        off = (pg[8] << 8) | pg[9]
+        size, pos = varint(pg, off)
+        _, pos = varint(pg, pos)
+        local = pg[pos : pos + min(db._local_size(size, table=True), db.usable - pos)]
+        hsize, at = varint(local, 0)
+        if not 0 < hsize <= len(local):
+            return True
+        types = []
+        while at < hsize:
+            t, at = varint(local, at)
+            types.append(t)
+    except PageFormatError:
+        return True
+    if len(types) != 5:
+        return False
+    width = (types[0] - 13) // 2
+    if types[0] < 13 or types[0] % 2 == 0 or not any(len(w) == width for w in words):
+        return False
+    if hsize + width > len(local):
+        return True
+    return local[hsize : hsize + width] in words
+
+
 def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
     """The table leaf that holds (or would hold) ``rowid``, walking down from ``root``."""
     n = root
@@ -785,8 +834,10 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
     holds its cells. They are found by trying every offset of the page: a cell is
     taken when its payload-size varint, its rowid varint and its record agree (the
     record's own header sums to exactly that payload size, lies in the page, decodes
-    to the end) and the record fits the table (``record_fits``, every column stored).
-    The bytes of deleted rows can stay in a page's free space, so the caller takes a
+    to the end) and the record fits the table (``record_fits``) with every column
+    stored, or as many fields as the rows on the table's readable leaves hold (rows
+    written before an ``ALTER TABLE ADD COLUMN`` keep their shorter records). The
+    bytes of deleted rows can stay in a page's free space, so the caller takes a
     carved row only when an intact index or FTS copy vouches for it. Call with no
     SQLite connection open to ``path`` (docs/safety.md rule 2).
     """
@@ -800,12 +851,16 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             rows: list[Row] = []
             leaves, damaged = _walk_table_tree(db, obj.rootpage)
             garbled, unreadable = _garbled_leaves(db, leaves)
+            if not (damaged or unreadable or garbled):
+                continue
+            counts = _field_counts(db, sorted(set(leaves) - set(garbled)))
+            counts.add(len(obj.stored_columns))
             for leaf in sorted(damaged + unreadable):
-                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1]))
+                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1], counts))
             for leaf in garbled:
                 # Its pointers read: only the cells they point to (no stale copies
                 # from the free space), those that decode and are not zeroed.
-                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1]))
+                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1], counts))
             if rows:
                 out[name] = _one_version(rows)
         return out
@@ -852,8 +907,37 @@ def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], lis
     return garbled, unreadable
 
 
-def _fits_whole(obj: SchemaObject, values: list[Any]) -> bool:
-    return len(values) == len(obj.stored_columns) and record_fits(obj, values)
+def _fits_whole(obj: SchemaObject, values: list[Any], counts: set[int]) -> bool:
+    """Does a carved record fit ``obj`` (``record_fits``) with a field count its
+    table's readable rows show (``counts``: every column stored, or as many as rows
+    written before an ``ALTER TABLE ADD COLUMN`` hold)?"""
+    return len(values) in counts and record_fits(obj, values)
+
+
+def _field_counts(db: DatabaseFile, leaves: list[int]) -> set[int]:
+    """The field counts of the records in the cells of the table ``leaves``, read
+    from each record's header alone (a cell that does not read is passed over)."""
+    out: set[int] = set()
+    for n in leaves:
+        try:
+            pg = db.page(n)
+            offsets = db._offsets_of(n, pg, _header_of(n, pg))
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        for off in offsets:
+            with contextlib.suppress(PageFormatError, struct.error, IndexError):
+                size, pos = varint(pg, off)
+                _, pos = varint(pg, pos)
+                local = pg[pos : pos + min(size, db._local_size(size, table=True))]
+                hsize, at = varint(local, 0)
+                if not 0 < hsize <= len(local):
+                    continue
+                fields = 0
+                while at < hsize:
+                    _, at = varint(local, at)
+                    fields += 1
+                out.add(fields)
+    return out
 
 
 def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:

@@ -130,13 +130,39 @@ def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[pages.Row]]
             except (PageFormatError, struct.error, IndexError):
                 damaged.append(n)
         rows: list[pages.Row] = []
+        counts = {len(obj.stored_columns)}
+        for n in readable:
+            if not plain_garbled(db, n):
+                counts.update(plain_field_counts(db, n))
         for n in sorted(damaged):
-            rows.extend(r for r in pages._carve(db, n) if pages._fits_whole(obj, r[1]))
+            rows.extend(r for r in pages._carve(db, n) if pages._fits_whole(obj, r[1], counts))
         for n in readable:
             if plain_garbled(db, n):
-                rows.extend(r for r in db.leaf_rows(n)[0] if pages._fits_whole(obj, r[1]))
+                rows.extend(r for r in db.leaf_rows(n)[0] if pages._fits_whole(obj, r[1], counts))
         if rows:
             out[obj.name] = pages._one_version(rows)
+    return out
+
+
+def plain_field_counts(db: DatabaseFile, n: int) -> set[int]:
+    """The number of serial types in the record header of each cell of leaf ``n``
+    whose header lies in the cell's own bytes."""
+    pg = db.page(n)
+    out = set()
+    for off in db.cell_offsets(n):
+        try:
+            size, pos = pages.varint(pg, off)
+            _, pos = pages.varint(pg, pos)
+            here = pg[pos : pos + min(size, db._local_size(size, table=True))]
+            hsize, at = pages.varint(here, 0)
+            types = []
+            while 0 < hsize <= len(here) and at < hsize:
+                t, at = pages.varint(here, at)
+                types.append(t)
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        if 0 < hsize <= len(here):
+            out.add(len(types))
     return out
 
 
