@@ -52,6 +52,45 @@ class TestForeignLeaf:
         assert (code, diag["damage"]) == (3, "base")
         assert diag["lost_writes"]["stale_rows"] == []
 
+    @pytest.mark.parametrize(
+        "target", ["sqlite_schema", "messages_fts_trigram_content", "messages_fts_docsize"]
+    )
+    def test_recover_detects_no_loss(self, tmp_path: Path, target: str) -> None:
+        """Nothing was lost: the other table's cells are not messages, so they are
+        neither held against the messages' search-index copies nor counted unverified
+        ("kept as stored"); recover exits 0 with no loss detected, every message back."""
+        case = row_shapes.child_pointer_to_foreign_leaf(tmp_path / "db", target)
+        code, doc, out = recover_json(case, tmp_path)
+        m = doc["tables"]["messages"]
+        assert (code, doc["loss_detected"], m["unverified"]) == (0, False, 0)
+        assert not [n for n in doc["notes"] if "kept as stored" in n]
+        assert table_rows(out, ALL_MESSAGES) == table_rows(case.pristine, ALL_MESSAGES)
+
+    @pytest.mark.parametrize(
+        "target", ["sqlite_schema", "messages_fts_trigram_content", "messages_fts_docsize"]
+    )
+    def test_check_reads_them_as_no_rows(self, tmp_path: Path, target: str) -> None:
+        """check scans messages without the other table's cells: no row read twice, no
+        row differing from its search-index copies, no orphan; the messages counted are
+        the rows its b-tree reaches of its own (the pristine file's, but the unreached
+        leaf's), and the damage stays base (exit 3)."""
+        case = row_shapes.child_pointer_to_foreign_leaf(tmp_path / "db", target)
+        unreached = set(case.unreached["messages"])
+        code, diag = check_json(case.db)
+        assert (code, diag["damage"]) == (3, "base")
+        t = next(t for t in diag["tables"] if t["name"] == "messages")
+        reached = [
+            r for (r, *_rest) in table_rows(case.pristine, ALL_MESSAGES) if r not in unreached
+        ]
+        assert (t["scan_rows"], t["distinct_keys"]) == (len(reached), len(reached))
+        assert t["duplicate_rowids"] == {}
+        assert diag["orphans"] == {}
+        c = next(c for c in diag["copies"] if c["table"] == "messages")
+        assert (c["rows_rotted"], c["rows_bad_text"], c["copies_rotted"]) == ([], [], {})
+        lines = "\n".join(diag["findings"])
+        for wrong in ("read twice", "search-index copies", "orphan"):
+            assert wrong not in lines
+
 
 def check_json(db: Path) -> tuple[int, dict[str, Any]]:
     code, stdout, stderr = run_ctl("check", "--db", str(db), "--json", "--progress", "none")
