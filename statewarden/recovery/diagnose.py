@@ -207,6 +207,8 @@ class Diagnosis:
     counts_disagree: list[tuple[int, int, int]] = field(default_factory=list)
     # Rows older than their index entries, rowids given out but gone (``lost_writes.py``).
     lost_writes: LostWrites = field(default_factory=LostWrites)
+    # Per table, other tables' cells its b-tree reaches: no rows of it (``foreign_cells``).
+    foreign_cells: dict[str, Records] = field(default_factory=dict)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -633,6 +635,7 @@ def _diagnose(
             return result, check
     result = _verdict(conn, schema, facts, check.result(), check, progress=progress, raw=opened)
     result.path = str(db)
+    result.foreign_cells = foreign
     return result, None
 
 

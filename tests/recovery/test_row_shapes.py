@@ -58,13 +58,18 @@ class TestForeignLeaf:
     def test_recover_detects_no_loss(self, tmp_path: Path, target: str) -> None:
         """Nothing was lost: the other table's cells are not messages, so they are
         neither held against the messages' search-index copies nor counted unverified
-        ("kept as stored"); recover exits 0 with no loss detected, every message back."""
+        ("kept as stored"), nor read as source rows and set aside under the rowids of
+        real messages; a note says they were left out. recover exits 0 with no loss
+        detected, every message back."""
         case = row_shapes.child_pointer_to_foreign_leaf(tmp_path / "db", target)
+        pristine = table_rows(case.pristine, ALL_MESSAGES)
         code, doc, out = recover_json(case, tmp_path)
         m = doc["tables"]["messages"]
         assert (code, doc["loss_detected"], m["unverified"]) == (0, False, 0)
+        assert (m["source_rows"], m["set_aside"], doc["set_aside"]) == (len(pristine), 0, [])
         assert not [n for n in doc["notes"] if "kept as stored" in n]
-        assert table_rows(out, ALL_MESSAGES) == table_rows(case.pristine, ALL_MESSAGES)
+        assert [n for n in doc["notes"] if "cells of another table's leaf" in n]
+        assert table_rows(out, ALL_MESSAGES) == pristine
 
     @pytest.mark.parametrize(
         "target", ["sqlite_schema", "messages_fts_trigram_content", "messages_fts_docsize"]
