@@ -69,18 +69,41 @@ def foreign_by_table(
     raw: DatabaseFile | None, schema: Schema, error_lines: Sequence[str]
 ) -> dict[str, Records]:
     """``foreign_records`` of every rowid table with such records, from the pages
-    ``error_lines`` (the integrity check's) name as referenced twice; empty without
-    ``raw`` or such pages (a healthy file costs nothing)."""
+    ``error_lines`` (the integrity check's) name as referenced twice that the table's
+    own b-tree names; empty without ``raw`` or such pages (a healthy file costs
+    nothing)."""
     pages = referenced_twice(error_lines)
     if raw is None or not pages:
         return {}
     out = {}
     for obj in schema.tables():
         if obj.rootpage and not obj.without_rowid and obj.module is None:
-            found = foreign_records(raw, obj, pages)
+            named = _named_by_tree(raw, obj.rootpage, pages)
+            found = foreign_records(raw, obj, named) if named else {}
             if found:
                 out[obj.name] = found
     return out
+
+
+def _named_by_tree(raw: DatabaseFile, root: int, pages: set[int]) -> set[int]:
+    """Those of ``pages`` a child pointer of the table b-tree rooted at ``root`` names,
+    however deep (each interior page it reaches is read once)."""
+    named: set[int] = set()
+    todo, seen = [root], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        try:
+            if raw.page_kind(n) != PAGE_TABLE_INTERIOR:
+                continue
+            kids = raw.children(n)
+        except (PageFormatError, struct.error):
+            continue
+        named.update(k for k in kids if k in pages)
+        todo.extend(kids)
+    return named
 
 
 def fits(obj: SchemaObject, values: list[Any]) -> bool:
