@@ -14,6 +14,7 @@ import pytest
 
 from lab import fuzz, row_shapes
 from lab.corruption import table_rows
+from lab.hermes_fixtures import MEDIUM, built_db
 from tests.recovery.test_recover import recover_json
 from tests.support.cli import run_ctl
 
@@ -95,6 +96,27 @@ class TestForeignLeaf:
         lines = "\n".join(diag["findings"])
         for wrong in ("read twice", "search-index copies", "orphan"):
             assert wrong not in lines
+
+    def test_an_integrity_check_without_page_accounting(self, tmp_path: Path) -> None:
+        """On a file whose schema rows come in the order of the 8,000-message fixture,
+        SQLite's integrity check skips its page accounting ("never used") and still
+        answers in full; the pointer moved onto a docsize leaf (a "2nd reference")
+        shows a leaf is unreached all the same: every page is read, and the 6 intact
+        messages there come back. Exit 0, no loss, every message as Hermes wrote it."""
+        source = built_db(MEDIUM)
+        case = row_shapes.child_pointer_to_foreign_leaf(
+            tmp_path / "db", "messages_fts_docsize", source=source
+        )
+        unreached = case.unreached["messages"]
+        assert unreached
+        code, diag = check_json(case.db)
+        assert (code, diag["damage"]) == (3, "base")
+        assert not [ln for ln in diag["error_lines"] if "never used" in ln]
+        code, doc, out = recover_json(case, tmp_path)
+        m = doc["tables"]["messages"]
+        assert (code, doc["loss_detected"], m["lost_keys"]) == (0, False, [])
+        assert m["recovered_from_pages"] == len(unreached)
+        assert table_rows(out, ALL_MESSAGES) == table_rows(case.pristine, ALL_MESSAGES)
 
 
 def check_json(db: Path) -> tuple[int, dict[str, Any]]:
