@@ -21,40 +21,45 @@ from lab.fuzz import later_db
 from statewarden.demo.damage import varint, write_at
 
 
-def _fresh(dest_dir: Path) -> Case:
+def _fresh(dest_dir: Path, source: Path | None = None) -> Case:
     dest_dir.mkdir(parents=True, exist_ok=True)
-    pristine = later_db()
+    pristine = source or later_db()
     db = dest_dir / "state.db"
     shutil.copyfile(pristine, db)
     return Case(db=db, pristine=pristine, roots=schema_roots(pristine))
 
 
-def child_pointer_to_foreign_leaf(dest_dir: Path, target: str, *, one_bit: bool = True) -> Case:
-    """A child pointer of the ``messages`` root changed to name a leaf of ``target``
-    (page 1 for ``"sqlite_schema"``), one bit away (with ``one_bit``, unless page 1):
-    that leaf's cells are another table's rows, under rowids ``messages`` uses too.
+def child_pointer_to_foreign_leaf(
+    dest_dir: Path, target: str, *, one_bit: bool = True, source: Path | None = None
+) -> Case:
+    """A child pointer of a ``messages`` interior page (the root's first) changed to
+    name a leaf of ``target`` (page 1 for ``"sqlite_schema"``), one bit away (with
+    ``one_bit``, unless page 1): that leaf's cells are another table's rows, under
+    rowids ``messages`` uses too. On a copy of ``source`` (the fuzz lab's file).
 
     ``unreached`` lists the messages on the leaf no longer reached (intact on disk).
     """
-    case = _fresh(dest_dir)
+    case = _fresh(dest_dir, source)
     pf = PristineFile(case.pristine)
-    root = case.roots["messages"]
     targets = [1] if target == "sqlite_schema" else pf.tree_pages(case.roots[target])[1]
-    kids = pf.children(root)[:-1]
+    interiors = [case.roots["messages"]]
+    for n in interiors:  # breadth first: the root's pointers come first
+        interiors.extend(k for k in pf.children(n) if pf.children(k))
     pairs = [
-        (i, child, other)
-        for i, child in enumerate(kids)
+        (n, i, child, other)
+        for n in interiors
+        for i, child in enumerate(pf.children(n)[:-1])
         for other in targets
         if (x := child ^ other) and (x & (x - 1) == 0 or not one_bit or target == "sqlite_schema")
     ]
     if not pairs:  # pragma: no cover - the fuzz file always has such a pair
         raise RuntimeError(f"no messages child pointer one bit away from a {target} leaf")
-    i, child, other = pairs[0]
-    at = (root - 1) * pf.page_size + pf.cell_offsets(root)[i]
+    n, i, child, other = pairs[0]
+    at = (n - 1) * pf.page_size + pf.cell_offsets(n)[i]
     write_at(case.db, at, struct.pack(">I", other))
     case.unreached = {"messages": pf.leaf_rowids(child)}
-    case.damaged_pages.append(root)
-    case.note = f"messages root {root}: child {i} moved from leaf {child} to {target} page {other}"
+    case.damaged_pages.append(n)
+    case.note = f"messages page {n}: child {i} moved from leaf {child} to {target} page {other}"
     return case
 
 

@@ -19,11 +19,13 @@ import bisect
 import itertools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
+from statewarden.recovery.foreign_cells import OwnRows, Records
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import quote_ident
 
@@ -187,16 +189,22 @@ def feeds(schema: Schema) -> list[Feed]:
     return out
 
 
-def compare(conn: apsw.Connection, schema: Schema) -> list[CopyCheck]:
-    """Each base table with FTS copies: which rows or copies differ."""
+def compare(
+    conn: apsw.Connection, schema: Schema, foreign: Mapping[str, Records] | None = None
+) -> list[CopyCheck]:
+    """Each base table with FTS copies: which rows or copies differ. ``foreign``: per
+    table, other tables' cells its b-tree reaches (``foreign_cells.py``): no rows of
+    it, they are held against no copy."""
     by_table: dict[str, list[Feed]] = {}
     for f in feeds(schema):
         by_table.setdefault(f.table, []).append(f)
     out = []
     for table, fs in by_table.items():
         check = CopyCheck(table, [f.fts for f in fs])
+        obj = schema.by_name(table)
+        records = (foreign or {}).get(table)
         try:
-            _compare(conn, check, fs)
+            _compare(conn, check, fs, OwnRows(obj, records) if obj and records else None)
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
@@ -208,15 +216,19 @@ def compare(conn: apsw.Connection, schema: Schema) -> list[CopyCheck]:
     return out
 
 
-def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
+def _compare(
+    conn: apsw.Connection, check: CopyCheck, fs: list[Feed], own: OwnRows | None = None
+) -> None:
     differs: dict[str, set[int]] = {}
     for f in fs:
         content = quote_ident(f"{f.fts}_content")
+        cols = own.columns([]) if own is not None else []
         sql = (
-            f"SELECT b.rowid FROM {quote_ident(f.table)} AS b NOT INDEXED"
+            f"SELECT b.rowid{''.join(f', b.{quote_ident(c)}' for c in cols)}"
+            f" FROM {quote_ident(f.table)} AS b NOT INDEXED"
             f" JOIN {content} AS c ON c.id = ({f.rowid_expr}) WHERE NOT {f.copy_matches()}"
         )
-        differs[f.fts] = {int(r[0]) for r in conn.execute(sql)}
+        differs[f.fts] = _own_rowids(conn, sql, own)
     if len(fs) >= 2:
         a, b = fs[0], fs[1]
         both = differs[a.fts] & differs[b.fts]
@@ -233,6 +245,19 @@ def _compare(conn: apsw.Connection, check: CopyCheck, fs: list[Feed]) -> None:
         for f in fs:
             if differs[f.fts]:
                 check.copies_rotted[f.fts] = sorted(differs[f.fts])
+
+
+def _own_rowids(conn: apsw.Connection, sql: str, own: OwnRows | None) -> set[int]:
+    """The rowids of the rows ``sql`` selects (rowid, then ``own``'s columns), those
+    read from other tables' cells left out."""
+    found: set[int] = set()
+    keep = own.keep([], lambda row: found.add(int(row[0]))) if own else None
+    for r in conn.execute(sql):
+        if keep is None:
+            found.add(int(r[0]))
+        else:
+            keep(tuple(r))
+    return found
 
 
 def _scan_bad_text(conn: apsw.Connection, schema: Schema, table: str) -> list[int]:

@@ -33,6 +33,7 @@ from statewarden.errors import (
 )
 from statewarden.progress import ProgressFn
 from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
+from statewarden.recovery.foreign_cells import OwnRows, Records, foreign_by_table
 from statewarden.recovery.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
 from statewarden.recovery.integrity import (
     ErrorGroup,
@@ -207,6 +208,8 @@ class Diagnosis:
     counts_disagree: list[tuple[int, int, int]] = field(default_factory=list)
     # Rows older than their index entries, rowids given out but gone (``lost_writes.py``).
     lost_writes: LostWrites = field(default_factory=LostWrites)
+    # Per table, other tables' cells its b-tree reaches: no rows of it (``foreign_cells``).
+    foreign_cells: dict[str, Records] = field(default_factory=dict)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -627,18 +630,22 @@ def _diagnose(
     # child process with ``defer``) while the tables are scanned, their orphans counted
     # and their FTS copies compared (``IntegrityCheck``).
     check = IntegrityCheck(conn, progress, table_names, apart=defer)
+    # Cells of another table's leaf a wrong child pointer names are no rows of the
+    # table whose b-tree reaches them (``foreign_cells.py``).
+    opened = raw if isinstance(raw, DatabaseFile) else None
+    foreign = foreign_by_table(opened, schema, check.btree_result()[0])
     base = schema.base_tables()
     tables = []
     for i, obj in enumerate(base):
         if progress:
             progress("scan tables", i, len(base))
-        tables.append(table_facts(conn, obj, schema))
+        tables.append(table_facts(conn, obj, schema, foreign=foreign.get(obj.name, {})))
     if progress:
         progress("scan tables", len(base), len(base))
-    orphans, fk_errors = foreign_key_orphans(conn, base)
+    orphans, fk_errors = foreign_key_orphans(conn, base, foreign)
     if progress:
         progress("compare FTS copies", 0, 1)
-    copies = compare(conn, schema)
+    copies = compare(conn, schema, foreign)
     counts = counts_disagree(conn)
     # Raw reads while the FTS checks run (SQLite releases the GIL): see ``diagnose``.
     zeroed = _zeroed_search(raw, schema)
@@ -654,7 +661,6 @@ def _diagnose(
         unverifiable=unloadable(conn, schema),
         truncated=truncated is not None,
     )
-    opened = raw if isinstance(raw, DatabaseFile) else None
     if defer:
         # Every FTS verdict "ok" for now, the b-trees' lines alone: the diagnosis is
         # handed back before the FTS checks end (``FtsPending.join`` gives the verdicts).
@@ -663,9 +669,11 @@ def _diagnose(
         checked = (btree_lines, btree_abort is None, btree_abort)
         result = _verdict(conn, schema, facts, checked, check, fts=ahead, raw=opened)
         result.path = str(db)
+        result.foreign_cells = foreign
         return result, check
     result = _verdict(conn, schema, facts, check.result(), check, progress=progress, raw=opened)
     result.path = str(db)
+    result.foreign_cells = foreign
     return result, None
 
 
@@ -774,10 +782,15 @@ def _fts_verdicts(
 
 
 def table_facts(
-    conn: apsw.Connection, obj: SchemaObject, schema: Schema | None = None
+    conn: apsw.Connection,
+    obj: SchemaObject,
+    schema: Schema | None = None,
+    *,
+    foreign: Records | None = None,
 ) -> TableFacts:
     """Planner count, full-scan count, distinct keys and phantom duplicates of one table;
-    with ``schema``, rowids its indexes or FTS copies hold that the table lacks."""
+    with ``schema``, rowids its indexes or FTS copies hold that the table lacks.
+    ``foreign``: other tables' cells its b-tree reaches, which are no rows of it."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
     rowids: Counter[int] = Counter()
@@ -793,7 +806,11 @@ def table_facts(
             duplicate_keys.add(k)
 
     hints = _index_rowids(conn, schema, obj) if schema is not None else []
-    result: ScanResult = scan_table(conn, obj.name, key_cols, on_row, hints=hints)
+    own = OwnRows(obj, foreign or {})
+    result: ScanResult = scan_table(
+        conn, obj.name, own.columns(key_cols), own.keep(key_cols, on_row), hints=hints
+    )
+    result.rows_read -= len(own.left_out)
     planner: int | None = None
     planner_error = None
     try:
@@ -958,12 +975,13 @@ def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[
         return []
 
 
-def orphan_rows(conn: apsw.Connection, table: str) -> int:
+def orphan_rows(conn: apsw.Connection, table: str, foreign: OwnRows | None = None) -> int:
     """Rows of ``table`` whose parent row is missing, found by full scans of both
     tables that read past damage (``scan.py``). ``foreign_key_check`` looks parents up
     through the parent's index, which on a damaged file still lists parents whose rows
     are gone, and fails outright on an unreadable page. Each row counts once however
     many of its foreign keys fail; check and recover count orphans with this function.
+    ``foreign`` leaves out other tables' cells the table's b-tree reaches.
     """
     fks: dict[int, list[tuple[str, str, str | None]]] = {}
     for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
@@ -991,7 +1009,10 @@ def orphan_rows(conn: apsw.Connection, table: str) -> int:
                 orphans += 1
                 return
 
-    scan_table(conn, table, columns, on_row)
+    if foreign is None:
+        scan_table(conn, table, columns, on_row)
+    else:
+        scan_table(conn, table, foreign.columns(columns), foreign.keep(columns, on_row))
     return orphans
 
 
@@ -1005,15 +1026,17 @@ def _key_values(conn: apsw.Connection, table: str, columns: list[str]) -> set[tu
 
 
 def foreign_key_orphans(
-    conn: apsw.Connection, tables: list[SchemaObject]
+    conn: apsw.Connection, tables: list[SchemaObject], foreign: dict[str, Records] | None = None
 ) -> tuple[dict[str, int], list[str]]:
     """Rows per table whose parent row is missing (``foreign_key_check``), table by table
-    so that one unreadable table does not hide the others."""
+    so that one unreadable table does not hide the others; ``foreign``: other tables'
+    cells each table's b-tree reaches (``foreign_cells.py``), which are no rows of it."""
     counts: dict[str, int] = {}
     errors = []
     for obj in tables:
+        found = (foreign or {}).get(obj.name)
         try:
-            n = orphan_rows(conn, obj.name)
+            n = orphan_rows(conn, obj.name, OwnRows(obj, found) if found else None)
         except apsw.Error as exc:
             errors.append(f"{obj.name}: {str(exc).split(chr(10), 1)[0]}")
             continue

@@ -38,13 +38,11 @@ import apsw
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.copies import Feed, feeds, indexed_values
+from statewarden.recovery.foreign_cells import foreign_records, reads_as, referenced_twice
 from statewarden.recovery.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
-    PAGE_TABLE_INTERIOR,
-    PAGE_TABLE_LEAF,
     DatabaseFile,
-    record_fits,
     varint,
 )
 from statewarden.recovery.scan import scan_table
@@ -53,7 +51,6 @@ from statewarden.sqlite import json_value, quote_ident
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
 _TREE_RE = re.compile(r"^Tree (\d+) ")
-_SECOND_REFERENCE_RE = re.compile(r"2nd reference to page (\d+)$")
 
 
 @dataclass
@@ -256,7 +253,7 @@ def find_lost_writes(
     without it every entry is taken as its index's, every row read as the table's."""
     found = LostWrites()
     broken = {int(m.group(1)) for ln in error_lines if (m := _TREE_RE.match(ln))}
-    twice = {int(m.group(1)) for ln in error_lines if (m := _SECOND_REFERENCE_RE.search(ln))}
+    twice = referenced_twice(error_lines)
     tables: set[str] = set()
     for ln in error_lines:
         if (m := _MISSING_FROM_INDEX_RE.match(ln)) and (idx := schema.by_name(m.group(1))):
@@ -264,7 +261,7 @@ def find_lost_writes(
     for name in sorted(tables):
         obj = schema.by_name(name)
         if obj is not None and not obj.without_rowid:
-            foreign = _foreign_records(raw, obj, twice) if raw is not None else {}
+            foreign = foreign_records(raw, obj, twice) if raw is not None else {}
             _hold_against_indexes(conn, schema, obj, broken, found, foreign=foreign, raw=raw)
     for name, rowids in index_only.items():
         gone = _given_out(conn, name, rowids)
@@ -369,7 +366,7 @@ def _hold_against_indexes(
     def on_row(row: tuple[Any, ...]) -> None:
         rowid = int(row[0])
         held = entries.get(rowid)
-        if not held or any(_reads_as(obj, cols, row, r) for r in foreign.get(rowid, [])):
+        if not held or any(reads_as(obj, cols, row, r) for r in foreign.get(rowid, [])):
             return
         differ: dict[str, dict[str, Any]] = {}
         certain = False
@@ -404,58 +401,6 @@ def _hold_against_indexes(
             raise
     for index, rowids in older.items():
         found.older_entries[index] = sorted(rowids)
-
-
-def _foreign_records(
-    raw: DatabaseFile, obj: SchemaObject, pages: set[int]
-) -> dict[int, list[list[Any]]]:
-    """The records that do not fit ``obj`` (``_fits``) on the table leaves among
-    ``pages`` (those the integrity check found referenced twice), or under them:
-    another table's leaf that a wrong child pointer of ``obj``'s b-tree names, whose
-    cells SQLite reads as rows of ``obj`` under their own rowids. Rowid -> records."""
-    out: dict[int, list[list[Any]]] = {}
-    todo, seen = sorted(pages), set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        try:
-            kind = raw.page_kind(n)
-            if kind == PAGE_TABLE_INTERIOR:
-                todo.extend(raw.children(n))
-            if kind != PAGE_TABLE_LEAF:
-                continue
-            rows, _bad = raw.leaf_rows(n)
-        except (PageFormatError, struct.error):
-            continue
-        for rowid, values in rows:
-            if not _fits(obj, values):
-                out.setdefault(rowid, []).append(values)
-    return out
-
-
-def _fits(obj: SchemaObject, values: list[Any]) -> bool:
-    """``pages.record_fits``, and no NOT NULL column without a DEFAULT past the
-    record's last field (``ALTER TABLE ADD COLUMN`` cannot add one: every record of
-    the table has a field for it)."""
-    cols = obj.stored_columns
-    if len(values) > len(cols) or not record_fits(obj, values):
-        return False
-    return not any(c.notnull and c.default is None for c in cols[len(values) :])
-
-
-def _reads_as(obj: SchemaObject, cols: list[str], row: tuple[Any, ...], record: list[Any]) -> bool:
-    """Is ``row`` (rowid, then ``cols``) what SQLite reads of ``record`` as a row of
-    ``obj``: each column the record has a field for holds that field's value?"""
-    at = {c.name: i for i, c in enumerate(obj.stored_columns)}
-    for col, value in zip(cols, row[1:], strict=True):
-        i = at.get(col)
-        if i is None or i >= len(record) or col == obj.rowid_alias:
-            continue
-        if not _same(record[i], value):
-            return False
-    return True
 
 
 def _name_moved_records(

@@ -39,6 +39,7 @@ from statewarden.recovery.copies import (
     write_rebuilt,
 )
 from statewarden.recovery.diagnose import Diagnosis, FtsPending
+from statewarden.recovery.foreign_cells import OwnRows
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.other_copies import OtherCopy
@@ -1076,16 +1077,25 @@ class Rebuild:
         zeroed_lost: list[int] = []
         bad_text: dict[int, list[str]] = {}
         hints = sorted(tc.hint_rowids)
+        # Another table's cells a wrong child pointer leads to are no rows of this one.
+        own = OwnRows(obj, self.inputs.diag.foreign_cells.get(obj.name, {}))
         result = scan_table(
             self.src,
             obj.name,
-            cols,
-            on_row,
+            own.columns(cols),
+            own.keep(cols, on_row),
             hints=hints,
             on_partial=partial.__setitem__,
             on_bad_text=bad_text.__setitem__,
         )
         self._note_row_scan(tc, result, zeroed_lost)
+        if own.left_out:
+            shown = ", ".join(str(r) for r in own.left_out[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(own.left_out)} cells of another table's leaf, which its"
+                f" b-tree reaches through a wrong child pointer, are no rows of it: not"
+                f" copied (rowids {shown})"
+            )
 
     def _note_row_scan(self, tc: TableCopy, result: ScanResult, zeroed_lost: list[int]) -> None:
         """What a row-by-row copy of the table could not read, in its report and notes."""

@@ -22,6 +22,7 @@ import apsw
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.foreign_cells import referenced_twice
 from statewarden.recovery.integrity import NEVER_USED_RE
 from statewarden.recovery.lost_schema import IndexPage, index_pages, listed_by_old_indexes
 from statewarden.recovery.pages import (
@@ -91,10 +92,20 @@ def _both(a: SalvagedRows, b: SalvagedRows) -> SalvagedRows:
 
 def _never_used(diag: Diagnosis) -> list[int] | None:
     """Pages a completed integrity check found no b-tree or freelist using (None when
-    the check stopped early: then every page is walked)."""
+    the check stopped early: then every page is walked).
+
+    SQLite skips that page accounting, and still answers in full, when the first
+    object of its schema hash has no root page (an FTS5 table: it depends on the order
+    of the schema's rows, so one Hermes file has it and another not). A child pointer
+    that names a page used elsewhere ("2nd reference") leaves the page it named
+    unreached: with no "never used" line at all, the accounting was skipped, and every
+    page is walked."""
     if not diag.integrity_complete:
         return None
-    return sorted({int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))})
+    unused = {int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))}
+    if not unused and referenced_twice(diag.error_lines):
+        return None
+    return sorted(unused)
 
 
 def complete_salvage(inputs: RebuildInputs, report: Report, copies: dict[str, TableCopy]) -> None:

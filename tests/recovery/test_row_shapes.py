@@ -14,6 +14,7 @@ import pytest
 
 from lab import fuzz, row_shapes
 from lab.corruption import table_rows
+from lab.hermes_fixtures import MEDIUM, built_db
 from tests.recovery.test_recover import recover_json
 from tests.support.cli import run_ctl
 
@@ -51,6 +52,71 @@ class TestForeignLeaf:
         code, diag = check_json(case.db)
         assert (code, diag["damage"]) == (3, "base")
         assert diag["lost_writes"]["stale_rows"] == []
+
+    @pytest.mark.parametrize(
+        "target", ["sqlite_schema", "messages_fts_trigram_content", "messages_fts_docsize"]
+    )
+    def test_recover_detects_no_loss(self, tmp_path: Path, target: str) -> None:
+        """Nothing was lost: the other table's cells are not messages, so they are
+        neither held against the messages' search-index copies nor counted unverified
+        ("kept as stored"), nor read as source rows and set aside under the rowids of
+        real messages; a note says they were left out. recover exits 0 with no loss
+        detected, every message back."""
+        case = row_shapes.child_pointer_to_foreign_leaf(tmp_path / "db", target)
+        pristine = table_rows(case.pristine, ALL_MESSAGES)
+        code, doc, out = recover_json(case, tmp_path)
+        m = doc["tables"]["messages"]
+        assert (code, doc["loss_detected"], m["unverified"]) == (0, False, 0)
+        assert (m["source_rows"], m["set_aside"], doc["set_aside"]) == (len(pristine), 0, [])
+        assert not [n for n in doc["notes"] if "kept as stored" in n]
+        assert [n for n in doc["notes"] if "cells of another table's leaf" in n]
+        assert table_rows(out, ALL_MESSAGES) == pristine
+
+    @pytest.mark.parametrize(
+        "target", ["sqlite_schema", "messages_fts_trigram_content", "messages_fts_docsize"]
+    )
+    def test_check_reads_them_as_no_rows(self, tmp_path: Path, target: str) -> None:
+        """check scans messages without the other table's cells: no row read twice, no
+        row differing from its search-index copies, no orphan; the messages counted are
+        the rows its b-tree reaches of its own (the pristine file's, but the unreached
+        leaf's), and the damage stays base (exit 3)."""
+        case = row_shapes.child_pointer_to_foreign_leaf(tmp_path / "db", target)
+        unreached = set(case.unreached["messages"])
+        code, diag = check_json(case.db)
+        assert (code, diag["damage"]) == (3, "base")
+        t = next(t for t in diag["tables"] if t["name"] == "messages")
+        reached = [
+            r for (r, *_rest) in table_rows(case.pristine, ALL_MESSAGES) if r not in unreached
+        ]
+        assert (t["scan_rows"], t["distinct_keys"]) == (len(reached), len(reached))
+        assert t["duplicate_rowids"] == {}
+        assert diag["orphans"] == {}
+        c = next(c for c in diag["copies"] if c["table"] == "messages")
+        assert (c["rows_rotted"], c["rows_bad_text"], c["copies_rotted"]) == ([], [], {})
+        lines = "\n".join(diag["findings"])
+        for wrong in ("read twice", "search-index copies", "orphan"):
+            assert wrong not in lines
+
+    def test_an_integrity_check_without_page_accounting(self, tmp_path: Path) -> None:
+        """On a file whose schema rows come in the order of the 8,000-message fixture,
+        SQLite's integrity check skips its page accounting ("never used") and still
+        answers in full; the pointer moved onto a docsize leaf (a "2nd reference")
+        shows a leaf is unreached all the same: every page is read, and the 6 intact
+        messages there come back. Exit 0, no loss, every message as Hermes wrote it."""
+        source = built_db(MEDIUM)
+        case = row_shapes.child_pointer_to_foreign_leaf(
+            tmp_path / "db", "messages_fts_docsize", source=source
+        )
+        unreached = case.unreached["messages"]
+        assert unreached
+        code, diag = check_json(case.db)
+        assert (code, diag["damage"]) == (3, "base")
+        assert not [ln for ln in diag["error_lines"] if "never used" in ln]
+        code, doc, out = recover_json(case, tmp_path)
+        m = doc["tables"]["messages"]
+        assert (code, doc["loss_detected"], m["lost_keys"]) == (0, False, [])
+        assert m["recovered_from_pages"] == len(unreached)
+        assert table_rows(out, ALL_MESSAGES) == table_rows(case.pristine, ALL_MESSAGES)
 
 
 def check_json(db: Path) -> tuple[int, dict[str, Any]]:
