@@ -246,9 +246,9 @@ def test_full_disk_fails_cleanly(tmp_path: Path, size: str) -> None:
         assert "could not build the sandbox" in proc.stderr
         assert "No space left on device" in proc.stderr
     else:
-        # check needs room for its private copy: the demo stops at the first step that
-        # did not end as expected, and goes no further.
-        assert "[exit 1: expected 3; the demo stops here]" in proc.stdout
+        # check needs room for its private copy (no room: exit 5, it could not finish):
+        # the demo stops at the first step that did not end as expected, and goes no further.
+        assert "[exit 5: expected 3; the demo stops here]" in proc.stdout
         assert "Demo finished: not as expected: check." in proc.stdout
         assert "$ statewardenctl maintenance" not in proc.stdout
     assert leftovers(tmp_path) == []
