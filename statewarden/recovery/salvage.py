@@ -71,7 +71,8 @@ def decode_rows(
             # a count that differs from the planner's, a page reached twice): decode
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (docs/safety.md rule 2).
-            decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), _never_used(diag))
+            unused = never_used(diag.error_lines, complete=diag.integrity_complete)
+            decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), unused)
             decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
             if work.known_schema:
                 decoded.listed_by_old_indexes = listed_by_old_indexes(
@@ -90,7 +91,7 @@ def _both(a: SalvagedRows, b: SalvagedRows) -> SalvagedRows:
     return {name: [*a.get(name, []), *b.get(name, [])] for name in a.keys() | b.keys()}
 
 
-def _never_used(diag: Diagnosis) -> list[int] | None:
+def never_used(lines: list[str], *, complete: bool) -> list[int] | None:
     """Pages a completed integrity check found no b-tree or freelist using (None when
     the check stopped early: then every page is walked).
 
@@ -100,10 +101,10 @@ def _never_used(diag: Diagnosis) -> list[int] | None:
     that names a page used elsewhere ("2nd reference") leaves the page it named
     unreached: with no "never used" line at all, the accounting was skipped, and every
     page is walked."""
-    if not diag.integrity_complete:
+    if not complete:
         return None
-    unused = {int(m.group(1)) for ln in diag.error_lines if (m := NEVER_USED_RE.match(ln))}
-    if not unused and referenced_twice(diag.error_lines):
+    unused = {int(m.group(1)) for ln in lines if (m := NEVER_USED_RE.match(ln))}
+    if not unused and referenced_twice(lines):
         return None
     return sorted(unused)
 
