@@ -158,12 +158,39 @@ class Router:
         self.incidents.update(live)
         for stale in set(self.notified) - set(live):
             del self.notified[stale]
+        queued = self._queued_in_outbox()
         for inc in live.values():
             rec = self._record(inc)
-            if inc.state == "open" and rec.notified != "firing":
+            if inc.state == "open" and not rec.notified and inc.id in queued:
+                self._take_as_queued(rec, queued[inc.id], now)
+            elif inc.state == "open" and rec.notified != "firing":
                 self._add(inc, "opened", now)
             elif inc.state == "resolved" and rec.notified == "firing":
                 self._add(inc, "resolved", now)
+
+    def _queued_in_outbox(self) -> dict[int, list[tuple[str, str]]]:
+        """Incident id -> (sink, key) of each firing notification waiting in the outbox
+        that holds it. A run killed after the outbox write and before it saved so
+        (``alerts.json``) left them there: made again they would be grouped with other
+        incidents under a new key the outbox cannot recognise, and sent twice."""
+        out: dict[int, list[tuple[str, str]]] = {}
+        for entry in self.outbox.pending():
+            if entry.notification.state == "firing":
+                for item in entry.notification.items:
+                    out.setdefault(item.incident, []).append((entry.sink, entry.key))
+        return out
+
+    def _take_as_queued(self, rec: Notified, queued: list[tuple[str, str]], now: float) -> None:
+        """``rec`` as the killed run would have saved it once its notification was queued."""
+        for sink, key in queued:
+            keys = rec.pending.setdefault(sink, [])
+            if key not in keys:
+                keys.append(key)
+        rec.sinks = sorted({*rec.sinks, *(sink for sink, _ in queued)})
+        rec.n += 1
+        rec.notified = "firing"
+        rec.at = now
+        rec.muted = ""
 
     def submit(self, update: Update, now: float | None = None) -> None:
         """One incident change from the book."""

@@ -222,6 +222,26 @@ class TestRestart:
         router.tick(T0 + 1)
         assert len(outbox.pending("journald")) == 1
 
+    def test_queued_before_a_kill_is_not_queued_again_with_others(self, tmp_path: Path) -> None:
+        """Killed after the outbox write and before alerts.json said so, while another
+        incident waited for its group: after the restart the first is not made again in
+        a notification with the second (a new key the outbox cannot recognise), it is
+        taken as queued from the outbox, and each incident is sent exactly once."""
+        rig = Rig(tmp_path)
+        rig.fire(sig("corruption", T0))
+        rig.router.tick(T0)
+        rig.fire(sig("wal_growth", T0 + 1))  # waiting for its group when the process dies
+        (tmp_path / "alerts.json").unlink()
+        outbox = Outbox(tmp_path / "outbox", max_entries=100)
+        rig.outbox = outbox
+        router = rig.make_router()
+        router.reconcile(IncidentBook(tmp_path / "incidents.json").incidents.values(), T0 + 5)
+        router.tick(T0 + 5)
+        router.tick(T0 + 60)
+        kinds = [i.kind for e in outbox.pending("journald") for i in e.notification.items]
+        assert sorted(kinds) == ["corruption", "wal_growth"]
+        assert router.state_of(1)["state"].startswith("queued")
+
     def test_no_resolved_when_disabled(self, tmp_path: Path) -> None:
         """send_resolved: false sends no 'resolved'."""
         rig = Rig(tmp_path, dataclasses.replace(CFG, send_resolved=False))
