@@ -15,7 +15,6 @@ import json
 import shutil
 import struct
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
@@ -24,22 +23,11 @@ from lab import corruption
 from lab.corruption import recount_messages
 from lab.hermes_fixtures import SMALL, built_db
 from lab.wal_damage import page_at, set_header_size, table_leaves
+from tests.recovery.test_wal_deletes import recover
+from tests.recovery.test_wal_deletes import table as rows_of
 from tests.support.cli import run_ctl
 
 TABLES = ("sessions", "messages")
-
-
-def recover(db: Path, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir(exist_ok=True)
-    code, stdout, _ = run_ctl(
-        "recover", "--source", str(db), "--output", str(out), "--json", "--progress", "none"
-    )
-    return code, json.loads(stdout) if stdout else {}, out
-
-
-def rows_of(path: Path, name: str) -> list[tuple[object, ...]]:
-    return corruption.table_rows(path, f"SELECT rowid, * FROM {name} ORDER BY rowid")
 
 
 def test_a_size_field_smaller_than_the_live_trees(tmp_path: Path) -> None:
