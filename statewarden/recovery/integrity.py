@@ -12,6 +12,7 @@ reaches (a damaged interior page orphans its leaves).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -43,12 +44,20 @@ SAMPLE_LINES_PER_GROUP = 5
 # the file ``immutable`` when no ``-wal`` holds frames (a work copy is checkpointed
 # whole: ``bundle.py``): the child then takes no lock at all, so it can neither hold up
 # this process's connections nor be held up by them; otherwise it reads through the WAL,
-# waiting out a passing lock.
+# waiting out a passing lock. It ends with the process that started it
+# (``PR_SET_PDEATHSIG``): a ``kill -9`` of a recover or a maintenance run leaves no
+# checker behind reading the work copy.
 _CHILD_BUSY_TIMEOUT_MS = 10_000
 _APART_CHECKS = """
-import json, sys, threading, time
+import ctypes, json, os, sys, threading, time
+try:  # end with the process that started it, even after its kill -9 (PR_SET_PDEATHSIG)
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(3)  # the process that started it was gone before the line above
 import apsw
-uri, busy_ms, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+uri, busy_ms, names = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 found = {}
 def check(name):
     try:
@@ -73,6 +82,14 @@ for t in threads:
     t.join()
 print(json.dumps({"rows": found, "cpu_s": time.process_time()}))
 """
+
+
+def apart_checks_argv(
+    uri: str, names: Collection[str], busy_ms: int = _CHILD_BUSY_TIMEOUT_MS
+) -> list[str]:
+    """The command line of the child process that checks the FTS tables ``names``."""
+    return [sys.executable, "-I", "-c", _APART_CHECKS, str(os.getpid()), uri, str(busy_ms), *names]
+
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
 NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
@@ -190,15 +207,7 @@ class IntegrityCheck:
                 return  # no interpreter to start: result() checks them on the caller's
             try:
                 self._child = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-I",
-                        "-c",
-                        _APART_CHECKS,
-                        uri,
-                        str(_CHILD_BUSY_TIMEOUT_MS),
-                        *self._vtabs,
-                    ],
+                    apart_checks_argv(uri, self._vtabs),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,

@@ -137,6 +137,9 @@ def test_kill_9_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None
             resumed = maintenance("--db", str(db), "--resume", "--json", env=env)
             rout, rerr = resumed.communicate(timeout=300)
             assert resumed.returncode in (0, 1), f"{what}; resume: {rout}{rerr}"
+            assert rout.strip(), (
+                f"{what}; resume (exit {resumed.returncode}) printed no report: {rerr}"
+            )
             outcome = json.loads(rout)["outcome"]
             assert outcome in (
                 "nothing to resume",
