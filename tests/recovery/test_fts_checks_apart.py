@@ -74,6 +74,7 @@ def _wait_open(pid: int, path: Path, seconds: float) -> bool:
 
 
 def test_the_checker_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """A kill -9 of recover or maintenance takes the FTS checker with it, not left waiting."""
     db = tmp_path / "state.db"
     lock = _fts_db(db)
     try:
@@ -112,6 +113,7 @@ def test_the_checker_still_answers_for_a_live_parent(tmp_path: Path) -> None:
 
 
 def test_a_checker_whose_parent_is_already_gone_checks_nothing(tmp_path: Path) -> None:
+    """A checker started after its parent died exits 3 at once and prints no verdict."""
     db = tmp_path / "state.db"
     _fts_db(db).close()
     argv = apart_checks_argv(uri_for(db, mode="ro"), ["docs_fts"])
