@@ -30,6 +30,11 @@ from statewarden.systemd import JobResult, UserManager, call_sync
 
 SCAN_GAP_S = 0.1
 EXIT_POLL_S = 0.05
+# An incomplete scan is taken again before it ends a run: a process that exits or takes a
+# lock while /proc is read leaves one scan short, and the next one whole. What stays
+# incomplete this many full scans in a row (hidepid, an unreadable /proc/locks, a lock
+# held outside this PID namespace) ends the run, as before: it fails closed.
+INCOMPLETE_SCANS = 5
 
 
 def _alive(pid: int, start_ticks: int | None) -> bool:
@@ -84,6 +89,19 @@ def terminate_all(targets: Sequence[tuple[int, int | None]], grace_s: float) -> 
         while _alive(pid, ticks):
             time.sleep(EXIT_POLL_S)
     return how
+
+
+def complete_scan(scanner: HolderScanner, gap_s: float = SCAN_GAP_S) -> HolderScan:
+    """One full scan of the first target; taken again, up to ``INCOMPLETE_SCANS`` in all,
+    while it is incomplete. The last scan either way: the caller still checks
+    ``complete`` (a scan that stayed incomplete is never taken for a whole one)."""
+    scan = scanner.scan(full=True)[0]
+    for _ in range(INCOMPLETE_SCANS - 1):
+        if scan.complete:
+            break
+        time.sleep(gap_s)
+        scan = scanner.scan(full=True)[0]
+    return scan
 
 
 def stop_units(units: Sequence[str], address: str | None, timeout_s: float) -> list[JobResult]:
@@ -181,7 +199,7 @@ class Settler:
         started = time.monotonic()
         quiet_since = time.monotonic()
         while True:
-            scan = self.scanner.scan(full=True)[0]
+            scan = complete_scan(self.scanner)
             result.scans += 1
             if not scan.complete:
                 result.reason = incomplete_reason(scan)

@@ -84,6 +84,7 @@ from statewarden.maintenance.prebuild import (
 from statewarden.maintenance.quiesce import (
     Settler,
     annotate_units,
+    complete_scan,
     describe_origin,
     start_ticks_of,
     start_units,
@@ -423,7 +424,7 @@ class MaintenanceRun:
         return self.report
 
     def _plan(self, scanner: HolderScanner) -> Plan:
-        scan = scanner.scan(full=True)[0]
+        scan = complete_scan(scanner)
         scan.problems = folded_problems(scan)  # the plan's refusals: one line, not thousands
         if self._daemon is not None and any(h.pid == self._daemon for h in scan.holders):
             # Its reads are short and read-only: waited for (settle), never stopped.
@@ -831,7 +832,7 @@ class MaintenanceRun:
         daemon's short read-only reads are waited for, up to maintenance.settle_timeout)."""
         deadline = time.monotonic() + self.mc.settle_timeout
         while True:
-            scan = scanner.scan(full=True)[0]
+            scan = complete_scan(scanner)
             if not scan.complete:
                 raise _Abort(incomplete_reason(scan), EXIT_FAILED)
             others = [h for h in scan.holders if h.pid != os.getpid()]
@@ -1125,11 +1126,20 @@ class MaintenanceRun:
         try:
             swapped = os.stat(self.db).st_ino == swap_step.get("new_ino")
             if not swapped:
-                scan = scanner.scan(full=True)[0]
+                scan = complete_scan(scanner)
                 if scan.holders or not scan.complete:
+                    why = (
+                        "held by "
+                        + ", ".join(
+                            f"{short_command(h.cmdline) or h.comm} (pid {h.pid})"
+                            for h in scan.holders
+                        )
+                        if scan.holders
+                        else incomplete_reason(scan)
+                    )
                     raise StatewardenError(
-                        f"{self.db}: cannot finish the interrupted swap: the database is held"
-                        " or the holder scan is incomplete; the original is still in place",
+                        f"{self.db}: cannot finish the interrupted swap: {why};"
+                        " the original is still in place",
                         hint="stop its holders and run statewardenctl maintenance --resume",
                     )
         finally:

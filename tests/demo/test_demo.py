@@ -100,6 +100,20 @@ def leftovers(base: Path) -> list[str]:
     return files + procs
 
 
+def failed_steps(proc: subprocess.CompletedProcess[str]) -> str:
+    """The steps that did not end as expected, their output first (a long report is cut
+    in a test log): what a failing demo test names, then the rest."""
+    lines = []
+    try:
+        rep = json.loads(proc.stdout)
+        for s in rep.get("steps", []):
+            if not s.get("ok"):
+                lines.append(f"step {s['name']} exited {s['exit_code']}:\n{s['output']}")
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
+        pass
+    return "\n".join([*lines, proc.stderr, proc.stdout])
+
+
 def run_demo(
     env: dict[str, str],
     *args: str,
@@ -140,7 +154,7 @@ def test_json_and_keep(tmp_path: Path) -> None:
     the sandbox (repaired database, quarantined original) but no process."""
     env = clean_env(tmp_path)
     proc = run_demo(env, "--json", "--keep")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, failed_steps(proc)
     rep = json.loads(proc.stdout)
     assert rep["schema_version"] == 1
     assert rep["ok"] is True
