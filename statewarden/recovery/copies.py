@@ -16,10 +16,11 @@ the other copy has rotted (derived damage, rebuilt from the row).
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -668,6 +669,99 @@ def indexed_values(
                 raise
             continue
     return out
+
+
+Witnesses = dict[str, list[tuple[Any, str]]]
+# Errors of the machine, not of the file read: they end the run, never a reading.
+_NOT_DAMAGE = (
+    apsw.InterruptError,
+    apsw.FullError,
+    apsw.IOError,
+    apsw.CantOpenError,
+    apsw.NoMemError,
+)
+
+
+@dataclass(frozen=True)
+class IndexReading:
+    """How one index of a table is read for its entries: covering, by rowid."""
+
+    name: str
+    columns: list[str]
+    sql: str
+
+
+def index_readings(
+    conn: apsw.Connection, schema: Schema, table: str, *, broken_roots: set[int]
+) -> list[IndexReading]:
+    """The indexes of ``table`` that can witness its rows (as ``indexed_values`` picks
+    them: plain columns, an intact b-tree), each with the query that reads its entries
+    in rowid order."""
+    out = []
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
+            continue
+        try:
+            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+        if not cols or any(c is None for c in cols):
+            continue
+        sel = ", ".join(quote_ident(str(c)) for c in cols)
+        sql = f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
+        partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
+        if partial:  # the planner uses a partial index only under its own condition
+            sql += f" WHERE {partial.group(1)}"
+        out.append(IndexReading(idx.name, [str(c) for c in cols], sql + " ORDER BY rowid"))
+    return out
+
+
+def indexed_values_in_order(
+    conn: apsw.Connection,
+    readings: list[IndexReading],
+    *,
+    misshapen: Mapping[str, set[int] | None] | None = None,
+) -> Iterator[tuple[int, Witnesses]]:
+    """What ``indexed_values`` holds for every rowid, one rowid at a time in ascending
+    order, without holding the whole table's entries: each index of ``readings`` is
+    read sorted by rowid, and the readers are merged (entries of one rowid in the order
+    of ``readings``). The entries of the indexes in ``misshapen`` for the rows named
+    there (every row, when None) are left out, as ``lost_writes.drop_misshapen`` leaves
+    them out. An index that fails part way has said what it read before."""
+    misshapen = misshapen or {}
+    readers = [_index_reader(conn, r) for r in readings]
+    current: int | None = None
+    got: Witnesses = {}
+    for rowid, name, values in heapq.merge(*readers, key=lambda e: e[0]):
+        if name in misshapen and ((bad := misshapen[name]) is None or rowid in bad):
+            continue
+        if rowid != current:
+            if current is not None and got:
+                yield current, got
+            current, got = rowid, {}
+        for c, v in values:
+            got.setdefault(c, []).append((v, name))
+    if current is not None and got:
+        yield current, got
+
+
+def _index_reader(
+    conn: apsw.Connection, reading: IndexReading
+) -> Iterator[tuple[int, str, list[tuple[str, Any]]]]:
+    """One index's entries, (rowid, index name, [(column, value), ...]), until the end
+    or the first error (damage met part way: what was read stands)."""
+    name, cols = reading.name, reading.columns
+    try:
+        for row in conn.execute(reading.sql):
+            yield int(row[0]), name, list(zip(cols, row[1:], strict=True))
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        # The sort by rowid may spill to a temporary file: no room for it is no
+        # verdict on the index, and must not quietly take a witness away.
+        if isinstance(exc, _NOT_DAMAGE):
+            raise
+        return
 
 
 def agrees_with_copies(

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +31,13 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import (
     Feed,
+    Witnesses,
     agrees_with_copies,
     feeds,
     fts_rowids,
+    index_readings,
     indexed_values,
+    indexed_values_in_order,
     rebuild_from_copies,
     restore_from_copies,
     write_rebuilt,
@@ -733,12 +737,30 @@ class Rebuild:
             if s.table == obj.name and not s.restorable
         }
         broken |= self._rebuilt_index_roots()
-        entries = indexed_values(self.src, self.inputs.schema, obj.name, None, broken_roots=broken)
-        drop_misshapen(entries, self.inputs.diag.lost_writes.misshapen)
-        self._add_old_index_entries(tc, entries)
+        misshapen = self.inputs.diag.lost_writes.misshapen
         cols = _columns(obj)
-        indexed = sorted({c for e in entries.values() for c in e if c in cols}, key=cols.index)
+        witnessed: Iterator[tuple[int, Witnesses]]
+        readings = index_readings(self.src, self.inputs.schema, obj.name, broken_roots=broken)
+        if self.inputs.index_pages:
+            # The old indexes' pages vouch too (a schema rebuilt): all entries at once.
+            everything = indexed_values(
+                self.src, self.inputs.schema, obj.name, None, broken_roots=broken
+            )
+            drop_misshapen(everything, misshapen)
+            self._add_old_index_entries(tc, everything)
+            held = {c for e in everything.values() for c in e}
+            witnessed = iter(sorted(everything.items()))
+        else:
+            # One rowid at a time, beside the output's rows: memory does not grow with
+            # the table (most rows agree with every entry and are not kept).
+            witnessed = indexed_values_in_order(self.src, readings, misshapen=misshapen)
+            held = {c for r in readings for c in r.columns}
+        indexed = [c for c in cols if c in held]
+        # The entries kept: those of the rows known damaged (``_settle_partial`` reads
+        # them) and of every row that differs from one.
+        entries: dict[int, Witnesses] = {}
         if not indexed:
+            entries = {r: w for r, w in witnessed if r in suspects}
             return entries
         t = quote_ident(obj.name)
         sel = ", ".join(quote_ident(c) for c in indexed)
@@ -746,16 +768,26 @@ class Rebuild:
         renamed = {(e["rowid"], e["column"]) for e in self.report.renamed if e["table"] == obj.name}
         unverified: list[int] = []
         fixes: list[tuple[int, str, Any, Any, list[str]]] = []
-        for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}"):
+        ahead = next(witnessed, None)
+        for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t} ORDER BY rowid"):
             rowid = int(row[0])
-            found = entries.get(rowid)
-            if not found or rowid in stale:
+            while ahead is not None and ahead[0] < rowid:
+                if ahead[0] in suspects:
+                    entries[ahead[0]] = ahead[1]
+                ahead = next(witnessed, None)
+            if ahead is None or ahead[0] != rowid:
+                continue
+            found = ahead[1]
+            if rowid in suspects:
+                entries[rowid] = found
+            if rowid in stale:
                 continue
             for col, stored in zip(indexed, row[1:], strict=True):
                 witnesses = found.get(col, [])
                 kind = type(stored)
                 if all(type(v) is kind and v == stored for v, _ in witnesses):
                     continue  # every entry holds what the row holds (most rows)
+                entries[rowid] = found
                 if (rowid, col) in renamed:
                     continue
                 values = {(type(v), v) for v, _ in witnesses}
@@ -768,6 +800,9 @@ class Rebuild:
                     fixes.append((rowid, col, value, stored, [i for _, i in witnesses]))
                 elif rowid not in unverified:
                     unverified.append(rowid)
+        for rowid, found in itertools.chain([ahead] if ahead is not None else [], witnessed):
+            if rowid in suspects:
+                entries[rowid] = found
         for rowid, col, value, stored, by in fixes:
             self.dst.execute(
                 f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
@@ -1365,6 +1400,7 @@ class Rebuild:
             for rowids in (tc.rowids, tc.page_rowids, tc.fts_rowids, tc.hint_rowids):
                 rowids.discard(rowid)
             tc.report.source_rows -= 1
+            tc.report.deleted_by_wal.append(rowid)
         if gone:
             shown = ", ".join(str(r) for r in gone[:20])
             self.report.notes.append(

@@ -63,6 +63,9 @@ class TableReport:
     rebuilt_from_copies: int = 0  # lost rows rebuilt from FTS/index copies (side table)
     recovered_from_other_copies: int = 0  # from a snapshot, WAL capture or backup
     deleted_since_copy: int = 0  # rows of those copies the evidence says were deleted
+    # Rows still on the file's pages that committed -wal transactions SQLite does not
+    # replay deleted: left out of the output (rowids).
+    deleted_by_wal: list[int] = field(default_factory=list)
     # Rows kept as stored that differ from two search-index copies agreeing with each
     # other, where no single changed column explains it: not proven good (a loss).
     unverified: int = 0
@@ -88,6 +91,7 @@ class TableReport:
             "rebuilt_from_copies": self.rebuilt_from_copies,
             "recovered_from_other_copies": self.recovered_from_other_copies,
             "deleted_since_copy": self.deleted_since_copy,
+            "deleted_by_wal": list(self.deleted_by_wal),
             "unverified": self.unverified,
             "set_aside": self.set_aside,
             "renamed": self.renamed,

@@ -152,11 +152,18 @@ class TestDaemonRun:
             )
             d.wait_for_line("maintenance repair finished", timeout_s=WAIT_S)
             holder.proc.wait(timeout=30)  # stopped by the run (SIGTERM)
-            (text,) = wait_for(
-                lambda: messages(api, "maintenance_repaired"),
-                timeout_s=WAIT_S,
-                what="the repaired outcome",
-            )
+            try:
+                (text,) = wait_for(
+                    lambda: messages(api, "maintenance_repaired"),
+                    timeout_s=WAIT_S,
+                    what="the repaired outcome",
+                )
+            except AssertionError as exc:
+                # What was sent instead, and how the run ended: the reason a run failed.
+                sent = [r.text.split("\n", 1)[0] for r in api.accepted]
+                raise AssertionError(
+                    f"{exc}; sent: {sent}; runs: {d.ctl_raw('maintenance')}"
+                ) from None
             run = d.ctl_raw("maintenance")["last"][str(db)]
             assert run["outcome"] == "repaired"
             assert f"run {run['run_id']}: repair, repaired" in text

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import corruption
-from lab.corruption import wal_frames
+from lab.corruption import table_rows, wal_frames
 from lab.hermes_fixtures import SMALL, built_db
 from lab.wal_damage import set_frame_bit, table_leaves, wal_with_delete
 from tests.support.cli import run_ctl
@@ -49,6 +49,22 @@ def test_a_deleted_session_stays_deleted(tmp_path: Path) -> None:
         assert table(out, name) == table(case.pristine, name), name
     held = corruption.table_rows(out, f"SELECT count(*) FROM messages WHERE session_id = '{gone}'")
     assert held == [(0,)]
+    # The report names every row left out for it: those the file's own pages still hold.
+    base = tmp_path / "base.db"
+    base.write_bytes(case.db.read_bytes())  # the file alone, without its -wal
+    deleted = {
+        "sessions": [
+            r for (r,) in table_rows(base, f"SELECT rowid FROM sessions WHERE id = '{gone}'")
+        ],
+        "messages": [
+            r
+            for (r,) in table_rows(base, f"SELECT rowid FROM messages WHERE session_id = '{gone}'")
+        ],
+    }
+    assert deleted["sessions"]
+    assert deleted["messages"]
+    for name in TABLES:
+        assert report["tables"][name]["deleted_by_wal"] == deleted[name], name
 
 
 def test_a_delete_behind_a_damaged_page_image_is_not_taken_as_good(tmp_path: Path) -> None:
