@@ -21,13 +21,9 @@ from pathlib import Path
 import pytest
 
 from statewarden.maintenance.quiesce import INCOMPLETE_SCANS
+from tests.holders.test_other_users import REPO, SETPRIV
 
-REPO = Path(__file__).resolve().parents[2]
-USER = 65534
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root (setpriv); run the suite as root, as CI does"
-)
-SETPRIV = ["setpriv", "--reuid", str(USER), "--regid", str(USER), "--clear-groups"]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv), as CI runs")
 # Takes an OFD lock on argv[1], says ready, and lets go of it (exits) argv[3] seconds
 # after the file argv[2] appears.
 HOLDER = (
