@@ -322,6 +322,9 @@ class Rebuild:
         hdr = self.inputs.work.source_header
         ro = uri_for(self.inputs.work.db, mode="ro")
         self.src = apsw.Connection(ro, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        # Its sorts (index entries by rowid) stay in memory: a full /tmp, common when the
+        # disk is full, must not end a recovery that has room for its output.
+        self.src.execute("PRAGMA temp_store=MEMORY")
         self.dst = apsw.Connection(
             str(self.inputs.built),
             flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI,

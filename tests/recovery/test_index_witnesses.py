@@ -5,16 +5,24 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import apsw
+import pytest
 
-from lab.hermes_fixtures import SMALL, built_db
+from lab import corruption
+from lab.hermes_fixtures import SMALL, TALL, built_db
 from statewarden.recovery.copies import index_readings, indexed_values, indexed_values_in_order
 from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.schema import read_schema
 from statewarden.sqlite import uri_for
+from tests.support.cli import run_ctl
+from tests.support.full_disk import mount_full_tmpfs
 
 
 def _open(db: Path) -> apsw.Connection:
@@ -63,3 +71,66 @@ def test_in_order_leaves_out_what_misshapen_names() -> None:
         for rowid, held in in_order:
             if rowid in named:
                 assert all(i != "idx_messages_session" for ws in held.values() for _, i in ws)
+
+
+@pytest.fixture
+def full_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """SQLite's folder for temporary files (``SQLITE_TMPDIR``) on a full tmpfs."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "tmp"
+    mnt.mkdir()
+    mount_full_tmpfs(mnt)
+    monkeypatch.setenv("SQLITE_TMPDIR", str(mnt))
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _read_sorted(temp_store: str) -> list[tuple[int, Any]]:
+    """Every entry of messages' indexes in rowid order, on a connection whose sorts spill
+    past a few pages (``cache_size``), so they need temporary files unless in memory."""
+    conn = _open(built_db(TALL))
+    try:
+        conn.execute("PRAGMA cache_size=10")
+        conn.execute(f"PRAGMA temp_store={temp_store}")
+        readings = index_readings(conn, read_schema(conn), "messages", broken_roots=set())
+        return list(indexed_values_in_order(conn, readings))
+    finally:
+        conn.close()
+
+
+def test_a_full_tmp_is_an_error_never_fewer_witnesses(full_tmpdir: Path) -> None:
+    """A sort with no room for its temporary files ends the reading with SQLite's error:
+    an index is never taken to have said less than it holds. The recovery's own reading
+    sorts in memory (``PRAGMA temp_store=MEMORY`` on its source) and holds every entry."""
+    with pytest.raises(apsw.FullError):
+        _read_sorted("FILE")
+    conn = _open(built_db(TALL))
+    try:
+        everything = indexed_values(conn, read_schema(conn), "messages", None, broken_roots=set())
+    finally:
+        conn.close()
+    assert dict(_read_sorted("MEMORY")) == everything
+
+
+def test_recover_needs_no_room_in_tmp(full_tmpdir: Path, tmp_path: Path) -> None:
+    """A zeroed messages leaf is recovered with SQLite's temporary folder full: verified,
+    exit 3 for the rows only that page held. (Its sorts are small enough to stay in
+    memory anyway; the test above makes one spill.)"""
+    case = corruption.zeroed_leaf(tmp_path / "case")
+    out = tmp_path / "out"
+    out.mkdir()
+    code, stdout, stderr = run_ctl(
+        "recover",
+        "--source",
+        str(case.db),
+        "--output",
+        str(out / "new.db"),
+        "--json",
+        "--progress",
+        "none",
+    )
+    assert code == 3, stderr
+    assert json.loads(stdout)["verified"] is True
