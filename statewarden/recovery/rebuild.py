@@ -722,53 +722,48 @@ class Rebuild:
         names = set(self.inputs.work.rebuilt_indexes)
         return {o.rootpage for o in self.inputs.schema.objects if o.name in names}
 
-    def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
-        """``_restore_from_indexes`` but the settling; returns the index entries read."""
+    def _index_witnesses(
+        self, tc: TableCopy, broken: set[int]
+    ) -> tuple[Iterator[tuple[int, Witnesses]], set[str]]:
+        """The entries the intact indexes of ``tc``'s table hold, by rowid in ascending
+        order, and the columns they hold. One rowid at a time (memory does not grow with
+        the table), unless the old indexes' pages vouch too (a schema rebuilt): then all
+        entries are read at once."""
         obj = tc.obj
-        if obj.without_rowid or obj.name not in self.inputs.damaged:
-            return {}
-        suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
-        suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
-        broken = {
-            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
-        }
-        # A row older than its index entries (a lost write) stays as it was once
-        # written, named stale (``lost_writes.py``), not patched into a mix.
-        stale = {
-            s.rowid
-            for s in self.inputs.diag.lost_writes.stale_rows
-            if s.table == obj.name and not s.restorable
-        }
-        broken |= self._rebuilt_index_roots()
         misshapen = self.inputs.diag.lost_writes.misshapen
-        cols = _columns(obj)
-        witnessed: Iterator[tuple[int, Witnesses]]
-        readings = index_readings(self.src, self.inputs.schema, obj.name, broken_roots=broken)
         if self.inputs.index_pages:
-            # The old indexes' pages vouch too (a schema rebuilt): all entries at once.
             everything = indexed_values(
                 self.src, self.inputs.schema, obj.name, None, broken_roots=broken
             )
             drop_misshapen(everything, misshapen)
             self._add_old_index_entries(tc, everything)
-            held = {c for e in everything.values() for c in e}
-            witnessed = iter(sorted(everything.items()))
-        else:
-            # One rowid at a time, beside the output's rows: memory does not grow with
-            # the table (most rows agree with every entry and are not kept).
-            witnessed = indexed_values_in_order(self.src, readings, misshapen=misshapen)
-            held = {c for r in readings for c in r.columns}
-        indexed = [c for c in cols if c in held]
-        # The entries kept: those of the rows known damaged (``_settle_partial`` reads
-        # them) and of every row that differs from one.
+            return iter(sorted(everything.items())), {c for e in everything.values() for c in e}
+        readings = index_readings(self.src, self.inputs.schema, obj.name, broken_roots=broken)
+        return (
+            indexed_values_in_order(self.src, readings, misshapen=misshapen),
+            {c for r in readings for c in r.columns},
+        )
+
+    def _compare_rows(
+        self,
+        tc: TableCopy,
+        witnessed: Iterator[tuple[int, Witnesses]],
+        indexed: list[str],
+        suspects: set[int],
+        stale: set[int],
+    ) -> tuple[dict[int, Witnesses], list[tuple[int, str, Any, Any, list[str]]], list[int]]:
+        """The output's rows beside their index entries, both in rowid order: the
+        columns to set from the entries (rowid, column, value, stored, indexes), the rows
+        that differ from the one index that holds a column (unverified), and the entries
+        kept: those of the rows known damaged (``suspects``: ``_settle_partial`` reads
+        them) and of every row that differs from one."""
         entries: dict[int, Witnesses] = {}
-        if not indexed:
-            entries = {r: w for r, w in witnessed if r in suspects}
-            return entries
-        t = quote_ident(obj.name)
+        t = quote_ident(tc.obj.name)
         sel = ", ".join(quote_ident(c) for c in indexed)
         # A value renamed by the dedupe rule differs from its index entry on purpose.
-        renamed = {(e["rowid"], e["column"]) for e in self.report.renamed if e["table"] == obj.name}
+        renamed = {
+            (e["rowid"], e["column"]) for e in self.report.renamed if e["table"] == tc.obj.name
+        }
         unverified: list[int] = []
         fixes: list[tuple[int, str, Any, Any, list[str]]] = []
         ahead = next(witnessed, None)
@@ -806,6 +801,33 @@ class Rebuild:
         for rowid, found in itertools.chain([ahead] if ahead is not None else [], witnessed):
             if rowid in suspects:
                 entries[rowid] = found
+        return entries, fixes, unverified
+
+    def _fix_from_indexes(self, tc: TableCopy) -> dict[int, dict[str, list[Any]]]:
+        """``_restore_from_indexes`` but the settling; returns the index entries read."""
+        obj = tc.obj
+        if obj.without_rowid or obj.name not in self.inputs.damaged:
+            return {}
+        suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
+        suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
+        broken = {
+            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
+        }
+        # A row older than its index entries (a lost write) stays as it was once
+        # written, named stale (``lost_writes.py``), not patched into a mix.
+        stale = {
+            s.rowid
+            for s in self.inputs.diag.lost_writes.stale_rows
+            if s.table == obj.name and not s.restorable
+        }
+        broken |= self._rebuilt_index_roots()
+        witnessed, held = self._index_witnesses(tc, broken)
+        cols = _columns(obj)
+        indexed = [c for c in cols if c in held]
+        if not indexed:
+            return {r: w for r, w in witnessed if r in suspects}
+        entries, fixes, unverified = self._compare_rows(tc, witnessed, indexed, suspects, stale)
+        t = quote_ident(obj.name)
         for rowid, col, value, stored, by in fixes:
             self.dst.execute(
                 f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)

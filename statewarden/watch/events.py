@@ -15,6 +15,7 @@ later. ``retry`` tries again every ``RETRY_S``; ``signals`` turns the state into
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,9 +99,12 @@ class FileEvents:
             except FileNotFoundError:
                 continue  # gone meanwhile: the next rescan drops it
             except OSError as exc:
-                # The watch limit: this directory is polled only.
+                # This directory is polled only. The instance limit (EMFILE) is this
+                # user's, not the directory's: watchdog 7 makes its one inotify instance
+                # at the first watch, older versions when the observer starts; said alike.
+                where = "file events" if exc.errno == errno.EMFILE else f"file events for {d}"
                 problem = problem or (
-                    f"file events for {d}: {unavailable(exc.errno, str(exc.strerror or exc))}"
+                    f"{where}: {unavailable(exc.errno, str(exc.strerror or exc))}"
                 )
         if problem is not None:
             self._degrade(problem)
