@@ -78,6 +78,8 @@ def full_tmpdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     """SQLite's folder for temporary files (``SQLITE_TMPDIR``) on a full tmpfs."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
+    for spec in (SMALL, TALL):
+        built_db(spec)  # Hermes' writer needs room for temporary files: built first
     mnt = tmp_path / "tmp"
     mnt.mkdir()
     mount_full_tmpfs(mnt)
