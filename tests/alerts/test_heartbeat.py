@@ -64,13 +64,22 @@ class TestPing:
             await asyncio.to_thread(wait_for, server.paths, what="a ping")
             trouble.append("critical incident #1 corruption open on /x/state.db")
             hb.nudge()
-            await asyncio.to_thread(wait_for, lambda: len(server.paths()) == 2, what="fail")
+            # Delivered means answered: the server has the request before the answer is in.
+            await asyncio.to_thread(
+                wait_for,
+                lambda: len(server.paths()) == 2 and hb.health.pings_ok == 2,
+                what="the fail ping delivered",
+            )
             assert hb.health.state == "fail"
             assert hb.health.why.startswith("critical incident #1")
             hb.nudge()  # nothing changed: no ping
             trouble.clear()
             hb.nudge()
-            await asyncio.to_thread(wait_for, lambda: len(server.paths()) == 3, what="ok again")
+            await asyncio.to_thread(
+                wait_for,
+                lambda: len(server.paths()) == 3 and hb.health.pings_ok == 3,
+                what="ok again, delivered",
+            )
             task.cancel()
             await hb.close()
 
