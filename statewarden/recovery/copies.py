@@ -644,26 +644,14 @@ def indexed_values(
     table is not touched). A partial index vouches for the rows it lists; indexes on
     expressions are left out, and so is an index whose own b-tree is damaged."""
     out: dict[int, dict[str, list[tuple[Any, str]]]] = {}
-    for idx in schema.objects:
-        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
-            continue
+    for reading in index_readings(conn, schema, table, broken_roots=broken_roots):
         try:
-            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
-            if not cols or any(c is None for c in cols):
-                continue
-            sel = ", ".join(quote_ident(str(c)) for c in cols)
-            sql = (
-                f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
-            )
-            partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
-            if partial:  # the planner uses a partial index only under its own condition
-                sql += f" WHERE {partial.group(1)}"
-            for row in conn.execute(sql):
+            for row in conn.execute(reading.sql):
                 if rowids is not None and int(row[0]) not in rowids:
                     continue
                 got = out.setdefault(int(row[0]), {})
-                for c, v in zip(cols, row[1:], strict=True):
-                    got.setdefault(str(c), []).append((v, idx.name))
+                for c, v in zip(reading.columns, row[1:], strict=True):
+                    got.setdefault(c, []).append((v, reading.name))
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
@@ -684,7 +672,8 @@ _NOT_DAMAGE = (
 
 @dataclass(frozen=True)
 class IndexReading:
-    """How one index of a table is read for its entries: covering, by rowid."""
+    """How one index of a table is read for its entries: covering (``sql``, in the
+    index's order)."""
 
     name: str
     columns: list[str]
@@ -696,7 +685,7 @@ def index_readings(
 ) -> list[IndexReading]:
     """The indexes of ``table`` that can witness its rows (as ``indexed_values`` picks
     them: plain columns, an intact b-tree), each with the query that reads its entries
-    in rowid order."""
+    (in the index's order; ``indexed_values_in_order`` sorts it by rowid)."""
     out = []
     for idx in schema.objects:
         if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
@@ -714,7 +703,7 @@ def index_readings(
         partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
         if partial:  # the planner uses a partial index only under its own condition
             sql += f" WHERE {partial.group(1)}"
-        out.append(IndexReading(idx.name, [str(c) for c in cols], sql + " ORDER BY rowid"))
+        out.append(IndexReading(idx.name, [str(c) for c in cols], sql))
     return out
 
 
@@ -754,7 +743,7 @@ def _index_reader(
     or the first error (damage met part way: what was read stands)."""
     name, cols = reading.name, reading.columns
     try:
-        for row in conn.execute(reading.sql):
+        for row in conn.execute(reading.sql + " ORDER BY rowid"):
             yield int(row[0]), name, list(zip(cols, row[1:], strict=True))
     except (apsw.Error, UnicodeDecodeError) as exc:
         # The sort by rowid may spill to a temporary file: no room for it is no
