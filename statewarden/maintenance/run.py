@@ -59,6 +59,7 @@ from statewarden.errors import (
     UsageError,
 )
 from statewarden.holders.processes import short_command
+from statewarden.holders.report import Holder
 from statewarden.holders.scan import HolderScanner
 from statewarden.lock import daemon_pid
 from statewarden.maintenance import outcomes
@@ -245,6 +246,11 @@ class RunReport:
         for n in self.notes:
             lines.append(f"  note: {n}")
         return lines
+
+
+def _named(holders: list[Holder]) -> str:
+    """``hermes gateway run (pid 4242), hermes chat (pid 4244)``: holders as a person names them."""
+    return ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in holders)
 
 
 class MaintenanceRun:
@@ -842,7 +848,7 @@ class MaintenanceRun:
                 break
             time.sleep(POST_CHECK_GAP_S)
         if others:
-            who = ", ".join(f"{short_command(h.cmdline) or h.comm} (pid {h.pid})" for h in others)
+            who = _named(others)
             raise _Abort(f"{who} opened the database {when}", EXIT_FAILED)
 
     def _checkpoint(self) -> RunReport:
@@ -1129,11 +1135,7 @@ class MaintenanceRun:
                 scan = complete_scan(scanner)
                 if scan.holders or not scan.complete:
                     why = (
-                        "held by "
-                        + ", ".join(
-                            f"{short_command(h.cmdline) or h.comm} (pid {h.pid})"
-                            for h in scan.holders
-                        )
+                        f"held by {_named(scan.holders)}"
                         if scan.holders
                         else incomplete_reason(scan)
                     )
