@@ -626,29 +626,26 @@ def _diagnose(
     damage is returned at once with FTS verdicts still to come, and the running check
     with it (``FtsPending``); otherwise the check is waited for here."""
     table_names = [o.name for o in schema.tables() if o.rootpage]
-    # The b-trees are checked now; the FTS tables' own checks go on in threads (in a
-    # child process with ``defer``) while the tables are scanned, their orphans counted
-    # and their FTS copies compared (``IntegrityCheck``).
-    check = IntegrityCheck(conn, progress, table_names, apart=defer)
+    # The b-trees are checked in a thread, and the FTS tables' own checks in threads of
+    # their own (in a child process with ``defer``), while the tables are scanned, their
+    # orphans counted and their FTS copies compared (``IntegrityCheck``).
+    if progress:
+        progress("integrity check", 0, 0)
+    check = IntegrityCheck(conn, progress, table_names, apart=defer, background=True)
+    scanned = _scan_facts(conn, schema, progress, {})
+    # Raw reads while the checks run (SQLite releases the GIL): see ``diagnose``.
+    zeroed = _zeroed_search(raw, schema)
     # Cells of another table's leaf a wrong child pointer names are no rows of the
-    # table whose b-tree reaches them (``foreign_cells.py``).
+    # table whose b-tree reaches them (``foreign_cells.py``): the scans are made again
+    # without them when the b-tree check names such a leaf.
     opened = raw if isinstance(raw, DatabaseFile) else None
     foreign = foreign_by_table(opened, schema, check.btree_result()[0])
-    base = schema.base_tables()
-    tables = []
-    for i, obj in enumerate(base):
-        if progress:
-            progress("scan tables", i, len(base))
-        tables.append(table_facts(conn, obj, schema, foreign=foreign.get(obj.name, {})))
     if progress:
-        progress("scan tables", len(base), len(base))
-    orphans, fk_errors = foreign_key_orphans(conn, base, foreign)
-    if progress:
-        progress("compare FTS copies", 0, 1)
-    copies = compare(conn, schema, foreign)
+        progress("integrity check", 1, 1)
+    if foreign:
+        scanned = _scan_facts(conn, schema, progress, foreign)
+    tables, orphans, fk_errors, copies = scanned
     counts = counts_disagree(conn)
-    # Raw reads while the FTS checks run (SQLite releases the GIL): see ``diagnose``.
-    zeroed = _zeroed_search(raw, schema)
     facts = _Facts(
         notes=[truncated] if truncated else [],
         tables=tables,
@@ -675,6 +672,31 @@ def _diagnose(
     result.path = str(db)
     result.foreign_cells = foreign
     return result, None
+
+
+def _scan_facts(
+    conn: apsw.Connection,
+    schema: Schema,
+    progress: ProgressFn | None,
+    foreign: dict[str, Records],
+) -> tuple[list[TableFacts], dict[str, int], list[str], list[CopyCheck]]:
+    """The full scans' facts: each base table's (``table_facts``), the orphans per table
+    and the tables whose foreign keys could not be checked (``foreign_key_orphans``),
+    the FTS copies compared (``compare``); ``foreign``: other tables' cells each
+    table's b-tree reaches (``foreign_cells.py``), which are no rows of it."""
+    base = schema.base_tables()
+    tables = []
+    for i, obj in enumerate(base):
+        if progress:
+            progress("scan tables", i, len(base))
+        tables.append(table_facts(conn, obj, schema, foreign=foreign.get(obj.name, {})))
+    if progress:
+        progress("scan tables", len(base), len(base))
+    orphans, fk_errors = foreign_key_orphans(conn, base, foreign)
+    if progress:
+        progress("compare FTS copies", 0, 1)
+    copies = compare(conn, schema, foreign)
+    return tables, orphans, fk_errors, copies
 
 
 def _verdict(

@@ -158,6 +158,9 @@ class IntegrityCheck:
     ``apart``: the virtual tables' checks run in a child process instead of threads
     (``_APART_CHECKS``), so that while they run this process may open and close the
     file outside SQLite (docs/safety.md rule 2 is about this process's own locks).
+    ``background``: the b-trees are checked in a thread as well, on a connection of
+    their own, and the constructor returns at once (:meth:`btree_result` waits); the
+    caller's thread reads on meanwhile (SQLite releases the GIL: two cores).
     """
 
     def __init__(
@@ -168,6 +171,7 @@ class IntegrityCheck:
         *,
         skip: Collection[str] = (),
         apart: bool = False,
+        background: bool = False,
     ) -> None:
         self._conn = conn
         self._progress = progress
@@ -178,23 +182,55 @@ class IntegrityCheck:
         self._cpu: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         self._child: subprocess.Popen[bytes] | None = None
+        self._lines: list[str] = []
+        self._abort: str | None = None
+        self._btree_thread: threading.Thread | None = None
+        self._btree_error: BaseException | None = None
         path = conn.filename
         btrees = conn
-        if every and path and (self._vtabs or skip):
+        vtabs_apart = bool(every) and bool(self._vtabs or skip)
+        if path and (vtabs_apart or background):
             try:
                 btrees = apsw.Connection(path)
-                btrees.drop_modules(None)
+                if every:
+                    btrees.drop_modules(None)
             except apsw.Error:
                 btrees = conn  # the whole pragma on the caller's connection, as before
             else:
-                self._start(path, apart=apart)
+                if vtabs_apart:
+                    self._start(path, apart=apart)
+        if btrees is conn:
+            self._vtabs = []  # the whole pragma runs: the virtual tables are in its lines
+        if background and btrees is not conn:
+            # ``background``: the b-trees too are checked in a thread, on their own
+            # connection, while the caller reads on (``btree_result`` waits for them).
+            self._btree_thread = threading.Thread(
+                target=self._check_btrees, args=(btrees, tables), name="btree-check", daemon=True
+            )
+            self._btree_thread.start()
+            return
         try:
             self._lines, self._abort = _check(btrees, progress, tables)
         finally:
             if btrees is not conn:
                 btrees.close()
-        if btrees is conn:
-            self._vtabs = []  # the whole pragma ran: the virtual tables are in its lines
+
+    def _check_btrees(self, btrees: apsw.Connection, tables: list[str] | None) -> None:
+        """The b-tree check on its own connection, in a thread (``background``)."""
+        try:
+            self._lines, self._abort = _check(btrees, None, tables)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread (``_btrees_done``)
+            self._btree_error = exc
+        finally:
+            btrees.close()
+
+    def _btrees_done(self) -> None:
+        """Wait for a b-tree check running in a thread; raise what stopped it."""
+        if self._btree_thread is not None:
+            self._btree_thread.join()
+            self._btree_thread = None
+        if self._btree_error is not None:
+            raise self._btree_error
 
     def _start(self, path: str, *, apart: bool) -> None:
         """Start the virtual tables' own checks: one thread (and connection) per table,
@@ -246,12 +282,15 @@ class IntegrityCheck:
     def btree_result(self) -> tuple[list[str], str | None]:
         """(lines, abort note) of the b-tree check alone, without waiting for the
         virtual tables' own checks (all of the lines when the whole pragma ran)."""
+        self._btrees_done()
         return list(self._lines), self._abort
 
     def wait(self) -> bool:
         """Wait for the virtual tables' own checks; True when each ran on a connection
         of its own, so that :meth:`result` needs no more of the caller's connection
-        (which may be closed by then)."""
+        (which may be closed by then). A b-tree check in a thread is waited for too."""
+        if self._btree_thread is not None:
+            self._btree_thread.join()
         for thread in self._threads:
             while thread.is_alive():
                 if self._progress:
@@ -300,6 +339,7 @@ class IntegrityCheck:
 
     def result(self) -> tuple[list[str], bool, str | None]:
         """(lines, finished, abort note), once the virtual tables are checked too."""
+        self._btrees_done()
         self.wait()
         lines, abort = self._lines, self._abort
         if abort is None:

@@ -932,12 +932,27 @@ def _field_counts(db: DatabaseFile, leaves: list[int]) -> set[int]:
                 hsize, at = varint(local, 0)
                 if not 0 < hsize <= len(local):
                     continue
-                fields = 0
-                while at < hsize:
-                    _, at = varint(local, at)
-                    fields += 1
-                out.add(fields)
+                out.add(_header_fields(local, at, hsize))
     return out
+
+
+_HIGH_BIT_RUN = re.compile(rb"[\x80-\xff]{8}")
+_LOW_BYTES = bytes(range(0x80))
+
+
+def _header_fields(record: bytes, at: int, hsize: int) -> int:
+    """How many serial types the record header ``record[at:hsize]`` holds: one per
+    varint. Each varint of at most 8 bytes ends in the one byte of it whose high bit
+    is clear, so they are counted in C; a header with a 9-byte varint or whose last
+    varint runs past its end is read varint by varint (raising as ``varint`` does)."""
+    header = record[at:hsize]
+    if hsize <= len(record) and header and header[-1] < 0x80 and not _HIGH_BIT_RUN.search(header):
+        return len(header) - len(header.translate(None, _LOW_BYTES))
+    fields = 0
+    while at < hsize:
+        _, at = varint(record, at)
+        fields += 1
+    return fields
 
 
 def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:

@@ -41,6 +41,7 @@ import json
 import os
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -442,18 +443,52 @@ def _verify(
     if progress:
         progress("verify", 0, 1)
     with report.timed("verify"):
-        report.verification = verify_output(
-            built,
-            source_schema_version=source_version,
-            source_journal_mode=work.source_header.journal_mode,
-            checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
-            reconciled=reconciled,
-        )
-        _account(built, copies, report)
-        _count_mismatches(built, report)
+        flush = _Flush(built)
+        try:
+            report.verification = verify_output(
+                built,
+                source_schema_version=source_version,
+                source_journal_mode=work.source_header.journal_mode,
+                checked_on_source=_checked_on_source(diag, schema, unchanged_fts),
+                reconciled=reconciled,
+            )
+            _account(built, copies, report)
+            _count_mismatches(built, report)
+        except BaseException:
+            flush.close(raise_error=False)
+            raise
+        flush.close()
     report.verified = report.verification.ok
     if progress:
         progress("verify", 1, 1)
+
+
+class _Flush:
+    """The built file written out to disk in a thread while it is verified, so that
+    the fsync before it is published (``_publish``) finds little left to write. Its
+    descriptor is opened before the verification's connections and closed after them:
+    closing a descriptor of a file drops every POSIX lock this process holds on it,
+    SQLite's among them (docs/safety.md rule 2)."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="flush-output", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:  # raised in the caller's thread (``close``)
+            self._error = exc
+
+    def close(self, *, raise_error: bool = True) -> None:
+        """Wait for the flush and close its descriptor; raise its failure (a disk that
+        cannot keep the output is no place to publish it)."""
+        self._thread.join()
+        os.close(self._fd)
+        if self._error is not None and raise_error:
+            raise self._error
 
 
 def _checked_on_source(diag: Diagnosis, schema: Schema, unchanged: set[str]) -> set[str]:

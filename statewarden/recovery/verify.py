@@ -89,14 +89,18 @@ def verify_output(
     v = Verification()
     conn = apsw.Connection(str(path))
     try:
-        # The b-trees are checked now; the FTS tables' own checks (most of the time) go
-        # on in a thread while the tables are counted (``IntegrityCheck``).
+        # The b-trees and the FTS tables' own checks (most of the time) are checked in
+        # threads of their own while the tables are counted (``IntegrityCheck``).
         reconciled = {k: f for k, f in (reconciled or {}).items() if k not in checked_on_source}
-        check = IntegrityCheck(conn, skip={*checked_on_source, *reconciled})
+        check = IntegrityCheck(conn, skip={*checked_on_source, *reconciled}, background=True)
         v.fts_checked_on_source = sorted(checked_on_source)
+        # Whether each reconciled FTS table holds its base table's rows: read while the
+        # b-trees are checked, taken below only if they pass.
+        agrees: dict[str, bool] = {}
         try:
             schema = read_schema(conn)
             _count_tables(conn, schema, v)
+            agrees = {name: _by_construction(conn, feed) for name, feed in reconciled.items()}
         finally:
             # Its verdict comes first, even when counting stopped on a damaged page.
             lines, complete, abort = check.result()
@@ -114,8 +118,7 @@ def verify_output(
                 if obj.name in reconciled:
                     # Its own check was left out of the integrity check: it is skipped
                     # only when the b-trees passed and the rows agree, else run here.
-                    feed = reconciled[obj.name]
-                    checked = v.integrity == "ok" and _by_construction(conn, feed)
+                    checked = v.integrity == "ok" and agrees.get(obj.name, False)
                     if checked:
                         v.fts_checked_by_construction.append(obj.name)
                 else:
