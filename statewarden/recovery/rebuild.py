@@ -181,6 +181,11 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
     return modes
 
 
+def _savepoint_name(fts: str) -> str:
+    """The savepoint of an FTS table's shadow tables copied ahead (``_copy_ahead``)."""
+    return quote_ident(f"fts_ahead_{fts}")
+
+
 def _shadows(schema: Schema, fts: str) -> set[str]:
     return {o.name for o in schema.tables() if o.shadow_of == fts}
 
@@ -382,10 +387,12 @@ class Rebuild:
                 self._rebuild_lost_from_copies(tc)
             # Views first: an external-content FTS table may be built over one.
             self._create(lambda o: o.type == "view")
-            fts_mode = self._settle_fts_modes(fts_mode)
+            with self.report.timed("fts"):
+                ahead = self._copy_ahead(fts_mode)
+            fts_mode = self._settle_fts_modes(fts_mode, ahead)
             with self.report.timed("fts"):
                 for name, mode in fts_mode.items():
-                    self._fill_fts(name, mode)
+                    self._fill_fts(name, mode, copied=name in ahead)
             self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
             for name in sorted(carry):
@@ -408,11 +415,42 @@ class Rebuild:
             modes[name] = "rebuild" if external else "triggers"
         return modes
 
-    def _settle_fts_modes(self, modes: dict[str, str]) -> dict[str, str]:
+    def _copy_ahead(self, modes: dict[str, str]) -> set[str]:
+        """While FTS5's own checks are still pending: the shadow tables of the FTS
+        tables to be copied whole (``copy``, ``reconcile``) copied now, each table's
+        inside a savepoint of its own kept open until the verdicts are in
+        (``_settle_fts_modes``), which keeps them or undoes them. Returns the tables
+        copied; one whose copy failed is undone at once and copied (or not) the usual
+        way once the verdicts are in."""
+        if self.inputs.fts_pending is None:
+            return set()
+        ahead: set[str] = set()
+        owned = self.inputs.schema.fts_owner
+        for name, mode in modes.items():
+            if mode not in ("copy", "reconcile") or name not in owned:
+                continue  # (a copy that fails then is noted, not raised: not ahead)
+            if name in self.force_triggers:
+                continue
+            point = _savepoint_name(name)
+            self.dst.execute(f"SAVEPOINT {point}")
+            try:
+                for obj in self.inputs.schema.tables():
+                    if obj.shadow_of == name:
+                        self._copy_shadow(name, obj.name)
+            except _FtsCopyFailed:
+                self.dst.execute(f"ROLLBACK TO {point}")
+                self.dst.execute(f"RELEASE {point}")
+                continue
+            ahead.add(name)
+        return ahead
+
+    def _settle_fts_modes(self, modes: dict[str, str], ahead: set[str]) -> dict[str, str]:
         """The FTS modes with FTS5's own verdicts, once the base tables are in: those
         chosen before the data with the verdicts still pending stand where they agree.
         A table found damaged is filled its new way (``reindex``, ``rebuild``) unless
-        that needed triggers before the data: then the build starts over."""
+        that needed triggers before the data: then the build starts over. Shadow tables
+        copied ahead (``_copy_ahead``) are kept where the mode stands; ``ahead`` is left
+        with those only, the others' copies undone."""
         pending = self.inputs.fts_pending
         if pending is None:
             return modes
@@ -423,6 +461,15 @@ class Rebuild:
             n for n, m in modes.items() if m in ("triggers", "carry")
         }:
             raise _FtsModesChanged
+        # Savepoints nest: the last one opened is settled first, and undoing one also
+        # undoes the copies made after it (kept or not): those are made again.
+        opened = [n for n in modes if n in ahead]
+        for i in reversed(range(len(opened))):
+            point = _savepoint_name(opened[i])
+            if now.get(opened[i]) != modes[opened[i]]:
+                self.dst.execute(f"ROLLBACK TO {point}")
+                ahead.difference_update(opened[i:])
+            self.dst.execute(f"RELEASE {point}")
         return now
 
     def _create(self, which: Callable[[SchemaObject], bool]) -> None:
@@ -448,7 +495,9 @@ class Rebuild:
         self.dst.execute("PRAGMA writable_schema=OFF")
         self.dst.execute("COMMIT")
 
-    def _fill_fts(self, name: str, mode: str) -> None:
+    def _fill_fts(self, name: str, mode: str, *, copied: bool = False) -> None:
+        """Fill the FTS table ``name`` its ``mode``'s way (``_fts_modes``); ``copied``:
+        its shadow tables are already copied (``_copy_ahead``)."""
         q = quote_ident(name)
         if mode == "carry":
             for obj in self.inputs.schema.tables():
@@ -483,7 +532,7 @@ class Rebuild:
             if mode == "copy":
                 self.fts_unchanged.add(name)
             for obj in self.inputs.schema.tables():
-                if obj.shadow_of != name:
+                if obj.shadow_of != name or copied:
                     continue
                 if mode == "reindex" and obj.name != f"{name}_content":
                     continue
