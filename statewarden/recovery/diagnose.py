@@ -626,12 +626,14 @@ def _diagnose(
     damage is returned at once with FTS verdicts still to come, and the running check
     with it (``FtsPending``); otherwise the check is waited for here."""
     table_names = [o.name for o in schema.tables() if o.rootpage]
-    # The b-trees are checked in a thread, and the FTS tables' own checks in threads of
-    # their own (in a child process with ``defer``), while the tables are scanned, their
-    # orphans counted and their FTS copies compared (``IntegrityCheck``).
+    # The FTS tables' own checks run in threads of their own (in a child process with
+    # ``defer``), while the tables are scanned, their orphans counted and their FTS copies
+    # compared (``IntegrityCheck``). With ``defer`` the b-trees too are checked in a
+    # thread meanwhile; without it (``check``, which waits for FTS5's checks, the longest
+    # of which is its whole run) first: a fourth thread on two cores would slow that one.
     if progress:
         progress("integrity check", 0, 0)
-    check = IntegrityCheck(conn, progress, table_names, apart=defer, background=True)
+    check = IntegrityCheck(conn, progress, table_names, apart=defer, background=defer)
     scanned = _scan_facts(conn, schema, progress, {})
     # Raw reads while the checks run (SQLite releases the GIL): see ``diagnose``.
     zeroed = _zeroed_search(raw, schema)
