@@ -850,10 +850,9 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
                 continue
             rows: list[Row] = []
             leaves, damaged = _walk_table_tree(db, obj.rootpage)
-            garbled, unreadable = _garbled_leaves(db, leaves)
+            garbled, unreadable, counts = survey_leaves(db, leaves)
             if not (damaged or unreadable or garbled):
                 continue
-            counts = _field_counts(db, sorted(set(leaves) - set(garbled)))
             counts.add(len(obj.stored_columns))
             for leaf in sorted(damaged + unreadable):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1], counts))
@@ -877,13 +876,16 @@ def _one_version(rows: list[Row]) -> list[Row]:
     return [(r, vs[0]) for r, vs in sorted(by.items()) if all(v == vs[0] for v in vs)]
 
 
-def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], list[int]]:
-    """(the ``leaves`` whose header and cell pointers read but whose cells do not hold
-    rowids in increasing order, or do not fit in the page (garbled cells): a scan
-    through SQLite can stop at such a cell, or seek past the cells after it; those
-    whose cell pointers do not read), each leaf read once."""
+def survey_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], list[int], set[int]]:
+    """Each of the table ``leaves`` read once: (those whose header and cell pointers
+    read but whose cells do not hold rowids in increasing order, or do not fit in the
+    page (garbled cells): a scan through SQLite can stop at such a cell, or seek past
+    the cells after it; those whose cell pointers do not read; the field counts of the
+    records in the cells of the other leaves, read from each record's header alone (a
+    cell whose header does not read is passed over))."""
     garbled = []
     unreadable = []
+    counts: set[int] = set()
     for n in leaves:
         pg = db.page(n)
         try:
@@ -891,6 +893,7 @@ def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], lis
         except (PageFormatError, struct.error, IndexError):
             unreadable.append(n)  # carved whole
             continue
+        fields: set[int] = set()
         try:
             prev = None
             for off in offsets:
@@ -902,9 +905,16 @@ def _garbled_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], lis
                 ):
                     raise PageFormatError(f"page {n}: garbled cell at {off}")
                 prev = rowid
+                record = pg[pos : pos + min(size, local)]
+                with contextlib.suppress(PageFormatError, struct.error, IndexError):
+                    hsize, at = varint(record, 0)
+                    if 0 < hsize <= len(record):
+                        fields.add(_header_fields(record, at, hsize))
         except (PageFormatError, struct.error, IndexError):
             garbled.append(n)
-    return garbled, unreadable
+            continue
+        counts |= fields
+    return garbled, unreadable, counts
 
 
 def _fits_whole(obj: SchemaObject, values: list[Any], counts: set[int]) -> bool:
@@ -912,28 +922,6 @@ def _fits_whole(obj: SchemaObject, values: list[Any], counts: set[int]) -> bool:
     table's readable rows show (``counts``: every column stored, or as many as rows
     written before an ``ALTER TABLE ADD COLUMN`` hold)?"""
     return len(values) in counts and record_fits(obj, values)
-
-
-def _field_counts(db: DatabaseFile, leaves: list[int]) -> set[int]:
-    """The field counts of the records in the cells of the table ``leaves``, read
-    from each record's header alone (a cell that does not read is passed over)."""
-    out: set[int] = set()
-    for n in leaves:
-        try:
-            pg = db.page(n)
-            offsets = db._offsets_of(n, pg, _header_of(n, pg))
-        except (PageFormatError, struct.error, IndexError):
-            continue
-        for off in offsets:
-            with contextlib.suppress(PageFormatError, struct.error, IndexError):
-                size, pos = varint(pg, off)
-                _, pos = varint(pg, pos)
-                local = pg[pos : pos + min(size, db._local_size(size, table=True))]
-                hsize, at = varint(local, 0)
-                if not 0 < hsize <= len(local):
-                    continue
-                out.add(_header_fields(local, at, hsize))
-    return out
 
 
 _HIGH_BIT_RUN = re.compile(rb"[\x80-\xff]{8}")
