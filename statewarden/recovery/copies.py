@@ -661,7 +661,7 @@ def indexed_values(
 
 Witnesses = dict[str, list[tuple[Any, str]]]
 # Errors of the machine, not of the file read: they end the run, never a reading.
-_NOT_DAMAGE = (
+MACHINE_ERRORS = (
     apsw.InterruptError,
     apsw.FullError,
     apsw.IOError,
@@ -748,7 +748,7 @@ def _index_reader(
     except (apsw.Error, UnicodeDecodeError) as exc:
         # The sort by rowid may spill to a temporary file: no room for it is no
         # verdict on the index, and must not quietly take a witness away.
-        if isinstance(exc, _NOT_DAMAGE):
+        if isinstance(exc, MACHINE_ERRORS):
             raise
         return
 

@@ -30,6 +30,7 @@ import apsw
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import (
+    MACHINE_ERRORS,
     Feed,
     Witnesses,
     agrees_with_copies,
@@ -391,8 +392,12 @@ class Rebuild:
                 ahead = self._copy_ahead(fts_mode)
             fts_mode = self._settle_fts_modes(fts_mode, ahead)
             with self.report.timed("fts"):
-                for name, mode in fts_mode.items():
+                for i, (name, mode) in enumerate(fts_mode.items()):
+                    if self.progress:
+                        self.progress("fill FTS tables", i, len(fts_mode))
                     self._fill_fts(name, mode, copied=name in ahead)
+                if self.progress:
+                    self.progress("fill FTS tables", len(fts_mode), len(fts_mode))
             self._create(lambda o: o.type == "trigger" and o.name not in early)
             dst.execute("COMMIT")
             for name in sorted(carry):
@@ -426,7 +431,9 @@ class Rebuild:
             return set()
         ahead: set[str] = set()
         owned = self.inputs.schema.fts_owner
-        for name, mode in modes.items():
+        for i, (name, mode) in enumerate(modes.items()):
+            if self.progress:
+                self.progress("copy FTS tables ahead", i, len(modes))
             if mode not in ("copy", "reconcile") or name not in owned:
                 continue  # (a copy that fails then is noted, not raised: not ahead)
             if name in self.force_triggers:
@@ -570,6 +577,8 @@ class Rebuild:
                 return
             rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
         except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, MACHINE_ERRORS):
+                raise  # a full disk is no damage of the FTS table's: the run ends
             if name in self.inputs.schema.fts_owner and name not in self.force_triggers:
                 raise _FtsCopyFailed(name, str(exc)) from None
             self.report.notes.append(f"{name}: copying {shadow} failed: {exc}")

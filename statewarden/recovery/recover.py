@@ -49,7 +49,7 @@ from typing import Any
 import apsw
 
 from statewarden.atomic import fsync_dir, write_new
-from statewarden.errors import UsageError, path_error
+from statewarden.errors import StatewardenError, UsageError, path_error
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
@@ -113,7 +113,10 @@ def recover(
     work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
     copied = round(time.monotonic() - started, 3)
     try:
-        report = _recover_copy(work, output, progress, extras)
+        try:
+            report = _recover_copy(work, output, progress, extras)
+        except (apsw.FullError, apsw.IOError) as exc:
+            raise _not_built(output, exc) from None
         report.timings = {"copy": copied, **report.timings}
         if not report.verified:
             # A file that failed verification is never left where a swap would take it.
@@ -125,6 +128,21 @@ def recover(
         return report
     finally:
         work.cleanup()
+
+
+def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
+    """The recovered file could not be written or read back next to ``output``: no room
+    (or SQLite's temporary folder full), or an I/O error. One line, nothing judged."""
+    nothing = "nothing was written at the output and the source was not changed"
+    if isinstance(exc, apsw.FullError):
+        return StatewardenError(
+            f"{output.parent}: no room left to write the recovered file there ({exc}); {nothing}",
+            hint="free some space there or in SQLite's temporary folder, and retry",
+        )
+    return StatewardenError(
+        f"{output.parent}: writing or reading the recovered file there failed ({exc}); {nothing}",
+        hint="a full disk can fail this way too: check its free space, and retry",
+    )
 
 
 def _not_a_folder(path: Path) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.copies import Feed
+from statewarden.recovery.copies import MACHINE_ERRORS, Feed
 from statewarden.recovery.diagnose import orphan_rows
 from statewarden.recovery.integrity import IntegrityCheck
 from statewarden.recovery.schema import Schema, read_schema
@@ -131,6 +131,8 @@ def verify_output(
         except apsw.Error as exc:
             v.problems.append(f"schema_version unreadable: {exc}")
     except apsw.Error as exc:
+        if isinstance(exc, MACHINE_ERRORS):
+            raise  # a full disk or an I/O error says nothing of the file: no verdict
         v.problems.append(f"verification stopped: {exc}")
     finally:
         conn.close()
