@@ -678,7 +678,10 @@ class Rebuild:
             f" (SELECT 1 FROM main.{content} AS c WHERE c.id = ({rid}))"
         )
         added = {r[0] for r in self.dst.execute(f"SELECT ({rid}){lacking}")}
-        self.dst.execute(f"INSERT INTO main.{q}(rowid, {names}) SELECT ({rid}), {exprs}{lacking}")
+        if added:  # (none, most of the time: the search is not made twice)
+            self.dst.execute(
+                f"INSERT INTO main.{q}(rowid, {names}) SELECT ({rid}), {exprs}{lacking}"
+            )
         damaged = self._damaged_rowids(feed.table)
         if fts.fts_content is None and damaged is not None and not added & damaged:
             self.fts_reconciled[name] = feed
