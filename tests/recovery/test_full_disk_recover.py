@@ -20,6 +20,7 @@ from lab.hermes_fixtures import SMALL
 from statewarden.errors import StatewardenError
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
+from tests.support.full_disk import fill
 
 
 @pytest.fixture
@@ -40,16 +41,6 @@ def folder(tmp_path: Path, case: corruption.Case) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
-
-
-def _fill(folder: Path) -> None:
-    try:
-        with open(folder / "fill", "wb") as f:
-            while True:
-                f.write(b"x" * 4096)
-                f.flush()
-    except OSError:
-        pass
 
 
 @pytest.mark.parametrize(
@@ -73,7 +64,7 @@ def test_disk_full_at_a_stage_is_one_line_and_leaves_nothing(
     def progress(phase: str, _done: int, _total: int) -> None:
         if phase == stage and not filled:
             filled.append(phase)
-            _fill(folder)
+            fill(folder)
 
     with pytest.raises(StatewardenError) as err:
         recover(case.db, folder / "out.db", progress=progress)

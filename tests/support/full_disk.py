@@ -17,6 +17,11 @@ def mount_full_tmpfs(folder: Path, size: str = FULL_DISK_SIZE) -> None:
     ENOSPC (No space left on device)."""
     mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
     subprocess.run(mount, check=True)
+    fill(folder)
+
+
+def fill(folder: Path) -> None:
+    """Write ``folder/fill`` until the filesystem under ``folder`` has no byte left."""
     try:
         with open(folder / "fill", "wb") as f:
             while True:
