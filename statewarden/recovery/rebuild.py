@@ -51,7 +51,7 @@ from statewarden.recovery.other_copies import OtherCopy
 from statewarden.recovery.pages import WalRows
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import ScanResult, scan_table
-from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.recovery.schema import Schema, SchemaObject, inserts_into
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import json_value, quote_ident, uri_for
 
@@ -192,13 +192,12 @@ def _shadows(schema: Schema, fts: str) -> set[str]:
 
 
 def _feeding_triggers(schema: Schema, fts_names: set[str]) -> set[str]:
+    """The triggers that insert into any of the FTS tables ``fts_names``."""
     out = set()
     for obj in schema.objects:
         if obj.type == "trigger" and obj.sql:
             for name in fts_names:
-                if re.search(
-                    r"\bINSERT\s+INTO\s+[\"`\[]?" + re.escape(name) + r"\b", obj.sql, re.I
-                ):
+                if inserts_into(obj.sql, name):
                     out.add(obj.name)
     return out
 

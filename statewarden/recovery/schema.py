@@ -218,13 +218,20 @@ def _fts_owners(schema: Schema, fts_tables: set[str]) -> dict[str, str]:
             owners[name] = fts.fts_content
             continue
         for trig in schema.objects:
-            if (
-                trig.type == "trigger"
-                and trig.sql
-                and re.search(
-                    r"\bINSERT\s+INTO\s+[\"`\[]?" + re.escape(name) + r"\b", trig.sql, re.I
-                )
-            ):
+            if trig.type == "trigger" and trig.sql and inserts_into(trig.sql, name):
                 owners[name] = trig.tbl_name
                 break
     return owners
+
+
+def inserts_into(sql: str, name: str) -> bool:
+    """Does the trigger ``sql`` hold an ``INSERT INTO`` the table ``name``, written bare
+    or quoted in any of SQLite's ways (``"we""ird fts"``, `` `x` ``, ``[x]``)?"""
+    forms = [
+        re.escape(name) + r"\b",
+        re.escape('"' + name.replace('"', '""') + '"'),
+        re.escape("`" + name.replace("`", "``") + "`"),
+        re.escape(f"[{name}]"),
+        re.escape("'" + name.replace("'", "''") + "'"),
+    ]
+    return re.search(r"\bINSERT\s+INTO\s+(?:" + "|".join(forms) + ")", sql, re.I) is not None
