@@ -45,7 +45,11 @@ def _db_path() -> str:
 
 
 def _append(conn: sqlite3.Connection, session: str, role: str, text: str) -> None:
-    with conn:
+    """One message and its session's count in one transaction, as Hermes writes them.
+    (The connection is in autocommit mode: ``with conn`` would begin nothing, and a
+    copy taken between the two statements would hold a message its count lacks.)"""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
         conn.execute(
             "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
             (session, role, text, time.time()),
@@ -53,6 +57,11 @@ def _append(conn: sqlite3.Connection, session: str, role: str, text: str) -> Non
         conn.execute(
             "UPDATE sessions SET message_count = message_count + 1 WHERE id = ?", (session,)
         )
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def main() -> None:
