@@ -445,9 +445,7 @@ class Rebuild:
             point = _savepoint_name(name)
             self.dst.execute(f"SAVEPOINT {point}")
             try:
-                for obj in self.inputs.schema.tables():
-                    if obj.shadow_of == name:
-                        self._copy_shadow(name, obj.name)
+                self._copy_shadows(name)
             except _FtsCopyFailed:
                 self.dst.execute(f"ROLLBACK TO {point}")
                 self.dst.execute(f"RELEASE {point}")
@@ -523,9 +521,7 @@ class Rebuild:
                 " tokenizer loads"
             )
         elif mode == "external":
-            for obj in self.inputs.schema.tables():
-                if obj.shadow_of == name:
-                    self._copy_shadow(name, obj.name)
+            self._copy_shadows(name)
             try:
                 self.dst.execute(f"INSERT INTO main.{q}({q}, rank) VALUES('integrity-check', 1)")
             except apsw.Error as exc:
@@ -569,6 +565,12 @@ class Rebuild:
         fts = self.inputs.schema.by_name(name)
         if feed is not None and fts is not None and fts.fts_content is None:
             self.fts_reindexed[name] = feed
+
+    def _copy_shadows(self, name: str) -> None:
+        """Copy every shadow table of the FTS table ``name`` (``_copy_shadow``)."""
+        for obj in self.inputs.schema.tables():
+            if obj.shadow_of == name:
+                self._copy_shadow(name, obj.name)
 
     def _copy_shadow(self, name: str, shadow: str) -> None:
         """Copy one FTS shadow table from the source (in one statement when the source
