@@ -20,13 +20,17 @@ import heapq
 import itertools
 import json
 import re
-from collections.abc import Iterator, Mapping
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
 from statewarden.recovery.foreign_cells import OwnRows, Records
+from statewarden.recovery.keysets import KeySet
+from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import quote_ident
 
@@ -324,48 +328,54 @@ def _copies_agree(conn: apsw.Connection, a: Feed, b: Feed, rowids: set[int]) -> 
     return out
 
 
-def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> set[int] | None:
+def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> KeySet | None:
     """Rowids held by the own-content FTS copies of ``table`` (each FTS table's
     ``_content`` shadow table, under the row's rowid), or None if it has none that can
     be read. A rowid here is a row that existed and was not deleted: Hermes' delete
-    triggers remove the copies with the row."""
-    out: set[int] | None = None
+    triggers remove the copies with the row. Read as a stream into 8 bytes a rowid
+    (a million messages are no million Python tuples)."""
+    out: KeySet | None = None
     for f in feeds(schema):
         if f.table != table:
             continue
         content = quote_ident(f"{f.fts}_content")
+        ids = array("q")
         try:
-            rows = conn.execute(f"SELECT id FROM {content} NOT INDEXED").fetchall()
+            for (rowid,) in conn.execute(f"SELECT id FROM {content} NOT INDEXED"):
+                if isinstance(rowid, int):
+                    ids.append(rowid)
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
             continue  # a damaged copy vouches for nothing
-        ids = [int(r[0]) for r in rows if isinstance(r[0], int)]
-        out = (out or set()) | in_order(ids)
+        kept = in_order(ids)
+        if out is None:
+            out = kept
+        else:
+            out |= kept
     return out
 
 
-def in_order(rowids: list[int]) -> set[int]:
+def in_order(rowids: Sequence[int]) -> KeySet:
     """The rowids of a table scan (b-tree order) that keep their place: the longest
     strictly increasing run through them. A b-tree holds its rowids in increasing
     order, so one out of order is a garbled cell (a zeroed cell header reads as rowid
     0), not a row that existed."""
     if all(a < b for a, b in itertools.pairwise(rowids)):
-        return set(rowids)
+        return KeySet(rowids)
     tails: list[int] = []  # tails[k]: index of the smallest last rowid of a run of k+1
     values: list[int] = []  # rowids[tails[k]]
-    prev = [-1] * len(rowids)
+    prev = array("q", bytes(8 * len(rowids)))
     for i, r in enumerate(rowids):
         k = bisect.bisect_left(values, r)
-        if k:
-            prev[i] = tails[k - 1]
+        prev[i] = tails[k - 1] if k else -1
         if k == len(tails):
             tails.append(i)
             values.append(r)
         else:
             tails[k] = i
             values[k] = r
-    out: set[int] = set()
+    out = KeySet()
     i = tails[-1] if tails else -1
     while i >= 0:
         out.add(rowids[i])
@@ -398,7 +408,7 @@ def rebuild_from_copies(
     conn: apsw.Connection,
     schema: Schema,
     table: str,
-    rowids: set[int],
+    rowids: AbstractSet[int],
     *,
     broken_roots: set[int],
 ) -> list[RebuiltRow]:
@@ -672,12 +682,23 @@ MACHINE_ERRORS = (
 
 @dataclass(frozen=True)
 class IndexReading:
-    """How one index of a table is read for its entries: covering (``sql``, in the
-    index's order)."""
+    """How one index of a table is read for its entries: covering, in the index's
+    order (``sql``); ``condition``: a partial index's own, without which the planner
+    does not use it."""
 
     name: str
     columns: list[str]
-    sql: str
+    select: str  # the covering SELECT, without the condition
+    condition: str | None = None
+
+    @property
+    def sql(self) -> str:
+        return f"{self.select} WHERE {self.condition}" if self.condition else self.select
+
+    def between(self) -> str:
+        """Its entries with a rowid from ``?`` to ``?`` (inclusive), sorted by rowid."""
+        where = f"({self.condition}) AND " if self.condition else ""
+        return f"{self.select} WHERE {where}rowid BETWEEN ? AND ? ORDER BY rowid"
 
 
 def index_readings(
@@ -701,9 +722,8 @@ def index_readings(
         sel = ", ".join(quote_ident(str(c)) for c in cols)
         sql = f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
         partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
-        if partial:  # the planner uses a partial index only under its own condition
-            sql += f" WHERE {partial.group(1)}"
-        out.append(IndexReading(idx.name, [str(c) for c in cols], sql))
+        condition = partial.group(1).strip() if partial else None
+        out.append(IndexReading(idx.name, [str(c) for c in cols], sql, condition or None))
     return out
 
 
@@ -712,44 +732,57 @@ def indexed_values_in_order(
     readings: list[IndexReading],
     *,
     misshapen: Mapping[str, set[int] | None] | None = None,
+    windows: Sequence[int] = (),
 ) -> Iterator[tuple[int, Witnesses]]:
     """What ``indexed_values`` holds for every rowid, one rowid at a time in ascending
     order, without holding the whole table's entries: each index of ``readings`` is
     read sorted by rowid, and the readers are merged (entries of one rowid in the order
     of ``readings``). The entries of the indexes in ``misshapen`` for the rows named
     there (every row, when None) are left out, as ``lost_writes.drop_misshapen`` leaves
-    them out. An index that fails part way has said what it read before."""
+    them out. An index that fails part way has said what it read before, and says
+    nothing more.
+
+    ``windows``: rowids (ascending) at which a new stretch of rowids starts. SQLite
+    sorts each stretch's entries alone, in memory, so a sort holds one stretch's
+    entries, not a million rows' (about 57 MiB an index); each stretch reads the whole
+    index again, which costs far less than its sort."""
     misshapen = misshapen or {}
-    readers = [_index_reader(conn, r) for r in readings]
+    starts = [MIN_ROWID, *(w for w in windows if w > MIN_ROWID)]
+    failed: set[str] = set()
     current: int | None = None
     got: Witnesses = {}
-    for rowid, name, values in heapq.merge(*readers, key=lambda e: e[0]):
-        if name in misshapen and ((bad := misshapen[name]) is None or rowid in bad):
-            continue
-        if rowid != current:
-            if current is not None and got:
-                yield current, got
-            current, got = rowid, {}
-        for c, v in values:
-            got.setdefault(c, []).append((v, name))
+    for lo, after in itertools.zip_longest(starts, starts[1:]):
+        hi = MAX_ROWID if after is None else after - 1
+        readers = [_index_reader(conn, r, lo, hi, failed) for r in readings if r.name not in failed]
+        for rowid, name, values in heapq.merge(*readers, key=lambda e: e[0]):
+            if name in misshapen and ((bad := misshapen[name]) is None or rowid in bad):
+                continue
+            if rowid != current:
+                if current is not None and got:
+                    yield current, got
+                current, got = rowid, {}
+            for c, v in values:
+                got.setdefault(c, []).append((v, name))
     if current is not None and got:
         yield current, got
 
 
 def _index_reader(
-    conn: apsw.Connection, reading: IndexReading
+    conn: apsw.Connection, reading: IndexReading, lo: int, hi: int, failed: set[str]
 ) -> Iterator[tuple[int, str, list[tuple[str, Any]]]]:
-    """One index's entries, (rowid, index name, [(column, value), ...]), until the end
-    or the first error (damage met part way: what was read stands)."""
+    """One index's entries with a rowid from ``lo`` to ``hi``, (rowid, index name,
+    [(column, value), ...]), until the end or the first error (damage met part way:
+    what was read stands, and the index's name goes in ``failed``)."""
     name, cols = reading.name, reading.columns
     try:
-        for row in conn.execute(reading.sql + " ORDER BY rowid"):
+        for row in conn.execute(reading.between(), (lo, hi)):
             yield int(row[0]), name, list(zip(cols, row[1:], strict=True))
     except (apsw.Error, UnicodeDecodeError) as exc:
         # The sort by rowid may spill to a temporary file: no room for it is no
         # verdict on the index, and must not quietly take a witness away.
         if isinstance(exc, MACHINE_ERRORS):
             raise
+        failed.add(name)
         return
 
 

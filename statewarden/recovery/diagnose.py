@@ -41,6 +41,7 @@ from statewarden.recovery.integrity import (
     fts_from_integrity_lines,
     group_errors,
 )
+from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.lost_writes import LostWrites, find_lost_writes
 from statewarden.recovery.pages import (
     DatabaseFile,
@@ -817,19 +818,24 @@ def table_facts(
     ``foreign``: other tables' cells its b-tree reaches, which are no rows of it."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
-    rowids: Counter[int] = Counter()
-    keys: dict[Any, int] = {}
+    rowids = KeySet()  # rowids read (a KeySet: a million rows cost no 100 MiB)
+    again: Counter[int] = Counter()  # rowid -> times read after the first
+    keys: dict[Any, int] = {}  # key columns -> the first rowid read with them
     duplicate_keys: set[Any] = set()
 
     def on_row(row: tuple[Any, ...]) -> None:
         rowid = int(row[0])
-        rowids[rowid] += 1
-        k = tuple(row[1:]) if key_cols else rowid
-        prev = keys.setdefault(k, rowid)
-        if prev != rowid:
-            duplicate_keys.add(k)
+        if rowid in rowids:
+            again[rowid] += 1
+        else:
+            rowids.add(rowid)
+        if key_cols:
+            k = tuple(row[1:])
+            prev = keys.setdefault(k, rowid)
+            if prev != rowid:
+                duplicate_keys.add(k)
 
-    hints = _index_rowids(conn, schema, obj) if schema is not None else []
+    hints = _index_rowids(conn, schema, obj) if schema is not None else KeySet()
     own = OwnRows(obj, foreign or {})
     result: ScanResult = scan_table(
         conn, obj.name, own.columns(key_cols), own.keep(key_cols, on_row), hints=hints
@@ -853,7 +859,7 @@ def table_facts(
             for o in schema.objects
         )
         if key == ["rowid"]:
-            missing, stale = _rows_elsewhere(conn, schema, obj, set(rowids), set(hints))
+            missing, stale = _rows_elsewhere(conn, schema, obj, rowids, hints)
     return TableFacts(
         witnessed=witnessed,
         missing_rows=missing,
@@ -862,8 +868,8 @@ def table_facts(
         key=key,
         planner_rows=planner,
         scan_rows=result.rows_read,
-        distinct_keys=len(keys),
-        duplicate_rowids={r: n for r, n in rowids.items() if n > 1},
+        distinct_keys=len(keys) if key_cols else len(rowids),
+        duplicate_rowids={r: n + 1 for r, n in again.items()},
         duplicate_keys=len(duplicate_keys),
         unreadable_rows=result.unreadable_rows,
         unreadable_ranges=result.unreadable_ranges,
@@ -872,13 +878,13 @@ def table_facts(
     )
 
 
-def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> list[int]:
+def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> KeySet:
     """Rowids the table's readable full indexes list: where a damaged scan can resume,
     and what tells a garbled cell (a rowid out of order that no index lists) from a
     row (``scan.py``)."""
+    out = KeySet()
     if obj.without_rowid:
-        return []
-    out: set[int] = set()
+        return out
     for idx in schema.objects:
         if idx.type != "index" or idx.tbl_name != obj.name:
             continue
@@ -886,12 +892,12 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> l
             continue  # a partial index lists only some rows
         try:
             sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
-            out.update(int(r[0]) for r in conn.execute(sql))
+            out.update(r[0] for r in conn.execute(sql))
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
             continue
-    return sorted(out)
+    return out
 
 
 def _sequence(conn: apsw.Connection, table: str) -> int | None:
@@ -908,7 +914,7 @@ def _sequence(conn: apsw.Connection, table: str) -> int | None:
 
 
 def _rows_elsewhere(
-    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: set[int], listed: set[int]
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: KeySet, listed: KeySet
 ) -> tuple[list[int], list[int]]:
     """(rowids the FTS copies hold that the table lacks, rowids only an index lists);
     ``listed``: the rowids its readable full indexes list (``_index_rowids``).
@@ -922,7 +928,7 @@ def _rows_elsewhere(
     if seq is not None:
         # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
         # holds a garbled cell, not a row that existed.
-        copies = {r for r in copies if r <= seq}
+        copies = KeySet(r for r in copies.ints() if r <= seq)
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 
 

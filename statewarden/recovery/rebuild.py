@@ -20,6 +20,7 @@ import functools
 import itertools
 import re
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from copy import deepcopy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from statewarden.recovery.copies import (
 )
 from statewarden.recovery.diagnose import Diagnosis, FtsPending
 from statewarden.recovery.foreign_cells import OwnRows
+from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.other_copies import OtherCopy
@@ -71,27 +73,29 @@ SalvagedRows = dict[str, list[tuple[int, list[Any]]]]
 class TableCopy:
     obj: SchemaObject
     report: TableReport
-    source_keys: set[Any] = field(default_factory=set)
-    index_keys: set[Any] = field(default_factory=set)  # from indexes with no error
+    # Keys and rowids are KeySets (keysets.py): a million messages' keys held five
+    # times over as Python sets needed hundreds of MiB.
+    source_keys: KeySet = field(default_factory=KeySet)
+    index_keys: KeySet = field(default_factory=KeySet)  # from indexes with no error
     indexed: bool = False  # an index with no error listed every row (index_keys)
-    hint_keys: set[Any] = field(default_factory=set)  # from every readable index
-    hint_rowids: set[int] = field(default_factory=set)  # the rowids those entries name
+    hint_keys: KeySet = field(default_factory=KeySet)  # from every readable index
+    hint_rowids: KeySet = field(default_factory=KeySet)  # the rowids those entries name
     intact_indexes: int = 0  # indexes of the whole table whose own b-tree is intact
-    listed_by: dict[int, int] = field(default_factory=dict)  # rowid -> how many list it
-    page_keys: set[Any] = field(default_factory=set)
-    page_rowids: set[int] = field(default_factory=set)  # rowids of those rows
-    rowids: set[int] = field(default_factory=set)  # rowids read through the b-tree
-    fts_rowids: set[int] = field(default_factory=set)  # rowids the table's FTS copies hold
+    listed_by: KeySet = field(default_factory=KeySet)  # rowids an intact index lists
+    page_keys: KeySet = field(default_factory=KeySet)
+    page_rowids: KeySet = field(default_factory=KeySet)  # rowids of those rows
+    rowids: KeySet = field(default_factory=KeySet)  # rowids read through the b-tree
+    fts_rowids: KeySet = field(default_factory=KeySet)  # rowids the table's FTS copies hold
     has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
     sequence: int | None = None  # the source's sqlite_sequence for it (AUTOINCREMENT)
     page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
 
-    def known_keys(self) -> set[Any]:
+    def known_keys(self) -> KeySet:
         """Keys known to exist besides the rows read: the rowids the FTS copies hold
         when the table has readable ones (they decide: an index entry they do not hold
         was left behind by a delete, since Hermes' delete triggers remove the copies
         with the row), else what the intact indexes list."""
-        return set(self.fts_rowids if self.has_fts_copies else self.index_keys)
+        return (self.fts_rowids if self.has_fts_copies else self.index_keys).copy()
 
 
 def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
@@ -101,6 +105,10 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
     n = len(obj.key_columns)
     return lambda row: tuple(row[1 : 1 + n])
 
+
+# The index entries of this many rows are sorted at a time (``_index_witnesses``): about
+# 15 MiB of SQLite's memory an index of Hermes' messages.
+WITNESS_WINDOW_ROWS = 1 << 18
 
 ZEROED_REASON = "its record runs into zeroed bytes"
 BAD_TEXT_REASON = "its text is not valid UTF-8 (changed on disk)"
@@ -831,8 +839,9 @@ class Rebuild:
             self._add_old_index_entries(tc, everything)
             return iter(sorted(everything.items())), {c for e in everything.values() for c in e}
         readings = index_readings(self.src, self.inputs.schema, obj.name, broken_roots=broken)
+        windows = tc.hint_rowids.windows(WITNESS_WINDOW_ROWS)
         return (
-            indexed_values_in_order(self.src, readings, misshapen=misshapen),
+            indexed_values_in_order(self.src, readings, misshapen=misshapen, windows=windows),
             {c for r in readings for c in r.columns},
         )
 
@@ -1036,10 +1045,9 @@ class Rebuild:
         copies hold them, to a documented side table (``copies.REBUILT_RULE``)."""
         if not tc.has_fts_copies:
             return
-        have = {
-            int(r[0])
-            for r in self.dst.execute(f"SELECT rowid FROM main.{quote_ident(tc.obj.name)}")
-        }
+        have = KeySet(
+            r[0] for r in self.dst.execute(f"SELECT rowid FROM main.{quote_ident(tc.obj.name)}")
+        )
         lost = tc.fts_rowids - have
         if not lost:
             return
@@ -1099,25 +1107,28 @@ class Rebuild:
                 continue
             order = ", ".join(quote_ident(str(c)) for c in cols)
             select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else "rowid"
+            # Read whole before any of it counts (a damaged index says nothing
+            # reliable), into KeySets rather than a list of a million tuples.
+            keys, rowids = KeySet(), KeySet()
             try:
-                rows = self.src.execute(
+                for r in self.src.execute(
                     f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
                     f" FROM {t} INDEXED BY {quote_ident(idx.name)}"
                     f" ORDER BY {order}"
-                ).fetchall()
+                ):
+                    keys.add(tuple(r[1:]) if key_cols else r[1])
+                    if isinstance(r[0], int):
+                        rowids.add(r[0])
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            keys: set[Any] = {tuple(r[1:]) if key_cols else r[1] for r in rows}
             if not obj.without_rowid:
-                tc.hint_rowids.update(int(r[0]) for r in rows if isinstance(r[0], int))
-            tc.hint_keys.update(keys)
+                tc.hint_rowids |= rowids
+            tc.hint_keys |= keys
             if idx.rootpage not in broken_trees:
-                tc.index_keys.update(keys)
+                tc.index_keys |= keys
                 tc.indexed = True
                 tc.intact_indexes += 1
-                for r in rows:
-                    if isinstance(r[0], int):
-                        tc.listed_by[int(r[0])] = tc.listed_by.get(int(r[0]), 0) + 1
+                tc.listed_by |= rowids
 
     def _bulk_copy(self, tc: TableCopy) -> bool:
         """Copy a clean table in one statement; False (and nothing copied) if it fails.
@@ -1131,13 +1142,15 @@ class Rebuild:
         sel = "".join(", " + quote_ident(c) for c in key_cols)
         rowids = "rowid" if not obj.without_rowid else "NULL"
         t = quote_ident(obj.name)
+        keys, read_rowids, rows_read = KeySet(), KeySet(), 0
         try:
-            read = [
-                tuple(r) for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
-            ]
+            for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED"):
+                keys.add(keyf(r))
+                if not obj.without_rowid:
+                    read_rowids.add(r[0])
+                rows_read += 1
         except UnicodeDecodeError:
             return False
-        keys = [keyf(r) for r in read]
         cols = ", ".join(quote_ident(c) for c in _columns(obj))
         rid = "" if obj.rowid_alias or obj.without_rowid else "rowid, "
         self.dst.execute("SAVEPOINT bulk")
@@ -1150,10 +1163,9 @@ class Rebuild:
             self.dst.execute("RELEASE bulk")
             return False
         self.dst.execute("RELEASE bulk")
-        tc.report.source_rows += len(keys)
-        tc.source_keys.update(keys)
-        if not obj.without_rowid:
-            tc.rowids.update(int(r[0]) for r in read)
+        tc.report.source_rows += rows_read
+        tc.source_keys |= keys
+        tc.rowids |= read_rowids
         return True
 
     def _row_copy(self, tc: TableCopy) -> None:
@@ -1228,7 +1240,7 @@ class Rebuild:
 
         zeroed_lost: list[int] = []
         bad_text: dict[int, list[str]] = {}
-        hints = sorted(tc.hint_rowids)
+        hints = tc.hint_rowids
         # Another table's cells a wrong child pointer leads to are no rows of this one.
         own = OwnRows(obj, self.inputs.diag.foreign_cells.get(obj.name, {}))
         result = scan_table(
@@ -1393,7 +1405,7 @@ class Rebuild:
         text there under the message's id)."""
         found = fts_rowids(self.src, self.inputs.schema, tc.obj.name)
         tc.has_fts_copies = found is not None and tc.obj.key_columns == ["rowid"]
-        tc.fts_rowids = found or set()
+        tc.fts_rowids = found or KeySet()
 
     def _add_unreached(self, tc: TableCopy) -> None:
         """Rows decoded from leaves the b-tree no longer reaches, for rowids it lacks.
@@ -1594,7 +1606,7 @@ class Rebuild:
                 )
 
     def _insert_salvaged(
-        self, tc: TableCopy, rowid: int, values: list[Any], vouched: set[Any] | None = None
+        self, tc: TableCopy, rowid: int, values: list[Any], vouched: AbstractSet[Any] | None = None
     ) -> None:
         obj = tc.obj
         cols = _columns(obj)[: len(values)]

@@ -36,6 +36,7 @@ Both folders are tried (a file created and removed) before the work starts.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -43,6 +44,8 @@ import re
 import tempfile
 import threading
 import time
+from array import array
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,7 @@ from statewarden.recovery.diagnose import (
     counts_disagree,
     diagnose_ahead_of_fts,
 )
+from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.other_copies import OtherCopy, check_sources, open_copies
 from statewarden.recovery.pages import schema_rowid_gaps
 from statewarden.recovery.rebuild import (
@@ -623,7 +627,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             obj = tc.obj
             key_cols = [c for c in obj.key_columns if c != "rowid"]
             sel = "".join(", " + quote_ident(c) for c in key_cols)
-            out_keys: set[Any] = set()
+            out_keys = KeySet()
             keyf = key_fn(obj)
             n = 0
             with contextlib.suppress(apsw.Error):
@@ -635,7 +639,9 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             if tc.sequence is not None:
                 # AUTOINCREMENT never gave out a rowid above the table's sequence: a
                 # copy that names one holds a garbled cell, not a row that existed.
-                witnessed = {k for k in witnessed if not isinstance(k, int) or k <= tc.sequence}
+                witnessed = KeySet(
+                    k for k in witnessed if not isinstance(k, int) or k <= tc.sequence
+                )
             known = read_keys | witnessed
             lost = known - out_keys
             r.recovered = n
@@ -695,7 +701,7 @@ def _count_mismatches(built: Path, report: Report) -> None:
         )
 
 
-def _sorted_keys(keys: set[Any]) -> list[Any]:
+def _sorted_keys(keys: AbstractSet[Any]) -> list[Any]:
     try:
         return sorted(keys)
     except TypeError:  # keys of mixed types (NULL in a key column): any stable order
@@ -715,7 +721,7 @@ def _bounded(ranges: list[list[int]], sequence: int | None) -> list[list[int]]:
     return out
 
 
-def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[list[int]]:
+def _uncovered(ranges: list[list[int]], tc: TableCopy, known: KeySet) -> list[list[int]]:
     """The parts of unreadable ranges that rows decoded from pages do not account for.
 
     Between two consecutive rowids decoded from pages nothing is missing only if they
@@ -728,7 +734,7 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
     been found.
     """
     rowids = sorted(tc.page_rowids)
-    known_ints = [k for k in known if isinstance(k, int)]
+    known_ints = array("q", known.ints())  # ascending
     # A known key that is not a rowid (``sessions.id``) cannot be placed in rowid
     # space: an open end may hold it unless every such key's row was read.
     unplaced = any(not isinstance(k, int) for k in known - tc.source_keys - tc.page_keys)
@@ -745,7 +751,9 @@ def _uncovered(ranges: list[list[int]], tc: TableCopy, known: set[Any]) -> list[
             pieces.append([cur, hi])
         for a, b in pieces:
             open_end = a == MIN_ROWID or b == MAX_ROWID
-            if inside and open_end and not unplaced and not any(a <= k <= b for k in known_ints):
+            i = bisect.bisect_left(known_ints, a)
+            known_inside = i < len(known_ints) and known_ints[i] <= b
+            if inside and open_end and not unplaced and not known_inside:
                 continue
             out.append([a, b])
     return out

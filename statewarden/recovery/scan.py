@@ -16,12 +16,14 @@ where it was and steps over that cell, so the rows after it are still read.
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 
+from statewarden.recovery.keysets import KeySet
 from statewarden.sqlite import quote_ident
 
 MIN_ROWID = -(2**63)
@@ -68,7 +70,7 @@ def scan_table(
     on_row: Callable[[Row], None],
     *,
     db_name: str = "main",
-    hints: Sequence[int] = (),
+    hints: Sequence[int] | KeySet = (),
     on_partial: Callable[[int, list[str]], None] | None = None,
     on_bad_text: Callable[[int, list[str]], None] | None = None,
 ) -> ScanResult:
@@ -101,13 +103,15 @@ class _Scan:
         on_row: Callable[[Row], None],
         *,
         db_name: str,
-        hints: Sequence[int],
+        hints: Sequence[int] | KeySet,
     ) -> None:
         self.conn = conn
         self.columns = list(columns)
         self.on_row = on_row
-        self.hints = sorted(set(hints))
-        self.hint_set = set(self.hints)
+        # Rowids as a KeySet and a sorted array: a million listed rowids as a list and
+        # a set of Python ints cost about 100 MiB.
+        self.hint_set = hints if isinstance(hints, KeySet) else KeySet(hints)
+        self.hints = array("q", self.hint_set.ints())
         self.t = t = f"{quote_ident(db_name)}.{quote_ident(table)}"
         cols = "".join(", " + quote_ident(c) for c in columns)
         self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
@@ -116,8 +120,9 @@ class _Scan:
         self.result = ScanResult()
         self.last: int | None = None  # the rowid of the last row delivered, in b-tree order
         self.start: int | None = None  # where streaming resumes; None: from the beginning
-        self.seen: dict[int, int] = {}
-        self.earlier: set[int] = set()  # rowids delivered by an earlier stream
+        self.seen = KeySet()  # rowids delivered
+        self.seen_again: dict[int, int] = {}  # rowid -> times delivered, when more than once
+        self.earlier = KeySet()  # rowids delivered by an earlier stream
         self.alone: set[int] = set()  # cells read on their own: a stream steps over them
         self.tried: set[int] = set()  # listed rowids a scan that looked ended resumed at
         self.returned = 0  # rows the current stream's cursor returned (delivered or not)
@@ -223,20 +228,23 @@ class _Scan:
         result = self.result
         start = self.start
         self.returned = 0
-        current: set[int] = set()
+        current = KeySet()
         prev: int | None = None  # rowid of the row before ``pending`` (or of it)
         pending: Row | None = None  # held back until the row after it is seen
         before_pending: int | None = None
 
         def deliver(row: Row) -> None:
             rowid = int(row[0])
-            times = self.seen.get(rowid, 0)
-            if times >= MAX_COPIES_PER_ROWID:
-                # Child pointers scribbled to point at the same leaves again and
-                # again: a phantom row shows up twice, not hundreds of times.
-                result.repeats_skipped += 1
-                return
-            self.seen[rowid] = times + 1
+            if rowid in self.seen:
+                times = self.seen_again.get(rowid, 1)
+                if times >= MAX_COPIES_PER_ROWID:
+                    # Child pointers scribbled to point at the same leaves again and
+                    # again: a phantom row shows up twice, not hundreds of times.
+                    result.repeats_skipped += 1
+                    return
+                self.seen_again[rowid] = times + 1
+            else:
+                self.seen.add(rowid)
             current.add(rowid)
             if start is None or rowid >= start:
                 self.last = rowid
@@ -463,7 +471,7 @@ def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:
     return "row", int(row[0])
 
 
-def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: list[int]) -> int | None:
+def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: Sequence[int]) -> int | None:
     """Smallest p > lo whose probe does not fail (None if none is found); probe(lo) fails.
 
     Damaged leaves need not be next to each other in rowid order (a truncated file
@@ -477,7 +485,8 @@ def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: list[int]) -
     # The first listed rowid that reads bounds the search; readable rowids an index
     # does not list (its own pages lost) may lie below it, so they are probed too.
     bound = None
-    for k in hints[bisect.bisect_right(hints, lo) :]:
+    for i in range(bisect.bisect_right(hints, lo), len(hints)):
+        k = hints[i]
         status, _ = _probe(conn, sql, k)
         if status != "error":
             bound = k

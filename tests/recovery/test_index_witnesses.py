@@ -18,6 +18,7 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, TALL, built_db
 from statewarden.recovery.copies import index_readings, indexed_values, indexed_values_in_order
+from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.lost_writes import drop_misshapen
 from statewarden.recovery.schema import read_schema
 from statewarden.sqlite import uri_for
@@ -136,3 +137,54 @@ def test_recover_needs_no_room_in_tmp(full_tmpdir: Path, tmp_path: Path) -> None
     )
     assert code == 3, stderr
     assert json.loads(stdout)["verified"] is True
+
+
+def test_windows_hold_what_one_sort_holds() -> None:
+    """Read in stretches of rowids (each sorted alone), the entries are those of one
+    sort of the whole index: windows between rows, on rows, past the end, many small."""
+    conn = _open(built_db(SMALL))
+    try:
+        schema = read_schema(conn)
+        for table in ("messages", "sessions"):
+            readings = index_readings(conn, schema, table, broken_roots=set())
+            whole = list(indexed_values_in_order(conn, readings))
+            rowids = [r for r, _ in whole]
+            for windows in (
+                rowids[::7],
+                rowids[1::300],
+                [rowids[-1] + 1, 10**15],
+                [-5, 0, 1, 2],
+                KeySet(rowids).windows(100),
+            ):
+                got = list(indexed_values_in_order(conn, readings, windows=windows))
+                assert got == whole, (table, windows[:5])
+    finally:
+        conn.close()
+
+
+def test_windows_keep_a_partial_index_to_its_own_rows(tmp_path: Path) -> None:
+    """A partial index whose condition has an OR is read under its condition whole
+    (parenthesised), not the window's bound joined to one side of the OR."""
+    db = tmp_path / "p.db"
+    conn = apsw.Connection(str(db))
+    conn.execute(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, a, b);"
+        "CREATE INDEX t_ab ON t(a, b) WHERE a IS NULL OR b > 5;"
+        "CREATE INDEX t_b ON t(b);"
+    )
+    with conn:
+        conn.executemany(
+            "INSERT INTO t VALUES (?, ?, ?)",
+            [(i, None if i % 3 == 0 else i, i % 11) for i in range(1, 2000)],
+        )
+    try:
+        schema = read_schema(conn)
+        everything = indexed_values(conn, schema, "t", None, broken_roots=set())
+        readings = index_readings(conn, schema, "t", broken_roots=set())
+        for windows in ([], [500, 1000, 1500], list(range(0, 2100, 37))):
+            got = dict(indexed_values_in_order(conn, readings, windows=windows))
+            assert got == {r: w for r, w in everything.items() if w}
+        listed = {r for r, w in got.items() if any(i == "t_ab" for ws in w.values() for _, i in ws)}
+        assert listed == {i for i in range(1, 2000) if i % 3 == 0 or i % 11 > 5}
+    finally:
+        conn.close()

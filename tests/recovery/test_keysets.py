@@ -1,0 +1,114 @@
+"""``KeySet`` behaves as a set of the same keys would (random sets against Python's own),
+and holds a dense run of rowids in a bitmap, not one object a rowid."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+from typing import Any
+
+import pytest
+
+from statewarden.recovery.keysets import SET_LIMIT, KeySet
+
+
+def _random_keys(rng: random.Random) -> set[Any]:
+    """Dense runs, sparse 64-bit rowids (garbled cells), negative ones, and key tuples."""
+    keys: set[Any] = set()
+    for _ in range(rng.randint(0, 3)):
+        lo = rng.randint(-70_000, 300_000)
+        keys |= {lo + rng.randint(0, 140_000) for _ in range(rng.randint(0, 4000))}
+    keys |= {rng.randint(-(2**63), 2**63 - 1) for _ in range(rng.randint(0, 40))}
+    if rng.random() < 0.3:
+        keys |= {(rng.randint(0, 40), str(rng.randint(0, 9))) for _ in range(rng.randint(0, 30))}
+    return keys
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_as_a_set(seed: int) -> None:
+    rng = random.Random(seed)
+    a, b = _random_keys(rng), _random_keys(rng)
+    ka, kb = KeySet(a), KeySet(b)
+    assert len(ka) == len(a)
+    assert set(ka) == a
+    ints = sorted(k for k in a if isinstance(k, int))
+    assert list(ka.ints()) == ints
+    assert list(ka)[: len(ints)] == ints  # rowids first, ascending
+    for k in list(b)[:300] + list(a)[:300]:
+        assert (k in ka) == (k in a)
+    for got, want in (
+        (ka | kb, a | b),
+        (ka & kb, a & b),
+        (ka - kb, a - b),
+        (ka | b, a | b),
+        (a | kb, a | b),
+        (ka & b, a & b),
+        (a & kb, a & b),
+        (ka - b, a - b),
+        (a - kb, a - b),
+    ):
+        assert isinstance(got, KeySet)
+        assert set(got) == want
+        assert len(got) == len(want)
+    assert (ka == kb) == (a == b)
+    assert ka == a
+    assert a == ka
+    assert ka == KeySet(a)
+    assert ka != a | {10**12}
+    assert ka <= KeySet(a | b)
+    assert (ka <= kb) == (a <= b)
+    grown = ka.copy()
+    grown |= kb
+    assert set(grown) == a | b
+    assert len(grown) == len(a | b)
+    assert set(ka) == a
+    shrunk = KeySet(a | b)
+    for k in list(b):
+        shrunk.discard(k)
+    assert set(shrunk) == (a | b) - b
+    assert len(shrunk) == len((a | b) - b)
+
+
+def test_keys_equal_as_in_a_set() -> None:
+    """1.0 and True are the key 1 in a set; so they are here. Unhashable: not in it."""
+    ks = KeySet([1, (2, "x")])
+    assert 1.0 in ks
+    assert True in ks
+    assert (2, "x") in ks
+    assert 1.5 not in ks
+    assert [1] not in ks
+    assert "1" not in ks
+    ks.add(1.0)
+    assert len(ks) == 2
+
+
+def test_dense_rowids_cost_bits_not_objects() -> None:
+    """A million dense rowids: a few hundred KiB, against tens of MiB as a set."""
+    ks = KeySet(range(1, 1_000_001))
+    held = sum(sys.getsizeof(s) for s in ks._stretches.values())
+    assert len(ks) == 1_000_000
+    assert held < 200 * 1024
+    assert sys.getsizeof(set(range(1, 1_000_001))) > 16 * 1024 * 1024
+    # A sparse stretch stays a set until it is worth a bitmap.
+    sparse = KeySet(range(0, SET_LIMIT * 100, 100))
+    assert all(isinstance(s, set) for s in sparse._stretches.values())
+    sparse.add(1)
+    assert all(isinstance(s, bytearray) for s in sparse._stretches.values())
+    assert len(sparse) == SET_LIMIT + 1
+    assert 1 in sparse
+    assert 100 in sparse
+    assert 2 not in sparse
+
+
+def test_windows_cover_about_that_many_rowids() -> None:
+    ks = KeySet(range(1, 1_000_001))
+    starts = ks.windows(262_144)
+    assert starts == sorted(starts)
+    edges = [-(2**63), *starts, 2**63]
+    sizes = [sum(1 for r in ks.ints() if lo <= r < hi) for lo, hi in itertools.pairwise(edges)]
+    assert sum(sizes) == 1_000_000
+    assert all(n >= 262_144 for n in sizes[:-1])
+    assert all(n < 262_144 + 65_536 for n in sizes)
+    assert KeySet().windows(10) == []
+    assert KeySet([5]).windows(10) == []
