@@ -825,10 +825,8 @@ def table_facts(
 
     def on_row(row: tuple[Any, ...]) -> None:
         rowid = int(row[0])
-        if rowid in rowids:
+        if not rowids.add_new(rowid):
             again[rowid] += 1
-        else:
-            rowids.add(rowid)
         if key_cols:
             k = tuple(row[1:])
             prev = keys.setdefault(k, rowid)

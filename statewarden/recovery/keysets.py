@@ -89,12 +89,13 @@ def _as_int(key: Any) -> int | None:
 class KeySet(MutableSet[Any]):
     """A set of row keys; rowids are held in bitmaps (see the module's docstring)."""
 
-    __slots__ = ("_ints", "_others", "_stretches")
+    __slots__ = ("_others", "_stretches")
 
     def __init__(self, keys: Iterable[Any] = ()) -> None:
+        # Every stretch held is non-empty. The fast paths below spell SHIFT and LOW as
+        # 16 and 0xFFFF: a module global costs each call a lookup.
         self._stretches: dict[int, Stretch] = {}
         self._others: set[Any] = set()
-        self._ints = 0
         if isinstance(keys, KeySet):
             self._union_keyset(keys)
         else:
@@ -103,22 +104,45 @@ class KeySet(MutableSet[Any]):
     # -- one key ---------------------------------------------------------------
 
     def __contains__(self, key: object) -> bool:
-        k = key if type(key) is int else _as_int(key)
-        if k is None:
-            try:
-                return key in self._others
-            except TypeError:
-                return False  # unhashable: no key of a table
-        stretch = self._stretches.get(k >> SHIFT)
-        if stretch is None:
-            return False
-        if isinstance(stretch, set):
-            return k in stretch
-        low = k & LOW
-        return bool(stretch[low >> 3] >> (low & 7) & 1)
+        if key.__class__ is int:
+            stretch = self._stretches.get(key >> 16)
+            if stretch.__class__ is bytearray:
+                return stretch[(key & 0xFFFF) >> 3] >> (key & 7) & 1 == 1
+            return stretch is not None and key in stretch
+        k = _as_int(key)
+        if k is not None:
+            return k in self
+        try:
+            return key in self._others
+        except TypeError:
+            return False  # unhashable: no key of a table
 
     def add(self, key: Any) -> None:
-        k = key if type(key) is int else _as_int(key)
+        if key.__class__ is int:
+            stretch = self._stretches.get(key >> 16)
+            if stretch.__class__ is bytearray:
+                stretch[(key & 0xFFFF) >> 3] |= 1 << (key & 7)
+                return
+        self._add(key)
+
+    def add_new(self, key: Any) -> bool:
+        """Add ``key``; True when it was not in the set before."""
+        if key.__class__ is int:
+            stretch = self._stretches.get(key >> 16)
+            if stretch.__class__ is bytearray:
+                at, bit = (key & 0xFFFF) >> 3, 1 << (key & 7)
+                byte = stretch[at]
+                if byte & bit:
+                    return False
+                stretch[at] = byte | bit
+                return True
+        if key in self:
+            return False
+        self._add(key)
+        return True
+
+    def _add(self, key: Any) -> None:
+        k = _as_int(key)
         if k is None:
             self._others.add(key)
             return
@@ -126,22 +150,16 @@ class KeySet(MutableSet[Any]):
         stretch = self._stretches.get(high)
         if stretch is None:
             self._stretches[high] = {k}
-            self._ints += 1
         elif isinstance(stretch, set):
-            if k not in stretch:
-                stretch.add(k)
-                self._ints += 1
-                if len(stretch) > SET_LIMIT:
-                    self._stretches[high] = _bitmap(stretch)
+            stretch.add(k)
+            if len(stretch) > SET_LIMIT:
+                self._stretches[high] = _bitmap(stretch)
         else:
             low = k & LOW
-            bit = 1 << (low & 7)
-            if not stretch[low >> 3] & bit:
-                stretch[low >> 3] |= bit
-                self._ints += 1
+            stretch[low >> 3] |= 1 << (low & 7)
 
     def discard(self, key: Any) -> None:
-        k = key if type(key) is int else _as_int(key)
+        k = _as_int(key)
         if k is None:
             self._others.discard(key)
             return
@@ -150,22 +168,22 @@ class KeySet(MutableSet[Any]):
         if stretch is None:
             return
         if isinstance(stretch, set):
-            if k in stretch:
-                stretch.remove(k)
-                self._ints -= 1
-                if not stretch:
-                    del self._stretches[high]
-            return
-        low = k & LOW
-        bit = 1 << (low & 7)
-        if stretch[low >> 3] & bit:
-            stretch[low >> 3] &= ~bit & 0xFF
-            self._ints -= 1
+            stretch.discard(k)
+            empty = not stretch
+        else:
+            low = k & LOW
+            stretch[low >> 3] &= ~(1 << (low & 7)) & 0xFF
+            empty = not any(stretch)
+        if empty:
+            del self._stretches[high]
 
     # -- the whole set ---------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._ints + len(self._others)
+        return sum(_size(s) for s in self._stretches.values()) + len(self._others)
+
+    def __bool__(self) -> bool:
+        return bool(self._stretches) or bool(self._others)
 
     def __iter__(self) -> Iterator[Any]:
         for high in sorted(self._stretches):
@@ -176,13 +194,27 @@ class KeySet(MutableSet[Any]):
         return f"KeySet({len(self)} keys)"
 
     def update(self, keys: Iterable[Any]) -> None:
-        """Add every key of ``keys``."""
+        """Add every key of ``keys`` (rowids of one bitmap after another at the cost of
+        a few operations each)."""
         if isinstance(keys, KeySet):
             self._union_keyset(keys)
             return
-        add = self.add
+        stretches = self._stretches
+        high: int | None = None
+        bits = bytearray()
         for key in keys:
-            add(key)
+            if key.__class__ is int:
+                if key >> 16 != high:
+                    high = key >> 16
+                    stretch = stretches.get(high)
+                    if not isinstance(stretch, bytearray):
+                        self._add(key)
+                        high = None
+                        continue
+                    bits = stretch
+                bits[(key & 0xFFFF) >> 3] |= 1 << (key & 7)
+            else:
+                self._add(key)
 
     def copy(self) -> KeySet:
         return KeySet(self)
@@ -201,19 +233,13 @@ class KeySet(MutableSet[Any]):
             mine = self._stretches.get(high)
             if mine is None:
                 self._stretches[high] = _copy(theirs)
-                self._ints += _size(theirs)
                 continue
             if isinstance(mine, set) and isinstance(theirs, set):
-                before = len(mine)
                 mine |= theirs
-                self._ints += len(mine) - before
                 if len(mine) > SET_LIMIT:
                     self._stretches[high] = _bitmap(mine)
                 continue
-            before = _size(mine)
-            merged = _from_int_bits(_as_int_bits(mine) | _as_int_bits(theirs))
-            self._stretches[high] = merged
-            self._ints += _count(merged) - before
+            self._stretches[high] = _from_int_bits(_as_int_bits(mine) | _as_int_bits(theirs))
         self._others |= other._others
 
     def __ior__(self, other: Iterable[Any]) -> KeySet:
@@ -237,20 +263,16 @@ class KeySet(MutableSet[Any]):
             if theirs is None:
                 if keep == "mine":
                     out._stretches[high] = _copy(mine)
-                    out._ints += _size(mine)
                 continue
             if isinstance(mine, set):
                 kept = {r for r in mine if (r in other) == (keep == "both")}
                 if kept:
                     out._stretches[high] = kept
-                    out._ints += len(kept)
                 continue
             a, b = int.from_bytes(mine, "little"), _as_int_bits(theirs)
             bits = _from_int_bits(a & b if keep == "both" else a & ~b)
-            n = _count(bits)
-            if n:
+            if any(bits):
                 out._stretches[high] = bits
-                out._ints += n
         if keep == "both":
             out._others = self._others & other._others
         else:

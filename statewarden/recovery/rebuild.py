@@ -1110,15 +1110,19 @@ class Rebuild:
             # Read whole before any of it counts (a damaged index says nothing
             # reliable), into KeySets rather than a list of a million tuples.
             keys, rowids = KeySet(), KeySet()
+            sql = (
+                f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
+                f" FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
+            )
             try:
-                for r in self.src.execute(
-                    f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
-                    f" FROM {t} INDEXED BY {quote_ident(idx.name)}"
-                    f" ORDER BY {order}"
-                ):
-                    keys.add(tuple(r[1:]) if key_cols else r[1])
-                    if isinstance(r[0], int):
-                        rowids.add(r[0])
+                if key_cols:
+                    for r in self.src.execute(sql):
+                        keys.add(tuple(r[1:]))
+                        if isinstance(r[0], int):
+                            rowids.add(r[0])
+                else:  # the key is the rowid: one set read once
+                    rowids.update(r[0] for r in self.src.execute(sql))
+                    keys = rowids
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
             if not obj.without_rowid:
@@ -1142,13 +1146,17 @@ class Rebuild:
         sel = "".join(", " + quote_ident(c) for c in key_cols)
         rowids = "rowid" if not obj.without_rowid else "NULL"
         t = quote_ident(obj.name)
-        keys, read_rowids, rows_read = KeySet(), KeySet(), 0
+        keys, read_rowids = KeySet(), KeySet()
         try:
-            for r in self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED"):
-                keys.add(keyf(r))
-                if not obj.without_rowid:
-                    read_rowids.add(r[0])
-                rows_read += 1
+            cursor = self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
+            if key_cols:
+                for r in cursor:
+                    keys.add(keyf(r))
+                    if not obj.without_rowid:
+                        read_rowids.add(r[0])
+            else:  # the key is the rowid
+                read_rowids.update(r[0] for r in cursor)
+                keys = read_rowids
         except UnicodeDecodeError:
             return False
         cols = ", ".join(quote_ident(c) for c in _columns(obj))
@@ -1163,7 +1171,9 @@ class Rebuild:
             self.dst.execute("RELEASE bulk")
             return False
         self.dst.execute("RELEASE bulk")
-        tc.report.source_rows += rows_read
+        # Every row read went in: a rowid (or a WITHOUT ROWID table's key, never NULL)
+        # read twice would have failed the INSERT.
+        tc.report.source_rows += len(keys) if obj.without_rowid else len(read_rowids)
         tc.source_keys |= keys
         tc.rowids |= read_rowids
         return True

@@ -228,14 +228,17 @@ class _Scan:
         result = self.result
         start = self.start
         self.returned = 0
-        current = KeySet()
+        # Nothing delivered before this stream: what it delivers is then exactly
+        # ``seen``, and no row is "already passed" (most scans are one stream).
+        first = not self.earlier
+        current = None if first else KeySet()
         prev: int | None = None  # rowid of the row before ``pending`` (or of it)
         pending: Row | None = None  # held back until the row after it is seen
         before_pending: int | None = None
 
         def deliver(row: Row) -> None:
             rowid = int(row[0])
-            if rowid in self.seen:
+            if not self.seen.add_new(rowid):
                 times = self.seen_again.get(rowid, 1)
                 if times >= MAX_COPIES_PER_ROWID:
                     # Child pointers scribbled to point at the same leaves again and
@@ -243,9 +246,8 @@ class _Scan:
                     result.repeats_skipped += 1
                     return
                 self.seen_again[rowid] = times + 1
-            else:
-                self.seen.add(rowid)
-            current.add(rowid)
+            if current is not None:
+                current.add(rowid)
             if start is None or rowid >= start:
                 self.last = rowid
             result.rows_read += 1
@@ -259,7 +261,7 @@ class _Scan:
             for raw in _rows(self.conn, sql, args):
                 self.returned += 1
                 rowid = int(raw[0])
-                if rowid in self.earlier or rowid in self.alone:
+                if (not first and rowid in self.earlier) or rowid in self.alone:
                     continue  # a damaged tree can hand back rows already passed
                 if prev is not None and rowid < prev and unlisted(rowid):
                     # Below the row before it and listed by no readable index: a garbled
@@ -288,7 +290,10 @@ class _Scan:
             result.first_error = result.first_error or str(exc).split("\n", 1)[0]
             return False
         finally:
-            self.earlier |= current
+            if current is None:
+                self.earlier = self.seen.copy()
+            else:
+                self.earlier |= current
 
     def _step_over_failing_cell(self) -> bool:
         """After a stream stopped on damage: find the cell it stopped at by walking the

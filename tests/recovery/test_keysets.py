@@ -112,3 +112,24 @@ def test_windows_cover_about_that_many_rowids() -> None:
     assert all(n < 262_144 + 65_536 for n in sizes)
     assert KeySet().windows(10) == []
     assert KeySet([5]).windows(10) == []
+
+
+def test_emptied_and_zero() -> None:
+    """Rowid 0 is a rowid like any other; a set emptied by discards is empty and false."""
+    ks = KeySet([0, 5])
+    ks.discard(5)
+    assert 0 in ks
+    assert len(ks) == 1
+    assert ks
+    ks.discard(0)
+    assert not ks
+    assert len(ks) == 0
+    dense = KeySet(range(2000))
+    for r in range(2000):
+        dense.discard(r)
+    assert not dense
+    assert list(dense) == []
+    assert dense.add_new(7) is True
+    assert dense.add_new(7) is False
+    assert KeySet(range(1000)).add_new(999) is False
+    assert KeySet(range(1000)).add_new(1000) is True
