@@ -338,22 +338,38 @@ def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> KeySet | No
     for f in feeds(schema):
         if f.table != table:
             continue
-        content = quote_ident(f"{f.fts}_content")
-        ids = array("q")
+        sql = f"SELECT id FROM {quote_ident(f.fts + '_content')} NOT INDEXED"
         try:
-            for (rowid,) in conn.execute(f"SELECT id FROM {content} NOT INDEXED"):
-                if isinstance(rowid, int):
-                    ids.append(rowid)
+            kept = _rowids_read(conn, sql)
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
             continue  # a damaged copy vouches for nothing
-        kept = in_order(ids)
         if out is None:
             out = kept
         else:
             out |= kept
     return out
+
+
+def _rowids_read(conn: apsw.Connection, sql: str) -> KeySet:
+    """The rowids ``sql`` reads in b-tree order that keep their place (``in_order``).
+    Straight into a KeySet while they rise, as they do in any b-tree but a garbled
+    one; read again into an array (8 bytes a rowid) only when one does not."""
+    kept = KeySet()
+    prev: int | None = None
+    for (rowid,) in conn.execute(sql):
+        if not isinstance(rowid, int):
+            continue
+        if prev is not None and rowid <= prev:
+            ids = array("q")
+            for (again,) in conn.execute(sql):
+                if isinstance(again, int):
+                    ids.append(again)
+            return in_order(ids)
+        kept.add(rowid)
+        prev = rowid
+    return kept
 
 
 def in_order(rowids: Sequence[int]) -> KeySet:

@@ -224,6 +224,14 @@ class KeySet(MutableSet[Any]):
         for high in sorted(self._stretches):
             yield from _rowids(high, self._stretches[high])
 
+    def after(self, lo: int) -> Iterator[int]:
+        """The rowids above ``lo``, ascending."""
+        first = (lo + 1) >> SHIFT
+        for high in sorted(h for h in self._stretches if h >= first):
+            for r in _rowids(high, self._stretches[high]):
+                if r > lo:
+                    yield r
+
     @classmethod
     def _from_iterable(cls, it: Iterable[Any]) -> KeySet:
         return cls(it)

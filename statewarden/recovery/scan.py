@@ -15,8 +15,6 @@ where it was and steps over that cell, so the rows after it are still read.
 
 from __future__ import annotations
 
-import bisect
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,10 +106,9 @@ class _Scan:
         self.conn = conn
         self.columns = list(columns)
         self.on_row = on_row
-        # Rowids as a KeySet and a sorted array: a million listed rowids as a list and
-        # a set of Python ints cost about 100 MiB.
+        # A KeySet: a million listed rowids as a sorted list and a set of Python ints
+        # cost about 100 MiB.
         self.hint_set = hints if isinstance(hints, KeySet) else KeySet(hints)
-        self.hints = array("q", self.hint_set.ints())
         self.t = t = f"{quote_ident(db_name)}.{quote_ident(table)}"
         cols = "".join(", " + quote_ident(c) for c in columns)
         self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
@@ -159,7 +156,7 @@ class _Scan:
                     return result
                 self.start = value + 1
                 continue
-            resume_at = _next_readable(self.conn, self.probe, lo, self.hints)
+            resume_at = _next_readable(self.conn, self.probe, lo, self.hint_set)
             if resume_at is None:
                 result.add_range(lo, MAX_ROWID)
                 return result
@@ -178,7 +175,7 @@ class _Scan:
         still read. If a readable index lists a rowid no stream delivered, outside the
         stretches found unreadable, that reads on its own, the scan resumes there. True
         when it resumes."""
-        for h in self.hints:
+        for h in self.hint_set.ints():
             if h in self.seen or h in self.alone or h in self.tried:
                 continue
             if any(lo <= h <= hi for lo, hi in self.result.unreadable_ranges):
@@ -476,7 +473,7 @@ def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:
     return "row", int(row[0])
 
 
-def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: Sequence[int]) -> int | None:
+def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: KeySet) -> int | None:
     """Smallest p > lo whose probe does not fail (None if none is found); probe(lo) fails.
 
     Damaged leaves need not be next to each other in rowid order (a truncated file
@@ -490,8 +487,7 @@ def _next_readable(conn: apsw.Connection, sql: str, lo: int, hints: Sequence[int
     # The first listed rowid that reads bounds the search; readable rowids an index
     # does not list (its own pages lost) may lie below it, so they are probed too.
     bound = None
-    for i in range(bisect.bisect_right(hints, lo), len(hints)):
-        k = hints[i]
+    for k in hints.after(lo):
         status, _ = _probe(conn, sql, k)
         if status != "error":
             bound = k
