@@ -802,6 +802,37 @@ def _index_reader(
         return
 
 
+# Rowids bound into one ``rowid IN (...)``.
+_IN_CHUNK = 500
+
+
+def indexed_values_of(
+    conn: apsw.Connection, readings: list[IndexReading], rowids: Sequence[int]
+) -> dict[int, Witnesses]:
+    """What ``indexed_values_in_order`` holds for just ``rowids``, read with SQLite
+    picking them out of each index (``rowid IN (...)``). An index that fails part way
+    says nothing, as a sorted reading that fails says nothing."""
+    out: dict[int, Witnesses] = {}
+    for reading in readings:
+        where = f"({reading.condition}) AND " if reading.condition else ""
+        got: list[tuple[Any, ...]] = []
+        try:
+            for at in range(0, len(rowids), _IN_CHUNK):
+                chunk = rowids[at : at + _IN_CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                sql = f"{reading.select} WHERE {where}rowid IN ({marks})"
+                got.extend(tuple(row) for row in conn.execute(sql, tuple(chunk)))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, MACHINE_ERRORS):
+                raise
+            continue
+        for row in got:
+            held = out.setdefault(int(row[0]), {})
+            for c, v in zip(reading.columns, row[1:], strict=True):
+                held.setdefault(c, []).append((v, reading.name))
+    return out
+
+
 def agrees_with_copies(
     conn: apsw.Connection, schema: Schema, table: str, rowid: int
 ) -> bool | None:

@@ -17,6 +17,7 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL, TALL, built_db
+from lab.many_rows import many_messages
 from statewarden.recovery.copies import index_readings, indexed_values, indexed_values_in_order
 from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.lost_writes import drop_misshapen
@@ -188,3 +189,63 @@ def test_windows_keep_a_partial_index_to_its_own_rows(tmp_path: Path) -> None:
         assert listed == {i for i in range(1, 2000) if i % 3 == 0 or i % 11 > 5}
     finally:
         conn.close()
+
+
+def _zero_middle_leaf(db: Path) -> list[int]:
+    conn = apsw.Connection(str(db))
+    try:
+        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='messages'").get)
+    finally:
+        conn.close()
+    pristine = corruption.PristineFile(db)
+    _, leaves = pristine.tree_pages(root)
+    leaf = leaves[len(leaves) // 2]
+    with db.open("r+b") as f:
+        f.seek((leaf - 1) * pristine.page_size)
+        f.write(bytes(pristine.page_size))
+    return sorted(pristine.leaf_rowids(leaf))
+
+
+def _recover_json(db: Path, out: Path) -> dict[str, Any]:
+    out.mkdir()
+    code, stdout, stderr = run_ctl(
+        "recover",
+        "--source",
+        str(db),
+        "--output",
+        str(out / "new.db"),
+        "--json",
+        "--progress",
+        "none",
+    )
+    assert code == 3, stderr
+    got: dict[str, Any] = json.loads(stdout)
+    return got
+
+
+def test_indexes_built_after_the_rows_or_first_when_tmp_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """messages' plain indexes are built once its rows are in (one sort each). With
+    SQLite's temporary folder full, that sort has nowhere to spill: the build starts
+    over with the indexes in place first, says so, and the output is the same."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    db = many_messages(tmp_path / "src" / "state.db", 60_000)
+    gone = _zero_middle_leaf(db)
+    roomy = _recover_json(db, tmp_path / "roomy")
+    assert roomy["verified"] is True
+    assert roomy["tables"]["messages"]["lost_keys"] == gone
+    assert not [n for n in roomy["notes"] if "built after the rows" in n]
+    mnt = tmp_path / "tmp"
+    mnt.mkdir()
+    mount_full_tmpfs(mnt)
+    monkeypatch.setenv("SQLITE_TMPDIR", str(mnt))
+    try:
+        full = _recover_json(db, tmp_path / "full")
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+    assert full["verified"] is True
+    assert full["tables"]["messages"]["lost_keys"] == gone
+    assert [n for n in full["notes"] if "could not be built after the rows" in n]
+    assert full["tables"]["messages"]["recovered"] == roomy["tables"]["messages"]["recovered"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -1027,3 +1028,36 @@ class TestInvalidText:
         got = rows(out, "SELECT rowid, * FROM messages ORDER BY rowid")
         want = pristine("SELECT rowid, * FROM messages ORDER BY rowid")
         assert got == [r for r in want if r[0] not in set(lost)]
+
+
+class TestChangedIndexedValue:
+    def test_a_changed_timestamp_is_set_back_from_two_agreeing_indexes(
+        self, tmp_path: Path
+    ) -> None:
+        """In a table copied row by row (a messages leaf zeroed), one row's timestamp
+        changed on disk (the record still valid): both indexes holding the column agree
+        on the value Hermes wrote, so it is set back and listed in restored_from_copies;
+        every other row, which its entries agree with, is as Hermes wrote it. (SQLite
+        names the rows that differ from an entry; only they are compared one by one.)"""
+        case = corruption.zeroed_leaf(tmp_path / "db")
+        lost = set(case.lost_rowids["messages"])
+        pf = corruption.PristineFile(case.db)
+        _, leaves = pf.tree_pages(case.roots["messages"])
+        rowid = min(pf.leaf_rowids(leaves[10]))
+        [(stamp,)] = pristine(f"SELECT timestamp FROM messages WHERE id = {rowid}")
+        assert isinstance(stamp, float)
+        start, end = corruption._cell_span(pf, leaves[10], rowid)
+        at = pf.data.find(struct.pack(">d", stamp), start, end)
+        assert at != -1
+        with case.db.open("r+b") as f:
+            f.seek(at)
+            f.write(struct.pack(">d", stamp + 1000.0))
+        code, doc, out = recover_json(case, tmp_path)
+        assert code == 3
+        fixes = [r for r in doc["restored_from_copies"] if r["rowid"] == rowid]
+        assert [(r["column"], r["stored"]) for r in fixes] == [("timestamp", stamp + 1000.0)]
+        assert sorted(fixes[0]["from"]) == [
+            "index idx_messages_session",
+            "index idx_messages_session_active",
+        ]
+        assert_same_rows(out, "messages", missing=lost)
