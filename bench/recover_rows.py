@@ -22,12 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import apsw
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lab.corruption import PristineFile  # noqa: E402
+from lab.corruption import zero_middle_leaf  # noqa: E402
 from lab.hermes_fixtures import cache_dir  # noqa: E402
 from lab.many_rows import many_messages  # noqa: E402
 
@@ -65,25 +63,6 @@ def run_child(what: str, db: Path, out: Path) -> dict[str, object]:
     return figures
 
 
-def zero_a_leaf(healthy: Path, damaged: Path) -> list[int]:
-    """``damaged``: ``healthy`` with its middle messages leaf zeroed; the rowids it held."""
-    damaged.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(healthy, damaged)
-    conn = apsw.Connection(str(damaged))
-    try:
-        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='messages'").get)
-    finally:
-        conn.close()
-    pristine = PristineFile(damaged)
-    _, leaves = pristine.tree_pages(root)
-    leaf = leaves[len(leaves) // 2]
-    gone = sorted(pristine.leaf_rowids(leaf))
-    with damaged.open("r+b") as f:
-        f.seek((leaf - 1) * pristine.page_size)
-        f.write(bytes(pristine.page_size))
-    return gone
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, nargs="*", default=[300_000, 1_000_000])
@@ -103,7 +82,9 @@ def main() -> int:
                 print(f"built {healthy} in {time.perf_counter() - t0:.1f} s", flush=True)
             size = healthy.stat().st_size / 1e6
             damaged = work / f"leaf-{n}" / "state.db"
-            gone = zero_a_leaf(healthy, damaged)
+            damaged.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(healthy, damaged)
+            gone = zero_middle_leaf(damaged)
             vac = run_child("vacuum", healthy, work / "vacuumed.db")
             for case, db in (("healthy", healthy), ("zeroed leaf", damaged)):
                 got = run_child("recover", db, work / "recovered.db")

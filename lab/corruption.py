@@ -105,6 +105,21 @@ def zero_page(case: Case, page: int) -> None:
     case.damaged_pages.append(page)
 
 
+def zero_middle_leaf(db: Path, table: str = "messages") -> list[int]:
+    """Zero the middle leaf of ``table`` in the closed file ``db`` (any file, not only a
+    fixture copy); the rowids that lived on it, ascending."""
+    conn = apsw.Connection(str(db))
+    try:
+        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,)).get)
+    finally:
+        conn.close()
+    pf = PristineFile(db)
+    _, leaves = pf.tree_pages(root)
+    leaf = leaves[len(leaves) // 2]
+    _write(db, (leaf - 1) * pf.page_size, bytes(pf.page_size))
+    return sorted(pf.leaf_rowids(leaf))
+
+
 def phantom_row(dest_dir: Path, spec: AnySpec = SMALL, cell: int = 5) -> Case:
     """Duplicate one cell pointer in a ``sessions`` leaf: the same row stored twice.
 

@@ -105,6 +105,23 @@ def _read_sorted(temp_store: str) -> list[tuple[int, Any]]:
         conn.close()
 
 
+def _recover_json(db: Path, out: Path) -> dict[str, Any]:
+    out.mkdir()
+    code, stdout, stderr = run_ctl(
+        "recover",
+        "--source",
+        str(db),
+        "--output",
+        str(out / "new.db"),
+        "--json",
+        "--progress",
+        "none",
+    )
+    assert code == 3, stderr
+    got: dict[str, Any] = json.loads(stdout)
+    return got
+
+
 def test_a_full_tmp_is_an_error_never_fewer_witnesses(full_tmpdir: Path) -> None:
     """A sort with no room for its temporary files ends the reading with SQLite's error:
     an index is never taken to have said less than it holds. The recovery's own reading
@@ -124,20 +141,7 @@ def test_recover_needs_no_room_in_tmp(full_tmpdir: Path, tmp_path: Path) -> None
     exit 3 for the rows only that page held. (Its sorts are small enough to stay in
     memory anyway; the test above makes one spill.)"""
     case = corruption.zeroed_leaf(tmp_path / "case")
-    out = tmp_path / "out"
-    out.mkdir()
-    code, stdout, stderr = run_ctl(
-        "recover",
-        "--source",
-        str(case.db),
-        "--output",
-        str(out / "new.db"),
-        "--json",
-        "--progress",
-        "none",
-    )
-    assert code == 3, stderr
-    assert json.loads(stdout)["verified"] is True
+    assert _recover_json(case.db, tmp_path / "out")["verified"] is True
 
 
 def test_windows_hold_what_one_sort_holds() -> None:
@@ -191,38 +195,6 @@ def test_windows_keep_a_partial_index_to_its_own_rows(tmp_path: Path) -> None:
         conn.close()
 
 
-def _zero_middle_leaf(db: Path) -> list[int]:
-    conn = apsw.Connection(str(db))
-    try:
-        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='messages'").get)
-    finally:
-        conn.close()
-    pristine = corruption.PristineFile(db)
-    _, leaves = pristine.tree_pages(root)
-    leaf = leaves[len(leaves) // 2]
-    with db.open("r+b") as f:
-        f.seek((leaf - 1) * pristine.page_size)
-        f.write(bytes(pristine.page_size))
-    return sorted(pristine.leaf_rowids(leaf))
-
-
-def _recover_json(db: Path, out: Path) -> dict[str, Any]:
-    out.mkdir()
-    code, stdout, stderr = run_ctl(
-        "recover",
-        "--source",
-        str(db),
-        "--output",
-        str(out / "new.db"),
-        "--json",
-        "--progress",
-        "none",
-    )
-    assert code == 3, stderr
-    got: dict[str, Any] = json.loads(stdout)
-    return got
-
-
 def test_indexes_built_after_the_rows_or_first_when_tmp_is_full(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,7 +204,7 @@ def test_indexes_built_after_the_rows_or_first_when_tmp_is_full(
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     db = many_messages(tmp_path / "src" / "state.db", 60_000)
-    gone = _zero_middle_leaf(db)
+    gone = corruption.zero_middle_leaf(db)
     roomy = _recover_json(db, tmp_path / "roomy")
     assert roomy["verified"] is True
     assert roomy["tables"]["messages"]["lost_keys"] == gone

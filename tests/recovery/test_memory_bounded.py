@@ -14,9 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import apsw
-
-from lab.corruption import PristineFile
+from lab.corruption import zero_middle_leaf
 from lab.many_rows import many_messages
 
 PEAK_RSS_MIB = 128
@@ -38,20 +36,7 @@ print(json.dumps({
 
 def test_a_zeroed_leaf_of_300k_messages_in_bounded_memory(tmp_path: Path) -> None:
     db = many_messages(tmp_path / "src" / "state.db", 300_000)
-    conn = apsw.Connection(str(db))
-    try:
-        messages_root = int(
-            conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'messages'").get
-        )
-    finally:
-        conn.close()
-    pristine = PristineFile(db)
-    _, leaves = pristine.tree_pages(messages_root)
-    leaf = leaves[len(leaves) // 2]
-    gone = sorted(pristine.leaf_rowids(leaf))
-    with db.open("r+b") as f:
-        f.seek((leaf - 1) * pristine.page_size)
-        f.write(bytes(pristine.page_size))
+    gone = zero_middle_leaf(db)
     (tmp_path / "out").mkdir()
     run = subprocess.run(
         [sys.executable, "-c", _RECOVER, str(db), str(tmp_path / "out" / "new.db")],
