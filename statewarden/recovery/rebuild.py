@@ -318,6 +318,7 @@ class Rebuild:
         self.force_triggers: set[str] = set()
         self.attached = False  # the source is attached to the output connection as src
         self.indexes_first = False  # every index built before the rows (``_can_wait``)
+        self._aliases: dict[str, str | None] = {}  # table -> its rowid alias column
 
     def run(self) -> dict[str, TableCopy] | None:
         """Build the output; None (nothing built) when FTS5's own checks, joined before
@@ -1452,8 +1453,12 @@ class Rebuild:
         """Insert one row; on a conflict apply the dedupe rule. True if the row is in."""
         obj = tc.obj
         try:
+            alias = self._aliases.get(obj.name, False)
+            if alias is False:  # worked out once a table: the property reads every column
+                alias = self._aliases[obj.name] = obj.rowid_alias
             self.dst.execute(
-                _insert_sql(obj, cols), values if obj.rowid_alias else [rowid, *values]
+                _insert_statement(obj.name, not alias, tuple(cols)),
+                values if alias else [rowid, *values],
             )
             return True
         except apsw.ConstraintError as exc:

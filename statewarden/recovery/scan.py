@@ -175,8 +175,8 @@ class _Scan:
         still read. If a readable index lists a rowid no stream delivered, outside the
         stretches found unreadable, that reads on its own, the scan resumes there. True
         when it resumes."""
-        for h in self.hint_set.ints():
-            if h in self.seen or h in self.alone or h in self.tried:
+        for h in (self.hint_set - self.seen).ints():  # bitmap by bitmap, not rowid by rowid
+            if h in self.alone or h in self.tried:
                 continue
             if any(lo <= h <= hi for lo, hi in self.result.unreadable_ranges):
                 continue
@@ -233,9 +233,11 @@ class _Scan:
         pending: Row | None = None  # held back until the row after it is seen
         before_pending: int | None = None
 
+        add_new, on_row = self.seen.add_new, self.on_row
+
         def deliver(row: Row) -> None:
             rowid = int(row[0])
-            if not self.seen.add_new(rowid):
+            if not add_new(rowid):
                 times = self.seen_again.get(rowid, 1)
                 if times >= MAX_COPIES_PER_ROWID:
                     # Child pointers scribbled to point at the same leaves again and
@@ -248,17 +250,18 @@ class _Scan:
             if start is None or rowid >= start:
                 self.last = rowid
             result.rows_read += 1
-            self.on_row(row)
+            on_row(row)
 
         def unlisted(rowid: int) -> bool:
             return bool(self.hint_set) and rowid not in self.hint_set
 
         try:
             sql, args = self._select(start, self._what())
+            earlier, alone = self.earlier, self.alone
             for raw in _rows(self.conn, sql, args):
                 self.returned += 1
                 rowid = int(raw[0])
-                if (not first and rowid in self.earlier) or rowid in self.alone:
+                if (not first and rowid in earlier) or rowid in alone:
                     continue  # a damaged tree can hand back rows already passed
                 if prev is not None and rowid < prev and unlisted(rowid):
                     # Below the row before it and listed by no readable index: a garbled
@@ -419,17 +422,10 @@ def _rows(conn: apsw.Connection, sql: str, args: tuple[int, ...]) -> Iterator[Ro
     is executed) is raised as :class:`_ReadError`, so that it is never confused with an
     error raised by the caller's ``on_row``."""
     try:
-        it = iter(conn.execute(sql, args))
+        for row in conn.execute(sql, args):
+            yield tuple(row)  # the caller's own errors are raised in its frame, not here
     except (apsw.Error, UnicodeDecodeError) as exc:
         raise _ReadError(exc) from exc
-    while True:
-        try:
-            row = next(it)
-        except StopIteration:
-            return
-        except (apsw.Error, UnicodeDecodeError) as exc:
-            raise _ReadError(exc) from exc
-        yield tuple(row)
 
 
 def _lenient_row(
