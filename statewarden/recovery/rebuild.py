@@ -554,6 +554,8 @@ class Rebuild:
                 self.dst.execute(obj.sql or "")
             except apsw.Error as exc:
                 raise _IndexAfterRowsFailed(obj.name, str(exc).split("\n", 1)[0]) from exc
+        if self.progress and indexes:
+            self.progress("build indexes", len(indexes), len(indexes))
 
     def _write_schema_row(self, name: str) -> None:
         """The ``sqlite_schema`` row of a carried FTS table, as the source has it (its
@@ -1464,6 +1466,8 @@ class Rebuild:
         except apsw.ConstraintError as exc:
             return self._conflict(tc, rowid, values, cols, str(exc))
         except apsw.Error as exc:
+            if isinstance(exc, MACHINE_ERRORS):
+                raise  # a full disk is no fault of the row's: the run ends
             self._set_aside(
                 tc, rowid, dict(zip(cols, values, strict=True)), f"insert failed: {exc}"
             )
