@@ -29,6 +29,8 @@ def _random_keys(rng: random.Random) -> set[Any]:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_as_a_set(seed: int) -> None:
+    """Random keys: membership, length, order, the operations with a set or another
+    KeySet, copies, unions in place and discards all give what Python's set gives."""
     rng = random.Random(seed)
     a, b = _random_keys(rng), _random_keys(rng)
     ka, kb = KeySet(a), KeySet(b)
@@ -107,6 +109,8 @@ def test_dense_rowids_cost_bits_not_objects() -> None:
 
 
 def test_windows_cover_about_that_many_rowids() -> None:
+    """The windows of a million dense rowids split them into stretches of at least the
+    asked number (bar the last) and at most one bitmap more; nothing is left out."""
     ks = KeySet(range(1, 1_000_001))
     starts = ks.windows(262_144)
     assert starts == sorted(starts)
