@@ -12,7 +12,7 @@ import apsw
 import pytest
 
 from statewarden.recovery.copies import _rowids_read, in_order
-from statewarden.recovery.keysets import SET_LIMIT, KeySet
+from statewarden.recovery.keysets import KeySet
 
 
 def _random_keys(rng: random.Random) -> set[Any]:
@@ -91,21 +91,27 @@ def test_keys_equal_as_in_a_set() -> None:
 
 
 def test_dense_rowids_cost_bits_not_objects() -> None:
-    """A million dense rowids: a few hundred KiB, against tens of MiB as a set."""
+    """A million dense rowids: a few hundred KiB, against tens of MiB as a set. Rowids
+    scattered one to a stretch stay in one plain set, as they would in a set."""
     ks = KeySet(range(1, 1_000_001))
-    held = sum(sys.getsizeof(s) for s in ks._stretches.values())
+    held = sum(sys.getsizeof(b) for b in ks._bitmaps.values()) + sys.getsizeof(ks._loose)
     assert len(ks) == 1_000_000
     assert held < 200 * 1024
     assert sys.getsizeof(set(range(1, 1_000_001))) > 16 * 1024 * 1024
-    # A sparse stretch stays a set until it is worth a bitmap.
-    sparse = KeySet(range(0, SET_LIMIT * 100, 100))
-    assert all(isinstance(s, set) for s in sparse._stretches.values())
-    sparse.add(1)
-    assert all(isinstance(s, bytearray) for s in sparse._stretches.values())
-    assert len(sparse) == SET_LIMIT + 1
-    assert 1 in sparse
-    assert 100 in sparse
-    assert 2 not in sparse
+    scattered = [i << 20 for i in range(20_000)]
+    sparse = KeySet(scattered)
+    assert not sparse._bitmaps
+    assert len(sparse._loose) == 20_000
+    assert list(sparse.ints()) == scattered
+    # Loose rowids move into a bitmap once their stretch holds SET_LIMIT of them, when
+    # the loose ones are next looked over (each time their number has doubled).
+    sparse.update(range(5, 5 + 13_000 * 5, 5))
+    assert 0 in sparse._bitmaps
+    assert all(r >> 16 != 0 for r in sparse._loose)
+    assert len(sparse) == 33_000
+    assert 0 in sparse
+    assert 10 in sparse
+    assert 11 not in sparse
 
 
 def test_windows_cover_about_that_many_rowids() -> None:
