@@ -227,7 +227,7 @@ class KeySet(MutableSet[Any]):
         if isinstance(keys, KeySet):
             self._union_keyset(keys)
             return
-        bitmaps = self._bitmaps
+        bitmaps, loose = self._bitmaps, self._loose
         high: int | None = None
         bits: bytearray | None = None
         for key in keys:
@@ -235,13 +235,16 @@ class KeySet(MutableSet[Any]):
                 if key >> 16 != high:
                     high = key >> 16
                     bits = bitmaps.get(high)
-                if bits is None:
-                    self.add(key)
-                    high = None  # it may have made this stretch's bitmap
-                else:
+                if bits is not None:
                     bits[(key & 0xFFFF) >> 3] |= 1 << (key & 7)
+                    continue
+                loose.add(key)
+                if len(loose) >= self._next_look:
+                    self._look_over()
+                    loose, high = self._loose, None  # this stretch may have a bitmap now
             else:
-                self.add(key)
+                self.add(key)  # (a float equal to an int may look the loose ones over)
+                loose, high = self._loose, None
 
     def copy(self) -> KeySet:
         return KeySet(self)
@@ -289,7 +292,17 @@ class KeySet(MutableSet[Any]):
             bits = _from_int_bits(a & b if both else a & ~b)
             if any(bits):
                 out._bitmaps[high] = bits
-        out._loose = {r for r in self._loose if (r in other) == both}
+        # Loose in both: a set operation; loose here, in a bitmap there: bit by bit.
+        if both:
+            out._loose = self._loose & other._loose
+            if other._bitmaps:
+                out._loose |= {
+                    r for r in self._loose if r >> SHIFT in other._bitmaps and r in other
+                }
+        else:
+            out._loose = self._loose - other._loose
+            if other._bitmaps:
+                out._loose -= {r for r in out._loose if r >> SHIFT in other._bitmaps and r in other}
         out._next_look = max(FIRST_LOOK, 2 * len(out._loose))
         out._others = self._others & other._others if both else self._others - other._others
         return out

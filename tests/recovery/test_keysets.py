@@ -12,7 +12,7 @@ import apsw
 import pytest
 
 from statewarden.recovery.copies import _rowids_read, in_order
-from statewarden.recovery.keysets import KeySet
+from statewarden.recovery.keysets import FIRST_LOOK, KeySet
 
 
 def _random_keys(rng: random.Random) -> set[Any]:
@@ -170,3 +170,14 @@ def test_rowids_read_keep_their_place(seed: int) -> None:
         assert len(got) < len(set(ids))  # the garbled ones left out
     else:
         assert set(got) == set(ids)
+
+
+def test_update_with_keys_a_set_takes_for_ints() -> None:
+    """Floats equal to ints go in as those ints; when they make the loose rowids be
+    looked over, the rowids after them still go in (none into a set no longer held)."""
+    floats = [float(i) for i in range(FIRST_LOOK + 10)]
+    scattered = [(5 << 16) + 7 * i for i in range(100)]
+    ks = KeySet()
+    ks.update([*floats, *scattered])
+    assert set(ks) == set(range(FIRST_LOOK + 10)) | set(scattered)
+    assert len(ks) == FIRST_LOOK + 10 + 100
