@@ -711,10 +711,15 @@ class IndexReading:
     def sql(self) -> str:
         return f"{self.select} WHERE {self.condition}" if self.condition else self.select
 
+    def where(self, term: str) -> str:
+        """Its covering SELECT of the entries that meet ``term`` too (its own condition,
+        parenthesised: one with an OR must not take ``term`` into one of its sides)."""
+        own = f"({self.condition}) AND " if self.condition else ""
+        return f"{self.select} WHERE {own}{term}"
+
     def between(self) -> str:
         """Its entries with a rowid from ``?`` to ``?`` (inclusive), sorted by rowid."""
-        where = f"({self.condition}) AND " if self.condition else ""
-        return f"{self.select} WHERE {where}rowid BETWEEN ? AND ? ORDER BY rowid"
+        return self.where("rowid BETWEEN ? AND ?") + " ORDER BY rowid"
 
 
 def index_readings(
@@ -814,13 +819,11 @@ def indexed_values_of(
     says nothing, as a sorted reading that fails says nothing."""
     out: dict[int, Witnesses] = {}
     for reading in readings:
-        where = f"({reading.condition}) AND " if reading.condition else ""
         got: list[tuple[Any, ...]] = []
         try:
             for at in range(0, len(rowids), _IN_CHUNK):
                 chunk = rowids[at : at + _IN_CHUNK]
-                marks = ", ".join("?" for _ in chunk)
-                sql = f"{reading.select} WHERE {where}rowid IN ({marks})"
+                sql = reading.where(f"rowid IN ({', '.join('?' for _ in chunk)})")
                 got.extend(tuple(row) for row in conn.execute(sql, tuple(chunk)))
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, MACHINE_ERRORS):
