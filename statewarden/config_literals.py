@@ -3,14 +3,17 @@
 The literal types and defaults the holders engine shares with the config, and where the
 config file is, without the config's dataclasses and validation (:mod:`statewarden.config`,
 which re-exports every name here): ``statewardenctl holders`` starts without them when
-no config file exists.
+no config file exists. Nor pathlib: :func:`no_config_file` looks for the file by its name.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
 
 ENV_CONFIG = "STATEWARDEN_CONFIG"
 
@@ -73,15 +76,29 @@ DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
 
 def xdg_dir(env_name: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
     """``$XDG_*`` if set to an absolute path (the spec ignores relative ones), else the fallback."""
+    from pathlib import Path  # noqa: PLC0415 - see the module docstring
+
+    return Path(_xdg_dir_name(env_name, fallback, env))
+
+
+def _xdg_dir_name(env_name: str, fallback: str, env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     value = env.get(env_name, "")
     if value and os.path.isabs(value):
-        return Path(value)
-    return Path(os.path.expanduser(fallback))
+        return value
+    return os.path.expanduser(fallback)
 
 
 def default_config_path(env: Mapping[str, str] | None = None) -> Path:
-    return xdg_dir("XDG_CONFIG_HOME", "~/.config", env) / "statewarden" / "config.yaml"
+    from pathlib import Path  # noqa: PLC0415 - see the module docstring
+
+    return Path(_default_config_name(env))
+
+
+def _default_config_name(env: Mapping[str, str] | None) -> str:
+    return os.path.join(
+        _xdg_dir_name("XDG_CONFIG_HOME", "~/.config", env), "statewarden", "config.yaml"
+    )
 
 
 def no_config_file(path: str | None, env: Mapping[str, str] | None = None) -> bool:
@@ -95,7 +112,7 @@ def no_config_file(path: str | None, env: Mapping[str, str] | None = None) -> bo
     if path is not None or env.get(ENV_CONFIG):
         return False
     try:
-        os.stat(default_config_path(env))
+        os.stat(_default_config_name(env))
     except FileNotFoundError:
         return True
     except OSError:

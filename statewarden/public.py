@@ -19,8 +19,9 @@ Other parts import only these names (from the package or from their home module)
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 
 def public_face(package: str, homes: Mapping[str, str]) -> Callable[[str], object]:
@@ -30,6 +31,10 @@ def public_face(package: str, homes: Mapping[str, str]) -> Callable[[str], objec
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        # here, not at the top: importlib imports warnings, and a package that is
+        # imported only for one of its modules (`statewardenctl holders`) asks for no name
+        import importlib  # noqa: PLC0415
+
         if home == "":
             return importlib.import_module(f"{package}.{name}")
         return getattr(importlib.import_module(f"{package}.{home}"), name)

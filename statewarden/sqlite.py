@@ -17,12 +17,11 @@ which on Debian 12 is 3.40.1, older than the WAL-reset fix of 3.51.3.
 from __future__ import annotations
 
 import os
-import urllib.parse
 
 import apsw
 
 from statewarden.errors import DatabaseError, DatabaseUnreadable
-from statewarden.sidecars import SHM_SUFFIX, WAL_SUFFIX, sidecar
+from statewarden.sidecars import SHM_SUFFIX, WAL_SUFFIX, sidecar_name
 
 # The header, read without a connection, lives in sqlite_header.py and is named here too;
 # it is imported when first used (a read-only query needs no dataclasses nor struct).
@@ -39,7 +38,6 @@ _HEADER_NAMES = frozenset(
 )
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
     from types import TracebackType
     from typing import Any
 
@@ -77,23 +75,39 @@ def json_value(v: Any) -> Any:
     return v
 
 
-def uri_for(path: Path, **params: str) -> str:
-    quoted = urllib.parse.quote(os.path.abspath(path))
+# The bytes a file: URI may hold as they are (RFC 3986's unreserved, and "/"); any other
+# byte of the path is written %XX, which SQLite reads back as that byte.
+_URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
+
+
+def uri_for(path: str | os.PathLike[str], **params: str) -> str:
+    """A ``file:`` URI for ``path`` with ``params``, for ``SQLITE_OPEN_URI``.
+
+    The path's bytes are quoted as they are on disk: a name that is not UTF-8 works too.
+    (No urllib: ``statewardenctl holders`` reads Hermes' heartbeats through here, and
+    urllib.parse imports re and ipaddress.)
+    """
+    quoted = "".join(
+        chr(b) if b in _URI_SAFE else f"%{b:02X}" for b in os.fsencode(os.path.abspath(path))
+    )
     query = "&".join(f"{k}={v}" for k, v in params.items())
     return f"file:{quoted}?{query}" if query else f"file:{quoted}"
 
 
-def wal_sidecars_absent(path: Path) -> bool:
+def wal_sidecars_absent(path: str | os.PathLike[str]) -> bool:
     """True when neither ``-wal`` nor ``-shm`` exists next to ``path``.
 
     A WAL database that anyone has open always has both, so their absence means the
     file is closed and fully checkpointed: the main file alone is the database.
     """
-    return not any(os.path.lexists(sidecar(path, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
+    return not any(os.path.lexists(sidecar_name(path, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
 
 
 def open_readonly(
-    path: Path, *, busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS, immutable: bool = False
+    path: str | os.PathLike[str],
+    *,
+    busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS,
+    immutable: bool = False,
 ) -> apsw.Connection:
     """A connection that cannot change the database (no writes, no checkpoints).
 
@@ -101,8 +115,8 @@ def open_readonly(
     :func:`wal_sidecars_absent`): a plain read-only open would create an empty
     ``-wal`` and a ``-shm`` and leave them behind, since only a writer may delete them.
     """
-    if not path.exists():
-        raise DatabaseError(f"{path}: no such file")
+    if not os.path.exists(path):
+        raise DatabaseError(f"{os.fspath(path)}: no such file")
     flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     params = {"mode": "ro", **({"immutable": "1"} if immutable else {})}
     try:
@@ -120,7 +134,11 @@ class readonly:
     Hermes' heartbeats through it without importing contextlib.)"""
 
     def __init__(
-        self, path: Path, *, busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS, immutable: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS,
+        immutable: bool = False,
     ) -> None:
         self.conn = open_readonly(path, busy_timeout_ms=busy_timeout_ms, immutable=immutable)
 
@@ -136,7 +154,7 @@ class readonly:
         self.conn.close()
 
 
-def classify_error(path: Path, exc: BaseException) -> DatabaseError:
+def classify_error(path: str | os.PathLike[str], exc: BaseException) -> DatabaseError:
     """Turn an apsw exception into a one-line statewarden error."""
     text = str(exc).split("\n", 1)[0]
     if isinstance(exc, apsw.NotADBError):

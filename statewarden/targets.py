@@ -10,7 +10,6 @@ rescan so a home or profile created later is picked up.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from statewarden.record import FrozenRecord
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
@@ -18,6 +17,10 @@ from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    # pathlib is imported where a Path is made: `holders --db` names its profile
+    # (profile_for_db) and its database's files as strings, without it.
+    from pathlib import Path
 
     # a --db target needs no config (and the config module is slow to import)
     from statewarden.config import Config
@@ -80,6 +83,8 @@ class Target(FrozenRecord):
 
 
 def default_hermes_home(env: Mapping[str, str] | None = None) -> Path:
+    from pathlib import Path  # noqa: PLC0415 - see the imports above
+
     env = os.environ if env is None else env
     value = env.get("HERMES_HOME", "").strip()
     if value:
@@ -94,6 +99,8 @@ def gateway_unit_for(home: Path) -> str:
     ``~/.hermes/profiles/coder`` -> ``hermes-gateway-coder.service``; any other home ->
     ``hermes-gateway-<first 8 hex of sha256(resolved path)>.service``.
     """
+    from pathlib import Path  # noqa: PLC0415 - see the imports above
+
     resolved = _resolve(home)
     native = _resolve(Path(os.path.expanduser("~/.hermes")))
     if resolved == native:
@@ -170,13 +177,20 @@ def find_target(targets: list[Target], profile: str) -> Target | None:
     return None
 
 
-def target_for_db(db: Path) -> Target:
+def target_for_db(db: str | os.PathLike[str]) -> Target:
     """A target for a database named on the command line (``--db PATH``)."""
-    db = Path(os.path.expanduser(str(db)))
-    home = db.parent
-    return Target(
-        name=home.name if home.parent.name == "profiles" else DEFAULT_PROFILE,
-        home=home,
-        db=db,
-        logs_dir=home / "logs",
-    )
+    from pathlib import Path  # noqa: PLC0415 - see the imports above
+
+    path = Path(os.path.expanduser(os.fspath(db)))
+    home = path.parent
+    return Target(name=profile_for_db(path), home=home, db=path, logs_dir=home / "logs")
+
+
+def profile_for_db(db: str | os.PathLike[str]) -> str:
+    """The profile a database named on the command line belongs to: its home's name
+    when the home is ``<root>/profiles/<name>/``, else ``default``."""
+    # The path's parts as pathlib reads them: no empty parts, no ".", ".." kept.
+    parts = [p for p in os.path.expanduser(os.fspath(db)).split("/") if p not in ("", ".")]
+    if len(parts) >= 3 and parts[-3] == "profiles":
+        return parts[-2]
+    return DEFAULT_PROFILE

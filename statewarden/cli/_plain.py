@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from statewarden.errors import (
     EXIT_BROKEN_PIPE,
@@ -121,7 +120,7 @@ def select_targets(
     if db and profile:
         raise UsageError("--db and --profile cannot be used together")
     if db:
-        return [target_for_db(Path(db))], ""
+        return [target_for_db(db)], ""
     config = get_config(config_path)
     targets = discover(config)
     if profile:

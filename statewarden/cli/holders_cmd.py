@@ -73,7 +73,7 @@ def holders(
 
     Example: statewardenctl holders --profile coder --json
     """
-    scanner, targets, note = open_scanner(
+    scanner, profiles, note = open_scanner(
         config_path, db, profile, watch=watch, name_unreadable=as_json or verbose
     )
     n = 0
@@ -82,7 +82,7 @@ def holders(
         while True:
             code = scan_and_report(
                 scanner,
-                targets,
+                profiles,
                 note,
                 full=n == 0,
                 as_json=as_json,

@@ -71,6 +71,18 @@ def holders_options(args: list[str]) -> dict[str, str | bool | None] | None:
 
 def run_holders(options: dict[str, str | bool | None]) -> int:
     """``statewardenctl holders`` once, as the click command runs it without --watch."""
+    from statewarden.holders.locks import ReadAhead  # noqa: PLC0415
+
+    # The kernel's wait for the first reader of /proc/locks, taken alongside the imports
+    # and the scan (locks.ReadAhead).
+    ahead = ReadAhead()
+    try:
+        return _holders(options)
+    finally:
+        ahead.stop()
+
+
+def _holders(options: dict[str, str | bool | None]) -> int:
     from statewarden.cli._plain import errors_as_exit_codes  # noqa: PLC0415
 
     with errors_as_exit_codes(PROG):
@@ -81,13 +93,13 @@ def run_holders(options: dict[str, str | bool | None]) -> int:
         assert db is None or isinstance(db, str)
         assert profile is None or isinstance(profile, str)
         as_json, verbose = bool(options["as_json"]), bool(options["verbose"])
-        scanner, targets, note = open_scanner(
+        scanner, profiles, note = open_scanner(
             config_path, db, profile, watch=False, name_unreadable=as_json or verbose
         )
         try:
             return scan_and_report(
                 scanner,
-                targets,
+                profiles,
                 note,
                 full=True,
                 as_json=as_json,

@@ -15,6 +15,7 @@ TYPE_CHECKING = False  # without importing typing: `statewardenctl holders` star
 HOMES = {
     "apply_heartbeats": "heartbeats",
     "OpenWatch": "opens",
+    "ReadAhead": "locks",
     "human_age": "processes",
     "read_stat": "processes",
     "short_command": "processes",

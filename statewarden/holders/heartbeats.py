@@ -26,7 +26,6 @@ from statewarden.sqlite import readonly, wal_sidecars_absent
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from pathlib import Path
 
     from statewarden.holders.report import HolderScan
 
@@ -65,7 +64,7 @@ class Heartbeat(FrozenRecord):
         )
 
 
-def read_heartbeats(db: Path) -> list[Heartbeat]:
+def read_heartbeats(db: str | os.PathLike[str]) -> list[Heartbeat]:
     """The rows of ``gateway_heartbeats``; empty when the table or file cannot be read."""
     try:
         with readonly(db, busy_timeout_ms=200, immutable=wal_sidecars_absent(db)) as conn:

@@ -17,7 +17,6 @@ import ctypes
 import ctypes.util
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
 from statewarden.inotify import unavailable
 
@@ -53,7 +52,7 @@ class OpenWatch:
     def __init__(self) -> None:
         self._lib = _libc()
         self._fd = -1
-        self._watched: tuple[Path, ...] = ()
+        self._watched: tuple[str | os.PathLike[str], ...] = ()
         self.problem: str | None = None
         self._open_fd()
 
@@ -78,7 +77,7 @@ class OpenWatch:
         """Why the watch cannot be used (every process is checked instead), or None."""
         return None if self.usable else (self.problem or "inotify is not set up")
 
-    def watch(self, files: Iterable[Path], *, rearm: bool = False) -> None:
+    def watch(self, files: Iterable[str | os.PathLike[str]], *, rearm: bool = False) -> None:
         """Watch ``files`` (those that exist). ``rearm`` after a file was replaced.
 
         A watch follows an inode, not a name: when a file is replaced the caller

@@ -15,9 +15,7 @@ is treated as argv[0].
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Sequence
 
 from statewarden.config_literals import HOLDER_KINDS
 from statewarden.record import FrozenRecord
@@ -25,6 +23,7 @@ from statewarden.record import FrozenRecord
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # imports that only the type checker needs
     import datetime as dt
+    from collections.abc import Sequence
     from typing import Any
 
 # The kinds of holder, in the order the docs list them; the config validates against the same type.
@@ -338,13 +337,26 @@ def short_command(argv: Sequence[str]) -> str:
     return " ".join([program, *rest]) if program else ""
 
 
-@functools.cache
+# What the kernel says once per process, kept (functools.cache would import collections
+# on `statewardenctl holders`' path for these three).
+_ONCE: dict[object, Any] = {}
+
+
 def clock_ticks() -> int:
-    return os.sysconf("SC_CLK_TCK")
+    ticks = _ONCE.get("ticks")
+    if ticks is None:
+        ticks = _ONCE["ticks"] = os.sysconf("SC_CLK_TCK")
+    return int(ticks)
 
 
-@functools.cache
 def boot_time(proc: str = "/proc") -> float:
+    btime = _ONCE.get(("btime", proc))
+    if btime is None:
+        btime = _ONCE[("btime", proc)] = _read_boot_time(proc)
+    return float(btime)
+
+
+def _read_boot_time(proc: str) -> float:
     with open(f"{proc}/stat", "rb") as f:
         for line in f:
             if line.startswith(b"btime "):
@@ -391,13 +403,14 @@ _KCMP_SYSCALL = {"x86_64": 312, "aarch64": 272, "i686": 349, "armv7l": 378, "ris
 _KCMP_FILE = 0
 
 
-@functools.cache
 def _libc_syscall() -> Any:
-    import ctypes  # noqa: PLC0415 - only when two descriptors must be compared
+    fn = _ONCE.get("syscall")
+    if fn is None:
+        import ctypes  # noqa: PLC0415 - only when two descriptors must be compared
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    fn = libc.syscall
-    fn.restype = ctypes.c_long
+        fn = ctypes.CDLL(None, use_errno=True).syscall
+        fn.restype = ctypes.c_long
+        _ONCE["syscall"] = fn
     return fn
 
 

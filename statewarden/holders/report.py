@@ -18,7 +18,6 @@ from statewarden.targets import DB_NAME
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import datetime as dt
-    from pathlib import Path
     from typing import Any
 
 # How a holder's files are named in reports, whatever the database's own file name.
@@ -205,7 +204,7 @@ class HolderScan(Record):
     def __init__(
         self,
         *,
-        db: Path,
+        db: str,
         files: dict[str, tuple[int, int] | None],
         holders: list[Holder],
         problems: list[str],
@@ -238,7 +237,7 @@ class HolderScan(Record):
     def to_json(self) -> dict[str, Any]:
         return {
             "complete": self.complete,
-            "db": str(self.db),
+            "db": self.db,
             "scan": self.mode,
             "processes": self.processes,
             "other_users": self.other_users,

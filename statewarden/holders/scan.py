@@ -75,11 +75,18 @@ release the GIL): by default as many as the load average leaves processors idle,
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from statewarden.config_literals import DEFAULT_OTHER_USERS
 from statewarden.holders import processes as P
-from statewarden.holders.locks import LockKey, Locks, LockTable, attribute, fd_locks, read_locks
+from statewarden.holders.locks import (
+    LockKey,
+    Locks,
+    LockTable,
+    ReadAhead,
+    attribute,
+    fd_locks,
+    read_locks,
+)
 from statewarden.holders.report import (
     DB_FILE,
     FILE_NAMES,
@@ -96,7 +103,7 @@ from statewarden.holders.report import (
     age_seconds,
 )
 from statewarden.record import FrozenRecord, Record
-from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
+from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar_name
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -141,7 +148,7 @@ _NONE: dict[tuple[int, str, bool], int] = {}
 
 class _Target(FrozenRecord):
     __slots__ = ("db", "dir_real", "ids", "name_bytes", "names")
-    db: Path
+    db: str
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
@@ -149,7 +156,7 @@ class _Target(FrozenRecord):
 
     def __init__(
         self,
-        db: Path,
+        db: str,
         dir_real: str,
         ids: dict[str, tuple[int, int] | None],
         names: dict[str, str],
@@ -214,7 +221,7 @@ class _Vanished(Exception):
     pass
 
 
-def _stat_id(path: Path) -> tuple[int, int] | None:
+def _stat_id(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -222,8 +229,8 @@ def _stat_id(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def _real_dir(db: Path) -> str:
-    return os.path.realpath(db.parent)
+def _real_dir(db: str) -> str:
+    return os.path.realpath(os.path.dirname(db))
 
 
 class HolderScanner:
@@ -236,7 +243,7 @@ class HolderScanner:
 
     def __init__(
         self,
-        dbs: Sequence[Path],
+        dbs: Sequence[str | os.PathLike[str]],
         *,
         proc: str = "/proc",
         refresh_per_scan: int = DEFAULT_REFRESH_PER_SCAN,
@@ -247,8 +254,10 @@ class HolderScanner:
         workers: int | None = None,
         parallel_min_processes: int = PARALLEL_MIN_PROCESSES,
         name_unreadable: bool = True,
+        read_locks_ahead: bool = False,
     ) -> None:
-        self.dbs = [Path(os.path.abspath(os.path.expanduser(str(d)))) for d in dbs]
+        # Absolute paths, as strings (no pathlib on `statewardenctl holders`' path)
+        self.dbs = [os.path.abspath(os.path.expanduser(os.fspath(d))) for d in dbs]
         self.proc = proc
         self.refresh_per_scan = refresh_per_scan
         self.parent_depth = parent_depth
@@ -269,6 +278,10 @@ class HolderScanner:
         # parent and start time (one read of /proc/<pid>/stat each spared), for a report
         # that only counts such processes. One that holds a lock is named all the same.
         self.name_unreadable = name_unreadable
+        # True for a command a user waits on: /proc/locks is read in a thread while the
+        # processes are read, which takes the kernel's wait for its first reader off the
+        # scan's wall time (locks.ReadAhead). The daemon's scans need not hurry.
+        self.read_locks_ahead = read_locks_ahead
         try:
             # Linux >= 6.2 reports the descriptor count as the size of /proc/<pid>/fd.
             self._fd_count_supported = os.stat(f"{proc}/self/fd").st_size > 0
@@ -294,12 +307,12 @@ class HolderScanner:
         # Read the open events before the processes: an open after this is seen next time.
         opened = True
         if self._opens is not None:
-            files = [sidecar(t.db, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
+            files = [sidecar_name(t.db, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
             self._opens.watch(files, rearm=replaced)
             opened = self._opens.poll()
         devs = {i[0] for t in targets for i in t.ids.values() if i}
         # A deleted file keeps the device of its folder: stale holders are found there.
-        devs |= {d[0] for d in (_stat_id(t.db.parent) for t in targets) if d}
+        devs |= {d[0] for d in (_stat_id(os.path.dirname(t.db)) for t in targets) if d}
         if full or replaced:
             self._restricted = restricted_proc(self.proc)
         pids = self._list_pids()
@@ -318,8 +331,13 @@ class HolderScanner:
             or cached.maps
             or ((opened or pid in refresh) and self._fd_count_changed(cached))
         ]  # the rest: known non-holders, and nothing says they changed
-        self._store(self._inspect_all(todo, targets, devs), vanished)
-        locks = self._read_locks(targets)
+        ahead = ReadAhead(self.proc) if self.read_locks_ahead else None
+        try:
+            self._store(self._inspect_all(todo, targets, devs), vanished)
+            locks = self._read_locks(targets)
+        finally:
+            if ahead is not None:
+                ahead.stop()
         hidden: list[int] = []
         if isinstance(locks, LockTable):
             newborn, hidden = self._unlisted(locks, set(pids), targets)
@@ -419,16 +437,17 @@ class HolderScanner:
 
     # -- reading /proc --------------------------------------------------------
 
-    def _target(self, db: Path) -> _Target:
+    def _target(self, db: str) -> _Target:
         ids = {
-            name: _stat_id(sidecar(db, suffix))
+            name: _stat_id(sidecar_name(db, suffix))
             for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
         }
+        base = os.path.basename(db)
         names = {
-            db.name + suffix: name for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
+            base + suffix: name for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
         }
         return _Target(
-            db=db, dir_real=_real_dir(db), ids=ids, names=names, name_bytes=os.fsencode(db.name)
+            db=db, dir_real=_real_dir(db), ids=ids, names=names, name_bytes=os.fsencode(base)
         )
 
     def _list_pids(self) -> list[int]:
@@ -1033,6 +1052,6 @@ def restricted_proc(proc: str = "/proc") -> str | None:
     )
 
 
-def scan_holders(dbs: Iterable[Path], *, full: bool = True) -> list[HolderScan]:
+def scan_holders(dbs: Iterable[str | os.PathLike[str]], *, full: bool = True) -> list[HolderScan]:
     """One full scan of ``/proc`` for the holders of ``dbs``."""
     return HolderScanner(list(dbs)).scan(full=full)

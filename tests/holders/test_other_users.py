@@ -214,6 +214,44 @@ class TestOtherUsers:
         assert cov["locks_only"] == len(unread)
         assert sum(cov.values()) == data["processes"] - len(data["vanished"])
 
+    def test_the_installed_command_as_a_user_imports_no_re_nor_pathlib(
+        self, user_home: Home, procs: list[Proc]
+    ) -> None:
+        """The installed `statewardenctl holders --db` as the second uid, with its writer and
+        root's: both found (root's through its locks), and neither re nor pathlib nor enum
+        imported on the way (the launcher, the hidepid look at the mounts, the heartbeats
+        read): together they were a quarter of the command's CPU time next to fuser's."""
+        procs.append(mine := user_writer(user_home))
+        launcher = str(Path(sys.executable).with_name("statewardenctl"))
+        env = {
+            **os.environ,
+            "HOME": "/nonexistent",
+            "XDG_CONFIG_HOME": str(user_home.config_dir),
+            "PYTHONPROFILEIMPORTTIME": "1",
+        }
+        env.pop("STATEWARDEN_CONFIG", None)
+        with holding(user_home.home) as root_writer:
+            proc = subprocess.run(
+                [*SETPRIV, launcher, "holders", "--db", str(user_home.db), "--no-systemd"],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                check=False,
+                env=env,
+            )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        listed = {
+            int(line.split()[0]) for line in proc.stdout.splitlines()[2:] if line[:1].isdigit()
+        }
+        assert {mine.pid, root_writer.pid} <= listed, proc.stdout
+        modules = {
+            line.rsplit("|", 1)[1].strip()
+            for line in proc.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+        assert "statewarden.mounts" in modules  # the user's path: is /proc mounted hidepid?
+        assert sorted({"re", "pathlib", "enum", "functools", "urllib.parse"} & modules) == []
+
     def test_kernel_threads_are_left_out(self, user_home: Home) -> None:
         """Kernel threads are neither read nor unreadable: only counted as kernel_threads."""
         proc = holders_as_user(user_home, "--json")
