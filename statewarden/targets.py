@@ -115,7 +115,9 @@ def gateway_unit_for(home: Path) -> str:
         return f"{_GATEWAY_UNIT_BASE}-{parts[0]}.service"
     import hashlib  # noqa: PLC0415
 
-    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:8]
+    # Hermes hashes str(path).encode(): the same bytes as the path's own, for a UTF-8
+    # path. A path that is not UTF-8 (which Hermes cannot hash) hashes its bytes.
+    digest = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:8]
     return f"{_GATEWAY_UNIT_BASE}-{digest}.service"
 
 

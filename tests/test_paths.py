@@ -7,16 +7,20 @@ forms gave, and a file name that is not UTF-8 must open too.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
 import apsw
 import pytest
 
+from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.sidecars import sidecar, sidecar_name
 from statewarden.sqlite import open_readonly, uri_for, wal_sidecars_absent
-from statewarden.targets import DEFAULT_PROFILE, profile_for_db, target_for_db
+from statewarden.targets import DEFAULT_PROFILE, gateway_unit_for, profile_for_db, target_for_db
 
 PATHS = [
     "state.db",
@@ -85,3 +89,70 @@ def test_a_name_that_is_not_utf8_opens(tmp_path: Path) -> None:
         assert conn.execute("SELECT x FROM t").fetchall() == [("kept",)]
     finally:
         conn.close()
+
+
+def odd_home(tmp_path: Path) -> Path:
+    """A Hermes home (Hermes' own writer) in a folder named with the bytes 0xff 0xfe."""
+    home = make_home(tmp_path / "hermes", TINY)
+    odd = os.path.join(os.fsencode(tmp_path), b"h\xff\xfe")
+    os.rename(os.fsencode(home), odd)
+    return Path(os.fsdecode(odd))
+
+
+def ctl(*args: str, home: Path) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "HOME": str(home.parent), "XDG_CONFIG_HOME": str(home.parent / "c")}
+    env.pop("STATEWARDEN_CONFIG", None)
+    env.pop("STATEWARDEN_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-c", "from statewarden.cli.quick import main; main()", *args],
+        capture_output=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_holders_and_status_on_a_home_whose_path_is_not_utf8(tmp_path: Path) -> None:
+    """`holders --db` with Hermes' writer holding a database under a non-UTF-8 folder name
+    lists the writer (its kind read from the heartbeats, through a file: URI), and `status`
+    reports it: both failed with 'unexpected UnicodeEncodeError' (the URI quoting, and the
+    gateway unit's hash of the home's path, now of its bytes)."""
+    home = odd_home(tmp_path)
+    db = str(home / "state.db")
+    with holding(home) as writer:
+        held = ctl("holders", "--db", db, "--no-systemd", home=home)
+    assert held.returncode == 0, held.stderr
+    assert f"\n{writer.pid} ".encode() in held.stdout
+    status = ctl("status", "--db", db, "--json", home=home)
+    assert status.returncode == 0, status.stderr
+    assert b"UnicodeEncodeError" not in status.stderr
+
+
+def test_gateway_unit_hashes_the_homes_bytes(tmp_path: Path) -> None:
+    """Hermes' rule (sha256 of str(path).encode()) for a UTF-8 home; the path's bytes for
+    one that is not UTF-8, which Hermes cannot hash."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    want = hashlib.sha256(str(plain.resolve()).encode()).hexdigest()[:8]
+    assert gateway_unit_for(plain) == f"hermes-gateway-{want}.service"
+    odd = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"o\xff")))
+    os.mkdir(odd)
+    raw = hashlib.sha256(os.fsencode(odd.resolve())).hexdigest()[:8]
+    assert gateway_unit_for(odd) == f"hermes-gateway-{raw}.service"
+
+
+def test_recover_into_a_folder_whose_name_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    """SQLite cannot be given such a file name by apsw: one line, exit 2, nothing left
+    in the folder, the source unchanged."""
+    home = odd_home(tmp_path)
+    db = home / "state.db"
+    before = sorted(os.listdir(home))
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    r = ctl("recover", "--source", str(db), "--output", str(home / "out.db"), home=home)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.decode(errors="replace").strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "not valid UTF-8" in lines[0]
+    assert "Traceback" not in lines[0]
+    assert sorted(os.listdir(home)) == before
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest

@@ -14,6 +14,7 @@ from statewarden.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_USAGE,
     StatewardenError,
     UsageError,
 )
@@ -90,6 +91,15 @@ class errors_as_exit_codes:
             fail(self.prog, str(exc), code)
         elif isinstance(exc, KeyboardInterrupt):
             fail(self.prog, "interrupted", EXIT_INTERRUPTED)
+        elif isinstance(exc, UnicodeEncodeError) and isinstance(exc.object, str):
+            # A path with bytes that are not UTF-8 (os.fsdecode gave surrogates): SQLite
+            # takes a file name as UTF-8 text, so that file cannot be named to it here.
+            fail(
+                self.prog,
+                f"{printable(exc.object)}: this path is not valid UTF-8, and SQLite opens"
+                " files by UTF-8 names: use a path whose names are UTF-8",
+                EXIT_USAGE,
+            )
         elif isinstance(exc, BrokenPipeError):
             # The reader went away (`| head -1`): stop quietly, as a SIGPIPE'd tool would.
             devnull = os.open(os.devnull, os.O_WRONLY)
