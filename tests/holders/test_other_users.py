@@ -121,18 +121,22 @@ def idle_root() -> Proc:
 
 
 def holders_as_user(
-    h: Home, *args: str, config: str | None = None
+    h: Home,
+    *args: str,
+    config: str | None = None,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``statewardenctl holders --db`` run as the second uid, a whole process."""
-    env = {**os.environ, "HOME": "/nonexistent", "XDG_CONFIG_HOME": str(h.config_dir)}
-    env.pop("STATEWARDEN_CONFIG", None)
+    """``statewardenctl holders --db`` run as the second uid, a whole process: through the
+    click group, or ``command`` (the installed launcher); ``env`` added to its own."""
+    full_env = {**os.environ, "HOME": "/nonexistent", "XDG_CONFIG_HOME": str(h.config_dir)}
+    full_env.pop("STATEWARDEN_CONFIG", None)
+    full_env.update(env or {})
     extra = ["--config", config] if config else []
     return subprocess.run(
         [
             *SETPRIV,
-            sys.executable,
-            "-m",
-            "statewarden.cli.ctl",
+            *(command or [sys.executable, "-m", "statewarden.cli.ctl"]),
             "holders",
             "--db",
             str(h.db),
@@ -144,7 +148,7 @@ def holders_as_user(
         text=True,
         cwd=REPO,
         check=False,
-        env=env,
+        env=full_env,
     )
 
 
@@ -223,21 +227,9 @@ class TestOtherUsers:
         read): together they were a quarter of the command's CPU time next to fuser's."""
         procs.append(mine := user_writer(user_home))
         launcher = str(Path(sys.executable).with_name("statewardenctl"))
-        env = {
-            **os.environ,
-            "HOME": "/nonexistent",
-            "XDG_CONFIG_HOME": str(user_home.config_dir),
-            "PYTHONPROFILEIMPORTTIME": "1",
-        }
-        env.pop("STATEWARDEN_CONFIG", None)
         with holding(user_home.home) as root_writer:
-            proc = subprocess.run(
-                [*SETPRIV, launcher, "holders", "--db", str(user_home.db), "--no-systemd"],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                check=False,
-                env=env,
+            proc = holders_as_user(
+                user_home, command=[launcher], env={"PYTHONPROFILEIMPORTTIME": "1"}
             )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         listed = {
