@@ -211,11 +211,14 @@ def open_scanner(
     *,
     watch: bool,
     name_unreadable: bool = True,
+    read_locks_ahead: bool = True,
 ) -> tuple[HolderScanner, list[str], str]:
     """The scanner of the chosen databases, their profiles, and a note when none were found.
 
     ``name_unreadable``: False when the report only counts the processes that could not be
     read (text without ``--verbose``): the scan then spares reading their names.
+    ``read_locks_ahead``: each scan reads /proc/locks ahead in a thread (``locks.ReadAhead``);
+    False when the caller already keeps one reading.
     """
     if db:
         check_db(db)
@@ -233,7 +236,7 @@ def open_scanner(
         dbs,
         watch_opens=watch,  # open events only help the incremental scans of --watch
         name_unreadable=name_unreadable,
-        read_locks_ahead=True,  # someone is waiting for the answer
+        read_locks_ahead=read_locks_ahead,
     )
     if policy is not None:
         scanner.exempt_comms = frozenset(policy.exempt_comms)

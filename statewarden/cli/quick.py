@@ -94,7 +94,12 @@ def _holders(options: dict[str, str | bool | None]) -> int:
         assert profile is None or isinstance(profile, str)
         as_json, verbose = bool(options["as_json"]), bool(options["verbose"])
         scanner, profiles, note = open_scanner(
-            config_path, db, profile, watch=False, name_unreadable=as_json or verbose
+            config_path,
+            db,
+            profile,
+            watch=False,
+            name_unreadable=as_json or verbose,
+            read_locks_ahead=False,  # run_holders keeps one reading since the start
         )
         try:
             return scan_and_report(
