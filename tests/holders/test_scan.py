@@ -869,7 +869,7 @@ class TestCoverageLine:
             for i, uid in enumerate(uids)
         ]
         return HolderScan(
-            db=Path("/h/state.db"),
+            db="/h/state.db",
             files={},
             holders=[],
             problems=[],
