@@ -147,8 +147,9 @@ _NONE: dict[tuple[int, str, bool], int] = {}
 
 
 class _Target(FrozenRecord):
-    __slots__ = ("db", "dir_real", "ids", "name_bytes", "names")
-    db: str
+    __slots__ = ("db", "dir_real", "ids", "name_bytes", "names", "real")
+    db: str  # as the caller named it (what the report shows)
+    real: str  # the file SQLite opens for it: symlinks followed, as SQLite follows them
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
@@ -157,12 +158,19 @@ class _Target(FrozenRecord):
     def __init__(
         self,
         db: str,
-        dir_real: str,
+        real: str,
         ids: dict[str, tuple[int, int] | None],
         names: dict[str, str],
         name_bytes: bytes,
     ) -> None:
-        self._set(db=db, dir_real=dir_real, ids=ids, names=names, name_bytes=name_bytes)
+        self._set(
+            db=db,
+            real=real,
+            dir_real=os.path.dirname(real),
+            ids=ids,
+            names=names,
+            name_bytes=name_bytes,
+        )
 
 
 class _Entry(Record):
@@ -227,10 +235,6 @@ def _stat_id(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
-
-
-def _real_dir(db: str) -> str:
-    return os.path.realpath(os.path.dirname(db))
 
 
 class HolderScanner:
@@ -307,12 +311,12 @@ class HolderScanner:
         # Read the open events before the processes: an open after this is seen next time.
         opened = True
         if self._opens is not None:
-            files = [sidecar_name(t.db, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
+            files = [sidecar_name(t.real, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
             self._opens.watch(files, rearm=replaced)
             opened = self._opens.poll()
         devs = {i[0] for t in targets for i in t.ids.values() if i}
         # A deleted file keeps the device of its folder: stale holders are found there.
-        devs |= {d[0] for d in (_stat_id(os.path.dirname(t.db)) for t in targets) if d}
+        devs |= {d[0] for d in (_stat_id(t.dir_real) for t in targets) if d}
         if full or replaced:
             self._restricted = restricted_proc(self.proc)
         pids = self._list_pids()
@@ -438,17 +442,18 @@ class HolderScanner:
     # -- reading /proc --------------------------------------------------------
 
     def _target(self, db: str) -> _Target:
+        # SQLite follows a symlink to the database file and names -wal and -shm after the
+        # file it leads to (unixFullPathname): a --db that is a link still finds them.
+        real = os.path.realpath(db)
         ids = {
-            name: _stat_id(sidecar_name(db, suffix))
+            name: _stat_id(sidecar_name(real, suffix))
             for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
         }
-        base = os.path.basename(db)
+        base = os.path.basename(real)
         names = {
             base + suffix: name for name, suffix in zip(FILE_NAMES, BUNDLE_SUFFIXES, strict=True)
         }
-        return _Target(
-            db=db, dir_real=_real_dir(db), ids=ids, names=names, name_bytes=os.fsencode(base)
-        )
+        return _Target(db=db, real=real, ids=ids, names=names, name_bytes=os.fsencode(base))
 
     def _list_pids(self) -> list[int]:
         return [int(n) for n in os.listdir(self.proc) if n.isdigit()]

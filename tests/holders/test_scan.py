@@ -371,6 +371,25 @@ class TestWriters:
         ]
         assert not [p for p in mine if "state.db" in p]
 
+    def test_a_database_named_through_a_symlink_has_its_sidecars_found(
+        self, hermes_home: Path, tmp_path: Path
+    ) -> None:
+        """`--db` a symlink to state.db: SQLite names -wal and -shm after the file the link
+        leads to, so the scan looks there. They were reported missing, and the writer's
+        descriptors on them not counted (0/0); the report still names the link."""
+        link = tmp_path / "link.db"
+        link.symlink_to(hermes_home / "state.db")
+        with holding(hermes_home) as writer:
+            result = scan(link)
+        assert result.db == str(link)
+        assert result.files["state.db-wal"] is not None
+        assert result.files["state.db-shm"] is not None
+        h = holder(result, writer.pid)
+        assert h.fds == {"state.db": 1, "state.db-wal": 1, "state.db-shm": 1}
+        assert h.maps == {"state.db-shm": 1}
+        assert h.lock_state == "held"
+        assert h.flags == []
+
 
 class TestOrphanServeIsolated:
     def test_double_forked_serve_isolated_is_an_orphan(
