@@ -311,8 +311,7 @@ class HolderScanner:
         # Read the open events before the processes: an open after this is seen next time.
         opened = True
         if self._opens is not None:
-            files = [sidecar_name(t.real, sfx) for t in targets for sfx in BUNDLE_SUFFIXES]
-            self._opens.watch(files, rearm=replaced)
+            self._opens.watch(self.files(), rearm=replaced)
             opened = self._opens.poll()
         devs = {i[0] for t in targets for i in t.ids.values() if i}
         # A deleted file keeps the device of its folder: stale holders are found there.
@@ -375,6 +374,14 @@ class HolderScanner:
                 coverage=coverage,
             )
             for i, t in enumerate(targets)
+        ]
+
+    def files(self) -> list[str]:
+        """Each database's bundle (the file, -wal, -shm, -journal) where SQLite keeps it:
+        through a symlink to the database file, next to the file it leads to
+        (``_target``). What an open watch on the databases watches."""
+        return [
+            sidecar_name(os.path.realpath(db), sfx) for db in self.dbs for sfx in BUNDLE_SUFFIXES
         ]
 
     def _store(self, results: Iterable[tuple[int, _Entry | None]], vanished: list[int]) -> None:

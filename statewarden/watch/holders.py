@@ -36,7 +36,6 @@ from statewarden.holders.opens import OpenWatch
 from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
 from statewarden.incidents.kinds import KINDS
 from statewarden.incidents.signals import Found, Observation, Signal
-from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 
 
 def describe(h: Holder) -> str:
@@ -88,7 +87,7 @@ HOLDER_RULES: tuple[HolderRule, ...] = (
 MAINTENANCE_EXEMPT = frozenset(n for n, k in KINDS.items() if k.maintenance_process_exempt)
 
 
-def _inode(path: Path) -> int:
+def _inode(path: str) -> int:
     try:
         return os.stat(path).st_ino
     except OSError:
@@ -141,7 +140,7 @@ class HolderWatcher:
         Hermes opens state.db when a process starts its connection, so an IN_OPEN there is
         the moment a new holder appears. A replaced file is watched again by its new inode.
         """
-        files = [sidecar(db, sfx) for db in self.scanner.dbs for sfx in BUNDLE_SUFFIXES]
+        files = self.scanner.files()
         inodes = tuple(_inode(f) for f in files)
         self._opens.watch(files, rearm=inodes != self._inodes)
         self._inodes = inodes

@@ -390,6 +390,18 @@ class TestWriters:
         assert h.lock_state == "held"
         assert h.flags == []
 
+    def test_the_files_to_watch_of_a_database_named_through_a_symlink(
+        self, hermes_home: Path, tmp_path: Path
+    ) -> None:
+        """The open watch (the daemon's and --watch's) watches the bundle where SQLite keeps
+        it: the real state.db, -wal, -shm and -journal, not names next to the link."""
+        link = tmp_path / "link.db"
+        link.symlink_to(hermes_home / "state.db")
+        real = str((hermes_home / "state.db").resolve())
+        assert HolderScanner([link], watch_opens=False).files() == [
+            real + sfx for sfx in ("", "-wal", "-shm", "-journal")
+        ]
+
 
 class TestOrphanServeIsolated:
     def test_double_forked_serve_isolated_is_an_orphan(
