@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.foreign_cells import OwnRows, Records, foreign_by_table
 from statewarden.recovery.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
 from statewarden.recovery.integrity import (
+    EarlyChecker,
     ErrorGroup,
     IntegrityCheck,
     fts_from_integrity_lines,
@@ -84,6 +85,11 @@ class TableFacts:
     page_referenced_twice: bool = False
     # An index of the whole table or an FTS copy cross-checks the full scan's rowids.
     witnessed: bool = False
+    # The rowids the table's FTS copies hold (``copies.fts_rowids``), as read for the
+    # diagnosis, when ``fts_copies_read``: the rebuild takes them from here rather than
+    # read them again (``Rebuild._fts_rowids``). Not part of the JSON.
+    fts_copies: KeySet | None = field(default=None, repr=False, compare=False)
+    fts_copies_read: bool = field(default=False, repr=False, compare=False)
 
     def every_row_accounted_for(self) -> bool:
         """Every row reads, once, and its witnesses (indexes, FTS copies) agree."""
@@ -249,9 +255,11 @@ class Diagnosis:
         return out + self.notes
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Without the FTS copies' rowids, which asdict would copy whole.
+        data = asdict(replace(self, tables=[replace(t, fts_copies=None) for t in self.tables]))
         del data["helper_cpu_s"]
         for t in data["tables"]:
+            del t["fts_copies"], t["fts_copies_read"]
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
         data["zeroed_cells"] = {t: sorted(c) for t, c in self.zeroed_cells.items()}
         data["cross_linked"] = {t: sorted(c) for t, c in self.cross_linked.items()}
@@ -313,6 +321,7 @@ def diagnose_ahead_of_fts(
     wal_name: str = "the WAL",
     schema_rebuilt: str | None = None,
     ahead: bool = True,
+    early: EarlyChecker | None = None,
 ) -> tuple[Diagnosis, FtsPending | None]:
     """``diagnose``, except that the diagnosis comes back before FTS5's own checks of
     the FTS tables end, whatever the damage: its FTS verdicts are "ok" for now (or what
@@ -322,7 +331,8 @@ def diagnose_ahead_of_fts(
     the file outside SQLite meanwhile: no descriptor it closes can drop their locks
     (docs/safety.md rule 2). Not with a rebuilt page 1 or WAL commits SQLite drops (the
     class is settled before the checks). ``ahead=False``: the checks are waited for, as
-    ``diagnose`` does (no pending).
+    ``diagnose`` does (no pending). ``early``: a child started ahead for the checks
+    (``EarlyChecker``), used if they run apart.
     """
     defer = ahead and schema_rebuilt is None and not (wal and (wal.dropped_commits or wal.foreign))
     return _diagnose_file(
@@ -333,6 +343,7 @@ def diagnose_ahead_of_fts(
         wal_name=wal_name,
         schema_rebuilt=schema_rebuilt,
         defer=defer,
+        early=early,
     )
 
 
@@ -345,6 +356,7 @@ def _diagnose_file(
     wal_name: str,
     schema_rebuilt: str | None,
     defer: bool,
+    early: EarlyChecker | None = None,
 ) -> tuple[Diagnosis, FtsPending | None]:
     """See ``diagnose`` and ``diagnose_ahead_of_fts``."""
     # The zeroed-sector search reads pages raw while the FTS tables' own checks run in
@@ -370,7 +382,9 @@ def _diagnose_file(
                 raise DatabaseUnreadable(
                     f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
                 ) from None
-            result, running = _diagnose(conn, db, schema, progress, truncated, raw=raw, defer=defer)
+            result, running = _diagnose(
+                conn, db, schema, progress, truncated, raw=raw, defer=defer, early=early
+            )
             if running is not None:
                 pending = FtsPending(running, schema)
         finally:
@@ -622,6 +636,7 @@ def _diagnose(
     *,
     raw: DatabaseFile | str,
     defer: bool = False,
+    early: EarlyChecker | None = None,
 ) -> tuple[Diagnosis, IntegrityCheck | None]:
     """The diagnosis; with ``defer``, a file whose b-trees, rows and copies show no
     damage is returned at once with FTS verdicts still to come, and the running check
@@ -634,7 +649,9 @@ def _diagnose(
     # of which is its whole run) first: a fourth thread on two cores would slow that one.
     if progress:
         progress("integrity check", 0, 0)
-    check = IntegrityCheck(conn, progress, table_names, apart=defer, background=defer)
+    check = IntegrityCheck(
+        conn, progress, table_names, apart=defer, background=defer, early=early if defer else None
+    )
     scanned = _scan_facts(conn, schema, progress, {})
     # Raw reads while the checks run (SQLite releases the GIL): see ``diagnose``.
     zeroed = _zeroed_search(raw, schema)
@@ -849,6 +866,7 @@ def table_facts(
     missing: list[int] = []
     stale: list[int] = []
     witnessed = False
+    copies: KeySet | None = None
     if schema is not None:
         witnessed = any(
             o.type == "index"
@@ -857,8 +875,11 @@ def table_facts(
             for o in schema.objects
         )
         if key == ["rowid"]:
-            missing, stale = _rows_elsewhere(conn, schema, obj, rowids, hints)
+            copies = fts_rowids(conn, schema, obj.name)
+            missing, stale = _rows_elsewhere(conn, obj, rowids, hints, copies)
     return TableFacts(
+        fts_copies=copies,
+        fts_copies_read=key == ["rowid"] and schema is not None,
         witnessed=witnessed,
         missing_rows=missing,
         stale_index_entries=stale,
@@ -912,21 +933,25 @@ def _sequence(conn: apsw.Connection, table: str) -> int | None:
 
 
 def _rows_elsewhere(
-    conn: apsw.Connection, schema: Schema, obj: SchemaObject, rowids: KeySet, listed: KeySet
+    conn: apsw.Connection,
+    obj: SchemaObject,
+    rowids: KeySet,
+    listed: KeySet,
+    copies: KeySet | None,
 ) -> tuple[list[int], list[int]]:
     """(rowids the FTS copies hold that the table lacks, rowids only an index lists);
-    ``listed``: the rowids its readable full indexes list (``_index_rowids``).
+    ``listed``: the rowids its readable full indexes list (``_index_rowids``);
+    ``copies``: those its FTS copies hold (``copies.fts_rowids``).
 
     Without an FTS copy nothing tells a lost row from an entry a delete left behind,
     so both lists stay empty; the planner's count still shows the mismatch."""
-    copies = fts_rowids(conn, schema, obj.name)
     if copies is None:
         return [], []
     seq = _sequence(conn, obj.name)
     if seq is not None:
         # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
         # holds a garbled cell, not a row that existed.
-        copies = KeySet(r for r in copies.ints() if r <= seq)
+        copies = copies.up_to(seq)
     return sorted(copies - rowids), sorted(listed - rowids - copies)
 
 

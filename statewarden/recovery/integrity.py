@@ -46,7 +46,9 @@ SAMPLE_LINES_PER_GROUP = 5
 # this process's connections nor be held up by them; otherwise it reads through the WAL,
 # waiting out a passing lock. It ends with the process that started it
 # (``PR_SET_PDEATHSIG``): a ``kill -9`` of a recover or a maintenance run leaves no
-# checker behind reading the work copy.
+# checker behind reading the work copy. Started with the parent's pid alone, it loads
+# apsw and then reads the file and the tables from one JSON line on its stdin
+# (``EarlyChecker``); at the end of its stdin, without that line, it exits 0 silently.
 _CHILD_BUSY_TIMEOUT_MS = 10_000
 _APART_CHECKS = """
 import ctypes, json, os, sys, threading, time
@@ -57,7 +59,14 @@ except (OSError, AttributeError):
 if os.getppid() != int(sys.argv[1]):
     sys.exit(3)  # the process that started it was gone before the line above
 import apsw
-uri, busy_ms, names = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+if len(sys.argv) > 2:
+    uri, busy_ms, names = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+else:
+    line = sys.stdin.readline()
+    if not line.strip():
+        sys.exit(0)  # not wanted after all
+    told = json.loads(line)
+    uri, busy_ms, names = str(told["uri"]), int(told["busy_ms"]), [str(n) for n in told["names"]]
 found = {}
 def check(name):
     try:
@@ -89,6 +98,65 @@ def apart_checks_argv(
 ) -> list[str]:
     """The command line of the child process that checks the FTS tables ``names``."""
     return [sys.executable, "-I", "-c", _APART_CHECKS, str(os.getpid()), uri, str(busy_ms), *names]
+
+
+class EarlyChecker:
+    """The child process for FTS5's own checks (``_APART_CHECKS``), started before the
+    file it will check exists: ``recover`` starts it before it makes the work copy, so
+    that the child's interpreter and apsw load while the copy is made (about 50 ms, on
+    the way to the longest check of a recovery). ``IntegrityCheck(apart=True)`` then
+    tells it the file and the tables (``take``). One not taken is told nothing: at
+    ``close`` its stdin ends and it exits. Start it on the thread that will wait for
+    it: its death signal follows that thread (``PR_SET_PDEATHSIG``)."""
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen[bytes] | None = None
+        if not sys.executable:
+            return
+        try:
+            self._child = subprocess.Popen(
+                [sys.executable, "-I", "-c", _APART_CHECKS, str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            self._child = None  # the checks start the usual way (``IntegrityCheck._start``)
+
+    def take(
+        self, uri: str, names: Collection[str], busy_ms: int = _CHILD_BUSY_TIMEOUT_MS
+    ) -> subprocess.Popen[bytes] | None:
+        """The child, told to check ``names`` in ``uri``; None when there is none (never
+        started, already taken, or gone before it could be told)."""
+        child, self._child = self._child, None
+        if child is None:
+            return None
+        told = json.dumps({"uri": uri, "busy_ms": busy_ms, "names": list(names)})
+        assert child.stdin is not None
+        try:
+            child.stdin.write(told.encode() + b"\n")
+            child.stdin.close()
+        except OSError:  # it ended early (a broken pipe): started again the usual way
+            child.kill()
+            child.stdin = None
+            child.communicate()
+            return None
+        child.stdin = None  # closed: ``communicate`` must not flush it
+        return child
+
+    def close(self) -> None:
+        """End a child that was not taken (its stdin ends: it exits at once)."""
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            assert child.stdin is not None
+            child.stdin.close()
+            child.stdin = None
+            child.communicate(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            child.kill()
+            child.communicate()
 
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
@@ -157,7 +225,8 @@ class IntegrityCheck:
 
     ``apart``: the virtual tables' checks run in a child process instead of threads
     (``_APART_CHECKS``), so that while they run this process may open and close the
-    file outside SQLite (docs/safety.md rule 2 is about this process's own locks).
+    file outside SQLite (docs/safety.md rule 2 is about this process's own locks);
+    ``early``: a child started ahead for them (``EarlyChecker``), used if it is there.
     ``background``: the b-trees are checked in a thread as well, on a connection of
     their own, and the constructor returns at once (:meth:`btree_result` waits); the
     caller's thread reads on meanwhile (SQLite releases the GIL: two cores).
@@ -172,8 +241,10 @@ class IntegrityCheck:
         skip: Collection[str] = (),
         apart: bool = False,
         background: bool = False,
+        early: EarlyChecker | None = None,
     ) -> None:
         self._conn = conn
+        self._early = early
         self._progress = progress
         every = _virtual_tables(conn)
         # ``skip``: virtual tables whose own check is not wanted (verified elsewhere).
@@ -239,6 +310,10 @@ class IntegrityCheck:
             wal = sidecar(Path(path), WAL_SUFFIX)
             frames = wal.exists() and wal.stat().st_size > 0
             uri = uri_for(Path(path), mode="ro") if frames else uri_for(Path(path), immutable="1")
+            if self._early is not None:
+                self._child = self._early.take(uri, self._vtabs)
+                if self._child is not None:
+                    return
             if not sys.executable:
                 return  # no interpreter to start: result() checks them on the caller's
             try:

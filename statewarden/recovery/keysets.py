@@ -249,6 +249,23 @@ class KeySet(MutableSet[Any]):
     def copy(self) -> KeySet:
         return KeySet(self)
 
+    def up_to(self, last: int) -> KeySet:
+        """A new set of this set's rowids at most ``last`` (bitmap by bitmap, not rowid
+        by rowid); keys that are not ints are left out."""
+        out = KeySet()
+        top = last >> SHIFT
+        for high, bits in self._bitmaps.items():
+            if high < top:
+                out._bitmaps[high] = bytearray(bits)
+            elif high == top:
+                keep = (1 << ((last & LOW) + 1)) - 1
+                cut = _from_int_bits(int.from_bytes(bits, "little") & keep)
+                if any(cut):
+                    out._bitmaps[high] = cut
+        out._loose = {r for r in self._loose if r <= last}
+        out._next_look = max(FIRST_LOOK, 2 * len(out._loose))
+        return out
+
     @classmethod
     def _from_iterable(cls, it: Iterable[Any]) -> KeySet:
         return cls(it)

@@ -1537,8 +1537,14 @@ class Rebuild:
 
     def _fts_rowids(self, tc: TableCopy) -> None:
         """Rowids held by the table's FTS copies (Hermes 0.19.0 writes each message's
-        text there under the message's id)."""
-        found = fts_rowids(self.src, self.inputs.schema, tc.obj.name)
+        text there under the message's id): as the diagnosis read them from the same
+        work copy, or read here where it did not (``TableFacts.fts_copies``)."""
+        facts = next((t for t in self.inputs.diag.tables if t.name == tc.obj.name), None)
+        if facts is not None and facts.fts_copies_read:
+            read = facts.fts_copies
+            found = None if read is None else read.copy()  # the build changes its own
+        else:
+            found = fts_rowids(self.src, self.inputs.schema, tc.obj.name)
         tc.has_fts_copies = found is not None and tc.obj.key_columns == ["rowid"]
         tc.fts_rowids = found or KeySet()
 

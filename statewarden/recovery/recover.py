@@ -64,6 +64,7 @@ from statewarden.recovery.diagnose import (
     counts_disagree,
     diagnose_ahead_of_fts,
 )
+from statewarden.recovery.integrity import EarlyChecker
 from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.other_copies import OtherCopy, check_sources, open_copies
 from statewarden.recovery.pages import schema_rowid_gaps
@@ -114,24 +115,30 @@ def recover(
     if report_path is not None:
         _check_writable(Path(report_path).parent, "--report")
     started = time.monotonic()
-    work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
-    copied = round(time.monotonic() - started, 3)
+    # FTS5's own checks, the longest part of a recovery, run in a child process: it
+    # starts loading now, while the work copy is made (``EarlyChecker``).
+    early = EarlyChecker()
     try:
+        work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
+        copied = round(time.monotonic() - started, 3)
         try:
-            report = _recover_copy(work, output, progress, extras)
-        except (apsw.FullError, apsw.IOError) as exc:
-            raise _not_built(output, exc) from None
-        report.timings = {"copy": copied, **report.timings}
-        if not report.verified:
-            # A file that failed verification is never left where a swap would take it.
-            report.notes.append(f"the output failed verification and was not kept at {output}")
-        if report_path is not None:
-            _write_report(Path(report_path), report)
-        if report.verified:
-            _publish(work.work_dir / "output.db", output)
-        return report
+            try:
+                report = _recover_copy(work, output, progress, extras, early)
+            except (apsw.FullError, apsw.IOError) as exc:
+                raise _not_built(output, exc) from None
+            report.timings = {"copy": copied, **report.timings}
+            if not report.verified:
+                # A file that failed verification is never left where a swap would take it.
+                report.notes.append(f"the output failed verification and was not kept at {output}")
+            if report_path is not None:
+                _write_report(Path(report_path), report)
+            if report.verified:
+                _publish(work.work_dir / "output.db", output)
+            return report
+        finally:
+            work.cleanup()
     finally:
-        work.cleanup()
+        early.close()
 
 
 def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
@@ -193,15 +200,19 @@ def _publish(built: Path, output: Path) -> None:
 
 
 def _recover_copy(
-    work: WorkCopy, output: Path, progress: ProgressFn | None, extras: list[Path]
+    work: WorkCopy,
+    output: Path,
+    progress: ProgressFn | None,
+    extras: list[Path],
+    early: EarlyChecker | None = None,
 ) -> Report:
     """The steps after the copy, each its own stage: diagnose, read the schema,
     salvage, rebuild (or copy a healthy file whole), complete the partial rows,
     verify and account. FTS5's own checks of the work copy go on in a child process
     meanwhile (``diagnose_ahead_of_fts``) and are joined where their verdicts are
     needed: after the whole copy of a file found healthy, before the FTS tables of a
-    rebuild are filled."""
-    diag, report, pending = _diagnose(work, output, progress, ahead=True)
+    rebuild are filled; ``early``: the child for them, started ahead (``EarlyChecker``)."""
+    diag, report, pending = _diagnose(work, output, progress, ahead=True, early=early)
     try:
         return _recover_diagnosed(work, output, progress, extras, (diag, report, pending))
     finally:
@@ -307,7 +318,12 @@ def _build(
 
 
 def _diagnose(
-    work: WorkCopy, output: Path, progress: ProgressFn | None, *, ahead: bool
+    work: WorkCopy,
+    output: Path,
+    progress: ProgressFn | None,
+    *,
+    ahead: bool,
+    early: EarlyChecker | None = None,
 ) -> tuple[Diagnosis, Report, FtsPending | None]:
     """Diagnose the work copy; the report starts here, with the damage class and what
     the copy's rebuilt page 1 (if any) lost. ``ahead``: a file found healthy but for
@@ -321,6 +337,7 @@ def _diagnose(
         wal_name=work.wal_name,
         schema_rebuilt=work.schema_note,
         ahead=ahead,
+        early=early,
     )
     header_note = header_count_wrong(work, diag)
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)

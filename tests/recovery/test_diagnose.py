@@ -682,3 +682,31 @@ def _comparable(diag: Diagnosis) -> dict[str, Any]:
     doc = diag.to_json()
     del doc["path"]
     return doc
+
+
+def test_the_fts_copies_rowids_are_kept_for_the_rebuild_and_left_out_of_the_json(
+    tmp_path: Path,
+) -> None:
+    """The rowids the FTS copies hold, read once for the diagnosis, are those a fresh
+    read of the copies gives (the rebuild takes them from there); the JSON is without
+    them, as before."""
+    from statewarden.recovery.copies import fts_rowids
+    from statewarden.recovery.schema import read_schema
+
+    case = corruption.phantom_row(tmp_path / "db", spec=SMALL)
+    diag = diagnose(case.db)
+    messages = next(t for t in diag.tables if t.name == "messages")
+    assert messages.fts_copies_read
+    conn = apsw.Connection(str(case.db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        fresh = fts_rowids(conn, read_schema(conn), "messages")
+        count = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        conn.close()
+    assert fresh is not None
+    assert messages.fts_copies is not None
+    assert set(messages.fts_copies) == set(fresh)
+    assert len(fresh) == count > 0
+    doc = diag.to_json()
+    assert all("fts_copies" not in t and "fts_copies_read" not in t for t in doc["tables"])
+    json.dumps(doc)

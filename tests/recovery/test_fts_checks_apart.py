@@ -14,7 +14,7 @@ from pathlib import Path
 
 import apsw
 
-from statewarden.recovery.integrity import apart_checks_argv
+from statewarden.recovery.integrity import EarlyChecker, IntegrityCheck, apart_checks_argv
 from statewarden.sqlite import uri_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +26,16 @@ from statewarden.recovery.integrity import apart_checks_argv
 child = subprocess.Popen(apart_checks_argv(sys.argv[1], ["docs_fts"], busy_ms=120_000),
                          stdout=subprocess.DEVNULL)
 print(child.pid, flush=True)
+time.sleep(300)
+"""
+
+
+# The parent: starts a checker ahead of its file, as recover does, says its pid, waits.
+EARLY_PARENT = """
+import time
+from statewarden.recovery.integrity import EarlyChecker
+early = EarlyChecker()
+print(early._child.pid, flush=True)
 time.sleep(300)
 """
 
@@ -121,3 +131,67 @@ def test_a_checker_whose_parent_is_already_gone_checks_nothing(tmp_path: Path) -
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 3
     assert out.stdout == ""
+
+
+def _scrambled_fts_db(path: Path) -> None:
+    """An FTS5 table whose inverted index no longer matches its content: one row's
+    text changed in the content table behind FTS5's back (its own check fails)."""
+    conn = apsw.Connection(str(path))
+    conn.execute("CREATE VIRTUAL TABLE docs_fts USING fts5(body)")
+    conn.execute("INSERT INTO docs_fts VALUES ('one apple'), ('two pears')")
+    conn.execute("UPDATE docs_fts_content SET c0 = 'three plums' WHERE id = 1")
+    conn.close()
+
+
+def test_a_checker_started_ahead_gives_the_verdicts_when_told_the_file(tmp_path: Path) -> None:
+    """Started before the file exists, then told it: the same verdicts as a checker
+    started with the file, a damaged index found, and the child is the one started
+    ahead (it is taken, no second one is started)."""
+    early = EarlyChecker()
+    child = early._child
+    assert child is not None
+    db = tmp_path / "state.db"
+    _scrambled_fts_db(db)
+    conn = apsw.Connection(str(db))
+    try:
+        check = IntegrityCheck(conn, apart=True, background=True, early=early)
+        assert early._child is None  # taken
+        assert check._child is child
+        lines, finished, abort = check.result()
+        verdicts = check.own_verdicts()
+    finally:
+        conn.close()
+        early.close()
+    assert finished
+    assert abort is None
+    assert verdicts is not None
+    assert verdicts["docs_fts"] != "ok"
+    assert any("docs_fts" in ln for ln in lines)
+    assert child.returncode == 0
+
+
+def test_a_checker_started_ahead_and_not_wanted_exits_at_once(tmp_path: Path) -> None:
+    """Closed without being told a file (the copy failed, the checks ran in threads):
+    it reads the end of its stdin and exits 0 having checked nothing."""
+    early = EarlyChecker()
+    child = early._child
+    assert child is not None
+    early.close()
+    assert child.returncode == 0
+    assert _gone(child.pid)
+    early.close()  # twice is harmless
+
+
+def test_a_checker_started_ahead_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """A kill -9 of recover while it makes the work copy leaves no checker waiting on
+    its stdin."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", EARLY_PARENT], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    assert not _gone(child)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=30)
+    parent.stdout.close()
+    assert _wait_gone(child, 30), f"checker {child} outlived its parent's kill -9"

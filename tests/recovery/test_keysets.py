@@ -181,3 +181,25 @@ def test_update_with_keys_a_set_takes_for_ints() -> None:
     ks.update([*floats, *scattered])
     assert set(ks) == set(range(FIRST_LOOK + 10)) | set(scattered)
     assert len(ks) == FIRST_LOOK + 10 + 100
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_up_to_keeps_the_rowids_at_most_the_bound(seed: int) -> None:
+    """``up_to(n)``: the rowids at most ``n`` and nothing else, bitmaps cut at any bit
+    (negative and 64-bit rowids, bounds inside, between and beyond the stretches); the
+    set it came from is unchanged, and the new one is a set of its own."""
+    rng = random.Random(seed)
+    keys = _random_keys(rng)
+    ks = KeySet(keys)
+    ints = sorted(k for k in keys if isinstance(k, int))
+    bounds = [-(2**63), -1, 0, 65_535, 65_536, 2**63 - 1]
+    bounds += [r + d for r in ints[:: max(1, len(ints) // 7)] for d in (-1, 0, 1)]
+    for last in bounds:
+        got = ks.up_to(last)
+        assert list(got.ints()) == [r for r in ints if r <= last], last
+        assert len(got) == sum(1 for r in ints if r <= last)
+    assert set(ks) == keys
+    if ints:
+        cut = ks.up_to(ints[-1])
+        cut.discard(ints[0])
+        assert ints[0] in ks
