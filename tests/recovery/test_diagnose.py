@@ -700,7 +700,7 @@ def test_the_fts_copies_rowids_are_kept_for_the_rebuild_and_left_out_of_the_json
     conn = apsw.Connection(str(case.db), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         fresh = fts_rowids(conn, read_schema(conn), "messages")
-        count = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        count = conn.execute("SELECT count(*) FROM messages").get
     finally:
         conn.close()
     assert fresh is not None
