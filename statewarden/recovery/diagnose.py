@@ -201,6 +201,9 @@ class Diagnosis:
     # CPU seconds of the threads that ran the FTS tables' own checks (not in the calling
     # thread's CPU time); not part of the JSON.
     helper_cpu_s: float = 0.0
+    # The integrity check got through SQLite's page accounting, whole, even if it
+    # stopped early afterwards (``integrity._check``); not part of the JSON.
+    pages_accounted: bool = False
     # Rows whose record runs into zeroed sectors, per table: rowid -> the positions of
     # the columns hit (None: its header was hit). SQLite reads them with the zeros as
     # their values, and no integrity check sees it (pages.zeroed_cells).
@@ -257,7 +260,7 @@ class Diagnosis:
     def to_json(self) -> dict[str, Any]:
         # Without the FTS copies' rowids, which asdict would copy whole.
         data = asdict(replace(self, tables=[replace(t, fts_copies=None) for t in self.tables]))
-        del data["helper_cpu_s"]
+        del data["helper_cpu_s"], data["pages_accounted"]
         for t in data["tables"]:
             del t["fts_copies"], t["fts_copies_read"]
             t["duplicate_rowids"] = {str(k): v for k, v in t["duplicate_rowids"].items()}
@@ -790,6 +793,7 @@ def _verdict(
         copies=facts.copies,
         unverifiable=unverifiable,
         helper_cpu_s=check.helper_cpu_s,
+        pages_accounted=check.pages_accounted(),
         counts_disagree=facts.counts,
         lost_writes=lost,
     )

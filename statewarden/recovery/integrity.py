@@ -160,6 +160,8 @@ class EarlyChecker:
 
 
 _TREE_RE = re.compile(r"^Tree (\d+) ")
+# How the pragma's row of b-tree and page-accounting errors starts (``_check``).
+_BTREE_ROW = "*** in database"
 NEVER_USED_RE = re.compile(r"^Page (\d+)(?: is)?:? never used")
 _INDEX_RE = re.compile(
     r"^(?:wrong # of entries in index|row \d+ missing from index|"
@@ -255,6 +257,7 @@ class IntegrityCheck:
         self._child: subprocess.Popen[bytes] | None = None
         self._lines: list[str] = []
         self._abort: str | None = None
+        self._accounted = False
         self._btree_thread: threading.Thread | None = None
         self._btree_error: BaseException | None = None
         path = conn.filename
@@ -281,7 +284,7 @@ class IntegrityCheck:
             self._btree_thread.start()
             return
         try:
-            self._lines, self._abort = _check(btrees, progress, tables)
+            self._lines, self._abort, self._accounted = _check(btrees, progress, tables)
         finally:
             if btrees is not conn:
                 btrees.close()
@@ -289,7 +292,7 @@ class IntegrityCheck:
     def _check_btrees(self, btrees: apsw.Connection, tables: list[str] | None) -> None:
         """The b-tree check on its own connection, in a thread (``background``)."""
         try:
-            self._lines, self._abort = _check(btrees, None, tables)
+            self._lines, self._abort, self._accounted = _check(btrees, None, tables)
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread (``_btrees_done``)
             self._btree_error = exc
         finally:
@@ -353,6 +356,12 @@ class IntegrityCheck:
     def helper_cpu_s(self) -> float:
         """CPU seconds the threads used (not in the calling thread's own CPU time)."""
         return sum(self._cpu.values())
+
+    def pages_accounted(self) -> bool:
+        """Did the b-tree check get through SQLite's page accounting (its "never used"
+        lines are all there), even where the pragma stopped early afterwards?"""
+        self._btrees_done()
+        return self._accounted
 
     def btree_result(self) -> tuple[list[str], str | None]:
         """(lines, abort note) of the b-tree check alone, without waiting for the
@@ -466,8 +475,16 @@ def _virtual_tables(conn: apsw.Connection) -> list[str]:
 
 def _check(
     conn: apsw.Connection, progress: ProgressFn | None, tables: list[str] | None
-) -> tuple[list[str], str | None]:
-    """The pragma on ``conn``, again table by table if it stopped early (see above)."""
+) -> tuple[list[str], str | None, bool]:
+    """The pragma on ``conn``, again table by table if it stopped early (see above);
+    (lines, abort note, whether its page accounting was done).
+
+    SQLite checks every b-tree and accounts for every page in one step, which gives
+    the pragma's first row ("*** in database main ***" and its lines) when it finds
+    anything; the rows read against their indexes come after it, and those are where
+    a damaged page stops the pragma ("database disk image is malformed"). That first
+    row read means the page accounting is whole ("never used" lines: ``salvage.py``).
+    A pragma that stops with no such row may have stopped before it: not accounted."""
     steps = [0]
 
     def tick() -> bool:
@@ -480,7 +497,8 @@ def _check(
     try:
         rows, abort = _pragma_rows(conn, f"PRAGMA integrity_check({UNCAPPED_ERRORS})")
         if rows == ["ok"]:
-            return [], None
+            return [], None, True
+        accounted = pages_accounted(rows, abort)
         lines = dict.fromkeys(_lines(rows))
         stopped_on: list[str] = []
         if abort is not None:
@@ -498,7 +516,13 @@ def _check(
     if abort is not None:
         where = f" on {', '.join(stopped_on)}" if stopped_on else ""
         note = f"{abort}{where}"
-    return list(lines), note
+    return list(lines), note, accounted
+
+
+def pages_accounted(rows: list[str], abort: str | None) -> bool:
+    """Did the pragma that gave ``rows`` (and stopped with ``abort``, None if it ran to
+    its end) get through its page accounting? See ``_check``."""
+    return abort is None or any(r.startswith(_BTREE_ROW) for r in rows)
 
 
 def _pragma_rows(conn: apsw.Connection, sql: str) -> tuple[list[str], str | None]:
@@ -514,9 +538,7 @@ def _pragma_rows(conn: apsw.Connection, sql: str) -> tuple[list[str], str | None
 
 
 def _lines(rows: list[str]) -> list[str]:
-    return [
-        ln for row in rows for ln in row.split("\n") if ln and not ln.startswith("*** in database")
-    ]
+    return [ln for row in rows for ln in row.split("\n") if ln and not ln.startswith(_BTREE_ROW)]
 
 
 def _group_for(obj: SchemaObject, schema: Schema) -> ErrorGroup:

@@ -71,7 +71,8 @@ def decode_rows(
             # a count that differs from the planner's, a page reached twice): decode
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (docs/safety.md rule 2).
-            unused = never_used(diag.error_lines, complete=diag.integrity_complete)
+            accounted = diag.integrity_complete or diag.pages_accounted
+            unused = never_used(diag.error_lines, complete=accounted)
             decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), unused)
             decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
             if work.known_schema:
@@ -93,7 +94,9 @@ def _both(a: SalvagedRows, b: SalvagedRows) -> SalvagedRows:
 
 def never_used(lines: list[str], *, complete: bool) -> list[int] | None:
     """Pages a completed integrity check found no b-tree or freelist using (None when
-    the check stopped early: then every page is walked).
+    the check stopped before its page accounting: then every page is walked). One that
+    stopped later, on a row read against an index, has accounted for every page
+    (``integrity._check``): ``complete`` then too.
 
     SQLite skips that page accounting, and still answers in full, when the first
     object of its schema hash has no root page (an FTS5 table: it depends on the order
