@@ -1,13 +1,15 @@
 """The long run of the fuzz lab: ``recover`` against random damage on many seeds.
 
-    .venv/bin/python bench/fuzz_recover.py [--seeds 500] [--first 0] [--page1]
+    .venv/bin/python bench/fuzz_recover.py [--seeds 500] [--first 0] [--page1] [--view-first]
 
 For each seed ``lab/fuzz.py`` damages a copy of a Hermes-written database (zeroed
 sectors and 4 KiB blocks, random bytes, torn and reverted pages) and carves the ground
 truth; ``recover`` runs on it and its output and report are held to the promises (no
 intact row dropped, no wrong row passed off as good, loss reported exactly when rows
 were lost, the source unchanged); ``--page1`` destroys page 1 on every seed too (and
-the schema pages on half of them). In the same run, on the same damaged files, what a
+the schema pages on half of them); ``--view-first`` damages a copy whose schema hash
+starts with a view, so that SQLite's integrity check says nothing of unused pages. In
+the same run, on the same damaged files, what a
 user would do instead, ``sqlite3 .dump | sqlite3`` (Debian's CLI), is judged by the
 same truth (it reports nothing, so only dropped and wrong rows count for it).
 
@@ -47,6 +49,11 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=500)
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--page1", action="store_true", help="destroy page 1 on every seed too")
+    p.add_argument(
+        "--view-first",
+        action="store_true",
+        help="damage a copy whose schema hash starts with a view (no page accounting)",
+    )
     args = p.parse_args()
     fuzz.later_db()  # built once, outside the timings
     ours: list[str] = []
@@ -58,7 +65,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             work = Path(d)
             t0 = time.perf_counter()
-            case, found = fuzz.run_seed(work / "ours", seed, page1=args.page1)
+            case, found = fuzz.run_seed(
+                work / "ours", seed, page1=args.page1, view_first=args.view_first
+            )
             t_ours.append(time.perf_counter() - t0)
             if found:
                 ours.append(f"{case.describe()}: {found[0]}")

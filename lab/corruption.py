@@ -105,6 +105,51 @@ def zero_page(case: Case, page: int) -> None:
     case.damaged_pages.append(page)
 
 
+def view_first_in_hash(db: Path) -> str:
+    """Add to the closed file ``db`` a view whose name puts it first in SQLite's schema
+    hash (the order ``PRAGMA table_list`` gives): SQLite's integrity check of such a
+    file skips its page accounting (no "Page N: never used" line). Returns its name."""
+    conn = apsw.Connection(str(db))
+    try:
+        for i in range(5000):
+            name = f"v{i}"
+            conn.execute(f"CREATE VIEW {name} AS SELECT 1")
+            first = conn.execute("PRAGMA main.table_list").fetchone()
+            if first is not None and first[1] == name:
+                return name
+            conn.execute(f"DROP VIEW {name}")
+    finally:
+        conn.close()
+    raise LookupError(f"{db}: no view name comes first in the schema hash")
+
+
+def lost_last_leaf(dest_dir: Path, table: str, *, view_first: bool, spec: Spec = SMALL) -> Case:
+    """The last interior page of ``table`` forgets its rightmost child, as an older
+    image of that page would: one cell fewer, the right pointer now the child of the
+    cell dropped. Every link left is valid and in order, so the integrity check runs to
+    its end; the leaf left out is reached by nothing ("never used"), its rows intact
+    (``unreached``). ``view_first``: a view first in the schema hash
+    (``view_first_in_hash``), so that SQLite's check does not say so."""
+    case = fresh_copy(dest_dir, spec)
+    if view_first:
+        view_first_in_hash(case.db)
+    pf = PristineFile(case.db)
+    interior, _ = pf.tree_pages(case.roots[table])
+    target = interior[-1]
+    page = bytearray(pf.page(target))
+    h = 100 if target == 1 else 0
+    n = struct.unpack(">H", page[h + 3 : h + 5])[0]
+    last_cell = struct.unpack(">H", page[h + 12 + 2 * (n - 1) : h + 14 + 2 * (n - 1)])[0]
+    left_out = struct.unpack(">I", page[h + 8 : h + 12])[0]
+    page[h + 3 : h + 5] = struct.pack(">H", n - 1)
+    page[h + 8 : h + 12] = page[last_cell : last_cell + 4]
+    _write(case.db, (target - 1) * pf.page_size, bytes(page))
+    case.damaged_pages.append(target)
+    case.unreached = {table: sorted(pf.leaf_rowids(left_out))}
+    case.note = f"{table} interior page {target} forgot its right child, leaf {left_out}"
+    return case
+
+
 def zero_middle_leaf(db: Path, table: str = "messages") -> list[int]:
     """Zero the middle leaf of ``table`` in the closed file ``db`` (any file, not only a
     fixture copy); the rowids that lived on it, ascending."""

@@ -92,6 +92,27 @@ def later_db(spec: Spec = FUZZ) -> Path:
     return db
 
 
+def view_first_db(spec: Spec = FUZZ) -> Path:
+    """``later_db(spec)`` with a view whose name puts it first in SQLite's schema hash
+    (``corruption.view_first_in_hash``: the integrity check then skips its page
+    accounting), cached next to it."""
+    from lab.corruption import view_first_in_hash
+
+    later = later_db(spec)
+    root = cache_dir() / f"{spec.key()}-later-view-first-v1"
+    db = root / "state.db"
+    if db.exists():
+        return db
+    tmp = root.with_name(root.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copyfile(later, tmp / "state.db")
+    view_first_in_hash(tmp / "state.db")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return db
+
+
 @dataclass
 class Damage:
     kind: str
@@ -128,11 +149,13 @@ def _base_pages(pf: PristineFile, roots: dict[str, int]) -> list[int]:
     return sorted(out)
 
 
-def fuzz_case(dest_dir: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False) -> FuzzCase:
-    """A copy of ``later_db(spec)`` with the damage ``seed`` draws (and page 1
-    destroyed, with ``page1``), and its truth."""
+def fuzz_case(
+    dest_dir: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False, view_first: bool = False
+) -> FuzzCase:
+    """A copy of ``later_db(spec)`` (``view_first_db`` with ``view_first``) with the
+    damage ``seed`` draws (and page 1 destroyed, with ``page1``), and its truth."""
     rnd = random.Random(seed)
-    pristine = later_db(spec)
+    pristine = view_first_db(spec) if view_first else later_db(spec)
     older = built_db(spec)
     dest_dir.mkdir(parents=True, exist_ok=True)
     db = dest_dir / "state.db"
@@ -386,14 +409,14 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
 
 
 def run_seed(
-    work: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False
+    work: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False, view_first: bool = False
 ) -> tuple[FuzzCase, list[str]]:
-    """Damage a copy by ``seed`` (page 1 too, with ``page1``), run ``recover`` on it,
-    return the case and what broke."""
+    """Damage a copy by ``seed`` (page 1 too, with ``page1``; of ``view_first_db`` with
+    ``view_first``), run ``recover`` on it, return the case and what broke."""
     from statewarden.errors import StatewardenError
     from statewarden.recovery.recover import recover
 
-    case = fuzz_case(work / "db", seed, spec, page1=page1)
+    case = fuzz_case(work / "db", seed, spec, page1=page1, view_first=view_first)
     before = bundle_digest(case.db)
     output = work / "out" / "recovered.db"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -761,9 +761,10 @@ def _complete_schema(copy: Path, source: Path, note: str, inferred: list[LostSch
     Otherwise the schema stays as rebuilt (the report names the rows lost)."""
     if not schema_rowid_gaps(copy):
         return note
-    present = {str(v[1]): int(v[3]) for v in schema_records(copy)}
+    records = schema_records(copy)
+    present = {str(v[1]): int(v[3]) for v in records}
     try:
-        lost = rebuild_from_known_schema(copy, source, present=present)
+        lost = rebuild_from_known_schema(copy, source, present=present, kept=records)
         _fold(copy, source, None)
     except DatabaseUnreadable:
         return note

@@ -564,14 +564,19 @@ def _agreement(obj: SchemaObject, rows: list[Row]) -> int:
 
 
 def rebuild_from_known_schema(
-    path: Path, source: Path, present: dict[str, int] | None = None
+    path: Path,
+    source: Path,
+    present: dict[str, int] | None = None,
+    kept: list[list[Any]] | None = None,
 ) -> LostSchema:
     """Rewrite page 1 of the private copy ``path`` as the root of the known schema its
     rows fit, appending an empty root page for every object no tree was found for.
     ``present``: the objects (name -> root page) the schema still names, when only
     some of its rows were lost; they keep their roots, and only layouts holding them
-    all are considered. Raises :class:`DatabaseUnreadable` (one line) when no Hermes
-    layout fits."""
+    all are considered, but for objects of no root page (views, triggers of the
+    user's own): ``kept``, their rows (type, name, tbl_name, rootpage, sql), stay in
+    the schema as they were. Raises :class:`DatabaseUnreadable` (one line) when no
+    Hermes layout fits."""
     present = present or {}
     db = DatabaseFile(path)
     try:
@@ -604,6 +609,10 @@ def rebuild_from_known_schema(
                 table_tree = kind == "table" and obj is not None and not obj.without_rowid
                 empty_pages.append(_empty_leaf(page_size, usable, table_tree))
         records.append([kind, name, tbl, root, sql])
+    known_names = {name for _kind, name, _tbl, _sql in known}
+    records.extend(
+        list(r) for r in kept or [] if str(r[1]) not in known_names and str(r[1]) in present
+    )
     leaves = _schema_leaves(records, page_size, usable)
     first_leaf = next_page
     total = first_leaf - 1 + len(leaves)
@@ -674,8 +683,12 @@ def _choose_layout(
     left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
     claimed = set(present.values())
     freed = _FreedPages(path)
+    # Objects of no root page that no known layout names (a view of the user's own)
+    # hold no rows: they neither pick nor rule out a layout.
+    rootless = {name for name, root in present.items() if not root}
     for layout, (_what, rows) in KNOWN_SCHEMAS.items():
-        if not set(present) <= {name for _t, name, _tb, _s in rows}:
+        names = {name for _t, name, _tb, _s in rows}
+        if not set(present) - (rootless - names) <= names:
             fitted[layout] = 0
             continue
         created = created_roots(roots, layout_schema(rows)[0])

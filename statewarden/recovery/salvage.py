@@ -71,8 +71,7 @@ def decode_rows(
             # a count that differs from the planner's, a page reached twice): decode
             # every leaf no b-tree reaches, read errors or not. Raw page reads, with no
             # SQLite connection open to the copy (docs/safety.md rule 2).
-            accounted = diag.integrity_complete or diag.pages_accounted
-            unused = never_used(diag.error_lines, complete=accounted)
+            unused = never_used(diag.error_lines, complete=diag.pages_accounted)
             decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), unused)
             decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
             if work.known_schema:
@@ -93,17 +92,17 @@ def _both(a: SalvagedRows, b: SalvagedRows) -> SalvagedRows:
 
 
 def never_used(lines: list[str], *, complete: bool) -> list[int] | None:
-    """Pages a completed integrity check found no b-tree or freelist using (None when
-    the check stopped before its page accounting: then every page is walked). One that
-    stopped later, on a row read against an index, has accounted for every page
-    (``integrity._check``): ``complete`` then too.
+    """Pages an integrity check found no b-tree or freelist using, when ``complete``:
+    it got through its page accounting (``IntegrityCheck.pages_accounted``: whole,
+    or stopped later, on a row read against an index, and the accounting not skipped);
+    None otherwise: then every page is walked.
 
     SQLite skips that page accounting, and still answers in full, when the first
-    object of its schema hash has no root page (an FTS5 table: it depends on the order
-    of the schema's rows, so one Hermes file has it and another not). A child pointer
-    that names a page used elsewhere ("2nd reference") leaves the page it named
-    unreached: with no "never used" line at all, the accounting was skipped, and every
-    page is walked."""
+    object of its schema hash has no root page (an FTS5 table or a view: it depends on
+    the names in the schema, so one Hermes file has it and another not); that is looked
+    up before the check (``integrity.accounting_skipped``). A child pointer that names
+    a page used elsewhere ("2nd reference") leaves the page it named unreached: with no
+    "never used" line at all, every page is walked then too."""
     if not complete:
         return None
     unused = {int(m.group(1)) for ln in lines if (m := NEVER_USED_RE.match(ln))}
