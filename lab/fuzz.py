@@ -530,3 +530,19 @@ PAGE1_FINDINGS: dict[str, int] = {
     # two old indexes that hold the timestamp, their pages left in the file, restore it.
     "scribbled_real_with_the_schema": 113,
 }
+
+# The same, for seeds run on a copy whose schema hash starts with a view
+# (``run_seed(..., view_first=True)``: SQLite's check then skips its page accounting);
+# tests/recovery/test_fuzz.py keeps them holding.
+VIEW_FIRST_FINDINGS: dict[str, int] = {
+    # An older image of the messages root (whole, or half of it): it no longer names
+    # the newest leaf, and the check's silence on unused pages was taken for "none":
+    # the leaf was never looked for, its messages dropped.
+    "older_messages_root": 145,
+    "older_half_messages_root": 213,
+    "older_half_root_among_other_damage": 157,
+    "older_half_root_with_another_torn_page": 186,
+    # A zeroed sqlite_schema leaf: no known layout held the view, so the tables the leaf
+    # named (gateway_routing and three more) were not brought back, their rows dropped.
+    "schema_leaf_beside_a_view": 200,
+}
