@@ -388,7 +388,7 @@ def main() -> None:
             started = time.perf_counter()
             fts_own_check(healthy, fts)
             t_own = time.perf_counter() - started
-            line(f"FTS5's own check of {fts}, alone", t_own, f"{t_own / t_vac:.2f}x VACUUM INTO")
+            line(f"FTS5 check of {fts} alone", t_own, f"{t_own / t_vac:.2f}x VACUUM INTO")
         floors = {"vacuum": t_vac, "integrity": t_ic, "fts_rebuild": t_fts}
         cases: list[tuple[str, Callable[[Path], corruption.Case]]] = [
             ("fts-damage", lambda d: corruption.scribbled_trees(d, FTS_DAMAGE, spec=spec)),
