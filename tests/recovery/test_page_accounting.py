@@ -6,7 +6,13 @@ accounting is not taken for it: every page is walked, as before."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import apsw
@@ -24,6 +30,8 @@ from statewarden.recovery.pages import PAGE_TABLE_LEAF, DatabaseFile, orphan_tab
 from statewarden.recovery.recover import recover
 from statewarden.recovery.salvage import never_used
 from statewarden.recovery.schema import read_schema
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _check(db: Path) -> tuple[IntegrityCheck, list[str], bool, str | None]:
@@ -263,3 +271,54 @@ def test_a_destroyed_schema_leaf_of_a_file_with_a_view_of_its_own(tmp_path: Path
         assert got == want, table
     views = corruption.table_rows(out, "SELECT name FROM sqlite_schema WHERE type = 'view'")
     assert (view,) in views
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv to a second uid), as CI runs")
+def test_recover_as_a_user_finds_the_forgotten_leaf_and_leaves_no_checker(tmp_path: Path) -> None:
+    """``statewardenctl recover`` run as uid 65534 on a file whose schema hash starts
+    with a view and whose sessions interior page forgot a leaf: every session back, no
+    loss (exit 0), and no checker process of that user left running after it."""
+    base = Path(tempfile.mkdtemp(prefix="statewarden-accounting-"))
+    try:
+        base.chmod(0o755)
+        case = corruption.lost_last_leaf(base / "case", "sessions", view_first=True)
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, 65534, 65534)
+        out = base / "out.db"
+        done = subprocess.run(
+            [
+                *("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"),
+                sys.executable,
+                "-m",
+                "statewarden.cli.ctl",
+                "recover",
+                "--source",
+                str(case.db),
+                "--output",
+                str(out),
+                "--json",
+                "--progress",
+                "none",
+            ],
+            env={**os.environ, "HOME": str(base), "XDG_CONFIG_HOME": str(base)},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["lost"] == {}
+        assert report["tables"]["sessions"]["recovered"] == 64
+        left = subprocess.run(
+            ["pgrep", "-u", "65534", "-f", "import apsw"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert left.stdout == ""
+        want = corruption.table_rows(case.pristine, "SELECT * FROM sessions ORDER BY rowid")
+        assert corruption.table_rows(out, "SELECT * FROM sessions ORDER BY rowid") == want
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
