@@ -35,6 +35,7 @@ import random
 import shutil
 import struct
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,22 +75,14 @@ db.close()
 def later_db(spec: Spec = FUZZ) -> Path:
     """``built_db(spec)`` after Hermes appended messages to three sessions and opened a
     new one (cached next to it): the file the fuzz lab damages."""
-    older = built_db(spec)
-    root = cache_dir() / f"{spec.key()}-later-v1"
-    db = root / "state.db"
-    if db.exists():
-        return db
-    tmp = root.with_name(root.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copyfile(older, tmp / "state.db")
-    subprocess.run([hermes_python(spec.hermes), "-c", LATER_WRITER, str(tmp)], check=True)
-    for side in ("-wal", "-shm"):
-        if (tmp / f"state.db{side}").exists():
-            raise RuntimeError(f"Hermes left state.db{side} behind after close")
-    shutil.rmtree(root, ignore_errors=True)
-    tmp.rename(root)
-    return db
+
+    def later(db: Path) -> None:
+        subprocess.run([hermes_python(spec.hermes), "-c", LATER_WRITER, str(db.parent)], check=True)
+        for side in ("-wal", "-shm"):
+            if Path(f"{db}{side}").exists():
+                raise RuntimeError(f"Hermes left state.db{side} behind after close")
+
+    return _cached_change(built_db(spec), f"{spec.key()}-later-v1", later)
 
 
 def view_first_db(spec: Spec = FUZZ) -> Path:
@@ -98,16 +91,21 @@ def view_first_db(spec: Spec = FUZZ) -> Path:
     accounting), cached next to it."""
     from lab.corruption import view_first_in_hash
 
-    later = later_db(spec)
-    root = cache_dir() / f"{spec.key()}-later-view-first-v1"
+    return _cached_change(later_db(spec), f"{spec.key()}-later-view-first-v1", view_first_in_hash)
+
+
+def _cached_change(source: Path, name: str, change: Callable[[Path], object]) -> Path:
+    """A copy of ``source`` that ``change`` altered, built once in the fixture cache
+    under ``name`` (in a folder renamed into place when done)."""
+    root = cache_dir() / name
     db = root / "state.db"
     if db.exists():
         return db
     tmp = root.with_name(root.name + ".building")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    shutil.copyfile(later, tmp / "state.db")
-    view_first_in_hash(tmp / "state.db")
+    shutil.copyfile(source, tmp / "state.db")
+    change(tmp / "state.db")
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     return db

@@ -11,7 +11,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -30,8 +29,7 @@ from statewarden.recovery.pages import PAGE_TABLE_LEAF, DatabaseFile, orphan_tab
 from statewarden.recovery.recover import recover
 from statewarden.recovery.salvage import never_used
 from statewarden.recovery.schema import read_schema
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.cli import run_installed
 
 
 def _check(db: Path) -> tuple[IntegrityCheck, list[str], bool, str | None]:
@@ -55,6 +53,20 @@ def _walked_orphan_leaves(db: Path) -> list[int]:
         return orphan_table_leaves(raw, [o.rootpage for o in schema.objects if o.rootpage] + [1])
     finally:
         raw.close()
+
+
+def _count_walks(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The roots of each walk of every b-tree (``DatabaseFile.reachable``) made from
+    now on, in a list filled as they are made; each walk still runs."""
+    walks: list[list[int]] = []
+    real = DatabaseFile.reachable
+
+    def counted(self: DatabaseFile, roots: list[int]) -> set[int]:
+        walks.append(roots)
+        return real(self, roots)
+
+    monkeypatch.setattr(DatabaseFile, "reachable", counted)
+    return walks
 
 
 def _leaves_among(db: Path, pages: list[int]) -> list[int]:
@@ -117,14 +129,7 @@ def test_recover_takes_the_accounting_instead_of_walking_the_pages(
     every one, and no walk of the file's b-trees was made to find those leaves (the
     walk is counted, not replaced: it would still run if called)."""
     case = corruption.zeroed_interior(tmp_path / "case", spec=SMALL)
-    walks = []
-    real = DatabaseFile.reachable
-
-    def counted(self: DatabaseFile, roots: list[int]) -> set[int]:
-        walks.append(roots)
-        return real(self, roots)
-
-    monkeypatch.setattr(DatabaseFile, "reachable", counted)
+    walks = _count_walks(monkeypatch)
     out = tmp_path / "out.db"
     report = recover(case.db, out)
     assert report.verified
@@ -196,14 +201,7 @@ def test_recover_walks_the_pages_where_the_accounting_is_skipped(
     pf = corruption.PristineFile(case.db)
     interior, _ = pf.tree_pages(case.roots["messages"])
     corruption.zero_page(case, interior[-1] if len(interior) > 1 else case.roots["messages"])
-    walks = []
-    real = DatabaseFile.reachable
-
-    def counted(self: DatabaseFile, roots: list[int]) -> set[int]:
-        walks.append(roots)
-        return real(self, roots)
-
-    monkeypatch.setattr(DatabaseFile, "reachable", counted)
+    walks = _count_walks(monkeypatch)
     out = tmp_path / "out.db"
     report = recover(case.db, out)
     assert report.verified
@@ -285,39 +283,15 @@ def test_recover_as_a_user_finds_the_forgotten_leaf_and_leaves_no_checker(tmp_pa
         for path in [base, *base.rglob("*")]:
             os.chown(path, 65534, 65534)
         out = base / "out.db"
-        done = subprocess.run(
-            [
-                *("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"),
-                sys.executable,
-                "-m",
-                "statewarden.cli.ctl",
-                "recover",
-                "--source",
-                str(case.db),
-                "--output",
-                str(out),
-                "--json",
-                "--progress",
-                "none",
-            ],
-            env={**os.environ, "HOME": str(base), "XDG_CONFIG_HOME": str(base)},
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
+        env = {"PATH": os.environ["PATH"], "HOME": str(base), "XDG_CONFIG_HOME": str(base)}
+        source, output = ("--source", str(case.db)), ("--output", str(out))
+        done = run_installed("recover", *source, *output, "--json", env=env, uid=65534)
+        assert done.exit_code == 0, done.stderr
         report = json.loads(done.stdout)
         assert report["lost"] == {}
         assert report["tables"]["sessions"]["recovered"] == 64
-        left = subprocess.run(
-            ["pgrep", "-u", "65534", "-f", "import apsw"],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        assert left.stdout == ""
+        left = subprocess.run(["pgrep", "-u", "65534", "-f", "import apsw"], check=False)
+        assert left.returncode == 1  # pgrep: no process matched
         want = corruption.table_rows(case.pristine, "SELECT * FROM sessions ORDER BY rowid")
         assert corruption.table_rows(out, "SELECT * FROM sessions ORDER BY rowid") == want
     finally:

@@ -25,16 +25,20 @@ def run_ctl(*args: str, env: Mapping[str, str | None] | None = None) -> CtlRun:
     return CtlRun(result.exit_code, result.stdout, result.stderr)
 
 
-def run_installed(*args: str, env: Mapping[str, str], timeout_s: float = 180) -> CtlRun:
+def run_installed(
+    *args: str, env: Mapping[str, str], timeout_s: float = 180, uid: int | None = None
+) -> CtlRun:
     """The installed ``statewardenctl`` script as a whole process (what a unit or a shell
-    runs), with exactly ``env`` as its environment."""
+    runs), with exactly ``env`` as its environment; as ``uid`` (its own group, no other)
+    through ``setpriv`` when given (root only)."""
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(sys.executable).parent / "statewardenctl"
+    who = () if uid is None else ("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups")
     r = subprocess.run(
-        [str(script), *args],
+        [*who, str(script), *args],
         env=dict(env),
         capture_output=True,
         text=True,
