@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import re
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -573,11 +574,13 @@ def rebuild_from_known_schema(
     rows fit, appending an empty root page for every object no tree was found for.
     ``present``: the objects (name -> root page) the schema still names, when only
     some of its rows were lost; they keep their roots, and only layouts holding them
-    all are considered, but for objects of no root page (views, triggers of the
-    user's own): ``kept``, their rows (type, name, tbl_name, rootpage, sql), stay in
-    the schema as they were. Raises :class:`DatabaseUnreadable` (one line) when no
-    Hermes layout fits."""
+    all are considered. ``kept``: schema rows (type, name, tbl_name, rootpage, sql)
+    still read; the views among them that the layout does not name (the user's own:
+    no rows, nothing that fails without its table) neither rule a layout out nor are
+    dropped: they stay in the schema as they were. Raises :class:`DatabaseUnreadable`
+    (one line) when no Hermes layout fits."""
     present = present or {}
+    views = [list(r) for r in kept or [] if str(r[0]) == "view"]
     db = DatabaseFile(path)
     try:
         trees = find_trees(db)
@@ -586,7 +589,9 @@ def rebuild_from_known_schema(
         header = db.page(1)[:HEADER_SIZE]
     finally:
         db.close()
-    layout, fitted, found, left_out = _choose_layout(path, source, present, trees, roots)
+    layout, fitted, found, left_out = _choose_layout(
+        path, source, present, trees, roots, views={str(v[1]) for v in views}
+    )
     description, known = KNOWN_SCHEMAS[layout]
     schema, _fks = layout_schema(known)
     records: list[list[Any]] = []
@@ -610,9 +615,7 @@ def rebuild_from_known_schema(
                 empty_pages.append(_empty_leaf(page_size, usable, table_tree))
         records.append([kind, name, tbl, root, sql])
     known_names = {name for _kind, name, _tbl, _sql in known}
-    records.extend(
-        list(r) for r in kept or [] if str(r[1]) not in known_names and str(r[1]) in present
-    )
+    records.extend(v for v in views if str(v[1]) not in known_names)
     leaves = _schema_leaves(records, page_size, usable)
     first_leaf = next_page
     total = first_leaf - 1 + len(leaves)
@@ -668,6 +671,8 @@ def _choose_layout(
     present: dict[str, int],
     trees: list[Tree],
     roots: list[tuple[int, bool]],
+    *,
+    views: Collection[str] = (),
 ) -> tuple[str, dict[str, int], dict[str, Tree], list[tuple[Tree, list[str]]]]:
     """The known layout the trees fit best: (its name, leaves fitted per layout, the
     tree taken for each of its tables, the trees left out). A layout is taken only
@@ -675,7 +680,8 @@ def _choose_layout(
     one with both beats one with either. A core table no tree fits is looked for
     among the pages whose header is destroyed (``_headless_roots``). A table whose
     root the creation order proves (``created_roots``) gets the tree there
-    (``_proven_trees``). Raises
+    (``_proven_trees``). ``views``: views the schema still names; one a layout does not
+    name (the user's own) does not rule that layout out. Raises
     :class:`DatabaseUnreadable` when no layout is taken."""
     best: tuple[int, int, str] | None = None
     fitted: dict[str, int] = {}
@@ -683,12 +689,11 @@ def _choose_layout(
     left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
     claimed = set(present.values())
     freed = _FreedPages(path)
-    # Objects of no root page that no known layout names (a view of the user's own)
-    # hold no rows: they neither pick nor rule out a layout.
-    rootless = {name for name, root in present.items() if not root}
     for layout, (_what, rows) in KNOWN_SCHEMAS.items():
         names = {name for _t, name, _tb, _s in rows}
-        if not set(present) - (rootless - names) <= names:
+        # A view the layout does not name (the user's own) holds no rows: it neither
+        # picks nor rules out a layout.
+        if not set(present) - (set(views) - names) <= names:
             fitted[layout] = 0
             continue
         created = created_roots(roots, layout_schema(rows)[0])
