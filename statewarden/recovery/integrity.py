@@ -144,6 +144,12 @@ class EarlyChecker:
         child.stdin = None  # closed: ``communicate`` must not flush it
         return child
 
+    def __enter__(self) -> EarlyChecker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """End a child that was not taken (its stdin ends: it exits at once)."""
         child, self._child = self._child, None

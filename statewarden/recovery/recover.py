@@ -117,28 +117,24 @@ def recover(
     started = time.monotonic()
     # FTS5's own checks, the longest part of a recovery, run in a child process: it
     # starts loading now, while the work copy is made (``EarlyChecker``).
-    early = EarlyChecker()
-    try:
+    with contextlib.ExitStack() as stack:
+        early = stack.enter_context(EarlyChecker())
         work = make_work_copy(source, output.parent, space_factor=SPACE_FACTOR, progress=progress)
+        stack.callback(work.cleanup)  # before the checker's end: the last in, the first out
         copied = round(time.monotonic() - started, 3)
         try:
-            try:
-                report = _recover_copy(work, output, progress, extras, early)
-            except (apsw.FullError, apsw.IOError) as exc:
-                raise _not_built(output, exc) from None
-            report.timings = {"copy": copied, **report.timings}
-            if not report.verified:
-                # A file that failed verification is never left where a swap would take it.
-                report.notes.append(f"the output failed verification and was not kept at {output}")
-            if report_path is not None:
-                _write_report(Path(report_path), report)
-            if report.verified:
-                _publish(work.work_dir / "output.db", output)
-            return report
-        finally:
-            work.cleanup()
-    finally:
-        early.close()
+            report = _recover_copy(work, output, progress, extras, early)
+        except (apsw.FullError, apsw.IOError) as exc:
+            raise _not_built(output, exc) from None
+        report.timings = {"copy": copied, **report.timings}
+        if not report.verified:
+            # A file that failed verification is never left where a swap would take it.
+            report.notes.append(f"the output failed verification and was not kept at {output}")
+        if report_path is not None:
+            _write_report(Path(report_path), report)
+        if report.verified:
+            _publish(work.work_dir / "output.db", output)
+        return report
 
 
 def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
