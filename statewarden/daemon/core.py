@@ -117,6 +117,7 @@ class Daemon:
         self.databases = WatchedDatabases(config, self.handle)
         self.health = OwnHealth(sdir, self.book, self.timeline, self.databases, self.handle)
         self.holder_scans = HolderScans(config, self.handle, self._maintenance_pids)
+        self.holder_scans.open_at_start(self.book.open_incidents())
         self.units = UnitWatcher(self.handle, self.databases.db_for_unit)
         self.maintenance = AutoMaintenance(config, self.log)
         self.runs = RunAlerts(

@@ -8,20 +8,24 @@ or was replaced (a holder may now be on an old inode). One scan runs at a time.
 
 Its failures are reported like a failing watcher's, once, under the database ``"*"``.
 The pids holding a maintenance run's lock (``maintenance.ledger.lock_holder``) are given
-to the diff: the run's own process is not a holder incident.
+to the diff: the run's own process is not a holder incident. The daemon itself and the
+processes it started (a verification's checker child) are no holder at all: the watcher
+knows them by the daemon's pid (``own_pid``), not by their name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from statewarden.config import Config
 from statewarden.holders.report import HolderScan
-from statewarden.incidents.signals import Found, Observation
-from statewarden.watch.holders import HolderWatcher
+from statewarden.incidents.book import Incident
+from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.watch.holders import LOG_STALE_KEYS, HolderWatcher
 from statewarden.watch.monitor import Guard
 
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
@@ -29,6 +33,16 @@ EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most th
 BUNDLE_CHANGES = frozenset(
     {"sidecar_created", "sidecar_deleted", "file_replaced", "db_created", "db_deleted"}
 )
+
+
+def _log_raised_stale(found: Found) -> bool:
+    """A ``stale_holder`` signal a Hermes log line raised (no watcher flags it by pid)."""
+    return (
+        isinstance(found, Signal)
+        and found.kind == "stale_holder"
+        and not found.clears
+        and found.key in LOG_STALE_KEYS
+    )
 
 
 class HolderScans:
@@ -47,6 +61,7 @@ class HolderScans:
             expected_kinds=tuple(config.holders.expected_kinds),
             exempt_comms=config.holders.exempt_comms,
             other_users=config.holders.other_users,
+            own_pid=os.getpid(),
         )
         self.guard = Guard("holders", "*", lambda _now: [])
         self.task: asyncio.Task[None] | None = None
@@ -71,9 +86,21 @@ class HolderScans:
         return self.watcher.last
 
     def notice(self, found: Found) -> None:
-        """Note a finding that makes a scan due soon."""
+        """Note a finding that makes a scan due soon; a ``stale_holder`` signal from a
+        Hermes log line awaits the scan that proves it gone (and makes one due)."""
         if isinstance(found, Observation) and found.what in BUNDLE_CHANGES:
             self._event = True
+        elif _log_raised_stale(found):
+            assert isinstance(found, Signal)
+            self.watcher.awaiting_proof(found.db, found.key)
+            self._event = True
+
+    def open_at_start(self, incidents: Iterable[Incident]) -> None:
+        """The incidents open when the daemon starts: each log-raised ``stale_holder``
+        awaits a scan's proof as if its line had just been read."""
+        for inc in incidents:
+            if inc.state == "open" and inc.kind == "stale_holder":
+                self.watcher.awaiting_proof(inc.db, inc.key)
 
     async def scan(self) -> None:
         """One holder scan in a worker thread (it reads /proc), diffed on the loop."""

@@ -13,6 +13,15 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
 - a maintenance run's own process (its pid from the run lock, and that pid's children,
   given to :meth:`HolderWatcher.diff` as ``exempt``) is none of ``lost_locks``,
   ``unexpected_holder`` or ``multi_writer``: it holds the database to repair it;
+- statewarden's own processes (``own_pid``: the daemon, and every process it started,
+  known by the pid chain, never by name) are no holder at all: its verification reads
+  the database and starts checker children, and none of that is news or an incident
+  (a process merely named statewarden, started by someone else, is a holder like any);
+- a ``stale_holder`` incident raised from a Hermes log line (``LOG_STALE_KEYS``: Hermes
+  said a process holds a deleted or replaced inode; the daemon names each open one with
+  :meth:`HolderWatcher.awaiting_proof`) clears at the first complete scan that proves no
+  process holds one: every holder read through its descriptors, none stale
+  (statewarden's own processes included in that proof);
 - the open watch (inotify ``IN_OPEN``, ``holders/opens.py``) unavailable, the user's
   inotify instances or watches used up -> ``watcher_degraded`` (every process is then
   read at each scan instead: slower, nothing missed), cleared when it works again.
@@ -33,6 +42,7 @@ from pathlib import Path
 
 from statewarden.config import DEFAULT_OTHER_USERS, HoldersConfig, OtherUsersPolicy
 from statewarden.holders.opens import OpenWatch
+from statewarden.holders.report import VIA_DESCRIPTORS
 from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
 from statewarden.incidents.kinds import KINDS
 from statewarden.incidents.signals import Found, Observation, Signal
@@ -82,6 +92,13 @@ HOLDER_RULES: tuple[HolderRule, ...] = (
 )
 
 
+# The keys of the ``stale_holder`` incidents Hermes' own log lines raise
+# (``watch/rules.py``: "state.db was replaced underneath the gateway", the deleted
+# -wal/-shm generation). No watcher flags them by pid; a scan proving the condition gone
+# clears them.
+LOG_STALE_KEYS = ("db_replaced", "deleted_sidecar")
+
+
 # What a maintenance run's own process never is (it holds the database to repair it):
 # a view of the kinds table.
 MAINTENANCE_EXEMPT = frozenset(n for n, k in KINDS.items() if k.maintenance_process_exempt)
@@ -103,7 +120,11 @@ class HolderWatcher:
         expected_kinds: tuple[str, ...],
         exempt_comms: tuple[str, ...] = (),
         other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
+        own_pid: int | None = None,
     ) -> None:
+        """``own_pid``: the watching process (the daemon); it and its descendants are
+        never holders (None: every process is)."""
+        self.own_pid = own_pid
         self.exempt_comms = exempt_comms
         self.other_users: OtherUsersPolicy = other_users
         self.scanner = self._scanner(dbs)
@@ -116,6 +137,8 @@ class HolderWatcher:
         self._flagged: dict[tuple[str, str], set[str]] = {}
         self._first = True
         self._degraded_reported: str | None = None
+        # (db, key) of the log-raised stale_holder incidents open, awaiting a scan's proof
+        self._log_stale: set[tuple[str, str]] = set()
 
     def set_dbs(self, dbs: list[Path]) -> None:
         if [str(d) for d in dbs] != [str(d) for d in self.scanner.dbs]:
@@ -180,6 +203,8 @@ class HolderWatcher:
         out: list[Found] = []
         for scan in scans:
             db = str(scan.db)
+            out += self._stale_proven_gone(scan, now)
+            scan.holders = [h for h in scan.holders if not self._own(h)]
             self.last[db] = scan
             current = {(h.pid, h.start_ticks): h for h in scan.holders}
             out += _comings_and_goings(db, self._seen.get(db), current, now)
@@ -196,6 +221,41 @@ class HolderWatcher:
                 out += self._state(db, rule.kind, now, live)
             out += self._state(db, "multi_writer", now, self._too_many(others))
         return out + self._open_watch_signals(now)
+
+    def _own(self, h: Holder) -> bool:
+        """True for the watching process itself and any process it started (its pid
+        among the holder's parents)."""
+        me = self.own_pid
+        if me is None:
+            return False
+        return me in (h.pid, h.ppid) or any(p.get("pid") == me for p in h.parents)
+
+    def awaiting_proof(self, db: str, key: str) -> None:
+        """A ``stale_holder`` incident Hermes' log raised (``key`` in ``LOG_STALE_KEYS``)
+        is open on ``db``: the next scan that proves the condition gone clears it."""
+        if key in LOG_STALE_KEYS:
+            self._log_stale.add((db, key))
+
+    def _stale_proven_gone(self, scan: HolderScan, now: float) -> list[Found]:
+        """Clears for the log-raised ``stale_holder`` incidents awaiting proof on
+        ``scan.db`` when the scan proves the condition gone: complete, every holder read
+        through its descriptors (one seen only by its locks could hold a deleted inode
+        unseen), none on an old or deleted inode."""
+        db = str(scan.db)
+        waiting = sorted(key for d, key in self._log_stale if d == db)
+        if not waiting:
+            return []
+        if not scan.complete or any(h.stale or h.via != VIA_DESCRIPTORS for h in scan.holders):
+            return []
+        self._log_stale -= {(db, key) for key in waiting}
+        summary = (
+            "no process holds an old or deleted state.db, -wal or -shm inode "
+            f"(holder scan: {len(scan.holders)} holder(s), every one on the live files)"
+        )
+        return [
+            Signal("stale_holder", db, summary, now, key=key, source="holders", clears=True)
+            for key in waiting
+        ]
 
     @property
     def open_watch_degraded(self) -> str | None:
