@@ -29,6 +29,7 @@ from statewarden.cli.ctl import main as ctl_main  # noqa: E402
 from statewarden.cli.daemon_cmd import main as daemon_main  # noqa: E402
 from statewarden.config import (  # noqa: E402
     Config,
+    duration_floor,
     format_bytes,
     format_duration,
     public_fields,
@@ -89,7 +90,8 @@ def example_comments(text: str) -> dict[str, str]:
 def _type_name(hint: Any) -> str:
     text = str(hint)
     if "_Duration" in text:
-        return "duration"
+        floor = duration_floor(get_args(hint)[1:]) if get_origin(hint) is typing.Annotated else None
+        return "duration" if floor is None else f"duration, at least {format_duration(floor)}"
     if "_Bytes" in text:
         return "size"
     if "_Secret" in text:
@@ -141,7 +143,7 @@ def _default(defaults: dict[str, Any], key: str, kind: str = "") -> str:
         return "true" if node else "false"
     if isinstance(node, list):
         return "[" + ", ".join(str(x) for x in node) + "]"
-    if kind == "duration" and isinstance(node, int | float):
+    if kind.startswith("duration") and isinstance(node, int | float):
         return format_duration(float(node))
     if kind == "size" and isinstance(node, int):
         return format_bytes(node)
@@ -158,7 +160,9 @@ def config_reference() -> str:
         "Every key of `~/.config/statewarden/config.yaml` (or `--config FILE`,"
         " `$STATEWARDEN_CONFIG`), its type, its default and what it does. The commented"
         " example with every key is [`etc/statewarden.yaml`](../etc/statewarden.yaml)."
-        " Durations: `250ms`, `30s`, `5m`, `1h`, `2d`; sizes: `4096`, `4KB`, `50MiB`.\n\n",
+        " Durations: `250ms`, `30s`, `5m`, `1h`, `2d`, each at least the floor its type"
+        " names (a smaller one is refused: `statewardenctl config check` exits 2, a reload"
+        " keeps the running config); sizes: `4096`, `4KB`, `50MiB`.\n\n",
         "| key | type | default | what it does |\n|---|---|---|---|\n",
     ]
     for key in schema_keys():

@@ -102,6 +102,15 @@ class _Duration:
     """Marker: a duration in seconds, written as ``30s``, ``5m``, ``1h``, ``250ms`` or a number."""
 
 
+@dataclass(frozen=True)
+class AtLeast:
+    """Marker: the least a duration may be (seconds). Every duration of the config has
+    one: an interval below it would make the daemon spin (a holder scan every
+    millisecond costs half a core), a time limit below it could never be met."""
+
+    seconds: float
+
+
 class _Bytes:
     """Marker: a size in bytes, written as ``50MiB``, ``4KB``, ``1GiB`` or an integer."""
 
@@ -144,7 +153,7 @@ class DiscoveryConfig:
 
     hermes_home: Path | None = None
     profiles: bool = True
-    rescan_interval: Duration = DEFAULT_RESCAN_INTERVAL_S
+    rescan_interval: Annotated[Duration, AtLeast(0.1)] = DEFAULT_RESCAN_INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -167,15 +176,15 @@ class LoggingConfig:
 class WatchConfig:
     """What the daemon watches and how often."""
 
-    poll_interval: Duration = DEFAULT_POLL_INTERVAL_S
-    holders_interval: Duration = DEFAULT_HOLDERS_INTERVAL_S
+    poll_interval: Annotated[Duration, AtLeast(0.1)] = DEFAULT_POLL_INTERVAL_S
+    holders_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_HOLDERS_INTERVAL_S
     wal_warn_bytes: ByteSize = DEFAULT_WAL_WARN_BYTES
-    wal_growth_window: Duration = DEFAULT_WAL_GROWTH_WINDOW_S
+    wal_growth_window: Annotated[Duration, AtLeast(10.0)] = DEFAULT_WAL_GROWTH_WINDOW_S
     recovery_files_warn_bytes: ByteSize = DEFAULT_RECOVERY_FILES_WARN_BYTES
     recovery_files_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
     journal: bool = True
-    verify_interval: Duration = DEFAULT_VERIFY_INTERVAL_S
-    verify_timeout: Duration = DEFAULT_VERIFY_TIMEOUT_S
+    verify_interval: Annotated[Duration, AtLeast(60.0)] = DEFAULT_VERIFY_INTERVAL_S
+    verify_timeout: Annotated[Duration, AtLeast(0.001)] = DEFAULT_VERIFY_TIMEOUT_S
 
 
 DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
@@ -205,15 +214,15 @@ class HoldersConfig:
 class IncidentsConfig:
     """How incidents open, resolve and are kept."""
 
-    quiet_resolve: Duration = DEFAULT_QUIET_RESOLVE_S
-    reopen_window: Duration = DEFAULT_REOPEN_WINDOW_S
+    quiet_resolve: Annotated[Duration, AtLeast(1.0)] = DEFAULT_QUIET_RESOLVE_S
+    reopen_window: Annotated[Duration, AtLeast(1.0)] = DEFAULT_REOPEN_WINDOW_S
 
 
 @dataclass(frozen=True)
 class TimelineConfig:
     """How much evidence history is kept per database."""
 
-    max_age: Duration = DEFAULT_TIMELINE_MAX_AGE_S
+    max_age: Annotated[Duration, AtLeast(60.0)] = DEFAULT_TIMELINE_MAX_AGE_S
     max_bytes: ByteSize = DEFAULT_TIMELINE_MAX_BYTES
 
 
@@ -267,9 +276,9 @@ class TelegramConfig:
     api_base: str = DEFAULT_TELEGRAM_API_BASE
     min_severity: Severity = "warning"
     kinds: tuple[IncidentKind, ...] = ()
-    timeout: Duration = DEFAULT_TELEGRAM_TIMEOUT_S
-    deadline: Duration = DEFAULT_TELEGRAM_DEADLINE_S
-    min_interval: Duration = DEFAULT_TELEGRAM_MIN_INTERVAL_S
+    timeout: Annotated[Duration, AtLeast(0.1)] = DEFAULT_TELEGRAM_TIMEOUT_S
+    deadline: Annotated[Duration, AtLeast(0.1)] = DEFAULT_TELEGRAM_DEADLINE_S
+    min_interval: Annotated[Duration, AtLeast(0.01)] = DEFAULT_TELEGRAM_MIN_INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -281,10 +290,10 @@ class HeartbeatConfig:
 
     url_file: Path | None = None
     credential: str | None = None
-    interval: Duration = DEFAULT_HEARTBEAT_INTERVAL_S
+    interval: Annotated[Duration, AtLeast(10.0)] = DEFAULT_HEARTBEAT_INTERVAL_S
     fail_suffix: str = DEFAULT_HEARTBEAT_FAIL_SUFFIX
-    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
-    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+    timeout: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_DEADLINE_S
 
     @property
     def enabled(self) -> bool:
@@ -305,9 +314,9 @@ class AlertmanagerConfig:
     credential: str | None = None
     min_severity: Severity = "info"
     kinds: tuple[IncidentKind, ...] = ()
-    resend_interval: Duration = DEFAULT_ALERTMANAGER_RESEND_S
-    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
-    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+    resend_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_ALERTMANAGER_RESEND_S
+    timeout: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_DEADLINE_S
 
 
 @dataclass(frozen=True)
@@ -321,20 +330,20 @@ class AppriseConfig:
     credential: str | None = None
     min_severity: Severity = "warning"
     kinds: tuple[IncidentKind, ...] = ()
-    timeout: Duration = DEFAULT_HTTP_TIMEOUT_S
-    deadline: Duration = DEFAULT_HTTP_DEADLINE_S
+    timeout: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_TIMEOUT_S
+    deadline: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_DEADLINE_S
 
 
 @dataclass(frozen=True)
 class AlertsConfig:
     """How incident changes become notifications, and where they go."""
 
-    group_wait: Duration = DEFAULT_GROUP_WAIT_S
+    group_wait: Annotated[Duration, AtLeast(0.01)] = DEFAULT_GROUP_WAIT_S
     no_wait: tuple[Severity, ...] = ("critical",)
-    repeat_interval: Duration = DEFAULT_REPEAT_INTERVAL_S
+    repeat_interval: Annotated[Duration, AtLeast(60.0)] = DEFAULT_REPEAT_INTERVAL_S
     send_resolved: bool = True
     outbox_max_entries: int = DEFAULT_OUTBOX_MAX_ENTRIES
-    retry_max: Duration = DEFAULT_RETRY_MAX_S
+    retry_max: Annotated[Duration, AtLeast(0.5)] = DEFAULT_RETRY_MAX_S
     journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
@@ -361,17 +370,17 @@ class MaintenanceConfig:
     repair_kinds: tuple[str, ...] = ("corruption",)
     stop_interactive: bool = False
     accept_loss: bool = False
-    settle: Duration = DEFAULT_MAINTENANCE_SETTLE_S
-    settle_timeout: Duration = DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S
+    settle: Annotated[Duration, AtLeast(0.1)] = DEFAULT_MAINTENANCE_SETTLE_S
+    settle_timeout: Annotated[Duration, AtLeast(1.0)] = DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S
     respawn_limit: int = DEFAULT_MAINTENANCE_RESPAWN_LIMIT
-    stop_grace: Duration = DEFAULT_MAINTENANCE_STOP_GRACE_S
-    unit_timeout: Duration = DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S
+    stop_grace: Annotated[Duration, AtLeast(1.0)] = DEFAULT_MAINTENANCE_STOP_GRACE_S
+    unit_timeout: Annotated[Duration, AtLeast(1.0)] = DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S
     quarantine_keep: int = DEFAULT_QUARANTINE_KEEP
-    quarantine_max_age: Duration = DEFAULT_QUARANTINE_MAX_AGE_S
+    quarantine_max_age: Annotated[Duration, AtLeast(60.0)] = DEFAULT_QUARANTINE_MAX_AGE_S
     snapshots: bool = True
-    snapshot_interval: Duration = DEFAULT_SNAPSHOT_INTERVAL_S
+    snapshot_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_SNAPSHOT_INTERVAL_S
     snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
-    snapshots_max_age: Duration = DEFAULT_SNAPSHOTS_MAX_AGE_S
+    snapshots_max_age: Annotated[Duration, AtLeast(60.0)] = DEFAULT_SNAPSHOTS_MAX_AGE_S
 
 
 @dataclass(frozen=True)
@@ -749,6 +758,11 @@ _WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "satur
 _DAY_SETS = {"daily": range(7), "weekdays": range(5), "weekends": range(5, 7)}
 
 
+def duration_floor(markers: tuple[Any, ...] | list[Any]) -> float | None:
+    """The floor an ``AtLeast`` marker among ``markers`` sets, or None."""
+    return next((m.seconds for m in markers if isinstance(m, AtLeast)), None)
+
+
 def parse_window(value: object) -> tuple[frozenset[int], int, int] | None:
     """``(weekdays 0=Mon, start minute, end minute)`` of ``Sun 03:00-04:00``; None if invalid.
 
@@ -805,6 +819,13 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
                     path,
                     "expected a duration above zero such as 30s, 5m, 1h or 250ms, "
                     f"got {_kind(value)}",
+                )
+            floor = duration_floor(markers)
+            if floor is not None and seconds < floor:
+                raise ctx.error(
+                    path,
+                    f"must be at least {format_duration(floor)} (the floor for this key), "
+                    f"got {format_duration(seconds)}",
                 )
             return seconds
         if _Window in markers:
