@@ -451,6 +451,29 @@ def load_config(
     return parse_config(text, source=source)
 
 
+def paths_only(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Every default but the ``paths`` section of a config file that is otherwise invalid,
+    when that section is valid (else every default): where a daemon started from an
+    earlier, valid version of the file keeps its socket. Never raises."""
+    env = os.environ if env is None else env
+    chosen = (
+        Path(path) if path is not None else Path(env.get(ENV_CONFIG) or default_config_path(env))
+    )
+    import yaml  # noqa: PLC0415 - only a config file needs it (commands start faster)
+
+    try:
+        data = yaml.safe_load(_read_bounded(chosen, str(chosen)))
+        section = data.get("paths") if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            return Config()
+        paths = _build(PathsConfig, section, ("paths",), _Ctx(str(chosen), {}))
+    except (OSError, ValueError, RecursionError, ConfigError, yaml.YAMLError):
+        return Config()
+    return Config(paths=paths)
+
+
 def _read_bounded(path: Path, source: str) -> str:
     """The file's text, if it is a regular file of at most ``CONFIG_MAX_BYTES``.
 

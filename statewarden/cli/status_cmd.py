@@ -21,10 +21,10 @@ from statewarden.cli._common import (
     select_targets,
 )
 from statewarden.cli.verify_cmd import verdict_line
-from statewarden.config import runtime_dir, state_dir
+from statewarden.config import paths_only, runtime_dir, state_dir
 from statewarden.daemon.control import request, socket_path
 from statewarden.daemon.verify import VERIFIED_FILE
-from statewarden.errors import DaemonNotRunning
+from statewarden.errors import ConfigError, DaemonNotRunning
 from statewarden.recovery_files import RecoveryFile
 from statewarden.watch.status import DatabaseStatus, FilesystemFacts, status_all
 
@@ -126,6 +126,8 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
             print_json({"source": "daemon", **daemon})
             return
         click.echo(f"daemon: pid {daemon['daemon']['pid']}, {daemon['daemon']['status']}")
+        for line in _config_lines(daemon):
+            echo_line(line)
         click.echo(f"units: {daemon.get('units', '-')}")
         sinks = daemon.get("alerts") or {}
         states = ", ".join(f"{name} {state}" for name, state in sinks.items())
@@ -185,14 +187,42 @@ def _verified_on_record(config_path: str | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _config_lines(daemon: dict[str, Any]) -> list[str]:
+    """The config the daemon runs on, and why the file is not it when a reload (or the
+    file as it is now) was rejected."""
+    about = daemon.get("daemon") or {}
+    lines = [f"config: {about.get('config') or 'defaults'} (running)"]
+    rejected = about.get("config_rejected")
+    if isinstance(rejected, dict) and rejected.get("error"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(rejected.get("at", 0))))
+        lines.append(f"config reload rejected at {when}, running config kept: {rejected['error']}")
+    now = daemon.get("config_file_error")
+    if now and (not isinstance(rejected, dict) or now != rejected.get("error")):
+        lines.append(f"config file invalid now (not loaded): {now}")
+    return lines
+
+
 def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
-    """The running daemon's status, or None when no daemon answers."""
-    config = get_config(config_path)
+    """The running daemon's status, or None when no daemon answers.
+
+    A config file that is invalid now (edited after the daemon started, a reload
+    rejected) still finds the daemon: through the file's ``paths`` when they are valid,
+    else the defaults; its error is added as ``config_file_error``. With no daemon, the
+    error is the command's (exit 2)."""
+    rejected: ConfigError | None = None
+    try:
+        config = get_config(config_path)
+    except ConfigError as exc:
+        rejected, config = exc, paths_only(config_path)
     try:
         result = request(socket_path(runtime_dir(config)), "status")
     except DaemonNotRunning:
+        if rejected is not None:
+            raise rejected from None
         return None
-    return result if isinstance(result, dict) else None
+    if not isinstance(result, dict):
+        return None
+    return {**result, "config_file_error": str(rejected)} if rejected is not None else result
 
 
 def _from_json(d: dict[str, Any]) -> DatabaseStatus:

@@ -91,6 +91,9 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stop_signal: int | None = None
         self._reload_requested = False
+        # The last reload's error while the running config is the one before it
+        # (``status`` shows it), None once a reload succeeds.
+        self.config_rejected: dict[str, Any] | None = None
         self.started_at = time.time()
         # One daemon per state folder, checked (owned by the user, 0700) before use.
         sdir = private_dir(state_dir(config))
@@ -224,6 +227,7 @@ class Daemon:
             "version": __version__,
             "started_at": self.started_at,
             "config": self.config.source,
+            "config_rejected": self.config_rejected,
             "status": self.status_line(),
         }
 
@@ -370,7 +374,9 @@ class Daemon:
             new = self._reload()
         except ConfigError as exc:
             self.log.error("config reload failed; keeping the running config", error=str(exc))
+            self.config_rejected = {"error": str(exc), "at": time.time()}
         else:
+            self.config_rejected = None
             if new.paths != self.config.paths:
                 # The state folder is locked and its files open: moving needs a restart.
                 self.log.warning(
