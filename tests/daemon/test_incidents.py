@@ -133,11 +133,13 @@ class TestDaemonStatusText:
     def test_human_status_names_the_daemon_and_its_watchers(
         self, daemon: DaemonProc, env: dict[str, str]
     ) -> None:
-        """The text form says it came from the daemon, with the journal and units state."""
+        """The text form says it came from the daemon, the config it runs on, with the
+        journal and units state."""
         r = run_ctl("status", env=env)
         assert r.exit_code == 0
         assert r.stdout.startswith(
-            f"daemon: pid {daemon.proc.pid}, 1 database, 0 open incidents\nunits: "
+            f"daemon: pid {daemon.proc.pid}, 1 database, 0 open incidents\n"
+            "config: defaults (running)\nunits: "
         )
         assert "  open incidents  0\n" in r.stdout
         assert "  journal         " in r.stdout
