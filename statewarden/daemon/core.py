@@ -68,7 +68,7 @@ from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS, RestartCheck
-from statewarden.incidents.signals import Found
+from statewarden.incidents.signals import KINDS, Found, Signal
 from statewarden.incidents.timeline import Timeline
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
@@ -181,7 +181,9 @@ class Daemon:
     # -------------------------------------------------------------- wiring
 
     def handle(self, found: Found) -> None:
-        """Everything a watcher finds comes here."""
+        """Everything a watcher finds comes here (a damage signal stamped with the
+        identity of the file it is about: ``Kind.of_one_file``)."""
+        found = of_file(found)
         self.holder_scans.notice(found)
         self.verify.notice(found)
         self.restart.seen(found)
@@ -435,6 +437,21 @@ class Daemon:
             self.book.save()
 
         await run_stage(self.log, "incident book", save_book(), limit, reraise=True)
+
+
+def of_file(found: Found) -> Found:
+    """A damage signal (``Kind.of_one_file``) with the identity of its database file as it
+    is now (``<device>:<inode>``) when it names none; anything else as it is."""
+    if not isinstance(found, Signal) or found.clears or found.file:
+        return found
+    kind = KINDS.get(found.kind)
+    if kind is None or not kind.of_one_file:
+        return found
+    try:
+        st = os.stat(found.db)
+    except (OSError, ValueError):
+        return found
+    return dataclasses.replace(found, file=f"{st.st_dev}:{st.st_ino}")
 
 
 def _raise_descriptor_limit() -> None:

@@ -15,7 +15,10 @@ Resolution:
 
 An incident that resolved less than ``reopen_window_s`` ago and fires again is reopened
 (the same id, count carried on) rather than a new one, so a flapping condition does not
-become a storm of incidents.
+become a storm of incidents. A damage incident is of one file (``Signal.file``, the
+database's device and inode): damage on a new file (after a repair or a replacement)
+opens a new incident with its own evidence and time, and one still open on the old file
+is resolved first (:meth:`IncidentBook.record_all`).
 
 Persistence, so that a burst of n distinct incidents costs O(n), not O(n^2): every
 opening, reopening, escalation and resolution is appended at once as one JSON line to
@@ -87,6 +90,7 @@ class Incident:
     source: str = ""
     evidence: list[str] = field(default_factory=list)
     fields: dict[str, Any] = field(default_factory=dict)
+    file: str = ""  # the database file's identity ("<device>:<inode>"), "" when unknown
 
     @property
     def fingerprint(self) -> str:
@@ -104,6 +108,11 @@ class Update:
     incident: Incident
     rate_per_min: float | None = None
     source: str = ""  # the watcher whose signal caused it; "" for a quiet resolution
+
+
+def _other_file(inc: Incident, sig: Signal) -> bool:
+    """True when ``sig`` is about another file than the one ``inc`` is of (both known)."""
+    return bool(inc.file and sig.file and inc.file != sig.file)
 
 
 class IncidentBook:
@@ -288,7 +297,24 @@ class IncidentBook:
 
     def record(self, sig: Signal) -> Update | None:
         """Apply one signal; the update it caused, or None if it changed nothing."""
-        return self._apply(sig)
+        updates = self.record_all(sig)
+        return updates[-1] if updates else None
+
+    def record_all(self, sig: Signal) -> list[Update]:
+        """Apply one signal; every update it caused, in order: a damage signal about a
+        new file first resolves the incident still open on the old one."""
+        out: list[Update] = []
+        existing = self.incidents.get(self._by_fingerprint.get(sig.fingerprint, -1))
+        if (
+            existing is not None
+            and existing.state == "open"
+            and not sig.clears
+            and _other_file(existing, sig)
+        ):
+            why = "state.db is another file now (repaired or replaced): this was the old one's"
+            out.append(replace(self._resolve(existing, sig.at, why), source=sig.source))
+        update = self._apply(sig)
+        return out if update is None else [*out, update]
 
     def _apply(self, sig: Signal) -> Update | None:
         fp = sig.fingerprint
@@ -318,6 +344,7 @@ class IncidentBook:
             existing is not None
             and existing.resolved_at is not None
             and sig.at - existing.resolved_at < self.reopen_window_s
+            and not _other_file(existing, sig)
         ):
             existing.state = "open"
             existing.resolved_at = None
@@ -341,6 +368,7 @@ class IncidentBook:
             count=sig.count,
             source=sig.source,
             fields=dict(sig.fields),
+            file=sig.file,
         )
         self._add_evidence(inc, sig.evidence)
         self._next_id += 1

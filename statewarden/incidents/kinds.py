@@ -56,6 +56,10 @@ class Kind:
     # A sign the database may be damaged: its integrity is verified soon after, not at
     # the next scheduled verification (``daemon/verify.py``).
     verified_soon_after: bool = False
+    # Of the database file's content (damage, and what is folded into it): an incident
+    # is of one file identity (device and inode); damage on a new file (after a repair or
+    # a replacement) is a new incident, never the old one reopened (``incidents/book.py``).
+    of_one_file: bool = False
 
 
 # Every incident kind, in the order the README and the catalogue list them.
@@ -75,6 +79,7 @@ KINDS: dict[str, Kind] = {
             "statewardenctl check --profile {profile}, then statewardenctl maintenance --dry-run "
             "--profile {profile}"
         ),
+        of_one_file=True,
     ),
     "jsonl_fallback": Kind(
         severity="critical",
@@ -92,6 +97,7 @@ KINDS: dict[str, Kind] = {
         ),
         muted_in_maintenance=True,
         folded_into_corruption=True,
+        of_one_file=True,
     ),
     # "database is locked" bursts come and go with load; they resolve sooner.
     "write_failures": Kind(
@@ -108,6 +114,7 @@ KINDS: dict[str, Kind] = {
         quiet_resolve_s=900.0,
         muted_in_maintenance=True,
         folded_into_corruption=True,
+        of_one_file=True,
     ),
     "messages_dropped": Kind(
         severity="critical",
@@ -139,6 +146,7 @@ KINDS: dict[str, Kind] = {
             "kept as state.db.malformed-backup-*)"
         ),
         folded_into_corruption=True,
+        of_one_file=True,
         verified_soon_after=True,
     ),
     "stale_holder": Kind(

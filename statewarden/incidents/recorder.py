@@ -29,14 +29,14 @@ class Recorder:
         if isinstance(found, Observation):
             self.timeline.add(found.db, found.what, found.text, found.at, **found.fields)
             return None
-        update = self.book.record(found)
+        updates = self.book.record_all(found)
         if not found.clears:
             self.timeline.add_signal(
                 found.db, found.fingerprint, found.summary, found.at, kind=found.kind
             )
-        if update is not None:
+        for update in updates:
             self.on_update(update)
-        return update
+        return updates[-1] if updates else None
 
     def resolve(self, incident_id: int, why: str) -> Update | None:
         """Close an open incident by hand; the update goes to ``on_update`` like any other."""

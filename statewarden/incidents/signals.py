@@ -59,6 +59,9 @@ class Signal:
     # error), and the time of the last of them (None: ``at``).
     count: int = 1
     last_at: float | None = None
+    # The identity ("<device>:<inode>") of the database file a damage signal is about
+    # (``Kind.of_one_file``); "" when unknown.
+    file: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
