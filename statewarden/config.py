@@ -183,7 +183,7 @@ class WatchConfig:
     recovery_files_warn_bytes: ByteSize = DEFAULT_RECOVERY_FILES_WARN_BYTES
     recovery_files_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
     journal: bool = True
-    verify_interval: Annotated[Duration, AtLeast(60.0)] = DEFAULT_VERIFY_INTERVAL_S
+    verify_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_VERIFY_INTERVAL_S
     verify_timeout: Annotated[Duration, AtLeast(0.001)] = DEFAULT_VERIFY_TIMEOUT_S
 
 
@@ -290,7 +290,7 @@ class HeartbeatConfig:
 
     url_file: Path | None = None
     credential: str | None = None
-    interval: Annotated[Duration, AtLeast(10.0)] = DEFAULT_HEARTBEAT_INTERVAL_S
+    interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_HEARTBEAT_INTERVAL_S
     fail_suffix: str = DEFAULT_HEARTBEAT_FAIL_SUFFIX
     timeout: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_TIMEOUT_S
     deadline: Annotated[Duration, AtLeast(0.1)] = DEFAULT_HTTP_DEADLINE_S

@@ -89,7 +89,7 @@ def test_below_the_floor_is_refused_naming_it(path: tuple[str, ...], hint: Any) 
     ("text", "key", "floor"),
     [
         ("watch:\n  holders_interval: 1ms\n", "watch.holders_interval", "1s"),
-        ("alerts:\n  heartbeat:\n    interval: 1ms\n", "alerts.heartbeat.interval", "10s"),
+        ("alerts:\n  heartbeat:\n    interval: 1ms\n", "alerts.heartbeat.interval", "1s"),
         ("watch:\n  poll_interval: 1ms\n", "watch.poll_interval", "100ms"),
     ],
 )

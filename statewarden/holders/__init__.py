@@ -22,6 +22,7 @@ HOMES = {
     "DB_FILE": "report",
     "SHM_FILE": "report",
     "WAL_FILE": "report",
+    "VIA_DESCRIPTORS": "report",
     "Holder": "report",
     "HolderScan": "report",
     "HolderScanner": "scan",

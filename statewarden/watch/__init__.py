@@ -17,6 +17,7 @@ HOMES = {
     "FileEvents": "events",
     "HolderWatcher": "holders",
     "describe": "holders",
+    "LOG_STALE_KEYS": "holders",
     "JOURNAL_REMEDY": "journal",
     "JournalFollower": "journal",
     "Guard": "monitor",
