@@ -140,6 +140,7 @@ class Daemon:
             last_check=self.last_check,
             log=self.log,
         )
+        self.runs.post_checked = self.verify.post_checked
         self.handoff = HandedRuns(config, sdir, self.maintenance, self.log)
         self.requests = Requests(
             Sources(

@@ -20,6 +20,7 @@ At most every :data:`CHECK_EVERY_S`, from the main loop (:meth:`RunAlerts.tick`)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from statewarden.alerts.router import FOLDED_INTO_CORRUPTION
@@ -45,7 +46,11 @@ class RunAlerts:
         book: IncidentBook,
         recorder: Recorder,
         log: Any,
+        post_checked: Callable[[str, str, dict[str, Any]], None] | None = None,
     ) -> None:
+        """``post_checked(db, run_id, post_check)`` takes each post-check a run made of
+        the file it swapped in (the database's verification now)."""
+        self.post_checked = post_checked
         self.databases = databases
         self.maintenance = maintenance
         self.alerts = alerts
@@ -89,6 +94,9 @@ class RunAlerts:
             sinks=sinks,
         )
         post_check = data.get("post_check") or {}
+        swapped_in = kind == "maintenance_repaired" and isinstance(post_check, dict)
+        if swapped_in and post_check and self.post_checked is not None:
+            self.post_checked(str(data.get("db")), run_id, post_check)
         if kind != "maintenance_repaired" or post_check.get("ok") is not True:
             return
         for inc in self.book.open_incidents():

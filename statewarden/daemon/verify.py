@@ -9,7 +9,10 @@ check finds:
 - **when**: every ``watch.verify_interval`` (default once a day; the last verification
   of each database is kept in ``verified.json`` in the state folder, so a restart does not
   start the day again), when a database is first seen with no verification on record, and
-  soon after Hermes reported a ``self_repair`` or a unit a ``crash_loop``. Never while a
+  soon after Hermes reported a ``self_repair`` or a unit a ``crash_loop``, and when the
+  file is not the one last verified (a new device/inode: replaced, restored). A
+  maintenance run's post-check of the file it swapped in is that file's verification
+  (:meth:`Verifications.post_checked`): ``status`` never shows the old file's verdict. Never while a
   maintenance run is in progress on the database (its run lock, held from the run's plan
   on, and its ledger, ``maintenance.ledger.in_progress``, as for the alert muting): it
   waits for the run to end, and a result from a verification a run overlapped (or whose
@@ -103,6 +106,7 @@ class Verified:
     error: str | None = None
     priority: str = ""  # what the worker thread ran at ("nice 19, idle I/O")
     copy: str = ""  # how the private copy was made: "raw" (the bundle) or "backup API"
+    file: str = ""  # the identity ("<device>:<inode>") of the file verified; "" unknown
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -229,6 +233,8 @@ class Verifications:
             last = self.last.get(key)
             if last is None:
                 self.due.setdefault(key, "first")
+            elif last.file != file_identity(Path(key)) and os.path.exists(key):
+                self.due.setdefault(key, "new file")
             elif last.result == FAILED and now - last.at >= min(interval, RETRY_FAILED_S):
                 self.due.setdefault(key, "retry")
             elif now - last.at >= interval:
@@ -280,6 +286,7 @@ class Verifications:
 
         self.running = key
         inode = _inode(target.db)
+        identity = file_identity(target.db)
         started, t0 = time.time(), time.monotonic()
         self.log.info("verifying database", db=key, reason=reason)
         try:
@@ -314,6 +321,7 @@ class Verifications:
         finally:
             self.running = None
         v.took_s = round(time.monotonic() - t0, 3)
+        v.file = identity
         if stop.is_set():
             return v  # given up for the shutdown: not a result, verified after the start
         swapped = _inode(target.db) != inode
@@ -371,6 +379,32 @@ class Verifications:
             )
         )
 
+    def post_checked(self, db: str, run_id: str, post_check: dict[str, Any]) -> None:
+        """A maintenance run swapped a new file in and checked it (its post-check): that
+        is the database's last verification now, of the new file, not the old file's
+        verdict. An integrity check that passed is healthy; one that did not is a
+        verification to make again (``failed``), at once."""
+        if db not in self.databases.monitors or "integrity" not in post_check:
+            return
+        ok = post_check.get("integrity") == "ok"
+        v = Verified(
+            db,
+            time.time(),
+            HEALTHY if ok else FAILED,
+            f"post-check of maintenance run {run_id}",
+            error=None if ok else f"the post-check found: {post_check.get('integrity')}",
+            copy="post-check",
+            file=file_identity(Path(db)),
+        )
+        self.last[db] = v
+        if ok:
+            self.last_check[db] = (v.at, v.result)
+            if self.due.get(db) in ("first", "new file", "after maintenance"):
+                del self.due[db]  # due for want of a verdict on this file: this is one
+        else:
+            self.due.setdefault(db, "after maintenance")
+        self._save()
+
     # -------------------------------------------------------------- life cycle
 
     def close(self) -> list[asyncio.Task[Any]]:
@@ -399,6 +433,15 @@ def check_live(
         shutil.rmtree(copy.parent, ignore_errors=True)
     diagnosis.path = str(db)
     return diagnosis, "backup API"
+
+
+def file_identity(path: Path) -> str:
+    """``<device>:<inode>`` of the file at ``path`` now; "" when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def _inode(path: Path) -> int | None:

@@ -31,6 +31,7 @@ from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.router import Route, Router
 from statewarden.atomic import private_dir
 from statewarden.config import AlertsConfig
+from statewarden.daemon.verify import file_identity
 from statewarden.incidents.book import Incident, Update
 from statewarden.maintenance import outcomes
 from statewarden.maintenance.ledger import (
@@ -175,6 +176,11 @@ class TestDaemonRun:
             assert "post-check: integrity ok" in text
             assert f"(was pid {holder.pid})" in text
             assert "start again yourself: " in text
+            # The post-check of the file swapped in is its verification now, not the
+            # damaged file's verdict.
+            (st,) = d.ctl("status")["databases"]
+            assert st["verified"]["reason"] == f"post-check of maintenance run {run['run_id']}"
+            assert (st["verified"]["result"], st["verified"]["file"]) == ("none", file_identity(db))
             # The corruption incident is resolved by the run, and says so.
             (inc,) = all_incidents(d, "corruption")
             assert inc["state"] == "resolved"
