@@ -93,6 +93,8 @@ DEFAULT_QUARANTINE_KEEP = 5
 DEFAULT_QUARANTINE_MAX_AGE_S = 30 * 86400.0
 DEFAULT_SNAPSHOTS_KEEP = 7
 DEFAULT_SNAPSHOTS_MAX_AGE_S = 30 * 86400.0
+DEFAULT_IMPORT_TIME_LIMIT_S = 600.0
+DEFAULT_IMPORT_MAX_FILE_BYTES = 256 * 1024 * 1024
 DEFAULT_SNAPSHOT_INTERVAL_S = 86400.0  # a verified snapshot of each database once a day
 DEFAULT_LOG_LEVEL: LogLevel = "info"
 DEFAULT_LOG_FORMAT: LogFormat = "auto"
@@ -381,6 +383,8 @@ class MaintenanceConfig:
     snapshot_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_SNAPSHOT_INTERVAL_S
     snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
     snapshots_max_age: Annotated[Duration, AtLeast(60.0)] = DEFAULT_SNAPSHOTS_MAX_AGE_S
+    import_time_limit: Annotated[Duration, AtLeast(1.0)] = DEFAULT_IMPORT_TIME_LIMIT_S
+    import_max_file_size: ByteSize = DEFAULT_IMPORT_MAX_FILE_BYTES
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,17 @@ through SQLite, start them again: no swap).
 ``$STATEWARDEN_CRASH_AT=<step>`` makes the run ``SIGKILL`` itself right after the
 ledger line of that step is durable (or, for ``sidecars-moved`` and ``original-kept``,
 half-way through the swap; for ``catch-up-copied``, once the catch-up folder holds its
-copy of the database): the fault-injection points the crash tests use.
+copy of the database); ``$STATEWARDEN_FAIL_AT=<step>`` raises an unexpected error
+(:class:`InjectedFault`) at the same points: the fault-injection points the crash and
+fault tests use.
+
+What maintenance stopped, it starts again (docs/safety.md, rule 14): from the first
+stop on, a failure of any step is recorded in the report (``failures``) and the ledger,
+and the run goes on to the restart. Before the swap it rolls back; after it, each step
+(import, post-check, retention, report) runs guarded, and the units start again
+whatever they did. The one exception is a swap that failed half-way and could not be
+undone (the original's ``-wal`` is in quarantine): Hermes is not started on a file
+whose log is elsewhere, and the error says so.
 
 Work folders next to the database (the pre-build's and the catch-up's
 ``.statewarden-work-*``, the catch-up's ``.statewarden-catch-up-<db>-<run>``) are
@@ -35,7 +45,7 @@ import signal
 import stat
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,7 +113,7 @@ from statewarden.maintenance.swap import (
     seal,
     swap,
 )
-from statewarden.maintenance.transcripts import import_diverted, pending_sources
+from statewarden.maintenance.transcripts import ImportLimits, import_diverted, pending_sources
 from statewarden.maintenance.wording import folded_problems, incomplete_reason
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
@@ -118,6 +128,7 @@ ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkp
 # ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore).
 SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore")
 ENV_CRASH_AT = "STATEWARDEN_CRASH_AT"
+ENV_FAIL_AT = "STATEWARDEN_FAIL_AT"
 CATCH_UP_PREFIX = ".statewarden-catch-up-"
 POST_CHECK_MAX_ERRORS = 100
 POST_CHECK_SCANS = 5
@@ -130,6 +141,19 @@ PAST_THE_SWAP = (
 CANCELLED = "cancelled by the user before the swap"
 
 EmitFn = Callable[[dict[str, Any]], None]
+
+
+class InjectedFault(RuntimeError):
+    """The unexpected error ``$STATEWARDEN_FAIL_AT`` raises (fault tests)."""
+
+
+def _what_failed(exc: BaseException) -> str:
+    """One line for an error a step did not expect."""
+    if isinstance(exc, StatewardenError | InjectedFault):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"{type(exc).__name__}: {exc}"
 
 
 def other_copies(db: Path, state: Path) -> list[Path]:
@@ -186,6 +210,9 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     source_identity: dict[str, Any] | None = None  # the source at the pre-build
     cancelled: bool = False
+    # Steps that failed after something was stopped: recorded, and the run went on to
+    # the restart (rule 14). Each: {"step": ..., "error": ...}.
+    failures: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,9 +225,11 @@ class RunReport:
         for f in imp["files"]:
             if f["imported"] or f["skipped"]:
                 skipped = ", ".join(f"{n} {why}" for why, n in sorted(f["skipped"].items()))
+                odd = f.get("odd_timestamps") or 0
                 lines.append(
                     f"    {f['path']}: {f['imported']} imported, {f['already_present']} already"
                     f" there{'; skipped ' + skipped if skipped else ''}"
+                    f"{f'; {odd} with an unusable time, placed in order' if odd else ''}"
                 )
         lines.extend(f"    not imported: {n}" for n in imp["not_imported"])
         lines.append("  the diverted files are kept as they were (never changed or deleted)")
@@ -243,6 +272,8 @@ class RunReport:
                         f" duplicate(s) dropped, {t.get('set_aside')} set aside,"
                         f" {t.get('status')}"
                     )
+        for f in self.failures:
+            lines.append(f"  failed: {f['step']}: {f['error']}")
         for n in self.notes:
             lines.append(f"  note: {n}")
         return lines
@@ -297,6 +328,10 @@ class MaintenanceRun:
         self._cancel_answer: dict[str, Any] | None = None
         self._committed = False  # the swap has begun: a cancel is refused
         self._resuming = False
+        self._restarted = False  # what was stopped has been started again
+        self._swap_begun = False  # the swap has begun moving files (or a resume found it so)
+        self._swapped = False  # ... and is complete: the new file has the name
+        self._keep_stopped: str | None = None  # why not (a swap that could not be undone)
         self._daemon = daemon_pid(self.state)  # never stopped: waited for
         user_progress = progress
 
@@ -363,6 +398,29 @@ class MaintenanceRun:
     def _crash_point(name: str) -> None:
         if os.environ.get(ENV_CRASH_AT) == name:
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get(ENV_FAIL_AT) == name:
+            raise InjectedFault(f"a fault injected at {name}")
+
+    def _failed(self, step: str, exc: BaseException) -> None:
+        """Record a step that failed after the stop; the run goes on to the restart."""
+        error = _what_failed(exc)
+        self.report.failures.append({"step": step, "error": error})
+        self.emit("step-failed", step=step, error=error)
+        with contextlib.suppress(OSError, StatewardenError):
+            self.ledger.step("step-failed", step=step, error=error)
+
+    def _guarded(self, step: str, work: Callable[[], None]) -> None:
+        """Run one step after the swap: a failure is recorded, never raised."""
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - rule 14: nothing may skip the restart
+            self._failed(step, exc)
+
+    def _current_step(self) -> str:
+        return self._step_started[0] if self._step_started is not None else "run"
+
+    def _owes_a_restart(self) -> bool:
+        return bool(self.stopped_units or self.signalled) and not self._restarted
 
     def _let_go(self) -> None:
         if self.fence is not None:
@@ -383,7 +441,11 @@ class MaintenanceRun:
             self.report.steps.append({"step": prev, "seconds": round(time.monotonic() - since, 3)})
             self._step_started = None
         self._tell_cancel()
-        self.ledger.step(FINISHED, outcome=outcome, exit_code=code, message=self.report.message)
+        try:
+            self.ledger.step(FINISHED, outcome=outcome, exit_code=code, message=self.report.message)
+        except (OSError, StatewardenError) as exc:
+            # The run is done; only its record is not: --resume finishes it again.
+            self.report.notes.append(f"the run ledger could not be finished: {exc}")
         self.ledger.close()
         self.emit("finished", outcome=outcome, exit_code=code, message=self.report.message)
         return self.report
@@ -400,7 +462,32 @@ class MaintenanceRun:
             if not self.options.dry_run:
                 for path in self._remove_work_folders():
                     self.report.notes.append(f"removed the work folder of a killed run: {path}")
-            return self._told(self._execute())
+            with self._starting_again_on_error():
+                return self._told(self._execute())
+
+    @contextlib.contextmanager
+    def _starting_again_on_error(self) -> Iterator[None]:
+        """The last net of rule 14: an error no step caught still starts what was stopped
+        (then goes on to the caller, with the run left for --resume)."""
+        try:
+            yield
+        except BaseException as exc:
+            if self._swap_begun and not self._swapped and self._keep_stopped is None:
+                # Never start Hermes on a half-swapped file: --resume rolls it forward.
+                self._keep_stopped = "the swap was interrupted half-way"
+            if self._owes_a_restart() and self._keep_stopped is None:
+                self._failed("run", exc)
+                if not self._swapped and self.fence is not None:
+                    self._guarded("rollback", self.fence.take_down)
+                self._restart()
+                if isinstance(exc, Exception) and not isinstance(exc, StatewardenError):
+                    started = ", ".join(self.stopped_units) or "nothing"
+                    raise StatewardenError(
+                        f"{self.db}: maintenance failed: {_what_failed(exc)}; started"
+                        f" again: {started}",
+                        hint="statewardenctl maintenance --resume finishes the run",
+                    ) from exc
+            raise
 
     def _told(self, report: RunReport) -> RunReport:
         """Leave the outcome for the daemon to tell through the alert sinks (before the
@@ -551,27 +638,33 @@ class MaintenanceRun:
         except StatewardenError as exc:
             self.report.cancelled = isinstance(exc, Cancelled)
             return self._rollback(str(exc), EXIT_FAILED)
+        except Exception as exc:  # noqa: BLE001 - rule 14: roll back, start again
+            self._failed(self._current_step(), exc)
+            return self._rollback(_what_failed(exc), EXIT_FAILED)
         assert self.new is not None
-        self._let_go()
         qdir = quarantine_dir(self.state, self.target.name, run_id)
         try:
+            self._let_go()
             sealed = self.sealed or seal(self.new)
-        except StatewardenError as exc:
-            return self._rollback(str(exc), EXIT_FAILED)
-        self._step(
-            "swap",
-            new=str(self.new),
-            quarantine=str(qdir),
-            new_ino=sealed.ino,
-            new_file=sealed.to_json(),
-        )
+            self._step(
+                "swap",
+                new=str(self.new),
+                quarantine=str(qdir),
+                new_ino=sealed.ino,
+                new_file=sealed.to_json(),
+            )
+        except Exception as exc:  # noqa: BLE001 - rule 14: roll back, start again
+            self._failed("swap", exc)
+            return self._rollback(_what_failed(exc), EXIT_FAILED)
+        self._swap_begun = True
         try:
             res = swap(
                 self.db, self.new, qdir, fnc.orig, run_id, sealed=sealed, after=self._crash_point
             )
-        except (OSError, StatewardenError) as exc:
+        except Exception as exc:  # noqa: BLE001 - undone, then rolled back (rule 14)
             return self._swap_failed(qdir, exc)
-        self._step("swapped", files=res.files)
+        self._swapped = True
+        self._guarded("swapped", lambda: self._step("swapped", files=res.files))
         self.report.swap_s = round(res.swap_s, 4)
         self.report.quarantine = str(qdir)
         if res.copied:
@@ -869,17 +962,16 @@ class MaintenanceRun:
         return self._finish("checkpointed", EXIT_OK)
 
     def _after_swap(self) -> RunReport:
-        self._diverted()
-        self._import_diverted()
+        """From the swap on, every step runs guarded: a failure is recorded and the
+        units start again whatever happened (rule 14). The diverted transcripts are
+        imported once Hermes runs again, as a normal writer (transcripts.py)."""
+        self._guarded("swapped", self._diverted)
         if self.report.action == "journal-mode=delete":
-            self._journal_mode_pin()
+            self._guarded("swapped", self._journal_mode_pin)
         failed = self._restart()
-        self._post_check()
-        removed = prune(
-            self.state, self.target.name, self.mc.quarantine_keep, self.mc.quarantine_max_age
-        )
-        for p in removed:
-            self.report.notes.append(f"quarantine retention removed {p}")
+        self._guarded("post-check", self._post_check)
+        self._guarded("import", self._import_diverted)
+        self._guarded("retention", self._prune)
         code = EXIT_OK
         problems = []
         rec = self.report.recover or {}
@@ -892,10 +984,20 @@ class MaintenanceRun:
         if self.report.post_check.get("ok") is False:
             code = EXIT_FAILED
             problems.append("the post-check failed: " + self.report.post_check["summary"])
+        if self.report.failures:
+            code = EXIT_FAILED
+            problems.extend(f"{f['step']} failed: {f['error']}" for f in self.report.failures)
         message = "; ".join(problems)
         return self._finish(
             "swapped" if self.report.action != "repair" else "repaired", code, message
         )
+
+    def _prune(self) -> None:
+        removed = prune(
+            self.state, self.target.name, self.mc.quarantine_keep, self.mc.quarantine_max_age
+        )
+        for p in removed:
+            self.report.notes.append(f"quarantine retention removed {p}")
 
     def _journal_mode_pin(self) -> None:
         """After ``journal-mode=delete``: does Hermes' config.yaml keep it that way?"""
@@ -920,8 +1022,9 @@ class MaintenanceRun:
             self.report.diverted = sorted(str(p) for p in folder.glob("*.jsonl"))
 
     def _import_diverted(self) -> None:
-        """Before anything starts again: what Hermes diverted while the file was unusable
-        goes into the repaired file (maintenance/transcripts.py), unless ``--no-import``."""
+        """Once Hermes runs again (as one more writer, through SQLite): what Hermes
+        diverted while the file was unusable goes into the repaired file
+        (maintenance/transcripts.py), unless ``--no-import``."""
         if self.report.action not in ("repair", "restore") or not pending_sources(self.target.home):
             return
         if not self.options.import_transcripts:
@@ -940,28 +1043,40 @@ class MaintenanceRun:
             )
             return
         self._step("import")
-        result = import_diverted(self.db, self.target.home)
+        limits = ImportLimits(self.mc.import_time_limit, self.mc.import_max_file_size)
+        result = import_diverted(self.db, self.target.home, limits)
         self.report.imported = {**result.to_json(), "summary": result.summary()}
 
     def _restart(self) -> list[str]:
+        """Start again what the run stopped: the units it lists that did not come back.
+        Never raises (rule 14); called once, from the rollback, the steps after the
+        swap, or the last net around the run."""
+        if self._restarted:
+            return []
+        self._restarted = True
         failed: list[str] = []
         units = list(reversed(self.stopped_units))
         if units:
-            self._step("restart", units=units)
+            self._guarded("restart", lambda: self._step("restart", units=units))
             try:
                 results = start_units(units, self.address, self.mc.unit_timeout)
-            except StatewardenError as exc:
-                self.report.notes.append(str(exc))
+            except Exception as exc:  # noqa: BLE001 - named; the units are listed as failed
+                self._failed("restart", exc)
                 return units
             if self._down_started is not None:
                 self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
             # A simple service's start job is done at fork; one whose program cannot run
             # fails just after. Look again a moment later.
             time.sleep(UNIT_START_CHECK_S)
-            states = unit_states(units, self.address)
+            try:
+                states = unit_states(units, self.address)
+            except Exception as exc:  # noqa: BLE001 - started; only the look failed
+                self._failed("restart", exc)
+                states = {}
             for r in results:
-                self.report.units_started.append({**r.to_json(), "state": states[r.unit]})
-                if not r.ok or states[r.unit] != "active":
+                state = states.get(r.unit, "unknown")
+                self.report.units_started.append({**r.to_json(), "state": state})
+                if not r.ok or state != "active":
                     failed.append(r.unit)
         elif self._down_started is not None:
             self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
@@ -1019,31 +1134,30 @@ class MaintenanceRun:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new)
 
-    def _swap_failed(self, qdir: Path, exc: OSError | StatewardenError) -> RunReport:
+    def _swap_failed(self, qdir: Path, exc: Exception) -> RunReport:
         """A swap that could not write (a full disk, a quarantine folder that became a
-        symlink): while the original still has its name, what was moved goes back and
-        the run rolls back."""
-        if isinstance(exc, OSError):
-            reason = f"the swap failed: {exc.strerror or exc}" + (
-                f" ({exc.filename})" if exc.filename else ""
-            )
-        else:
-            reason = f"the swap failed: {exc}"
+        symlink) or failed any other way: while the original still has its name, what
+        was moved goes back and the run rolls back. If that cannot be done, the units
+        stay stopped (the original's log is in quarantine) and the error says why."""
+        reason = f"the swap failed: {_what_failed(exc)}"
+        self._failed("swap", exc)
         try:
             put_back(self.db, qdir, self._fence().orig)
-        except (OSError, StatewardenError) as again:
+        except Exception as again:  # noqa: BLE001 - named below, units kept stopped
+            self._keep_stopped = f"the swap could not be undone: {_what_failed(again)}"
             raise StatewardenError(
-                f"{self.db}: {reason}; it could not be undone: {again}",
+                f"{self.db}: {reason}; it could not be undone: {_what_failed(again)};"
+                " Hermes is kept stopped (its log is in quarantine)",
                 hint="free space, then statewardenctl maintenance --resume",
             ) from None
         return self._rollback(reason, EXIT_FAILED)
 
     def _rollback(self, reason: str, code: int) -> RunReport:
-        self._let_go()
-        self._step("rollback", reason=reason)
+        self._guarded("rollback", self._let_go)
+        self._guarded("rollback", lambda: self._step("rollback", reason=reason))
         if self.fence is not None:
-            self.fence.take_down()
-        self._remove_new()
+            self._guarded("rollback", self.fence.take_down)
+        self._guarded("rollback", self._remove_new)
         failed = self._restart()
         # Nothing was swapped: the time the holders were stopped is not a downtime figure
         # of a repair (the report says they were stopped and started again).
@@ -1100,7 +1214,8 @@ class MaintenanceRun:
                 self.report.outcome = "nothing to resume"
                 return self.report
             self.ledger.reopen()
-            return self._told(self._resume(record))
+            with self._starting_again_on_error():
+                return self._told(self._resume(record))
 
     def _resume(self, record: LedgerRecord) -> RunReport:
         self._resuming = True
@@ -1121,6 +1236,7 @@ class MaintenanceRun:
                 self.new = Path(prebuild["new"])
             return self._rollback("resumed after an interruption before the swap", EXIT_FAILED)
         self.new = Path(swap_step["new"])
+        self._swap_begun = True  # finished below (rolled forward), never started half-way
         qdir = Path(swap_step["quarantine"])
         self.report.quarantine = str(qdir)
         scanner = HolderScanner(
@@ -1169,7 +1285,8 @@ class MaintenanceRun:
             sealed=sealed,
             after=self._crash_point,
         )
-        self._step("swapped", files=res.files)
+        self._swapped = True
+        self._guarded("swapped", lambda: self._step("swapped", files=res.files))
         self.report.notes.append("resumed after an interruption during the swap: rolled forward")
         return self._after_swap()
 

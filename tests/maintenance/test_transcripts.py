@@ -19,7 +19,7 @@ import apsw
 import pytest
 
 from lab.corruption import phantom_row
-from lab.hermes_fixtures import TINY, hermes_python, writer_env
+from lab.hermes_fixtures import MAIN_EXTERNAL, TINY, hermes_python, make_home, writer_env
 from statewarden.maintenance import transcripts
 from statewarden.maintenance.transcripts import import_diverted
 from tests.maintenance.test_run import ctl, report_of, session_ids
@@ -242,9 +242,9 @@ class TestImport:
         assert f.imported == 1
         assert f.skipped == {"not a JSON object": 3, "no role": 2, "no content and no tool call": 1}
 
-    def test_a_failure_imports_nothing(self, diverted: Path) -> None:
-        """One transaction: a row the file refuses (here a trigger aborts it) leaves the
-        repaired file exactly as it was, and the report says why."""
+    def test_a_line_the_file_refuses_is_skipped_alone(self, diverted: Path) -> None:
+        """A row the file refuses (here a trigger aborts it) is skipped and counted; the
+        other lines go in, and the session's counts match what went in."""
         db = diverted / "state.db"
         conn = apsw.Connection(str(db))
         conn.execute(
@@ -254,15 +254,17 @@ class TestImport:
         conn.close()
         total = count(db, "SELECT count(*) FROM messages")
         result = import_diverted(db, diverted)
-        assert result.imported == 0
-        assert result.error is not None
-        assert "refused by the file" in result.error
-        assert count(db, "SELECT count(*) FROM messages") == total
-        assert count(db, "SELECT count(*) FROM sessions WHERE id = ?", NEW) == 0
+        assert result.error is None
+        assert result.imported == 5
+        by_sid = {f.session_id: f for f in result.files if f.path.endswith(".jsonl")}
+        assert by_sid[NEW].skipped == {
+            "session header (no message)": 1,
+            "refused by the file (a constraint or trigger)": 1,
+        }
+        assert count(db, "SELECT count(*) FROM messages") == total + 5
+        assert count(db, "SELECT message_count FROM sessions WHERE id = ?", NEW) == 1
 
-    def test_planted_and_odd_files_are_left_alone(
-        self, hermes_home: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    def test_planted_and_odd_files_are_left_alone(self, hermes_home: Path) -> None:
         """A symlink is not followed, a FIFO is not opened for reading (no hang), a file
         over the size limit is not read; each is named in the report."""
         sessions = hermes_home / "sessions"
@@ -272,8 +274,8 @@ class TestImport:
         (sessions / "planted.jsonl").symlink_to(secret)
         os.mkfifo(sessions / "fifo.jsonl")
         write_jsonl(sessions / "big.jsonl", [{"role": "user", "content": "x" * 200}])
-        monkeypatch.setattr(transcripts, "MAX_FILE_BYTES", 100)
-        result = import_diverted(hermes_home / "state.db", hermes_home)
+        limits = transcripts.ImportLimits(max_file_bytes=100)
+        result = import_diverted(hermes_home / "state.db", hermes_home, limits)
         assert result.imported == 0
         notes = sorted(result.not_imported)
         assert notes[0].endswith("big.jsonl: 232 bytes, over the 100-byte limit")
@@ -292,8 +294,8 @@ def maint_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class TestMaintenanceImports:
-    """A real maintenance run on a phantom row: the import happens after the swap,
-    before anything starts again, and is in the run's report."""
+    """A real maintenance run on a phantom row: the import happens once Hermes runs
+    again, after the restart and the post-check, and is in the run's report."""
 
     def _diverted_phantom(self, tmp_path: Path) -> Path:
         case = phantom_row(tmp_path / "home", TINY)
@@ -345,3 +347,162 @@ class TestMaintenanceImports:
             count(db, "SELECT count(*) FROM messages WHERE content = ?", "and kept in the JSONL")
             == 0
         )
+
+
+class TestBadInput:
+    """A bad line is skipped (or its time placed) alone; it never cancels the others."""
+
+    def test_every_bad_line_is_counted_and_the_good_ones_go_in(
+        self, hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A year-1 timestamp, a lone surrogate, an integer over 2**63, bytes that are not
+        UTF-8 and an overlong line: each counted by reason, every good line imported."""
+        monkeypatch.setattr(transcripts, "MAX_LINE_BYTES", 4096)
+        path = hermes_home / "sessions" / f"{NEW}.jsonl"
+        write_jsonl(
+            path,
+            [
+                {"role": "user", "content": "hello", "timestamp": "0001-01-01T00:00:00"},
+                '{"role": "user", "content": "\\ud83d"}',
+                {"role": "user", "content": 2**63 + 1},
+                {"role": "user", "content": "big", "timestamp": 10**400},
+                {"role": "user", "content": "x" * 5000},
+                {"role": "assistant", "content": "kept", "timestamp": 1796160002.0},
+            ],
+        )
+        with path.open("ab") as f:
+            f.write(b'{"role": "user", "content": "\xff\xfe"}\n')
+            f.write(json.dumps({"role": "user", "content": "last"}).encode() + b"\n")
+        result = import_diverted(hermes_home / "state.db", hermes_home)
+        assert result.error is None
+        (f,) = result.files
+        assert f.skipped == {
+            "text that is not valid UTF-8 (a lone surrogate)": 1,
+            "an integer outside SQLite's 64 bits": 1,
+            "not a JSON object": 2,  # the overlong line, the bytes that are not UTF-8
+        }
+        assert f.odd_timestamps == 2
+        assert f.imported == 4  # hello, big, kept, last
+        got = hermes_messages(hermes_home, NEW)
+        assert [r["content"] for r in got] == ["hello", "big", "kept", "last"]
+        # The unusable times are placed after the row before (the session's newest).
+        assert got[1]["timestamp"] > got[0]["timestamp"]
+
+    def test_a_session_file_name_sqlite_cannot_store_is_named(self, hermes_home: Path) -> None:
+        """A transcript whose file name is not UTF-8 is named and left alone."""
+        folder = hermes_home / "sessions"
+        folder.mkdir()
+        with open(os.fsencode(folder) + b"/\xff.jsonl", "w") as f:
+            f.write('{"role": "user", "content": "x"}\n')
+        write_jsonl(folder / f"{NEW}.jsonl", [{"role": "user", "content": "fine"}])
+        result = import_diverted(hermes_home / "state.db", hermes_home)
+        assert result.imported == 1
+        assert [n for n in result.not_imported if "no session id SQLite can store" in n]
+
+
+class TestIds:
+    """A message's id is what it is, not where its file sits or what sorts before it."""
+
+    def test_a_moved_home_imports_nothing_twice(self, diverted: Path, tmp_path: Path) -> None:
+        """The home imported, then moved (a new path): a second import adds nothing."""
+        assert import_diverted(diverted / "state.db", diverted).imported == 6
+        moved = tmp_path / "moved-home"
+        os.rename(diverted, moved)
+        total = count(moved / "state.db", "SELECT count(*) FROM messages")
+        again = import_diverted(moved / "state.db", moved)
+        assert (again.imported, again.error) == (0, None)
+        assert count(moved / "state.db", "SELECT count(*) FROM messages") == total
+
+    def test_a_spool_entry_that_sorts_first_changes_nothing(self, diverted: Path) -> None:
+        """A new spool entry whose random name sorts before the others: only it goes in."""
+        db = diverted / "state.db"
+        assert import_diverted(db, diverted).imported == 6
+        spool(diverted, "0000", NEW, {"role": "user", "content": "one more", "timestamp": 5.0})
+        again = import_diverted(db, diverted)
+        assert again.imported == 1
+        assert count(db, "SELECT count(*) FROM messages WHERE content = 'one more'") == 1
+
+    def test_ids_on_a_current_hermes_file(self, tmp_path: Path) -> None:
+        """On a file with ``display_metadata`` (current Hermes): each row carries its id,
+        a second import from a moved home adds nothing, and rows an older version wrote
+        (its id key hashed the path) are matched by their content."""
+        home = make_home(tmp_path / "main", MAIN_EXTERNAL)
+        lines = [{"role": "user", "content": "said twice"}] * 2 + [
+            {"role": "assistant", "content": "once", "timestamp": 1796160002.0}
+        ]
+        write_jsonl(home / "sessions" / f"{NEW}.jsonl", lines)
+        assert import_diverted(home / "state.db", home).imported == 3
+        ids = count(
+            home / "state.db",
+            "SELECT count(DISTINCT json_extract(display_metadata, '$.diverted_message_id'))"
+            " FROM messages WHERE session_id = ?",
+            NEW,
+        )
+        assert ids == 3
+        moved = tmp_path / "moved"
+        os.rename(home, moved)
+        assert import_diverted(moved / "state.db", moved).imported == 0
+        conn = apsw.Connection(str(moved / "state.db"))
+        conn.execute(
+            "UPDATE messages SET display_metadata = replace(display_metadata,"
+            " 'diverted_message_id', 'diverted_recovery_id')"
+        )
+        conn.close()
+        again = import_diverted(moved / "state.db", moved)
+        assert (again.imported, again.error) == (0, None)
+        assert again.files[0].already_present == 3
+
+    def test_a_stopped_import_goes_on_where_it_stopped(
+        self, hermes_home: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Small transactions and a time limit: each import gets a batch in, what is in
+        stays in, and the next one goes on; no line twice."""
+        monkeypatch.setattr(transcripts, "BATCH_LINES", 2)
+        rows = [{"role": "user", "content": f"m{i}"} for i in range(5)]
+        write_jsonl(hermes_home / "sessions" / f"{NEW}.jsonl", rows + rows[:1])
+        db = hermes_home / "state.db"
+        limits = transcripts.ImportLimits(time_limit_s=0)
+        got = []
+        for _ in range(5):
+            result = import_diverted(db, hermes_home, limits)
+            got.append(result.imported)
+            if result.stopped is None:
+                break
+            assert "maintenance.import_time_limit" in result.stopped
+        assert got == [2, 2, 2]
+        assert count(db, "SELECT count(*) FROM messages WHERE session_id = ?", NEW) == 6
+        assert count(db, "SELECT message_count FROM sessions WHERE id = ?", NEW) == 6
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: another user's files")
+class TestAsRoot:
+    """Root reads only what the database's owner could: no folder symlink, no file of
+    another user."""
+
+    def test_a_symlinked_sessions_folder_is_not_followed(self, hermes_home: Path) -> None:
+        """``sessions`` is a symlink to a folder only root may read: nothing read from it."""
+        private = hermes_home.parent / "root-only"
+        write_jsonl(private / f"{NEW}.jsonl", [{"role": "user", "content": "secret"}])
+        private.chmod(0o700)
+        (hermes_home / "sessions").symlink_to(private)
+        assert transcripts.pending_sources(hermes_home) == [hermes_home / "sessions"]
+        result = import_diverted(hermes_home / "state.db", hermes_home)
+        assert result.imported == 0
+        (note,) = result.not_imported
+        assert "not followed" in note
+        assert (
+            count(
+                hermes_home / "state.db", "SELECT count(*) FROM messages WHERE content = 'secret'"
+            )
+            == 0
+        )
+
+    def test_a_file_of_another_user_is_not_read(self, hermes_home: Path) -> None:
+        """A transcript owned by someone else than the database's owner is named, unread."""
+        path = hermes_home / "sessions" / f"{NEW}.jsonl"
+        write_jsonl(path, [{"role": "user", "content": "theirs"}])
+        os.chown(path, 65534, 65534)
+        result = import_diverted(hermes_home / "state.db", hermes_home)
+        assert result.imported == 0
+        (note,) = result.not_imported
+        assert "owned by uid 65534, not by the database's owner (uid 0)" in note
