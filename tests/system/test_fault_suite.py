@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, make_home, writer_env
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
@@ -170,3 +171,60 @@ def test_kill_9_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None
     want = committed(log)
     got = Counter(r[0] for r in rows(db, "SELECT content FROM messages NOT INDEXED"))
     assert [t for t in want if got[t] != 1] == []
+
+
+IMPORT_TRIALS = 3
+GOOD_LINES = 20000
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="maintenance as root, as CI runs it")
+def test_kill_9_during_the_import_of_bad_lines_imports_each_good_line_once(
+    tmp_path: Path,
+) -> None:
+    """A repair whose diverted transcript holds thousands of good lines among bad ones (a
+    year-1 time, a lone surrogate, an integer over 2**63, bytes that are not UTF-8) is
+    killed with SIGKILL at a seeded moment of its import, then resumed: every good line is
+    in the file exactly once, no bad one cancelled them, the ledger is finished."""
+    rng = random.Random(SEED + 1)
+    lines = [json.dumps({"role": "user", "content": f"line {i}"}) for i in range(GOOD_LINES)]
+    bad = [
+        json.dumps({"role": "user", "content": "year one", "timestamp": "0001-01-01T00:00:00"}),
+        '{"role": "user", "content": "\\ud83d"}',
+        json.dumps({"role": "user", "content": 2**63 + 1}),
+    ]
+    for i, line in enumerate(bad):
+        lines.insert(1 + i * 997, line)
+    body = ("\n".join(lines) + "\n").encode() + b'{"role": "user", "content": "\xff"}\n'
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()}}))
+    env = {**os.environ, "STATEWARDEN_CONFIG": str(config)}
+    state = Path(env["XDG_STATE_HOME"]) / "statewarden"
+    killed = 0
+    for trial in range(IMPORT_TRIALS):
+        db = phantom_row(tmp_path / f"home-{trial}", SMALL).db
+        (db.parent / "sessions").mkdir()
+        (db.parent / "sessions" / "20261130_220000_abcdef.jsonl").write_bytes(body)
+        ledger = run_dir(state, db) / "run.jsonl"
+        run = maintenance("--db", str(db), "--yes", env=env)
+        deadline = time.monotonic() + 120
+        while run.poll() is None and time.monotonic() < deadline:
+            if ledger.exists() and '"step": "import"' in ledger.read_text():
+                time.sleep(rng.uniform(0.0, 0.3))
+                run.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.01)
+        out, err = run.communicate(timeout=300)
+        what = f"trial {trial} (seed {SEED + 1}), exit {run.returncode}"
+        assert run.returncode in (0, -signal.SIGKILL), f"{what}: {out}{err}"
+        killed += run.returncode == -signal.SIGKILL
+        resumed = maintenance("--db", str(db), "--resume", "--json", env=env)
+        rout, rerr = resumed.communicate(timeout=300)
+        assert resumed.returncode == 0, f"{what}; resume: {rout}{rerr}"
+        got = Counter(r[0] for r in rows(db, "SELECT content FROM messages NOT INDEXED"))
+        wrong = [i for i in range(GOOD_LINES) if got[f"line {i}"] != 1]
+        assert wrong == [], f"{what}: {len(wrong)} good lines not there exactly once"
+        assert got["year one"] == 1, what
+        assert integrity(db) == "ok", what
+        record = read_ledger(ledger)
+        assert record is None or record.finished, what
+    assert killed >= 1, "no run was killed during its import"
