@@ -5,12 +5,14 @@ and answered by the script (consumed one request at a time, then ``default``): `
 (200 "OK"), ``500``, ``404``, ``redirect`` (302 to /elsewhere), ``huge`` (100 MB, no
 Content-Length), ``drip`` (headers, then a byte every second: never a whole answer
 in time), ``slow`` (``ok`` after :data:`SLOW_S`: the request is recorded while its answer
-is still on its way). A JSON ``answer_body`` may be set for ``ok``. :meth:`stop` closes the
+is still on its way), ``echo`` (401 whose body repeats the request's Basic credentials,
+decoded, as a careless proxy does). A JSON ``answer_body`` may be set for ``ok``. :meth:`stop` closes the
 port.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -92,6 +94,10 @@ class PushServer:
         if how == "ok":
             body = b"OK" if self.answer_body is None else json.dumps(self.answer_body).encode()
             self._plain(h, 200, body)
+        elif how == "echo":
+            auth = h.headers.get("Authorization", "")
+            user_pass = base64.b64decode(auth.partition(" ")[2] or "").decode("utf-8", "replace")
+            self._plain(h, 401, f"bad credentials {user_pass!r} ({auth})".encode())
         elif how in ("500", "404"):
             self._plain(h, int(how), b"no")
         elif how == "redirect":

@@ -13,6 +13,7 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import unquote
 
 from statewarden.errors import SecretMissing
 
@@ -78,13 +79,26 @@ def read_secret(
     return text, source
 
 
+MIN_PASSWORD_SCRUB = 3
+
+
 def url_secrets(url: str) -> list[str]:
-    """What to scrub of a URL that is a secret: itself, without its scheme, and each
-    path, query or user-info piece long enough to be a key (a ping UUID, a token)."""
+    """What to scrub of a URL that is a secret: itself, without its scheme, its whole
+    user-info and the password in it whatever its characters or length (from
+    :data:`MIN_PASSWORD_SCRUB` on: a one-letter one would blank every such letter), and
+    each path or query piece long enough to be a key (a ping UUID, a token)."""
     out = [url]
     rest = url.partition("://")[2]
     if rest:
         out.append(rest)
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if "@" in authority:
+        userinfo = authority.rpartition("@")[0]
+        out.append(userinfo)
+        password = userinfo.partition(":")[2]
+        for p in (password, unquote(password)):
+            if len(p) >= MIN_PASSWORD_SCRUB:
+                out.append(p)
     for sep in "/?&=:@#":
         rest = rest.replace(sep, " ")
     out += [piece for piece in rest.split() if len(piece) >= 8 and "." not in piece]

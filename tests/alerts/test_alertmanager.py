@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -196,6 +197,30 @@ class TestSecretUrl:
         assert f"file {url_file}" in d.health.last_error
         for text in (d.health.last_error, d.health.last_answer, str(outbox.pending())):
             assert "s3cret-pa55word" not in text
+
+    @pytest.mark.parametrize("password", ["p.ss", "hunter2", "dot.ted.pass", "a%2Fb%3Ac", "abc"])
+    def test_a_password_a_server_echoes_is_scrubbed_whatever_it_is(
+        self, tmp_path: Path, password: str
+    ) -> None:
+        """A server that repeats the Basic credentials in its refusal: the password (with a
+        dot, under 8 characters, percent-encoded) is in no text of the sink."""
+        s = PushServer(default="echo")
+        try:
+            url_file = tmp_path / "am.url"
+            url_file.write_text(f"http://statewarden:{password}@127.0.0.1:{s.port}/\n")
+            url_file.chmod(0o600)
+            sink = AlertmanagerSink(
+                AlertmanagerConfig(enabled=True, url_file=url_file, timeout=2.0)
+            )
+            outbox = Outbox(tmp_path / "outbox", max_entries=10)
+            d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
+        finally:
+            s.stop()
+        assert d.health.state == "rejected"
+        shown = " ".join((d.health.last_error, d.health.last_answer, str(outbox.pending())))
+        assert "bad credentials" in shown  # the echo is there, its secret is not
+        for spelling in {password, unquote(password)}:
+            assert spelling not in shown, spelling
 
     @pytest.mark.parametrize("how", ["readable by others", "symlink", "not a URL", "missing"])
     def test_a_url_file_that_cannot_be_used_keeps_the_entry(self, tmp_path: Path, how: str) -> None:
