@@ -11,7 +11,11 @@ Bounds, so that connections cannot starve the daemon of descriptors (its default
 ``LimitNOFILE`` is 1024 and it needs them for /proc scans, logs and state files): at
 most ``MAX_CONNECTIONS`` at once, and none while fewer than ``FD_RESERVE``
 descriptors are free; a connection over either limit gets a one-line error and is
-closed. A connection with no request for ``IDLE_TIMEOUT_S``, a request line not
+closed, unless a connection is idle (connected, no request under way): then the one
+idle longest is closed to make room, so idle clients can never lock the others out. A
+client whose connect finds the queue full (a burst: EAGAIN) waits and tries again for
+its timeout, then says the daemon is busy, never that it is not running. A connection
+with no request for ``IDLE_TIMEOUT_S``, a request line not
 finished within ``REQUEST_TIMEOUT_S`` of its first byte, or a reply not taken within
 ``WRITE_TIMEOUT_S`` is closed.
 
@@ -116,6 +120,8 @@ class ControlServer:
         self.write_timeout_s = write_timeout_s
         self.connections = 0
         self.refused = 0  # connections refused by the limits, since start
+        self.evicted = 0  # idle connections closed to make room, since start
+        self._idle: dict[asyncio.StreamWriter, float] = {}  # waiting for a request, since
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -149,11 +155,23 @@ class ControlServer:
         await asyncio.wait_for(writer.drain(), self.write_timeout_s)
 
     def _over_limit(self) -> str | None:
-        if self.connections >= self.max_connections:
+        if self.connections >= self.max_connections and not self._evict_idle():
             return f"too many connections (at most {self.max_connections}); try again"
         if free_descriptors() < self.fd_reserve:
             return "the daemon is short of file descriptors; try again"
         return None
+
+    def _evict_idle(self) -> bool:
+        """Make room for a new connection: close the one that has waited longest for a
+        request (a client that connected and said nothing), so idle connections can never
+        lock the others out. False when every connection is busy."""
+        if not self._idle:
+            return False
+        victim = min(self._idle, key=self._idle.__getitem__)
+        del self._idle[victim]
+        victim.close()
+        self.evicted += 1
+        return True
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         refused = self._over_limit()
@@ -194,7 +212,12 @@ class ControlServer:
             else:
                 line_started = 0.0
                 wait = self.idle_timeout_s
-            chunk = await asyncio.wait_for(reader.read(65536), max(wait, 0.0))
+            if not buf and not discarding:
+                self._idle[writer] = time.monotonic()
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), max(wait, 0.0))
+            finally:
+                self._idle.pop(writer, None)
             if not chunk:
                 return
             buf += chunk
@@ -273,12 +296,7 @@ def request(
     """Send one request and return its result; raise DaemonNotRunning / ControlError."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout_s)
-        try:
-            s.connect(str(path))
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
-        except OSError as exc:
-            raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
+        _connect(s, path, timeout_s)
         # A refusal can be answered and the connection closed before the request is read:
         # the answer is still there to read below.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -297,6 +315,29 @@ def request(
     if not buf:
         raise ControlError("the daemon closed the connection without an answer")
     return _result_of(json.loads(buf.split(b"\n", 1)[0]))
+
+
+def _connect(s: socket.socket, path: Path, timeout_s: float) -> None:
+    """Connect, waiting out a full queue (a burst of clients: the daemon is there, busy)
+    for up to ``timeout_s``; only a socket nobody listens on is "not running"."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.01
+    while True:
+        try:
+            s.connect(str(path))
+            return
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise DaemonNotRunning(f"no statewarden daemon at {path} ({exc.strerror})") from None
+        except BlockingIOError:
+            if time.monotonic() + pause > deadline:
+                raise ControlError(
+                    f"the daemon at {path} is busy: its queue of connections stayed full"
+                    f" for {timeout_s:.0f} s; try again"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+        except OSError as exc:
+            raise DaemonNotRunning(f"cannot reach the daemon at {path}: {exc}") from None
 
 
 def _result_of(reply: dict[str, Any], *, with_exit_code: bool = False) -> Any:

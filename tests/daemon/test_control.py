@@ -177,3 +177,30 @@ class TestProtocol:
             assert control.request(path, "echo", value=1) == {"echo": 1}
         finally:
             srv.stop()
+
+
+class TestBusy:
+    def test_a_full_queue_is_busy_not_absent(self, tmp_path: Path) -> None:
+        """A socket whose queue of connections is full (a burst; here a listener that never
+        accepts): the client waits out its timeout and says the daemon is busy, never that
+        it is not running."""
+        path = tmp_path / "control.sock"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(path))
+            listener.listen(0)
+            fillers = []
+            for _ in range(4):  # fill the queue (the kernel takes one or two over 0)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.setblocking(False)
+                try:
+                    s.connect(str(path))
+                except BlockingIOError:
+                    s.close()
+                    break
+                fillers.append(s)
+            try:
+                with pytest.raises(ControlError, match="is busy: its queue of connections"):
+                    control.request(path, "status", timeout_s=0.5)
+            finally:
+                for s in fillers:
+                    s.close()

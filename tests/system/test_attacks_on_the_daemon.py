@@ -390,14 +390,14 @@ class TestControlLimits:
         assert second == {"ok": True, "result": {"echo": "ping"}}
 
     def test_connections_over_the_cap_are_refused(self, tmp_path: Path) -> None:
-        """With 4 idle connections held (cap 4), a fifth gets a one-line refusal; once
-        they close, requests work again."""
+        """With 4 connections each in the middle of a request (cap 4), a fifth gets a
+        one-line refusal; once they close, requests work again."""
         server = self._server(tmp_path, max_connections=4)
 
         def client() -> tuple[dict[str, Any], dict[str, Any]]:
             held = [self._connect(server.path) for _ in range(4)]
-            for s in held:  # each is being served: it answers
-                s.sendall(b'{"cmd": "x"}\n')
+            for s in held:  # each is served, and its next request is under way (one read)
+                s.sendall(b'{"cmd": "x"}\n{"cmd": ')
                 assert self._line(s)["ok"] is True
             with self._connect(server.path) as extra:
                 refused = self._line(extra)
@@ -415,6 +415,32 @@ class TestControlLimits:
         refused, again = self._serve(server, client)
         assert refused == {"ok": False, "error": "too many connections (at most 4); try again"}
         assert again["result"] == {"echo": "again"}
+
+    def test_idle_connections_never_lock_the_others_out(self, tmp_path: Path) -> None:
+        """10 idle connections (cap 4, the idle timeout a minute): every one of 10 requests
+        that follow is served, each by closing the connection idle longest, which reads
+        end-of-file; none is refused."""
+        server = self._server(tmp_path, max_connections=4)
+
+        def client() -> tuple[list[dict[str, Any]], list[bytes]]:
+            idle = [self._connect(server.path) for _ in range(10)]
+            replies = []
+            for i in range(10):
+                with self._connect(server.path) as s:
+                    s.sendall(json.dumps({"cmd": f"n{i}"}).encode() + b"\n")
+                    replies.append(self._line(s))
+            ends = []
+            for s in idle[:6]:  # the first ones were idle longest: closed for the others
+                s.settimeout(5)
+                ends.append(s.recv(10))
+            for s in idle:
+                s.close()
+            return replies, ends
+
+        replies, ends = self._serve(server, client)
+        assert [r["result"] for r in replies] == [{"echo": f"n{i}"} for i in range(10)]
+        assert ends == [b""] * 6
+        assert server.evicted >= 6
 
     def test_idle_and_slow_connections_are_closed(self, tmp_path: Path) -> None:
         """A connection that sends nothing, and one that drips half a request, are closed
