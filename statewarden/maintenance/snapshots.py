@@ -41,7 +41,7 @@ from typing import Any
 import apsw
 
 from statewarden.atomic import private_dir, write_atomic
-from statewarden.errors import DatabaseError, StatewardenError
+from statewarden.errors import CopyFailed, DatabaseError, DatabaseUnreadable, StatewardenError
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
@@ -180,6 +180,12 @@ def _backup(db: Path, dest: Path) -> None:
             out.execute("PRAGMA journal_mode=DELETE")
         finally:
             out.close()
+    except apsw.FullError as exc:
+        # A write of the copy failed: the snapshot's folder, not the live file.
+        raise CopyFailed(
+            f"{dest.parent}: no space left to write the snapshot of {db}: disk is full ({exc})",
+            hint="free some space there",
+        ) from None
     except apsw.Error as exc:
         raise classify_error(db, exc) from None
     finally:
@@ -187,11 +193,18 @@ def _backup(db: Path, dest: Path) -> None:
 
 
 def _check(dest: Path, state_dir: Path, progress: ProgressFn | None) -> tuple[str, list[str]]:
-    """What ``statewardenctl check`` says of the copy: (damage class, findings)."""
+    """What ``statewardenctl check`` says of the copy: (damage class, findings). Only a
+    copy SQLite cannot read is a verdict ("unreadable"); a check that could not run (no
+    room for its work copy, a failed write) judged nothing and is raised as such."""
     try:
         diagnosis = check_database(dest, private_dir(state_dir / "work"), progress=progress)
-    except StatewardenError as exc:
+    except DatabaseUnreadable as exc:
         return "unreadable", [str(exc)]
+    except StatewardenError as exc:
+        raise StatewardenError(
+            f"{dest}: the snapshot could not be checked (nothing judged): {exc.message}",
+            hint=exc.hint,
+        ) from None
     return diagnosis.damage, diagnosis.findings()
 
 

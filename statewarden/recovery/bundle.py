@@ -34,6 +34,7 @@ import apsw
 
 from statewarden.atomic import create_new
 from statewarden.errors import (
+    CopyFailed,
     DatabaseChanged,
     DatabaseError,
     DatabaseUnreadable,
@@ -159,7 +160,7 @@ def check_free_space(directory: Path, needed: int) -> None:
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
     if free < needed + FREE_SPACE_MARGIN_BYTES:
-        raise DatabaseError(
+        raise CopyFailed(
             f"{directory}: not enough free space: {free} bytes free,"
             f" {needed + FREE_SPACE_MARGIN_BYTES} needed",
             hint="free some space there or choose another folder",

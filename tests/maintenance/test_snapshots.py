@@ -285,17 +285,20 @@ def test_kill_9_at_the_snapshot_step_then_resume(
 
 
 @needs_root
-def test_a_full_disk_keeps_no_half_snapshot(tmp_path: Path) -> None:
-    """The state dir on a tmpfs too small for the copy (a private mount namespace):
-    ``snapshots take`` fails with one line (no traceback), exit 1, and no ``.db`` or
-    ``.json`` is left in the snapshots folder; the source is untouched."""
+@pytest.mark.parametrize("size", ["2M", "16M"])
+def test_a_full_disk_keeps_no_half_snapshot(tmp_path: Path, size: str) -> None:
+    """The state dir on a tmpfs too small for the copy (2M), or with room for the copy of
+    the 10 MB file but not for the check's own work copy (16M), in a private mount
+    namespace: ``snapshots take`` fails with one line (no traceback) saying there is no
+    space, never that the live file is damaged, exit 1, and no ``.db`` or ``.json`` is
+    left in the snapshots folder; the source is untouched."""
     home = make_home(tmp_path / "home", SMALL)
     db = home / "state.db"
     before = digest(db)
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     script = (
-        f'mount -t tmpfs -o size=2M,mode=0700 tmpfs "{state}" && '
+        f'mount -t tmpfs -o size={size},mode=0700 tmpfs "{state}" && '
         f'"{sys.executable}" -m statewarden.cli.ctl snapshots take --db "{db}"; '
         f'echo "rc=$?"; ls -A "{state}/statewarden/snapshots"'
     )
@@ -313,5 +316,7 @@ def test_a_full_disk_keeps_no_half_snapshot(tmp_path: Path) -> None:
     assert lines[1:] == [".lock"]
     (err,) = proc.stderr.splitlines()
     assert err.startswith("statewardenctl: error: ")
+    assert any(w in err for w in ("disk is full", "not enough free space")), err
+    assert "damage" not in err, err
     assert "Traceback" not in proc.stderr
     assert digest(db) == before
