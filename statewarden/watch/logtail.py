@@ -84,6 +84,8 @@ DEFAULT_READ_CHUNK_BYTES = 64 * 1024
 DEFAULT_SAVE_INTERVAL_S = 0.0
 # Records remembered to recognise another log's copy of them (oldest forgotten first).
 DEDUPE_RECORDS_REMEMBERED = 20_000
+# Processes writing one log can be a little out of order; older than this is history.
+HISTORY_SLACK_S = 60.0
 # Looks at a log again when a writer rotated it between our stat and our open.
 MAX_RACE_RETRIES = 4
 # Rotated files still followed per log (each holds a descriptor), oldest dropped first.
@@ -97,7 +99,8 @@ class Notice:
     """Something about a log file the user may want to know (not a Hermes signal)."""
 
     file: str  # the log's name: "agent.log"
-    what: str  # "rotated", "truncated", "rewritten", "gap", "not_a_file", "unreadable"
+    # "rotated", "truncated", "rewritten", "gap", "not_a_file", "unreadable", "history"
+    what: str
     text: str  # one line a person reads
 
 
@@ -109,6 +112,7 @@ class TailStats:
     lines_cut: int = 0  # lines longer than max_line_bytes
     bytes_cut: int = 0  # bytes skipped from those lines and from over-long records
     duplicates: int = 0  # records dropped as another log file's copy of one returned
+    history_skipped: int = 0  # records older than the newest this log gave (replaced log)
 
 
 @dataclass
@@ -396,6 +400,9 @@ class _Tail:
     problem: str = ""
     problem_what: str = ""  # the notice's ``what``: "not_a_file", "unreadable"
     problem_now: bool = False  # the problem was seen again in this poll
+    # The time of the newest record returned from this log (persisted): a record older
+    # than it by more than HISTORY_SLACK_S is history a replaced file brought back.
+    newest: float | None = None
 
 
 class LogTailer:
@@ -441,6 +448,7 @@ class LogTailer:
             tail.resume_rotated = saved.rotated.get(tail.name, [])
             if tail.name in saved.known:
                 tail.known = saved.known[tail.name]
+            tail.newest = saved.newest.get(tail.name)
         self.write_error: StateUnwritable | None = None  # the last offsets save that failed
 
     @classmethod
@@ -467,9 +475,34 @@ class LogTailer:
             if not tail.problem_now:
                 tail.problem = ""
             tail.seen = True
-            out += self._dedupe(tail.name, got)
+            out += self._dedupe(tail.name, self._not_history(tail, got))
         self._autosave()
         return out
+
+    def _not_history(self, tail: _Tail, records: list[LogRecord]) -> list[LogRecord]:
+        """Drop the records older than what this log already gave (by more than
+        :data:`HISTORY_SLACK_S`, which covers processes writing one log out of order):
+        a log replaced by an older copy of itself (restored, copied back) is read again
+        from its start, and its old lines are history, not news. Counted and noticed."""
+        kept: list[LogRecord] = []
+        old = 0
+        for r in records:
+            t = r.timestamp
+            if t is not None and tail.newest is not None and t < tail.newest - HISTORY_SLACK_S:
+                old += 1
+                continue
+            if t is not None:
+                tail.newest = t if tail.newest is None else max(tail.newest, t)
+            kept.append(r)
+        if old:
+            self.stats.history_skipped += old
+            self._notice(
+                tail,
+                "history",
+                f"{tail.path}: {old} record(s) older than the newest already read"
+                " (a replaced or restored log) not read again",
+            )
+        return kept
 
     def flush(self) -> list[LogRecord]:
         """Return the records still waiting for a next line (as at the idle delay)."""
@@ -908,4 +941,5 @@ class LogTailer:
     def save(self) -> None:
         """Write the offsets file if it changed (``offsets.OffsetsFile``)."""
         known = {t.name: t.known for t in self._tails if t.known}
-        self._offsets_file.save(self._offsets(), self._rotated_offsets(), known)
+        newest = {t.name: t.newest for t in self._tails if t.newest is not None}
+        self._offsets_file.save(self._offsets(), self._rotated_offsets(), known, newest)

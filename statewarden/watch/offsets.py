@@ -131,6 +131,7 @@ class Saved:
     files: dict[str, Offset] | None = None  # None: no offsets file (a first start)
     rotated: dict[str, list[Offset]] = field(default_factory=dict)
     known: dict[str, set[FileId]] = field(default_factory=dict)
+    newest: dict[str, float] = field(default_factory=dict)  # newest record time returned
 
 
 class OffsetsFile:
@@ -168,6 +169,13 @@ class OffsetsFile:
             for name, pairs in kn.items():
                 with contextlib.suppress(TypeError, ValueError):
                     out.known[name] = {(int(d), int(i)) for d, i in pairs}
+        newest = raw.get("newest_record")
+        if isinstance(newest, dict):
+            out.newest = {
+                n: float(t)
+                for n, t in newest.items()
+                if isinstance(t, int | float) and not isinstance(t, bool)
+            }
         return out
 
     def save(
@@ -175,6 +183,7 @@ class OffsetsFile:
         files: dict[str, Offset],
         rotated: dict[str, list[Offset]],
         known: dict[str, set[FileId]],
+        newest: dict[str, float] | None = None,
     ) -> None:
         """Write the offsets file if it changed (tmp + fsync + rename, then the dir);
         raises ``StateUnwritable`` when it cannot be written."""
@@ -188,6 +197,8 @@ class OffsetsFile:
             data["known_rotated"] = {
                 name: sorted([d, i] for d, i in ids) for name, ids in known.items()
             }
+        if newest:
+            data["newest_record"] = dict(newest)
         if data == self._written:
             return
         write_atomic(self.path, json.dumps(data, sort_keys=True))

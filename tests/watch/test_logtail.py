@@ -930,3 +930,50 @@ class TestWholeBlockReading:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(logtail._Reader, "_feed_records", _line_by_line)
             assert self._read(data, cuts, limit, record_chars) == fast
+
+
+class TestHistory:
+    """A log replaced by an older copy of itself brings back history, not news."""
+
+    def _lines(self, start: dt.datetime, n: int, what: str) -> list[str]:
+        return [
+            log_line(start + dt.timedelta(seconds=i), "CRITICAL", "hermes_state", f"{what} {i}")
+            for i in range(n)
+        ]
+
+    def test_an_older_copy_of_a_log_is_not_read_again(self, logs: Path, offsets: Path) -> None:
+        """errors.log read; then an older copy (six minutes older lines) renamed over it:
+        none of its lines is returned, a "history" notice says why, a restarted tailer
+        does not return them either, and a new line written after them is returned."""
+        errors = logs / "errors.log"
+        errors.write_text("")
+        t = tailer(logs, offsets, names=["errors.log"])
+        assert drain(t) == []
+        now = dt.datetime.now().replace(microsecond=0)
+        append(errors, *self._lines(now, 3, "current"))
+        assert messages(drain(t)) == ["current 0", "current 1", "current 2"]
+        old = logs / "errors.log.bak"
+        old.write_text("\n".join(self._lines(now - dt.timedelta(minutes=6), 4, "old")) + "\n")
+        os.rename(old, errors)
+        assert drain(t) == []
+        (note,) = [n for n in t.drain_notices() if n.what == "history"]
+        assert "4 record(s) older" in note.text
+        assert t.stats.history_skipped == 4
+        t.save()
+        t.close()
+        again = tailer(logs, offsets, names=["errors.log"])
+        append(errors, *self._lines(now + dt.timedelta(seconds=5), 1, "new"))
+        assert messages(drain(again)) == ["new 0"]
+        again.close()
+
+    def test_writers_a_little_out_of_order_lose_nothing(self, logs: Path, offsets: Path) -> None:
+        """Two processes writing one log a few seconds out of order: every line returned."""
+        agent = logs / "agent.log"
+        agent.write_text("")
+        t = tailer(logs, offsets, names=["agent.log"])
+        assert drain(t) == []
+        now = dt.datetime.now().replace(microsecond=0)
+        append(agent, *self._lines(now, 1, "late"))
+        append(agent, *self._lines(now - dt.timedelta(seconds=20), 1, "early"))
+        assert messages(drain(t)) == ["late 0", "early 0"]
+        t.close()
