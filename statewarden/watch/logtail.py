@@ -403,6 +403,10 @@ class _Tail:
     # The time of the newest record returned from this log (persisted): a record older
     # than it by more than HISTORY_SLACK_S is history a replaced file brought back.
     newest: float | None = None
+    # Reading a file from its start that replaced or rewrote the one read before: only
+    # then can a record be history (a log appended to is news, even when the clock went
+    # back an hour at the end of summer time).
+    replaying: bool = False
 
 
 class LogTailer:
@@ -476,6 +480,8 @@ class LogTailer:
                 tail.problem = ""
             tail.seen = True
             out += self._dedupe(tail.name, self._not_history(tail, got))
+            if not self.behind:
+                tail.replaying = False  # caught up with the file that replaced the old one
         self._autosave()
         return out
 
@@ -487,8 +493,13 @@ class LogTailer:
         kept: list[LogRecord] = []
         old = 0
         for r in records:
-            t = r.timestamp
-            if t is not None and tail.newest is not None and t < tail.newest - HISTORY_SLACK_S:
+            t, newest = r.timestamp, tail.newest
+            if (
+                tail.replaying
+                and t is not None
+                and newest is not None
+                and (t < newest - HISTORY_SLACK_S)
+            ):
                 old += 1
                 continue
             if t is not None:
@@ -662,6 +673,7 @@ class LogTailer:
             self._read_on(tail, r, st, out, now)
             return True
         # The file is new, or was rotated, replaced or deleted since the last poll.
+        tail.replaying = True
         chain = self._chain(tail)
         if tail.known is None:
             tail.known = self._initial_known(tail, chain)
@@ -702,6 +714,7 @@ class LogTailer:
         if shorter or r.rewritten():
             r.finish(out, now)
             r.seek(0)
+            tail.replaying = True
             # copytruncate: the copy (x.log.1) holds what was read already.
             tail.known = {_ident(s) for _p, s in self._chain(tail)}
             what, how = (

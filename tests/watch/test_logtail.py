@@ -966,8 +966,10 @@ class TestHistory:
         assert messages(drain(again)) == ["new 0"]
         again.close()
 
-    def test_writers_a_little_out_of_order_lose_nothing(self, logs: Path, offsets: Path) -> None:
-        """Two processes writing one log a few seconds out of order: every line returned."""
+    def test_a_log_appended_to_is_news_whatever_its_times(self, logs: Path, offsets: Path) -> None:
+        """Lines appended to the same file are news even when their time goes back (two
+        processes out of order, the clock set back an hour at the end of summer time):
+        every line returned."""
         agent = logs / "agent.log"
         agent.write_text("")
         t = tailer(logs, offsets, names=["agent.log"])
@@ -975,5 +977,6 @@ class TestHistory:
         now = dt.datetime.now().replace(microsecond=0)
         append(agent, *self._lines(now, 1, "late"))
         append(agent, *self._lines(now - dt.timedelta(seconds=20), 1, "early"))
-        assert messages(drain(t)) == ["late 0", "early 0"]
+        append(agent, *self._lines(now - dt.timedelta(hours=1), 1, "summer time"))
+        assert messages(drain(t)) == ["late 0", "early 0", "summer time 0"]
         t.close()
