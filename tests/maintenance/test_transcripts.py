@@ -370,9 +370,9 @@ class TestBadInput:
                 {"role": "assistant", "content": "kept", "timestamp": 1796160002.0},
             ],
         )
-        with path.open("ab") as f:
-            f.write(b'{"role": "user", "content": "\xff\xfe"}\n')
-            f.write(json.dumps({"role": "user", "content": "last"}).encode() + b"\n")
+        with path.open("ab") as out:
+            out.write(b'{"role": "user", "content": "\xff\xfe"}\n')
+            out.write(json.dumps({"role": "user", "content": "last"}).encode() + b"\n")
         result = import_diverted(hermes_home / "state.db", hermes_home)
         assert result.error is None
         (f,) = result.files
