@@ -43,9 +43,13 @@ class Spec:
     text_bytes: int = 200
     seed: int = 1
     hermes: str = HERMES_VERSION
+    wal_first: bool = False  # Hermes opens an empty WAL file (0.22 keeps WAL then)
 
     def key(self) -> str:
-        raw = json.dumps({**asdict(self), "v": 1}, sort_keys=True)
+        fields = asdict(self)
+        if not self.wal_first:
+            del fields["wal_first"]  # the keys of the specs from before it stay the same
+        raw = json.dumps({**fields, "v": 1}, sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -89,6 +93,7 @@ AnySpec = Spec | MainSpec
 # The oldest supported release, same rows as TINY.
 OLDEST = Spec(hermes=OLDEST_HERMES)
 NEWEST = Spec(hermes=NEWEST_HERMES)
+NEWEST_WAL = Spec(hermes=NEWEST_HERMES, wal_first=True)
 # Schema 30 of Hermes main: born on main (external-content FTS over views), the same
 # with the CJK table, and TINY opened by main (legacy inline FTS, prompt dedupe stopped
 # after 2 of its 4 inline prompts).
@@ -154,7 +159,8 @@ def _build_argv(spec: Spec | MainSpec, home: Path) -> list[str]:
         str(spec.seed),
     ]
     if isinstance(spec, Spec):
-        return [hermes_python(spec.hermes), str(WRITER), "build", "--home", str(home), *sizes]
+        wal = ["--wal-first"] if spec.wal_first else []
+        return [hermes_python(spec.hermes), str(WRITER), "build", "--home", str(home), *sizes, *wal]
     argv = [
         hermes_python(spec.base.hermes),
         str(MAIN_WRITER),

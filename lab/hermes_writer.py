@@ -8,10 +8,12 @@ its own process because Hermes uses the stdlib ``sqlite3`` and statewarden uses 
 
 Commands:
   build --home H --sessions N --messages M --text-bytes B --seed S [--clock EPOCH]
+        [--wal-first]
       create a state.db with N sessions (every 7th a ``cron_<job>_<stamp>`` session,
       most with a unique title), M messages spread over them (user / assistant with
       tool calls / tool results), token usage rows and gateway routing entries;
-      with --clock, Hermes' ``time.time()`` counts 1 ms per call from EPOCH.
+      with --clock, Hermes' ``time.time()`` counts 1 ms per call from EPOCH; with
+      --wal-first, Hermes opens an empty file already in WAL mode (and keeps it WAL).
   hold --home H [--write-every SECONDS] [--ofd-guard] [--drop-posix-locks]
       open the database as Hermes does, append one message, print ``ready`` and stay
       open (writing every SECONDS if given) until stdin closes or SIGTERM. With
@@ -110,10 +112,23 @@ def _fixed_clock(start: float) -> None:
     time.time = lambda: start + next(calls) / 1000
 
 
+def _wal_first(home: str) -> None:
+    """An empty state.db already in WAL mode, for a Hermes that would create DELETE mode
+    on a SQLite with the WAL-reset bug (0.22 on SQLite 3.40.1) but keeps a WAL file WAL."""
+    import sqlite3
+
+    os.makedirs(home, exist_ok=True)
+    conn = sqlite3.connect(os.path.join(home, "state.db"))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+
+
 def build(args: argparse.Namespace) -> None:
     if args.clock is not None:
         _fixed_clock(args.clock)
     rng = random.Random(args.seed)
+    if args.wal_first:
+        _wal_first(args.home)
     db = _open(args.home)
     base = 1_788_000_000  # 2026-08-29, a fixed start so fixtures are reproducible
     session_ids: list[str] = []
@@ -212,6 +227,7 @@ def main() -> None:
     b.add_argument("--text-bytes", type=int, default=200)
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--clock", type=float, default=None, help="fixed clock start (epoch s)")
+    b.add_argument("--wal-first", action="store_true", help="start from an empty WAL file")
     h = sub.add_parser("hold")
     h.add_argument("--home", required=True)
     h.add_argument("--write-every", type=float, default=0.0)

@@ -26,12 +26,17 @@ from lab.hermes_fixtures import (
     MAIN_CJK,
     MAIN_EXTERNAL,
     MAIN_LEGACY,
+    NEWEST,
+    NEWEST_WAL,
     OLDEST,
     TINY,
     AnySpec,
     MainSpec,
+    Spec,
     built_db,
+    hermes_python,
     make_home,
+    writer_env,
 )
 from tests.support.cli import run_ctl
 from tests.support.maintenance import maintenance_config
@@ -41,10 +46,11 @@ CJK_WHY = "no such tokenizer: cjk_unicode61"
 
 
 class Generation:
-    def __init__(self, name: str, spec: AnySpec, schema_version: int) -> None:
+    def __init__(self, name: str, spec: AnySpec, schema_version: int, journal: str = "wal") -> None:
         self.name = name
         self.spec = spec
         self.schema_version = schema_version
+        self.journal = journal  # what status calls its journal mode
 
     @property
     def unverifiable(self) -> dict[str, str]:
@@ -55,6 +61,8 @@ class Generation:
 GENERATIONS = [
     Generation("0.19.0", TINY, 22),
     Generation("0.13.0", OLDEST, 11),
+    Generation("0.22.2.post1", NEWEST, 31, journal="rollback"),
+    Generation("0.22.2.post1-wal", NEWEST_WAL, 31),
     Generation("main-legacy-fts", MAIN_LEGACY, 30),
     Generation("main-external-fts", MAIN_EXTERNAL, 30),
     Generation("main-cjk", MAIN_CJK, 30),
@@ -105,14 +113,15 @@ def check_json(db: Path) -> tuple[int, dict[str, Any]]:
 
 
 def test_status_reads_the_schema_version(gen: Generation, tmp_path: Path) -> None:
-    """status reads each generation's schema version, WAL mode and no problem."""
+    """status reads each generation's schema version, its journal mode (0.22 on this
+    SQLite creates DELETE mode, a file that is WAL stays WAL) and no problem."""
     home = make_home(tmp_path / "home", gen.spec)
     code, out, err = run_ctl("status", "--db", str(home / "state.db"), "--json")
     assert (code, err) == (0, "")
     [db] = json.loads(out)["databases"]
     assert (db["schema_version"], db["journal_mode"], db["problems"]) == (
         gen.schema_version,
-        "wal",
+        gen.journal,
         [],
     )
 
@@ -308,3 +317,42 @@ def test_maintenance_repairs_the_phantom_row(gen: Generation, config: Path, tmp_
     assert rep["recover"]["loss_detected"] is False
     assert rep["post_check"]["ok"] is True
     assert_same_database(case.pristine, case.db)
+
+
+@pytest.mark.parametrize(
+    "gen", [g for g in GENERATIONS if isinstance(g.spec, Spec)], ids=lambda g: g.name
+)
+def test_hermes_reopens_the_repaired_file_and_sees_every_row(
+    gen: Generation, config: Path, tmp_path: Path
+) -> None:
+    """After a real repair of the phantom row, that Hermes' own SessionDB opens the file,
+    finds every session and reads every message, and leaves the schema byte for byte as
+    it was (a Hermes that finds a trigger's stored text different rewrites it on every
+    open)."""
+    assert isinstance(gen.spec, Spec)
+    case = corruption.phantom_row(tmp_path / "home", gen.spec)
+    code, _out, err = run_ctl("maintenance", "--db", str(case.db), "--yes", "--json")
+    assert code == 0, err
+    schema_before = schema_rows(case.db)
+    counted = rows(
+        case.db,
+        "SELECT s.id, count(m.id) FROM sessions s LEFT JOIN messages m"
+        " ON m.session_id = s.id GROUP BY s.id",
+    )
+    want = {str(sid): n for sid, n in counted}
+    script = (
+        "import json, sys; from hermes_state import SessionDB; db = SessionDB();"
+        " ids = json.loads(sys.argv[1]);"
+        " print(json.dumps({i: (db.get_session(i) is not None) and len(db.get_messages(i))"
+        " for i in ids})); db.close()"
+    )
+    out = subprocess.run(
+        [hermes_python(gen.spec.hermes), "-c", script, json.dumps(sorted(want))],
+        env=writer_env(case.db.parent),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == want
+    assert schema_rows(case.db) == schema_before
