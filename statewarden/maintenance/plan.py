@@ -90,6 +90,9 @@ class Plan:
     # The quarantine on another filesystem than the database: the original and its
     # sidecars are copied there at the swap. (folder, bytes free, bytes needed)
     quarantine_space: tuple[Path, int, int] | None = None
+    # Other profiles the stop reaches (one gateway serves every profile on current
+    # Hermes): {"profile", "db", "unit", "how"} each (maintenance/profiles.py).
+    affected_profiles: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def refusals(self) -> list[str]:
@@ -144,6 +147,7 @@ class Plan:
             "free_bytes": self.free_bytes,
             "needed_bytes": self.needed_bytes,
             "expected_downtime_s": {"unchanged": low, "changed": high},
+            "affected_profiles": list(self.affected_profiles),
         }
 
     def render(self) -> list[str]:
@@ -159,6 +163,11 @@ class Plan:
             lines.append(f"  pid {d.pid} {d.kind} ({d.command}): {how}: {d.reason}")
         if self.units:
             lines.append(f"  units to stop, then start again: {', '.join(self.units)}")
+        for a in self.affected_profiles:
+            lines.append(
+                f"  this stop also stops Hermes for profile {a['profile']} ({a['db']}):"
+                f" {a['unit']} {a['how']}; it starts again with the units"
+            )
         if self.systemd_note:
             lines.append(f"  systemd: {self.systemd_note}")
         lines.append(

@@ -16,7 +16,7 @@ through SQLite, start them again: no swap).
 ledger line of that step is durable (or, for ``sidecars-moved`` and ``original-kept``,
 half-way through the swap; for ``catch-up-copied``, once the catch-up folder holds its
 copy of the database); ``$STATEWARDEN_FAIL_AT=<step>`` raises an unexpected error
-(:class:`InjectedFault`) at the same points: the fault-injection points the crash and
+(:class:`_InjectedFault`) at the same points: the fault-injection points the crash and
 fault tests use.
 
 What maintenance stopped, it starts again (docs/safety.md, rule 14): from the first
@@ -92,6 +92,7 @@ from statewarden.maintenance.prebuild import (
     identity,
     new_file_path,
 )
+from statewarden.maintenance.profiles import affected_profiles
 from statewarden.maintenance.quiesce import (
     Settler,
     annotate_units,
@@ -143,13 +144,13 @@ CANCELLED = "cancelled by the user before the swap"
 EmitFn = Callable[[dict[str, Any]], None]
 
 
-class InjectedFault(RuntimeError):
+class _InjectedFault(RuntimeError):
     """The unexpected error ``$STATEWARDEN_FAIL_AT`` raises (fault tests)."""
 
 
 def _what_failed(exc: BaseException) -> str:
     """One line for an error a step did not expect."""
-    if isinstance(exc, StatewardenError | InjectedFault):
+    if isinstance(exc, StatewardenError | _InjectedFault):
         return str(exc)
     if isinstance(exc, OSError):
         return f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
@@ -399,7 +400,7 @@ class MaintenanceRun:
         if os.environ.get(ENV_CRASH_AT) == name:
             os.kill(os.getpid(), signal.SIGKILL)
         if os.environ.get(ENV_FAIL_AT) == name:
-            raise InjectedFault(f"a fault injected at {name}")
+            raise _InjectedFault(f"a fault injected at {name}")
 
     def _failed(self, step: str, exc: BaseException) -> None:
         """Record a step that failed after the stop; the run goes on to the restart."""
@@ -527,7 +528,7 @@ class MaintenanceRun:
                 " it is waited for, never stopped"
             )
         note = annotate_units([scan], self.address) if scan.holders else None
-        return make_plan(
+        plan = make_plan(
             self.db,
             scan,
             action=self.options.action,
@@ -539,6 +540,9 @@ class MaintenanceRun:
             offline=self.options.action == "checkpoint",
             quarantine=quarantine_root(self.state),
         )
+        affected = affected_profiles(self.config, self.db, plan.units, self.address)
+        plan.affected_profiles = [a.to_json() for a in affected]
+        return plan
 
     def _run(self) -> RunReport:
         opts = self.options
