@@ -48,6 +48,10 @@ unshare -m --propagation private bash -euc '
 site=$(echo "$root$venv"/lib/python3*/site-packages)
 rm -rf "$site/apsw/sqlite_extra_binaries" "$site"/*/tests
 find "$root$venv/include" -depth -type d -empty -delete 2>/dev/null || true
+# The wheel's own man pages (share/man beside a pip install's bin/): the package has
+# them compressed in /usr/share/man.
+rm -rf "$root$venv/share/man"
+rmdir "$root$venv/share" 2>/dev/null || true
 find "$root$venv/bin" -maxdepth 1 -type f ! -name 'statewarden*' ! -name 'python*' \
     ! -name 'activate*' -delete
 find "$root$venv" -name '*.so' -type f -exec strip --strip-unneeded --remove-section=.comment \

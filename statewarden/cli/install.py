@@ -443,7 +443,13 @@ def _where_man_looks(plan: InstallPlan) -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     mandir = pages[0].parent.parent
-    if str(mandir) in r.stdout.strip().split(":"):
+    searched = r.stdout.strip().split(":")
+    # The wheel's own copy beside the program (<prefix>/share/man, found while
+    # <prefix>/bin is on PATH) serves as well as the one written here.
+    beside = plan.bindir.parent / "share" / "man"
+    if str(mandir) in searched or (
+        str(beside) in searched and (beside / "man1" / "statewarden.1").is_file()
+    ):
         return []
     return [
         f"man does not look in {mandir} with this PATH: put {mandir.parent.parent / 'bin'} on"
