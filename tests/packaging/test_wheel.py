@@ -30,10 +30,11 @@ def test_man_finds_every_page_of_a_venv_install(tmp_path: Path) -> None:
     )
     (wheel,) = wheels.glob("statewarden-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    into_venv = ["--no-deps", "--prefix", str(venv), str(wheel)]
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # The venv's own pip: a pip of this environment given --prefix would take this
+    # environment's statewarden away as an "upgrade".
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", *into_venv],
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
         check=True,
         capture_output=True,
         timeout=300,
