@@ -57,6 +57,7 @@ DEFAULT_RECOVERY_FILES_WARN_BYTES = 1024**3
 DEFAULT_RECOVERY_FILES_GROWTH_SCANS = 10  # scans are 30 s apart: 5 minutes of growth
 DEFAULT_VERIFY_INTERVAL_S = 86400.0  # each database verified once a day
 DEFAULT_VERIFY_TIMEOUT_S = 3600.0  # one verification is given up after this long
+DEFAULT_UNEXPECTED_AFTER_S = 60.0  # a script reading for a few seconds is no holder yet
 DEFAULT_MAX_WRITERS = 4  # gateway, dashboard, a TUI and the desktop's serve: a normal day
 DEFAULT_QUIET_RESOLVE_S = 3600.0
 DEFAULT_REOPEN_WINDOW_S = 600.0
@@ -210,6 +211,7 @@ class HoldersConfig:
     expected_kinds: tuple[HolderKind, ...] = DEFAULT_EXPECTED_KINDS
     other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS
     exempt_comms: tuple[str, ...] = ()
+    unexpected_after: Annotated[Duration, AtLeast(1.0)] = DEFAULT_UNEXPECTED_AFTER_S
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,8 @@ IncidentKind = Literal[
     "lock_guard",
     "wal_reset_bug",
     "recovery_files",
+    "sessions_vanished",
+    "duplicate_writers",
 ]
 
 

@@ -62,6 +62,7 @@ class HolderScans:
             exempt_comms=config.holders.exempt_comms,
             other_users=config.holders.other_users,
             own_pid=os.getpid(),
+            unexpected_after=config.holders.unexpected_after,
         )
         self.guard = Guard("holders", "*", lambda _now: [])
         self.task: asyncio.Task[None] | None = None

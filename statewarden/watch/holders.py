@@ -9,7 +9,9 @@ One :class:`~statewarden.holders.scan.HolderScanner` serves every database (one 
   (docs/stories.md stories 6 and 7: its writes no longer reach the database everyone else uses);
 - a holder with the files open but no SQLite lock -> ``lost_locks``;
 - more holders than ``holders.max_writers`` -> ``multi_writer`` (advisory);
-- a holder whose kind is not in ``holders.expected_kinds`` -> ``unexpected_holder``;
+- a holder whose kind is not in ``holders.expected_kinds``, seen holding the database
+  for ``holders.unexpected_after`` (a minute: a script that reads for a few seconds is
+  no holder worth an alert yet) -> ``unexpected_holder``;
 - a maintenance run's own process (its pid from the run lock, and that pid's children,
   given to :meth:`HolderWatcher.diff` as ``exempt``) is none of ``lost_locks``,
   ``unexpected_holder`` or ``multi_writer``: it holds the database to repair it;
@@ -121,10 +123,14 @@ class HolderWatcher:
         exempt_comms: tuple[str, ...] = (),
         other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS,
         own_pid: int | None = None,
+        unexpected_after: float = 0.0,
     ) -> None:
         """``own_pid``: the watching process (the daemon); it and its descendants are
-        never holders (None: every process is)."""
+        never holders (None: every process is). ``unexpected_after``: how long a holder
+        of an unexpected kind must be seen before it is ``unexpected_holder``."""
         self.own_pid = own_pid
+        self.unexpected_after = unexpected_after
+        self._first_seen: dict[tuple[str, int, int], float] = {}  # (db, pid, ticks) -> when
         self.exempt_comms = exempt_comms
         self.other_users: OtherUsersPolicy = other_users
         self.scanner = self._scanner(dbs)
@@ -209,10 +215,13 @@ class HolderWatcher:
             current = {(h.pid, h.start_ticks): h for h in scan.holders}
             out += _comings_and_goings(db, self._seen.get(db), current, now)
             self._seen[db] = current
+            seen_long = self._seen_for(db, current, now)
             holders = list(current.values())
             others = [h for h in holders if h.pid not in exempt and h.ppid not in exempt]
             for rule in HOLDER_RULES:
                 judged = holders if rule.kind not in MAINTENANCE_EXEMPT else others
+                if rule.kind == "unexpected_holder":
+                    judged = [h for h in judged if (h.pid, h.start_ticks) in seen_long]
                 live = {
                     str(h.pid): rule.summary(h)
                     for h in judged
@@ -221,6 +230,20 @@ class HolderWatcher:
                 out += self._state(db, rule.kind, now, live)
             out += self._state(db, "multi_writer", now, self._too_many(others))
         return out + self._open_watch_signals(now)
+
+    def _seen_for(
+        self, db: str, current: dict[tuple[int, int], Holder], now: float
+    ) -> set[tuple[int, int]]:
+        """The holders of ``db`` seen for at least ``unexpected_after`` (first seen is
+        remembered while they hold it)."""
+        for key in [k for k in self._first_seen if k[0] == db and k[1:] not in current]:
+            del self._first_seen[key]
+        out = set()
+        for pid, ticks in current:
+            since = self._first_seen.setdefault((db, pid, ticks), now)
+            if now - since >= self.unexpected_after:
+                out.add((pid, ticks))
+        return out
 
     def _own(self, h: Holder) -> bool:
         """True for the watching process itself and any process it started (its pid

@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _env(tmp_path: Path, home: Path) -> dict[str, str]:
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"watch": {"verify_interval": "1h"}}))
+    config.write_text(
+        json.dumps({"watch": {"verify_interval": "1h"}, "holders": {"unexpected_after": "1s"}})
+    )
     env = daemon_env(tmp_path, home)
     env["STATEWARDEN_CONFIG"] = str(config)
     return env

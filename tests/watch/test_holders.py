@@ -108,6 +108,25 @@ class TestStateRules:
             assert "lost its SQLite locks" in sig.summary
         assert signals(w.diff(w.scan(), now=3.0)) == [("lost_locks", str(pid), True)]
 
+    def test_an_unexpected_kind_is_one_only_after_it_held_long_enough(
+        self, hermes_home: Path
+    ) -> None:
+        """With ``unexpected_after`` 60 s: a script that holds state.db 28 s and goes is
+        never unexpected_holder; one that stays is, once seen 60 s (the watcher's clock)."""
+        db = hermes_home / "state.db"
+        w = HolderWatcher([db], max_writers=8, expected_kinds=(), unexpected_after=60.0)
+        w.diff(w.scan(), now=1.0)
+        with holding(hermes_home):
+            assert signals(w.diff(w.scan(), now=2.0)) == []
+            assert signals(w.diff(w.scan(), now=30.0)) == []
+        assert signals(w.diff(w.scan(), now=31.0)) == []
+        with holding(hermes_home) as stays:
+            assert signals(w.diff(w.scan(), now=100.0)) == []
+            assert signals(w.diff(w.scan(), now=159.0)) == []
+            assert signals(w.diff(w.scan(), now=160.0)) == [
+                ("unexpected_holder", str(stays.pid), False)
+            ]
+
     def test_unexpected_kinds_and_too_many_holders(self, hermes_home: Path) -> None:
         """Holders of kinds not expected, and more holders than max_writers, in table
         order; each clears on its own when its holder leaves."""
