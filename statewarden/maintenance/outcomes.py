@@ -150,7 +150,10 @@ def details(data: dict[str, Any]) -> list[str]:
     if units:
         lines.append(f"started again: {', '.join(units)}")
     for p in data.get("start_again") or []:
-        lines.append(f"start again yourself: {p.get('command')} (was pid {p.get('pid')})")
+        if p.get("running_again"):
+            lines.append(f"running again: {p.get('command')} (pid {p.get('running_again')})")
+        else:
+            lines.append(f"start again yourself: {p.get('command')} (was pid {p.get('pid')})")
     return lines[:EVIDENCE_MAX]
 
 

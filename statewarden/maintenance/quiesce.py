@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from statewarden.errors import QuiesceFailed, SystemdCallFailed, SystemdUnavailable
-from statewarden.holders.processes import read_stat
+from statewarden.holders.processes import read_cmdline, read_stat, read_uid, short_command
 from statewarden.holders.scan import HolderScan, HolderScanner
 from statewarden.holders.units import annotate
 from statewarden.maintenance.plan import REFUSE, SIGNAL, STOP_UNIT, HolderDecision, decide
@@ -89,6 +89,28 @@ def terminate_all(targets: Sequence[tuple[int, int | None]], grace_s: float) -> 
         while _alive(pid, ticks):
             time.sleep(EXIT_POLL_S)
     return how
+
+
+def running_again(commands: Sequence[str], gone: set[int]) -> dict[str, int]:
+    """Of ``commands`` (as :func:`short_command` names them), those a live process of
+    this uid runs now that is none of the processes signalled (``gone``): started again
+    by whoever respawns it (the desktop app's ``serve --isolated``). command -> pid."""
+    wanted = set(commands)
+    found: dict[str, int] = {}
+    me = os.getuid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in gone:
+            continue
+        pid = int(entry.name)
+        try:
+            if read_uid(pid) != me:
+                continue
+        except OSError:
+            continue
+        command = short_command(read_cmdline(pid))
+        if command in wanted and command not in found:
+            found[command] = pid
+    return found
 
 
 def complete_scan(scanner: HolderScanner, gap_s: float = SCAN_GAP_S) -> HolderScan:

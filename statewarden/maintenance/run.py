@@ -98,6 +98,7 @@ from statewarden.maintenance.quiesce import (
     annotate_units,
     complete_scan,
     describe_origin,
+    running_again,
     start_ticks_of,
     start_units,
     stop_units,
@@ -255,7 +256,13 @@ class RunReport:
         for u in self.units_started:
             lines.append(f"  unit {u['unit']}: start {u['result']}, now {u.get('state')}")
         for p in self.start_again:
-            lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
+            if p.get("running_again"):
+                lines.append(
+                    f"  running again: {p['command']} (pid {p['running_again']}; whatever"
+                    " started it started it again)"
+                )
+            else:
+                lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
         lines.extend(self._import_lines())
         if self.post_check:
             lines.append(f"  post-check: {self.post_check.get('summary', '')}")
@@ -1085,10 +1092,26 @@ class MaintenanceRun:
         elif self._down_started is not None:
             self.report.downtime_s = round(time.monotonic() - self._down_started, 3)
         self.report.units_stopped = list(self.stopped_units)
-        self.report.start_again = [
-            {"pid": s["pid"], "command": s["command"]} for s in self.signalled
-        ]
+        self.report.start_again = self._start_again()
         return failed
+
+    def _start_again(self) -> list[dict[str, Any]]:
+        """The processes the run signalled, once per command: each either running again
+        (its respawner started it: ``running_again`` names the new pid) or for the user to
+        start again."""
+        commands = list(dict.fromkeys(str(s["command"]) for s in self.signalled))
+        if not commands:
+            return []
+        gone = {int(s["pid"]) for s in self.signalled}
+        try:
+            again = running_again(commands, gone)
+        except OSError:
+            again = {}
+        out = []
+        for command in commands:
+            pids = [s["pid"] for s in self.signalled if s["command"] == command]
+            out.append({"pid": pids[-1], "command": command, "running_again": again.get(command)})
+        return out
 
     def _post_check(self) -> None:
         self._step("post-check")

@@ -324,6 +324,10 @@ class TestRespawn:
         assert rep["outcome"] == "rolled back: the database is unchanged"
         # Named, whether it came back during the settle scans or during the catch-up.
         assert "hermes serve --isolated" in rep["message"]
+        # Once per command, and not for the user to start: its respawner did.
+        (again,) = rep["start_again"]
+        assert again["command"] == "hermes serve --isolated"
+        assert again["running_again"] == int(pidfile.read_text())
         if "came back" in rep["message"]:
             assert "hermes serve --isolated came back 3 times" in rep["message"]
             assert "parent chain:" in rep["message"]
