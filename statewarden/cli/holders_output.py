@@ -25,8 +25,24 @@ if TYPE_CHECKING:
 
     from statewarden.systemd import UnitInfo
 
-_COLUMNS = ("PID", "KIND", "UNIT", "FDS (db/wal/shm)", "ORPHAN", "SINCE", "FLAGS", "COMMAND")
+_COLUMNS = (
+    "PID",
+    "KIND",
+    "UNIT",
+    "FDS (db/wal/shm)",
+    "LOCKS",
+    "ORPHAN",
+    "SINCE",
+    "FLAGS",
+    "COMMAND",
+)
 _COMMAND_WIDTH = 60
+_FILE_SHORT = {DB_FILE: "db", WAL_FILE: "wal", SHM_FILE: "shm"}
+_LOCK_KIND_SHORT = {"POSIX": "posix", "OFDLCK": "ofd", "FLOCK": "flock"}
+ROLLBACK_NOTE = (
+    "  note: the database is in rollback-journal mode: a connection holds a lock only during"
+    " a transaction, so an idle holder with no lock is normal (not flagged NO-LOCK)"
+)
 
 
 def exit_code(scans: list[HolderScan]) -> int:
@@ -52,11 +68,39 @@ def _fds(h: Holder) -> str:
     return "/".join(str(h.fds.get(n, 0)) for n in (DB_FILE, WAL_FILE, SHM_FILE))
 
 
-def _row(h: Holder, now: float) -> tuple[str, ...]:
+def _locks(h: Holder) -> str:
+    """The locks it owns on the bundle, short: ``posix R db, ofd W wal x2``; ``-`` none."""
+    if not h.locks:
+        return "-"
+    counts: dict[str, int] = {}
+    for lk in h.locks:
+        kind = _LOCK_KIND_SHORT.get(lk.kind, lk.kind.lower())
+        text = f"{kind} {lk.mode[:1]} {_FILE_SHORT.get(lk.file, lk.file)}"
+        counts[text] = counts.get(text, 0) + 1
+    return ", ".join(t if n == 1 else f"{t} x{n}" for t, n in counts.items())
+
+
+def rollback_journal(db: str) -> bool:
+    """True when the database's header says rollback-journal mode (bytes 18 and 19 are
+    1): an idle connection then holds no lock, and that is normal."""
+    try:
+        fd = os.open(db, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        head = os.pread(fd, 20, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return len(head) == 20 and head[18] == 1 and head[19] == 1
+
+
+def _row(h: Holder, now: float, *, rollback: bool = False) -> tuple[str, ...]:
     command = short_command(h.cmdline) or f"[{h.comm}]"
     if len(command) > _COMMAND_WIDTH:
         command = command[: _COMMAND_WIDTH - 3] + "..."
-    flags = ",".join(h.flags)
+    flags = ",".join(f for f in h.flags if not (rollback and f == "NO-LOCK"))
     if h.stale_files:
         flags = flags.replace("STALE", "STALE(" + "+".join(h.stale_files) + ")")
     return tuple(
@@ -66,6 +110,7 @@ def _row(h: Holder, now: float) -> tuple[str, ...]:
             h.kind + ("*" if h.kind_evidence else ""),
             h.unit or "(none)",
             _fds(h),
+            _locks(h),
             "yes" if h.orphan else "-",
             human_age(age_seconds(h, now)),
             flags or "-",
@@ -94,6 +139,12 @@ def coverage_line(scan: HolderScan) -> str | None:
         who = f"{n} {plural} ({others} of other users)"
     held = sum(1 for u in checked if u.get("holds_lock"))
     if not held:
+        if any("names no owner" in p for p in scan.problems):
+            # /proc/locks names no owner for an OFD lock: one of them may hold it.
+            return (
+                f"{who} could not be read; none owns a lock on state.db by its pid, but the"
+                " lock that names no owner (below) may be one of theirs"
+            )
         return f"{who} could not be read; none holds a lock on state.db"
     verb = "holds" if held == 1 else "hold"
     return f"{who} could not be read; {held} {verb} a lock on state.db (listed above, via locks)"
@@ -133,8 +184,11 @@ def render(
         write_line(printable(f"{profile}: {scan.db}"))
         for note in scan.notes:
             write_line(printable(f"  note: {note}"))
+        rollback = bool(scan.holders) and rollback_journal(str(scan.db))
+        if rollback and any("NO-LOCK" in h.flags for h in scan.holders):
+            write_line(ROLLBACK_NOTE)
         if scan.holders:
-            rows = [_COLUMNS, *(_row(h, now) for h in scan.holders)]
+            rows = [_COLUMNS, *(_row(h, now, rollback=rollback) for h in scan.holders)]
             widths = [max(len(r[c]) for r in rows) for c in range(len(_COLUMNS) - 1)]
             for r in rows:
                 cells = [r[c].ljust(widths[c]) for c in range(len(widths))]

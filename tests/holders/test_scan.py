@@ -749,10 +749,10 @@ class TestFailClosed:
         lines = out["stdout"].splitlines()
         assert lines[0] == f"default: {hermes_home / 'state.db'}"
         assert re.fullmatch(
-            r"PID +KIND +UNIT +FDS \(db/wal/shm\) +ORPHAN +SINCE +FLAGS +COMMAND", lines[1]
+            r"PID +KIND +UNIT +FDS \(db/wal/shm\) +LOCKS +ORPHAN +SINCE +FLAGS +COMMAND", lines[1]
         )
         assert re.fullmatch(
-            rf"{out['holder']} +unknown +\(none\) +1/1/1 +- +\d+s +- +hermes_writer\.py hold --home /\S+\.\.\.",  # cut at 60 characters
+            rf"{out['holder']} +unknown +\(none\) +1/1/1 +\S.* +- +\d+s +- +hermes_writer\.py hold --home /\S+\.\.\.",  # cut at 60 characters
             lines[2],
         )
         assert len(lines) == 3
@@ -940,6 +940,19 @@ class TestCoverageLine:
         """The coverage line counts the processes that could not be read (and how many of other
         users), and how many of them hold a lock on state.db; with none, there is no line."""
         assert coverage_line(self.scan_with(uids, held)) == line
+
+    def test_a_lock_that_names_no_owner_is_never_contradicted(self) -> None:
+        """With an OFD lock /proc/locks names no owner for: the coverage line does not say
+        "none holds a lock", it says none owns one by its pid and that lock may be theirs."""
+        scan = self.scan_with([os.geteuid() + 1] * 3, 0)
+        scan.problems.append(
+            "a lock (OFDLCK READ on state.db) names no owner (an open file description lock)"
+            " and a process that could not be read may hold it"
+        )
+        line = coverage_line(scan)
+        assert line is not None
+        assert "none holds a lock" not in line
+        assert "the lock that names no owner (below) may be one of theirs" in line
 
 
 # A SQLite connection from a process whose command line says nothing of Hermes.
