@@ -107,6 +107,10 @@ class Verified:
     priority: str = ""  # what the worker thread ran at ("nice 19, idle I/O")
     copy: str = ""  # how the private copy was made: "raw" (the bundle) or "backup API"
     file: str = ""  # the identity ("<device>:<inode>") of the file verified; "" unknown
+    # The rows the check counted in it (full scans), for ``daemon/vanished.py``: None
+    # when the check could not count them (or an older verified.json).
+    sessions: int | None = None
+    messages: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,15 +217,7 @@ class Verifications:
             self.due.setdefault(found.db, found.kind)
 
     def _maintenance_on(self, db: Path) -> bool:
-        """A run holds the database's run lock (from its plan on), or its ledger says
-        it is in progress."""
-        real = Path(os.path.abspath(db))
-        try:
-            if lock_holder(run_dir(self.state_dir, real)) is not None:
-                return True
-            return in_progress(self.state_dir, real) is not None
-        except (OSError, StatewardenError):
-            return False
+        return maintenance_on(self.state_dir, db)
 
     def tick(self, now: float) -> None:
         """From the main loop: start the next due verification, if none is running."""
@@ -314,9 +310,11 @@ class Verifications:
                 diagnosis.damage,
                 reason,
                 cpu_s=round(cpu_s + diagnosis.helper_cpu_s, 3),
-                findings=diagnosis.findings(),
+                findings=diagnosis_first(diagnosis),
                 priority=priority,
                 copy=copied,
+                sessions=_rows(diagnosis, "sessions"),
+                messages=_rows(diagnosis, "messages"),
             )
         finally:
             self.running = None
@@ -433,6 +431,35 @@ def check_live(
         shutil.rmtree(copy.parent, ignore_errors=True)
     diagnosis.path = str(db)
     return diagnosis, "backup API"
+
+
+def maintenance_on(state_dir: Path, db: Path) -> bool:
+    """A run holds the database's run lock (from its plan on), or its ledger says it is
+    in progress."""
+    real = Path(os.path.abspath(db))
+    try:
+        if lock_holder(run_dir(state_dir, real)) is not None:
+            return True
+        return in_progress(state_dir, real) is not None
+    except (OSError, StatewardenError):
+        return False
+
+
+def diagnosis_first(diagnosis: Diagnosis) -> list[str]:
+    """The findings with the diagnosis first ("sessions: ... 1 phantom duplicate, rowid
+    150", the line ``check`` leads with) and the index error counts after it: an alert
+    shows its first three."""
+    found = diagnosis.findings()
+    counts = len(diagnosis.groups)  # findings() starts with one line per error group
+    return found[counts:] + found[:counts]
+
+
+def _rows(diagnosis: Diagnosis, table: str) -> int | None:
+    """The distinct rows of ``table`` the check's full scan read; None if it has none."""
+    for t in diagnosis.tables:
+        if t.name == table:
+            return t.distinct_keys
+    return None
 
 
 def file_identity(path: Path) -> str:

@@ -61,7 +61,10 @@ def test_a_phantom_row_opens_a_corruption_incident_on_its_own(tmp_path: Path) ->
         (inc,) = d.incidents_of("corruption")
         assert inc["severity"] == "critical"
         assert "verification found base damage" in inc["summary"]
-        assert any(f"1 phantom duplicate, rowid {rowid}" in e for e in inc["evidence"])
+        # The diagnosis first (what check leads with), the index error counts after it.
+        assert inc["summary"].startswith("verification found base damage in state.db: sessions:")
+        assert f"1 phantom duplicate, rowid {rowid}" in inc["summary"]
+        assert f"1 phantom duplicate, rowid {rowid}" in inc["evidence"][0]
         assert "next step: statewardenctl maintenance --profile default" in inc["summary"]
         assert inc["evidence"][-1] == "next step: statewardenctl maintenance --profile default"
         (db,) = d.ctl("status")["databases"]
