@@ -37,11 +37,17 @@ if [ "$(id -u)" = 0 ] && command -v journalctl >/dev/null; then
     install -D -m 0644 "$here/systemd/statewarden.catalog" /usr/local/lib/systemd/catalog/statewarden.catalog
     journalctl --update-catalog
     echo "install: journal catalogue installed (journalctl -x explains statewarden's entries)" >&2
-else
-    echo "install: for journalctl -x explanations run as root: install -D -m 0644" \
-        "$here/systemd/statewarden.catalog /usr/local/lib/systemd/catalog/statewarden.catalog" \
-        "&& journalctl --update-catalog" >&2
 fi
+# (Without root, statewardenctl install below says once how to install the catalogue.)
+# The commands are linked into ~/.local/bin: say so plainly when this shell cannot find them.
+case ":$PATH:" in
+    *":$bin:"*) ;;
+    *)
+        echo "install: $bin is not on your PATH, so the shell will not find statewardenctl;" \
+            "add it with: echo 'export PATH=\"\$HOME/.local/bin:\$PATH\"' >> ~/.profile" \
+            "(then log in again, or run that export in this shell)" >&2
+        ;;
+esac
 
 if [ "${1:-}" = "--run" ]; then
     "$venv/bin/statewardenctl" install
