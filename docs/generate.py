@@ -24,7 +24,7 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from statewarden import __version__  # noqa: E402
+from statewarden import __version__, fleet  # noqa: E402
 from statewarden.cli.ctl import main as ctl_main  # noqa: E402
 from statewarden.cli.daemon_cmd import main as daemon_main  # noqa: E402
 from statewarden.config import (  # noqa: E402
@@ -340,6 +340,8 @@ def outputs() -> dict[Path, str]:
     files[ROOT / "docs" / "man" / "statewarden.yaml.5"] = config_man_page()
     for shell, name in COMPLETION_FILES.items():
         files[COMPLETIONS / name] = completion_script(shell)
+    files[ROOT / "packaging" / "prometheus" / "statewarden.rules.yml"] = fleet.rules_yaml()
+    files[ROOT / "packaging" / "grafana" / "statewarden.json"] = fleet.dashboard_json()
     return files
 
 

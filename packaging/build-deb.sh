@@ -85,6 +85,12 @@ for page in "$here"/docs/man/*.[15]; do
     mkdir -p "$root/usr/share/man/man$section"
     gzip -9n < "$page" > "$root/usr/share/man/man$section/$(basename "$page").gz"
 done
+# Fleet views (generated from statewarden/fleet.py): Prometheus alerting rules and a
+# Grafana dashboard, for the monitoring host to pick up.
+install -D -m 0644 "$here/packaging/prometheus/statewarden.rules.yml" \
+    "$root/usr/share/statewarden/prometheus/statewarden.rules.yml"
+install -D -m 0644 "$here/packaging/grafana/statewarden.json" \
+    "$root/usr/share/statewarden/grafana/statewarden.json"
 # Shell completion (generated from click by docs/generate.py), where each shell's
 # system-wide loader looks.
 install -m 0644 "$here/packaging/completions/statewardenctl" \

@@ -7,6 +7,8 @@ state.
 
 - ``statewarden_open_incidents{kind}``: open incidents by kind (every kind, 0 included);
 - ``statewarden_holders{db,kind}``: processes holding each database, by kind;
+- ``statewarden_holders_scan_complete{db}``: 1 when the last holder scan saw every
+  process, 0 when some could not be inspected;
 - ``statewarden_wal_bytes{db}``: size of each database's ``-wal`` (0 when there is none);
 - ``statewarden_last_check_damage{db,damage}`` (1 for the last ``check``'s or
   verification's damage class) and ``statewarden_last_check_timestamp_seconds{db}``;
@@ -40,6 +42,7 @@ REFRESH_S = 1.0
 class Snapshot:
     open_incidents: dict[str, int] = field(default_factory=dict)
     holders: dict[tuple[str, str], int] = field(default_factory=dict)  # (db, kind) -> count
+    scan_complete: dict[str, int] = field(default_factory=dict)  # db -> 1 / 0
     wal_bytes: dict[str, int] = field(default_factory=dict)
     last_check: dict[str, tuple[float, str]] = field(default_factory=dict)  # db -> (at, damage)
     outbox_depth: dict[str, int] = field(default_factory=dict)
@@ -109,6 +112,14 @@ class Metrics:
         for (db, kind), n in s.holders.items():
             g.add_metric([db, kind], n)
         yield g
+        g = GaugeMetricFamily(
+            "statewarden_holders_scan_complete",
+            "1 when the last holder scan saw every process, 0 when it did not",
+            labels=["db"],
+        )
+        for db, n in s.scan_complete.items():
+            g.add_metric([db], n)
+        yield g
         g = GaugeMetricFamily("statewarden_wal_bytes", "Size of the -wal file", labels=["db"])
         for db, n in s.wal_bytes.items():
             g.add_metric([db], n)
@@ -161,6 +172,7 @@ def snapshot_of(
     for inc in book.open_incidents():
         snap.open_incidents[inc.kind] = snap.open_incidents.get(inc.kind, 0) + 1
     for db, scan in holder_scans.last.items():
+        snap.scan_complete[str(db)] = 1 if scan.complete else 0
         for h in scan.holders:
             snap.holders[(str(db), h.kind)] = snap.holders.get((str(db), h.kind), 0) + 1
     for key, m in databases.monitors.items():
