@@ -1,0 +1,28 @@
+"""The classes and modules over the size caps (``test_sizes.py``) when the caps came in,
+with the lines each had: a number here may only go down, and an entry leaves once its
+class or module fits. Cutting them at their seams is the work these numbers track."""
+
+from __future__ import annotations
+
+CLASSES: dict[str, int] = {
+    "statewarden/alerts/router.py:Router": 415,
+    "statewarden/holders/scan.py:HolderScanner": 768,
+    "statewarden/maintenance/run.py:MaintenanceRun": 1077,
+    "statewarden/recovery/rebuild.py:Rebuild": 1529,
+    "statewarden/watch/logtail.py:LogTailer": 547,
+}
+
+MODULES: dict[str, int] = {
+    "statewarden/config.py": 1009,
+    "statewarden/holders/scan.py": 1069,
+    "statewarden/maintenance/run.py": 1449,
+    "statewarden/recovery/bundle.py": 806,
+    "statewarden/recovery/copies.py": 866,
+    "statewarden/recovery/diagnose.py": 1143,
+    "statewarden/recovery/known_schemas.py": 1238,
+    "statewarden/recovery/lost_schema.py": 1311,
+    "statewarden/recovery/pages.py": 1733,
+    "statewarden/recovery/rebuild.py": 1827,
+    "statewarden/watch/logtail.py": 958,
+    "statewarden/watch/rules.py": 1229,
+}
