@@ -148,7 +148,12 @@ def build_new_file(
         )
         try:
             folded = file_sha256(work.db)
-            report = recover(work.db, output, progress=progress, extra_sources=extra_sources)
+            # Other copies are read only when they are the database's owner's, not the
+            # work copy's (ours).
+            owner = os.stat(db).st_uid
+            report = recover(
+                work.db, output, progress=progress, extra_sources=extra_sources, owner=owner
+            )
         except DatabaseUnreadable as exc:
             exc.message = exc.message.replace(str(work.db), str(db))
             raise

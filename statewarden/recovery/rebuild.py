@@ -52,7 +52,13 @@ from statewarden.recovery.foreign_cells import OwnRows
 from statewarden.recovery.keysets import KeySet
 from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.lost_writes import drop_misshapen
-from statewarden.recovery.other_copies import OtherCopy
+from statewarden.recovery.other_copies import (
+    OtherCopy,
+    changed_fts_copies,
+    foreign,
+    fts_disagreement,
+    index_disagreement,
+)
 from statewarden.recovery.pages import WalRows
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.scan import ScanResult, scan_table
@@ -319,6 +325,8 @@ class Rebuild:
         self.attached = False  # the source is attached to the output connection as src
         self.indexes_first = False  # every index built before the rows (``_can_wait``)
         self._aliases: dict[str, str | None] = {}  # table -> its rowid alias column
+        # Other copies judged (``_of_this_database``): None, or why it is not of this file.
+        self._copy_verdicts: dict[Path, str | None] = {}
 
     def run(self) -> dict[str, TableCopy] | None:
         """Build the output; None (nothing built) when FTS5's own checks, joined before
@@ -1697,7 +1705,9 @@ class Rebuild:
         which Hermes' delete triggers empty with the row, or an index whose own b-tree
         is intact, which lists every row), a row comes back only if they list it; with
         none, only if its rowid lies in a stretch of the table that could not be read
-        (a stretch that reads without it is where it was deleted)."""
+        (a stretch that reads without it is where it was deleted). Only from a copy that
+        proves it is of this database, and only a row that agrees with every witness
+        this file still has of it (``_take_from_copy``, docs/safety.md rule 15)."""
         obj = tc.obj
         if not self.inputs.others or obj.without_rowid:
             return
@@ -1707,44 +1717,92 @@ class Rebuild:
         cols = _columns(obj)
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         for copy in self.inputs.others:
+            if not self._of_this_database(copy):
+                continue
             rows = copy.rows(obj)
             if rows is None:
                 self.report.notes.append(f"{obj.name}: not in {copy.label}, or other columns")
                 continue
+            lost = []
             for rowid, values in rows:
                 if rowid in tc.rowids:
                     continue
                 key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
                 if witnesses:
-                    lost = key in known or rowid in known
+                    gone = key not in known and rowid not in known
                 else:
-                    lost = any(lo <= rowid <= hi for lo, hi in ranges)
-                if not lost:
+                    gone = not any(lo <= rowid <= hi for lo, hi in ranges)
+                if gone:
                     tc.report.deleted_since_copy += 1
-                    continue
-                self.dst.execute("SAVEPOINT other")
-                try:
+                else:
+                    lost.append((rowid, values))
+            self._take_from_copy(tc, copy, lost)
+
+    def _of_this_database(self, copy: OtherCopy) -> bool:
+        """Does ``copy`` prove it is of this database (``other_copies.foreign``)? Judged
+        once per copy; one that does not is named in the notes, and no row of it is
+        taken."""
+        if copy.path not in self._copy_verdicts:
+            app_id = self.inputs.work.source_header.application_id
+            self._copy_verdicts[copy.path] = foreign(copy, self.src, app_id, self.inputs.diag)
+        why = self._copy_verdicts[copy.path]
+        note = f"{copy.label}: not used, it is not a copy of this database ({why})"
+        if why is not None and note not in self.report.notes:
+            self.report.notes.append(note)
+        return why is None
+
+    def _take_from_copy(self, tc: TableCopy, copy: OtherCopy, rows: list[tuple[int, Any]]) -> None:
+        """Insert the lost ``rows`` of ``copy``, each only when it agrees with the entries
+        this file's intact indexes hold for its rowid and with the text of its FTS copies;
+        the others are named in one note and stay lost."""
+        if not rows:
+            return
+        obj = tc.obj
+        cols = _columns(obj)
+        broken = {
+            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := _TREE_RE.match(ln))
+        } | self._rebuilt_index_roots()
+        readings = index_readings(self.src, self.inputs.schema, obj.name, broken_roots=broken)
+        entries = indexed_values_of(self.src, readings, [r for r, _ in rows])
+        drop_misshapen(entries, self.inputs.diag.lost_writes.misshapen)
+        fed = [f for f in feeds(self.inputs.schema) if f.table == obj.name]
+        changed = changed_fts_copies(self.inputs.diag, obj.name)
+        refused: list[tuple[int, str]] = []
+        for rowid, values in rows:
+            why = index_disagreement(dict(zip(cols, values, strict=True)), entries.get(rowid, {}))
+            self.dst.execute("SAVEPOINT other")
+            try:
+                if why is None:
                     self.dst.execute(
                         _insert_sql(obj, cols), values if obj.rowid_alias else [rowid, *values]
                     )
-                except apsw.Error as exc:
-                    self.dst.execute("ROLLBACK TO other")
-                    self.dst.execute("RELEASE other")
-                    self.report.notes.append(
-                        f"{obj.name} rowid {rowid} from {copy.label}: not taken ({exc})"
-                    )
-                    continue
+                    why = fts_disagreement((self.dst, self.src), fed, changed, obj.name, rowid)
+            except apsw.Error as exc:
+                self.dst.execute("ROLLBACK TO other")
                 self.dst.execute("RELEASE other")
-                tc.rowids.add(rowid)
-                tc.report.recovered_from_other_copies += 1
-                self.report.from_other_copies.append(
-                    {
-                        "table": obj.name,
-                        "rowid": rowid,
-                        "from": copy.label,
-                        "copy_taken_at": copy.taken,
-                    }
+                self.report.notes.append(
+                    f"{obj.name} rowid {rowid} from {copy.label}: not taken ({exc})"
                 )
+                continue
+            if why is not None:
+                self.dst.execute("ROLLBACK TO other")
+                self.dst.execute("RELEASE other")
+                refused.append((rowid, why))
+                continue
+            self.dst.execute("RELEASE other")
+            tc.rowids.add(rowid)
+            tc.report.recovered_from_other_copies += 1
+            self.report.from_other_copies.append(
+                {"table": obj.name, "rowid": rowid, "from": copy.label, "copy_taken_at": copy.taken}
+            )
+        if refused:
+            shown = "; ".join(f"rowid {r}: {why}" for r, why in refused[:20])
+            note = (
+                f"{obj.name}: {len(refused)} rows of {copy.label} not taken, they disagree"
+                f" with what this file still holds of them ({shown})"
+            )
+            if note not in self.report.notes:
+                self.report.notes.append(note)
 
     def _insert_salvaged(
         self, tc: TableCopy, rowid: int, values: list[Any], vouched: AbstractSet[Any] | None = None

@@ -66,7 +66,7 @@ from statewarden.recovery.diagnose import (
 )
 from statewarden.recovery.integrity import EarlyChecker
 from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.other_copies import OtherCopy, check_sources, open_copies
+from statewarden.recovery.other_copies import ExtraSources, OtherCopy, check_sources, open_copies
 from statewarden.recovery.pages import schema_rowid_gaps
 from statewarden.recovery.rebuild import (
     Rebuild,
@@ -93,12 +93,15 @@ def recover(
     report_path: Path | None = None,
     progress: ProgressFn | None = None,
     extra_sources: list[Path] | None = None,
+    owner: int | None = None,
 ) -> Report:
     """Recover ``source`` into the new file ``output``; return the report (also written
     to ``report_path`` as JSON when given). ``extra_sources``: other copies that may
-    prove a lost row (``other_copies.py``), read only when a table is damaged."""
-    extras = [Path(p) for p in extra_sources or []]
-    check_sources(extras)
+    prove a lost row (``other_copies.py``), read only when a table is damaged, and only
+    files of ``owner``'s, the database's owner (default: ``source``'s; a work copy made
+    from the database is not the database's)."""
+    extras = ExtraSources([Path(p) for p in extra_sources or []], owner)
+    check_sources(extras.paths)
     source = Path(source)
     output = Path(output)
     if os.path.lexists(output):
@@ -199,7 +202,7 @@ def _recover_copy(
     work: WorkCopy,
     output: Path,
     progress: ProgressFn | None,
-    extras: list[Path],
+    extras: ExtraSources,
     early: EarlyChecker | None = None,
 ) -> Report:
     """The steps after the copy, each its own stage: diagnose, read the schema,
@@ -220,7 +223,7 @@ def _recover_diagnosed(
     work: WorkCopy,
     output: Path,
     progress: ProgressFn | None,
-    extras: list[Path],
+    extras: ExtraSources,
     diagnosed: tuple[Diagnosis, Report, FtsPending | None],
 ) -> Report:
     """``_recover_copy`` once the work copy is diagnosed (its FTS checks maybe pending)."""
@@ -276,7 +279,7 @@ def _build(
     report: Report,
     progress: ProgressFn | None,
     *,
-    others: tuple[list[Path], dict[str, tuple[list[OtherCopy], list[str]]]],
+    others: tuple[ExtraSources, dict[str, tuple[list[OtherCopy], list[str]]]],
 ) -> tuple[dict[str, TableCopy], set[str], dict[str, Feed]] | None:
     """A damaged work copy: its rows decoded from the pages, then rebuilt; the report
     takes the class once FTS5's own verdicts are joined; None when they could not be
@@ -290,7 +293,8 @@ def _build(
     if damaged and extras:
         if "others" not in opened:
             notes: list[str] = []
-            opened["others"] = (open_copies(extras, work.work_dir, notes), notes)
+            found = open_copies(extras, work.work_dir, notes, database=work.source)
+            opened["others"] = (found, notes)
         report.notes.extend(opened["others"][1])
     inputs = RebuildInputs(
         work,
