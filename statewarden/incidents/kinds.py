@@ -444,6 +444,44 @@ KINDS: dict[str, Kind] = {
         ),
         after_restart="start_up",
     ),
+    "sessions_vanished": Kind(
+        severity="critical",
+        message_id="5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a25",
+        rule="log",
+        what=(
+            "Hermes moved an empty or damaged state.db aside and started a fresh, empty one: "
+            "every session vanished"
+        ),
+        subject="Hermes started with an empty state.db: every session has vanished",
+        meaning=(
+            "Hermes (0.22 and later) found state.db empty or not a database, moved it aside "
+            "(state.db.zeroed-<ts>-<pid>.bak or state.db.notadb-<ts>-<pid>.bak, with its -wal "
+            "and -shm) and created a fresh, empty database. To the user every session is gone; "
+            "the old sessions are only in the moved-aside file, which Hermes never reads back."
+        ),
+        next_step=(
+            "statewardenctl check --db <the moved_aside file the incident names>; keep it and "
+            "its -wal/-shm until the sessions are recovered"
+        ),
+        of_one_file=True,
+    ),
+    "duplicate_writers": Kind(
+        severity="warning",
+        message_id="5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a26",
+        rule="log",
+        what='one Hermes process holds several writer handles on state.db ("N live SessionDB '
+        'handles")',
+        subject="A Hermes process holds several writer connections on state.db",
+        meaning=(
+            "Hermes logged that one of its processes opened several SessionDB handles on the "
+            "same state.db, each with its own writer connection. Duplicate writers in one "
+            "process come before lock storms and WAL damage (Hermes' own early warning)."
+        ),
+        next_step=(
+            "statewardenctl holders --profile {profile}; restart the Hermes process that logged "
+            "it (hermes update brings the fix that shares one handle)"
+        ),
+    ),
 }
 
 

@@ -15,7 +15,8 @@ How a record becomes signals:
 3. **Locked** (``database is locked`` from state.db code) when no specific rule matched.
 
 "State.db code" is decided by ``is_state_db_record``: a Hermes logger that only
-touches state.db, a message naming state.db or the session store, or a traceback
+touches state.db (``hermes_state`` and every ``hermes_state_*`` module, ``gateway.session``,
+``run_agent``), a message naming state.db or the session store, or a traceback
 through ``hermes_state*.py`` -- and never a record that only names another database
 (``kanban.db``, ``response_store.db``), since those share Hermes' SQLite helpers.
 """
@@ -63,8 +64,11 @@ _CANONICAL = {
     )
 }
 _LOCKED_RE = re.compile(r"database is locked", re.IGNORECASE)
-# Loggers of Hermes modules whose only database is state.db.
+# Loggers of Hermes modules whose only database is state.db (and, by prefix, the state
+# layer's own modules: hermes_state_health, hermes_state_repair, ... log under
+# ``logging.getLogger(__name__)``).
 _STATE_LOGGERS = ("hermes_state", "gateway.session", "run_agent")
+_STATE_LOGGER_PREFIX = "hermes_state_"
 _STATE_TEXT_RE = re.compile(
     r"state\.db|Session ?DB|session store|session storage|routing (?:save|load)", re.IGNORECASE
 )
@@ -95,7 +99,7 @@ def is_state_db_record(record: LogRecord, lowered: str | None = None) -> bool:
         return False
     if named_state or _STATE_FRAME_RE.search(text):
         return True
-    return any(
+    return record.logger.startswith(_STATE_LOGGER_PREFIX) or any(
         record.logger == name or record.logger.startswith(name + ".") for name in _STATE_LOGGERS
     )
 
@@ -116,6 +120,8 @@ class Rule:
     # Also searched in the traceback (the whole record) when the message matched no rule of
     # this kind: an exception Hermes raises is often only named in the traceback.
     anywhere: bool = False
+    # More fields of the signal, read from the match (a holder's pid and command line).
+    more_fields: Callable[[re.Match[str]], dict[str, Any]] | None = None
 
 
 def _is_target_db(m: re.Match[str], target: Target) -> bool:
@@ -142,6 +148,35 @@ def _rule(
             return fixed
 
     return Rule(name, re.compile(pattern, re.DOTALL), kind, severity, summary, key_fn, **kw)
+
+
+# One holder in the write-lock line of hermes_state_lockowners: "PID 123 (hermes gateway
+# run) holds WAL write lock on state.db-shm" (the command line is cut to 80 characters and
+# may itself hold parentheses: the last ") holds" ends it).
+_LOCK_HOLDER_RE = re.compile(
+    r"PID (?P<pid>\d+) \((?P<argv>.*)\) holds (?P<lock>.+?) lock on (?P<file>\S+)"
+)
+
+
+def _lock_holder_fields(m: re.Match[str]) -> dict[str, Any]:
+    """The holders the write-lock line names: the first one's pid, command line and lock,
+    and every pid (Hermes joins several with " | ")."""
+    found = [h for part in m["holders"].split(" | ") if (h := _LOCK_HOLDER_RE.match(part.strip()))]
+    if not found:
+        return {}
+    first = found[0]
+    return {
+        "holder_pid": int(first["pid"]),
+        "holder_argv": first["argv"],
+        "holder_lock": first["lock"],
+        "holder_pids": [int(h["pid"]) for h in found],
+    }
+
+
+def _moved_aside_fields(m: re.Match[str]) -> dict[str, Any]:
+    """Where Hermes moved the damaged state.db (absent: it was left in place)."""
+    moved = m["moved"]
+    return {"moved_aside": moved} if moved else {"moved_aside": None}
 
 
 # First match wins; the order puts the narrower text first.
@@ -211,11 +246,302 @@ RULES: tuple[Rule, ...] = (
         "state.db is a WAL database on a cross-VM filesystem (locks are not coherent there)",
         key="cross_vm",
     ),
+    # Hermes 0.22 (schema 31). Matched by the stable part of each text: Hermes rewords
+    # the rest every few weeks.
+    _rule(
+        "sessions_vanished",
+        r"state\.db was empty or damaged \((?P<size>-?\d+) bytes\) and has been "
+        r"(?P<where>moved aside to (?P<moved>.+?)|left in place[^;]*);",
+        "sessions_vanished",
+        "critical",
+        "Hermes found state.db empty or damaged ({size} bytes) and started a fresh, empty "
+        "session database: every session has vanished from Hermes; the old file was {where}",
+        key="fresh_db",
+        more_fields=_moved_aside_fields,
+    ),
+    _rule(
+        "corrupt_latch",
+        r"is structurally corrupt \((?P<error>.*?)\); session storage is reported as corrupt",
+        "corruption",
+        "critical",
+        "Hermes marked state.db structurally corrupt ({error}); session storage reports corrupt "
+        "until Hermes restarts on a recovered file",
+        corruption=True,
+    ),
+    _rule(
+        "structural_corruption",
+        r"reported structural corruption outside the FTS",
+        "corruption",
+        "critical",
+        "a Hermes handle found structural corruption in state.db outside the full-text "
+        "indexes and stopped writing: {rest}",
+        corruption=True,
+    ),
+    _rule(
+        "integrity_after_crash",
+        r"FAILED integrity check after an unclean (?:\w+ )?exit: (?!check-failed)(?P<error>.*?)"
+        r"(?: — |$)",
+        "corruption",
+        "critical",
+        "state.db failed its integrity check after the gateway died ({error}): sessions may "
+        "read as missing",
+        corruption=True,
+    ),
+    _rule(
+        "fts_invalid_utf8",
+        r"probe encountered invalid UTF-8 in FTS content",
+        "corruption",
+        "error",
+        "state.db's full-text index holds bytes that are not UTF-8 (Hermes writes none): "
+        "damage; search may miss rows",
+        corruption=True,
+    ),
+    _rule(
+        "retired_wal_captured",
+        r"Captured the retired WAL generation of (?P<label>\S+) at (?P<trigger>\w+) to "
+        r"(?P<capture>.+?); ",
+        "stale_holder",
+        "error",
+        "a Hermes handle's WAL generation was deleted or replaced under it; its frames were "
+        "captured to {capture} and are not in state.db (read its manifest.json)",
+        key="deleted_sidecar",
+    ),
+    _rule(
+        "retired_wal_lost",
+        r"Could not capture the retired WAL generation of (?P<label>\S+) at (?P<trigger>\w+)"
+        r"|SessionDB for (?P<other>\S+) did not settle at close",
+        "stale_holder",
+        "critical",
+        "a Hermes handle's WAL generation was deleted or replaced and Hermes could not "
+        "capture its frames: those writes are not preserved yet ({rest})",
+        key="deleted_sidecar",
+    ),
+    _rule(
+        "retired_wal_checkpoint_skipped",
+        r"WAL/SHM generation was deleted or replaced; the retired generation is captured at "
+        r"(?P<capture>.+?)\. ",
+        "stale_holder",
+        "error",
+        "a Hermes handle's WAL generation was deleted or replaced; it skipped its close-time "
+        "checkpoint, the frames are captured at {capture}",
+        key="deleted_sidecar",
+    ),
+    _rule(
+        "write_lock_holders",
+        r"state\.db write lock unavailable for (?P<waited>[\d.]+)s \([^)]*\): (?P<holders>.*)",
+        "write_failures",
+        "warning",
+        "a Hermes writer waited {waited}s for the state.db write lock: {holders}",
+        key="write_lock",
+        more_fields=_lock_holder_fields,
+    ),
+    _rule(
+        "duplicate_writers",
+        r"(?P<count>\d+) live SessionDB handles on (?P<label>\S+) in this process",
+        "duplicate_writers",
+        "warning",
+        "one Hermes process holds {count} writer connections on {label}: duplicate writers "
+        "in one process come before lock storms and WAL damage",
+        key="handles",
+        applies=_is_target_db,
+    ),
+    _rule(
+        "repair_exhausted",
+        r"state\.db repair skipped: automatic repair has already failed (?P<times>\d+) times",
+        "self_repair",
+        "critical",
+        "Hermes gave up repairing state.db: its automatic repair already failed {times} times "
+        "on this file; manual recovery is needed",
+        key="repair_exhausted",
+    ),
+    _rule(
+        "repair_blocked_by_writer",
+        r"state\.db repair skipped: a live writer still holds state\.db",
+        "self_repair",
+        "error",
+        "Hermes skipped repairing damaged state.db: a live writer still holds it "
+        "(statewardenctl holders names it)",
+        key="repair_skipped",
+    ),
+    _rule(
+        "repair_not_run",
+        r"state\.db repair (?P<verb>skipped|aborted): (?P<error>.*)",
+        "self_repair",
+        "error",
+        "Hermes' repair of damaged state.db was {verb}: {error}",
+        key=lambda m: f"repair_{m['verb']}",
+    ),
+    _rule(
+        "repaired",
+        r"state\.db repaired via '(?P<strategy>[^']*)' and promoted"
+        r"|state\.db (?:FTS indexes rebuilt in place \(schema preserved\)|schema repaired by"
+        r"|B-tree indexes rebuilt via REINDEX)",
+        "self_repair",
+        "error",
+        "Hermes repaired state.db itself ({rest}); rows it could not read may be gone",
+        key="repaired",
+    ),
+    _rule(
+        "backup_refused",
+        r"Refusing (?:forensic backup of|to raw-copy \S+ for backup)"
+        r"|Could not back up malformed DB",
+        "self_repair",
+        "error",
+        "Hermes could not back up damaged state.db before repairing it: {rest}",
+        key="backup_failed",
+    ),
+    _rule(
+        "fts_blocked",
+        r"FTS repair (?:has been|remains) blocked",
+        "self_repair",
+        "error",
+        "Hermes' rebuild of the state.db full-text index is blocked by other holders of the "
+        "file: {rest}",
+        key="fts_repair_blocked",
+    ),
+    _rule(
+        "fts_detach_failed",
+        r"Could not detach corrupt FTS indexes|FTS rebuild failed with a corruption-class error",
+        "self_repair",
+        "critical",
+        "Hermes could not get past a corrupt state.db full-text index: {rest}",
+        key="fts_rebuild_failed",
+    ),
+    _rule(
+        "fts_detached",
+        r"FTS indexes remain corrupt|FTS search hit a corruption error",
+        "self_repair",
+        "error",
+        "state.db's full-text index is corrupt; Hermes detached it (search falls back to "
+        "LIKE) until it is rebuilt",
+        key="fts_detached",
+    ),
+    _rule(
+        "session_fts_rebuilt",
+        r"Rebuilt (?P<count>\d+) Session DB FTS index\(es\) after append corruption",
+        "self_repair",
+        "warning",
+        "a transcript append hit a corrupt full-text index; Hermes rebuilt {count} of them",
+        key="fts_rebuild",
+    ),
+    _rule(
+        "session_fts_rebuild_failed",
+        r"Session DB FTS rebuild failed: (?P<error>.*)",
+        "self_repair",
+        "error",
+        "Hermes' rebuild of a corrupt state.db full-text index failed: {error}",
+        key="fts_rebuild_failed",
+    ),
+    _rule(
+        "writes_refused",
+        r"Session DB refused further writes on this handle for (?P<session>\S+) "
+        r"\((?P<error>[^)]*)\)",
+        "jsonl_fallback",
+        "critical",
+        "Hermes stopped writing session {session} to state.db ({error}) and diverts its "
+        "transcript to the on-disk fallback",
+        key="refused",
+    ),
+    _rule(
+        "divert_failed_replaced",
+        r"(?P<what>pending fallback|JSONL divert) failed for replaced state\.db transcript "
+        r"on (?P<session>\S+)",
+        "write_failures",
+        "error",
+        "the {what} of session {session} failed after state.db was replaced: its messages "
+        "may be only in memory",
+        key="divert_failed",
+    ),
+    _rule(
+        "append_rejected",
+        r"Session DB transcript append rejected for (?P<why>.+?) (?P<session>\S+) with no "
+        r"unique live child; not retrying",
+        "messages_dropped",
+        "error",
+        "a message of session {session} was dropped: state.db refused its transcript append "
+        "({why}) and Hermes does not retry",
+        key="rejected",
+    ),
+    _rule(
+        "transcript_stalled",
+        r"Session DB transcript append failed for (?P<session>\S+) \(failure_count="
+        r"(?P<failure_count>\d+), pending=(?P<pending>\d+), spooled_to_disk=\d+\); session "
+        r"is stalled",
+        "write_failures",
+        "critical",
+        "session {session} is stalled: its transcript append to state.db failed "
+        "{failure_count} times ({pending} pending); Hermes needs an operator",
+        key="transcript_append",
+    ),
+    _rule(
+        "queue_spooled",
+        r"Session DB transcript pending queue full for (?P<session>\S+) \(cap=(?P<cap>\d+)\)"
+        r"; spooled oldest message to (?P<spool>\S+)",
+        "write_failures",
+        "error",
+        "the transcript queue of session {session} is full (cap {cap}): state.db is not "
+        "taking writes; Hermes spools the oldest to {spool} for replay",
+        key="queue_spooled",
+    ),
+    _rule(
+        "spool_rejected",
+        r"Spooled transcript row for (?P<session>\S+) (?:in \S+ )?was rejected by the database",
+        "write_failures",
+        "error",
+        "state.db rejected a spooled message of session {session} on replay: {rest}",
+        key="spool_rejected",
+    ),
+    _rule(
+        "shutdown_flush",
+        r"Shutdown transcript flush failed|Preserved (?P<count>\d+) in-memory message\(s\) for "
+        r"session (?P<session>\S+) \(possible FTS corruption",
+        "write_failures",
+        "error",
+        "messages did not reach state.db at shutdown; Hermes kept them in a recovery file: {rest}",
+        key="shutdown_flush",
+    ),
+    _rule(
+        "store_unavailable",
+        r"SQLite session store not available: (?P<error>.*)"
+        r"|Broadcasting state\.db failure warning to home channels: (?P<told>.*)",
+        "write_failures",
+        "error",
+        "the gateway has no working state.db: {rest}",
+        key="store_unavailable",
+    ),
+    _rule(
+        "open_failed",
+        r"Session DB creation failed \(will retry next turn\): (?P<error>.*)"
+        r"|Failed to create SQLite session: (?P<other>.*)",
+        "write_failures",
+        None,
+        "a Hermes agent could not open state.db: {rest}",
+        key="open_failed",
+    ),
+    _rule(
+        "session_row_missing",
+        r"Session DB row for (?P<session>\S+) is missing and could not be recreated",
+        "write_failures",
+        None,
+        "session {session} has no row in state.db and Hermes could not recreate it: its "
+        "messages wait in memory",
+        key="session_row",
+    ),
+    _rule(
+        "journal_probe_locked",
+        r"(?P<label>\S+): could not verify the on-disk journal mode \(database is locked",
+        "write_failures",
+        "warning",
+        "a Hermes process found {label} locked as it opened it (another connection holds it) "
+        "and left its journal mode as it was",
+        key="locked",
+        applies=_is_target_db,
+    ),
     # 0.19.0
     _rule(
         "queue_full",
         r"Session DB transcript pending queue full for (?P<session>\S+) "
-        r"\(cap=(?P<cap>\d+)\)",
+        r"\(cap=(?P<cap>\d+)\); dropping oldest",
         "messages_dropped",
         "critical",
         "messages are being lost: the transcript queue of session {session} is full "
@@ -347,9 +673,11 @@ RULES: tuple[Rule, ...] = (
     # The WAL-reset bug gate (SQLite 3.7.0 .. 3.51.2; fixed 3.51.3, backports 3.50.7, 3.44.6):
     # hermes_state's _log_wal_reset_bug_once, the CLI's startup check (stderr, so the unit's
     # journal) and the salvage lane's sqlite3 shell gate.
+    # The stable part is "<label>: linked SQLite <version> ... is vulnerable to the WAL-reset
+    # corruption bug"; 0.22 puts "(interpreter <path>)" between the two.
     _rule(
         "wal_reset_kept_wal",
-        r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable "
+        r"(?P<label>\S+): linked SQLite (?P<version>\S+)\b[^—]*?is vulnerable "
         r"to the WAL-reset corruption bug.*?is already in WAL mode",
         "wal_reset_bug",
         "error",
@@ -360,12 +688,23 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "wal_reset_delete",
-        r"(?P<label>\S+): linked SQLite (?P<version>\S+) is vulnerable to "
-        r"the WAL-reset corruption bug",
+        r"(?P<label>\S+): linked SQLite (?P<version>\S+)\b[^—]*?is vulnerable to "
+        r"the WAL-reset corruption bug.*?using journal_mode=DELETE",
         "wal_reset_bug",
         "warning",
         "Hermes' SQLite {version} has the WAL-reset bug; {label} uses journal_mode=DELETE "
         "instead of WAL; upgrade to SQLite 3.51.3+ (or 3.50.7 / 3.44.6)",
+        key="library",
+        applies=_is_target_db,
+    ),
+    _rule(
+        "wal_reset_other",
+        r"(?P<label>\S+): linked SQLite (?P<version>\S+)\b[^—]*?is vulnerable to "
+        r"the WAL-reset corruption bug",
+        "wal_reset_bug",
+        "warning",
+        "Hermes' SQLite {version} has the WAL-reset bug ({label}: {rest}); upgrade to SQLite "
+        "3.51.3+ (or 3.50.7 / 3.44.6)",
         key="library",
         applies=_is_target_db,
     ),
@@ -404,10 +743,13 @@ RULES: tuple[Rule, ...] = (
 
 # Every rule's pattern contains one of these texts: a message with none of them is
 # checked against no rule (one search instead of twenty on ordinary lines).
+# ``tests/watch/test_rules.py`` proves it for every match of every rule.
 _RULE_TRIGGER_RE = re.compile(
-    r"FATAL: |JSONL divert failed|No reply: the turn|cross-VM filesystem|Session DB"
+    r"FATAL: |JSONL divert failed|No reply: the turn|cross-VM filesystem|Session ?DB"
     r"|state\.db|Supervised task|In-place FTS rebuild|WAL journal_mode unsupported"
     r"|Persisted transcript lagged|DeletedWalGenerationError|WAL lock guard|WAL-reset"
+    r"|structural|FAILED integrity|FTS|retired WAL|WAL/SHM|Refusing |back up malformed"
+    r"|Spooled transcript|Shutdown transcript|SQLite session|on-disk journal mode"
 )
 
 
@@ -507,6 +849,15 @@ def _signal(
     )
 
 
+# The named groups of the rules kept as the signal's fields, as numbers or as text.
+_INT_FIELDS = frozenset(
+    {"failure_count", "pending", "cap", "times", "disk", "memory", "count", "size"}
+)
+_TEXT_FIELDS = frozenset(
+    {"session", "task", "op", "version", "binary", "label", "strategy", "capture", "spool"}
+)
+
+
 def _apply_rule(
     rule: Rule, m: re.Match[str], record: LogRecord, target: Target, now: float | None
 ) -> Signal:
@@ -516,12 +867,16 @@ def _apply_rule(
     severity = rule.severity
     fields: dict[str, Any] = {"rule": rule.name}
     for name, value in groups.items():
-        if name in ("failure_count", "pending", "cap", "times", "disk", "memory"):
+        if m.group(name) is None:
+            continue  # a group of the alternative that did not match
+        if name in _INT_FIELDS:
             fields[name] = int(value)
-        elif name in ("session", "task", "op", "version", "binary", "label"):
+        elif name in _TEXT_FIELDS:
             fields[name] = value
         elif name == "error":
             fields["error"] = _clip(value, SUMMARY_ERROR_MAX_CHARS)
+    if rule.more_fields is not None:
+        fields.update(rule.more_fields(m))
     failures = int(groups.get("failure_count") or 0)
     if rule.name == "transcript_append" and failures >= TRANSCRIPT_FAILURES_ERROR:
         severity = "error"

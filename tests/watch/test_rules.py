@@ -18,6 +18,7 @@ from statewarden.incidents.signals import EVIDENCE_LINE_MAX_CHARS, Found, Observ
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record, starts_record
 from statewarden.watch.rules import (
+    _RULE_TRIGGER_RE,
     MERGED_EVIDENCE_RECORDS,
     RULES,
     CronSessions,
@@ -333,6 +334,18 @@ class TestMessagesDropped:
         )
         assert s.fields["cap"] == 200
 
+    def test_pending_queue_spooled_to_disk_is_no_loss(self) -> None:
+        """0.22 spools the oldest message to disk when the queue is full: a write failure
+        naming the spool, not messages being lost."""
+        [s] = signals(
+            "WARNING",
+            "gateway.session",
+            f"Session DB transcript pending queue full for {SID} (cap=200); spooled oldest "
+            "message to /h/pending_messages/pending-1.json for replay after DB recovery",
+        )
+        assert kinds([s]) == [("write_failures", "queue_spooled", "error")]
+        assert s.fields["spool"] == "/h/pending_messages/pending-1.json"
+
     def test_jsonl_divert_failed(self) -> None:
         """newer: the JSONL divert failing too loses the message."""
         [s] = signals(
@@ -612,21 +625,41 @@ class TestNewerHermesGuards:
             ),
         ],
     )
+    @pytest.mark.parametrize("between", ["", " (interpreter /opt/hermes/venv/bin/python3.11)"])
     def test_wal_reset_bug_of_the_linked_sqlite(
-        self, action: str, expected: tuple[str, str, str]
+        self, action: str, expected: tuple[str, str, str], between: str
     ) -> None:
         """The linked SQLite's WAL-reset bug warning is a wal_reset_bug (library) signal: an error
         when WAL is left in place, a warning when Hermes falls back to DELETE; the version is
-        kept."""
+        kept. Matched by its stable parts, so 0.22's "(interpreter PATH)" after the version
+        changes nothing."""
         out = signals(
             "WARNING",
             "hermes_state",
-            "state.db: linked SQLite 3.45.1 is vulnerable to the WAL-reset corruption bug "
-            f"(https://sqlite.org/wal.html#walresetbug) — {action}. Upgrade to SQLite 3.51.3+ "
+            f"state.db: linked SQLite 3.45.1{between} is vulnerable to the WAL-reset corruption "
+            f"bug (https://sqlite.org/wal.html#walresetbug) — {action}. Upgrade to SQLite 3.51.3+ "
             "(or backports 3.50.7 / 3.44.6).",
         )
         assert kinds(out) == [expected]
         assert out[0].fields["version"] == "3.45.1"
+
+    def test_wal_reset_bug_with_the_mode_left_alone(self) -> None:
+        """0.22's third action (the journal mode could not be verified, left untouched) is a
+        wal_reset_bug warning that does not claim DELETE mode."""
+        [s] = signals(
+            "WARNING",
+            "hermes_state",
+            "state.db: linked SQLite 3.40.1 (interpreter /usr/bin/python3) is vulnerable to the "
+            "WAL-reset corruption bug (https://sqlite.org/wal.html#walresetbug) — journal mode "
+            "could not be verified or exclusively switched; leaving the journal mode untouched. "
+            "Upgrade to SQLite 3.51.3+.",
+        )
+        assert (s.kind, s.fields["rule"], s.effective_severity) == (
+            "wal_reset_bug",
+            "wal_reset_other",
+            "warning",
+        )
+        assert "DELETE" not in s.summary
 
     def test_wal_reset_bug_of_another_database_is_not_ours(self) -> None:
         """The WAL-reset bug warning about another database (kanban.db) is no signal."""
@@ -816,6 +849,19 @@ class TestStateDbRecord:
         """A line with no state.db sign is not."""
         assert not is_state_db_record(record("WARNING", "gateway.run", "disk I/O error"))
 
+    @pytest.mark.parametrize(
+        "logger", ["hermes_state_health", "hermes_state_repair", "hermes_state_registry"]
+    )
+    def test_state_layer_modules_are_state_db_code(self, logger: str) -> None:
+        """0.22's state layer logs under each module's own name (hermes_state_health, ...):
+        a corruption error from it is a state.db corruption signal."""
+        out = signals("ERROR", logger, "close failed: database disk image is malformed")
+        assert kinds(out) == [("corruption", "", "critical")]
+
+    def test_a_module_merely_starting_alike_is_not(self) -> None:
+        """A logger named like the state layer without its underscore is not taken for it."""
+        assert not is_state_db_record(record("WARNING", "hermes_statex", "disk I/O error"))
+
 
 def _hermes_source(relpath: str) -> str:
     """Source of an installed hermes-agent module, read without importing it."""
@@ -986,6 +1032,15 @@ class TestRuleTexts:
             return
         text = data.draw(st.from_regex(rule.pattern))
         assert any(n in text for n in needles), (rule.name, needles, text)
+
+    @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+    @settings(max_examples=60, deadline=None)
+    @given(data=st.data())
+    def test_every_match_is_found_by_the_trigger(self, rule: Rule, data: st.DataObject) -> None:
+        """Only a message the trigger finds is checked against the rules: every text a
+        rule's pattern matches holds a trigger text, or the rule would never be tried."""
+        text = data.draw(st.from_regex(rule.pattern))
+        assert _RULE_TRIGGER_RE.search(text), (rule.name, text)
 
     def test_non_ascii_records_give_what_ascii_ones_give(self) -> None:
         """Case-insensitive texts are found in a lower-cased copy only for ASCII text;
