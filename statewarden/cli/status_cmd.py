@@ -52,9 +52,8 @@ def _render(st: DatabaseStatus) -> None:
                 else ""
             )
         )
-        echo_line(
-            f"  schema_version  {st.schema_version if st.schema_version is not None else '-'}"
-        )
+        note = f" ({st.schema_note})" if st.schema_note else ""
+        echo_line(f"  schema_version  {_or_dash(st.schema_version)}{note}")
     if st.filesystem:
         fs = st.filesystem
         verdict = "UNSAFE for WAL" if fs.unsafe_for_wal else "safe for WAL"

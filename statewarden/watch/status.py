@@ -8,6 +8,9 @@ never blocks a writer; the connection lives for a few milliseconds.
 The recovery files newer Hermes keeps beside the database (retired WAL captures, the
 ``pending_messages/`` spool, pre-update backups) are listed with their sizes
 (``recovery_files.scan``: stats and listings only).
+
+Hermes' ``schema_version`` is named, and one newer than ``NEWEST_KNOWN_SCHEMA`` is said to
+be so, with what is then not verified (``DatabaseStatus.schema_note``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,21 @@ from statewarden.mounts import Mount, mount_for, read_mounts
 from statewarden.recovery_files import RecoveryFile
 from statewarden.recovery_files import scan as scan_recovery_files
 from statewarden.targets import Target
+
+# The newest Hermes ``schema_version`` statewarden knows: its log rules, check, recover and
+# maintenance are tested on files the Hermes of that schema wrote (0.22.2.post1, schema 31;
+# ``tests/watch/test_status_schema.py`` holds it to what that Hermes writes).
+NEWEST_KNOWN_SCHEMA = 31
+
+
+def newer_schema_note(version: int | None) -> str | None:
+    """What is not verified on a schema newer than statewarden knows (None: known)."""
+    if version is None or version <= NEWEST_KNOWN_SCHEMA:
+        return None
+    return (
+        f"newer than statewarden knows ({NEWEST_KNOWN_SCHEMA}): its log rules, check, recover "
+        "and maintenance are not verified on it"
+    )
 
 
 @dataclass
@@ -49,6 +67,8 @@ class DatabaseStatus:
     shm_bytes: int | None = None
     journal_bytes: int | None = None
     schema_version: int | None = None
+    # Set when schema_version is newer than NEWEST_KNOWN_SCHEMA: what is not verified on it.
+    schema_note: str | None = None
     sqlite_user_version: int | None = None
     filesystem: FilesystemFacts | None = None
     recovery_files: list[RecoveryFile] = field(default_factory=list)
@@ -116,6 +136,7 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
             st.page_count = sqlite.pragma_int(conn, "page_count")
             st.freelist_count = sqlite.pragma_int(conn, "freelist_count")
             st.schema_version = sqlite.hermes_schema_version(conn)
+        st.schema_note = newer_schema_note(st.schema_version)
     except DatabaseError as exc:
         st.problems.append(str(exc))
     except Exception as exc:  # noqa: BLE001 - any SQLite failure is a fact to report
