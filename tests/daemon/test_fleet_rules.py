@@ -113,7 +113,7 @@ def test_the_rules_fire_on_a_real_daemons_metrics(
     read |= {n for _, expr, _ in fleet.PANELS for n in fleet.metric_names(expr)}
     assert read <= exported, read - exported
     inst = "host:9108"
-    no_alerts = [
+    no_alerts: list[dict[str, Any]] = [
         {"eval_time": "5m", "alertname": a, "exp_alerts": []}
         for a in ("StatewardenCorruptionOpen", "StatewardenJsonlFallback", "StatewardenMissing")
     ]
