@@ -4,9 +4,10 @@
 staged shutdown. Each other part receives what it uses (the incident book, the alert
 service, the watched databases, the holder scans), never the daemon: ``databases`` (the
 databases watched), ``holders`` (when holder scans run), ``health`` (its own health),
-``verify`` (each database verified on a schedule), ``runs`` (maintenance runs joined to
-the alerts), ``handoff`` (maintenance runs handed to it by ``statewardenctl
-maintenance``), ``requests`` (the control requests), ``metrics`` (Prometheus).
+``verify`` (each database verified on a schedule), ``vanished`` (sessions that vanish:
+a file Hermes moved aside, a new file with far fewer sessions), ``runs`` (maintenance
+runs joined to the alerts), ``handoff`` (maintenance runs handed to it by
+``statewardenctl maintenance``), ``requests`` (the control requests), ``metrics`` (Prometheus).
 ``control`` is the socket both ends speak: the daemon serves it, ``statewardenctl`` is
 its client.
 """

@@ -26,8 +26,9 @@ The parts it wires together: the databases watched (``daemon.databases``), holde
 scans (``daemon.holders``), the units watcher, the control requests
 (``daemon.requests``), its own health (``daemon.health``: state it cannot write, a
 journal it cannot read), maintenance runs joined to the alerts (``daemon.runs``), each
-database verified on a schedule (``daemon.verify``), maintenance runs handed to it by
-``statewardenctl maintenance`` (``daemon.handoff``). Each part is given what it uses
+database verified on a schedule (``daemon.verify``), sessions that vanish
+(``daemon.vanished``), maintenance runs handed to it by ``statewardenctl maintenance``
+(``daemon.handoff``). Each part is given what it uses
 (the book, the alert service, the watched databases, the holder scans, a callback),
 never the daemon, so none imports this module back. Everything they find goes to
 :meth:`Daemon.handle`, which hands it to the incident recorder; every incident update
@@ -63,6 +64,7 @@ from statewarden.daemon.metrics import Metrics, Snapshot, snapshot_of
 from statewarden.daemon.requests import Requests, Sources
 from statewarden.daemon.runs import RunAlerts
 from statewarden.daemon.shutdown import run_stage
+from statewarden.daemon.vanished import VanishWatch
 from statewarden.daemon.verify import Verifications
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
@@ -141,6 +143,13 @@ class Daemon:
             log=self.log,
         )
         self.runs.post_checked = self.verify.post_checked
+        self.vanished = VanishWatch(
+            databases=self.databases,
+            verified=self.verify.last,
+            state_dir=sdir,
+            handle=self.handle,
+            log=self.log,
+        )
         self.handoff = HandedRuns(config, sdir, self.maintenance, self.log)
         self.requests = Requests(
             Sources(
@@ -262,6 +271,9 @@ class Daemon:
     def poll(self) -> None:
         """Every database's watchers once, then the quiet resolutions."""
         now = time.time()
+        # Before the logs: a moved-aside file is told with what it held, Hermes' own line
+        # about it then folds into that incident.
+        self.vanished.poll(now)
         self.databases.poll(now)
         self.recorder.tick(now)
         self.health.check()
@@ -427,6 +439,7 @@ class Daemon:
             tasks.append(self.holder_scans.task)
         tasks += self.databases.close()
         tasks += self.verify.close()
+        tasks += self.vanished.close()
         tasks += self.handoff.close()
         for task in tasks:
             task.cancel()

@@ -1,0 +1,97 @@
+"""Hermes' moved-aside state.db files, and the sessions a database file holds.
+
+Hermes 0.22 moves a state.db whose first bytes are not SQLite's (a zeroed first page,
+garbage) aside, with its ``-wal`` and ``-shm``, and starts a fresh, empty database:
+``state.db.zeroed-<ts>-<pid>.bak`` or ``state.db.notadb-<ts>-<pid>.bak`` (``-<n>`` before
+``.bak`` when the name is taken). The old file keeps its inode (a rename).
+
+:func:`count_held` counts the sessions and messages of a file read-only (full scans,
+``NOT INDEXED``: docs/safety.md rule 7), without ever writing it: a file nobody has open
+is opened ``immutable`` (no ``-wal`` or ``-shm`` created next to it), the live database
+read-only. A moved-aside file usually cannot be read as it is (its header is what made
+Hermes move it): :class:`Held` then says why, and the sessions stay unknown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from statewarden.errors import DatabaseError
+from statewarden.sidecars import SIDECAR_SUFFIXES
+from statewarden.sqlite import open_readonly, wal_sidecars_absent
+
+# After "state.db.": what Hermes found (a zeroed header, or not a database), then its time
+# stamp and pid (``unknown`` when it had no clock), ``.bak`` last.
+_MOVED_ASIDE_RE = re.compile(r"(?:zeroed|notadb)-.+\.bak")
+
+
+def is_moved_aside(name: str, db_name: str = "state.db") -> bool:
+    """Whether ``name`` (a file name in the database's folder) is a database Hermes moved
+    aside from ``db_name`` (not its ``-wal`` / ``-shm``)."""
+    if not name.startswith(db_name + ".") or name.endswith(SIDECAR_SUFFIXES):
+        return False
+    return _MOVED_ASIDE_RE.fullmatch(name[len(db_name) + 1 :]) is not None
+
+
+def moved_aside_in(folder: Path, db_name: str = "state.db") -> list[str]:
+    """The moved-aside files of ``db_name`` in ``folder``, by name (none if it cannot be listed)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(n for n in names if is_moved_aside(n, db_name))
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one database file holds, as far as it can be read as it is."""
+
+    size: int  # bytes of the main file
+    sessions: int | None  # None: it could not be read
+    messages: int | None
+    why: str = ""  # why it could not be read ("" when it was)
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0
+
+
+def count_held(path: Path, *, live: bool = False) -> Held:
+    """The sessions and messages ``path`` holds, read-only; never raises for a file that
+    cannot be read (``why`` says what stopped it). ``live``: the database Hermes has open
+    (a plain read-only connection that sees its WAL); otherwise the file is read
+    ``immutable`` when it has no ``-wal`` / ``-shm``, read-only when it has."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        return Held(0, None, None, f"{exc.strerror or exc}")
+    if size == 0:
+        return Held(0, 0, 0)
+    immutable = not live and wal_sidecars_absent(path)
+    try:
+        conn = open_readonly(path, immutable=immutable)
+    except DatabaseError as exc:
+        return Held(size, None, None, exc.message)
+    try:
+        return Held(size, _count(conn, "sessions"), _count(conn, "messages"))
+    except apsw.Error as exc:
+        return Held(size, None, None, str(exc).split("\n", 1)[0])
+    finally:
+        conn.close()
+
+
+def _count(conn: apsw.Connection, table: str) -> int:
+    """Rows of ``table`` by a full scan; 0 when the table does not exist (yet: a fresh
+    file Hermes is creating)."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
+    if exists is None:
+        return 0
+    row = conn.execute(f'SELECT count(*) FROM "{table}" NOT INDEXED').fetchone()
+    return int(row[0]) if row else 0
