@@ -197,6 +197,13 @@ class RunInProgress(StatewardenError):
     exit_code = EXIT_REFUSED
 
 
+class MergeRefused(StatewardenError):
+    """``maintenance --merge-from`` refused the file: it is not the database's earlier
+    file (not a Hermes state.db, a copy of the current file, nothing proves it)."""
+
+    exit_code = EXIT_REFUSED
+
+
 class RunLocked(StatewardenError):
     """Another maintenance run holds this database's lock."""
 

@@ -11,6 +11,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -73,6 +74,13 @@ def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
     help="Do not import the transcripts Hermes diverted into the repaired file.",
 )
 @click.option(
+    "--merge-from",
+    "merge_from",
+    metavar="PATH",
+    help="Merge the sessions of an earlier file of this database (the file Hermes moved"
+    " aside, as the sessions_vanished incident names it) with the current ones.",
+)
+@click.option(
     "--here",
     is_flag=True,
     help="Run in this process even when the daemon runs (it is handed to the daemon otherwise).",
@@ -91,6 +99,7 @@ def maintenance(
     accept_loss: bool,
     resume: bool,
     no_import: bool,
+    merge_from: str | None,
     here: bool,
     as_json: bool,
 ) -> None:
@@ -105,10 +114,17 @@ def maintenance(
     (or with --here) this process runs it. Ctrl-C cancels before the swap (the run
     rolls back); from the swap on it is refused and the run finishes.
 
-    Exit codes: 0 done (or healthy), 1 failed, aborted or cancelled and rolled back,
-    2 usage, 3 the repair would lose rows (nothing swapped without --accept-loss) or
-    swapped with accepted loss, 4 unreadable, 5 refused (a holder that may not be
-    stopped, or another run in progress on the database).
+    --merge-from PATH brings back the sessions of an earlier file of the database (the
+    file Hermes 0.22 moved aside when it started with an empty one): the old file is
+    recovered, proven to be this database's, and merged with what Hermes wrote since
+    into one verified file, swapped in as a repair is. It runs in this process.
+
+    Exit codes: 0 done (or healthy, or nothing to merge), 1 failed, aborted or cancelled
+    and rolled back, 2 usage (a --merge-from path that cannot be used: none, a
+    directory, an empty file), 3 the repair would lose rows (nothing swapped without
+    --accept-loss) or swapped with accepted loss, 4 unreadable, 5 refused (a holder that
+    may not be stopped, another run in progress on the database, or a --merge-from file
+    that is not this database's earlier file).
 
     Example: statewardenctl maintenance --profile default --dry-run
     """
@@ -119,6 +135,12 @@ def maintenance(
         names = ", ".join(t.name for t in targets)
         raise UsageError(f"several databases found ({names}); choose one with --db or --profile")
     config = get_config(config_path)
+    if merge_from is not None:
+        if action != "repair" or resume:
+            raise UsageError(
+                "--merge-from is an action of its own: leave out --action and --resume"
+            )
+        action = "merge"
     interactive = not yes and sys.stdin.isatty() and sys.stderr.isatty()
 
     def ask() -> bool:
@@ -127,7 +149,7 @@ def maintenance(
     def confirm(_plan: Plan) -> bool:
         return ask() if interactive else True
 
-    if not (here or dry_run):
+    if not (here or dry_run or merge_from is not None):
         flags = {
             "force": force,
             "accept_loss": accept_loss,
@@ -152,6 +174,7 @@ def maintenance(
         dry_run=dry_run,
         confirm=confirm,
         import_transcripts=not no_import,
+        merge_from=Path(merge_from) if merge_from is not None else None,
     )
     with progress_reporter("json" if as_json else "auto") as progress:
         run = MaintenanceRun(targets[0], config, options, emit=printer(as_json), progress=progress)

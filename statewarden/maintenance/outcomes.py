@@ -50,7 +50,7 @@ def folder(state_dir: Path) -> Path:
 
 def kind_of(outcome: str) -> str | None:
     """The outcome kind of a run's ``outcome`` text, or None when it tells nothing."""
-    if outcome in ("repaired", "swapped"):
+    if outcome in ("repaired", "swapped", "merged"):
         return "maintenance_repaired"
     if outcome.startswith("rolled back"):
         return "maintenance_rolled_back"

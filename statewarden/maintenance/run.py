@@ -83,6 +83,7 @@ from statewarden.maintenance.ledger import (
     run_dir,
     run_lock,
 )
+from statewarden.maintenance.merge import Source, build_merged, prepare_source, remove_sources
 from statewarden.maintenance.plan import Plan, make_plan
 from statewarden.maintenance.prebuild import (
     SourceIdentity,
@@ -127,8 +128,9 @@ from statewarden.sqlite import open_readonly, wal_sidecars_absent
 from statewarden.targets import Target
 
 ACTIONS = ("repair", "check", "journal-mode=delete", "journal-mode=wal", "checkpoint", "vacuum")
-# ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore).
-SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore")
+# ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore);
+# ``merge`` an earlier file's rows merged with the current ones (maintenance --merge-from).
+SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore", "merge")
 ENV_CRASH_AT = "STATEWARDEN_CRASH_AT"
 ENV_FAIL_AT = "STATEWARDEN_FAIL_AT"
 CATCH_UP_PREFIX = ".statewarden-catch-up-"
@@ -183,6 +185,7 @@ class Options:
     dry_run: bool = False
     confirm: Callable[[Plan], bool] | None = None
     restore_from: Path | None = None  # a quarantined state.db, for the restore action
+    merge_from: Path | None = None  # an earlier file of the database, for the merge action
     import_transcripts: bool = True  # import what Hermes diverted, after the swap
 
 
@@ -208,6 +211,7 @@ class RunReport:
     imported: dict[str, Any] | None = None  # the diverted transcripts' import (transcripts.py)
     post_check: dict[str, Any] = field(default_factory=dict)
     recover: dict[str, Any] | None = None
+    merge: dict[str, Any] | None = None  # what a merge did (merge.py), and why the file
     plan: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     source_identity: dict[str, Any] | None = None  # the source at the pre-build
@@ -264,6 +268,10 @@ class RunReport:
             else:
                 lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
         lines.extend(self._import_lines())
+        if self.merge is not None:
+            if "summary" in self.merge:
+                lines.append(f"  {self.merge['summary']}")
+            lines.append(f"  {self.merge['old']} is this database's: {self.merge['proof']}")
         if self.post_check:
             lines.append(f"  post-check: {self.post_check.get('summary', '')}")
         if self.recover is not None:
@@ -310,7 +318,7 @@ class MaintenanceRun:
         self.config = config
         self.mc = config.maintenance
         self.options = options or Options()
-        if self.options.action not in (*ACTIONS, "restore"):
+        if self.options.action not in (*ACTIONS, "restore", "merge"):
             raise UsageError(
                 f"unknown action {self.options.action!r} (one of: {', '.join(ACTIONS)})"
             )
@@ -326,6 +334,7 @@ class MaintenanceRun:
         self.new: Path | None = None
         self.folded_sha256: str | None = None
         self.sealed: NewFile | None = None  # the new file as built, proven at the swap
+        self.merge_source: Source | None = None  # the merge's old file, recovered and proven
         self._t0 = time.monotonic()
         self._started_at = time.time()
         self._step_started: tuple[str, float] | None = None
@@ -560,6 +569,8 @@ class MaintenanceRun:
             other_users=self.config.holders.other_users,
         )
         try:
+            if opts.action == "merge":
+                self._prepare_merge()
             plan = self._plan(scanner)
             self.report.plan = plan.to_json()
             self.emit("plan", plan=self.report.plan, lines=plan.render())
@@ -605,6 +616,8 @@ class MaintenanceRun:
             return self._body(plan, scanner, run_id)
         finally:
             scanner.close()
+            if self.merge_source is not None:
+                self.merge_source.cleanup()
 
     def _body(self, plan: Plan, scanner: HolderScanner, run_id: str) -> RunReport:
         opts = self.options
@@ -742,10 +755,54 @@ class MaintenanceRun:
             assert self.options.restore_from is not None
             build_restored(self.options.restore_from, self.new, self.progress)
             return None
+        if self.options.action == "merge":
+            return self._merged(self.db, prebuild=True)
         mode = None
         if self.options.action.startswith("journal-mode="):
             mode = "wal" if self.options.action.endswith("wal") else "rollback"
         build_copy_as_is(self.db, self.new, mode, self.progress)
+        return None
+
+    def _prepare_merge(self) -> None:
+        """The merge's old file, recovered into the run's folder and proven to be this
+        database's earlier file, before anything is planned or stopped: a path that
+        cannot be used (exit 2), a file that is not this database's (exit 5) or that
+        cannot be read at all (exit 4) is one line, and nothing is done."""
+        assert self.options.merge_from is not None
+        self.merge_source = prepare_source(
+            self.options.merge_from,
+            self.db,
+            home=self.target.home,
+            state=self.state,
+            folder=self.folder,
+            progress=self.progress,
+        )
+        src = self.merge_source
+        self.report.merge = {"old": str(src.path), "proof": src.proof}
+
+    def _merged(self, current: Path, *, prebuild: bool) -> RunReport | None:
+        """Merge the old file with ``current`` into the new file; a report when the run
+        ends here (nothing to merge, or a file that failed verification)."""
+        assert self.merge_source is not None
+        assert self.new is not None
+        src = self.merge_source
+        merged, folded = build_merged(src.recovered, current, self.new, self.progress)
+        if prebuild:
+            self.folded_sha256 = folded
+        merged.old = str(src.path)
+        self.report.merge = {**merged.to_json(), "summary": merged.summary(), "proof": src.proof}
+        if merged.nothing:
+            self._remove_new()
+            message = f"every session and message of {src.path} is in {self.db} already"
+            if not prebuild:
+                raise _Abort(message + "; nothing to swap", EXIT_OK)
+            return self._finish("nothing to merge", EXIT_OK, message + "; nothing was stopped")
+        if not merged.verified:
+            self._remove_new()
+            why = "the merged file failed verification: " + "; ".join(merged.problems)
+            if not prebuild:
+                raise _Abort(why, EXIT_FAILED)
+            return self._finish("failed before stopping anything", EXIT_FAILED, why)
         return None
 
     def _gate(self, rep: Report) -> RunReport | None:
@@ -900,6 +957,9 @@ class MaintenanceRun:
                 ).report
                 rep.source = str(self.db)
                 self.report.recover = rep.to_json()
+            elif self.options.action == "merge":
+                rep = None
+                self._merged(source, prebuild=False)  # a failure is an _Abort: rolled back
             else:
                 rep = None
                 mode = None
@@ -999,9 +1059,8 @@ class MaintenanceRun:
             code = EXIT_FAILED
             problems.extend(f"{f['step']} failed: {f['error']}" for f in self.report.failures)
         message = "; ".join(problems)
-        return self._finish(
-            "swapped" if self.report.action != "repair" else "repaired", code, message
-        )
+        done = {"repair": "repaired", "merge": "merged"}.get(self.report.action, "swapped")
+        return self._finish(done, code, message)
 
     def _prune(self) -> None:
         removed = prune(
@@ -1206,6 +1265,7 @@ class MaintenanceRun:
         folders of the pre-build and the catch-up (a whole copy of the database each).
         Called with the run lock held, so no run of this database is using them."""
         removed = [str(p) for p in remove_abandoned(self.db.parent)]
+        removed += [str(p) for p in remove_sources(self.folder)]
         mine = f"{CATCH_UP_PREFIX}{db_digest(self.db)}-"
         try:
             dfd = os.open(self.db.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
