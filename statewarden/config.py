@@ -257,6 +257,7 @@ IncidentKind = Literal[
     "recovery_files",
     "sessions_vanished",
     "duplicate_writers",
+    "schema_newer",
 ]
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.config import Config, state_dir
-from statewarden.incidents.signals import Found
+from statewarden.incidents.signals import Found, Signal
 from statewarden.logs import get_logger
 from statewarden.mounts import Mount, read_mounts
 from statewarden.targets import Target, discover
@@ -47,6 +47,7 @@ class WatchedDatabases:
         self.journals: dict[str, tuple[JournalFollower, asyncio.Task[None]]] = {}
         self.source_reads = threading.Lock()
         self.mounts = MountWatcher()
+        self._newer_schema: set[str] = set()  # databases with a schema_newer incident open
         self._present: dict[str, bool] = {}
         self._announced_empty = False
         self._last_rescan = 0.0
@@ -177,13 +178,36 @@ class WatchedDatabases:
         return await asyncio.to_thread(read)
 
     async def check_mounts(self) -> None:
-        """Each present database's filesystem, through the mount watcher."""
+        """Each present database's filesystem, through the mount watcher; and its schema:
+        one newer than statewarden knows is a ``schema_newer`` incident (info)."""
         mounts = await asyncio.to_thread(read_mounts)
         for m in list(self.monitors.values()):
             if m.target.db.exists():
                 st = await self.status_of(m.target, mounts)
                 for sig in self.mounts.check(str(m.target.db), st):
                     self.on_found(sig)
+                self._schema_signal(str(m.target.db), st)
+
+    def _schema_signal(self, db: str, st: DatabaseStatus) -> None:
+        """``schema_newer`` while the schema is newer than known; cleared when it is not."""
+        if st.schema_note is not None:
+            self._newer_schema.add(db)
+            self.on_found(
+                Signal(
+                    "schema_newer",
+                    db,
+                    st.schema_note,
+                    source="status",
+                    key="schema",
+                    evidence=(st.schema_note,),
+                )
+            )
+        elif db in self._newer_schema:
+            self._newer_schema.discard(db)
+            summary = f"schema_version {st.schema_version} is one statewarden knows"
+            self.on_found(
+                Signal("schema_newer", db, summary, source="status", key="schema", clears=True)
+            )
 
     # -------------------------------------------------------------- stop
 

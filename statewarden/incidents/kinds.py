@@ -482,6 +482,23 @@ KINDS: dict[str, Kind] = {
             "it (hermes update brings the fix that shares one handle)"
         ),
     ),
+    "schema_newer": Kind(
+        severity="info",
+        message_id="5b0e6c1a4f1d4a8e9a3d2c7b8e1f0a27",
+        rule="state",
+        what="a state.db whose schema_version is newer than the layouts statewarden knows",
+        subject="state.db has a Hermes schema newer than statewarden knows",
+        meaning=(
+            "Hermes upgraded state.db to a schema_version statewarden has not been verified "
+            "on: its log rules, check, recover and maintenance still run (rows are copied by "
+            "column name), but objects it does not know are reported as 'cannot verify'."
+        ),
+        next_step=(
+            "statewardenctl status --profile {profile} names the version; update statewarden "
+            "when a release knows it"
+        ),
+        after_restart="start_up",
+    ),
 }
 
 

@@ -12,6 +12,8 @@ import pytest
 from lab.hermes_fixtures import NEWEST, TINY, AnySpec, make_home
 from statewarden.watch.status import NEWEST_KNOWN_SCHEMA
 from tests.support.cli import run_ctl
+from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.waiting import wait_for
 
 
 def status(db: Path, *args: str) -> str:
@@ -52,3 +54,30 @@ def test_newer_schema_says_what_is_not_verified(tmp_path: Path) -> None:
     assert note.startswith(f"newer than statewarden knows ({NEWEST_KNOWN_SCHEMA})")
     assert "not verified" in note
     assert f"  schema_version  {NEWEST_KNOWN_SCHEMA + 1} ({note})\n" in status(db)
+
+
+def test_the_daemon_opens_one_info_incident_for_a_newer_schema(tmp_path: Path) -> None:
+    """A real daemon on a 0.22 home raised to schema 32: one schema_newer incident (info)
+    saying what is not verified; lowered back, it is resolved."""
+    home = make_home(tmp_path / "h", NEWEST)
+    bump_schema(home / "state.db", NEWEST_KNOWN_SCHEMA + 1)
+    env = daemon_env(tmp_path, home)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps({"watch": {"verify_interval": "1h"}, "discovery": {"rescan_interval": "1s"}})
+    )
+    env["STATEWARDEN_CONFIG"] = str(config)
+    d = DaemonProc(env)
+    try:
+        d.wait_for_line("statewarden ready")
+        (inc,) = wait_for(lambda: d.incidents_of("schema_newer"), what="schema_newer")
+        assert inc["severity"] == "info"
+        assert f"newer than statewarden knows ({NEWEST_KNOWN_SCHEMA})" in inc["summary"]
+        bump_schema(home / "state.db", NEWEST_KNOWN_SCHEMA)
+        wait_for(
+            lambda: all(i["state"] == "resolved" for i in d.incidents_of("schema_newer")),
+            what="schema_newer resolved",
+            timeout_s=120,
+        )
+    finally:
+        d.stop()
