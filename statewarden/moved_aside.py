@@ -8,8 +8,9 @@ garbage) aside, with its ``-wal`` and ``-shm``, and starts a fresh, empty databa
 :func:`count_held` counts the sessions and messages of a file read-only (full scans,
 ``NOT INDEXED``: docs/safety.md rule 7), without ever writing it: a file nobody has open
 is opened ``immutable`` (no ``-wal`` or ``-shm`` created next to it), the live database
-read-only. A moved-aside file usually cannot be read as it is (its header is what made
-Hermes move it): :class:`Held` then says why, and the sessions stay unknown.
+read-only (``immutable`` too when it is a WAL database nobody has open). A moved-aside
+file usually cannot be read as it is (its header is what made Hermes move it):
+:class:`Held` then says why, and the sessions stay unknown.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import apsw
 
-from statewarden.errors import DatabaseError
+from statewarden.errors import DatabaseError, StatewardenError
 from statewarden.sidecars import SIDECAR_SUFFIXES
-from statewarden.sqlite import open_readonly, wal_sidecars_absent
+from statewarden.sqlite import open_readonly, read_header, wal_sidecars_absent
 
 # After "state.db.": what Hermes found (a zeroed header, or not a database), then its time
 # stamp and pid (``unknown`` when it had no clock), ``.bak`` last.
@@ -72,7 +73,7 @@ def count_held(path: Path, *, live: bool = False) -> Held:
         return Held(0, None, None, f"{exc.strerror or exc}")
     if size == 0:
         return Held(0, 0, 0)
-    immutable = not live and wal_sidecars_absent(path)
+    immutable = closed_wal(path) if live else wal_sidecars_absent(path)
     try:
         conn = open_readonly(path, immutable=immutable)
     except DatabaseError as exc:
@@ -83,6 +84,19 @@ def count_held(path: Path, *, live: bool = False) -> Held:
         return Held(size, None, None, str(exc).split("\n", 1)[0])
     finally:
         conn.close()
+
+
+def closed_wal(db: Path) -> bool:
+    """A WAL database nobody has open (no ``-wal``, no ``-shm``): read it ``immutable``,
+    as a read-only connection would leave an empty ``-wal`` and ``-shm`` behind. Any other
+    is read with a plain read-only connection, which takes SQLite's shared lock against
+    a writer. (The header is read raw: call it with no connection open to ``db``.)"""
+    if not wal_sidecars_absent(db):
+        return False
+    try:
+        return read_header(db).journal_mode == "wal"
+    except StatewardenError:
+        return False
 
 
 def _count(conn: apsw.Connection, table: str) -> int:

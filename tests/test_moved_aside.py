@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.hermes_fixtures import NEWEST, make_home
+from lab.hermes_fixtures import NEWEST, NEWEST_WAL, make_home
 from statewarden.moved_aside import count_held, is_moved_aside, moved_aside_in
 from tests.daemon.vanishing import DAMAGES, damage, hermes_starts_fresh
 
@@ -67,3 +67,13 @@ def test_a_readable_file_is_counted_by_full_scans(tmp_path: Path) -> None:
     assert sorted(os.listdir(db.parent)) == ["logs", "state.db"]
     missing = count_held(tmp_path / "nothing.db")
     assert (missing.sessions, missing.why) == (None, "No such file or directory")
+
+
+def test_a_closed_wal_database_is_counted_without_leaving_sidecars(tmp_path: Path) -> None:
+    """A WAL database nobody has open, counted as the live file (the daemon's count): no
+    -wal or -shm is left next to it (a plain read-only open would leave both)."""
+    db = make_home(tmp_path / "hermes", NEWEST_WAL) / "state.db"
+    assert db.read_bytes()[18:20] == b"\x02\x02"  # WAL
+    held = count_held(db, live=True)
+    assert (held.sessions, held.messages) == (12, 60)
+    assert sorted(os.listdir(db.parent)) == ["logs", "state.db"]

@@ -84,18 +84,12 @@ from statewarden.errors import DatabaseError, MergeRefused, StatewardenError, Us
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.maintenance.snapshots import list_snapshots
 from statewarden.maintenance.swap import list_quarantine
-from statewarden.moved_aside import is_moved_aside
+from statewarden.moved_aside import closed_wal, is_moved_aside
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import make_work_copy
 from statewarden.recovery.recover import recover
 from statewarden.sidecars import SIDECAR_SUFFIXES
-from statewarden.sqlite import (
-    open_readonly,
-    quote_ident,
-    read_header,
-    uri_for,
-    wal_sidecars_absent,
-)
+from statewarden.sqlite import open_readonly, quote_ident, uri_for, wal_sidecars_absent
 
 MERGE_FOLDER = "merge-source"
 OLD_NAME = "old.db"
@@ -259,7 +253,7 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path) -> str:
         old_sessions = {str(i): src for i, src in old.execute("SELECT id, source FROM sessions")}
     finally:
         old.close()
-    cur = open_readonly(db, immutable=_closed_wal(db))
+    cur = open_readonly(db, immutable=closed_wal(db))
     try:
         cur_ids = _meta(cur)
         shared = {
@@ -293,18 +287,6 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path) -> str:
         + ("sessions both hold disagree" if shared else "it holds none of its sessions")
         + "; nothing was merged"
     )
-
-
-def _closed_wal(db: Path) -> bool:
-    """A WAL database nobody has open (no -wal, no -shm): read ``immutable``, or a
-    read-only connection would leave an empty -wal and -shm behind. Any other is read
-    with a plain read-only connection, which takes SQLite's shared lock against a writer."""
-    if not wal_sidecars_absent(db):
-        return False
-    try:
-        return read_header(db).journal_mode == "wal"
-    except StatewardenError:
-        return False
 
 
 def _same(path: Path, other: str) -> bool:

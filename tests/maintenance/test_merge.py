@@ -23,6 +23,7 @@ import pytest
 from lab.hermes_fixtures import (
     NEWEST,
     NEWEST_HERMES,
+    NEWEST_WAL,
     Spec,
     built_db,
     hermes_python,
@@ -36,6 +37,7 @@ from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.maintenance import maintenance_config, run_maintenance
+from tests.support.waiting import wait_for
 
 # Every column that makes a message what it is (its id aside).
 MESSAGE = "session_id, role, content, timestamp, tool_call_id, tool_calls, tool_name, active"
@@ -85,14 +87,14 @@ def vanished(tmp_path: Path, how: str = "zeroed", *, seed: int = 2) -> tuple[Pat
 
 class Writer:
     """Hermes 0.22's own SessionDB in a real process (``hermes dashboard``), appending a
-    message every 0.1 s and logging each one once it is committed."""
+    message every ``every`` seconds and logging each one once it is committed."""
 
-    def __init__(self, tmp_path: Path, home: Path) -> None:
+    def __init__(self, tmp_path: Path, home: Path, every: float = 0.1) -> None:
         bin_dir = tmp_path / "bin"
         install_fake_hermes(bin_dir, python=hermes_python(NEWEST_HERMES))
         self.log = tmp_path / "committed.log"
         env = writer_env(home)
-        env[WRITE_EVERY_ENV] = "0.1"
+        env[WRITE_EVERY_ENV] = str(every)
         env[LOG_ENV] = str(self.log)
         self.proc = subprocess.Popen(
             [str(bin_dir / "hermes"), "dashboard"], env=env, stdout=subprocess.PIPE, text=True
@@ -268,7 +270,9 @@ def test_a_killed_merge_is_resumed_and_nothing_is_merged_twice(
     once); the merge run after that finds either everything to merge or nothing, and
     every row is there exactly once."""
     db, old = vanished(tmp_path)
-    w = Writer(tmp_path, db.parent)
+    # Writing often: the file changes between the pre-build and the stop (the snapshot
+    # and the stop take longer than a write), so the catch-up merge runs.
+    w = Writer(tmp_path, db.parent, every=0.02)
     try:
         env = {**os.environ, "STATEWARDEN_CRASH_AT": step}
         crashed = run_maintenance("--db", str(db), "--merge-from", str(old), "--yes", env=env)
@@ -293,6 +297,36 @@ def test_a_killed_merge_is_resumed_and_nothing_is_merged_twice(
     assert final.returncode == 0, final.stderr
     assert report_of(final)["outcome"] == ("nothing to merge" if forward else "merged")
     assert_merged_once(db, quarantined(tmp_path))
+    assert run_ctl("check", "--db", str(db)).exit_code == 0
+
+
+def test_rows_only_in_the_moved_aside_wal_come_back(tmp_path: Path, config: Path) -> None:
+    """A WAL database whose Hermes 0.22 writer was killed (its last commits only in
+    -wal), then its first page zeroed: Hermes moves it aside with its -wal, and the merge
+    brings back every row that writer committed, once, with the old and the new ones."""
+    home = make_home(tmp_path / "hermes", NEWEST_WAL)
+    db = home / "state.db"
+    w = Writer(tmp_path, home)
+    wait_for(lambda: len(w.committed()) >= 10, "ten committed messages")
+    w.proc.send_signal(signal.SIGKILL)
+    w.stop()
+    committed = w.committed()
+    assert (home / "state.db-wal").stat().st_size > 0
+    damage(db, "zeroed")
+    old = hermes_starts_fresh(home, sessions=5, messages=20, seed=2)
+    assert Path(f"{old}-wal").exists()
+    proc = run_maintenance("--db", str(db), "--merge-from", str(old), "--yes", "--json")
+    assert proc.returncode == 0, proc.stderr
+    current = quarantined(tmp_path)
+    texts = collections.Counter(str(r[0]) for r in rows(db, "SELECT content FROM messages"))
+    assert all(texts[t] == 1 for t in committed)
+    writer_sid = f"fake_{w.proc.pid}"
+    assert sorted(sessions(db)) == sorted(
+        {*sessions(built_db(NEWEST_WAL)), writer_sid, *sessions(current)}
+    )
+    total = sum(messages(db).values())
+    assert total == 60 + 1 + len(committed) + sum(messages(current).values())
+    assert messages(built_db(NEWEST_WAL)) + messages(current) <= messages(db)
     assert run_ctl("check", "--db", str(db)).exit_code == 0
 
 
