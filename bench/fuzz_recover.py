@@ -1,6 +1,7 @@
 """The long run of the fuzz lab: ``recover`` against random damage on many seeds.
 
     .venv/bin/python bench/fuzz_recover.py [--seeds 500] [--first 0] [--page1] [--view-first]
+        [--zero-costs]
 
 For each seed ``lab/fuzz.py`` damages a copy of a Hermes-written database (zeroed
 sectors and 4 KiB blocks, random bytes, torn and reverted pages) and carves the ground
@@ -8,8 +9,11 @@ truth; ``recover`` runs on it and its output and report are held to the promises
 intact row dropped, no wrong row passed off as good, loss reported exactly when rows
 were lost, the source unchanged); ``--page1`` destroys page 1 on every seed too (and
 the schema pages on half of them); ``--view-first`` damages a copy whose schema hash
-starts with a view, so that SQLite's integrity check says nothing of unused pages. In
-the same run, on the same damaged files, what a
+starts with a view, so that SQLite's integrity check says nothing of unused pages;
+``--zero-costs`` damages a copy whose usage rows cost 0.0 (a local model's), laid out so
+that ``recover`` writes sixteen of their zero bytes across a sector boundary. Every
+output is held to ``check`` too: clean, or naming only what the report lists as lost.
+In the same run, on the same damaged files, what a
 user would do instead, ``sqlite3 .dump | sqlite3`` (Debian's CLI), is judged by the
 same truth (it reports nothing, so only dropped and wrong rows count for it).
 
@@ -54,8 +58,15 @@ def main() -> None:
         action="store_true",
         help="damage a copy whose schema hash starts with a view (no page accounting)",
     )
+    p.add_argument(
+        "--zero-costs",
+        action="store_true",
+        help="damage a copy whose usage rows cost 0.0, zeros on a sector boundary",
+    )
     args = p.parse_args()
     fuzz.later_db()  # built once, outside the timings
+    if args.zero_costs:
+        fuzz.zero_costs_db()
     ours: list[str] = []
     theirs: list[str] = []
     t_ours: list[float] = []
@@ -66,7 +77,11 @@ def main() -> None:
             work = Path(d)
             t0 = time.perf_counter()
             case, found = fuzz.run_seed(
-                work / "ours", seed, page1=args.page1, view_first=args.view_first
+                work / "ours",
+                seed,
+                page1=args.page1,
+                view_first=args.view_first,
+                zero_costs=args.zero_costs,
             )
             t_ours.append(time.perf_counter() - t0)
             if found:

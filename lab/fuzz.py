@@ -35,15 +35,19 @@ import random
 import shutil
 import struct
 import subprocess
+import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from lab.hermes_fixtures import Spec, built_db, cache_dir, hermes_python
 from statewarden.demo.damage import PristineFile, schema_roots, varint, write_at
+
+if TYPE_CHECKING:
+    from statewarden.recovery.diagnose import Diagnosis
 
 # Small enough that one seed takes well under a second, large enough that the
 # messages b-tree has an interior level and the sessions table several leaves.
@@ -92,6 +96,20 @@ def view_first_db(spec: Spec = FUZZ) -> Path:
     from lab.corruption import view_first_in_hash
 
     return _cached_change(later_db(spec), f"{spec.key()}-later-view-first-v1", view_first_in_hash)
+
+
+def zero_costs_db(spec: Spec = FUZZ) -> Path:
+    """``later_db(spec)`` with every ``session_model_usage`` row a local model's (costs
+    0.0, no tokens), one of them padded so that ``recover``'s output lays its sixteen
+    zero bytes of costs across a 512-byte boundary (``zero_values.zeros_on_a_boundary``),
+    cached next to it: zeros a zeroed-sector search must not take for damage."""
+    from lab.zero_values import zeros_on_a_boundary
+
+    def change(db: Path) -> None:
+        with tempfile.TemporaryDirectory() as trial:
+            zeros_on_a_boundary(db, Path(trial))
+
+    return _cached_change(later_db(spec), f"{spec.key()}-later-zero-costs-v1", change)
 
 
 def _cached_change(source: Path, name: str, change: Callable[[Path], object]) -> Path:
@@ -148,12 +166,22 @@ def _base_pages(pf: PristineFile, roots: dict[str, int]) -> list[int]:
 
 
 def fuzz_case(
-    dest_dir: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False, view_first: bool = False
+    dest_dir: Path,
+    seed: int,
+    spec: Spec = FUZZ,
+    *,
+    page1: bool = False,
+    view_first: bool = False,
+    zero_costs: bool = False,
 ) -> FuzzCase:
-    """A copy of ``later_db(spec)`` (``view_first_db`` with ``view_first``) with the
-    damage ``seed`` draws (and page 1 destroyed, with ``page1``), and its truth."""
+    """A copy of ``later_db(spec)`` (``view_first_db`` with ``view_first``,
+    ``zero_costs_db`` with ``zero_costs``) with the damage ``seed`` draws (and page 1
+    destroyed, with ``page1``), and its truth."""
     rnd = random.Random(seed)
-    pristine = view_first_db(spec) if view_first else later_db(spec)
+    if zero_costs:
+        pristine = zero_costs_db(spec)
+    else:
+        pristine = view_first_db(spec) if view_first else later_db(spec)
     older = built_db(spec)
     dest_dir.mkdir(parents=True, exist_ok=True)
     db = dest_dir / "state.db"
@@ -406,15 +434,103 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
     return []
 
 
+def output_check_violations(output: Path, work: Path, report: dict[str, Any]) -> list[str]:
+    """``check`` of a file ``recover`` wrote (the code ``statewardenctl check`` runs, on
+    a work copy under ``work``): every such file passes it. With nothing lost it is
+    clean (damage none); where the report lists rows lost or unproven, check may name
+    what follows from them and nothing else (``_unexplained``)."""
+    from statewarden.recovery.check import check_database
+
+    diag = check_database(output, work)
+    if diag.damage == "none":
+        return []
+    if not report.get("loss_detected"):
+        why = "; ".join(diag.findings()[:2])
+        return [f"check of the output says {diag.damage} though nothing was lost: {why}"]
+    if found := _unexplained(diag, report):
+        return [f"check of the output says {diag.damage}: {'; '.join(found[:2])}"]
+    return []
+
+
+def _unexplained(diag: Diagnosis, report: dict[str, Any]) -> list[str]:
+    """What check says of a recovered file that the report's loss does not explain.
+
+    A file with rows lost keeps what follows from them: a session counting messages
+    that were lost (each listed in ``count_mismatches``, with the same counts),
+    messages whose session was lost or whose session id could not be read (the
+    report's ``orphans``, measured on the same file), the search-index copies of a
+    message lost (its rowid lost) or written partial (listed partial or unverified).
+    Anything else check finds is the output's own damage."""
+    unproven: dict[str, set[int]] = {}
+    for entry in report.get("partial_rows", []) + report.get("unverified_rows", []):
+        unproven.setdefault(entry["table"], set()).add(int(entry["rowid"]))
+    tables = report.get("tables", {})
+
+    def lost(table: str, rowid: int) -> bool:
+        t = tables.get(table, {})
+        return rowid in set(t.get("lost_keys", [])) or any(
+            lo <= rowid <= hi for lo, hi in t.get("unreadable_ranges", [])
+        )
+
+    def some_lost(table: str) -> bool:
+        t = tables.get(table, {})
+        return bool(
+            report.get("lost", {}).get(table) or t.get("unreadable_ranges") or table in unproven
+        ) or table in report.get("tables_lost", [])
+
+    # Each session the report names stale (a lost write) or short of messages (the
+    # loss itself, when no witness of the messages was left to count them lost).
+    counted = {
+        (e["rowid"], e["message_count"], e["messages"]) for e in report.get("count_mismatches", [])
+    }
+    # A row whose parent was lost, or whose parent key was unreadable (partial: the
+    # column holds a placeholder), has no parent in the output.
+    rest = replace(
+        diag,
+        counts_disagree=[c for c in diag.counts_disagree if c not in counted],
+        orphans={
+            t: n
+            for t, n in diag.orphans.items()
+            if report.get("orphans", {}).get(t) != n
+            or not (some_lost("sessions") or n <= len(unproven.get(t, ())))
+        },
+        tables=[
+            replace(t, missing_rows=[r for r in t.missing_rows if not lost(t.name, r)])
+            for t in diag.tables
+        ],
+        copies=[
+            replace(
+                c,
+                rows_rotted=[
+                    r
+                    for r in c.rows_rotted
+                    if r not in unproven.get(c.table, set()) and not lost(c.table, r)
+                ],
+            )
+            for c in diag.copies
+        ],
+    )
+    return rest.findings()
+
+
 def run_seed(
-    work: Path, seed: int, spec: Spec = FUZZ, *, page1: bool = False, view_first: bool = False
+    work: Path,
+    seed: int,
+    spec: Spec = FUZZ,
+    *,
+    page1: bool = False,
+    view_first: bool = False,
+    zero_costs: bool = False,
 ) -> tuple[FuzzCase, list[str]]:
     """Damage a copy by ``seed`` (page 1 too, with ``page1``; of ``view_first_db`` with
-    ``view_first``), run ``recover`` on it, return the case and what broke."""
+    ``view_first``, of ``zero_costs_db`` with ``zero_costs``), run ``recover`` on it,
+    return the case and what broke."""
     from statewarden.errors import StatewardenError
     from statewarden.recovery.recover import recover
 
-    case = fuzz_case(work / "db", seed, spec, page1=page1, view_first=view_first)
+    case = fuzz_case(
+        work / "db", seed, spec, page1=page1, view_first=view_first, zero_costs=zero_costs
+    )
     before = bundle_digest(case.db)
     output = work / "out" / "recovered.db"
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -423,7 +539,9 @@ def run_seed(
     except StatewardenError as exc:
         return case, [f"recover failed: {exc}"]
     found = violations(case, rep, output if output.exists() else None)
-    if not output.exists():
+    if output.exists():
+        found.extend(output_check_violations(output, work, rep))
+    else:
         found.append("recover left no verified output")
     found.extend(class_violations(case, rep, work))
     if bundle_digest(case.db) != before:

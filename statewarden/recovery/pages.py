@@ -34,7 +34,7 @@ import sys
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.schema import Schema, SchemaObject
@@ -1197,6 +1197,21 @@ MIN_ZERO_STRETCH = 16
 ZeroedCells = dict[int, list[int] | None]
 
 
+class ZeroRun(NamedTuple):
+    """A stretch ``lo`` .. ``hi`` of a record's payload (payload offsets) that lies in
+    zeros, ``stretch`` (offsets in ``page``) the whole run of zeros it lies in.
+    ``short``: zeros that run on past the payload's end, no more than a number's own
+    low bytes (``MAX_NUMBER_ZEROS``) followed by unused space. ``proven``: zeroed
+    whatever the record says (bytes past the cell that another row's chain owns)."""
+
+    lo: int
+    hi: int
+    short: bool
+    page: int = 0
+    stretch: tuple[int, int] = (0, 0)
+    proven: bool = False
+
+
 _ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
 _ZERO_STRETCH = bytes(MIN_ZERO_STRETCH)
 # How much of the file the zeroed-sector search reads at once.
@@ -1294,50 +1309,124 @@ def _payload_segments(db: DatabaseFile, n: int, off: int) -> tuple[int, list[Seg
     return rowid, segs
 
 
-def _zeroed_runs(
-    segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]
-) -> list[tuple[int, int, bool]]:
-    """Stretches of a payload (payload offsets) that lie in zeroed sectors, each at
-    least ``MIN_ZEROED_RUN`` long, and whether it is *short*: zeros that run on past
-    the payload's end, no more than a number's own low bytes (``MAX_NUMBER_ZEROS``)
-    followed by unused space, which count only where they fall in text or a blob."""
+def _zeroed_runs(segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]) -> list[ZeroRun]:
+    """Stretches of a payload that lie in stretches of zeros that reach a sector's
+    boundary (``zeroed``), each at least ``MIN_ZEROED_RUN`` long (``ZeroRun``: only
+    text or a blob counts a *short* one). Whether they are a zeroed sector's or the
+    record's own zeros is for ``_columns_hit`` to prove."""
     runs = []
     for at, length, page, start in segs:
         for lo, hi in zeroed.get(page, ()):
             a, b = max(lo, start), min(hi, start + length)
             if b - a >= MIN_ZEROED_RUN:
                 short = hi > start + length and b - a <= MAX_NUMBER_ZEROS
-                runs.append((at + a - start, at + b - start, short))
+                runs.append(ZeroRun(at + a - start, at + b - start, short, page, (lo, hi)))
     return runs
 
 
-def _columns_hit(
-    db: DatabaseFile, segs: list[Segment], runs: list[tuple[int, int, bool]]
-) -> list[int] | None:
-    """Positions of the record's columns whose bytes overlap ``runs`` (a short run
-    only text or a blob: ``_zeroed_runs``); None when its header does (or cannot be
-    read)."""
+def _columns_hit(db: DatabaseFile, segs: list[Segment], runs: list[ZeroRun]) -> list[int] | None:
+    """Positions of the record's columns whose bytes overlap the runs of ``runs`` its
+    bytes prove zeroed (``_zeros_proven``; a short run only text or a blob: see
+    ``ZeroRun``); None when such a run reaches its header (or the header cannot be
+    read). A run of zeros the record's own values explain (a real of 0.0, serial types
+    of NULL) is no damage: a row whose costs are 0.0 is the row that was written."""
     _, length, page, start = segs[0]
     local = bytes(db.page(page)[start : start + length])
+    columns: list[tuple[int, int, int]] = []  # (serial type, body offset, width)
     try:
         hsize, pos = varint(local, 0)
-        if hsize > len(local) or any(lo < hsize for lo, _, _ in runs):
+        if hsize > len(local):
             return None
         body = hsize
-        hit = []
-        i = 0
         while pos < hsize:
             t, pos = varint(local, pos)
-            width = _serial_size(t)
-            if width and any(
-                lo < body + width and body < hi and (t >= 12 or not short) for lo, hi, short in runs
-            ):
-                hit.append(i)
-            body += width
-            i += 1
+            columns.append((t, body, _serial_size(t)))
+            body += columns[-1][2]
     except PageFormatError:
         return None
-    return hit
+    # A header that does not account for the payload byte for byte is not the header
+    # SQLite wrote (a serial type zeroed into NULL takes no bytes).
+    whole = body == sum(length for _, length, _, _ in segs)
+    zeroed = [
+        r
+        for r in runs
+        if r.proven or _zeros_proven(db, segs, r, hsize=hsize, whole=whole, columns=columns)
+    ]
+    if any(r.lo < max(hsize, 1) for r in zeroed):
+        return None
+    return [
+        i
+        for i, (t, at, width) in enumerate(columns)
+        if width
+        and any(r.lo < at + width and at < r.hi and (t >= 12 or not r.short) for r in zeroed)
+    ]
+
+
+def _zeros_proven(
+    db: DatabaseFile,
+    segs: list[Segment],
+    run: ZeroRun,
+    *,
+    hsize: int,
+    whole: bool,
+    columns: list[tuple[int, int, int]],
+) -> bool:
+    """Do the bytes prove ``run``'s zeros a zeroed sector's, not the record's own? They
+    do when they take a byte that is never zero where SQLite wrote it: the header's
+    size (the first byte of the payload), a serial type of a header that no longer
+    accounts for the payload, the first byte of a cell on the leaf (a payload size),
+    a byte of text or a blob (Hermes writes no zero bytes in either), or the high bytes
+    of an integer (SQLite writes each integer in the fewest bytes that hold it: zeroed
+    high bytes leave one it would have written shorter). Zeros in reals (0.0 is eight
+    of them), in the serial types of NULLs and in an integer's low bytes prove nothing."""
+    if run.lo == 0 or (run.lo < hsize and not whole):
+        return True
+    if run.page == segs[0][2] and _holds_a_cell_start(db, run):
+        return True
+    for t, at, width in columns:
+        if not width or not (run.lo < at + width and at < run.hi):
+            continue
+        if t >= 12:
+            return True
+        if t <= 6 and not _fewest_bytes(_payload_bytes(db, segs, at, width), t):
+            return True
+    return False
+
+
+def _holds_a_cell_start(db: DatabaseFile, run: ZeroRun) -> bool:
+    """Does the run of zeros ``run`` lies in take the first byte of a cell of its page
+    (a payload size, never zero: a record has at least its header's size)?"""
+    lo, hi = run.stretch
+    try:
+        return any(lo <= off < hi for off in db.cell_offsets(run.page))
+    except (PageFormatError, struct.error):
+        return False
+
+
+def _payload_bytes(db: DatabaseFile, segs: list[Segment], at: int, width: int) -> bytes:
+    """Bytes ``at`` .. ``at + width`` of the payload ``segs`` locates (fewer where its
+    chain ends early)."""
+    out = bytearray()
+    for pat, length, page, start in segs:
+        a, b = max(at, pat), min(at + width, pat + length)
+        if a < b:
+            out += db.page(page)[start + a - pat : start + b - pat]
+    return bytes(out)
+
+
+def _fewest_bytes(raw: bytes, t: int) -> bool:
+    """Is ``raw``, an integer of serial type ``t`` (1 to 6), in the fewest bytes SQLite
+    would write it in (0 and 1 in none: types 8 and 9)? True when ``raw`` is cut short
+    (nothing to tell)."""
+    if len(raw) != _serial_size(t):
+        return True
+    v = int.from_bytes(raw, "big", signed=True)
+    if v in (0, 1):
+        return False
+    for fewer, bits in enumerate((8, 16, 24, 32, 48), 1):
+        if -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+            return t == fewer
+    return t == 6
 
 
 def _may_hold_payload(db: DatabaseFile, n: int, stretches: list[tuple[int, int]]) -> bool:
@@ -1544,7 +1633,7 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
         out: dict[str, ZeroedCells] = {}
         for t, r in losers:
             size, segs = local_of[(t, r)]
-            past = [(segs[0][1], size, False)]  # every byte past the cell
+            past = [ZeroRun(segs[0][1], size, False, proven=True)]  # past the cell
             out.setdefault(t, {})[r] = _columns_hit(db, segs, past)
         owned = set(shared)
         for (t, r), (_, segs) in local_of.items():

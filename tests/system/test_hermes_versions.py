@@ -7,7 +7,8 @@ dedupe stopped halfway), one born on main (external-content FTS over views, tool
 indexed by their first 8 KiB), and the same with the CJK table whose tokenizer is a
 loadable extension statewarden cannot load. Each goes through ``status``, a healthy
 ``check``, ``check`` of a phantom row, ``recover`` of it (every row and every schema
-object back) and a real ``maintenance --yes`` run.
+object back, and ``check`` of what it wrote clean, zero-cost usage rows included) and
+a real ``maintenance --yes`` run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from lab import corruption
+from lab import corruption, zero_values
 from lab.hermes_fixtures import (
     MAIN_CJK,
     MAIN_EXTERNAL,
@@ -38,6 +39,7 @@ from lab.hermes_fixtures import (
     make_home,
     writer_env,
 )
+from statewarden.demo.damage import duplicate_cell
 from tests.support.cli import run_ctl
 from tests.support.maintenance import maintenance_config
 
@@ -112,6 +114,14 @@ def check_json(db: Path) -> tuple[int, dict[str, Any]]:
     return code, doc
 
 
+def assert_check_is_clean(db: Path, gen: Generation) -> None:
+    """check of a file recover wrote: exit 0, damage none, no finding (docs/safety.md
+    rule 16); a CJK table only "cannot verify"."""
+    code, doc = check_json(db)
+    assert (code, doc["damage"], doc["findings"], doc["zeroed_cells"]) == (0, "none", [], {})
+    assert doc["unverifiable"] == gen.unverifiable
+
+
 def test_status_reads_the_schema_version(gen: Generation, tmp_path: Path) -> None:
     """status reads each generation's schema version, its journal mode (0.22 on this
     SQLite creates DELETE mode, a file that is WAL stays WAL) and no problem."""
@@ -178,6 +188,7 @@ def test_recover_brings_back_every_row_and_object(gen: Generation, tmp_path: Pat
     assert (code, doc["verified"], doc["loss_detected"], doc["lost"]) == (0, True, False, {})
     assert doc["tables"]["sessions"]["duplicates_dropped"] == 1
     assert_same_database(case.pristine, out)
+    assert_check_is_clean(out, gen)
 
 
 def test_recover_of_the_healthy_file_is_identical(gen: Generation, tmp_path: Path) -> None:
@@ -201,6 +212,33 @@ def test_recover_of_the_healthy_file_is_identical(gen: Generation, tmp_path: Pat
         f"cannot verify ({CJK_WHY})" if gen.unverifiable else None
     )
     assert_same_database(home / "state.db", out)
+    assert_check_is_clean(out, gen)
+
+
+# Every generation with a session_model_usage table (0.13.0 has none).
+WITH_USAGE = [g for g in GENERATIONS if g.name != "0.13.0"]
+
+
+@pytest.mark.parametrize("gen", WITH_USAGE, ids=lambda g: g.name)
+def test_recover_output_of_zero_cost_rows_passes_check(gen: Generation, tmp_path: Path) -> None:
+    """A local model's usage rows (costs 0.0, no tokens), one laid out by recover with its
+    sixteen zero bytes of costs across a 512-byte boundary (``lab/zero_values.py``), a
+    sessions row stored twice: recover brings every row back and check of its output is
+    clean (they were "run into zeroed bytes", base damage)."""
+    case = corruption.fresh_copy(tmp_path / "db", gen.spec)
+    run = zero_values.zeros_on_a_boundary(case.db, tmp_path / "trial")
+    duplicate_cell(case.db, "sessions")
+    out = tmp_path / "out" / "recovered.db"
+    out.parent.mkdir()
+    code, stdout, err = run_ctl(
+        "recover", "--source", str(case.db), "--output", str(out), "--json", "--progress", "none"
+    )
+    doc = json.loads(stdout)
+    assert (code, err, doc["verified"], doc["loss_detected"]) == (0, "", True, False)
+    assert run in zero_values.zero_runs(out)  # the zeros lie on the boundary
+    usage = f"SELECT rowid, * FROM {zero_values.TABLE} ORDER BY rowid"
+    assert rows(out, usage) == rows(case.db, usage)
+    assert_check_is_clean(out, gen)
 
 
 def test_damaged_cjk_index_is_derived_damage_and_carried(tmp_path: Path) -> None:
