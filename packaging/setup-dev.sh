@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev psmisc lsof procps util-linux systemd dbus dbus-user-session sqlite3 bindfs prometheus-alertmanager prometheus man-db bash-completion zsh fish lintian binutils)
+APT_PACKAGES=(python3 python3-venv python3-dev psmisc lsof procps util-linux systemd dbus dbus-user-session sqlite3 bindfs prometheus-alertmanager prometheus man-db bash-completion zsh fish lintian binutils chromium)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     missing=()
     for p in "${APT_PACKAGES[@]}"; do

@@ -34,6 +34,7 @@ from statewarden.config_literals import HolderKind as HolderKind  # noqa: PLC041
 from statewarden.config_literals import OtherUsersPolicy as OtherUsersPolicy  # noqa: PLC0414
 from statewarden.config_literals import default_config_path as default_config_path  # noqa: PLC0414
 from statewarden.config_literals import xdg_dir as xdg_dir  # noqa: PLC0414
+from statewarden.endpoints import DEFAULT_WEB_PLAN_INTERVAL_S, listen_problems
 from statewarden.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -365,6 +366,12 @@ class MetricsConfig:
     listen: str | None = None
 
 
+@dataclass(frozen=True)
+class WebConfig:  # the read-only web page (daemon/web.py); off unless listen is set
+    listen: str | None = None
+    plan_interval: Annotated[Duration, AtLeast(30.0)] = DEFAULT_WEB_PLAN_INTERVAL_S
+
+
 AutoRepair = Literal["never", "in_window", "immediately"]
 
 
@@ -406,6 +413,7 @@ class Config:
     timeline: TimelineConfig = field(default_factory=TimelineConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     source: str | None = field(default=None, metadata={"internal": True})
 
@@ -604,18 +612,9 @@ def parse_config(text: str, *, source: str = "<config>") -> Config:
     ctx = _Ctx(source, lines)
     config: Config = _build(Config, data, (), ctx)
     _check_alerts(config.alerts, ctx)
-    _check_listen(config.metrics.listen, ctx)
+    for key, problem in listen_problems(config.metrics.listen, config.web.listen):
+        raise ctx.error(key, problem)
     return dataclasses.replace(config, source=source)
-
-
-def _check_listen(listen: str | None, ctx: _Ctx) -> None:
-    if listen is None:
-        return
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ctx.error(
-            ("metrics", "listen"), f"expected host:port such as 127.0.0.1:9108, got {listen!r}"
-        )
 
 
 def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:

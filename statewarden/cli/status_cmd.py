@@ -131,6 +131,9 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
         sinks = daemon.get("alerts") or {}
         states = ", ".join(f"{name} {state}" for name, state in sinks.items())
         click.echo(f"alerts: {states or 'no sink enabled'}")
+        if (web := daemon["daemon"].get("web")) and web.get("page"):
+            through = f" (through the socket {web['socket']})" if web.get("socket") else ""
+            click.echo(f"web page: {web['page']}{through}")
         for name, why in (daemon.get("inotify") or {}).items():
             if why:
                 click.echo(f"inotify: {name.replace('_', ' ')} polling: {why}")

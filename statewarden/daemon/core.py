@@ -34,7 +34,7 @@ never the daemon, so none imports this module back. Everything they find goes to
 :meth:`Daemon.handle`, which hands it to the incident recorder; every incident update
 the recorder makes goes to the announcer (``statewarden.alerts.announce``) and to the
 alerts (``statewarden.alerts.service``: journald and Telegram notifications).
-Metrics (``daemon.metrics``) when configured.
+Metrics (``daemon.metrics``) and the read-only web page (``daemon.web``) when configured.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from statewarden.daemon.runs import RunAlerts
 from statewarden.daemon.shutdown import run_stage
 from statewarden.daemon.vanished import VanishWatch
 from statewarden.daemon.verify import Verifications
+from statewarden.daemon.web import WebPage
 from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
@@ -118,6 +119,7 @@ class Daemon:
         self.recorder = Recorder(self.book, self.timeline, self._on_update)
         self.restart = RestartCheck(self.book, self._on_update)
         self.metrics: Metrics | None = None
+        self.web: WebPage | None = None
         self.last_check: dict[str, tuple[float, str]] = {}  # db -> (when, damage class)
         self.databases = WatchedDatabases(config, self.handle)
         self.health = OwnHealth(sdir, self.book, self.timeline, self.databases, self.handle)
@@ -241,6 +243,7 @@ class Daemon:
             "config": self.config.source,
             "config_rejected": self.config_rejected,
             "status": self.status_line(),
+            "web": self.web.about() if self.web is not None else None,
         }
 
     def _file_events_degraded(self) -> str | None:
@@ -343,6 +346,7 @@ class Daemon:
         self.alerts.reconcile(self.book.incidents.values())
         self._tasks.append(asyncio.create_task(self.alerts.run()))
         self.metrics = Metrics.started(self.config.metrics.listen, self._snapshot, self.log)
+        self.web = await WebPage.started(self.config, self.requests, self.state_dir, self.log)
         self.poll()  # the baseline: what exists now is not news
         await self.holder_scans.scan()
         if self.holder_scans.scans_done:
@@ -408,6 +412,8 @@ class Daemon:
             self.maintenance.reconfigure(new)
             self.verify.reconfigure(new)
             self.handoff.reconfigure(new)
+            if self.web is not None:
+                self.web.reconfigure(new)
             self.log.info("config reloaded", source=new.source or "defaults")
         self.rescan()
         await self.databases.check_mounts()
@@ -429,6 +435,9 @@ class Daemon:
         if self.metrics is not None:
             metrics, self.metrics = self.metrics, None
             await run_stage(self.log, "metrics", asyncio.to_thread(metrics.close), limit)
+        if self.web is not None:
+            web, self.web = self.web, None
+            await run_stage(self.log, "web page", web.close(), limit)
         if self.events is not None:
             events, self.events = self.events, None
             # events.stop waits up to the limit itself; the stage allows a little more.
