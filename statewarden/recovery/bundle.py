@@ -104,7 +104,7 @@ class WorkCopy:
     # core tables of that schema no page of which was found: all their rows lost
     tables_lost: list[str] = dataclasses.field(default_factory=list)
     # the schema was rebuilt from Hermes' known schema: the old indexes' pages are left
-    # in the copy, no schema naming them (``lost_schema.listed_by_old_indexes``)
+    # in the copy, no schema naming them (``old_indexes.listed_by_old_indexes``)
     known_schema: bool = False
     # indexes filled from their tables in the copy (``LostSchema.rebuilt_indexes``):
     # they repeat what the tables hold, so they are no second copy of any column

@@ -7,7 +7,9 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
 1. the page size (``infer_page_size``): at each candidate size from 512 to 65536 that
    divides the file's length, count the pages whose b-tree header is consistent (a
    page type, a cell-pointer array and cells inside the page, an interior page's
-   children inside the file); the true size has the most, and no other size as many;
+   children inside the file); the true size has the most, and no other size as many.
+   The new header claims WAL only when a ``-wal`` lies beside the file
+   (``fresh_header``);
 2. the tables' trees (``find_trees``): every table b-tree page no interior page points
    to is a root; its leaves hold records of one table's shape;
 3. the layout (``rebuild_from_known_schema``): each of Hermes' known schemas
@@ -18,7 +20,11 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    whose header is destroyed, by the cells carved from them (``_headless_roots``); one
    still not found that the tables found prove held rows is lost whole
    (``LostSchema.lost_tables``). A file no layout fits is not Hermes' and gets no
-   guessed schema;
+   guessed schema. A file whose ``schema_version`` table holds a version newer than
+   every layout's (``schema_version_in_rows``) is named so; a wide table whose records
+   carry more fields than the layout gives it is taken by the names of its known
+   columns, the fields past them kept in ``unnamed_column_<n>`` columns
+   (``_take_wider``), and a tree that fits no table is left out: cannot verify;
 4. page 1 is written as the root of a new ``sqlite_schema`` holding that layout's rows,
    each table's root the largest tree of its shape, or the tree at the root the
    creation order proves (``created_roots``: SQLite gives each object created the
@@ -29,12 +35,8 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    index, an FTS shadow table and a table with no tree get a new empty root page
    appended to the copy. The rest is
    the usual recovery: leaves no tree reaches are salvaged by shape, indexes are
-   rebuilt, and the FTS tables are rebuilt from ``messages``;
-5. the old indexes' pages, left in the file, no schema naming them (``index_pages``),
-   vouch for the rows carved or read from unreached leaves (``listed_by_old_indexes``)
-   and are witnesses of the rows read (``old_index_witnesses``), as intact indexes are;
-   an old index whose root the creation order proves, only through the pages that
-   root reaches (a freed index page still holds the entries of the rows deleted).
+   rebuilt, and the FTS tables are rebuilt from ``messages``; the old indexes' pages,
+   left in the file, vouch for the rows read (``old_indexes.py``).
 
 Only the private copy is written. Call with no SQLite connection open to it
 (docs/safety.md rule 2).
@@ -44,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 import struct
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -54,7 +55,12 @@ from typing import Any
 import apsw
 
 from statewarden.errors import DatabaseUnreadable, PageFormatError
-from statewarden.recovery.known_schemas import KNOWN_SCHEMAS, UPGRADED_FROM
+from statewarden.recovery.known_schemas import (
+    KNOWN_SCHEMAS,
+    NEWEST_KNOWN_VERSION,
+    UPGRADED_FROM,
+    KnownRow,
+)
 from statewarden.recovery.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
@@ -66,9 +72,9 @@ from statewarden.recovery.pages import (
     encode_varint,
     is_schema_record,
     record_fits,
-    varint,
 )
 from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
 
 PAGE_SIZES = tuple(512 << i for i in range(8))
@@ -80,9 +86,11 @@ LEAVES_SAMPLED = 8
 ROOTS_READ = 256
 # The tables every Hermes layout has: a file whose rows fit neither is not Hermes'.
 HERMES_CORE = ("sessions", "messages")
+# The fewest known columns a table of a newer Hermes' file is matched by when its records
+# carry more fields (``_wider_fit``): a few first fields tell no table apart (a new
+# table's rows could fit the two columns of ``state_meta``), a long typed prefix does.
+WIDER_MIN_COLUMNS = 8
 SEQUENCE = "sqlite_sequence"
-
-KnownRow = tuple[str, str, str, str | None]
 
 
 @dataclass
@@ -119,6 +127,16 @@ class LostSchema:
     # their rows are lost
     lost_tables: list[str] = field(default_factory=list)
     headless: dict[str, int] = field(default_factory=dict)  # table -> root whose header is gone
+    # what the file's schema_version table holds (``schema_version_in_rows``), if read
+    schema_version: int | None = None
+    # tables whose records carry fields past the layout's columns (a newer Hermes added
+    # them): the columns added for those fields, which had no name left to read
+    unnamed: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def newer(self) -> bool:
+        """Was the file written by a Hermes newer than every known layout?"""
+        return self.schema_version is not None and self.schema_version > NEWEST_KNOWN_VERSION
 
     def left_out_json(self) -> list[dict[str, Any]]:
         """The trees left out, as the report lists them."""
@@ -155,6 +173,7 @@ class LostSchema:
                 f"; the header of page {root}, the root of {table}, is destroyed:"
                 " its cells are carved"
             )
+        text += self._newer_note()
         if self.missing:
             text += f"; no pages of {', '.join(sorted(self.missing))} were found"
         if self.lost_tables:
@@ -163,11 +182,41 @@ class LostSchema:
             text += (
                 f"; {leaves} leaves ({records} records read) fit {' and '.join(tables)} alike"
                 " and nothing tells which: their rows are not recovered"
+                if tables
+                else f"; {leaves} leaves ({records} records read) fit no table of the layout"
+                f" (an object of schema {self.schema_version} this statewarden does not"
+                " know): cannot verify, their rows are not recovered"
             )
         return (
             text + "; indexes and FTS tables are rebuilt from the tables; recover can rebuild"
             " the database from this schema"
         )
+
+    def _newer_note(self) -> str:
+        """What a file of a newer Hermes got: the names its rows were taken by."""
+        if not self.newer:
+            return ""
+        text = (
+            f"; its schema_version table holds {self.schema_version}:"
+            f" {newer_schema_text(self.schema_version)}; its rows are taken by the names"
+            " of the columns this layout has"
+        )
+        for table, names in sorted(self.unnamed.items()):
+            text += (
+                f"; the rows of {table} carry {len(names)} more field"
+                f"{'s' if len(names) != 1 else ''} than the layout names (columns schema"
+                f" {self.schema_version} added, their names lost with the schema): kept in"
+                f" {', '.join(names)}"
+            )
+        return text
+
+
+def newer_schema_text(version: int | None) -> str:
+    """How a schema newer than every known layout is named."""
+    return (
+        f"schema {version}, newer than the layouts this statewarden knows"
+        f" (up to {NEWEST_KNOWN_VERSION})"
+    )
 
 
 # -- the page size ------------------------------------------------------------------
@@ -213,13 +262,17 @@ def _plausible(db: DatabaseFile, n: int) -> bool:
         return False
 
 
-def fresh_header(page_size: int, page_count: int) -> bytes:
-    """A 100-byte header for a file in WAL mode (as Hermes keeps it), UTF-8, no
-    reserved bytes, no freelist known."""
+def fresh_header(page_size: int, page_count: int, *, wal: bool) -> bytes:
+    """A 100-byte header, UTF-8, no reserved bytes, no freelist known; in WAL mode only
+    when ``wal`` (the file has a ``-wal``): a file closed cleanly leaves none in either
+    mode, and Hermes 0.22 keeps a file in rollback mode where it will not create WAL
+    (a SQLite with the WAL-reset bug) but switches a rollback file it may run in WAL
+    back to WAL itself, so rollback is the mode that takes no choice from it."""
     h = bytearray(HEADER_SIZE)
     h[0:16] = SQLITE_MAGIC
     struct.pack_into(">H", h, 16, 1 if page_size == 65536 else page_size)
-    h[18:24] = bytes([2, 2, 0, 64, 32, 32])
+    version = 2 if wal else 1
+    h[18:24] = bytes([version, version, 0, 64, 32, 32])
     struct.pack_into(">II", h, 24, 1, page_count)  # change counter, page count
     struct.pack_into(">II", h, 40, 1, 4)  # schema cookie, schema format
     struct.pack_into(">I", h, 56, 1)  # UTF-8
@@ -232,7 +285,7 @@ def rewrite_header(path: Path, page_size: int) -> None:
     left as it is)."""
     pages = path.stat().st_size // page_size
     with open(path, "r+b") as f:
-        f.write(fresh_header(page_size, pages))
+        f.write(fresh_header(page_size, pages, wal=sidecar(path, WAL_SUFFIX).exists()))
 
 
 # -- the trees ----------------------------------------------------------------------
@@ -364,7 +417,7 @@ def created_roots(roots: list[tuple[int, bool]], schema: Schema) -> dict[str, in
     that an upgrade made of an older one's file (``UPGRADED_FROM``) proves only the
     roots of the older layout's objects: the upgrade created the others after rows
     existed, at the end of the file or on freed pages."""
-    objects = _btree_objects(schema)
+    objects = btree_objects(schema)
     objects = objects[: _created_with_file([name for name, _ in objects])]
     first = roots[: len(objects)]
     if (
@@ -376,7 +429,7 @@ def created_roots(roots: list[tuple[int, bool]], schema: Schema) -> dict[str, in
     return {name: n for (n, _), (name, _) in zip(first, objects, strict=True)}
 
 
-def _btree_objects(schema: Schema) -> list[tuple[str, bool]]:
+def btree_objects(schema: Schema) -> list[tuple[str, bool]]:
     """The objects of ``schema`` stored as b-trees, in creation order, each with whether
     its pages are index pages."""
     return [
@@ -402,7 +455,7 @@ def _created_with_file(names: list[str]) -> int:
 def _layout_objects(layout: str) -> tuple[str, ...]:
     """The b-tree objects of a known layout, in creation order."""
     schema, _fks = layout_schema(KNOWN_SCHEMAS[layout][1])
-    return tuple(name for name, _ in _btree_objects(schema))
+    return tuple(name for name, _ in btree_objects(schema))
 
 
 ForeignKey = tuple[str, str, str, str]  # (table, column, referenced table, its column)
@@ -589,10 +642,10 @@ def rebuild_from_known_schema(
         header = db.page(1)[:HEADER_SIZE]
     finally:
         db.close()
-    layout, fitted, found, left_out = _choose_layout(
-        path, source, present, trees, roots, views={str(v[1]) for v in views}
-    )
+    choice = _choose_layout(path, source, present, trees, roots, views={str(v[1]) for v in views})
+    layout, found = choice.layout, choice.found
     description, known = KNOWN_SCHEMAS[layout]
+    known, unnamed = _with_unnamed_columns(known, found, choice.version)
     schema, _fks = layout_schema(known)
     records: list[list[Any]] = []
     reindex_tables: set[str] = set()
@@ -619,7 +672,8 @@ def rebuild_from_known_schema(
     leaves = _schema_leaves(records, page_size, usable)
     first_leaf = next_page
     total = first_leaf - 1 + len(leaves)
-    page1 = _page1(header, leaves, first_leaf, page_size, usable, total, records)
+    wal = sidecar(path, WAL_SUFFIX).exists()
+    page1 = _page1(header, leaves, first_leaf, page_size, usable, total, records, wal=wal)
     with open(path, "r+b") as f:
         f.seek(page_count * page_size)
         for page in empty_pages:
@@ -643,10 +697,33 @@ def rebuild_from_known_schema(
         missing=sorted(base_names - set(found)),
         lost_tables=_proven_lost(found, present),
         headless={t: tree.root for t, tree in found.items() if tree.headless},
-        fitted_leaves=fitted,
+        fitted_leaves=choice.fitted,
         new_pages=total - page_count,
-        left_out=[(len(t.leaves), len(t.rows), names) for t, names in left_out],
+        left_out=[(len(t.leaves), len(t.rows), names) for t, names in choice.left_out],
+        schema_version=choice.version,
+        unnamed=unnamed,
     )
+
+
+def _with_unnamed_columns(
+    known: tuple[KnownRow, ...], found: dict[str, Tree], version: int | None
+) -> tuple[tuple[KnownRow, ...], dict[str, list[str]]]:
+    """A newer Hermes' file (``version`` above every layout's): the layout's rows with
+    a column added to each table for each field its records carry past its columns
+    (``unnamed_columns``), so no value is dropped; and those columns by table."""
+    if version is None or version <= NEWEST_KNOWN_VERSION:
+        return known, {}
+    unnamed = unnamed_columns(layout_schema(known)[0], found)
+    rows = tuple(
+        (
+            kind,
+            name,
+            tbl,
+            widened_text(sql, name, unnamed[name]) if name in unnamed and sql else sql,
+        )
+        for kind, name, tbl, sql in known
+    )
+    return rows, unnamed
 
 
 def _proven_lost(found: dict[str, Tree], present: dict[str, int]) -> list[str]:
@@ -665,6 +742,17 @@ def _proven_lost(found: dict[str, Tree], present: dict[str, int]) -> list[str]:
     return out
 
 
+@dataclass
+class _Choice:
+    """The known layout taken (``_choose_layout``)."""
+
+    layout: str
+    fitted: dict[str, int]  # leaves fitted per layout
+    found: dict[str, Tree]  # the tree taken for each of its tables
+    left_out: list[tuple[Tree, list[str]]]  # trees that fit two tables alike, or none
+    version: int | None  # what the file's schema_version table holds, if read
+
+
 def _choose_layout(
     path: Path,
     source: Path,
@@ -673,17 +761,21 @@ def _choose_layout(
     roots: list[tuple[int, bool]],
     *,
     views: Collection[str] = (),
-) -> tuple[str, dict[str, int], dict[str, Tree], list[tuple[Tree, list[str]]]]:
-    """The known layout the trees fit best: (its name, leaves fitted per layout, the
-    tree taken for each of its tables, the trees left out). A layout is taken only
-    when one of ``sessions`` and ``messages`` and another of its tables are found;
-    one with both beats one with either. A core table no tree fits is looked for
-    among the pages whose header is destroyed (``_headless_roots``). A table whose
-    root the creation order proves (``created_roots``) gets the tree there
-    (``_proven_trees``). ``views``: views the schema still names; one a layout does not
-    name (the user's own) does not rule that layout out. Raises
-    :class:`DatabaseUnreadable` when no layout is taken."""
-    best: tuple[int, int, str] | None = None
+) -> _Choice:
+    """The known layout the trees fit best. A layout is taken only when one of
+    ``sessions`` and ``messages`` and another of its tables are found; one with both
+    beats one with either, then the one that fits more leaves, then the one that leaves
+    fewer fields unnamed. A core table no tree fits is looked for among the pages whose
+    header is destroyed (``_headless_roots``). A table whose root the creation order
+    proves (``created_roots``) gets the tree there (``_proven_trees``). A file whose
+    ``schema_version`` table holds a version newer than every layout's
+    (``schema_version_in_rows``) is a newer Hermes': a table whose records carry more
+    fields is matched by its known columns (``_take_wider``). ``views``: views the
+    schema still names; one a layout does not name (the user's own) does not rule that
+    layout out. Raises :class:`DatabaseUnreadable` when no layout is taken."""
+    version = schema_version_in_rows(trees)
+    newer = version is not None and version > NEWEST_KNOWN_VERSION
+    best: tuple[int, int, int, str] | None = None
     fitted: dict[str, int] = {}
     chosen: dict[str, dict[str, Tree]] = {}
     left_out: dict[str, list[tuple[Tree, list[str]]]] = {}
@@ -696,9 +788,10 @@ def _choose_layout(
         if not set(present) - (set(views) - names) <= names:
             fitted[layout] = 0
             continue
-        created = created_roots(roots, layout_schema(rows)[0])
+        schema = layout_schema(rows)[0]
+        created = created_roots(roots, schema)
         score, per_table, unplaced = _fit_layout(
-            rows, present, trees, claimed, created=created, freed=freed
+            rows, present, trees, claimed, created=created, freed=freed, wider=newer
         )
         core = [t for t in HERMES_CORE if t in per_table or t in present]
         if core and len(core) < len(HERMES_CORE):
@@ -708,15 +801,31 @@ def _choose_layout(
             left_out[layout] = unplaced
         fitted[layout] = score
         chosen[layout] = per_table
-        if core and len(per_table) >= 2 and (best is None or (len(core), score) > best[:2]):
-            best = (len(core), score, layout)
+        unnamed = -sum(len(c) for c in unnamed_columns(schema, per_table).values())
+        if (
+            core
+            and len(per_table) >= 2
+            and (best is None or (len(core), score, unnamed) > best[:3])
+        ):
+            best = (len(core), score, unnamed, layout)
     if best is None:
-        raise DatabaseUnreadable(
-            f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
-            " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
+        raise DatabaseUnreadable(_no_layout(source, version if newer else None))
+    layout = best[3]
+    return _Choice(layout, fitted, chosen[layout], left_out.get(layout, []), version)
+
+
+def _no_layout(source: Path, newer: int | None) -> str:
+    """Why no schema is guessed: the file's rows fit no known layout."""
+    if newer is not None:
+        return (
+            f"{source}: page 1 and the schema are destroyed; its schema_version table holds"
+            f" {newer}: {newer_schema_text(newer)}, and the rows on its pages fit none of"
+            " them; no schema is guessed for it"
         )
-    layout = best[2]
-    return layout, fitted, chosen[layout], left_out.get(layout, [])
+    return (
+        f"{source}: page 1 and the schema are destroyed and the rows on its pages fit"
+        " no known Hermes schema (not Hermes' state.db?); no schema is guessed for it"
+    )
 
 
 def _proven_trees(
@@ -799,6 +908,7 @@ def _fit_layout(
     *,
     created: dict[str, int],
     freed: _FreedPages,
+    wider: bool = False,
 ) -> tuple[int, dict[str, Tree], list[tuple[Tree, list[str]]]]:
     """How well one known layout fits the trees found: (leaves fitted, the tree taken
     for each table, the trees that fit two tables alike and went to neither). A table
@@ -809,7 +919,8 @@ def _fit_layout(
     records fit; ties are broken by the evidence of the tables found (foreign keys),
     then by where its root lies among the roots, never for a proven table; there the
     pages the freelist lists (``freed_pages``, read only for a tie) are no roots, and
-    a tree on one of them is left to the salvage of unreached leaves."""
+    a tree on one of them is left to the salvage of unreached leaves. ``wider``: the
+    file is a newer Hermes' (``_take_wider``)."""
     schema, fks = layout_schema(rows)
     cands = [o for o in _candidates(schema) if o.name not in present]
     base = {o.name for o in schema.base_tables()} | {SEQUENCE}
@@ -820,9 +931,12 @@ def _fit_layout(
     held = claimed | {t.root for t in proven.values()}
     no_root: set[int] = set()
     tied: list[tuple[Tree, list[SchemaObject]]] = []
+    unfit: list[Tree] = []
     for tree in (t for t in trees if t.root not in held):
         fits = _fit(cands, tree.rows)
-        if fits and all(o.name in proven for o in fits):
+        if not fits:
+            unfit.append(tree)
+        elif all(o.name in proven for o in fits):
             no_root.add(tree.root)
             score += len(tree.leaves)
         elif len(fits) > 1:
@@ -849,7 +963,95 @@ def _fit_layout(
             score += _take(per_table, by_order, tree)
         elif any(o.name in base for o in fits):
             left_out.append((tree, [o.name for o in fits]))
+    if wider:
+        score += _take_wider(schema, present, per_table, unfit, left_out)
     return score, per_table, left_out
+
+
+def _take_wider(
+    schema: Schema,
+    present: dict[str, int],
+    per_table: dict[str, Tree],
+    unfit: list[Tree],
+    left_out: list[tuple[Tree, list[str]]],
+) -> int:
+    """For a file of a newer Hermes: each tree holding rows that fit no table of the
+    layout goes to the one table no tree was taken for whose columns the first fields
+    of its records fit while they carry more fields (``_wider_fit``: the newer Hermes
+    added columns; ``ALTER TABLE ADD COLUMN`` puts them last); one that fits two is
+    left out, as is one that fits none (an object this statewarden does not know:
+    cannot verify). Returns the leaves taken."""
+    wanting = [
+        o
+        for o in _candidates(schema)
+        if o.name not in per_table
+        and o.name not in present
+        and o.name != SEQUENCE
+        and o.shadow_of is None
+        and len(o.stored_columns) >= WIDER_MIN_COLUMNS
+    ]
+    score = 0
+    for tree in (t for t in unfit if t.rows):
+        fits = _wider_fit(wanting, tree.rows)
+        if len(fits) == 1:
+            score += _take(per_table, fits[0], tree)
+        else:
+            left_out.append((tree, [o.name for o in fits]))
+    return score
+
+
+def _wider_fit(candidates: list[SchemaObject], rows: list[Row]) -> list[SchemaObject]:
+    """The tables whose columns the first fields of every record fit, when some record
+    carries more fields than the table has columns."""
+    most = max((len(v) for _, v in rows), default=0)
+    return [
+        o
+        for o in candidates
+        if len(o.stored_columns) < most
+        and all(record_fits(o, v[: len(o.stored_columns)]) and not _null_key(o, v) for _, v in rows)
+    ]
+
+
+def unnamed_columns(schema: Schema, found: dict[str, Tree]) -> dict[str, list[str]]:
+    """For each table of ``found`` whose records carry more fields than ``schema``
+    gives it columns, the names of the columns added for them: ``unnamed_column_<n>``,
+    ``n`` the field's place in the record (its own name was lost with the schema)."""
+    out: dict[str, list[str]] = {}
+    for name, tree in found.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.type != "table" or not tree.rows:
+            continue
+        width = len(obj.stored_columns)
+        most = max(len(v) for _, v in tree.rows)
+        if most > width:
+            out[name] = [f"unnamed_column_{n}" for n in range(width + 1, most + 1)]
+    return out
+
+
+def widened_text(sql: str, table: str, columns: list[str]) -> str:
+    """``sql`` (a CREATE TABLE) with ``columns`` added as ``ALTER TABLE ADD COLUMN``
+    adds them (last, no type: a value is kept as it is stored), as SQLite writes it."""
+    conn = apsw.Connection(":memory:")
+    try:
+        conn.execute(sql)
+        for column in columns:
+            conn.execute(f"ALTER TABLE {quote_ident(table)} ADD COLUMN {quote_ident(column)}")
+        got = conn.execute("SELECT sql FROM sqlite_schema WHERE name = ?", (table,)).fetchall()
+        return str(got[0][0])
+    finally:
+        conn.close()
+
+
+def schema_version_in_rows(trees: list[Tree]) -> int | None:
+    """What Hermes' ``schema_version`` table holds, read from the trees found: the one
+    tree holding exactly one record, a single integer above 0 (Hermes keeps one row of
+    one ``INTEGER NOT NULL`` column there); None when no tree or two are of that shape."""
+    one = [
+        t.rows[0][1][0]
+        for t in trees
+        if len(t.rows) == 1 and len(t.rows[0][1]) == 1 and isinstance(t.rows[0][1][0], int)
+    ]
+    return one[0] if len(one) == 1 and one[0] > 0 else None
 
 
 class _FreedPages:
@@ -979,6 +1181,8 @@ def _page1(  # noqa: PLR0917 - one page from its parts
     usable: int,
     total: int,
     records: list[list[Any]],
+    *,
+    wal: bool,
 ) -> bytes:
     """Page 1: the header (kept when it was intact, with the new page count) and the
     root of ``sqlite_schema``: a leaf holding every row, or an interior page over
@@ -989,7 +1193,7 @@ def _page1(  # noqa: PLR0917 - one page from its parts
         struct.pack_into(">I", head, 28, total)
         struct.pack_into(">I", head, 92, change)
     else:
-        head = bytearray(fresh_header(page_size, total))
+        head = bytearray(fresh_header(page_size, total, wal=wal))
     if not leaves:
         return _leaf(_cells(records, usable), page_size, usable, HEADER_SIZE, bytes(head))
     page = bytearray(page_size)
@@ -1052,260 +1256,3 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
             f.seek((n - 1) * page_size)
             f.write(bytes(page_size))
     return failed
-
-
-# -- the rows the old indexes list ------------------------------------------------------
-
-
-def listed_by_old_indexes(
-    pages: list[IndexPage], schema: Schema, found: dict[str, list[Row]]
-) -> dict[str, set[int]]:
-    """Of the rows ``found`` on a table's pages (carved from its damaged leaves, read
-    from leaves no b-tree reaches), the rowids every index of the table lists with the
-    row's own values in the index pages left in the file, by table.
-
-    When page 1 and the schema are destroyed, the indexes of the rebuilt schema are new
-    (filled from the rows the tables' b-trees still reach), so no index of the schema
-    vouches for such a row; the file still holds the old indexes' pages, no schema
-    naming them. A carved cell may be a deleted row's bytes, or an older version of an
-    updated row, left in the free space of its page, and an unreached leaf a freed page
-    holding deleted rows; a row's entries leave the index pages' cells when it is
-    deleted and change with it. So such a row is taken when,
-    for each index of its table that lists every row (no ``WHERE``), an entry read
-    through its page's cell pointers holds exactly the row's values of that index's
-    columns and its rowid: the row was live with those values. A table with no such
-    index gets none, nor a rowid found with two different records. An entry whose
-    payload overflows its page is not read (Hermes' index keys are short), nor one on
-    a page that cannot be that index's (``IndexPage.may_hold``: an index whose root
-    the creation order proves lists only through the pages that root reaches).
-    ``pages``: every index page of the file (``index_pages``)."""
-    # the entry an index would hold for a carved row -> (table, rowid, which index)
-    wanted: dict[tuple[Any, ...], set[tuple[str, int, int]]] = {}
-    needed: dict[str, int] = {}  # table -> indexes that list every row
-    index_names: dict[tuple[str, int], str] = {}
-    for name, rows in found.items():
-        obj = schema.by_name(name)
-        if obj is None or obj.without_rowid or not rows:
-            continue
-        indexes = _index_positions(schema, obj)
-        needed[name] = len(indexes)
-        index_names.update(((name, i), idx) for i, (idx, _) in enumerate(indexes))
-        versions: dict[int, list[list[Any]]] = {}
-        for rowid, values in rows:
-            versions.setdefault(rowid, []).append(values)
-        one = [(r, vs[0]) for r, vs in versions.items() if all(v == vs[0] for v in vs)]
-        for i, (_name, positions) in enumerate(indexes):
-            for rowid, values in one:
-                if any(p >= len(values) for p in positions):
-                    continue
-                key = tuple(rowid if p < 0 else values[p] for p in positions)
-                wanted.setdefault((*key, rowid), set()).add((name, rowid, i))
-    listing: dict[tuple[str, int], set[int]] = {}
-    for page in pages:
-        for entry in page.entries:
-            for name, rowid, i in wanted.get(entry, ()):
-                if page.may_hold(index_names[name, i]):
-                    listing.setdefault((name, rowid), set()).add(i)
-    out: dict[str, set[int]] = {}
-    for (name, rowid), listed in listing.items():
-        if len(listed) == needed[name]:
-            out.setdefault(name, set()).add(rowid)
-    return out
-
-
-def indexed_columns(schema: Schema, obj: SchemaObject) -> set[str]:
-    """The columns of ``obj`` an index that lists every row holds (its old pages vouch
-    for them: ``old_index_witnesses``)."""
-    names = [c.name for c in obj.stored_columns]
-    return {names[p] for _, positions in _index_positions(schema, obj) for p in positions if p >= 0}
-
-
-def _index_positions(schema: Schema, obj: SchemaObject) -> list[tuple[str, list[int]]]:
-    """For each index of ``obj`` on plain columns that lists every row (no ``WHERE``),
-    its name and the positions of its columns in the table's records (-1: the rowid),
-    read from an in-memory database."""
-    names = [c.name for c in obj.stored_columns]
-    out: list[tuple[str, list[int]]] = []
-    if obj.sql is None:
-        return out
-    conn = apsw.Connection(":memory:")
-    try:
-        conn.execute(obj.sql)
-        for idx in schema.objects:
-            if idx.type != "index" or idx.tbl_name != obj.name or idx.sql is None:
-                continue
-            if re.search(r"\bWHERE\b", idx.sql, re.IGNORECASE):
-                continue  # a partial index lists only some rows
-            try:
-                conn.execute(idx.sql)
-                info = conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall()
-            except apsw.Error:
-                continue
-            cols = [(r[1], None if r[2] is None else str(r[2])) for r in info]
-            if not cols or any(c is None and cid != -1 for cid, c in cols):
-                continue  # an expression: not a column's value
-            if any(c is not None and c not in names for _, c in cols):
-                continue
-            positions = [
-                -1 if c is None or c == obj.rowid_alias else names.index(c) for _, c in cols
-            ]
-            out.append((idx.name, positions))
-    finally:
-        conn.close()
-    return out
-
-
-def _index_entries(db: DatabaseFile, n: int) -> list[tuple[Any, ...]]:
-    """The entries of index page ``n`` its cell pointers reach, whole in the page (none
-    when it is no index page)."""
-    try:
-        kind, _, _ = db.btree_header(n)
-        if kind not in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
-            return []
-        offsets = db.cell_offsets(n)
-    except (PageFormatError, struct.error):
-        return []
-    pg = db.page(n)
-    most = (db.usable - 12) * 64 // 255 - 23  # the largest payload an index cell holds whole
-    out = []
-    for off in offsets:
-        try:
-            size, pos = varint(pg, off + (4 if kind == PAGE_INDEX_INTERIOR else 0))
-            if size > most or pos + size > db.usable:
-                continue  # its payload overflows the page
-            out.append(tuple(db.record(bytes(pg[pos : pos + size]))))
-        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
-            continue
-    return out
-
-
-# -- the old indexes as witnesses of the rows read ------------------------------------
-
-
-@dataclass
-class IndexPage:
-    """An index page of the file: its entries (indexed values, then the rowid) and
-    whether an index of the schema (or the freelist the header names) reaches it."""
-
-    entries: list[tuple[Any, ...]]
-    reached: bool
-    # the old index whose root the creation order proves reaches this page
-    owner: str | None = None
-    # the old indexes whose roots the creation order proves: an unreached page none
-    # of them reaches is no page of theirs (a page ``DELETE`` freed keeps its entries)
-    proven: frozenset[str] = frozenset()
-
-    def may_hold(self, index: str) -> bool:
-        """May this page hold entries of the old index ``index``?"""
-        if self.reached:
-            return True
-        return self.owner == index if self.owner else index not in self.proven
-
-
-# What the old indexes hold for a table's rows: rowid -> column -> [(value, by), ...]
-Witnesses = dict[int, dict[str, list[tuple[Any, str]]]]
-
-
-def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
-    """Every index page in the file with the entries its cell pointers reach. Those no
-    index of ``schema`` reaches (nor the freelist the header names) are the pages of
-    the old indexes left in the file when the schema was rebuilt from Hermes' known
-    schema. When the creation order proves an old index's root (``created_roots``),
-    only the pages that root reaches are that index's (``IndexPage.owner``): an index
-    page ``DELETE`` freed (the freelist that named it is gone with page 1) still holds
-    the deleted rows' entries, and vouches for none of them; when it proves them all,
-    no other page is kept. Call with no SQLite connection open to ``path``
-    (docs/safety.md rule 2)."""
-    db = DatabaseFile(path)
-    try:
-        roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
-        reached = db.reachable(roots)
-        created = created_roots(btree_roots(db), schema)
-        indexes = {name for name, is_index in _btree_objects(schema) if is_index}
-        proven = frozenset(indexes & set(created))
-        freed = db.freelist_pages()
-        owner: dict[int, str] = {}
-        for name in proven:
-            for n in db.reachable([created[name]]) - freed:
-                owner.setdefault(n, name)
-        every = bool(proven) and proven == indexes
-        out = []
-        for n in range(2, db.page_count + 1):
-            mine = owner.get(n)
-            if every and mine is None and n not in reached:
-                continue
-            if entries := _index_entries(db, n):
-                out.append(IndexPage(entries, n in reached, mine, proven))
-        return out
-    finally:
-        db.close()
-
-
-def old_index_witnesses(
-    pages: list[IndexPage], schema: Schema, table: str, rows: dict[int, list[Any]]
-) -> Witnesses:
-    """What the old indexes' pages (of ``index_pages``, those no index of the schema
-    reaches) hold for the rows of ``table`` (rowid -> the row's values as read), in
-    the shape of ``copies.indexed_values``: for each rowid, each indexed column's
-    values, one per old index entry listing it.
-
-    No schema names those pages, so each is given to the index of the table (one that
-    lists every row, on plain columns) whose entries of its shape agree with the rows
-    read in the most entries, when that index is the only one with that many and they
-    are most of the page's entries of that shape; a page no index wins is left out, and
-    a page is given only to an index it may be a page of (``IndexPage.may_hold``). A
-    page can hold an older entry of an updated row (a freed page): a row with a column
-    no entry of an index agrees with is held against them by the caller, not here."""
-    obj = schema.by_name(table)
-    if obj is None or obj.without_rowid or not pages:
-        return {}
-    names = [c.name for c in obj.stored_columns]
-    indexes = _index_positions(schema, obj)
-    reals = {
-        i
-        for i, c in enumerate(obj.stored_columns)
-        if any(k in c.decl_type.upper() for k in ("REAL", "FLOA", "DOUB"))
-    }
-    out: Witnesses = {}
-    for page in (p for p in pages if not p.reached):
-        entries = page.entries
-        agree = [
-            sum(1 for e in entries if _agrees(e, pos, rows)) if page.may_hold(name) else 0
-            for name, pos in indexes
-        ]
-        top = max(agree, default=0)
-        if not top or agree.count(top) > 1:
-            continue
-        name, positions = indexes[agree.index(top)]
-        shaped = [e for e in entries if len(e) == len(positions) + 1 and isinstance(e[-1], int)]
-        if 2 * top <= len(shaped):
-            continue
-        by = f"{name} (its pages left in the file)"
-        for e in shaped:
-            got = out.setdefault(int(e[-1]), {})
-            for p, v in zip(positions, e, strict=False):
-                if p >= 0:
-                    # SQLite stores a REAL with no fraction as an integer on disk.
-                    real = isinstance(v, int) and p in reals
-                    got.setdefault(names[p], []).append((float(v) if real else v, by))
-    return out
-
-
-def _agrees(entry: tuple[Any, ...], positions: list[int], rows: dict[int, list[Any]]) -> bool:
-    """Is ``entry`` what an index on ``positions`` holds for a row read?"""
-    if len(entry) != len(positions) + 1 or not isinstance(entry[-1], int):
-        return False
-    values = rows.get(entry[-1])
-    if values is None:
-        return False
-    want = [entry[-1] if p < 0 else values[p] if p < len(values) else None for p in positions]
-    return all(_same(a, b) for a, b in zip(want, entry, strict=False))
-
-
-def _same(a: Any, b: Any) -> bool:
-    """The same value: equal numbers (a REAL may be stored as an integer), or equal
-    values of one type."""
-    numbers = (int, float)
-    if isinstance(a, numbers) and isinstance(b, numbers):
-        return not isinstance(a, bool) and not isinstance(b, bool) and a == b
-    return type(a) is type(b) and a == b

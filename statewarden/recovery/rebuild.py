@@ -50,8 +50,8 @@ from statewarden.recovery.copies import (
 from statewarden.recovery.diagnose import Diagnosis, FtsPending
 from statewarden.recovery.foreign_cells import OwnRows
 from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.lost_schema import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.lost_writes import drop_misshapen
+from statewarden.recovery.old_indexes import IndexPage, indexed_columns, old_index_witnesses
 from statewarden.recovery.other_copies import (
     OtherCopy,
     changed_fts_copies,
@@ -286,7 +286,7 @@ class RebuildInputs:
     # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
     # Hermes' known schema list with their values (``lost_schema``): they vouch too.
     listed_by_old_indexes: dict[str, set[int]] = field(default_factory=dict)
-    # The index pages of the file (``lost_schema.index_pages``): the rows read are held
+    # The index pages of the file (``old_indexes.index_pages``): the rows read are held
     # against those of the old indexes as against intact indexes.
     index_pages: list[IndexPage] = field(default_factory=list)
     # Verified other copies (snapshot, retired WAL captures, backups), newest first.
@@ -1103,7 +1103,7 @@ class Rebuild:
         self, tc: TableCopy, entries: dict[int, dict[str, list[Any]]]
     ) -> None:
         """Add to ``entries`` what the old indexes' pages hold for the rows copied
-        (``lost_schema.old_index_witnesses``)."""
+        (``old_indexes.old_index_witnesses``)."""
         if not self.inputs.index_pages:
             return
         t = quote_ident(tc.obj.name)

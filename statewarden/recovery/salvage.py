@@ -24,7 +24,7 @@ from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.foreign_cells import referenced_twice
 from statewarden.recovery.integrity import NEVER_USED_RE
-from statewarden.recovery.lost_schema import IndexPage, index_pages, listed_by_old_indexes
+from statewarden.recovery.old_indexes import IndexPage, index_pages, listed_by_old_indexes
 from statewarden.recovery.pages import (
     WalRows,
     carve_damaged_leaves,

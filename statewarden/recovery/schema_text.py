@@ -9,9 +9,10 @@ row), so a record with more is the proof: the stored text is damaged, not the ro
 
 When one of Hermes' known texts for that table (``known_schemas.py``) has exactly as
 many columns as the longest records, holds every column the damaged text still names
-in the same order, and fits every record sampled (``pages.record_fits``), that text is
-put back in the private copy's ``sqlite_schema``, and the note says so; the rows then
-read in their own columns. Without such a text the note says the table's rows cannot
+in the same order, and fits every record sampled (``pages.record_fits``), that text (of
+several, the one of the layout sharing most texts with the file) is put back in the
+private copy's ``sqlite_schema``, and the note says so; the rows then read in their
+own columns. Without such a text the note says the table's rows cannot
 be read in their columns. Only the private copy is written; call with no SQLite
 connection open to it (docs/safety.md rule 2).
 """
@@ -56,18 +57,18 @@ def put_back_short_texts(copy: Path, source: Path) -> str | None:
     Returns the note for the report, or None when every text fits its records."""
     conn = apsw.Connection(str(copy))
     try:
-        tables = [
-            o
-            for o in read_schema(conn).base_tables()
-            if o.rootpage and not o.without_rowid and o.stored_columns
-        ]
+        schema = read_schema(conn)
     except apsw.Error:
         return None  # an unreadable schema is told elsewhere
     finally:
         conn.close()
+    tables = [
+        o for o in schema.base_tables() if o.rootpage and not o.without_rowid and o.stored_columns
+    ]
+    stored = {o.name: o.sql for o in schema.objects if o.sql is not None}
     db = DatabaseFile(copy)
     try:
-        short = [s for o in tables if (s := _short_text(db, o)) is not None]
+        short = [s for o in tables if (s := _short_text(db, o, stored)) is not None]
     finally:
         db.close()
     if not short:
@@ -76,7 +77,7 @@ def put_back_short_texts(copy: Path, source: Path) -> str | None:
     return _note(source, short)
 
 
-def _short_text(db: DatabaseFile, obj: SchemaObject) -> ShortText | None:
+def _short_text(db: DatabaseFile, obj: SchemaObject, stored: dict[str, str]) -> ShortText | None:
     """``obj``'s damage, if its records carry more fields than it declares: most of
     those on its last leaf (the newest rows carry every column; one garbled cell that
     decodes with many fields is no proof)."""
@@ -88,15 +89,22 @@ def _short_text(db: DatabaseFile, obj: SchemaObject) -> ShortText | None:
     if 2 * len(longer) <= len(last):
         return None
     most = max(longer)
-    return ShortText(obj.name, declared, most, _known_text(obj, records, most))
+    return ShortText(obj.name, declared, most, _known_text(obj, records, most, stored))
 
 
-def _known_text(obj: SchemaObject, records: list[list[Any]], fields: int) -> tuple[str, str] | None:
-    """The one known text of ``obj``'s table (same in every layout that fits) with
-    ``fields`` columns, keeping the declared columns in order, that every record fits."""
+def _known_text(
+    obj: SchemaObject, records: list[list[Any]], fields: int, stored: dict[str, str]
+) -> tuple[str, str] | None:
+    """The one known text of ``obj``'s table with ``fields`` columns, keeping the
+    declared columns in order, that every record fits. Where texts of several layouts
+    fit (a fresh file of a Hermes and one it upgraded can name the same columns in the
+    same order in texts that differ), the one of the layouts whose texts equal most of
+    the file's other stored texts (``stored``: name -> sql), if one: Hermes compares a
+    stored text with its own byte for byte."""
     names = [c.name for c in obj.stored_columns]
-    found: dict[str, str] = {}
+    found: dict[str, tuple[int, str]] = {}  # text -> (texts its layout shares, layout)
     for description, rows in KNOWN_SCHEMAS.values():
+        shared = sum(1 for _k, name, _t, sql in rows if sql is not None and stored.get(name) == sql)
         for kind, name, _tbl, sql in rows:
             if kind != "table" or name != obj.name or sql is None:
                 continue
@@ -105,12 +113,11 @@ def _known_text(obj: SchemaObject, records: list[list[Any]], fields: int) -> tup
                 continue
             if not _in_order(names, [c.name for c in known.stored_columns]):
                 continue
-            if all(record_fits(known, v) for v in records):
-                found.setdefault(sql, description)
-    if len(found) != 1:
-        return None
-    sql, description = next(iter(found.items()))
-    return description, sql
+            if all(record_fits(known, v) for v in records) and shared >= found.get(sql, (-1,))[0]:
+                found[sql] = (shared, description)
+    most = max((shared for shared, _ in found.values()), default=0)
+    best = [(description, sql) for sql, (shared, description) in found.items() if shared == most]
+    return best[0] if len(best) == 1 else None
 
 
 def _parsed(name: str, sql: str) -> SchemaObject | None:
