@@ -87,7 +87,8 @@ def free_descriptors() -> int:
     return int(soft) - used
 
 
-def _socket_answers(path: Path) -> bool:
+def socket_answers(path: Path) -> bool:
+    """Something listens on the Unix socket ``path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(1.0)
         try:
@@ -129,7 +130,7 @@ class ControlServer:
         if self.path.exists() or self.path.is_symlink():
             if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
                 raise StatewardenError(f"{self.path}: exists and is not a socket; remove it")
-            if _socket_answers(self.path):
+            if socket_answers(self.path):
                 raise AlreadyRunning(f"another statewarden daemon is serving {self.path}")
             self.path.unlink()
         old = os.umask(0o177)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.daemon.databases import WatchedDatabases
-from statewarden.daemon.verify import Verified, maintenance_on
+from statewarden.daemon.verify import Verified, file_identity, maintenance_on
 from statewarden.errors import StatewardenError
 from statewarden.incidents.signals import Found, Severity, Signal
 from statewarden.moved_aside import Held, count_held, moved_aside_in
@@ -122,7 +122,7 @@ class VanishWatch:
     def _poll_one(self, target: Target, w: _Watched, now: float) -> None:
         key = str(target.db)
         names = set(moved_aside_in(target.db.parent, target.db.name))
-        ident = _identity(target.db)
+        ident = file_identity(target.db)
         first = w.names is None
         if ident:
             self._from_verification(key, w, ident)
@@ -169,7 +169,7 @@ class VanishWatch:
         if v is None or not v.file or v.file == ident or v.sessions is None:
             return []
         w.known = Known(v.file, v.sessions, v.messages, v.at, "verified")
-        return [n for n in sorted(names) if _identity(target.db.parent / n) == v.file][-1:]
+        return [n for n in sorted(names) if file_identity(target.db.parent / n) == v.file][-1:]
 
     # -------------------------------------------------------------- counting
 
@@ -185,7 +185,7 @@ class VanishWatch:
     async def _count_now(self, target: Target, w: _Watched, ident: str) -> None:
         """Remember what the current file holds (no verification of it on record)."""
         held = await self._count(target.db, live=True)
-        if held.sessions is not None and _identity(target.db) == ident:
+        if held.sessions is not None and file_identity(target.db) == ident:
             w.known = Known(ident, held.sessions, held.messages, time.time(), "counted")
             w.rebase = False
         else:
@@ -265,7 +265,7 @@ class VanishWatch:
         self, target: Target, w: _Watched, old: Known, ident: str, now: float
     ) -> None:
         fresh = await self._count(target.db, live=True)
-        if fresh.sessions is None or _identity(target.db) != ident:
+        if fresh.sessions is None or file_identity(target.db) != ident:
             w.retry_at = time.time() + RETRY_S
             return  # unreadable now, or replaced again: looked at again
         w.known = Known(ident, fresh.sessions, fresh.messages, time.time(), "counted")
@@ -367,14 +367,6 @@ def _sqlite_header(path: Path) -> bool:
 def _spawn(work: Any) -> asyncio.Task[None]:
     task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
     return task
-
-
-def _identity(path: Path) -> str:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ""
-    return f"{st.st_dev}:{st.st_ino}"
 
 
 def _when(at: float) -> str:

@@ -33,7 +33,6 @@ import hmac
 import json
 import os
 import secrets
-import socket
 import stat
 import time
 from collections.abc import Awaitable, Callable
@@ -44,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from statewarden.atomic import check_owned_dir, private_dir, write_atomic
 from statewarden.config import Config
-from statewarden.daemon.control import FD_RESERVE, free_descriptors, peer_uid
+from statewarden.daemon.control import FD_RESERVE, free_descriptors, peer_uid, socket_answers
 from statewarden.daemon.requests import Requests
 from statewarden.daemon.web_data import History, PageSources, Plans
 from statewarden.daemon.web_page import STYLE_HASH, render
@@ -240,7 +239,7 @@ class WebServer:
             if path.exists() or path.is_symlink():
                 if not stat.S_ISSOCK(os.lstat(path).st_mode):
                     raise StatewardenError(f"web.listen: {path} exists and is not a socket")
-                if _answers(path):
+                if socket_answers(path):
                     raise StatewardenError(f"web.listen: another process serves {path}")
                 path.unlink()  # left by a daemon that stopped
             old = os.umask(0o177)
@@ -411,14 +410,3 @@ class WebPage:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.server.close()
-
-
-def _answers(path: Path) -> bool:
-    """Something listens on the Unix socket ``path``."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(1.0)
-        try:
-            s.connect(str(path))
-        except OSError:
-            return False
-    return True
