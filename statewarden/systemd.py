@@ -20,7 +20,9 @@ for the one whose job path the call returned, so a job that finishes before the
 reply arrives is not missed.
 
 :class:`UserManager` is the asyncio client (for the daemon); the ``*_sync`` functions
-and :func:`annotate_holders` wrap it for the CLI.
+wrap it for the CLI. Where it looks for the manager is :mod:`statewarden.manager_socket`'s,
+which needs no D-Bus: a command can tell that no manager can answer without importing
+this module.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
-import stat
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,6 +42,14 @@ from dbus_fast.aio.message_reader import build_message_reader
 from dbus_fast.errors import AuthError, DBusFastError
 
 from statewarden.errors import SystemdCallFailed, SystemdUnavailable
+from statewarden.manager_socket import (
+    is_private_socket,
+    private_socket_address,
+    unavailable,
+)
+from statewarden.manager_socket import (
+    session_bus_address as session_bus_address,  # noqa: PLC0414 - the client's, named here too
+)
 
 DEFAULT_UNIT_PATTERNS = ("hermes-gateway*.service", "hermes.service", "hermes-dashboard*.service")
 DEFAULT_JOB_TIMEOUT_S = 90.0
@@ -48,11 +57,8 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 # How long a bus without org.freedesktop.systemd1 is given for the manager to take it.
 DEFAULT_NAME_WAIT_S = 5.0
-PRIVATE_SOCKET = "systemd/private"  # under $XDG_RUNTIME_DIR
 _PEER_PINGS = 25
 _PEER_PING_S = 0.2
-UNREACHABLE = "systemd user manager not reachable"
-FALLBACK = "holders are still found through /proc"
 
 _BUS = "org.freedesktop.DBus"
 _BUS_PATH = "/org/freedesktop/DBus"
@@ -145,41 +151,6 @@ class UnitChange:
     unit: str
     interface: str
     changed: dict[str, Any]
-
-
-def session_bus_address(env: Mapping[str, str] | None = None) -> str:
-    """The user's bus: ``$DBUS_SESSION_BUS_ADDRESS``, else ``$XDG_RUNTIME_DIR/bus``."""
-    env = os.environ if env is None else env
-    address = env.get("DBUS_SESSION_BUS_ADDRESS", "").strip()
-    if address:
-        return address
-    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
-    if runtime and os.path.exists(os.path.join(runtime, "bus")):
-        return f"unix:path={os.path.join(runtime, 'bus')}"
-    raise SystemdUnavailable(
-        f"{UNREACHABLE}: no session bus ($DBUS_SESSION_BUS_ADDRESS is unset and"
-        f" $XDG_RUNTIME_DIR/bus does not exist); {FALLBACK}"
-    )
-
-
-def private_socket_address(env: Mapping[str, str] | None = None) -> str | None:
-    """The manager's own socket, ``unix:path=$XDG_RUNTIME_DIR/systemd/private``, if it is there."""
-    env = os.environ if env is None else env
-    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
-    if not runtime or not os.path.isabs(runtime):
-        return None
-    path = os.path.join(runtime, PRIVATE_SOCKET)
-    try:
-        if not stat.S_ISSOCK(os.stat(path).st_mode):
-            return None
-    except OSError:
-        return None
-    return f"unix:path={path}"
-
-
-def is_private_socket(address: str) -> bool:
-    """Whether ``address`` is a manager's private socket (peer-to-peer, no bus daemon)."""
-    return address.startswith("unix:path=") and address.endswith("/" + PRIVATE_SOCKET)
 
 
 class _PeerBus(MessageBus):
@@ -374,7 +345,7 @@ class UserManager:
 
     @staticmethod
     def _unavailable(reason: str) -> SystemdUnavailable:
-        return SystemdUnavailable(f"{UNREACHABLE}: {reason}; {FALLBACK}")
+        return unavailable(reason)
 
     # -- calls ------------------------------------------------------------------
 

@@ -34,7 +34,8 @@ from typing import Any
 from statewarden.atomic import write_atomic
 from statewarden.config import ALERTMANAGER_CREDENTIAL, APPRISE_CREDENTIAL, HEARTBEAT_CREDENTIAL
 from statewarden.errors import InstallError, SystemdCallFailed, SystemdUnavailable, UsageError
-from statewarden.systemd import FALLBACK, UserManager
+from statewarden.manager_socket import FALLBACK
+from statewarden.systemd import UserManager
 
 # statewarden/: the wheel keeps the unit templates, man pages and completions beside it.
 PACKAGE_DIR = Path(__file__).resolve().parent.parent

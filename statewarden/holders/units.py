@@ -3,22 +3,22 @@
 The holder scan gives a first answer from each process's cgroup; the manager's answer
 (``GetUnitByPID``, the unit's ``MainPID``) wins when it has one, and decides whether a
 holder re-parented to PID 1 or to the user manager is an *orphan*.
+
+The D-Bus client (:mod:`statewarden.systemd`: dbus-fast and asyncio) is imported only
+once a manager may answer: where none can, :func:`systemd_view` says why without it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 from statewarden.errors import SystemdCallFailed, SystemdUnavailable
-from statewarden.holders.scan import HolderScan
-from statewarden.systemd import (
-    DEFAULT_UNIT_PATTERNS,
-    FALLBACK,
-    UNREACHABLE,
-    UnitInfo,
-    UserManager,
-    call_sync,
-)
+from statewarden.manager_socket import FALLBACK, UNREACHABLE, unreachable_reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from statewarden.holders.scan import HolderScan
+    from statewarden.systemd import UnitInfo, UserManager
 
 
 async def annotate(manager: UserManager, scans: Iterable[HolderScan]) -> None:
@@ -47,17 +47,22 @@ async def annotate(manager: UserManager, scans: Iterable[HolderScan]) -> None:
 
 def systemd_view(
     scans: Sequence[HolderScan],
-    patterns: Sequence[str] = DEFAULT_UNIT_PATTERNS,
+    patterns: Sequence[str] | None = None,
     address: str | None = None,
 ) -> tuple[list[UnitInfo], str | None]:
     """For the CLI: the Hermes units, with holders annotated, or why systemd could not help.
 
-    Returns ``(units, None)``, or ``([], reason)`` with the one-line reason.
+    Returns ``(units, None)``, or ``([], reason)`` with the one-line reason. ``patterns``:
+    the units listed (None: :data:`~statewarden.systemd.DEFAULT_UNIT_PATTERNS`).
     """
+    reason = unreachable_reason(address)
+    if reason is not None:
+        return [], reason
+    from statewarden.systemd import DEFAULT_UNIT_PATTERNS, call_sync  # noqa: PLC0415
 
     async def run(m: UserManager) -> list[UnitInfo]:
         await annotate(m, scans)
-        return await m.list_units(patterns)
+        return await m.list_units(DEFAULT_UNIT_PATTERNS if patterns is None else patterns)
 
     try:
         return call_sync(run, address), None
