@@ -15,12 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from statewarden.cli._common import print_json_line
-from statewarden.logs import colour_wanted
-from statewarden.progress import ProgressFn
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from rich.progress import TaskID
+
+    from statewarden.progress import ProgressFn
 
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
 JSON_MIN_INTERVAL_S = 0.5
@@ -56,6 +58,13 @@ def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
 
         yield emit
         return
+    # rich (and structlog, through logs) only for a bar: --help and --progress none or
+    # json start without them.
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
+
+    from statewarden.logs import colour_wanted  # noqa: PLC0415
+
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

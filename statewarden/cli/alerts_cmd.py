@@ -25,7 +25,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.config import runtime_dir, state_dir
-from statewarden.daemon.control import request, socket_path
+from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError
 
 NO_SINK = "no alert sink is enabled (alerts.journald, .telegram, .alertmanager or .apprise)"

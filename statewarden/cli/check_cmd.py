@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 import click
 
@@ -20,8 +18,12 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.errors import EXIT_NOT_CHECKED, UsageError, path_error
-from statewarden.recovery.check import check_database
-from statewarden.recovery.diagnose import Diagnosis, exit_code_for, worst
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from statewarden.recovery.diagnose import Diagnosis
 
 VERDICTS = {
     "none": "healthy",
@@ -59,6 +61,9 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
 def _work_parent(work_dir: str) -> Path:
     """``--work-dir``, made if missing, and tried (a file created and removed) before
     any work: a path that cannot hold the private copy is one line saying why (exit 2)."""
+    import tempfile  # noqa: PLC0415 - see check()
+    from pathlib import Path  # noqa: PLC0415
+
     path = Path(work_dir)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -118,6 +123,13 @@ def check(
     """
     if max_errors is not None and max_errors < 0:
         raise UsageError("--max-errors must be 0 or more")
+    # The engine only when it runs: `check --help` and a usage error start without it.
+    import tempfile  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from statewarden.recovery.check import check_database  # noqa: PLC0415
+    from statewarden.recovery.diagnose import exit_code_for, worst  # noqa: PLC0415
+
     targets, note = select_targets(config_path, db, profile)
     if not targets:
         raise UsageError(note or "nothing to check")

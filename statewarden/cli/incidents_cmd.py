@@ -21,7 +21,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.config import Config, runtime_dir, state_dir
-from statewarden.daemon.control import request, socket_path
+from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import DaemonNotRunning
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.show import show_incident

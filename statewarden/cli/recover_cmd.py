@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from statewarden.cli._common import echo_line, handle_errors, json_option, print_json
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS
-from statewarden.recovery.recover import recover
-from statewarden.recovery.report import Report
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from statewarden.recovery.report import Report
 
 
 @click.command("recover")
@@ -44,6 +44,11 @@ def recover_cmd(
 
     Example: statewardenctl recover --source state.db --output recovered.db --report r.json
     """
+    # The engine only when it runs: `recover --help` and a usage error start without it.
+    from pathlib import Path  # noqa: PLC0415
+
+    from statewarden.recovery.recover import recover  # noqa: PLC0415
+
     with progress_reporter(progress_mode) as progress:
         report = recover(
             Path(source),

@@ -26,7 +26,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.config import IncidentKind, parse_duration, runtime_dir, state_dir
-from statewarden.daemon.control import request, socket_path
+from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import DaemonNotRunning, UsageError
 
 

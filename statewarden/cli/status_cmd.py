@@ -22,11 +22,18 @@ from statewarden.cli._common import (
 )
 from statewarden.cli.verify_cmd import verdict_line
 from statewarden.config import paths_only, runtime_dir, state_dir
-from statewarden.daemon.control import request, socket_path
-from statewarden.daemon.verify import VERIFIED_FILE
+from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import ConfigError, DaemonNotRunning
-from statewarden.recovery_files import RecoveryFile
-from statewarden.watch.status import DatabaseStatus, FilesystemFacts, status_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from statewarden.recovery_files import RecoveryFile
+    from statewarden.watch.status import DatabaseStatus
+
+# The daemon's record of its verifications in its state folder: the name
+# statewarden.daemon.verify gives it (VERIFIED_FILE; a test holds the two equal). That
+# module, with all it imports, was most of this command's time.
+VERIFIED_RECORD = "verified.json"
 
 
 def _or_dash(value: object) -> str:
@@ -150,6 +157,8 @@ def status(config_path: str | None, db: str | None, profile: str | None, as_json
                 if w["errors"]:
                     click.echo(f"  watcher         {w['watcher']}: {w['errors']} errors")
         return
+    from statewarden.watch.status import status_all  # noqa: PLC0415 - apsw: only when read here
+
     targets, note = select_targets(config_path, db, profile)
     results = status_all(targets)
     verified = _verified_on_record(config_path)
@@ -181,7 +190,7 @@ def _verified_line(v: object) -> str:
 def _verified_on_record(config_path: str | None) -> dict[str, Any]:
     """The daemon's last verification of each database, as it recorded them (no daemon
     needs to run); empty when there is no record or it cannot be read."""
-    path = state_dir(get_config(config_path)) / VERIFIED_FILE
+    path = state_dir(get_config(config_path)) / VERIFIED_RECORD
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -228,6 +237,9 @@ def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
 
 
 def _from_json(d: dict[str, Any]) -> DatabaseStatus:
+    from statewarden.recovery_files import RecoveryFile  # noqa: PLC0415
+    from statewarden.watch.status import DatabaseStatus, FilesystemFacts  # noqa: PLC0415
+
     fields = {k: v for k, v in d.items() if k in DatabaseStatus.__dataclass_fields__}
     fs = fields.get("filesystem")
     fields["filesystem"] = FilesystemFacts(**fs) if fs else None

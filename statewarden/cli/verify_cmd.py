@@ -19,9 +19,8 @@ from statewarden.cli._common import (
     profile_option,
 )
 from statewarden.config import runtime_dir
-from statewarden.daemon.control import request, socket_path
+from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, NoDaemon
-from statewarden.recovery.diagnose import exit_code_for, worst
 
 # The daemon answers when the verification is done: wait as long as it may take.
 ANSWER_MARGIN_S = 60.0
@@ -86,6 +85,9 @@ def verify(config_path: str | None, db: str | None, profile: str | None, as_json
             _render(v)
     if any(v["result"] == "failed" for v in results):
         raise SystemExit(EXIT_FAILED)
+    # Only here: ``status`` shows verdicts with verdict_line and needs none of recovery.
+    from statewarden.recovery.diagnose import exit_code_for, worst  # noqa: PLC0415
+
     code = exit_code_for(worst(*(v["result"] for v in results)))
     if code:
         raise SystemExit(code)
