@@ -12,7 +12,12 @@ Older images come from an earlier copy of the same file: the fixture as Hermes f
 wrote it (``built_db``), while the damaged file is that fixture after Hermes appended
 more messages to some of its sessions and opened a new one (``later_db``, cached). Half
 the damage goes to pages of the ``sessions`` and ``messages`` b-trees, the rest anywhere
-but page 1. With ``page1=True`` the seed also destroys page 1 (drawn from its own
+but page 1. With ``hot_journal=True`` the damaged file is that copy after Hermes, in rollback mode,
+was killed (SIGKILL) in the middle of a large transaction (``lab/hot_journal.py``): new
+pages spilled into the file past its header's size, a hot ``-journal`` beside it; the
+truth is then carved from the damaged file as SQLite presents it (rolled back by SQLite
+in a copy), and the pristine file is the one SQLite presents before the damage.
+With ``page1=True`` the seed also destroys page 1 (drawn from its own
 stream, so a seed's other damage stays the same): zeroed whole, header included, or its
 b-tree zeroed with the header kept, and in half the seeds every ``sqlite_schema`` page
 with it; recover must then infer the page size and the schema.
@@ -30,6 +35,7 @@ the source unchanged; and ``check``'s class against what ``recover`` proved.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import random
 import shutil
@@ -45,6 +51,7 @@ import apsw
 
 from lab.hermes_fixtures import Spec, built_db, cache_dir, hermes_python
 from statewarden.demo.damage import PristineFile, schema_roots, varint, write_at
+from statewarden.sidecars import JOURNAL_SUFFIX, sidecar
 
 if TYPE_CHECKING:
     from statewarden.recovery.diagnose import Diagnosis
@@ -112,6 +119,23 @@ def zero_costs_db(spec: Spec = FUZZ) -> Path:
     return _cached_change(later_db(spec), f"{spec.key()}-later-zero-costs-v1", change)
 
 
+def hot_journal_db(spec: Spec = FUZZ) -> tuple[Path, Path]:
+    """``later_db(spec)`` after Hermes, switched to rollback mode, committed 4 messages
+    and was killed in the middle of rewriting a session's transcript with 600 (its
+    pages spilled past the header's size), cached next to it: the half-written file
+    (its hot ``-journal`` beside it) and the file SQLite presents (rolled back)."""
+    from lab.hot_journal import kill_mid_transaction, roll_back_copy, spilled_past_header
+
+    def change(db: Path) -> None:
+        kill_mid_transaction(db, spec.hermes, committed=4, uncommitted=600, words=20)
+        if not spilled_past_header(db):
+            raise RuntimeError("the killed transaction spilled no page past the header's size")
+        roll_back_copy(db, db.parent / "rolled-back" / "state.db")
+
+    db = _cached_change(later_db(spec), f"{spec.key()}-later-hot-journal-v1", change)
+    return db, db.parent / "rolled-back" / "state.db"
+
+
 def _cached_change(source: Path, name: str, change: Callable[[Path], object]) -> Path:
     """A copy of ``source`` that ``change`` altered, built once in the fixture cache
     under ``name`` (in a folder renamed into place when done)."""
@@ -173,19 +197,26 @@ def fuzz_case(
     page1: bool = False,
     view_first: bool = False,
     zero_costs: bool = False,
+    hot_journal: bool = False,
 ) -> FuzzCase:
     """A copy of ``later_db(spec)`` (``view_first_db`` with ``view_first``,
-    ``zero_costs_db`` with ``zero_costs``) with the damage ``seed`` draws (and page 1
-    destroyed, with ``page1``), and its truth."""
+    ``zero_costs_db`` with ``zero_costs``, the half-written file of ``hot_journal_db``
+    with its hot journal, with ``hot_journal``) with the damage ``seed`` draws (and
+    page 1 destroyed, with ``page1``), and its truth."""
     rnd = random.Random(seed)
+    source = None
     if zero_costs:
         pristine = zero_costs_db(spec)
+    elif hot_journal:
+        source, pristine = hot_journal_db(spec)
     else:
         pristine = view_first_db(spec) if view_first else later_db(spec)
     older = built_db(spec)
     dest_dir.mkdir(parents=True, exist_ok=True)
     db = dest_dir / "state.db"
-    shutil.copyfile(pristine, db)
+    shutil.copyfile(source or pristine, db)
+    if source is not None:
+        shutil.copyfile(sidecar(source, JOURNAL_SUFFIX), sidecar(db, JOURNAL_SUFFIX))
     pf = PristineFile(pristine)
     old = PristineFile(older)
     ps = pf.page_size
@@ -218,7 +249,13 @@ def fuzz_case(
         case.damage.append(Damage(kind, offset, length, page))
     if page1:
         _destroy_page1(case, pf, random.Random(f"page1-{seed}"))
-    case.truth = carve_truth(pristine, db)
+    presented = db
+    if source is not None:
+        from lab.hot_journal import roll_back_copy
+
+        presented = dest_dir / "rolled-back" / "state.db"
+        roll_back_copy(db, presented)
+    case.truth = carve_truth(pristine, presented)
     return case
 
 
@@ -521,15 +558,23 @@ def run_seed(
     page1: bool = False,
     view_first: bool = False,
     zero_costs: bool = False,
+    hot_journal: bool = False,
 ) -> tuple[FuzzCase, list[str]]:
     """Damage a copy by ``seed`` (page 1 too, with ``page1``; of ``view_first_db`` with
-    ``view_first``, of ``zero_costs_db`` with ``zero_costs``), run ``recover`` on it,
-    return the case and what broke."""
+    ``view_first``, of ``zero_costs_db`` with ``zero_costs``, of the half-written file
+    of ``hot_journal_db`` with ``hot_journal``), run ``recover`` on it, return the case
+    and what broke."""
     from statewarden.errors import StatewardenError
     from statewarden.recovery.recover import recover
 
     case = fuzz_case(
-        work / "db", seed, spec, page1=page1, view_first=view_first, zero_costs=zero_costs
+        work / "db",
+        seed,
+        spec,
+        page1=page1,
+        view_first=view_first,
+        zero_costs=zero_costs,
+        hot_journal=hot_journal,
     )
     before = bundle_digest(case.db)
     output = work / "out" / "recovered.db"
@@ -662,3 +707,46 @@ VIEW_FIRST_FINDINGS: dict[str, int] = {
     # named (gateway_routing and three more) were not brought back, their rows dropped.
     "schema_leaf_beside_a_view": 200,
 }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A short run of the lab from the command line (the long one, timed against
+    ``sqlite3 .dump``, is ``bench/fuzz_recover.py``): each seed with a violation is
+    printed with its damage; exit 1 if any seed broke a promise."""
+    p = argparse.ArgumentParser(
+        prog="lab/fuzz.py", description="recover and check against random damage, seed by seed"
+    )
+    p.add_argument("--seeds", type=int, default=30)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--page1", action="store_true", help="destroy page 1 on every seed too")
+    p.add_argument(
+        "--view-first", action="store_true", help="a copy whose schema hash starts with a view"
+    )
+    p.add_argument("--zero-costs", action="store_true", help="a copy whose usage rows cost 0.0")
+    p.add_argument(
+        "--hot-journal",
+        action="store_true",
+        help="damage the file Hermes left half-written when killed mid-transaction in"
+        " rollback mode, its hot -journal beside it",
+    )
+    args = p.parse_args(argv)
+    broken = 0
+    for seed in range(args.first, args.first + args.seeds):
+        with tempfile.TemporaryDirectory() as d:
+            case, found = run_seed(
+                Path(d),
+                seed,
+                page1=args.page1,
+                view_first=args.view_first,
+                zero_costs=args.zero_costs,
+                hot_journal=args.hot_journal,
+            )
+        if found:
+            broken += 1
+            print(f"{case.describe()}: {'; '.join(found[:3])}")
+    print(f"{args.seeds} seeds run, {broken} with a violation")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,11 @@ they differ, a writer was active and the copy is refused (docs/safety.md rule 4)
 copied: it is a cache of the WAL's index that SQLite rebuilds from the ``-wal`` itself,
 and a copy taken from a live file would describe some other moment.
 
+A hot ``-journal`` (a rollback-mode writer died mid-transaction) is rolled back into the
+copy first, before any page is read, as SQLite does when it opens the file
+(``journal.py``): the half-written file is no database anyone reads; a journal SQLite
+would not apply is removed from the copy, one of another database is set aside.
+
 The copied ``-wal`` is first read frame by frame (``wal.py``): a WAL SQLite would
 ignore (bad magic, version, page size or header checksum) is removed from the copy, so
 the file is read alone exactly as SQLite reads it, and the notes say so; a valid WAL
@@ -44,6 +49,7 @@ from statewarden.errors import (
     path_error,
 )
 from statewarden.progress import ProgressFn
+from statewarden.recovery import journal
 from statewarden.recovery.lost_schema import (
     LostSchema,
     infer_page_size,
@@ -272,6 +278,9 @@ def make_work_copy(
     try:
         lock_fd = _claim(work_dir)
         copy = _copy_consistent(source, work_dir, size, attempts, progress)
+        journal_note = _roll_back_journal(copy, source, header)
+        if journal_note is True:
+            header, header_error = _header_of(copy, source)
         header_note = None
         if header is None:
             assert header_error is not None
@@ -298,6 +307,8 @@ def make_work_copy(
         truncated = "; ".join(filter(None, [truncated, size_note])) or None
         inferred: list[LostSchema] = []
         schema_note = _fold_or_rebuild_schema(copy, source, truncated, inferred)
+        if isinstance(journal_note, str):
+            truncated = "; ".join(filter(None, [truncated, journal_note]))
         short_note = None if inferred else put_back_short_texts(copy, source)
         notes = [header_note, page_size_note, schema_note, short_note]
         schema_note = "; ".join(filter(None, notes)) or None
@@ -323,6 +334,44 @@ def make_work_copy(
         if lock_fd is not None:
             os.close(lock_fd)
         raise
+
+
+def _roll_back_journal(copy: Path, source: Path, header: HeaderFacts | None) -> str | bool:
+    """Roll the copy's hot ``-journal`` back into it before any page is read, as
+    SQLite does when it opens the file (``journal.py``). Returns False when there was
+    no journal to apply (none, or none SQLite would apply: it is removed from the
+    copy), True when it was rolled back, and a note when it belongs to another
+    database: then it is set aside and the file read alone (SQLite would roll it back
+    over the file and break it, so the note is base damage)."""
+    path = sidecar(copy, JOURNAL_SUFFIX)
+    if not path.exists():
+        return False
+    found = journal.read_header(path)
+    if found is None:
+        path.unlink()
+        return False
+    why = None if header is None else journal.foreign(copy, found, header.page_size)
+    if why is not None:
+        path.rename(copy.parent / "foreign.journal")
+        return (
+            f"{sidecar(source, JOURNAL_SUFFIX)}: set aside, it belongs to another database"
+            f" ({why}); the database file was read alone. SQLite would roll it back over"
+            " the file: move it away before Hermes opens the database again"
+        )
+    journal.roll_back(copy)
+    return True
+
+
+def _header_of(copy: Path, source: Path) -> tuple[HeaderFacts | None, DatabaseUnreadable | None]:
+    """The copy's header as it reads now (after a rollback), or the error it gives."""
+    with open(copy, "rb") as f:
+        head = f.read(HEADER_SIZE)
+    try:
+        return parse_header(head, str(source)), None
+    except DatabaseUnreadable as exc:
+        if len(head) < HEADER_SIZE:
+            raise
+        return None, exc
 
 
 def _copy_consistent(
@@ -793,6 +842,10 @@ def _fold(copy: Path, source: Path, truncated: str | None) -> None:
     except apsw.Error as exc:
         raise error(exc) from None
     try:
+        # The copy is private and removed after use: never synced, so it never goes to
+        # the disk. An fsync of a file this size holds up every fsync on the file
+        # system meanwhile, Hermes' commits on the live file among them.
+        conn.execute("PRAGMA synchronous=OFF")
         conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
         mode = conn.execute("PRAGMA journal_mode").fetchone()
         if mode and str(mode[0]).lower() == "wal":

@@ -316,6 +316,9 @@ class DatabaseFile:
                 continue  # a garbled cell whose payload runs past the page
 
     def freelist_pages(self) -> set[int]:
+        """The freelist's trunk and leaf pages. A leaf number past the database's pages
+        (or 0) is damage of the trunk page that holds it, no page the freelist reaches:
+        never evidence that the database is larger than its size says."""
         out: set[int] = set()
         trunk = self.freelist_trunk
         while trunk and trunk not in out and 1 <= trunk <= self.page_count:
@@ -324,7 +327,8 @@ class DatabaseFile:
             nxt, count = struct.unpack(">II", pg[:8])
             for i in range(min(count, (self.usable - 8) // 4)):
                 (leaf,) = struct.unpack(">I", pg[8 + 4 * i : 12 + 4 * i])
-                out.add(leaf)
+                if 1 <= leaf <= self.page_count:
+                    out.add(leaf)
             trunk = nxt
         return out
 
