@@ -4,8 +4,9 @@
 commit in the ``-wal``; ``set_frame_bit`` flips one bit of a frame's page image (SQLite
 then drops that commit and every later one); ``set_commit_size`` rewrites the database
 size of a commit frame with the checksums of every frame from it on recomputed (the
-file stays a valid WAL, as SQLite checks it); ``set_header_size`` rewrites the
-database size in the file's header.
+file stays a valid WAL, as SQLite checks it); ``set_commit_size_only`` rewrites it and
+leaves the checksums as they were (the frame then fails its checksum, and SQLite stops
+replaying there); ``set_header_size`` rewrites the database size in the file's header.
 """
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ def set_commit_size(wal: Path, frame: int, pages: int) -> None:
         struct.pack_into(">II", data, offset + 16, *got)
         prev = got
     wal.write_bytes(bytes(data))
+
+
+def set_commit_size_only(wal: Path, frame: int, pages: int) -> None:
+    """Write ``pages`` as the database size of frame ``frame`` (0-based), the checksums
+    left as they were: one damaged field, as a flipped bit or a zeroed word leaves it."""
+    offset = wal_frames(wal)[frame][0] + 4
+    with open(wal, "r+b") as f:
+        f.seek(offset)
+        f.write(struct.pack(">I", pages))
 
 
 def set_header_size(db: Path, pages: int) -> None:

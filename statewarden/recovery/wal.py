@@ -40,6 +40,37 @@ def checksum(data: bytes, s0: int, s1: int, *, big_endian: bool) -> tuple[int, i
     return s0, s1
 
 
+def checksum_back(data: bytes, s0: int, s1: int, *, big_endian: bool) -> tuple[int, int]:
+    """The checksum state before ``data`` given the state ``(s0, s1)`` after it: the
+    inverse of ``checksum`` (each step of it can be undone)."""
+    words = struct.unpack(f"{'>' if big_endian else '<'}{len(data) // 4}I", data)
+    for i in range(len(words) - 2, -1, -2):
+        s1 = (s1 - words[i + 1] - s0) & _MASK
+        s0 = (s0 - words[i] - s1) & _MASK
+    return s0, s1
+
+
+def proven_size(
+    header: bytes, image: bytes, prev: tuple[int, int], *, big_endian: bool
+) -> int | None:
+    """The database-size field (bytes 4-7 of the frame ``header``) that makes the
+    frame's stored checksum follow from ``prev`` and its page number and ``image``,
+    or None when no value does (the damage is elsewhere in the frame).
+
+    The checksum covers the header's first 8 bytes and the page; run back over the
+    page from the stored checksum, it gives the state after those 8 bytes, whose first
+    word depends on the page number alone (a 32-bit proof that page number, image and
+    chain are intact) and whose second word then gives the size field's value."""
+    order = ">" if big_endian else "<"
+    k1, k2 = struct.unpack(">II", header[16:24])
+    h0, h1 = checksum_back(image, k1, k2, big_endian=big_endian)
+    (page_word,) = struct.unpack(f"{order}I", header[:4])
+    if h0 != (prev[0] + page_word + prev[1]) & _MASK:
+        return None
+    size_word = (h1 - prev[1] - h0) & _MASK
+    return int(struct.unpack(">I", struct.pack(f"{order}I", size_word))[0])
+
+
 def valid_page_size(n: int) -> bool:
     return 512 <= n <= 65536 and n & (n - 1) == 0
 
@@ -53,6 +84,10 @@ class Frame:
     offset: int = 0  # of its page image in the file
     header_damaged: bool = False  # its salts are not the header's, yet later frames' are
     unverified: bool = False  # intact by salts and page number (the chain was broken)
+    # its database-size field is damaged: ``commit`` is the value its checksum proves,
+    # ``stored_commit`` the one the field holds (SQLite's replay stops at it)
+    size_repaired: bool = False
+    stored_commit: int = 0
 
 
 @dataclass
@@ -147,6 +182,12 @@ class WalFacts:
                 if f.header_damaged
                 else f"(page {f.page}) fails its checksum"
             )
+            if f.size_repaired:
+                what += (
+                    f" through its database-size field alone: it reads {f.stored_commit},"
+                    f" the checksum proves {f.commit}"
+                    + (" (a commit frame, written whole)" if f.commit else "")
+                )
             out.append(
                 f"{name}: frame {f.index + 1} {what};"
                 f" SQLite replays the {self.replayed} frames before it and stops there"
@@ -212,7 +253,7 @@ def _read(data: mmap.mmap, size: int, path: Path, db_page_size: int) -> WalFacts
     facts.frames = best
     if facts.ignored is None:
         for f in best:
-            if not f.intact:
+            if not f.intact or f.size_repaired:
                 facts.first_bad = f
                 break
         prefix = best if facts.first_bad is None else best[: facts.first_bad.index]
@@ -275,11 +316,28 @@ def _frames(
         if prev_damaged and not frame.intact and 1 <= page <= max_pages:
             frame.intact = True
             frame.unverified = True
+        elif not frame.intact and page != 0:
+            _try_size(frame, fh, image, prev, big_endian=big_endian)
         out.append(frame)
         prev_damaged = page == 0
         prev = (k1, k2)
         offset += size
     return out
+
+
+def _try_size(
+    frame: Frame, header: bytes, image: bytes, prev: tuple[int, int], *, big_endian: bool
+) -> None:
+    """A frame that fails its checksum only through its database-size field is intact,
+    with the size its checksum proves (``proven_size``): a commit frame whose size was
+    damaged is a commit, and its transaction was written whole."""
+    size = proven_size(header, image, prev, big_endian=big_endian)
+    if size is None:
+        return
+    frame.stored_commit = frame.commit
+    frame.commit = size
+    frame.intact = True
+    frame.size_repaired = True
 
 
 def _current_offsets(data: mmap.mmap, size: int, salt1: int, salt2: int) -> list[int]:
