@@ -161,6 +161,38 @@ def copy_failed(source: object, folder: object, exc: OSError) -> CopyFailed:
     return CopyFailed(f"{exc.filename or source}: copying it into {folder} failed: {reason}")
 
 
+class BuildStartsOver(StatewardenError):
+    """A part of recover's build found that the build must start over, or (``FtsVerdictsMissing``)
+    that the file must be diagnosed again first: caught by ``recovery.rebuild.Rebuild.run``,
+    never shown to a user."""
+
+
+class FtsVerdictsMissing(BuildStartsOver):
+    """FTS5's own checks gave no verdicts the diagnosis can take alone
+    (``FtsPending.join``): the file must be diagnosed again and built with that."""
+
+    def __init__(self) -> None:
+        super().__init__("FTS5's own checks gave no verdict the diagnosis can take alone")
+
+
+class FtsModesChanged(BuildStartsOver):
+    """FTS5's own checks, joined after the data went in, found an FTS table damaged
+    that must be filled by triggers created before the data: the build starts over."""
+
+    def __init__(self) -> None:
+        super().__init__("an FTS table must be filled by triggers created before the data")
+
+
+class FtsCopyFailed(BuildStartsOver):
+    """An FTS table's shadow tables looked intact but could not be copied: the build
+    starts over, filling it from its base table."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
 class SystemdUnavailable(StatewardenError):
     """The systemd user manager could not be reached over D-Bus."""
 

@@ -87,7 +87,7 @@ class TableFacts:
     witnessed: bool = False
     # The rowids the table's FTS copies hold (``copies.fts_rowids``), as read for the
     # diagnosis, when ``fts_copies_read``: the rebuild takes them from here rather than
-    # read them again (``Rebuild._fts_rowids``). Not part of the JSON.
+    # read them again (``TableFill.read_fts_rowids``). Not part of the JSON.
     fts_copies: KeySet | None = field(default=None, repr=False, compare=False)
     fts_copies_read: bool = field(default=False, repr=False, compare=False)
 

@@ -33,7 +33,7 @@ proves nothing and is refused too. A row is taken from a copy that proved itself
 when it agrees with every witness this file still has of it: the entries its intact
 indexes hold for its rowid (``index_disagreement``) and the text its FTS copies hold
 (``fts_disagreement``). Which lost rows are looked for at all is the rule in
-``rebuild.Rebuild._add_from_other_copies`` (docs/safety.md, "Rows from other copies").
+``salvage_inserts.SalvageInserts.add_from_other_copies`` (docs/safety.md, "Rows from other copies").
 """
 
 from __future__ import annotations

@@ -69,6 +69,9 @@ class TableReport:
     # Rows kept as stored that differ from two search-index copies agreeing with each
     # other, where no single changed column explains it: not proven good (a loss).
     unverified: int = 0
+    # Rows kept older than their index entries (``stale_rows``) or their messages (a
+    # stale message_count, ``count_mismatches``): a lost write.
+    stale: int = 0
     set_aside: int = 0
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
@@ -93,6 +96,7 @@ class TableReport:
             "deleted_since_copy": self.deleted_since_copy,
             "deleted_by_wal": list(self.deleted_by_wal),
             "unverified": self.unverified,
+            "stale": self.stale,
             "set_aside": self.set_aside,
             "renamed": self.renamed,
             "lost_keys_sample": [
@@ -283,6 +287,12 @@ class Report:
             out.append(
                 f"  {m['what']}: {m['table']} rowid {m['rowid']}: message_count"
                 f" {m['message_count']}, {m['messages']} messages recovered"
+                + (
+                    f"; {m['written']} written (every message of the session came back;"
+                    " its other columns may be as old)"
+                    if m.get("written") is not None
+                    else ""
+                )
             )
         for s in self.stale_rows:
             how = "older than" if s["certain"] else "the row or one index entry older:"

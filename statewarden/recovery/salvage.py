@@ -19,6 +19,7 @@ from pathlib import Path
 
 import apsw
 
+from statewarden.recovery.build import CROSS_LINKED, RebuildInputs, SalvagedRows, TableCopy
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.copies import feeds
 from statewarden.recovery.diagnose import Diagnosis
@@ -34,7 +35,6 @@ from statewarden.recovery.pages import (
     rows_from_images,
     salvage_rows,
 )
-from statewarden.recovery.rebuild import CROSS_LINKED, RebuildInputs, SalvagedRows, TableCopy
 from statewarden.recovery.report import Report
 from statewarden.recovery.schema import Schema
 from statewarden.sqlite import quote_ident, uri_for

@@ -8,7 +8,6 @@ CLASSES: dict[str, int] = {
     "statewarden/alerts/router.py:Router": 415,
     "statewarden/holders/scan.py:HolderScanner": 768,
     "statewarden/maintenance/run.py:MaintenanceRun": 1077,
-    "statewarden/recovery/rebuild.py:Rebuild": 1529,
     "statewarden/watch/logtail.py:LogTailer": 547,
 }
 
@@ -21,7 +20,6 @@ MODULES: dict[str, int] = {
     "statewarden/recovery/diagnose.py": 1143,
     "statewarden/recovery/lost_schema.py": 1258,
     "statewarden/recovery/pages.py": 1733,
-    "statewarden/recovery/rebuild.py": 1827,
     "statewarden/watch/logtail.py": 958,
     "statewarden/watch/rules.py": 1229,
 }

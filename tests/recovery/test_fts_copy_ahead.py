@@ -1,4 +1,4 @@
-"""FTS shadow tables copied while FTS5's own checks still run (``Rebuild._copy_ahead``):
+"""FTS shadow tables copied while FTS5's own checks still run (``FtsFill.copy_ahead``):
 kept for the FTS tables the checks pass, undone for the one they fail, whichever of the
 two FTS tables that is. Undoing the first one's copy also undoes the second's (their
 savepoints nest): that one is copied again. Every file here is written by Hermes and

@@ -1,0 +1,396 @@
+"""The rows of one table into the output: copied whole when the table is clean, else row by
+row past damaged stretches, each row through the dedupe rule (a row stored twice kept
+once, two rows claiming one key both kept and reported, a garbled cell set aside)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import apsw
+
+from statewarden.recovery.build import (
+    BAD_TEXT_REASON,
+    CROSS_LINKED,
+    PROGRESS_EVERY_ROWS,
+    RENAME_SUFFIX,
+    TREE_RE,
+    UNLISTED,
+    ZEROED_REASON,
+    Build,
+    BuildPart,
+    TableCopy,
+    insert_sql,
+    insert_statement,
+    key_fn,
+    stored_names,
+    zeroed_columns,
+)
+from statewarden.recovery.copies import (
+    MACHINE_ERRORS,
+    agrees_with_copies,
+    fts_rowids,
+)
+from statewarden.recovery.foreign_cells import OwnRows
+from statewarden.recovery.keysets import KeySet
+from statewarden.recovery.scan import ScanResult, scan_table
+from statewarden.recovery.schema import SchemaObject
+from statewarden.sqlite import json_value, quote_ident
+
+_UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
+
+
+class TableFill(BuildPart):
+    """Rows into the output, table by table."""
+
+    def __init__(self, build: Build, aliases: dict[str, str | None]) -> None:
+        super().__init__(build)
+        self._aliases = aliases  # table -> its rowid alias column, across builds
+
+    def read_index_keys(self, tc: TableCopy) -> None:
+        """Keys listed by the source's indexes: rows known to exist even when the table's
+        own pages can no longer be read. An index whose own b-tree is damaged is no
+        witness (its entries may be garbage), but every readable index helps find where
+        a damaged scan can resume (``hint_keys``)."""
+        broken_trees = {
+            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := TREE_RE.match(ln))
+        }
+        broken_trees |= self.build.rebuilt_index_roots()
+        obj = tc.obj
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        t = quote_ident(obj.name)
+        for idx in self.inputs.schema.objects:
+            if idx.type != "index" or idx.tbl_name != obj.name:
+                continue
+            if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+                continue  # a partial index lists only some rows
+            try:
+                info = self.src.execute(f"PRAGMA index_info({quote_ident(idx.name)})")
+                cols = [r[2] for r in info]
+            except (apsw.Error, UnicodeDecodeError):
+                continue
+            if not cols or any(c is None for c in cols) or not set(key_cols) <= set(cols):
+                continue
+            order = ", ".join(quote_ident(str(c)) for c in cols)
+            select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else "rowid"
+            # Read whole before any of it counts (a damaged index says nothing
+            # reliable), into KeySets rather than a list of a million tuples.
+            keys, rowids = KeySet(), KeySet()
+            sql = (
+                f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
+                f" FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
+            )
+            try:
+                if key_cols:
+                    for r in self.src.execute(sql):
+                        keys.add(tuple(r[1:]))
+                        if isinstance(r[0], int):
+                            rowids.add(r[0])
+                else:  # the key is the rowid: one set read once
+                    rowids.update(r[0] for r in self.src.execute(sql))
+                    keys = rowids
+            except (apsw.Error, UnicodeDecodeError):
+                continue  # a damaged index says nothing reliable
+            if not obj.without_rowid:
+                tc.hint_rowids |= rowids
+            tc.hint_keys |= keys
+            if idx.rootpage not in broken_trees:
+                tc.index_keys |= keys
+                tc.indexed = True
+                tc.intact_indexes += 1
+                tc.listed_by |= rowids
+
+    def read_fts_rowids(self, tc: TableCopy) -> None:
+        """Rowids held by the table's FTS copies (Hermes 0.19.0 writes each message's
+        text there under the message's id): as the diagnosis read them from the same
+        work copy, or read here where it did not (``TableFacts.fts_copies``)."""
+        facts = next((t for t in self.inputs.diag.tables if t.name == tc.obj.name), None)
+        if facts is not None and facts.fts_copies_read:
+            read = facts.fts_copies
+            found = None if read is None else read.copy()  # the build changes its own
+        else:
+            found = fts_rowids(self.src, self.inputs.schema, tc.obj.name)
+        tc.has_fts_copies = found is not None and tc.obj.key_columns == ["rowid"]
+        tc.fts_rowids = found or KeySet()
+
+    def bulk_copy(self, tc: TableCopy) -> bool:
+        """Copy a clean table in one statement; False (and nothing copied) if it fails.
+
+        The source's keys are read first: if even that fails (text that is not UTF-8 in
+        a key column), the table goes row by row, where such rows are handled one by one.
+        """
+        obj = tc.obj
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        keyf = key_fn(obj)
+        sel = "".join(", " + quote_ident(c) for c in key_cols)
+        rowids = "rowid" if not obj.without_rowid else "NULL"
+        t = quote_ident(obj.name)
+        keys, read_rowids = KeySet(), KeySet()
+        try:
+            cursor = self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
+            if key_cols:
+                for r in cursor:
+                    keys.add(keyf(r))
+                    if not obj.without_rowid:
+                        read_rowids.add(r[0])
+            else:  # the key is the rowid
+                read_rowids.update(r[0] for r in cursor)
+                keys = read_rowids
+        except UnicodeDecodeError:
+            return False
+        cols = ", ".join(quote_ident(c) for c in stored_names(obj))
+        rid = "" if obj.rowid_alias or obj.without_rowid else "rowid, "
+        self.dst.execute("SAVEPOINT bulk")
+        try:
+            self.dst.execute(
+                f"INSERT INTO main.{t}({rid}{cols}) SELECT {rid}{cols} FROM src.{t} NOT INDEXED"
+            )
+        except apsw.ConstraintError:
+            self.dst.execute("ROLLBACK TO bulk")
+            self.dst.execute("RELEASE bulk")
+            return False
+        self.dst.execute("RELEASE bulk")
+        # Every row read went in: a rowid (or a WITHOUT ROWID table's key, never NULL)
+        # read twice would have failed the INSERT.
+        tc.report.source_rows += len(keys) if obj.without_rowid else len(read_rowids)
+        tc.source_keys |= keys
+        tc.rowids |= read_rowids
+        return True
+
+    def row_copy(self, tc: TableCopy) -> None:
+        obj = tc.obj
+        cols = stored_names(obj)
+        key_idx = [cols.index(c) + 1 for c in obj.key_columns if c != "rowid"]
+        seen = [0]
+        partial: dict[int, list[str]] = {}
+
+        zeroed = self.inputs.diag.zeroed_cells.get(obj.name, {})
+        crossed = self.inputs.diag.cross_linked.get(obj.name, {})
+
+        def on_row(row: tuple[Any, ...]) -> None:
+            if self._unlisted(tc, int(row[0])):
+                # Read through the b-tree, but no intact index of the table lists it
+                # (two or more would) and no FTS copy holds it: a garbled cell that
+                # decodes, not a row. Set aside, never copied as a good row.
+                self._set_aside(tc, int(row[0]), dict(zip(cols, row[1:], strict=True)), UNLISTED)
+                return
+            tc.report.source_rows += 1
+            key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
+            tc.source_keys.add(key)
+            values = list(row[1:])
+            missing = partial.pop(int(row[0]), None)
+            why = None
+            hit: list[str] | None = []
+            if int(row[0]) in crossed and not agrees_with_copies(
+                self.src, self.inputs.schema, obj.name, int(row[0])
+            ):
+                # Its chain leads into pages another row's chain reaches too, and its
+                # FTS copies do not vouch for what it reads there: the columns past its
+                # cell may be that row's bytes. Its own rest is looked for later
+                # (salvage.py).
+                hit = zeroed_columns(crossed[int(row[0])], cols, key_idx)
+                why = CROSS_LINKED
+            elif int(row[0]) in zeroed:
+                hit = zeroed_columns(zeroed[int(row[0])], cols, key_idx)
+                why = ZEROED_REASON
+            if hit is not None and int(row[0]) in bad_text and why != CROSS_LINKED:
+                # Hermes writes valid UTF-8 only: such text was changed on disk.
+                bad = bad_text.pop(int(row[0]))
+                hit = None if any(cols.index(c) + 1 in key_idx for c in bad) else [*hit, *bad]
+                why = why or BAD_TEXT_REASON
+            if hit is None:
+                # Its record header (or a key) ran into damage: no column can be trusted.
+                zeroed_lost.append(int(row[0]))
+                return
+            hit_names = set(hit)
+            if hit:
+                missing = sorted({*(missing or []), *hit}, key=cols.index)
+                for c in hit:
+                    values[cols.index(c)] = None
+            tc.rowids.add(int(row[0]))
+            if missing is not None:
+                filled = self._fill_missing(obj, cols, values, missing)
+            if self.insert_row(tc, int(row[0]), values, cols) and missing is not None:
+                tc.report.partial += 1
+                entry: dict[str, Any] = {
+                    "table": obj.name,
+                    "rowid": int(row[0]),
+                    "columns": missing,
+                    "filled": {c: json_value(v) for c, v in filled.items()},
+                }
+                if why:
+                    entry["why"] = why
+                if why and why != CROSS_LINKED:
+                    entry["changed"] = [c for c in missing if c in hit_names]
+                self.report.partial_rows.append(entry)
+            seen[0] += 1
+            if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
+                self.progress(f"copy {obj.name}", seen[0], 0)
+
+        zeroed_lost: list[int] = []
+        bad_text: dict[int, list[str]] = {}
+        hints = tc.hint_rowids
+        # Another table's cells a wrong child pointer leads to are no rows of this one.
+        own = OwnRows(obj, self.inputs.diag.foreign_cells.get(obj.name, {}))
+        result = scan_table(
+            self.src,
+            obj.name,
+            own.columns(cols),
+            own.keep(cols, on_row),
+            hints=hints,
+            on_partial=partial.__setitem__,
+            on_bad_text=bad_text.__setitem__,
+        )
+        self._note_row_scan(tc, result, zeroed_lost)
+        if own.left_out:
+            shown = ", ".join(str(r) for r in own.left_out[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(own.left_out)} cells of another table's leaf, which its"
+                f" b-tree reaches through a wrong child pointer, are no rows of it: not"
+                f" copied (rowids {shown})"
+            )
+
+    def _note_row_scan(self, tc: TableCopy, result: ScanResult, zeroed_lost: list[int]) -> None:
+        """What a row-by-row copy of the table could not read, in its report and notes."""
+        obj = tc.obj
+        if result.out_of_order:
+            shown = ", ".join(str(r) for r in result.out_of_order[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(result.out_of_order)} cells read out of rowid order that no"
+                f" index lists (rowids {shown}): garbled cells, not rows; not copied"
+            )
+        tc.report.unreadable_rows = result.unreadable_rows + len(zeroed_lost)
+        tc.report.unreadable_ranges = result.unreadable_ranges
+        if zeroed_lost:
+            shown = ", ".join(str(r) for r in zeroed_lost[:10])
+            self.report.notes.append(
+                f"{obj.name}: {len(zeroed_lost)} rows whose record header or key ran into"
+                f" zeroed or changed bytes were not copied (rowids {shown})"
+            )
+        if result.text_repaired:
+            shown = ", ".join(str(r) for r in result.text_repaired[:20])
+            self.report.notes.append(
+                f"{obj.name}: {len(result.text_repaired)} rows held text that is not valid"
+                f" UTF-8 (changed on disk): those columns are unreadable, unless their"
+                f" search-index copies restore them (rowids {shown})"
+            )
+
+    def _unlisted(self, tc: TableCopy, rowid: int) -> bool:
+        """Does no intact index of the table list ``rowid``, though two or more of
+        them list every row, and no FTS copy hold it?"""
+        return (
+            tc.intact_indexes >= 2
+            and rowid not in tc.listed_by
+            and rowid not in tc.fts_rowids
+            and not tc.obj.without_rowid
+        )
+
+    def _fill_missing(
+        self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
+    ) -> dict[str, Any]:
+        """Fill the unreadable columns of a partial row in place (the rule is
+        ``report.PARTIAL_RULE``); return the values put where NULL is not allowed."""
+        filled = {}
+        by_name = {c.name: c for c in obj.stored_columns}
+        for name in missing:
+            col = by_name.get(name)
+            if col is None or not col.notnull:
+                continue
+            value: Any
+            if col.default is not None:
+                try:
+                    row = self.dst.execute(f"SELECT {col.default}").fetchone()
+                    value = row[0] if row else None
+                except apsw.Error:
+                    value = None
+            else:
+                value = None
+            if value is None:
+                value = "" if col.text_affinity else 0
+            values[cols.index(name)] = value
+            filled[name] = value
+        return filled
+
+    def insert_row(self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str]) -> bool:
+        """Insert one row; on a conflict apply the dedupe rule. True if the row is in."""
+        obj = tc.obj
+        try:
+            alias = self._aliases.get(obj.name, False)
+            if alias is False:  # worked out once a table: the property reads every column
+                alias = self._aliases[obj.name] = obj.rowid_alias
+            self.dst.execute(
+                insert_statement(obj.name, not alias, tuple(cols)),
+                values if alias else [rowid, *values],
+            )
+            return True
+        except apsw.ConstraintError as exc:
+            return self._conflict(tc, rowid, values, cols, str(exc))
+        except apsw.Error as exc:
+            if isinstance(exc, MACHINE_ERRORS):
+                raise  # a full disk is no fault of the row's: the run ends
+            self._set_aside(
+                tc, rowid, dict(zip(cols, values, strict=True)), f"insert failed: {exc}"
+            )
+            return False
+
+    def _conflict(
+        self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str], message: str
+    ) -> bool:
+        obj = tc.obj
+        row = dict(zip(cols, values, strict=True))
+        t = quote_ident(obj.name)
+        sel = ", ".join(quote_ident(c) for c in cols)
+        existing = self.dst.execute(
+            f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)
+        ).fetchone()
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        if existing is None and key_cols:
+            where = " AND ".join(f"{quote_ident(c)} IS ?" for c in key_cols)
+            existing = self.dst.execute(
+                f"SELECT {sel} FROM main.{t} WHERE {where}", [row[c] for c in key_cols]
+            ).fetchone()
+        if existing is not None:
+            if list(existing) == list(values):
+                tc.report.duplicates_dropped += 1
+                return False
+            self._set_aside(tc, rowid, row, f"a different row already has this key ({message})")
+            return False
+        m = _UNIQUE_RE.search(message)
+        if m:
+            columns = [c.split(".", 1)[-1].strip() for c in m.group(1).split(",")]
+            if all(c in row and c not in key_cols and isinstance(row[c], str) for c in columns):
+                return self._rename(tc, rowid, row, columns, message)
+        self._set_aside(tc, rowid, row, message)
+        return False
+
+    def _rename(
+        self, tc: TableCopy, rowid: int, row: dict[str, Any], columns: list[str], message: str
+    ) -> bool:
+        new = dict(row)
+        for c in columns:
+            new[c] = f"{row[c]}{RENAME_SUFFIX.format(rowid=rowid)}"
+        values = list(new.values())
+        try:
+            self.dst.execute(
+                insert_sql(tc.obj, list(new)), values if tc.obj.rowid_alias else [rowid, *values]
+            )
+        except apsw.Error as exc:
+            self._set_aside(tc, rowid, row, f"{message}; renaming failed: {exc}")
+            return False
+        tc.report.renamed += 1
+        self.report.renamed.extend(
+            {"table": tc.obj.name, "rowid": rowid, "column": c, "old": row[c], "new": new[c]}
+            for c in columns
+        )
+        return True
+
+    def _set_aside(self, tc: TableCopy, rowid: int, row: dict[str, Any], reason: str) -> None:
+        tc.report.set_aside += 1
+        self.report.set_aside.append(
+            {
+                "table": tc.obj.name,
+                "rowid": rowid,
+                "reason": reason,
+                "row": {c: json_value(v) for c, v in row.items()},
+            }
+        )
