@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/maintenance.py [--spec large|small] [--settle 2s]
 
-Needs root (a private systemd --user, ``tests/systemd_harness.py``). A copy of the
+Needs root (a private systemd --user, ``tests/support/systemd_harness.py``). A copy of the
 fixture with the phantom row is held by two units (``hermes-gateway.service`` writing
 every 0.5 s, ``hermes-dashboard.service``) and a non-unit ``hermes serve``. Figures, one
 run each on the same files:
@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO))
 from lab.corruption import phantom_row  # noqa: E402
 from lab.hermes_fixtures import LARGE, SMALL, writer_env  # noqa: E402
 from statewarden.holders.scan import HolderScanner  # noqa: E402
-from tests.fake_hermes import WRITE_EVERY_ENV, install_fake_hermes  # noqa: E402
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd  # noqa: E402
+from tests.support.fake_hermes import WRITE_EVERY_ENV, install_fake_hermes  # noqa: E402
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd  # noqa: E402
 
 UNITS = ("hermes-gateway.service", "hermes-dashboard.service")
 UNIT = """\

@@ -36,6 +36,7 @@ from statewarden.config_literals import default_config_path as default_config_pa
 from statewarden.config_literals import xdg_dir as xdg_dir  # noqa: PLC0414
 from statewarden.endpoints import DEFAULT_WEB_PLAN_INTERVAL_S, listen_problems
 from statewarden.errors import ConfigError
+from statewarden.kinds import KINDS, Severity
 
 if TYPE_CHECKING:
     import yaml
@@ -231,35 +232,11 @@ class TimelineConfig:
     max_bytes: ByteSize = DEFAULT_TIMELINE_MAX_BYTES
 
 
-Severity = Literal["info", "warning", "error", "critical"]
-IncidentKind = Literal[
-    "corruption",
-    "jsonl_fallback",
-    "write_failures",
-    "messages_dropped",
-    "self_repair",
-    "stale_holder",
-    "lost_locks",
-    "wal_growth",
-    "unsafe_mount",
-    "multi_writer",
-    "unexpected_holder",
-    "crash_loop",
-    "task_died",
-    "watcher_failed",
-    "state_unwritable",
-    "supervisor_failed",
-    "maintenance_repaired",
-    "maintenance_rolled_back",
-    "maintenance_refused",
-    "watcher_degraded",
-    "lock_guard",
-    "wal_reset_bug",
-    "recovery_files",
-    "sessions_vanished",
-    "duplicate_writers",
-    "schema_newer",
-]
+class _Kind:
+    """Marker: the name of an incident kind (``statewarden.kinds.KINDS``)."""
+
+
+IncidentKind = Annotated[str, _Kind]
 
 
 @dataclass(frozen=True)
@@ -872,6 +849,10 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
             if size is None:
                 raise ctx.error(path, f"expected a size such as 50MiB or 4096, got {_kind(value)}")
             return size
+        if _Kind in markers:
+            if value not in KINDS:
+                raise ctx.error(path, f"expected one of {', '.join(KINDS)}, got {_kind(value)}")
+            return value
         if _Id in markers:
             if isinstance(value, int) and not isinstance(value, bool):
                 return str(value)

@@ -4,8 +4,8 @@ A kind's default severity, its journald ``MESSAGE_ID``, how it resolves, the cat
 text ``journalctl -x`` shows under it, the next step a notification names, whether a
 maintenance run mutes it, whether an open ``corruption`` incident folds it in, and when
 an open incident of it is evaluated afresh after a restart. Adding a kind is one entry
-here (and its name in ``config.IncidentKind``, which the base cannot import from here;
-``tests/project/test_defined_once.py`` keeps the two equal, and the README's MESSAGE_ID table).
+here (and a row of the README's MESSAGE_ID table); the config validates kind names
+against this table, so it lives in the base, below every part.
 
 Kinds use one word per concept, the same in code, CLI, docs and journald.
 """
@@ -460,8 +460,9 @@ KINDS: dict[str, Kind] = {
             "the old sessions are only in the moved-aside file, which Hermes never reads back."
         ),
         next_step=(
-            "statewardenctl check --db <the moved_aside file the incident names>; keep it and "
-            "its -wal/-shm until the sessions are recovered"
+            "statewardenctl maintenance --merge-from <the moved_aside file the incident names> "
+            "--dry-run, then without --dry-run: the old sessions come back into the current "
+            "state.db; keep the file and its -wal/-shm until then"
         ),
         of_one_file=True,
     ),

@@ -1,6 +1,7 @@
 """Shared pytest fixtures (real Hermes homes, isolated XDG dirs) and the suite's rules:
-under ``CI`` a skipped test is a failure, and the systemd and slow tests get a longer
-per-test timeout than the default in pyproject.toml."""
+under ``CI`` a skipped test is a failure; every test has one tier (unit, process or
+systemd: tests/support/tiers.py) and a unit test that starts a process fails; the systemd
+and slow tests get a longer per-test timeout than the default in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -12,21 +13,21 @@ import pytest
 
 from lab.hermes_fixtures import TINY, make_home
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.suite import LONG_TIMEOUT_S, in_ci
+from tests.support.tiers import Spawns, implied_tier, marked_tiers, tier_of
 
-pytest_plugins = ["pytester"]
+# Fixtures more than one directory uses, defined in tests/support.
+pytest_plugins = ["pytester", "tests.support.units"]
 
-# Seconds per test for tests marked systemd or slow (a private manager and journald start
-# and stop around each; the large fixture is built once, in minutes).
-LONG_TIMEOUT_S = 900
-
-
-def in_ci() -> bool:
-    """``CI`` set to anything but empty, 0, false or no."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+SPAWNS = Spawns()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test without a tier mark gets the one its fixtures and folder imply; the systemd
+    and slow ones get the long timeout."""
     for item in items:
+        if not marked_tiers(item):
+            item.add_marker(implied_tier(item))
         long = item.get_closest_marker("systemd") or item.get_closest_marker("slow")
         if long and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
@@ -36,8 +37,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Under CI a skip means a tool or privilege went missing: fail, with the reason."""
+    """Under CI a skip means a tool or privilege went missing: fail, with the reason. A unit
+    test that started a process (in its setup, body or teardown) fails, naming it."""
     report = yield
+    spawned = SPAWNS.take()
+    if spawned and os.environ.get("STATEWARDEN_SPAWN_LOG"):
+        with open(os.environ["STATEWARDEN_SPAWN_LOG"], "a") as log:
+            log.write(f"{tier_of(item)}\t{item.nodeid}\t{spawned[0]}\n")
+    if spawned and report.passed and tier_of(item) == "unit" and os.environ.get("TIERS_ENFORCED"):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"a unit test started a process ({spawned[0]}); mark it process "
+            "(tests/support/tiers.py says how)"
+        )
     if report.skipped and not hasattr(report, "wasxfail") and in_ci():
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -47,6 +59,11 @@ def pytest_runtest_makereport(
             f"skipped under CI ({os.environ.get('CI')}), which must run every test: {reason}"
         )
     return report
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """Processes started before this test (collection, an earlier test's threads) are not its."""
+    SPAWNS.take()
 
 
 @pytest.fixture(autouse=True)

@@ -25,8 +25,8 @@ from statewarden.config import (
 )
 from statewarden.errors import ConfigError
 from tests.support.cli import CtlRun, run_ctl
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "etc" / "statewarden.yaml"
 
 

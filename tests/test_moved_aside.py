@@ -11,7 +11,7 @@ import pytest
 
 from lab.hermes_fixtures import NEWEST, NEWEST_WAL, make_home
 from statewarden.moved_aside import count_held, is_moved_aside, moved_aside_in
-from tests.daemon.vanishing import DAMAGES, damage, hermes_starts_fresh
+from tests.support.vanishing import DAMAGES, damage, hermes_starts_fresh
 
 
 @pytest.mark.parametrize(

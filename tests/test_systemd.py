@@ -31,12 +31,12 @@ from statewarden.systemd import (
     stop_unit_sync,
     unit_name_from_path,
 )
-from tests.fake_hermes import install_fake_hermes
 from tests.support.cli import run_ctl
+from tests.support.fake_hermes import install_fake_hermes
+from tests.support.repo import REPO
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.support.waiting import WAIT_S, wait_for
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
-REPO = Path(__file__).resolve().parent.parent
 FALLBACK = "holders are still found through /proc"
 GATEWAY = "hermes-gateway.service"
 DASHBOARD = "hermes-dashboard.service"

@@ -28,12 +28,12 @@ import pytest
 from lab.hermes_fixtures import SMALL, TINY, make_home
 from statewarden.cli import install as inst
 from statewarden.systemd import UserManager
-from tests.cli.test_install import Installed
-from tests.fake_hermes import install_fake_hermes
-from tests.maintenance.test_units import GATEWAY, UNIT, holders, main_pid, wait_for
+from tests.support.fake_hermes import install_fake_hermes
+from tests.support.install import Installed
 from tests.support.maintenance import exempt_comms, run_maintenance
-from tests.support.waiting import WAIT_S
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.support.units import GATEWAY, UNIT, holders, main_pid
+from tests.support.waiting import WAIT_S, wait_for
 
 
 @pytest.fixture

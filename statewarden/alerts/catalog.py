@@ -14,7 +14,7 @@ kind (subject, meaning, next step) is its entry in ``incidents/kinds.py``.
 from __future__ import annotations
 
 from statewarden.alerts.journald_sink import TEST_MESSAGE_ID
-from statewarden.incidents.kinds import KINDS
+from statewarden.kinds import KINDS
 
 
 def _entry(message_id: str, subject: str, body: str, next_step: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from statewarden.incidents.book import Incident
 from statewarden.incidents.evidence import scrub
-from statewarden.incidents.kinds import KINDS, SEVERITY_RANK
+from statewarden.kinds import KINDS, SEVERITY_RANK
 
 NotificationState = Literal["firing", "resolved", "test"]
 EVIDENCE_LINES = 3  # evidence entries shown per incident

@@ -43,7 +43,7 @@ from statewarden.alerts.silences import Silence
 from statewarden.atomic import write_atomic
 from statewarden.config import AlertsConfig
 from statewarden.incidents.book import Incident, Update
-from statewarden.incidents.kinds import KINDS
+from statewarden.kinds import KINDS
 
 # Views of the kinds table (each kind's ``muted_in_maintenance``, ``folded_into_corruption``).
 MAINTENANCE_MUTES = frozenset(n for n, k in KINDS.items() if k.muted_in_maintenance)

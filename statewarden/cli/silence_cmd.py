@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, get_args
+from typing import Any
 
 import click
 
@@ -25,9 +25,10 @@ from statewarden.cli._common import (
     print_json,
 )
 from statewarden.cli._group import CommandGroup
-from statewarden.config import IncidentKind, parse_duration, runtime_dir, state_dir
+from statewarden.config import parse_duration, runtime_dir, state_dir
 from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import DaemonNotRunning, UsageError
+from statewarden.kinds import KINDS
 
 
 def _when(ts: float | None) -> str:
@@ -67,7 +68,7 @@ def add_cmd(  # noqa: PLR0917 - click passes each option as an argument
 
     Example: statewardenctl silence add --kind wal_growth --for 2h --reason "bulk import"
     """
-    kinds = get_args(IncidentKind)
+    kinds = tuple(KINDS)
     if kind not in kinds:
         raise UsageError(f"unknown kind {kind!r} (known kinds: {', '.join(kinds)})")
     seconds = parse_duration(for_)

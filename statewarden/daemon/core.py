@@ -71,8 +71,9 @@ from statewarden.errors import ConfigError, StatewardenError
 from statewarden.incidents.book import IncidentBook, Update
 from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS, RestartCheck
-from statewarden.incidents.signals import KINDS, Found, Signal
+from statewarden.incidents.signals import Found, Signal
 from statewarden.incidents.timeline import Timeline
+from statewarden.kinds import KINDS
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
 from statewarden.maintenance.auto import AutoMaintenance

@@ -32,7 +32,7 @@ from statewarden.daemon.databases import WatchedDatabases
 from statewarden.daemon.holders import HolderScans
 from statewarden.errors import StatewardenError
 from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.signals import KINDS
+from statewarden.kinds import KINDS
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 
 REFRESH_S = 1.0

@@ -55,7 +55,8 @@ from statewarden.atomic import private_dir, write_atomic
 from statewarden.config import Config, WatchConfig
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.errors import DatabaseChanged, StatewardenError
-from statewarden.incidents.signals import KINDS, Found, Observation, Severity, Signal
+from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.kinds import KINDS, Severity
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
 from statewarden.maintenance.snapshots import backup_copy
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of

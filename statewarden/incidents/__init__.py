@@ -1,6 +1,7 @@
 """Incidents: what watchers signal, turned into incidents a person reads.
 
-``kinds`` is the one table of incident kinds; ``signals`` defines signals and
+The one table of incident kinds is ``statewarden.kinds`` (the base: config validates
+against it); ``signals`` defines signals and
 observations; ``evidence`` is where their text enters, capped and redacted once; ``book``
 opens, updates, resolves and persists incidents; ``timeline`` keeps the bounded evidence
 timeline per database; ``recorder`` puts what the watchers find into both; ``show`` is an
@@ -19,11 +20,6 @@ HOMES = {
     "scrub": "evidence",
     "IncidentBook": "book",
     "Update": "book",
-    "KINDS": "kinds",
-    "SEVERITY_RANK": "kinds",
-    "Kind": "kinds",
-    "Severity": "kinds",
-    "is_state_kind": "kinds",
     "Recorder": "recorder",
     "HOLDER_KINDS": "restart",
     "START_KINDS": "restart",

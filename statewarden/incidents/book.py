@@ -50,8 +50,8 @@ from statewarden.atomic import StateUnwritable, append_line, fsync_file, write_a
 from statewarden.config import DEFAULT_QUIET_RESOLVE_S, DEFAULT_REOPEN_WINDOW_S
 from statewarden.errors import StatewardenError, UsageError
 from statewarden.incidents.evidence import scrub
-from statewarden.incidents.kinds import KINDS, SEVERITY_RANK, Severity, is_state_kind
 from statewarden.incidents.signals import Signal
+from statewarden.kinds import KINDS, SEVERITY_RANK, Severity, is_state_kind
 
 DEFAULT_SAVE_INTERVAL_S = 1.0
 # The change log is compacted when it holds more lines than this or than the book has

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from statewarden.incidents.book import IncidentBook, Update, from_logs
-from statewarden.incidents.kinds import KINDS, is_state_kind
 from statewarden.incidents.signals import Found, Signal
+from statewarden.kinds import KINDS, is_state_kind
 
 HOLDER_KINDS = frozenset(n for n, k in KINDS.items() if k.after_restart == "holder_scan")
 START_KINDS = frozenset(n for n, k in KINDS.items() if k.after_restart == "start_up")

@@ -26,7 +26,7 @@ from statewarden.incidents.evidence import (
     scrub,
     scrub_fields,
 )
-from statewarden.incidents.kinds import KINDS, Severity
+from statewarden.kinds import KINDS, Severity
 
 # ``KINDS`` and ``Severity`` are ``incidents/kinds.py``'s, ``cap_evidence`` and its cap
 # ``incidents/evidence.py``'s, named here too for the watchers that make signals.

@@ -34,7 +34,7 @@ from typing import Any
 
 from statewarden.alerts.message import Item, Notification
 from statewarden.atomic import private_dir, write_atomic
-from statewarden.incidents.kinds import KINDS
+from statewarden.kinds import KINDS
 
 OUTCOMES_DIR = "outcomes"
 KEEP = 50  # outcome files kept while no daemon collects them

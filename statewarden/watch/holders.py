@@ -46,8 +46,8 @@ from statewarden.config import DEFAULT_OTHER_USERS, HoldersConfig, OtherUsersPol
 from statewarden.holders.opens import OpenWatch
 from statewarden.holders.report import VIA_DESCRIPTORS
 from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
-from statewarden.incidents.kinds import KINDS
 from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.kinds import KINDS
 
 
 def describe(h: Holder) -> str:

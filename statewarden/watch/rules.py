@@ -33,7 +33,8 @@ from re import _constants as _sre_constants  # type: ignore[attr-defined]
 from re import _parser as _sre_parser  # type: ignore[attr-defined]
 from typing import Any
 
-from statewarden.incidents.signals import Found, Observation, Severity, Signal
+from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.kinds import Severity
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, journal_record, parse_record
 

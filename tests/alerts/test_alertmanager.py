@@ -24,10 +24,9 @@ from statewarden.alerts.service import Alerts
 from statewarden.config import AlertmanagerConfig, AlertsConfig, JournaldAlertsConfig, parse_config
 from statewarden.errors import ConfigError
 from statewarden.incidents.book import IncidentBook
-from tests.alerts.test_router import DB, sig
-from tests.alerts.test_telegram import Log
-from tests.daemon.test_logs import hermes_logger, malformed
+from tests.support.alerts import DB, Log, sig
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
 T0 = time.time() - 3600  # Alertmanager refuses an alert that starts in the future

@@ -15,7 +15,7 @@ from statewarden.alerts.announce import Announcer, announcement
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import KINDS, Signal
 from statewarden.incidents.timeline import Timeline
-from tests.test_journald import decode_entry
+from tests.support.journal import decode_entry
 
 DB = "/home/u/.hermes/state.db"
 

@@ -19,10 +19,9 @@ from statewarden.alerts.message import Item, Notification, headline
 from statewarden.alerts.outbox import Outbox
 from statewarden.config import AppriseConfig, parse_config
 from statewarden.errors import ConfigError
-from tests.alerts.test_router import DB, T0
-from tests.alerts.test_telegram import Log
-from tests.daemon.test_logs import hermes_logger, malformed
+from tests.support.alerts import DB, T0, Log
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
 TOPIC = "statewarden-topic-Zq81xKp3"  # a secret-looking path piece

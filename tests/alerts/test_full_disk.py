@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from lab.bot_api import BotApi
+from tests.support.repo import REPO
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
-REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """\

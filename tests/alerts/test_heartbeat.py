@@ -16,10 +16,10 @@ from lab.push_server import PushServer
 from statewarden.alerts.heartbeat import Heartbeat, fail_url_of
 from statewarden.config import HeartbeatConfig, parse_config
 from statewarden.errors import ConfigError
-from tests.alerts.test_telegram import Log
-from tests.daemon.test_logs import hermes_logger, malformed
+from tests.support.alerts import Log
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
 UUID = "5f1c0a2e-8b3d-4c1e-9f6a-2d7b8e9c0a1b"

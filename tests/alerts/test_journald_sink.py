@@ -16,9 +16,9 @@ import pytest
 
 from statewarden.alerts.catalog import catalog_text
 from statewarden.incidents.signals import KINDS
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.support.repo import REPO
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
-REPO = Path(__file__).resolve().parents[2]
 CATALOG = REPO / "systemd" / "statewarden.catalog"
 
 SEND = textwrap.dedent(

@@ -8,56 +8,9 @@ from pathlib import Path
 
 from statewarden.alerts.message import plain_text
 from statewarden.alerts.outbox import Outbox
-from statewarden.alerts.router import Route, Router
-from statewarden.config import AlertsConfig
+from statewarden.alerts.router import Route
 from statewarden.incidents.book import IncidentBook, Update
-from statewarden.incidents.signals import Signal
-
-DB = "/home/u/.hermes/state.db"
-T0 = 1_800_000_000.0
-CFG = AlertsConfig()  # group_wait 30 s, no_wait critical, repeat 4 h
-
-
-def sig(kind: str, at: float, key: str = "", clears: bool = False, **kw: object) -> Signal:
-    return Signal(
-        kind,
-        DB,
-        f"{kind} summary",
-        at=at,
-        key=key,
-        clears=clears,
-        evidence=("2026-11-30 10:00:00 ERROR gateway: database is locked",),
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-class Rig:
-    def __init__(self, tmp_path: Path, cfg: AlertsConfig = CFG) -> None:
-        self.tmp = tmp_path
-        self.cfg = cfg
-        self.book = IncidentBook(tmp_path / "incidents.json")
-        self.outbox = Outbox(tmp_path / "outbox", max_entries=100)
-        self.router = self.make_router()
-
-    def make_router(self) -> Router:
-        return Router(
-            self.cfg,
-            self.outbox,
-            {"journald": Route("info"), "telegram": Route("warning")},
-            state_path=self.tmp / "alerts.json",
-            host="box",
-            profile_of=lambda db: "default",
-            holders_of=lambda db: ["pid 42 (gateway, hermes-gateway.service): hermes gateway"],
-        )
-
-    def fire(self, s: Signal) -> Update:
-        update = self.book.record(s)
-        assert update is not None
-        self.router.submit(update, now=s.at)
-        return update
-
-    def sent(self, sink: str = "journald") -> list[str]:
-        return [e.key for e in self.outbox.pending(sink)]
+from tests.support.alerts import CFG, DB, T0, Rig, sig
 
 
 class TestGrouping:

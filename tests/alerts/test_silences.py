@@ -21,12 +21,10 @@ from statewarden.alerts.silences import Silence, SilenceFile
 from statewarden.config import AlertmanagerConfig, AlertsConfig, JournaldAlertsConfig
 from statewarden.errors import EXIT_USAGE
 from statewarden.incidents.book import IncidentBook
-from tests.alerts.test_router import T0, Rig, sig
-from tests.alerts.test_telegram import Log
-from tests.daemon.test_alerts import configure
-from tests.daemon.test_logs import hermes_logger, malformed
+from tests.support.alerts import T0, Log, Rig, configure, sig
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
 

@@ -10,33 +10,17 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lab.bot_api import BotApi
 from statewarden.alerts.delivery import Delivery
-from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.sink import Rejected
 from statewarden.alerts.telegram import TelegramSink, load_token, split_message
 from statewarden.config import TelegramConfig
 from statewarden.errors import TokenMissing
-
-TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
-
-
-class Log:
-    """Collects what the delivery loop logs (the real daemon passes structlog)."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        def log(event: str, **kw: Any) -> None:
-            self.lines.append((level, event, kw))
-
-        return log
+from tests.support.alerts import TOKEN, Log, cfg, note
 
 
 @pytest.fixture
@@ -44,33 +28,6 @@ def api() -> Iterator[BotApi]:
     server = BotApi()
     yield server
     server.stop()
-
-
-def cfg(api: BotApi, **kw: Any) -> TelegramConfig:
-    base = TelegramConfig(
-        enabled=True, chat_id="123456789", api_base=api.url, min_interval=0.05, timeout=1.0
-    )
-    return dataclasses.replace(base, **kw)
-
-
-def note(
-    key: str, summary: str = "database disk image is malformed", evidence: int = 1
-) -> Notification:
-    item = Item(
-        7,
-        "corruption",
-        "critical",
-        "/home/u/.hermes/state.db",
-        "default",
-        summary,
-        "opened",
-        1.0,
-        2.0,
-        3,
-        evidence=[f"line {k} <b>&" for k in range(evidence)],
-        next_step="statewardenctl check --profile default",
-    )
-    return Notification(key, "firing", "box", 1.0, [item])
 
 
 def run_delivery(sink: TelegramSink, box: Outbox, rounds: int) -> Delivery:

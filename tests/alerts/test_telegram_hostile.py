@@ -26,10 +26,10 @@ from statewarden.alerts.sink import Progress
 from statewarden.alerts.telegram import MAX_ANSWER_BYTES, TelegramSink
 from statewarden.config import TelegramConfig
 from statewarden.redact import Scrubber
-from tests.alerts.test_telegram import TOKEN, Log, cfg, note
-from tests.daemon.test_logs import hermes_logger, malformed
+from tests.support.alerts import TOKEN, Log, cfg, note
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
 ENV = {"STATEWARDEN_TELEGRAM_TOKEN": TOKEN}

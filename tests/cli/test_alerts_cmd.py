@@ -9,7 +9,6 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import get_args
 
 import pytest
 from click.testing import CliRunner
@@ -20,11 +19,10 @@ from statewarden.alerts.journald_sink import JournaldSink
 from statewarden.alerts.message import Item, Notification
 from statewarden.alerts.outbox import Outbox
 from statewarden.cli.ctl import main as ctl
-from statewarden.config import IncidentKind, Severity, parse_config
+from statewarden.config import parse_config
 from statewarden.errors import ConfigError
-from statewarden.incidents.signals import KINDS
-from statewarden.incidents.signals import Severity as SignalSeverity
 from statewarden.journald import JournalSender
+from statewarden.kinds import KINDS
 from tests.alerts.test_telegram import Log
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
@@ -131,10 +129,18 @@ class TestConfig:
             parse_config(text)
         assert str(err.value).startswith(message)
 
-    def test_incident_kinds_match_the_book(self) -> None:
-        """The config's incident kinds and severities are exactly the incident book's."""
-        assert get_args(IncidentKind) == tuple(KINDS)
-        assert get_args(Severity) == get_args(SignalSeverity)
+    def test_every_kind_of_the_table_and_no_other_is_accepted(self) -> None:
+        """The config takes exactly the kinds of ``statewarden.kinds.KINDS`` (the one
+        table; the config reads it), each by name, and refuses a name not in it."""
+        names = ", ".join(KINDS)
+        config = parse_config(f"alerts: {{journald: {{kinds: [{names}]}}}}")
+        assert config.alerts.journald.kinds == tuple(KINDS)
+        with pytest.raises(ConfigError) as err:
+            parse_config("alerts: {telegram: {kinds: [corruption, sessions_gone]}}")
+        assert str(err.value) == (
+            f"<config>:1: alerts.telegram.kinds[1]: expected one of {names},"
+            ' got a string ("sessions_gone")'
+        )
 
 
 class TestAlertsTest:

@@ -25,13 +25,11 @@ import pytest
 from lab import fuzz
 from statewarden.recovery.bundle import fingerprint
 from tests.support.cli import run_ctl
+from tests.support.privileges import needs_root
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 NOBODY = "65534"
 SETPRIV = ("setpriv", "--reuid", NOBODY, "--regid", NOBODY, "--clear-groups")
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root (setpriv to a second uid, mount); run as CI does"
-)
 
 
 @pytest.fixture

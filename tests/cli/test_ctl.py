@@ -6,15 +6,13 @@ import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
 from statewarden.cli.ctl import COMMANDS, main
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO
 
 # What --help shows and which modules it loaded, from a fresh interpreter.
 PROBE = (

@@ -28,14 +28,14 @@ from lab.hermes_fixtures import TINY, make_home
 from lab.push_server import PushServer
 from statewarden.cli import install as inst
 from statewarden.incidents.signals import KINDS
-from tests.daemon.test_logs import hermes_logger, malformed
-from tests.support.cli import CtlRun
 from tests.support.cli import run_installed as ctl
+from tests.support.hermes_logs import hermes_logger, malformed
+from tests.support.install import Installed
+from tests.support.repo import REPO
+from tests.support.systemd_harness import unavailable_reason, user_systemd
 from tests.support.waiting import wait_for
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 NO_BUS = "unix:path=/nonexistent/statewarden-test-bus"
-REPO = Path(__file__).resolve().parents[2]
 COMPLETIONS = REPO / "packaging" / "completions"
 
 
@@ -579,44 +579,6 @@ class TestJournalCatalogue:
 
 
 USER_UID = 65534  # an unprivileged uid with no home, as a fresh service user would be
-
-
-class Installed:
-    def __init__(self, manager: UserSystemd, env: dict[str, str]) -> None:
-        self.manager = manager
-        self.env = env
-
-    def ctl(self, *args: str) -> CtlRun:
-        """The installed statewardenctl, run as the manager's user."""
-        script = str(Path(sys.executable).parent / "statewardenctl")
-        r = subprocess.run(
-            self.manager.as_user([script, *args]),
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        return CtlRun(r.returncode, r.stdout, r.stderr)
-
-    def show(self, *props: str) -> dict[str, str]:
-        r = self.manager.systemctl("show", inst.UNIT, *(f"-p{p}" for p in props))
-        return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
-
-    def wait_running(self, timeout_s: float = 60.0, other_than: str = "") -> dict[str, str]:
-        deadline = time.monotonic() + timeout_s
-        props: dict[str, str] = {}
-        while time.monotonic() < deadline:
-            props = self.show("ActiveState", "SubState", "MainPID", "StatusText", "NRestarts")
-            if (
-                props.get("ActiveState") == "active"
-                and props.get("SubState") == "running"
-                and props.get("StatusText")
-                and props.get("MainPID") not in ("0", other_than)
-            ):
-                return props
-            time.sleep(0.1)
-        raise AssertionError(f"statewarden.service not running: {props}")
 
 
 def _chown_tree(top: Path, uid: int) -> None:

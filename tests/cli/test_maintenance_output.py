@@ -17,8 +17,9 @@ import pytest
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL
-from tests.maintenance.test_run import REPO, ctl, needs_root, report_of
-from tests.support.maintenance import maintenance_config
+from tests.support.maintenance import ctl, maintenance_config, report_of
+from tests.support.privileges import needs_root
+from tests.support.repo import REPO
 
 PREFIX = "statewardenctl: maintenance: "
 

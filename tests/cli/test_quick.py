@@ -20,8 +20,8 @@ from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.cli._plain import ENV_DEBUG, errors_as_exit_codes
 from statewarden.cli.quick import holders_options
 from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
 CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
 # The modules a run loaded, printed at exit to stderr (after the command's own output):

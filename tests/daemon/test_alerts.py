@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 from lab.bot_api import BotApi
 from statewarden.cli.ctl import main as ctl
-from tests.daemon.test_logs import hermes_logger, malformed
+from tests.support.alerts import configure
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
@@ -28,26 +29,6 @@ def api() -> Iterator[BotApi]:
     server = BotApi()
     yield server
     server.stop()
-
-
-def configure(env: dict[str, str], api_url: str, **alerts: object) -> None:
-    path = Path(env["XDG_CONFIG_HOME"]) / "statewarden" / "config.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    extra = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in alerts.items())
-    path.write_text(
-        "alerts:\n"
-        "  retry_max: 500ms\n"
-        "  group_wait: 300ms\n"
-        f"{extra}"
-        "  journald: {enabled: true}\n"
-        "  telegram:\n"
-        "    enabled: true\n"
-        '    chat_id: "123456789"\n'
-        f"    api_base: {api_url}\n"
-        "    min_interval: 50ms\n"
-        "    timeout: 2s\n"
-    )
-    env["STATEWARDEN_TELEGRAM_TOKEN"] = TOKEN
 
 
 def task_died(log: logging.Logger, task: str) -> None:

@@ -15,13 +15,13 @@ import httpx
 import pytest
 import yaml
 
+from lab.alertmanager import free_port
 from statewarden import fleet
-from tests.daemon.test_logs import hermes_logger, malformed
-from tests.daemon.test_metrics import free_port
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
+from tests.support.repo import REPO
 from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "packaging" / "prometheus" / "statewarden.rules.yml"
 DASHBOARD = REPO / "packaging" / "grafana" / "statewarden.json"
 PROMTOOL = shutil.which("promtool")

@@ -21,11 +21,10 @@ from lab.hermes_fixtures import SMALL
 from statewarden.config import load_config
 from statewarden.maintenance.run import PAST_THE_SWAP, MaintenanceRun, Options
 from statewarden.targets import Target
-from tests.maintenance.test_run import session_ids
 from tests.support.daemon import DaemonProc, daemon_env
-from tests.support.maintenance import exempt_comms
+from tests.support.maintenance import exempt_comms, session_ids
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 120.0
 
 

@@ -3,47 +3,11 @@ rotation mid-write loses nothing, a restart neither repeats nor misses a line.""
 
 from __future__ import annotations
 
-import logging
-import logging.handlers
 from pathlib import Path
 
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
-
-HERMES_FORMAT = "%(asctime)s %(levelname)s%(session_tag)s %(name)s: %(message)s"
-
-
-class _SessionTag(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        sid = getattr(record, "session_id", None)
-        record.session_tag = f" [{sid}]" if sid else ""
-        return True
-
-
-def hermes_logger(
-    logs_dir: Path, name: str, *, max_bytes: int = 5 * 2**20, backups: int = 3
-) -> logging.Logger:
-    """A logger writing agent.log exactly as Hermes configures it (RotatingFileHandler)."""
-    logger = logging.getLogger(f"hermes-test.{logs_dir}.{name}")
-    logger.handlers.clear()
-    logger.propagate = False
-    handler = logging.handlers.RotatingFileHandler(
-        logs_dir / "agent.log", maxBytes=max_bytes, backupCount=backups
-    )
-    handler.setFormatter(logging.Formatter(HERMES_FORMAT))
-    handler.addFilter(_SessionTag())
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    return logger
-
-
-def malformed(logger: logging.Logger) -> None:
-    try:
-        raise RuntimeError("database disk image is malformed")
-    except RuntimeError:
-        logger.exception(
-            "gateway.session: state.db routing save failed: database disk image is malformed"
-        )
 
 
 class TestDaemonLogs:

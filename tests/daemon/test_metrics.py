@@ -3,24 +3,18 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import httpx
 import pytest
 
+from lab.alertmanager import free_port
 from lab.hermes_fixtures import holding
 from statewarden.config import parse_config
 from statewarden.errors import ConfigError
-from tests.daemon.test_logs import hermes_logger, malformed
 from tests.support.daemon import DaemonProc
+from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -41,13 +41,12 @@ from statewarden.maintenance.ledger import (
     run_dir,
     run_lock,
 )
-from tests.daemon.test_logs import hermes_logger, malformed
-from tests.maintenance.test_run import FakeHermes, integrity, session_ids
 from tests.support.daemon import DaemonProc, daemon_env
-from tests.support.maintenance import exempt_comms
+from tests.support.hermes_logs import hermes_logger, malformed
+from tests.support.maintenance import FakeHermes, exempt_comms, integrity, session_ids
+from tests.support.repo import REPO
 from tests.support.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 WAIT_S = 120.0
 
@@ -276,7 +275,7 @@ class TestShellRuns:
 
 @pytest.fixture
 def fake_bin(tmp_path: Path) -> Path:
-    from tests.fake_hermes import install_fake_hermes
+    from tests.support.fake_hermes import install_fake_hermes
 
     bin_dir = tmp_path / "bin"
     install_fake_hermes(bin_dir)

@@ -14,9 +14,8 @@ import pytest
 
 from lab.hermes_fixtures import NEWEST, NEWEST_HERMES, Spec, make_home
 from statewarden.daemon.vanished import VANISHED_MIN, vanished
-from tests.daemon.test_verify import configured
-from tests.daemon.vanishing import damage, hermes_starts_fresh
-from tests.support.daemon import DaemonProc
+from tests.support.daemon import DaemonProc, configured
+from tests.support.vanishing import damage, hermes_starts_fresh
 from tests.support.waiting import wait_for
 
 # NEWEST: 12 sessions and 60 messages written by Hermes 0.22.

@@ -13,26 +13,10 @@ import subprocess
 import threading
 from pathlib import Path
 
-from lab.corruption import phantom_row
-from lab.hermes_fixtures import TINY
 from statewarden.daemon.verify import IDLE_NICE, IOPRIO_CLASS_IDLE, in_idle_thread, io_class_of
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_NO_DAEMON
 from tests.support.cli import run_ctl
-from tests.support.daemon import DaemonProc, daemon_env
-
-
-def configured(tmp_path: Path, home: Path, **watch: object) -> dict[str, str]:
-    config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({"watch": watch}))
-    env = daemon_env(tmp_path, home)
-    env["STATEWARDEN_CONFIG"] = str(config)
-    return env
-
-
-def phantom_home(tmp_path: Path) -> tuple[Path, int]:
-    case = phantom_row(tmp_path / "hermes", TINY, cell=2)
-    (case.db.parent / "logs").mkdir(exist_ok=True)
-    return case.db.parent, case.phantom["sessions"]
+from tests.support.daemon import DaemonProc, configured, phantom_home
 
 
 def test_the_worker_thread_runs_at_idle_cpu_and_io_priority() -> None:
@@ -178,7 +162,7 @@ def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
     loaded machine, so up to three verifications run: each gives a verdict, and one at
     least was made through the backup API."""
     from lab.hermes_fixtures import SMALL, make_home
-    from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+    from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 
     home = make_home(tmp_path / "hermes", SMALL)
     (home / "logs").mkdir(exist_ok=True)

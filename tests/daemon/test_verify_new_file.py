@@ -10,9 +10,8 @@ from pathlib import Path
 
 from lab.hermes_fixtures import TINY, make_home
 from statewarden.daemon.verify import file_identity
-from tests.daemon.test_verify import configured, phantom_home
 from tests.support.cli import run_ctl
-from tests.support.daemon import DaemonProc
+from tests.support.daemon import DaemonProc, configured, phantom_home
 
 
 def test_a_replaced_file_is_verified_when_first_seen(tmp_path: Path) -> None:

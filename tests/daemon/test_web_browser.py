@@ -21,10 +21,9 @@ from pathlib import Path
 import pytest
 
 from statewarden.daemon.web import CSP
-from tests.daemon.browser import CHROMIUM, browse
-from tests.daemon.test_verify import phantom_home
+from tests.support.browser import CHROMIUM, browse
 from tests.support.cli import run_ctl
-from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.daemon import DaemonProc, daemon_env, phantom_home
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,

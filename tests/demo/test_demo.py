@@ -20,11 +20,10 @@ import pytest
 
 from lab.demo_database import build_demo_database
 from statewarden.demo.database import write_database
+from tests.support.privileges import needs_root
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CTL = [sys.executable, "-m", "statewarden.cli.ctl", "demo"]
-IS_ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (setpriv / unshare)")
 NOBODY = "65534"
 
 

@@ -1,7 +1,7 @@
 """Litestream holding state.db: a known companion, not an unexpected holder, and
 maintenance stops and restarts its unit like Hermes' own.
 
-Litestream is not packaged for Debian 12, so a stand-in (``tests/fake_litestream.py``)
+Litestream is not packaged for Debian 12, so a stand-in (``tests/support/fake_litestream.py``)
 runs as ``litestream replicate DB URL`` and holds the database the way Litestream does
 (a WAL connection with a long-lived read transaction, its ``_litestream_*`` tables).
 """
@@ -25,14 +25,12 @@ from statewarden.holders.scan import HolderScanner
 from statewarden.incidents.signals import Signal
 from statewarden.maintenance.plan import SIGNAL, STOP_UNIT, decide
 from statewarden.watch.holders import HolderWatcher
-from tests.fake_hermes import install_fake_hermes
-from tests.fake_litestream import install_fake_litestream
-from tests.maintenance.test_run import integrity, session_ids
 from tests.support.cli import run_ctl
-from tests.support.maintenance import exempt_comms, run_maintenance
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.support.fake_hermes import install_fake_hermes
+from tests.support.fake_litestream import install_fake_litestream
+from tests.support.maintenance import exempt_comms, integrity, run_maintenance, session_ids
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
-REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
 GATEWAY = "hermes-gateway.service"
 LITESTREAM = "litestream.service"

@@ -26,14 +26,13 @@ import pytest
 
 from lab.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_home, writer_env
 from statewarden.holders.processes import PF_KTHREAD
+from tests.support.privileges import SETPRIV, USER
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
-USER = 65534
 PROC_GROUP = 4321  # the group a hidepid mount exempts (gid=), in the second uid's groups
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
 )
-SETPRIV = ["setpriv", "--reuid", str(USER), "--regid", str(USER), "--clear-groups"]
 # Holds the file open and takes an open file description lock on it: /proc/locks shows
 # such a lock with pid -1, so its owner cannot be named from there.
 OFD_LOCK = (
@@ -807,7 +806,7 @@ class TestRestrictedProc:
                 "sh",
                 sys.executable,
                 "-m",
-                "tests.ns_holders",
+                "tests.support.ns_holders",
                 str(user_home.home),
                 "--db",
                 str(user_home.db),
@@ -857,7 +856,7 @@ class TestRestrictedProc:
                 "sh",
                 sys.executable,
                 "-m",
-                "tests.ns_holders",
+                "tests.support.ns_holders",
                 str(user_home.home),
                 "--db",
                 str(user_home.db),

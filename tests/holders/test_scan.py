@@ -33,16 +33,12 @@ from statewarden.holders.processes import (
     unit_from_cgroup,
 )
 from statewarden.holders.scan import Holder, HolderScan, HolderScanner, idle_workers
-from tests.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.support.cli import run_ctl
+from tests.support.fake_hermes import PIDFILE_ENV, install_fake_hermes
+from tests.support.privileges import IS_ROOT, needs_root
 from tests.support.procs import alive
+from tests.support.repo import REPO
 from tests.support.waiting import WAIT_S, wait_for
-
-REPO = Path(__file__).resolve().parents[2]
-IS_ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(
-    not IS_ROOT, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
-)
 
 # Holds the file open with a plain open(): no SQLite, no lock.
 PLAIN_OPEN = "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
@@ -434,7 +430,7 @@ class TestOrphanServeIsolated:
         pidfile = tmp_path / "serve.pid"
         env = hermes_env(hermes_home, fake_bin, pidfile)
         app = subprocess.Popen(
-            [sys.executable, "-m", "tests.respawner", "hermes", "serve", "--isolated"],
+            [sys.executable, "-m", "tests.support.respawner", "hermes", "serve", "--isolated"],
             env=env,
             cwd=REPO,
         )
@@ -732,7 +728,7 @@ class TestFailClosed:
                 "sh",
                 sys.executable,
                 "-m",
-                "tests.ns_holders",
+                "tests.support.ns_holders",
                 str(hermes_home),
                 "--db",
                 str(hermes_home / "state.db"),

@@ -13,7 +13,7 @@ import pytest
 
 from statewarden.daemon.core import of_file
 from statewarden.incidents.book import IncidentBook, Update
-from statewarden.incidents.kinds import KINDS
+from statewarden.kinds import KINDS
 from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.signals import Signal
 from statewarden.incidents.timeline import Timeline

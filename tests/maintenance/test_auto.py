@@ -14,12 +14,10 @@ from pathlib import Path
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, TINY, log_line, make_home
 from statewarden.maintenance.ledger import read_ledger, run_dir
-from tests.maintenance.test_run import integrity, session_ids
 from tests.support.daemon import DaemonProc, daemon_env
-from tests.support.maintenance import exempt_comms
+from tests.support.maintenance import exempt_comms, integrity, session_ids
+from tests.support.repo import REPO
 from tests.support.waiting import wait_for as eventually
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def setup(tmp_path: Path, **maintenance: object) -> tuple[Path, dict[str, str]]:

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from statewarden.maintenance.quiesce import INCOMPLETE_SCANS
-from tests.holders.test_other_users import REPO, SETPRIV
+from tests.support.privileges import SETPRIV
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv), as CI runs")
 # Takes an OFD lock on argv[1], says ready, and lets go of it (exits) argv[3] seconds

@@ -32,11 +32,11 @@ from lab.hermes_fixtures import (
 )
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from statewarden.maintenance.swap import list_quarantine
-from tests.daemon.vanishing import damage, hermes_starts_fresh
-from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.maintenance import maintenance_config, run_maintenance
+from tests.support.vanishing import damage, hermes_starts_fresh
 from tests.support.waiting import wait_for
 
 # Every column that makes a message what it is (its id aside).

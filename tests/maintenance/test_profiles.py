@@ -12,10 +12,11 @@ import pytest
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, make_home
-from tests.fake_hermes import install_fake_hermes
-from tests.maintenance.test_units import holders, main_pid, wait_for
+from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import exempt_comms, run_maintenance
-from tests.systemd_harness import unavailable_reason, user_systemd
+from tests.support.systemd_harness import unavailable_reason, user_systemd
+from tests.support.units import holders, main_pid
+from tests.support.waiting import wait_for
 
 GATEWAY = "hermes-gateway.service"
 UNIT = """\

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.maintenance.test_run import integrity, session_ids
-from tests.maintenance.test_transcripts import NEW, write_jsonl
-from tests.maintenance.test_units import DASHBOARD, GATEWAY, units  # noqa: F401 - fixture
-from tests.support.maintenance import exempt_comms, run_maintenance
-from tests.systemd_harness import UserSystemd
+from tests.support.maintenance import exempt_comms, integrity, run_maintenance, session_ids
+from tests.support.systemd_harness import UserSystemd
+from tests.support.transcripts import NEW, write_jsonl
+from tests.support.units import DASHBOARD, GATEWAY
 
 # Every point a run passes after its first stop, in order (the swap's own two halfway
 # points included); a fault before the swap rolls back, one after it is recorded.
@@ -36,7 +35,7 @@ def active(manager: UserSystemd, unit: str) -> str:
 
 @pytest.mark.systemd
 def test_every_unit_runs_again_whatever_step_fails(
-    units: tuple[UserSystemd, Path, list[str]],  # noqa: F811 - the fixture
+    units: tuple[UserSystemd, Path, list[str]],
     tmp_path: Path,
 ) -> None:
     """An error at each step after the stop: both units active at the end, the run

@@ -16,80 +16,32 @@ import time
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 
 from lab.corruption import phantom_row, zeroed_leaf
 from lab.hermes_fixtures import SMALL, TINY, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
 from statewarden.maintenance.ledger import read_ledger, run_dir
-from tests.fake_hermes import PIDFILE_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.support.maintenance import exempt_comms, maintenance_config, run_maintenance
-
-REPO = Path(__file__).resolve().parents[2]
-IS_ROOT = os.geteuid() == 0
-WAIT_S = 60.0
-needs_root = pytest.mark.skipif(
-    not IS_ROOT, reason="needs root (setpriv / unshare); run the suite as root, as CI does"
+from tests.support.fake_hermes import PIDFILE_ENV, install_fake_hermes
+from tests.support.maintenance import (
+    FakeHermes,
+    ctl,
+    exempt_comms,
+    integrity,
+    maintenance_config,
+    report_of,
+    rows,
+    session_ids,
 )
+from tests.support.privileges import needs_root
+from tests.support.repo import REPO
+
+WAIT_S = 60.0
 
 
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return maintenance_config(tmp_path, monkeypatch)
-
-
-def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run_maintenance(*args, env=env)
-
-
-def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    try:
-        return dict(json.loads(proc.stdout))
-    except ValueError:
-        raise AssertionError(f"no JSON report: rc {proc.returncode}: {proc.stderr}") from None
-
-
-def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = apsw.Connection(
-        f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    try:
-        return [tuple(r) for r in conn.execute(sql)]
-    finally:
-        conn.close()
-
-
-def session_ids(db: Path) -> list[str]:
-    return [r[0] for r in rows(db, "SELECT id FROM sessions NOT INDEXED")]
-
-
-def integrity(db: Path) -> str:
-    return str(rows(db, "PRAGMA integrity_check")[0][0])
-
-
-class FakeHermes:
-    """A real process running the `hermes` stand-in (Hermes' own SessionDB) on a home."""
-
-    def __init__(self, bin_dir: Path, home: Path, *args: str, write_every: float = 0.2) -> None:
-        env = writer_env(home)
-        env[WRITE_EVERY_ENV] = str(write_every)
-        self.proc = subprocess.Popen(
-            [str(bin_dir / "hermes"), *args], env=env, stdout=subprocess.PIPE, text=True
-        )
-        assert self.proc.stdout is not None
-        assert self.proc.stdout.readline().strip() == "ready"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 @pytest.fixture
@@ -295,7 +247,7 @@ class TestRespawn:
         respawner = subprocess.Popen(
             [
                 sys.executable,
-                str(REPO / "tests" / "respawner.py"),
+                str(REPO / "tests" / "support" / "respawner.py"),
                 str(fake_bin / "hermes"),
                 "serve",
                 "--isolated",
@@ -505,7 +457,7 @@ def test_vacuum_and_journal_mode(config: Path, tmp_path: Path) -> None:
 NS_SCRIPT = """\
 set -u
 export HERMES_HOME="$BASE/home" XDG_STATE_HOME="$BASE/state" HOME="$BASE"
-FAKE_HERMES_PIDFILE="$BASE/serve.pid" "$PY" "$REPO/tests/respawner.py" "$BASE/bin/hermes" \\
+FAKE_HERMES_PIDFILE="$BASE/serve.pid" "$PY" "$REPO/tests/support/respawner.py" "$BASE/bin/hermes" \\
     serve --isolated &
 respawner=$!
 i=0; while [ ! -s "$BASE/serve.pid" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done

@@ -25,9 +25,17 @@ from statewarden.maintenance.snapshots import (
     snapshots_dir,
     take_snapshot,
 )
-from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.maintenance.test_run import REPO, FakeHermes, ctl, integrity, needs_root, report_of, rows
-from tests.support.maintenance import maintenance_config
+from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+from tests.support.maintenance import (
+    FakeHermes,
+    ctl,
+    integrity,
+    maintenance_config,
+    report_of,
+    rows,
+)
+from tests.support.privileges import needs_root
+from tests.support.repo import REPO
 
 
 @pytest.fixture

@@ -22,11 +22,10 @@ from lab.corruption import phantom_row
 from lab.hermes_fixtures import MAIN_EXTERNAL, TINY, hermes_python, make_home, writer_env
 from statewarden.maintenance import transcripts
 from statewarden.maintenance.transcripts import import_diverted
-from tests.maintenance.test_run import ctl, report_of, session_ids
-from tests.support.maintenance import maintenance_config
+from tests.support.maintenance import ctl, maintenance_config, report_of, session_ids
+from tests.support.transcripts import NEW, write_jsonl
 
 EXISTING = "20260829_104000_2265b1"  # a session of the TINY fixture
-NEW = "20261130_220000_abcdef"
 
 
 def agent_row(role: str, content: Any, **extra: Any) -> dict[str, Any]:
@@ -61,13 +60,6 @@ CALLS = [
         "function": {"name": "terminal", "arguments": '{"cmd": "ls"}'},
     }
 ]
-
-
-def write_jsonl(path: Path, rows: list[Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        for r in rows:
-            f.write((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n")
 
 
 def spool(home: Path, name: str, sid: str, message: dict[str, Any], ts: int = 1796160000) -> None:

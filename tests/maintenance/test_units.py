@@ -10,39 +10,18 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL, writer_env
+from lab.hermes_fixtures import writer_env
 from statewarden.holders.scan import HolderScanner
-from tests.fake_hermes import install_fake_hermes
-from tests.maintenance.test_run import integrity, rows, session_ids
-from tests.support.maintenance import exempt_comms, run_maintenance
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
+from tests.support.maintenance import exempt_comms, integrity, rows, run_maintenance, session_ids
+from tests.support.repo import REPO
+from tests.support.systemd_harness import UserSystemd
+from tests.support.units import DASHBOARD, GATEWAY, UNIT, holders, main_pid
 
-REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
-GATEWAY = "hermes-gateway.service"
-DASHBOARD = "hermes-dashboard.service"
-UNIT = """\
-[Unit]
-Description=Hermes {what} (statewarden maintenance test)
-
-[Service]
-Environment=HERMES_HOME={home}
-Environment=FAKE_HERMES_WRITE_EVERY=0.2
-ExecStart={bin}/hermes {what}
-Restart={restart}
-RestartSec=1
-KillMode=mixed
-"""
-
-
-def holders(db: Path) -> set[int]:
-    return {h.pid for h in HolderScanner([db], watch_opens=False).scan()[0].holders}
 
 
 def wait_for(cond: object, what: str) -> None:
@@ -51,42 +30,6 @@ def wait_for(cond: object, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.05)
-
-
-def main_pid(manager: UserSystemd, unit: str) -> int:
-    r = manager.systemctl("show", "-p", "MainPID", "--value", unit)
-    return int(r.stdout.strip() or 0)
-
-
-@pytest.fixture
-def units(tmp_path: Path) -> Iterator[tuple[UserSystemd, Path, list[str]]]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    case = phantom_row(tmp_path / "hermes", SMALL)
-    distinct = sorted(set(session_ids(case.db)))
-    bin_dir = tmp_path / "bin"
-    install_fake_hermes(bin_dir)
-    with user_systemd(tmp_path / "manager") as manager:
-        for name, what, restart in (
-            (GATEWAY, "gateway run", "always"),
-            (DASHBOARD, "dashboard", "no"),
-        ):
-            manager.write_unit(
-                name, UNIT.format(home=case.db.parent, bin=bin_dir, what=what, restart=restart)
-            )
-        manager.daemon_reload()
-        for name in (GATEWAY, DASHBOARD):
-            r = manager.systemctl("start", name)
-            assert r.returncode == 0, r.stderr
-        wait_for(
-            lambda: (
-                {main_pid(manager, GATEWAY), main_pid(manager, DASHBOARD)} <= holders(case.db)
-                and 0 not in {main_pid(manager, GATEWAY)}
-            ),
-            "units to hold",
-        )
-        yield manager, case.db, distinct
 
 
 @pytest.mark.systemd
@@ -193,7 +136,7 @@ def test_four_holders_with_a_respawner(
     respawner = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "tests" / "respawner.py"),
+            str(REPO / "tests" / "support" / "respawner.py"),
             str(bin_dir / "hermes"),
             "serve",
             "--isolated",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO as ROOT
+
 SHIPPED = ROOT / "packaging" / "completions"
 BINDIR = Path(sys.executable).parent
 FILES = {"bash": "statewardenctl", "zsh": "_statewardenctl", "fish": "statewardenctl.fish"}

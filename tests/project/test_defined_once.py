@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import get_args
 
 from statewarden import errors
-from statewarden.incidents.kinds import KINDS, SEVERITY_RANK, Kind, Severity
+from statewarden.kinds import KINDS, SEVERITY_RANK, Kind, Severity
 from statewarden.journald import (
     PRIORITY_CRIT,
     PRIORITY_ERR,
@@ -84,15 +84,6 @@ class TestIncidentKinds:
         assert len(set(ids)) == len(ids)
         assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
 
-    def test_config_accepts_exactly_the_kinds(self) -> None:
-        """The config's kind names (alert filters), which the base cannot import from the
-        incidents part, are kept equal to the table here."""
-        from typing import get_args
-
-        from statewarden.config import IncidentKind
-
-        assert list(get_args(IncidentKind)) == list(KINDS)
-
     def test_every_kind_has_each_field(self) -> None:
         """Each entry of the one kinds table says all of a kind: its texts (one-line
         meaning, catalogue subject and text, next step that formats with a profile), a
@@ -136,13 +127,12 @@ class TestIncidentKinds:
         assert "stale_holder" in MAINTENANCE_MUTES  # a run stops holders: not news
 
     def test_no_module_lists_kinds_outside_the_table(self) -> None:
-        """No literal (dict, set, list, tuple) outside ``incidents/kinds.py`` names two or
-        more kinds: such a list is a second table that a new kind would miss. The one
-        allowed copy is ``config.IncidentKind`` (checked equal above)."""
+        """No literal (dict, set, list, tuple) outside ``statewarden/kinds.py`` names two
+        or more kinds: such a list is a second table that a new kind would miss."""
         names = set(KINDS)
         lists = []
         for shown_as, tree in modules():
-            if shown_as in ("statewarden/incidents/kinds.py", "statewarden/config.py"):
+            if shown_as == "statewarden/kinds.py":
                 continue
             for node in ast.walk(tree):
                 elements: list[ast.expr | None] = []

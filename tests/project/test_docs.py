@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO as ROOT
 
 
 def test_generated_docs_are_current() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO
+
 # Spelled in two parts so this file does not name itself.
 PINS = ("fmt: " + "skip", "fmt: " + "off")
 PIN = PINS[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import LONG_TIMEOUT_S, in_ci
+from tests.support.suite import LONG_TIMEOUT_S, in_ci
 
 SKIPPING = """
 import pytest

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from lab import corruption
 from lab.hermes_fixtures import MAIN_LEGACY
-from tests.recovery.test_page1 import assert_every_table_pristine, recover
+from tests.support.recovery import assert_every_table_pristine
+from tests.support.recovery import recover_with_stderr as recover
 
 
 class TestCarvedLeafOfAnAlteredTable:

@@ -22,6 +22,7 @@ from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis, diagnose, diagnose_ahead_of_fts
 from statewarden.recovery.scan import scan_table
 from tests.support.cli import run_ctl
+from tests.support.recovery import fts_version_changed, scramble_fts_index, scrambled_fts_index
 
 
 def check_json(db: Path, tmp_path: Path) -> tuple[int, dict[str, Any]]:
@@ -547,42 +548,6 @@ class TestScan:
         n = pristine_count("SELECT count(*) FROM messages")
         assert len(seen) == n - sum(len(rs) for rs in lost)
         assert not set(seen) & {r for rs in lost for r in rs}
-
-
-def scrambled_fts_index(dest_dir: Path) -> corruption.Case:
-    """Sixteen bytes inside one segment of messages_fts's index inverted, well inside
-    its cell: every b-tree, row and FTS copy reads as before, only FTS5's own check of
-    that table fails (what the b-tree check cannot see)."""
-    case = corruption.fresh_copy(dest_dir)
-    case.note = scramble_fts_index(case)
-    return case
-
-
-def scramble_fts_index(case: corruption.Case) -> str:
-    """Invert sixteen bytes inside one segment of messages_fts's index in ``case.db``
-    (see ``scrambled_fts_index``); return what was done."""
-    pf = corruption.PristineFile(case.db)
-    _, leaves = pf.tree_pages(case.roots["messages_fts_data"])
-    leaf = leaves[len(leaves) // 2]
-    off = pf.cell_offsets(leaf)[0]
-    at = (leaf - 1) * pf.page_size + off + 64
-    old = pf.page(leaf)[off + 64 : off + 80]
-    damage.write_at(case.db, at, bytes(b ^ 0xFF for b in old))
-    return f"messages_fts_data leaf {leaf}: 16 bytes of a segment inverted"
-
-
-def fts_version_changed(dest_dir: Path) -> corruption.Case:
-    """The format version messages_fts_config stores changed from 4 to 99 in place
-    (one byte of the record's value): every b-tree reads as before, but FTS5 refuses to
-    open the table, so its own check stops with an error instead of a verdict."""
-    case = corruption.fresh_copy(dest_dir)
-    pf = corruption.PristineFile(case.db)
-    root = case.roots["messages_fts_config"]
-    at = pf.page(root).find(b"version\x04")
-    assert at > 0, "the config page holds the version row"
-    damage.write_at(case.db, (root - 1) * pf.page_size + at + len(b"version"), b"\x63")
-    case.note = f"messages_fts_config page {root}: the stored version 4 made 99"
-    return case
 
 
 class TestAheadOfFts:

@@ -16,8 +16,7 @@ import apsw
 
 from statewarden.recovery.integrity import EarlyChecker, IntegrityCheck, apart_checks_argv
 from statewarden.sqlite import uri_for
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.repo import REPO
 
 # The parent: starts the checker as IntegrityCheck does, says its pid, then waits to be killed.
 PARENT = """

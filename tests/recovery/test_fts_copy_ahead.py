@@ -14,9 +14,10 @@ import apsw
 import pytest
 
 from lab import corruption
+from lab.corruption import table_rows as rows
 from statewarden.demo import damage
 from statewarden.recovery.recover import recover
-from tests.recovery.test_recover import assert_same_rows, rows
+from tests.support.recovery import assert_same_rows
 
 FTS = ("messages_fts", "messages_fts_trigram")
 QUERIES = {

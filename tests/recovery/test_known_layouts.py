@@ -22,8 +22,8 @@ from statewarden.recovery.known_schemas import (
     UPGRADED_FROM,
 )
 from statewarden.watch.status import NEWEST_KNOWN_SCHEMA
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / "statewarden" / "recovery" / "layouts"
 ALL = [*writer.LAYOUTS, *writer.OPENED_BY_NEWEST]
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from lab import lost_writes
 from lab.corruption import Case
+from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import SMALL, built_db
-from tests.recovery.test_truth import check_json, recover_json, rows
+from tests.support.recovery import check_json, recover_json
 
 
 class TestRowsOlderThanTheirIndexes:

@@ -20,6 +20,7 @@ import apsw
 import pytest
 
 from lab import corruption, fuzz
+from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import (
     MAIN_EXTERNAL,
     MAIN_LEGACY,
@@ -34,8 +35,9 @@ from statewarden.demo.damage import PristineFile
 from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
 from statewarden.recovery.lost_schema import freed_pages, infer_page_size
 from statewarden.recovery.pages import DatabaseFile
-from statewarden.recovery.schema import read_schema
 from tests.support.cli import run_ctl
+from tests.support.recovery import assert_every_table_pristine, base_tables
+from tests.support.recovery import recover_with_stderr as recover
 
 SPECS: dict[str, AnySpec] = {
     "0.13.0": OLDEST,
@@ -45,41 +47,9 @@ SPECS: dict[str, AnySpec] = {
 }
 
 
-def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    return corruption.table_rows(path, sql)
-
-
-def base_tables(path: Path) -> list[str]:
-    conn = apsw.Connection(
-        f"file:{path}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    try:
-        return [o.name for o in read_schema(conn).base_tables()]
-    finally:
-        conn.close()
-
-
-def recover(db: Path, tmp_path: Path) -> tuple[int, dict[str, Any], str, Path]:
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir(exist_ok=True)
-    code, stdout, stderr = run_ctl("recover", "--source", str(db), "--output", str(out), "--json")
-    return code, json.loads(stdout) if stdout else {}, stderr, out
-
-
 def check(db: Path) -> tuple[int, dict[str, Any], str]:
     code, stdout, stderr = run_ctl("check", "--db", str(db), "--json", "--progress", "none")
     return code, json.loads(stdout) if stdout else {}, stderr
-
-
-def assert_every_table_pristine(out: Path, pristine: Path) -> None:
-    """Every base table of the pristine file is in the output with exactly its rows, and
-    the FTS tables find what the pristine ones find."""
-    for table in base_tables(pristine):
-        sql = f"SELECT rowid, * FROM {table} ORDER BY rowid"
-        assert rows(out, sql) == rows(pristine, sql), table
-    for fts in ("messages_fts", "messages_fts_trigram"):
-        q = f"SELECT rowid FROM {fts} WHERE {fts} MATCH 'the' ORDER BY rowid"
-        assert rows(out, q) == rows(pristine, q), fts
 
 
 class TestKnownSchemas:

@@ -12,24 +12,27 @@ import os
 import struct
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
 
 from lab import corruption
+from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import SMALL, TALL, Spec, built_db, holding, make_home
 from statewarden.demo import damage
 from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.recover import recover
 from statewarden.sqlite import read_header
-from tests.recovery.test_diagnose import (
+from tests.support.cli import run_ctl
+from tests.support.recovery import (
+    assert_same_rows,
     fts_version_changed,
+    pristine,
     scramble_fts_index,
     scrambled_fts_index,
 )
-from tests.support.cli import run_ctl
+from tests.support.recovery import recover_reported as recover_json
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
 TABLE_KEYS = {
@@ -43,40 +46,10 @@ TABLE_KEYS = {
 }
 
 
-def recover_json(case: corruption.Case, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir()
-    report = tmp_path / "report.json"
-    code, stdout, stderr = run_ctl(
-        "recover", "--source", str(case.db), "--output", str(out), "--report", str(report), "--json"
-    )
-    assert stderr == ""
-    doc = json.loads(stdout)
-    assert json.loads(report.read_text()) == doc
-    assert doc.pop("schema_version") == 1
-    return code, doc, out
-
-
-def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    return corruption.table_rows(path, sql)
-
-
-def pristine(sql: str) -> list[tuple[object, ...]]:
-    return rows(built_db(SMALL), sql)
-
-
 def n_pristine(table: str) -> int:
     value = pristine(f"SELECT count(*) FROM {table}")[0][0]
     assert isinstance(value, int)
     return value
-
-
-def assert_same_rows(out: Path, table: str, missing: set[int] = frozenset()) -> None:  # type: ignore[assignment]
-    """Every pristine row of ``table`` except ``missing`` rowids is in the output, equal."""
-    want = [
-        r for r in pristine(f"SELECT rowid, * FROM {table} ORDER BY rowid") if r[0] not in missing
-    ]
-    assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want
 
 
 class TestReportShape:

@@ -16,8 +16,8 @@ from lab import fuzz, row_shapes
 from lab.corruption import table_rows
 from lab.hermes_fixtures import MEDIUM, built_db
 from statewarden.recovery.salvage import never_used
-from tests.recovery.test_recover import recover_json
 from tests.support.cli import run_ctl
+from tests.support.recovery import recover_reported as recover_json
 
 ALL_MESSAGES = "SELECT rowid, * FROM messages ORDER BY rowid"
 

@@ -9,34 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
 
 from lab import corruption
+from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import MAIN_CJK, SMALL, built_db
 from tests.support.cli import run_ctl
-
-
-def recover_json(case: corruption.Case, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir()
-    code, stdout, stderr = run_ctl(
-        "recover", "--source", str(case.db), "--output", str(out), "--json"
-    )
-    assert stderr == ""
-    return code, json.loads(stdout), out
-
-
-def check_json(case: corruption.Case) -> tuple[int, dict[str, Any]]:
-    code, stdout, stderr = run_ctl("check", "--db", str(case.db), "--json", "--progress", "none")
-    assert stderr == ""
-    return code, json.loads(stdout)
-
-
-def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    return corruption.table_rows(path, sql)
+from tests.support.recovery import check_json, recover_json
 
 
 def assert_rows_are_pristine(

@@ -9,30 +9,16 @@ replayed by SQLite.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from lab import corruption
 from lab.corruption import table_rows, wal_frames
 from lab.hermes_fixtures import SMALL, built_db
 from lab.wal_damage import set_frame_bit, table_leaves, wal_with_delete
-from tests.support.cli import run_ctl
+from tests.support.recovery import ordered_rows as table
+from tests.support.recovery import recover_quietly as recover
 
 TABLES = ("sessions", "messages")
-
-
-def recover(db: Path, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir(exist_ok=True)
-    code, stdout, _ = run_ctl(
-        "recover", "--source", str(db), "--output", str(out), "--json", "--progress", "none"
-    )
-    return code, json.loads(stdout) if stdout else {}, out
-
-
-def table(path: Path, name: str) -> list[tuple[object, ...]]:
-    return corruption.table_rows(path, f"SELECT rowid, * FROM {name} ORDER BY rowid")
 
 
 def test_a_deleted_session_stays_deleted(tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ from lab import corruption
 from lab.corruption import recount_messages
 from lab.hermes_fixtures import SMALL, built_db
 from lab.wal_damage import page_at, set_header_size, table_leaves
-from tests.recovery.test_wal_deletes import recover
-from tests.recovery.test_wal_deletes import table as rows_of
 from tests.support.cli import run_ctl
+from tests.support.recovery import ordered_rows as rows_of
+from tests.support.recovery import recover_quietly as recover
 
 TABLES = ("sessions", "messages")
 

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lab.corruption import phantom_row
+from lab.hermes_fixtures import TINY
 from tests.support.cli import run_ctl
 
 T = TypeVar("T")
@@ -103,3 +105,17 @@ def daemon_env(tmp_path: Path, home: Path) -> dict[str, str]:
         XDG_RUNTIME_DIR=str(tmp_path / "xdg-runtime"),
     )
     return env
+
+
+def configured(tmp_path: Path, home: Path, **watch: object) -> dict[str, str]:
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"watch": watch}))
+    env = daemon_env(tmp_path, home)
+    env["STATEWARDEN_CONFIG"] = str(config)
+    return env
+
+
+def phantom_home(tmp_path: Path) -> tuple[Path, int]:
+    case = phantom_row(tmp_path / "hermes", TINY, cell=2)
+    (case.db.parent / "logs").mkdir(exist_ok=True)
+    return case.db.parent, case.phantom["sessions"]

@@ -8,12 +8,15 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import apsw
 import pytest
 
+from lab.hermes_fixtures import writer_env
 from statewarden.holders.scan import HolderScanner
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.fake_hermes import WRITE_EVERY_ENV
+from tests.support.repo import REPO
 
 
 def exempt_comms() -> list[str]:
@@ -60,3 +63,56 @@ def run_maintenance(
         stdin=subprocess.DEVNULL,
         timeout=300,
     )
+
+
+def ctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_maintenance(*args, env=env)
+
+
+def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    try:
+        return dict(json.loads(proc.stdout))
+    except ValueError:
+        raise AssertionError(f"no JSON report: rc {proc.returncode}: {proc.stderr}") from None
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    conn = apsw.Connection(
+        f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        return [tuple(r) for r in conn.execute(sql)]
+    finally:
+        conn.close()
+
+
+def session_ids(db: Path) -> list[str]:
+    return [r[0] for r in rows(db, "SELECT id FROM sessions NOT INDEXED")]
+
+
+def integrity(db: Path) -> str:
+    return str(rows(db, "PRAGMA integrity_check")[0][0])
+
+
+class FakeHermes:
+    """A real process running the `hermes` stand-in (Hermes' own SessionDB) on a home."""
+
+    def __init__(self, bin_dir: Path, home: Path, *args: str, write_every: float = 0.2) -> None:
+        env = writer_env(home)
+        env[WRITE_EVERY_ENV] = str(write_every)
+        self.proc = subprocess.Popen(
+            [str(bin_dir / "hermes"), *args], env=env, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()

@@ -1,6 +1,6 @@
 """Run ``statewardenctl holders`` inside a private PID namespace, next to one real holder.
 
-``unshare --pid --fork --mount-proc python -m tests.ns_holders HOME [CLI ARGS...]``
+``unshare --pid --fork --mount-proc python -m tests.support.ns_holders HOME [CLI ARGS...]``
 (root only). Inside the namespace this driver is PID 1 and every process is ours, so
 a scan can be complete: the machine's own uninspectable processes are out of sight.
 Prints one JSON object: the holder's pid (as seen inside), the CLI's exit code,

@@ -1,4 +1,4 @@
-"""A respawner, like the desktop app: ``python -m tests.respawner HERMES [ARGS...]``.
+"""A respawner, like the desktop app: ``python -m tests.support.respawner HERMES [ARGS...]``.
 
 Starts ``HERMES ARGS`` (e.g. ``hermes serve --isolated``, which daemonises), reads the
 pid it writes to ``$FAKE_HERMES_PIDFILE``, and starts it again each time that process

@@ -35,12 +35,9 @@ from statewarden.incidents.signals import Signal
 from statewarden.incidents.timeline import Timeline
 from statewarden.watch.logtail import LogTailer
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.privileges import needs_root
 from tests.support.waiting import wait_for as eventually
 
-IS_ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(
-    not IS_ROOT, reason="needs root (setpriv / unshare / mount); run the suite as root, as CI does"
-)
 NOBODY = 65534
 AS_NOBODY = ("setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups")
 # Root without the DAC override: file modes bind it as they bind a normal user.
@@ -810,7 +807,7 @@ class TestUnreadableJournal:
         journalctl reads nothing ("insufficient permissions") and a watcher_failed
         incident gives the remedy; once journald keeps persistent storage (group
         systemd-journal, 2755, flushed) the user's journal is followed and it resolves."""
-        from tests.systemd_harness import unavailable_reason, user_systemd
+        from tests.support.systemd_harness import unavailable_reason, user_systemd
 
         reason = unavailable_reason()
         if reason:

@@ -22,9 +22,9 @@ import pytest
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL
-from tests.fake_hermes import install_fake_hermes
+from tests.support.fake_hermes import install_fake_hermes
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root (setpriv); run the suite as root, as CI does"
 )

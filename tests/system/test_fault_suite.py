@@ -31,9 +31,9 @@ import pytest
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, make_home, writer_env
 from statewarden.maintenance.ledger import read_ledger, run_dir
-from tests.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.maintenance.test_run import REPO, integrity, rows
-from tests.support.maintenance import exempt_comms
+from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+from tests.support.maintenance import exempt_comms, integrity, rows
+from tests.support.repo import REPO
 
 TRIALS = 10
 SEED = int(os.environ.get("STATEWARDEN_FAULT_SEED", "20261201"))

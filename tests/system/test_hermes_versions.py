@@ -42,8 +42,8 @@ from lab.hermes_fixtures import (
 from statewarden.demo.damage import duplicate_cell
 from tests.support.cli import run_ctl
 from tests.support.maintenance import maintenance_config
+from tests.support.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CJK_WHY = "no such tokenizer: cjk_unicode61"
 
 

@@ -14,12 +14,11 @@ from pathlib import Path
 
 from statewarden.errors import EXIT_FAILED
 from statewarden.maintenance import outcomes
-from tests.daemon.test_logs import hermes_logger, malformed
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.hermes_logs import hermes_logger, malformed
+from tests.support.repo import REPO
 from tests.support.waiting import wait_for
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path: Path, home: Path) -> dict[str, str]:

@@ -34,16 +34,15 @@ from statewarden.holders.scan import HolderScanner
 from statewarden.incidents.signals import KINDS, Found, Observation
 from statewarden.watch import units as units_module
 from statewarden.watch.units import UnitWatcher
-from tests.fake_hermes import install_fake_hermes
-from tests.maintenance.test_run import integrity, session_ids
 from tests.support.daemon import DaemonProc
-from tests.support.maintenance import exempt_comms, run_maintenance
+from tests.support.fake_hermes import install_fake_hermes
+from tests.support.maintenance import exempt_comms, integrity, run_maintenance, session_ids
+from tests.support.repo import REPO
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.support.waiting import wait_for
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 pytestmark = pytest.mark.systemd
 
-REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 120.0
 GATEWAY = "hermes-gateway.service"
 UNIT = """\

@@ -29,10 +29,11 @@ from statewarden.watch.files import FileWatcher
 from statewarden.watch.monitor import TargetMonitor
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.privileges import needs_root
+from tests.support.repo import REPO
 from tests.support.waiting import wait_for as eventually
 
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
-REPO = Path(__file__).resolve().parents[2]
 
 
 def free_uid() -> int:
@@ -51,9 +52,6 @@ def free_uid() -> int:
 
 def as_uid(uid: int) -> tuple[str, ...]:
     return ("setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups")
-
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setpriv to a second uid)")
 
 
 def monitor_for(home: Path) -> TargetMonitor:

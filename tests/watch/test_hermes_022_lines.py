@@ -25,7 +25,7 @@ from statewarden.incidents.signals import Signal
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord, parse_record, starts_record
 from statewarden.watch.rules import signals_from_record
-from tests.watch.hermes_texts import LoggedText, read_texts, sample_line, site_packages
+from tests.support.hermes_texts import LoggedText, read_texts, sample_line, site_packages
 
 SCENARIOS = Path(__file__).with_name("hermes_scenarios.py")
 

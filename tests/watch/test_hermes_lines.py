@@ -23,7 +23,7 @@ from statewarden.targets import Target
 from statewarden.watch.ignored_lines import IGNORED_LINES, UNREAD_CALLS, IgnoredLine, UnreadCall
 from statewarden.watch.records import parse_record
 from statewarden.watch.rules import signals_from_journal, signals_from_record
-from tests.watch.hermes_texts import (
+from tests.support.hermes_texts import (
     LoggedText,
     Unresolved,
     about_the_database,

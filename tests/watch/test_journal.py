@@ -21,8 +21,8 @@ import pytest
 from lab.hermes_fixtures import TINY, make_home
 from statewarden.watch.journal import JournalFollower, journalctl_command
 from tests.support.daemon import DaemonProc
+from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.support.waiting import wait_for
-from tests.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 
 
 def run_until_first_failure(f: JournalFollower, limit_s: float = 4.0) -> None:
