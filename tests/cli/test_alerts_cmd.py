@@ -23,7 +23,7 @@ from statewarden.config import parse_config
 from statewarden.errors import ConfigError
 from statewarden.journald import JournalSender
 from statewarden.kinds import KINDS
-from tests.alerts.test_telegram import Log
+from tests.support.alerts import Log
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 

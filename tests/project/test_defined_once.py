@@ -11,11 +11,9 @@ import ast
 import re
 import tomllib
 from collections.abc import Callable
-from pathlib import Path
 from typing import get_args
 
 from statewarden import errors
-from statewarden.kinds import KINDS, SEVERITY_RANK, Kind, Severity
 from statewarden.journald import (
     PRIORITY_CRIT,
     PRIORITY_ERR,
@@ -23,8 +21,9 @@ from statewarden.journald import (
     PRIORITY_WARNING,
     priority_of,
 )
+from statewarden.kinds import KINDS, SEVERITY_RANK, Kind, Severity
+from tests.support.repo import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "statewarden"
 README = ROOT / "README.md"
 
