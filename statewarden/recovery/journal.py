@@ -31,7 +31,7 @@ from pathlib import Path
 
 import apsw
 
-from statewarden.sidecars import JOURNAL_SUFFIX, sidecar
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, sidecar
 
 MAGIC = bytes.fromhex("d9d505f920a163d7")
 HEADER_FIELDS = 28  # magic, records, nonce, size before, sector size, page size
@@ -114,11 +114,15 @@ def foreign(db: Path, header: JournalHeader, page_size: int) -> str | None:
 
 def roll_back(db: Path) -> None:
     """Have SQLite roll the hot journal beside ``db`` (a private copy) back into it:
-    the first read of an open connection does it, and removes the journal."""
+    the first read of an open connection does it, and removes the journal. A ``-wal``
+    beside it is left as it is (not checkpointed on close: it is read frame by frame
+    after this), and the ``-shm`` SQLite made for it removed."""
     conn = apsw.Connection(str(db))
     try:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
         conn.execute("PRAGMA schema_version").fetchall()
     except apsw.Error:
         pass  # rolled back before the first page is read; the damage is read later
     finally:
         conn.close()
+        sidecar(db, SHM_SUFFIX).unlink(missing_ok=True)
