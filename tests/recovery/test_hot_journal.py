@@ -145,12 +145,16 @@ def test_a_journal_of_another_file_is_set_aside(tmp_path: Path, whose: str) -> N
     assert _bundle(db) == before
 
 
-def test_a_pointer_past_every_page_is_no_evidence_about_the_size_field(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["freelist leaf entry", "child pointer"])
+def test_a_pointer_past_every_page_is_no_evidence_about_the_size_field(
+    tmp_path: Path, where: str
+) -> None:
     """Hermes' file after a delete (a freelist), a stale tail of 4 pages past the
-    header's size that nothing reaches, and the freelist trunk's first leaf entry
-    reading 3,515,107,587 (a page no file of this size can hold): that entry is
-    damage of the trunk page; the b-trees reach no page past the header's size, and
-    check never says the size field is damaged."""
+    header's size that nothing reaches, and the freelist trunk's first leaf entry (or
+    the right child of the messages root) reading 3,515,107,587, a page no file of
+    this size can hold: that pointer is damage of the page holding it; the b-trees
+    reach no page past the header's size, and check never says the size field is
+    damaged."""
     case = corruption.fresh_copy(tmp_path / "home", SMALL)
     conn = apsw.Connection(str(case.db))
     with conn:
@@ -159,10 +163,16 @@ def test_a_pointer_past_every_page_is_no_evidence_about_the_size_field(tmp_path:
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
     data = bytearray(case.db.read_bytes())
-    (trunk,) = struct.unpack(">I", data[32:36])
-    assert trunk > 0
-    assert struct.unpack(">I", data[(trunk - 1) * 4096 + 4 :][:4])[0] > 0  # it has leaves
-    struct.pack_into(">I", data, (trunk - 1) * 4096 + 8, 3_515_107_587)
+    if where == "child pointer":
+        root = corruption.schema_roots(case.db)["messages"]
+        assert data[(root - 1) * 4096] == 0x05  # an interior page: its right child at 8
+        at = (root - 1) * 4096 + 8
+    else:
+        (trunk,) = struct.unpack(">I", data[32:36])
+        assert trunk > 0
+        assert struct.unpack(">I", data[(trunk - 1) * 4096 + 4 :][:4])[0] > 0  # has leaves
+        at = (trunk - 1) * 4096 + 8
+    struct.pack_into(">I", data, at, 3_515_107_587)
     case.db.write_bytes(bytes(data) + bytes(4 * 4096))
     assert reached_past_size(case.db) is None
     _, diag = _check(case.db)
