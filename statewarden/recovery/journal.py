@@ -40,7 +40,6 @@ _ALL_RECORDS = 0xFFFFFFFF  # written by a writer that did not sync: read to the 
 
 @dataclass
 class JournalHeader:
-    records: int  # in the first segment
     size_before: int  # the database size in pages before the transaction
     sector_size: int
     page_size: int
@@ -53,10 +52,10 @@ def read_header(path: Path) -> JournalHeader | None:
         head = f.read(HEADER_FIELDS)
     if len(head) < HEADER_FIELDS or head[0] == 0 or head[:8] != MAGIC:
         return None
-    records, _nonce, size_before, sector, page_size = struct.unpack(">5I", head[8:])
+    _records, _nonce, size_before, sector, page_size = struct.unpack(">5I", head[8:])
     if not 32 <= sector <= 65536 or not _power_of_two_page(page_size):
         return None
-    return JournalHeader(records, size_before, sector, page_size)
+    return JournalHeader(size_before, sector, page_size)
 
 
 def _power_of_two_page(n: int) -> bool:
@@ -65,24 +64,30 @@ def _power_of_two_page(n: int) -> bool:
 
 def original_page1(path: Path, header: JournalHeader) -> bytes | None:
     """Page 1 as it was before the transaction (its first record in the journal), or
-    None when the journal holds no record of page 1."""
+    None when the journal holds no record of page 1. Only the records' page numbers
+    are read (memory does not grow with the journal)."""
     record = 4 + header.page_size + 4
-    data = path.read_bytes()
+    size = path.stat().st_size
     offset = 0
-    while offset + HEADER_FIELDS <= len(data) and data[offset : offset + 8] == MAGIC:
-        (count,) = struct.unpack(">I", data[offset + 8 : offset + 12])
-        at = offset + header.sector_size
-        if count in (0, _ALL_RECORDS):
-            count = (len(data) - at) // record
-        for _ in range(count):
-            if at + record > len(data):
+    with open(path, "rb") as f:
+        while offset + HEADER_FIELDS <= size:
+            f.seek(offset)
+            head = f.read(12)
+            if head[:8] != MAGIC:
                 return None
-            (page,) = struct.unpack(">I", data[at : at + 4])
-            if page == 1:
-                return data[at + 4 : at + 4 + header.page_size]
-            at += record
-        # The next segment starts on the next sector boundary.
-        offset = -(-at // header.sector_size) * header.sector_size
+            (count,) = struct.unpack(">I", head[8:12])
+            at = offset + header.sector_size
+            if count in (0, _ALL_RECORDS):
+                count = (size - at) // record
+            for _ in range(count):
+                if at + record > size:
+                    return None
+                f.seek(at)
+                if struct.unpack(">I", f.read(4))[0] == 1:
+                    return f.read(header.page_size)
+                at += record
+            # The next segment starts on the next sector boundary.
+            offset = -(-at // header.sector_size) * header.sector_size
     return None
 
 
