@@ -12,12 +12,15 @@ files of its own) and two real Hermes writers on one tiny state.db: one of ``--u
   scan as the user (in a process of that uid, timed inside it);
 - whole processes, each started as a command would be (interpreter start-up and
   imports included), A/B alternated: ``statewardenctl holders --db DB --no-systemd``
-  (the installed entry point, which reads plain options without click), the same
-  through the click group (``python -m statewarden.cli.ctl``), ``fuser DB`` and
-  ``lsof DB``, as root and as the user (through ``setpriv``, for all alike); for each,
-  the wall time and the CPU time (user + system of the finished child);
+  (the installed entry point, which reads plain options without click), ``statewardenctl
+  holders --db DB`` as typed (it looks for the systemd user manager: with this
+  environment's ``$XDG_RUNTIME_DIR`` and ``$DBUS_SESSION_BUS_ADDRESS``, which as the
+  user name none of its own), the first through the click group (``python -m
+  statewarden.cli.ctl``), ``fuser DB`` and ``lsof DB``, as root and as the user
+  (through ``setpriv``, for all alike); for each, the wall time and the CPU time (user
+  + system of the finished child), and the load average before and after;
 - with ``--baseline``, the ``statewardenctl`` of another install (another checkout's
-  venv) in the same alternation, to compare two versions in one run;
+  venv), with and without ``--no-systemd``, in the same alternation: two versions in one run;
 - the imports of ``statewardenctl --help`` (``python -X importtime``, summed).
 
 statewarden's bytecode is compiled first, as ``pip install`` does.
@@ -27,7 +30,7 @@ does; as the user they are attributed through fdinfo, and the scan must still be
 
 Every scan is checked: both writers are found (as the user: its own by descriptors,
 root's through /proc/locks) and the user's scan is complete. Goals: whole-process
-``holders`` no slower than ``fuser``; in-process full scan at most half of fuser;
+``holders``, as typed too, no slower than ``fuser``; in-process full scan at most half of fuser;
 ``--help`` under 60 ms of imports.
 """
 
@@ -248,18 +251,21 @@ def main() -> None:
                     env=env,
                 )
                 assert check.returncode == 0, check.stdout + check.stderr
+                load_before = os.getloadavg()
                 for who, prefix in (("root", []), ("user", as_user)):
                     cmds = [
                         (
                             "statewardenctl holders",
                             [*ctl, "holders", "--db", str(db), "--no-systemd"],
                         ),
+                        ("holders as typed", [*ctl, "holders", "--db", str(db)]),
                         *(
                             [
                                 (
                                     "baseline holders",
                                     [*base, "holders", "--db", str(db), "--no-systemd"],
-                                )
+                                ),
+                                ("baseline as typed", [*base, "holders", "--db", str(db)]),
                             ]
                             if base
                             else []
@@ -279,6 +285,7 @@ def main() -> None:
                             by_command[name].append(wall)
                             cpu_times.setdefault(f"{name}, {who}", []).append(cpu)
                     rows += [(f"{name}, {who}", by_command[name]) for name, _ in cmds]
+                load_after = os.getloadavg()
                 run_imports = {
                     name: min(
                         import_ms(
@@ -313,7 +320,9 @@ def main() -> None:
     )
     print(
         f"holders bench: {n_proc} processes ({args.extra} extra, {args.files} open files each),"
-        f" 2 Hermes writers (uid {args.uid} and root), best and median of {args.runs} runs"
+        f" 2 Hermes writers (uid {args.uid} and root), best and median of {args.runs} runs;"
+        f" load average {load_before[0]:.2f} before the whole processes,"
+        f" {load_after[0]:.2f} after (1 min)"
     )
     best = {}
     for name, times in rows:
@@ -330,15 +339,25 @@ def main() -> None:
         f" (through click: {run_imports['through click']:.1f} ms)"
     )
     for who in ("root", "user"):
-        ratio = best[f"statewardenctl holders, {who}"] / best[f"fuser, {who}"]
-        slow = best[f"holders through click, {who}"] / best[f"fuser, {who}"]
-        print(f"  whole-process holders / fuser, {who}: {ratio:.2f} (through click: {slow:.2f})")
+        fuser = best[f"fuser, {who}"]
+        ratio = best[f"statewardenctl holders, {who}"] / fuser
+        typed = best[f"holders as typed, {who}"] / fuser
+        slow = best[f"holders through click, {who}"] / fuser
+        print(
+            f"  whole-process holders / fuser, wall best, {who}: as typed {typed:.2f},"
+            f" --no-systemd {ratio:.2f} (through click: {slow:.2f})"
+        )
     for who in ("root", "user"):
         ratio = best[f"in-process full scan, {who}"] / best[f"fuser, {who}"]
         print(f"  in-process full scan / fuser, {who}: {ratio:.2f}")
     for who in ("root", "user"):
         fuser_cpu = statistics.median(cpu_times[f"fuser, {who}"])
-        for name in ("statewardenctl holders", "baseline holders"):
+        for name in (
+            "holders as typed",
+            "statewardenctl holders",
+            "baseline as typed",
+            "baseline holders",
+        ):
             if f"{name}, {who}" in cpu_times:
                 cpu = statistics.median(cpu_times[f"{name}, {who}"])
                 print(f"  CPU median, {name} / fuser, {who}: {cpu / fuser_cpu:.2f}")
