@@ -58,7 +58,7 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
     echo_line(f"  damage: {d.damage} ({VERDICTS[d.damage]})")
 
 
-def _work_parent(work_dir: str) -> Path:
+def work_parent(work_dir: str) -> Path:
     """``--work-dir``, made if missing, and tried (a file created and removed) before
     any work: a path that cannot hold the private copy is one line saying why (exit 2)."""
     import tempfile  # noqa: PLC0415 - see check()
@@ -133,7 +133,7 @@ def check(
     targets, note = select_targets(config_path, db, profile)
     if not targets:
         raise UsageError(note or "nothing to check")
-    parent = _work_parent(work_dir) if work_dir else Path(tempfile.gettempdir())
+    parent = work_parent(work_dir) if work_dir else Path(tempfile.gettempdir())
     results = []
     with progress_reporter(progress_mode) as progress:
         for t in targets:

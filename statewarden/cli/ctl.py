@@ -72,6 +72,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "quarantine_group",
         "The originals maintenance runs replaced, kept with their checksums.",
     ),
+    "captures": (
+        "statewarden.cli.captures_cmd",
+        "captures",
+        "What Hermes' retired WAL captures and pre-update backups hold that the live file lacks.",
+    ),
     "snapshots": (
         "statewarden.cli.snapshots_cmd",
         "snapshots_group",

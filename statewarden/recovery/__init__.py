@@ -22,6 +22,7 @@ HOMES = {
     "WORK_PREFIX": "bundle",
     "bundle_bytes": "bundle",
     "make_work_copy": "bundle",
+    "read_captures": "captures",
     "remove_abandoned": "bundle",
     "check_database": "check",
     "Diagnosis": "diagnose",
