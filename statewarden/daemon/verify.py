@@ -27,6 +27,9 @@ check finds:
   ``ioprio_set`` on its native thread id: Linux keeps both per thread). A thread, not a
   subprocess: the copy must hold :attr:`WatchedDatabases.source_reads` like every other
   raw read of the daemon (docs/safety.md rule 2), which only this process can take.
+  The private copies are never synced (read once, then removed: none of them need
+  reach the disk): Hermes commits with an fsync, and the fsync of a whole copy (and
+  the removal of one that was written out) held those commits up on ext4.
 - **bounded**: the check's progress steps are where it stops; past ``watch.verify_timeout``
   it is given up (the private copy removed), recorded as ``failed`` and tried again after
   ``RETRY_FAILED_S`` (or the interval, if shorter); one given up for a shutdown is not
@@ -43,6 +46,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -51,18 +55,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import apsw
+
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.config import Config, WatchConfig
 from statewarden.daemon.databases import WatchedDatabases
-from statewarden.errors import DatabaseChanged, StatewardenError
+from statewarden.errors import CopyFailed, DatabaseChanged, StatewardenError
 from statewarden.incidents.signals import Found, Observation, Signal
 from statewarden.kinds import KINDS, Severity
 from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
-from statewarden.maintenance.snapshots import backup_copy
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnose import Diagnosis
+from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
 from statewarden.targets import Target
 
 __all__ = [
@@ -84,6 +90,7 @@ FAILED = "failed"
 RETRY_FAILED_S = 600.0  # a verification that could not finish is tried again this soon
 TICK_EVERY_S = 1.0  # what is due is looked at no more often (it reads /proc/locks)
 EVIDENCE_FINDINGS = 20  # findings kept as evidence in the incident
+SNAPSHOT_PREFIX = ".statewarden-verify-"  # the backup API copy's private folder
 
 
 class GivenUp(BaseException):
@@ -425,13 +432,59 @@ def check_live(
     except DatabaseChanged:
         pass
     with guard:
-        copy = backup_copy(db, parent)
+        copy = snapshot_copy(db, parent)
     try:
         diagnosis = check_database(copy, copy.parent, progress=progress)
     finally:
         shutil.rmtree(copy.parent, ignore_errors=True)
     diagnosis.path = str(db)
     return diagnosis, "backup API"
+
+
+def snapshot_copy(db: Path, parent: Path) -> Path:
+    """A consistent copy of ``db`` through SQLite's backup API, in a new private folder
+    under ``parent`` (the caller removes ``copy.parent``): one read transaction on a
+    read-only connection (the source is never written, checkpointed or reset), ended
+    before this returns.
+
+    Never synced: the copy is read once and removed, so none of it need reach the disk,
+    and the fsync of a file this size holds up every other fsync on the file system
+    meanwhile: Hermes commits with one (``synchronous=FULL``)."""
+    work = Path(tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX, dir=private_dir(parent)))
+    dest = work / db.name
+    # Created by us, O_EXCL and no symlink followed; SQLite then writes into it.
+    os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    try:
+        # Immutable when no sidecar exists, else SQLite would leave an empty -wal and
+        # -shm behind next to the live file.
+        src = open_readonly(db, busy_timeout_ms=1000, immutable=wal_sidecars_absent(db))
+        try:
+            out = apsw.Connection(str(dest))
+            try:
+                out.execute("PRAGMA synchronous=OFF")
+                # One step: one read transaction, so a writer's commits meanwhile
+                # neither restart the copy nor get into it half-way.
+                with out.backup("main", src, "main") as backup:
+                    backup.step(-1)
+                out.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                out.close()
+        finally:
+            src.close()
+    except apsw.FullError as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        # A write of the copy failed: its folder, not the live file.
+        raise CopyFailed(
+            f"{work.parent}: no space left for the copy of {db}: disk is full ({exc})",
+            hint="free some space there",
+        ) from None
+    except apsw.Error as exc:
+        shutil.rmtree(work, ignore_errors=True)
+        raise classify_error(db, exc) from None
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return dest
 
 
 def maintenance_on(state_dir: Path, db: Path) -> bool:
