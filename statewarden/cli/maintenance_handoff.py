@@ -22,7 +22,8 @@ from statewarden.cli.maintenance_output import PREFIX, printer, report_from
 from statewarden.config import Config, runtime_dir
 from statewarden.daemon.control import StreamClient, request, socket_path
 from statewarden.errors import EXIT_FAILED, ControlError, DaemonNotRunning, StatewardenError
-from statewarden.maintenance.run import MaintenanceRun, Options, RunReport
+from statewarden.maintenance.report import RunReport
+from statewarden.maintenance.run import MaintenanceRun, Options
 from statewarden.targets import Target
 
 PING_TIMEOUT_S = 5.0

@@ -5,11 +5,10 @@ then its report on stdout and its exit code."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import fields
 from typing import Any
 
 from statewarden.cli._common import echo_line, print_json, print_json_line
-from statewarden.maintenance.run import RunReport
+from statewarden.maintenance.report import RunReport
 from statewarden.maintenance.wording import cancel_line, step_line
 from statewarden.progress import ProgressFn
 
@@ -58,5 +57,4 @@ def finish(report: RunReport, as_json: bool) -> None:
 
 
 def report_from(data: dict[str, Any]) -> RunReport:
-    known = {f.name for f in fields(RunReport)}
-    return RunReport(**{k: v for k, v in data.items() if k in known})
+    return RunReport.from_json(data)

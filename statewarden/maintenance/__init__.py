@@ -24,7 +24,7 @@ HOMES = {
     "MaintenanceRun": "run",
     "Options": "run",
     "PAST_THE_SWAP": "run",
-    "RunReport": "run",
+    "RunReport": "report",
     "backup_copy": "snapshots",
     "list_snapshots": "snapshots",
     "take_snapshot": "snapshots",

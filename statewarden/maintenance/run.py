@@ -46,7 +46,7 @@ import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,14 @@ from statewarden.maintenance.quiesce import (
     stop_units,
     terminate_all,
     unit_states,
+)
+from statewarden.maintenance.report import (
+    Failure,
+    PostCheck,
+    RunReport,
+    StartAgain,
+    StepTime,
+    UnitStarted,
 )
 from statewarden.maintenance.snapshots import newest_of, take_snapshot
 from statewarden.maintenance.swap import (
@@ -187,112 +195,6 @@ class Options:
     restore_from: Path | None = None  # a quarantined state.db, for the restore action
     merge_from: Path | None = None  # an earlier file of the database, for the merge action
     import_transcripts: bool = True  # import what Hermes diverted, after the swap
-
-
-@dataclass
-class RunReport:
-    """What a run did, measured: the CLI prints it, the daemon logs it."""
-
-    db: str
-    action: str
-    run_id: str = ""
-    outcome: str = ""
-    exit_code: int = EXIT_OK
-    message: str = ""
-    path: str = ""  # pre-built, caught up offline
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    downtime_s: float | None = None
-    swap_s: float | None = None
-    quarantine: str | None = None
-    units_stopped: list[str] = field(default_factory=list)
-    units_started: list[dict[str, Any]] = field(default_factory=list)
-    start_again: list[dict[str, Any]] = field(default_factory=list)
-    diverted: list[str] = field(default_factory=list)
-    imported: dict[str, Any] | None = None  # the diverted transcripts' import (transcripts.py)
-    post_check: dict[str, Any] = field(default_factory=dict)
-    recover: dict[str, Any] | None = None
-    merge: dict[str, Any] | None = None  # what a merge did (merge.py), and why the file
-    plan: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    source_identity: dict[str, Any] | None = None  # the source at the pre-build
-    cancelled: bool = False
-    # Steps that failed after something was stopped: recorded, and the run went on to
-    # the restart (rule 14). Each: {"step": ..., "error": ...}.
-    failures: list[dict[str, str]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def _import_lines(self) -> list[str]:
-        imp = self.imported
-        if imp is None:
-            return [f"  diverted transcript (kept, not imported): {d}" for d in self.diverted]
-        lines = [f"  {imp['summary']}"]
-        for f in imp["files"]:
-            if f["imported"] or f["skipped"]:
-                skipped = ", ".join(f"{n} {why}" for why, n in sorted(f["skipped"].items()))
-                odd = f.get("odd_timestamps") or 0
-                lines.append(
-                    f"    {f['path']}: {f['imported']} imported, {f['already_present']} already"
-                    f" there{'; skipped ' + skipped if skipped else ''}"
-                    f"{f'; {odd} with an unusable time, placed in order' if odd else ''}"
-                )
-        lines.extend(f"    not imported: {n}" for n in imp["not_imported"])
-        lines.append("  the diverted files are kept as they were (never changed or deleted)")
-        return lines
-
-    def render(self) -> list[str]:
-        lines = [f"maintenance {self.action} of {self.db}: {self.outcome}"]
-        if self.message:
-            lines.append(f"  {self.message}")
-        if self.path:
-            lines.append(f"  new file: {self.path}")
-        for s in self.steps:
-            lines.append(f"  {s['step']:<12} {s['seconds']:8.3f} s")
-        if self.downtime_s is not None:
-            lines.append(f"  downtime: {self.downtime_s:.3f} s (first stop -> last unit active)")
-        elif self.units_stopped or self.start_again:
-            lines.append("  stopped and started again, nothing swapped")
-        if self.swap_s is not None:
-            lines.append(f"  swap: {self.swap_s * 1000:.1f} ms")
-        if self.quarantine:
-            lines.append(f"  original kept in {self.quarantine}")
-        for u in self.units_started:
-            lines.append(f"  unit {u['unit']}: start {u['result']}, now {u.get('state')}")
-        for p in self.start_again:
-            if p.get("running_again"):
-                lines.append(
-                    f"  running again: {p['command']} (pid {p['running_again']}; whatever"
-                    " started it started it again)"
-                )
-            else:
-                lines.append(f"  start again yourself: {p['command']} (was pid {p['pid']})")
-        lines.extend(self._import_lines())
-        if self.merge is not None:
-            if "summary" in self.merge:
-                lines.append(f"  {self.merge['summary']}")
-            lines.append(f"  {self.merge['old']} is this database's: {self.merge['proof']}")
-        if self.post_check:
-            lines.append(f"  post-check: {self.post_check.get('summary', '')}")
-        if self.recover is not None:
-            rec = self.recover
-            lines.append(
-                f"  recover: damage {rec.get('damage')}, strategy {rec.get('strategy')},"
-                f" verified {rec.get('verified')}, loss_detected {rec.get('loss_detected')}"
-            )
-            for name, t in sorted((rec.get("tables") or {}).items()):
-                lost = len(t.get("lost_keys_sample") or [])
-                if t.get("duplicates_dropped") or lost or t.get("set_aside"):
-                    lines.append(
-                        f"    {name}: {t.get('recovered')} rows kept, {t.get('duplicates_dropped')}"
-                        f" duplicate(s) dropped, {t.get('set_aside')} set aside,"
-                        f" {t.get('status')}"
-                    )
-        for f in self.failures:
-            lines.append(f"  failed: {f['step']}: {f['error']}")
-        for n in self.notes:
-            lines.append(f"  note: {n}")
-        return lines
 
 
 def _named(holders: list[Holder]) -> str:
@@ -406,7 +308,7 @@ class MaintenanceRun:
         now = time.monotonic()
         if self._step_started is not None:
             prev, since = self._step_started
-            self.report.steps.append({"step": prev, "seconds": round(now - since, 3)})
+            self.report.steps.append(StepTime(prev, round(now - since, 3)))
         self._step_started = (name, now)
         self.emit("step", step=name, **data)
         self._crash_point(name)
@@ -421,7 +323,7 @@ class MaintenanceRun:
     def _failed(self, step: str, exc: BaseException) -> None:
         """Record a step that failed after the stop; the run goes on to the restart."""
         error = _what_failed(exc)
-        self.report.failures.append({"step": step, "error": error})
+        self.report.failures.append(Failure(step, error))
         self.emit("step-failed", step=step, error=error)
         with contextlib.suppress(OSError, StatewardenError):
             self.ledger.step("step-failed", step=step, error=error)
@@ -455,7 +357,7 @@ class MaintenanceRun:
         self.report.message = message or self.report.message
         if self._step_started is not None:
             prev, since = self._step_started
-            self.report.steps.append({"step": prev, "seconds": round(time.monotonic() - since, 3)})
+            self.report.steps.append(StepTime(prev, round(time.monotonic() - since, 3)))
             self._step_started = None
         self._tell_cancel()
         try:
@@ -1052,12 +954,12 @@ class MaintenanceRun:
         if failed:
             code = EXIT_FAILED
             problems.append(f"swapped, but {', '.join(failed)} did not start again")
-        if self.report.post_check.get("ok") is False:
+        if self.report.post_check is not None and not self.report.post_check.ok:
             code = EXIT_FAILED
-            problems.append("the post-check failed: " + self.report.post_check["summary"])
+            problems.append("the post-check failed: " + self.report.post_check.summary)
         if self.report.failures:
             code = EXIT_FAILED
-            problems.extend(f"{f['step']} failed: {f['error']}" for f in self.report.failures)
+            problems.extend(f"{f.step} failed: {f.error}" for f in self.report.failures)
         message = "; ".join(problems)
         done = {"repair": "repaired", "merge": "merged"}.get(self.report.action, "swapped")
         return self._finish(done, code, message)
@@ -1145,7 +1047,7 @@ class MaintenanceRun:
                 states = {}
             for r in results:
                 state = states.get(r.unit, "unknown")
-                self.report.units_started.append({**r.to_json(), "state": state})
+                self.report.units_started.append(UnitStarted.of(r, state))
                 if not r.ok or state != "active":
                     failed.append(r.unit)
         elif self._down_started is not None:
@@ -1154,7 +1056,7 @@ class MaintenanceRun:
         self.report.start_again = self._start_again()
         return failed
 
-    def _start_again(self) -> list[dict[str, Any]]:
+    def _start_again(self) -> list[StartAgain]:
         """The processes the run signalled, once per command: each either running again
         (its respawner started it: ``running_again`` names the new pid) or for the user to
         start again."""
@@ -1169,12 +1071,12 @@ class MaintenanceRun:
         out = []
         for command in commands:
             pids = [s["pid"] for s in self.signalled if s["command"] == command]
-            out.append({"pid": pids[-1], "command": command, "running_again": again.get(command)})
+            out.append(StartAgain(pids[-1], command, again.get(command)))
         return out
 
     def _post_check(self) -> None:
         self._step("post-check")
-        summary: dict[str, Any] = {}
+        integrity: str | list[str]
         try:
             # Immutable when no sidecar exists: a plain read-only open would leave an
             # empty -wal and -shm behind (only a writer may delete them).
@@ -1185,9 +1087,9 @@ class MaintenanceRun:
                 rows = conn.execute(f"PRAGMA integrity_check({POST_CHECK_MAX_ERRORS})").fetchall()
             finally:
                 conn.close()
-            summary["integrity"] = "ok" if rows == [("ok",)] else [r[0] for r in rows]
+            integrity = "ok" if rows == [("ok",)] else [str(r[0]) for r in rows]
         except (StatewardenError, apsw.Error) as exc:
-            summary["integrity"] = f"could not be checked: {exc}"
+            integrity = f"could not be checked: {exc}"
         scanner = HolderScanner(
             [self.db],
             exempt_comms=self.config.holders.exempt_comms,
@@ -1205,15 +1107,13 @@ class MaintenanceRun:
                 time.sleep(POST_CHECK_GAP_S)
         finally:
             scanner.close()
-        summary["stale_holders"] = stale
-        summary["holders"] = [h.pid for h in scan.holders]
-        summary["ok"] = summary["integrity"] == "ok" and not stale
-        summary["summary"] = (
-            f"integrity {summary['integrity'] if summary['integrity'] == 'ok' else 'FAILED'},"
-            f" {len(scan.holders)} holder(s) on the new file,"
-            f" {len(stale)} holding an old inode"
+        summary = (
+            f"integrity {integrity if integrity == 'ok' else 'FAILED'},"
+            f" {len(scan.holders)} holder(s) on the new file, {len(stale)} holding an old inode"
         )
-        self.report.post_check = summary
+        holders = [h.pid for h in scan.holders]
+        ok = integrity == "ok" and not stale
+        self.report.post_check = PostCheck(integrity, stale, holders, ok, summary)
 
     def _remove_new(self) -> None:
         if self.new is not None:

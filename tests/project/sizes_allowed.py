@@ -7,14 +7,14 @@ from __future__ import annotations
 CLASSES: dict[str, int] = {
     "statewarden/alerts/router.py:Router": 415,
     "statewarden/holders/scan.py:HolderScanner": 768,
-    "statewarden/maintenance/run.py:MaintenanceRun": 1077,
+    "statewarden/maintenance/run.py:MaintenanceRun": 1074,
     "statewarden/watch/logtail.py:LogTailer": 547,
 }
 
 MODULES: dict[str, int] = {
     "statewarden/config.py": 1009,
     "statewarden/holders/scan.py": 1069,
-    "statewarden/maintenance/run.py": 1449,
+    "statewarden/maintenance/run.py": 1349,
     "statewarden/recovery/bundle.py": 806,
     "statewarden/recovery/copies.py": 866,
     "statewarden/recovery/diagnose.py": 1143,
