@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from lab.hermes_fixtures import LARGE, MEDIUM, built_db  # noqa: E402
 from statewarden.demo.damage import PristineFile, schema_roots, write_at  # noqa: E402
-from statewarden.recovery import pages  # noqa: E402
-from statewarden.recovery.schema import Schema, read_schema  # noqa: E402
+from statewarden.recovery.decoding import pages  # noqa: E402
+from statewarden.recovery.decoding.schema import Schema, read_schema  # noqa: E402
 
 SPECS = {"medium": MEDIUM, "large": LARGE}
 # The tables whose damaged leaves are carved (as recover does for tables it finds damaged).
@@ -111,7 +111,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--spec", choices=sorted(SPECS), default="medium")
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--against", type=Path, help="another checkout's recovery/pages.py")
+    p.add_argument("--against", type=Path, help="another checkout's recovery/decoding/pages.py")
     args = p.parse_args()
     src = built_db(SPECS[args.spec])
     conn = apsw.Connection(str(src), flags=apsw.SQLITE_OPEN_READONLY)

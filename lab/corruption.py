@@ -5,7 +5,7 @@ from the pristine file, edits bytes of the closed copy and records exactly what 
 damaged: which rowids lived on a zeroed page, which row is now stored twice. The ground
 truth comes from the small rowid-only b-tree walker in ``statewarden/demo/damage.py``
 (shipped there because ``statewardenctl demo`` damages its database with it), which
-shares no code with ``statewarden/recovery/pages.py``, so the tests compare two
+shares no code with ``statewarden/recovery/decoding/pages.py``, so the tests compare two
 independent readings of the file.
 """
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lab.corruption import Case, fold_copy, fresh_copy, wal_frames
 from lab.hermes_fixtures import SMALL, Spec, hermes_python
-from statewarden.recovery.pages import DatabaseFile
-from statewarden.recovery.wal import checksum
+from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.wal import checksum
 
 DELETING_WRITER = """
 import os, sys

@@ -25,6 +25,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from statewarden.errors import StateUnwritable, UnsafePath
@@ -237,3 +238,32 @@ def fsync_file(path: Path) -> None:
 def create_new(path: Path) -> int:
     """A descriptor for writing the new file ``path`` (``O_EXCL | O_NOFOLLOW``, 0600)."""
     return os.open(path, _CREATE_FLAGS, PRIVATE_FILE_MODE)
+
+
+# The most one step of a copy moves (``copy_bytes``).
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def copy_bytes(src: int, dst: int) -> Iterator[int]:
+    """Copy what is left of descriptor ``src`` to ``dst``, yielding the bytes copied by
+    each step (at most ``COPY_CHUNK_BYTES``).
+
+    ``copy_file_range``: the kernel copies (or shares the blocks, on a filesystem with
+    reflinks) without the bytes passing through this process. Where it is refused
+    (another filesystem on an old kernel, a filesystem without it) the rest is read and
+    written.
+    """
+    while True:
+        try:
+            n = os.copy_file_range(src, dst, COPY_CHUNK_BYTES)
+        except OSError:
+            # Refused here (or a real error, which the plain read or write raises again).
+            break
+        if n == 0:
+            return
+        yield n
+    while chunk := os.read(src, COPY_CHUNK_BYTES):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+        yield len(chunk)

@@ -1,7 +1,7 @@
 """Byte damage to a closed database file: the phantom row and FTS damage of docs/stories.md.
 
 A small reader of SQLite's file format (pages, b-tree children, leaf rowids) that shares
-no code with ``statewarden/recovery/pages.py``, and two edits made with it:
+no code with ``statewarden/recovery/decoding/pages.py``, and two edits made with it:
 
 - :func:`duplicate_cell`: one cell pointer of a table leaf written twice, so the same
   row is stored twice with one rowid (a *phantom row*); every index still lists it once.

@@ -30,48 +30,47 @@ import shutil
 import stat
 import struct
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apsw
 
-from statewarden.atomic import create_new
+from statewarden.atomic import copy_bytes, create_new
 from statewarden.errors import (
     CopyFailed,
     DatabaseChanged,
     DatabaseError,
     DatabaseUnreadable,
-    PageFormatError,
     UsageError,
     copy_failed,
     path_error,
 )
 from statewarden.progress import ProgressFn
-from statewarden.recovery import journal
-from statewarden.recovery.lost_schema import (
-    LostSchema,
-    infer_page_size,
-    rebuild_from_known_schema,
-    reindex,
-    rewrite_header,
-)
-from statewarden.recovery.pages import (
-    DatabaseFile,
+from statewarden.recovery.decoding import journal
+from statewarden.recovery.decoding.pages import rebuild_schema_root
+from statewarden.recovery.decoding.schema_tree import (
     highest_reached_with,
-    is_schema_record,
     reached_past_size,
-    rebuild_schema_root,
     schema_records,
     schema_rowid_gaps,
 )
-from statewarden.recovery.schema_text import put_back_short_texts
-from statewarden.recovery.wal import WalFacts, read_wal, rewrite_commit_size
+from statewarden.recovery.decoding.wal import WalFacts, read_wal, rewrite_commit_size
+from statewarden.recovery.evidence.lost_schema import (
+    LostSchema,
+    rebuild_from_known_schema,
+    reindex,
+)
+from statewarden.recovery.evidence.schema_text import put_back_short_texts
+from statewarden.recovery.header_fit import (
+    fit_header_fields,
+    fit_page_size,
+    infer_header,
+    trust_file_size,
+)
 from statewarden.sidecars import BUNDLE_SUFFIXES, JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
     HEADER_SIZE,
-    TEXT_ENCODINGS,
     HeaderFacts,
     classify_error,
     open_regular,
@@ -80,7 +79,6 @@ from statewarden.sqlite import (
 
 # -shm is not copied: SQLite rebuilds that index of the WAL from the -wal itself.
 COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
-COPY_CHUNK_BYTES = 8 * 1024 * 1024
 # Ask for this much headroom on top of what the work needs, for SQLite's temp files.
 FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
 WORK_PREFIX = ".statewarden-work-"
@@ -284,9 +282,9 @@ def make_work_copy(
         header_note = None
         if header is None:
             assert header_error is not None
-            header, header_note = _infer_header(copy, source, header_error)
-        header, page_size_note = _fit_page_size(copy, header, source)
-        header, fields_note = _fit_header_fields(copy, header, source)
+            header, header_note = infer_header(copy, source, header_error)
+        header, page_size_note = fit_page_size(copy, header, source)
+        header, fields_note = fit_header_fields(copy, header, source)
         page_size_note = "; ".join(filter(None, [page_size_note, fields_note])) or None
         wal = _read_wal(copy, header)
         file_header = header
@@ -303,7 +301,7 @@ def make_work_copy(
                 header = file_header
         truncated = _truncation(copy, header) or _damaged_size(copy, header, source)
         if truncated:
-            _trust_file_size(copy, header)
+            trust_file_size(copy, header)
         truncated = "; ".join(filter(None, [truncated, size_note])) or None
         inferred: list[LostSchema] = []
         schema_note = _fold_or_rebuild_schema(copy, source, truncated, inferred)
@@ -403,31 +401,6 @@ def _copy_consistent(
         f"{source}: changed while it was being copied ({attempts} attempts)",
         hint="a live writer holds it; stop Hermes (see statewardenctl holders) and retry",
     )
-
-
-def copy_bytes(src: int, dst: int) -> Iterator[int]:
-    """Copy what is left of descriptor ``src`` to ``dst``, yielding the bytes copied by
-    each step (at most ``COPY_CHUNK_BYTES``).
-
-    ``copy_file_range``: the kernel copies (or shares the blocks, on a filesystem with
-    reflinks) without the bytes passing through this process. Where it is refused
-    (another filesystem on an old kernel, a filesystem without it) the rest is read and
-    written.
-    """
-    while True:
-        try:
-            n = os.copy_file_range(src, dst, COPY_CHUNK_BYTES)
-        except OSError:
-            # Refused here (or a real error, which the plain read or write raises again).
-            break
-        if n == 0:
-            return
-        yield n
-    while chunk := os.read(src, COPY_CHUNK_BYTES):
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
-        yield len(chunk)
 
 
 def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:
@@ -540,7 +513,7 @@ def _fit_commit_size(copy: Path, wal: WalFacts, source: Path, *, broken: bool) -
     damaged, after the copy's ``-wal`` was given the size its pages prove.
 
     The size a commit leaves is the highest page its b-trees and freelist reach
-    (``pages.highest_reached_with``, the replayed frames over the file). A size past
+    (``schema_tree.highest_reached_with``, the replayed frames over the file). A size past
     every page the file and the WAL hold (SQLite reads, but cannot checkpoint), or,
     when the copy read with the WAL is ``broken``, a size short of pages the b-trees
     reach (SQLite cuts live pages off) is the field's damage, not the pages'. The
@@ -601,7 +574,7 @@ def _damaged_size(copy: Path, header: HeaderFacts, source: Path) -> str | None:
     """A note when the header's database size is less than the file's pages and the
     b-trees reach a page past it: that page is live, so the size field is the damage
     (SQLite would read none of the rows there); the copy is then read to the file's
-    end (``_trust_file_size``). Pages past the size that no b-tree reaches are a stale
+    end (``header_fit.trust_file_size``). Pages past the size that no b-tree reaches are a stale
     tail, not the database's: SQLite ignores them, and so does ``pages.py``."""
     if sidecar(copy, WAL_SUFFIX).exists():
         return None  # the WAL's commits set the size
@@ -614,145 +587,6 @@ def _damaged_size(copy: Path, header: HeaderFacts, source: Path) -> str | None:
         f" the file's {pages} pages, and the b-trees reach page {beyond} past it: the size"
         " field is damaged; the private copy was read to the file's end"
     )
-
-
-def _infer_header(copy: Path, source: Path, error: DatabaseUnreadable) -> tuple[HeaderFacts, str]:
-    """A destroyed header replaced in the private copy by a fresh one, with the page
-    size the pages prove (``lost_schema.infer_page_size``); ``error`` is raised when no
-    size is clearly the file's (then it is no database statewarden can read)."""
-    found = infer_page_size(copy)
-    if found is None:
-        raise error
-    page_size, why = found
-    rewrite_header(copy, page_size)
-    with open(copy, "rb") as f:
-        header = parse_header(f.read(HEADER_SIZE), str(source))
-    return header, (
-        f"{source}: the database header is destroyed; the private copy was given a new one"
-        f" with the page size the pages prove, {page_size} bytes ({why})"
-    )
-
-
-def _fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[HeaderFacts, str | None]:
-    """A page-size field that contradicts the file (one flipped header byte), fixed in
-    the private copy when exactly one page size makes the header's valid page count fill
-    the file to the byte. SQLite would otherwise read every page at the wrong offset
-    and find no schema. The source is not touched. A file whose pages read as b-tree
-    pages at the header's size (``infer_page_size``) keeps it: a file cut to a fraction
-    of its pages (half of them fill it at half the size) is truncated, not misread."""
-    size = copy.stat().st_size
-    if not header.page_count_valid or header.page_count * header.page_size == size:
-        return header, None
-    fits = [ps for ps in (512 << i for i in range(8)) if header.page_count * ps == size]
-    if len(fits) != 1:
-        return header, None
-    (page_size,) = fits
-    proven = infer_page_size(copy)
-    if proven is not None and proven[0] == header.page_size:
-        return header, None  # the pages read at the header's size: a file cut short
-    with open(copy, "r+b") as f:
-        f.seek(16)
-        f.write(struct.pack(">H", 1 if page_size == 65536 else page_size))
-    note = (
-        f"{source}: the header's page size ({header.page_size}) does not fit the file;"
-        f" its {header.page_count} pages fill it exactly at {page_size} bytes, so the"
-        " private copy was read with that page size"
-    )
-    return dataclasses.replace(header, page_size=page_size), note
-
-
-def _fit_header_fields(
-    copy: Path, header: HeaderFacts, source: Path
-) -> tuple[HeaderFacts, str | None]:
-    """Header fields that make SQLite refuse a file whose pages are intact, fixed in
-    the private copy as the file proves them (the source is not touched): the file
-    format versions (1 or 2; the other one's value when it is valid, else 2 with a
-    ``-wal`` and 1 without), the schema format (1 to 4; else 4, what SQLite writes),
-    and the text encoding, when the ``sqlite_schema`` records read as text in exactly
-    one encoding and it is not the header's."""
-    fixes: list[tuple[int, bytes, str]] = []
-    versions = [v for v in (header.write_version, header.read_version) if v in (1, 2)]
-    if len(versions) < 2:
-        wal = sidecar(copy, WAL_SUFFIX).exists()
-        v = versions[0] if versions else 2 if wal else 1
-        was = f"{header.write_version}/{header.read_version}"
-        fixes.append((18, bytes([v, v]), f"file format versions {was}, read as {v}"))
-    if not 1 <= header.schema_format <= 4:
-        fixes.append((44, struct.pack(">I", 4), f"schema format {header.schema_format}, read as 4"))
-    encodings = _schema_encodings(copy)
-    if len(encodings) == 1 and encodings[0] != header.text_encoding:
-        code = {v: k for k, v in TEXT_ENCODINGS.items()}[encodings[0]]
-        what = f"text encoding {header.text_encoding}, but the schema reads as {encodings[0]}"
-        fixes.append((56, struct.pack(">I", code), what))
-    if not fixes:
-        return header, None
-    with open(copy, "r+b") as f:
-        for offset, data, _ in fixes:
-            f.seek(offset)
-            f.write(data)
-        f.seek(0)
-        fixed = parse_header(f.read(HEADER_SIZE), str(source))
-    return fixed, (
-        f"{source}: the database header is damaged ({'; '.join(w for _, _, w in fixes)});"
-        " the private copy was read with the values the file proves"
-    )
-
-
-def _schema_encodings(copy: Path) -> list[str]:
-    """The text encodings in which the records of page 1's ``sqlite_schema`` tree
-    read as schema rows (type, name, ... as text), each with a ``CREATE`` statement."""
-    found = []
-    try:
-        db = DatabaseFile(copy)
-    except (OSError, ValueError, DatabaseUnreadable):
-        return []
-    try:
-        for encoding in TEXT_ENCODINGS.values():
-            db.encoding = encoding
-            if _reads_as_schema(db):
-                found.append(encoding)
-    finally:
-        db.close()
-    return found
-
-
-def _reads_as_schema(db: DatabaseFile) -> bool:
-    stack, seen, good = [1], set[int](), False
-    while stack and len(seen) < 1000:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        try:
-            kids = db.children(n)
-            stack.extend(kids)
-            rows = [] if kids else db.leaf_rows(n)[0]
-        except (PageFormatError, struct.error, IndexError):
-            continue
-        for _, values in rows:
-            if not is_schema_record(values):
-                continue
-            sql = values[4]
-            if sql is not None and not str(sql).upper().startswith("CREATE"):
-                return False
-            good = good or sql is not None
-    return good
-
-
-def _trust_file_size(copy: Path, header: HeaderFacts) -> None:
-    """Make SQLite read a truncated copy as far as it goes.
-
-    SQLite refuses a file shorter than the page count in its header when that count is
-    valid (header offset 92 equals the change counter). On our private copy the
-    "valid for" field is changed so SQLite takes the size from the file instead, and
-    partial last page is cut off; pages past the end then read as damage, which the
-    scans narrow down like any other. The source is not touched.
-    """
-    size = copy.stat().st_size
-    with open(copy, "r+b") as f:
-        f.truncate(size - size % header.page_size)
-        f.seek(92)
-        f.write(struct.pack(">I", (header.change_counter + 1) & 0xFFFFFFFF))
 
 
 def _fold_or_rebuild_schema(

@@ -30,10 +30,9 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
-from statewarden.recovery.diagnose import Diagnosis
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.other_copies import ExtraSources, OtherCopy, foreign, open_copies
-from statewarden.recovery.schema import read_schema
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.schema import read_schema
+from statewarden.recovery.evidence.other_copies import ExtraSources, OtherCopy, foreign, open_copies
 from statewarden.recovery_files import RecoveryFile, scan
 from statewarden.sqlite import quote_ident, uri_for
 
@@ -162,7 +161,7 @@ def _compare(reading: CaptureReading, copy: OtherCopy, work: WorkCopy) -> None:
     )
     theirs = apsw.Connection(str(copy.path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        why = foreign(copy, live, work.source_header.application_id, _healthy(work))
+        why = foreign(copy, live, work.source_header.application_id, {})
         if why is not None:
             reading.verdict = f"refused: not of this database ({why})"
             return
@@ -178,12 +177,6 @@ def _compare(reading: CaptureReading, copy: OtherCopy, work: WorkCopy) -> None:
     finally:
         theirs.close()
         live.close()
-
-
-def _healthy(work: WorkCopy) -> Diagnosis:
-    """The diagnosis ``foreign`` compares shared rows under: none of the live file's
-    rows set apart as damaged (a damaged file is ``recover``'s, with its own)."""
-    return Diagnosis(str(work.source), "none", True, True, 0, [], [], {}, {}, [])
 
 
 def _sequences(conn: apsw.Connection) -> dict[str, int]:

@@ -32,28 +32,28 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.progress import ProgressFn
-from statewarden.recovery.copies import CopyCheck, compare, fts_rowids
-from statewarden.recovery.foreign_cells import OwnRows, Records, foreign_by_table
-from statewarden.recovery.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
-from statewarden.recovery.integrity import (
+from statewarden.recovery.decoding.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
+from statewarden.recovery.decoding.integrity import (
     EarlyChecker,
     ErrorGroup,
     IntegrityCheck,
     fts_from_integrity_lines,
     group_errors,
 )
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.lost_writes import LostWrites, find_lost_writes
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.pages import (
     DatabaseFile,
     ZeroedCells,
     cross_linked_cells,
     zeroed_cells_in,
 )
-from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
-from statewarden.recovery.schema import Schema, SchemaObject, read_schema
-from statewarden.recovery.tokenizers import unloadable
-from statewarden.recovery.wal import WalFacts
+from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
+from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.decoding.tokenizers import unloadable
+from statewarden.recovery.decoding.wal import WalFacts
+from statewarden.recovery.evidence.copies import CopyCheck, compare, fts_rowids
+from statewarden.recovery.evidence.foreign_cells import OwnRows, Records, foreign_by_table
+from statewarden.recovery.evidence.lost_writes import LostWrites, find_lost_writes
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")

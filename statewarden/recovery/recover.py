@@ -55,25 +55,30 @@ from statewarden.atomic import fsync_dir, write_new
 from statewarden.errors import StatewardenError, UsageError, path_error
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
-from statewarden.recovery.build import RebuildInputs, TableCopy, key_fn
+from statewarden.recovery.building.build import RebuildInputs, TableCopy, key_fn
+from statewarden.recovery.building.rebuild import Rebuild
+from statewarden.recovery.building.salvage import complete_salvage, decode_rows
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.check import header_count_wrong
-from statewarden.recovery.copies import Feed
+from statewarden.recovery.decoding.integrity import EarlyChecker
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, scan_table
+from statewarden.recovery.decoding.schema import Schema, read_schema
+from statewarden.recovery.decoding.schema_tree import schema_rowid_gaps
 from statewarden.recovery.diagnose import (
     Diagnosis,
     FtsPending,
-    counts_disagree,
     diagnose_ahead_of_fts,
 )
-from statewarden.recovery.integrity import EarlyChecker
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.other_copies import ExtraSources, OtherCopy, check_sources, open_copies
-from statewarden.recovery.pages import schema_rowid_gaps
-from statewarden.recovery.rebuild import Rebuild
+from statewarden.recovery.evidence.copies import Feed
+from statewarden.recovery.evidence.other_copies import (
+    ExtraSources,
+    OtherCopy,
+    check_sources,
+    open_copies,
+)
 from statewarden.recovery.report import Report, TableReport
-from statewarden.recovery.salvage import complete_salvage, decode_rows
-from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID, scan_table
-from statewarden.recovery.schema import Schema, read_schema
+from statewarden.recovery.stale_counts import settle_counts
 from statewarden.recovery.verify import verify_output
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import hermes_schema_version, quote_ident
@@ -481,7 +486,7 @@ def _verify(
         # Accounted and its stale counts settled first: the verification sees the file
         # as it is published.
         _account(built, copies, report)
-        _count_mismatches(built, copies, report)
+        settle_counts(built, copies, report)
         flush = _Flush(built)
         try:
             report.verification = verify_output(
@@ -691,69 +696,6 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             report.tables[name] = r
     finally:
         conn.close()
-
-
-def _count_mismatches(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
-    """Sessions of the output whose message_count disagrees with their messages: a
-    row older than its messages (stale: a lost write) or messages missing. A stale
-    count whose true value is known is written (``_true_count``); each stale row is
-    counted in its table's ``stale``, with the rows older than their index entries."""
-    conn = apsw.Connection(str(built))
-    try:
-        found = counts_disagree(conn)
-        # A row found older than its index entries is stale, whatever its count says.
-        stale = {s["rowid"] for s in report.stale_rows if s["table"] == "sessions"}
-        for rowid, stored, counted in found:
-            what = "stale" if stored < counted or rowid in stale else "messages missing"
-            written = None
-            if what == "stale" and rowid not in stale:
-                written = _true_count(conn, copies, rowid, counted)
-            report.count_mismatches.append(
-                {
-                    "table": "sessions",
-                    "rowid": rowid,
-                    "message_count": stored,
-                    "messages": counted,
-                    "what": what,
-                    "written": written,
-                }
-            )
-    finally:
-        conn.close()
-    for name, tc in copies.items():
-        rowids = {s["rowid"] for s in report.stale_rows if s["table"] == name}
-        mismatched = [m for m in report.count_mismatches if m["table"] == name]
-        rowids |= {m["rowid"] for m in mismatched if m["what"] == "stale"}
-        tc.report.stale = len(rowids)
-
-
-def _true_count(
-    conn: apsw.Connection, copies: dict[str, TableCopy], rowid: int, counted: int
-) -> int | None:
-    """The message_count Hermes wrote for session ``rowid``, written into the output,
-    when the output proves it: Hermes counts each message it stores into its session
-    in the same transaction, and only a compaction sets the count (to the active
-    messages) and only a rewind makes a message inactive (leaving the count). So with
-    every message of the table recovered (nothing lost, unreadable, partial or
-    contradicting its witnesses) and every message of the session active, the count
-    is its messages. None, and nothing written, otherwise."""
-    messages = copies.get("messages")
-    if messages is None:
-        return None
-    r = messages.report
-    if r.lost or r.unreadable_ranges or r.partial or r.unverified:
-        return None
-    cols = {str(c[1]) for c in conn.execute("PRAGMA main.table_info(messages)")}
-    active = "coalesce(active, 1) = 1" if "active" in cols else "1"
-    sql = (
-        f"SELECT sum({active}), count(*) FROM messages NOT INDEXED"
-        " WHERE session_id = (SELECT id FROM sessions WHERE rowid = ?)"
-    )
-    row = conn.execute(sql, (rowid,)).fetchone()
-    if row is None or row[0] is None or int(row[0]) != int(row[1]) or int(row[1]) != counted:
-        return None
-    conn.execute("UPDATE sessions SET message_count = ? WHERE rowid = ?", (counted, rowid))
-    return counted
 
 
 def _sorted_keys(keys: AbstractSet[Any]) -> list[Any]:

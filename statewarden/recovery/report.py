@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from statewarden.recovery.copies import REBUILT_RULE
+from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.diagnose import describe_range
-from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID
+from statewarden.recovery.evidence.copies import REBUILT_RULE
 from statewarden.recovery.verify import Verification
 
 DEDUPE_RULE = (

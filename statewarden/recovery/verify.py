@@ -27,11 +27,11 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.copies import MACHINE_ERRORS, Feed
+from statewarden.recovery.decoding.integrity import IntegrityCheck
+from statewarden.recovery.decoding.schema import Schema, read_schema
+from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.diagnose import orphan_rows
-from statewarden.recovery.integrity import IntegrityCheck
-from statewarden.recovery.schema import Schema, read_schema
-from statewarden.recovery.tokenizers import unloadable
+from statewarden.recovery.evidence.copies import MACHINE_ERRORS, Feed
 from statewarden.sqlite import hermes_schema_version, quote_ident, read_header
 
 _WORD_RE = re.compile(r"[A-Za-z0-9]{3,}")

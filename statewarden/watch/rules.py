@@ -65,9 +65,8 @@ _CANONICAL = {
     )
 }
 _LOCKED_RE = re.compile(r"database is locked", re.IGNORECASE)
-# Loggers of Hermes modules whose only database is state.db (and, by prefix, the state
-# layer's own modules: hermes_state_health, hermes_state_repair, ... log under
-# ``logging.getLogger(__name__)``).
+# Loggers of Hermes modules whose only database is state.db; by prefix, the state layer's
+# own too (hermes_state_health, hermes_state_repair, ...: ``getLogger(__name__)``).
 _STATE_LOGGERS = ("hermes_state", "gateway.session", "run_agent")
 _STATE_LOGGER_PREFIX = "hermes_state_"
 _STATE_TEXT_RE = re.compile(

@@ -13,10 +13,10 @@ import pytest
 
 from statewarden.daemon.core import of_file
 from statewarden.incidents.book import IncidentBook, Update
-from statewarden.kinds import KINDS
 from statewarden.incidents.recorder import Recorder
 from statewarden.incidents.signals import Signal
 from statewarden.incidents.timeline import Timeline
+from statewarden.kinds import KINDS
 
 OF_ONE_FILE = sorted(n for n, k in KINDS.items() if k.of_one_file)
 

@@ -39,7 +39,7 @@ SUBPACKAGES = frozenset(ALLOWED) - {BASE}
 
 
 def part_of(module: str) -> str:
-    """``statewarden.recovery.scan`` -> ``recovery``; a top-level module is the base."""
+    """``statewarden.recovery.decoding.scan`` -> ``recovery``; a top-level module is the base."""
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in SUBPACKAGES:
         return parts[1]
@@ -99,7 +99,7 @@ def test_the_base_imports_no_part() -> None:
 
 def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     """The check can fail: an engine importing the daemon is reported with its line."""
-    assert part_of("statewarden.recovery.scan") == "recovery"
+    assert part_of("statewarden.recovery.decoding.scan") == "recovery"
     assert part_of("statewarden.daemon") == "daemon"
     assert part_of("statewarden.sqlite") == BASE
     probe = tmp_path / "probe.py"
@@ -179,10 +179,10 @@ def test_the_face_check_names_the_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text(
         "from statewarden.recovery.check import check_database\n"
-        "from statewarden.recovery.scan import scan_table\n"
+        "from statewarden.recovery.decoding.scan import scan_table\n"
     )
     assert face_violations(probe, "statewarden.maintenance.probe", "probe.py") == [
-        "probe.py:2: imports scan_table from statewarden.recovery.scan, which "
+        "probe.py:2: imports scan_table from statewarden.recovery.decoding.scan, which "
         "statewarden.recovery does not name: add it to HOMES in "
         "statewarden/recovery/__init__.py, or use a name it has"
     ]

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from statewarden.recovery import bundle
+from statewarden import atomic
 
 
 def _copy(src: Path, dst: Path) -> list[int]:
     with open(src, "rb") as s, open(dst, "wb") as d:
-        return list(bundle.copy_bytes(s.fileno(), d.fileno()))
+        return list(atomic.copy_bytes(s.fileno(), d.fileno()))
 
 
 @pytest.fixture
 def source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr(bundle, "COPY_CHUNK_BYTES", 64 * 1024)
+    monkeypatch.setattr(atomic, "COPY_CHUNK_BYTES", 64 * 1024)
     path = tmp_path / "src.db"
     path.write_bytes(os.urandom(1_000_003))
     return path

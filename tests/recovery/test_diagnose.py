@@ -19,8 +19,8 @@ from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo import damage
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.check import check_database
+from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.diagnose import Diagnosis, diagnose, diagnose_ahead_of_fts
-from statewarden.recovery.scan import scan_table
 from tests.support.cli import run_ctl
 from tests.support.recovery import fts_version_changed, scramble_fts_index, scrambled_fts_index
 
@@ -655,8 +655,8 @@ def test_the_fts_copies_rowids_are_kept_for_the_rebuild_and_left_out_of_the_json
     """The rowids the FTS copies hold, read once for the diagnosis, are those a fresh
     read of the copies gives (the rebuild takes them from there); the JSON is without
     them, as before."""
-    from statewarden.recovery.copies import fts_rowids
-    from statewarden.recovery.schema import read_schema
+    from statewarden.recovery.decoding.schema import read_schema
+    from statewarden.recovery.evidence.copies import fts_rowids
 
     case = corruption.phantom_row(tmp_path / "db", spec=SMALL)
     diag = diagnose(case.db)

@@ -14,8 +14,8 @@ from pathlib import Path
 import apsw
 
 from lab import corruption
-from statewarden.recovery.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
-from statewarden.recovery.pages import DatabaseFile, zeroed_sectors
+from statewarden.recovery.decoding.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
+from statewarden.recovery.decoding.pages import DatabaseFile, zeroed_sectors
 from tests.support.cli import run_ctl
 
 FTS = ("messages_fts", "messages_fts_trigram")

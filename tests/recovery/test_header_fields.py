@@ -15,7 +15,7 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.errors import PageFormatError
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     PAGE_TABLE_LEAF,
     DatabaseFile,
     _header_fields,

@@ -18,10 +18,14 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, TALL, built_db
 from lab.many_rows import many_messages
-from statewarden.recovery.copies import index_readings, indexed_values, indexed_values_in_order
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.lost_writes import drop_misshapen
-from statewarden.recovery.schema import read_schema
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.schema import read_schema
+from statewarden.recovery.evidence.copies import (
+    index_readings,
+    indexed_values,
+    indexed_values_in_order,
+)
+from statewarden.recovery.evidence.lost_writes import drop_misshapen
 from statewarden.sqlite import uri_for
 from tests.support.cli import run_ctl
 from tests.support.full_disk import mount_full_tmpfs

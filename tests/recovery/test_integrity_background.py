@@ -12,7 +12,7 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL
-from statewarden.recovery.integrity import IntegrityCheck
+from statewarden.recovery.decoding.integrity import IntegrityCheck
 
 CASES: dict[str, Callable[[Path], corruption.Case]] = {
     "healthy": lambda d: corruption.fresh_copy(d, SMALL),

@@ -11,8 +11,8 @@ from typing import Any
 import apsw
 import pytest
 
-from statewarden.recovery.copies import _rowids_read, in_order
-from statewarden.recovery.keysets import FIRST_LOOK, KeySet
+from statewarden.recovery.decoding.keysets import FIRST_LOOK, KeySet
+from statewarden.recovery.evidence.copies import _rowids_read, in_order
 
 
 def _random_keys(rng: random.Random) -> set[Any]:

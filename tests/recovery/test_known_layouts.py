@@ -15,7 +15,7 @@ import pytest
 
 from lab import write_known_schemas as writer
 from lab.hermes_fixtures import NEWEST_HERMES, hermes_python
-from statewarden.recovery.known_schemas import (
+from statewarden.recovery.evidence.known_schemas import (
     KNOWN_SCHEMAS,
     LAYOUTS,
     NEWEST_KNOWN_VERSION,
@@ -95,7 +95,7 @@ def test_an_installed_wheel_reads_its_own_layouts(tmp_path: Path) -> None:
     assert want <= names
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        " import statewarden; from statewarden.recovery.known_schemas import LAYOUTS;"
+        " import statewarden; from statewarden.recovery.evidence.known_schemas import LAYOUTS;"
         " print(statewarden.__file__); print(len(LAYOUTS))"
     )
     out = subprocess.run(

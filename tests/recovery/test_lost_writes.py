@@ -1,4 +1,4 @@
-"""Lost writes (``statewarden/recovery/lost_writes.py``): pages Hermes changed written
+"""Lost writes (``statewarden/recovery/evidence/lost_writes.py``): pages Hermes changed written
 back as they were before, every page well formed (``lab/lost_writes.py``).
 
 ``check`` must call a stale or missing row base damage, an index older than its row

@@ -13,8 +13,8 @@ import apsw
 import pytest
 
 from statewarden.demo import damage
+from statewarden.recovery.decoding.schema import inserts_into
 from statewarden.recovery.recover import recover
-from statewarden.recovery.schema import inserts_into
 
 WEIRD = 'we"ird fts'
 # The trigger's first INSERT names the FTS table a copy can be held against (its feed);

@@ -19,16 +19,16 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL
-from statewarden.recovery.integrity import (
+from statewarden.recovery.building.salvage import never_used
+from statewarden.recovery.decoding.integrity import (
     NEVER_USED_RE,
     IntegrityCheck,
     accounting_skipped,
     pages_accounted,
 )
-from statewarden.recovery.pages import PAGE_TABLE_LEAF, DatabaseFile, orphan_table_leaves
+from statewarden.recovery.decoding.pages import PAGE_TABLE_LEAF, DatabaseFile, orphan_table_leaves
+from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.recover import recover
-from statewarden.recovery.salvage import never_used
-from statewarden.recovery.schema import read_schema
 from tests.support.cli import run_installed
 
 

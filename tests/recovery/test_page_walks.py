@@ -24,9 +24,14 @@ from lab import corruption, fuzz
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo.damage import write_at
 from statewarden.errors import DatabaseUnreadable, PageFormatError
-from statewarden.recovery import pages
-from statewarden.recovery.pages import DatabaseFile, orphan_table_leaves, varint, zeroed_cells
-from statewarden.recovery.schema import Schema, read_schema
+from statewarden.recovery.decoding import pages
+from statewarden.recovery.decoding.pages import (
+    DatabaseFile,
+    orphan_table_leaves,
+    varint,
+    zeroed_cells,
+)
+from statewarden.recovery.decoding.schema import Schema, read_schema
 
 # -- the reference walks ------------------------------------------------------------
 

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.errors import PageFormatError
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     DatabaseFile,
     orphan_table_leaves,
     salvage_rows,
     varint,
 )
-from statewarden.recovery.schema import read_schema
+from statewarden.recovery.decoding.schema import read_schema
 
 
 def encode_varint(v: int) -> bytes:

@@ -15,7 +15,7 @@ import pytest
 from lab import fuzz, row_shapes
 from lab.corruption import table_rows
 from lab.hermes_fixtures import MEDIUM, built_db
-from statewarden.recovery.salvage import never_used
+from statewarden.recovery.building.salvage import never_used
 from tests.support.cli import run_ctl
 from tests.support.recovery import recover_reported as recover_json
 

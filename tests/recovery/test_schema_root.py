@@ -14,7 +14,7 @@ import pytest
 
 from lab import corruption
 from statewarden.demo.damage import PristineFile
-from statewarden.recovery.pages import DatabaseFile, rebuild_schema_root
+from statewarden.recovery.decoding.pages import DatabaseFile, rebuild_schema_root
 
 
 def schema_rows(path: Path) -> list[tuple[Any, ...]]:

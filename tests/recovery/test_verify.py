@@ -10,9 +10,9 @@ import apsw
 
 from lab import corruption
 from lab.hermes_fixtures import MAIN_EXTERNAL
-from statewarden.recovery.copies import feeds
+from statewarden.recovery.decoding.schema import read_schema
+from statewarden.recovery.evidence.copies import feeds
 from statewarden.recovery.recover import recover
-from statewarden.recovery.schema import read_schema
 from statewarden.recovery.verify import Verification, verify_output
 from statewarden.sqlite import read_header
 

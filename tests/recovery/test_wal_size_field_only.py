@@ -22,7 +22,7 @@ import pytest
 from lab import corruption
 from lab.corruption import wal_frames
 from lab.wal_damage import set_commit_size_only, set_frame_bit
-from statewarden.recovery.wal import read_wal
+from statewarden.recovery.decoding.wal import read_wal
 from tests.support.cli import run_ctl
 
 # Hermes writers and recover's integrity-check child are real processes.

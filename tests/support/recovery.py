@@ -13,7 +13,7 @@ from lab import corruption
 from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo import damage
-from statewarden.recovery.schema import read_schema
+from statewarden.recovery.decoding.schema import read_schema
 from tests.support.cli import run_ctl
 
 

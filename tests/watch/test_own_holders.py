@@ -29,7 +29,7 @@ HOLD = (
     " sys.stdin.read()"
 )
 # The daemon's stand-in: a connection of its own, and a checker child it starts the way
-# recovery/integrity.py does (``python -I -c``), holding the database too.
+# recovery/decoding/integrity.py does (``python -I -c``), holding the database too.
 DAEMON = (
     "import sqlite3, subprocess, sys; db = sys.argv[1]; hold = sys.argv[2];"
     " c = sqlite3.connect('file:' + db + '?mode=ro', uri=True);"

@@ -55,13 +55,7 @@ from typing import Any
 import apsw
 
 from statewarden.errors import DatabaseUnreadable, PageFormatError
-from statewarden.recovery.known_schemas import (
-    KNOWN_SCHEMAS,
-    NEWEST_KNOWN_VERSION,
-    UPGRADED_FROM,
-    KnownRow,
-)
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
     PAGE_TABLE_INTERIOR,
@@ -73,7 +67,13 @@ from statewarden.recovery.pages import (
     is_schema_record,
     record_fits,
 )
-from statewarden.recovery.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.evidence.known_schemas import (
+    KNOWN_SCHEMAS,
+    NEWEST_KNOWN_VERSION,
+    UPGRADED_FROM,
+    KnownRow,
+)
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
 

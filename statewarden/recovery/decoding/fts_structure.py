@@ -17,7 +17,7 @@ first and last leaf (and, in the second version, two origins and three counts).
 from __future__ import annotations
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.pages import varint
+from statewarden.recovery.decoding.pages import varint
 
 STRUCTURE_ROWID = 10
 _V2 = b"\xff\x00\x00\x01"

@@ -25,7 +25,7 @@ from pathlib import Path
 import apsw
 
 from statewarden.progress import ProgressFn
-from statewarden.recovery.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
+from statewarden.recovery.decoding.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import quote_ident, uri_for
 

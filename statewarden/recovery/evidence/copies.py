@@ -28,10 +28,10 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.foreign_cells import OwnRows, Records
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.scan import MAX_ROWID, MIN_ROWID
-from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
 from statewarden.sqlite import quote_ident
 
 _INSERT_RE = re.compile(

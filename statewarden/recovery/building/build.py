@@ -19,15 +19,15 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.pages import WalRows
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.diagnose import Diagnosis, FtsPending
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.old_indexes import IndexPage
-from statewarden.recovery.other_copies import (
+from statewarden.recovery.evidence.old_indexes import IndexPage
+from statewarden.recovery.evidence.other_copies import (
     OtherCopy,
 )
-from statewarden.recovery.pages import WalRows
 from statewarden.recovery.report import Report, TableReport
-from statewarden.recovery.schema import Schema, SchemaObject
 from statewarden.sqlite import quote_ident
 
 PROGRESS_EVERY_ROWS = 1000

@@ -21,7 +21,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.keysets import KeySet
+from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.sqlite import quote_ident
 
 MIN_ROWID = -(2**63)

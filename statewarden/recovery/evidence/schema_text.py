@@ -27,14 +27,14 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.known_schemas import KNOWN_SCHEMAS
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     PAGE_TABLE_INTERIOR,
     PAGE_TABLE_LEAF,
     DatabaseFile,
     record_fits,
 )
-from statewarden.recovery.schema import SchemaObject, read_schema
+from statewarden.recovery.decoding.schema import SchemaObject, read_schema
+from statewarden.recovery.evidence.known_schemas import KNOWN_SCHEMAS
 
 # Leaves of a table decoded to count its records' fields: spread over the tree, the
 # last one (the newest rows, written after any column was added) always among them.

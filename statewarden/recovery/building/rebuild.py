@@ -24,16 +24,16 @@ import apsw
 
 from statewarden.errors import FtsCopyFailed, FtsModesChanged, FtsVerdictsMissing
 from statewarden.progress import ProgressFn
-from statewarden.recovery.build import Build, RebuildInputs, TableCopy
-from statewarden.recovery.copies import (
+from statewarden.recovery.building.build import Build, RebuildInputs, TableCopy
+from statewarden.recovery.building.fts_fill import FtsFill
+from statewarden.recovery.building.row_repair import RowRepair
+from statewarden.recovery.building.salvage_inserts import SalvageInserts
+from statewarden.recovery.building.table_fill import TableFill
+from statewarden.recovery.decoding.schema import Schema, SchemaObject, inserts_into
+from statewarden.recovery.evidence.copies import (
     Feed,
 )
-from statewarden.recovery.fts_fill import FtsFill
 from statewarden.recovery.report import Report, TableReport
-from statewarden.recovery.row_repair import RowRepair
-from statewarden.recovery.salvage_inserts import SalvageInserts
-from statewarden.recovery.schema import Schema, SchemaObject, inserts_into
-from statewarden.recovery.table_fill import TableFill
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import uri_for
 

@@ -11,18 +11,18 @@ import re
 import apsw
 
 from statewarden.errors import FtsCopyFailed, FtsModesChanged, FtsVerdictsMissing, StatewardenError
-from statewarden.recovery.build import (
+from statewarden.recovery.building.build import (
     Build,
     BuildPart,
 )
-from statewarden.recovery.copies import (
+from statewarden.recovery.building.row_repair import RowRepair
+from statewarden.recovery.decoding.schema import Schema
+from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.evidence.copies import (
     MACHINE_ERRORS,
     Feed,
     feeds,
 )
-from statewarden.recovery.diagnose import Diagnosis
-from statewarden.recovery.row_repair import RowRepair
-from statewarden.recovery.schema import Schema
 from statewarden.sqlite import quote_ident
 
 # FTS5's structure record of an index with no segment (cookie 0, no level, no segment,

@@ -19,14 +19,10 @@ from pathlib import Path
 
 import apsw
 
-from statewarden.recovery.build import CROSS_LINKED, RebuildInputs, SalvagedRows, TableCopy
+from statewarden.recovery.building.build import CROSS_LINKED, RebuildInputs, SalvagedRows, TableCopy
 from statewarden.recovery.bundle import WorkCopy
-from statewarden.recovery.copies import feeds
-from statewarden.recovery.diagnose import Diagnosis
-from statewarden.recovery.foreign_cells import referenced_twice
-from statewarden.recovery.integrity import NEVER_USED_RE
-from statewarden.recovery.old_indexes import IndexPage, index_pages, listed_by_old_indexes
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.integrity import NEVER_USED_RE
+from statewarden.recovery.decoding.pages import (
     WalRows,
     carve_damaged_leaves,
     partial_columns,
@@ -35,8 +31,12 @@ from statewarden.recovery.pages import (
     rows_from_images,
     salvage_rows,
 )
+from statewarden.recovery.decoding.schema import Schema
+from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.evidence.copies import feeds
+from statewarden.recovery.evidence.foreign_cells import referenced_twice
+from statewarden.recovery.evidence.old_indexes import IndexPage, index_pages, listed_by_old_indexes
 from statewarden.recovery.report import Report
-from statewarden.recovery.schema import Schema
 from statewarden.sqlite import quote_ident, uri_for
 
 

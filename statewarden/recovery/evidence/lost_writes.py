@@ -37,16 +37,16 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.copies import Feed, feeds, indexed_values
-from statewarden.recovery.foreign_cells import foreign_records, reads_as, referenced_twice
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
     DatabaseFile,
     varint,
 )
-from statewarden.recovery.scan import scan_table
-from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.scan import scan_table
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.evidence.copies import Feed, feeds, indexed_values
+from statewarden.recovery.evidence.foreign_cells import foreign_records, reads_as, referenced_twice
 from statewarden.sqlite import json_value, quote_ident
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")

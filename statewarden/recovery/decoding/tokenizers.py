@@ -14,7 +14,7 @@ import re
 
 import apsw
 
-from statewarden.recovery.schema import Schema
+from statewarden.recovery.decoding.schema import Schema
 from statewarden.sqlite import quote_ident
 
 _TOKENIZE_RE = re.compile(r"\btokenize\s*=\s*(?:'((?:[^']|'')*)'|\"([^\"]*)\"|(\w+))", re.I)

@@ -9,7 +9,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.build import (
+from statewarden.recovery.building.build import (
     BAD_TEXT_REASON,
     CROSS_LINKED,
     PROGRESS_EVERY_ROWS,
@@ -26,15 +26,15 @@ from statewarden.recovery.build import (
     stored_names,
     zeroed_columns,
 )
-from statewarden.recovery.copies import (
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.scan import ScanResult, scan_table
+from statewarden.recovery.decoding.schema import SchemaObject
+from statewarden.recovery.evidence.copies import (
     MACHINE_ERRORS,
     agrees_with_copies,
     fts_rowids,
 )
-from statewarden.recovery.foreign_cells import OwnRows
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.scan import ScanResult, scan_table
-from statewarden.recovery.schema import SchemaObject
+from statewarden.recovery.evidence.foreign_cells import OwnRows
 from statewarden.sqlite import json_value, quote_ident
 
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")

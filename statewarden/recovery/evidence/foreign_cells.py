@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     PAGE_TABLE_INTERIOR,
     PAGE_TABLE_LEAF,
     DatabaseFile,
     record_fits,
 )
-from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
 SECOND_REFERENCE_RE = re.compile(r"2nd reference to page (\d+)$")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.build import (
+from statewarden.recovery.building.build import (
     DIFFERING_ROWS_MOST,
     TREE_RE,
     WITNESS_WINDOW_ROWS,
@@ -21,7 +21,8 @@ from statewarden.recovery.build import (
     TableCopy,
     stored_names,
 )
-from statewarden.recovery.copies import (
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.evidence.copies import (
     MACHINE_ERRORS,
     IndexReading,
     Witnesses,
@@ -32,9 +33,8 @@ from statewarden.recovery.copies import (
     indexed_values_of,
     restore_from_copies,
 )
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.lost_writes import drop_misshapen
-from statewarden.recovery.old_indexes import indexed_columns, old_index_witnesses
+from statewarden.recovery.evidence.lost_writes import drop_misshapen
+from statewarden.recovery.evidence.old_indexes import indexed_columns, old_index_witnesses
 from statewarden.sqlite import json_value, quote_ident
 
 

@@ -52,12 +52,10 @@ from typing import Any
 
 import apsw
 
-from statewarden.atomic import create_new
+from statewarden.atomic import copy_bytes, create_new
 from statewarden.errors import UsageError
-from statewarden.recovery.bundle import copy_bytes
-from statewarden.recovery.copies import MACHINE_ERRORS, Feed, Witnesses
-from statewarden.recovery.diagnose import Diagnosis
-from statewarden.recovery.schema import SchemaObject
+from statewarden.recovery.decoding.schema import SchemaObject
+from statewarden.recovery.evidence.copies import MACHINE_ERRORS, Feed, Witnesses
 from statewarden.recovery_files import (
     MANIFEST_MAX_BYTES,
     PRE_UPDATE_INFIX,
@@ -324,13 +322,17 @@ SHARED_ROWS_SAMPLE = 256
 
 
 def foreign(
-    copy: OtherCopy, src: apsw.Connection, application_id: int, diag: Diagnosis
+    copy: OtherCopy,
+    src: apsw.Connection,
+    application_id: int,
+    damaged: Mapping[str, AbstractSet[int]],
 ) -> str | None:
     """Why ``copy`` is not a copy of this database (``src``, whose header has
     ``application_id``), or None when it proves it is (docs/safety.md rule 15): the
     identity Hermes records matches where both files have it, and the rows both hold
     in a table keyed by its rowid have the same parent (``_shared_rows``); a copy with
-    neither proves nothing. Rows ``diag`` names damaged in this file are not compared."""
+    neither proves nothing. The rows ``damaged`` names (per table: rowids the diagnosis
+    found damaged in this file, ``salvage_inserts.damaged_rows``) are not compared."""
     conn = apsw.Connection(str(copy.path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         proven = False
@@ -346,7 +348,7 @@ def foreign(
             if theirs_id != application_id:
                 return f"its application_id is {theirs_id}, this file's {application_id}"
             proven = True
-        shared = _shared_rows(conn, src, diag)
+        shared = _shared_rows(conn, src, damaged)
         if isinstance(shared, str):
             return shared
         if not proven and not shared:
@@ -381,25 +383,14 @@ def _meta(conn: apsw.Connection, key: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _damaged_rows(diag: Diagnosis) -> dict[str, set[int]]:
-    """Rowids per table the diagnosis found damaged on disk: what this file reads of
-    them proves nothing of another copy."""
-    out: dict[str, set[int]] = {}
-    for cells in (diag.zeroed_cells, diag.cross_linked):
-        for table, rowids in cells.items():
-            out.setdefault(table, set()).update(rowids)
-    for c in diag.copies:
-        out.setdefault(c.table, set()).update(c.rows_rotted, c.rows_bad_text)
-    return out
-
-
-def _shared_rows(conn: apsw.Connection, src: apsw.Connection, diag: Diagnosis) -> int | str:
+def _shared_rows(
+    conn: apsw.Connection, src: apsw.Connection, damaged: Mapping[str, AbstractSet[int]]
+) -> int | str:
     """How many rows both files hold were compared and found the same row, or why one
     is not: in each table keyed by its rowid that has a parent (foreign-key columns,
     which a row keeps for life: a message's ``session_id``), up to
     ``SHARED_ROWS_SAMPLE`` rowids spread over the copy's, each held against what this
     file reads at that rowid (a rowid it cannot read, or does not hold, is skipped)."""
-    damaged = _damaged_rows(diag)
     same = 0
     try:
         tables = src.execute(
@@ -497,17 +488,6 @@ def index_disagreement(row: Mapping[str, Any], entries: Witnesses) -> str | None
             if not _same_value(row[col], value):
                 return f"its {col} is not what index {index} holds"
     return None
-
-
-def changed_fts_copies(diag: Diagnosis, table: str) -> dict[str, set[int]]:
-    """Per FTS table fed by ``table``, the rowids whose copy there the diagnosis found
-    changed on disk: no witness of those rows."""
-    out: dict[str, set[int]] = {}
-    for c in diag.copies:
-        if c.table == table:
-            for fts, rowids in c.copies_rotted.items():
-                out.setdefault(fts, set()).update(rowids)
-    return out
 
 
 def fts_disagreement(

@@ -11,7 +11,7 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.build import (
+from statewarden.recovery.building.build import (
     TREE_RE,
     Build,
     BuildPart,
@@ -19,23 +19,23 @@ from statewarden.recovery.build import (
     insert_sql,
     stored_names,
 )
-from statewarden.recovery.copies import (
+from statewarden.recovery.building.table_fill import TableFill
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.evidence.copies import (
     feeds,
     index_readings,
     indexed_values_of,
     rebuild_from_copies,
     write_rebuilt,
 )
-from statewarden.recovery.keysets import KeySet
-from statewarden.recovery.lost_writes import drop_misshapen
-from statewarden.recovery.other_copies import (
+from statewarden.recovery.evidence.lost_writes import drop_misshapen
+from statewarden.recovery.evidence.other_copies import (
     OtherCopy,
-    changed_fts_copies,
     foreign,
     fts_disagreement,
     index_disagreement,
 )
-from statewarden.recovery.table_fill import TableFill
 from statewarden.sqlite import quote_ident
 
 
@@ -260,7 +260,9 @@ class SalvageInserts(BuildPart):
         taken."""
         if copy.path not in self._copy_verdicts:
             app_id = self.inputs.work.source_header.application_id
-            self._copy_verdicts[copy.path] = foreign(copy, self.src, app_id, self.inputs.diag)
+            self._copy_verdicts[copy.path] = foreign(
+                copy, self.src, app_id, damaged_rows(self.inputs.diag)
+            )
         why = self._copy_verdicts[copy.path]
         note = f"{copy.label}: not used, it is not a copy of this database ({why})"
         if why is not None and note not in self.report.notes:
@@ -342,3 +344,26 @@ class SalvageInserts(BuildPart):
         name = write_rebuilt(self.dst, tc.obj.name, rows)
         tc.report.rebuilt_from_copies = len(rows)
         self.report.rebuilt[tc.obj.name] = name
+
+
+def damaged_rows(diag: Diagnosis) -> dict[str, set[int]]:
+    """Rowids per table ``diag`` found damaged on disk: what this file reads of them
+    proves nothing of another copy (``other_copies.foreign``)."""
+    out: dict[str, set[int]] = {}
+    for cells in (diag.zeroed_cells, diag.cross_linked):
+        for table, rowids in cells.items():
+            out.setdefault(table, set()).update(rowids)
+    for c in diag.copies:
+        out.setdefault(c.table, set()).update(c.rows_rotted, c.rows_bad_text)
+    return out
+
+
+def changed_fts_copies(diag: Diagnosis, table: str) -> dict[str, set[int]]:
+    """Per FTS table fed by ``table``, the rowids whose copy there ``diag`` found
+    changed on disk: no witness of those rows."""
+    out: dict[str, set[int]] = {}
+    for c in diag.copies:
+        if c.table == table:
+            for fts, rowids in c.copies_rotted.items():
+                out.setdefault(fts, set()).update(rowids)
+    return out

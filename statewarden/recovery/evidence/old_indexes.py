@@ -22,15 +22,15 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.lost_schema import btree_objects, btree_roots, created_roots
-from statewarden.recovery.pages import (
+from statewarden.recovery.decoding.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
     DatabaseFile,
     Row,
     varint,
 )
-from statewarden.recovery.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.evidence.lost_schema import btree_objects, btree_roots, created_roots
 from statewarden.sqlite import quote_ident
 
 # -- the rows the old indexes list ------------------------------------------------------

@@ -1,0 +1,77 @@
+"""Sessions of a recovered file whose ``message_count`` disagrees with their messages
+(``counts_disagree``): each named in the report's ``count_mismatches`` (``stale``: the
+row is older than its messages, a lost write; or ``messages missing``), a stale count
+written true where the output proves it, and each table's stale rows counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+
+from statewarden.recovery.building.build import TableCopy
+from statewarden.recovery.diagnose import counts_disagree
+from statewarden.recovery.report import Report
+
+
+def settle_counts(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
+    """Sessions of the output whose message_count disagrees with their messages: a
+    row older than its messages (stale: a lost write) or messages missing. A stale
+    count whose true value is known is written (``_true_count``); each stale row is
+    counted in its table's ``stale``, with the rows older than their index entries."""
+    conn = apsw.Connection(str(built))
+    try:
+        found = counts_disagree(conn)
+        # A row found older than its index entries is stale, whatever its count says.
+        stale = {s["rowid"] for s in report.stale_rows if s["table"] == "sessions"}
+        for rowid, stored, counted in found:
+            what = "stale" if stored < counted or rowid in stale else "messages missing"
+            written = None
+            if what == "stale" and rowid not in stale:
+                written = _true_count(conn, copies, rowid, counted)
+            report.count_mismatches.append(
+                {
+                    "table": "sessions",
+                    "rowid": rowid,
+                    "message_count": stored,
+                    "messages": counted,
+                    "what": what,
+                    "written": written,
+                }
+            )
+    finally:
+        conn.close()
+    for name, tc in copies.items():
+        rowids = {s["rowid"] for s in report.stale_rows if s["table"] == name}
+        mismatched = [m for m in report.count_mismatches if m["table"] == name]
+        rowids |= {m["rowid"] for m in mismatched if m["what"] == "stale"}
+        tc.report.stale = len(rowids)
+
+
+def _true_count(
+    conn: apsw.Connection, copies: dict[str, TableCopy], rowid: int, counted: int
+) -> int | None:
+    """The message_count Hermes wrote for session ``rowid``, written into the output,
+    when the output proves it: Hermes counts each message it stores into its session
+    in the same transaction, and only a compaction sets the count (to the active
+    messages) and only a rewind makes a message inactive (leaving the count). So with
+    every message of the table recovered (nothing lost, unreadable, partial or
+    contradicting its witnesses) and every message of the session active, the count
+    is its messages. None, and nothing written, otherwise."""
+    messages = copies.get("messages")
+    if messages is None:
+        return None
+    r = messages.report
+    if r.lost or r.unreadable_ranges or r.partial or r.unverified:
+        return None
+    cols = {str(c[1]) for c in conn.execute("PRAGMA main.table_info(messages)")}
+    active = "coalesce(active, 1) = 1" if "active" in cols else "1"
+    sql = (
+        f"SELECT sum({active}), count(*) FROM messages NOT INDEXED"
+        " WHERE session_id = (SELECT id FROM sessions WHERE rowid = ?)"
+    )
+    row = conn.execute(sql, (rowid,)).fetchone()
+    if row is None or row[0] is None or int(row[0]) != int(row[1]) or int(row[1]) != counted:
+        return None
+    conn.execute("UPDATE sessions SET message_count = ? WHERE rowid = ?", (counted, rowid))
+    return counted
