@@ -1,13 +1,34 @@
 #!/usr/bin/env bash
-# Set up .venv (see setup-dev.sh) and run the whole test suite. Extra arguments go to pytest.
-# pytest's exit code 5 ("no tests collected") is a failure here.
+# Set up .venv (see setup-dev.sh) and run the whole test suite, in two passes: the unit and
+# process tiers in parallel (STATEWARDEN_TEST_WORKERS processes, 2 unless set; each takes
+# whole files, so a module's fixtures are built once), then the systemd tier one test at a
+# time (each starts a private user manager on the one cgroup path they share).
+# STATEWARDEN_TEST_WORKERS=0 runs everything in one serial pass. Extra arguments go to
+# pytest, in each pass. pytest's exit code 5 ("no tests collected") is a failure here,
+# unless the other pass ran tests (arguments that pick tests of one tier only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash packaging/setup-dev.sh || exit 1
-.venv/bin/python -m pytest "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
+workers=${STATEWARDEN_TEST_WORKERS:-2}
+
+if [ "$workers" = 0 ]; then
+    .venv/bin/python -m pytest "$@"
+    rc=$?
+    parallel=$rc
+    serial=5
+else
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile -m "not systemd" "$@"
+    parallel=$?
+    .venv/bin/python -m pytest -p no:xdist -m systemd "$@"
+    serial=$?
+fi
+if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
     echo "test.sh: pytest collected no tests; that is a failure" >&2
     exit 1
 fi
-exit "$rc"
+for rc in "$parallel" "$serial"; do
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then
+        exit "$rc"
+    fi
+done
+exit 0

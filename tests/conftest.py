@@ -42,9 +42,10 @@ def pytest_runtest_makereport(
     report = yield
     spawned = SPAWNS.take()
     if spawned and os.environ.get("STATEWARDEN_SPAWN_LOG"):
-        with open(os.environ["STATEWARDEN_SPAWN_LOG"], "a") as log:
-            log.write(f"{tier_of(item)}\t{item.nodeid}\t{spawned[0]}\n")
-    if spawned and report.passed and tier_of(item) == "unit" and os.environ.get("TIERS_ENFORCED"):
+        line = f"{tier_of(item)}\t{item.nodeid}\t{spawned[0]!r}\n"
+        with open(os.environ["STATEWARDEN_SPAWN_LOG"], "a", errors="backslashreplace") as log:
+            log.write(line)
+    if spawned and report.passed and tier_of(item) == "unit":
         report.outcome = "failed"
         report.longrepr = (
             f"a unit test started a process ({spawned[0]}); mark it process "

@@ -27,6 +27,8 @@ from statewarden.errors import ConfigError
 from tests.support.cli import CtlRun, run_ctl
 from tests.support.repo import REPO
 
+pytestmark = pytest.mark.process
+
 EXAMPLE = REPO / "etc" / "statewarden.yaml"
 
 

@@ -18,6 +18,8 @@ import structlog
 from statewarden import journald, logs
 from tests.support.journal import decode_entry
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture
 def journal_socket(tmp_path: Path) -> Iterator[socket.socket]:

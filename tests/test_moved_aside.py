@@ -13,6 +13,8 @@ from lab.hermes_fixtures import NEWEST, NEWEST_WAL, make_home
 from statewarden.moved_aside import count_held, is_moved_aside, moved_aside_in
 from tests.support.vanishing import DAMAGES, damage, hermes_starts_fresh
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.parametrize(
     ("name", "moved"),

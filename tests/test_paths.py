@@ -22,6 +22,8 @@ from statewarden.sidecars import sidecar, sidecar_name
 from statewarden.sqlite import open_readonly, uri_for, wal_sidecars_absent
 from statewarden.targets import DEFAULT_PROFILE, gateway_unit_for, profile_for_db, target_for_db
 
+pytestmark = pytest.mark.process
+
 PATHS = [
     "state.db",
     "profiles/coder/state.db",

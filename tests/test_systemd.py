@@ -131,6 +131,7 @@ class TestNoBus:
             list_units_sync(address="bogus:x=1")
 
 
+@pytest.mark.process
 class TestBusWithoutSystemd:
     def test_no_systemd_on_the_bus(self, plain_bus: str) -> None:
         """A live bus where nothing owns org.freedesktop.systemd1 (and none is activated)."""

@@ -29,6 +29,8 @@ from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.process
+
 T0 = time.time() - 3600  # Alertmanager refuses an alert that starts in the future
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from structlog.testing import capture_logs
 
 from statewarden.alerts.announce import Announcer, announcement
@@ -16,6 +17,8 @@ from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import KINDS, Signal
 from statewarden.incidents.timeline import Timeline
 from tests.support.journal import decode_entry
+
+pytestmark = pytest.mark.process
 
 DB = "/home/u/.hermes/state.db"
 

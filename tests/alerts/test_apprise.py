@@ -24,6 +24,8 @@ from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.process
+
 TOPIC = "statewarden-topic-Zq81xKp3"  # a secret-looking path piece
 
 

@@ -18,6 +18,8 @@ import pytest
 from lab.bot_api import BotApi
 from tests.support.repo import REPO
 
+pytestmark = pytest.mark.process
+
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 
 SCRIPT = textwrap.dedent(

@@ -22,6 +22,8 @@ from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.process
+
 UUID = "5f1c0a2e-8b3d-4c1e-9f6a-2d7b8e9c0a1b"
 
 

@@ -27,6 +27,8 @@ from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.process
+
 
 def silence(sid: int, kind: str, start: float, hours: float = 2, db: str | None = None) -> Silence:
     return Silence(sid, kind, db, "bulk import", start, start + hours * 3600)

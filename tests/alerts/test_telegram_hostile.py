@@ -32,6 +32,8 @@ from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.process
+
 ENV = {"STATEWARDEN_TELEGRAM_TOKEN": TOKEN}
 FAILED = (
     "alert sink failed; retrying with backoff",

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.repo import REPO as ROOT
 
+pytestmark = pytest.mark.process
+
 SHIPPED = ROOT / "packaging" / "completions"
 BINDIR = Path(sys.executable).parent
 FILES = {"bash": "statewardenctl", "zsh": "_statewardenctl", "fish": "statewardenctl.fish"}

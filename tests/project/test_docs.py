@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.repo import REPO as ROOT
+
+pytestmark = pytest.mark.process
 
 
 def test_generated_docs_are_current() -> None:

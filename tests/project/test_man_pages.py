@@ -10,6 +10,8 @@ import pytest
 
 from statewarden.config import schema_keys
 
+pytestmark = pytest.mark.process
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "man" / "statewarden.yaml.5"
 
 

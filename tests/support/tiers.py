@@ -28,8 +28,12 @@ TIERS = ("unit", "process", "systemd")
 # Fixtures that start a private user manager, and ones that start real processes.
 SYSTEMD_FIXTURES = frozenset({"units"})
 PROCESS_FIXTURES = frozenset({"daemon"})
-# Folders under tests/ whose tests all run the real thing end to end.
-PROCESS_FOLDERS = frozenset({"system"})
+# Folders under tests/ whose tests mostly start processes: the daemon, Hermes writers and
+# holders, the commands as a user runs them, `check` and `recover` (whose SQLite checks run
+# in a child process: statewarden/recovery/integrity.py).
+PROCESS_FOLDERS = frozenset(
+    {"cli", "daemon", "demo", "holders", "maintenance", "packaging", "recovery", "system"}
+)
 
 # Audit events that start a process (subprocess, asyncio and multiprocessing all raise one).
 SPAWN_EVENTS = frozenset(

@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from lab.hermes_fixtures import holding
 from statewarden.incidents.signals import Observation, Signal
 from statewarden.targets import target_for_db
 from statewarden.watch.files import FileWatcher
+
+pytestmark = pytest.mark.process
 
 
 def kinds(found: list[Signal | Observation]) -> list[str]:

@@ -33,6 +33,8 @@ from tests.support.privileges import needs_root
 from tests.support.repo import REPO
 from tests.support.waiting import wait_for as eventually
 
+pytestmark = pytest.mark.process
+
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 
 

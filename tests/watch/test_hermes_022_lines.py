@@ -27,6 +27,8 @@ from statewarden.watch.records import LogRecord, parse_record, starts_record
 from statewarden.watch.rules import signals_from_record
 from tests.support.hermes_texts import LoggedText, read_texts, sample_line, site_packages
 
+pytestmark = pytest.mark.process
+
 SCENARIOS = Path(__file__).with_name("hermes_scenarios.py")
 
 

@@ -10,10 +10,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from lab.hermes_fixtures import holding
 from statewarden.holders.processes import KINDS
 from statewarden.incidents.signals import Found, Observation, Signal
 from statewarden.watch.holders import HOLDER_RULES, HolderWatcher
+
+pytestmark = pytest.mark.process
 
 # A SQLite connection in WAL mode that then opens and closes the database file outside
 # SQLite: closing that descriptor drops the process's POSIX locks.

@@ -78,6 +78,7 @@ class TestCommand:
         ]
 
 
+@pytest.mark.process
 class TestFailures:
     def test_missing_journalctl_is_a_status_not_a_crash(self, tmp_path: Path) -> None:
         """No journalctl: the follower says so in its status and keeps retrying."""

@@ -29,6 +29,8 @@ from statewarden.watch import logtail
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
 from statewarden.watch.records import LogRecord, starts_record
 
+pytestmark = pytest.mark.process
+
 WHEN = dt.datetime(2026, 9, 7, 17, 5, 28, 701000)
 HERMES_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 TRACEBACK = (

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from lab.hermes_fixtures import holding
 from statewarden.config import DEFAULT_EXPECTED_KINDS, Config
 from statewarden.daemon.holders import HolderScans
@@ -21,6 +23,8 @@ from statewarden.targets import target_for_db
 from statewarden.watch.holders import LOG_STALE_KEYS, HolderWatcher
 from statewarden.watch.records import parse_record
 from statewarden.watch.rules import signals_from_record
+
+pytestmark = pytest.mark.process
 
 # A read-only SQLite connection held until stdin closes (what a verification holds).
 HOLD = (

@@ -18,6 +18,8 @@ from statewarden.sqlite import read_header
 from statewarden.targets import discover, gateway_unit_for
 from tests.support.cli import run_ctl
 
+pytestmark = pytest.mark.process
+
 
 def status_json(*args: str) -> dict[str, Any]:
     r = run_ctl("status", "--json", *args)

@@ -15,6 +15,8 @@ from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.process
+
 
 def status(db: Path, *args: str) -> str:
     r = run_ctl("status", "--db", str(db), *args)
