@@ -1,6 +1,7 @@
 """One scheduled verification of a database, next to SQLite's ``PRAGMA integrity_check``.
 
     .venv/bin/python bench/verify.py [--spec large|tall|small] [--repeat N]
+        [--commit-every-ms MS] [--delay-only]
 
 On the same Hermes-written file (a fixture from ``lab/hermes_fixtures.py``; default
 ``large``: ~640 sessions, ~40,000 messages, ~250 MB), it times:
@@ -16,19 +17,33 @@ On the same Hermes-written file (a fixture from ``lab/hermes_fixtures.py``; defa
 Each line gives the wall time and the CPU time (of the verification's own thread; of
 the process for the pragma), the median of ``--repeat`` runs, and the ratio.
 
-Then the delay one verification adds to Hermes' commits while it runs: a real Hermes
+Then the delay a verification adds to Hermes' commits while it runs: a real Hermes
 ``SessionDB`` writer in a subprocess (its own interpreter, as in real life) appends a
-message every ``--commit-every-ms`` to the same file and times each
-``append_message`` (one commit); the commits made while a verification runs are set
-next to those made in as long a stretch just before it, with no verification (the
-anchor): median, 99th percentile and maximum, in milliseconds.
+message every ``--commit-every-ms`` to the same file and times each ``append_message``
+(one commit, with its fsync). In each of ``--repeat`` rounds, as long a stretch of each
+of these, in an order that turns each round (this machine is shared: what else runs
+weighs on every condition alike):
+
+- **none**: nothing but the writer;
+- **verification**: one verification, as the daemon makes it (the stretch's length);
+- **cp loop**: ``cp`` of the live file to the work folder and its removal, again and
+  again, at normal priority (the anchor: a reader of the whole file that syncs nothing);
+- **integrity_check**: SQLite's ``PRAGMA integrity_check`` on the live file (read-only,
+  at normal priority), again and again (the other anchor).
+
+Per condition: its commits' median, 99th percentile and maximum (ms), the 1-minute
+load average over its stretches, and its p99 over the p99 with none. The commits in which
+Hermes merges its FTS segments (``optimize``, every 1000th write: its own upkeep, seconds
+on the large file, in whichever stretch it falls) are left out of all of them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
+import os
 import shutil
 import statistics
 import subprocess
@@ -95,8 +110,8 @@ def integrity_check(db: Path) -> tuple[float, float, str]:
 
 
 # The writer: Hermes' own SessionDB, one message per tick, each commit timed; prints
-# "<start> <seconds>" per commit (start on the monotonic clock, shared by the processes
-# of one machine) until its stdin closes.
+# "<start> <seconds> <upkeep>" per commit (start on the monotonic clock, shared by the
+# processes of one machine) until its stdin closes.
 WRITER = """
 import sys, threading, time
 from hermes_state import SessionDB
@@ -112,7 +127,10 @@ while not stop.wait(every):
     n += 1
     t0 = time.monotonic()
     db.append_message(sid, "assistant", f"tick {n}")
-    print(f"{t0} {time.monotonic() - t0}", flush=True)
+    took = time.monotonic() - t0
+    # 1 when this commit ran Hermes' FTS optimize (its own upkeep, every 1000th write)
+    upkeep = int(db._write_count % db._OPTIMIZE_EVERY_N_WRITES == 0)
+    print(f"{t0} {took} {upkeep}", flush=True)
 db.close()
 """
 
@@ -120,60 +138,121 @@ db.close()
 def _stats_ms(values: list[float]) -> str:
     if not values:
         return "no commit"
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     return (
-        f"{len(values)} commits, median {statistics.median(ordered) * 1000:.2f} ms,"
-        f" p99 {p99 * 1000:.2f} ms, max {ordered[-1] * 1000:.2f} ms"
+        f"{len(values)} commits, median {statistics.median(values) * 1000:.2f} ms,"
+        f" p99 {_p99(values) * 1000:.2f} ms, max {max(values) * 1000:.2f} ms"
     )
 
 
+CONDITIONS = ("none", "verification", "cp loop", "integrity_check")
+
+
+def _anchor_cp(db: Path, work: Path, until: float) -> None:
+    """``cp`` of the live file and its removal, until ``until`` (monotonic)."""
+    dest = work / "cp-anchor.db"
+    while time.monotonic() < until:
+        subprocess.run(["cp", str(db), str(dest)], check=True)
+        dest.unlink()
+
+
+def _anchor_pragma(db: Path, until: float) -> None:
+    """``PRAGMA integrity_check`` on the live file (read-only: it may hold a WAL), until
+    ``until``."""
+    while time.monotonic() < until:
+        conn = apsw.Connection(
+            f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
+        try:
+            conn.set_busy_timeout(1000)
+            conn.execute("PRAGMA integrity_check(1)").fetchall()
+        finally:
+            conn.close()
+
+
+def _window(condition: str, db: Path, work: Path, length: float) -> tuple[float, float, str]:
+    """One stretch of ``condition``: (start, end, what the verification gave)."""
+    t0 = time.monotonic()
+    outcome = ""
+    if condition == "verification":
+        try:
+            outcome = f"damage {verification(db, work)[2]}"
+        except StatewardenError as exc:
+            outcome = f"could not finish: {exc.message}"
+    elif condition == "cp loop":
+        _anchor_cp(db, work, t0 + length)
+    elif condition == "integrity_check":
+        _anchor_pragma(db, t0 + length)
+    else:
+        time.sleep(length)
+    return t0, time.monotonic(), outcome
+
+
 def commit_delay(
-    db: Path, work: Path, every_s: float, anchor_s: float, repeat: int
-) -> tuple[list[float], list[float], str]:
-    """Commit latencies of a real SessionDB writer on ``db``: (in ``anchor_s`` or as
-    long as the verifications took, just before them; while ``repeat`` verifications
-    run back to back; what the last gave: its damage class, or why it could not
-    finish)."""
-    env = writer_env(db.parent)
+    db: Path, work: Path, every_s: float, repeat: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], str]:
+    """Commit latencies of a real SessionDB writer on ``db`` under each condition:
+    (condition -> latencies in s, condition -> the load averages at its stretches'
+    ends, what the verifications gave: their damage and copies, counted)."""
     proc = subprocess.Popen(
         [hermes_python(), "-c", WRITER, str(every_s)],
-        env=env,
+        env=writer_env(db.parent),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
     assert proc.stdin is not None
+    windows: list[tuple[str, float, float]] = []
+    loads: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    outcomes: list[str] = []
     try:
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(1.0)  # the writer's first commits (schema, session) settle
-        anchor_from = time.monotonic()
-        time.sleep(anchor_s)
-        v0 = time.monotonic()
-        for _ in range(repeat):
-            try:
-                outcome = f"damage {verification(db, work)[2]}"
-            except StatewardenError as exc:
-                outcome = f"could not finish: {exc.message}"
-        v1 = time.monotonic()
-        time.sleep(0.2)
+        length = 0.0
+        for r in range(repeat):
+            # Turn the order each round; the verification sets the stretch's length.
+            order = CONDITIONS[r % 4 :] + CONDITIONS[: r % 4]
+            if not length:
+                order = ("verification", *(c for c in order if c != "verification"))
+            for condition in order:
+                t0, t1, said = _window(condition, db, work, length)
+                if condition == "verification":
+                    length = t1 - t0
+                    outcomes.append(said)
+                windows.append((condition, t0, t1))
+                loads[condition].append(os.getloadavg()[0])
+                time.sleep(0.2)  # nothing straddles two stretches
     finally:
         proc.stdin.close()
     out = proc.stdout.read()
     proc.wait(timeout=60)
-    commits = [tuple(map(float, line.split())) for line in out.splitlines()]
-    during = [d for t, d in commits if v0 <= t < v1]
-    # The anchor: the same length of time just before, with no verification running.
-    before = [d for t, d in commits if max(anchor_from, v0 - (v1 - v0)) <= t < v0]
-    return before, during, outcome
+    # Every 1000th write Hermes merges its FTS segments (``optimize``) in the commit: its
+    # own upkeep, seconds on a large file, landing in whichever stretch it falls in.
+    commits = [
+        (float(t), float(d))
+        for t, d, upkeep in (line.split() for line in out.splitlines())
+        if upkeep == "0"
+    ]
+    found: dict[str, list[float]] = {c: [] for c in CONDITIONS}
+    for condition, t0, t1 in windows:
+        found[condition] += [d for t, d in commits if t0 <= t < t1]
+    said = ", ".join(f"{n}x {o}" for o, n in collections.Counter(outcomes).items())
+    return found, loads, said
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--spec", choices=sorted(SPECS), default="large")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--commit-every-ms", type=float, default=100.0)
+    parser.add_argument("--commit-every-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--delay-only", action="store_true", help="only the delay to Hermes' commits"
+    )
     args = parser.parse_args()
     t0 = time.perf_counter()
     src = built_db(SPECS[args.spec])
@@ -184,14 +263,31 @@ def main() -> None:
         work = Path(tmp) / "work"
         work.mkdir()
         size = db.stat().st_size
-        print(f"fixture: {args.spec} ({size / 1e6:.1f} MB, {built_s:.1f} s to build or find)")
-        verify_runs = [verification(db, work) for _ in range(args.repeat)]
-        normal_runs = [verification_normal(db, work) for _ in range(args.repeat)]
-        pragma_runs = [integrity_check(db) for _ in range(args.repeat)]
-        anchor_s = sum(r[0] for r in verify_runs)
-        before, during, outcome = commit_delay(
-            db, work, args.commit_every_ms / 1000, anchor_s, args.repeat
+        print(
+            f"fixture: {args.spec} ({size / 1e6:.1f} MB, {built_s:.1f} s to build or find)",
+            flush=True,
         )
+        if not args.delay_only:
+            timings(db, work, args.repeat)
+        found, loads, outcome = commit_delay(db, work, args.commit_every_ms / 1000, args.repeat)
+    print(
+        f"Hermes commits (a SessionDB writer every {args.commit_every_ms:g} ms),"
+        f" {args.repeat} rounds; the verifications: {outcome}"
+    )
+    for condition in CONDITIONS:
+        load = statistics.mean(loads[condition]) if loads[condition] else float("nan")
+        ratio = ""
+        if found[condition] and found["none"]:
+            ratio = f", p99 {_p99(found[condition]) / _p99(found['none']):.2f}x none's"
+        print(f"  {condition:15s} load {load:.2f}: {_stats_ms(found[condition])}{ratio}")
+
+
+def timings(db: Path, work: Path, repeat: int) -> None:
+    """The verification's wall and CPU time, at idle and normal priority, next to
+    ``PRAGMA integrity_check``'s: the medians of ``repeat`` runs, printed."""
+    verify_runs = [verification(db, work) for _ in range(repeat)]
+    normal_runs = [verification_normal(db, work) for _ in range(repeat)]
+    pragma_runs = [integrity_check(db) for _ in range(repeat)]
     v_wall = statistics.median(r[0] for r in verify_runs)
     v_cpu = statistics.median(r[1] for r in verify_runs)
     n_wall = statistics.median(r[0] for r in normal_runs)
@@ -204,16 +300,9 @@ def main() -> None:
     print(f"PRAGMA integrity_check: wall {p_wall:.3f} s, CPU {p_cpu:.3f} s, {pragma_runs[0][2]}")
     print(
         f"ratio (verification / integrity_check): wall {v_wall / p_wall:.2f}x, "
-        f"CPU {v_cpu / p_cpu:.2f}x"
+        f"CPU {v_cpu / p_cpu:.2f}x",
+        flush=True,
     )
-    print(f"Hermes commits, no verification running: {_stats_ms(before)}")
-    print(
-        f"Hermes commits, while a verification runs: {_stats_ms(during)}"
-        f" (the verification: {outcome})"
-    )
-    if before and during:
-        ratio = statistics.median(during) / statistics.median(before)
-        print(f"ratio (during / without, median commit): {ratio:.2f}x")
 
 
 if __name__ == "__main__":
