@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -422,30 +422,9 @@ class Router:
                 mine = [i for i in items if name in self.notified[i.incident].sinks]
             else:
                 mine = [i for i in items if route.accepts(i)]
-            if not mine:
-                continue
-            part = notification
-            if len(mine) != len(items):
-                part = Notification(
-                    notification.key, notification.state, self.host, now, mine, notification.dropped
-                )
-            queued = self.outbox.put(part, name)
-            for item in mine:
-                rec = self.notified[item.incident]
-                if queued is None and self.outbox.delivered(name, part.key):
-                    rec.delivered[name] = part.state  # made again after a restart: it went
-                else:
-                    rec.pending.setdefault(name, []).append(part.key)
-        for item in items:
-            rec = self.notified[item.incident]
-            rec.n += 1
-            rec.notified = state
-            rec.at = now
-            rec.muted = ""
-            if state == "firing":
-                rec.sinks = sorted(
-                    {*rec.sinks, *(n for n, r in self.routes.items() if r.accepts(item))}
-                )
+            if mine:
+                _queue(self.outbox, name, notification, mine, self.notified)
+        _mark_notified(self.notified, items, state, now, self.routes)
         return notification
 
     def firing_for(self, sink: str, now: float) -> Notification | None:
@@ -547,3 +526,51 @@ def describe_notified(rec: Notified | None) -> dict[str, Any]:
             f"refused by {', '.join(refused)}" if refused else "dropped from the outbox"
         )
     return out
+
+
+def _queue(
+    outbox: Outbox,
+    sink: str,
+    notification: Notification,
+    mine: list[Item],
+    notified: dict[int, Notified],
+) -> None:
+    """Put the part of ``notification`` holding ``mine`` (the items ``sink`` takes) in
+    ``sink``'s outbox, and note on each item's record whether it is pending there or
+    went already (made again after a restart, and delivered before it)."""
+    part = notification
+    if len(mine) != len(notification.items):
+        part = Notification(
+            notification.key,
+            notification.state,
+            notification.host,
+            notification.created_at,
+            mine,
+            notification.dropped,
+        )
+    queued = outbox.put(part, sink)
+    for item in mine:
+        rec = notified[item.incident]
+        if queued is None and outbox.delivered(sink, part.key):
+            rec.delivered[sink] = part.state
+        else:
+            rec.pending.setdefault(sink, []).append(part.key)
+
+
+def _mark_notified(
+    notified: dict[int, Notified],
+    items: list[Item],
+    state: str,
+    now: float,
+    routes: Mapping[str, Route],
+) -> None:
+    """Each item's record: told once more, of ``state``, at ``now``, no longer muted;
+    a firing one remembers every sink it went to (its resolution goes to those)."""
+    for item in items:
+        rec = notified[item.incident]
+        rec.n += 1
+        rec.notified = state
+        rec.at = now
+        rec.muted = ""
+        if state == "firing":
+            rec.sinks = sorted({*rec.sinks, *(n for n, r in routes.items() if r.accepts(item))})
