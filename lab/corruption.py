@@ -755,6 +755,52 @@ def _encode_varint(v: int) -> bytes:
     return bytes(reversed(parts))
 
 
+def flipped_cell_pointer(
+    dest_dir: Path,
+    spec: Spec = SMALL,
+    *,
+    table: str = "messages",
+    cell: int = 3,
+    bit: int = 5,
+    delete_last: bool = False,
+) -> Case:
+    """One bit flipped in one entry of the cell-pointer array of a leaf of ``table``
+    in its middle: the pointer now lands inside another cell (or free space), and the cell
+    it named is whole on the page but no pointer reaches it. Nothing else changed: the
+    row is intact on disk (``unreached``), its index entries and FTS copies too. With
+    ``delete_last`` the leaf's last row is deleted first, as Hermes deletes (the count of
+    its session follows): its cell, the lowest on the page, is left whole in the
+    unallocated space (``deleted``; ``pristine`` is the file after the delete)."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    # a leaf in the table's middle with a cell after the flipped one (two with delete_last)
+    leaf = [n for n in leaves if len(pf.cell_offsets(n)) > cell + 1 + delete_last][len(leaves) // 4]
+    if delete_last:
+        gone = pf.leaf_rowids(leaf)[-1]
+        conn = apsw.Connection(str(case.db))
+        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (gone,))
+        if table == "messages":
+            recount_messages(conn)  # as Hermes does when it deletes a session's messages
+        conn.close()
+        case.deleted = {table: [gone]}
+        case.pristine = dest_dir / "after-delete.db"
+        shutil.copyfile(case.db, case.pristine)
+        pf = PristineFile(case.db)
+    offsets = pf.cell_offsets(leaf)
+    rowid = pf.leaf_rowids(leaf)[cell]
+    at = (leaf - 1) * pf.page_size + 8 + 2 * cell  # a leaf's header is 8 bytes
+    flipped = offsets[cell] ^ (1 << bit)
+    assert flipped not in offsets, "the flipped pointer must not name another cell's start"
+    _write(case.db, at, flipped.to_bytes(2, "big"))
+    case.damaged_pages.append(leaf)
+    case.unreached = {table: [rowid]}
+    case.note = (
+        f"{table} leaf {leaf}: cell pointer {cell} (rowid {rowid}) {offsets[cell]} -> {flipped}"
+    )
+    return case
+
+
 def garbled_cell(
     dest_dir: Path,
     spec: Spec = SMALL,

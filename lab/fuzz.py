@@ -198,11 +198,14 @@ def fuzz_case(
     view_first: bool = False,
     zero_costs: bool = False,
     hot_journal: bool = False,
+    bit_flips: bool = False,
 ) -> FuzzCase:
     """A copy of ``later_db(spec)`` (``view_first_db`` with ``view_first``,
     ``zero_costs_db`` with ``zero_costs``, the half-written file of ``hot_journal_db``
     with its hot journal, with ``hot_journal``) with the damage ``seed`` draws (and
-    page 1 destroyed, with ``page1``), and its truth."""
+    page 1 destroyed, with ``page1``), and its truth. With ``bit_flips`` the damage is
+    one to three single bits flipped on table and index pages (a cell pointer, a record
+    header, a varint: damage that leaves every page parsing)."""
     rnd = random.Random(seed)
     source = None
     if zero_costs:
@@ -224,6 +227,15 @@ def fuzz_case(
     base = _base_pages(pf, schema_roots(pristine))
     case = FuzzCase(db=db, pristine=pristine, older=older, seed=seed)
     for _ in range(rnd.randint(1, 3)):
+        if bit_flips:
+            page = rnd.choice(base)
+            offset = (page - 1) * ps + rnd.randrange(0, ps)
+            with open(db, "rb") as f:  # the copy's byte (a hot journal's file differs)
+                f.seek(offset)
+                flipped = bytes([f.read(1)[0] ^ (1 << rnd.randrange(8))])
+            write_at(db, offset, flipped)
+            case.damage.append(Damage("bitflip", offset, 1, page))
+            continue
         kind = rnd.choice(KINDS)
         page = rnd.choice(base) if rnd.random() < 0.5 else rnd.randint(2, pages)
         start = (page - 1) * ps
@@ -559,6 +571,7 @@ def run_seed(
     view_first: bool = False,
     zero_costs: bool = False,
     hot_journal: bool = False,
+    bit_flips: bool = False,
 ) -> tuple[FuzzCase, list[str]]:
     """Damage a copy by ``seed`` (page 1 too, with ``page1``; of ``view_first_db`` with
     ``view_first``, of ``zero_costs_db`` with ``zero_costs``, of the half-written file
@@ -575,6 +588,7 @@ def run_seed(
         view_first=view_first,
         zero_costs=zero_costs,
         hot_journal=hot_journal,
+        bit_flips=bit_flips,
     )
     before = bundle_digest(case.db)
     output = work / "out" / "recovered.db"
@@ -729,6 +743,11 @@ def main(argv: list[str] | None = None) -> int:
         help="damage the file Hermes left half-written when killed mid-transaction in"
         " rollback mode, its hot -journal beside it",
     )
+    p.add_argument(
+        "--bit-flips",
+        action="store_true",
+        help="one to three single bits flipped on table and index pages instead",
+    )
     args = p.parse_args(argv)
     broken = 0
     for seed in range(args.first, args.first + args.seeds):
@@ -740,6 +759,7 @@ def main(argv: list[str] | None = None) -> int:
                 view_first=args.view_first,
                 zero_costs=args.zero_costs,
                 hot_journal=args.hot_journal,
+                bit_flips=args.bit_flips,
             )
         if found:
             broken += 1

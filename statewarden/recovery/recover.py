@@ -78,7 +78,7 @@ from statewarden.recovery.evidence.other_copies import (
     open_copies,
 )
 from statewarden.recovery.report import Report, TableReport
-from statewarden.recovery.stale_counts import settle_counts
+from statewarden.recovery.stale_counts import drop_rows_made_good, settle_counts
 from statewarden.recovery.verify import verify_output
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import hermes_schema_version, quote_ident
@@ -486,6 +486,7 @@ def _verify(
         # Accounted and its stale counts settled first: the verification sees the file
         # as it is published.
         _account(built, copies, report)
+        drop_rows_made_good(built, report)
         settle_counts(built, copies, report)
         flush = _Flush(built)
         try:

@@ -1,7 +1,8 @@
 """Sessions of a recovered file whose ``message_count`` disagrees with their messages
 (``counts_disagree``): each named in the report's ``count_mismatches`` (``stale``: the
 row is older than its messages, a lost write; or ``messages missing``), a stale count
-written true where the output proves it, and each table's stale rows counted."""
+written true where the output proves it, and each table's stale rows counted; a row
+listed stale that the output holds made good is taken off the list."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import apsw
 from statewarden.recovery.building.build import TableCopy
 from statewarden.recovery.diagnose import counts_disagree
 from statewarden.recovery.report import Report
+from statewarden.sqlite import json_value, quote_ident
 
 
 def settle_counts(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
@@ -75,3 +77,32 @@ def _true_count(
         return None
     conn.execute("UPDATE sessions SET message_count = ? WHERE rowid = ?", (counted, rowid))
     return counted
+
+
+def drop_rows_made_good(built: Path, report: Report) -> None:
+    """Take out of ``stale_rows`` each row the output no longer holds stale: the row
+    read at that rowid was a garbled cell set aside, and the row now there (carved, or
+    from a leaf no tree reaches) agrees with every index entry the diagnosis held it
+    against. The report tells the output's truth, not the source's."""
+    if not report.stale_rows:
+        return
+    conn = apsw.Connection(str(built), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        kept = []
+        for s in report.stale_rows:
+            cols = list(s["columns"])
+            sel = ", ".join(quote_ident(c) for c in cols)
+            try:
+                row = conn.execute(
+                    f"SELECT {sel} FROM {quote_ident(s['table'])} WHERE rowid = ?", (s["rowid"],)
+                ).fetchone()
+            except apsw.SQLError:
+                row = None
+            agrees = row is not None and all(
+                json_value(v) == s["columns"][c]["indexes"] for c, v in zip(cols, row, strict=True)
+            )
+            if not agrees:
+                kept.append(s)
+        report.stale_rows = kept
+    finally:
+        conn.close()

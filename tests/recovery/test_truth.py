@@ -330,9 +330,10 @@ class TestLostWrites:
         image, the messages, indexes and FTS copies kept new: every page is well
         formed. check calls it base damage (exit 3), naming the sessions whose
         message_count disagrees with their messages; recover names each stale session
-        (older than its messages) in count_mismatches and the session the page lost
-        in lost_keys: loss detected, never "no loss". (check said derived, recover
-        wrote the stale rows as good ones.)"""
+        (older than its messages) in count_mismatches, writes the count the recovered
+        messages prove where they do, and names the session the page lost in lost_keys:
+        loss detected, never "no loss". (check said derived, recover wrote the stale
+        rows as good ones.)"""
         case = corruption.lost_writes(tmp_path / "db")
         code, checked = check_json(case)
         (d,) = checked["databases"]
@@ -345,8 +346,13 @@ class TestLostWrites:
         want = {r[0]: r for r in rows(case.pristine, sql)}
         got = {r[0]: r for r in rows(out, sql)}
         differ = {r for r in got if got[r] != want.get(r)}
-        assert {m["rowid"] for m in stale} == differ
-        assert len(differ) == case.phantom["sessions"]
+        # A stale count the output proves is written true (the row then is Hermes'
+        # again); the others are kept as read, and differ.
+        written = {m["rowid"] for m in stale if m["written"] is not None}
+        assert {m["rowid"] for m in stale} - written == differ
+        assert all(got[r] == want[r] for r in written)
+        assert len(stale) == case.phantom["sessions"]
+        assert rep["tables"]["sessions"]["stale"] == len(stale)
         (lost,) = case.lost_rowids["sessions"]
         [(sid,)] = rows(case.pristine, f"SELECT id FROM sessions WHERE rowid = {lost}")
         assert [sid] in rep["tables"]["sessions"]["lost_keys"]

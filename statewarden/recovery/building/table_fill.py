@@ -37,6 +37,8 @@ from statewarden.recovery.evidence.copies import (
 from statewarden.recovery.evidence.foreign_cells import OwnRows
 from statewarden.sqlite import json_value, quote_ident
 
+# Constraint failures no row SQLite stored can meet: the table refused it when written.
+IMPOSSIBLE_ROWS = ("NOT NULL constraint failed", "CHECK constraint failed")
 _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
 
 
@@ -360,6 +362,11 @@ class TableFill(BuildPart):
             columns = [c.split(".", 1)[-1].strip() for c in m.group(1).split(",")]
             if all(c in row and c not in key_cols and isinstance(row[c], str) for c in columns):
                 return self._rename(tc, rowid, row, columns, message)
+        if message.startswith(IMPOSSIBLE_ROWS):
+            # A record SQLite never stores in this table: a garbled cell that decodes,
+            # not a row. Its key is no key that existed (the real row may still come
+            # back from a carved or unreached copy).
+            tc.source_keys.discard(tuple(row[c] for c in key_cols) if key_cols else rowid)
         self._set_aside(tc, rowid, row, message)
         return False
 

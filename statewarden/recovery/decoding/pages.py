@@ -861,9 +861,16 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
             for leaf in sorted(damaged + unreadable):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1], counts))
             for leaf in garbled:
-                # Its pointers read: only the cells they point to (no stale copies
-                # from the free space), those that decode and are not zeroed.
-                rows.extend(r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1], counts))
+                # Its pointers read: the cells they point to that decode and are not
+                # zeroed, then the cells no pointer reaches any more (a pointer moved
+                # by a flipped bit, a torn write) for rowids those lack. A stale copy
+                # of a deleted row is carved too: the caller takes a carved row only
+                # when an intact index or FTS copy vouches for it.
+                pointed = [r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1], counts)]
+                have = {r for r, _ in pointed}
+                rows.extend(pointed)
+                carved = [r for r in _carve(db, leaf) if r[0] not in have]
+                rows.extend(r for r in carved if _fits_whole(obj, r[1], counts))
             if rows:
                 out[name] = _one_version(rows)
         return out
@@ -900,25 +907,47 @@ def survey_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], list[
         fields: set[int] = set()
         try:
             prev = None
+            used = 0
             for off in offsets:
                 size, pos = varint(pg, off)
                 rowid, pos = varint(pg, pos)
                 local = db._local_size(size, table=True)
-                if pos + local + (4 if local < size else 0) > db.usable or (
-                    prev is not None and rowid <= prev
-                ):
+                end = pos + local + (4 if local < size else 0)
+                if end > db.usable or (prev is not None and rowid <= prev):
                     raise PageFormatError(f"page {n}: garbled cell at {off}")
                 prev = rowid
+                used += end - off
                 record = pg[pos : pos + min(size, local)]
                 with contextlib.suppress(PageFormatError, struct.error, IndexError):
                     hsize, at = varint(record, 0)
                     if 0 < hsize <= len(record):
                         fields.add(_header_fields(record, at, hsize))
+            if not _space_accounted(db, n, pg, used):
+                raise PageFormatError(f"page {n}: its cells and free space do not fill it")
         except (PageFormatError, struct.error, IndexError):
             garbled.append(n)
             continue
         counts |= fields
     return garbled, unreadable, counts
+
+
+def _space_accounted(db: DatabaseFile, n: int, pg: bytes, used: int) -> bool:
+    """Do the cells the pointers name (``used`` bytes), the free blocks and the
+    fragmented bytes fill the content area of leaf ``n`` exactly, as SQLite keeps
+    them? A pointer that a bit flip moved lands inside another cell or in free space:
+    the cell it named is then reached by no pointer, and the bytes no longer add up."""
+    h = 100 if n == 1 else 0
+    start = int.from_bytes(pg[h + 5 : h + 7], "big") or 65536
+    free = pg[h + 7]
+    block = int.from_bytes(pg[h + 1 : h + 3], "big")
+    seen = 0
+    while block and seen < db.usable:
+        if block + 4 > db.usable:
+            return False
+        free += int.from_bytes(pg[block + 2 : block + 4], "big")
+        block = int.from_bytes(pg[block : block + 2], "big")
+        seen += 1
+    return used + free == db.usable - start
 
 
 def _fits_whole(obj: SchemaObject, values: list[Any], counts: set[int]) -> bool:
