@@ -1,7 +1,7 @@
 """A record header's field count, counted in C (``pages._header_fields``), is what
 reading it varint by varint gives, on the records of a file Hermes wrote and on
 headers of random bytes (garbled cells, 9-byte varints, a varint cut by the end); and
-``pages.survey_leaves`` reads damaged leaves once to the same answers as the two reads
+``carving.survey_leaves`` reads damaged leaves once to the same answers as the two reads
 it replaced made apart."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.errors import PageFormatError
+from statewarden.recovery.decoding.carving import _space_accounted, survey_leaves
 from statewarden.recovery.decoding.pages import (
     PAGE_TABLE_LEAF,
     DatabaseFile,
     _header_fields,
     _header_of,
-    survey_leaves,
     varint,
 )
 
@@ -97,15 +97,18 @@ def _garbled_and_counts_apart(
             continue
         try:
             prev = None
+            used = 0
             for off in offsets:
                 size, pos = varint(pg, off)
                 rowid, pos = varint(pg, pos)
                 local = db._local_size(size, table=True)
-                if pos + local + (4 if local < size else 0) > db.usable or (
-                    prev is not None and rowid <= prev
-                ):
+                end = pos + local + (4 if local < size else 0)
+                if end > db.usable or (prev is not None and rowid <= prev):
                     raise PageFormatError("garbled")
                 prev = rowid
+                used += end - off
+            if not _space_accounted(db, n, pg, used):
+                raise PageFormatError("cells and free space do not fill the page")
         except (PageFormatError, struct.error, IndexError):
             garbled.append(n)
     counts: set[int] = set()

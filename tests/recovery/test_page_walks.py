@@ -24,7 +24,7 @@ from lab import corruption, fuzz
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo.damage import write_at
 from statewarden.errors import DatabaseUnreadable, PageFormatError
-from statewarden.recovery.decoding import pages
+from statewarden.recovery.decoding import carving, pages
 from statewarden.recovery.decoding.pages import (
     DatabaseFile,
     orphan_table_leaves,
@@ -120,8 +120,9 @@ def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
 def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[pages.Row]]:
     """``carve_damaged_leaves`` of every table, the plain way: the leaves whose cell
     pointers do not read and the pages that do not parse carved, the leaves with a
-    garbled cell (rowids not increasing, a cell past the page) read by their
-    pointers; every leaf read whole, twice."""
+    garbled cell (rowids not increasing, a cell past the page, cells and free space
+    that do not fill the page) read by their pointers and then carved for the rowids
+    those lack; every leaf read whole, twice."""
     out: dict[str, list[pages.Row]] = {}
     for obj in schema.tables():
         if not obj.rootpage or obj.without_rowid or obj.is_virtual:
@@ -140,12 +141,17 @@ def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[pages.Row]]
             if not plain_garbled(db, n):
                 counts.update(plain_field_counts(db, n))
         for n in sorted(damaged):
-            rows.extend(r for r in pages._carve(db, n) if pages._fits_whole(obj, r[1], counts))
+            rows.extend(r for r in carving._carve(db, n) if carving._fits_whole(obj, r[1], counts))
         for n in readable:
             if plain_garbled(db, n):
-                rows.extend(r for r in db.leaf_rows(n)[0] if pages._fits_whole(obj, r[1], counts))
+                pointed = [r for r in db.leaf_rows(n)[0] if carving._fits_whole(obj, r[1], counts)]
+                rows.extend(pointed)
+                have = {r for r, _ in pointed}
+                for r in carving._carve(db, n):
+                    if r[0] not in have and carving._fits_whole(obj, r[1], counts):
+                        rows.append(r)
         if rows:
-            out[obj.name] = pages._one_version(rows)
+            out[obj.name] = carving._one_version(rows)
     return out
 
 
@@ -172,9 +178,11 @@ def plain_field_counts(db: DatabaseFile, n: int) -> set[int]:
 
 
 def plain_garbled(db: DatabaseFile, n: int) -> bool:
-    """Do the cells of leaf ``n`` hold rowids out of order, or run past the page?"""
+    """Do the cells of leaf ``n`` hold rowids out of order, or run past the page, or do
+    they, the free blocks and the fragments not fill its content area?"""
     pg = db.page(n)
     prev = None
+    used = 0
     try:
         for off in db.cell_offsets(n):
             size, pos = varint(pg, off)
@@ -185,9 +193,17 @@ def plain_garbled(db: DatabaseFile, n: int) -> bool:
             if prev is not None and rowid <= prev:
                 return True
             prev = rowid
+            used += pos + local + (4 if local < size else 0) - off
     except (PageFormatError, struct.error, IndexError):
         return True
-    return False
+    h = 100 if n == 1 else 0
+    free, block = pg[h + 7], int.from_bytes(pg[h + 1 : h + 3], "big")
+    for _ in range(db.usable):  # the free blocks, each once (a chain that loops is damage)
+        if not block:
+            break
+        free += int.from_bytes(pg[block + 2 : block + 4], "big")
+        block = int.from_bytes(pg[block : block + 2], "big")
+    return used + free != db.usable - (int.from_bytes(pg[h + 5 : h + 7], "big") or 65536)
 
 
 def plain_zeroed_cells(db: DatabaseFile, schema: Schema) -> dict[str, pages.ZeroedCells]:
@@ -287,7 +303,7 @@ def assert_same_answers(path: Path, schema: Schema, page_size: int = 4096) -> di
     with contextlib.suppress(DatabaseUnreadable):
         assert zeroed_cells(path, schema) == fast["zeroed"]  # (opens its own file)
         tables = [o.name for o in schema.tables()]
-        fast["carved"] = pages.carve_damaged_leaves(path, schema, tables)
+        fast["carved"] = carving.carve_damaged_leaves(path, schema, tables)
         db = DatabaseFile(path)
         try:
             assert fast["carved"] == plain_carved(db, schema)

@@ -1,4 +1,4 @@
-"""Cells no pointer reaches on a damaged leaf (``pages.carve_damaged_leaves``): one bit
+"""Cells no pointer reaches on a damaged leaf (``carving.carve_damaged_leaves``): one bit
 flipped in a cell pointer moves it into another cell or free space, and the cell it
 named is whole on the page. The leaf's bytes no longer add up (its cells, free blocks
 and fragments do not fill it), so it is carved: the unreferenced cell's row comes back
@@ -23,7 +23,7 @@ import pytest
 
 from lab import corruption
 from lab.corruption import table_rows as rows
-from statewarden.recovery.decoding import pages
+from statewarden.recovery.decoding import carving
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from tests.support.cli import run_ctl
 
@@ -79,7 +79,7 @@ def test_a_deleted_row_left_in_the_free_space_never_comes_back(tmp_path: Path) -
         tmp_path / "db", table="messages", cell=1, bit=5, delete_last=True
     )
     (gone,) = case.deleted["messages"]
-    carved = pages.carve_damaged_leaves(case.db, schema_of(case.db), ["messages"])
+    carved = carving.carve_damaged_leaves(case.db, schema_of(case.db), ["messages"])
     assert gone in {r for r, _ in carved["messages"]}  # the carve does meet it
     code, doc, out = recover(case.db, tmp_path)
     assert (code, doc["loss_detected"]) == (0, False)

@@ -21,10 +21,10 @@ import apsw
 
 from statewarden.recovery.building.build import CROSS_LINKED, RebuildInputs, SalvagedRows, TableCopy
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.decoding.carving import carve_damaged_leaves
 from statewarden.recovery.decoding.integrity import NEVER_USED_RE
 from statewarden.recovery.decoding.pages import (
     WalRows,
-    carve_damaged_leaves,
     partial_columns,
     record_by_its_header,
     record_fits,

@@ -25,7 +25,6 @@ Call only with no SQLite connection open to ``path`` in this process (docs/safet
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import re
@@ -830,133 +829,6 @@ def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
     return None
 
 
-def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
-    """Rows carved from the leaves of ``tables`` whose page structure is damaged.
-
-    A leaf the table's b-tree points to but whose header or cell-pointer array is
-    damaged (not a b-tree page any more, or pointers outside the content area) still
-    holds its cells. They are found by trying every offset of the page: a cell is
-    taken when its payload-size varint, its rowid varint and its record agree (the
-    record's own header sums to exactly that payload size, lies in the page, decodes
-    to the end) and the record fits the table (``record_fits``) with every column
-    stored, or as many fields as the rows on the table's readable leaves hold (rows
-    written before an ``ALTER TABLE ADD COLUMN`` keep their shorter records). The
-    bytes of deleted rows can stay in a page's free space, so the caller takes a
-    carved row only when an intact index or FTS copy vouches for it. Call with no
-    SQLite connection open to ``path`` (docs/safety.md rule 2).
-    """
-    db = DatabaseFile(path)
-    try:
-        out: dict[str, list[Row]] = {}
-        for name in tables:
-            obj = schema.by_name(name)
-            if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
-                continue
-            rows: list[Row] = []
-            leaves, damaged = _walk_table_tree(db, obj.rootpage)
-            garbled, unreadable, counts = survey_leaves(db, leaves)
-            if not (damaged or unreadable or garbled):
-                continue
-            counts.add(len(obj.stored_columns))
-            for leaf in sorted(damaged + unreadable):
-                rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1], counts))
-            for leaf in garbled:
-                # Its pointers read: the cells they point to that decode and are not
-                # zeroed, then the cells no pointer reaches any more (a pointer moved
-                # by a flipped bit, a torn write) for rowids those lack. A stale copy
-                # of a deleted row is carved too: the caller takes a carved row only
-                # when an intact index or FTS copy vouches for it.
-                pointed = [r for r in db.leaf_rows(leaf)[0] if _fits_whole(obj, r[1], counts)]
-                have = {r for r, _ in pointed}
-                rows.extend(pointed)
-                carved = [r for r in _carve(db, leaf) if r[0] not in have]
-                rows.extend(r for r in carved if _fits_whole(obj, r[1], counts))
-            if rows:
-                out[name] = _one_version(rows)
-        return out
-    finally:
-        db.close()
-
-
-def _one_version(rows: list[Row]) -> list[Row]:
-    """Rows by rowid, a rowid carved twice with different records left out: which
-    one is current (and which a stale copy) cannot be told."""
-    by: dict[int, list[list[Any]]] = {}
-    for rowid, values in rows:
-        by.setdefault(rowid, []).append(values)
-    return [(r, vs[0]) for r, vs in sorted(by.items()) if all(v == vs[0] for v in vs)]
-
-
-def survey_leaves(db: DatabaseFile, leaves: list[int]) -> tuple[list[int], list[int], set[int]]:
-    """Each of the table ``leaves`` read once: (those whose header and cell pointers
-    read but whose cells do not hold rowids in increasing order, or do not fit in the
-    page (garbled cells): a scan through SQLite can stop at such a cell, or seek past
-    the cells after it; those whose cell pointers do not read; the field counts of the
-    records in the cells of the other leaves, read from each record's header alone (a
-    cell whose header does not read is passed over))."""
-    garbled = []
-    unreadable = []
-    counts: set[int] = set()
-    for n in leaves:
-        pg = db.page(n)
-        try:
-            offsets = db._offsets_of(n, pg, _header_of(n, pg))
-        except (PageFormatError, struct.error, IndexError):
-            unreadable.append(n)  # carved whole
-            continue
-        fields: set[int] = set()
-        try:
-            prev = None
-            used = 0
-            for off in offsets:
-                size, pos = varint(pg, off)
-                rowid, pos = varint(pg, pos)
-                local = db._local_size(size, table=True)
-                end = pos + local + (4 if local < size else 0)
-                if end > db.usable or (prev is not None and rowid <= prev):
-                    raise PageFormatError(f"page {n}: garbled cell at {off}")
-                prev = rowid
-                used += end - off
-                record = pg[pos : pos + min(size, local)]
-                with contextlib.suppress(PageFormatError, struct.error, IndexError):
-                    hsize, at = varint(record, 0)
-                    if 0 < hsize <= len(record):
-                        fields.add(_header_fields(record, at, hsize))
-            if not _space_accounted(db, n, pg, used):
-                raise PageFormatError(f"page {n}: its cells and free space do not fill it")
-        except (PageFormatError, struct.error, IndexError):
-            garbled.append(n)
-            continue
-        counts |= fields
-    return garbled, unreadable, counts
-
-
-def _space_accounted(db: DatabaseFile, n: int, pg: bytes, used: int) -> bool:
-    """Do the cells the pointers name (``used`` bytes), the free blocks and the
-    fragmented bytes fill the content area of leaf ``n`` exactly, as SQLite keeps
-    them? A pointer that a bit flip moved lands inside another cell or in free space:
-    the cell it named is then reached by no pointer, and the bytes no longer add up."""
-    h = 100 if n == 1 else 0
-    start = int.from_bytes(pg[h + 5 : h + 7], "big") or 65536
-    free = pg[h + 7]
-    block = int.from_bytes(pg[h + 1 : h + 3], "big")
-    seen = 0
-    while block and seen < db.usable:
-        if block + 4 > db.usable:
-            return False
-        free += int.from_bytes(pg[block + 2 : block + 4], "big")
-        block = int.from_bytes(pg[block : block + 2], "big")
-        seen += 1
-    return used + free == db.usable - start
-
-
-def _fits_whole(obj: SchemaObject, values: list[Any], counts: set[int]) -> bool:
-    """Does a carved record fit ``obj`` (``record_fits``) with a field count its
-    table's readable rows show (``counts``: every column stored, or as many as rows
-    written before an ``ALTER TABLE ADD COLUMN`` hold)?"""
-    return len(values) in counts and record_fits(obj, values)
-
-
 _HIGH_BIT_RUN = re.compile(rb"[\x80-\xff]{8}")
 _LOW_BYTES = bytes(range(0x80))
 
@@ -1001,28 +873,6 @@ def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
         else:
             damaged.append(n)
     return leaves, damaged
-
-
-def _carve(db: DatabaseFile, n: int) -> list[Row]:
-    pg = db.page(n)
-    out: list[Row] = []
-    off = 8  # past the smallest leaf header
-    while off < db.usable - 3:
-        try:
-            size, pos = varint(pg, off)
-            rowid, pos = varint(pg, pos)
-            end = pos + size
-            local = size > 0 and end <= db.usable and db._local_size(size, table=True) == size
-            if local and rowid > 0:
-                record = db.record(bytes(pg[pos:end]))
-                if not db.runs_into_zeros(n, off):
-                    out.append((rowid, record))
-                off = end
-                continue
-        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
-            pass
-        off += 1
-    return out
 
 
 def record_by_its_header(path: Path, root: int, rowid: int) -> list[Any] | None:

@@ -55,6 +55,7 @@ from typing import Any
 import apsw
 
 from statewarden.errors import DatabaseUnreadable, PageFormatError
+from statewarden.recovery.decoding.carving import carve_damaged_leaves
 from statewarden.recovery.decoding.pages import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
@@ -62,7 +63,6 @@ from statewarden.recovery.decoding.pages import (
     PAGE_TABLE_LEAF,
     DatabaseFile,
     Row,
-    carve_damaged_leaves,
     encode_varint,
     is_schema_record,
     record_fits,
@@ -860,7 +860,7 @@ def _headless_roots(
 ) -> int:
     """For each core table no tree fits, the one page no tree holds whose b-tree header
     is destroyed (a root leaf with its header zeroed) and whose cells, carved
-    (``pages.carve_damaged_leaves``), hold the most records of that table's shape, if
+    (``carving.carve_damaged_leaves``), hold the most records of that table's shape, if
     one holds more than any other: taken as the table's root, so the recovery carves
     it as a damaged leaf of the table (its rows then taken only where witnesses vouch
     for them); the pages the trees found reach (overflow pages too) are not looked at.
