@@ -22,22 +22,13 @@ from statewarden.recovery.evidence.lost_schema import (
     infer_page_size,
     rewrite_header,
 )
-from statewarden.sidecars import JOURNAL_SUFFIX, WAL_SUFFIX, sidecar
+from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
     HEADER_SIZE,
     TEXT_ENCODINGS,
     HeaderFacts,
     parse_header,
 )
-
-# -shm is not copied: SQLite rebuilds that index of the WAL from the -wal itself.
-COPY_SUFFIXES = ("", WAL_SUFFIX, JOURNAL_SUFFIX)
-# Ask for this much headroom on top of what the work needs, for SQLite's temp files.
-FREE_SPACE_MARGIN_BYTES = 16 * 1024 * 1024
-WORK_PREFIX = ".statewarden-work-"
-WORK_LOCK = ".lock"
-
-Fingerprint = tuple[tuple[str, int, int, int, int] | tuple[str], ...]
 
 
 def infer_header(copy: Path, source: Path, error: DatabaseUnreadable) -> tuple[HeaderFacts, str]:
