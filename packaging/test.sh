@@ -10,16 +10,22 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash packaging/setup-dev.sh || exit 1
 workers=${STATEWARDEN_TEST_WORKERS:-2}
+# tmp_path under a short folder (/tmp/sw.XXXX/p/popen-gw0/, shorter than pytest's own
+# /tmp/pytest-of-USER/pytest-N/): under the default, a worker's popen-gw0/ made the daemon's
+# control socket path in a test's folder longer than a Unix socket path may be. Removed
+# when every test passed; kept for a look otherwise.
+base=$(mktemp -d /tmp/sw.XXXX) || exit 1
 
 if [ "$workers" = 0 ]; then
-    .venv/bin/python -m pytest "$@"
+    .venv/bin/python -m pytest --basetemp "$base/s" "$@"
     rc=$?
     parallel=$rc
     serial=5
 else
-    .venv/bin/python -m pytest -n "$workers" --dist loadfile -m "not systemd" "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile --basetemp "$base/p" \
+        -m "not systemd" "$@"
     parallel=$?
-    .venv/bin/python -m pytest -p no:xdist -m systemd "$@"
+    .venv/bin/python -m pytest -p no:xdist --basetemp "$base/s" -m systemd "$@"
     serial=$?
 fi
 if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
@@ -28,7 +34,9 @@ if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
 fi
 for rc in "$parallel" "$serial"; do
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then
+        echo "test.sh: the tests' folders are kept in $base" >&2
         exit "$rc"
     fi
 done
+rm -rf "$base"
 exit 0
