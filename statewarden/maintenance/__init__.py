@@ -3,9 +3,12 @@
 ``plan`` decides how each holder is stopped, ``prebuild`` makes the new file while
 Hermes runs, ``quiesce`` stops holders and waits for them to settle, ``fence`` keeps
 the old file from being opened again, ``swap`` puts the new file in place and the
-original in quarantine, ``ledger`` records each step before it starts, ``run`` is one
-run in order (and its roll-back / roll-forward), ``windows`` and ``auto`` are the
-daemon's side.
+original in quarantine, ``ledger`` records each step before it starts. ``steps`` is
+the list of a run's steps (their work in ``new_file``, ``stopping``, ``catch_up`` and
+``after_swap``), ``run`` goes through them with one guard around them (and its
+roll-back; ``resume`` takes up a run from its ledger), ``state`` is what they share,
+``journal`` what a run tells as it goes, ``report`` what it did. ``windows`` and
+``auto`` are the daemon's side.
 """
 
 from typing import TYPE_CHECKING
