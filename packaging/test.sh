@@ -30,6 +30,7 @@ else
 fi
 if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
     echo "test.sh: pytest collected no tests; that is a failure" >&2
+    rm -rf "$base"
     exit 1
 fi
 for rc in "$parallel" "$serial"; do
