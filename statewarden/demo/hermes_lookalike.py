@@ -27,8 +27,8 @@ BUSY_TIMEOUT_S = 1.0
 
 def daemonise() -> None:
     """Detach as the desktop app's backend does: a double fork (the parent is PID 1 or
-    the subreaper then), a new session, stdio on /dev/null. Also what ``tests/fake_hermes.py``
-    does for ``hermes serve --isolated``."""
+    the subreaper then), a new session, stdio on /dev/null. Also what
+    ``tests/support/fake_hermes.py`` does for ``hermes serve --isolated``."""
     if os.fork():
         os._exit(0)
     os.setsid()
