@@ -49,8 +49,9 @@ def captures(
     Each is read on a private copy, as recover --extra-source reads one, and counts only
     once it proves it is of this database; per table, the rows whose rowid the live file
     lacks, and of those the ones above the live file's sqlite_sequence (never given out
-    there: writes it lost). Nothing is changed. Exit codes: 0 listed, 2 usage (a path
-    that cannot be used), 4 the live file cannot be read.
+    there: writes it lost). Nothing is changed. Exit codes: 0 listed, 1 not read (no room
+    for the private copies; the message says why), 2 usage (a path that cannot be used),
+    4 the live file cannot be read.
 
     Example: statewardenctl captures --profile default --json
     """

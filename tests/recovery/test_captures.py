@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import apsw
 
 from lab.hermes_fixtures import SMALL, TINY, built_db
 from tests.support.cli import run_ctl
+from tests.support.privileges import needs_root
 
 CAPTURE = "state.db.retired-wal-20261130-220000-42"
 
@@ -179,3 +182,31 @@ def test_none_beside_the_database_and_bad_paths(tmp_path: Path) -> None:
     assert code == 2
     assert err.strip().endswith("not a directory (--work-dir)")
     assert "Traceback" not in err
+
+
+@needs_root
+def test_no_room_for_the_private_copies_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A --work-dir on a full 1 MiB tmpfs (a private mount namespace): one line naming the
+    folder and the room needed, exit 1, nothing left there, the live file and the capture
+    unchanged."""
+    home = live_home(tmp_path)
+    image, wal = image_and_wal(home / "state.db", tmp_path, new_messages=1)
+    capture_of(home, image, wal)
+    before = digest(home)
+    work = tmp_path / "work"
+    work.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=1m tmpfs {work} && "
+        f"{sys.executable} -m statewarden.cli.ctl captures --db {home / 'state.db'}"
+        f" --work-dir {work}; echo rc=$?; ls -A {work}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.stdout.splitlines() == ["rc=1"], proc.stdout + proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"statewardenctl: error: {work}: not enough free space")
+    assert digest(home) == before
