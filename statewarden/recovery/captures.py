@@ -112,9 +112,9 @@ def read_captures(
     work = make_work_copy(db, work_parent, progress=progress)
     try:
         with tempfile.TemporaryDirectory(prefix="copies-", dir=work.work_dir) as copies_dir:
-            notes: list[str] = []
+            left_out: dict[Path, str] = {}
             extras = ExtraSources([db.parent / i.name for i in candidates])
-            opened = open_copies(extras, Path(copies_dir), notes, database=db)
+            opened = open_copies(extras, Path(copies_dir), [], database=db, left_out=left_out)
             by_name = {c.name: c for c in opened}
             for i, item in enumerate(candidates):
                 if progress:
@@ -122,7 +122,8 @@ def read_captures(
                 reading = readings[item.name]
                 copy = by_name.get(item.name)
                 if copy is None:
-                    reading.verdict = _note_for(item.name, notes)
+                    why = left_out.get(db.parent / item.name)
+                    reading.verdict = why or "not used: it cannot be read"
                     continue
                 _compare(reading, copy, work)
             if progress:
@@ -143,14 +144,6 @@ def _reading(item: RecoveryFile) -> CaptureReading:
     elif item.problem:
         reading.verdict = f"not used: {item.problem}"
     return reading
-
-
-def _note_for(name: str, notes: list[str]) -> str:
-    """Why ``open_copies`` left the copy ``name`` out, from its note."""
-    for note in notes:
-        if f" {name}: " in note:
-            return note.split(f" {name}: ", 1)[1]
-    return "not used: it cannot be read"
 
 
 def _compare(reading: CaptureReading, copy: OtherCopy, work: WorkCopy) -> None:

@@ -145,11 +145,17 @@ class ExtraSources:
 
 
 def open_copies(
-    extras: ExtraSources, work_dir: Path, notes: list[str], *, database: Path
+    extras: ExtraSources,
+    work_dir: Path,
+    notes: list[str],
+    *,
+    database: Path,
+    left_out: dict[Path, str] | None = None,
 ) -> list[OtherCopy]:
     """The copies of ``extras`` that pass the check, newest first; one note per copy
-    left out. Only files of the database's owner are read (``extras.owner``, else the
-    owner of ``database``)."""
+    left out (and in ``left_out``, by path, why). Only files of the database's owner are
+    read (``extras.owner``, else the owner of ``database``)."""
+    why: dict[Path, str] = {} if left_out is None else left_out
     owner = extras.owner
     if owner is None:
         try:
@@ -163,11 +169,13 @@ def open_copies(
         try:
             copy = _private_copy(p, kind, work_dir / f"other-{i}", owner)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            notes.append(f"{kind} {p.name}: not used, it cannot be read ({exc})")
+            why[p] = f"not used, it cannot be read ({exc})"
+            notes.append(f"{kind} {p.name}: {why[p]}")
             continue
         verdict = _integrity(copy.path)
         if verdict != "ok":
-            notes.append(f"{copy.kind} {copy.name}: not used, it fails its check ({verdict})")
+            why[p] = f"not used, it fails its check ({verdict})"
+            notes.append(f"{copy.kind} {copy.name}: {why[p]}")
             continue
         out.append(copy)
     return sorted(out, key=lambda c: c.taken_at, reverse=True)
