@@ -174,17 +174,23 @@ def test_phantom_row_is_found_exactly(gen: Generation, tmp_path: Path) -> None:
     assert not any("search-index" in f or "FTS" in f for f in doc["findings"])
 
 
+def recover_json(db: Path, tmp_path: Path) -> tuple[int, dict[str, Any], Path]:
+    """``recover`` of ``db`` into ``tmp_path/out``: exit code, report, output; nothing on
+    stderr."""
+    out = tmp_path / "out" / "recovered.db"
+    out.parent.mkdir()
+    code, stdout, err = run_ctl(
+        "recover", "--source", str(db), "--output", str(out), "--json", "--progress", "none"
+    )
+    assert err == ""
+    return code, json.loads(stdout), out
+
+
 def test_recover_brings_back_every_row_and_object(gen: Generation, tmp_path: Path) -> None:
     """recover on each generation's phantom row gives a verified copy equal to the pristine
     database, the duplicate dropped and nothing lost."""
     case = corruption.phantom_row(tmp_path / "db", gen.spec)
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir()
-    code, stdout, err = run_ctl(
-        "recover", "--source", str(case.db), "--output", str(out), "--json", "--progress", "none"
-    )
-    assert err == ""
-    doc = json.loads(stdout)
+    code, doc, out = recover_json(case.db, tmp_path)
     assert (code, doc["verified"], doc["loss_detected"], doc["lost"]) == (0, True, False, {})
     assert doc["tables"]["sessions"]["duplicates_dropped"] == 1
     assert_same_database(case.pristine, out)
@@ -224,13 +230,7 @@ def test_page1_and_schema_destroyed_every_session_and_message_back(
     passes check: no loss in any generation (main's CJK search table, in no layout,
     holds only what its messages hold)."""
     case = corruption.zeroed_page1(tmp_path / "db", gen.spec, schema_leaves=True)
-    out = tmp_path / "out" / "recovered.db"
-    out.parent.mkdir()
-    code, stdout, err = run_ctl(
-        "recover", "--source", str(case.db), "--output", str(out), "--json", "--progress", "none"
-    )
-    assert err == ""
-    doc = json.loads(stdout)
+    code, doc, out = recover_json(case.db, tmp_path)
     assert doc["verified"] is True
     for table in ("sessions", "messages"):
         sql = f"SELECT rowid, * FROM {table} ORDER BY rowid"
