@@ -19,6 +19,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Every command reads its config and chooses its databases the same way (``_plain``).
 get_config = _plain.get_config
 select_targets = _plain.select_targets
+human_bytes = _plain.human_bytes
 
 
 def echo_line(text: str = "", *, err: bool = False) -> None:
@@ -75,14 +76,3 @@ def print_json(data: Mapping[str, Any]) -> None:
 def print_json_line(data: Mapping[str, Any], *, err: bool = False) -> None:
     """One event as a one-line JSON object (progress, --watch scans), on stdout or stderr."""
     click.echo(json.dumps(json_document(data), default=str), err=err)
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover

@@ -1,12 +1,16 @@
-"""``statewardenctl``'s entry point: ``holders`` with plain options runs without click.
+"""``statewardenctl``'s entry point: ``holders`` and ``status`` with plain options run
+without click.
 
 ``statewardenctl holders`` is what a script or a watchdog runs again and again, next to
-``fuser``; click and the command group are about half of its imports. When its
-arguments are only the options in :data:`HOLDERS_VALUES` and :data:`HOLDERS_FLAGS`,
-they are read here and the command runs through the same code as the click command
-(:mod:`statewarden.cli.holders_output`), printing the same. Anything else (``--help``,
+``fuser``, and ``status`` is the first thing a user types; click and the command group
+are about half of their imports. When a command's arguments are only the options in
+:data:`HOLDERS_VALUES` / :data:`HOLDERS_FLAGS` (``status``: :data:`STATUS_VALUES` /
+:data:`STATUS_FLAGS`), they are read here and the command runs through the same code as
+its click command (:mod:`statewarden.cli.holders_output`,
+:mod:`statewarden.cli.status_output`), printing the same. Anything else (``--help``,
 ``--watch``, an option without its value, an unknown option, another command) goes to
 the click group (:mod:`statewarden.cli.ctl`), which reads and reports it as always.
+This module and :mod:`statewarden.config_literals` are the package's two fast paths.
 """
 
 from __future__ import annotations
@@ -30,32 +34,36 @@ HOLDERS_FLAGS = {
     "--verbose": "verbose",
     "-v": "verbose",
 }
+STATUS_VALUES = {"--config": "config_path", "--db": "db", "--profile": "profile"}
+STATUS_FLAGS = {"--json": "as_json"}
 
 
 def holders_options(args: list[str]) -> dict[str, str | bool | None] | None:
-    """The options of ``holders ARGS``, or None when click should read them instead.
+    """The options of ``holders ARGS``, or None when click should read them instead."""
+    return plain_options(args, HOLDERS_VALUES, HOLDERS_FLAGS)
+
+
+def plain_options(
+    args: list[str], values: dict[str, str], flags: dict[str, str]
+) -> dict[str, str | bool | None] | None:
+    """The options ``args`` give, keyed as ``values`` and ``flags`` name them, or None
+    when click should read them instead.
 
     Takes ``--db X`` and ``--db=X``; a repeated option keeps its last value, as click
     does. A value that looks like an option, an empty value, ``--`` or anything not
     listed goes to click, which gives its own answer (and its usage error).
     """
-    options: dict[str, str | bool | None] = {
-        "config_path": None,
-        "db": None,
-        "profile": None,
-        "as_json": False,
-        "no_systemd": False,
-        "verbose": False,
-    }
+    options: dict[str, str | bool | None] = dict.fromkeys(values.values())
+    options.update(dict.fromkeys(flags.values(), False))
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg in HOLDERS_FLAGS:
-            options[HOLDERS_FLAGS[arg]] = True
+        if arg in flags:
+            options[flags[arg]] = True
             i += 1
             continue
         name, eq, value = arg.partition("=")
-        if name not in HOLDERS_VALUES:
+        if name not in values:
             return None
         if not eq:
             if i + 1 >= len(args):
@@ -64,7 +72,7 @@ def holders_options(args: list[str]) -> dict[str, str | bool | None] | None:
             i += 1
         if not value or value.startswith("-"):
             return None
-        options[HOLDERS_VALUES[name]] = value
+        options[values[name]] = value
         i += 1
     return options
 
@@ -117,6 +125,22 @@ def _holders(options: dict[str, str | bool | None]) -> int:
     return 1  # pragma: no cover - errors_as_exit_codes exits
 
 
+def run_status(options: dict[str, str | bool | None]) -> int:
+    """``statewardenctl status`` once, as the click command runs it."""
+    from statewarden.cli._plain import errors_as_exit_codes  # noqa: PLC0415
+
+    with errors_as_exit_codes(PROG):
+        from statewarden.cli.status_output import report_status  # noqa: PLC0415
+
+        config_path, db, profile = (options[k] for k in ("config_path", "db", "profile"))
+        assert config_path is None or isinstance(config_path, str)
+        assert db is None or isinstance(db, str)
+        assert profile is None or isinstance(profile, str)
+        report_status(config_path, db, profile, bool(options["as_json"]))
+        return 0
+    return 1  # pragma: no cover - errors_as_exit_codes exits
+
+
 def end(code: int) -> NoReturn:
     """End the process with ``code`` once stdout and stderr are written out.
 
@@ -144,6 +168,10 @@ def main() -> None:
             # records of thousands of processes would cost more than they free.
             gc.disable()
             end(run_holders(options))
+    elif args[:1] == ["status"]:
+        options = plain_options(args[1:], STATUS_VALUES, STATUS_FLAGS)
+        if options is not None:
+            end(run_status(options))
     from statewarden.cli.ctl import main as ctl_main  # noqa: PLC0415
 
     ctl_main()

@@ -18,22 +18,13 @@ from statewarden.cli._common import (
     print_json,
     profile_option,
 )
+from statewarden.cli.status_output import verdict_line
 from statewarden.config import runtime_dir
 from statewarden.daemon.control_client import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, NoDaemon
 
 # The daemon answers when the verification is done: wait as long as it may take.
 ANSWER_MARGIN_S = 60.0
-
-
-def verdict_line(v: dict[str, Any]) -> str:
-    """``healthy``, ``base damage``, ``failed: why``: one verification in a few words."""
-    result = v.get("result")
-    if result == "none":
-        return "healthy"
-    if result == "failed":
-        return f"failed: {v.get('error')}"
-    return f"{result} damage"
 
 
 def _render(v: dict[str, Any]) -> None:
