@@ -1,7 +1,10 @@
 """The holders engine: who holds a database, and which unit each holder belongs to.
 
 ``processes`` reads one process from ``/proc`` and names its kind; ``scan`` finds every
-holder of a database (descriptors, maps, ``/proc/locks``, stale inodes), incrementally;
+holder of a database (descriptors, maps, ``/proc/locks``, stale inodes), incrementally,
+from its parts: ``bundle`` (which file of a database a descriptor or a map names),
+``holdings`` (what one process holds), ``incremental`` (the cache between scans),
+``lock_owners`` (the lock check) and ``findings`` (the result per database);
 ``locks`` reads ``/proc/locks`` and the OFD locks descriptors carry; ``opens`` turns
 inotify open events into cheap re-scans; ``report`` holds the records and their JSON;
 ``units`` confirms each holder's unit with the user manager.
