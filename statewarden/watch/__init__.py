@@ -1,7 +1,9 @@
 """Watchers: what statewarden looks at to see trouble coming.
 
 ``logtail`` follows the Hermes log files and cuts them into records (``records``), which
-``rules`` turns into signals;
+``rules`` turns into signals; its parts: ``log_reader`` (one open file cut into records),
+``rotation`` (one log across the files it has been) and ``replays`` (copies and history
+dropped);
 ``journal`` follows the Hermes units' journal; ``files`` watches state.db and its
 sidecars; ``status`` reads the facts about each database without harm
 (``statewardenctl status``). Each watcher produces signals and observations

@@ -4,9 +4,7 @@ class or module fits. Cutting them at their seams is the work these numbers trac
 
 from __future__ import annotations
 
-CLASSES: dict[str, int] = {
-    "statewarden/watch/logtail.py:LogTailer": 547,
-}
+CLASSES: dict[str, int] = {}
 
 MODULES: dict[str, int] = {
     "statewarden/config.py": 990,
@@ -14,6 +12,5 @@ MODULES: dict[str, int] = {
     "statewarden/recovery/diagnose.py": 1143,
     "statewarden/recovery/evidence/lost_schema.py": 1258,
     "statewarden/recovery/decoding/pages.py": 1532,
-    "statewarden/watch/logtail.py": 958,
     "statewarden/watch/rules.py": 1229,
 }

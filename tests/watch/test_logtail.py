@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from lab.hermes_fixtures import hermes_python, log_line
 from statewarden.targets import Target
-from statewarden.watch import logtail
+from statewarden.watch.log_reader import LogReader
 from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
 from statewarden.watch.records import LogRecord, starts_record
 
@@ -868,7 +868,7 @@ class TestChunkBoundaries:
 
 
 def _line_by_line(*_args: object) -> bool:
-    """``_Reader._feed_records`` declining every block: lines are read one by one."""
+    """``LogReader._feed_records`` declining every block: lines are read one by one."""
     return False
 
 
@@ -930,7 +930,7 @@ class TestWholeBlockReading:
         ).encode()
         fast = self._read(data, cuts, limit, record_chars)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(logtail._Reader, "_feed_records", _line_by_line)
+            mp.setattr(LogReader, "_feed_records", _line_by_line)
             assert self._read(data, cuts, limit, record_chars) == fast
 
 
