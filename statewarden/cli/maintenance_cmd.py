@@ -47,6 +47,28 @@ def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
 
 
+# Actions the daemon is not handed: they run in this process.
+HERE_ONLY = ("merge", "apply-captures")
+
+
+def action_of(action: str, *, resume: bool, merge_from: str | None, apply: bool) -> str:
+    """The run's action: --merge-from and --apply-captures are actions of their own."""
+    if merge_from is not None:
+        if action != "repair" or resume:
+            raise UsageError(
+                "--merge-from is an action of its own: leave out --action and --resume"
+            )
+        action = "merge"
+    if apply:
+        if action != "repair" or resume:
+            raise UsageError(
+                "--apply-captures is an action of its own: leave out --action, --merge-from"
+                " and --resume"
+            )
+        action = "apply-captures"
+    return action
+
+
 @click.command("maintenance")
 @config_option
 @db_option
@@ -81,6 +103,14 @@ def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
     " aside, as the sessions_vanished incident names it) with the current ones.",
 )
 @click.option(
+    "--apply-captures",
+    "apply_captures",
+    is_flag=True,
+    help="Bring back the rows the live file lost that Hermes' retired WAL captures and"
+    " pre-update backups hold (as statewardenctl captures lists them), then move those"
+    " captures to quarantine.",
+)
+@click.option(
     "--here",
     is_flag=True,
     help="Run in this process even when the daemon runs (it is handed to the daemon otherwise).",
@@ -100,6 +130,7 @@ def maintenance(
     resume: bool,
     no_import: bool,
     merge_from: str | None,
+    apply_captures: bool,
     here: bool,
     as_json: bool,
 ) -> None:
@@ -119,8 +150,19 @@ def maintenance(
     recovered, proven to be this database's, and merged with what Hermes wrote since
     into one verified file, swapped in as a repair is. It runs in this process.
 
-    Exit codes: 0 done (or healthy, or nothing to merge), 1 failed, aborted or cancelled
-    and rolled back, 2 usage (a --merge-from path that cannot be used: none, a
+    --apply-captures brings back what Hermes' retired WAL captures and pre-update
+    backups beside state.db hold that the live file lost: each is read on a private
+    copy and used only once it proves it is of this database (one of another database
+    is refused and named, a .partial one named as not used; neither is touched); of its
+    rows the live file lacks, those above the live file's sqlite_sequence (never given
+    out there: lost writes, never rows deleted since) come in, each listed with its
+    capture; a row whose session the live file lacks is left out and named. The new
+    file is verified and swapped in as a repair is, then the captures used move to the
+    run's quarantine folder. --dry-run lists what would come in. It runs in this
+    process; --resume finishes a killed run (nothing is applied or moved twice).
+
+    Exit codes: 0 done (or healthy, or nothing to merge or apply), 1 failed, aborted or
+    cancelled and rolled back, 2 usage (a --merge-from path that cannot be used: none, a
     directory, an empty file), 3 the repair would lose rows (nothing swapped without
     --accept-loss) or swapped with accepted loss, 4 unreadable, 5 refused (a holder that
     may not be stopped, another run in progress on the database, or a --merge-from file
@@ -135,12 +177,7 @@ def maintenance(
         names = ", ".join(t.name for t in targets)
         raise UsageError(f"several databases found ({names}); choose one with --db or --profile")
     config = get_config(config_path)
-    if merge_from is not None:
-        if action != "repair" or resume:
-            raise UsageError(
-                "--merge-from is an action of its own: leave out --action and --resume"
-            )
-        action = "merge"
+    action = action_of(action, resume=resume, merge_from=merge_from, apply=apply_captures)
     interactive = not yes and sys.stdin.isatty() and sys.stderr.isatty()
 
     def ask() -> bool:
@@ -149,18 +186,13 @@ def maintenance(
     def confirm(_plan: Plan) -> bool:
         return ask() if interactive else True
 
-    if not (here or dry_run or merge_from is not None):
-        flags = {
-            "force": force,
-            "accept_loss": accept_loss,
-            "no_import": no_import,
-            "resume": resume,
-        }
+    if not (here or dry_run or action in HERE_ONLY):
+        flags = {"force": force, "accept_loss": accept_loss, "no_import": no_import}
         handed = hand_off(
             targets[0],
             config,
             action,
-            flags,
+            {**flags, "resume": resume},
             as_json=as_json,
             confirm=ask if interactive and not resume else None,
         )

@@ -17,7 +17,13 @@ from statewarden.errors import EXIT_FAILED, EXIT_MAINTENANCE_LOSS, EXIT_OK
 from statewarden.maintenance.fence import copy_out
 from statewarden.maintenance.journal import Abort, crash_point
 from statewarden.maintenance.ledger import db_digest
-from statewarden.maintenance.new_file import journal_mode_of, merged, other_copies, remove_new
+from statewarden.maintenance.new_file import (
+    captures_applied,
+    journal_mode_of,
+    merged,
+    other_copies,
+    remove_new,
+)
 from statewarden.maintenance.prebuild import build_copy_as_is, build_new_file, identity
 from statewarden.maintenance.stopping import no_holders
 from statewarden.maintenance.swap import seal
@@ -120,6 +126,9 @@ def _rebuild(run: RunState, source: Path) -> Report | None:
         return rep
     if action == "merge":
         merged(run, source, prebuild=False)  # a failure is an Abort: rolled back
+        return None
+    if action == "apply-captures":
+        captures_applied(run, source, prebuild=False)  # likewise
         return None
     build_copy_as_is(source, run.new, journal_mode_of(action), run.progress)
     return None

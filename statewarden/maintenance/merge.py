@@ -517,7 +517,7 @@ class _MergeTx:
             (sid,),
         )
         active = [r for r in rows if r[1] == 1]
-        calls = sum(_tool_calls_len(r[0]) for r in active)
+        calls = sum(tool_calls_len(r[0]) for r in active)
         self.conn.execute(
             "UPDATE main.sessions SET started_at = min(started_at, (SELECT started_at FROM"
             " old.sessions WHERE id = ?)), message_count = coalesce(message_count, 0) + ?,"
@@ -592,7 +592,7 @@ def same_message(conn: apsw.Connection, other: str = "old") -> str:
     return " AND ".join(f"m.{quote_ident(c)} IS o.{quote_ident(c)}" for c in both)
 
 
-def _tool_calls_len(value: Any) -> int:
+def tool_calls_len(value: Any) -> int:
     """Tool calls in one message's ``tool_calls``, as Hermes counts them (a list: its
     length; anything else that is set: one)."""
     if value is None or value == "":

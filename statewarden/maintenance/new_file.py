@@ -23,6 +23,7 @@ from statewarden.errors import (
     DatabaseUnreadable,
     StatewardenError,
 )
+from statewarden.maintenance.apply_captures import build_applied
 from statewarden.maintenance.journal import Abort
 from statewarden.maintenance.merge import build_merged, prepare_source
 from statewarden.maintenance.prebuild import (
@@ -130,6 +131,8 @@ def _build(run: RunState) -> RunReport | None:
         return None
     if action == "merge":
         return merged(run, run.db, prebuild=True)
+    if action == "apply-captures":
+        return captures_applied(run, None, prebuild=True)
     build_copy_as_is(run.db, run.new, journal_mode_of(action), run.progress)
     return None
 
@@ -190,6 +193,38 @@ def merged(run: RunState, current: Path, *, prebuild: bool) -> RunReport | None:
     if not result.verified:
         remove_new(run)
         why = "the merged file failed verification: " + "; ".join(result.problems)
+        if not prebuild:
+            raise Abort(why, EXIT_FAILED)
+        return run.finish("failed before stopping anything", EXIT_FAILED, why)
+    return None
+
+
+def preview_captures(run: RunState) -> None:
+    """A dry run of ``--apply-captures``: what would be brought in now, built the same
+    way in the run's private folder and not kept."""
+    result = build_applied(run.db, None, run.folder, progress=run.progress)
+    run.report.captures = result.to_json()
+
+
+def captures_applied(run: RunState, current: Path | None, *, prebuild: bool) -> RunReport | None:
+    """Bring the rows the captures hold that the live file lost (``current``: the
+    stopped file's copy to read, None: the live file) into the new file; a report when
+    the run ends here (nothing to bring in, or a file that failed verification)."""
+    assert run.new is not None
+    result = build_applied(run.db, run.new, run.new.parent, live=current, progress=run.progress)
+    if prebuild:
+        run.folded_sha256 = result.folded_sha256
+    run.captures = result.proven
+    run.report.captures = result.to_json()
+    if result.nothing:
+        remove_new(run)
+        message = "the captures beside it hold no row the live file lost above its sequences"
+        if not prebuild:
+            raise Abort(message + "; nothing to swap", EXIT_OK)
+        return run.finish("nothing to apply", EXIT_OK, message + "; nothing was stopped")
+    if not result.verified:
+        remove_new(run)
+        why = "the file with the captures' rows failed verification: " + "; ".join(result.problems)
         if not prebuild:
             raise Abort(why, EXIT_FAILED)
         return run.finish("failed before stopping anything", EXIT_FAILED, why)

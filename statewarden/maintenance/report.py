@@ -102,6 +102,7 @@ class RunReport:
     post_check: PostCheck | None = None  # null in JSON as {} (no post-check ran)
     recover: dict[str, Any] | None = None
     merge: dict[str, Any] | None = None  # what a merge did (merge.py), and why the file
+    captures: dict[str, Any] | None = None  # what apply-captures brought in (apply_captures.py)
     plan: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     source_identity: dict[str, Any] | None = None  # the source at the pre-build
@@ -146,6 +147,31 @@ class RunReport:
                 )
         lines.extend(f"    not imported: {n}" for n in imp["not_imported"])
         lines.append("  the diverted files are kept as they were (never changed or deleted)")
+        return lines
+
+    def _captures_lines(self) -> list[str]:
+        cap = self.captures
+        if cap is None:
+            return []
+        lines = [f"  {cap['summary']}"] if "summary" in cap else []
+        for c in cap.get("captures") or []:
+            lines.append(f"    {c['kind']} {c['name']}: {c['verdict']}")
+        runs: list[list[Any]] = []  # [capture, table, first rowid, last rowid]
+        for r in cap.get("rows") or []:
+            last = runs[-1] if runs else None
+            if last and last[:2] == [r["capture"], r["table"]] and last[3] + 1 == r["rowid"]:
+                last[3] = r["rowid"]
+            else:
+                runs.append([r["capture"], r["table"], r["rowid"], r["rowid"]])
+        for capture, table, first, end in runs:
+            ids = f"rowid {first}" if first == end else f"rowids {first}-{end}"
+            lines.append(f"    brought in: {table} {ids} from {capture}")
+        for r in cap.get("left_out") or []:
+            lines.append(
+                f"    left out: {r['table']} rowid {r['rowid']} of {r['capture']}: {r['why']}"
+            )
+        for name in cap.get("quarantined") or []:
+            lines.append(f"    moved to quarantine: {name}")
         return lines
 
     def _recover_lines(self) -> list[str]:
@@ -197,6 +223,7 @@ class RunReport:
             if "summary" in self.merge:
                 lines.append(f"  {self.merge['summary']}")
             lines.append(f"  {self.merge['old']} is this database's: {self.merge['proof']}")
+        lines.extend(self._captures_lines())
         if self.post_check is not None:
             lines.append(f"  post-check: {self.post_check.summary}")
         lines.extend(self._recover_lines())

@@ -53,7 +53,7 @@ from statewarden.maintenance.journal import PAST_THE_SWAP as PAST_THE_SWAP  # no
 from statewarden.maintenance.journal import Abort, what_failed
 from statewarden.maintenance.ledger import LedgerRecord, read_ledger, run_dir, run_lock
 from statewarden.maintenance.new_file import other_copies as other_copies  # noqa: PLC0414 - its name for callers
-from statewarden.maintenance.new_file import prepare_merge, remove_new
+from statewarden.maintenance.new_file import prepare_merge, preview_captures, remove_new
 from statewarden.maintenance.plan import Plan, make_plan
 from statewarden.maintenance.profiles import affected_profiles
 from statewarden.maintenance.quiesce import annotate_units, complete_scan
@@ -125,6 +125,8 @@ class MaintenanceRun(RunState):
         self.fence = Fence.of(self.db)
         if self.options.action == "merge":
             prepare_merge(self)
+        if self.options.action == "apply-captures" and self.options.dry_run:
+            preview_captures(self)
         plan = self.plan = self._plan()
         self.report.plan = plan.to_json()
         self.journal.emit("plan", plan=self.report.plan, lines=plan.render())
@@ -317,7 +319,9 @@ class MaintenanceRun(RunState):
         if self.report.failures:
             code = EXIT_FAILED
             problems.extend(f"{f.step} failed: {f.error}" for f in self.report.failures)
-        done = {"repair": "repaired", "merge": "merged"}.get(self.report.action, "swapped")
+        done = {"repair": "repaired", "merge": "merged", "apply-captures": "applied"}.get(
+            self.report.action, "swapped"
+        )
         return self.finish(done, code, "; ".join(problems))
 
     # -- resume ------------------------------------------------------------------------

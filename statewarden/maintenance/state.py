@@ -61,7 +61,7 @@ class RunState:
         self.config = config
         self.mc = config.maintenance
         self.options = options or Options()
-        if self.options.action not in (*ACTIONS, "restore", "merge"):
+        if self.options.action not in (*ACTIONS, "restore", "merge", "apply-captures"):
             raise UsageError(
                 f"unknown action {self.options.action!r} (one of: {', '.join(ACTIONS)})"
             )
@@ -81,6 +81,9 @@ class RunState:
         self.folded_sha256: str | None = None
         self.sealed: NewFile | None = None  # the new file as built, proven at the swap
         self.merge_source: Source | None = None  # the merge's old file, recovered and proven
+        # apply-captures: the captures proven of this database, moved to quarantine after
+        # the swap (from the build, or the swap's ledger line on a resume)
+        self.captures: list[str] = []
         self.quarantine = Path()  # where the swap puts the original
         self.swap_files: Any = None  # what the swap moved (its ledger line)
         self.resumed_ino: int | None = None  # the new file's inode, as the ledger has it

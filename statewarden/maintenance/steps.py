@@ -25,6 +25,7 @@ from statewarden.maintenance.after_swap import (
     post_check,
     retention,
 )
+from statewarden.maintenance.apply_captures import QUARANTINE_FOLDER, quarantine_captures
 from statewarden.maintenance.catch_up import catch_up, verify_source
 from statewarden.maintenance.journal import Abort, crash_point, what_failed
 from statewarden.maintenance.new_file import prebuild
@@ -46,7 +47,16 @@ if TYPE_CHECKING:
 
 # ``restore`` swaps a quarantined original back in (statewardenctl quarantine restore);
 # ``merge`` an earlier file's rows merged with the current ones (maintenance --merge-from).
-SWAP_ACTIONS = ("repair", "vacuum", "journal-mode=delete", "journal-mode=wal", "restore", "merge")
+# ``apply-captures`` the rows Hermes' captures hold that the live file lost.
+SWAP_ACTIONS = (
+    "repair",
+    "vacuum",
+    "journal-mode=delete",
+    "journal-mode=wal",
+    "restore",
+    "merge",
+    "apply-captures",
+)
 
 # Where a step runs: before anything is stopped (a failure ends the run with nothing
 # to undo), from the first stop up to the swap (a failure rolls back), after the swap
@@ -74,6 +84,10 @@ def _swaps(run: RunState) -> bool:
 
 def _swapped(run: RunState) -> bool:
     return run.swapped
+
+
+def _applied_captures(run: RunState) -> bool:
+    return run.swapped and run.report.action == "apply-captures"
 
 
 def _stops_something(run: RunState) -> bool:
@@ -159,6 +173,7 @@ def _last_look_and_seal(run: RunState) -> NewFile:
             quarantine=str(run.quarantine),
             new_ino=sealed.ino,
             new_file=sealed.to_json(),
+            **_captures(run),
         )
     except Exception as exc:  # noqa: BLE001 - rule 14: roll back, start again
         run.journal.failed("swap", exc)
@@ -179,8 +194,15 @@ def _resumed_swap(run: RunState) -> NewFile:
         resumed=True,
         new_ino=run.resumed_ino,
         new_file=sealed.to_json(),
+        **_captures(run),
     )
     return sealed
+
+
+def _captures(run: RunState) -> dict[str, list[str]]:
+    """The captures an ``apply-captures`` run moves to quarantine after the swap, in the
+    swap's ledger line: a resume moves them from there."""
+    return {"captures": run.captures} if run.report.action == "apply-captures" else {}
 
 
 def _nobody_holds_the_original(run: RunState) -> None:
@@ -223,6 +245,18 @@ def swapped(run: RunState) -> None:
         run.journal.guarded("swapped", lambda: journal_mode_pin(run))
 
 
+def captures_to_quarantine(run: RunState) -> None:
+    """``apply-captures``: the captures whose rows are in the new file, moved into the
+    run's quarantine folder (once: a resume moves only what is still beside state.db)."""
+    run.journal.step("captures", names=run.captures)
+    quarantine_captures(run.db, run.captures, run.quarantine)
+    run.report.captures = {
+        **(run.report.captures or {}),
+        "quarantined": list(run.captures),
+        "quarantine": str(run.quarantine / QUARANTINE_FOLDER),
+    }
+
+
 def restart(run: RunState) -> None:
     """What the run stopped, started again (before the post-check and the import, so
     nothing they do keeps Hermes down)."""
@@ -241,6 +275,7 @@ STEPS: tuple[Step, ...] = (
     Step("swap", UNTIL_SWAP, swap_in, _swaps),
     Step("swapped", AFTER_SWAP, swapped, _swapped),
     Step("restart", AFTER_SWAP, restart, _always),
+    Step("captures", AFTER_SWAP, captures_to_quarantine, _applied_captures),
     Step("post-check", AFTER_SWAP, post_check, _swapped),
     Step("import", AFTER_SWAP, import_diverted_transcripts, _swapped),
     Step("retention", AFTER_SWAP, retention, _swapped),

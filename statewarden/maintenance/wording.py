@@ -23,6 +23,7 @@ STEP_WORDS = {
     "import": "importing the transcripts Hermes diverted",
     "post-check": "checking the new file and who holds it",
     "checkpoint": "checkpointing the -wal into state.db",
+    "captures": "moving the applied captures to quarantine",
 }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ from statewarden.recovery_files import RecoveryFile, scan
 from statewarden.sqlite import quote_ident, uri_for
 
 SAMPLE_ROWIDS = 20
+# What a caller does with the captures once read, while their private copies exist:
+# (the live file's private copy, its journal mode, each capture proven of this
+# database by name -> its private copy, newest first).
+ThenFn = Callable[[Path, str, dict[str, Path]], None]
 _KINDS = {"retired_wal": "retired WAL capture", "pre_update_backup": "pre-update backup"}
 
 
@@ -99,9 +104,18 @@ class CaptureReading:
 
 
 def read_captures(
-    db: Path, work_parent: Path, *, progress: ProgressFn | None = None
+    db: Path,
+    work_parent: Path,
+    *,
+    progress: ProgressFn | None = None,
+    live: Path | None = None,
+    then: ThenFn | None = None,
 ) -> list[CaptureReading]:
-    """Every capture and pre-update backup of ``db``, read against its live file."""
+    """Every capture and pre-update backup of ``db``, read against its live file (or
+    ``live``, a copy of it: maintenance's catch-up reads the stopped file through its
+    fence). ``then`` is given the captures proven of this database, on the same private
+    copies the reading used (``maintenance --apply-captures`` builds its new file
+    there), and is not called when none is."""
     items = [i for i in scan(db).items if i.what in _KINDS]
     if not items:
         return []
@@ -109,7 +123,7 @@ def read_captures(
     candidates = [i for i in items if readings[i.name].verdict == ""]
     if not candidates:
         return list(readings.values())
-    work = make_work_copy(db, work_parent, progress=progress)
+    work = make_work_copy(live or db, work_parent, progress=progress)
     try:
         with tempfile.TemporaryDirectory(prefix="copies-", dir=work.work_dir) as copies_dir:
             left_out: dict[Path, str] = {}
@@ -128,6 +142,9 @@ def read_captures(
                 _compare(reading, copy, work)
             if progress:
                 progress("read captures", len(candidates), len(candidates))
+            proven = {c.name: c.path for c in opened if readings[c.name].used}
+            if then is not None and proven:
+                then(work.db, work.source_header.journal_mode, proven)
     finally:
         work.cleanup()
     return list(readings.values())
