@@ -28,7 +28,6 @@ import socket
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -39,7 +38,6 @@ from statewarden.alerts.secrets import read_secret, url_secrets
 from statewarden.alerts.sink import Progress, Refused, Rejected, Retry
 from statewarden.config import AlertmanagerConfig
 from statewarden.errors import SecretMissing
-from statewarden.redact import Scrubber
 
 EVENT_S = 300.0
 ANNOTATION_CHARS = 1000
@@ -96,7 +94,7 @@ def test_item(n: Notification) -> Item:
     )
 
 
-class AlertmanagerSink:
+class AlertmanagerSink(http.HttpSender):
     name = "alertmanager"
 
     def __init__(
@@ -123,21 +121,13 @@ class AlertmanagerSink:
                 base = ""
         base = base.rstrip("/")
         self.url = base + API_PATH if base else ""
-        self._scrubber = Scrubber(*(url_secrets(base) if secret and base else ()))
-        parts = urlsplit(base)
-        self.server = f"{parts.scheme}://{parts.hostname}" if parts.hostname else "?"
-        if parts.port:
-            self.server += f":{parts.port}"
-        self.server += parts.path if not secret else ""
-        self._client = client
-
-    def scrub(self, text: str) -> str:
-        return self._scrubber(text)
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False)
-        return self._client
+        super().__init__(
+            secrets=url_secrets(base) if secret and base else (),
+            server=http.server_of(base, path=not secret),
+            timeout=cfg.timeout,
+            deadline=cfg.deadline,
+            client=client,
+        )
 
     async def deliver(self, entry: Entry, progress: Progress) -> str:
         if self.problem:
@@ -145,16 +135,7 @@ class AlertmanagerSink:
         n = entry.notification
         items = n.items or [test_item(n)]
         alerts = [alert_of(n, item) for item in items]
-        status, reason, _headers, body = await http.request(
-            self._http(),
-            "POST",
-            self.url,
-            server=self.server,
-            deadline=self.cfg.deadline,
-            timeout=self.cfg.timeout,
-            scrub=self.scrub,
-            payload=alerts,
-        )
+        status, reason, _headers, body = await self.request("POST", self.url, alerts)
         text = self.scrub(http.one_line(body.decode("utf-8", "replace")) or reason)
         if 200 <= status < 300:
             return f"{len(alerts)} alert{'s' if len(alerts) != 1 else ''} posted ({status})"
@@ -167,8 +148,3 @@ class AlertmanagerSink:
         if status == 400:
             raise Refused(f"{status} {text}")
         raise Retry(f"{status} {text}")
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None

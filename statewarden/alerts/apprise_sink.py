@@ -27,10 +27,9 @@ from typing import Any
 from statewarden.alerts.message import plain_lines, severity_rank
 from statewarden.alerts.outbox import Entry
 from statewarden.alerts.secrets import read_secret, url_secrets
-from statewarden.alerts.sink import Progress, Rejected, Retry
+from statewarden.alerts.sink import Progress, Rejected, Retry, Scrubbed
 from statewarden.config import AppriseConfig
 from statewarden.errors import SecretMissing
-from statewarden.redact import Scrubber
 
 ERROR_CHARS = 300
 
@@ -50,7 +49,7 @@ def notify_type(n_state: str, severity: str) -> str:
     return "warning" if severity == "warning" else "info"
 
 
-class AppriseSink:
+class AppriseSink(Scrubbed):
     name = "apprise"
 
     def __init__(self, cfg: AppriseConfig, env: Mapping[str, str] | None = None) -> None:
@@ -65,11 +64,8 @@ class AppriseSink:
                 self.token_problem = f"no Apprise URLs: {self.source}: only comments"
         except SecretMissing as exc:
             self.token_problem = str(exc)
-        self._scrubber = Scrubber(*(s for u in self.urls for s in url_secrets(u)))
+        super().__init__(s for u in self.urls for s in url_secrets(u))
         self._servers: list[Any] | None = None
-
-    def scrub(self, text: str) -> str:
-        return self._scrubber(text)
 
     def _load(self) -> list[Any]:
         """One Apprise object per URL (raises :class:`Rejected` for a bad one)."""

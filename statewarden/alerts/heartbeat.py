@@ -33,7 +33,6 @@ from statewarden.alerts.sink import Retry
 from statewarden.backoff import Backoff
 from statewarden.config import HeartbeatConfig
 from statewarden.errors import SecretMissing
-from statewarden.redact import Scrubber
 
 RESTART_WAIT_S = 5.0
 
@@ -65,7 +64,9 @@ class HeartbeatHealth:
         return asdict(self)
 
 
-class Heartbeat:
+class Heartbeat(http.HttpSender):
+    """Pings the push URL while statewarden is healthy, its fail form while it is not."""
+
     def __init__(
         self,
         cfg: HeartbeatConfig,
@@ -92,43 +93,30 @@ class Heartbeat:
                 self.problem = f"heartbeat URL from {self.health.source}: not one http(s) URL"
             else:
                 self.url, self.fail_url = url, fail_url_of(url, cfg.fail_suffix)
-        self._scrubber = Scrubber(*url_secrets(self.url), *url_secrets(self.fail_url))
-        parts = urlsplit(self.url)
-        self.server = f"{parts.scheme}://{parts.hostname}" if self.url else "?"
-        if parts.port:
-            self.server += f":{parts.port}"
-        self._client = client
+        super().__init__(
+            secrets=(*url_secrets(self.url), *url_secrets(self.fail_url)),
+            server=http.server_of(self.url),
+            timeout=cfg.timeout,
+            deadline=cfg.deadline,
+            client=client,
+        )
         self._wake = asyncio.Event()
         self._backoff = Backoff(1.0, cfg.interval)
-
-    def scrub(self, text: str) -> str:
-        return self._scrubber(text)
 
     def nudge(self) -> None:
         """Something changed (an incident opened or closed): ping now if the signal did."""
         self._wake.set()
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False)
-        return self._client
 
     async def ping(self) -> bool:
         """One ping, ``ok`` or ``fail`` as things are now; True if the monitor took it."""
         why = self.trouble()
         signal = "fail" if why else "ok"
         try:
-            status, reason, _headers, _body = await http.request(
-                self._http(),
-                "GET",
-                self.fail_url if why else self.url,
-                server=self.server,
-                deadline=self.cfg.deadline,
-                timeout=self.cfg.timeout,
-                scrub=self.scrub,
+            status, reason, _headers, _body = await self.request(
+                "GET", self.fail_url if why else self.url
             )
             if not 200 <= status < 300:
-                raise Retry(f"{status} {self.scrub(http.one_line(reason)) or 'error'}")
+                raise Retry(f"{status} {self.server_line(reason) or 'error'}")
         except Retry as exc:
             self._failed(self.scrub(str(exc)))
             return False
@@ -164,8 +152,7 @@ class Heartbeat:
             try:
                 await self._loop()
             except Exception as exc:  # noqa: BLE001 - supervised: nothing may end the pings
-                why = self.scrub(f"{type(exc).__name__}: {exc}")[: http.ERROR_CHARS]
-                self._failed(f"heartbeat failed: {why}")
+                self._failed(f"heartbeat failed: {http.failure(exc, self.scrub)}")
                 await asyncio.sleep(RESTART_WAIT_S)
 
     async def _loop(self) -> None:
@@ -186,8 +173,3 @@ class Heartbeat:
                 if self._wake.is_set() and now_signal != self.health.signal:
                     break
                 self._wake.clear()
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None

@@ -1,21 +1,29 @@
-"""One bounded HTTP request, as the Telegram sink, the heartbeat and the Alertmanager
-sink make them.
+"""One bounded HTTP request, and :class:`HttpSender`, what every sender over HTTP is: the
+Telegram sink, the heartbeat and the Alertmanager sink.
 
 Each step (connect, each read) within ``timeout``, the whole exchange within ``deadline``
 however slowly the answer trickles in, at most :data:`MAX_ANSWER_BYTES` of the answer
 read (streaming; never decompressed: no decompression bomb), redirects not followed (the
 caller's client). Every failure is a :class:`~statewarden.errors.Retry` whose text went
 through ``scrub`` (the URL may hold a secret: a bot token, a push key).
+
+An :class:`HttpSender` holds its secrets (every text about it goes through its
+``scrub``), names its server by scheme, host and port only (:func:`server_of`), makes
+one httpx client when it first needs one (redirects never followed: a secret would go
+along), makes each request bounded with its ``timeout`` and ``deadline``, and closes
+the client.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 
+from statewarden.alerts.sink import Scrubbed
 from statewarden.errors import Retry
 
 MAX_ANSWER_BYTES = 64 * 1024  # read of any answer; a real one is well under 1 KiB
@@ -91,5 +99,71 @@ async def request(
     except _TooLarge as exc:
         raise Retry(f"{exc}; not read") from None
     except Exception as exc:  # noqa: BLE001 - whatever a server does must not end the caller
-        why = scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
-        raise Retry(f"unreadable answer from {server}: {why}") from None
+        raise unreadable(server, exc, scrub) from None
+
+
+def unreadable(server: str, exc: Exception, scrub: Callable[[str], str]) -> Retry:
+    """The :class:`Retry` for an answer too odd to read: the exception named, scrubbed."""
+    return Retry(f"unreadable answer from {server}: {failure(exc, scrub)}")
+
+
+def failure(exc: BaseException, scrub: Callable[[str], str]) -> str:
+    """What went wrong, as one scrubbed text of at most :data:`ERROR_CHARS`."""
+    return scrub(f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+
+
+def server_of(url: str, *, path: bool = False) -> str:
+    """How texts name the server of ``url``: scheme, host and port (and its path, for a
+    URL that is no secret); "?" without a host."""
+    parts = urlsplit(url)
+    server = f"{parts.scheme}://{parts.hostname}" if parts.hostname else "?"
+    if parts.port:
+        server += f":{parts.port}"
+    return server + (parts.path if path else "")
+
+
+class HttpSender(Scrubbed):
+    """A sender over HTTP: its secrets scrubbed, its server named, one httpx client,
+    bounded requests (:func:`request`), and :meth:`close`."""
+
+    def __init__(
+        self,
+        *,
+        secrets: Iterable[str],
+        server: str,
+        timeout: float,
+        deadline: float,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(secrets)
+        self.server = server  # what texts name: never the secret URL
+        self.timeout = timeout  # of each step: connect, each read
+        self.deadline = deadline  # of the whole exchange
+        self._client = client
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.timeout, follow_redirects=False)
+        return self._client
+
+    async def request(self, method: str, url: str, payload: Any = None) -> Answer:
+        """The server's bounded :class:`Answer`, or :class:`Retry` (:func:`request`)."""
+        return await request(
+            self._http(),
+            method,
+            url,
+            server=self.server,
+            deadline=self.deadline,
+            timeout=self.timeout,
+            scrub=self.scrub,
+            payload=payload,
+        )
+
+    def server_line(self, text: str) -> str:
+        """A server's text as one short printable line, scrubbed."""
+        return self.scrub(one_line(text))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -14,15 +14,25 @@ messages, last message_id 812") or raises:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from statewarden.alerts.outbox import Entry
 from statewarden.errors import Refused, Rejected, Retry, SinkError
+from statewarden.redact import Scrubber
 
 # The answers are errors.py's (under the one root); they are named here too, with the
 # protocol that raises them.
-__all__ = ["Progress", "Refused", "Rejected", "Retry", "Sink", "SinkError", "scrubber_of"]
+__all__ = [
+    "Progress",
+    "Refused",
+    "Rejected",
+    "Retry",
+    "Scrubbed",
+    "Sink",
+    "SinkError",
+    "scrubber_of",
+]
 
 
 Progress = Callable[[int], None]  # parts of the entry sent so far
@@ -34,6 +44,18 @@ class Sink(Protocol):
     async def deliver(self, entry: Entry, progress: Progress) -> str: ...
 
     async def close(self) -> None: ...
+
+
+class Scrubbed:
+    """A sink (or the heartbeat) that holds secrets: a token, URLs with keys in them.
+    Every text about it goes through :meth:`scrub` (:func:`scrubber_of`)."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._scrubber = Scrubber(*(s for s in secrets if s))
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the secrets in any encoding (every error, log and state text)."""
+        return self._scrubber(text)
 
 
 def scrubber_of(sink: Sink) -> Callable[[str], str]:

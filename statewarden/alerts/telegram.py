@@ -50,7 +50,6 @@ from statewarden.alerts.outbox import Entry
 from statewarden.alerts.sink import Progress, Refused, Rejected, Retry, SinkError
 from statewarden.config import TelegramConfig
 from statewarden.errors import TokenMissing
-from statewarden.redact import Scrubber
 
 MAX_MESSAGE_CHARS = 4096  # Bot API limit for sendMessage text
 MAX_ANSWER_BYTES = http.MAX_ANSWER_BYTES
@@ -154,7 +153,7 @@ def as_plain(text: str) -> str:
     return html.unescape(_TAG_RE.sub("", text))
 
 
-class TelegramSink:
+class TelegramSink(http.HttpSender):
     name = "telegram"
 
     def __init__(
@@ -170,19 +169,14 @@ class TelegramSink:
         except TokenMissing as exc:
             self.token, self.token_source = "", ""
             self.token_problem = str(exc)
-        secret = self.token.partition(":")[2]
-        self._scrubber = Scrubber(*(t for t in (self.token, secret) if t))
-        self._client = client
+        super().__init__(
+            secrets=(self.token, self.token.partition(":")[2]),
+            server=cfg.api_base,
+            timeout=cfg.timeout,
+            deadline=cfg.deadline,
+            client=client,
+        )
         self._last_sent = 0.0
-
-    def scrub(self, text: str) -> str:
-        """``text`` without the token in any encoding (every error, log and state text)."""
-        return self._scrubber(text)
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False)
-        return self._client
 
     async def _pace(self) -> None:
         wait = self._last_sent + self.cfg.min_interval - time.monotonic()
@@ -220,18 +214,8 @@ class TelegramSink:
         if self.cfg.message_thread_id is not None:
             payload["message_thread_id"] = self.cfg.message_thread_id
         url = f"{self.cfg.api_base.rstrip('/')}/bot{self.token}/sendMessage"
-        server = self.cfg.api_base
         try:
-            answer = await http.request(
-                self._http(),
-                "POST",
-                url,
-                server=server,
-                deadline=self.cfg.deadline,
-                timeout=self.cfg.timeout,
-                scrub=self.scrub,
-                payload=payload,
-            )
+            answer = await self.request("POST", url, payload)
         finally:
             self._last_sent = time.monotonic()
         try:
@@ -239,8 +223,7 @@ class TelegramSink:
         except SinkError:
             raise
         except Exception as exc:  # noqa: BLE001 - an answer too odd to read is an error of it
-            why = self.scrub(f"{type(exc).__name__}: {exc}")[: http.ERROR_CHARS]
-            raise Retry(f"unreadable answer from {server}: {why}") from None
+            raise http.unreadable(self.server, exc, self.scrub) from None
 
     def _answer(
         self, status: int, reason: str, headers: httpx.Headers, raw: bytes
@@ -258,7 +241,7 @@ class TelegramSink:
                 body = parsed
             else:
                 shape = f"a JSON {type(parsed).__name__}, not an object"
-        desc = self.scrub(http.one_line(str(body.get("description") or reason or "")))
+        desc = self.server_line(str(body.get("description") or reason or ""))
         if status == 200 and body.get("ok") is True:
             result = body.get("result")
             if isinstance(result, dict) and isinstance(result.get("message_id"), int):
@@ -274,7 +257,7 @@ class TelegramSink:
         if status >= 500:
             raise Retry(f"{status} {desc or 'server error'}")
         if 300 <= status < 400:
-            where = self.scrub(http.one_line(headers.get("location", "?")))
+            where = self.server_line(headers.get("location", "?"))
             raise Rejected(f"{status} redirect to {where}: set api_base to the final URL")
         if status == 400 and "parse" in desc.lower():
             raise Refused(f"{status} {desc}")  # the HTML: sent again as plain text
@@ -288,8 +271,3 @@ class TelegramSink:
         if status < 200:
             raise Retry(f"{status} {desc or 'informational answer'}")
         raise Refused(f"{status} {desc}")
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
