@@ -23,11 +23,23 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any, TextIO
 
-import structlog
-
 from statewarden.config import REDACTED
 from statewarden.journald import JournalSender, field_name, priority_of
 from statewarden.redact import redact_text
+
+# structlog's package imports its dev module, which imports rich (and rich.traceback,
+# pygments) when installed, only to render exceptions on a console; statewarden logs no
+# exception through structlog, and the daemon never has a console. Hidden while
+# structlog loads, rich costs the daemon ~3 MiB less; commands that draw a progress bar
+# still import it themselves (an import after this one finds it as usual).
+_RICH_HIDDEN = "rich" not in sys.modules
+if _RICH_HIDDEN:
+    sys.modules["rich"] = None  # type: ignore[assignment]  # import rich -> ImportError
+try:
+    import structlog
+finally:
+    if _RICH_HIDDEN:
+        del sys.modules["rich"]
 
 IDENTIFIER = "statewarden"
 _SECRET_KEY_RE = re.compile(r"(token|secret|password|passwd|api_key|apikey)", re.IGNORECASE)

@@ -22,10 +22,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING, Any
 
 from statewarden.alerts.service import Alerts
 from statewarden.daemon.databases import WatchedDatabases
@@ -34,6 +31,11 @@ from statewarden.errors import StatewardenError
 from statewarden.incidents.book import IncidentBook
 from statewarden.kinds import KINDS
 from statewarden.sidecars import WAL_SUFFIX, sidecar
+
+# prometheus-client (and the http.server, wsgiref and email it loads: ~4 MiB) only when
+# metrics are served: off by default, and the idle daemon's memory is its users'.
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 REFRESH_S = 1.0
 
@@ -88,6 +90,8 @@ class Metrics:
         self.update(self._take())
 
     def start(self) -> None:
+        from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
+
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
         try:
@@ -101,6 +105,8 @@ class Metrics:
         self.snapshot = snapshot  # one reference swap: a scrape sees the old or the new
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
         s = self.snapshot
         g = GaugeMetricFamily("statewarden_open_incidents", "Open incidents", labels=["kind"])
         for kind, n in s.open_incidents.items():

@@ -36,7 +36,7 @@ from statewarden.atomic import private_dir
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.daemon.handoff import HandedRuns
 from statewarden.daemon.holders import HolderScans
-from statewarden.daemon.verify import Verifications
+from statewarden.daemon.verify import Verifications, give_back
 from statewarden.errors import UsageError
 from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.show import show_incident
@@ -169,12 +169,15 @@ class Requests:
             raise UsageError("a check is already running; try again when it has finished")
         async with self._checking:
             parent = private_dir(d.state_dir / "work")
-            diagnosis = await asyncio.to_thread(
-                check_database,
-                chosen[0].target.db,
-                parent,
-                copy_guard=d.databases.source_reads,
-            )
+            try:
+                diagnosis = await asyncio.to_thread(
+                    check_database,
+                    chosen[0].target.db,
+                    parent,
+                    copy_guard=d.databases.source_reads,
+                )
+            finally:
+                give_back()  # what the check freed: the daemon idles again after it
         d.last_check[str(chosen[0].target.db)] = (time.time(), diagnosis.damage)
         return diagnosis.to_json()
 
