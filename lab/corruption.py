@@ -1203,3 +1203,47 @@ def page1_and_leaf_pointers(
         f" messages leaf {leaf}"
     )
     return case
+
+
+def flipped_serial_type(
+    dest_dir: Path, rowid: int, column: str, mask: int, spec: Spec = SMALL
+) -> Case:
+    """One bit (``mask``) of the serial type of ``column`` flipped in the record header of
+    message ``rowid``, as a flipped bit on disk does: every page still parses and SQLite
+    reads the row without complaint, as another type (``compacted`` 0, type 8, read as an
+    empty blob with mask 4), another length of text (the columns after it then read from
+    the wrong bytes: a timestamp of 3.55e161), or a blob of the same length (mask 1 on a
+    text). ``phantom`` names the row changed. Raises LookupError when the flipped type is
+    one SQLite refuses (10, 11) or needs more bytes than the payload holds."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    leaf = _leaf_of(pf, case.roots["messages"], rowid)
+    start, end = _cell_span(pf, leaf, rowid)
+    names = [str(r[1]) for r in table_rows(case.db, "PRAGMA table_info(messages)")]
+    data = pf.data
+    hsize, pos = _varint(data, start)
+    sizes = []
+    last, old = 0, 0
+    for name in names:
+        t, pos = _varint(data, pos)
+        sizes.append(_serial_width(t))
+        if name == column:
+            last, old = pos - 1, t  # the low 7 bits are the varint's last byte
+    assert mask < 128, "a varint's last byte holds 7 bits"
+    assert last, f"{column} is no column of messages"
+    new = old ^ mask
+    grown = _serial_width(new) - _serial_width(old)
+    if new in (10, 11) or grown + sum(sizes) > end - start - hsize:
+        raise LookupError(f"serial type {old} ^ {mask} = {new} cannot be read")
+    _write(case.db, last, bytes([data[last] ^ mask]))
+    case.phantom = {"messages": rowid}
+    case.damaged_pages.append(leaf)
+    case.note = f"messages rowid {rowid}: {column}'s serial type {old} read as {new}"
+    return case
+
+
+def _serial_width(t: int) -> int:
+    """Bytes of the value a record's serial type ``t`` names."""
+    if t >= 12:
+        return (t - 12) // 2
+    return (0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0)[t]

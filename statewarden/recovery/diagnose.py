@@ -32,7 +32,7 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.progress import ProgressFn
-from statewarden.recovery.decoding.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
+from statewarden.recovery.decoding.fts_structure import own_zeros_left_out
 from statewarden.recovery.decoding.integrity import (
     EarlyChecker,
     ErrorGroup,
@@ -51,6 +51,7 @@ from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, ScanResult,
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.decoding.wal import WalFacts
+from statewarden.recovery.evidence.column_types import Misfits, find_misfits
 from statewarden.recovery.evidence.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records, foreign_by_table
 from statewarden.recovery.evidence.lost_writes import LostWrites, find_lost_writes
@@ -220,6 +221,8 @@ class Diagnosis:
     lost_writes: LostWrites = field(default_factory=LostWrites)
     # Per table, other tables' cells its b-tree reaches: no rows of it (``foreign_cells``).
     foreign_cells: dict[str, Records] = field(default_factory=dict)
+    # Rows holding a value Hermes never writes in its column (``column_types.py``).
+    misfits: list[Misfits] = field(default_factory=list)
 
     def findings(self) -> list[str]:
         out = [f"{g.label()}: {g.errors} error{'s' if g.errors != 1 else ''}" for g in self.groups]
@@ -230,6 +233,7 @@ class Diagnosis:
         )
         for c in self.copies:
             out.extend(c.findings())
+        out.extend(f for m in self.misfits for f in m.findings())
         if self.counts_disagree:
             n = len(self.counts_disagree)
             shown = _sample(sorted(r for r, _, _ in self.counts_disagree))
@@ -503,35 +507,6 @@ def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedC
         return str(exc)
 
 
-def _own_zeros_left_out(
-    conn: apsw.Connection, schema: Schema, found: dict[str, ZeroedCells] | str
-) -> dict[str, ZeroedCells] | str:
-    """``found`` without the FTS5 structure records whose zero bytes are their own
-    (empty levels: ``fts_structure``), which a large Hermes file holds by the hundred."""
-    if isinstance(found, str):
-        return found
-    out = dict(found)
-    for name, cells in found.items():
-        obj = schema.by_name(name)
-        if obj is None or obj.shadow_of is None or name != f"{obj.shadow_of}_data":
-            continue
-        if STRUCTURE_ROWID not in cells:
-            continue
-        try:
-            row = conn.execute(
-                f"SELECT block FROM {quote_ident(name)} WHERE id = ?", (STRUCTURE_ROWID,)
-            ).fetchone()
-        except apsw.Error:
-            continue
-        if row is not None and isinstance(row[0], bytes) and zeros_are_its_own(row[0]):
-            rest = {rowid: cols for rowid, cols in cells.items() if rowid != STRUCTURE_ROWID}
-            if rest:
-                out[name] = rest
-            else:
-                del out[name]
-    return out
-
-
 def _add_zeroed_cells(
     result: Diagnosis, found: dict[str, ZeroedCells] | str, schema: Schema
 ) -> None:
@@ -796,8 +771,10 @@ def _verdict(
         pages_accounted=check.pages_accounted(),
         counts_disagree=facts.counts,
         lost_writes=lost,
+        misfits=find_misfits(conn, schema),
     )
-    _add_zeroed_cells(result, _own_zeros_left_out(conn, schema, facts.zeroed), schema)
+    result.damage = worst(result.damage, "base" if result.misfits else "none")
+    _add_zeroed_cells(result, own_zeros_left_out(conn, schema, facts.zeroed), schema)
     return result
 
 

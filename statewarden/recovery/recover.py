@@ -584,6 +584,7 @@ def _damaged_tables(diag: Diagnosis, schema: Schema) -> set[str]:
     out.update(
         c.table for c in diag.copies if (c.rows_rotted or c.rows_bad_text) and c.table in base
     )
+    out.update(m.table for m in diag.misfits if m.table in base)
     for t in diag.tables:
         if (
             t.scan_rows != t.distinct_keys

@@ -83,6 +83,7 @@ DIFFERING_ROWS_MOST = 10_000
 ZEROED_REASON = "its record runs into zeroed bytes"
 BAD_TEXT_REASON = "its text is not valid UTF-8 (changed on disk)"
 CROSS_LINKED = "its overflow chain leads into another row's pages"
+MISFIT_REASON = "it holds a value Hermes never writes in the column (changed on disk)"
 UNLISTED = (
     "read through the b-tree, but none of the table's intact indexes lists its rowid"
     " and no search-index copy holds it: a garbled cell, not a row"

@@ -33,6 +33,7 @@ from statewarden.recovery.evidence.copies import (
     indexed_values_of,
     restore_from_copies,
 )
+from statewarden.recovery.evidence.copy_vote import rows_differing_from_copies
 from statewarden.recovery.evidence.lost_writes import drop_misshapen
 from statewarden.recovery.evidence.old_indexes import indexed_columns, old_index_witnesses
 from statewarden.sqlite import json_value, quote_ident
@@ -49,6 +50,12 @@ class RowRepair(BuildPart):
         disk) get the changed column back from the copies (``copies.restore_from_copies``);
         each is listed in ``restored_from_copies``; the others stay as stored."""
         for check in self.inputs.diag.copies:
+            if check.error and check.table in self.copies:
+                # The diagnosis could not compare them in the file: held here against
+                # the rows as the output holds them.
+                check.rows_rotted = rows_differing_from_copies(
+                    self.src, self.dst, self.inputs.schema, check, self.copies[check.table].rowids
+                )
             changed = {
                 e["rowid"]
                 for e in self.report.partial_rows
@@ -301,10 +308,16 @@ class RowRepair(BuildPart):
             return {r: w for r, w in witnessed if r in suspects}
         entries, fixes, unverified = self._compare_rows(tc, witnessed, indexed, suspects, stale)
         t = quote_ident(obj.name)
+        key_cols = [c for c in obj.key_columns if c != "rowid"]
         for rowid, col, value, stored, by in fixes:
+            before = self._key_of(tc, key_cols, rowid) if col in key_cols else None
             self.dst.execute(
                 f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
             )
+            if before is not None:
+                # The key read was a changed one, never a row's: the row's is restored.
+                tc.source_keys.discard(before)
+                tc.source_keys.add(self._key_of(tc, key_cols, rowid))
             self.report.restored_from_copies.append(
                 {
                     "table": obj.name,
@@ -343,6 +356,13 @@ class RowRepair(BuildPart):
                 f" holds a column of theirs: kept as stored, unverified (rowids {shown})"
             )
         return entries
+
+    def _key_of(self, tc: TableCopy, key_cols: list[str], rowid: int) -> tuple[Any, ...]:
+        """The key of the output's row ``rowid`` (as ``key_fn`` makes a scanned row's)."""
+        sel = ", ".join(quote_ident(c) for c in key_cols)
+        t = quote_ident(tc.obj.name)
+        row = self.dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
+        return tuple(row) if row is not None else ()
 
     def _add_old_index_entries(
         self, tc: TableCopy, entries: dict[int, dict[str, list[Any]]]

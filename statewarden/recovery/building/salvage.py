@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -31,8 +32,9 @@ from statewarden.recovery.decoding.pages import (
     rows_from_images,
     salvage_rows,
 )
-from statewarden.recovery.decoding.schema import Schema
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
 from statewarden.recovery.evidence.copies import feeds
 from statewarden.recovery.evidence.foreign_cells import referenced_twice
 from statewarden.recovery.evidence.old_indexes import IndexPage, index_pages, listed_by_old_indexes
@@ -143,7 +145,12 @@ def _complete_partial_rows(
             changed = set(entry.get("changed", []))
             cols = [c.name for c in obj.stored_columns]
             whole = None if changed else record_by_its_header(db, obj.rootpage, entry["rowid"])
-            if whole is not None and len(whole) <= len(cols) and record_fits(obj, whole):
+            if (
+                whole is not None
+                and len(whole) <= len(cols)
+                and record_fits(obj, whole)
+                and _agrees_with_witnesses(conn, obj, entry["rowid"], whole, report)
+            ):
                 if obj.rowid_alias and obj.rowid_alias in cols:
                     whole[cols.index(obj.rowid_alias)] = entry["rowid"]
                 sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols[: len(whole)])
@@ -182,6 +189,33 @@ def _complete_partial_rows(
         conn.close()
     report.partial_rows_completed = [e for e in report.partial_rows if not e["columns"]]
     report.partial_rows = [e for e in report.partial_rows if e["columns"]]
+
+
+def _agrees_with_witnesses(
+    conn: apsw.Connection, obj: SchemaObject, rowid: int, whole: list[Any], report: Report
+) -> bool:
+    """Does a record read by its own header hold only values Hermes writes in their
+    columns (``column_types``), and the values its witnesses restored in the output
+    (``restored_from_copies``)? A header that disagrees with its payload may be the
+    changed one (a flipped bit in a serial type), not the payload size."""
+    cols = [c.name for c in obj.stored_columns]
+    if misfit_columns(column_checks(obj), whole):
+        return False
+    restored = [
+        e["column"]
+        for e in report.restored_from_copies
+        if (e["table"], e["rowid"]) == (obj.name, rowid) and e["column"] in cols
+    ]
+    if not restored:
+        return True
+    sel = ", ".join(quote_ident(c) for c in restored)
+    row = conn.execute(
+        f"SELECT {sel} FROM {quote_ident(obj.name)} WHERE rowid = ?", (rowid,)
+    ).fetchone()
+    return row is not None and all(
+        cols.index(c) < len(whole) and whole[cols.index(c)] == v
+        for c, v in zip(restored, row, strict=True)
+    )
 
 
 def _check_completed_against_copies(

@@ -12,6 +12,7 @@ import apsw
 from statewarden.recovery.building.build import (
     BAD_TEXT_REASON,
     CROSS_LINKED,
+    MISFIT_REASON,
     PROGRESS_EVERY_ROWS,
     RENAME_SUFFIX,
     TREE_RE,
@@ -29,6 +30,7 @@ from statewarden.recovery.building.build import (
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import ScanResult, scan_table
 from statewarden.recovery.decoding.schema import SchemaObject
+from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
 from statewarden.recovery.evidence.copies import (
     MACHINE_ERRORS,
     agrees_with_copies,
@@ -168,6 +170,7 @@ class TableFill(BuildPart):
 
         zeroed = self.inputs.diag.zeroed_cells.get(obj.name, {})
         crossed = self.inputs.diag.cross_linked.get(obj.name, {})
+        checks = column_checks(obj)
 
         def on_row(row: tuple[Any, ...]) -> None:
             if self._unlisted(tc, int(row[0])):
@@ -195,6 +198,10 @@ class TableFill(BuildPart):
             elif int(row[0]) in zeroed:
                 hit = zeroed_columns(zeroed[int(row[0])], cols, key_idx)
                 why = ZEROED_REASON
+            elif misfit := misfit_columns(checks, values):
+                # A value Hermes never writes there: the record changed on disk.
+                keyed = any(cols.index(c) + 1 in key_idx for c in misfit)
+                hit, why = (None if keyed else misfit), MISFIT_REASON
             if hit is not None and int(row[0]) in bad_text and why != CROSS_LINKED:
                 # Hermes writes valid UTF-8 only: such text was changed on disk.
                 bad = bad_text.pop(int(row[0]))

@@ -16,8 +16,12 @@ first and last leaf (and, in the second version, two origins and three counts).
 
 from __future__ import annotations
 
+import apsw
+
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.pages import varint
+from statewarden.recovery.decoding.pages import ZeroedCells, varint
+from statewarden.recovery.decoding.schema import Schema
+from statewarden.sqlite import quote_ident
 
 STRUCTURE_ROWID = 10
 _V2 = b"\xff\x00\x00\x01"
@@ -79,3 +83,32 @@ def _empty_level_spans(block: bytes) -> list[tuple[int, int]] | None:
     except (IndexError, PageFormatError):
         return None
     return spans
+
+
+def own_zeros_left_out(
+    conn: apsw.Connection, schema: Schema, found: dict[str, ZeroedCells] | str
+) -> dict[str, ZeroedCells] | str:
+    """``found`` without the FTS5 structure records whose zero bytes are their own
+    (empty levels: ``zeros_are_its_own``), which a large Hermes file holds by the hundred."""
+    if isinstance(found, str):
+        return found
+    out = dict(found)
+    for name, cells in found.items():
+        obj = schema.by_name(name)
+        if obj is None or obj.shadow_of is None or name != f"{obj.shadow_of}_data":
+            continue
+        if STRUCTURE_ROWID not in cells:
+            continue
+        try:
+            row = conn.execute(
+                f"SELECT block FROM {quote_ident(name)} WHERE id = ?", (STRUCTURE_ROWID,)
+            ).fetchone()
+        except apsw.Error:
+            continue
+        if row is not None and isinstance(row[0], bytes) and zeros_are_its_own(row[0]):
+            rest = {rowid: cols for rowid, cols in cells.items() if rowid != STRUCTURE_ROWID}
+            if rest:
+                out[name] = rest
+            else:
+                del out[name]
+    return out

@@ -1,0 +1,158 @@
+"""Values Hermes never writes in a column: a row holding one changed on disk.
+
+SQLite checks no record against its table's declared types, and a bit flipped in a
+record header reads as another type (``compacted`` 0 as an empty blob) or shifts the
+columns after it (a timestamp of 3.55e161); ``integrity_check`` says nothing of either.
+Hermes writes its tables through Python's sqlite3 with ``str``, ``int``, ``float`` and
+``None`` only, and SQLite's column affinity does the rest, so in its tables:
+
+- an INTEGER or REAL column never holds a blob;
+- a TEXT column never holds a blob, nor a number (TEXT affinity stores numbers as text);
+- a REAL epoch column (``timestamp``, ``*_at``, ``first_seen``, ``last_seen``) holds a
+  number inside Hermes' own window, ``hermes_cli.timefmt.EPOCH_MIN..EPOCH_MAX`` (0 to
+  4.2e9, year 2103): the window Hermes 0.22 refuses to write a message's timestamp
+  outside of, and reads every other epoch through.
+
+Nothing else is held against a value: Hermes enforces no set of roles (``append_message``
+stores the role it is given, ``session_meta`` among them) nor any shape of a tool call
+id, so a flipped bit that keeps such text valid UTF-8 ('user' read as 'useR') cannot be
+told from a value Hermes wrote, unless a witness (an index entry, an FTS copy) holds the
+column. The rules apply to the tables of Hermes' known layouts only (``known_schemas``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.evidence.known_schemas import LAYOUTS
+from statewarden.sqlite import quote_ident
+
+# hermes_cli/timefmt.py (Hermes 0.22): EPOCH_MIN, EPOCH_MAX.
+EPOCH_MIN = 0.0
+EPOCH_MAX = 4_200_000_000.0
+SAMPLE_ROWIDS = 20
+
+HERMES_TABLES = frozenset(
+    name
+    for layout in LAYOUTS.values()
+    for kind, name, _tbl, _sql in layout.objects
+    if kind == "table"
+)
+
+# The kinds of check: the storage classes a column never holds (and, for an epoch,
+# numbers outside the window).
+NUMBER = "number"  # INTEGER or REAL affinity: never a blob
+TEXT = "text"  # TEXT affinity: never a blob or a number
+EPOCH = "epoch"  # a REAL epoch column: a number inside the window, never a blob
+
+_PY_KINDS: dict[str, tuple[type, ...]] = {
+    NUMBER: (bytes,),
+    TEXT: (bytes, int, float),
+    EPOCH: (bytes,),
+}
+_SQL_KINDS: dict[str, str] = {
+    NUMBER: "('blob')",
+    TEXT: "('blob', 'integer', 'real')",
+    EPOCH: "('blob')",
+}
+
+
+def _is_epoch(name: str) -> bool:
+    n = name.lower()
+    return n == "timestamp" or n.endswith("_at") or n in ("first_seen", "last_seen")
+
+
+def column_checks(obj: SchemaObject) -> list[tuple[int, str, str]]:
+    """(position among the stored columns, name, kind) of each column of ``obj`` held
+    to a rule; none for a table no Hermes layout has."""
+    if obj.name not in HERMES_TABLES or obj.without_rowid:
+        return []
+    out = []
+    for i, col in enumerate(obj.stored_columns):
+        t = col.decl_type.upper()
+        if col.text_affinity:
+            out.append((i, col.name, TEXT))
+        elif "INT" in t:
+            out.append((i, col.name, NUMBER))
+        elif any(k in t for k in ("REAL", "FLOA", "DOUB")):
+            out.append((i, col.name, EPOCH if _is_epoch(col.name) else NUMBER))
+    return out
+
+
+def misfit_columns(checks: list[tuple[int, str, str]], values: list[Any]) -> list[str]:
+    """The columns of one row (its stored values, in order) holding a value Hermes
+    never writes there."""
+    out = []
+    for i, name, kind in checks:
+        v = values[i] if i < len(values) else None
+        if isinstance(v, _PY_KINDS[kind]) or (
+            kind == EPOCH and isinstance(v, int | float) and not EPOCH_MIN <= v <= EPOCH_MAX
+        ):
+            out.append(name)
+    return out
+
+
+def _misfit_sql(name: str, kind: str) -> str:
+    q = quote_ident(name)
+    sql = f"typeof({q}) IN {_SQL_KINDS[kind]}"
+    if kind == EPOCH:
+        number = f"typeof({q}) IN ('integer', 'real')"
+        sql += f" OR ({number} AND {q} NOT BETWEEN {EPOCH_MIN} AND {EPOCH_MAX})"
+    return f"({sql})"
+
+
+@dataclass
+class Misfits:
+    """Rows of one table holding a value Hermes never writes in its column: rowid ->
+    the columns. ``complete``: the full scan read every row (else a read error ended
+    it; the rows past it are held to the rules as they are copied)."""
+
+    table: str
+    rows: dict[int, list[str]] = field(default_factory=dict)
+    complete: bool = True
+
+    def findings(self) -> list[str]:
+        if not self.rows:
+            return []
+        n = len(self.rows)
+        cols = sorted({c for cs in self.rows.values() for c in cs})
+        shown = ", ".join(str(r) for r in sorted(self.rows)[:SAMPLE_ROWIDS])
+        more = ", ..." if n > SAMPLE_ROWIDS else ""
+        return [
+            f"{self.table}: {n} row{'s' if n != 1 else ''} holding a value Hermes never"
+            f" writes in its column ({', '.join(cols)}): changed on disk"
+            f" (rowid{'s' if n != 1 else ''} {shown}{more})"
+        ]
+
+
+def find_misfits(conn: apsw.Connection, schema: Schema) -> list[Misfits]:
+    """Each Hermes table's rows holding a value Hermes never writes in its column, by
+    one full scan per table (``NOT INDEXED``); a read error ends a table's scan,
+    keeping what it found. Only tables with such rows are listed."""
+    out = []
+    for obj in schema.base_tables():
+        checks = column_checks(obj)
+        if not checks:
+            continue
+        found = Misfits(obj.name)
+        exprs = [_misfit_sql(name, kind) for _i, name, kind in checks]
+        sql = (
+            f"SELECT rowid, {', '.join(exprs)} FROM {quote_ident(obj.name)} NOT INDEXED"
+            f" WHERE {' OR '.join(exprs)}"
+        )
+        try:
+            for row in conn.execute(sql):
+                found.rows[int(row[0])] = [
+                    name for (_i, name, _k), hit in zip(checks, row[1:], strict=True) if hit
+                ]
+        except apsw.Error as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            found.complete = False
+        if found.rows:
+            out.append(found)
+    return out
