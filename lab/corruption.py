@@ -1247,3 +1247,83 @@ def _serial_width(t: int) -> int:
     if t >= 12:
         return (t - 12) // 2
     return (0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0)[t]
+
+
+def zeroed_run_of_leaves(
+    dest_dir: Path,
+    table: str = "messages",
+    first: int = 2,
+    count: int = 150,
+    spec: Spec = SMALL,
+    *,
+    witnesses: bool = True,
+) -> Case:
+    """Zero ``count`` consecutive leaves of ``table`` from its ``first``: hundreds of rows
+    lost for good at once (``lost_rowids``), in one stretch of rowids. Without
+    ``witnesses`` the leaves of every index of the table and of its FTS content tables
+    are zeroed too: nothing names the rows lost, only the stretch says where they were."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    gone = leaves[first : first + count]
+    case.lost_rowids = {table: sorted(r for leaf in gone for r in pf.leaf_rowids(leaf))}
+    for leaf in gone:
+        zero_page(case, leaf)
+    if not witnesses:
+        names = [
+            str(r[0])
+            for r in table_rows(
+                case.pristine,
+                "SELECT name FROM sqlite_schema WHERE rootpage > 0 AND ((type = 'index'"
+                f" AND tbl_name = '{table}') OR name LIKE '{table}_fts%_content')",
+            )
+        ]
+        for name in names:
+            for leaf in pf.tree_pages(case.roots[name])[1]:
+                zero_page(case, leaf)
+    case.note = f"{table}: {len(gone)} leaves zeroed ({len(case.lost_rowids[table])} rows)"
+    return case
+
+
+def orphaned_split(dest_dir: Path, older: Path, newer: Path, table: str = "messages") -> Case:
+    """A split half written back: a copy of ``newer`` (``older`` after more rows were
+    appended: its last leaf filled and a new one opened beside it) whose parent page
+    points at neither of the two new leaves (their cell dropped, the right-most pointer
+    moved to an empty leaf appended to the file), and the old image of the leaf before
+    the split (from ``older``) on another appended page. Three leaves no b-tree reaches,
+    their rowid ranges overlapping; every cell of the two new leaves is intact, so each
+    of their rows must come back (``unreached``)."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    case = Case(db=dest_dir / "state.db", pristine=newer, roots=schema_roots(newer))
+    shutil.copyfile(newer, case.db)
+    new, old = PristineFile(newer), PristineFile(older)
+    ps, parent = new.page_size, case.roots[table]
+    kids = new.children(parent)
+    before, after = kids[-2], kids[-1]  # the leaf that filled, the leaf opened beside it
+    assert new.page_type(parent) == 0x05, "a root that is an interior page"
+    assert new.page(before) != old.page(before), "the leaf filled between the two"
+    assert min(new.leaf_rowids(before)) == min(old.leaf_rowids(before)), "not the same leaf"
+    pg = bytearray(new.page(parent))
+    h = 100 if parent == 1 else 0
+    offsets = new.cell_offsets(parent)
+    gone = offsets[-1]  # the cell whose child is ``before`` (child pointer, rowid varint)
+    _, end = _varint(bytes(pg), gone + 4)
+    pages = len(new.data) // ps
+    empty_leaf, old_image = pages + 1, pages + 2
+    pg[h + 3 : h + 5] = struct.pack(">H", len(offsets) - 1)
+    pg[h + 7] += end - gone  # the dropped cell's bytes counted as fragments
+    pg[h + 8 : h + 12] = struct.pack(">I", empty_leaf)
+    _write(case.db, (parent - 1) * ps, bytes(pg))
+    leaf = bytearray(ps)
+    leaf[0] = 0x0D
+    leaf[5:7] = struct.pack(">H", ps % 65536)
+    with open(case.db, "ab") as f:
+        f.write(bytes(leaf) + old.page(before))
+    _write(case.db, 28, struct.pack(">I", pages + 2))
+    case.unreached = {table: sorted(new.leaf_rowids(before) + new.leaf_rowids(after))}
+    case.damaged_pages += [parent, empty_leaf, old_image]
+    case.note = (
+        f"{table}: page {parent} points at neither leaf {before} nor {after} (a split half"
+        f" written back); the old image of {before} on page {old_image}"
+    )
+    return case

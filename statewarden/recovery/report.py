@@ -16,6 +16,7 @@ rebuilt from Hermes' known layout fit two tables alike and were left out
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
 from collections.abc import Iterator
@@ -103,7 +104,25 @@ class TableReport:
                 list(k) if isinstance(k, tuple) else k for k in self.lost_keys[:SAMPLE_LOST_KEYS]
             ],
             "lost_keys": [list(k) if isinstance(k, tuple) else k for k in self.lost_keys],
+            "lost": self.lost,
+            "lost_at_most": self.lost_at_most(),
         }
+
+    def lost_at_most(self) -> int | None:
+        """The rows lost known (``lost``) and those the unreadable ranges could have held
+        (one per rowid, none of them deleted); None when a range is open-ended (no
+        ``sqlite_sequence`` bounds it)."""
+        if any(lo == MIN_ROWID or hi == MAX_ROWID for lo, hi in self.unreadable_ranges):
+            return None
+        ranges = sorted(self.unreadable_ranges)
+        starts = [lo for lo, _hi in ranges]
+
+        def in_a_range(k: int) -> bool:
+            i = bisect.bisect_right(starts, k) - 1
+            return i >= 0 and k <= ranges[i][1]
+
+        inside = sum(1 for k in self.lost_keys if isinstance(k, int) and in_a_range(k))
+        return self.lost - inside + sum(hi - lo + 1 for lo, hi in self.unreadable_ranges)
 
 
 @dataclass
