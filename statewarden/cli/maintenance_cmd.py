@@ -11,6 +11,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ import click
 from statewarden.cli._common import (
     config_option,
     db_option,
+    echo_line,
     get_config,
     handle_errors,
     json_option,
+    print_json,
     profile_option,
     select_targets,
 )
@@ -29,6 +32,7 @@ from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_handoff import hand_off
 from statewarden.cli.maintenance_output import finish, printer
 from statewarden.errors import UsageError
+from statewarden.maintenance.all_profiles import execute_all, resume_all
 from statewarden.maintenance.plan import Plan
 from statewarden.maintenance.run import ACTIONS, MaintenanceRun, Options
 
@@ -45,6 +49,56 @@ def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def ctrl_c_cancels_all(runs: list[MaintenanceRun]) -> Iterator[None]:
+    """Ctrl-C (SIGINT) asks every run to cancel (those past their swap finish)."""
+
+    def on_sigint(_signum: int, _frame: Any) -> None:
+        for run in runs:
+            run.cancel()
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def each_profile(
+    config_path: str | None, asked: Options, *, resume: bool, yes: bool, as_json: bool
+) -> None:
+    """``--all-profiles``: every profile's run in this process, in one stop
+    (``maintenance/all_profiles.py``); each profile's report, then the worst exit code."""
+    targets, note = select_targets(config_path, None, None)
+    if not targets:
+        raise UsageError(note or "no database to work on")
+    config = get_config(config_path)
+    interactive = not yes and sys.stdin.isatty() and sys.stderr.isatty()
+
+    def confirm(plan: Plan) -> bool:
+        if not interactive:
+            return True
+        return click.confirm(f"Stop these holders and repair {plan.db}?", err=True)
+
+    asked.confirm = confirm
+    with progress_reporter("json" if as_json else "auto") as progress:
+        runs = [
+            MaintenanceRun(
+                t, config, replace(asked), emit=printer(as_json, profile=t.name), progress=progress
+            )
+            for t in targets
+        ]
+        with ctrl_c_cancels_all(runs):
+            report = resume_all(runs) if resume else execute_all(runs)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        for line in report.render():
+            echo_line(line)
+    if report.exit_code:
+        raise SystemExit(report.exit_code)
 
 
 # Actions the daemon is not handed: they run in this process.
@@ -111,6 +165,12 @@ def action_of(action: str, *, resume: bool, merge_from: str | None, apply: bool)
     " captures to quarantine.",
 )
 @click.option(
+    "--all-profiles",
+    "all_profiles",
+    is_flag=True,
+    help="Repair every profile's database (configured or found) in one stop of Hermes.",
+)
+@click.option(
     "--here",
     is_flag=True,
     help="Run in this process even when the daemon runs (it is handed to the daemon otherwise).",
@@ -131,6 +191,7 @@ def maintenance(
     no_import: bool,
     merge_from: str | None,
     apply_captures: bool,
+    all_profiles: bool,
     here: bool,
     as_json: bool,
 ) -> None:
@@ -161,6 +222,15 @@ def maintenance(
     run's quarantine folder. --dry-run lists what would come in. It runs in this
     process; --resume finishes a killed run (nothing is applied or moved twice).
 
+    --all-profiles repairs every profile's database (configured, or found in the
+    Hermes home) in one stop: each is checked and pre-built while Hermes runs (a
+    healthy one is left as is, and said so), the units are stopped once, each damaged
+    database is swapped in turn, and everything is started again once. A profile whose
+    run fails is rolled back and named, the others are swapped; the exit code is the
+    worst profile's. It runs in this process; --all-profiles --resume takes up every
+    profile's interrupted run. Not with --db, --profile, --action, --merge-from or
+    --apply-captures (usage error).
+
     Exit codes: 0 done (or healthy, or nothing to merge or apply), 1 failed, aborted or
     cancelled and rolled back, 2 usage (a --merge-from path that cannot be used: none, a
     directory, an empty file), 3 the repair would lose rows (nothing swapped without
@@ -170,6 +240,39 @@ def maintenance(
 
     Example: statewardenctl maintenance --profile default --dry-run
     """
+    if all_profiles and (db or profile or merge_from or apply_captures or action != "repair"):
+        raise UsageError(
+            "--all-profiles repairs every profile's database: leave out --db, --profile,"
+            " --action, --merge-from and --apply-captures"
+        )
+    options = Options(
+        action=action_of(action, resume=resume, merge_from=merge_from, apply=apply_captures),
+        force=force,
+        accept_loss=accept_loss,
+        dry_run=dry_run,
+        import_transcripts=not no_import,
+        merge_from=Path(merge_from) if merge_from is not None else None,
+    )
+    if all_profiles:
+        each_profile(config_path, options, resume=resume, yes=yes, as_json=as_json)
+    else:
+        one_profile(
+            config_path, db, profile, options, resume=resume, here=here, yes=yes, as_json=as_json
+        )
+
+
+def one_profile(
+    config_path: str | None,
+    db: str | None,
+    profile: str | None,
+    options: Options,
+    *,
+    resume: bool,
+    here: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """One database's run: handed to the daemon when it runs, else run here."""
     targets, note = select_targets(config_path, db, profile)
     if not targets:
         raise UsageError(note or "no database to work on")
@@ -177,7 +280,6 @@ def maintenance(
         names = ", ".join(t.name for t in targets)
         raise UsageError(f"several databases found ({names}); choose one with --db or --profile")
     config = get_config(config_path)
-    action = action_of(action, resume=resume, merge_from=merge_from, apply=apply_captures)
     interactive = not yes and sys.stdin.isatty() and sys.stderr.isatty()
 
     def ask() -> bool:
@@ -186,28 +288,25 @@ def maintenance(
     def confirm(_plan: Plan) -> bool:
         return ask() if interactive else True
 
-    if not (here or dry_run or action in HERE_ONLY):
-        flags = {"force": force, "accept_loss": accept_loss, "no_import": no_import}
+    if not (here or options.dry_run or options.action in HERE_ONLY):
+        flags = {
+            "force": options.force,
+            "accept_loss": options.accept_loss,
+            "no_import": not options.import_transcripts,
+            "resume": resume,
+        }
         handed = hand_off(
             targets[0],
             config,
-            action,
-            {**flags, "resume": resume},
+            options.action,
+            flags,
             as_json=as_json,
             confirm=ask if interactive and not resume else None,
         )
         if handed is not None:
             finish(handed, as_json)
             return
-    options = Options(
-        action=action,
-        force=force,
-        accept_loss=accept_loss,
-        dry_run=dry_run,
-        confirm=confirm,
-        import_transcripts=not no_import,
-        merge_from=Path(merge_from) if merge_from is not None else None,
-    )
+    options.confirm = confirm
     with progress_reporter("json" if as_json else "auto") as progress:
         run = MaintenanceRun(targets[0], config, options, emit=printer(as_json), progress=progress)
         with ctrl_c_cancels(run):

@@ -15,8 +15,10 @@ from statewarden.progress import ProgressFn
 PREFIX = "statewardenctl: maintenance: "
 
 
-def printer(as_json: bool, draw: ProgressFn | None = None) -> Any:
-    """What a person (or, with --json, a program) sees of a run's events, on stderr."""
+def printer(as_json: bool, draw: ProgressFn | None = None, profile: str | None = None) -> Any:
+    """What a person (or, with --json, a program) sees of a run's events, on stderr;
+    ``profile`` names the run's profile in each (--all-profiles runs several)."""
+    prefix = PREFIX if profile is None else f"{PREFIX}{profile}: "
 
     def emit(event: dict[str, Any]) -> None:
         # Whoever reads the events may go away (a pipe closed, the daemon stopped): the
@@ -28,16 +30,17 @@ def printer(as_json: bool, draw: ProgressFn | None = None) -> Any:
         kind = event.get("event")
         if as_json:
             # An event relayed from the daemon's run carries its schema_version already.
-            print_json_line({k: v for k, v in event.items() if k != "schema_version"}, err=True)
+            shown = {k: v for k, v in event.items() if k != "schema_version"}
+            print_json_line(shown if profile is None else {"profile": profile, **shown}, err=True)
         elif kind == "plan":
             for line in event["lines"]:
                 echo_line(line, err=True)
         elif kind == "step":
-            echo_line(PREFIX + step_line(event), err=True)
+            echo_line(prefix + step_line(event), err=True)
         elif kind == "cancel":
-            echo_line(PREFIX + cancel_line(event), err=True)
+            echo_line(prefix + cancel_line(event), err=True)
         elif kind == "started":
-            echo_line(f"{PREFIX}run {event.get('run_id')} started", err=True)
+            echo_line(f"{prefix}run {event.get('run_id')} started", err=True)
         elif kind == "message":
             echo_line(str(event.get("text")), err=True)
         elif kind == "progress" and draw is not None:

@@ -8,7 +8,9 @@ the list of a run's steps (their work in ``new_file``, ``stopping``, ``catch_up`
 ``after_swap``), ``run`` goes through them with one guard around them (and its
 roll-back; ``resume`` takes up a run from its ledger), ``state`` is what they share,
 ``journal`` what a run tells as it goes, ``report`` what it did. ``windows`` and
-``auto`` are the daemon's side.
+``auto`` are the daemon's side. ``all_profiles`` drives every profile's run through
+one stop (``--all-profiles``); ``apply_captures`` builds the new file of
+``--apply-captures``.
 """
 
 from typing import TYPE_CHECKING
@@ -19,6 +21,8 @@ from statewarden.public import public_face
 HOMES = {
     "outcomes": "",
     "AutoMaintenance": "auto",
+    "execute_all": "all_profiles",
+    "resume_all": "all_profiles",
     "in_progress": "ledger",
     "lock_holder": "ledger",
     "run_dir": "ledger",

@@ -19,7 +19,9 @@ failing step rolls back, after it a failing step is recorded (``failures``) and 
 next one runs; whichever way the steps end (even by an error no one foresaw) the units
 start again. The one exception is a swap that failed half-way and could not be undone
 (the original's ``-wal`` is in quarantine): Hermes is not started on a file whose log
-is elsewhere, and the error says so.
+is elsewhere, and the error says so. With ``--all-profiles`` the runs of every profile
+share one stop (``all_profiles.py``): each run's guard leaves the restart to it
+(``restart_later``), and it starts the units once, in a ``finally``, for all of them.
 
 Work folders next to the database (``work_folders.py``) are removed by the step that
 made them; those of a run killed meanwhile by ``--resume`` or the next run of the same
@@ -110,6 +112,13 @@ class MaintenanceRun(RunState):
         return report
 
     def _execute(self) -> RunReport:
+        ended = self._begin()
+        return ended if ended is not None else self._walk("prebuild")
+
+    def _begin(self) -> RunReport | None:
+        """The run up to its first step: the plan, and (when it goes on) its ledger
+        begun; a report when it ends there (a check, a dry run, refused, not
+        confirmed)."""
         record = read_ledger(self.ledger.path)
         if record is not None and not record.finished:
             raise StatewardenError(
@@ -147,7 +156,7 @@ class MaintenanceRun(RunState):
             }
         )
         self.journal.emit("started", run_id=run_id, action=self.options.action, pid=os.getpid())
-        return self._walk("prebuild")
+        return None
 
     def _nothing_done(self, plan: Plan) -> RunReport | None:
         """The report of a run that ends at its plan: a dry run, refused, no space, not

@@ -97,6 +97,9 @@ class RunState:
         self.daemon = daemon_pid(self.state)  # never stopped: waited for
         self._scanner: HolderScanner | None = None
         self.restarted = False  # what was stopped has been started again
+        # --all-profiles: the units are started again once, for every profile's run,
+        # by all_profiles.py (never left stopped: it restarts them whatever happens)
+        self.restart_later = False
         self._down_started: float | None = None
         self._started_at = time.time()
         user_progress = progress

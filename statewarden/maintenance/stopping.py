@@ -143,8 +143,9 @@ def no_holders(run: RunState, when: str) -> None:
 
 def restart_once(run: RunState) -> None:
     """Start again what the run stopped, once (the restart step, or the guard around the
-    steps when they ended before it)."""
-    if not run.restarted:
+    steps when they ended before it); with --all-profiles, once for every profile's run
+    (``all_profiles.py``)."""
+    if not run.restarted and not run.restart_later:
         run.restarted = True
         run.not_started = restart(run)
 
