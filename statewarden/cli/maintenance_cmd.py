@@ -217,7 +217,8 @@ def maintenance(
     is refused and named, a .partial one named as not used; neither is touched); of its
     rows the live file lacks, those above the live file's sqlite_sequence (never given
     out there: lost writes, never rows deleted since) come in, each listed with its
-    capture; a row whose session the live file lacks is left out and named. The new
+    capture; a row whose session the live file lacks, or whose id Hermes gave out
+    again since, is left out and named. The new
     file is verified and swapped in as a repair is, then the captures used move to the
     run's quarantine folder. --dry-run lists what would come in. It runs in this
     process; --resume finishes a killed run (nothing is applied or moved twice).

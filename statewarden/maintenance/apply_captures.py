@@ -17,12 +17,15 @@ in the current file, the rows a capture holds whose rowid the current file lacks
 lies above that sequence. AUTOINCREMENT never gave those rowids out in the current
 file: it never held them, so they are writes it lost, never rows deleted since. A
 lacking row at or below the sequence was given out and may have been deleted since:
-it never comes back (rule 8). Tables with no sequence (``sessions``, keyed by text)
-get nothing: nothing tells a lost row there from a deleted one. A row whose parent
-(a declared foreign key, a message's session) the current file lacks is not brought
-in either, and is named: the parent may have been deleted since. A row that does not
-fit the current table (a constraint fails) is named and left out. The current file's
-rows win; rowids two captures share come from the newest capture.
+it never comes back (rule 8). A message at a rowid the live file holds as another
+message (another session, role or time) is a lost write whose id Hermes gave out
+again: it is named, not brought in (it would need a new id). Tables with no sequence
+(``sessions``, keyed by text) get nothing: nothing tells a lost row there from a
+deleted one. A row whose parent (a declared foreign key, a message's session) the
+current file lacks is not brought in either, and is named: the parent may have been
+deleted since. A row that does not fit the current table (a constraint fails) is named
+and left out. The current file's rows win; rowids two captures share come from the
+newest capture.
 
 Then the file is verified: ``integrity_check``, ``foreign_key_check``, each FTS
 table's ``integrity-check`` against its content, every row of the current file in the
@@ -61,6 +64,9 @@ from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import quote_ident, uri_for
 
 QUARANTINE_FOLDER = "captures"
+# What a row of a table never changes once written: a capture's row at a rowid the
+# live file holds with other values here is another row (``_given_out_again``).
+IDENTITY = {"messages": ("session_id", "role", "timestamp")}
 _TMP = ".tmp"
 # A pre-update backup's own sidecar copies move with it.
 _BACKUP_SIDECARS = SIDECAR_SUFFIXES
@@ -214,6 +220,7 @@ def _bring_in(
                 (seq,),
             )
         ]
+        applied.left_out += _given_out_again(conn, capture, table, cols)
         added = []
         for rowid in lacking:
             why = _missing_parent(conn, table, rowid)
@@ -236,6 +243,31 @@ def _bring_in(
             if table == "messages":
                 _counted_into_sessions(conn, added)
     return touched
+
+
+def _given_out_again(
+    conn: apsw.Connection, capture: str, table: str, cols: list[str]
+) -> list[dict[str, Any]]:
+    """The capture's rows of ``table`` at a rowid the live file holds as another row (by
+    what a row never changes: ``IDENTITY``): AUTOINCREMENT gives a rowid out once in a
+    file, so Hermes gave it out again after it lost this write. Not brought in (it
+    would need a new rowid); each named, since the capture is moved to quarantine."""
+    same = [c for c in IDENTITY.get(table, ()) if c in cols]
+    if not same:
+        return []
+    t = quote_ident(table)
+    differs = " OR ".join(f"m.{quote_ident(c)} IS NOT c.{quote_ident(c)}" for c in same)
+    why = (
+        "the live file gave its rowid to another row since (Hermes reused it after losing"
+        " this write); not brought in"
+    )
+    return [
+        {"capture": capture, "table": table, "rowid": int(r[0]), "why": why}
+        for r in conn.execute(
+            f"SELECT c.rowid FROM cap.{t} AS c JOIN main.{t} AS m ON m.rowid = c.rowid"
+            f" WHERE {differs} ORDER BY c.rowid"
+        )
+    ]
 
 
 def _counted_into_sessions(conn: apsw.Connection, rowids: list[int]) -> None:

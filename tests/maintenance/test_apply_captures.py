@@ -12,16 +12,18 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import apsw
 import pytest
 
-from lab.hermes_fixtures import SMALL, TINY, built_db
+from lab.hermes_fixtures import SMALL, TINY, built_db, hermes_python, writer_env
 from statewarden.maintenance.swap import list_quarantine
 from tests.recovery.test_captures import CAPTURE, capture_of, image_and_wal
 from tests.support.cli import run_ctl
+from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import maintenance_config, report_of, run_maintenance
 
 FOREIGN = "state.db.retired-wal-20261130-230000-43"
@@ -273,3 +275,40 @@ def test_bad_combinations_are_one_line_usage_errors(tmp_path: Path, config: Path
         assert len(proc.stderr.strip().splitlines()) == 1
         assert "--apply-captures is an action of its own" in proc.stderr
     assert digest(h.home) == before
+
+
+def test_a_lost_message_whose_id_hermes_gave_out_again_is_named_not_brought_in(
+    tmp_path: Path, config: Path
+) -> None:
+    """After the loss, real Hermes (its own SessionDB) writes one message into the live
+    file: AUTOINCREMENT gives it the first lost message's id again. That lost message is
+    named as given out again and not brought in (the live file's message stays as it
+    is); the other four, above the new sequence, come back."""
+    h = Home(tmp_path)
+    bin_dir = tmp_path / "bin"
+    install_fake_hermes(bin_dir, python=hermes_python())
+    hermes = subprocess.Popen(
+        [str(bin_dir / "hermes"), "dashboard"],
+        env=writer_env(h.home),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert hermes.stdout is not None
+    assert hermes.stdout.readline().strip() == "ready"
+    hermes.terminate()
+    assert hermes.wait(timeout=60) == 0
+    hermes.stdout.close()
+    reused = h.lost[0][0]
+    (live,) = rows(h.db, "SELECT * FROM messages WHERE id = ?", (reused,))
+    assert live != h.lost[0]  # Hermes' own new message at the lost one's id
+    proc = apply(h.db)
+    assert proc.returncode == 0, proc.stderr
+    cap = report_of(proc)["captures"]
+    assert [r["rowid"] for r in cap["rows"]] == [r[0] for r in h.lost[1:]]
+    (out,) = cap["left_out"]
+    assert (out["rowid"], out["table"]) == (reused, "messages")
+    assert out["why"].startswith("the live file gave its rowid to another row since")
+    assert rows(h.db, "SELECT * FROM messages WHERE id = ?", (reused,)) == [live]
+    got = {r[0]: r for r in h.messages()}
+    assert [got[r[0]] for r in h.lost[1:]] == h.lost[1:]
+    assert run_ctl("check", "--db", str(h.db)).exit_code == 0
