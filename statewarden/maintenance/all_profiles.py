@@ -7,7 +7,8 @@ runs share the stop:
 
 1. each run plans and pre-builds while Hermes runs (``prebuild``); a healthy database
    ends there, checked and left as is, and so does one that cannot be repaired
-   (refused, unreadable, a loss not accepted): nothing stopped for it;
+   (refused, unreadable, a loss not accepted): nothing stopped for it. The runs left
+   take their snapshots (``maintenance.snapshots``) before anything is stopped;
 2. the runs left go through their steps up to the swap, one after the other: the
    first stops the units (the others find them stopped, and record them too, so the
    ledger of each says what to start again), each fences, settles, catches up and
@@ -118,7 +119,12 @@ def execute_all(runs: list[MaintenanceRun]) -> AllProfilesReport:
                 ended[i] = done
             else:
                 going.append(run)
-        together = _together(going, {id(r): ("snapshot", None) for r in going})
+        for run in going:
+            # Each run's snapshot before the first stop, while Hermes still runs.
+            (snapshot,) = steps_from("snapshot")[:1]
+            if snapshot.applies(run):
+                snapshot.work(run)  # never fails the run (a note when none is taken)
+        together = _together(going, {id(r): ("stop", None) for r in going})
         return _outcome(runs, ended, together)
 
 

@@ -223,3 +223,38 @@ def test_a_killed_run_is_resumed_for_every_profile_and_hermes_runs(
     assert runs["play"]["outcome"] == "repaired"
     assert (p.check("default"), p.check("play"), p.check("work")) == (0, 0, 0)
     assert manager.systemctl("is-active", GATEWAY).stdout.strip() == "active"
+
+
+@pytest.mark.systemd
+def test_a_profile_refused_before_the_stop_does_not_hold_back_the_others(
+    tmp_path: Path, manager: UserSystemd
+) -> None:
+    """The user's interactive Hermes (``hermes chat``, not a unit) holds profile work's
+    database: that profile is refused (nothing done for it, named), the two damaged
+    ones are repaired in the one stop, the chat is left running, and the exit code is
+    the refusal's (5)."""
+    p = Profiles(tmp_path, manager)
+    chat = subprocess.Popen(
+        [str(tmp_path / "bin" / "hermes"), "chat"],
+        env={**os.environ, "HERMES_HOME": str(p.dbs["work"].parent)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert chat.stdout is not None
+        assert chat.stdout.readline().strip() == "ready"
+        proc = p.maintenance("--yes", "--json")
+        assert chat.poll() is None
+    finally:
+        chat.terminate()
+        chat.wait(timeout=30)
+        if chat.stdout is not None:
+            chat.stdout.close()
+    assert proc.returncode == 5, proc.stderr
+    runs = by_profile(report_of(proc))
+    assert runs["work"]["outcome"] == "refused: nothing done"
+    assert "interactive Hermes" in runs["work"]["message"]
+    assert (runs["default"]["outcome"], runs["play"]["outcome"]) == ("repaired", "repaired")
+    assert p.started() == 2
+    assert (p.check("default"), p.check("play")) == (0, 0)
+    assert manager.systemctl("is-active", GATEWAY).stdout.strip() == "active"
