@@ -35,6 +35,7 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.evidence.other_copies import ExtraSources, OtherCopy, foreign, open_copies
 from statewarden.recovery_files import RecoveryFile, scan
+from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import quote_ident, uri_for
 
 SAMPLE_ROWIDS = 20
@@ -116,7 +117,10 @@ def read_captures(
     fence). ``then`` is given the captures proven of this database, on the same private
     copies the reading used (``maintenance --apply-captures`` builds its new file
     there), and is not called when none is."""
-    items = [i for i in scan(db).items if i.what in _KINDS]
+    found = [i for i in scan(db).items if i.what in _KINDS]
+    names = {i.name for i in found}
+    # A backup's -wal / -shm copy is read with its backup, never as a backup of its own.
+    items = [i for i in found if not any(i.name == n + s for n in names for s in SIDECAR_SUFFIXES)]
     if not items:
         return []
     readings = {i.name: _reading(i) for i in items}

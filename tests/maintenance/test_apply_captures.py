@@ -9,10 +9,12 @@ nothing twice. Real Hermes files (``lab/hermes_fixtures``), real captures as
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tests.recovery.test_captures import CAPTURE, capture_of, image_and_wal
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import maintenance_config, report_of, run_maintenance
+from tests.support.privileges import needs_root
 
 FOREIGN = "state.db.retired-wal-20261130-230000-43"
 PARTIAL = "state.db.retired-wal-20261130-233000-44.partial"
@@ -312,3 +315,69 @@ def test_a_lost_message_whose_id_hermes_gave_out_again_is_named_not_brought_in(
     got = {r[0]: r for r in h.messages()}
     assert [got[r[0]] for r in h.lost[1:]] == h.lost[1:]
     assert run_ctl("check", "--db", str(h.db)).exit_code == 0
+
+
+@needs_root
+def test_a_quarantine_on_another_filesystem_gets_the_capture_whole(
+    tmp_path: Path, config: Path
+) -> None:
+    """The state dir on a tmpfs of its own (a private mount namespace): the capture
+    cannot be renamed there, so it is copied whole under a temporary name, renamed,
+    and only then removed from beside state.db; what lands in quarantine is the
+    capture byte for byte, with no temporary name left."""
+    h = Home(tmp_path)
+    capture = digest(h.capture)
+    state = tmp_path / "xdg-state"
+    state.mkdir(exist_ok=True)
+    kept = tmp_path / "kept"
+    out = tmp_path / "report.json"
+    script = (
+        f"mount -t tmpfs -o size=256m tmpfs {state} && "
+        f"{sys.executable} -m statewarden.cli.ctl maintenance --db {h.db} --apply-captures"
+        f" --yes --json > {out}; echo rc=$?; cp -a {state}/statewarden/quarantine {kept}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "XDG_STATE_HOME": str(state)},
+    )
+    assert proc.stdout.splitlines() == ["rc=0"], proc.stdout + proc.stderr
+    rep = json.loads(out.read_text())
+    assert rep["outcome"] == "applied"
+    assert "copied into quarantine" in " ".join(rep["notes"])  # another filesystem
+    (entry,) = kept.iterdir()
+    assert sorted(os.listdir(entry / "captures")) == [CAPTURE]
+    assert digest(entry / "captures" / CAPTURE) == capture
+    assert not h.capture.exists()
+    assert_applied_once(h)
+
+
+def test_a_pre_update_backup_is_applied_and_moved_with_its_wal(
+    tmp_path: Path, config: Path
+) -> None:
+    """The Desktop updater's backup (``state.db.pre-update-emergency-<ts>.bak`` and its
+    ``-wal``) holds the 5 lost messages, partly in its WAL: they come back, listed with
+    the backup, and the backup moves to quarantine together with its ``-wal``."""
+    h = Home(tmp_path)
+    image = (h.capture / "state.db").read_bytes()
+    wal = (h.capture / "state.db-wal").read_bytes()
+    shutil.rmtree(h.capture)
+    backup = h.home / "state.db.pre-update-emergency-20261130T220000.bak"
+    backup.write_bytes(image)
+    Path(f"{backup}-wal").write_bytes(wal)
+    proc = apply(h.db)
+    assert proc.returncode == 0, proc.stderr
+    cap = report_of(proc)["captures"]
+    # Its -wal is part of it, read with it: never listed as a backup of its own.
+    assert [(c["name"], c["verdict"]) for c in cap["captures"]] == [
+        (backup.name, "of this database")
+    ]
+    assert {r["capture"] for r in cap["rows"]} == {backup.name}
+    assert [r["rowid"] for r in cap["rows"]] == [r[0] for r in h.lost]
+    assert_applied_once(h)
+    moved = sorted(os.listdir(quarantine(tmp_path) / "captures"))
+    assert moved == [backup.name, f"{backup.name}-wal"]
+    assert not backup.exists()
+    assert not Path(f"{backup}-wal").exists()
