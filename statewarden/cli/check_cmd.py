@@ -137,7 +137,7 @@ def check(
     results = []
     with progress_reporter(progress_mode) as progress:
         for t in targets:
-            results.append(check_database(t.db, parent, progress=progress))
+            results.append(check_database(t.db, parent, progress=progress, mapped=True))
     if as_json:
         docs = []
         for r in results:
