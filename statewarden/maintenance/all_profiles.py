@@ -107,6 +107,10 @@ def execute_all(runs: list[MaintenanceRun]) -> AllProfilesReport:
         ended: dict[int, RunReport] = {}
         going: list[MaintenanceRun] = []
         for i, run in enumerate(runs):
+            if not run.db.exists():  # a profile Hermes has not written to yet
+                run.report.outcome = "no state.db: nothing to do"
+                ended[i] = run.report
+                continue
             if not run.options.dry_run:
                 run._removed_work_folders()
             try:

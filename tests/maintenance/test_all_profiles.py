@@ -3,7 +3,8 @@ manager, one gateway unit holds three real Hermes homes' databases (the root hom
 two profiles, found as Hermes lays them out): two damaged (a phantom row), one healthy.
 The unit is stopped once and started once (its start count says so), each damaged
 database is repaired, the healthy one left as is and said so; a failure on one
-profile's database rolls back that one only, names it, and Hermes runs again."""
+profile's database rolls back that one only, names it, and Hermes runs again. A
+profile without a database yet is passed over (no user manager needed there)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, make_home
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import install_fake_hermes
-from tests.support.maintenance import exempt_comms, report_of, run_maintenance
+from tests.support.maintenance import (
+    exempt_comms,
+    maintenance_config,
+    report_of,
+    run_maintenance,
+)
 from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.support.units import holders, main_pid
 from tests.support.waiting import wait_for
@@ -258,3 +264,23 @@ def test_a_profile_refused_before_the_stop_does_not_hold_back_the_others(
     assert p.started() == 2
     assert (p.check("default"), p.check("play")) == (0, 0)
     assert manager.systemctl("is-active", GATEWAY).stdout.strip() == "active"
+
+
+def test_a_profile_without_a_database_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No process holds anything: the root home's damaged database is repaired, a
+    profile Hermes has made but not written to yet (no state.db) is named as having
+    nothing to do, and the run ends 0."""
+    maintenance_config(tmp_path, monkeypatch)
+    root = make_home(tmp_path / "hermes", SMALL)
+    phantom_row(root)
+    (root / "profiles" / "fresh").mkdir(parents=True)
+    env = {**os.environ, "HERMES_HOME": str(root)}
+    proc = run_maintenance("--all-profiles", "--yes", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    runs = by_profile(report_of(proc))
+    assert runs["default"]["outcome"] == "repaired"
+    assert runs["fresh"]["outcome"] == "no state.db: nothing to do"
+    assert not (root / "profiles" / "fresh" / "state.db").exists()
+    assert run_ctl("check", "--db", str(root / "state.db")).exit_code == 0
