@@ -292,15 +292,17 @@ class TestJournaldPriorities:
 
 class TestRecords:
     def test_the_tailer_reads_records_not_rules(self) -> None:
-        """watch/logtail.py cuts records with watch/records.py and never imports the rules."""
-        tree = ast.parse((PACKAGE / "watch" / "logtail.py").read_text())
-        imported = {
-            node.module
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module
-        }
-        assert "statewarden.watch.records" in imported
-        assert "statewarden.watch.rules" not in imported
+        """The tailer's modules (watch/logtail.py and the parts it was cut into) cut
+        records with watch/records.py and never import the rules."""
+        for name in ("logtail", "log_reader", "rotation", "replays"):
+            tree = ast.parse((PACKAGE / "watch" / f"{name}.py").read_text())
+            imported = {
+                node.module
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module
+            }
+            assert "statewarden.watch.rules" not in imported, name
+            assert "statewarden.watch.records" in imported, name
 
 
 NOT_YET_IMPORTED: frozenset[str] = frozenset()
