@@ -7,28 +7,43 @@ import json
 import signal
 from pathlib import Path
 
+from statewarden.daemon.verify import VERIFIED_FILE
 from statewarden.errors import EXIT_USAGE
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc
 
 
 def test_a_reloaded_verify_interval_takes_effect(env: dict[str, str], tmp_path: Path) -> None:
-    """Started with ``watch.verify_interval: 1h``, a database is verified once (its first);
-    after SIGHUP with ``1m`` (the floor) the schedule verifies it again a minute after the
-    first (reason ``scheduled``) without a restart; under the old interval it would wait an
-    hour."""
+    """Started with ``watch.verify_interval: 1h`` on a database whose first verification
+    (an earlier run's, on record in verified.json) is two minutes old, the daemon does not
+    verify it again; after SIGHUP with ``1m`` (the floor) the schedule verifies it at once
+    (reason ``scheduled``) without a restart; under the old interval it would wait an
+    hour. (The record is aged instead of waiting out the floor's minute.)"""
     config = tmp_path / "config.yaml"
     config.write_text("watch:\n  verify_interval: 1h\n")
+    first = DaemonProc(env, "--config", str(config))
+    try:
+        first.wait_for_line("database verified healthy")
+    finally:
+        assert first.stop() == 0
+    record = Path(env["XDG_STATE_HOME"]) / "statewarden" / VERIFIED_FILE
+    verified = json.loads(record.read_text())
+    ((db, entry),) = verified.items()
+    assert (entry["reason"], entry["result"]) == ("first", "none")
+    entry["at"] -= 120
+    record.write_text(json.dumps(verified))
     d = DaemonProc(env, "--config", str(config))
     try:
         d.wait_for_line("statewarden ready")
-        d.wait_for_line("database verified healthy")
-        assert not [x for x in d.lines if "verifying database" in x and "scheduled" in x]
+        (st,) = d.ctl("status")["databases"]
+        assert (st["verified"]["reason"], st["verified"]["at"]) == ("first", entry["at"])
         config.write_text("watch:\n  verify_interval: 1m\n")
         d.proc.send_signal(signal.SIGHUP)
         d.wait_for_line("config reloaded")
-        line = d.wait_for_line("reason=scheduled", timeout_s=150)
+        assert not [x for x in d.lines if "verifying database" in x]
+        line = d.wait_for_line("reason=scheduled", timeout_s=60)
         assert "verifying database" in line
+        assert db in line
     finally:
         assert d.stop() == 0
 

@@ -30,10 +30,12 @@ from statewarden.alerts.message import plain_text
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.router import Route, Router
 from statewarden.atomic import private_dir
-from statewarden.config import AlertsConfig
+from statewarden.config import AlertsConfig, Config, state_dir
 from statewarden.daemon.verify import file_identity
 from statewarden.incidents.book import Incident, Update
+from statewarden.logs import get_logger
 from statewarden.maintenance import outcomes
+from statewarden.maintenance.auto import QUIET_AFTER_S, AutoMaintenance
 from statewarden.maintenance.ledger import (
     Ledger,
     in_progress,
@@ -41,6 +43,7 @@ from statewarden.maintenance.ledger import (
     run_dir,
     run_lock,
 )
+from statewarden.targets import Target
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.maintenance import FakeHermes, exempt_comms, integrity, session_ids
@@ -49,6 +52,9 @@ from tests.support.waiting import wait_for
 
 TOKEN = "123456789:AAHfakeTokenForTestsOnly_abcdefghijk"
 WAIT_S = 120.0
+# The quiet period after a run these daemons keep (30 s in the product): the tests prove
+# what is muted and sent in which order, which a shorter period keeps.
+QUIET_S = 3.0
 
 
 @pytest.fixture
@@ -132,7 +138,7 @@ class TestDaemonRun:
         with the run id, and a RESOLVED message says so; nothing is sent twice."""
         db, env = setup(tmp_path, api, auto_repair="immediately", settle="4s")
         holder = FakeHermes(fake_bin, db.parent, "serve")
-        d = DaemonProc(env)
+        d = DaemonProc(env, quiet_after_s=QUIET_S)
         try:
             d.wait_for_line("statewarden ready")
             malformed(hermes_logger(db.parent / "logs", "gateway.session"))
@@ -219,7 +225,7 @@ class TestShellRuns:
         is told with its reason; one killed with kill -9 mid-settle mutes the database
         only while it lives; its --resume rolls back and is told as rolled back."""
         db, env = setup(tmp_path, api, auto_repair="never", settle="30s", settle_timeout="60s")
-        d = DaemonProc(env)
+        d = DaemonProc(env, quiet_after_s=QUIET_S)
         chat = FakeHermes(fake_bin, db.parent, "chat")
         try:
             d.wait_for_line("statewarden ready")
@@ -524,3 +530,26 @@ def test_a_full_state_dir_costs_the_outcome_not_the_run(tmp_path: Path, fake_bin
     assert report["outcome"] == "refused: nothing done"
     (note,) = [n for n in report["notes"] if "outcome could not be left" in n]
     assert "No space left on device" in note
+
+
+def test_a_run_mutes_its_database_until_the_quiet_period_after_it_is_over(
+    tmp_path: Path,
+) -> None:
+    """The length the daemons above shorten, with the product's QUIET_AFTER_S: a database
+    is muted while its run's ledger is in progress, still a moment before QUIET_AFTER_S
+    after the run was seen to end, and no longer at QUIET_AFTER_S."""
+    db = make_home(tmp_path / "hermes", TINY) / "state.db"
+    target = Target("default", db.parent, db, db.parent / "logs")
+    auto = AutoMaintenance(Config(), get_logger())
+    folder = private_dir(run_dir(state_dir(Config()), db))
+    ended = 1_000_000.0
+    with run_lock(folder):
+        led = Ledger(folder)
+        led.create({"run_id": "r1", "pid": os.getpid()})
+        assert auto.muted([target], now=ended - 5) == {str(db)}
+        led.step("finished", outcome="repaired")
+        led.close()
+    assert auto.muted([target], now=ended) == {str(db)}  # seen to end now
+    assert auto.muted([target], now=ended + QUIET_AFTER_S - 0.5) == {str(db)}
+    assert auto.muted([target], now=ended + QUIET_AFTER_S) == set()
+    assert auto.muted([target], now=ended + QUIET_AFTER_S + 1) == set()

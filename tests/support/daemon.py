@@ -18,16 +18,38 @@ from tests.support.cli import run_ctl
 T = TypeVar("T")
 
 
+# The daemon's entry point with the quiet period after a maintenance run (30 s) set to the
+# seconds given as the first argument: for the tests that wait the period out, which prove
+# the order (muted in the run and after it, then unmuted and the held alert sent once),
+# not its length.
+SHORT_QUIET = (
+    "import sys\n"
+    "import statewarden.maintenance.auto as auto\n"
+    "auto.QUIET_AFTER_S = float(sys.argv.pop(1))\n"
+    "from statewarden.cli.daemon_cmd import main\n"
+    "main()\n"
+)
+
+
 class DaemonProc:
-    def __init__(self, env: dict[str, str], *args: str, prefix: tuple[str, ...] = ()) -> None:
-        """``prefix`` runs the daemon under another command (e.g. nsenter)."""
+    def __init__(
+        self,
+        env: dict[str, str],
+        *args: str,
+        prefix: tuple[str, ...] = (),
+        quiet_after_s: float | None = None,
+    ) -> None:
+        """``prefix`` runs the daemon under another command (e.g. nsenter);
+        ``quiet_after_s`` shortens the quiet period after a maintenance run."""
         self.env = env
+        entry = ["-m", "statewarden.cli.daemon_cmd"]
+        if quiet_after_s is not None:
+            entry = ["-c", SHORT_QUIET, str(quiet_after_s)]
         self.proc = subprocess.Popen(
             [
                 *prefix,
                 sys.executable,
-                "-m",
-                "statewarden.cli.daemon_cmd",
+                *entry,
                 "run",
                 "--log-format",
                 "plain",
