@@ -343,6 +343,38 @@ def test_install_does_not_follow_a_symlink_at_the_temporary_name(base: Path) -> 
     assert not (top / "units" / "statewarden.service").is_symlink()
 
 
+@pytest.fixture(scope="module")
+def two_runs_made() -> Iterator[tuple[Path, Path]]:
+    """A user's folder after two maintenance runs (two quarantine entries), made once for
+    the module: (the folder, a copy of it as it was then). The runs are what take time;
+    each test gets the folder back as they left it, at the same path."""
+    path = Path(tempfile.mkdtemp(prefix="statewarden-attacks-"))
+    path.chmod(0o755)
+    try:
+        top = user_dir(path)
+        r = as_user(
+            top,
+            'export HERMES_HOME="$SW_TOP/home"; '
+            '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes >/dev/null && '
+            '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes >/dev/null',
+        )
+        assert r.returncode == 0, r.stderr
+        pristine = path / "pristine"
+        subprocess.run(["cp", "-a", str(top), str(pristine)], check=True)
+        yield top, pristine
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def after_two_runs(two_runs_made: tuple[Path, Path]) -> Path:
+    """The user's folder of ``two_runs_made``, as the two runs left it."""
+    top, pristine = two_runs_made
+    shutil.rmtree(top)
+    subprocess.run(["cp", "-a", str(pristine), str(top)], check=True)
+    return top
+
+
 @pytest.mark.parametrize(
     "manifest",
     [
@@ -352,19 +384,14 @@ def test_install_does_not_follow_a_symlink_at_the_temporary_name(base: Path) -> 
         '{"db": "/etc/passwd", "swapped_at": 1e400}',
     ],
 )
-def test_damaged_quarantine_manifest_is_read_as_far_as_it_goes(base: Path, manifest: str) -> None:
+def test_damaged_quarantine_manifest_is_read_as_far_as_it_goes(
+    after_two_runs: Path, manifest: str
+) -> None:
     """A quarantine manifest of the wrong shape (damaged, or edited) used to make
     ``quarantine list`` fail with "unexpected AttributeError/TypeError/ValueError/
     OverflowError", hiding every other entry; a file name with ``..`` was looked up
     outside the folder. Now the entry is listed with what can be read."""
-    top = user_dir(base)
-    r = as_user(
-        top,
-        'export HERMES_HOME="$SW_TOP/home"; '
-        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes >/dev/null && '
-        '"$CTL" maintenance --db "$SW_TOP/home/state.db" --action vacuum --yes >/dev/null',
-    )
-    assert r.returncode == 0, r.stderr
+    top = after_two_runs
     qroot = top / "state" / "statewarden" / "quarantine"
     first, second = sorted(qroot.iterdir())
     (first / "manifest.json").write_text(manifest)
