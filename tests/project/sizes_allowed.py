@@ -12,5 +12,4 @@ MODULES: dict[str, int] = {
     "statewarden/recovery/diagnose.py": 1143,
     "statewarden/recovery/evidence/lost_schema.py": 1258,
     "statewarden/recovery/decoding/pages.py": 1532,
-    "statewarden/watch/rules.py": 1229,
 }
