@@ -67,17 +67,22 @@ def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) 
     SPAWNS.take()
 
 
+# What a test's process and its daemons never inherit: the developer's own config and a
+# service manager's hand-over.
+NOT_INHERITED = (
+    "STATEWARDEN_CONFIG",
+    "NOTIFY_SOCKET",
+    "JOURNAL_STREAM",
+    "INVOCATION_ID",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+)
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's own config, state or Hermes home."""
-    for name in (
-        "STATEWARDEN_CONFIG",
-        "NOTIFY_SOCKET",
-        "JOURNAL_STREAM",
-        "INVOCATION_ID",
-        "WATCHDOG_USEC",
-        "WATCHDOG_PID",
-    ):
+    for name in NOT_INHERITED:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
@@ -102,6 +107,20 @@ def env(tmp_path: Path, hermes_home: Path) -> dict[str, str]:
 @pytest.fixture
 def daemon(env: dict[str, str]) -> Iterator[DaemonProc]:
     """A running `statewarden run` on ``hermes_home``, past its baseline poll."""
+    d = DaemonProc(env)
+    d.wait_for_line("statewarden ready")
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProc]:
+    """One running `statewarden run` on a tiny Hermes home of its own for a whole module,
+    past its baseline poll: for tests that only ask it things (none changes its home, its
+    config or its incidents). Its environment is built as ``env``'s is, from scratch."""
+    base = tmp_path_factory.mktemp("shared-daemon")
+    home = make_home(base / "hermes", TINY)
+    env = {k: v for k, v in daemon_env(base, home).items() if k not in NOT_INHERITED}
     d = DaemonProc(env)
     d.wait_for_line("statewarden ready")
     yield d

@@ -37,11 +37,12 @@ def test_the_table_names_every_request() -> None:
 
 
 @pytest.mark.parametrize("name", ["frobnicate", "handle", "__init__", "handlers", ""])
-def test_an_unknown_request_is_a_one_line_error(daemon: DaemonProc, name: str) -> None:
+def test_an_unknown_request_is_a_one_line_error(shared_daemon: DaemonProc, name: str) -> None:
     """Names are looked up in the table, never as attributes; the socket keeps serving."""
     with pytest.raises(ControlError, match=f"^{re.escape(f'unknown request {name!r}')}$"):
-        daemon.ctl_raw(name)
-    assert daemon.ctl_raw("status")["daemon"]["status"] == "1 database, 0 open incidents"
+        shared_daemon.ctl_raw(name)
+    status = shared_daemon.ctl_raw("status")["daemon"]["status"]
+    assert status == "1 database, 0 open incidents"
 
 
 @pytest.mark.parametrize(
@@ -55,13 +56,13 @@ def test_an_unknown_request_is_a_one_line_error(daemon: DaemonProc, name: str) -
     ],
 )
 def test_a_bad_incident_id_is_a_one_line_error(
-    daemon: DaemonProc, value: object, error: str
+    shared_daemon: DaemonProc, value: object, error: str
 ) -> None:
     """An incident id that is missing, not a number, or not in the book is a one-line error from the
     incident and ack requests."""
     for request in ("incident", "ack"):
         with pytest.raises(ControlError, match=f"^{re.escape(error)}$"):
-            daemon.ctl_raw(request, id=value)
+            shared_daemon.ctl_raw(request, id=value)
 
 
 def test_incident_and_ack_by_request(daemon: DaemonProc, hermes_home: Path) -> None:

@@ -27,7 +27,7 @@ import pytest
 TIERS = ("unit", "process", "systemd")
 # Fixtures that start a private user manager, and ones that start real processes.
 SYSTEMD_FIXTURES = frozenset({"units"})
-PROCESS_FIXTURES = frozenset({"daemon"})
+PROCESS_FIXTURES = frozenset({"daemon", "shared_daemon"})
 # Folders under tests/ whose tests mostly start processes: the daemon, Hermes writers and
 # holders, the commands as a user runs them, `check` and `recover` (whose SQLite checks run
 # in a child process: statewarden/recovery/integrity.py).
