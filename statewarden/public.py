@@ -2,10 +2,12 @@
 
 Each subpackage's ``__init__`` names its API in ``__all__`` and where each name lives::
 
-    HOMES = {"check_database": "check", "recover": "recover", ...}
+    HOMES = {"check_database": "check", "recover": "", ...}
     __all__ = list(HOMES)
-    if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
+    if not TYPE_CHECKING:
         __getattr__ = public_face(__name__, HOMES)
+    else:  # the same names, typed, for mypy
+        from statewarden.recovery.check import check_database as check_database
 
 so ``statewarden.recovery.check_database`` is the function in
 ``statewarden.recovery.check``, imported only when asked for (the CLI imports its
@@ -13,8 +15,9 @@ commands lazily and stays quick). A home of ``""`` is the submodule of that name
 so is a name that is also a submodule's (Python binds a submodule on its package once
 imported): ``recover`` is ``statewarden.recovery.recover``, whose ``recover()`` is the
 entry.
-Other parts import only these names (from the package or from their home module);
-``tests/project/test_layers.py`` checks it.
+Other parts import only these names, and only from the package; the ``__init__``
+imports the same names again in the ``else:`` of that ``if``, which only mypy reads, so
+each is typed as its home defines it. ``tests/project/test_layers.py`` checks both.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ def public_face(package: str, homes: Mapping[str, str]) -> Callable[[str], objec
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        # here, not at the top: importlib imports warnings, and a package that is
-        # imported only for one of its modules (`statewardenctl holders`) asks for no name
-        import importlib  # noqa: PLC0415
+        # __import__ and sys.modules, not importlib (which imports warnings): the quick
+        # commands (`statewardenctl holders`, `status`) take their names through here
+        import sys  # noqa: PLC0415
 
-        if home == "":
-            return importlib.import_module(f"{package}.{name}")
-        return getattr(importlib.import_module(f"{package}.{home}"), name)
+        module = f"{package}.{name}" if home == "" else f"{package}.{home}"
+        __import__(module)
+        found = sys.modules[module]
+        return found if home == "" else getattr(found, name)
 
     return __getattr__

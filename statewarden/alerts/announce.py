@@ -18,8 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from statewarden.incidents.book import Update
-from statewarden.incidents.timeline import Timeline
+from statewarden.incidents import Timeline, Update
 from statewarden.logs import get_logger
 
 

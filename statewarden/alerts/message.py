@@ -19,8 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from statewarden.incidents.book import Incident
-from statewarden.incidents.evidence import scrub
+from statewarden.incidents import Incident, scrub
 from statewarden.kinds import KINDS, SEVERITY_RANK
 
 NotificationState = Literal["firing", "resolved", "test"]

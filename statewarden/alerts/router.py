@@ -42,7 +42,7 @@ from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.silences import Silence
 from statewarden.atomic import write_atomic
 from statewarden.config import AlertsConfig
-from statewarden.incidents.book import Incident, Update
+from statewarden.incidents import Incident, Update
 from statewarden.kinds import KINDS
 
 # Views of the kinds table (each kind's ``muted_in_maintenance``, ``folded_into_corruption``).

@@ -38,7 +38,7 @@ from statewarden.alerts.sink import Refused, Rejected, Retry, Sink, scrubber_of
 from statewarden.backoff import Backoff
 from statewarden.config import AlertsConfig
 from statewarden.errors import StatewardenError
-from statewarden.incidents.book import Incident, Update
+from statewarden.incidents import Incident, Update
 
 if TYPE_CHECKING:
     from statewarden.alerts.heartbeat import Heartbeat

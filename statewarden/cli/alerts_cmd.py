@@ -14,8 +14,7 @@ from typing import Any
 
 import click
 
-from statewarden.alerts import supervisor
-from statewarden.alerts.service import SINK_NAMES, outbox_status, routes_of, send_test
+from statewarden.alerts import SINK_NAMES, outbox_status, routes_of, send_test, supervisor
 from statewarden.cli._common import (
     config_option,
     get_config,
@@ -25,7 +24,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.config import runtime_dir, state_dir
-from statewarden.daemon.control_client import request, socket_path
+from statewarden.daemon import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, StatewardenError, UsageError
 
 NO_SINK = "no alert sink is enabled (alerts.journald, .telegram, .alertmanager or .apprise)"

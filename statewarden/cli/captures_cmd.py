@@ -60,7 +60,7 @@ def captures(
     from pathlib import Path  # noqa: PLC0415
 
     from statewarden.cli.check_cmd import work_parent  # noqa: PLC0415
-    from statewarden.recovery.captures import read_captures  # noqa: PLC0415
+    from statewarden.recovery import read_captures  # noqa: PLC0415
 
     targets, note = select_targets(config_path, db, profile)
     if not targets:

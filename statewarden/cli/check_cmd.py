@@ -23,7 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from statewarden.recovery.diagnose import Diagnosis
+    from statewarden.recovery import Diagnosis
 
 VERDICTS = {
     "none": "healthy",
@@ -127,8 +127,11 @@ def check(
     import tempfile  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
-    from statewarden.recovery.check import check_database  # noqa: PLC0415
-    from statewarden.recovery.diagnose import exit_code_for, worst  # noqa: PLC0415
+    from statewarden.recovery import (  # noqa: PLC0415
+        check_database,
+        exit_code_for,
+        worst,
+    )
 
     targets, note = select_targets(config_path, db, profile)
     if not targets:

@@ -10,7 +10,7 @@ import click
 from statewarden import __version__, logs
 from statewarden.cli._common import config_option, get_config, handle_errors
 from statewarden.cli._group import CommandGroup
-from statewarden.daemon.core import Daemon
+from statewarden.daemon import Daemon
 
 
 @click.group(

@@ -13,9 +13,18 @@ import time
 from statewarden.cli._plain import get_config, printable, select_targets, write_line
 from statewarden.config_literals import no_config_file
 from statewarden.errors import EXIT_OK, EXIT_SCAN_INCOMPLETE, EXIT_STALE_OR_LOST_LOCKS, UsageError
-from statewarden.holders.processes import human_age, short_command
-from statewarden.holders.report import DB_FILE, SHM_FILE, WAL_FILE
-from statewarden.holders.scan import VIA_LOCKS, Holder, HolderScan, HolderScanner, age_seconds
+from statewarden.holders import (
+    DB_FILE,
+    SHM_FILE,
+    VIA_LOCKS,
+    WAL_FILE,
+    Holder,
+    HolderScan,
+    HolderScanner,
+    age_seconds,
+    human_age,
+    short_command,
+)
 from statewarden.json_output import json_document
 from statewarden.targets import profile_for_db
 
@@ -316,14 +325,14 @@ def scan_and_report(
     scans = scanner.scan(full=full)
     if any(h.kind == "unknown" for scan in scans for h in scan.holders):
         # Hermes' gateway_heartbeats may name it (a read-only look at the file).
-        from statewarden.holders.heartbeats import apply_heartbeats  # noqa: PLC0415
+        from statewarden.holders import apply_heartbeats  # noqa: PLC0415
 
         apply_heartbeats(scans)
     units: list[UnitInfo] = []
     systemd_note = None
     if not no_systemd:
         # D-Bus (dbus-fast, asyncio) is imported only when it is asked.
-        from statewarden.holders.units import systemd_view  # noqa: PLC0415
+        from statewarden.holders import systemd_view  # noqa: PLC0415
 
         units, systemd_note = systemd_view(scans)
     if as_json:

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from statewarden.alerts.service import saved_states
+from statewarden.alerts import saved_states
 from statewarden.cli._common import (
     config_option,
     get_config,
@@ -21,11 +21,9 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.config import Config, runtime_dir, state_dir
-from statewarden.daemon.control_client import request, socket_path
+from statewarden.daemon import request, socket_path
 from statewarden.errors import DaemonNotRunning
-from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.show import show_incident
-from statewarden.incidents.timeline import Timeline
+from statewarden.incidents import IncidentBook, Timeline, show_incident
 
 
 def _ask(config: Config, cmd: str, **args: Any) -> tuple[Any, str]:

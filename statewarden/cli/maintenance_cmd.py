@@ -32,9 +32,7 @@ from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_handoff import hand_off
 from statewarden.cli.maintenance_output import finish, printer
 from statewarden.errors import UsageError
-from statewarden.maintenance.all_profiles import execute_all, resume_all
-from statewarden.maintenance.plan import Plan
-from statewarden.maintenance.run import ACTIONS, MaintenanceRun, Options
+from statewarden.maintenance import ACTIONS, MaintenanceRun, Options, Plan, execute_all, resume_all
 
 
 @contextlib.contextmanager

@@ -20,10 +20,9 @@ from statewarden.cli._common import echo_line
 from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_output import PREFIX, printer, report_from
 from statewarden.config import Config, runtime_dir
-from statewarden.daemon.control import StreamClient, request, socket_path
+from statewarden.daemon import StreamClient, request, socket_path
 from statewarden.errors import EXIT_FAILED, ControlError, DaemonNotRunning, StatewardenError
-from statewarden.maintenance.report import RunReport
-from statewarden.maintenance.run import MaintenanceRun, Options
+from statewarden.maintenance import MaintenanceRun, Options, RunReport
 from statewarden.targets import Target
 
 PING_TIMEOUT_S = 5.0

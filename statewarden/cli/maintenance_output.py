@@ -8,8 +8,7 @@ import contextlib
 from typing import Any
 
 from statewarden.cli._common import echo_line, print_json, print_json_line
-from statewarden.maintenance.report import RunReport
-from statewarden.maintenance.wording import cancel_line, step_line
+from statewarden.maintenance import RunReport, cancel_line, step_line
 from statewarden.progress import ProgressFn
 
 PREFIX = "statewardenctl: maintenance: "

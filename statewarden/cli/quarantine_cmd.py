@@ -22,9 +22,7 @@ from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_output import printer
 from statewarden.config import state_dir
 from statewarden.errors import UsageError
-from statewarden.maintenance.plan import Plan
-from statewarden.maintenance.run import MaintenanceRun, Options
-from statewarden.maintenance.swap import list_quarantine
+from statewarden.maintenance import MaintenanceRun, Options, Plan, list_quarantine
 from statewarden.targets import discover, target_for_db
 
 

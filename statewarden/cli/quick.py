@@ -79,7 +79,7 @@ def plain_options(
 
 def run_holders(options: dict[str, str | bool | None]) -> int:
     """``statewardenctl holders`` once, as the click command runs it without --watch."""
-    from statewarden.holders.locks import ReadAhead  # noqa: PLC0415
+    from statewarden.holders import ReadAhead  # noqa: PLC0415
 
     # The kernel's wait for the first reader of /proc/locks, taken alongside the imports
     # and the scan (locks.ReadAhead).

@@ -10,7 +10,7 @@ from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from statewarden.recovery.report import Report
+    from statewarden.recovery import Report
 
 
 @click.command("recover")
@@ -47,10 +47,10 @@ def recover_cmd(
     # The engine only when it runs: `recover --help` and a usage error start without it.
     from pathlib import Path  # noqa: PLC0415
 
-    from statewarden.recovery.recover import recover  # noqa: PLC0415
+    from statewarden.recovery import recover  # noqa: PLC0415
 
     with progress_reporter(progress_mode) as progress:
-        report = recover(
+        report = recover.recover(
             Path(source),
             Path(output),
             report_path=Path(report_path) if report_path else None,

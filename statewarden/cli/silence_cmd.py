@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from statewarden.alerts.silences import SilenceFile, describe, listing
+from statewarden.alerts import SilenceFile, describe, listing
 from statewarden.cli._common import (
     config_option,
     echo_line,
@@ -26,7 +26,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli._group import CommandGroup
 from statewarden.config import parse_duration, runtime_dir, state_dir
-from statewarden.daemon.control_client import request, socket_path
+from statewarden.daemon import request, socket_path
 from statewarden.errors import DaemonNotRunning, UsageError
 from statewarden.kinds import KINDS
 

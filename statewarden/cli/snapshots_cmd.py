@@ -22,7 +22,7 @@ from statewarden.cli._group import CommandGroup
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.config import state_dir
 from statewarden.errors import UsageError
-from statewarden.maintenance.snapshots import list_snapshots, take_snapshot
+from statewarden.maintenance import list_snapshots, take_snapshot
 from statewarden.priority import idle_priority
 
 

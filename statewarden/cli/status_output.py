@@ -11,7 +11,7 @@ import time
 
 from statewarden.cli._plain import get_config, human_bytes, printable, select_targets, write_line
 from statewarden.config import paths_only, runtime_dir, state_dir
-from statewarden.daemon.control_client import request, socket_path
+from statewarden.daemon import request, socket_path
 from statewarden.errors import ConfigError, DaemonNotRunning
 from statewarden.json_output import json_document
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from statewarden.recovery_files import RecoveryFile
-    from statewarden.watch.status import DatabaseStatus
+    from statewarden.watch import DatabaseStatus
 
 # The daemon's record of its verifications in its state folder: the name
 # statewarden.daemon.verify gives it (VERIFIED_FILE; a test holds the two equal). That
@@ -113,7 +113,7 @@ def report_status(
     if daemon is not None:
         _report_daemon(daemon, as_json)
         return
-    from statewarden.watch.status import status_all  # noqa: PLC0415 - apsw: only when read here
+    from statewarden.watch import status_all  # noqa: PLC0415 - apsw: only when read here
 
     targets, note = select_targets(config_path, db, profile)
     results = status_all(targets)
@@ -244,7 +244,7 @@ def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
 
 def _from_json(d: dict[str, Any]) -> DatabaseStatus:
     from statewarden.recovery_files import RecoveryFile  # noqa: PLC0415
-    from statewarden.watch.status import DatabaseStatus, FilesystemFacts  # noqa: PLC0415
+    from statewarden.watch import DatabaseStatus, FilesystemFacts  # noqa: PLC0415
 
     fields = {k: v for k, v in d.items() if k in DatabaseStatus.__dataclass_fields__}
     fs = fields.get("filesystem")

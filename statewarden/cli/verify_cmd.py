@@ -20,7 +20,7 @@ from statewarden.cli._common import (
 )
 from statewarden.cli.status_output import verdict_line
 from statewarden.config import runtime_dir
-from statewarden.daemon.control_client import request, socket_path
+from statewarden.daemon import request, socket_path
 from statewarden.errors import EXIT_FAILED, DaemonNotRunning, NoDaemon
 
 # The daemon answers when the verification is done: wait as long as it may take.
@@ -77,7 +77,7 @@ def verify(config_path: str | None, db: str | None, profile: str | None, as_json
     if any(v["result"] == "failed" for v in results):
         raise SystemExit(EXIT_FAILED)
     # Only here: ``status`` shows verdicts with verdict_line and needs none of recovery.
-    from statewarden.recovery.diagnose import exit_code_for, worst  # noqa: PLC0415
+    from statewarden.recovery import exit_code_for, worst  # noqa: PLC0415
 
     code = exit_code_for(worst(*(v["result"] for v in results)))
     if code:

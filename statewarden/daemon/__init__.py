@@ -21,11 +21,19 @@ HOMES = {
     "ControlServer": "control",
     "StreamClient": "control",
     "Streamed": "control",
-    "request": "control",
-    "socket_path": "control",
+    "request": "control_client",
+    "socket_path": "control_client",
     "Daemon": "core",
     "VERIFIED_FILE": "verify",
 }
 __all__ = list(HOMES)
 if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
     __getattr__ = public_face(__name__, HOMES)
+else:  # the same names, typed, for mypy (tests/project/test_layers.py holds them to HOMES)
+    from statewarden.daemon.control import ControlServer as ControlServer
+    from statewarden.daemon.control import StreamClient as StreamClient
+    from statewarden.daemon.control import Streamed as Streamed
+    from statewarden.daemon.control_client import request as request
+    from statewarden.daemon.control_client import socket_path as socket_path
+    from statewarden.daemon.core import Daemon as Daemon
+    from statewarden.daemon.verify import VERIFIED_FILE as VERIFIED_FILE

@@ -51,8 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden import __version__, journald
-from statewarden.alerts.announce import Announcer
-from statewarden.alerts.service import Alerts
+from statewarden.alerts import Alerts, Announcer
 from statewarden.atomic import private_dir
 from statewarden.config import Config, runtime_dir, state_dir
 from statewarden.daemon.control import ControlServer, socket_path
@@ -68,19 +67,22 @@ from statewarden.daemon.vanished import VanishWatch
 from statewarden.daemon.verify import Verifications
 from statewarden.daemon.web import WebPage
 from statewarden.errors import ConfigError, StatewardenError
-from statewarden.incidents.book import IncidentBook, Update
-from statewarden.incidents.recorder import Recorder
-from statewarden.incidents.restart import HOLDER_KINDS, START_KINDS, RestartCheck
-from statewarden.incidents.signals import Found, Signal
-from statewarden.incidents.timeline import Timeline
+from statewarden.incidents import (
+    HOLDER_KINDS,
+    START_KINDS,
+    Found,
+    IncidentBook,
+    Recorder,
+    RestartCheck,
+    Signal,
+    Timeline,
+    Update,
+)
 from statewarden.kinds import KINDS
 from statewarden.lock import lock_state_dir
 from statewarden.logs import get_logger
-from statewarden.maintenance.auto import AutoMaintenance
-from statewarden.maintenance.ledger import lock_holder, run_dir
-from statewarden.watch.events import FileEvents
-from statewarden.watch.holders import describe
-from statewarden.watch.units import UnitWatcher
+from statewarden.maintenance import AutoMaintenance, lock_holder, run_dir
+from statewarden.watch import FileEvents, UnitWatcher, describe
 
 STOP_STAGE_TIMEOUT_S = 5.0
 MIN_POLL_GAP_S = 0.005  # a burst of log events is one poll, not hundreds

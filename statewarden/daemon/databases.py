@@ -26,14 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.config import Config, state_dir
-from statewarden.incidents.signals import Found, Signal
+from statewarden.incidents import Found, Signal
 from statewarden.logs import get_logger
 from statewarden.mounts import Mount, read_mounts
 from statewarden.targets import Target, discover
-from statewarden.watch.journal import JournalFollower
-from statewarden.watch.monitor import TargetMonitor
-from statewarden.watch.mounts import MountWatcher
-from statewarden.watch.status import DatabaseStatus, database_status
+from statewarden.watch import (
+    DatabaseStatus,
+    JournalFollower,
+    MountWatcher,
+    TargetMonitor,
+    database_status,
+)
 
 NOT_FOLLOWED = "not followed"
 

@@ -34,9 +34,7 @@ from typing import Any
 from statewarden.config import Config
 from statewarden.daemon.control import Streamed
 from statewarden.errors import RunInProgress, StatewardenError, UsageError
-from statewarden.maintenance.auto import AutoMaintenance
-from statewarden.maintenance.ledger import in_progress
-from statewarden.maintenance.run import ACTIONS, PAST_THE_SWAP
+from statewarden.maintenance import ACTIONS, PAST_THE_SWAP, AutoMaintenance, in_progress
 
 FLAGS = ("force", "accept_loss", "no_import", "resume")
 REPORT_TAIL_CHARS = 500  # of a run's stderr, when it ended without a report

@@ -18,10 +18,8 @@ from pathlib import Path
 
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.errors import StateUnwritable
-from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.signals import Found, Signal
-from statewarden.incidents.timeline import Timeline
-from statewarden.watch.journal import JOURNAL_REMEDY
+from statewarden.incidents import Found, IncidentBook, Signal, Timeline
+from statewarden.watch import JOURNAL_REMEDY
 
 
 class OwnHealth:

@@ -22,11 +22,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from statewarden.config import Config
-from statewarden.holders.report import HolderScan
-from statewarden.incidents.book import Incident
-from statewarden.incidents.signals import Found, Observation, Signal
-from statewarden.watch.holders import LOG_STALE_KEYS, HolderWatcher
-from statewarden.watch.monitor import Guard
+from statewarden.holders import HolderScan
+from statewarden.incidents import Found, Incident, Observation, Signal
+from statewarden.watch import LOG_STALE_KEYS, Guard, HolderWatcher
 
 EVENT_HOLDER_SCAN_GAP_S = 0.5  # file events trigger a holder re-scan at most this often
 # Observations after which a holder may be on an old inode: a scan is due soon.

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statewarden.alerts.service import Alerts
+from statewarden.alerts import Alerts
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.daemon.holders import HolderScans
 from statewarden.errors import StatewardenError
-from statewarden.incidents.book import IncidentBook
+from statewarden.incidents import IncidentBook
 from statewarden.kinds import KINDS
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 

@@ -31,20 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statewarden.alerts.service import Alerts
+from statewarden.alerts import Alerts
 from statewarden.atomic import private_dir
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.daemon.handoff import HandedRuns
 from statewarden.daemon.holders import HolderScans
 from statewarden.daemon.verify import Verifications, give_back
 from statewarden.errors import UsageError
-from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.show import show_incident
-from statewarden.incidents.timeline import Timeline
-from statewarden.maintenance.auto import AutoMaintenance
+from statewarden.incidents import IncidentBook, Timeline, show_incident
+from statewarden.maintenance import AutoMaintenance
 from statewarden.mounts import read_mounts
-from statewarden.recovery.check import check_database
-from statewarden.watch.units import UnitWatcher
+from statewarden.recovery import check_database
+from statewarden.watch import UnitWatcher
 
 Request = dict[str, Any]
 Handler = Callable[[Request], Awaitable[Any]]

@@ -23,13 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from statewarden.alerts.router import FOLDED_INTO_CORRUPTION
-from statewarden.alerts.service import Alerts
+from statewarden.alerts import FOLDED_INTO_CORRUPTION, Alerts
 from statewarden.daemon.databases import WatchedDatabases
-from statewarden.incidents.book import IncidentBook
-from statewarden.incidents.recorder import Recorder
-from statewarden.maintenance import outcomes
-from statewarden.maintenance.auto import AutoMaintenance
+from statewarden.incidents import IncidentBook, Recorder
+from statewarden.maintenance import AutoMaintenance, outcomes
 
 CHECK_EVERY_S = 0.5
 # What a successful repair resolves: the corruption and what was folded into it.

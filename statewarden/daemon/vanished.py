@@ -41,7 +41,7 @@ from typing import Any
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.daemon.verify import Verified, file_identity, maintenance_on
 from statewarden.errors import StatewardenError
-from statewarden.incidents.signals import Found, Signal
+from statewarden.incidents import Found, Signal
 from statewarden.kinds import Severity
 from statewarden.moved_aside import Held, count_held, moved_aside_in
 from statewarden.sqlite import SQLITE_MAGIC, open_regular

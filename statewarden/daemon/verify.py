@@ -62,13 +62,12 @@ from statewarden.atomic import private_dir, write_atomic
 from statewarden.config import Config, WatchConfig
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.errors import CopyFailed, DatabaseChanged, StatewardenError
-from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.incidents import Found, Observation, Signal
 from statewarden.kinds import KINDS, Severity
-from statewarden.maintenance.ledger import in_progress, lock_holder, run_dir
+from statewarden.maintenance import in_progress, lock_holder, run_dir
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
 from statewarden.progress import ProgressFn
-from statewarden.recovery.check import check_database
-from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery import Diagnosis, check_database
 from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
 from statewarden.targets import Target
 

@@ -46,9 +46,8 @@ from statewarden.daemon.handoff import HandedRuns
 from statewarden.daemon.requests import Requests
 from statewarden.daemon.verify import Verified, maintenance_on
 from statewarden.errors import StatewardenError
-from statewarden.incidents.show import show_incident
-from statewarden.incidents.timeline import Timeline
-from statewarden.maintenance.auto import AutoMaintenance
+from statewarden.incidents import Timeline, show_incident
+from statewarden.maintenance import AutoMaintenance
 
 HISTORY_FILE = "web-history.json"
 COUNTS_KEEP = 400  # verifications per database: more than a year of daily ones

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statewarden.daemon.web_data import PageData, PlanView, Point
-from statewarden.holders.processes import short_command
+from statewarden.holders import short_command
 
 REFRESH_S = 30  # the page reloads itself (a meta refresh: no script)
 CSS = """

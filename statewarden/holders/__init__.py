@@ -40,3 +40,24 @@ HOMES = {
 __all__ = list(HOMES)
 if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
     __getattr__ = public_face(__name__, HOMES)
+else:  # the same names, typed, for mypy (tests/project/test_layers.py holds them to HOMES)
+    from statewarden.holders.heartbeats import apply_heartbeats as apply_heartbeats
+    from statewarden.holders.locks import ReadAhead as ReadAhead
+    from statewarden.holders.opens import OpenWatch as OpenWatch
+    from statewarden.holders.processes import human_age as human_age
+    from statewarden.holders.processes import read_cmdline as read_cmdline
+    from statewarden.holders.processes import read_stat as read_stat
+    from statewarden.holders.processes import read_uid as read_uid
+    from statewarden.holders.processes import short_command as short_command
+    from statewarden.holders.report import DB_FILE as DB_FILE
+    from statewarden.holders.report import SHM_FILE as SHM_FILE
+    from statewarden.holders.report import VIA_DESCRIPTORS as VIA_DESCRIPTORS
+    from statewarden.holders.report import WAL_FILE as WAL_FILE
+    from statewarden.holders.report import Holder as Holder
+    from statewarden.holders.report import HolderScan as HolderScan
+    from statewarden.holders.scan import LOCK_LOST as LOCK_LOST
+    from statewarden.holders.scan import VIA_LOCKS as VIA_LOCKS
+    from statewarden.holders.scan import HolderScanner as HolderScanner
+    from statewarden.holders.scan import age_seconds as age_seconds
+    from statewarden.holders.units import annotate as annotate
+    from statewarden.holders.units import systemd_view as systemd_view

@@ -33,3 +33,19 @@ HOMES = {
 __all__ = list(HOMES)
 if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
     __getattr__ = public_face(__name__, HOMES)
+else:  # the same names, typed, for mypy (tests/project/test_layers.py holds them to HOMES)
+    from statewarden.incidents.book import Incident as Incident
+    from statewarden.incidents.book import IncidentBook as IncidentBook
+    from statewarden.incidents.book import Update as Update
+    from statewarden.incidents.evidence import EVIDENCE_LINE_MAX_CHARS as EVIDENCE_LINE_MAX_CHARS
+    from statewarden.incidents.evidence import cap_evidence as cap_evidence
+    from statewarden.incidents.evidence import scrub as scrub
+    from statewarden.incidents.recorder import Recorder as Recorder
+    from statewarden.incidents.restart import HOLDER_KINDS as HOLDER_KINDS
+    from statewarden.incidents.restart import START_KINDS as START_KINDS
+    from statewarden.incidents.restart import RestartCheck as RestartCheck
+    from statewarden.incidents.show import show_incident as show_incident
+    from statewarden.incidents.signals import Found as Found
+    from statewarden.incidents.signals import Observation as Observation
+    from statewarden.incidents.signals import Signal as Signal
+    from statewarden.incidents.timeline import Timeline as Timeline

@@ -14,7 +14,7 @@ import apsw
 import yaml
 
 from statewarden.errors import StatewardenError
-from statewarden.holders.scan import HolderScanner
+from statewarden.holders import HolderScanner
 from statewarden.maintenance.report import PostCheck
 from statewarden.maintenance.swap import prune
 from statewarden.maintenance.transcripts import ImportLimits, import_diverted, pending_sources

@@ -59,7 +59,7 @@ from statewarden.errors import DatabaseError
 from statewarden.maintenance.merge import tool_calls_len
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
-from statewarden.recovery.captures import read_captures
+from statewarden.recovery import read_captures
 from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import quote_ident, uri_for
 

@@ -42,14 +42,14 @@ from typing import Any
 
 from statewarden.config import Config, state_dir
 from statewarden.errors import StatewardenError
-from statewarden.incidents.book import Incident
+from statewarden.incidents import Incident
 from statewarden.maintenance import outcomes
 from statewarden.maintenance.ledger import in_progress
 from statewarden.maintenance.plan import RECOVER_BYTES_PER_S
 from statewarden.maintenance.run import unfinished
 from statewarden.maintenance.snapshots import newest_of
 from statewarden.maintenance.windows import fits, parse_windows
-from statewarden.recovery.bundle import bundle_bytes
+from statewarden.recovery import bundle_bytes
 from statewarden.targets import Target
 
 # Stop, settle, swap and start of the units, on top of two recovers (pre-build and

@@ -27,7 +27,7 @@ from statewarden.maintenance.new_file import (
 from statewarden.maintenance.prebuild import build_copy_as_is, build_new_file, identity
 from statewarden.maintenance.stopping import no_holders
 from statewarden.maintenance.swap import seal
-from statewarden.recovery.report import Report
+from statewarden.recovery import Report
 from statewarden.sidecars import JOURNAL_SUFFIX, WAL_SUFFIX, sidecar
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from statewarden.maintenance.prebuild import (
 from statewarden.maintenance.report import RunReport
 from statewarden.maintenance.snapshots import newest_of
 from statewarden.maintenance.swap import quarantine_root, seal
-from statewarden.recovery.report import Report
+from statewarden.recovery import Report
 
 if TYPE_CHECKING:
     from statewarden.maintenance.state import RunState

@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from statewarden.alerts.message import Item, Notification
+from statewarden.alerts import Item, Notification
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.kinds import KINDS
 

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statewarden.holders.processes import short_command
-from statewarden.holders.scan import Holder, HolderScan
-from statewarden.recovery.bundle import FREE_SPACE_MARGIN_BYTES, bundle_bytes
+from statewarden.holders import Holder, HolderScan, short_command
+from statewarden.recovery import FREE_SPACE_MARGIN_BYTES, bundle_bytes
 from statewarden.sidecars import SHM_SUFFIX, sidecar
 
 STOP_UNIT = "stop-unit"

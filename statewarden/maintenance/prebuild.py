@@ -26,9 +26,7 @@ import apsw
 
 from statewarden.errors import DatabaseError, DatabaseUnreadable, StatewardenError
 from statewarden.progress import ProgressFn
-from statewarden.recovery.bundle import make_work_copy
-from statewarden.recovery.recover import recover
-from statewarden.recovery.report import Report
+from statewarden.recovery import Report, make_work_copy, recover
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, open_regular, parse_header
 
@@ -142,7 +140,9 @@ def build_new_file(
     """
     try:
         if not hash_folded:
-            return Prebuilt(recover(db, output, progress=progress, extra_sources=extra_sources), "")
+            return Prebuilt(
+                recover.recover(db, output, progress=progress, extra_sources=extra_sources), ""
+            )
         work = make_work_copy(
             db, output.parent, space_factor=PREBUILD_SPACE_FACTOR, progress=progress
         )
@@ -151,7 +151,7 @@ def build_new_file(
             # Other copies are read only when they are the database's owner's, not the
             # work copy's (ours).
             owner = os.stat(db).st_uid
-            report = recover(
+            report = recover.recover(
                 work.db, output, progress=progress, extra_sources=extra_sources, owner=owner
             )
         except DatabaseUnreadable as exc:

@@ -17,7 +17,7 @@ from typing import Any
 
 from statewarden.config import Config
 from statewarden.errors import StatewardenError
-from statewarden.holders.scan import HolderScanner
+from statewarden.holders import HolderScanner
 from statewarden.maintenance.quiesce import annotate_units
 from statewarden.targets import Target, discover
 

@@ -21,9 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from statewarden.errors import QuiesceFailed, SystemdCallFailed, SystemdUnavailable
-from statewarden.holders.processes import read_cmdline, read_stat, read_uid, short_command
-from statewarden.holders.scan import HolderScan, HolderScanner
-from statewarden.holders.units import annotate
+from statewarden.holders import (
+    HolderScan,
+    HolderScanner,
+    annotate,
+    read_cmdline,
+    read_stat,
+    read_uid,
+    short_command,
+)
 from statewarden.maintenance.plan import REFUSE, SIGNAL, STOP_UNIT, HolderDecision, decide
 from statewarden.maintenance.wording import incomplete_reason
 from statewarden.systemd import JobResult, UserManager, call_sync

@@ -69,8 +69,8 @@ from statewarden.maintenance.stopping import restart_once
 from statewarden.maintenance.swap import quarantine_dir, quarantine_root
 from statewarden.maintenance.wording import folded_problems
 from statewarden.maintenance.work_folders import remove_work_folders
-from statewarden.recovery.check import check_database
-from statewarden.recovery.diagnose import exit_code_for as check_exit_code
+from statewarden.recovery import check_database
+from statewarden.recovery import exit_code_for as check_exit_code
 
 
 class MaintenanceRun(RunState):

@@ -44,7 +44,7 @@ from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import CopyFailed, DatabaseError, DatabaseUnreadable, StatewardenError
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
-from statewarden.recovery.check import check_database
+from statewarden.recovery import check_database
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
 from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from statewarden.config import Config, state_dir
 from statewarden.errors import Cancelled, UsageError
-from statewarden.holders.scan import HolderScanner
+from statewarden.holders import HolderScanner
 from statewarden.lock import daemon_pid
 from statewarden.maintenance.fence import Fence
 from statewarden.maintenance.journal import CANCELLED, EmitFn, Journal

@@ -9,8 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from statewarden.errors import EXIT_FAILED, StatewardenError
-from statewarden.holders.processes import short_command
-from statewarden.holders.report import Holder
+from statewarden.holders import Holder, short_command
 from statewarden.maintenance.journal import Abort
 from statewarden.maintenance.quiesce import (
     Settler,

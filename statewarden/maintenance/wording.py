@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from statewarden.holders.report import HolderScan
+from statewarden.holders import HolderScan
 
 # The steps of a run (maintenance/run.py), in the words of the one who watches it.
 STEP_WORDS = {

@@ -15,7 +15,7 @@ from pathlib import Path
 from statewarden.maintenance.catch_up import CATCH_UP_PREFIX
 from statewarden.maintenance.ledger import db_digest
 from statewarden.maintenance.merge import remove_sources
-from statewarden.recovery.bundle import WORK_LOCK, WORK_PREFIX, remove_abandoned
+from statewarden.recovery import WORK_LOCK, WORK_PREFIX, remove_abandoned
 
 
 def remove_work_folders(db: Path, folder: Path) -> list[str]:

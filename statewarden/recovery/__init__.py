@@ -34,3 +34,16 @@ HOMES = {
 __all__ = list(HOMES)
 if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
     __getattr__ = public_face(__name__, HOMES)
+else:  # the same names, typed, for mypy (tests/project/test_layers.py holds them to HOMES)
+    from statewarden.recovery.bundle import FREE_SPACE_MARGIN_BYTES as FREE_SPACE_MARGIN_BYTES
+    from statewarden.recovery.bundle import WORK_LOCK as WORK_LOCK
+    from statewarden.recovery.bundle import WORK_PREFIX as WORK_PREFIX
+    from statewarden.recovery.bundle import bundle_bytes as bundle_bytes
+    from statewarden.recovery.bundle import make_work_copy as make_work_copy
+    from statewarden.recovery.bundle import remove_abandoned as remove_abandoned
+    from statewarden.recovery.captures import read_captures as read_captures
+    from statewarden.recovery.check import check_database as check_database
+    from statewarden.recovery.diagnose import Diagnosis as Diagnosis
+    from statewarden.recovery.diagnose import exit_code_for as exit_code_for
+    from statewarden.recovery.diagnose import worst as worst
+    from statewarden.recovery.report import Report as Report

@@ -34,3 +34,18 @@ HOMES = {
 __all__ = list(HOMES)
 if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
     __getattr__ = public_face(__name__, HOMES)
+else:  # the same names, typed, for mypy (tests/project/test_layers.py holds them to HOMES)
+    from statewarden.watch.events import FileEvents as FileEvents
+    from statewarden.watch.holders import HolderWatcher as HolderWatcher
+    from statewarden.watch.holders import LOG_STALE_KEYS as LOG_STALE_KEYS
+    from statewarden.watch.holders import describe as describe
+    from statewarden.watch.journal import JOURNAL_REMEDY as JOURNAL_REMEDY
+    from statewarden.watch.journal import JournalFollower as JournalFollower
+    from statewarden.watch.monitor import Guard as Guard
+    from statewarden.watch.monitor import TargetMonitor as TargetMonitor
+    from statewarden.watch.mounts import MountWatcher as MountWatcher
+    from statewarden.watch.status import DatabaseStatus as DatabaseStatus
+    from statewarden.watch.status import FilesystemFacts as FilesystemFacts
+    from statewarden.watch.status import database_status as database_status
+    from statewarden.watch.status import status_all as status_all
+    from statewarden.watch.units import UnitWatcher as UnitWatcher
