@@ -1270,19 +1270,25 @@ def zeroed_run_of_leaves(
     for leaf in gone:
         zero_page(case, leaf)
     if not witnesses:
-        names = [
-            str(r[0])
-            for r in table_rows(
-                case.pristine,
-                "SELECT name FROM sqlite_schema WHERE rootpage > 0 AND ((type = 'index'"
-                f" AND tbl_name = '{table}') OR name LIKE '{table}_fts%_content')",
-            )
-        ]
-        for name in names:
-            for leaf in pf.tree_pages(case.roots[name])[1]:
-                zero_page(case, leaf)
+        _zero_witnesses(case, pf, table)
     case.note = f"{table}: {len(gone)} leaves zeroed ({len(case.lost_rowids[table])} rows)"
     return case
+
+
+def _zero_witnesses(case: Case, pf: PristineFile, table: str) -> None:
+    """Zero the leaves of every index of ``table`` and of its FTS content tables: nothing
+    is left to name a row of it the table's own pages lost."""
+    names = [
+        str(r[0])
+        for r in table_rows(
+            case.pristine,
+            "SELECT name FROM sqlite_schema WHERE rootpage > 0 AND ((type = 'index'"
+            f" AND tbl_name = '{table}') OR name LIKE '{table}_fts%_content')",
+        )
+    ]
+    for name in names:
+        for leaf in pf.tree_pages(case.roots[name])[1]:
+            zero_page(case, leaf)
 
 
 def orphaned_split(dest_dir: Path, older: Path, newer: Path, table: str = "messages") -> Case:
@@ -1326,4 +1332,61 @@ def orphaned_split(dest_dir: Path, older: Path, newer: Path, table: str = "messa
         f"{table}: page {parent} points at neither leaf {before} nor {after} (a split half"
         f" written back); the old image of {before} on page {old_image}"
     )
+    return case
+
+
+def zeroed_sector_at_cell_start(
+    dest_dir: Path,
+    table: str = "messages",
+    cell: int = 2,
+    spec: Spec = SMALL,
+    *,
+    witnesses: bool = True,
+) -> Case:
+    """The 512-byte sector that holds the start of one cell (its sizes, rowid and record
+    header) of the table's second leaf zeroed: the cell now reads as rowid 0, its record
+    from zeros, and no key of it survives. ``lost_rowids`` lists every row whose cell the
+    sector touches (their number is the loss; no key of them can be read). Without
+    ``witnesses`` the table's indexes and FTS copies are zeroed too (as when page 1 and
+    the schema are lost and they are rebuilt from the table)."""
+    case = fresh_copy(dest_dir, spec)
+    pf = PristineFile(case.db)
+    _, leaves = pf.tree_pages(case.roots[table])
+    leaf = leaves[1] if len(leaves) > 1 else leaves[0]
+    pg, base = pf.page(leaf), (leaf - 1) * pf.page_size
+    sector = (base + pf.cell_offsets(leaf)[cell]) // 512 * 512
+    hit = []
+    for off in pf.cell_offsets(leaf):
+        size, pos = _varint(pg, off)
+        r, pos = _varint(pg, pos)
+        if base + off < sector + 512 and sector < base + pos + size:
+            hit.append(r)
+    _write(case.db, sector, bytes(512))
+    if not witnesses:
+        _zero_witnesses(case, pf, table)
+    case.lost_rowids = {table: sorted(hit)}
+    case.damaged_pages.append(leaf)
+    case.note = f"{table} leaf {leaf}: the sector at {sector} zeroed (cell {cell}'s start)"
+    return case
+
+
+def lost_overflow_pointer(dest_dir: Path, which: int = 0, spec: Spec = SMALL) -> Case:
+    """The 4-byte overflow pointer at the end of a long message's cell zeroed (the
+    ``which``-th message whose text spills onto overflow pages): SQLite cannot read past
+    the cell, and the row's own overflow pages, intact, are reached by nothing.
+    ``phantom['messages']`` is the message."""
+    case = fresh_copy(dest_dir, spec)
+    long = [
+        int(str(r))
+        for (r,) in table_rows(
+            case.db, "SELECT rowid FROM messages WHERE length(content) > 4100 ORDER BY rowid"
+        )
+    ]
+    rowid = long[which]
+    pf = PristineFile(case.db)
+    at, first = _overflow_pointer_at(pf, _leaf_of(pf, case.roots["messages"], rowid), rowid)
+    _write(case.db, at, bytes(4))
+    case.phantom = {"messages": rowid}
+    case.damaged_pages.append(at // pf.page_size + 1)
+    case.note = f"messages rowid {rowid}: overflow pointer {first} zeroed"
     return case

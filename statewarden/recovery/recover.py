@@ -57,7 +57,11 @@ from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
 from statewarden.recovery.building.build import RebuildInputs, TableCopy, key_fn
 from statewarden.recovery.building.rebuild import Rebuild
-from statewarden.recovery.building.salvage import complete_salvage, decode_rows
+from statewarden.recovery.building.salvage import (
+    complete_salvage,
+    decode_rows,
+    verify_by_own_chains,
+)
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.check import header_count_wrong
 from statewarden.recovery.decoding.integrity import EarlyChecker
@@ -455,6 +459,9 @@ def _rebuild(
         # every FTS table.
         unchanged_fts = set()
         reconciled = {}
+    if report.unverified_rows:
+        with report.timed("salvage"):
+            verify_by_own_chains(inputs, report, copies)
     if any(
         c.report.recovered_from_pages
         or c.report.recovered_from_wal
@@ -689,7 +696,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                     f" list exactly the {n} rows recovered{others}: nothing else was there"
                 )
                 r.unreadable_ranges = []
-            if r.lost == 0 and not r.unreadable_ranges:
+            if r.lost == 0 and not r.unreadable_ranges and not r.unnamed_lost:
                 r.status = "complete"
             elif n == 0 and known:
                 r.status = "failed"

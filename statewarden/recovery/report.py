@@ -77,6 +77,9 @@ class TableReport:
     renamed: int = 0
     lost_keys: list[Any] = field(default_factory=list)
     lost: int = 0
+    # Rows the b-tree reached whose key was read from damaged bytes (a zeroed cell reads
+    # as rowid 0): lost, but no key names them (not in ``lost``; in ``lost_at_most``).
+    unnamed_lost: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,13 +108,14 @@ class TableReport:
             ],
             "lost_keys": [list(k) if isinstance(k, tuple) else k for k in self.lost_keys],
             "lost": self.lost,
+            "unnamed_lost": self.unnamed_lost,
             "lost_at_most": self.lost_at_most(),
         }
 
     def lost_at_most(self) -> int | None:
-        """The rows lost known (``lost``) and those the unreadable ranges could have held
-        (one per rowid, none of them deleted); None when a range is open-ended (no
-        ``sqlite_sequence`` bounds it)."""
+        """The rows lost known (``lost``), those lost unnamed (``unnamed_lost``) and
+        those the unreadable ranges could have held (one per rowid, none of them
+        deleted); None when a range is open-ended (no ``sqlite_sequence`` bounds it)."""
         if any(lo == MIN_ROWID or hi == MAX_ROWID for lo, hi in self.unreadable_ranges):
             return None
         ranges = sorted(self.unreadable_ranges)
@@ -122,7 +126,8 @@ class TableReport:
             return i >= 0 and k <= ranges[i][1]
 
         inside = sum(1 for k in self.lost_keys if isinstance(k, int) and in_a_range(k))
-        return self.lost - inside + sum(hi - lo + 1 for lo, hi in self.unreadable_ranges)
+        widths = sum(hi - lo + 1 for lo, hi in self.unreadable_ranges)
+        return self.lost - inside + self.unnamed_lost + widths
 
 
 @dataclass
@@ -190,7 +195,8 @@ class Report:
         listed = self.count_mismatches or self.stale_rows or self.given_out
         lost_schema = self.schema_rows_lost or self.rows_left_out or self.tables_lost
         return bool(listed or lost_schema) or any(
-            t.lost or t.unreadable_ranges or t.partial or t.unverified for t in self.tables.values()
+            t.lost or t.unreadable_ranges or t.partial or t.unverified or t.unnamed_lost
+            for t in self.tables.values()
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def _true_count(
     if messages is None:
         return None
     r = messages.report
-    if r.lost or r.unreadable_ranges or r.partial or r.unverified:
+    if r.lost or r.unnamed_lost or r.unreadable_ranges or r.partial or r.unverified:
         return None
     cols = {str(c[1]) for c in conn.execute("PRAGMA main.table_info(messages)")}
     active = "coalesce(active, 1) = 1" if "active" in cols else "1"

@@ -210,6 +210,7 @@ class TableFill(BuildPart):
             if hit is None:
                 # Its record header (or a key) ran into damage: no column can be trusted.
                 zeroed_lost.append(int(row[0]))
+                self._key_unread(tc, key, by_columns=bool(key_idx))
                 return
             hit_names = set(hit)
             if hit:
@@ -258,6 +259,16 @@ class TableFill(BuildPart):
                 f" b-tree reaches through a wrong child pointer, are no rows of it: not"
                 f" copied (rowids {shown})"
             )
+
+    def _key_unread(self, tc: TableCopy, key: Any, *, by_columns: bool) -> None:
+        """A row lost because its record header or key ran into damage: when its key
+        was read from those bytes too (key columns, or a zeroed cell's rowid 0: Hermes
+        gives out rowids from 1) it is no key that existed. The row is counted among
+        those lost unnamed (``unnamed_lost``: it may yet come back from another copy
+        of its cell, under the key nothing here can read)."""
+        if by_columns or key == 0:
+            tc.source_keys.discard(key)
+            tc.report.unnamed_lost += 1
 
     def _note_row_scan(self, tc: TableCopy, result: ScanResult, zeroed_lost: list[int]) -> None:
         """What a row-by-row copy of the table could not read, in its report and notes."""

@@ -988,8 +988,7 @@ def _partial_columns(
     known: list[tuple[int, bytes]] = [(0, bytes(pg[pos : pos + local]))]  # (offset, bytes)
     at = local
     n = struct.unpack(">I", pg[pos + local : pos + local + 4])[0]
-    seen: set[int] = set()
-    into_foreign = False
+    seen, into_foreign = set[int](), False
     while at < size and n and n not in seen and 1 <= n <= db.page_count:
         if n in foreign:
             into_foreign = True  # another row's page: this chain's own rest is elsewhere
@@ -1003,14 +1002,15 @@ def _partial_columns(
         at += chunk
         n = nxt
     if at < size:
-        tail = _find_tail(db, roots, size, at, chunk, none_lost=into_foreign)
+        # A pointer lost (0, or no page of the file) is the break: the rest may begin there.
+        lost_pointer = not 1 <= n <= db.page_count
+        tail = _find_tail(db, roots, size, at, chunk, none_lost=into_foreign or lost_pointer)
         if tail is not None:
             start, pages = tail
             for p in pages:
                 known.append((start, bytes(db.page(p)[4 : 4 + min(chunk, size - start)])))
                 start += chunk
-    payload = bytearray(size)
-    have = bytearray(size)
+    payload, have = bytearray(size), bytearray(size)
     for o, b in known:
         payload[o : o + len(b)] = b
         have[o : o + len(b)] = b"\x01" * len(b)
