@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Set up .venv (see setup-dev.sh) and run the whole test suite, in two passes: the unit and
-# process tiers in parallel (STATEWARDEN_TEST_WORKERS processes, 2 unless set; each takes
-# whole files, so a module's fixtures are built once), then the systemd tier one test at a
-# time (each starts a private user manager on the one cgroup path they share).
+# Set up .venv (see setup-dev.sh) and run the whole test suite, in two passes at once: the
+# unit and process tiers in parallel (STATEWARDEN_TEST_WORKERS processes, 2 unless set;
+# each takes whole files, so a module's fixtures are built once), and beside them the
+# systemd tier one test at a time (each starts a private user manager on the one cgroup
+# path they share). The systemd tests mostly wait on their manager, units and journald, so
+# the two passes take about as long as the parallel one alone; the systemd pass's output
+# is printed after the parallel pass's, and it keeps a pytest cache of its own.
 # STATEWARDEN_TEST_WORKERS=0 runs everything in one serial pass. Extra arguments go to
 # pytest, in each pass. pytest's exit code 5 ("no tests collected") is a failure here,
 # unless the other pass ran tests (arguments that pick tests of one tier only).
@@ -22,11 +25,18 @@ if [ "$workers" = 0 ]; then
     parallel=$rc
     serial=5
 else
+    .venv/bin/python -m pytest -p no:xdist --basetemp "$base/s" -o cache_dir=.pytest_cache/systemd \
+        -m systemd "$@" >"$base/systemd.log" 2>&1 &
+    systemd_pass=$!
+    trap 'kill "$systemd_pass" 2>/dev/null; exit 130' INT TERM
     .venv/bin/python -m pytest -n "$workers" --dist loadfile --basetemp "$base/p" \
         -m "not systemd" "$@"
     parallel=$?
-    .venv/bin/python -m pytest -p no:xdist --basetemp "$base/s" -m systemd "$@"
+    wait "$systemd_pass"
     serial=$?
+    trap - INT TERM
+    echo "== the systemd tier (run beside the tests above)"
+    cat "$base/systemd.log"
 fi
 if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then
     echo "test.sh: pytest collected no tests; that is a failure" >&2
