@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 bash packaging/setup-dev.sh || exit 1
 # The tree's bytecode, written once (a second): under PYTHONDONTWRITEBYTECODE, with no
 # __pycache__ yet (a fresh clone), every daemon, statewardenctl and script a test starts
-# compiled each module it imports from source again; the CLI tests took twice as long.
+# compiled each module it imports from source again (a quarter more CPU for the CLI tests).
 # A file that does not compile is left to the test that imports it to report.
 .venv/bin/python -m compileall -q -j 0 statewarden lab tests bench >/dev/null 2>&1
 workers=${STATEWARDEN_TEST_WORKERS:-2}
