@@ -7,7 +7,7 @@ import re
 import time
 from collections import OrderedDict
 
-from statewarden.incidents.signals import Observation
+from statewarden.incidents import Observation
 from statewarden.targets import Target
 from statewarden.watch.record_signals import source_of
 from statewarden.watch.records import LogRecord

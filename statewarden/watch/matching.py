@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from re import _constants as _sre_constants  # type: ignore[attr-defined]
 from re import _parser as _sre_parser  # type: ignore[attr-defined]
 
-from statewarden.incidents.signals import Signal
+from statewarden.incidents import Signal
 from statewarden.kinds import Severity
 from statewarden.targets import Target
 from statewarden.watch import (

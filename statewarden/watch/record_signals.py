@@ -7,7 +7,7 @@ import re
 import time
 from typing import Any
 
-from statewarden.incidents.signals import Signal
+from statewarden.incidents import Signal
 from statewarden.kinds import Severity
 from statewarden.targets import Target
 from statewarden.watch.records import LogRecord

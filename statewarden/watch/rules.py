@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from statewarden.incidents.signals import Found, Signal
+from statewarden.incidents import Found, Signal
 from statewarden.targets import Target
 from statewarden.watch.cron import CRON_SESSIONS_REMEMBERED as CRON_SESSIONS_REMEMBERED  # noqa: PLC0414
 from statewarden.watch.cron import CronSessions as CronSessions  # noqa: PLC0414

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from statewarden.incidents.signals import Found, Signal
+from statewarden.incidents import Found, Signal
 from statewarden.kinds import Severity
 from statewarden.targets import Target
 from statewarden.watch.cron import CronSessions
