@@ -36,8 +36,8 @@ if not TYPE_CHECKING:  # mypy reads each name in its home module, typed
     __getattr__ = public_face(__name__, HOMES)
 else:  # the same names, typed, for mypy (tests/project/test_layers.py holds them to HOMES)
     from statewarden.watch.events import FileEvents as FileEvents
-    from statewarden.watch.holders import HolderWatcher as HolderWatcher
     from statewarden.watch.holders import LOG_STALE_KEYS as LOG_STALE_KEYS
+    from statewarden.watch.holders import HolderWatcher as HolderWatcher
     from statewarden.watch.holders import describe as describe
     from statewarden.watch.journal import JOURNAL_REMEDY as JOURNAL_REMEDY
     from statewarden.watch.journal import JournalFollower as JournalFollower

@@ -23,7 +23,7 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from statewarden.incidents.signals import Found, Signal
+from statewarden.incidents import Found, Signal
 from statewarden.inotify import unavailable
 from statewarden.logs import get_logger
 

@@ -39,7 +39,7 @@ from statewarden.config import (
     DEFAULT_WAL_GROWTH_WINDOW_S,
     DEFAULT_WAL_WARN_BYTES,
 )
-from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.incidents import Found, Observation, Signal
 from statewarden.recovery_files import (
     PENDING_SPOOL,
     PRE_UPDATE_INFIX,

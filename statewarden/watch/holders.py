@@ -43,10 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from statewarden.config import DEFAULT_OTHER_USERS, HoldersConfig, OtherUsersPolicy
-from statewarden.holders.opens import OpenWatch
-from statewarden.holders.report import VIA_DESCRIPTORS
-from statewarden.holders.scan import LOCK_LOST, Holder, HolderScan, HolderScanner
-from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.holders import (
+    LOCK_LOST,
+    VIA_DESCRIPTORS,
+    Holder,
+    HolderScan,
+    HolderScanner,
+    OpenWatch,
+)
+from statewarden.incidents import Found, Observation, Signal
 from statewarden.kinds import KINDS
 
 

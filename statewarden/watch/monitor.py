@@ -18,7 +18,7 @@ from typing import Any
 
 from statewarden.backoff import Backoff
 from statewarden.config import Config, state_dir
-from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.incidents import Found, Observation, Signal
 from statewarden.logs import get_logger
 from statewarden.targets import Target
 from statewarden.watch.files import FileWatcher

@@ -8,7 +8,7 @@ database is in WAL mode on such a filesystem and clears it once that is no longe
 
 from __future__ import annotations
 
-from statewarden.incidents.signals import Signal
+from statewarden.incidents import Signal
 from statewarden.watch.status import DatabaseStatus
 
 

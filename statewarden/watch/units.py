@@ -27,7 +27,7 @@ from typing import Any
 
 from statewarden.backoff import Backoff
 from statewarden.errors import SystemdUnavailable
-from statewarden.incidents.signals import Found, Observation, Signal
+from statewarden.incidents import Found, Observation, Signal
 from statewarden.systemd import DEFAULT_UNIT_PATTERNS, UnitChange, UserManager
 
 DEFAULT_CRASH_RESTARTS = 5

@@ -138,6 +138,13 @@ def face_violations(path: Path, module: str, shown_as: str) -> list[str]:
         if there == here or there not in SUBPACKAGES:
             continue
         package = f"statewarden.{there}"
+        if node.module != package:
+            names = ", ".join(alias.name for alias in node.names)
+            out.append(
+                f"{shown_as}:{node.lineno}: imports {names} from {node.module}, a module "
+                f"inside {package}: import it from {package} (its face)"
+            )
+            continue
         public = set(importlib.import_module(package).__all__)
         for alias in node.names:
             if alias.name not in public:
@@ -178,15 +185,42 @@ def test_the_face_check_names_the_import(tmp_path: Path) -> None:
     and what to do; a public one, and any name of the importer's own part, pass."""
     probe = tmp_path / "probe.py"
     probe.write_text(
+        "from statewarden.recovery import check_database\n"
+        "from statewarden.recovery import scan_table\n"
         "from statewarden.recovery.check import check_database\n"
-        "from statewarden.recovery.decoding.scan import scan_table\n"
     )
     assert face_violations(probe, "statewarden.maintenance.probe", "probe.py") == [
-        "probe.py:2: imports scan_table from statewarden.recovery.decoding.scan, which "
+        "probe.py:2: imports scan_table from statewarden.recovery, which "
         "statewarden.recovery does not name: add it to HOMES in "
-        "statewarden/recovery/__init__.py, or use a name it has"
+        "statewarden/recovery/__init__.py, or use a name it has",
+        "probe.py:3: imports check_database from statewarden.recovery.check, a module "
+        "inside statewarden.recovery: import it from statewarden.recovery (its face)",
     ]
     assert face_violations(probe, "statewarden.recovery.probe", "probe.py") == []
+
+
+def typed_names(part: str) -> dict[str, str]:
+    """The names a subpackage's ``__init__`` imports for mypy (the ``else:`` of its
+    ``if not TYPE_CHECKING:``), each with its home as HOMES spells it."""
+    path = PACKAGE / part / "__init__.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.UnaryOp):
+            for stmt in node.orelse:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                    home = stmt.module.removeprefix(f"statewarden.{part}.")
+                    found.update({alias.name: home for alias in stmt.names})
+    return found
+
+
+def test_the_typed_names_are_the_homes() -> None:
+    """mypy reads each public name through the ``else:`` import block of the package's
+    ``__init__``; it names exactly HOMES (a submodule itself needs no line), so the face
+    another part imports through is typed as the home module defines it."""
+    for part in sorted(SUBPACKAGES):
+        homes: dict[str, str] = getattr(importlib.import_module(f"statewarden.{part}"), "HOMES", {})
+        assert typed_names(part) == {n: h for n, h in homes.items() if h}, part
 
 
 # -- no import circles: the modules import each other in one direction -------------------
