@@ -23,8 +23,11 @@ import pytest
 from lab import corruption, fuzz
 from lab.hermes_fixtures import NEWEST, OLDEST, SMALL, Spec, built_db
 from statewarden.recovery.check import check_database
+from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.evidence.column_types import EPOCH_MAX, column_checks, find_misfits
+from statewarden.recovery.evidence.copies import compare
+from statewarden.recovery.evidence.copy_vote import rows_differing_from_copies
 from statewarden.recovery.recover import recover
 
 # (column, bit of its serial type flipped): another type of the same length (8 -> 12:
@@ -119,3 +122,24 @@ def test_the_rules_see_a_changed_row(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert found == {"messages": {7: ["timestamp", "compacted"]}, "sessions": {2: ["model"]}}
+
+
+@pytest.mark.parametrize("where", ["row", "fts"])
+def test_the_copy_vote_in_sqlite_and_in_python_agree(tmp_path: Path, where: str) -> None:
+    """``copy_vote``'s two ways (one join with the work copy attached, three streams
+    merged when it is not) find the same rows, and the diagnosis's comparison's: the
+    message whose letter changed, none when a copy changed (the copies disagree)."""
+    case = corruption.bit_rot(tmp_path / "db", where, 50)
+    src = apsw.Connection(str(case.db))
+    dst = apsw.Connection(str(case.db))
+    try:
+        schema = read_schema(src)
+        [check] = compare(src, schema)
+        dst.execute("ATTACH ? AS src", (str(case.db),))
+        read = KeySet(range(1, 3000))
+        joined = rows_differing_from_copies(src, dst, schema, check, read, attached=True)
+        merged = rows_differing_from_copies(src, dst, schema, check, read, attached=False)
+    finally:
+        dst.close()
+        src.close()
+    assert joined == merged == check.rows_rotted == ([50] if where == "row" else [])

@@ -52,10 +52,20 @@ class RowRepair(BuildPart):
         for check in self.inputs.diag.copies:
             if check.error and check.table in self.copies:
                 # The diagnosis could not compare them in the file: held here against
-                # the rows as the output holds them.
-                check.rows_rotted = rows_differing_from_copies(
-                    self.src, self.dst, self.inputs.schema, check, self.copies[check.table].rowids
+                # the rows as the output holds them (a partial row is known damaged:
+                # its columns come back as such).
+                partial = {
+                    e["rowid"] for e in self.report.partial_rows if e["table"] == check.table
+                }
+                differing = rows_differing_from_copies(
+                    self.src,
+                    self.dst,
+                    self.inputs.schema,
+                    check,
+                    self.copies[check.table].rowids,
+                    attached=self.attached,
                 )
+                check.rows_rotted = [r for r in differing if r not in partial]
             changed = {
                 e["rowid"]
                 for e in self.report.partial_rows

@@ -49,10 +49,10 @@ NUMBER = "number"  # INTEGER or REAL affinity: never a blob
 TEXT = "text"  # TEXT affinity: never a blob or a number
 EPOCH = "epoch"  # a REAL epoch column: a number inside the window, never a blob
 
-_PY_KINDS: dict[str, tuple[type, ...]] = {
-    NUMBER: (bytes,),
-    TEXT: (bytes, int, float),
-    EPOCH: (bytes,),
+_PY_KINDS: dict[str, frozenset[type]] = {
+    NUMBER: frozenset({bytes}),
+    TEXT: frozenset({bytes, int, float}),
+    EPOCH: frozenset({bytes}),
 }
 _SQL_KINDS: dict[str, str] = {
     NUMBER: "('blob')",
@@ -87,10 +87,13 @@ def misfit_columns(checks: list[tuple[int, str, str]], values: list[Any]) -> lis
     """The columns of one row (its stored values, in order) holding a value Hermes
     never writes there."""
     out = []
+    n = len(values)
     for i, name, kind in checks:
-        v = values[i] if i < len(values) else None
-        if isinstance(v, _PY_KINDS[kind]) or (
-            kind == EPOCH and isinstance(v, int | float) and not EPOCH_MIN <= v <= EPOCH_MAX
+        v = values[i] if i < n else None
+        if v is None:
+            continue
+        if type(v) in _PY_KINDS[kind] or (
+            kind == EPOCH and type(v) in (int, float) and not EPOCH_MIN <= v <= EPOCH_MAX
         ):
             out.append(name)
     return out

@@ -3,9 +3,10 @@ the work copy: for a table whose copies could not be compared in the file itself
 read error ended the diagnosis's comparison, ``CopyCheck.error``), so that a row
 changed on disk is not passed as good because another page of the table is damaged.
 
-Three sorted streams are merged by rowid: the output's rows (what each feeding trigger
-would write for them) and the two copies' content tables. A copy table a read error
-ends vouches for nothing past it."""
+One join in SQLite when the work copy is attached to the output's connection and its
+copies read through; else three sorted streams merged by rowid here: the output's rows
+(what each feeding trigger would write for them) and the two copies' content tables, a
+copy table a read error ends vouching for nothing past it."""
 
 from __future__ import annotations
 
@@ -47,14 +48,49 @@ def _output_sql(table: str, fs: list[Feed]) -> tuple[str, list[list[str]]]:
 
 
 def rows_differing_from_copies(
-    src: apsw.Connection, dst: apsw.Connection, schema: Schema, check: CopyCheck, read: KeySet
+    src: apsw.Connection,
+    dst: apsw.Connection,
+    schema: Schema,
+    check: CopyCheck,
+    read: KeySet,
+    *,
+    attached: bool,
 ) -> list[int]:
     """Rowids of the rows of ``check.table`` in the output (``dst``) read through the
     table's b-tree (``read``) that differ from both FTS copies in the work copy
-    (``src``), which agree with each other: changed on disk."""
+    (``src``; attached to ``dst`` as ``src`` when ``attached``), which agree with each
+    other: changed on disk. One join in SQLite when the work copy is attached and its
+    copies read through; else the streams merged here."""
     fs = [f for f in feeds(schema) if f.table == check.table and f.fts in check.copies][:2]
     if len(fs) < 2 or set(fs[0].columns) != set(fs[1].columns):
         return []
+    if attached:
+        try:
+            return [r for r in _joined(dst, check.table, fs) if r in read]
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+    return _merged(src, dst, check.table, fs, read)
+
+
+def _joined(dst: apsw.Connection, table: str, fs: list[Feed]) -> list[int]:
+    """The rows differing from both agreeing copies, by one join in the output's
+    connection with the work copy attached as ``src``."""
+    a, b = fs
+    ca, cb = quote_ident(f"{a.fts}_content"), quote_ident(f"{b.fts}_content")
+    same = " AND ".join(f"x.{c} IS y.{c}" for c in a.columns)
+    sql = (
+        f"SELECT b.rowid FROM main.{quote_ident(table)} AS b"
+        f" JOIN src.{ca} AS x ON x.id = ({a.rowid_expr}) JOIN src.{cb} AS y ON y.id = x.id"
+        f" WHERE {same} AND NOT {a.copy_matches('x')} AND NOT {b.copy_matches('y')}"
+    )
+    return [int(r[0]) for r in dst.execute(sql)]
+
+
+def _merged(
+    src: apsw.Connection, dst: apsw.Connection, table: str, fs: list[Feed], read: KeySet
+) -> list[int]:
+    """``rows_differing_from_copies`` by three sorted streams merged by rowid."""
     cols = sorted(fs[0].columns)
     copies = [
         _stream(
@@ -63,7 +99,7 @@ def rows_differing_from_copies(
         )
         for f in fs
     ]
-    sql, layout = _output_sql(check.table, fs)
+    sql, layout = _output_sql(table, fs)
     heads = [next(c) for c in copies]
     out = []
     for rowid, values in _stream(dst, sql):
