@@ -27,10 +27,10 @@ HOMES = {
     "lock_holder": "ledger",
     "run_dir": "ledger",
     "Plan": "plan",
-    "ACTIONS": "run",
+    "ACTIONS": "state",
     "MaintenanceRun": "run",
     "Options": "run",
-    "PAST_THE_SWAP": "run",
+    "PAST_THE_SWAP": "journal",
     "RunReport": "report",
     "backup_copy": "snapshots",
     "list_snapshots": "snapshots",
@@ -46,18 +46,18 @@ else:  # the same names, typed, for mypy (tests/project/test_layers.py holds the
     from statewarden.maintenance.all_profiles import execute_all as execute_all
     from statewarden.maintenance.all_profiles import resume_all as resume_all
     from statewarden.maintenance.auto import AutoMaintenance as AutoMaintenance
+    from statewarden.maintenance.journal import PAST_THE_SWAP as PAST_THE_SWAP
     from statewarden.maintenance.ledger import in_progress as in_progress
     from statewarden.maintenance.ledger import lock_holder as lock_holder
     from statewarden.maintenance.ledger import run_dir as run_dir
     from statewarden.maintenance.plan import Plan as Plan
     from statewarden.maintenance.report import RunReport as RunReport
-    from statewarden.maintenance.run import ACTIONS as ACTIONS
-    from statewarden.maintenance.run import PAST_THE_SWAP as PAST_THE_SWAP
     from statewarden.maintenance.run import MaintenanceRun as MaintenanceRun
     from statewarden.maintenance.run import Options as Options
     from statewarden.maintenance.snapshots import backup_copy as backup_copy
     from statewarden.maintenance.snapshots import list_snapshots as list_snapshots
     from statewarden.maintenance.snapshots import take_snapshot as take_snapshot
+    from statewarden.maintenance.state import ACTIONS as ACTIONS
     from statewarden.maintenance.swap import list_quarantine as list_quarantine
     from statewarden.maintenance.wording import cancel_line as cancel_line
     from statewarden.maintenance.wording import step_line as step_line

@@ -44,9 +44,8 @@ from statewarden.config import Config, state_dir
 from statewarden.errors import StatewardenError
 from statewarden.incidents import Incident
 from statewarden.maintenance import outcomes
-from statewarden.maintenance.ledger import in_progress
+from statewarden.maintenance.ledger import in_progress, unfinished
 from statewarden.maintenance.plan import RECOVER_BYTES_PER_S
-from statewarden.maintenance.run import unfinished
 from statewarden.maintenance.snapshots import newest_of
 from statewarden.maintenance.windows import fits, parse_windows
 from statewarden.recovery import bundle_bytes
@@ -139,7 +138,7 @@ class AutoMaintenance:
 
     async def resume_unfinished(self, targets: Sequence[Target]) -> None:
         for t in targets:
-            if unfinished(self.config, t.db):
+            if unfinished(state_dir(self.config), t.db):
                 self.log.warning("resuming an interrupted maintenance run", db=str(t.db))
                 await self._run(t, ["maintenance", "--resume"], "resume")
 

@@ -269,3 +269,9 @@ def run_lock(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def unfinished(state_dir: Path, db: Path) -> bool:
+    """Whether ``db`` has a run ledger that did not finish (for the daemon's start-up)."""
+    record = read_ledger(run_dir(state_dir, Path(os.path.abspath(db))) / LEDGER_NAME)
+    return record is not None and not record.finished

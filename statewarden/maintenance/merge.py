@@ -86,7 +86,7 @@ from statewarden.maintenance.snapshots import list_snapshots
 from statewarden.maintenance.swap import list_quarantine
 from statewarden.moved_aside import closed_wal, is_moved_aside
 from statewarden.progress import ProgressFn
-from statewarden.recovery import make_work_copy, recover
+from statewarden.recovery import make_work_copy
 from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import open_readonly, quote_ident, uri_for, wal_sidecars_absent
 
@@ -190,6 +190,8 @@ def prepare_source(
     where.mkdir(mode=0o700)
     out = where / OLD_NAME
     try:
+        from statewarden.recovery import recover  # noqa: PLC0415 - the engine, only when a merge runs
+
         report = recover.recover(path, out, progress=progress)
         if not report.verified:
             raise DatabaseError(

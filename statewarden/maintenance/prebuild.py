@@ -26,7 +26,7 @@ import apsw
 
 from statewarden.errors import DatabaseError, DatabaseUnreadable, StatewardenError
 from statewarden.progress import ProgressFn
-from statewarden.recovery import Report, make_work_copy, recover
+from statewarden.recovery import Report, make_work_copy
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import HEADER_SIZE, open_regular, parse_header
 
@@ -138,6 +138,8 @@ def build_new_file(
     The catch-up itself (``hash_folded=False``) recovers straight from state.db: it runs
     while Hermes is stopped, so every second saved there is downtime.
     """
+    from statewarden.recovery import recover  # noqa: PLC0415 - the engine, only when a run builds
+
     try:
         if not hash_folded:
             return Prebuilt(

@@ -37,10 +37,8 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
-from pathlib import Path
 
 from statewarden.atomic import private_dir
-from statewarden.config import Config, state_dir
 from statewarden.errors import (
     EXIT_FAILED,
     EXIT_MAINTENANCE_LOSS,
@@ -53,7 +51,7 @@ from statewarden.maintenance import outcomes
 from statewarden.maintenance.fence import Fence
 from statewarden.maintenance.journal import PAST_THE_SWAP as PAST_THE_SWAP  # noqa: PLC0414 - its home for callers
 from statewarden.maintenance.journal import Abort, what_failed
-from statewarden.maintenance.ledger import LedgerRecord, read_ledger, run_dir, run_lock
+from statewarden.maintenance.ledger import LedgerRecord, read_ledger, run_lock
 from statewarden.maintenance.new_file import other_copies as other_copies  # noqa: PLC0414 - its name for callers
 from statewarden.maintenance.new_file import prepare_merge, preview_captures, remove_new
 from statewarden.maintenance.plan import Plan, make_plan
@@ -356,9 +354,3 @@ class MaintenanceRun(RunState):
         restart in between: a swap begun is rolled forward before Hermes starts)."""
         self.journal.resuming = True
         return self._walk(None, record)
-
-
-def unfinished(config: Config, db: Path) -> bool:
-    """Whether ``db`` has a run ledger that did not finish (for the daemon's start-up)."""
-    record = read_ledger(run_dir(state_dir(config), Path(os.path.abspath(db))) / "run.jsonl")
-    return record is not None and not record.finished
