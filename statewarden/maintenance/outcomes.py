@@ -35,6 +35,7 @@ from typing import Any
 from statewarden.alerts import Item, Notification
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.kinds import KINDS
+from statewarden.maintenance.report import lost_words, rows_lost
 
 OUTCOMES_DIR = "outcomes"
 KEEP = 50  # outcome files kept while no daemon collects them
@@ -119,9 +120,13 @@ def _rows_line(rec: dict[str, Any]) -> str:
         part = f"{name} {t.get('recovered')}"
         if t.get("duplicates_dropped"):
             part += f" ({t['duplicates_dropped']} duplicate(s) dropped)"
-        if t.get("lost_keys_sample") or t.get("set_aside"):
-            part += f" ({len(t.get('lost_keys_sample') or [])} lost, {t.get('set_aside') or 0}"
-            part += " set aside)"
+        if (
+            rows_lost(t)
+            or t.get("lost_at_most")
+            or t.get("unreadable_ranges")
+            or t.get("set_aside")
+        ):
+            part += f" ({lost_words(t)}, {t.get('set_aside') or 0} set aside)"
         parts.append(part)
     loss = "LOSS (see the recover report)" if rec.get("loss_detected") else "no loss"
     return f"rows kept: {', '.join(parts) or '-'}; {loss}"

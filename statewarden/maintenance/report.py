@@ -16,6 +16,29 @@ from statewarden.errors import EXIT_OK
 from statewarden.systemd import JobResult
 
 
+def rows_lost(table: dict[str, Any]) -> int:
+    """The rows one table of a recover report lost: those known by key (``lost``) and
+    those whose key the damage took (``unnamed_lost``). Never the length of
+    ``lost_keys_sample``, which stops at a hundred keys."""
+    known = table.get("lost")
+    if not isinstance(known, int):
+        known = len(table.get("lost_keys_sample") or [])
+    unnamed = table.get("unnamed_lost")
+    return known + (unnamed if isinstance(unnamed, int) else 0)
+
+
+def lost_words(table: dict[str, Any]) -> str:
+    """``740 lost``; ``0 lost, up to 740`` when unreadable stretches could have held
+    more (``lost_at_most``); ``up to ?`` when one of them is open-ended."""
+    lost = rows_lost(table)
+    at_most = table.get("lost_at_most")
+    if isinstance(at_most, int) and at_most > lost:
+        return f"{lost} lost, up to {at_most}"
+    if at_most is None and table.get("unreadable_ranges"):
+        return f"{lost} lost, up to ? (an unreadable stretch with no end)"
+    return f"{lost} lost"
+
+
 @dataclass
 class StepTime:
     """How long one step of the run took, from its ledger line to the next one's."""
@@ -183,12 +206,12 @@ class RunReport:
             f" verified {rec.get('verified')}, loss_detected {rec.get('loss_detected')}"
         ]
         for name, t in sorted((rec.get("tables") or {}).items()):
-            lost = len(t.get("lost_keys_sample") or [])
+            lost = rows_lost(t) or t.get("lost_at_most") or t.get("unreadable_ranges")
             if t.get("duplicates_dropped") or lost or t.get("set_aside"):
                 lines.append(
-                    f"    {name}: {t.get('recovered')} rows kept, {t.get('duplicates_dropped')}"
-                    f" duplicate(s) dropped, {t.get('set_aside')} set aside,"
-                    f" {t.get('status')}"
+                    f"    {name}: {t.get('recovered')} rows kept, {lost_words(t)},"
+                    f" {t.get('duplicates_dropped')} duplicate(s) dropped,"
+                    f" {t.get('set_aside')} set aside, {t.get('status')}"
                 )
         return lines
 
