@@ -79,6 +79,12 @@ def stable(document: dict[str, object]) -> dict[str, object]:
     return out
 
 
+def scanned(report: str) -> list[str]:
+    """A holders report's lines but the note that processes of the machine (any, not only
+    holders) exited while /proc was read: two scans of a busy machine differ in it."""
+    return [ln for ln in report.splitlines() if not ln.endswith("exited during the scan")]
+
+
 class TestOptions:
     @pytest.mark.parametrize(
         ("args", "expected"),
@@ -352,7 +358,7 @@ class TestWholeProcess:
         line = next(ln for ln in quick.stdout.splitlines() if ln.startswith(f"{holder.pid} "))
         assert "STALE(state.db)" in line
         assert quick.stdout.splitlines()[:2] == slow.stdout.splitlines()[:2]
-        assert quick.stdout.count("\n") == slow.stdout.count("\n")
+        assert len(scanned(quick.stdout)) == len(scanned(slow.stdout))
 
     def test_reader_gone_is_a_quiet_exit(self, tmp_path: Path, quiet_env: dict[str, str]) -> None:
         """Output to a closed pipe ends quietly with 141, as a SIGPIPE'd tool would."""
