@@ -392,13 +392,17 @@ def violations(case: FuzzCase, report: dict[str, Any], output: Path | None) -> l
             cols = _columns(output, table) if output else []
         except apsw.SQLError:  # no such table in the output: none of its rows came back
             got, cols = {}, []
+        all_back = True
         for rowid, (want, ok) in rows.items():
             have = got.get(rowid)
             if have != want:
-                lost_any = True
+                lost_any, all_back = True, False
                 if ok:
                     why = "missing" if have is None else "changed"
                     out.append(f"{table} rowid {rowid}: intact on disk, {why} in the output")
+        unnamed = report.get("tables", {}).get(table, {}).get("unnamed_lost")
+        if all_back and unnamed:
+            out.append(f"{table}: {unnamed} rows counted lost unnamed, but every row came back")
         for rowid, have in got.items():
             want_row = rows.get(rowid)
             if want_row is not None and have == want_row[0]:

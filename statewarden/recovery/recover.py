@@ -673,6 +673,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                 )
             known = read_keys | witnessed
             lost = known - out_keys
+            r.unnamed_lost += _garbled_lost(conn, name, tc.garbled)
             r.recovered = n
             r.source_distinct = len(read_keys)
             r.lost = len(lost)
@@ -705,6 +706,25 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             report.tables[name] = r
     finally:
         conn.close()
+
+
+def _garbled_lost(conn: apsw.Connection, table: str, garbled: list[int]) -> int:
+    """The rows lost unnamed that garbled cells stand for: each cell the table's b-tree
+    reached (in a cell pointer slot of a live leaf) that decodes to no row the table
+    could store is a row it held, its key unknown; but not when the output holds a row
+    under the cell's rowid (a table holds one row per rowid: that row is the one, the
+    garbled cell a damaged second reading of it). Cells carved from free space are no
+    such rows (they may be deleted ones), and a carved cell is taken only when a
+    witness names its key, so its loss is counted by that key."""
+    sql = f"SELECT 1 FROM main.{quote_ident(table)} WHERE rowid = ?"
+    lost = 0
+    for rowid in garbled:
+        try:
+            held = conn.execute(sql, (rowid,)).fetchone() is not None
+        except apsw.Error:
+            held = False
+        lost += not held
+    return lost
 
 
 def _sorted_keys(keys: AbstractSet[Any]) -> list[Any]:

@@ -220,7 +220,8 @@ class TableFill(BuildPart):
             tc.rowids.add(int(row[0]))
             if missing is not None:
                 filled = self._fill_missing(obj, cols, values, missing)
-            if self.insert_row(tc, int(row[0]), values, cols) and missing is not None:
+            put = self.insert_row(tc, int(row[0]), values, cols, reached=True)
+            if put and missing is not None:
                 tc.report.partial += 1
                 entry: dict[str, Any] = {
                     "table": obj.name,
@@ -331,8 +332,18 @@ class TableFill(BuildPart):
             filled[name] = value
         return filled
 
-    def insert_row(self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str]) -> bool:
-        """Insert one row; on a conflict apply the dedupe rule. True if the row is in."""
+    def insert_row(
+        self,
+        tc: TableCopy,
+        rowid: int,
+        values: list[Any],
+        cols: list[str],
+        *,
+        reached: bool = False,
+    ) -> bool:
+        """Insert one row; on a conflict apply the dedupe rule. True if the row is in.
+        ``reached``: the row's cell sat in a cell pointer slot of a leaf the table's
+        b-tree walk reached (a row the table held, whatever it now decodes to)."""
         obj = tc.obj
         try:
             alias = self._aliases.get(obj.name, False)
@@ -344,6 +355,8 @@ class TableFill(BuildPart):
             )
             return True
         except apsw.ConstraintError as exc:
+            if reached and str(exc).startswith(IMPOSSIBLE_ROWS):
+                tc.garbled.append(rowid)
             return self._conflict(tc, rowid, values, cols, str(exc))
         except apsw.Error as exc:
             if isinstance(exc, MACHINE_ERRORS):
@@ -383,7 +396,8 @@ class TableFill(BuildPart):
         if message.startswith(IMPOSSIBLE_ROWS):
             # A record SQLite never stores in this table: a garbled cell that decodes,
             # not a row. Its key is no key that existed (the real row may still come
-            # back from a carved or unreached copy).
+            # back from a carved or unreached copy). When the b-tree reached it, the
+            # row its cell held is counted lost unnamed (``TableCopy.garbled``).
             tc.source_keys.discard(tuple(row[c] for c in key_cols) if key_cols else rowid)
         self._set_aside(tc, rowid, row, message)
         return False

@@ -30,7 +30,9 @@ MIN_ROWID = -(2**63)
 LINEAR_PROBES = 4096
 # At most this many restarts of a scan after damage (each skips a stretch or a row).
 MAX_RESUMES = 100_000
-# A rowid delivered more often than this is a loop in a damaged tree, not data.
+# A rowid delivered more often than this is a loop in a damaged tree, not data; but
+# not rowid 0, which no row is given (rowids start at 1): a cell reads as rowid 0 when
+# the sector holding its start was zeroed, and each such cell is a row of its own.
 MAX_COPIES_PER_ROWID = 2
 MAX_ROWID = 2**63 - 1
 
@@ -239,7 +241,7 @@ class _Scan:
             rowid = int(row[0])
             if not add_new(rowid):
                 times = self.seen_again.get(rowid, 1)
-                if times >= MAX_COPIES_PER_ROWID:
+                if times >= MAX_COPIES_PER_ROWID and rowid != 0:
                     # Child pointers scribbled to point at the same leaves again and
                     # again: a phantom row shows up twice, not hundreds of times.
                     result.repeats_skipped += 1
