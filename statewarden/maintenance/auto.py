@@ -137,10 +137,22 @@ class AutoMaintenance:
         }
 
     async def resume_unfinished(self, targets: Sequence[Target]) -> None:
-        for t in targets:
-            if unfinished(state_dir(self.config), t.db):
-                self.log.warning("resuming an interrupted maintenance run", db=str(t.db))
-                await self._run(t, ["maintenance", "--resume"], "resume")
+        """Take up each run a kill left unfinished. Several at once are the runs of one
+        ``--all-profiles`` stop (or of profiles that share a gateway): they are resumed
+        together, ``--all-profiles --resume``, so what they stopped starts once, after
+        every one of them is rolled back or forward, never while another profile's swap
+        is still half done."""
+        pending = [t for t in targets if unfinished(state_dir(self.config), t.db)]
+        if len(pending) > 1:
+            self.log.warning(
+                "resuming interrupted maintenance runs of several profiles in one stop",
+                dbs=[str(t.db) for t in pending],
+            )
+            await self._run(pending[0], ["maintenance", "--all-profiles", "--resume"], "resume")
+            return
+        for t in pending:
+            self.log.warning("resuming an interrupted maintenance run", db=str(t.db))
+            await self._run(t, ["maintenance", "--resume"], "resume")
 
     def tick(
         self,
@@ -208,7 +220,10 @@ class AutoMaintenance:
         key = str(target.db)
         if args[0] == "maintenance":
             args = [*args, "--here"]  # run by this subprocess, not handed back to the daemon
-        argv = [sys.executable, "-m", "statewarden.cli.ctl", *args, "--db", key, "--json"]
+        every = "--all-profiles" in args
+        argv = [sys.executable, "-m", "statewarden.cli.ctl", *args, "--json"]
+        if not every:
+            argv[-1:-1] = ["--db", key]
         if self.config.source:
             argv += ["--config", self.config.source]
         try:
@@ -226,6 +241,9 @@ class AutoMaintenance:
             report["exit_code"] = proc.returncode
             if what == "snapshot":
                 self.last_snapshot[key] = report
+            elif every and isinstance(report.get("profiles"), list):
+                for each in report["profiles"]:
+                    self.last[str(each.get("db") or key)] = each
             else:
                 self.last[key] = report
             log = self.log.info if proc.returncode == 0 else self.log.error

@@ -19,6 +19,7 @@ import pytest
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL, make_home
 from tests.support.cli import run_ctl
+from tests.support.daemon import DaemonProc
 from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import (
     exempt_comms,
@@ -229,6 +230,37 @@ def test_a_killed_run_is_resumed_for_every_profile_and_hermes_runs(
     assert runs["play"]["outcome"] == "repaired"
     assert (p.check("default"), p.check("play"), p.check("work")) == (0, 0, 0)
     assert manager.systemctl("is-active", GATEWAY).stdout.strip() == "active"
+
+
+@pytest.mark.systemd
+def test_the_daemon_takes_up_every_profile_s_killed_run_in_one_stop(
+    tmp_path: Path, manager: UserSystemd
+) -> None:
+    """kill -9 of an ``--all-profiles`` run once the root home's swap is done: the
+    daemon's start finds two unfinished runs and resumes them together (one
+    ``--all-profiles --resume``), so the gateway is started once, after the root home is
+    rolled forward and profile play rolled back, never while one of them is half done;
+    the daemon records each profile's outcome. (It resumed each on its own before,
+    starting the shared gateway after the first.)"""
+    p = Profiles(tmp_path, manager)
+    env = {**p.env, "XDG_RUNTIME_DIR": str(tmp_path / "rt")}
+    crashed = run_maintenance(
+        "--all-profiles", "--yes", env={**env, "STATEWARDEN_CRASH_AT": "swapped"}
+    )
+    assert crashed.returncode == -9, crashed.stderr
+    assert manager.systemctl("is-active", GATEWAY).stdout.strip() != "active"
+    d = DaemonProc(env)
+    try:
+        d.wait_for_line("several profiles in one stop", timeout_s=120)
+        d.wait_for_line("maintenance resume finished", timeout_s=300)
+        last = d.ctl_raw("maintenance")["last"]
+        assert last[str(p.dbs["default"])]["outcome"] == "repaired"
+        assert last[str(p.dbs["play"])]["outcome"] == "rolled back: the database is unchanged"
+    finally:
+        d.stop()
+    assert manager.systemctl("is-active", GATEWAY).stdout.strip() == "active"
+    assert p.started() == 2
+    assert (p.check("default"), p.check("play"), p.check("work")) == (0, 3, 0)
 
 
 @pytest.mark.systemd
