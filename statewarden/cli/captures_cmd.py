@@ -31,7 +31,7 @@ from statewarden.errors import UsageError, path_error
     "--work-dir",
     type=str,
     default=None,
-    help="Where the private copies are made (default: the system temp dir).",
+    help="Where the private copies are made (default: $TMPDIR, else /tmp).",
 )
 @progress_option
 @handle_errors
@@ -56,10 +56,8 @@ def captures(
     Example: statewardenctl captures --profile default --json
     """
     # The engine only when it runs: `captures --help` and a usage error start without it.
-    import tempfile  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
 
-    from statewarden.cli.check_cmd import work_parent  # noqa: PLC0415
+    from statewarden.cli.check_cmd import default_work_parent, work_parent  # noqa: PLC0415
     from statewarden.recovery import read_captures  # noqa: PLC0415
 
     targets, note = select_targets(config_path, db, profile)
@@ -70,7 +68,7 @@ def captures(
             os.stat(t.db)
         except OSError as exc:
             raise path_error(t.db, exc) from None
-    parent = work_parent(work_dir) if work_dir else Path(tempfile.gettempdir())
+    parent = work_parent(work_dir) if work_dir else default_work_parent()
     with progress_reporter(progress_mode) as progress:
         found = [(t, read_captures(t.db, parent, progress=progress)) for t in targets]
     if as_json:

@@ -58,9 +58,11 @@ def _render(d: Diagnosis, max_errors: int | None) -> None:
     echo_line(f"  damage: {d.damage} ({VERDICTS[d.damage]})")
 
 
-def work_parent(work_dir: str) -> Path:
+def work_parent(work_dir: str, option: str = "--work-dir") -> Path:
     """``--work-dir``, made if missing, and tried (a file created and removed) before
-    any work: a path that cannot hold the private copy is one line saying why (exit 2)."""
+    any work: a path that cannot hold the private copy is one line saying why (exit 2).
+    A full one passes here: the engine's own room check names it (exit 5)."""
+    import errno  # noqa: PLC0415
     import tempfile  # noqa: PLC0415 - see check()
     from pathlib import Path  # noqa: PLC0415
 
@@ -71,17 +73,32 @@ def work_parent(work_dir: str) -> Path:
         try:
             os.stat(path)  # a symlink loop, or one to nothing: the real reason
         except OSError as exc:
-            raise path_error(path, exc, option="--work-dir") from None
-        raise UsageError(f"{path}: not a directory (--work-dir)") from None
+            raise path_error(path, exc, option=option) from None
+        raise UsageError(f"{path}: not a directory ({option})") from None
     except OSError as exc:
-        raise path_error(path, exc, option="--work-dir") from None
+        raise path_error(path, exc, option=option) from None
     try:
         fd, name = tempfile.mkstemp(prefix=".statewarden-probe-", dir=path)
     except OSError as exc:
-        raise path_error(path, exc, option="--work-dir") from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return path
+        raise path_error(path, exc, option=option) from None
     os.close(fd)
     os.unlink(name)
     return path
+
+
+def default_work_parent() -> Path:
+    """Where the private copy goes without ``--work-dir``: the folder ``$TMPDIR`` (else
+    ``$TEMP``, ``$TMP``) names, else /tmp, tried as ``--work-dir`` is. Never another one:
+    Python's ``tempfile.gettempdir()`` passes over a folder it cannot write a probe into
+    (a full one) for the next candidate, and the whole copy then went to /tmp (or the
+    current folder) unasked."""
+    for variable in ("TMPDIR", "TEMP", "TMP"):
+        folder = os.environ.get(variable, "")
+        if folder:
+            return work_parent(folder, option=f"${variable}")
+    return work_parent("/tmp", option="the default temporary folder")
 
 
 @click.command()
@@ -99,7 +116,7 @@ def work_parent(work_dir: str) -> Path:
     "--work-dir",
     type=str,
     default=None,
-    help="Where the private copy is made (default: the system temp dir).",
+    help="Where the private copy is made (default: $TMPDIR, else /tmp).",
 )
 @progress_option
 @handle_errors_failing_with(EXIT_NOT_CHECKED)
@@ -124,8 +141,6 @@ def check(
     if max_errors is not None and max_errors < 0:
         raise UsageError("--max-errors must be 0 or more")
     # The engine only when it runs: `check --help` and a usage error start without it.
-    import tempfile  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
 
     from statewarden.recovery import (  # noqa: PLC0415
         check_database,
@@ -136,7 +151,7 @@ def check(
     targets, note = select_targets(config_path, db, profile)
     if not targets:
         raise UsageError(note or "nothing to check")
-    parent = work_parent(work_dir) if work_dir else Path(tempfile.gettempdir())
+    parent = work_parent(work_dir) if work_dir else default_work_parent()
     results = []
     with progress_reporter(progress_mode) as progress:
         for t in targets:
