@@ -8,9 +8,11 @@ back in fails here, naming the file and line.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from collections.abc import Callable
+from pathlib import Path
 from typing import get_args
 
 from statewarden import errors
@@ -28,11 +30,15 @@ PACKAGE = ROOT / "statewarden"
 README = ROOT / "README.md"
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """One file's syntax tree, parsed once per test run (the checks below read the
+    whole package many times; nothing here changes a file)."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def modules() -> list[tuple[str, ast.Module]]:
-    return [
-        (str(p.relative_to(ROOT)), ast.parse(p.read_text(), filename=str(p)))
-        for p in sorted(PACKAGE.rglob("*.py"))
-    ]
+    return [(str(p.relative_to(ROOT)), parsed(p)) for p in sorted(PACKAGE.rglob("*.py"))]
 
 
 def readme_table(header: str) -> list[list[str]]:
@@ -162,7 +168,7 @@ def functions(name: str) -> list[str]:
     and the tests, as file:line."""
     found = []
     for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]):
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = parsed(path)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.lstrip(
                 "_"
