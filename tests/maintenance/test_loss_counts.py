@@ -35,7 +35,9 @@ def test_a_run_reports_every_lost_row(tmp_path: Path, witnesses: bool) -> None:
     words = f"{truth} lost" if witnesses else f"0 lost, up to {truth}"
     report = RunReport(db=str(case.db), action="repair", recover=rec)
     lines = [line for line in report.render() if line.startswith("    messages:")]
-    assert len(lines) == 1 and f" {words}," in lines[0], lines
+    assert len(lines) == 1, lines
+    assert f" {words}," in lines[0], lines
     data = {"outcome": "repaired", "run_id": "r1", "action": "repair", "recover": rec}
     rows = [line for line in details(data) if line.startswith("rows kept:")]
-    assert len(rows) == 1 and f"messages {t['recovered']} ({words}, " in rows[0], rows
+    assert len(rows) == 1, rows
+    assert f"messages {t['recovered']} ({words}, " in rows[0], rows
