@@ -95,7 +95,6 @@ class WorkCopy:
     db: Path
     source: Path
     source_header: HeaderFacts
-    source_bytes: int
     copied: tuple[str, ...]  # which bundle members existed and were copied
     # set when the file is shorter than its header says, or a database size (the
     # header's, a WAL commit's) is damaged
@@ -315,7 +314,6 @@ def make_work_copy(
             db=copy,
             source=source,
             source_header=header,
-            source_bytes=size,
             copied=tuple(s for s in COPY_SUFFIXES if os.path.exists(f"{copy}{s}") or s == ""),
             truncated_note=truncated,
             wal=wal,

@@ -52,9 +52,15 @@ from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_sche
 from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.decoding.wal import WalFacts
 from statewarden.recovery.evidence.column_types import Misfits, find_misfits
-from statewarden.recovery.evidence.copies import CopyCheck, compare, fts_rowids
+from statewarden.recovery.evidence.copies import (
+    CopyCheck,
+    compare,
+    fts_rowids,
+    rowids_shown,
+    sample,
+)
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records, foreign_by_table
-from statewarden.recovery.evidence.lost_writes import LostWrites, find_lost_writes
+from statewarden.recovery.evidence.lost_writes import LostWrites, find_lost_writes, sequence_of
 from statewarden.sqlite import classify_error, quote_ident
 
 DAMAGE_ORDER = ("none", "derived", "base", "unreadable")
@@ -115,7 +121,7 @@ class TableFacts:
             phantoms = sum(n - 1 for n in self.duplicate_rowids.values())
             parts = []
             if phantoms:
-                rowids = _sample(sorted(self.duplicate_rowids))
+                rowids = sample(sorted(self.duplicate_rowids))
                 s = "s" if phantoms != 1 else ""
                 rs = "s" if len(self.duplicate_rowids) != 1 else ""
                 if self.page_referenced_twice:
@@ -147,14 +153,14 @@ class TableFacts:
             out.append(
                 f"{self.name}: {n} row{'s are' if n != 1 else ' is'} missing from the table"
                 f" but {'their' if n != 1 else 'its'} text is still in its FTS copies"
-                f" (rowid{'s' if n != 1 else ''} {_sample(self.missing_rows)})"
+                f" ({rowids_shown(self.missing_rows)})"
             )
         if self.stale_index_entries:
             n = len(self.stale_index_entries)
             out.append(
                 f"{self.name}: {n} index entr{'ies' if n != 1 else 'y'} name rowids the table"
                 " lacks and no FTS copy holds: left behind by deletes, not lost rows"
-                f" (rowid{'s' if n != 1 else ''} {_sample(self.stale_index_entries)})"
+                f" ({rowids_shown(self.stale_index_entries)})"
             )
         if self.planner_error:
             out.append(f"{self.name}: the planner's count failed: {self.planner_error}")
@@ -164,10 +170,6 @@ class TableFacts:
             else:
                 out.append(f"{self.name}: {describe_range(lo, hi)} cannot be read")
         return out
-
-
-def _sample(rowids: list[int], n: int = 20) -> str:
-    return ", ".join(str(r) for r in rowids[:n]) + (", ..." if len(rowids) > n else "")
 
 
 def describe_range(lo: int, hi: int) -> str:
@@ -236,7 +238,7 @@ class Diagnosis:
         out.extend(f for m in self.misfits for f in m.findings())
         if self.counts_disagree:
             n = len(self.counts_disagree)
-            shown = _sample(sorted(r for r, _, _ in self.counts_disagree))
+            shown = sample(sorted(r for r, _, _ in self.counts_disagree))
             out.append(
                 f"sessions: {n} row{'s' if n != 1 else ''} whose message_count disagrees with"
                 f" the messages stored for {'them' if n != 1 else 'it'} (rowids {shown}):"
@@ -247,13 +249,13 @@ class Diagnosis:
             n = len(cells)
             out.append(
                 f"{name}: {n} row{'s' if n != 1 else ''} whose overflow chain leads into"
-                f" another row's pages (rowid{'s' if n != 1 else ''} {_sample(sorted(cells))})"
+                f" another row's pages ({rowids_shown(sorted(cells))})"
             )
         for name, cells in self.zeroed_cells.items():
             n = len(cells)
             out.append(
                 f"{name}: {n} row{'s' if n != 1 else ''} run into zeroed bytes, read as"
-                f" values by SQLite (rowid{'s' if n != 1 else ''} {_sample(sorted(cells))})"
+                f" values by SQLite ({rowids_shown(sorted(cells))})"
             )
         out.extend(
             f"{t}: {n} orphan row{'s' if n != 1 else ''} (foreign_key_check)"
@@ -306,14 +308,14 @@ def diagnose(
     rows are not in the database as SQLite reads it). ``schema_rebuilt`` says that the
     copy's page 1 was rebuilt (``bundle.py``): the source itself is unreadable.
     """
-    result, pending = _diagnose_file(
+    result, pending = diagnose_ahead_of_fts(
         db,
         progress=progress,
         truncated=truncated,
         wal=wal,
         wal_name=wal_name,
         schema_rebuilt=schema_rebuilt,
-        defer=False,
+        ahead=False,
     )
     assert pending is None
     return result
@@ -342,30 +344,6 @@ def diagnose_ahead_of_fts(
     (``EarlyChecker``), used if they run apart.
     """
     defer = ahead and schema_rebuilt is None and not (wal and (wal.dropped_commits or wal.foreign))
-    return _diagnose_file(
-        db,
-        progress=progress,
-        truncated=truncated,
-        wal=wal,
-        wal_name=wal_name,
-        schema_rebuilt=schema_rebuilt,
-        defer=defer,
-        early=early,
-    )
-
-
-def _diagnose_file(
-    db: Path,
-    *,
-    progress: ProgressFn | None,
-    truncated: str | None,
-    wal: WalFacts | None,
-    wal_name: str,
-    schema_rebuilt: str | None,
-    defer: bool,
-    early: EarlyChecker | None = None,
-) -> tuple[Diagnosis, FtsPending | None]:
-    """See ``diagnose`` and ``diagnose_ahead_of_fts``."""
     # The zeroed-sector search reads pages raw while the FTS tables' own checks run in
     # threads (``_diagnose``), through one descriptor opened before the first connection
     # and closed after the last: closing a descriptor of the file drops every POSIX lock
@@ -900,19 +878,6 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> K
     return out
 
 
-def _sequence(conn: apsw.Connection, table: str) -> int | None:
-    """The table's ``sqlite_sequence`` value, if it has one that reads."""
-    try:
-        row = conn.execute(
-            "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
-        ).fetchone()
-    except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
-        return None
-    return row[0] if row is not None and isinstance(row[0], int) else None
-
-
 def _rows_elsewhere(
     conn: apsw.Connection,
     obj: SchemaObject,
@@ -928,7 +893,7 @@ def _rows_elsewhere(
     so both lists stay empty; the planner's count still shows the mismatch."""
     if copies is None:
         return [], []
-    seq = _sequence(conn, obj.name)
+    seq = sequence_of(conn, obj.name)
     if seq is not None:
         # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
         # holds a garbled cell, not a row that existed.

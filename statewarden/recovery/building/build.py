@@ -55,7 +55,6 @@ class TableCopy:
     fts_rowids: KeySet = field(default_factory=KeySet)  # rowids the table's FTS copies hold
     has_fts_copies: bool = False  # the table feeds an FTS copy that could be read
     sequence: int | None = None  # the source's sqlite_sequence for it (AUTOINCREMENT)
-    page_versions_skipped: int = 0  # rows on unreached leaves whose rowid the tree holds
     # Rowids of cells the b-tree walk reached that decode to no row the table could
     # store (``TableFill.insert_row``): each a row lost, its key unknown, unless the
     # output holds a row under the same rowid (recover.py ``_garbled_lost``).

@@ -77,21 +77,7 @@ class RowRepair(BuildPart):
             restored = {r.rowid for r in done}
             tc = self.copies[check.table]
             for r in done:
-                for entry in self.report.partial_rows:
-                    if (entry["table"], entry["rowid"]) == (r.table, r.rowid):
-                        entry["columns"] = [c for c in entry["columns"] if c != r.column]
-                        entry["filled"].pop(r.column, None)
-                        if not entry["columns"]:
-                            tc.report.partial -= 1
-                self.report.restored_from_copies.append(
-                    {
-                        "table": r.table,
-                        "rowid": r.rowid,
-                        "column": r.column,
-                        "stored": json_value(r.stored),
-                        "from": r.copies,
-                    }
-                )
+                self._restored(tc, r.rowid, r.column, r.stored, r.copies)
             # A partial row is already a loss, and may yet be completed (salvage.py).
             partial = {e["rowid"] for e in self.report.partial_rows if e["table"] == check.table}
             kept = [r for r in check.rows_rotted if r not in restored and r not in partial]
@@ -328,21 +314,7 @@ class RowRepair(BuildPart):
                 # The key read was a changed one, never a row's: the row's is restored.
                 tc.source_keys.discard(before)
                 tc.source_keys.add(self._key_of(tc, key_cols, rowid))
-            self.report.restored_from_copies.append(
-                {
-                    "table": obj.name,
-                    "rowid": rowid,
-                    "column": col,
-                    "stored": json_value(stored),
-                    "from": [f"index {i}" for i in by],
-                }
-            )
-            for entry in self.report.partial_rows:
-                if (entry["table"], entry["rowid"]) == (obj.name, rowid):
-                    entry["columns"] = [c for c in entry["columns"] if c != col]
-                    entry["filled"].pop(col, None)
-                    if not entry["columns"]:
-                        tc.report.partial -= 1
+            self._restored(tc, rowid, col, stored, [f"index {i}" for i in by])
         if fixes:
             shown = ", ".join(str(r) for r in sorted({f[0] for f in fixes})[:20])
             self.report.notes.append(
@@ -366,6 +338,28 @@ class RowRepair(BuildPart):
                 f" holds a column of theirs: kept as stored, unverified (rowids {shown})"
             )
         return entries
+
+    def _restored(
+        self, tc: TableCopy, rowid: int, column: str, stored: Any, sources: list[str]
+    ) -> None:
+        """A column of a row put back from its witnesses (``sources``): listed in
+        ``restored_from_copies``, and no longer among the row's unreadable columns."""
+        table = tc.obj.name
+        self.report.restored_from_copies.append(
+            {
+                "table": table,
+                "rowid": rowid,
+                "column": column,
+                "stored": json_value(stored),
+                "from": sources,
+            }
+        )
+        for entry in self.report.partial_rows:
+            if (entry["table"], entry["rowid"]) == (table, rowid):
+                entry["columns"] = [c for c in entry["columns"] if c != column]
+                entry["filled"].pop(column, None)
+                if not entry["columns"]:
+                    tc.report.partial -= 1
 
     def _key_of(self, tc: TableCopy, key_cols: list[str], rowid: int) -> tuple[Any, ...]:
         """The key of the output's row ``rowid`` (as ``key_fn`` makes a scanned row's)."""

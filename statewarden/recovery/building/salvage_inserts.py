@@ -71,7 +71,6 @@ class SalvageInserts(BuildPart):
                 witnessed = (tc.has_fts_copies or tc.indexed) and rowid in known
                 witnessed = witnessed and not tc.obj.without_rowid
                 if not witnessed or self._holds(tc, rowid):
-                    tc.page_versions_skipped += 1
                     continue
                 tc.rowids.discard(rowid)
                 self._insert_salvaged(tc, rowid, values, None)

@@ -200,16 +200,6 @@ class ErrorGroup:
         return self.object
 
 
-def run_integrity_check(
-    conn: apsw.Connection, progress: ProgressFn | None = None, tables: list[str] | None = None
-) -> tuple[list[str], bool, str | None]:
-    """All error lines of an uncapped ``integrity_check``; (lines, finished, abort note).
-
-    See :class:`IntegrityCheck`, which this runs to its end.
-    """
-    return IntegrityCheck(conn, progress, tables).result()
-
-
 class IntegrityCheck:
     """An uncapped ``integrity_check`` of ``conn``'s database, its slow part in a thread.
 

@@ -47,7 +47,6 @@ class ScanResult:
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
     # rowid -> its columns whose text is not valid UTF-8 (changed bytes: unreadable)
     bad_text: dict[int, list[str]] = field(default_factory=dict)
-    repeats_skipped: int = 0  # the same rowid met again and again (a looping tree)
     partial: dict[int, list[str]] = field(default_factory=dict)  # rowid -> unreadable columns
     out_of_order: list[int] = field(default_factory=list)  # garbled cells' rowids, withheld
     first_error: str | None = None
@@ -244,7 +243,6 @@ class _Scan:
                 if times >= MAX_COPIES_PER_ROWID and rowid != 0:
                     # Child pointers scribbled to point at the same leaves again and
                     # again: a phantom row shows up twice, not hundreds of times.
-                    result.repeats_skipped += 1
                     return
                 self.seen_again[rowid] = times + 1
             if current is not None:

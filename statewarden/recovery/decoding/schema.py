@@ -90,9 +90,6 @@ class SchemaObject:
 class Schema:
     objects: list[SchemaObject]
     fts_owner: dict[str, str] = field(default_factory=dict)  # FTS table -> logical table
-    # FTS tables FTS5 cannot open (a damaged config page or structure record) -> the
-    # error: their shadow tables are read as plain tables, the table itself never.
-    broken_fts: dict[str, str] = field(default_factory=dict)
 
     def by_name(self, name: str) -> SchemaObject | None:
         for o in self.objects:
@@ -133,14 +130,6 @@ class Schema:
             return self.fts_owner.get(obj.name, obj.name)
         return obj.tbl_name
 
-    def describe(self, obj: SchemaObject) -> str:
-        """``messages_fts_trigram_data (FTS of messages)``, ``idx_x (index on t)``, ``t``."""
-        if obj.shadow_of is not None:
-            return f"{obj.name} (FTS of {self.logical_table(obj)})"
-        if obj.type == "index":
-            return f"{obj.name} (index on {obj.tbl_name})"
-        return obj.name
-
 
 def read_schema(conn: apsw.Connection) -> Schema:
     """Read ``sqlite_schema`` and the column lists; raises apsw errors as they come."""
@@ -158,7 +147,6 @@ def read_schema(conn: apsw.Connection) -> Schema:
         for t, n, tb, r, s in rows
     ]
     fts_tables: set[str] = set()
-    broken: dict[str, str] = {}
     for o in objects:
         if o.type != "table" or not o.sql:
             continue
@@ -177,15 +165,16 @@ def read_schema(conn: apsw.Connection) -> Schema:
                 if o.name.startswith(fts) and o.name[len(fts) :] in FTS_SHADOW_SUFFIXES:
                     o.shadow_of = fts
         if o.type == "table" and o.module == "fts5":
+            # One FTS5 cannot open (a damaged config page or structure record) has no
+            # columns: its shadow tables are read as plain tables, the table itself never.
             try:
                 o.columns = _columns(conn, o.name)
             except apsw.Error as exc:
                 if isinstance(exc, apsw.InterruptError | apsw.BusyError | apsw.LockedError):
                     raise
-                broken[o.name] = str(exc).split("\n", 1)[0]
         elif o.type == "table":
             o.columns = _columns(conn, o.name)
-    schema = Schema(objects, broken_fts=broken)
+    schema = Schema(objects)
     schema.fts_owner = _fts_owners(schema, fts_tables)
     return schema
 

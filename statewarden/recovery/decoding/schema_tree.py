@@ -5,8 +5,8 @@ no SQLite connection open to the file (docs/safety.md rule 2)."""
 
 from __future__ import annotations
 
-import contextlib
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +20,20 @@ def schema_records(path: Path) -> list[list[Any]]:
     ``path`` (docs/safety.md rule 2)."""
     db = DatabaseFile(path)
     try:
-        out: list[list[Any]] = []
-        for n in _tree_leaves(db, 1):
-            try:
-                rows, _bad = db.leaf_rows(n)
-            except (PageFormatError, struct.error, IndexError):
-                continue
-            out.extend(v for _, v in rows if _schema_record(v))
-        return out
+        return [v for _, v in _schema_rows(db) if _schema_record(v)]
     finally:
         db.close()
+
+
+def _schema_rows(db: DatabaseFile) -> Iterator[tuple[int, list[Any]]]:
+    """The rows of the leaves the b-tree from page 1 reaches (none of a leaf that does
+    not read)."""
+    for n in _tree_leaves(db, 1):
+        try:
+            rows, _bad = db.leaf_rows(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        yield from rows
 
 
 def reached_past_size(path: Path) -> int | None:
@@ -65,10 +69,7 @@ def highest_reached_with(path: Path, images: dict[int, bytes]) -> int:
 
 
 def _highest_reached(db: DatabaseFile) -> int:
-    roots = [1]
-    for n in _tree_leaves(db, 1):
-        with contextlib.suppress(PageFormatError, struct.error, IndexError):
-            roots.extend(v[3] for _, v in db.leaf_rows(n)[0] if _schema_record(v) and v[3] > 0)
+    roots = [1, *(v[3] for _, v in _schema_rows(db) if _schema_record(v) and v[3] > 0)]
     return max(db.reachable(roots), default=0)
 
 
@@ -80,13 +81,7 @@ def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:
     Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
     db = DatabaseFile(path)
     try:
-        rowids: set[int] = set()
-        for n in _tree_leaves(db, 1):
-            try:
-                rows, _bad = db.leaf_rows(n)
-            except (PageFormatError, struct.error, IndexError):
-                continue
-            rowids.update(r for r, _ in rows)
+        rowids = {r for r, _ in _schema_rows(db)}
     finally:
         db.close()
     gaps: list[tuple[int, int]] = []

@@ -103,7 +103,6 @@ class WalFacts:
     first_bad: Frame | None = None  # the frame where SQLite's replay stops on damage
     dropped_commits: int = 0  # committed transactions SQLite does not apply
     dropped_frames: int = 0
-    unfinished_frames: int = 0  # after the last commit frame: never committed
     foreign: str | None = None  # why it was set aside as another database's WAL
 
     def newest_images(self) -> dict[int, bytes]:
@@ -261,8 +260,6 @@ def _read(data: mmap.mmap, size: int, path: Path, db_page_size: int) -> WalFacts
     dropped = facts._dropped()
     facts.dropped_frames = len(dropped)
     facts.dropped_commits = sum(1 for f in dropped if f.commit and f.intact)
-    last = max((f.index for f in best if f.commit and f.intact), default=-1)
-    facts.unfinished_frames = len(best) - max(last + 1, facts.replayed)
     return facts
 
 

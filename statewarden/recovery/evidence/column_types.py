@@ -28,13 +28,13 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.evidence.copies import rowids_shown
 from statewarden.recovery.evidence.known_schemas import LAYOUTS
 from statewarden.sqlite import quote_ident
 
 # hermes_cli/timefmt.py (Hermes 0.22): EPOCH_MIN, EPOCH_MAX.
 EPOCH_MIN = 0.0
 EPOCH_MAX = 4_200_000_000.0
-SAMPLE_ROWIDS = 20
 
 HERMES_TABLES = frozenset(
     name
@@ -123,12 +123,10 @@ class Misfits:
             return []
         n = len(self.rows)
         cols = sorted({c for cs in self.rows.values() for c in cs})
-        shown = ", ".join(str(r) for r in sorted(self.rows)[:SAMPLE_ROWIDS])
-        more = ", ..." if n > SAMPLE_ROWIDS else ""
         return [
             f"{self.table}: {n} row{'s' if n != 1 else ''} holding a value Hermes never"
             f" writes in its column ({', '.join(cols)}): changed on disk"
-            f" (rowid{'s' if n != 1 else ''} {shown}{more})"
+            f" ({rowids_shown(sorted(self.rows))})"
         ]
 
 

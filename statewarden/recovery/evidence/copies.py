@@ -96,8 +96,7 @@ class CopyCheck:
             n = len(self.rows_bad_text)
             out.append(
                 f"{self.table}: {n} row{'s' if n != 1 else ''} whose text is not valid"
-                f" UTF-8 (changed on disk; rowid{'s' if n != 1 else ''}"
-                f" {_sample(self.rows_bad_text)})"
+                f" UTF-8 (changed on disk; {rowids_shown(self.rows_bad_text)})"
             )
         if self.rows_rotted:
             n = len(self.rows_rotted)
@@ -105,26 +104,25 @@ class CopyCheck:
             out.append(
                 f"{self.table}: {rows} search-index copies ({', '.join(self.copies)}),"
                 " which agree with each other: changed on disk"
-                f" (rowid{'s' if n != 1 else ''} {_sample(self.rows_rotted)})"
+                f" ({rowids_shown(self.rows_rotted)})"
             )
         for fts, rowids in self.copies_rotted.items():
             n = len(rowids)
-            texts = (
-                "1 copied text differs from its"
-                if n == 1
-                else f"{n} copied texts differ from their"
-            )
-            out.append(
-                f"{fts}: {texts} {self.table} row (rowid{'s' if n != 1 else ''} {_sample(rowids)})"
-            )
+            texts = "text differs from its" if n == 1 else "texts differ from their"
+            out.append(f"{fts}: {n} copied {texts} {self.table} row ({rowids_shown(rowids)})")
         if self.error:
             out.append(f"{self.table}: its search-index copies could not be compared: {self.error}")
         return out
 
 
-def _sample(rowids: list[int]) -> str:
-    shown = ", ".join(str(r) for r in rowids[:SAMPLE_ROWIDS])
-    return shown + (", ..." if len(rowids) > SAMPLE_ROWIDS else "")
+def sample(rowids: list[int], n: int = SAMPLE_ROWIDS) -> str:
+    """The first ``n`` of ``rowids``, then ", ..." when there are more."""
+    return ", ".join(str(r) for r in rowids[:n]) + (", ..." if len(rowids) > n else "")
+
+
+def rowids_shown(rowids: list[int]) -> str:
+    """``rowids`` as a finding names them: "rowid 7", "rowids 3, 9, ..."."""
+    return f"rowid{'s' if len(rowids) != 1 else ''} {sample(rowids)}"
 
 
 def _split_top(s: str) -> list[str]:
@@ -837,22 +835,23 @@ def indexed_values_of(
 
 
 def agrees_with_copies(
-    conn: apsw.Connection, schema: Schema, table: str, rowid: int
+    conn: apsw.Connection, schema: Schema, table: str, rowid: int, under: int | None = None
 ) -> bool | None:
     """Does row ``rowid`` of ``table``, as ``conn`` reads it, give exactly the text its
-    FTS copies hold (every copy that has it)? None when no copy holds it or it cannot
-    be read."""
+    FTS copies hold (every copy that has it), under its own id or the rowid ``under``?
+    None when no copy holds it or it cannot be read."""
     t = quote_ident(table)
     seen = False
     for f in feeds(schema):
         if f.table != table:
             continue
         content = quote_ident(f"{f.fts}_content")
+        on = f"({f.rowid_expr})" if under is None else "?"
         try:
             got = conn.execute(
                 f"SELECT {f.copy_matches()} FROM {t} AS b NOT INDEXED JOIN {content} AS c"
-                f" ON c.id = ({f.rowid_expr}) WHERE b.rowid = ?",
-                (rowid,),
+                f" ON c.id = {on} WHERE b.rowid = ?",
+                (rowid,) if under is None else (under, rowid),
             ).fetchone()
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):

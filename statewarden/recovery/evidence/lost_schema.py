@@ -114,7 +114,6 @@ class LostSchema:
     leaves: dict[str, int]  # table -> leaves of that tree
     missing: list[str]  # base tables no tree fits
     fitted_leaves: dict[str, int]  # layout -> leaves its tables fit
-    new_pages: int
     # trees whose records fit more than one table equally: (leaves, records read, tables)
     left_out: list[tuple[int, int, list[str]]] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)  # objects the schema still named
@@ -698,7 +697,6 @@ def rebuild_from_known_schema(
         lost_tables=_proven_lost(found, present),
         headless={t: tree.root for t, tree in found.items() if tree.headless},
         fitted_leaves=choice.fitted,
-        new_pages=total - page_count,
         left_out=[(len(t.leaves), len(t.rows), names) for t, names in choice.left_out],
         schema_version=choice.version,
         unnamed=unnamed,

@@ -45,7 +45,12 @@ from statewarden.recovery.decoding.pages import (
 )
 from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
-from statewarden.recovery.evidence.copies import Feed, feeds, indexed_values
+from statewarden.recovery.evidence.copies import (
+    agrees_with_copies,
+    feeds,
+    indexed_values,
+    rowids_shown,
+)
 from statewarden.recovery.evidence.foreign_cells import foreign_records, reads_as, referenced_twice
 from statewarden.sqlite import json_value, quote_ident
 
@@ -77,14 +82,6 @@ class StaleRow:
         record (``record_of``) is not the row it was written as either: kept as it
         stands, named, never patched column by column into a mix."""
         return self.certain and len(self.columns) == 1 and self.record_of is None
-
-    def describe(self) -> str:
-        cols = ", ".join(
-            f"{c} {v['row']!r} (index{'es' if len(v['by']) != 1 else ''}"
-            f" {', '.join(v['by'])}: {v['indexes']!r})"
-            for c, v in self.columns.items()
-        )
-        return f"{self.table} rowid {self.rowid}: {cols}"
 
 
 @dataclass
@@ -138,7 +135,7 @@ class LostWrites:
             if sure:
                 out.append(
                     f"{table}: {_rows(sure)} older than {_their(sure)} index entries, which"
-                    f" agree with each other (a lost write: stale rows): {_sample(sure)}"
+                    f" agree with each other (a lost write: stale rows): {rowids_shown(sure)}"
                 )
             if moved:
                 shown = ", ".join(f"{m.rowid} (of {m.record_of})" for m in moved[:20])
@@ -152,19 +149,19 @@ class LostWrites:
                 out.append(
                     f"{table}: {_rows(one)} {'differ' if len(one) != 1 else 'differs'} in one"
                     " column from index entries that agree with each other: changed on disk"
-                    f" or older (a lost write): {_sample(one)}"
+                    f" or older (a lost write): {rowids_shown(one)}"
                 )
             if unsure:
                 out.append(
                     f"{table}: {_rows(unsure)} {'differ' if len(unsure) != 1 else 'differs'}"
                     " from the one index holding the column: the row or its entry is older"
                     " (a lost write), nothing tells which:"
-                    f" {_sample(unsure)}"
+                    f" {rowids_shown(unsure)}"
                 )
         for index, rowids in sorted(self.older_entries.items()):
             out.append(
                 f"{index}: {len(rowids)} entr{'ies' if len(rowids) != 1 else 'y'} older than"
-                f" the row, which another index agrees with (rebuilt): {_sample(rowids)}"
+                f" the row, which another index agrees with (rebuilt): {rowids_shown(rowids)}"
             )
         for index, bad in sorted(self.misshapen.items()):
             what = f"{len(bad)} entries" if bad is not None else "entries"
@@ -178,14 +175,14 @@ class LostWrites:
                 f" rowid is {g.highest_rowid}, and its indexes list {_rows(g.rowids)} in"
                 " between that neither the table nor its FTS copies hold: rows lost with"
                 " their FTS copies, or deleted with the index's write lost (nothing tells"
-                f" which): {_sample(g.rowids)}"
+                f" which): {rowids_shown(g.rowids)}"
             )
         for r in self.referenced:
             out.append(
                 f"{r.table}: {_rows(r.rowids)} gone that {_their(r.rowids)} indexes list and"
                 f" {r.references} row{'s' if r.references != 1 else ''} of {r.by} reference"
                 f" by {r.column}: the rows are lost (a lost write or a damaged page):"
-                f" {_sample(r.rowids)}"
+                f" {rowids_shown(r.rowids)}"
             )
         return out
 
@@ -226,11 +223,6 @@ def _rows(rowids: list[int]) -> str:
 
 def _their(rowids: list[int]) -> str:
     return "their" if len(rowids) != 1 else "its"
-
-
-def _sample(rowids: list[int], n: int = 20) -> str:
-    shown = ", ".join(str(r) for r in rowids[:n])
-    return f"rowid{'s' if len(rowids) != 1 else ''} {shown}{', ...' if len(rowids) > n else ''}"
 
 
 def find_lost_writes(
@@ -432,41 +424,16 @@ def _name_moved_records(
                     got = holders.setdefault((col, k), [])
                     if rowid not in got:
                         got.append(rowid)
-    t = quote_ident(obj.name)
     for s in rows:
         ((col, v),) = s.columns.items()
         for other in holders.get((col, _number_key(v["row"])), []):
-            if other != s.rowid and _text_is_copy_of(conn, t, fs, s.rowid, other):
+            if other != s.rowid and agrees_with_copies(conn, schema, obj.name, s.rowid, other):
                 s.record_of = other
                 break
 
 
 def _number_key(v: Any) -> Any:
     return ("number", float(v)) if isinstance(v, int | float) else _key(v)
-
-
-def _text_is_copy_of(conn: apsw.Connection, t: str, fs: list[Feed], rowid: int, other: int) -> bool:
-    """Does row ``rowid`` give exactly the text the FTS copies hold under ``other``
-    (every copy that holds it, at least one)?"""
-    seen = False
-    for f in fs:
-        content = quote_ident(f"{f.fts}_content")
-        try:
-            got = conn.execute(
-                f"SELECT {f.copy_matches()} FROM {t} AS b NOT INDEXED JOIN {content} AS c"
-                " ON c.id = ? WHERE b.rowid = ?",
-                (other, rowid),
-            ).fetchone()
-        except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
-            return False
-        if got is None:
-            continue
-        if not got[0]:
-            return False
-        seen = True
-    return seen
 
 
 def _misshapen_indexes(
@@ -574,19 +541,31 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b and (type(a) is type(b) or {type(a), type(b)} <= {int, float}))
 
 
+def sequence_of(conn: apsw.Connection, table: str) -> int | None:
+    """The table's ``sqlite_sequence`` value, if it has one that reads."""
+    try:
+        row = conn.execute(
+            "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
+        ).fetchone()
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return None
+    return row[0] if row is not None and isinstance(row[0], int) else None
+
+
 def _given_out(conn: apsw.Connection, table: str, index_only: list[int]) -> GivenOut | None:
     """The rowids of ``index_only`` above ``table``'s highest rowid and at most its
     ``sqlite_sequence``, if any."""
+    seq = sequence_of(conn, table)
+    if seq is None:
+        return None
     try:
-        seq_row = conn.execute(
-            "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
-        ).fetchone()
         top = conn.execute(f"SELECT max(rowid) FROM {quote_ident(table)} NOT INDEXED").fetchone()
     except (apsw.Error, UnicodeDecodeError) as exc:
         if isinstance(exc, apsw.InterruptError):
             raise
         return None
-    seq = seq_row[0] if seq_row is not None else None
     highest = top[0] if top is not None and top[0] is not None else 0
     if not isinstance(seq, int) or not isinstance(highest, int) or seq <= highest:
         return None
