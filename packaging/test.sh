@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv (see setup-dev.sh) and run the whole test suite, in two passes at once: the
-# unit and process tiers in parallel (STATEWARDEN_TEST_WORKERS processes, 2 unless set;
+# unit and process tiers in parallel (STATEWARDEN_TEST_WORKERS processes, 3 unless set;
 # each takes whole files, so a module's fixtures are built once), and beside them the
 # systemd tier one test at a time (each starts a private user manager on the one cgroup
 # path they share). The systemd tests mostly wait on their manager, units and journald, so
@@ -17,7 +17,7 @@ bash packaging/setup-dev.sh || exit 1
 # compiled each module it imports from source again (a quarter more CPU for the CLI tests).
 # A file that does not compile is left to the test that imports it to report.
 .venv/bin/python -m compileall -q -j 0 statewarden lab tests bench >/dev/null 2>&1
-workers=${STATEWARDEN_TEST_WORKERS:-2}
+workers=${STATEWARDEN_TEST_WORKERS:-3}
 # tmp_path under a short folder (/tmp/sw.XXXX/p/popen-gw0/, shorter than pytest's own
 # /tmp/pytest-of-USER/pytest-N/): under the default, a worker's popen-gw0/ made the daemon's
 # control socket path in a test's folder longer than a Unix socket path may be. Removed
