@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.hermes_fixtures import later_db
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -64,7 +66,7 @@ def main() -> None:
         help="damage a copy whose usage rows cost 0.0, zeros on a sector boundary",
     )
     args = p.parse_args()
-    fuzz.later_db()  # built once, outside the timings
+    later_db()  # built once, outside the timings
     if args.zero_costs:
         fuzz.zero_costs_db()
     ours: list[str] = []

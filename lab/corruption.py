@@ -1055,13 +1055,13 @@ def zeroed_sector_in_cell(dest_dir: Path, rowid: int = 60, spec: Spec = SMALL) -
 
 def lost_writes(dest_dir: Path) -> Case:
     """Lost writes: the database after Hermes appended messages to three sessions and
-    opened a new one (``lab.fuzz.later_db``), with the pages of ``sessions`` that
+    opened a new one (``lab.hermes_fixtures.later_db``), with the pages of ``sessions`` that
     those transactions changed back to their older images (the disk acknowledged the
     writes but kept the old sectors), while the messages, the indexes and the FTS
     copies kept theirs. ``phantom['sessions']`` is how many sessions are now stale
     (older than their messages); ``lost_rowids['sessions']`` the rowids gone from the
     table (the new session); ``pristine`` the file as written."""
-    from lab.fuzz import FUZZ, later_db
+    from lab.hermes_fixtures import FUZZ, later_db
 
     older = built_db(FUZZ)
     case = fresh_copy(dest_dir, FUZZ)

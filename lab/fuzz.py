@@ -40,60 +40,31 @@ import hashlib
 import random
 import shutil
 import struct
-import subprocess
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from lab.hermes_fixtures import Spec, built_db, cache_dir, hermes_python
+from lab.hermes_fixtures import (
+    FUZZ,
+    Spec,
+    built_db,
+    cached_change,
+    later_db,
+)
 from statewarden.demo.damage import PristineFile, schema_roots, varint, write_at
 from statewarden.sidecars import JOURNAL_SUFFIX, sidecar
 
 if TYPE_CHECKING:
     from statewarden.recovery.diagnose import Diagnosis
 
-# Small enough that one seed takes well under a second, large enough that the
-# messages b-tree has an interior level and the sessions table several leaves.
-FUZZ = Spec(sessions=24, messages=400, text_bytes=300, seed=11)
 KINDS = ("sector", "block", "scribble", "torn", "reverted")
 SECTOR = 512
 BLOCK = 4096
 # Base tables whose rows are held to the promises (FTS tables are derived data).
 BASE_TABLES = ("sessions", "messages", "session_model_usage", "gateway_routing")
-
-LATER_WRITER = """
-import os, sys
-os.environ["HERMES_HOME"] = sys.argv[1]
-from hermes_state import SessionDB
-db = SessionDB()
-ids = [r[0] for r in db._conn.execute("SELECT id FROM sessions ORDER BY started_at LIMIT 3")]
-for n, sid in enumerate(ids):
-    for i in range(6):
-        db.append_message(sid, "user" if i % 2 == 0 else "assistant",
-                          f"later message {i} of session {n}: the writer appended it afterwards")
-db.create_session("later_session", "cli", model="hermes-4-70b")
-db.set_session_title("later_session", "a session opened after the first copy")
-for i in range(8):
-    db.append_message("later_session", "user", f"later session message {i}")
-db.close()
-"""
-
-
-def later_db(spec: Spec = FUZZ) -> Path:
-    """``built_db(spec)`` after Hermes appended messages to three sessions and opened a
-    new one (cached next to it): the file the fuzz lab damages."""
-
-    def later(db: Path) -> None:
-        subprocess.run([hermes_python(spec.hermes), "-c", LATER_WRITER, str(db.parent)], check=True)
-        for side in ("-wal", "-shm"):
-            if Path(f"{db}{side}").exists():
-                raise RuntimeError(f"Hermes left state.db{side} behind after close")
-
-    return _cached_change(built_db(spec), f"{spec.key()}-later-v1", later)
 
 
 def view_first_db(spec: Spec = FUZZ) -> Path:
@@ -102,7 +73,7 @@ def view_first_db(spec: Spec = FUZZ) -> Path:
     accounting), cached next to it."""
     from lab.corruption import view_first_in_hash
 
-    return _cached_change(later_db(spec), f"{spec.key()}-later-view-first-v1", view_first_in_hash)
+    return cached_change(later_db(spec), f"{spec.key()}-later-view-first-v1", view_first_in_hash)
 
 
 def zero_costs_db(spec: Spec = FUZZ) -> Path:
@@ -116,7 +87,7 @@ def zero_costs_db(spec: Spec = FUZZ) -> Path:
         with tempfile.TemporaryDirectory() as trial:
             zeros_on_a_boundary(db, Path(trial))
 
-    return _cached_change(later_db(spec), f"{spec.key()}-later-zero-costs-v1", change)
+    return cached_change(later_db(spec), f"{spec.key()}-later-zero-costs-v1", change)
 
 
 def hot_journal_db(spec: Spec = FUZZ) -> tuple[Path, Path]:
@@ -132,25 +103,8 @@ def hot_journal_db(spec: Spec = FUZZ) -> tuple[Path, Path]:
             raise RuntimeError("the killed transaction spilled no page past the header's size")
         roll_back_copy(db, db.parent / "rolled-back" / "state.db")
 
-    db = _cached_change(later_db(spec), f"{spec.key()}-later-hot-journal-v1", change)
+    db = cached_change(later_db(spec), f"{spec.key()}-later-hot-journal-v1", change)
     return db, db.parent / "rolled-back" / "state.db"
-
-
-def _cached_change(source: Path, name: str, change: Callable[[Path], object]) -> Path:
-    """A copy of ``source`` that ``change`` altered, built once in the fixture cache
-    under ``name`` (in a folder renamed into place when done)."""
-    root = cache_dir() / name
-    db = root / "state.db"
-    if db.exists():
-        return db
-    tmp = root.with_name(root.name + ".building")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copyfile(source, tmp / "state.db")
-    change(tmp / "state.db")
-    shutil.rmtree(root, ignore_errors=True)
-    tmp.rename(root)
-    return db
 
 
 @dataclass

@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -278,3 +278,55 @@ def log_line(
     stamp = when.strftime("%Y-%m-%d %H:%M:%S") + f",{when.microsecond // 1000:03d}"
     tag = f" [{session}]" if session else ""
     return f"{stamp} {level}{tag} {logger}: {message}"
+
+
+# Small enough that one seed takes well under a second, large enough that the
+# messages b-tree has an interior level and the sessions table several leaves.
+FUZZ = Spec(sessions=24, messages=400, text_bytes=300, seed=11)
+
+LATER_WRITER = """
+import os, sys
+os.environ["HERMES_HOME"] = sys.argv[1]
+from hermes_state import SessionDB
+db = SessionDB()
+ids = [r[0] for r in db._conn.execute("SELECT id FROM sessions ORDER BY started_at LIMIT 3")]
+for n, sid in enumerate(ids):
+    for i in range(6):
+        db.append_message(sid, "user" if i % 2 == 0 else "assistant",
+                          f"later message {i} of session {n}: the writer appended it afterwards")
+db.create_session("later_session", "cli", model="hermes-4-70b")
+db.set_session_title("later_session", "a session opened after the first copy")
+for i in range(8):
+    db.append_message("later_session", "user", f"later session message {i}")
+db.close()
+"""
+
+
+def later_db(spec: Spec = FUZZ) -> Path:
+    """``built_db(spec)`` after Hermes appended messages to three sessions and opened a
+    new one (cached next to it): the file the fuzz lab damages."""
+
+    def later(db: Path) -> None:
+        subprocess.run([hermes_python(spec.hermes), "-c", LATER_WRITER, str(db.parent)], check=True)
+        for side in ("-wal", "-shm"):
+            if Path(f"{db}{side}").exists():
+                raise RuntimeError(f"Hermes left state.db{side} behind after close")
+
+    return cached_change(built_db(spec), f"{spec.key()}-later-v1", later)
+
+
+def cached_change(source: Path, name: str, change: Callable[[Path], object]) -> Path:
+    """A copy of ``source`` that ``change`` altered, built once in the fixture cache
+    under ``name`` (in a folder renamed into place when done)."""
+    root = cache_dir() / name
+    db = root / "state.db"
+    if db.exists():
+        return db
+    tmp = root.with_name(root.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copyfile(source, tmp / "state.db")
+    change(tmp / "state.db")
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return db

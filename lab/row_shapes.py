@@ -17,7 +17,7 @@ from pathlib import Path
 import apsw
 
 from lab.corruption import Case, PristineFile, schema_roots
-from lab.fuzz import later_db
+from lab.hermes_fixtures import later_db
 from statewarden.demo.damage import varint, write_at
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import fuzz
+from lab.hermes_fixtures import later_db
 from statewarden.recovery.bundle import fingerprint
 from tests.support.cli import run_ctl
 from tests.support.privileges import needs_root
@@ -38,7 +38,7 @@ def db(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     path = home / "state.db"
-    shutil.copyfile(fuzz.later_db(), path)
+    shutil.copyfile(later_db(), path)
     return path
 
 
@@ -47,7 +47,7 @@ def shared() -> Iterator[Path]:
     """A folder every uid can enter (pytest's own are 0700), removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="statewarden-input-"))
     base.chmod(0o755)
-    shutil.copyfile(fuzz.later_db(), base / "state.db")
+    shutil.copyfile(later_db(), base / "state.db")
     (base / "state.db").chmod(0o644)
     try:
         yield base

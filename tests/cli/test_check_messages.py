@@ -15,7 +15,8 @@ from typing import Any
 
 import apsw
 
-from lab import corruption, fuzz
+from lab import corruption
+from lab.hermes_fixtures import later_db
 from tests.support.cli import run_ctl
 
 
@@ -23,7 +24,7 @@ def hermes_copy(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     db = home / "state.db"
-    shutil.copyfile(fuzz.later_db(), db)
+    shutil.copyfile(later_db(), db)
     return db
 
 
@@ -61,7 +62,7 @@ def test_header_page_count_larger_than_a_whole_file(tmp_path: Path) -> None:
     assert want in report["notes"]
     assert report["loss_detected"] is False
     for sql in ("SELECT * FROM sessions ORDER BY id", "SELECT * FROM messages ORDER BY id"):
-        assert corruption.table_rows(out, sql) == corruption.table_rows(fuzz.later_db(), sql)
+        assert corruption.table_rows(out, sql) == corruption.table_rows(later_db(), sql)
 
 
 def test_header_page_count_larger_than_a_cut_file_is_still_truncation(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import apsw
 
-from lab import fuzz
+from lab.hermes_fixtures import later_db
 from tests.support.cli import run_ctl
 
 
@@ -27,7 +27,7 @@ def table_rows(path: Path, table: str) -> dict[int, tuple[object, ...]]:
 
 def half_of(tmp_path: Path) -> tuple[Path, Path]:
     """(the fuzz lab's file cut to half its pages, the whole file)."""
-    whole = fuzz.later_db()
+    whole = later_db()
     db = tmp_path / "state.db"
     shutil.copyfile(whole, db)
     size = db.stat().st_size

@@ -14,14 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab import corruption, fuzz
-from lab.hermes_fixtures import built_db
+from lab.hermes_fixtures import FUZZ, built_db, later_db
 from statewarden.recovery.recover import recover
 
 
 def test_every_row_of_overlapping_orphaned_leaves_comes_back(tmp_path: Path) -> None:
     """The 31 messages of the two new leaves come back as Hermes wrote them, from the
     pages, and no promise of the fuzz lab is broken."""
-    case = corruption.orphaned_split(tmp_path / "db", built_db(fuzz.FUZZ), fuzz.later_db())
+    case = corruption.orphaned_split(tmp_path / "db", built_db(FUZZ), later_db())
     out = tmp_path / "out" / "recovered.db"
     out.parent.mkdir()
     report = recover(case.db, out).to_json()

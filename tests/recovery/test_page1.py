@@ -22,6 +22,7 @@ import pytest
 from lab import corruption, fuzz
 from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import (
+    FUZZ,
     MAIN_EXTERNAL,
     MAIN_LEGACY,
     OLDEST,
@@ -29,6 +30,7 @@ from lab.hermes_fixtures import (
     AnySpec,
     built_db,
     hermes_python,
+    later_db,
 )
 from lab.write_known_schemas import LAYOUTS, schema_rows
 from statewarden.demo.damage import PristineFile
@@ -193,7 +195,7 @@ class TestCarvedLeafWithPage1:
         indexes' pages list each of their rows with its values, and every message comes
         back. Before, they were not taken and reported lost."""
         db = tmp_path / "state.db"
-        later, older = fuzz.later_db(), built_db(fuzz.FUZZ)
+        later, older = later_db(), built_db(FUZZ)
         db.write_bytes(later.read_bytes())
         pf, old = corruption.PristineFile(later), corruption.PristineFile(older)
         root = corruption.schema_roots(later)["messages"]
