@@ -3,7 +3,7 @@
 Each answer is one line naming the path and the real reason, with the documented exit
 code: 2 for a path that cannot be used (usage), 5 for a ``check`` that could not finish
 (never 1, which is ``check``'s "derived damage"), 4 for a file SQLite cannot read.
-The databases are Hermes' own (``lab.fuzz.later_db``); other users are real uids
+The databases are Hermes' own (``lab.hermes_fixtures.later_db``); other users are real uids
 (``setpriv``), file size limits real ``RLIMIT_FSIZE``.
 """
 

@@ -1,7 +1,7 @@
 """What ``check`` and ``recover`` say about a header field or a schema row SQLite
 refuses: only what is true, in the class the damage really is.
 
-The databases are Hermes' own (``lab.fuzz.later_db``); the damage is one field or
+The databases are Hermes' own (``lab.hermes_fixtures.later_db``); the damage is one field or
 one schema row, written with plain writes and SQLite's ``writable_schema``.
 """
 
