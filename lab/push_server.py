@@ -3,8 +3,8 @@
 Every request (method, path with its query, body, headers) is recorded in :attr:`PushServer.requests`
 and answered by the script (consumed one request at a time, then ``default``): ``ok``
 (200 "OK"), ``500``, ``404``, ``redirect`` (302 to /elsewhere), ``huge`` (100 MB, no
-Content-Length), ``drip`` (headers, then a byte every second: never a whole answer
-in time), ``slow`` (``ok`` after :data:`SLOW_S`: the request is recorded while its answer
+Content-Length), ``drip`` (headers, then a byte every :data:`DRIP_S`: each read well within a
+per-step timeout of a second, never a whole answer in time), ``slow`` (``ok`` after :data:`SLOW_S`: the request is recorded while its answer
 is still on its way), ``echo`` (401 whose body repeats the request's Basic credentials,
 decoded, as a careless proxy does). A JSON ``answer_body`` may be set for ``ok``. :meth:`stop` closes the
 port.
@@ -22,6 +22,10 @@ from typing import Any
 
 # Seconds a ``slow`` answer waits before its 200, long enough to act while it is pending.
 SLOW_S = 0.5
+# A byte every 0.2 s: a client reading with a per-step timeout of 1 s never times out a
+# read on it, even on a loaded machine (a byte a second raced that timeout), and its whole
+# deadline ends the exchange: 1,000 bytes take 200 s.
+DRIP_S = 0.2
 HUGE_BYTES = 100 * 1024 * 1024
 _CHUNK = b"a" * 65536
 
@@ -120,7 +124,7 @@ class PushServer:
             for _ in range(1000):
                 h.wfile.write(b"a")
                 h.wfile.flush()
-                time.sleep(1.0)
+                time.sleep(DRIP_S)
         else:  # pragma: no cover - a test's typo
             raise ValueError(how)
 
