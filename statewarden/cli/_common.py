@@ -19,7 +19,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Every command reads its config and chooses its databases the same way (``_plain``).
 get_config = _plain.get_config
 select_targets = _plain.select_targets
-human_bytes = _plain.human_bytes
 
 
 def echo_line(text: str = "", *, err: bool = False) -> None:

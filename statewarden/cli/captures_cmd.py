@@ -7,12 +7,12 @@ import os
 
 import click
 
+from statewarden.byte_sizes import human_bytes
 from statewarden.cli._common import (
     config_option,
     db_option,
     echo_line,
     handle_errors,
-    human_bytes,
     json_option,
     print_json,
     profile_option,

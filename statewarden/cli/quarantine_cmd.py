@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
+from statewarden.byte_sizes import human_bytes
 from statewarden.cli._common import (
     config_option,
     echo_line,
     get_config,
     handle_errors,
-    human_bytes,
     json_option,
     print_json,
 )

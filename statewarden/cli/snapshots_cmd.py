@@ -6,13 +6,13 @@ import datetime as dt
 
 import click
 
+from statewarden.byte_sizes import human_bytes
 from statewarden.cli._common import (
     config_option,
     db_option,
     echo_line,
     get_config,
     handle_errors,
-    human_bytes,
     json_option,
     print_json,
     profile_option,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import time
 
-from statewarden.cli._plain import get_config, human_bytes, printable, select_targets, write_line
+from statewarden.byte_sizes import human_bytes
+from statewarden.cli._plain import get_config, printable, select_targets, write_line
 from statewarden.config import paths_only, runtime_dir, state_dir
 from statewarden.daemon import request, socket_path
 from statewarden.errors import ConfigError, DaemonNotRunning

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from statewarden.byte_sizes import human_bytes
 from statewarden.daemon.web_data import PageData, PlanView, Point
 from statewarden.holders import short_command
 
@@ -52,17 +53,6 @@ def when(at: object) -> str:
     if not isinstance(at, int | float) or isinstance(at, bool) or at <= 0:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(at)))
-
-
-def size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def count(n: float) -> str:
@@ -126,11 +116,12 @@ def databases(page: PageData) -> str:
             f" {badge(str(d.get('open_incidents', 0)) + ' open', 'mute')}"
             f'<div class="small">{esc(db)}</div>'
             f'<div class="small">last verified {esc(checked)}{esc(reason)};'
-            f" size {esc(size(d.get('size_bytes')))}, -wal {esc(size(d.get('wal_bytes')))}</div>"
+            f" size {esc(human_bytes(d.get('size_bytes')))},"
+            f" -wal {esc(human_bytes(d.get('wal_bytes')))}</div>"
             + (f"<pre>{esc(chr(10).join(findings[:3]))}</pre>" if findings else "")
             + plot(series.get("sessions", []), "sessions", count)
             + plot(series.get("messages", []), "messages", count)
-            + plot(series.get("wal", []), "-wal size", size)
+            + plot(series.get("wal", []), "-wal size", human_bytes)
             + "</div>"
         )
     return "<h2>Databases</h2>" + f'<div class="cards">{"".join(cards)}</div>'
