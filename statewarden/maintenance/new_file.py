@@ -184,19 +184,17 @@ def merged(run: RunState, current: Path, *, prebuild: bool) -> RunReport | None:
         run.folded_sha256 = folded
     result.old = str(src.path)
     run.report.merge = {**result.to_json(), "summary": result.summary(), "proof": src.proof}
-    if result.nothing:
-        remove_new(run)
-        message = f"every session and message of {src.path} is in {run.db} already"
-        if not prebuild:
-            raise Abort(message + "; nothing to swap", EXIT_OK)
-        return run.finish("nothing to merge", EXIT_OK, message + "; nothing was stopped")
-    if not result.verified:
-        remove_new(run)
-        why = "the merged file failed verification: " + "; ".join(result.problems)
-        if not prebuild:
-            raise Abort(why, EXIT_FAILED)
-        return run.finish("failed before stopping anything", EXIT_FAILED, why)
-    return None
+    return _ends_here(
+        run,
+        prebuild=prebuild,
+        nothing=f"every session and message of {src.path} is in {run.db} already"
+        if result.nothing
+        else "",
+        nothing_outcome="nothing to merge",
+        failed=""
+        if result.verified
+        else "the merged file failed verification: " + "; ".join(result.problems),
+    )
 
 
 def preview_captures(run: RunState) -> None:
@@ -216,16 +214,33 @@ def captures_applied(run: RunState, current: Path | None, *, prebuild: bool) -> 
         run.folded_sha256 = result.folded_sha256
     run.captures = result.proven
     run.report.captures = result.to_json()
-    if result.nothing:
-        remove_new(run)
-        message = "the captures beside it hold no row the live file lost above its sequences"
+    return _ends_here(
+        run,
+        prebuild=prebuild,
+        nothing="the captures beside it hold no row the live file lost above its sequences"
+        if result.nothing
+        else "",
+        nothing_outcome="nothing to apply",
+        failed=""
+        if result.verified
+        else "the file with the captures' rows failed verification: " + "; ".join(result.problems),
+    )
+
+
+def _ends_here(
+    run: RunState, *, prebuild: bool, nothing: str, nothing_outcome: str, failed: str
+) -> RunReport | None:
+    """Where a merge or the captures' rows end the run: ``nothing`` to bring in (exit 0)
+    or a new file that ``failed`` its verification (exit 1), the new file removed either
+    way. Before the stop (``prebuild``) the run finishes here, nothing stopped; after it
+    (the catch-up) the run is aborted and rolled back. None: the run goes on."""
+    if not nothing and not failed:
+        return None
+    remove_new(run)
+    if nothing:
         if not prebuild:
-            raise Abort(message + "; nothing to swap", EXIT_OK)
-        return run.finish("nothing to apply", EXIT_OK, message + "; nothing was stopped")
-    if not result.verified:
-        remove_new(run)
-        why = "the file with the captures' rows failed verification: " + "; ".join(result.problems)
-        if not prebuild:
-            raise Abort(why, EXIT_FAILED)
-        return run.finish("failed before stopping anything", EXIT_FAILED, why)
-    return None
+            raise Abort(nothing + "; nothing to swap", EXIT_OK)
+        return run.finish(nothing_outcome, EXIT_OK, nothing + "; nothing was stopped")
+    if not prebuild:
+        raise Abort(failed, EXIT_FAILED)
+    return run.finish("failed before stopping anything", EXIT_FAILED, failed)
