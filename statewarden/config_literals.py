@@ -72,6 +72,8 @@ else:
 
 
 DEFAULT_OTHER_USERS: OtherUsersPolicy = "locks"
+# discovery.profiles' default: each ``profiles/<name>/`` of the Hermes home is a target.
+DISCOVER_PROFILES = True
 
 
 def xdg_dir(env_name: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
@@ -99,6 +101,21 @@ def _default_config_name(env: Mapping[str, str] | None) -> str:
     return os.path.join(
         _xdg_dir_name("XDG_CONFIG_HOME", "~/.config", env), "statewarden", "config.yaml"
     )
+
+
+def default_state_dir_name(env: Mapping[str, str] | None = None) -> str:
+    """statewarden's state folder when the config names none: ``$XDG_STATE_HOME/statewarden``."""
+    return os.path.join(_xdg_dir_name("XDG_STATE_HOME", "~/.local/state", env), "statewarden")
+
+
+def runtime_dir_name(state_dir: str, env: Mapping[str, str] | None = None) -> str:
+    """statewarden's runtime folder when the config names none: ``$XDG_RUNTIME_DIR/
+    statewarden``, else (no login session) ``run`` in the state folder, which is private."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_RUNTIME_DIR", "")
+    if base and os.path.isabs(base):
+        return os.path.join(base, "statewarden")
+    return os.path.join(state_dir, "run")
 
 
 def no_config_file(path: str | None, env: Mapping[str, str] | None = None) -> bool:

@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from statewarden.config_literals import ENV_CONFIG, default_config_path, xdg_dir
+from statewarden.config_literals import (
+    ENV_CONFIG,
+    default_config_path,
+    default_state_dir_name,
+    runtime_dir_name,
+)
 from statewarden.config_sections import Config
 from statewarden.config_validation import config_from_data, paths_from_data
 from statewarden.errors import ConfigError
@@ -35,18 +40,13 @@ _TOO_LARGE = f"too large (a config is at most {CONFIG_MAX_BYTES} bytes)"
 def state_dir(config: Config, env: Mapping[str, str] | None = None) -> Path:
     if config.paths.state_dir is not None:
         return config.paths.state_dir
-    return xdg_dir("XDG_STATE_HOME", "~/.local/state", env) / "statewarden"
+    return Path(default_state_dir_name(env))
 
 
 def runtime_dir(config: Config, env: Mapping[str, str] | None = None) -> Path:
     if config.paths.runtime_dir is not None:
         return config.paths.runtime_dir
-    env = os.environ if env is None else env
-    base = env.get("XDG_RUNTIME_DIR", "")
-    if base and os.path.isabs(base):
-        return Path(base) / "statewarden"
-    # No runtime dir (no login session): fall back to the state dir, which is private.
-    return state_dir(config, env) / "run"
+    return Path(runtime_dir_name(str(state_dir(config, env)), env))
 
 
 def load_config(

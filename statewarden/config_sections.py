@@ -10,7 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from statewarden.config_literals import DEFAULT_OTHER_USERS, HolderKind, OtherUsersPolicy
+from statewarden.config_literals import (
+    DEFAULT_OTHER_USERS,
+    DISCOVER_PROFILES,
+    HolderKind,
+    OtherUsersPolicy,
+)
 from statewarden.config_values import (
     AtLeast,
     ByteSize,
@@ -93,7 +98,7 @@ class DiscoveryConfig:
     """How Hermes homes are found when ``targets`` is empty."""
 
     hermes_home: Path | None = None
-    profiles: bool = True
+    profiles: bool = DISCOVER_PROFILES
     rescan_interval: Annotated[Duration, AtLeast(0.1)] = DEFAULT_RESCAN_INTERVAL_S
 
 

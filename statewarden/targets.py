@@ -159,11 +159,17 @@ def discover(config: Config, env: Mapping[str, str] | None = None) -> list[Targe
             )
         return out
     root = config.discovery.hermes_home or default_hermes_home(env)
+    return discover_homes(root, profiles=config.discovery.profiles)
+
+
+def discover_homes(root: Path, *, profiles: bool) -> list[Target]:
+    """The Hermes home ``root`` as target ``default`` when it is a folder, and with
+    ``profiles`` one target per ``profiles/<name>/`` folder in it."""
     if not root.is_dir():
         return []
     found = [_target(DEFAULT_PROFILE, root)]
     profiles_dir = root / "profiles"
-    if config.discovery.profiles and profiles_dir.is_dir():
+    if profiles and profiles_dir.is_dir():
         try:
             entries = sorted(profiles_dir.iterdir())
         except OSError:

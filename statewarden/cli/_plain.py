@@ -10,6 +10,12 @@ from __future__ import annotations
 import os
 import sys
 
+from statewarden.config_literals import (
+    DISCOVER_PROFILES,
+    default_state_dir_name,
+    no_config_file,
+    runtime_dir_name,
+)
 from statewarden.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
@@ -18,7 +24,14 @@ from statewarden.errors import (
     StatewardenError,
     UsageError,
 )
-from statewarden.targets import Target, discover, find_target, target_for_db
+from statewarden.targets import (
+    Target,
+    default_hermes_home,
+    discover,
+    discover_homes,
+    find_target,
+    target_for_db,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -123,6 +136,27 @@ def get_config(config_path: str | None) -> Config:
     return load_config(config_path)
 
 
+def discover_targets(config_path: str | None) -> list[Target]:
+    """The targets the config names or discovery finds. With no config file, every
+    default is known without loading the config (its dataclasses are a third of
+    ``status``'s start): the Hermes home and its profiles."""
+    if no_config_file(config_path):
+        return discover_homes(default_hermes_home(), profiles=DISCOVER_PROFILES)
+    return discover(get_config(config_path))
+
+
+def own_folders(config_path: str | None) -> tuple[str, str]:
+    """statewarden's state and runtime folders, as the config names them or by default
+    (read without the config when there is no config file)."""
+    if no_config_file(config_path):
+        state = default_state_dir_name()
+        return state, runtime_dir_name(state)
+    from statewarden.config import runtime_dir, state_dir  # noqa: PLC0415 - see above
+
+    config = get_config(config_path)
+    return str(state_dir(config)), str(runtime_dir(config))
+
+
 def select_targets(
     config_path: str | None, db: str | None, profile: str | None
 ) -> tuple[list[Target], str]:
@@ -131,8 +165,7 @@ def select_targets(
         raise UsageError("--db and --profile cannot be used together")
     if db:
         return [target_for_db(db)], ""
-    config = get_config(config_path)
-    targets = discover(config)
+    targets = discover_targets(config_path)
     if profile:
         t = find_target(targets, profile)
         if t is None:

@@ -7,11 +7,19 @@ The click command (:mod:`statewarden.cli.status_cmd`) and the quick entry point
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 from statewarden.byte_sizes import human_bytes
-from statewarden.cli._plain import get_config, printable, select_targets, write_line
-from statewarden.config import paths_only, runtime_dir, state_dir
+from statewarden.cli._plain import (
+    get_config,
+    own_folders,
+    printable,
+    select_targets,
+    write_line,
+)
+from statewarden.config_literals import no_config_file
 from statewarden.daemon import request, socket_path
 from statewarden.errors import ConfigError, DaemonNotRunning
 from statewarden.json_output import json_document
@@ -197,9 +205,10 @@ def _verified_line(v: object) -> str:
 def _verified_on_record(config_path: str | None) -> dict[str, Any]:
     """The daemon's last verification of each database, as it recorded them (no daemon
     needs to run); empty when there is no record or it cannot be read."""
-    path = state_dir(get_config(config_path)) / VERIFIED_RECORD
+    path = os.path.join(own_folders(config_path)[0], VERIFIED_RECORD)
     try:
-        data = json.loads(path.read_text())
+        with open(path, encoding="utf-8") as f:
+            data = json.loads(f.read())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -228,12 +237,18 @@ def _from_daemon(config_path: str | None) -> dict[str, Any] | None:
     else the defaults; its error is added as ``config_file_error``. With no daemon, the
     error is the command's (exit 2)."""
     rejected: ConfigError | None = None
+    if no_config_file(config_path):
+        runtime = own_folders(config_path)[1]
+    else:
+        from statewarden.config import paths_only, runtime_dir  # noqa: PLC0415 - see own_folders
+
+        try:
+            config = get_config(config_path)
+        except ConfigError as exc:
+            rejected, config = exc, paths_only(config_path)
+        runtime = str(runtime_dir(config))
     try:
-        config = get_config(config_path)
-    except ConfigError as exc:
-        rejected, config = exc, paths_only(config_path)
-    try:
-        result = request(socket_path(runtime_dir(config)), "status")
+        result = request(socket_path(Path(runtime)), "status")
     except DaemonNotRunning:
         if rejected is not None:
             raise rejected from None

@@ -68,6 +68,28 @@ def test_status_without_a_daemon_reads_the_database_and_imports_no_more(
             assert "(daemon not running: computed locally)" in proc.stderr
         assert "apsw" in modules, args  # the facts were read, not skipped
         assert loaded(modules, NEVER) == [], args
+        # no config file: every default is known without the config's dataclasses
+        assert loaded(modules, ("statewarden.config_sections",)) == [], args
+
+
+def test_status_with_a_config_file_reads_it(
+    env: dict[str, str], hermes_home: Path, tmp_path: Path
+) -> None:
+    """A config file is read whole (its targets and folders are the config's, not the
+    defaults): ``status`` lists the target it names, and a broken file is exit 2."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "state.db").write_bytes((hermes_home / "state.db").read_bytes())
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"targets:\n  - home: {other}\n    name: named\n")
+    proc, modules = run(["status", "--config", str(cfg)], env)
+    assert proc.returncode == 0, stderr_text(proc)
+    assert proc.stdout.startswith(f"named: {other / 'state.db'}"), proc.stdout
+    assert "statewarden.config_sections" in modules
+    cfg.write_text("watch: [\n")
+    proc, _ = run(["status", "--config", str(cfg)], env)
+    assert proc.returncode == 2, proc.stdout
+    assert len(stderr_text(proc).splitlines()) == 1, proc.stderr
 
 
 def test_status_from_a_running_daemon_asks_it_without_asyncio(env: dict[str, str]) -> None:
