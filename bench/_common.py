@@ -6,9 +6,11 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -75,3 +77,75 @@ def _drain(stream: IO[str]) -> None:
     with open(keep or os.devnull, "a", encoding="utf-8") as out:
         for line in stream:
             out.write(line)
+
+
+def rss_anon(pid: int) -> int:
+    """``pid``'s RssAnon in bytes (what it owns: a mapped file's pages are not counted,
+    as they are in VmRSS); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for row in status:
+                if row.startswith(b"RssAnon:"):
+                    return int(row.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, theirs, and so on (whichever thread started them)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as children:
+                    kids = [int(p) for p in children.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            todo.extend(kids)
+    return found
+
+
+@dataclass
+class WholeRun:
+    """One process run to its end: wall seconds, CPU seconds from ``wait4`` (its own and
+    its waited-for children's), peak RssAnon of the process itself, of any one of its
+    descendants, and of their sum, sampled every ``every`` seconds; its stdout."""
+
+    wall_s: float
+    cpu_s: float
+    own_peak: int
+    child_peak: int
+    sum_peak: int
+    out: str
+
+
+def run_whole(argv: list[str], env: dict[str, str] | None = None, every: float = 0.005) -> WholeRun:
+    """Run ``argv`` as a whole process, sampling the RssAnon of it and its descendants."""
+    own = child = total = 0
+    with tempfile.TemporaryFile("w+") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=out)
+        while True:
+            waited, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if waited:
+                break
+            mine = rss_anon(proc.pid)
+            theirs = [rss_anon(p) for p in descendants(proc.pid)]
+            own, child = max(own, mine), max([child, *theirs])
+            total = max(total, mine + sum(theirs))
+            time.sleep(every)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    if proc.returncode:
+        raise SystemExit(f"{argv} exited with {proc.returncode}")
+    return WholeRun(wall, usage.ru_utime + usage.ru_stime, own, child, total, text)

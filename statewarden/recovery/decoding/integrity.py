@@ -11,9 +11,11 @@ reaches (a damaged interior page orphans its leaves).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -40,64 +42,123 @@ SAMPLE_LINES_PER_GROUP = 5
 # descriptor this process opens and closes meanwhile can drop a lock of theirs. It
 # imports only apsw, checks each virtual table on a read-only connection of its own in a
 # thread of its own (SQLite releases the GIL: two FTS tables, two cores) and prints one
-# JSON object: {"rows": {name: [rows, abort]}, "cpu_s": its CPU seconds}. Its URI opens
-# the file ``immutable`` when no ``-wal`` holds frames (a work copy is checkpointed
-# whole: ``bundle.py``): the child then takes no lock at all, so it can neither hold up
-# this process's connections nor be held up by them; otherwise it reads through the WAL,
-# waiting out a passing lock. It ends with the process that started it
-# (``PR_SET_PDEATHSIG``): a ``kill -9`` of a recover or a maintenance run leaves no
-# checker behind reading the work copy. Started with the parent's pid alone, it loads
-# apsw and then reads the file and the tables from one JSON line on its stdin
+# JSON line: {"rows": {name: [rows, abort]}, "cpu_s": its CPU seconds}. Told the b-trees
+# too (``background`` as well), it checks them in a third thread as ``_check`` does here
+# (no virtual-table modules) and prints first {"btrees": [rows, abort, {table: [rows,
+# abort]}]} (``_checked`` makes the lines here), or {"btrees": null}. Its URI opens the
+# file ``immutable`` when no ``-wal`` holds frames (a work copy is checkpointed whole:
+# ``bundle.py``): the child then takes no lock at all, so it can neither hold up this
+# process's connections nor be held up by them; otherwise it reads through the WAL,
+# waiting out a passing lock. Its connections map the file (``PRAGMA mmap_size`` of its
+# size) instead of copying each page again through ``pread``: a mapped page that cannot
+# be read (an I/O error) is a SIGBUS, which kills the child, not this process; the FTS
+# checks then run again in a child reading as usual (``_join_child``), the b-trees, if
+# not printed, here (``_btrees_done``). It dumps no core. It ends with the process that
+# started it (``PR_SET_PDEATHSIG``): a ``kill -9`` of a recover or a maintenance run
+# leaves no checker behind reading the work copy. Started with the parent's pid alone,
+# it loads apsw and then reads what to check from one JSON line on its stdin
 # (``EarlyChecker``); at the end of its stdin, without that line, it exits 0 silently.
 _CHILD_BUSY_TIMEOUT_MS = 10_000
 _APART_CHECKS = """
-import ctypes, json, os, sys, threading, time
+import ctypes, json, os, resource, sys, threading, time
 try:  # end with the process that started it, even after its kill -9 (PR_SET_PDEATHSIG)
     ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)
 except (OSError, AttributeError):
     pass
+try:  # a SIGBUS (a mapped page that cannot be read) dumps no core in the caller's folder
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+except (OSError, ValueError):
+    pass
 if os.getppid() != int(sys.argv[1]):
     sys.exit(3)  # the process that started it was gone before the line above
 import apsw
-if len(sys.argv) > 2:
-    uri, busy_ms, names = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-else:
-    line = sys.stdin.readline()
-    if not line.strip():
-        sys.exit(0)  # not wanted after all
-    told = json.loads(line)
-    uri, busy_ms, names = str(told["uri"]), int(told["busy_ms"]), [str(n) for n in told["names"]]
-found = {}
-def check(name):
-    try:
-        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-        conn.set_busy_timeout(busy_ms)
-    except apsw.Error:
-        return
+line = sys.argv[2] if len(sys.argv) > 2 else sys.stdin.readline()
+if not line.strip():
+    sys.exit(0)  # not wanted after all
+told = json.loads(line)
+uri, busy_ms, names = str(told["uri"]), int(told["busy_ms"]), [str(n) for n in told["names"]]
+mapped, btrees = int(told["mapped"]), told["btrees"]
+found, said = {}, threading.Lock()
+def say(doc):
+    with said:
+        sys.stdout.write(json.dumps(doc) + chr(10))
+        sys.stdout.flush()
+def opened(modules):
+    conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    conn.set_busy_timeout(busy_ms)
+    if not modules:
+        conn.drop_modules(None)
+    if mapped:
+        try:
+            conn.execute("PRAGMA mmap_size = %d" % mapped)
+        except apsw.Error:
+            pass  # read as usual
+    return conn
+def pragma(conn, arg):
     rows, abort = [], None
+    arg = str(arg) if isinstance(arg, int) else '"' + arg.replace('"', '""') + '"'
     try:
-        q = '"' + name.replace('"', '""') + '"'
-        for (row,) in conn.execute("PRAGMA integrity_check(" + q + ")"):
+        for (row,) in conn.execute("PRAGMA integrity_check(" + arg + ")"):
             rows.append(str(row))
     except apsw.Error as exc:
         abort = str(exc).split(chr(10), 1)[0]
+    return [rows, abort]
+def check(name):
+    try:
+        conn = opened(True)
+    except apsw.Error:
+        return
+    try:
+        found[name] = pragma(conn, name)
     finally:
         conn.close()
-    found[name] = [rows, abort]
+def check_btrees(cap, tables):
+    try:
+        conn = opened(False)
+    except apsw.Error:
+        say({"btrees": None})
+        return
+    try:
+        rows, abort = whole = pragma(conn, cap)
+        stopped = rows != ["ok"] and abort is not None
+        each = {name: pragma(conn, name) for name in tables} if stopped else {}
+    finally:
+        conn.close()
+    say({"btrees": [*whole, each]})
 threads = [threading.Thread(target=check, args=(n,)) for n in names]
+if btrees is not None:
+    threads.insert(0, threading.Thread(target=check_btrees, args=btrees))
 for t in threads:
     t.start()
 for t in threads:
     t.join()
-print(json.dumps({"rows": found, "cpu_s": time.process_time()}))
+say({"rows": found, "cpu_s": time.process_time()})
 """
 
 
 def apart_checks_argv(
-    uri: str, names: Collection[str], busy_ms: int = _CHILD_BUSY_TIMEOUT_MS
+    uri: str,
+    names: Collection[str],
+    busy_ms: int = _CHILD_BUSY_TIMEOUT_MS,
+    *,
+    mapped: int = 0,
+    btrees: list[str] | None = None,
 ) -> list[str]:
-    """The command line of the child process that checks the FTS tables ``names``."""
-    return [sys.executable, "-I", "-c", _APART_CHECKS, str(os.getpid()), uri, str(busy_ms), *names]
+    """The command line of the child process that checks the FTS tables ``names``;
+    ``mapped``: the bytes of the file its connections map (0: read as usual);
+    ``btrees``: the b-trees are checked there too, these tables one by one if the whole
+    pragma stops (``_check``)."""
+    told = _told(uri, names, busy_ms, mapped, btrees)
+    return [sys.executable, "-I", "-c", _APART_CHECKS, str(os.getpid()), told]
+
+
+def _told(
+    uri: str, names: Collection[str], busy_ms: int, mapped: int, btrees: list[str] | None
+) -> str:
+    """What the child is told (``apart_checks_argv``), as one line of JSON."""
+    cap_and_tables = None if btrees is None else [UNCAPPED_ERRORS, btrees]
+    told = {"uri": uri, "busy_ms": busy_ms, "names": list(names), "mapped": mapped}
+    return json.dumps({**told, "btrees": cap_and_tables})
 
 
 class EarlyChecker:
@@ -124,14 +185,21 @@ class EarlyChecker:
             self._child = None  # the checks start the usual way (``IntegrityCheck._start``)
 
     def take(
-        self, uri: str, names: Collection[str], busy_ms: int = _CHILD_BUSY_TIMEOUT_MS
+        self,
+        uri: str,
+        names: Collection[str],
+        busy_ms: int = _CHILD_BUSY_TIMEOUT_MS,
+        *,
+        mapped: int = 0,
+        btrees: list[str] | None = None,
     ) -> subprocess.Popen[bytes] | None:
-        """The child, told to check ``names`` in ``uri``; None when there is none (never
-        started, already taken, or gone before it could be told)."""
+        """The child, told to check ``names`` in ``uri`` (mapping ``mapped`` bytes of it;
+        the b-trees too with ``btrees``: ``apart_checks_argv``); None when there is none
+        (never started, already taken, or gone before it could be told)."""
         child, self._child = self._child, None
         if child is None:
             return None
-        told = json.dumps({"uri": uri, "busy_ms": busy_ms, "names": list(names)})
+        told = _told(uri, names, busy_ms, mapped, btrees)
         assert child.stdin is not None
         try:
             child.stdin.write(told.encode() + b"\n")
@@ -227,7 +295,10 @@ class IntegrityCheck:
     ``early``: a child started ahead for them (``EarlyChecker``), used if it is there.
     ``background``: the b-trees are checked in a thread as well, on a connection of
     their own, and the constructor returns at once (:meth:`btree_result` waits); the
-    caller's thread reads on meanwhile (SQLite releases the GIL: two cores).
+    caller's thread reads on meanwhile (SQLite releases the GIL: two cores). Both: the
+    b-trees are checked in the child too, through its mapping of the file, and this
+    process opens no connection for them (one the child did not finish is checked here
+    when its result is asked for, reading as usual).
     """
 
     def __init__(
@@ -253,12 +324,22 @@ class IntegrityCheck:
         self._cpu: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         self._child: subprocess.Popen[bytes] | None = None
+        self._uri = ""  # the child's (``_start``)
+        self._mapped = 0  # the bytes of the file the child maps (``_APART_CHECKS``)
         self._lines: list[str] = []
         self._abort: str | None = None
         self._accounted = False
         self._btree_thread: threading.Thread | None = None
         self._btree_error: BaseException | None = None
         path = conn.filename
+        self._path, self._tables = path, tables
+        # Whether the child checks the b-trees; what it said not taken yet (``_join_child``).
+        self._btrees_apart, self._said = False, b""
+        if path and apart and background and self._vtabs:
+            self._start(path, apart=True, btrees=list(tables or []))
+            if self._child is not None:
+                self._btrees_apart = True
+                return
         btrees = conn
         vtabs_apart = bool(every) and bool(self._vtabs or skip)
         if path and (vtabs_apart or background):
@@ -297,35 +378,63 @@ class IntegrityCheck:
             btrees.close()
 
     def _btrees_done(self) -> None:
-        """Wait for a b-tree check running in a thread; raise what stopped it."""
+        """Wait for a b-tree check running in a thread or in the child; raise what
+        stopped it. One the child did not finish is done here, reading as usual."""
+        if self._btrees_apart and not self._btrees_from_child():
+            self._btrees_apart = False
+            btrees = self._conn  # the whole pragma, as when no connection can be opened
+            with contextlib.suppress(apsw.Error):
+                btrees = apsw.Connection(self._path)
+                btrees.drop_modules(None)
+            try:
+                self._lines, self._abort, self._accounted = _check(btrees, None, self._tables)
+            finally:
+                if btrees is not self._conn:
+                    btrees.close()
         if self._btree_thread is not None:
             self._btree_thread.join()
             self._btree_thread = None
         if self._btree_error is not None:
             raise self._btree_error
 
-    def _start(self, path: str, *, apart: bool) -> None:
+    def _btrees_from_child(self) -> bool:
+        """Take the child's b-tree check (the first line it prints, ``_APART_CHECKS``),
+        waiting for it, made into lines as ``_check`` makes them; False when there is
+        none (the child ended without it, could not check them, or is gone)."""
+        child = self._child
+        while child is not None and child.stdout is not None and b"\n" not in self._said:
+            try:
+                chunk = os.read(child.stdout.fileno(), 1 << 16)
+            except (OSError, ValueError):  # ValueError: closed (``_join_child`` read it all)
+                chunk = b""
+            if not chunk:
+                break
+            self._said += chunk
+        line, _, rest = self._said.partition(b"\n")
+        try:
+            rows, abort, each = json.loads(line)["btrees"]
+            self._lines, self._abort, self._accounted = _checked(rows, abort, each)
+        except (ValueError, KeyError, TypeError):
+            return False
+        self._said, self._btrees_apart = rest, False
+        return True
+
+    def _start(self, path: str, *, apart: bool, btrees: list[str] | None = None) -> None:
         """Start the virtual tables' own checks: one thread (and connection) per table,
-        two FTS tables on two cores; in a child process with ``apart``."""
+        two FTS tables on two cores; in a child process with ``apart`` (the b-trees
+        checked there too with ``btrees``, the tables ``_check`` takes)."""
         if apart and self._vtabs:
             wal = sidecar(Path(path), WAL_SUFFIX)
             frames = wal.exists() and wal.stat().st_size > 0
-            uri = uri_for(Path(path), mode="ro") if frames else uri_for(Path(path), immutable="1")
+            self._uri = uri_for(Path(path), **({"mode": "ro"} if frames else {"immutable": "1"}))
+            mapped = 0  # or the whole file (``_APART_CHECKS``)
+            with contextlib.suppress(OSError):
+                mapped = os.stat(path).st_size
             if self._early is not None:
-                self._child = self._early.take(uri, self._vtabs)
-                if self._child is not None:
-                    return
-            if not sys.executable:
-                return  # no interpreter to start: result() checks them on the caller's
-            try:
-                self._child = subprocess.Popen(
-                    apart_checks_argv(uri, self._vtabs),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                )
-            except OSError:
-                self._child = None  # result() checks them on the caller's connection
+                self._child = self._early.take(self._uri, self._vtabs, mapped=mapped, btrees=btrees)
+            if self._child is None:
+                self._child = self._child_started(mapped, btrees)
+            self._mapped = mapped if self._child is not None else 0
             return
         self._threads = [
             threading.Thread(
@@ -335,6 +444,23 @@ class IntegrityCheck:
         ]
         for thread in self._threads:
             thread.start()
+
+    def _child_started(
+        self, mapped: int, btrees: list[str] | None = None
+    ) -> subprocess.Popen[bytes] | None:
+        """A child checking the virtual tables in ``self._uri`` (and the b-trees, with
+        ``btrees``), mapping ``mapped`` bytes of it; None when none can start."""
+        if not sys.executable:
+            return None
+        try:
+            return subprocess.Popen(
+                apart_checks_argv(self._uri, self._vtabs, mapped=mapped, btrees=btrees),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            return None
 
     def _check_vtab(self, path: str, name: str) -> None:
         cpu0 = time.thread_time()
@@ -387,7 +513,8 @@ class IntegrityCheck:
 
     def _join_child(self, child: subprocess.Popen[bytes]) -> None:
         """The child's verdicts; none (each then checked on the caller's connection, or
-        the diagnosis made again) when it failed or printed something else."""
+        the diagnosis made again) when it failed or printed something else. Its b-tree
+        check, if it printed one not taken yet, is taken whatever became of it after."""
         out = b""
         while True:
             if self._progress:
@@ -397,10 +524,22 @@ class IntegrityCheck:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        self._said += out
+        if self._btrees_apart and self._said.startswith(b'{"btrees"'):
+            self._btrees_from_child()
+        said, self._said = self._said, b""
+        if child.returncode == -signal.SIGBUS and self._mapped:
+            # A page of the mapping could not be read: the same checks again, read as
+            # usual, so that the error is one SQLite names (or none, if it was passing).
+            self._mapped = 0
+            again = self._child_started(0)
+            if again is not None:
+                self._join_child(again)
+            return
         if child.returncode != 0:
             return
         try:
-            doc = json.loads(out)
+            doc = json.loads(said)
             for name, (rows, abort) in doc["rows"].items():
                 if name in self._vtabs:
                     self._vtab_rows[name] = (
@@ -495,27 +634,36 @@ def _check(
     conn.set_progress_handler(tick, PROGRESS_EVERY_VM_STEPS)
     try:
         rows, abort = _pragma_rows(conn, f"PRAGMA integrity_check({UNCAPPED_ERRORS})")
-        if rows == ["ok"]:
-            return [], None, True
-        accounted = pages_accounted(rows, abort)
-        lines = dict.fromkeys(_lines(rows))
-        stopped_on: list[str] = []
-        if abort is not None:
+        by_table: dict[str, tuple[list[str], str | None]] = {}
+        if rows != ["ok"] and abort is not None:
             for name in tables or []:
                 # One table per pragma takes no error cap (SQLite's default of 100
                 # applies); the b-tree errors are already all in the first run's lines.
-                more, t_abort = _pragma_rows(conn, f"PRAGMA integrity_check({quote_ident(name)})")
-                if more != ["ok"]:
-                    lines.update(dict.fromkeys(_lines(more)))
-                if t_abort is not None:
-                    stopped_on.append(name)
+                by_table[name] = _pragma_rows(conn, f"PRAGMA integrity_check({quote_ident(name)})")
     finally:
         conn.set_progress_handler(None)
-    note = None
-    if abort is not None:
-        where = f" on {', '.join(stopped_on)}" if stopped_on else ""
-        note = f"{abort}{where}"
-    return list(lines), note, accounted
+    return _checked(rows, abort, by_table)
+
+
+def _checked(
+    rows: list[str], abort: str | None, by_table: dict[str, tuple[list[str], str | None]]
+) -> tuple[list[str], str | None, bool]:
+    """``_check``'s result from the whole pragma's rows (and its abort) and, when it
+    stopped, each table's own (in the order they ran): in this process or in the
+    child (``_APART_CHECKS``), the same rows give the same result."""
+    if rows == ["ok"]:
+        return [], None, True
+    lines = dict.fromkeys(_lines(rows))
+    if abort is None:
+        return list(lines), None, True
+    stopped_on: list[str] = []
+    for name, (more, t_abort) in by_table.items():
+        if more != ["ok"]:
+            lines.update(dict.fromkeys(_lines(more)))
+        if t_abort is not None:
+            stopped_on.append(name)
+    where = f" on {', '.join(stopped_on)}" if stopped_on else ""
+    return list(lines), f"{abort}{where}", pages_accounted(rows, abort)
 
 
 def accounting_skipped(conn: apsw.Connection) -> bool | None:
