@@ -9,7 +9,7 @@ zeroed whole, which orphans its leaves), times ``DatabaseFile.reachable`` (every
 the b-trees and the freelist reach), ``orphan_table_leaves``, ``zeroed_cells``
 (every row whose record runs into a zeroed sector) and ``carve_damaged_leaves`` of
 ``sessions`` and ``messages``, each on a freshly opened file;
-with ``--against``, the same functions of that ``pages.py`` in the same run, A/B
+with ``--against``, the same functions of that ``pages.py`` (one from before the walks left it for modules of their own) in the same run, A/B
 alternated, and whether both give the same answers. Prints one line per function and
 file: the medians of ``--repeat`` runs.
 """
@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import apsw
@@ -36,12 +36,22 @@ sys.path.insert(0, str(REPO))
 
 from lab.hermes_fixtures import LARGE, MEDIUM, built_db  # noqa: E402
 from statewarden.demo.damage import PristineFile, schema_roots, write_at  # noqa: E402
-from statewarden.recovery.decoding import pages  # noqa: E402
+from statewarden.recovery.decoding.carving import carve_damaged_leaves  # noqa: E402
+from statewarden.recovery.decoding.damaged_cells import zeroed_cells  # noqa: E402
+from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves  # noqa: E402
+from statewarden.recovery.decoding.pages import DatabaseFile  # noqa: E402
 from statewarden.recovery.decoding.schema import Schema, read_schema  # noqa: E402
 
 SPECS = {"medium": MEDIUM, "large": LARGE}
 # The tables whose damaged leaves are carved (as recover does for tables it finds damaged).
 CARVED = ["sessions", "messages"]
+# This checkout's walks, each from its module, as ``walks`` reads them off a module.
+OURS = SimpleNamespace(
+    DatabaseFile=DatabaseFile,
+    orphan_table_leaves=orphan_table_leaves,
+    zeroed_cells=zeroed_cells,
+    carve_damaged_leaves=carve_damaged_leaves,
+)
 
 
 def load_pages(path: Path) -> ModuleType:
@@ -76,7 +86,9 @@ def damaged_copy(src: Path, dest: Path) -> Path:
     return dest
 
 
-def walks(module: ModuleType, db: Path, schema: Schema) -> dict[str, Callable[[], Any]]:
+def walks(
+    module: ModuleType | SimpleNamespace, db: Path, schema: Schema
+) -> dict[str, Callable[[], Any]]:
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
 
     def reachable() -> Any:
@@ -121,7 +133,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         files = {"healthy": src, "damaged": damaged_copy(src, Path(tmp) / "state.db")}
         for label, db in files.items():
-            ours = walks(pages, db, schema)
+            ours = walks(OURS, db, schema)
             theirs = walks(other, db, schema) if other else {}
             for name, fn in ours.items():
                 mine: list[float] = []

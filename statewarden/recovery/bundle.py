@@ -48,7 +48,7 @@ from statewarden.errors import (
 )
 from statewarden.progress import ProgressFn
 from statewarden.recovery.decoding import journal
-from statewarden.recovery.decoding.pages import rebuild_schema_root
+from statewarden.recovery.decoding.schema_root import rebuild_schema_root
 from statewarden.recovery.decoding.schema_tree import (
     highest_reached_with,
     reached_past_size,
@@ -591,7 +591,7 @@ def _fold_or_rebuild_schema(
     copy: Path, source: Path, truncated: str | None, inferred: list[LostSchema]
 ) -> str | None:
     """Fold the copy; if its schema cannot be read, rebuild page 1 from the intact
-    ``sqlite_schema`` leaves (``pages.rebuild_schema_root``) and fold again. Returns a
+    ``sqlite_schema`` leaves (``schema_root.rebuild_schema_root``) and fold again. Returns a
     note when page 1 was rebuilt; raises the first error if that does not help."""
     try:
         _fold(copy, source, truncated)

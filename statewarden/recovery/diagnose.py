@@ -32,6 +32,7 @@ from statewarden.errors import (
     DatabaseUnreadable,
 )
 from statewarden.progress import ProgressFn
+from statewarden.recovery.decoding.damaged_cells import cross_linked_cells, zeroed_cells_in
 from statewarden.recovery.decoding.fts_structure import own_zeros_left_out
 from statewarden.recovery.decoding.integrity import (
     EarlyChecker,
@@ -41,16 +42,12 @@ from statewarden.recovery.decoding.integrity import (
     group_errors,
 )
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.pages import (
-    DatabaseFile,
-    ZeroedCells,
-    cross_linked_cells,
-    zeroed_cells_in,
-)
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, ScanResult, scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.decoding.wal import WalFacts
+from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.recovery.evidence.column_types import Misfits, find_misfits
 from statewarden.recovery.evidence.copies import (
     CopyCheck,
@@ -209,11 +206,11 @@ class Diagnosis:
     pages_accounted: bool = False
     # Rows whose record runs into zeroed sectors, per table: rowid -> the positions of
     # the columns hit (None: its header was hit). SQLite reads them with the zeros as
-    # their values, and no integrity check sees it (pages.zeroed_cells).
+    # their values, and no integrity check sees it (damaged_cells.zeroed_cells).
     zeroed_cells: dict[str, ZeroedCells] = field(default_factory=dict)
     # Rows whose overflow chain leads into pages another row's chain owns, per table
     # (rowid -> positions of the columns past the cell), and the pages claimed twice
-    # and their owners' (pages.cross_linked_cells).
+    # and their owners' (damaged_cells.cross_linked_cells).
     cross_linked: dict[str, ZeroedCells] = field(default_factory=dict)
     cross_linked_pages: list[int] = field(default_factory=list)
     # Hermes' sessions whose message_count disagrees with the messages the file holds
@@ -475,7 +472,7 @@ def _join_verdicts(diag: Diagnosis, check: IntegrityCheck, schema: Schema) -> bo
 
 
 def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedCells] | str:
-    """Rows that run into zeroed sectors (``pages.zeroed_cells_in``), or why the search
+    """Rows that run into zeroed sectors (``damaged_cells.zeroed_cells_in``), or why the search
     failed (``raw``: the open file, or why it could not be opened)."""
     if isinstance(raw, str):
         return raw

@@ -14,10 +14,8 @@ from statewarden.errors import (
     DatabaseUnreadable,
     PageFormatError,
 )
-from statewarden.recovery.decoding.pages import (
-    DatabaseFile,
-    is_schema_record,
-)
+from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.schema_root import is_schema_record
 from statewarden.recovery.evidence.lost_schema import (
     infer_page_size,
     rewrite_header,

@@ -14,8 +14,9 @@ from pathlib import Path
 import apsw
 
 from lab import corruption
+from statewarden.recovery.decoding.damaged_cells import zeroed_sectors
 from statewarden.recovery.decoding.fts_structure import STRUCTURE_ROWID, zeros_are_its_own
-from statewarden.recovery.decoding.pages import DatabaseFile, zeroed_sectors
+from statewarden.recovery.decoding.pages import DatabaseFile
 from tests.support.cli import run_ctl
 
 FTS = ("messages_fts", "messages_fts_trigram")

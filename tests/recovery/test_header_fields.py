@@ -1,4 +1,4 @@
-"""A record header's field count, counted in C (``pages._header_fields``), is what
+"""A record header's field count, counted in C (``carving._header_fields``), is what
 reading it varint by varint gives, on the records of a file Hermes wrote and on
 headers of random bytes (garbled cells, 9-byte varints, a varint cut by the end); and
 ``carving.survey_leaves`` reads damaged leaves once to the same answers as the two reads
@@ -15,14 +15,9 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.carving import _space_accounted, survey_leaves
-from statewarden.recovery.decoding.pages import (
-    PAGE_TABLE_LEAF,
-    DatabaseFile,
-    _header_fields,
-    _header_of,
-    varint,
-)
+from statewarden.recovery.decoding.carving import _header_fields, _space_accounted, survey_leaves
+from statewarden.recovery.decoding.page_format import PAGE_TABLE_LEAF, _header_of, varint
+from statewarden.recovery.decoding.pages import DatabaseFile
 
 
 def _by_varints(record: bytes, at: int, hsize: int) -> int | str:

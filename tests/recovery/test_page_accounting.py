@@ -26,7 +26,9 @@ from statewarden.recovery.decoding.integrity import (
     accounting_skipped,
     pages_accounted,
 )
-from statewarden.recovery.decoding.pages import PAGE_TABLE_LEAF, DatabaseFile, orphan_table_leaves
+from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves
+from statewarden.recovery.decoding.page_format import PAGE_TABLE_LEAF
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.recover import recover
 from tests.support.cli import run_installed

@@ -1,6 +1,7 @@
-"""pages.py's walks over a file against plain reference walks written here.
+"""The decoding modules' walks over a file (``DatabaseFile`` and what reads through it)
+against plain reference walks written here.
 
-The module's walks read each page once, take a census of the file (every page's
+Those walks read each page once, take a census of the file (every page's
 type byte and zeroed sectors from large sequential reads), walk a table's b-tree
 through its interior pages alone and read cell by cell only the leaves that can lead
 into a zeroed sector. The references below do it the straightforward way: every page
@@ -24,14 +25,36 @@ from lab import corruption, fuzz
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo.damage import write_at
 from statewarden.errors import DatabaseUnreadable, PageFormatError
-from statewarden.recovery.decoding import carving, pages
+from statewarden.recovery.decoding import carving
+from statewarden.recovery.decoding.damaged_cells import (
+    _leaves_leading_into,
+    _may_hold_payload,
+    zeroed_cells,
+    zeroed_cells_in,
+    zeroed_sectors,
+)
+from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves
+from statewarden.recovery.decoding.page_format import (
+    PAGE_INDEX_INTERIOR,
+    PAGE_TABLE_INTERIOR,
+    PAGE_TABLE_LEAF,
+    Row,
+    varint,
+)
 from statewarden.recovery.decoding.pages import (
     DatabaseFile,
-    orphan_table_leaves,
-    varint,
-    zeroed_cells,
+    _tree_leaves,
+    _walk_table_tree,
+    find_leaf,
 )
 from statewarden.recovery.decoding.schema import Schema, read_schema
+from statewarden.recovery.decoding.zeroed_columns import (
+    ZeroedCells,
+    _columns_hit,
+    _payload_segments,
+    _zeroed_runs,
+)
+from statewarden.recovery.decoding.zeroed_sectors import SECTOR, zeroed_sectors_of
 
 # -- the reference walks ------------------------------------------------------------
 
@@ -39,11 +62,11 @@ from statewarden.recovery.decoding.schema import Schema, read_schema
 def plain_overflow_pages(db: DatabaseFile, n: int, kind: int, off: int) -> list[int]:
     """The overflow pages of the cell at ``off`` of page ``n``, each page read whole."""
     pg = db.page(n)
-    pos = off + (4 if kind == pages.PAGE_INDEX_INTERIOR else 0)
+    pos = off + (4 if kind == PAGE_INDEX_INTERIOR else 0)
     size, pos = varint(pg, pos)
-    if kind == pages.PAGE_TABLE_LEAF:
+    if kind == PAGE_TABLE_LEAF:
         _, pos = varint(pg, pos)
-    local = db._local_size(size, table=kind == pages.PAGE_TABLE_LEAF)
+    local = db._local_size(size, table=kind == PAGE_TABLE_LEAF)
     if local == size:
         return []
     (first,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
@@ -67,7 +90,7 @@ def plain_reachable(db: DatabaseFile, roots: list[int]) -> set[int]:
         try:
             kind, _, _ = db.btree_header(n)
             stack.extend(db.children(n))
-            if kind != pages.PAGE_TABLE_INTERIOR:
+            if kind != PAGE_TABLE_INTERIOR:
                 for off in db.cell_offsets(n):
                     try:
                         seen.update(plain_overflow_pages(db, n, kind, off))
@@ -84,7 +107,7 @@ def plain_orphans(db: DatabaseFile, roots: list[int]) -> list[int]:
     out = []
     for n in range(1, db.page_count + 1):
         try:
-            if n not in reached and db.btree_header(n)[0] == pages.PAGE_TABLE_LEAF:
+            if n not in reached and db.btree_header(n)[0] == PAGE_TABLE_LEAF:
                 out.append(n)
         except PageFormatError:
             continue
@@ -105,10 +128,10 @@ def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
         seen.add(n)
         try:
             kind, _, _ = db.btree_header(n)
-            if kind == pages.PAGE_TABLE_INTERIOR:
+            if kind == PAGE_TABLE_INTERIOR:
                 stack.extend(db.children(n))
                 continue
-            if kind != pages.PAGE_TABLE_LEAF:
+            if kind != PAGE_TABLE_LEAF:
                 raise PageFormatError("not a table page")
         except (PageFormatError, struct.error, IndexError):
             damaged.append(n)
@@ -117,13 +140,13 @@ def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
     return leaves, damaged
 
 
-def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[pages.Row]]:
+def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[Row]]:
     """``carve_damaged_leaves`` of every table, the plain way: the leaves whose cell
     pointers do not read and the pages that do not parse carved, the leaves with a
     garbled cell (rowids not increasing, a cell past the page, cells and free space
     that do not fill the page) read by their pointers and then carved for the rowids
     those lack; every leaf read whole, twice."""
-    out: dict[str, list[pages.Row]] = {}
+    out: dict[str, list[Row]] = {}
     for obj in schema.tables():
         if not obj.rootpage or obj.without_rowid or obj.is_virtual:
             continue
@@ -135,7 +158,7 @@ def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[pages.Row]]
                 readable.append(n)
             except (PageFormatError, struct.error, IndexError):
                 damaged.append(n)
-        rows: list[pages.Row] = []
+        rows: list[Row] = []
         counts = {len(obj.stored_columns)}
         for n in readable:
             if not plain_garbled(db, n):
@@ -162,13 +185,13 @@ def plain_field_counts(db: DatabaseFile, n: int) -> set[int]:
     out = set()
     for off in db.cell_offsets(n):
         try:
-            size, pos = pages.varint(pg, off)
-            _, pos = pages.varint(pg, pos)
+            size, pos = varint(pg, off)
+            _, pos = varint(pg, pos)
             here = pg[pos : pos + min(size, db._local_size(size, table=True))]
-            hsize, at = pages.varint(here, 0)
+            hsize, at = varint(here, 0)
             types = []
             while 0 < hsize <= len(here) and at < hsize:
-                t, at = pages.varint(here, at)
+                t, at = varint(here, at)
                 types.append(t)
         except (PageFormatError, struct.error, IndexError):
             continue
@@ -206,25 +229,21 @@ def plain_garbled(db: DatabaseFile, n: int) -> bool:
     return used + free != db.usable - (int.from_bytes(pg[h + 5 : h + 7], "big") or 65536)
 
 
-def plain_zeroed_cells(db: DatabaseFile, schema: Schema) -> dict[str, pages.ZeroedCells]:
+def plain_zeroed_cells(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
     """``zeroed_cells`` read the plain way: the zeroed sectors page by page, every leaf
     of every table cell by cell (only the leaves with a zeroed sector when no zeroed
     page lies outside the tables' leaves and the freelist)."""
     every = set(range(1, db.page_count + 1))
-    zeroed = {
-        n: z
-        for n, z in pages.zeroed_sectors_of(db, every).items()
-        if pages._may_hold_payload(db, n, z)
-    }
+    zeroed = {n: z for n, z in zeroed_sectors_of(db, every).items() if _may_hold_payload(db, n, z)}
     if not zeroed:
         return {}
     tables = [o for o in schema.tables() if o.rootpage and not o.without_rowid and not o.is_virtual]
     leaves_of = {o.name: plain_table_tree(db, o.rootpage)[0] for o in tables}
     on_leaf = {n for leaves in leaves_of.values() for n in leaves}
     others = set(zeroed) - on_leaf - db.freelist_pages()
-    out: dict[str, pages.ZeroedCells] = {}
+    out: dict[str, ZeroedCells] = {}
     for name, leaves in leaves_of.items():
-        found: pages.ZeroedCells = {}
+        found: ZeroedCells = {}
         for n in leaves:
             if n not in zeroed and not others:
                 continue
@@ -234,12 +253,12 @@ def plain_zeroed_cells(db: DatabaseFile, schema: Schema) -> dict[str, pages.Zero
                 continue
             for off in offsets:
                 try:
-                    rowid, segs = pages._payload_segments(db, n, off)
+                    rowid, segs = _payload_segments(db, n, off)
                 except (PageFormatError, struct.error, IndexError):
                     continue
                 if any(p in zeroed for _, _, p, _ in segs):
-                    runs = pages._zeroed_runs(segs, zeroed)
-                    hit = pages._columns_hit(db, segs, runs) if runs else []
+                    runs = _zeroed_runs(segs, zeroed)
+                    hit = _columns_hit(db, segs, runs) if runs else []
                     if hit is None or hit:
                         found[rowid] = hit
         if found:
@@ -278,19 +297,19 @@ def answers(path: Path, schema: Schema, page_size: int, *, plain: bool) -> dict[
                 "orphans": plain_orphans(db, roots),
                 "trees": trees,
                 "zeroed": plain_zeroed_cells(db, schema),
-                "sectors": pages.zeroed_sectors_of(db, set(range(1, db.page_count + 1))),
+                "sectors": zeroed_sectors_of(db, set(range(1, db.page_count + 1))),
             }
         out: dict[str, Any] = {
             "reachable": db.reachable(roots),
             "orphans": orphan_table_leaves(db, roots),
-            "trees": {o.rootpage: pages._walk_table_tree(db, o.rootpage) for o in schema.objects},
-            "zeroed": pages.zeroed_cells_in(db, schema),
-            "sectors": pages.zeroed_sectors(db),
+            "trees": {o.rootpage: _walk_table_tree(db, o.rootpage) for o in schema.objects},
+            "zeroed": zeroed_cells_in(db, schema),
+            "sectors": zeroed_sectors(db),
         }
         # The same walks once the census is taken (types from it, not from the pages).
-        trees = {o.rootpage: pages._walk_table_tree(db, o.rootpage) for o in schema.objects}
+        trees = {o.rootpage: _walk_table_tree(db, o.rootpage) for o in schema.objects}
         assert trees == out["trees"]
-        assert {r: pages._tree_leaves(db, r) for r in trees} == {r: t[0] for r, t in trees.items()}
+        assert {r: _tree_leaves(db, r) for r in trees} == {r: t[0] for r, t in trees.items()}
         return out
     finally:
         db.close()
@@ -360,10 +379,10 @@ def overflow_row(path: Path) -> tuple[int, int, list[int]]:
     [(rowid,)] = corruption.table_rows(path, "SELECT rowid FROM sessions WHERE id = 'long_prompt'")
     db = DatabaseFile(path)
     try:
-        leaf = pages.find_leaf(db, root, int(rowid))  # type: ignore[call-overload]
+        leaf = find_leaf(db, root, int(rowid))  # type: ignore[call-overload]
         assert leaf is not None
         for off in db.cell_offsets(leaf):
-            got, segs = pages._payload_segments(db, leaf, off)
+            got, segs = _payload_segments(db, leaf, off)
             if got == rowid:
                 return got, leaf, [p for _, _, p, _ in segs[1:]]
     finally:
@@ -379,15 +398,15 @@ def test_zeroed_sector_on_an_overflow_page(tmp_path: Path) -> None:
     shutil.copyfile(case.pristine, case.db)  # undo the lab's whole-page damage
     rowid, leaf, chain = overflow_row(case.db)
     ps = page_size(case.db)
-    write_at(case.db, (chain[1] - 1) * ps + 1024, bytes(pages.SECTOR))
+    write_at(case.db, (chain[1] - 1) * ps + 1024, bytes(SECTOR))
     schema = schema_of(case.pristine)
     fast = assert_same_answers(case.db, schema)
     assert list(fast["zeroed"]["sessions"]) == [rowid]
     assert fast["zeroed"]["sessions"][rowid]  # some columns, the header intact
     db = DatabaseFile(case.db)
     try:
-        leaves = {n for o in schema.tables() for n in pages._tree_leaves(db, o.rootpage)}
-        leading = pages._leaves_leading_into(db, leaves, {chain[1]})
+        leaves = {n for o in schema.tables() for n in _tree_leaves(db, o.rootpage)}
+        leading = _leaves_leading_into(db, leaves, {chain[1]})
     finally:
         db.close()
     assert leaf in leading
@@ -406,7 +425,7 @@ def test_child_pointer_cut_off_by_the_page_end(tmp_path: Path) -> None:
         ps = db.page_size
     finally:
         db.close()
-    assert kind == pages.PAGE_TABLE_INTERIOR
+    assert kind == PAGE_TABLE_INTERIOR
     write_at(case.db, (root - 1) * ps + h + 12, struct.pack(">H", ps - 2))
     _, leaves = corruption.PristineFile(case.pristine).tree_pages(root)
     roots = [*case.roots.values(), 1]

@@ -1,4 +1,4 @@
-"""pages.rebuild_schema_root: page 1 rebuilt from the ``sqlite_schema`` leaves left.
+"""schema_root.rebuild_schema_root: page 1 rebuilt from the ``sqlite_schema`` leaves left.
 
 The rebuilt schema is compared with what SQLite reads from the file before the damage;
 the leaves decoded to find it are the schema's own, not every table leaf of the file.
@@ -14,7 +14,8 @@ import pytest
 
 from lab import corruption
 from statewarden.demo.damage import PristineFile
-from statewarden.recovery.decoding.pages import DatabaseFile, rebuild_schema_root
+from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.schema_root import rebuild_schema_root
 
 
 def schema_rows(path: Path) -> list[tuple[Any, ...]]:

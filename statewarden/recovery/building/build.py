@@ -20,8 +20,8 @@ import apsw
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.pages import WalRows
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.wal_rows import WalRows
 from statewarden.recovery.diagnose import Diagnosis, FtsPending
 from statewarden.recovery.evidence.old_indexes import IndexPage
 from statewarden.recovery.evidence.other_copies import (
@@ -129,14 +129,14 @@ class RebuildInputs:
     schema: Schema
     diag: Diagnosis
     damaged: set[str]  # tables copied row by row
-    # Rows decoded from leaves no b-tree reaches (``pages.salvage_rows``).
+    # Rows decoded from leaves no b-tree reaches (``orphan_leaves.salvage_rows``).
     salvaged: SalvagedRows = field(default_factory=dict)
     # False when the freelist is damaged: an unreached leaf may then be a freed page
     # holding deleted rows, so only rows an index or FTS copy vouches for are taken.
     trust_unreached: bool = True
     # What committed WAL transactions SQLite does not replay did: rows, deletions.
     wal_rows: WalRows = field(default_factory=WalRows)
-    # Cells carved from leaves whose page structure is damaged (pages.py).
+    # Cells carved from leaves whose page structure is damaged (carving.py).
     carved: SalvagedRows = field(default_factory=dict)
     # Rowids of carved and unreached rows the old indexes of a schema rebuilt from
     # Hermes' known schema list with their values (``lost_schema``): they vouch too.

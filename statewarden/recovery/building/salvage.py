@@ -1,7 +1,7 @@
 """Salvage: rows decoded from the work copy's pages, around the build.
 
-Before the build, ``decode_rows`` decodes (``pages.py``, ``wal.py``) what the b-tree
-cannot give: leaves no b-tree reaches and damaged leaves of the damaged tables, and the
+Before the build, ``decode_rows`` decodes (``orphan_leaves.py``, ``wal_rows.py``) what
+the b-tree cannot give: leaves no b-tree reaches and damaged leaves of the damaged tables, and the
 page images of committed WAL transactions SQLite does not replay; the build adds them
 where the dedupe and vouching rules allow (``rebuild.py``). After it,
 ``_complete_partial_rows`` completes the rows whose overflow chain broke from the rest
@@ -28,17 +28,12 @@ from statewarden.recovery.building.build import (
     TableCopy,
 )
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.decoding.broken_cells import partial_columns, record_by_its_header
 from statewarden.recovery.decoding.carving import carve_damaged_leaves
 from statewarden.recovery.decoding.integrity import NEVER_USED_RE
-from statewarden.recovery.decoding.pages import (
-    WalRows,
-    partial_columns,
-    record_by_its_header,
-    record_fits,
-    rows_from_images,
-    salvage_rows,
-)
+from statewarden.recovery.decoding.orphan_leaves import record_fits, salvage_rows
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.wal_rows import WalRows, rows_from_images
 from statewarden.recovery.diagnose import Diagnosis
 from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
 from statewarden.recovery.evidence.copies import feeds
@@ -203,7 +198,7 @@ def _complete_partial_rows(
     foreign: set[int],
 ) -> None:
     """Columns of partial rows that the file still holds past the break in their
-    overflow chain (``pages.partial_columns``) replace what was filled in the output.
+    overflow chain (``broken_cells.partial_columns``) replace what was filled in the output.
     Raw reads of the work copy: no connection is open to it now (docs/safety.md rule 2)."""
     roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
     conn = apsw.Connection(str(built))

@@ -8,20 +8,15 @@ for it (the caller's rule): a deleted row's bytes can stay on a page."""
 from __future__ import annotations
 
 import contextlib
+import re
 import struct
 from pathlib import Path
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.pages import (
-    DatabaseFile,
-    Row,
-    _header_fields,
-    _header_of,
-    _walk_table_tree,
-    record_fits,
-    varint,
-)
+from statewarden.recovery.decoding.orphan_leaves import record_fits
+from statewarden.recovery.decoding.page_format import Row, _header_of, varint
+from statewarden.recovery.decoding.pages import DatabaseFile, _walk_table_tree
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
 
@@ -172,3 +167,22 @@ def _carve(db: DatabaseFile, n: int) -> list[Row]:
             pass
         off += 1
     return out
+
+
+_HIGH_BIT_RUN = re.compile(rb"[\x80-\xff]{8}")
+_LOW_BYTES = bytes(range(0x80))
+
+
+def _header_fields(record: bytes, at: int, hsize: int) -> int:
+    """How many serial types the record header ``record[at:hsize]`` holds: one per
+    varint. Each varint of at most 8 bytes ends in the one byte of it whose high bit
+    is clear, so they are counted in C; a header with a 9-byte varint or whose last
+    varint runs past its end is read varint by varint (raising as ``varint`` does)."""
+    header = record[at:hsize]
+    if hsize <= len(record) and header and header[-1] < 0x80 and not _HIGH_BIT_RUN.search(header):
+        return len(header) - len(header.translate(None, _LOW_BYTES))
+    fields = 0
+    while at < hsize:
+        _, at = varint(record, at)
+        fields += 1
+    return fields

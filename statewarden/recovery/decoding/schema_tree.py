@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.pages import DatabaseFile, _schema_record, _tree_leaves
+from statewarden.recovery.decoding.pages import DatabaseFile, _tree_leaves
+from statewarden.recovery.decoding.schema_root import _schema_record
 
 
 def schema_records(path: Path) -> list[list[Any]]:

@@ -18,12 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.pages import (
-    PAGE_TABLE_INTERIOR,
-    PAGE_TABLE_LEAF,
-    DatabaseFile,
-    record_fits,
-)
+from statewarden.recovery.decoding.orphan_leaves import record_fits
+from statewarden.recovery.decoding.page_format import PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
 SECOND_REFERENCE_RE = re.compile(r"2nd reference to page (\d+)$")
@@ -107,7 +104,7 @@ def _named_by_tree(raw: DatabaseFile, root: int, pages: set[int]) -> set[int]:
 
 
 def fits(obj: SchemaObject, values: list[Any]) -> bool:
-    """``pages.record_fits``, and no NOT NULL column without a DEFAULT past the
+    """``orphan_leaves.record_fits``, and no NOT NULL column without a DEFAULT past the
     record's last field (``ALTER TABLE ADD COLUMN`` cannot add one: every record of
     the table has a field for it)."""
     cols = obj.stored_columns

@@ -14,7 +14,7 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    to is a root; its leaves hold records of one table's shape;
 3. the layout (``rebuild_from_known_schema``): each of Hermes' known schemas
    (``known_schemas.py``) is matched against the trees' records (the number of fields and
-   their types, ``pages.record_fits``); the one whose tables the most leaves fit is
+   their types, ``orphan_leaves.record_fits``); the one whose tables the most leaves fit is
    taken, one with both ``sessions`` and ``messages`` found before one with either
    (and another of its tables). A core table no tree fits is looked for among the pages
    whose header is destroyed, by the cells carved from them (``_headless_roots``); one
@@ -56,18 +56,19 @@ import apsw
 
 from statewarden.errors import DatabaseUnreadable, PageFormatError
 from statewarden.recovery.decoding.carving import carve_damaged_leaves
-from statewarden.recovery.decoding.pages import (
+from statewarden.recovery.decoding.orphan_leaves import record_fits
+from statewarden.recovery.decoding.page_format import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
     PAGE_TABLE_INTERIOR,
     PAGE_TABLE_LEAF,
-    DatabaseFile,
     Row,
     encode_varint,
-    is_schema_record,
-    record_fits,
+    place_cells,
 )
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
+from statewarden.recovery.decoding.schema_root import is_schema_record
 from statewarden.recovery.evidence.known_schemas import (
     KNOWN_SCHEMAS,
     NEWEST_KNOWN_VERSION,
@@ -1142,12 +1143,7 @@ def _cells(records: list[list[Any]], usable: int) -> list[bytes]:
 def _leaf(cells: list[bytes], page_size: int, usable: int, h: int, prefix: bytes) -> bytes:
     page = bytearray(page_size)
     page[:h] = prefix
-    content = usable
-    pointers = []
-    for cell in cells:
-        content -= len(cell)
-        page[content : content + len(cell)] = cell
-        pointers.append(content)
+    content, pointers = place_cells(page, cells, usable)
     struct.pack_into(">BHHHB", page, h, PAGE_TABLE_LEAF, 0, len(cells), content % 65536, 0)
     for i, p in enumerate(pointers):
         struct.pack_into(">H", page, h + 8 + 2 * i, p)

@@ -37,12 +37,8 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.pages import (
-    PAGE_INDEX_INTERIOR,
-    PAGE_INDEX_LEAF,
-    DatabaseFile,
-    varint,
-)
+from statewarden.recovery.decoding.page_format import PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF, varint
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.copies import (

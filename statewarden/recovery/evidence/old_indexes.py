@@ -22,13 +22,13 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.pages import (
+from statewarden.recovery.decoding.page_format import (
     PAGE_INDEX_INTERIOR,
     PAGE_INDEX_LEAF,
-    DatabaseFile,
     Row,
     varint,
 )
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.lost_schema import btree_objects, btree_roots, created_roots
 from statewarden.sqlite import quote_ident

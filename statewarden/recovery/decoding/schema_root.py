@@ -1,0 +1,148 @@
+"""Page 1 rebuilt as the root of the ``sqlite_schema`` leaves still intact, and what
+tells a ``sqlite_schema`` record (five fields: a type SQLite knows, three strings, an
+integer, SQL text) from other rows.
+
+Call only with no SQLite connection open to the file in this process (docs/safety.md
+rule 2)."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from pathlib import Path
+from typing import Any
+
+from statewarden.errors import PageFormatError
+from statewarden.recovery.decoding.page_format import (
+    PAGE_TABLE_INTERIOR,
+    PAGE_TABLE_LEAF,
+    encode_varint,
+    place_cells,
+    varint,
+)
+from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.zeroed_sectors import ZERO_SCAN_CHUNK
+
+SCHEMA_TYPES = ("table", "index", "view", "trigger")
+
+
+def _schema_record(values: list[Any]) -> bool:
+    """Does this record look like a row of ``sqlite_schema`` (type, name, tbl_name,
+    rootpage, sql)?"""
+    if len(values) != 5:
+        return False
+    kind, name, tbl, root, sql = values
+    return (
+        kind in SCHEMA_TYPES
+        and isinstance(name, str)
+        and isinstance(tbl, str)
+        and isinstance(root, int)
+        and (sql is None or isinstance(sql, str))
+    )
+
+
+def rebuild_schema_root(path: Path) -> int:
+    """Rewrite page 1 of a private copy as the interior root of the ``sqlite_schema``
+    leaves found intact elsewhere in the file; return how many leaves it points to.
+
+    When ``sqlite_schema`` grew past one page, page 1 is an interior page and its rows
+    live on leaves; if page 1 is damaged past its 100-byte header, those leaves still
+    hold every object's name, SQL and root page. The leaves are recognised by their
+    records (five fields: a type SQLite knows, three strings, an integer, SQL text),
+    freelist pages excluded, and must not overlap in rowid. The header is kept. Returns
+    0 (and writes nothing) when no such leaf exists. Call with no SQLite connection
+    open to ``path`` (docs/safety.md rule 2).
+    """
+    db = DatabaseFile(path)
+    try:
+        leaves = _schema_leaves(db)
+        leaves.sort()
+        if any(a[1] >= b[0] for a, b in itertools.pairwise(leaves)):
+            return 0  # two versions of one stretch: which is current cannot be told
+        if not leaves:
+            return 0
+        page = bytearray(db.page(1))
+        page_size = db.page_size
+        usable = db.usable
+    finally:
+        db.close()
+    cells = [struct.pack(">I", n) + encode_varint(hi) for _, hi, n in leaves[:-1]]
+    content, pointers = place_cells(page, cells, usable)
+    h = 100
+    if h + 12 + 2 * len(cells) > content:
+        return 0  # pragma: no cover - thousands of schema leaves
+    page[h : h + 12] = struct.pack(
+        ">BHHHBI", PAGE_TABLE_INTERIOR, 0, len(cells), content, 0, leaves[-1][2]
+    )
+    page[h + 12 : h + 12 + 2 * len(cells)] = b"".join(struct.pack(">H", p) for p in pointers)
+    page[h + 12 + 2 * len(cells) : content] = bytes(content - (h + 12 + 2 * len(cells)))
+    with open(path, "r+b") as f:
+        f.seek(0)
+        f.write(bytes(page[:page_size]))
+    return len(leaves)
+
+
+def _schema_leaves(db: DatabaseFile) -> list[tuple[int, int, int]]:
+    """(first rowid, last rowid, page) of each table leaf past page 1 whose every cell
+    decodes to a ``sqlite_schema`` record, freelist pages excluded. The pages are read
+    in one stream of page-aligned chunks; a leaf is decoded only when its first cell
+    may hold such a record (``_may_open_schema_leaf``), so a file of millions of
+    message leaves costs one read of its pages, not a decoding of every row."""
+    free = db.freelist_pages()
+    words = tuple(w.encode(db.encoding) for w in SCHEMA_TYPES)
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    leaves: list[tuple[int, int, int]] = []
+    for first in range(2, db.page_count + 1, per_chunk):
+        data = db.raw_pages(first, min(per_chunk, db.page_count - first + 1))
+        for i in range(len(data) // ps):
+            n, base = first + i, i * ps
+            if data[base] != PAGE_TABLE_LEAF or n in free:
+                continue
+            if not _may_open_schema_leaf(db, data[base : base + ps], words):
+                continue
+            try:
+                rows, bad = db.leaf_rows(n)
+            except PageFormatError:
+                continue
+            if rows and not bad and all(_schema_record(v) for _, v in rows):
+                rowids = [r for r, _ in rows]
+                leaves.append((min(rowids), max(rowids), n))
+    return leaves
+
+
+def _may_open_schema_leaf(db: DatabaseFile, pg: bytes, words: tuple[bytes, ...]) -> bool:
+    """Could the table leaf ``pg`` (not page 1) be a ``sqlite_schema`` leaf? False only
+    when its first cell surely does not decode to a schema record (``_schema_record``):
+    no cell, or a record held in the cell whose header does not give five columns, the
+    first a text that is one of ``words`` (the schema types in the file's encoding).
+    Whatever cannot be told from the cell's own bytes is left to the full decoding."""
+    if not (pg[3] << 8) | pg[4]:
+        return False  # no cell: no row
+    try:
+        off = (pg[8] << 8) | pg[9]
+        size, pos = varint(pg, off)
+        _, pos = varint(pg, pos)
+        local = pg[pos : pos + min(db._local_size(size, table=True), db.usable - pos)]
+        hsize, at = varint(local, 0)
+        if not 0 < hsize <= len(local):
+            return True
+        types = []
+        while at < hsize:
+            t, at = varint(local, at)
+            types.append(t)
+    except PageFormatError:
+        return True
+    if len(types) != 5:
+        return False
+    width = (types[0] - 13) // 2
+    if types[0] < 13 or types[0] % 2 == 0 or not any(len(w) == width for w in words):
+        return False
+    if hsize + width > len(local):
+        return True
+    return local[hsize : hsize + width] in words
+
+
+def is_schema_record(values: list[Any]) -> bool:
+    """Does this record look like a row of ``sqlite_schema``?"""
+    return _schema_record(values)
