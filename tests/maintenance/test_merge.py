@@ -77,12 +77,31 @@ def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         raise AssertionError(f"no JSON report: rc {proc.returncode}: {proc.stderr}") from None
 
 
-def vanished(tmp_path: Path, how: str = "zeroed", *, seed: int = 2) -> tuple[Path, Path]:
-    """A home whose NEWEST state.db (12 sessions, 60 messages) Hermes 0.22 moved aside,
-    then wrote 5 sessions and 20 messages into a fresh file: (state.db, the old file)."""
-    home = make_home(tmp_path / "hermes", NEWEST)
-    damage(home / "state.db", how)
-    return home / "state.db", hermes_starts_fresh(home, sessions=5, messages=20, seed=seed)
+class Vanished:
+    """Homes whose NEWEST state.db (12 sessions, 60 messages) Hermes 0.22 moved aside,
+    then wrote 5 sessions and 20 messages into a fresh file. Hermes 0.22 does that once
+    per damage and seed in a module (a second each); each test gets a copy of that home,
+    the moved-aside file beside state.db under the name Hermes gave it."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.made: dict[tuple[str, int], tuple[Path, str]] = {}
+
+    def __call__(self, tmp_path: Path, how: str = "zeroed", *, seed: int = 2) -> tuple[Path, Path]:
+        """A copy of the home in ``tmp_path``: (state.db, the old file)."""
+        if (how, seed) not in self.made:
+            home = make_home(self.base / f"{how}-{seed}" / "hermes", NEWEST)
+            damage(home / "state.db", how)
+            old = hermes_starts_fresh(home, sessions=5, messages=20, seed=seed)
+            self.made[how, seed] = (home, old.name)
+        home, old_name = self.made[how, seed]
+        copy = Path(shutil.copytree(home, tmp_path / "hermes", symlinks=True))
+        return copy / "state.db", copy / old_name
+
+
+@pytest.fixture(scope="module")
+def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
+    return Vanished(tmp_path_factory.mktemp("vanished"))
 
 
 class Writer:
@@ -238,7 +257,7 @@ def test_the_daemon_tells_the_vanishing_and_the_merge_brings_every_session_back(
 
 @pytest.mark.parametrize("how", ["zeroed", "garbage"])
 def test_a_second_merge_adds_nothing_and_stops_nothing(
-    tmp_path: Path, config: Path, how: str
+    tmp_path: Path, config: Path, vanished: Vanished, how: str
 ) -> None:
     """Merged once (the old file's first page zeroed, or garbage over its header), the
     same merge again finds every row there already: nothing stopped, nothing swapped,
@@ -263,7 +282,7 @@ MERGE_CRASH_STEPS = ["prebuild", "fence", "settle", "catch-up", "swap", "origina
 
 @pytest.mark.parametrize("step", MERGE_CRASH_STEPS)
 def test_a_killed_merge_is_resumed_and_nothing_is_merged_twice(
-    tmp_path: Path, config: Path, step: str
+    tmp_path: Path, config: Path, vanished: Vanished, step: str
 ) -> None:
     """kill -9 right after a step of a merge while Hermes 0.22 writes: --resume rolls it
     back (before the swap: state.db as it was) or forward (from the swap on: merged
@@ -365,7 +384,7 @@ def test_a_file_away_from_its_folder_needs_a_snapshot_to_prove_it(
 
 
 def test_sessions_both_files_hold_prove_it_and_their_counters_add_up(
-    tmp_path: Path, config: Path
+    tmp_path: Path, config: Path, vanished: Vanished
 ) -> None:
     """Hermes carries on five of the old sessions in the fresh file (the same ids, the
     same sources): copied elsewhere, the old file is proven by them. Each of those
@@ -389,7 +408,9 @@ def test_sessions_both_files_hold_prove_it_and_their_counters_add_up(
     assert run_ctl("check", "--db", str(db)).exit_code == 0
 
 
-def test_an_old_title_the_new_file_uses_is_kept_apart(tmp_path: Path, config: Path) -> None:
+def test_an_old_title_the_new_file_uses_is_kept_apart(
+    tmp_path: Path, config: Path, vanished: Vanished
+) -> None:
     """Hermes gave a new session the title of an old one (titles are unique in Hermes'
     schema): the old session comes back as "<title> (restored)", named in the report;
     the new one keeps its title, check is clean and Hermes reads both."""
@@ -479,7 +500,7 @@ def _itself(tmp_path: Path, db: Path) -> Path:
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
 def test_bad_input_is_one_line_and_changes_nothing(
-    tmp_path: Path, config: Path, make: Any, code: int, says: str
+    tmp_path: Path, config: Path, vanished: Vanished, *, make: Any, code: int, says: str
 ) -> None:
     """A path that cannot be used (exit 2), a file that is not this database's earlier
     file (exit 5) or no database at all (exit 4): one line naming it, no traceback,

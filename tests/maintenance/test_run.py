@@ -45,6 +45,14 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def short_grace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The config with the shortest ``stop_grace`` it takes (1 s): for holders that ignore
+    SIGTERM, whose tests wait the grace out and prove what follows it (SIGKILL, to all of
+    them together), not its length."""
+    return maintenance_config(tmp_path, monkeypatch, stop_grace="1s")
+
+
+@pytest.fixture
 def fake_bin(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     install_fake_hermes(bin_dir)
@@ -663,7 +671,7 @@ class TestSnapshots:
 
 
 def test_a_holder_that_ignores_sigterm_is_killed(
-    config: Path, phantom: tuple[Path, list[str]]
+    short_grace: Path, phantom: tuple[Path, list[str]]
 ) -> None:
     """SIGTERM ignored: SIGKILL after maintenance.stop_grace, and the run goes on."""
     db, distinct = phantom
@@ -787,7 +795,7 @@ def test_holders_that_ignore_sigterm_are_stopped_together(tmp_path: Path) -> Non
             settle_s=0.3,
             timeout_s=60,
             respawn_limit=2,
-            grace_s=5,
+            grace_s=1.0,  # the shortest maintenance.stop_grace; waited out whole
             force=True,
             stop_interactive=True,
             on_signal=lambda d: signalled.append(d.pid),
@@ -898,7 +906,9 @@ def test_the_next_run_removes_catch_up_folders_left_by_killed_runs(
         assert f"removed the work folder of a killed run: {folder}" in notes, notes
 
 
-def test_a_run_stops_holders_that_ignore_sigterm_together(config: Path, tmp_path: Path) -> None:
+def test_a_run_stops_holders_that_ignore_sigterm_together(
+    short_grace: Path, tmp_path: Path
+) -> None:
     """The run's own stop of the planned holders (before the settle): two that ignore
     SIGTERM each saw the other's SIGTERM before either was killed."""
     db = make_home(tmp_path / "home", TINY) / "state.db"

@@ -26,8 +26,13 @@ def exempt_comms() -> list[str]:
     return sorted({u["comm"] for u in scan.uninspectable})
 
 
-def maintenance_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A config with short settle and grace times, made the one the CLI reads."""
+def maintenance_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, stop_grace: str = "3s"
+) -> Path:
+    """A config with short settle and grace times, made the one the CLI reads. The 3 s
+    ``stop_grace`` lets a loaded machine's Hermes writers exit on SIGTERM (tests assert
+    they did, cleanly); a test whose holders ignore SIGTERM waits the whole grace out,
+    and gives the shortest one the config takes (1 s)."""
     path = tmp_path / "config.yaml"
     path.write_text(
         json.dumps(
@@ -35,7 +40,7 @@ def maintenance_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                 "holders": {"exempt_comms": exempt_comms()},
                 "maintenance": {
                     "settle": "0.5s",
-                    "stop_grace": "3s",
+                    "stop_grace": stop_grace,
                     "respawn_limit": 2,
                     "settle_timeout": "20s",
                     "snapshots_keep": 3,
