@@ -56,11 +56,7 @@ from statewarden.recovery.decoding.schema_tree import (
     schema_rowid_gaps,
 )
 from statewarden.recovery.decoding.wal import WalFacts, read_wal, rewrite_commit_size
-from statewarden.recovery.evidence.lost_schema import (
-    LostSchema,
-    rebuild_from_known_schema,
-    reindex,
-)
+from statewarden.recovery.evidence.lost_schema import LostSchema, rebuild_from_known_schema, reindex
 from statewarden.recovery.evidence.schema_text import put_back_short_texts
 from statewarden.recovery.header_fit import (
     fit_header_fields,

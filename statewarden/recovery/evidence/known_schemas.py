@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+import apsw
+
+from statewarden.recovery.decoding.schema import Schema, read_schema
+from statewarden.sqlite import quote_ident
+
 KnownRow = tuple[str, str, str, str | None]  # (type, name, tbl_name, sql)
 
 LAYOUTS_FOLDER = "layouts"
@@ -74,3 +79,30 @@ UPGRADED_FROM: dict[str, str] = {
 # The newest ``schema_version`` of a layout statewarden knows: a file holding a higher
 # one was written by a Hermes newer than these layouts.
 NEWEST_KNOWN_VERSION = max(layout.schema_version for layout in LAYOUTS.values())
+
+
+ForeignKey = tuple[str, str, str, str]  # (table, column, referenced table, its column)
+
+
+def layout_schema(rows: tuple[KnownRow, ...]) -> tuple[Schema, list[ForeignKey]]:
+    """The schema a layout's rows make, and its foreign keys, read from an in-memory
+    database (its root pages mean nothing here; its columns are exact)."""
+    conn = apsw.Connection(":memory:")
+    try:
+        for _type, _name, _tbl, sql in rows:
+            if sql is None:
+                continue
+            try:
+                conn.execute(sql)
+            except apsw.SQLError:
+                continue  # an FTS shadow table its FTS5 table created already
+        schema = read_schema(conn)
+        fks = [
+            (o.name, str(r[3]), str(r[2]), str(r[4]))
+            for o in schema.base_tables()
+            for r in conn.execute(f"PRAGMA foreign_key_list({quote_ident(o.name)})")
+            if r[4] is not None
+        ]
+        return schema, fks
+    finally:
+        conn.close()

@@ -5,7 +5,7 @@ rebuilt schema are new, filled from the rows the tables' b-trees still reach; th
 still holds the old indexes' pages, no schema naming them. They vouch for the rows
 carved or read from leaves no b-tree reaches (``listed_by_old_indexes``) and are
 witnesses of the rows read (``old_index_witnesses``), as intact indexes are; an old
-index whose root the creation order proves (``lost_schema.created_roots``) only through
+index whose root the creation order proves (``found_trees.created_roots``) only through
 the pages that root reaches (a freed index page still holds the entries of the rows
 deleted). Pages are read raw: call with no SQLite connection open to the file
 (docs/safety.md rule 2).
@@ -30,7 +30,7 @@ from statewarden.recovery.decoding.page_format import (
 )
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
-from statewarden.recovery.evidence.lost_schema import btree_objects, btree_roots, created_roots
+from statewarden.recovery.evidence.found_trees import btree_objects, btree_roots, created_roots
 from statewarden.sqlite import quote_ident
 
 # -- the rows the old indexes list ------------------------------------------------------
