@@ -58,7 +58,7 @@ from statewarden.demo.damage import PristineFile, schema_roots, varint, write_at
 from statewarden.sidecars import JOURNAL_SUFFIX, sidecar
 
 if TYPE_CHECKING:
-    from statewarden.recovery.diagnose import Diagnosis
+    from statewarden.recovery.diagnosis import Diagnosis
 
 KINDS = ("sector", "block", "scribble", "torn", "reverted")
 SECTOR = 512
@@ -459,7 +459,7 @@ def class_violations(case: FuzzCase, report: dict[str, Any], work: Path) -> list
     all); a file every row of which came back untouched (nothing lost, restored,
     partial or stale) is not."""
     from statewarden.recovery.check import check_database
-    from statewarden.recovery.diagnose import CHECK_CUT_SHORT
+    from statewarden.recovery.fts_checks import CHECK_CUT_SHORT
 
     diag = check_database(case.db, work)
     damage = diag.damage

@@ -25,9 +25,9 @@ HOMES = {
     "read_captures": "captures",
     "remove_abandoned": "bundle",
     "check_database": "check",
-    "Diagnosis": "diagnose",
+    "Diagnosis": "diagnosis",
     "exit_code_for": "diagnose",
-    "worst": "diagnose",
+    "worst": "diagnosis",
     "recover": "",  # the module: its recover() is the engine's entry
     "Report": "report",
 }
@@ -43,7 +43,7 @@ else:  # the same names, typed, for mypy (tests/project/test_layers.py holds the
     from statewarden.recovery.bundle import remove_abandoned as remove_abandoned
     from statewarden.recovery.captures import read_captures as read_captures
     from statewarden.recovery.check import check_database as check_database
-    from statewarden.recovery.diagnose import Diagnosis as Diagnosis
     from statewarden.recovery.diagnose import exit_code_for as exit_code_for
-    from statewarden.recovery.diagnose import worst as worst
+    from statewarden.recovery.diagnosis import Diagnosis as Diagnosis
+    from statewarden.recovery.diagnosis import worst as worst
     from statewarden.recovery.report import Report as Report

@@ -35,7 +35,8 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
-from statewarden.recovery.diagnose import Diagnosis, diagnose
+from statewarden.recovery.diagnose import diagnose
+from statewarden.recovery.diagnosis import Diagnosis
 
 # As much of the file as SQLite maps (its SQLITE_MAX_MMAP_SIZE caps it: 2 GiB by
 # default); past that, pages are read as usual.
@@ -60,14 +61,7 @@ def check_database(
     try:
 
         def run(report: ProgressFn | None) -> Diagnosis:
-            return diagnose(
-                work.db,
-                progress=report,
-                truncated=work.truncated_note,
-                wal=work.wal,
-                wal_name=work.wal_name,
-                schema_rebuilt=work.schema_note,
-            )
+            return diagnose(work, progress=report)
 
         result = diagnosed_mapped(run, progress) if mapped else None
         if result is None:

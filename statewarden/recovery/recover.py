@@ -69,11 +69,8 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.schema_tree import schema_rowid_gaps
-from statewarden.recovery.diagnose import (
-    Diagnosis,
-    FtsPending,
-    diagnose_ahead_of_fts,
-)
+from statewarden.recovery.diagnose import diagnose_ahead_of_fts
+from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import Feed
 from statewarden.recovery.evidence.other_copies import (
     ExtraSources,
@@ -81,6 +78,7 @@ from statewarden.recovery.evidence.other_copies import (
     check_sources,
     open_copies,
 )
+from statewarden.recovery.fts_checks import FtsPending
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.stale_counts import drop_rows_made_good, settle_counts
 from statewarden.recovery.verify import verify_output
@@ -334,16 +332,7 @@ def _diagnose(
     the copy's rebuilt page 1 (if any) lost. ``ahead``: a file found healthy but for
     FTS5's own checks comes back while they go on (``diagnose_ahead_of_fts``)."""
     started = time.monotonic()
-    diag, pending = diagnose_ahead_of_fts(
-        work.db,
-        progress=progress,
-        truncated=work.truncated_note,
-        wal=work.wal,
-        wal_name=work.wal_name,
-        schema_rebuilt=work.schema_note,
-        ahead=ahead,
-        early=early,
-    )
+    diag, pending = diagnose_ahead_of_fts(work, progress=progress, ahead=ahead, early=early)
     header_note = header_count_wrong(work, diag)
     report = Report(source=str(work.source), output=str(output), damage=diag.damage)
     report.notes.extend(filter(None, [header_note]))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
-from statewarden.recovery.diagnose import describe_range
+from statewarden.recovery.diagnosis import describe_range
 from statewarden.recovery.evidence.copies import REBUILT_RULE
 from statewarden.recovery.verify import Verification
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import apsw
 
 from statewarden.recovery.building.build import TableCopy
-from statewarden.recovery.diagnose import counts_disagree
 from statewarden.recovery.report import Report
+from statewarden.recovery.table_scans import counts_disagree
 from statewarden.sqlite import json_value, quote_ident
 
 

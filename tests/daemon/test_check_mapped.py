@@ -27,7 +27,8 @@ from lab.corruption import Case
 from statewarden.errors import DatabaseUnreadable
 from statewarden.progress import ProgressFn
 from statewarden.recovery.check import check_database, diagnosed_mapped
-from statewarden.recovery.diagnose import Diagnosis, diagnose
+from statewarden.recovery.diagnose import diagnose
+from statewarden.recovery.diagnosis import Diagnosis
 
 CASES: dict[str, Callable[[Path], Case]] = {
     "healthy": corruption.fresh_copy,

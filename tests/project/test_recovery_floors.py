@@ -22,7 +22,19 @@ RECOVERY = REPO / "statewarden" / "recovery"
 FLOORS: list[tuple[str, set[str]]] = [
     ("decoding", {p.stem for p in (RECOVERY / "decoding").glob("*.py")} - {"__init__"}),
     ("evidence", {p.stem for p in (RECOVERY / "evidence").glob("*.py")} - {"__init__"}),
-    ("work copy", {"bundle", "header_fit", "diagnose", "report", "verify"}),
+    (
+        "work copy",
+        {
+            "bundle",
+            "header_fit",
+            "diagnose",
+            "diagnosis",
+            "table_scans",
+            "fts_checks",
+            "report",
+            "verify",
+        },
+    ),
     ("building", {p.stem for p in (RECOVERY / "building").glob("*.py")} - {"__init__"}),
     ("commands", {"recover", "check", "captures", "stale_counts"}),
 ]

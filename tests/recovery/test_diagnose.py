@@ -20,7 +20,8 @@ from statewarden.demo import damage
 from statewarden.recovery.bundle import fingerprint
 from statewarden.recovery.check import check_database
 from statewarden.recovery.decoding.scan import scan_table
-from statewarden.recovery.diagnose import Diagnosis, diagnose, diagnose_ahead_of_fts
+from statewarden.recovery.diagnose import diagnose, diagnose_ahead_of_fts
+from statewarden.recovery.diagnosis import Diagnosis
 from tests.support.cli import run_ctl
 from tests.support.recovery import fts_version_changed, scramble_fts_index, scrambled_fts_index
 

@@ -22,11 +22,12 @@ from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.decoding.wal_rows import WalRows
-from statewarden.recovery.diagnose import Diagnosis, FtsPending
+from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.old_indexes import IndexPage
 from statewarden.recovery.evidence.other_copies import (
     OtherCopy,
 )
+from statewarden.recovery.fts_checks import FtsPending
 from statewarden.recovery.report import Report, TableReport
 from statewarden.sqlite import quote_ident
 

@@ -17,7 +17,7 @@ from statewarden.recovery.building.build import (
 )
 from statewarden.recovery.building.row_repair import RowRepair
 from statewarden.recovery.decoding.schema import Schema
-from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import (
     MACHINE_ERRORS,
     Feed,

@@ -34,7 +34,7 @@ from statewarden.recovery.decoding.integrity import NEVER_USED_RE
 from statewarden.recovery.decoding.orphan_leaves import record_fits, salvage_rows
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.decoding.wal_rows import WalRows, rows_from_images
-from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
 from statewarden.recovery.evidence.copies import feeds
 from statewarden.recovery.evidence.foreign_cells import referenced_twice

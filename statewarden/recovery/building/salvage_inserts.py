@@ -21,7 +21,7 @@ from statewarden.recovery.building.build import (
 )
 from statewarden.recovery.building.table_fill import TableFill
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.diagnose import Diagnosis
+from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import (
     feeds,
     index_readings,

@@ -233,8 +233,8 @@ def find_lost_writes(
     """The lost writes ``conn``'s file shows. ``error_lines`` are the integrity check's:
     rows are held against their indexes only in tables one of whose indexes it found
     a row missing from (a healthy file costs nothing). ``index_only`` is, per table,
-    the rowids only an index lists (no FTS copy, no row: ``diagnose.TableFacts``);
-    ``orphans`` the tables with rows whose parent is missing (``diagnose.orphan_rows``):
+    the rowids only an index lists (no FTS copy, no row: ``diagnosis.TableFacts``);
+    ``orphans`` the tables with rows whose parent is missing (``table_scans.orphan_rows``):
     only their references are followed. ``raw``, the same file opened for plain reads
     before ``conn`` (docs/safety.md rule 2), tells which index entries have their
     index's shape, and which rows a table's b-tree reads from another table's leaf;

@@ -1,0 +1,285 @@
+"""The full scans' facts of a diagnosis: each table's counts, phantom rows and duplicate
+keys, and the rowids its indexes or FTS copies hold that it lacks (``table_facts``);
+rows whose parent row is missing (``orphan_rows``); Hermes' sessions whose message
+count no honest history explains (``counts_disagree``). Counts come from full scans
+(``NOT INDEXED``, docs/safety.md rule 7) next to what the planner answers, because an
+index may be the broken part (docs/stories.md story 3)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import apsw
+
+from statewarden.progress import ProgressFn
+from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.scan import ScanResult, scan_table
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.diagnosis import TableFacts
+from statewarden.recovery.evidence.copies import (
+    CopyCheck,
+    compare,
+    fts_rowids,
+)
+from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
+from statewarden.recovery.evidence.lost_writes import sequence_of
+from statewarden.sqlite import quote_ident
+
+
+def _scan_facts(
+    conn: apsw.Connection,
+    schema: Schema,
+    progress: ProgressFn | None,
+    foreign: dict[str, Records],
+) -> tuple[list[TableFacts], dict[str, int], list[str], list[CopyCheck]]:
+    """The full scans' facts: each base table's (``table_facts``), the orphans per table
+    and the tables whose foreign keys could not be checked (``foreign_key_orphans``),
+    the FTS copies compared (``compare``); ``foreign``: other tables' cells each
+    table's b-tree reaches (``foreign_cells.py``), which are no rows of it."""
+    base = schema.base_tables()
+    tables = []
+    for i, obj in enumerate(base):
+        if progress:
+            progress("scan tables", i, len(base))
+        tables.append(table_facts(conn, obj, schema, foreign=foreign.get(obj.name, {})))
+    if progress:
+        progress("scan tables", len(base), len(base))
+    orphans, fk_errors = foreign_key_orphans(conn, base, foreign)
+    if progress:
+        progress("compare FTS copies", 0, 1)
+    copies = compare(conn, schema, foreign)
+    return tables, orphans, fk_errors, copies
+
+
+def table_facts(
+    conn: apsw.Connection,
+    obj: SchemaObject,
+    schema: Schema | None = None,
+    *,
+    foreign: Records | None = None,
+) -> TableFacts:
+    """Planner count, full-scan count, distinct keys and phantom duplicates of one table;
+    with ``schema``, rowids its indexes or FTS copies hold that the table lacks.
+    ``foreign``: other tables' cells its b-tree reaches, which are no rows of it."""
+    key = obj.key_columns
+    key_cols = [c for c in key if c != "rowid"]
+    rowids = KeySet()  # rowids read (a KeySet: a million rows cost no 100 MiB)
+    again: Counter[int] = Counter()  # rowid -> times read after the first
+    keys: dict[Any, int] = {}  # key columns -> the first rowid read with them
+    duplicate_keys: set[Any] = set()
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        rowid = int(row[0])
+        if not rowids.add_new(rowid):
+            again[rowid] += 1
+        if key_cols:
+            k = tuple(row[1:])
+            prev = keys.setdefault(k, rowid)
+            if prev != rowid:
+                duplicate_keys.add(k)
+
+    hints = _index_rowids(conn, schema, obj) if schema is not None else KeySet()
+    own = OwnRows(obj, foreign or {})
+    result: ScanResult = scan_table(
+        conn, obj.name, own.columns(key_cols), own.keep(key_cols, on_row), hints=hints
+    )
+    result.rows_read -= len(own.left_out)
+    planner: int | None = None
+    planner_error = None
+    try:
+        row = conn.execute(f"SELECT count(*) FROM {quote_ident(obj.name)}").fetchone()
+        planner = int(row[0]) if row else None
+    except apsw.Error as exc:
+        planner_error = str(exc).split("\n", 1)[0]
+    missing: list[int] = []
+    stale: list[int] = []
+    witnessed = False
+    copies: KeySet | None = None
+    if schema is not None:
+        witnessed = any(
+            o.type == "index"
+            and o.tbl_name == obj.name
+            and not (o.sql and re.search(r"\bWHERE\b", o.sql, re.I))
+            for o in schema.objects
+        )
+        if key == ["rowid"]:
+            copies = fts_rowids(conn, schema, obj.name)
+            missing, stale = _rows_elsewhere(conn, obj, rowids, hints, copies)
+    return TableFacts(
+        name=obj.name,
+        key=key,
+        planner_rows=planner,
+        scan_rows=result.rows_read,
+        distinct_keys=len(keys) if key_cols else len(rowids),
+        duplicate_rowids={r: n + 1 for r, n in again.items()},
+        duplicate_keys=len(duplicate_keys),
+        unreadable_rows=result.unreadable_rows,
+        unreadable_ranges=result.unreadable_ranges,
+        planner_error=planner_error,
+        text_repaired=len(result.text_repaired),
+        missing_rows=missing,
+        stale_index_entries=stale,
+        witnessed=witnessed,
+        fts_copies=copies,
+        fts_copies_read=key == ["rowid"] and schema is not None,
+    )
+
+
+def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> KeySet:
+    """Rowids the table's readable full indexes list: where a damaged scan can resume,
+    and what tells a garbled cell (a rowid out of order that no index lists) from a
+    row (``scan.py``)."""
+    out = KeySet()
+    if obj.without_rowid:
+        return out
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue  # a partial index lists only some rows
+        try:
+            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
+            out.update(r[0] for r in conn.execute(sql))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue
+    return out
+
+
+def _rows_elsewhere(
+    conn: apsw.Connection,
+    obj: SchemaObject,
+    rowids: KeySet,
+    listed: KeySet,
+    copies: KeySet | None,
+) -> tuple[list[int], list[int]]:
+    """(rowids the FTS copies hold that the table lacks, rowids only an index lists);
+    ``listed``: the rowids its readable full indexes list (``_index_rowids``);
+    ``copies``: those its FTS copies hold (``copies.fts_rowids``).
+
+    Without an FTS copy nothing tells a lost row from an entry a delete left behind,
+    so both lists stay empty; the planner's count still shows the mismatch."""
+    if copies is None:
+        return [], []
+    seq = sequence_of(conn, obj.name)
+    if seq is not None:
+        # AUTOINCREMENT never gave out a rowid above the sequence: a copy naming one
+        # holds a garbled cell, not a row that existed.
+        copies = copies.up_to(seq)
+    return sorted(copies - rowids), sorted(listed - rowids - copies)
+
+
+def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[int, int, int]]:
+    """Hermes' sessions whose ``message_count`` no honest history explains: (rowid,
+    message_count, messages counted), from full scans.
+
+    Hermes counts each message into its session in the same transaction that stores
+    it; a compaction sets the count to the active messages, and a rewind marks
+    messages inactive (``active = 0``) and leaves the count as it was. So in an
+    intact file the count lies between the session's active messages and all of its
+    messages. A session counting fewer than its active messages is older than its
+    messages (its page went back to an older image: a lost write; the active ones are
+    the count given); one counting more than all of its messages has lost messages
+    (all of them are the count given). Empty when the file has no such tables, or
+    when either cannot be read whole."""
+    d = quote_ident(db_name)
+    try:
+        cols = {str(r[1]) for r in conn.execute(f"PRAGMA {d}.table_info(messages)")}
+        scols = {str(r[1]) for r in conn.execute(f"PRAGMA {d}.table_info(sessions)")}
+        if not {"session_id"} <= cols or not {"id", "message_count"} <= scols:
+            return []
+        active = "coalesce(active, 1) = 1" if "active" in cols else "1"
+        counted: dict[Any, tuple[int, int]] = {
+            r[0]: (int(r[1]), int(r[2]))
+            for r in conn.execute(
+                f"SELECT session_id, sum({active}), count(*) FROM {d}.messages NOT INDEXED"
+                " GROUP BY session_id"
+            )
+        }
+        out = []
+        for rowid, sid, n in conn.execute(
+            f"SELECT rowid, id, message_count FROM {d}.sessions NOT INDEXED"
+        ):
+            live, every = counted.get(sid, (0, 0))
+            if isinstance(n, int) and n < live:
+                out.append((int(rowid), n, live))
+            elif isinstance(n, int) and n > every:
+                out.append((int(rowid), n, every))
+        return out
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return []
+
+
+def orphan_rows(conn: apsw.Connection, table: str, foreign: OwnRows | None = None) -> int:
+    """Rows of ``table`` whose parent row is missing, found by full scans of both
+    tables that read past damage (``scan.py``). ``foreign_key_check`` looks parents up
+    through the parent's index, which on a damaged file still lists parents whose rows
+    are gone, and fails outright on an unreadable page. Each row counts once however
+    many of its foreign keys fail; check and recover count orphans with this function.
+    ``foreign`` leaves out other tables' cells the table's b-tree reaches.
+    """
+    fks: dict[int, list[tuple[str, str, str | None]]] = {}
+    for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
+        fks.setdefault(int(row[0]), []).append((str(row[2]), str(row[3]), row[4]))
+    if not fks:
+        return 0
+    rules: list[tuple[list[str], set[tuple[Any, ...]]]] = []
+    for parts in fks.values():
+        parent = parts[0][0]
+        to = [p[2] for p in parts]
+        if any(t is None for t in to):
+            info = conn.execute(f"PRAGMA table_info({quote_ident(parent)})").fetchall()
+            pk = sorted((int(r[5] or 0), str(r[1])) for r in info if r[5])
+            to = [name for _, name in pk] or ["rowid"]
+        rules.append(([p[1] for p in parts], _key_values(conn, parent, [str(t) for t in to])))
+    columns = list(dict.fromkeys(c for cols, _ in rules for c in cols))
+    at = {c: i + 1 for i, c in enumerate(columns)}
+    orphans = 0
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        nonlocal orphans
+        for cols, keys in rules:
+            values = tuple(row[at[c]] for c in cols)
+            if None not in values and values not in keys:
+                orphans += 1
+                return
+
+    if foreign is None:
+        scan_table(conn, table, columns, on_row)
+    else:
+        scan_table(conn, table, foreign.columns(columns), foreign.keep(columns, on_row))
+    return orphans
+
+
+def _key_values(conn: apsw.Connection, table: str, columns: list[str]) -> set[tuple[Any, ...]]:
+    out: set[tuple[Any, ...]] = set()
+    if columns == ["rowid"]:
+        scan_table(conn, table, [], lambda row: out.add((row[0],)))
+    else:
+        scan_table(conn, table, columns, lambda row: out.add(tuple(row[1:])))
+    return out
+
+
+def foreign_key_orphans(
+    conn: apsw.Connection, tables: list[SchemaObject], foreign: dict[str, Records] | None = None
+) -> tuple[dict[str, int], list[str]]:
+    """Rows per table whose parent row is missing (``foreign_key_check``), table by table
+    so that one unreadable table does not hide the others; ``foreign``: other tables'
+    cells each table's b-tree reaches (``foreign_cells.py``), which are no rows of it."""
+    counts: dict[str, int] = {}
+    errors = []
+    for obj in tables:
+        found = (foreign or {}).get(obj.name)
+        try:
+            n = orphan_rows(conn, obj.name, OwnRows(obj, found) if found else None)
+        except apsw.Error as exc:
+            errors.append(f"{obj.name}: {str(exc).split(chr(10), 1)[0]}")
+            continue
+        if n:
+            counts[obj.name] = n
+    return counts, errors
