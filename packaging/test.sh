@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv (see setup-dev.sh) and run the whole test suite, in two passes at once: the
 # unit and process tiers in parallel (STATEWARDEN_TEST_WORKERS processes, 3 unless set;
-# each takes whole files, so a module's fixtures are built once), and beside them the
+# each takes whole files, so a module's fixtures are built once; the files that take
+# longest are handed out first, tests/support/schedule.py), and beside them the
 # systemd tier one test at a time (each starts a private user manager on the one cgroup
 # path they share). The systemd tests mostly wait on their manager, units and journald, so
 # the two passes take about as long as the parallel one alone; the systemd pass's output
@@ -34,8 +35,8 @@ else
         -m systemd "$@" >"$base/systemd.log" 2>&1 &
     systemd_pass=$!
     trap 'kill "$systemd_pass" 2>/dev/null; exit 130' INT TERM
-    .venv/bin/python -m pytest -n "$workers" --dist loadfile --basetemp "$base/p" \
-        -m "not systemd" "$@"
+    .venv/bin/python -m pytest -n "$workers" --dist loadfile -p tests.support.schedule \
+        --basetemp "$base/p" -m "not systemd" "$@"
     parallel=$?
     wait "$systemd_pass"
     serial=$?

@@ -354,19 +354,20 @@ def test_rows_only_in_the_moved_aside_wal_come_back(tmp_path: Path, config: Path
 
 @pytest.mark.parametrize("snapshot", [True, False])
 def test_a_file_away_from_its_folder_needs_a_snapshot_to_prove_it(
-    tmp_path: Path, config: Path, *, snapshot: bool
+    tmp_path: Path, config: Path, vanished: Vanished, *, snapshot: bool
 ) -> None:
     """The moved-aside file copied elsewhere is no longer known by its name and place:
     a verified snapshot statewarden took of the database before (the same
     store_instance_id) proves it, and it merges; without one it is refused (exit 5),
     named, and nothing is done."""
-    home = make_home(tmp_path / "hermes", NEWEST)
-    db = home / "state.db"
     if snapshot:
-        taken = run_ctl("snapshots", "take", "--db", str(db))
+        home = make_home(tmp_path / "hermes", NEWEST)
+        taken = run_ctl("snapshots", "take", "--db", str(home / "state.db"))
         assert taken.exit_code == 0, taken.stderr
-    damage(db, "zeroed")
-    moved = hermes_starts_fresh(home, sessions=5, messages=20, seed=2)
+        damage(home / "state.db", "zeroed")
+        db, moved = home / "state.db", hermes_starts_fresh(home, sessions=5, messages=20, seed=2)
+    else:
+        db, moved = vanished(tmp_path)
     away = tmp_path / "elsewhere" / "old.db"
     away.parent.mkdir()
     shutil.copyfile(moved, away)
