@@ -38,9 +38,7 @@ from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.recovery.diagnosis import Diagnosis, TableFacts, classify, worst
 from statewarden.recovery.evidence.column_types import find_misfits
-from statewarden.recovery.evidence.copies import (
-    CopyCheck,
-)
+from statewarden.recovery.evidence.copies import CopyCheck
 from statewarden.recovery.evidence.foreign_cells import foreign_by_table
 from statewarden.recovery.evidence.lost_writes import find_lost_writes
 from statewarden.recovery.fts_checks import CHECK_CUT_SHORT, FtsPending, _fts_verdicts

@@ -21,11 +21,7 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.recovery.evidence.column_types import Misfits
-from statewarden.recovery.evidence.copies import (
-    CopyCheck,
-    rowids_shown,
-    sample,
-)
+from statewarden.recovery.evidence.copies import CopyCheck, rowids_shown, sample
 from statewarden.recovery.evidence.foreign_cells import Records
 from statewarden.recovery.evidence.lost_writes import LostWrites
 

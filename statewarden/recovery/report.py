@@ -25,7 +25,7 @@ from typing import Any
 
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.diagnosis import describe_range
-from statewarden.recovery.evidence.copies import REBUILT_RULE
+from statewarden.recovery.evidence.copy_restore import REBUILT_RULE
 from statewarden.recovery.verify import Verification
 
 DEDUPE_RULE = (

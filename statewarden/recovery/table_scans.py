@@ -18,11 +18,7 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import ScanResult, scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.diagnosis import TableFacts
-from statewarden.recovery.evidence.copies import (
-    CopyCheck,
-    compare,
-    fts_rowids,
-)
+from statewarden.recovery.evidence.copies import CopyCheck, compare, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
 from statewarden.recovery.evidence.lost_writes import sequence_of
 from statewarden.sqlite import quote_ident

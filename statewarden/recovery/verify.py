@@ -30,7 +30,8 @@ import apsw
 from statewarden.recovery.decoding.integrity import IntegrityCheck
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
-from statewarden.recovery.evidence.copies import MACHINE_ERRORS, Feed
+from statewarden.recovery.evidence.copies import Feed
+from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.recovery.table_scans import orphan_rows
 from statewarden.sqlite import hermes_schema_version, quote_ident, read_header
 

@@ -1,6 +1,6 @@
 """The index entries a damaged table's rows are held against, read one rowid at a time
-(``copies.indexed_values_in_order``), are exactly what reading them all at once gives
-(``copies.indexed_values``, then ``lost_writes.drop_misshapen``), on a file Hermes wrote.
+(``index_witnesses.indexed_values_in_order``), are exactly what reading them all at once gives
+(``index_witnesses.indexed_values``, then ``lost_writes.drop_misshapen``), on a file Hermes wrote.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lab.hermes_fixtures import SMALL, TALL, built_db
 from lab.many_rows import many_messages
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.schema import read_schema
-from statewarden.recovery.evidence.copies import (
+from statewarden.recovery.evidence.index_witnesses import (
     index_readings,
     indexed_values,
     indexed_values_in_order,

@@ -18,11 +18,8 @@ from statewarden.recovery.building.build import (
 from statewarden.recovery.building.row_repair import RowRepair
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.diagnosis import Diagnosis
-from statewarden.recovery.evidence.copies import (
-    MACHINE_ERRORS,
-    Feed,
-    feeds,
-)
+from statewarden.recovery.evidence.copies import Feed, feeds
+from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.sqlite import quote_ident
 
 # FTS5's structure record of an index with no segment (cookie 0, no level, no segment,

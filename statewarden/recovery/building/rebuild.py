@@ -30,9 +30,7 @@ from statewarden.recovery.building.row_repair import RowRepair
 from statewarden.recovery.building.salvage_inserts import SalvageInserts
 from statewarden.recovery.building.table_fill import TableFill
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, inserts_into
-from statewarden.recovery.evidence.copies import (
-    Feed,
-)
+from statewarden.recovery.evidence.copies import Feed
 from statewarden.recovery.report import Report, TableReport
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import uri_for

@@ -22,18 +22,18 @@ from statewarden.recovery.building.build import (
     stored_names,
 )
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.evidence.copies import (
+from statewarden.recovery.evidence.copies import feeds
+from statewarden.recovery.evidence.copy_restore import restore_from_copies
+from statewarden.recovery.evidence.copy_vote import rows_differing_from_copies
+from statewarden.recovery.evidence.index_witnesses import (
     MACHINE_ERRORS,
     IndexReading,
     Witnesses,
-    feeds,
     index_readings,
     indexed_values,
     indexed_values_in_order,
     indexed_values_of,
-    restore_from_copies,
 )
-from statewarden.recovery.evidence.copy_vote import rows_differing_from_copies
 from statewarden.recovery.evidence.lost_writes import drop_misshapen
 from statewarden.recovery.evidence.old_indexes import indexed_columns, old_index_witnesses
 from statewarden.sqlite import json_value, quote_ident
@@ -47,7 +47,7 @@ class RowRepair(BuildPart):
 
     def restore_from_copies(self) -> None:
         """Rows that differ from two FTS copies that agree with each other (changed on
-        disk) get the changed column back from the copies (``copies.restore_from_copies``);
+        disk) get the changed column back from the copies (``copy_restore.restore_from_copies``);
         each is listed in ``restored_from_copies``; the others stay as stored."""
         for check in self.inputs.diag.copies:
             if check.error and check.table in self.copies:

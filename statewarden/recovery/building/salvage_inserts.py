@@ -22,13 +22,9 @@ from statewarden.recovery.building.build import (
 from statewarden.recovery.building.table_fill import TableFill
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.diagnosis import Diagnosis
-from statewarden.recovery.evidence.copies import (
-    feeds,
-    index_readings,
-    indexed_values_of,
-    rebuild_from_copies,
-    write_rebuilt,
-)
+from statewarden.recovery.evidence.copies import feeds
+from statewarden.recovery.evidence.copy_restore import rebuild_from_copies, write_rebuilt
+from statewarden.recovery.evidence.index_witnesses import index_readings, indexed_values_of
 from statewarden.recovery.evidence.lost_writes import drop_misshapen
 from statewarden.recovery.evidence.other_copies import (
     OtherCopy,
@@ -323,7 +319,7 @@ class SalvageInserts(BuildPart):
 
     def rebuild_lost_from_copies(self, tc: TableCopy) -> None:
         """Rows the FTS copies remember that the output table lacks go, as far as the
-        copies hold them, to a documented side table (``copies.REBUILT_RULE``)."""
+        copies hold them, to a documented side table (``copy_restore.REBUILT_RULE``)."""
         if not tc.has_fts_copies:
             return
         have = KeySet(

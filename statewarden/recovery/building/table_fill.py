@@ -31,12 +31,9 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import ScanResult, scan_table
 from statewarden.recovery.decoding.schema import SchemaObject
 from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
-from statewarden.recovery.evidence.copies import (
-    MACHINE_ERRORS,
-    agrees_with_copies,
-    fts_rowids,
-)
+from statewarden.recovery.evidence.copies import agrees_with_copies, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows
+from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.sqlite import json_value, quote_ident
 
 # Constraint failures no row SQLite stored can meet: the table refused it when written.

@@ -41,13 +41,9 @@ from statewarden.recovery.decoding.page_format import PAGE_INDEX_INTERIOR, PAGE_
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
-from statewarden.recovery.evidence.copies import (
-    agrees_with_copies,
-    feeds,
-    indexed_values,
-    rowids_shown,
-)
+from statewarden.recovery.evidence.copies import agrees_with_copies, feeds, rowids_shown
 from statewarden.recovery.evidence.foreign_cells import foreign_records, reads_as, referenced_twice
+from statewarden.recovery.evidence.index_witnesses import indexed_values
 from statewarden.sqlite import json_value, quote_ident
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
@@ -452,7 +448,7 @@ def _misshapen_indexes(
 def drop_misshapen(
     entries: dict[int, dict[str, list[tuple[Any, str]]]], misshapen: dict[str, set[int] | None]
 ) -> None:
-    """Take out of ``entries`` (``copies.indexed_values``) what the indexes of
+    """Take out of ``entries`` (``index_witnesses.indexed_values``) what the indexes of
     ``misshapen`` hold in records of another shape: read in the index's columns, another
     index's entries say nothing of the rows (an index whose misshapen entries cannot
     all be named is no witness at all)."""

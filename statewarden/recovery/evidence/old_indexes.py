@@ -225,7 +225,7 @@ def old_index_witnesses(
 ) -> Witnesses:
     """What the old indexes' pages (of ``index_pages``, those no index of the schema
     reaches) hold for the rows of ``table`` (rowid -> the row's values as read), in
-    the shape of ``copies.indexed_values``: for each rowid, each indexed column's
+    the shape of ``index_witnesses.indexed_values``: for each rowid, each indexed column's
     values, one per old index entry listing it.
 
     No schema names those pages, so each is given to the index of the table (one that

@@ -55,7 +55,8 @@ import apsw
 from statewarden.atomic import copy_bytes, create_new
 from statewarden.errors import UsageError
 from statewarden.recovery.decoding.schema import SchemaObject
-from statewarden.recovery.evidence.copies import MACHINE_ERRORS, Feed, Witnesses
+from statewarden.recovery.evidence.copies import Feed
+from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS, Witnesses
 from statewarden.recovery_files import (
     MANIFEST_MAX_BYTES,
     PRE_UPDATE_INFIX,
@@ -488,7 +489,7 @@ def _same_value(a: Any, b: Any) -> bool:
 
 def index_disagreement(row: Mapping[str, Any], entries: Witnesses) -> str | None:
     """Why a row taken from another copy (column -> value) contradicts the entries this
-    file's intact indexes hold for its rowid (``copies.indexed_values_of``), or None."""
+    file's intact indexes hold for its rowid (``index_witnesses.indexed_values_of``), or None."""
     for col, held in entries.items():
         if col not in row:
             continue
