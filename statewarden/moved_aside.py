@@ -22,9 +22,9 @@ from pathlib import Path
 
 import apsw
 
-from statewarden.errors import DatabaseError, StatewardenError
+from statewarden.errors import DatabaseError
 from statewarden.sidecars import SIDECAR_SUFFIXES
-from statewarden.sqlite import open_readonly, read_header, wal_sidecars_absent
+from statewarden.sqlite import closed_wal, open_readonly, wal_sidecars_absent
 
 # After "state.db.": what Hermes found (a zeroed header, or not a database), then its time
 # stamp and pid (``unknown`` when it had no clock), ``.bak`` last.
@@ -84,19 +84,6 @@ def count_held(path: Path, *, live: bool = False) -> Held:
         return Held(size, None, None, str(exc).split("\n", 1)[0])
     finally:
         conn.close()
-
-
-def closed_wal(db: Path) -> bool:
-    """A WAL database nobody has open (no ``-wal``, no ``-shm``): read it ``immutable``,
-    as a read-only connection would leave an empty ``-wal`` and ``-shm`` behind. Any other
-    is read with a plain read-only connection, which takes SQLite's shared lock against
-    a writer. (The header is read raw: call it with no connection open to ``db``.)"""
-    if not wal_sidecars_absent(db):
-        return False
-    try:
-        return read_header(db).journal_mode == "wal"
-    except StatewardenError:
-        return False
 
 
 def _count(conn: apsw.Connection, table: str) -> int:

@@ -21,7 +21,7 @@ import os
 import apsw
 
 from statewarden.errors import DatabaseError, DatabaseUnreadable
-from statewarden.sidecars import SHM_SUFFIX, WAL_SUFFIX, sidecar_name
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX, sidecar_name
 
 # The header, read without a connection, lives in sqlite_header.py and is named here too;
 # it is imported when first used (a read-only query needs no dataclasses nor struct).
@@ -103,6 +103,28 @@ def wal_sidecars_absent(path: str | os.PathLike[str]) -> bool:
     return not any(os.path.lexists(sidecar_name(path, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
 
 
+def closed_wal(path: str | os.PathLike[str]) -> bool:
+    """A WAL database nobody has open: its header says WAL and no ``-wal``, ``-shm`` or
+    ``-journal`` lies beside it, so the main file alone is the database and nobody
+    writes it. Read it ``immutable``: a read-only connection would leave an empty
+    ``-wal`` and ``-shm`` behind. Any other file is read with a plain read-only
+    connection, which takes SQLite's shared lock against a writer: above all one in
+    rollback (DELETE) mode, whose writer changes the main file in place (an immutable
+    reader would see its half-written pages) and leaves a hot ``-journal`` when it dies
+    (which the plain reader meets as an error, :func:`is_hot_journal_error`). The header
+    is read raw: call it with no connection open to ``path``."""
+    if not wal_sidecars_absent(path) or os.path.lexists(sidecar_name(path, JOURNAL_SUFFIX)):
+        return False
+    from pathlib import Path  # noqa: PLC0415 - see the names above
+
+    from statewarden.sqlite_header import read_header  # noqa: PLC0415
+
+    try:
+        return read_header(Path(path)).journal_mode == "wal"
+    except DatabaseError:
+        return False
+
+
 def open_readonly(
     path: str | os.PathLike[str],
     *,
@@ -163,6 +185,12 @@ def classify_error(path: str | os.PathLike[str], exc: BaseException) -> Database
         return DatabaseUnreadable(f"{path}: database disk image is malformed ({text})")
     if isinstance(exc, apsw.BusyError | apsw.LockedError):
         return DatabaseError(f"{path}: busy, a writer holds a lock ({text})")
+    if is_hot_journal_error(exc):
+        return DatabaseError(
+            f"{path}: a hot -journal beside it (a writer died in the middle of a"
+            " transaction): a read-only reader may not roll it back; the next process that"
+            " opens it for writing (Hermes) does"
+        )
     if isinstance(exc, apsw.CantOpenError):
         return DatabaseError(f"{path}: cannot open ({text})")
     if isinstance(exc, apsw.SQLError) and text.startswith(UNSUPPORTED_FORMAT):
@@ -170,6 +198,15 @@ def classify_error(path: str | os.PathLike[str], exc: BaseException) -> Database
         # the file cannot be read as it is, which is damage, not a failed command.
         return DatabaseUnreadable(f"{path}: {text} (a header field SQLite does not know)")
     return DatabaseError(f"{path}: {text}")
+
+
+def is_hot_journal_error(exc: BaseException) -> bool:
+    """A read-only connection met a hot ``-journal`` (its writer died mid-transaction),
+    which only a connection that may write can roll back (``SQLITE_READONLY_ROLLBACK``)."""
+    return (
+        isinstance(exc, apsw.ReadOnlyError)
+        and getattr(exc, "extendedresult", None) == apsw.SQLITE_READONLY_ROLLBACK
+    )
 
 
 def quote_ident(name: str) -> str:

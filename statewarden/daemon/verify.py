@@ -68,7 +68,7 @@ from statewarden.maintenance import in_progress, lock_holder, run_dir
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
 from statewarden.progress import ProgressFn
 from statewarden.recovery import Diagnosis, check_database
-from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
+from statewarden.sqlite import classify_error, closed_wal, open_readonly
 from statewarden.targets import Target
 
 __all__ = [
@@ -486,7 +486,7 @@ def snapshot_copy(db: Path, parent: Path) -> Path:
     try:
         # Immutable when no sidecar exists, else SQLite would leave an empty -wal and
         # -shm behind next to the live file.
-        src = open_readonly(db, busy_timeout_ms=1000, immutable=wal_sidecars_absent(db))
+        src = open_readonly(db, busy_timeout_ms=1000, immutable=closed_wal(db))
         try:
             out = apsw.Connection(str(dest))
             try:

@@ -18,7 +18,7 @@ from statewarden.holders import HolderScanner
 from statewarden.maintenance.report import PostCheck
 from statewarden.maintenance.swap import prune
 from statewarden.maintenance.transcripts import ImportLimits, import_diverted, pending_sources
-from statewarden.sqlite import open_readonly, wal_sidecars_absent
+from statewarden.sqlite import closed_wal, open_readonly
 
 if TYPE_CHECKING:
     from statewarden.maintenance.state import RunState
@@ -61,7 +61,7 @@ def post_check(run: RunState) -> None:
     try:
         # Immutable when no sidecar exists: a plain read-only open would leave an
         # empty -wal and -shm behind (only a writer may delete them).
-        conn = open_readonly(run.db, busy_timeout_ms=1000, immutable=wal_sidecars_absent(run.db))
+        conn = open_readonly(run.db, busy_timeout_ms=1000, immutable=closed_wal(run.db))
         try:
             rows = conn.execute(f"PRAGMA integrity_check({POST_CHECK_MAX_ERRORS})").fetchall()
         finally:

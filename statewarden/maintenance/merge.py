@@ -84,11 +84,18 @@ from statewarden.errors import DatabaseError, MergeRefused, StatewardenError, Us
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.maintenance.snapshots import list_snapshots
 from statewarden.maintenance.swap import list_quarantine
-from statewarden.moved_aside import closed_wal, is_moved_aside
+from statewarden.moved_aside import is_moved_aside
 from statewarden.progress import ProgressFn
 from statewarden.recovery import make_work_copy
 from statewarden.sidecars import SIDECAR_SUFFIXES
-from statewarden.sqlite import open_readonly, quote_ident, uri_for, wal_sidecars_absent
+from statewarden.sqlite import (
+    closed_wal,
+    is_hot_journal_error,
+    open_readonly,
+    quote_ident,
+    uri_for,
+    wal_sidecars_absent,
+)
 
 MERGE_FOLDER = "merge-source"
 OLD_NAME = "old.db"
@@ -198,7 +205,7 @@ def prepare_source(
                 f"{path}: could not be recovered into a verified file; nothing was merged"
             )
         source = Source(path, out, "", report.to_json())
-        source.proof = prove_earlier(source, db, home=home, state=state)
+        source.proof = prove_earlier(source, db, home=home, state=state, work_parent=where)
     except BaseException:
         shutil.rmtree(where, ignore_errors=True)
         raise
@@ -239,7 +246,7 @@ def _earlier_copies(db: Path, home: Path, state: Path) -> list[Path]:
     return [p for p in out if p.is_file()]
 
 
-def prove_earlier(source: Source, db: Path, *, home: Path, state: Path) -> str:
+def prove_earlier(source: Source, db: Path, *, home: Path, state: Path, work_parent: Path) -> str:
     """Why ``source`` is ``db``'s earlier file, in words; :class:`MergeRefused` when it is
     not (not a Hermes state.db, a copy of the current file, nothing that proves it)."""
     old = open_readonly(source.recovered, immutable=True)
@@ -254,16 +261,7 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path) -> str:
         old_sessions = {str(i): src for i, src in old.execute("SELECT id, source FROM sessions")}
     finally:
         old.close()
-    cur = open_readonly(db, immutable=closed_wal(db))
-    try:
-        cur_ids = _meta(cur)
-        shared = {
-            str(sid): src
-            for sid, src in cur.execute("SELECT id, source FROM sessions").fetchall()
-            if str(sid) in old_sessions
-        }
-    finally:
-        cur.close()
+    cur_ids, shared = _current_facts(db, old_sessions, work_parent)
     store = old_ids.get("store_instance_id")
     if store and store == cur_ids.get("store_instance_id"):
         raise MergeRefused(
@@ -299,6 +297,42 @@ def _same(path: Path, other: str) -> bool:
 
 def _tables(conn: apsw.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+
+
+def _current_facts(
+    db: Path, old_sessions: dict[str, Any], work_parent: Path
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The current file's ids, and the source of each session it shares with the old
+    one, as SQLite presents the file. Beside a hot ``-journal`` (Hermes died in the
+    middle of a transaction in rollback mode) no read-only reader may roll it back: the
+    file is then read through a private copy of it and its journal, rolled back there
+    (``make_work_copy``); the live file is never written."""
+    try:
+        return _facts_of(db, closed_wal(db), old_sessions)
+    except apsw.Error as exc:
+        if not is_hot_journal_error(exc):
+            raise
+    work = make_work_copy(db, work_parent)
+    try:
+        return _facts_of(work.db, True, old_sessions)
+    finally:
+        work.cleanup()
+
+
+def _facts_of(
+    path: Path, immutable: bool, old_sessions: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, Any]]:
+    cur = open_readonly(path, immutable=immutable)
+    try:
+        ids = _meta(cur)
+        shared = {
+            str(sid): src
+            for sid, src in cur.execute("SELECT id, source FROM sessions").fetchall()
+            if str(sid) in old_sessions
+        }
+    finally:
+        cur.close()
+    return ids, shared
 
 
 def _meta(conn: apsw.Connection) -> dict[str, str]:

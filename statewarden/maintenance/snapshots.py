@@ -46,7 +46,7 @@ from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
 from statewarden.recovery import check_database
 from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
-from statewarden.sqlite import classify_error, open_readonly, wal_sidecars_absent
+from statewarden.sqlite import classify_error, closed_wal, open_readonly
 
 SNAPSHOTS_DIR = "snapshots"
 LOCK_NAME = ".lock"
@@ -169,7 +169,7 @@ def backup_copy(db: Path, folder: Path) -> Path:
 def _backup(db: Path, dest: Path) -> None:
     # Read-only (and immutable when no sidecar exists, else SQLite would leave an empty
     # -wal and -shm behind): the source is never written, checkpointed or reset.
-    src = open_readonly(db, busy_timeout_ms=1000, immutable=wal_sidecars_absent(db))
+    src = open_readonly(db, busy_timeout_ms=1000, immutable=closed_wal(db))
     try:
         out = apsw.Connection(str(dest))
         try:

@@ -30,6 +30,7 @@ from lab.hermes_fixtures import (
     make_home,
     writer_env,
 )
+from lab.hot_journal import kill_mid_transaction
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from statewarden.maintenance.swap import list_quarantine
 from tests.support.cli import run_ctl
@@ -317,6 +318,32 @@ def test_a_killed_merge_is_resumed_and_nothing_is_merged_twice(
     assert report_of(final)["outcome"] == ("nothing to merge" if forward else "merged")
     assert_merged_once(db, quarantined(tmp_path))
     assert run_ctl("check", "--db", str(db)).exit_code == 0
+
+
+def test_a_hot_journal_beside_the_current_file_is_read_as_sqlite_presents_it(
+    tmp_path: Path, config: Path, vanished: Vanished
+) -> None:
+    """Hermes 0.22 killed in the middle of a transaction (rollback mode) leaves a hot
+    ``-journal`` beside the current file, which no read-only reader may roll back: the
+    merge proved the old file by reading the live one read-only and ended in
+    "unexpected ReadOnlyError". Invariant: a hot journal is read as SQLite presents the
+    file (rolled back in a private copy), never written in the live one; the merge
+    brings every session back, the uncommitted rows do not, and Hermes reads it back."""
+    db, old = vanished(tmp_path)
+    kill_mid_transaction(db, NEWEST_HERMES, committed=2, uncommitted=400, words=4)
+    journal = db.with_name(db.name + "-journal")
+    assert journal.exists()
+    before = sha(db), sha(journal)
+    dry = run_maintenance("--db", str(db), "--merge-from", str(old), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert (sha(db), sha(journal)) == before  # the live file and its journal untouched
+    done = run_maintenance("--db", str(db), "--merge-from", str(old), "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    assert report_of(done)["outcome"] == "merged"
+    assert set(sessions(built_db(NEWEST))) <= set(sessions(db))
+    assert not journal.exists()
+    assert run_ctl("check", "--db", str(db)).exit_code == 0
+    hermes_reads_back(db)
 
 
 def test_rows_only_in_the_moved_aside_wal_come_back(tmp_path: Path, config: Path) -> None:
