@@ -103,6 +103,15 @@ def wal_sidecars_absent(path: str | os.PathLike[str]) -> bool:
     return not any(os.path.lexists(sidecar_name(path, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
 
 
+def no_sidecars(path: str | os.PathLike[str]) -> bool:
+    """No ``-wal``, ``-shm`` or ``-journal`` beside ``path``: no writer is in the middle
+    of a transaction on it (in WAL mode nobody has it open, in rollback mode no write
+    transaction has begun changing the file). A reader that must not load the header
+    (``holders``' heartbeats) reads such a file immutable, and takes a failed read as
+    nothing read; :func:`closed_wal` is the test for everything else."""
+    return wal_sidecars_absent(path) and not os.path.lexists(sidecar_name(path, JOURNAL_SUFFIX))
+
+
 def closed_wal(path: str | os.PathLike[str]) -> bool:
     """A WAL database nobody has open: its header says WAL and no ``-wal``, ``-shm`` or
     ``-journal`` lies beside it, so the main file alone is the database and nobody
@@ -113,14 +122,12 @@ def closed_wal(path: str | os.PathLike[str]) -> bool:
     reader would see its half-written pages) and leaves a hot ``-journal`` when it dies
     (which the plain reader meets as an error, :func:`is_hot_journal_error`). The header
     is read raw: call it with no connection open to ``path``."""
-    if not wal_sidecars_absent(path) or os.path.lexists(sidecar_name(path, JOURNAL_SUFFIX)):
+    if not no_sidecars(path):
         return False
-    from pathlib import Path  # noqa: PLC0415 - see the names above
-
-    from statewarden.sqlite_header import read_header  # noqa: PLC0415
+    from statewarden.sqlite_header import read_header  # noqa: PLC0415 - see the names above
 
     try:
-        return read_header(Path(path)).journal_mode == "wal"
+        return read_header(path).journal_mode == "wal"
     except DatabaseError:
         return False
 

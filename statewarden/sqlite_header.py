@@ -104,7 +104,7 @@ _FILE_KINDS = {
 }
 
 
-def open_regular(path: Path | str) -> BinaryIO:
+def open_regular(path: Path | str | os.PathLike[str]) -> BinaryIO:
     """Open ``path`` for raw reading only if it is a regular file (symlinks followed).
 
     Opened non-blocking, then checked on the descriptor itself: a FIFO would block the
@@ -124,7 +124,7 @@ def open_regular(path: Path | str) -> BinaryIO:
         raise
 
 
-def read_header(path: Path) -> HeaderFacts:
+def read_header(path: Path | str | os.PathLike[str]) -> HeaderFacts:
     """Read the header with a raw read. Call only with no SQLite connection open to ``path``."""
     try:
         with open_regular(path) as f:

@@ -21,7 +21,7 @@ import apsw
 
 from statewarden.errors import DatabaseError
 from statewarden.record import FrozenRecord
-from statewarden.sqlite import readonly, wal_sidecars_absent
+from statewarden.sqlite import no_sidecars, readonly
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class Heartbeat(FrozenRecord):
 def read_heartbeats(db: str | os.PathLike[str]) -> list[Heartbeat]:
     """The rows of ``gateway_heartbeats``; empty when the table or file cannot be read."""
     try:
-        with readonly(db, busy_timeout_ms=200, immutable=wal_sidecars_absent(db)) as conn:
+        with readonly(db, busy_timeout_ms=200, immutable=no_sidecars(db)) as conn:
             cols = {str(r[1]) for r in conn.execute("PRAGMA table_info(gateway_heartbeats)")}
             if not {"pid"} <= cols:
                 return []
