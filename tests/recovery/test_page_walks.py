@@ -13,6 +13,7 @@ sectors and blocks, random bytes, torn and reverted pages, page 1 destroyed).
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import struct
 from pathlib import Path
@@ -54,7 +55,11 @@ from statewarden.recovery.decoding.zeroed_columns import (
     _payload_segments,
     _zeroed_runs,
 )
-from statewarden.recovery.decoding.zeroed_sectors import SECTOR, zeroed_sectors_of
+from statewarden.recovery.decoding.zeroed_sectors import (
+    SECTOR,
+    _zeroed_sector_pages,
+    zeroed_sectors_of,
+)
 
 # -- the reference walks ------------------------------------------------------------
 
@@ -465,3 +470,44 @@ def test_an_overflow_chain_that_loops_is_read_once_round(tmp_path: Path) -> None
     finally:
         db.close()
     assert_same_answers(case.db, schema)
+
+
+def plain_zeroed_sector_pages(data: bytes, page_size: int) -> list[int]:
+    """The pages of ``data`` holding a wholly zeroed sector, every whole sector compared."""
+    zero = bytes(SECTOR)
+    whole = len(data) // SECTOR
+    return sorted(
+        {
+            s * SECTOR // page_size
+            for s in range(whole)
+            if data[s * SECTOR : (s + 1) * SECTOR] == zero
+        }
+    )
+
+
+@pytest.mark.parametrize("page_size", [512, 1024, 4096, 65536])
+def test_zeroed_sector_search_misses_no_sector_and_invents_none(page_size: int) -> None:
+    """The search for wholly zeroed sectors (first and last bytes of every sector taken
+    at once, then the candidates compared whole) finds the pages a sector-by-sector
+    comparison finds, on bytes that hold the near misses: a sector zero but for one
+    byte (its first, its last, one in the middle), runs of zeros longer than a sector
+    that straddle two, two zeroed sectors on one page, a sector cut short at the end."""
+    rnd = random.Random(page_size)
+    found = 0
+    for _ in range(300):
+        data = bytearray(rnd.randbytes(rnd.randrange(0, 6 * page_size + SECTOR)))
+        for _ in range(rnd.randrange(0, 10)):
+            at = rnd.randrange(0, len(data) + 1)
+            length = rnd.choice([16, 511, SECTOR, SECTOR + 1, 2 * SECTOR, 3 * SECTOR - 7])
+            data[at : at + length] = bytes(len(data[at : at + length]))
+        for _ in range(rnd.randrange(0, 4)):
+            if data:
+                sector = rnd.randrange(0, -(-len(data) // SECTOR)) * SECTOR
+                nearly = sector + rnd.choice([0, SECTOR - 1, rnd.randrange(1, SECTOR - 1)])
+                data[sector : sector + SECTOR] = bytes(len(data[sector : sector + SECTOR]))
+                if nearly < len(data):
+                    data[nearly] = rnd.randrange(1, 256)
+        want = plain_zeroed_sector_pages(bytes(data), page_size)
+        assert _zeroed_sector_pages(bytes(data), page_size) == want
+        found += len(want)
+    assert found > 0

@@ -104,21 +104,29 @@ def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[
 
 
 def _zeroed_sector_pages(data: bytes, page_size: int) -> list[int]:
-    """Indexes (from 0) of the pages of ``data`` that hold a wholly zeroed sector."""
+    """Indexes (from 0) of the pages of ``data`` that hold a wholly zeroed sector (one
+    of the whole 512-byte sectors from ``data``'s start). Each sector's first and last
+    bytes are taken at once (a sliced step, for the whole of ``data``); only a sector
+    whose both are zero is compared whole, and only up to a page's first such one."""
     zero = bytes(SECTOR)
-    end = len(data)
+    whole = len(data) // SECTOR
+    end = whole * SECTOR
+    # A zero byte at i: sector i's first and last bytes are both zero.
+    ends = int.from_bytes(data[0:end:SECTOR], "little") | int.from_bytes(
+        data[SECTOR - 1 : end : SECTOR], "little"
+    )
+    marks = ends.to_bytes(whole, "little")
+    per_page = page_size // SECTOR
     pages: list[int] = []
-    pos = 0
-    while pos < end:
-        at = data.find(zero, pos, end)
-        if at < 0:
-            break
-        sector = -(-at // SECTOR) * SECTOR
-        if sector + SECTOR <= end and data[sector : sector + SECTOR] == zero:
-            pages.append(sector // page_size)
-            pos = (sector // page_size + 1) * page_size  # the page is a candidate
+    i = marks.find(0)
+    while i >= 0:
+        base = i * SECTOR
+        if data[base : base + SECTOR] == zero:
+            page = i // per_page
+            pages.append(page)
+            i = marks.find(0, (page + 1) * per_page)  # the page is a candidate
         else:
-            pos = max(sector, at + 1)
+            i = marks.find(0, i + 1)
     return pages
 
 
