@@ -271,7 +271,10 @@ def _diagnose(
     check = IntegrityCheck(
         conn, progress, table_names, apart=defer, background=defer, early=early if defer else None
     )
-    scanned = _scan_facts(conn, schema, progress, {})
+    # ``check`` has checked the b-trees before it returned (unless ``defer``): when they
+    # are clean the indexes need not be read for the scans (``table_facts``).
+    agree = not defer and check.btree_result() == ([], None)
+    scanned = _scan_facts(conn, schema, progress, {}, indexes_agree=agree)
     # Raw reads while the checks run (SQLite releases the GIL): see ``diagnose``.
     zeroed = _zeroed_search(raw, schema)
     # Cells of another table's leaf a wrong child pointer names are no rows of the

@@ -29,17 +29,23 @@ def _scan_facts(
     schema: Schema,
     progress: ProgressFn | None,
     foreign: dict[str, Records],
+    *,
+    indexes_agree: bool = False,
 ) -> tuple[list[TableFacts], dict[str, int], list[str], list[CopyCheck]]:
     """The full scans' facts: each base table's (``table_facts``), the orphans per table
     and the tables whose foreign keys could not be checked (``foreign_key_orphans``),
     the FTS copies compared (``compare``); ``foreign``: other tables' cells each
-    table's b-tree reaches (``foreign_cells.py``), which are no rows of it."""
+    table's b-tree reaches (``foreign_cells.py``), which are no rows of it;
+    ``indexes_agree``: see ``table_facts``."""
     base = schema.base_tables()
     tables = []
     for i, obj in enumerate(base):
         if progress:
             progress("scan tables", i, len(base))
-        tables.append(table_facts(conn, obj, schema, foreign=foreign.get(obj.name, {})))
+        facts = table_facts(
+            conn, obj, schema, foreign=foreign.get(obj.name, {}), indexes_agree=indexes_agree
+        )
+        tables.append(facts)
     if progress:
         progress("scan tables", len(base), len(base))
     orphans, fk_errors = foreign_key_orphans(conn, base, foreign)
@@ -55,10 +61,15 @@ def table_facts(
     schema: Schema | None = None,
     *,
     foreign: Records | None = None,
+    indexes_agree: bool = False,
 ) -> TableFacts:
     """Planner count, full-scan count, distinct keys and phantom duplicates of one table;
     with ``schema``, rowids its indexes or FTS copies hold that the table lacks.
-    ``foreign``: other tables' cells its b-tree reaches, which are no rows of it."""
+    ``foreign``: other tables' cells its b-tree reaches, which are no rows of it.
+    ``indexes_agree``: SQLite's integrity check of the b-trees found nothing (no line,
+    not stopped), so each full index lists exactly the table's rowids (every row has
+    its entry, and no index more entries than the table rows): the rowids the indexes
+    list are then the rowids the scan reads, and are not read from them again."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
     rowids = KeySet()  # rowids read (a KeySet: a million rows cost no 100 MiB)
@@ -76,7 +87,10 @@ def table_facts(
             if prev != rowid:
                 duplicate_keys.add(k)
 
-    hints = _index_rowids(conn, schema, obj) if schema is not None else KeySet()
+    # Agreeing indexes tell the scan nothing: its rows come in order, all listed, and
+    # none is listed that it lacks (``_rows_elsewhere``'s second list stays empty).
+    read = schema is not None and not indexes_agree
+    hints = _index_rowids(conn, schema, obj) if schema is not None and read else KeySet()
     own = OwnRows(obj, foreign or {})
     result: ScanResult = scan_table(
         conn, obj.name, own.columns(key_cols), own.keep(key_cols, on_row), hints=hints
@@ -235,12 +249,14 @@ def orphan_rows(conn: apsw.Connection, table: str, foreign: OwnRows | None = Non
         rules.append(([p[1] for p in parts], _key_values(conn, parent, [str(t) for t in to])))
     columns = list(dict.fromkeys(c for cols, _ in rules for c in cols))
     at = {c: i + 1 for i, c in enumerate(columns)}
+    # Each rule as (its columns' places in a row, the parent's keys), looked up once.
+    places = [([at[c] for c in cols], keys) for cols, keys in rules]
     orphans = 0
 
     def on_row(row: tuple[Any, ...]) -> None:
         nonlocal orphans
-        for cols, keys in rules:
-            values = tuple(row[at[c]] for c in cols)
+        for where, keys in places:
+            values = tuple([row[i] for i in where])
             if None not in values and values not in keys:
                 orphans += 1
                 return
