@@ -1,4 +1,6 @@
-"""A table's facts read without its indexes when SQLite's integrity check of the
+"""Work ``check`` no longer does twice gives what doing it twice gave.
+
+A table's facts read without its indexes when SQLite's integrity check of the
 b-trees finds nothing (``table_facts(indexes_agree=True)``, what ``check`` does then)
 are the facts read with them, on every file whose b-trees check clean: healthy ones
 and ones whose damage lies in what the b-tree check does not read (rows rotted in
@@ -16,6 +18,7 @@ from lab import corruption, fuzz
 from lab.hermes_fixtures import SMALL
 from statewarden.recovery.decoding.integrity import IntegrityCheck
 from statewarden.recovery.decoding.schema import read_schema
+from statewarden.recovery.evidence.copies import _differing, feeds
 from statewarden.recovery.table_scans import table_facts
 
 
@@ -68,3 +71,38 @@ def test_fuzz_seeds(tmp_path: Path) -> None:
         except apsw.Error:
             continue  # a file SQLite cannot open: no b-tree check, nothing skipped
     assert clean > 0
+
+
+def per_copy_differing(db: Path) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """(each FTS copy's differing rows as ``compare`` reads them, in one pass over the
+    base table; the same read the plain way, one inner join per copy)."""
+    conn = apsw.Connection(str(db))
+    try:
+        schema = read_schema(conn)
+        fs = [f for f in feeds(schema) if f.table == "messages"]
+        one_pass = _differing(conn, fs, None)
+        plain = {}
+        for f in fs:
+            sql = (
+                f"SELECT b.rowid FROM messages AS b NOT INDEXED"
+                f" JOIN {f.fts}_content AS c ON c.id = ({f.rowid_expr})"
+                f" WHERE NOT {f.copy_matches()}"
+            )
+            plain[f.fts] = {int(r[0]) for r in conn.execute(sql)}
+        return one_pass, plain
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("where", ["row", "fts"])
+def test_copies_compared_in_one_pass(tmp_path: Path, where: str) -> None:
+    """Both FTS copies of ``messages`` compared in one pass over the table name the rows
+    one join per copy names: the rotted row for both copies when the row rotted, for
+    the rotted copy alone when a copy did, and none on a healthy file."""
+    healthy, plain = per_copy_differing(corruption.fresh_copy(tmp_path / "ok", SMALL).db)
+    assert healthy == plain
+    assert len(healthy) == 2
+    assert not any(healthy.values())
+    got, plain = per_copy_differing(corruption.bit_rot(tmp_path / "case", where).db)
+    assert got == plain
+    assert sorted(len(v) for v in got.values()) == ([1, 1] if where == "row" else [0, 1])

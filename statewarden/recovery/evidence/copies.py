@@ -21,6 +21,7 @@ import re
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import apsw
 
@@ -217,16 +218,7 @@ def compare(
 def _compare(
     conn: apsw.Connection, check: CopyCheck, fs: list[Feed], own: OwnRows | None = None
 ) -> None:
-    differs: dict[str, set[int]] = {}
-    for f in fs:
-        content = quote_ident(f"{f.fts}_content")
-        cols = own.columns([]) if own is not None else []
-        sql = (
-            f"SELECT b.rowid{''.join(f', b.{quote_ident(c)}' for c in cols)}"
-            f" FROM {quote_ident(f.table)} AS b NOT INDEXED"
-            f" JOIN {content} AS c ON c.id = ({f.rowid_expr}) WHERE NOT {f.copy_matches()}"
-        )
-        differs[f.fts] = _own_rowids(conn, sql, own)
+    differs = _differing(conn, fs, own)
     if len(fs) >= 2:
         a, b = fs[0], fs[1]
         both = differs[a.fts] & differs[b.fts]
@@ -245,17 +237,34 @@ def _compare(
                 check.copies_rotted[f.fts] = sorted(differs[f.fts])
 
 
-def _own_rowids(conn: apsw.Connection, sql: str, own: OwnRows | None) -> set[int]:
-    """The rowids of the rows ``sql`` selects (rowid, then ``own``'s columns), those
-    read from other tables' cells left out."""
-    found: set[int] = set()
-    keep = own.keep([], lambda row: found.add(int(row[0]))) if own else None
+def _differing(conn: apsw.Connection, fs: list[Feed], own: OwnRows | None) -> dict[str, set[int]]:
+    """Per FTS table, the rowids of the base rows (of one table) its copy differs from
+    (a row with no copy there differs from none), those read from other tables' cells
+    (``own``) left out. One pass over the base table for all its copies: each row's
+    text is read once, not once a copy."""
+    cols = own.columns([]) if own is not None else []
+    width = 1 + len(cols)
+    joins = "".join(
+        f" LEFT JOIN {quote_ident(f'{f.fts}_content')} AS c{i} ON c{i}.id = ({f.rowid_expr})"
+        for i, f in enumerate(fs)
+    )
+    flags = [f"(c{i}.id IS NOT NULL AND NOT {f.copy_matches(f'c{i}')})" for i, f in enumerate(fs)]
+    sql = (
+        f"SELECT b.rowid{''.join(f', b.{quote_ident(c)}' for c in cols)}, {', '.join(flags)}"
+        f" FROM {quote_ident(fs[0].table)} AS b NOT INDEXED{joins} WHERE {' OR '.join(flags)}"
+    )
+    found: list[set[int]] = [set() for _ in fs]
+    passed: list[tuple[Any, ...]] = []
+    keep = own.keep([], passed.append) if own is not None else passed.append
     for r in conn.execute(sql):
-        if keep is None:
-            found.add(int(r[0]))
-        else:
-            keep(tuple(r))
-    return found
+        keep(tuple(r[:width]))
+        if passed:
+            passed.clear()
+            rowid = int(r[0])
+            for got, flag in zip(found, r[width:], strict=True):
+                if flag:
+                    got.add(rowid)
+    return {f.fts: got for f, got in zip(fs, found, strict=True)}
 
 
 def _scan_bad_text(conn: apsw.Connection, schema: Schema, table: str) -> list[int]:
