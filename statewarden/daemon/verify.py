@@ -16,7 +16,9 @@ check finds:
   maintenance run is in progress on the database (its run lock, held from the run's plan
   on, and its ledger, ``maintenance.ledger.in_progress``, as for the alert muting): it
   waits for the run to end, and a result from a verification a run overlapped (or whose
-  file was swapped meanwhile) is thrown away. One at a time.
+  file was swapped meanwhile) is thrown away. One at a time; while a database's
+  verification waits for its turn or runs, its old record makes it due for nothing
+  (the one under way settles it), so it is not verified twice in a row.
 - **a busy writer**: a raw copy of the bundle during which every attempt saw a commit
   (``DatabaseChanged``) is replaced by a consistent copy through SQLite's backup API
   from a read-only connection (as a snapshot is taken), checked the same way; the
@@ -210,6 +212,7 @@ class Verifications:
         self.due: dict[str, str] = {}  # db -> why it is due now
         self.running: str | None = None
         self.task: asyncio.Task[None] | None = None
+        self.task_db: str | None = None  # the database ``task`` verifies
         self._one = asyncio.Lock()
         self._stop = threading.Event()
         self._ticked = 0.0
@@ -262,6 +265,11 @@ class Verifications:
         self._ticked = now
         interval = self.watch.verify_interval
         for key in self.databases.monitors:
+            if self._verifying(key):
+                # Its record is the one under way: what the old record says is settled by
+                # it. (Read meanwhile, it made the database due again at once, and a
+                # self-repair noticed after that was verified as "first".)
+                continue
             last = self.last.get(key)
             if last is None:
                 self.due.setdefault(key, "first")
@@ -282,7 +290,13 @@ class Verifications:
                 continue  # nothing to verify yet, or a run is on it: after the run
             del self.due[key]
             self.task = asyncio.create_task(self._scheduled(target, why))
+            self.task_db = key
             return
+
+    def _verifying(self, key: str) -> bool:
+        """A verification of ``key`` is running, or started and waiting for its turn."""
+        started = self.task is not None and not self.task.done() and self.task_db == key
+        return started or self.running == key
 
     # -------------------------------------------------------------- one verification
 

@@ -11,10 +11,29 @@ import json
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
-from statewarden.daemon.verify import IDLE_NICE, IOPRIO_CLASS_IDLE, in_idle_thread, io_class_of
+import pytest
+
+from statewarden.config_loading import parse_config
+from statewarden.daemon.databases import WatchedDatabases
+from statewarden.daemon.verify import (
+    FAILED,
+    HEALTHY,
+    IDLE_NICE,
+    IOPRIO_CLASS_IDLE,
+    VERIFIED_FILE,
+    Verifications,
+    Verified,
+    file_identity,
+    in_idle_thread,
+    io_class_of,
+)
 from statewarden.errors import EXIT_BASE_DAMAGE, EXIT_FAILED, EXIT_NO_DAEMON
+from statewarden.incidents import Signal
+from statewarden.logs import get_logger
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, configured, phantom_home
 
@@ -117,6 +136,90 @@ def test_a_self_repair_makes_the_database_due(tmp_path: Path, hermes_home: Path)
         d.wait_for_line("database verified healthy")
     finally:
         d.stop()
+
+
+def on_record(state: Path, key: str, record: str, now: float) -> None:
+    """``verified.json`` holding what makes ``key`` due for ``record``: nothing (first), a
+    healthy verification past the interval (scheduled), a failed one past the retry
+    (retry), a recent one of another file (new file)."""
+    if record == "first":
+        return
+    v = Verified(
+        key,
+        now - (60 if record == "new file" else 7200),
+        FAILED if record == "retry" else HEALTHY,
+        "scheduled",
+        file="0:0" if record == "new file" else file_identity(Path(key)),
+    )
+    (state / VERIFIED_FILE).write_text(json.dumps({key: v.to_json()}))
+
+
+async def ticks_through_one_verification(state: Path, record: str) -> dict[str, Any]:
+    """The daemon's verification schedule on the real database: ticks (a few seconds
+    apart) before the verification starts, while it waits for its turn and while it is
+    under way (held at its copy by the lock every raw read of the daemon takes), after
+    it, and after a self-repair. Returns what was due meanwhile and after, and the
+    reasons of the verifications made, in order (each awaited: none is left running)."""
+    config = parse_config(json.dumps({"watch": {"verify_interval": "1h"}}))
+    databases = WatchedDatabases(config, lambda _found: None)
+    databases.rescan()
+    (key,) = databases.monitors
+    now = time.time()
+    on_record(state, key, record, now)
+    v = Verifications(
+        config=config,
+        state_dir=state,
+        databases=databases,
+        handle=lambda _found: None,
+        ran_since=lambda _db, _t: False,
+        last_check={},
+        log=get_logger(),
+    )
+    reasons = []
+
+    async def finished() -> None:
+        assert v.task is not None
+        await v.task
+        reasons.append(v.last[key].reason)
+
+    with databases.source_reads:
+        v.tick(now)
+        assert v.task is not None
+        v.tick(now + 2)  # started, not yet running
+        while v.running != key and not v.task.done():
+            await asyncio.sleep(0.01)
+        v.tick(now + 4)  # running, held at its copy
+        due_while_under_way = dict(v.due)
+    await finished()
+    v.tick(now + 6)
+    due_after = dict(v.due)
+    if not v.task.done():  # made again at once
+        await finished()
+    v.notice(Signal("self_repair", key, "Hermes repaired state.db", now + 7))
+    v.tick(now + 8)
+    await finished()
+    return {"due while under way": due_while_under_way, "due after": due_after, "made": reasons}
+
+
+@pytest.mark.parametrize("record", ["first", "scheduled", "retry", "new file"])
+def test_a_verification_under_way_settles_what_made_the_database_due(
+    tmp_path: Path, hermes_home: Path, record: str
+) -> None:
+    """A database is due (no verification on record, one past the interval, a failed one
+    past the retry, one of another file) and its verification starts: the ticks made
+    while it waits for its turn and while it runs see the old record, and do not make
+    the database due again for it. After it the database is due for nothing; a
+    self-repair then makes it due, and that verification's reason is self_repair.
+    (Reading the old record, every verification longer than a tick was made twice, the
+    second at once: a self-repair after a slow first verification was verified as
+    "first".)"""
+    state = tmp_path / "state"
+    state.mkdir()
+    assert asyncio.run(ticks_through_one_verification(state, record)) == {
+        "due while under way": {},
+        "due after": {},
+        "made": [record, "self_repair"],
+    }
 
 
 def test_a_verification_past_its_time_limit_is_given_up(tmp_path: Path, hermes_home: Path) -> None:
