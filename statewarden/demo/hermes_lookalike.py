@@ -9,6 +9,12 @@ a message every ``$DEMO_WRITE_EVERY`` seconds until SIGTERM. ``serve --isolated`
 first daemonises with a double fork, as the desktop app's backend does, and writes its
 pid to ``$DEMO_PIDFILE``. A file it cannot open (the maintenance fence) ends it with
 exit 1; a write that fails is retried at the next tick, as Hermes retries.
+
+SIGTERM is blocked from the start and taken only by the wait between two writes
+(``sigtimedwait``): no handler runs in the middle of the loop. (A handler that set a
+``threading.Event`` could run while the loop's own ``Event.wait`` held the event's
+lock, and wait for that lock for ever: the process then never ended, and the demo's
+clean-up had to kill it.)
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import os
 import signal
 import sqlite3
 import sys
-import threading
 import time
 
 PIDFILE_ENV = "DEMO_PIDFILE"
@@ -65,11 +70,11 @@ def _append(conn: sqlite3.Connection, session: str, role: str, text: str) -> Non
 
 
 def main() -> None:
+    # Pending until the wait between writes takes it (a fork keeps the mask).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     args = sys.argv[1:]
     if args[:1] == ["serve"] and "--isolated" in args:
         daemonise()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         conn = sqlite3.connect(_db_path(), timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -93,7 +98,7 @@ def main() -> None:
     print("ready", flush=True)
     every = float(os.environ.get(WRITE_EVERY_ENV) or 0)
     n = 0
-    while not stop.wait(every or 3600):
+    while signal.sigtimedwait({signal.SIGTERM}, every or 3600) is None:
         n += 1
         try:
             _append(conn, session, "assistant", f"tick {n}")
