@@ -13,8 +13,6 @@ it may end with; the demo succeeds when every step did.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -248,20 +246,8 @@ class Demo:
         report.steps.append(step)
         self._show(step)
         assert step.command is not None
-        args = step.command.split()[1:]
-        proc = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", *args],
-            env=sandbox.env(),
-            cwd=sandbox.home,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=STEP_TIMEOUT_S,
-            check=False,
-        )
-        step.exit_code, step.output = proc.returncode, proc.stdout
-        for line in proc.stdout.rstrip("\n").splitlines():
+        step.exit_code, step.output = sandbox.run(step.command.split()[1:], STEP_TIMEOUT_S)
+        for line in step.output.rstrip("\n").splitlines():
             self.emit(line)
         if step.exit_code == EXIT_FAILED and not _respawn_abort(step.output):
             step.expected = tuple(c for c in step.expected if c != EXIT_FAILED)

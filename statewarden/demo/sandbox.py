@@ -10,9 +10,15 @@ exist, so no command can reach the user manager of the person running the demo.
 The holders are plain processes, each in a session of its own (a Ctrl-C at the
 terminal reaches the demo only, which then stops them): ``hermes gateway run``,
 ``hermes dashboard``, the user's ``hermes chat``, and ``hermes-desktop``, which keeps
-an orphaned ``hermes serve --isolated`` running. :meth:`Sandbox.close` stops every
-process started from ``bin/`` (found in ``/proc`` by its command line, so a
-daemonised ``serve`` is stopped too) and removes the folder unless it is kept.
+an orphaned ``hermes serve --isolated`` running. The demo's steps run with
+:meth:`Sandbox.run`: each command in a session of its own too, so an interrupt reaches
+it and what it started (``check``'s helper processes) as a Ctrl-C would. Every process
+is started with Ctrl-C, SIGTERM and SIGHUP held (:func:`interrupts_held`): one that
+came between the fork and the ``Popen`` object left a child no one knew of, running on
+after the clean-up. :meth:`Sandbox.close` stops every process started from ``bin/`` or
+working in the sandbox (found in ``/proc`` by its command line or its working folder,
+so a daemonised ``serve`` and a step's helpers are stopped too) and removes the folder
+unless it is kept.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from statewarden.demo import desktop_lookalike, hermes_lookalike
 from statewarden.demo.damage import duplicate_cell, point_cells_at_first
@@ -51,6 +58,28 @@ CONFIG = {
     "logging": {"format": "plain", "level": "warning"},
 }
 HOLDERS = (("gateway", ("gateway", "run")), ("dashboard", ("dashboard",)), ("chat", ("chat",)))
+# The signals that unwind the demo (``run._signals_unwind``: SIGTERM and SIGHUP as Ctrl-C).
+UNWINDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """The unwinding signals held while a process is started, and raised (as
+    ``KeyboardInterrupt``) once the block is done: so the ``Popen`` object of a process
+    started exists, and is recorded, whenever an interrupt comes."""
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    old = {s: signal.signal(s, hold) for s in UNWINDING}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)
+        if held:
+            raise KeyboardInterrupt(signal.Signals(held[0]).name)
 
 
 @dataclass
@@ -144,7 +173,7 @@ class Sandbox:
             self._start(name, [str(self.bin / "hermes"), *args])
             started.append(" ".join(["hermes", *args]))
         env = {**self.env(), hermes_lookalike.PIDFILE_ENV: str(self.serve_pidfile)}
-        self.procs["desktop"] = self._popen([str(self.bin / "hermes-desktop")], env, "desktop")
+        self._popen([str(self.bin / "hermes-desktop")], env, "desktop")
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.serve_pidfile.exists():
             if self.procs["desktop"].poll() is not None or time.monotonic() > deadline:
@@ -154,8 +183,9 @@ class Sandbox:
         return started
 
     def _popen(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
-        with open(self.run_dir / f"{name}.log", "ab") as log:
-            return subprocess.Popen(
+        """Start a holder in a session of its own, recorded in ``procs`` as ``name``."""
+        with open(self.run_dir / f"{name}.log", "ab") as log, interrupts_held():
+            proc = self.procs[name] = subprocess.Popen(
                 argv,
                 env=env,
                 cwd=self.home,
@@ -164,10 +194,10 @@ class Sandbox:
                 stderr=log,
                 start_new_session=True,
             )
+        return proc
 
     def _start(self, name: str, argv: list[str]) -> None:
         proc = self._popen(argv, self.env(), name)
-        self.procs[name] = proc
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         if line != b"ready":
@@ -182,11 +212,41 @@ class Sandbox:
             _signal(pid, signal.SIGTERM)
         _wait_gone(self.strays, STOP_GRACE_S)
 
+    # -- the steps ------------------------------------------------------------------
+
+    def run(self, args: list[str], timeout_s: float) -> tuple[int, str]:
+        """``statewardenctl ARGS`` in the sandbox, in a session of its own: its exit code
+        and output (stderr with stdout). Interrupted (or past ``timeout_s``), it and what
+        it started are sent SIGINT, as a Ctrl-C at the terminal would, and SIGKILL
+        after ``STOP_GRACE_S``; the interrupt then goes on."""
+        proc = None
+        try:
+            with interrupts_held():
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "statewarden.cli.ctl", *args],
+                    env=self.env(),
+                    cwd=self.home,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
+            output, _ = proc.communicate(timeout=timeout_s)
+        except BaseException:
+            if proc is not None:
+                _stop_group(proc)
+            raise
+        return proc.returncode, output
+
     # -- cleaning up --------------------------------------------------------------
 
     def strays(self) -> list[int]:
-        """Our processes (same uid) running a program from the sandbox's ``bin/``."""
+        """Our processes (same uid) running a program from the sandbox's ``bin/``, or
+        working in the sandbox with its environment (a step's command and its helpers,
+        whatever they run; a shell of the user's that went into the folder is not one)."""
         me, uid, marker = os.getpid(), os.geteuid(), os.fsencode(str(self.bin) + "/")
+        root, ours = str(self.root), os.fsencode(f"HERMES_HOME={self.hermes_home}")
         found = []
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit() or int(entry.name) == me:
@@ -196,10 +256,14 @@ class Sandbox:
                     continue
                 with open(f"/proc/{entry.name}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
+                if any(a.startswith(marker) for a in argv):
+                    found.append(int(entry.name))
+                elif _under(os.readlink(f"/proc/{entry.name}/cwd"), root):
+                    with open(f"/proc/{entry.name}/environ", "rb") as f:
+                        if ours in f.read().split(b"\0"):
+                            found.append(int(entry.name))
             except OSError:
                 continue
-            if any(a.startswith(marker) for a in argv):
-                found.append(int(entry.name))
         return found
 
     def close(self, *, keep: bool = False) -> None:
@@ -219,6 +283,28 @@ class Sandbox:
             if self.db.exists():
                 self.db.chmod(0o644)  # a fence left by an interrupted run
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _under(cwd: str, root: str) -> bool:
+    """``cwd`` (as ``/proc/<pid>/cwd`` reads, `` (deleted)`` after a removed folder) is
+    ``root`` or a folder in it."""
+    cwd = cwd.removesuffix(" (deleted)")
+    return cwd == root or cwd.startswith(root + "/")
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """A step's command and its session: SIGINT, then SIGKILL past the grace."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def _signal(pid: int, sig: int) -> None:
