@@ -185,6 +185,11 @@ def build(args: argparse.Namespace) -> None:
 
 
 def hold(args: argparse.Namespace) -> None:
+    # SIGTERM is taken only by the wait between two writes (sigtimedwait), blocked in
+    # every thread from the start: a handler setting an Event could run while the loop's
+    # own Event.wait held the event's lock and wait for it for ever. The end of stdin
+    # sends one.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     db = _open(args.home)
     sid = f"hold_{os.getpid()}"
     db.create_session(sid, "cli")
@@ -198,17 +203,15 @@ def hold(args: argparse.Namespace) -> None:
             raise SystemExit("hold: the OFD guard found no SQLite descriptor to lock")
         if args.drop_posix_locks:
             lockguard.drop_posix_locks(db_path)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def wait_stdin() -> None:
         sys.stdin.read()
-        stop.set()
+        os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=wait_stdin, daemon=True).start()
     print("ready", flush=True)
     n = 0
-    while not stop.wait(args.write_every or 3600):
+    while signal.sigtimedwait({signal.SIGTERM}, args.write_every or 3600) is None:
         if args.write_every:
             n += 1
             db.append_message(sid, "assistant", f"tick {n}")

@@ -21,7 +21,6 @@ import importlib
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,11 @@ def install_fake_hermes(bin_dir: Path, python: str | None = None) -> Path:
 
 
 def main() -> None:
+    # SIGTERM is taken only by the wait between two writes (sigtimedwait), blocked in
+    # every thread from the start: a handler setting an Event could run while the loop's
+    # own Event.wait held the event's lock and wait for it for ever (the process then
+    # never ended).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     args = sys.argv[1:]
     if args[:1] == ["serve"] and "--isolated" in args:
         # Detached as the demo's look-alike is (this runs with the test interpreter,
@@ -61,8 +65,6 @@ def main() -> None:
         sys.path.insert(0, os.environ[OFD_GUARD_ENV])
         guard = importlib.import_module("lockguard")
         guard.arm(db_path)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     pidfile = os.environ.get(PIDFILE_ENV)
     if pidfile:
         tmp = f"{pidfile}.{os.getpid()}"
@@ -73,7 +75,7 @@ def main() -> None:
     every = float(os.environ.get(WRITE_EVERY_ENV) or 0)
     log = os.environ.get(LOG_ENV)
     n = 0
-    while not stop.wait(every or 3600):
+    while signal.sigtimedwait({signal.SIGTERM}, every or 3600) is None:
         if every:
             n += 1
             text = f"tick {os.getpid()} {n}" if log else f"tick {n}"

@@ -18,7 +18,6 @@ import os
 import signal
 import sqlite3
 import sys
-import threading
 from pathlib import Path
 
 SYNC_EVERY_ENV = "FAKE_LITESTREAM_SYNC_EVERY"
@@ -39,8 +38,9 @@ def main() -> int:
         return 2
     db, url = args[1], args[2]
     replica = Path(url.removeprefix("file://")) if url.startswith("file://") else None
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM is taken only by the wait inside each read transaction (sigtimedwait), never
+    # by a handler that could run while an Event.wait held the event's lock.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     conn = sqlite3.connect(db, isolation_level=None, timeout=30)
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("CREATE TABLE IF NOT EXISTS _litestream_seq (id INTEGER PRIMARY KEY, seq INTEGER)")
@@ -48,12 +48,12 @@ def main() -> int:
     every = float(os.environ.get(SYNC_EVERY_ENV) or 0.5)
     syncs = 0
     print("ready", flush=True)
-    while not stop.is_set():
+    while True:
         conn.execute("BEGIN")
         conn.execute("SELECT COUNT(1) FROM _litestream_seq").fetchone()  # the read lock
-        stop.wait(every)
+        stopped = signal.sigtimedwait({signal.SIGTERM}, every) is not None
         conn.execute("COMMIT")
-        if stop.is_set():
+        if stopped:
             break
         syncs += 1
         if replica is not None:
