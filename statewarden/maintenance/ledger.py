@@ -42,6 +42,7 @@ LAST_LEDGER_NAME = "last-run.jsonl"
 LOCK_NAME = "lock"
 PROC_LOCKS = "/proc/locks"
 FINISHED = "finished"
+BEGIN = "begin"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -65,8 +66,17 @@ class LedgerRecord:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
     @property
+    def began(self) -> bool:
+        """Whether the run's begin line is durable. A run does nothing before it (the
+        line is written and synced first), so a ledger without it, a run killed between
+        creating the file and writing its first line, records a run that did nothing."""
+        return bool(self.entries) and self.entries[0].get("step") == BEGIN
+
+    @property
     def finished(self) -> bool:
-        return bool(self.entries) and self.entries[-1].get("step") == FINISHED
+        """Nothing is left to finish or roll back: the run recorded its end, or it never
+        began (:attr:`began`)."""
+        return not self.began or self.entries[-1].get("step") == FINISHED
 
     @property
     def begin(self) -> dict[str, Any]:
@@ -124,8 +134,10 @@ class Ledger:
         if old is not None and not old.finished:
             raise StatewardenError(f"{self.path}: an unfinished run is recorded here")
         try:
-            if old is not None:
+            if old is not None and old.began:
                 os.replace(self.path, self.folder / LAST_LEDGER_NAME)
+            elif old is not None:
+                os.unlink(self.path)  # a run killed before its first line: it did nothing
             self._fd = os.open(
                 self.path,
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND,
@@ -134,7 +146,7 @@ class Ledger:
             fsync_dir(self.folder)
         except OSError as exc:
             raise self._unwritable(exc) from None
-        self.step("begin", **begin)
+        self.step(BEGIN, **begin)
 
     def reopen(self) -> LedgerRecord:
         """Continue an existing ledger (``--resume``); returns what it says so far."""
