@@ -130,7 +130,7 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
         )
     # The header is closed; now (and only now) a SQLite connection may open.
     try:
-        closed = header.journal_mode == "wal" and sqlite.closed_wal(target.db)
+        closed = header.journal_mode == "wal" and sqlite.no_sidecars(target.db)
         with sqlite.readonly(target.db, immutable=closed) as conn:
             # The live view includes commits still in the WAL, which the header lacks.
             st.page_count = sqlite.pragma_int(conn, "page_count")
