@@ -24,7 +24,7 @@ import apsw
 
 from statewarden.errors import DatabaseError
 from statewarden.sidecars import SIDECAR_SUFFIXES
-from statewarden.sqlite import closed_wal, open_readonly, wal_sidecars_absent
+from statewarden.sqlite import closed_wal, is_hot_journal_error, no_sidecars, open_readonly
 
 # After "state.db.": what Hermes found (a zeroed header, or not a database), then its time
 # stamp and pid (``unknown`` when it had no clock), ``.bak`` last.
@@ -48,6 +48,14 @@ def moved_aside_in(folder: Path, db_name: str = "state.db") -> list[str]:
     return sorted(n for n in names if is_moved_aside(n, db_name))
 
 
+# Why a file beside a hot -journal is not counted: only a writer may roll it back, and
+# its half-written pages are no database anyone reads.
+HOT_JOURNAL = (
+    "a writer died in the middle of a transaction (a hot -journal beside it): not counted;"
+    " SQLite rolls it back when the file is next opened for writing"
+)
+
+
 @dataclass(frozen=True)
 class Held:
     """What one database file holds, as far as it can be read as it is."""
@@ -66,14 +74,15 @@ def count_held(path: Path, *, live: bool = False) -> Held:
     """The sessions and messages ``path`` holds, read-only; never raises for a file that
     cannot be read (``why`` says what stopped it). ``live``: the database Hermes has open
     (a plain read-only connection that sees its WAL); otherwise the file is read
-    ``immutable`` when it has no ``-wal`` / ``-shm``, read-only when it has."""
+    ``immutable`` when it has no ``-wal``, ``-shm`` or ``-journal``, read-only when it has
+    (SQLite's own reader then honours them; a hot journal is a read that failed)."""
     try:
         size = os.stat(path).st_size
     except OSError as exc:
         return Held(0, None, None, f"{exc.strerror or exc}")
     if size == 0:
         return Held(0, 0, 0)
-    immutable = closed_wal(path) if live else wal_sidecars_absent(path)
+    immutable = closed_wal(path) if live else no_sidecars(path)
     try:
         conn = open_readonly(path, immutable=immutable)
     except DatabaseError as exc:
@@ -81,6 +90,8 @@ def count_held(path: Path, *, live: bool = False) -> Held:
     try:
         return Held(size, _count(conn, "sessions"), _count(conn, "messages"))
     except apsw.Error as exc:
+        if is_hot_journal_error(exc):
+            return Held(size, None, None, HOT_JOURNAL)
         return Held(size, None, None, str(exc).split("\n", 1)[0])
     finally:
         conn.close()

@@ -74,9 +74,10 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
 
@@ -94,8 +95,9 @@ from statewarden.sqlite import (
     open_readonly,
     quote_ident,
     uri_for,
-    wal_sidecars_absent,
 )
+
+T = TypeVar("T")
 
 MERGE_FOLDER = "merge-source"
 OLD_NAME = "old.db"
@@ -212,20 +214,18 @@ def prepare_source(
     return source
 
 
-def _meta_ids(path: Path) -> set[str]:
-    """The ``store_instance_id`` and ``db_file_generation`` a file records (none when it
-    cannot be read)."""
-    try:
-        conn = open_readonly(path, immutable=wal_sidecars_absent(path))
-    except StatewardenError:
-        return set()
-    try:
+def _meta_ids(path: Path, work_parent: Path) -> set[str]:
+    """The ``store_instance_id`` and ``db_file_generation`` a file records, as SQLite
+    presents it (none when it cannot be read)."""
+
+    def ids(conn: apsw.Connection) -> set[str]:
         rows = conn.execute("SELECT value FROM state_meta WHERE key IN (?, ?)", _IDS).fetchall()
         return {str(r[0]) for r in rows if r[0]}
-    except apsw.Error:
+
+    try:
+        return _read_presented(path, work_parent, ids)
+    except (StatewardenError, OSError, apsw.Error):
         return set()
-    finally:
-        conn.close()
 
 
 def _earlier_copies(db: Path, home: Path, state: Path) -> list[Path]:
@@ -273,7 +273,7 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path, work_par
         return f"a file Hermes moved aside from {db} ({source.path.name})"
     mine = set(old_ids.values())
     for copy in _earlier_copies(db, home, state):
-        if mine & _meta_ids(copy):
+        if mine & _meta_ids(copy, work_parent):
             return f"its store_instance_id / db_file_generation is that of {copy}, a copy of {db}"
     agree = [sid for sid, src in shared.items() if old_sessions[sid] == src]
     if agree and len(agree) == len(shared):
@@ -303,36 +303,43 @@ def _current_facts(
     db: Path, old_sessions: dict[str, Any], work_parent: Path
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """The current file's ids, and the source of each session it shares with the old
-    one, as SQLite presents the file. Beside a hot ``-journal`` (Hermes died in the
-    middle of a transaction in rollback mode) no read-only reader may roll it back: the
-    file is then read through a private copy of it and its journal, rolled back there
-    (``make_work_copy``); the live file is never written."""
-    try:
-        return _facts_of(db, closed_wal(db), old_sessions)
-    except apsw.Error as exc:
-        if not is_hot_journal_error(exc):
-            raise
-    work = make_work_copy(db, work_parent)
-    try:
-        return _facts_of(work.db, True, old_sessions)
-    finally:
-        work.cleanup()
+    one, as SQLite presents the file."""
 
-
-def _facts_of(
-    path: Path, immutable: bool, old_sessions: dict[str, Any]
-) -> tuple[dict[str, str], dict[str, Any]]:
-    cur = open_readonly(path, immutable=immutable)
-    try:
-        ids = _meta(cur)
+    def facts(cur: apsw.Connection) -> tuple[dict[str, str], dict[str, Any]]:
         shared = {
             str(sid): src
             for sid, src in cur.execute("SELECT id, source FROM sessions").fetchall()
             if str(sid) in old_sessions
         }
+        return _meta(cur), shared
+
+    return _read_presented(db, work_parent, facts)
+
+
+def _read_presented(path: Path, work_parent: Path, read: Callable[[apsw.Connection], T]) -> T:
+    """``read`` over ``path`` as SQLite presents it, the file never written. Beside a hot
+    ``-journal`` (a writer died in the middle of a transaction in rollback mode: the live
+    file, or an original quarantined with its journal) no read-only reader may roll it
+    back, and an immutable one would see the half-written pages: the file is then read
+    through a private copy of it and its journal, rolled back there (``make_work_copy``)."""
+    try:
+        return _read_with(path, closed_wal(path), read)
+    except apsw.Error as exc:
+        if not is_hot_journal_error(exc):
+            raise
+    work = make_work_copy(path, work_parent)
+    try:
+        return _read_with(work.db, True, read)
     finally:
-        cur.close()
-    return ids, shared
+        work.cleanup()
+
+
+def _read_with(path: Path, immutable: bool, read: Callable[[apsw.Connection], T]) -> T:
+    conn = open_readonly(path, immutable=immutable)
+    try:
+        return read(conn)
+    finally:
+        conn.close()
 
 
 def _meta(conn: apsw.Connection) -> dict[str, str]:

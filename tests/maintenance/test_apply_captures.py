@@ -26,7 +26,7 @@ from statewarden.maintenance.swap import list_quarantine
 from tests.recovery.test_captures import CAPTURE, capture_of, image_and_wal
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import install_fake_hermes
-from tests.support.maintenance import maintenance_config, report_of, run_maintenance
+from tests.support.maintenance import maintenance_config, report_of, rows, run_maintenance
 from tests.support.privileges import needs_root
 
 FOREIGN = "state.db.retired-wal-20261130-230000-43"
@@ -37,16 +37,6 @@ LOST = 5  # messages the capture's WAL committed that the live file never got
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return maintenance_config(tmp_path, monkeypatch)
-
-
-def rows(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    conn = apsw.Connection(
-        f"file:{db}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    try:
-        return [tuple(r) for r in conn.execute(sql, args)]
-    finally:
-        conn.close()
 
 
 def digest(folder: Path) -> dict[str, str]:

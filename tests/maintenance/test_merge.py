@@ -36,7 +36,7 @@ from statewarden.maintenance.swap import list_quarantine
 from tests.support.cli import run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
-from tests.support.maintenance import maintenance_config, run_maintenance
+from tests.support.maintenance import maintenance_config, rows, run_maintenance
 from tests.support.vanishing import damage, hermes_starts_fresh
 from tests.support.waiting import wait_for
 
@@ -47,16 +47,6 @@ MESSAGE = "session_id, role, content, timestamp, tool_call_id, tool_calls, tool_
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return maintenance_config(tmp_path, monkeypatch)
-
-
-def rows(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    conn = apsw.Connection(
-        f"file:{db}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    try:
-        return [tuple(r) for r in conn.execute(sql, args)]
-    finally:
-        conn.close()
 
 
 def messages(db: Path) -> collections.Counter[tuple[Any, ...]]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,14 +83,22 @@ def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         raise AssertionError(f"no JSON report: rc {proc.returncode}: {proc.stderr}") from None
 
 
-def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    conn = apsw.Connection(
-        f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
-    )
-    try:
-        return [tuple(r) for r in conn.execute(sql)]
-    finally:
-        conn.close()
+def rows(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows as SQLite presents ``db`` to Hermes, read from a copy of its bundle (the
+    file is never written): a writer killed mid-transaction in rollback mode (Hermes 0.22
+    on this SQLite) leaves a hot ``-journal`` beside the file, a quarantined original keeps
+    it, and SQLite rolls that transaction back, where an immutable read would see its
+    half-written pages and a read-only one cannot open the file at all."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / db.name
+        for suffix in ("", "-wal", "-journal"):
+            if os.path.exists(f"{db}{suffix}"):
+                shutil.copyfile(f"{db}{suffix}", f"{copy}{suffix}")
+        conn = apsw.Connection(str(copy))
+        try:
+            return [tuple(r) for r in conn.execute(sql, args)]
+        finally:
+            conn.close()
 
 
 def session_ids(db: Path) -> list[str]:
