@@ -42,6 +42,9 @@ def digest(db: Path) -> tuple[str, str]:
 
 
 def test_the_merge_proof_reads_the_ids_sqlite_presents(case: Case, tmp_path: Path) -> None:
+    """The ids an earlier copy beside a hot journal proves a merge with are those of the
+    file SQLite rolls back (read through a private copy, removed after); the copy and its
+    journal are not touched."""
     assert case.pristine is not None
     before = digest(case.db)
     ids = merge._meta_ids(case.db, tmp_path / "work")
@@ -63,6 +66,9 @@ def test_a_file_beside_a_hot_journal_is_not_counted_and_says_why(case: Case) -> 
 
 
 def test_the_tests_witness_reads_the_rolled_back_file(case: Case) -> None:
+    """The tests' ``rows`` reads what SQLite presents: no row of the killed transaction,
+    the file and its journal untouched. It read such a quarantined original immutable and
+    counted a rolled-back row as lost by a merge."""
     assert case.pristine is not None
     before = digest(case.db)
     sql = "SELECT id, session_id, content FROM messages ORDER BY id"
