@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,29 @@ def is_moved_aside(name: str, db_name: str = "state.db") -> bool:
     if not name.startswith(db_name + ".") or name.endswith(SIDECAR_SUFFIXES):
         return False
     return _MOVED_ASIDE_RE.fullmatch(name[len(db_name) + 1 :]) is not None
+
+
+def not_moved_aside_from(path: Path, db: Path) -> str | None:
+    """Why the file ``path`` names is not one Hermes moved aside from ``db`` (None when it
+    is): the file itself, wherever it is named from, must be a regular file in ``db``'s
+    folder under a name Hermes gives only to the file it renames away from ``db``, with
+    that one name (a rename leaves one). A symlink planted under such a name points at
+    some other file, and a second name (a hard link) of another database proves nothing."""
+    real = Path(os.path.realpath(path))
+    if not is_moved_aside(real.name, db.name):
+        return "it is not under a name Hermes gives a file it moves aside"
+    try:
+        st = os.lstat(real)
+        here = os.path.samefile(real.parent, db.parent)
+    except OSError as exc:
+        return f"it cannot be looked at: {exc.strerror or exc}"
+    if not here:
+        return f"it is not in the folder of {db}"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_nlink != 1:
+        return f"it has {st.st_nlink} names (a file Hermes renamed aside has one)"
+    return None
 
 
 def moved_aside_in(folder: Path, db_name: str = "state.db") -> list[str]:

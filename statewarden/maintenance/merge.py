@@ -19,7 +19,8 @@ merging it back would bring deleted rows back), and one of these must hold:
 
 - it is a file Hermes moved aside from this database: a ``state.db.zeroed-*.bak`` or
   ``state.db.notadb-*.bak`` in the database's own folder (Hermes gives that name only
-  to the file it renames away from this path);
+  to the file it renames away from this path), the file itself with that one name (a
+  symlink under such a name, or a second name of another file, proves nothing);
 - its ``state_meta`` ``store_instance_id`` or ``db_file_generation`` (which Hermes
   writes into each file it makes, and a repair keeps) is that of a verified snapshot
   statewarden took of this database, of an original a run of this profile quarantined,
@@ -85,7 +86,7 @@ from statewarden.errors import DatabaseError, MergeRefused, StatewardenError, Us
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.maintenance.snapshots import list_snapshots
 from statewarden.maintenance.swap import list_quarantine
-from statewarden.moved_aside import is_moved_aside
+from statewarden.moved_aside import not_moved_aside_from
 from statewarden.progress import ProgressFn
 from statewarden.recovery import make_work_copy
 from statewarden.sidecars import SIDECAR_SUFFIXES
@@ -269,8 +270,9 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path, work_par
             f"{store}): merging it would bring deleted rows back; statewardenctl quarantine "
             "restore puts a quarantined original back"
         )
-    if is_moved_aside(source.path.name, db.name) and source.path.parent == db.parent:
-        return f"a file Hermes moved aside from {db} ({source.path.name})"
+    not_aside = not_moved_aside_from(source.path, db)
+    if not_aside is None:
+        return f"a file Hermes moved aside from {db} ({os.path.realpath(source.path)})"
     mine = set(old_ids.values())
     for copy in _earlier_copies(db, home, state):
         if mine & _meta_ids(copy, work_parent):
@@ -281,8 +283,8 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path, work_par
     found = ", ".join(f"{k} {v}" for k, v in sorted(old_ids.items())) or "no store_instance_id"
     raise MergeRefused(
         f"{source.path}: refused: nothing proves it is an earlier file of {db}: it is not a "
-        f"file Hermes moved aside from it, its ids ({found}) are those of no snapshot or "
-        "quarantined original of it, and "
+        f"file Hermes moved aside from it ({not_aside}), its ids ({found}) are those of no"
+        " snapshot or quarantined original of it, and "
         + ("sessions both hold disagree" if shared else "it holds none of its sessions")
         + "; nothing was merged"
     )

@@ -1,0 +1,91 @@
+"""``maintenance --merge-from`` given a file that only looks like the one Hermes moved
+aside: a symlink planted under a moved-aside name, or a second name (hard link) of
+another home's database, both beside state.db. Real files: the old file Hermes 0.22
+moved aside itself, the other home's state.db written by Hermes 0.22."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lab.hermes_fixtures import NEWEST_HERMES, Spec, make_home
+from tests.maintenance.test_merge import Vanished, quarantined, report_of
+from tests.support.maintenance import maintenance_config, run_maintenance
+
+# A name Hermes 0.22 gives only to the file it renames away from state.db.
+PLANTED = "state.db.zeroed-20260101-000000-4242.bak"
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return maintenance_config(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
+    return Vanished(tmp_path_factory.mktemp("vanished"))
+
+
+@pytest.fixture(scope="module")
+def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another Hermes home's state.db: other sessions, another store_instance_id."""
+    home = tmp_path_factory.mktemp("other") / "hermes"
+    return make_home(home, Spec(hermes=NEWEST_HERMES, seed=5)) / "state.db"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _symlink(other: Path, planted: Path) -> None:
+    planted.symlink_to(other)
+
+
+def _hard_link(other: Path, planted: Path) -> None:
+    os.link(other, planted)
+
+
+@pytest.mark.parametrize("plant", [_symlink, _hard_link], ids=["symlink", "hard-link"])
+def test_a_planted_name_does_not_prove_another_database(
+    tmp_path: Path, config: Path, vanished: Vanished, other_home: Path, plant: object
+) -> None:
+    """Invariant: a copy proves whose it is; no foreign database's rows are merged.
+    Another home's state.db reached through a moved-aside name in state.db's folder
+    (a symlink to it, or a hard link) is not a file Hermes moved aside from state.db:
+    the merge is refused (exit 5, one line saying why), state.db and the other file
+    are as they were, nothing is quarantined."""
+    db, _old = vanished(tmp_path)
+    other = tmp_path / "other.db"
+    shutil.copyfile(other_home, other)
+    planted = db.parent / PLANTED
+    assert callable(plant)
+    plant(other, planted)
+    before = (db.stat().st_ino, sha(db), sha(other))
+    proc = run_maintenance("--db", str(db), "--merge-from", str(planted), "--yes")
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{planted}: refused: nothing proves it is an earlier file of {db}" in line
+    assert "Traceback" not in proc.stderr
+    assert (db.stat().st_ino, sha(db), sha(other)) == before
+    assert not (tmp_path / "xdg-state" / "statewarden" / "quarantine").exists()
+
+
+def test_the_moved_aside_file_through_a_symlink_elsewhere_is_still_proven(
+    tmp_path: Path, config: Path, vanished: Vanished
+) -> None:
+    """The file Hermes moved aside, named through a symlink in another folder, is still
+    that file: proven by what it is (its real name and folder), and merged once."""
+    db, old = vanished(tmp_path)
+    link = tmp_path / "old-link.db"
+    link.symlink_to(old)
+    proc = run_maintenance("--db", str(db), "--merge-from", str(link), "--yes", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = report_of(proc)
+    assert rep["outcome"] == "merged"
+    assert f"moved aside from {db} ({old})" in rep["merge"]["proof"]
+    assert rep["merge"]["sessions_added"] == 12
+    assert quarantined(tmp_path).is_file()
