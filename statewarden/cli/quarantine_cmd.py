@@ -21,9 +21,15 @@ from statewarden.cli._group import CommandGroup
 from statewarden.cli._progress import progress_reporter
 from statewarden.cli.maintenance_output import printer
 from statewarden.config import state_dir
-from statewarden.errors import UsageError
+from statewarden.errors import EXIT_REFUSED, StatewardenError, UsageError
 from statewarden.maintenance import MaintenanceRun, Options, Plan, list_quarantine
 from statewarden.targets import discover, target_for_db
+
+
+class RestoreRefused(StatewardenError):
+    """The quarantine folder no longer holds the original as the swap kept it."""
+
+    exit_code = EXIT_REFUSED
 
 
 @click.group("quarantine", cls=CommandGroup)
@@ -64,7 +70,10 @@ def restore_cmd(
 ) -> None:
     """Swap the quarantined original NAME back in, the way maintenance swaps.
 
-    The current state.db goes to quarantine in turn; nothing is deleted.
+    The current state.db goes to quarantine in turn; nothing is deleted. Only the
+    original as the swap kept it is put back: a file of the folder that is not as its
+    manifest records (changed, missing, a symlink, a sidecar put there since) is
+    refused, named (exit 5), and nothing is done.
 
     Example: statewardenctl quarantine restore default-20260907T030000Z-a1b2c3
     """
@@ -74,6 +83,12 @@ def restore_cmd(
         raise UsageError(f"no quarantine entry named {name!r} (see statewardenctl quarantine list)")
     if not entry.db:
         raise UsageError(f"quarantine entry {name!r}: its manifest names no database path")
+    changed = entry.not_as_kept()
+    if changed is not None:
+        raise RestoreRefused(
+            f"quarantine entry {name!r}: refused: {changed}; only the original as the swap"
+            " kept it is put back, nothing was done"
+        )
     db = Path(entry.db)
     target = next((t for t in discover(config) if t.db == db), None) or target_for_db(db)
 
@@ -83,7 +98,7 @@ def restore_cmd(
         return click.confirm(f"Stop these holders and put {name} back?", err=True)
 
     options = Options(
-        action="restore", force=force, confirm=confirm, restore_from=entry.path / "state.db"
+        action="restore", force=force, confirm=confirm, restore_from=entry.path / db.name
     )
     with progress_reporter("json" if as_json else "auto") as progress:
         report = MaintenanceRun(

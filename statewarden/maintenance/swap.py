@@ -213,8 +213,12 @@ def _move(src_fd: int, name: str, dst_fd: int) -> bool:
 
 
 def sha256(path: Path) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    """The SHA-256 of the regular file ``path`` (never through a symlink: ``OSError``, as
+    for a FIFO or a device, which is never opened for reading)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
         return _fd_sha256(fd)
     finally:
         os.close(fd)
@@ -447,6 +451,33 @@ class QuarantineEntry:
     run_id: str
     swapped_at: float
     files: dict[str, int]  # name -> bytes
+    sha256: dict[str, str] = field(default_factory=dict)  # name -> as the manifest records
+
+    def not_as_kept(self) -> str | None:
+        """Why the folder no longer holds the original as the swap kept it (None when it
+        does): the database and every sidecar the manifest records are there, each a
+        regular file of its own (never a symlink) with the SHA-256 recorded, and no
+        sidecar the manifest does not record lies beside it (SQLite would read it with
+        the original)."""
+        name = Path(self.db).name if self.db else "state.db"
+        for part in (name, *(name + s for s in SIDECAR_SUFFIXES)):
+            path = self.path / part
+            recorded = self.sha256.get(part)
+            if recorded is None:
+                if os.path.lexists(path):
+                    return f"{path}: is not in its manifest (it was put there since)"
+                if part == name:
+                    return f"{path}: its manifest records no checksum of the original"
+                continue
+            try:
+                got = sha256(path)
+            except FileNotFoundError:
+                return f"{path}: is missing"
+            except OSError as exc:
+                return f"{path}: cannot be read as a file of its own: {exc.strerror or exc}"
+            if got != recorded:
+                return f"{path}: differs from the SHA-256 its manifest records"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -491,6 +522,11 @@ def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
         and (folder / n).is_file()
         and not (folder / n).is_symlink()
     }
+    sums = {
+        n: v
+        for n, v in (names if isinstance(names, dict) else {}).items()
+        if isinstance(n, str) and isinstance(v, str)
+    }
     when = data.get("swapped_at")
     if not isinstance(when, int | float) or not 0 <= when < _LAST_TIME:
         when = folder.stat().st_mtime
@@ -503,4 +539,5 @@ def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
         run_id if isinstance(run_id, str) else "",
         float(when),
         files,
+        sums,
     )

@@ -1,0 +1,112 @@
+"""``quarantine restore`` of a folder that no longer holds the original as the swap kept
+it: the original swapped for a symlink to another home's database, changed in place,
+removed, or given a ``-wal`` it never had. Real files: the fresh state.db Hermes 0.22
+wrote after moving the old one aside, quarantined by a real merge; the other home's
+state.db written by Hermes 0.22."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lab.hermes_fixtures import NEWEST_HERMES, Spec, make_home
+from statewarden.maintenance.swap import list_quarantine
+from tests.maintenance.test_merge import Vanished
+from tests.support.cli import run_ctl, run_installed
+from tests.support.maintenance import maintenance_config, run_maintenance
+
+
+@pytest.fixture
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return maintenance_config(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
+    return Vanished(tmp_path_factory.mktemp("vanished"))
+
+
+@pytest.fixture(scope="module")
+def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another Hermes home, WAL mode: its state.db and a -wal (other sessions)."""
+    home = tmp_path_factory.mktemp("other") / "hermes"
+    return make_home(home, Spec(hermes=NEWEST_HERMES, seed=5)) / "state.db"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _symlink_to_another(kept: Path, other: Path) -> None:
+    kept.unlink()
+    kept.symlink_to(other)
+
+
+def _changed_in_place(kept: Path, other: Path) -> None:
+    with open(kept, "r+b") as f:
+        f.seek(kept.stat().st_size - 100)
+        f.write(b"edited since")
+
+
+def _replaced_by_another(kept: Path, other: Path) -> None:
+    shutil.copyfile(other, kept)
+
+
+def _removed(kept: Path, other: Path) -> None:
+    kept.unlink()
+
+
+def _a_wal_put_beside(kept: Path, other: Path) -> None:
+    Path(f"{kept}-wal").write_bytes(b"\0" * 4096)
+
+
+def _a_fifo_instead(kept: Path, other: Path) -> None:
+    kept.unlink()
+    os.mkfifo(kept)
+
+
+TAMPER: list[tuple[Callable[[Path, Path], None], str]] = [
+    (_symlink_to_another, "cannot be read as a file of its own"),
+    (_changed_in_place, "differs from the SHA-256 its manifest records"),
+    (_replaced_by_another, "differs from the SHA-256 its manifest records"),
+    (_removed, "is missing"),
+    (_a_wal_put_beside, "state.db-wal: is not in its manifest"),
+    (_a_fifo_instead, "cannot be read as a file of its own"),
+]
+
+
+@pytest.mark.parametrize(("tamper", "says"), TAMPER, ids=lambda v: getattr(v, "__name__", ""))
+def test_only_the_original_as_kept_is_put_back(
+    tmp_path: Path,
+    config: Path,
+    vanished: Vanished,
+    other_home: Path,
+    *,
+    tamper: Callable[[Path, Path], None],
+    says: str,
+) -> None:
+    """Invariant: a copy proves whose it is. Restore puts back only the file the swap
+    kept (the SHA-256 its manifest records, with exactly the sidecars it recorded):
+    a folder tampered with since is refused (exit 5, one line naming the file), nothing
+    is stopped or swapped, state.db is as it was and passes check."""
+    db, old = vanished(tmp_path)
+    merged = run_maintenance("--db", str(db), "--merge-from", str(old), "--yes")
+    assert merged.returncode == 0, merged.stderr
+    (entry,) = list_quarantine(tmp_path / "xdg-state" / "statewarden")
+    assert entry.not_as_kept() is None  # as the swap kept it
+    tamper(entry.path / "state.db", other_home)
+    before = (db.stat().st_ino, sha(db))
+    proc = run_installed("quarantine", "restore", entry.name, "--yes", env=dict(os.environ))
+    assert proc.exit_code == 5, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"quarantine entry {entry.name!r}: refused: {entry.path}/state.db" in line
+    assert says in line
+    assert "Traceback" not in proc.stderr
+    assert (db.stat().st_ino, sha(db)) == before
+    assert len(list_quarantine(tmp_path / "xdg-state" / "statewarden")) == 1
+    assert run_ctl("check", "--db", str(db)).exit_code == 0
