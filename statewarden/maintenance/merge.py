@@ -93,6 +93,7 @@ from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import (
     closed_wal,
     is_hot_journal_error,
+    no_sidecars,
     open_readonly,
     quote_ident,
     uri_for,
@@ -216,15 +217,25 @@ def prepare_source(
 
 
 def _meta_ids(path: Path, work_parent: Path) -> set[str]:
-    """The ``store_instance_id`` and ``db_file_generation`` a file records, as SQLite
-    presents it (none when it cannot be read)."""
+    """The ``store_instance_id`` and ``db_file_generation`` a copy of the database (a
+    snapshot, a quarantined original) records, as SQLite presents it (none when it
+    cannot be read). The copy is only read: with no sidecar, in place and
+    ``immutable``; with a ``-wal``, ``-shm`` or ``-journal`` beside it, through a private
+    copy of it and them, since a read-only connection there would rebuild its ``-shm``
+    (a quarantined original must stay as its manifest records it)."""
 
     def ids(conn: apsw.Connection) -> set[str]:
         rows = conn.execute("SELECT value FROM state_meta WHERE key IN (?, ?)", _IDS).fetchall()
         return {str(r[0]) for r in rows if r[0]}
 
     try:
-        return _read_presented(path, work_parent, ids)
+        if no_sidecars(path):
+            return _read_with(path, True, ids)
+        work = make_work_copy(path, work_parent)
+        try:
+            return _read_with(work.db, True, ids)
+        finally:
+            work.cleanup()
     except (StatewardenError, OSError, apsw.Error):
         return set()
 
