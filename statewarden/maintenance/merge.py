@@ -61,6 +61,10 @@ and put back with their exact text:
 - every message without a ``message_uid`` gets one (as Hermes' own trigger would), and
   ``sqlite_sequence`` covers the highest id.
 
+What recover could not read of the old file (rows it lost, or kept with unreadable
+columns) is merged as recover made it and said in the merge's report
+(``old_file_loss``); the old file itself is left as it is.
+
 Then every FTS5 table is rebuilt (``'rebuild'``) and the file is verified: integrity
 check, each FTS table's ``integrity-check`` against its content, every session id of
 both files present exactly once, every message of the current file at its (renumbered)
@@ -103,6 +107,9 @@ T = TypeVar("T")
 
 MERGE_FOLDER = "merge-source"
 OLD_NAME = "old.db"
+# Recover's report of the old file, beside the file it made: what of it could not be
+# read comes into the merge's report (the merge itself never sees the old file again).
+OLD_REPORT = "old.recover.json"
 # Tables that describe the current file, or hold leases and heartbeats of processes
 # long gone: the current file's rows only.
 CURRENT_ONLY = frozenset(
@@ -209,6 +216,10 @@ def prepare_source(
                 f"{path}: could not be recovered into a verified file; nothing was merged"
             )
         source = Source(path, out, "", report.to_json())
+        loss = next((x for x in report.render() if x.startswith("result: ")), "")
+        (where / OLD_REPORT).write_text(
+            json.dumps({"loss_detected": report.loss_detected, "verdict": loss[8:]})
+        )
         source.proof = prove_earlier(source, db, home=home, state=state, work_parent=where)
     except BaseException:
         shutil.rmtree(where, ignore_errors=True)
@@ -384,6 +395,9 @@ class Merged:
     fts_rebuilt: list[str] = field(default_factory=list)
     verified: bool = False
     problems: list[str] = field(default_factory=list)
+    # What recover could not read of the old file ("" when it read every row whole):
+    # rows it lost or kept partial are merged as recover made them.
+    old_file_loss: str = ""
 
     @property
     def nothing(self) -> bool:
@@ -404,6 +418,12 @@ class Merged:
             f" messages added ({self.sessions_shared} sessions both held,"
             f" {self.messages_already_there} messages already there){renumbered};"
             f" the file holds {self.sessions} sessions and {self.messages} messages"
+            + (
+                f"; of the old file, recover said: {self.old_file_loss} (merged as"
+                " recovered; the old file is left as it is)"
+                if self.old_file_loss
+                else ""
+            )
         )
 
 
@@ -425,6 +445,7 @@ def build_merged(
         finally:
             conn.close()
         merged = _merge_into(built, old, work.db, work.source_header.journal_mode)
+        merged.old_file_loss = _old_file_loss(old)
         if merged.verified and not merged.nothing:
             with open(built, "rb+") as f:
                 os.fsync(f.fileno())
@@ -434,6 +455,18 @@ def build_merged(
         raise DatabaseError(f"{current}: the merged file could not be built: {exc}") from None
     finally:
         work.cleanup()
+
+
+def _old_file_loss(old: Path) -> str:
+    """Recover's verdict on the old file when it detected loss (``OLD_REPORT`` beside
+    the file it made), else ""."""
+    try:
+        data = json.loads((old.parent / OLD_REPORT).read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(data, dict) or not data.get("loss_detected"):
+        return ""
+    return str(data.get("verdict") or "loss detected")
 
 
 def _merge_into(built: Path, old: Path, current: Path, journal_mode: str) -> Merged:
