@@ -29,6 +29,7 @@ from typing import Any
 
 import apsw
 
+from statewarden.errors import path_error
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.decoding.keysets import KeySet
@@ -37,6 +38,7 @@ from statewarden.recovery.evidence.other_copies import ExtraSources, OtherCopy, 
 from statewarden.recovery_files import RecoveryFile, scan
 from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import quote_ident, uri_for
+from statewarden.sqlite_header import open_regular
 
 SAMPLE_ROWIDS = 20
 # What a caller does with the captures once read, while their private copies exist:
@@ -117,6 +119,7 @@ def read_captures(
     fence). ``then`` is given the captures proven of this database, on the same private
     copies the reading used (``maintenance --apply-captures`` builds its new file
     there), and is not called when none is."""
+    _must_be_a_file(live or db)
     found = [i for i in scan(db).items if i.what in _KINDS]
     names = {i.name for i in found}
     # A backup's -wal / -shm copy is read with its backup, never as a backup of its own.
@@ -152,6 +155,18 @@ def read_captures(
     finally:
         work.cleanup()
     return list(readings.values())
+
+
+def _must_be_a_file(db: Path) -> None:
+    """The live file is a regular file (a symlink to one too), whatever lies beside it:
+    a folder, a FIFO or a device is :class:`DatabaseUnreadable` (one line), as the
+    private copy would find it, never "no captures beside it" only because none are
+    there; a path that cannot be read as named is the caller's (``path_error``)."""
+    try:
+        with open_regular(db):
+            pass
+    except OSError as exc:
+        raise path_error(exc.filename or db, exc) from None
 
 
 def _reading(item: RecoveryFile) -> CaptureReading:
