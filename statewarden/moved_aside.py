@@ -6,9 +6,10 @@ garbage) aside, with its ``-wal`` and ``-shm``, and starts a fresh, empty databa
 ``.bak`` when the name is taken). The old file keeps its inode (a rename).
 
 :func:`count_held` counts the sessions and messages of a file read-only (full scans,
-``NOT INDEXED``: docs/safety.md rule 7), without ever writing it: a file nobody has open
-is opened ``immutable`` (no ``-wal`` or ``-shm`` created next to it), the live database
-read-only (``immutable`` too when it is a WAL database nobody has open). A moved-aside
+``NOT INDEXED``: docs/safety.md rule 7), without ever writing it or its sidecars: a file
+nobody has open is opened ``immutable`` (no ``-wal`` or ``-shm`` created next to it), one
+with a ``-wal`` or ``-shm`` beside it not at all (a read there writes the ``-shm``), the
+live database read-only (``immutable`` too when it is a WAL database nobody has open). A moved-aside
 file usually cannot be read as it is (its header is what made Hermes move it):
 :class:`Held` then says why, and the sessions stay unknown.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 import apsw
 
 from statewarden.errors import DatabaseError
-from statewarden.sidecars import SIDECAR_SUFFIXES
+from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX
 from statewarden.sqlite import closed_wal, is_hot_journal_error, no_sidecars, open_readonly
 
 # After "state.db.": what Hermes found (a zeroed header, or not a database), then its time
@@ -80,6 +81,15 @@ HOT_JOURNAL = (
 )
 
 
+# Why a file that is not the live one, with a -wal or -shm beside it, is not counted: a
+# read-only connection there writes its -shm (creates it when it is missing), and a read
+# never writes. A merge reads it, -wal and all, on a private copy.
+WAL_BESIDE = (
+    "a -wal or -shm lies beside it: not read in place (SQLite would write its -shm);"
+    " maintenance --merge-from reads it on a private copy"
+)
+
+
 @dataclass(frozen=True)
 class Held:
     """What one database file holds, as far as it can be read as it is."""
@@ -98,14 +108,18 @@ def count_held(path: Path, *, live: bool = False) -> Held:
     """The sessions and messages ``path`` holds, read-only; never raises for a file that
     cannot be read (``why`` says what stopped it). ``live``: the database Hermes has open
     (a plain read-only connection that sees its WAL); otherwise the file is read
-    ``immutable`` when it has no ``-wal``, ``-shm`` or ``-journal``, read-only when it has
-    (SQLite's own reader then honours them; a hot journal is a read that failed)."""
+    ``immutable`` when it has no ``-wal``, ``-shm`` or ``-journal``, read-only beside a
+    ``-journal`` (SQLite's own reader then honours it; a hot journal is a read that
+    failed), and not at all beside a ``-wal`` or ``-shm`` (``WAL_BESIDE``: a read-only
+    connection would write the ``-shm``)."""
     try:
         size = os.stat(path).st_size
     except OSError as exc:
         return Held(0, None, None, f"{exc.strerror or exc}")
     if size == 0:
         return Held(0, 0, 0)
+    if not live and any(os.path.lexists(f"{path}{s}") for s in (WAL_SUFFIX, SHM_SUFFIX)):
+        return Held(size, None, None, WAL_BESIDE)
     immutable = closed_wal(path) if live else no_sidecars(path)
     try:
         conn = open_readonly(path, immutable=immutable)
