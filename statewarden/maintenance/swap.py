@@ -502,7 +502,7 @@ def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
             continue
         try:
             data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested too deep
             continue
         if isinstance(data, dict):
             out.append(_entry(folder, data))
@@ -511,7 +511,8 @@ def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
 
 def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
     """One folder's entry from its manifest; a field of the wrong shape (a damaged or
-    edited manifest) reads as absent, and only plain names inside the folder count."""
+    edited manifest: a relative path, a NUL byte no path may hold) reads as absent, and
+    only plain names inside the folder count."""
     names = data.get("files")
     files = {
         n: (folder / n).stat().st_size
@@ -519,6 +520,7 @@ def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
         if isinstance(n, str)
         and n not in ("", ".", "..")
         and "/" not in n
+        and "\0" not in n
         and (folder / n).is_file()
         and not (folder / n).is_symlink()
     }
@@ -535,7 +537,7 @@ def _entry(folder: Path, data: dict[str, Any]) -> QuarantineEntry:
     return QuarantineEntry(
         folder.name,
         folder,
-        db if isinstance(db, str) and os.path.isabs(db) else "",
+        db if isinstance(db, str) and os.path.isabs(db) and "\0" not in db else "",
         run_id if isinstance(run_id, str) else "",
         float(when),
         files,

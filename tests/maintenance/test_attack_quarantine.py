@@ -110,3 +110,41 @@ def test_only_the_original_as_kept_is_put_back(
     assert (db.stat().st_ino, sha(db)) == before
     assert len(list_quarantine(tmp_path / "xdg-state" / "statewarden")) == 1
     assert run_ctl("check", "--db", str(db)).exit_code == 0
+
+
+DAMAGED_MANIFESTS = {
+    "nul-in-db": '{"db": "/home/a\\u0000b/state.db", "files": {"a\\u0000b": "x"}}',
+    "nested-too-deep": "[" * 100_000 + "]" * 100_000,
+    "not-an-object": "[1, 2]",
+    "not-json": "{",
+}
+
+
+def test_a_damaged_manifest_is_one_line_and_hides_no_other_entry(
+    tmp_path: Path, config: Path, vanished: Vanished
+) -> None:
+    """Invariant: bad input is one line with a documented exit code, never a traceback.
+    Manifests damaged or edited (a NUL byte in the database path, JSON nested deeper
+    than Python's parser goes, not an object, not JSON) beside a real entry: list shows
+    the real entry (exit 0; it was "unexpected RecursionError", exit 1, listing
+    nothing), and restoring the one whose path holds a NUL byte is a usage error
+    naming it (it was "unexpected ValueError: embedded null byte")."""
+    db, old = vanished(tmp_path)
+    merged = run_maintenance("--db", str(db), "--merge-from", str(old), "--yes")
+    assert merged.returncode == 0, merged.stderr
+    state = tmp_path / "xdg-state" / "statewarden"
+    (real,) = list_quarantine(state)
+    for name, text in DAMAGED_MANIFESTS.items():
+        (real.path.parent / name).mkdir()
+        (real.path.parent / name / "manifest.json").write_text(text)
+    env = dict(os.environ)
+    listed = run_installed("quarantine", "list", env=env)
+    assert listed.exit_code == 0, listed.stderr
+    assert listed.stderr == ""
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert sorted(names) == sorted([real.name, "nul-in-db"])
+    proc = run_installed("quarantine", "restore", "nul-in-db", "--yes", env=env)
+    assert proc.exit_code == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "statewardenctl: error: quarantine entry 'nul-in-db': its manifest names no database path"
+    ]
