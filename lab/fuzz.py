@@ -654,6 +654,10 @@ FINDINGS: dict[str, int] = {
     # A garbled cell read as rowid 2084 in order between garbage: the scan jumped past
     # every later message (31 dropped).
     "garbled_rowid_moves_the_scan": 554,
+    # A garbled cell decoded as rowid 21, a real message's, before that message's own
+    # cell: the scan stepped over the rowid, not the cell, and the intact message was
+    # dropped (the garbled one set aside).
+    "garbled_cell_with_a_real_rowid": 7035,
     # Random bytes over a message's text while both FTS content tables are damaged
     # (no vote): check called it derived and recover bulk-copied the changed text.
     "bad_text_while_the_copies_cannot_vote": 1149,

@@ -122,6 +122,10 @@ class _Scan:
         self.seen_again: dict[int, int] = {}  # rowid -> times delivered, when more than once
         self.earlier = KeySet()  # rowids delivered by an earlier stream
         self.alone: set[int] = set()  # cells read on their own: a stream steps over them
+        # rowid -> the rows read on their own with it: another cell of the same rowid
+        # that reads whole, and is none of them, is another row (``_other_cell``).
+        self.read_alone: dict[int, list[Row]] = {}
+        self.same_cell: set[tuple[int | None, int]] = set()  # (start, place): the one read
         self.tried: set[int] = set()  # listed rowids a scan that looked ended resumed at
         self.returned = 0  # rows the current stream's cursor returned (delivered or not)
         self.on_partial: Callable[[int, list[str]], None] | None = None
@@ -233,6 +237,7 @@ class _Scan:
         prev: int | None = None  # rowid of the row before ``pending`` (or of it)
         pending: Row | None = None  # held back until the row after it is seen
         before_pending: int | None = None
+        places: list[tuple[int, int]] = []  # (rowid, place) of cells of rowids read alone
 
         add_new, on_row = self.seen.add_new, self.on_row
 
@@ -261,7 +266,14 @@ class _Scan:
             for raw in _rows(self.conn, sql, args):
                 self.returned += 1
                 rowid = int(raw[0])
-                if (not first and rowid in earlier) or rowid in alone:
+                if rowid in alone:
+                    # Read on its own; but a garbled cell may carry a real row's rowid:
+                    # the cells of such a rowid are read by their place once the stream
+                    # ends (a query in the middle of it would disturb it).
+                    if (start, self.returned - 1) not in self.same_cell:
+                        places.append((rowid, self.returned - 1))
+                    continue
+                if not first and rowid in earlier:
                     continue  # a damaged tree can hand back rows already passed
                 if prev is not None and rowid < prev and unlisted(rowid):
                     # Below the row before it and listed by no readable index: a garbled
@@ -290,6 +302,12 @@ class _Scan:
             result.first_error = result.first_error or str(exc).split("\n", 1)[0]
             return False
         finally:
+            last = self.last  # rows delivered late do not move the position
+            for rowid, place in places:
+                other = self._other_cell(rowid, start, place)
+                if other is not None:
+                    deliver(other)
+            self.last = last
             if current is None:
                 self.earlier = self.seen.copy()
             else:
@@ -348,6 +366,29 @@ class _Scan:
             self.start = cell + 1
         return True
 
+    def _other_cell(self, rowid: int, start: int | None, place: int) -> Row | None:
+        """The row of the cell at ``place`` of a stream from ``start``, whose rowid is
+        that of a row read on its own: when that cell reads whole and is none of the
+        rows read on their own, it is another cell with the same rowid (a garbled cell
+        that decodes as an existing row's rowid, and the row's own cell): delivered,
+        once. None for the cell read on its own (it fails as it failed, or reads the
+        same), known by its place from then on: a stream started over meets it again."""
+        sql, args = self._select(start, "rowid" + self.t_cols)
+        row = None
+        try:
+            row = self.conn.execute(f"{sql} LIMIT 1 OFFSET {place}", args).fetchone()
+        except UnicodeDecodeError:
+            pass
+        except apsw.Error as exc:
+            if not _is_damage(exc):
+                raise
+        if row is None or int(row[0]) != rowid or tuple(row) in self.read_alone.get(rowid, []):
+            self.same_cell.add((start, place))
+            return None
+        # Delivered once, whichever stream meets it after this one.
+        self.read_alone.setdefault(rowid, []).append(tuple(row))
+        return tuple(row)
+
     def _read_alone(self, rowid: int, *, record: bool = True) -> bool:
         """Deliver the row ``rowid`` whole, with repaired text, or with the columns that
         can be read; count it unreadable only when not even that works (and, unless
@@ -379,6 +420,7 @@ class _Scan:
                 result.add_range(rowid, rowid)
         for row in rows:  # readable after all (the failure was further on): deliver
             result.rows_read += 1
+            self.read_alone.setdefault(rowid, []).append(row)
             self.on_row(row)
         return bool(rows)
 
