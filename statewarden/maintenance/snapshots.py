@@ -12,6 +12,15 @@ why (the live file has damage): only a snapshot with its ``.json`` (source, time
 SHA-256, the check's verdict, session count) is listed, and only a listed one with the
 verdict ``none`` is used by ``recover --extra-source``.
 
+Before any connection opens, the live bundle is looked at raw: a state.db that is no
+SQLite file (a FIFO, a folder, a device, empty, a torn header) is refused as ``check``
+refuses it (exit 4), and so is a sidecar that is not a regular file; a sidecar that is
+a symlink is refused too (SQLite neither makes nor opens one). A ``-wal`` with no
+``-shm`` (nobody has the file open, and any SQLite reader would create a ``-shm``
+beside it) is copied raw into a folder of ours and read there. A copy whose schema
+cookie is older than the live file's header says is of another database (a ``-wal``
+written for another file, which SQLite replays all the same) and is not kept.
+
 Retention, per profile, after each snapshot kept: the newest
 ``maintenance.snapshots_keep``, and none older than ``maintenance.snapshots_max_age``;
 the newest is always kept (an old known good copy is better than none).
@@ -31,6 +40,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -40,13 +50,32 @@ from typing import Any
 
 import apsw
 
-from statewarden.atomic import private_dir, write_atomic
-from statewarden.errors import CopyFailed, DatabaseError, DatabaseUnreadable, StatewardenError
+from statewarden.atomic import copy_bytes, private_dir, write_atomic
+from statewarden.errors import (
+    CopyFailed,
+    DatabaseChanged,
+    DatabaseError,
+    DatabaseUnreadable,
+    StatewardenError,
+    copy_failed,
+)
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
 from statewarden.recovery import check_database
-from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, WAL_SUFFIX
-from statewarden.sqlite import classify_error, closed_wal, open_readonly
+from statewarden.sidecars import (
+    JOURNAL_SUFFIX,
+    SHM_SUFFIX,
+    SIDECAR_SUFFIXES,
+    WAL_SUFFIX,
+    sidecar_name,
+)
+from statewarden.sqlite import (
+    HeaderFacts,
+    classify_error,
+    open_readonly,
+    pragma_int,
+    read_header,
+)
 
 SNAPSHOTS_DIR = "snapshots"
 LOCK_NAME = ".lock"
@@ -167,9 +196,121 @@ def backup_copy(db: Path, folder: Path) -> Path:
 
 
 def _backup(db: Path, dest: Path) -> None:
-    # Read-only (and immutable when no sidecar exists, else SQLite would leave an empty
-    # -wal and -shm behind): the source is never written, checkpointed or reset.
-    src = open_readonly(db, busy_timeout_ms=1000, immutable=closed_wal(db))
+    """Copy ``db`` as SQLite presents it into ``dest``, or raise: never a copy of another
+    file, and nothing written beside the live file (see :func:`_look`)."""
+    header, identity, present = _look(db)
+    work: Path | None = None
+    try:
+        if WAL_SUFFIX in present and SHM_SUFFIX not in present:
+            # A -wal with no -shm: nobody has the database open (a connection always has
+            # both), and any SQLite reader would create a -shm beside it. Its bundle is
+            # copied raw into a folder of ours and read there.
+            work = Path(tempfile.mkdtemp(prefix=BACKUP_PREFIX, dir=dest.parent))
+            cookie = _backup_from(_copy_closed(db, work), dest, db, immutable=False)
+        else:
+            # WAL with no -wal nor -journal: the main file alone is the database, read
+            # immutable (a read-only connection would leave an empty -wal and -shm).
+            alone = header.journal_mode == "wal" and not present & {WAL_SUFFIX, JOURNAL_SUFFIX}
+            cookie = _backup_from(db, dest, db, immutable=alone)
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    if _identity(db) != identity:
+        raise DatabaseChanged(
+            f"{db}: replaced while it was copied (a restore or a swap); nothing kept, try again"
+        )
+    if cookie < header.schema_cookie:
+        # The schema cookie only grows within one database: SQLite replayed a -wal
+        # written for another one over this file (nothing in a WAL names its database).
+        raise DatabaseUnreadable(
+            f"{db}-wal: belongs to another database (SQLite's view has schema cookie"
+            f" {cookie}, older than the file's {header.schema_cookie});"
+            " nothing kept",
+            hint="move the -wal aside to read the database file alone",
+        )
+
+
+def _look(db: Path) -> tuple[HeaderFacts, tuple[int, int], set[str]]:
+    """Raw checks of the live bundle, with no connection open to it: the database file
+    is a regular file with a SQLite header (else :class:`DatabaseUnreadable`, as
+    ``check`` says), and each sidecar SQLite would open (named after the file's real
+    path, as SQLite names them) is a regular file: a FIFO would hang the read, and a
+    symlink or a folder is never one SQLite made (it opens none through a symlink).
+    Returns the header, the file's identity and the sidecars present."""
+    header = read_header(db)
+    identity = _identity(db)
+    real = os.path.realpath(db)
+    present = set()
+    for sfx in SIDECAR_SUFFIXES:
+        name = sidecar_name(real, sfx)
+        try:
+            mode = os.lstat(name).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise DatabaseError(f"{name}: {exc.strerror}; nothing copied") from None
+        if stat.S_ISLNK(mode):
+            raise DatabaseError(
+                f"{name}: is a symlink, which SQLite never makes nor reads a sidecar"
+                " through; nothing copied",
+                hint="move it aside",
+            )
+        if not stat.S_ISREG(mode):
+            raise DatabaseUnreadable(f"{name}: is not a regular file (a FIFO, a folder?)")
+        present.add(sfx)
+    return header, identity, present
+
+
+def _identity(db: Path) -> tuple[int, int]:
+    try:
+        st = os.stat(db)
+    except OSError as exc:
+        raise DatabaseError(f"{db}: {exc.strerror}; nothing kept") from None
+    return st.st_dev, st.st_ino
+
+
+def _copy_closed(db: Path, work: Path) -> Path:
+    """A raw copy of the closed bundle ``db`` + ``-wal`` in ``work``; refused with
+    :class:`DatabaseChanged` when either changed meanwhile or a -shm appeared (a
+    writer opened it)."""
+    real = os.path.realpath(db)
+    files = [(real, work / db.name), (real + WAL_SUFFIX, work / f"{db.name}{WAL_SUFFIX}")]
+    before = [_fingerprint(src) for src, _ in files]
+    for src, dst in files:
+        try:
+            fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise DatabaseUnreadable(f"{src}: is not a regular file")
+                out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                try:
+                    for _ in copy_bytes(fd, out):
+                        pass
+                finally:
+                    os.close(out)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise copy_failed(src, work, exc) from None
+    after = [_fingerprint(src) for src, _ in files]
+    if after != before or os.path.lexists(real + SHM_SUFFIX):
+        raise DatabaseChanged(f"{db}: a writer opened it while it was copied; try again")
+    return files[0][1]
+
+
+def _fingerprint(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _backup_from(src_path: Path, dest: Path, db: Path, *, immutable: bool) -> int:
+    """The backup API from ``src_path`` (read-only) into ``dest``; errors name ``db``.
+    Returns the schema cookie SQLite presents for the source (the copy's own is
+    bumped by the backup)."""
+    src = open_readonly(src_path, busy_timeout_ms=1000, immutable=immutable)
     try:
         out = apsw.Connection(str(dest))
         try:
@@ -180,6 +321,7 @@ def _backup(db: Path, dest: Path) -> None:
             out.execute("PRAGMA journal_mode=DELETE")
         finally:
             out.close()
+        return pragma_int(src, "schema_version")
     except apsw.FullError as exc:
         # A write of the copy failed: the snapshot's folder, not the live file.
         raise CopyFailed(
@@ -236,6 +378,8 @@ def _remove_strays(folder: Path) -> None:
         for side in folder.glob(f"*.db{sfx}"):
             if not Path(str(side)[: -len(sfx)]).exists():
                 side.unlink(missing_ok=True)
+    for work in folder.glob(f"{BACKUP_PREFIX}*"):
+        shutil.rmtree(work, ignore_errors=True)  # a raw copy of a closed bundle, left
 
 
 def list_snapshots(state_dir: Path) -> list[Snapshot]:

@@ -1,0 +1,222 @@
+"""``statewardenctl snapshots take`` against hostile live files: the snapshot is a verified
+copy of the database as SQLite presents it, or nothing, with one line and a documented
+exit code; and the live file and its sidecars are never written, nor a sidecar created
+beside a file nobody had open."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import apsw
+import pytest
+
+from lab.hermes_fixtures import TINY, built_db, writer_env
+from statewarden.maintenance.snapshots import snapshots_dir
+from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+from tests.support.repo import REPO
+
+pytestmark = pytest.mark.process
+
+
+def take(db: Path) -> subprocess.CompletedProcess[str]:
+    """``statewardenctl snapshots take --db DB`` as a process (a FIFO would hang it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def bundle(folder: Path) -> dict[str, str]:
+    """Each entry of ``folder``: a regular file's SHA-256, a symlink's target, else its mode."""
+    out = {}
+    for p in sorted(folder.iterdir()):
+        st = os.lstat(p)
+        if stat.S_ISREG(st.st_mode):
+            out[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif stat.S_ISLNK(st.st_mode):
+            out[p.name] = "-> " + os.readlink(p)
+        else:
+            out[p.name] = stat.filemode(st.st_mode)
+    return out
+
+
+def kept() -> list[str]:
+    folder = snapshots_dir(Path(os.environ["XDG_STATE_HOME"]) / "statewarden")
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.name != ".lock")
+
+
+def assert_refused(db: Path, code: int, says: str) -> None:
+    before = bundle(db.parent)
+    done = take(db)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert (done.returncode, len(lines)) == (code, 1), done.stderr
+    assert says in lines[0], lines[0]
+    assert kept() == [], "nothing is kept"
+    assert bundle(db.parent) == before, "the live bundle was written, or a sidecar created"
+
+
+def a_fifo(db: Path) -> None:
+    os.mkfifo(db)
+
+
+def a_folder(db: Path) -> None:
+    db.mkdir()
+
+
+def empty(db: Path) -> None:
+    db.write_bytes(b"")
+
+
+def one_byte(db: Path) -> None:
+    db.write_bytes(b"S")
+
+
+def a_device(db: Path) -> None:
+    db.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (a_fifo, "is a FIFO"),
+        (a_folder, "is a directory"),
+        (empty, "empty (0 bytes)"),
+        (one_byte, "truncated inside the 100-byte header"),
+        (a_device, "is a character device"),
+    ],
+)
+def test_a_live_file_that_is_no_database_is_refused_as_check_refuses_it(
+    tmp_path: Path, make: Callable[[Path], None], says: str
+) -> None:
+    """A state.db that is a FIFO (which hung the take for ever), a folder, an empty or
+    1-byte file or a device: exit 4 (unreadable) with check's own words, nothing kept
+    (before, an empty copy was kept checking "unreadable" and blamed, exit 1)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    db = home / "state.db"
+    make(db)
+    assert_refused(db, 4, says)
+
+
+def live_copy(home: Path) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    db = home / "state.db"
+    shutil.copyfile(built_db(TINY), db)
+    return db
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "folder"])
+def test_a_planted_sidecar_is_never_read_through_nor_created_beside(
+    tmp_path: Path, suffix: str, plant: str
+) -> None:
+    """A sidecar that is a symlink (to another file), a FIFO or a folder: refused in one
+    line before any SQLite connection opens (a FIFO -journal hung the take; a planted
+    -shm or -wal made SQLite create the other one beside the live file), nothing kept,
+    the live bundle and the symlink's target unchanged."""
+    db = live_copy(tmp_path / "home")
+    victim = tmp_path / "victim"
+    victim.write_bytes(os.urandom(40_000))
+    side = Path(f"{db}{suffix}")
+    if plant == "symlink":
+        side.symlink_to(victim)
+    elif plant == "fifo":
+        os.mkfifo(side)
+    else:
+        side.mkdir()
+    before = victim.read_bytes()
+    if plant == "symlink":
+        assert_refused(db, 1, "is a symlink")
+    else:
+        assert_refused(db, 4, "is not a regular file")
+    assert victim.read_bytes() == before
+
+
+def killed_writer(home: Path, bin_dir: Path) -> None:
+    """A real Hermes writer (SessionDB) commits in WAL mode and is killed with SIGKILL:
+    its -wal holds commits the file lacks."""
+    install_fake_hermes(bin_dir)
+    log = home.parent / "committed.log"
+    env = writer_env(home)
+    env[WRITE_EVERY_ENV] = "0.01"
+    env[LOG_ENV] = str(log)
+    proc = subprocess.Popen([str(bin_dir / "hermes"), "chat"], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"ready"
+    while not log.exists() or len(log.read_text().splitlines()) < 20:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+
+
+def sqlite_view(db: Path, sql: str) -> object:
+    """What SQLite presents for the bundle of ``db``, read from a copy of it."""
+    view = db.parent.parent / "view"
+    view.mkdir()
+    for sfx in ("", "-wal"):
+        if Path(f"{db}{sfx}").exists():
+            shutil.copyfile(f"{db}{sfx}", view / f"state.db{sfx}")
+    conn = apsw.Connection(str(view / "state.db"))
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+        shutil.rmtree(view)
+
+
+def test_a_wal_with_no_shm_is_copied_whole_and_no_shm_is_created(tmp_path: Path) -> None:
+    """A closed WAL database whose -wal holds commits and whose -shm is gone (a copied
+    bundle, a cleaned folder): the snapshot holds those commits, and no -shm appears
+    beside the live file (a read-only SQLite reader creates one)."""
+    db = live_copy(tmp_path / "home")
+    killed_writer(db.parent, tmp_path / "bin")
+    Path(f"{db}-shm").unlink()
+    sql = "SELECT count(*), max(id) FROM messages"
+    expected = sqlite_view(db, sql)
+    before = bundle(db.parent)
+    done = take(db)
+    assert done.returncode == 0, done.stderr
+    assert bundle(db.parent) == before, "a -shm was created beside the live file"
+    (snap,) = [n for n in kept() if n.endswith(".db")]
+    conn = apsw.Connection(
+        str(snapshots_dir(Path(os.environ["XDG_STATE_HOME"]) / "statewarden") / snap)
+    )
+    try:
+        assert conn.execute(sql).fetchall() == expected
+    finally:
+        conn.close()
+
+
+def test_a_wal_of_another_database_gives_no_snapshot(tmp_path: Path) -> None:
+    """A -wal that another database wrote, beside state.db: SQLite would present that
+    other database; the take refuses it as check does (exit 4), keeps nothing and
+    creates no -shm (it kept a "verified" copy of the other database, with no sessions)."""
+    db = live_copy(tmp_path / "home")
+    other = tmp_path / "other.db"
+    conn = apsw.Connection(str(other))
+    conn.execute("PRAGMA journal_mode=WAL").fetchall()
+    conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+    conn.execute("CREATE TABLE t(x)")
+    for _ in range(50):
+        conn.execute("INSERT INTO t VALUES (randomblob(2000))")
+    shutil.copyfile(f"{other}-wal", f"{db}-wal")
+    conn.close()
+    assert_refused(db, 4, "belongs to another database")
