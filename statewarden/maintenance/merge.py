@@ -177,6 +177,9 @@ class Source:
     recovered: Path  # the verified file recover made of it
     proof: str
     recover: dict[str, Any]  # recover's report of it
+    # The file itself, resolved once: what is recovered is what is proven (a symlink
+    # changed meanwhile cannot make one file recovered and another proven).
+    real: Path | None = None
 
     def cleanup(self) -> None:
         shutil.rmtree(self.recovered.parent, ignore_errors=True)
@@ -203,6 +206,7 @@ def prepare_source(
     """Recover the old file into ``folder`` and prove it is ``db``'s earlier file; a file
     that is not is refused (:class:`MergeRefused`), named."""
     path = check_source(path, db)
+    real = Path(os.path.realpath(path))
     remove_sources(folder)
     where = folder / MERGE_FOLDER
     where.mkdir(mode=0o700)
@@ -210,12 +214,12 @@ def prepare_source(
     try:
         from statewarden.recovery import recover  # noqa: PLC0415 - the engine, only when a merge runs
 
-        report = recover.recover(path, out, progress=progress)
+        report = recover.recover(real, out, progress=progress)
         if not report.verified:
             raise DatabaseError(
                 f"{path}: could not be recovered into a verified file; nothing was merged"
             )
-        source = Source(path, out, "", report.to_json())
+        source = Source(path, out, "", report.to_json(), real)
         loss = next((x for x in report.render() if x.startswith("result: ")), "")
         (where / OLD_REPORT).write_text(
             json.dumps({"loss_detected": report.loss_detected, "verdict": loss[8:]})
@@ -292,9 +296,10 @@ def prove_earlier(source: Source, db: Path, *, home: Path, state: Path, work_par
             f"{store}): merging it would bring deleted rows back; statewardenctl quarantine "
             "restore puts a quarantined original back"
         )
-    not_aside = not_moved_aside_from(source.path, db)
+    real = source.real or Path(os.path.realpath(source.path))
+    not_aside = not_moved_aside_from(real, db)
     if not_aside is None:
-        return f"a file Hermes moved aside from {db} ({os.path.realpath(source.path)})"
+        return f"a file Hermes moved aside from {db} ({real})"
     mine = set(old_ids.values())
     for copy in _earlier_copies(db, home, state):
         if mine & _meta_ids(copy, work_parent):

@@ -9,10 +9,14 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lab.hermes_fixtures import NEWEST_HERMES, Spec, make_home
+from statewarden.errors import MergeRefused
+from statewarden.maintenance.merge import prepare_source
+from statewarden.recovery import recover
 from tests.maintenance.test_merge import Vanished, quarantined, report_of
 from tests.support.maintenance import maintenance_config, run_maintenance
 
@@ -89,3 +93,36 @@ def test_the_moved_aside_file_through_a_symlink_elsewhere_is_still_proven(
     assert f"moved aside from {db} ({old})" in rep["merge"]["proof"]
     assert rep["merge"]["sessions_added"] == 12
     assert quarantined(tmp_path).is_file()
+
+
+def test_the_file_recovered_is_the_file_proven(
+    tmp_path: Path,
+    vanished: Vanished,
+    other_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Invariant: a copy proves whose it is. A symlink given as --merge-from that points
+    at another home's database while it is recovered, and at the file Hermes moved
+    aside once it is proven (repointed by whoever owns the symlink), made the other
+    database's rows proven by the moved-aside file's name. The path is resolved once:
+    what is recovered is what is proven, and the merge is refused."""
+    db, old = vanished(tmp_path)
+    other = tmp_path / "other.db"
+    shutil.copyfile(other_home, other)
+    link = tmp_path / "link.db"
+    link.symlink_to(other)
+    real_recover = recover.recover
+
+    def recover_then_repoint(source: Path, out: Path, **kwargs: Any) -> Any:
+        report = real_recover(source, out, **kwargs)
+        link.unlink()
+        link.symlink_to(old)
+        return report
+
+    monkeypatch.setattr(recover, "recover", recover_then_repoint)
+    state = tmp_path / "state"
+    folder = state / "run"
+    folder.mkdir(parents=True)
+    with pytest.raises(MergeRefused, match="nothing proves it is an earlier file"):
+        prepare_source(link, db, home=db.parent, state=state, folder=folder)
+    assert not (folder / "merge-source").exists()
