@@ -44,7 +44,7 @@ from typing import Any
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import FenceError
 from statewarden.maintenance import fence
-from statewarden.sidecars import SIDECAR_SUFFIXES, sidecar
+from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, sidecar
 
 MANIFEST = "manifest.json"
 _CHUNK = 8 * 1024 * 1024
@@ -455,12 +455,15 @@ class QuarantineEntry:
 
     def not_as_kept(self) -> str | None:
         """Why the folder no longer holds the original as the swap kept it (None when it
-        does): the database and every sidecar the manifest records are there, each a
-        regular file of its own (never a symlink) with the SHA-256 recorded, and no
-        sidecar the manifest does not record lies beside it (SQLite would read it with
-        the original)."""
+        does): the database and its ``-wal`` / ``-journal`` as the manifest records them
+        are there, each a regular file of its own (never a symlink) with the SHA-256
+        recorded, and no ``-wal`` or ``-journal`` the manifest does not record lies
+        beside it (SQLite would read it with the original). The ``-shm`` is left out:
+        it holds no row, only the index of the ``-wal`` that the first connection
+        rebuilds from it (the restore's private copy), and any reader in place writes
+        it."""
         name = Path(self.db).name if self.db else "state.db"
-        for part in (name, *(name + s for s in SIDECAR_SUFFIXES)):
+        for part in (name, *(name + s for s in SIDECAR_SUFFIXES if s != SHM_SUFFIX)):
             path = self.path / part
             recorded = self.sha256.get(part)
             if recorded is None:

@@ -9,16 +9,19 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import apsw
 import pytest
 
-from lab.hermes_fixtures import NEWEST_HERMES, Spec, make_home
+from lab.hermes_fixtures import NEWEST_HERMES, NEWEST_WAL, Spec, make_home
 from statewarden.maintenance.swap import list_quarantine
-from tests.maintenance.test_merge import Vanished
+from tests.maintenance.test_merge import Vanished, Writer
 from tests.support.cli import run_ctl, run_installed
-from tests.support.maintenance import maintenance_config, run_maintenance
+from tests.support.maintenance import maintenance_config, rows, run_maintenance
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -148,3 +151,35 @@ def test_a_damaged_manifest_is_one_line_and_hides_no_other_entry(
     assert proc.stderr.strip().splitlines() == [
         "statewardenctl: error: quarantine entry 'nul-in-db': its manifest names no database path"
     ]
+
+
+def test_a_wal_original_whose_shm_a_reader_rewrote_is_restored_whole(
+    tmp_path: Path, config: Path
+) -> None:
+    """The -shm holds no row, only the index of the -wal, and any SQLite reader of the
+    original in place rewrites it: restore's check of the folder leaves it out (a
+    -shm changed since would refuse the entry for good), and the original comes back
+    with every row its -wal holds. Real files: a WAL state.db whose Hermes 0.22 writer
+    was killed, quarantined with its -wal and -shm by a real run."""
+    home = make_home(tmp_path / "hermes", NEWEST_WAL)
+    db = home / "state.db"
+    w = Writer(tmp_path, home)
+    wait_for(lambda: len(w.committed()) >= 5, "five committed messages")
+    w.proc.send_signal(signal.SIGKILL)
+    w.stop()
+    vacuum = run_maintenance("--db", str(db), "--action", "vacuum", "--yes")
+    assert vacuum.returncode == 0, vacuum.stderr
+    (entry,) = list_quarantine(tmp_path / "xdg-state" / "statewarden")
+    kept = entry.path / "state.db"
+    shm = Path(f"{kept}-shm")
+    before = sha(shm)
+    want = rows(kept, "SELECT * FROM messages ORDER BY id")
+    reader = apsw.Connection(str(kept), flags=apsw.SQLITE_OPEN_READONLY)  # one in place
+    assert reader.execute("SELECT count(*) FROM messages").fetchall() == [(len(want),)]
+    reader.close()
+    assert sha(shm) != before
+    assert entry.not_as_kept() is None
+    proc = run_installed("quarantine", "restore", entry.name, "--yes", env=dict(os.environ))
+    assert proc.exit_code == 0, proc.stdout + proc.stderr
+    assert rows(db, "SELECT * FROM messages ORDER BY id") == want
+    assert set(w.committed()) <= {r[0] for r in rows(db, "SELECT content FROM messages")}
