@@ -3,7 +3,12 @@
 Nothing here writes, checkpoints or takes a write lock. The header is read raw first,
 with no connection open (docs/safety.md rule 2); then one short read-only connection asks
 for the page count, the freelist and Hermes' ``schema_version``. In WAL mode a reader
-never blocks a writer; the connection lives for a few milliseconds.
+never blocks a writer; the connection lives for a few milliseconds. No connection opens
+when a sidecar (named after the file's real path, as SQLite names them) is a symlink or
+not a regular file (a FIFO ``-journal`` would hang the open): the problem says so. A
+``-wal`` with no ``-shm`` (nobody has the file open) is not read through SQLite, which
+would create a ``-shm`` beside it: the file alone is read, immutable, and a problem
+line says so.
 
 The recovery files newer Hermes keeps beside the database (retired WAL captures, the
 ``pending_messages/`` spool, pre-update backups) are listed with their sizes
@@ -16,6 +21,7 @@ be so, with what is then not verified (``DatabaseStatus.schema_note``).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,7 @@ from statewarden.errors import DatabaseError
 from statewarden.mounts import Mount, mount_for, read_mounts
 from statewarden.recovery_files import RecoveryFile
 from statewarden.recovery_files import scan as scan_recovery_files
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX
 from statewarden.targets import Target
 
 # The newest Hermes ``schema_version`` statewarden knows: its log rules, check, recover and
@@ -129,8 +136,24 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
             "WAL can corrupt silently"
         )
     # The header is closed; now (and only now) a SQLite connection may open.
+    real = os.path.realpath(target.db)  # SQLite names the sidecars after the real file
+    trouble = _sidecar_trouble(real)
+    if trouble is not None:
+        st.problems.append(trouble)
+        return st
+    present = {sfx for sfx in SIDECAR_SUFFIXES if os.path.lexists(real + sfx)}
+    # No -wal: the main file alone is the database (nobody has it open in WAL mode); a
+    # -wal with no -shm: nobody has it open, and a reader would create a -shm beside it.
+    alone = WAL_SUFFIX not in present or SHM_SUFFIX not in present
+    if WAL_SUFFIX in present and SHM_SUFFIX not in present:
+        st.problems.append(
+            f"{real}-wal with no -shm: nobody has the database open and its -wal is not"
+            " checkpointed; not read through SQLite (a reader would create a -shm beside"
+            " it): pages and schema_version are the file's alone"
+        )
     try:
-        closed = header.journal_mode == "wal" and sqlite.no_sidecars(target.db)
+        wal_mode = header.journal_mode == "wal" or WAL_SUFFIX in present
+        closed = wal_mode and JOURNAL_SUFFIX not in present and alone
         with sqlite.readonly(target.db, immutable=closed) as conn:
             # The live view includes commits still in the WAL, which the header lacks.
             st.page_count = sqlite.pragma_int(conn, "page_count")
@@ -142,6 +165,24 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
     except Exception as exc:  # noqa: BLE001 - any SQLite failure is a fact to report
         st.problems.append(str(sqlite.classify_error(target.db, exc)))
     return st
+
+
+def _sidecar_trouble(real: str) -> str | None:
+    """Why SQLite must not be let near the sidecars of the file ``real``: one that is
+    not a regular file (a FIFO -journal hangs the open, a folder fails it) or a symlink
+    (SQLite neither makes nor opens one); None when each present is a regular file."""
+    for sfx in SIDECAR_SUFFIXES:
+        try:
+            mode = os.lstat(real + sfx).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            return f"{real}{sfx}: is a symlink, which SQLite never makes; not read through SQLite"
+        if not stat.S_ISREG(mode):
+            return (
+                f"{real}{sfx}: is not a regular file (a FIFO, a folder?); not read through SQLite"
+            )
+    return None
 
 
 def status_all(targets: list[Target]) -> list[DatabaseStatus]:

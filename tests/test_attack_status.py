@@ -1,0 +1,76 @@
+"""``statewardenctl status`` against planted sidecars and a closed WAL bundle: it reads
+without harm (nothing written, no sidecar created beside the file), never hangs, and
+says in one problem line why it did not read through SQLite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.repo import REPO
+from tests.test_attack_snapshots import bundle, killed_writer, live_copy
+
+pytestmark = pytest.mark.process
+
+
+def status(db: Path) -> subprocess.CompletedProcess[str]:
+    """``statewardenctl status --db DB`` as a process (a FIFO -journal hung it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def problems(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    return [line for line in done.stdout.splitlines() if line.strip().startswith("problem")]
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "folder"])
+def test_a_planted_sidecar_is_named_and_nothing_is_created(
+    tmp_path: Path, suffix: str, plant: str
+) -> None:
+    """A sidecar that is a symlink, a FIFO or a folder: status names it in one problem
+    line and opens no SQLite connection (a FIFO -journal hung it; a lone -shm or -wal
+    made SQLite create the other beside the file); the bundle and the symlink's target
+    are unchanged."""
+    db = live_copy(tmp_path / "home")
+    victim = tmp_path / "victim"
+    victim.write_bytes(os.urandom(40_000))
+    side = Path(f"{db}{suffix}")
+    if plant == "symlink":
+        side.symlink_to(victim)
+    elif plant == "fifo":
+        os.mkfifo(side)
+    else:
+        side.mkdir()
+    before, target = bundle(db.parent), victim.read_bytes()
+    found = problems(status(db))
+    assert len(found) == 1, found
+    assert f"state.db{suffix}: is " in found[0], found
+    assert bundle(db.parent) == before
+    assert victim.read_bytes() == target
+
+
+def test_a_wal_with_no_shm_gets_no_shm_from_status(tmp_path: Path) -> None:
+    """A real Hermes writer killed in WAL mode, its -shm gone: status leaves no -shm
+    beside the file (a read-only reader created one) and says why it read the file
+    alone."""
+    db = live_copy(tmp_path / "home")
+    killed_writer(db.parent, tmp_path / "bin")
+    Path(f"{db}-shm").unlink()
+    before = bundle(db.parent)
+    found = problems(status(db))
+    assert bundle(db.parent) == before, "a -shm was created beside the file"
+    assert any("-wal with no -shm" in p for p in found), found
