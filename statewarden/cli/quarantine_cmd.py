@@ -26,12 +26,6 @@ from statewarden.maintenance import MaintenanceRun, Options, Plan, list_quaranti
 from statewarden.targets import discover, target_for_db
 
 
-class RestoreRefused(StatewardenError):
-    """The quarantine folder no longer holds the original as the swap kept it."""
-
-    exit_code = EXIT_REFUSED
-
-
 @click.group("quarantine", cls=CommandGroup)
 def quarantine_group() -> None:
     """The originals maintenance runs replaced, kept with their checksums."""
@@ -85,10 +79,12 @@ def restore_cmd(
         raise UsageError(f"quarantine entry {name!r}: its manifest names no database path")
     changed = entry.not_as_kept()
     if changed is not None:
-        raise RestoreRefused(
+        refused = StatewardenError(
             f"quarantine entry {name!r}: refused: {changed}; only the original as the swap"
             " kept it is put back, nothing was done"
         )
+        refused.exit_code = EXIT_REFUSED  # the folder is not what the swap kept
+        raise refused
     db = Path(entry.db)
     target = next((t for t in discover(config) if t.db == db), None) or target_for_db(db)
 
