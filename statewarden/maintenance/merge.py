@@ -687,12 +687,13 @@ def same_message(conn: apsw.Connection, other: str = "old") -> str:
 
 def tool_calls_len(value: Any) -> int:
     """Tool calls in one message's ``tool_calls``, as Hermes counts them (a list: its
-    length; anything else that is set: one)."""
+    length; anything else that is set, text that is not JSON or is nested deeper than
+    the parser goes among it: one)."""
     if value is None or value == "":
         return 0
     try:
         parsed = json.loads(value) if isinstance(value, str) else value
-    except ValueError:
+    except (ValueError, RecursionError):
         return 1
     return len(parsed) if isinstance(parsed, list) else 1
 
