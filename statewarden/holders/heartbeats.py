@@ -10,17 +10,21 @@ seconds: a pid alone may have been reused since.
 
 Read-only (a ``mode=ro`` connection with ``query_only``: never a write, never a
 checkpoint), after the scan and only when a holder needs it. Anything that fails (no such
-table, a damaged or busy file, an unreadable one) leaves every kind as it was.
+table, a damaged or busy file, an unreadable one) leaves every kind as it was, and so
+does a sidecar SQLite must not be let near (a symlink, a FIFO, a folder; a ``-wal``
+with no ``-shm``, beside which a reader would create one): nothing is opened then.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 import apsw
 
 from statewarden.errors import DatabaseError
 from statewarden.record import FrozenRecord
+from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX
 from statewarden.sqlite import no_sidecars, readonly
 
 TYPE_CHECKING = False
@@ -65,9 +69,13 @@ class Heartbeat(FrozenRecord):
 
 
 def read_heartbeats(db: str | os.PathLike[str]) -> list[Heartbeat]:
-    """The rows of ``gateway_heartbeats``; empty when the table or file cannot be read."""
+    """The rows of ``gateway_heartbeats``; empty when the table or file cannot be read,
+    or when a sidecar is not one SQLite may be let near (:func:`_sidecars_fit`)."""
+    fit = _sidecars_fit(db)
+    if fit is None:
+        return []
     try:
-        with readonly(db, busy_timeout_ms=200, immutable=no_sidecars(db)) as conn:
+        with readonly(db, busy_timeout_ms=200, immutable=fit) as conn:
             cols = {str(r[1]) for r in conn.execute("PRAGMA table_info(gateway_heartbeats)")}
             if not {"pid"} <= cols:
                 return []
@@ -82,6 +90,26 @@ def read_heartbeats(db: str | os.PathLike[str]) -> list[Heartbeat]:
             continue
         out.append(Heartbeat(pid, _text(backend), _number(started), _number(last), _text(host)))
     return out
+
+
+def _sidecars_fit(db: str | os.PathLike[str]) -> bool | None:
+    """None when a sidecar of ``db`` (named after its real path, as SQLite names them)
+    is a symlink or not a regular file (a FIFO ``-journal`` hangs the open), or when a
+    ``-wal`` has no ``-shm`` (a reader would create one beside it); else whether the
+    file is read ``immutable`` (no sidecar at all: :func:`no_sidecars`)."""
+    real = os.path.realpath(db)
+    present = set()
+    for sfx in SIDECAR_SUFFIXES:
+        try:
+            mode = os.lstat(real + sfx).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode):  # a symlink, a FIFO, a folder
+            return None
+        present.add(sfx)
+    if WAL_SUFFIX in present and SHM_SUFFIX not in present:
+        return None
+    return no_sidecars(real)
 
 
 def apply_heartbeats(scans: Iterable[HolderScan], *, host: str | None = None) -> None:
