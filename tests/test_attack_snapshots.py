@@ -167,7 +167,7 @@ def killed_writer(home: Path, bin_dir: Path) -> None:
     proc.stdout.close()
 
 
-def sqlite_view(db: Path, sql: str) -> object:
+def sqlite_view(db: Path, sql: str) -> list[tuple[apsw.SQLiteValue, ...]]:
     """What SQLite presents for the bundle of ``db``, read from a copy of it."""
     view = db.parent.parent / "view"
     view.mkdir()

@@ -49,7 +49,6 @@ import ctypes
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -58,19 +57,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import apsw
-
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.config import Config, WatchConfig
 from statewarden.daemon.databases import WatchedDatabases
-from statewarden.errors import CopyFailed, DatabaseChanged, StatewardenError
+from statewarden.errors import DatabaseChanged, StatewardenError
 from statewarden.incidents import Found, Observation, Signal
 from statewarden.kinds import KINDS, Severity
-from statewarden.maintenance import in_progress, lock_holder, run_dir
+from statewarden.maintenance import backup_copy, in_progress, lock_holder, run_dir
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
 from statewarden.progress import ProgressFn
 from statewarden.recovery import Diagnosis, check_database
-from statewarden.sqlite import classify_error, closed_wal, open_readonly
 from statewarden.targets import Target
 
 __all__ = [
@@ -93,7 +89,6 @@ FAILED = "failed"
 RETRY_FAILED_S = 600.0  # a verification that could not finish is tried again this soon
 TICK_EVERY_S = 1.0  # what is due is looked at no more often (it reads /proc/locks)
 EVIDENCE_FINDINGS = 20  # findings kept as evidence in the incident
-SNAPSHOT_PREFIX = ".statewarden-verify-"  # the backup API copy's private folder
 
 
 class GivenUp(BaseException):
@@ -469,65 +464,36 @@ def check_live(
     bundle, holding ``guard`` while copying) or, when a writer is too busy for a
     consistent raw copy (every attempt saw a commit), ``backup API``: a consistent copy
     through SQLite's backup API from a read-only connection (no checkpoint, no writer
-    blocked), checked the same way."""
+    blocked), checked the same way. The file checked is ``db``'s real path: SQLite
+    names the sidecars after it, so a symlinked state.db has its -wal beside the file
+    it points to, and the copy must take that one along."""
+    real = Path(os.path.realpath(db))
     try:
-        return check_database(db, parent, progress=progress, copy_guard=guard), "raw"
+        diagnosis = check_database(real, parent, progress=progress, copy_guard=guard)
+        copied = "raw"
     except DatabaseChanged:
-        pass
-    with guard:
-        copy = snapshot_copy(db, parent)
-    try:
-        diagnosis = check_database(copy, copy.parent, progress=progress)
-    finally:
-        shutil.rmtree(copy.parent, ignore_errors=True)
+        with guard:
+            copy = snapshot_copy(real, parent)
+        try:
+            diagnosis = check_database(copy, copy.parent, progress=progress)
+        finally:
+            shutil.rmtree(copy.parent, ignore_errors=True)
+        copied = "backup API"
     diagnosis.path = str(db)
-    return diagnosis, "backup API"
+    return diagnosis, copied
 
 
 def snapshot_copy(db: Path, parent: Path) -> Path:
     """A consistent copy of ``db`` through SQLite's backup API, in a new private folder
     under ``parent`` (the caller removes ``copy.parent``): one read transaction on a
     read-only connection (the source is never written, checkpointed or reset), ended
-    before this returns.
+    before this returns; taken as a snapshot is (``maintenance.backup_copy``: the bundle
+    looked at raw first, never a copy of another file, no sidecar created beside it).
 
     Never synced: the copy is read once and removed, so none of it need reach the disk,
     and the fsync of a file this size holds up every other fsync on the file system
     meanwhile: Hermes commits with one (``synchronous=FULL``)."""
-    work = Path(tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX, dir=private_dir(parent)))
-    dest = work / db.name
-    # Created by us, O_EXCL and no symlink followed; SQLite then writes into it.
-    os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    try:
-        # Immutable when no sidecar exists, else SQLite would leave an empty -wal and
-        # -shm behind next to the live file.
-        src = open_readonly(db, busy_timeout_ms=1000, immutable=closed_wal(db))
-        try:
-            out = apsw.Connection(str(dest))
-            try:
-                out.execute("PRAGMA synchronous=OFF")
-                # One step: one read transaction, so a writer's commits meanwhile
-                # neither restart the copy nor get into it half-way.
-                with out.backup("main", src, "main") as backup:
-                    backup.step(-1)
-                out.execute("PRAGMA journal_mode=DELETE")
-            finally:
-                out.close()
-        finally:
-            src.close()
-    except apsw.FullError as exc:
-        shutil.rmtree(work, ignore_errors=True)
-        # A write of the copy failed: its folder, not the live file.
-        raise CopyFailed(
-            f"{work.parent}: no space left for the copy of {db}: disk is full ({exc})",
-            hint="free some space there",
-        ) from None
-    except apsw.Error as exc:
-        shutil.rmtree(work, ignore_errors=True)
-        raise classify_error(db, exc) from None
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return dest
+    return backup_copy(db, parent, synced=False)
 
 
 def maintenance_on(state_dir: Path, db: Path) -> bool:

@@ -180,22 +180,23 @@ def take_snapshot(
     return snap
 
 
-def backup_copy(db: Path, folder: Path) -> Path:
+def backup_copy(db: Path, folder: Path, *, synced: bool = True) -> Path:
     """A consistent copy of ``db`` through the backup API (as a snapshot is taken) in a
     new private folder under ``folder``: for a check while a writer is too busy for a
-    raw copy of the bundle. The caller removes the folder (``copy.parent``)."""
+    raw copy of the bundle. The caller removes the folder (``copy.parent``).
+    ``synced=False``: the copy is never fsynced (read once and removed)."""
     work = Path(tempfile.mkdtemp(prefix=BACKUP_PREFIX, dir=private_dir(folder)))
     dest = work / db.name
     os.close(os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     try:
-        _backup(db, dest)
+        _backup(db, dest, synced=synced)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return dest
 
 
-def _backup(db: Path, dest: Path) -> None:
+def _backup(db: Path, dest: Path, *, synced: bool = True) -> None:
     """Copy ``db`` as SQLite presents it into ``dest``, or raise: never a copy of another
     file, and nothing written beside the live file (see :func:`_look`)."""
     header, identity, present = _look(db)
@@ -206,12 +207,12 @@ def _backup(db: Path, dest: Path) -> None:
             # both), and any SQLite reader would create a -shm beside it. Its bundle is
             # copied raw into a folder of ours and read there.
             work = Path(tempfile.mkdtemp(prefix=BACKUP_PREFIX, dir=dest.parent))
-            cookie = _backup_from(_copy_closed(db, work), dest, db, immutable=False)
+            cookie = _backup_from(_copy_closed(db, work), dest, db, immutable=False, synced=synced)
         else:
             # WAL with no -wal nor -journal: the main file alone is the database, read
             # immutable (a read-only connection would leave an empty -wal and -shm).
             alone = header.journal_mode == "wal" and not present & {WAL_SUFFIX, JOURNAL_SUFFIX}
-            cookie = _backup_from(db, dest, db, immutable=alone)
+            cookie = _backup_from(db, dest, db, immutable=alone, synced=synced)
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
@@ -306,7 +307,9 @@ def _fingerprint(path: str) -> tuple[int, int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _backup_from(src_path: Path, dest: Path, db: Path, *, immutable: bool) -> int:
+def _backup_from(
+    src_path: Path, dest: Path, db: Path, *, immutable: bool, synced: bool = True
+) -> int:
     """The backup API from ``src_path`` (read-only) into ``dest``; errors name ``db``.
     Returns the schema cookie SQLite presents for the source (the copy's own is
     bumped by the backup)."""
@@ -314,6 +317,8 @@ def _backup_from(src_path: Path, dest: Path, db: Path, *, immutable: bool) -> in
     try:
         out = apsw.Connection(str(dest))
         try:
+            if not synced:
+                out.execute("PRAGMA synchronous=OFF")
             # One step: one read transaction on the source, so a writer's commits meanwhile
             # neither restart the copy nor get into it half-way.
             with out.backup("main", src, "main") as backup:
@@ -322,10 +327,10 @@ def _backup_from(src_path: Path, dest: Path, db: Path, *, immutable: bool) -> in
         finally:
             out.close()
         return pragma_int(src, "schema_version")
-    except apsw.FullError as exc:
+    except apsw.FullError:
         # A write of the copy failed: the snapshot's folder, not the live file.
         raise CopyFailed(
-            f"{dest.parent}: no space left to write the snapshot of {db}: disk is full ({exc})",
+            f"{dest.parent}: no space left to write the copy of {db}: disk is full",
             hint="free some space there",
         ) from None
     except apsw.Error as exc:
