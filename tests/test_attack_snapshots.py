@@ -6,6 +6,7 @@ beside a file nobody had open."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -20,7 +21,7 @@ import apsw
 import pytest
 
 from lab.hermes_fixtures import TINY, built_db, writer_env
-from statewarden.maintenance.snapshots import snapshots_dir
+from statewarden.maintenance.snapshots import list_snapshots, prune_snapshots, snapshots_dir
 from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.repo import REPO
 
@@ -220,3 +221,63 @@ def test_a_wal_of_another_database_gives_no_snapshot(tmp_path: Path) -> None:
     shutil.copyfile(f"{other}-wal", f"{db}-wal")
     conn.close()
     assert_refused(db, 4, "belongs to another database")
+
+
+def planted_meta(folder: Path, name: str, **changes: object) -> Path:
+    """A snapshot's ``.json`` (and its ``.db``) as a take writes them, with ``changes``."""
+    db = folder / f"{name}.db"
+    db.write_bytes(b"")
+    meta: dict[str, object] = {
+        "path": str(db),
+        "source": "/home/u/.hermes/state.db",
+        "profile": "default",
+        "taken_at": 1_700_000_000.0,
+        "bytes": 0,
+        "sha256": "",
+        "integrity": "ok",
+        "sessions": 1,
+        "seconds": 0.1,
+        "check": "none",
+    }
+    meta.update(changes)
+    (folder / f"{name}.json").write_text(json.dumps(meta))
+    return db
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"taken_at": "yesterday"},
+        {"taken_at": float("nan")},
+        {"taken_at": float("inf")},
+        {"taken_at": 1e300},
+        {"taken_at": True},
+        {"sessions": "many"},
+        {"path": 7},
+    ],
+)
+def test_a_damaged_json_is_skipped_not_fatal(tmp_path: Path, bad: dict[str, object]) -> None:
+    """A snapshot's .json with a field of the wrong type or a time that is no time: that
+    one is not listed, the others are (it made the listing, and each take's pruning,
+    fail with "unexpected TypeError", or printed "NaN" as a date)."""
+    state = tmp_path / "state"
+    folder = snapshots_dir(state)
+    folder.mkdir(parents=True)
+    good = planted_meta(folder, "default-1")
+    planted_meta(folder, "default-2", **bad)
+    assert [s.path for s in list_snapshots(state)] == [str(good)]
+
+
+def test_a_json_naming_another_file_is_never_pruned(tmp_path: Path) -> None:
+    """A .json in the snapshots folder whose ``path`` names a file elsewhere: never
+    listed, so pruning never removes that file (it removed whatever the .json named)."""
+    state = tmp_path / "state"
+    folder = snapshots_dir(state)
+    folder.mkdir(parents=True)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    planted_meta(folder, "default-1", taken_at=1_700_000_100.0)
+    planted_meta(folder, "default-0", path=str(victim))
+    prune_snapshots(state, "default", keep=1)
+    assert victim.read_text() == "keep me"
+    assert [Path(s.path).name for s in list_snapshots(state)] == ["default-1.db"]

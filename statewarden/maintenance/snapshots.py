@@ -44,7 +44,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -393,16 +393,59 @@ def list_snapshots(state_dir: Path) -> list[Snapshot]:
     out: list[Snapshot] = []
     if not folder.is_dir():
         return out
-    known = {f.name for f in fields(Snapshot)}
     for meta in folder.glob("*.json"):
-        try:
-            data = json.loads(meta.read_text())
-            snap = Snapshot(**{k: v for k, v in data.items() if k in known})
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue
-        if Path(snap.path).is_file():
+        snap = _read_meta(meta)
+        if snap is not None and Path(snap.path).is_file():
             out.append(snap)
     return sorted(out, key=lambda s: s.taken_at, reverse=True)
+
+
+# Each field of a snapshot's .json and the JSON types it may have.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "path": (str,),
+    "source": (str,),
+    "profile": (str,),
+    "taken_at": (int, float),
+    "bytes": (int,),
+    "sha256": (str,),
+    "integrity": (str,),
+    "sessions": (int, type(None)),
+    "seconds": (int, float),
+    "check": (str,),
+}
+LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: the last time a date can show
+META_MAX_BYTES = 64 * 1024
+
+
+def _read_meta(meta: Path) -> Snapshot | None:
+    """The snapshot ``meta`` describes, or None when it describes none: not a regular
+    file, not JSON, a field of the wrong type, a time that is no time (NaN, out of any
+    date's range), or a copy other than the ``.db`` beside it (a .json naming another
+    file is never listed, so never pruned: pruning removes the file it names)."""
+    try:
+        fd = os.open(meta, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            data = json.loads(f.read(META_MAX_BYTES))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    values = {k: data[k] for k in _FIELD_TYPES if k in data}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, _FIELD_TYPES[key]):
+            return None
+    try:
+        snap = Snapshot(**values)
+    except TypeError:  # a field missing
+        return None
+    if not 0 <= snap.taken_at <= LATEST_TIME:  # NaN fails both
+        return None
+    own = meta.with_suffix(".db")
+    if os.path.realpath(snap.path) != os.path.realpath(own):
+        return None
+    return snap
 
 
 def prune_snapshots(
