@@ -25,12 +25,13 @@ never the database or its sidecars (docs/safety.md rule 2).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from statewarden.json_text import parse_json
 
 RETIRED_WAL_INFIX = ".retired-wal-"
 RETIRED_WAL_MANIFEST = "manifest.json"
@@ -127,7 +128,7 @@ def _read_manifest(path: Path) -> dict[str, Any] | str:
     if len(data) > MANIFEST_MAX_BYTES:
         return "manifest.json is too large"
     try:
-        doc = json.loads(data)
+        doc = parse_json(data)
     except ValueError:
         return "manifest.json is not valid JSON"
     return doc if isinstance(doc, dict) else "manifest.json is not a JSON object"

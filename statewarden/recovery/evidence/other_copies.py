@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
-import json
 import os
 import stat
 from collections.abc import Mapping
@@ -54,6 +53,7 @@ import apsw
 
 from statewarden.atomic import copy_bytes, create_new
 from statewarden.errors import UsageError
+from statewarden.json_text import parse_json
 from statewarden.recovery.decoding.schema import SchemaObject
 from statewarden.recovery.evidence.copies import Feed
 from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS, Witnesses
@@ -273,7 +273,7 @@ def _private_copy(path: Path, kind: str, dest: Path, owner: int) -> OtherCopy:
         if kind == "snapshot":
             with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                 meta = _read_small(parent, path.with_suffix(".json").name, owner)
-                taken = float(json.loads(meta)["taken_at"])
+                taken = float(parse_json(meta)["taken_at"])
         return OtherCopy(kind, path.name, taken, db)
     finally:
         os.close(parent)
@@ -282,7 +282,7 @@ def _private_copy(path: Path, kind: str, dest: Path, owner: int) -> OtherCopy:
 def _copy_capture(folder: int, owner: int, db: Path) -> float:
     """Copy a capture's main image and WAL, as its manifest names them, from the folder
     ``folder`` to ``db`` and its ``-wal``; when it was captured."""
-    manifest = json.loads(_read_small(folder, RETIRED_WAL_MANIFEST, owner))
+    manifest = parse_json(_read_small(folder, RETIRED_WAL_MANIFEST, owner))
     main = manifest.get("main") if isinstance(manifest, dict) else None
     if not isinstance(main, dict) or main.get("mode") != "copied":
         raise ValueError("its main image was not copied (header only)")
