@@ -4,6 +4,7 @@ says in one problem line why it did not read through SQLite."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from statewarden.cli.status_output import VERDICTS, verification
+from statewarden.daemon import verify
+from statewarden.daemon.verify import recorded
 from tests.support.repo import REPO
 from tests.test_attack_snapshots import bundle, killed_writer, live_copy
 
@@ -74,3 +78,60 @@ def test_a_wal_with_no_shm_gets_no_shm_from_status(tmp_path: Path) -> None:
     found = problems(status(db))
     assert bundle(db.parent) == before, "a -shm was created beside the file"
     assert any("-wal with no -shm" in p for p in found), found
+
+
+def reject_constant(name: str) -> object:
+    raise ValueError(f"not JSON: {name}")
+
+
+HOSTILE_RECORDS = [
+    {"at": float("nan"), "result": "none", "reason": "first"},
+    {"at": 1e300, "result": "none", "reason": "first"},
+    {"at": 1_700_000_000, "result": ["base"], "reason": "first"},
+    {"at": 1_700_000_000, "result": "base", "reason": {"a": 1}},
+    {"at": 1_700_000_000, "result": "corrupted", "reason": "first"},
+    {"at": True, "result": "none", "reason": "first"},
+]
+
+
+@pytest.mark.parametrize("record", HOSTILE_RECORDS)
+def test_a_damaged_verification_record_is_never_shown_as_a_verdict(
+    tmp_path: Path, record: dict[str, object]
+) -> None:
+    """verified.json (the daemon's record) with a record that is no verification: status
+    says "never" verified, exit 0, valid JSON (a NaN time stopped it with "unexpected
+    ValueError", a list or unknown result was shown as damage no check found)."""
+    db = live_copy(tmp_path / "home")
+    state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
+    state.mkdir(parents=True)
+    (state / "verified.json").write_text(json.dumps({str(db): {"db": str(db), **record}}))
+    done = status(db)
+    assert done.returncode == 0, done.stderr
+    assert "  last verified   never" in done.stdout.splitlines()
+    as_json = subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    (database,) = json.loads(as_json.stdout, parse_constant=reject_constant)["databases"]
+    assert database["verified"] is None
+
+
+@pytest.mark.parametrize("record", HOSTILE_RECORDS)
+def test_the_daemon_takes_a_damaged_record_for_none(record: dict[str, object]) -> None:
+    """The daemon reads verified.json the same way: a record that is no verification is
+    none (the database is verified again, "first"); a NaN time made it due never."""
+    assert recorded({"db": "/x/state.db", **record}) is None
+
+
+def test_status_and_the_daemon_know_the_same_verdicts() -> None:
+    """status_output's light copy of the verdicts (it does not import the daemon) and
+    the daemon's own are one set; a real record passes both."""
+    assert VERDICTS == verify.VERDICTS
+    v = verify.Verified("/x/state.db", 1_700_000_000.0, "base", "scheduled", findings=["f"])
+    assert recorded(v.to_json()) == v
+    assert verification(v.to_json()) is not None

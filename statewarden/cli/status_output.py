@@ -191,12 +191,36 @@ def _json(data: dict[str, Any]) -> None:
     write_line(json.dumps(json_document(data), indent=2, default=str, sort_keys=False))
 
 
+# What a verification's ``result`` may be (statewarden.daemon.verify: a damage class of
+# check, or "failed"); a record with anything else is no verification.
+VERDICTS = frozenset({"none", "derived", "base", "unreadable", "failed"})
+LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: the last time a date can show
+
+
+def verification(v: object) -> dict[str, Any] | None:
+    """``v`` when it is a verification as the daemon records one: a known ``result``,
+    ``at`` a time a date can show, ``reason`` and ``error`` text; else None. A record
+    damaged or written by hand never makes status report damage check did not find,
+    nor stops it (a NaN ``at`` did)."""
+    if not isinstance(v, dict) or not isinstance(v.get("result"), str):
+        return None
+    if v["result"] not in VERDICTS:
+        return None
+    at = v.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not 0 <= at <= LATEST_TIME:
+        return None
+    if not all(isinstance(v.get(k, ""), str | None) for k in ("reason", "error")):
+        return None
+    return v
+
+
 def _verified_line(v: object) -> str:
     """When the daemon last verified the database, and what it found."""
     running = isinstance(v, dict) and bool(v.get("running"))
-    at = v.get("at") if isinstance(v, dict) else None
-    if not isinstance(v, dict) or not isinstance(at, int | float):
+    v = verification(v)
+    if v is None:
         return "verifying now" if running else "never"
+    at = v["at"]
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(at)))
     line = f"{when}: {verdict_line(v)} ({v.get('reason', '-')})"
     return line + ("; verifying again now" if running else "")
@@ -211,7 +235,9 @@ def _verified_on_record(config_path: str | None) -> dict[str, Any]:
             data = json.loads(f.read())
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {db: v for db, v in data.items() if verification(v) is not None}
 
 
 def _config_lines(daemon: dict[str, Any]) -> list[str]:

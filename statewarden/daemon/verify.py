@@ -220,9 +220,12 @@ class Verifications:
     def _load(self) -> dict[str, Verified]:
         try:
             data = json.loads(self.path.read_text())
-            return {db: Verified(**v) for db, v in data.items()}
-        except (OSError, ValueError, TypeError, AttributeError):
+        except (OSError, ValueError):
             return {}  # none yet, or unreadable: every database is verified again
+        if not isinstance(data, dict):
+            return {}
+        records = {db: recorded(v) for db, v in data.items()}
+        return {db: v for db, v in records.items() if v is not None}
 
     def _save(self) -> None:
         try:
@@ -523,6 +526,48 @@ def _rows(diagnosis: Diagnosis, table: str) -> int | None:
         if t.name == table:
             return t.distinct_keys
     return None
+
+
+# The JSON types of each field of a recorded verification (verified.json).
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "db": (str,),
+    "at": (int, float),
+    "result": (str,),
+    "reason": (str,),
+    "took_s": (int, float),
+    "cpu_s": (int, float),
+    "findings": (list,),
+    "error": (str, type(None)),
+    "priority": (str,),
+    "copy": (str,),
+    "file": (str,),
+    "sessions": (int, type(None)),
+    "messages": (int, type(None)),
+}
+VERDICTS = frozenset({HEALTHY, "derived", "base", "unreadable", FAILED})
+LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
+
+
+def recorded(v: object) -> Verified | None:
+    """A verification as ``verified.json`` holds it, or None when the record is not one
+    (a field of the wrong type, an unknown result, a time that is no date, NaN): such a
+    database is verified again ("first"), never left unverified for good (a NaN time
+    made it due never) nor shown with a verdict no check gave."""
+    if not isinstance(v, dict):
+        return None
+    values = {k: v[k] for k in _RECORD_TYPES if k in v}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, _RECORD_TYPES[key]):
+            return None
+    try:
+        out = Verified(**values)
+    except TypeError:  # a field missing
+        return None
+    if out.result not in VERDICTS or not 0 <= out.at <= LATEST_TIME:
+        return None
+    if not all(isinstance(f, str) for f in out.findings):
+        return None
+    return out
 
 
 def file_identity(path: Path) -> str:
