@@ -21,7 +21,13 @@ import apsw
 import pytest
 
 from lab.hermes_fixtures import TINY, built_db, writer_env
-from statewarden.maintenance.snapshots import list_snapshots, prune_snapshots, snapshots_dir
+from statewarden.maintenance.snapshots import (
+    list_snapshots,
+    newest_of,
+    prune_snapshots,
+    snapshots_dir,
+    take_snapshot,
+)
 from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.repo import REPO
 
@@ -281,3 +287,19 @@ def test_a_json_naming_another_file_is_never_pruned(tmp_path: Path) -> None:
     prune_snapshots(state, "default", keep=1)
     assert victim.read_text() == "keep me"
     assert [Path(s.path).name for s in list_snapshots(state)] == ["default-1.db"]
+
+
+def test_a_snapshot_taken_through_relative_paths_is_found_from_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A take given a relative state.db and a relative state folder (``--db state.db``,
+    ``paths.state_dir: rel``) records absolute paths: listed, and found as the newest
+    of that database, from another working folder (the .json held the relative ones,
+    so from anywhere else it was neither)."""
+    live_copy(tmp_path / "home")
+    monkeypatch.chdir(tmp_path)
+    take_snapshot(Path("home/state.db"), Path("state"), "default", keep=3)
+    monkeypatch.chdir("/")
+    (snap,) = list_snapshots(tmp_path / "state")
+    assert Path(snap.path).is_absolute()
+    assert newest_of(tmp_path / "state", tmp_path / "home" / "state.db") == snap

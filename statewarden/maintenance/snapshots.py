@@ -141,6 +141,8 @@ def take_snapshot(
 ) -> Snapshot:
     """Copy ``db`` with the backup API, check the copy, keep it (or say why not)."""
     started = time.monotonic()
+    # Absolute: the .json is read from any folder (the daemon's, a later shell's).
+    db, state_dir = Path(os.path.abspath(db)), Path(os.path.abspath(state_dir))
     folder = private_dir(snapshots_dir(state_dir))
     with _one_at_a_time(folder):
         _remove_strays(folder)
