@@ -303,3 +303,29 @@ def test_a_snapshot_taken_through_relative_paths_is_found_from_anywhere(
     (snap,) = list_snapshots(tmp_path / "state")
     assert Path(snap.path).is_absolute()
     assert newest_of(tmp_path / "state", tmp_path / "home" / "state.db") == snap
+
+
+def test_one_database_not_kept_leaves_the_others_their_snapshot(tmp_path: Path) -> None:
+    """Two profiles, the default's state.db empty (unreadable): the other profile's
+    snapshot is still taken and kept, each failure is one line, and the exit code is
+    the gravest (4) (the first failure ended the take, the other profile got none)."""
+    home = tmp_path / "hermes"
+    home.mkdir()
+    (home / "state.db").write_bytes(b"")
+    live_copy(home / "profiles" / "work")
+    done = subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env={**os.environ, "HERMES_HOME": str(home)},
+    )
+    assert done.returncode == 4, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "empty (0 bytes)" in done.stderr
+    (kept_line,) = done.stdout.strip().splitlines()
+    assert kept_line.startswith("kept ")
+    assert [n for n in kept() if n.endswith(".db")] == [Path(kept_line.split()[1][:-1]).name]

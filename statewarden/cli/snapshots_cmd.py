@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import click
 
@@ -21,7 +22,7 @@ from statewarden.cli._common import (
 from statewarden.cli._group import CommandGroup
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.config import state_dir
-from statewarden.errors import UsageError
+from statewarden.errors import StatewardenError, UsageError
 from statewarden.maintenance import list_snapshots, take_snapshot
 from statewarden.priority import idle_priority
 
@@ -75,7 +76,8 @@ def take_cmd(
 
     An online copy through SQLite's backup API from a read-only connection (Hermes
     keeps writing; nothing is checkpointed), kept only if it passes check.
-    Exit codes: 0 kept, 1 not kept (the message says why), 4 unreadable.
+    Exit codes: 0 kept, 1 not kept (the message says why), 4 unreadable. Each
+    database is tried even when another is not kept; the code is the gravest.
 
     Example: statewardenctl snapshots take --profile default
     """
@@ -86,23 +88,43 @@ def take_cmd(
     mc = config.maintenance
     if idle:
         idle_priority()
+    snaps: list[Any] = []  # maintenance's Snapshot
+    failed: list[StatewardenError] = []
     with progress_reporter(progress_mode) as progress:
-        snaps = [
-            take_snapshot(
-                t.db,
-                state_dir(config),
-                t.name,
-                mc.snapshots_keep,
-                mc.snapshots_max_age,
-                progress=progress,
-            )
-            for t in targets
-        ]
-    if as_json:
-        print_json({"snapshots": [s.to_json() for s in snaps]})
-        return
-    for s in snaps:
-        echo_line(
-            f"kept {s.path}: {human_bytes(s.bytes)}, {s.sessions} sessions,"
-            f" check passed, {s.seconds:.2f} s"
+        for t in targets:
+            try:
+                snaps.append(
+                    take_snapshot(
+                        t.db,
+                        state_dir(config),
+                        t.name,
+                        mc.snapshots_keep,
+                        mc.snapshots_max_age,
+                        progress=progress,
+                    )
+                )
+            except StatewardenError as exc:
+                # One database not kept is no reason to leave the others without one.
+                failed.append(exc)
+    if as_json and snaps:
+        print_json(
+            {
+                "snapshots": [s.to_json() for s in snaps],
+                "failed": [{"error": str(e), "exit_code": e.exit_code} for e in failed],
+            }
         )
+    elif not as_json:
+        for s in snaps:
+            echo_line(
+                f"kept {s.path}: {human_bytes(s.bytes)}, {s.sessions} sessions,"
+                f" check passed, {s.seconds:.2f} s"
+            )
+    if failed:
+        # Each failure one line (the last through the usual error path); the exit code is
+        # the gravest of them (4: a database unreadable).
+        worst = max(failed, key=lambda e: e.exit_code)
+        prog = click.get_current_context().find_root().command.name
+        for other in failed:
+            if other is not worst:
+                echo_line(f"{prog}: error: {other}", err=True)
+        raise worst
