@@ -16,7 +16,7 @@ from statewarden.cli.status_output import VERDICTS, verification
 from statewarden.daemon import verify
 from statewarden.daemon.verify import recorded
 from tests.support.repo import REPO
-from tests.test_attack_snapshots import bundle, killed_writer, live_copy
+from tests.test_attack_snapshots import bundle, killed_writer, live_copy, sqlite_view
 
 pytestmark = pytest.mark.process
 
@@ -135,3 +135,30 @@ def test_status_and_the_daemon_know_the_same_verdicts() -> None:
     v = verify.Verified("/x/state.db", 1_700_000_000.0, "base", "scheduled", findings=["f"])
     assert recorded(v.to_json()) == v
     assert verification(v.to_json()) is not None
+
+
+def test_a_symlinked_state_db_is_read_with_the_real_files_sidecars(tmp_path: Path) -> None:
+    """state.db a symlink to the real file, whose -wal and -shm a killed Hermes writer
+    left: status gives their sizes and reads through SQLite the pages the -wal adds (it
+    looked beside the symlink, saw no sidecar, and read the file alone, immutable)."""
+    db = live_copy(tmp_path / "home")
+    killed_writer(db.parent, tmp_path / "bin")
+    real = db.with_name("real.db")
+    for sfx in ("", "-wal", "-shm"):
+        Path(f"{db}{sfx}").rename(f"{real}{sfx}")
+    db.symlink_to(real.name)
+    (pages,) = sqlite_view(real, "PRAGMA page_count")
+    done = subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    (database,) = json.loads(done.stdout)["databases"]
+    assert database["wal_bytes"] == Path(f"{real}-wal").stat().st_size
+    assert database["size_bytes"] == real.stat().st_size
+    assert database["page_count"] == pages[0]
+    assert database["problems"] == []

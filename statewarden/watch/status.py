@@ -86,9 +86,9 @@ class DatabaseStatus:
         return asdict(self)
 
 
-def _size(path: Path) -> int | None:
+def _size(path: Path, *, follow: bool = True) -> int | None:
     try:
-        return os.stat(path).st_size
+        return os.stat(path, follow_symlinks=follow).st_size
     except OSError:
         return None
 
@@ -111,9 +111,12 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
         exists=target.db.exists(),
         filesystem=_filesystem(target.db, mounts),
     )
-    st.wal_bytes = _size(target.wal)
-    st.shm_bytes = _size(target.shm)
-    st.journal_bytes = _size(target.journal)
+    # SQLite names the sidecars after the file's real path (a symlinked state.db has
+    # them beside the file it points to), never through a symlink: lstat, not stat.
+    real = os.path.realpath(target.db)
+    st.wal_bytes = _size(Path(real + WAL_SUFFIX), follow=False)
+    st.shm_bytes = _size(Path(real + SHM_SUFFIX), follow=False)
+    st.journal_bytes = _size(Path(real + JOURNAL_SUFFIX), follow=False)
     kept = scan_recovery_files(target.db, target.home)
     st.recovery_files, st.recovery_files_bytes = kept.items, kept.total_bytes
     if not st.exists:
@@ -136,7 +139,6 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
             "WAL can corrupt silently"
         )
     # The header is closed; now (and only now) a SQLite connection may open.
-    real = os.path.realpath(target.db)  # SQLite names the sidecars after the real file
     trouble = _sidecar_trouble(real)
     if trouble is not None:
         st.problems.append(trouble)
