@@ -329,3 +329,15 @@ def test_one_database_not_kept_leaves_the_others_their_snapshot(tmp_path: Path) 
     (kept_line,) = done.stdout.strip().splitlines()
     assert kept_line.startswith("kept ")
     assert [n for n in kept() if n.endswith(".db")] == [Path(kept_line.split()[1][:-1]).name]
+
+
+def test_a_closed_wal_copied_raw_takes_its_journal_along(tmp_path: Path) -> None:
+    """A -wal with no -shm (copied raw into a folder of ours) and a hot -journal beside
+    it: SQLite meets the journal in the copy as it would beside the live file, and the
+    take is refused naming it (the raw copy left the journal behind and kept a copy of
+    a file SQLite presents to nobody without rolling that journal back)."""
+    db = live_copy(tmp_path / "home")
+    killed_writer(db.parent, tmp_path / "bin")
+    Path(f"{db}-shm").unlink()
+    Path(f"{db}-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + os.urandom(4088))
+    assert_refused(db, 1, "a hot -journal beside it")

@@ -273,11 +273,16 @@ def _identity(db: Path) -> tuple[int, int]:
 
 
 def _copy_closed(db: Path, work: Path) -> Path:
-    """A raw copy of the closed bundle ``db`` + ``-wal`` in ``work``; refused with
-    :class:`DatabaseChanged` when either changed meanwhile or a -shm appeared (a
+    """A raw copy of the closed bundle ``db`` + ``-wal`` (+ ``-journal``, when there is
+    one: SQLite then meets it in the copy) in ``work``; refused with
+    :class:`DatabaseChanged` when any of them changed meanwhile or a -shm appeared (a
     writer opened it)."""
     real = os.path.realpath(db)
-    files = [(real, work / db.name), (real + WAL_SUFFIX, work / f"{db.name}{WAL_SUFFIX}")]
+    files = [
+        (real + sfx, work / f"{db.name}{sfx}")
+        for sfx in ("", WAL_SUFFIX, JOURNAL_SUFFIX)
+        if sfx != JOURNAL_SUFFIX or os.path.lexists(real + sfx)
+    ]
     before = [_fingerprint(src) for src, _ in files]
     for src, dst in files:
         try:
