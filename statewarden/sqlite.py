@@ -100,7 +100,8 @@ def wal_sidecars_absent(path: str | os.PathLike[str]) -> bool:
     A WAL database that anyone has open always has both, so their absence means the
     file is closed and fully checkpointed: the main file alone is the database.
     """
-    return not any(os.path.lexists(sidecar_name(path, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
+    real = os.path.realpath(path)  # SQLite names the sidecars after the real file
+    return not any(os.path.lexists(sidecar_name(real, s)) for s in (WAL_SUFFIX, SHM_SUFFIX))
 
 
 def no_sidecars(path: str | os.PathLike[str]) -> bool:
@@ -109,7 +110,8 @@ def no_sidecars(path: str | os.PathLike[str]) -> bool:
     transaction has begun changing the file). A reader that must not load the header
     (``holders``' heartbeats) reads such a file immutable, and takes a failed read as
     nothing read; :func:`closed_wal` is the test for everything else."""
-    return wal_sidecars_absent(path) and not os.path.lexists(sidecar_name(path, JOURNAL_SUFFIX))
+    real = os.path.realpath(path)  # SQLite names the sidecars after the real file
+    return wal_sidecars_absent(real) and not os.path.lexists(sidecar_name(real, JOURNAL_SUFFIX))
 
 
 def closed_wal(path: str | os.PathLike[str]) -> bool:

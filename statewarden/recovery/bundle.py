@@ -251,7 +251,11 @@ def make_work_copy(
     ``space_factor`` is how many source-sized files the caller will write there (the
     copy itself, plus an output for a repair). A copy during which the source changed
     is retried up to ``attempts`` times, then refused with :class:`DatabaseChanged`.
+    A symlink is followed once, here: SQLite names the sidecars after the real file,
+    so the bundle copied is the real file's, its ``-wal`` and ``-journal`` included.
     """
+    if os.path.islink(source):
+        source = Path(os.path.realpath(source))
     head = _read_head(source)
     header_error: DatabaseUnreadable | None = None
     try:
