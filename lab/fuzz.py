@@ -658,6 +658,11 @@ FINDINGS: dict[str, int] = {
     # cell: the scan stepped over the rowid, not the cell, and the intact message was
     # dropped (the garbled one set aside).
     "garbled_cell_with_a_real_rowid": 7035,
+    # The messages root torn (half of it an older image, which no longer names the last
+    # leaf) and the first 512 bytes of that leaf zeroed with its header: the leaf was no
+    # orphan leaf (no leaf type) and no damaged leaf (no tree reaches it); 22 intact
+    # messages dropped. A page nothing reaches whose header is destroyed is carved whole.
+    "headerless_leaf_no_tree_reaches": 7068,
     # Random bytes over a message's text while both FTS content tables are damaged
     # (no vote): check called it derived and recover bulk-copied the changed text.
     "bad_text_while_the_copies_cannot_vote": 1149,
@@ -739,6 +744,12 @@ PAGE1_FINDINGS: dict[str, int] = {
     # that never existed, was counted a lost message (the two lost were not). Now they
     # count as lost unnamed (``unnamed_lost``).
     "zeroed_cell_starts_read_as_rowid_0": 27,
+    # A torn messages leaf whose garbled cells read as rowids far above every message,
+    # page 1 and the schema zeroed (no index to list the rows): the second garbled
+    # rowid, above the one next to it, was taken as in order and the scan jumped past
+    # the 162 intact messages after it. A rowid is in order now only below every cell
+    # after it that reads (``scan.LOOK_AHEAD`` of them).
+    "garbled_rowids_past_every_message": 7008,
 }
 
 # The same, for seeds run on a copy whose schema hash starts with a view

@@ -76,7 +76,12 @@ def decode_rows(
             # SQLite connection open to the copy (docs/safety.md rule 2).
             unused = never_used(diag.error_lines, complete=diag.pages_accounted)
             decoded.salvaged = salvage_rows(work.db, schema, sorted(damaged), unused)
-            decoded.carved = carve_damaged_leaves(work.db, schema, sorted(damaged))
+            # With the freelist unknown (page 1 destroyed) its pages would pass for
+            # unreached: only the leaves the b-trees reach are carved then.
+            unreached = [] if work.freelist_unknown else unused
+            decoded.carved = carve_damaged_leaves(
+                work.db, schema, sorted(damaged), unreached=unreached
+            )
             if work.known_schema:
                 decoded.listed_by_old_indexes = listed_by_old_indexes(
                     decoded.index_pages, schema, _both(decoded.salvaged, decoded.carved)

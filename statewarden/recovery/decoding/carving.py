@@ -10,17 +10,20 @@ from __future__ import annotations
 import contextlib
 import re
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.decoding.orphan_leaves import record_fits
-from statewarden.recovery.decoding.page_format import Row, _header_of, varint
+from statewarden.recovery.decoding.page_format import BTREE_TYPES, Row, _header_of, varint
 from statewarden.recovery.decoding.pages import DatabaseFile, _walk_table_tree
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
 
-def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[str, list[Row]]:
+def carve_damaged_leaves(
+    path: Path, schema: Schema, tables: list[str], *, unreached: list[int] | None = None
+) -> dict[str, list[Row]]:
     """Rows carved from the leaves of ``tables`` whose page structure is damaged.
 
     A leaf the table's b-tree points to but whose header or cell-pointer array is
@@ -34,20 +37,29 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
     bytes of deleted rows can stay in a page's free space, so the caller takes a
     carved row only when an intact index or FTS copy vouches for it. Call with no
     SQLite connection open to ``path`` (docs/safety.md rule 2).
+
+    ``unreached``: the pages no b-tree and no freelist reaches (a complete integrity
+    check's "never used" pages, or ``[]`` to look at none, when the freelist is not
+    known: its pages would pass for unreached). A leaf whose header was destroyed and
+    that its parent no longer names (a torn interior page) is among them: such a page
+    is carved whole too, its rows given to the one table they all fit. None: they are
+    found by walking every b-tree.
     """
     db = DatabaseFile(path)
     try:
         out: dict[str, list[Row]] = {}
+        counts_of: dict[str, set[int]] = {}
         for name in tables:
             obj = schema.by_name(name)
             if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
                 continue
-            rows: list[Row] = []
+            rows = out.setdefault(name, [])
             leaves, damaged = _walk_table_tree(db, obj.rootpage)
             garbled, unreadable, counts = survey_leaves(db, leaves)
+            counts.add(len(obj.stored_columns))
+            counts_of[name] = counts
             if not (damaged or unreadable or garbled):
                 continue
-            counts.add(len(obj.stored_columns))
             for leaf in sorted(damaged + unreadable):
                 rows.extend(r for r in _carve(db, leaf) if _fits_whole(obj, r[1], counts))
             for leaf in garbled:
@@ -61,11 +73,38 @@ def carve_damaged_leaves(path: Path, schema: Schema, tables: list[str]) -> dict[
                 rows.extend(pointed)
                 carved = [r for r in _carve(db, leaf) if r[0] not in have]
                 rows.extend(r for r in carved if _fits_whole(obj, r[1], counts))
-            if rows:
-                out[name] = _one_version(rows)
-        return out
+        for carved in _headerless_pages(db, schema, unreached):
+            owners = [n for n, c in counts_of.items() if _all_fit(schema, n, carved, c)]
+            if len(owners) == 1:
+                out[owners[0]].extend(carved)
+        return {name: _one_version(rows) for name, rows in out.items() if rows}
     finally:
         db.close()
+
+
+def _headerless_pages(
+    db: DatabaseFile, schema: Schema, unreached: list[int] | None
+) -> Iterator[list[Row]]:
+    """The rows carved from each page no b-tree or freelist reaches whose first byte
+    is no b-tree page's type (its header destroyed), page by page; ``unreached`` as
+    ``carve_damaged_leaves`` takes it."""
+    if unreached is None:
+        reached = db.reachable([o.rootpage for o in schema.objects if o.rootpage] + [1])
+        unreached = [n for n in range(1, db.page_count + 1) if n not in reached]
+    for n in unreached:
+        try:
+            if db.page_kind(n) in BTREE_TYPES:
+                continue
+        except PageFormatError:
+            continue
+        rows = _carve(db, n)
+        if rows:
+            yield rows
+
+
+def _all_fit(schema: Schema, name: str, rows: list[Row], counts: set[int]) -> bool:
+    obj = schema.by_name(name)
+    return obj is not None and all(_fits_whole(obj, values, counts) for _, values in rows)
 
 
 def _one_version(rows: list[Row]) -> list[Row]:

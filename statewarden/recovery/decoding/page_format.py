@@ -13,7 +13,7 @@ PAGE_TABLE_LEAF = 0x0D
 PAGE_INDEX_INTERIOR = 0x02
 PAGE_INDEX_LEAF = 0x0A
 _INTERIOR = (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR)
-_BTREE_TYPES = (PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF, PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF)
+BTREE_TYPES = (PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF, PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF)
 MAX_OVERFLOW_PAGES_PER_CELL = 1 << 20
 
 Row = tuple[int, list[Any]]
@@ -73,7 +73,7 @@ def _header_of(n: int, pg: bytes) -> tuple[int, int, int]:
     """(page type, header offset, cell count) of b-tree page ``n``, read as ``pg``."""
     h = 100 if n == 1 else 0
     kind = pg[h]
-    if kind not in _BTREE_TYPES:
+    if kind not in BTREE_TYPES:
         raise PageFormatError(f"page {n} is not a b-tree page (type {kind})")
     return kind, h, (pg[h + 3] << 8) | pg[h + 4]
 

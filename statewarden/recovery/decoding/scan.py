@@ -9,8 +9,10 @@ overflow chain) is read column by column: it is kept with the columns that can b
 and the others listed (``partial``), or, if none can, skipped and counted alone
 (docs/safety.md rule 8). The cell a stream stopped at is found by walking the same
 stretch for rowids only (no record is decoded); a cell whose rowid is out of order
-with its neighbours (garbled) never moves the position: the stream starts over from
-where it was and steps over that cell, so the rows after it are still read.
+(not above the row before it and below every cell after it that reads: garbled) never
+moves the position: the stream starts over from where it was and steps over that cell,
+so the rows after it are still read; another cell that reads as the same rowid is
+read by its place.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ MIN_ROWID = -(2**63)
 # After a damaged stretch, rowids are probed one by one this many times before the
 # search starts doubling its step.
 LINEAR_PROBES = 4096
+# How many cells after the one a stream stopped at are read (rowids only) to tell
+# whether its rowid sits in order.
+LOOK_AHEAD = 16
 # At most this many restarts of a scan after damage (each skips a stretch or a row).
 MAX_RESUMES = 100_000
 # A rowid delivered more often than this is a loop in a damaged tree, not data; but
@@ -320,7 +325,8 @@ class _Scan:
         there (a damaged page: the caller searches where reading can resume).
 
         The stream resumes right after the cell (``rowid >= cell + 1``) only when the
-        cell's rowid sits in order between its neighbours; otherwise its rowid is not
+        cell's rowid sits in order: above the row before it, below every one of the
+        ``LOOK_AHEAD`` cells after it that read; otherwise its rowid is not
         to be trusted and the stream starts over from the same place, stepping over
         the cell, so that a garbled rowid never moves the position.
         """
@@ -329,7 +335,7 @@ class _Scan:
         got: list[int] = []
         ended = False  # the walk read past the cell to the table's end
         try:
-            it = iter(self.conn.execute(f"{sql} LIMIT 2 OFFSET {n}", args))
+            it = iter(self.conn.execute(f"{sql} LIMIT {LOOK_AHEAD + 1} OFFSET {n}", args))
             for row in it:
                 got.append(int(row[0]))
             ended = True
@@ -344,7 +350,9 @@ class _Scan:
         self.alone.add(cell)
         before = self.last
         # The last row of the table is in order; one whose successor is unknown is not.
-        after_ok = cell < got[1] if len(got) > 1 else ended
+        # In order only below every cell after it that reads: real rows follow a
+        # garbled rowid far above them (with no index to list them, nothing else tells).
+        after_ok = all(cell < later for later in got[1:]) if len(got) > 1 else ended
         # A rowid no readable index lists (when one lists the table's rows) is not
         # trusted to move the position either: a garbled cell can sit in order.
         listed = not self.hint_set or cell in self.hint_set

@@ -150,7 +150,7 @@ def _headless_roots(
         if name in per_table or name in present or obj is None or not pages:
             continue
         probes = Schema([dataclasses.replace(obj, name=str(n), rootpage=n) for n in pages])
-        carved = carve_damaged_leaves(path, probes, [str(n) for n in pages])
+        carved = carve_damaged_leaves(path, probes, [str(n) for n in pages], unreached=[])
         counts = {int(k): [r for r in rs if not _null_key(obj, r[1])] for k, rs in carved.items()}
         top = max((len(rs) for rs in counts.values()), default=0)
         best = [n for n, rs in counts.items() if len(rs) == top]
