@@ -274,6 +274,18 @@ def test_a_damaged_json_is_skipped_not_fatal(tmp_path: Path, bad: dict[str, obje
     assert [s.path for s in list_snapshots(state)] == [str(good)]
 
 
+def test_a_json_nested_too_deep_is_skipped_not_fatal(tmp_path: Path) -> None:
+    """A snapshot's .json nested deeper than the parser's stack (``[[[[...]]]]``): that
+    one is not listed, the others are (it was "unexpected RecursionError")."""
+    state = tmp_path / "state"
+    folder = snapshots_dir(state)
+    folder.mkdir(parents=True)
+    good = planted_meta(folder, "default-1")
+    (folder / "default-2.db").write_bytes(b"")
+    (folder / "default-2.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert [s.path for s in list_snapshots(state)] == [str(good)]
+
+
 def test_a_json_naming_another_file_is_never_pruned(tmp_path: Path) -> None:
     """A .json in the snapshots folder whose ``path`` names a file elsewhere: never
     listed, so pruning never removes that file (it removed whatever the .json named)."""

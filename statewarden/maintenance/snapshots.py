@@ -59,6 +59,7 @@ from statewarden.errors import (
     StatewardenError,
     copy_failed,
 )
+from statewarden.json_text import parse_json
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
 from statewarden.recovery import check_database
@@ -434,7 +435,7 @@ def _read_meta(meta: Path) -> Snapshot | None:
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return None
-            data = json.loads(f.read(META_MAX_BYTES))
+            data = parse_json(f.read(META_MAX_BYTES))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
