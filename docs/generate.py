@@ -29,6 +29,7 @@ from statewarden.cli.ctl import main as ctl_main  # noqa: E402
 from statewarden.cli.daemon_cmd import main as daemon_main  # noqa: E402
 from statewarden.config import (  # noqa: E402
     Config,
+    count_floor,
     duration_floor,
     format_bytes,
     format_duration,
@@ -112,6 +113,10 @@ def _type_name(hint: Any) -> str:
         return " or ".join(parts) + (" or null" if type(None) in get_args(hint) else "")
     if dataclasses.is_dataclass(hint):
         return "mapping"
+    if origin is typing.Annotated:
+        least = count_floor(get_args(hint)[1:])
+        base = _type_name(get_args(hint)[0])
+        return base if least is None else f"{base}, at least {least}"
     return getattr(hint, "__name__", text)
 
 

@@ -19,6 +19,8 @@ from statewarden.config_literals import (
 from statewarden.config_values import (
     AtLeast,
     ByteSize,
+    Count,
+    CountFromZero,
     Duration,
     IdText,
     IncidentKind,
@@ -127,7 +129,7 @@ class WatchConfig:
     wal_warn_bytes: ByteSize = DEFAULT_WAL_WARN_BYTES
     wal_growth_window: Annotated[Duration, AtLeast(10.0)] = DEFAULT_WAL_GROWTH_WINDOW_S
     recovery_files_warn_bytes: ByteSize = DEFAULT_RECOVERY_FILES_WARN_BYTES
-    recovery_files_growth_scans: int = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
+    recovery_files_growth_scans: CountFromZero = DEFAULT_RECOVERY_FILES_GROWTH_SCANS
     journal: bool = True
     verify_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_VERIFY_INTERVAL_S
     verify_timeout: Annotated[Duration, AtLeast(0.001)] = DEFAULT_VERIFY_TIMEOUT_S
@@ -150,7 +152,7 @@ DEFAULT_EXPECTED_KINDS: tuple[HolderKind, ...] = (
 class HoldersConfig:
     """Which processes are expected to hold a database."""
 
-    max_writers: int = DEFAULT_MAX_WRITERS
+    max_writers: Count = DEFAULT_MAX_WRITERS
     expected_kinds: tuple[HolderKind, ...] = DEFAULT_EXPECTED_KINDS
     other_users: OtherUsersPolicy = DEFAULT_OTHER_USERS
     exempt_comms: tuple[str, ...] = ()
@@ -261,7 +263,7 @@ class AlertsConfig:
     no_wait: tuple[Severity, ...] = ("critical",)
     repeat_interval: Annotated[Duration, AtLeast(60.0)] = DEFAULT_REPEAT_INTERVAL_S
     send_resolved: bool = True
-    outbox_max_entries: int = DEFAULT_OUTBOX_MAX_ENTRIES
+    outbox_max_entries: Count = DEFAULT_OUTBOX_MAX_ENTRIES
     retry_max: Annotated[Duration, AtLeast(0.5)] = DEFAULT_RETRY_MAX_S
     journald: JournaldAlertsConfig = field(default_factory=JournaldAlertsConfig)
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
@@ -297,14 +299,14 @@ class MaintenanceConfig:
     accept_loss: bool = False
     settle: Annotated[Duration, AtLeast(0.1)] = DEFAULT_MAINTENANCE_SETTLE_S
     settle_timeout: Annotated[Duration, AtLeast(1.0)] = DEFAULT_MAINTENANCE_SETTLE_TIMEOUT_S
-    respawn_limit: int = DEFAULT_MAINTENANCE_RESPAWN_LIMIT
+    respawn_limit: CountFromZero = DEFAULT_MAINTENANCE_RESPAWN_LIMIT
     stop_grace: Annotated[Duration, AtLeast(1.0)] = DEFAULT_MAINTENANCE_STOP_GRACE_S
     unit_timeout: Annotated[Duration, AtLeast(1.0)] = DEFAULT_MAINTENANCE_UNIT_TIMEOUT_S
-    quarantine_keep: int = DEFAULT_QUARANTINE_KEEP
+    quarantine_keep: Count = DEFAULT_QUARANTINE_KEEP
     quarantine_max_age: Annotated[Duration, AtLeast(60.0)] = DEFAULT_QUARANTINE_MAX_AGE_S
     snapshots: bool = True
     snapshot_interval: Annotated[Duration, AtLeast(1.0)] = DEFAULT_SNAPSHOT_INTERVAL_S
-    snapshots_keep: int = DEFAULT_SNAPSHOTS_KEEP
+    snapshots_keep: Count = DEFAULT_SNAPSHOTS_KEEP
     snapshots_max_age: Annotated[Duration, AtLeast(60.0)] = DEFAULT_SNAPSHOTS_MAX_AGE_S
     import_time_limit: Annotated[Duration, AtLeast(1.0)] = DEFAULT_IMPORT_TIME_LIMIT_S
     import_max_file_size: ByteSize = DEFAULT_IMPORT_MAX_FILE_BYTES

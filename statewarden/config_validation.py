@@ -23,6 +23,7 @@ from statewarden.config_values import (
     _Kind,
     _Secret,
     _Window,
+    count_floor,
     duration_floor,
     format_duration,
     parse_bytes,
@@ -106,8 +107,6 @@ def _check_alerts(alerts: AlertsConfig, ctx: _Ctx) -> None:
             f"expected a path or query to add to the URL (/fail, ?status=down), got"
             f" {hb.fail_suffix!r}",
         )
-    if alerts.outbox_max_entries < 1:
-        raise ctx.error(("alerts", "outbox_max_entries"), "expected a whole number above zero")
 
 
 class _Ctx:
@@ -211,7 +210,11 @@ def _convert(hint: Any, value: object, path: tuple[str | int, ...], ctx: _Ctx) -
             if not isinstance(value, str) or not value.strip():
                 raise ctx.error(path, f"expected a number or a string, got {_kind(value)}")
             return value.strip()
-        return _convert(base, value, path, ctx)
+        converted = _convert(base, value, path, ctx)
+        least = count_floor(markers)
+        if least is not None and converted < least:
+            raise ctx.error(path, f"must be at least {least}, got {converted}")
+        return converted
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]
         if value is None:

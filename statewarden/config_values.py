@@ -4,7 +4,8 @@ back and shown.
 
 The markers (``_Duration``, ``_Bytes``, ...) go in a key's ``Annotated`` type; only the
 config's own modules read them (validation, ``config show``), and ``docs/generate.py``
-names a key's type by them. ``AtLeast`` is the floor of a duration.
+names a key's type by them. ``AtLeast`` is the floor of a duration, ``Fewest`` that of
+a count.
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ class AtLeast:
     millisecond costs half a core), a time limit below it could never be met."""
 
     seconds: float
+
+
+@dataclass(frozen=True)
+class Fewest:
+    """Marker: the least a count may be. Every count of the config has one: keeping no
+    snapshot or quarantined original at all would prune each as it is made."""
+
+    count: int
+
+
+Count = Annotated[int, Fewest(1)]  # a count of one or more
+CountFromZero = Annotated[int, Fewest(0)]
 
 
 class _Bytes:
@@ -103,6 +116,11 @@ _DAY_SETS = {"daily": range(7), "weekdays": range(5), "weekends": range(5, 7)}
 def duration_floor(markers: tuple[Any, ...] | list[Any]) -> float | None:
     """The floor an ``AtLeast`` marker among ``markers`` sets, or None."""
     return next((m.seconds for m in markers if isinstance(m, AtLeast)), None)
+
+
+def count_floor(markers: tuple[Any, ...] | list[Any]) -> int | None:
+    """The floor a ``Fewest`` marker among ``markers`` sets, or None."""
+    return next((m.count for m in markers if isinstance(m, Fewest)), None)
 
 
 def parse_window(value: object) -> tuple[frozenset[int], int, int] | None:

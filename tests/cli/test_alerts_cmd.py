@@ -114,7 +114,7 @@ class TestConfig:
             ),
             (
                 "alerts: {outbox_max_entries: 0}",
-                "<config>:1: alerts.outbox_max_entries: expected a whole number above zero",
+                "<config>:1: alerts.outbox_max_entries: must be at least 1, got 0",
             ),
             (
                 "alerts: {telegram: {chat_id: [1]}}",
