@@ -18,13 +18,12 @@ with no ``-shm``, beside which a reader would create one): nothing is opened the
 from __future__ import annotations
 
 import os
-import stat
 
 import apsw
 
 from statewarden.errors import DatabaseError
 from statewarden.record import FrozenRecord
-from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX
+from statewarden.sidecars import SHM_SUFFIX, WAL_SUFFIX, SidecarFiles
 from statewarden.sqlite import no_sidecars, readonly
 
 TYPE_CHECKING = False
@@ -97,19 +96,12 @@ def _sidecars_fit(db: str | os.PathLike[str]) -> bool | None:
     is a symlink or not a regular file (a FIFO ``-journal`` hangs the open), or when a
     ``-wal`` has no ``-shm`` (a reader would create one beside it); else whether the
     file is read ``immutable`` (no sidecar at all: :func:`no_sidecars`)."""
-    real = os.path.realpath(db)
-    present = set()
-    for sfx in SIDECAR_SUFFIXES:
-        try:
-            mode = os.lstat(real + sfx).st_mode
-        except OSError:
-            continue
-        if not stat.S_ISREG(mode):  # a symlink, a FIFO, a folder
-            return None
-        present.add(sfx)
-    if WAL_SUFFIX in present and SHM_SUFFIX not in present:
+    files = SidecarFiles(db)
+    if files.trouble() is not None or files.error is not None:
         return None
-    return no_sidecars(real)
+    if WAL_SUFFIX in files.present and SHM_SUFFIX not in files.present:
+        return None
+    return no_sidecars(files.real)
 
 
 def apply_heartbeats(scans: Iterable[HolderScan], *, host: str | None = None) -> None:

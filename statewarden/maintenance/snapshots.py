@@ -66,9 +66,8 @@ from statewarden.recovery import check_database
 from statewarden.sidecars import (
     JOURNAL_SUFFIX,
     SHM_SUFFIX,
-    SIDECAR_SUFFIXES,
     WAL_SUFFIX,
-    sidecar_name,
+    SidecarFiles,
 )
 from statewarden.sqlite import (
     HeaderFacts,
@@ -243,26 +242,18 @@ def _look(db: Path) -> tuple[HeaderFacts, tuple[int, int], set[str]]:
     Returns the header, the file's identity and the sidecars present."""
     header = read_header(db)
     identity = _identity(db)
-    real = os.path.realpath(db)
-    present = set()
-    for sfx in SIDECAR_SUFFIXES:
-        name = sidecar_name(real, sfx)
-        try:
-            mode = os.lstat(name).st_mode
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise DatabaseError(f"{name}: {exc.strerror}; nothing copied") from None
-        if stat.S_ISLNK(mode):
-            raise DatabaseError(
-                f"{name}: is a symlink, which SQLite never makes nor reads a sidecar"
-                " through; nothing copied",
-                hint="move it aside",
-            )
-        if not stat.S_ISREG(mode):
-            raise DatabaseUnreadable(f"{name}: is not a regular file (a FIFO, a folder?)")
-        present.add(sfx)
-    return header, identity, present
+    files = SidecarFiles(db)
+    if files.error is not None:
+        raise DatabaseError(f"{files.error[0]}: {files.error[1]}; nothing copied")
+    if files.symlink is not None:
+        raise DatabaseError(
+            f"{files.symlink}: is a symlink, which SQLite never makes nor reads a sidecar"
+            " through; nothing copied",
+            hint="move it aside",
+        )
+    if files.irregular is not None:
+        raise DatabaseUnreadable(f"{files.irregular}: is not a regular file (a FIFO, a folder?)")
+    return header, identity, files.present
 
 
 def _identity(db: Path) -> tuple[int, int]:

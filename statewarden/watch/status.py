@@ -21,7 +21,6 @@ be so, with what is then not verified (``DatabaseStatus.schema_note``).
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,13 @@ from statewarden.errors import DatabaseError
 from statewarden.mounts import Mount, mount_for, read_mounts
 from statewarden.recovery_files import RecoveryFile
 from statewarden.recovery_files import scan as scan_recovery_files
-from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX
+from statewarden.sidecars import (
+    JOURNAL_SUFFIX,
+    SHM_SUFFIX,
+    SIDECAR_SUFFIXES,
+    WAL_SUFFIX,
+    SidecarFiles,
+)
 from statewarden.targets import Target
 
 # The newest Hermes ``schema_version`` statewarden knows: its log rules, check, recover and
@@ -170,21 +175,10 @@ def database_status(target: Target, mounts: list[Mount] | None = None) -> Databa
 
 
 def _sidecar_trouble(real: str) -> str | None:
-    """Why SQLite must not be let near the sidecars of the file ``real``: one that is
-    not a regular file (a FIFO -journal hangs the open, a folder fails it) or a symlink
-    (SQLite neither makes nor opens one); None when each present is a regular file."""
-    for sfx in SIDECAR_SUFFIXES:
-        try:
-            mode = os.lstat(real + sfx).st_mode
-        except OSError:
-            continue
-        if stat.S_ISLNK(mode):
-            return f"{real}{sfx}: is a symlink, which SQLite never makes; not read through SQLite"
-        if not stat.S_ISREG(mode):
-            return (
-                f"{real}{sfx}: is not a regular file (a FIFO, a folder?); not read through SQLite"
-            )
-    return None
+    """Why SQLite must not be let near the sidecars of the file ``real``
+    (``SidecarFiles.trouble``); None when each present is a regular file."""
+    trouble = SidecarFiles(real).trouble()
+    return None if trouble is None else f"{trouble}; not read through SQLite"
 
 
 def status_all(targets: list[Target]) -> list[DatabaseStatus]:
