@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.live_bundle import bundle, killed_writer, live_copy
 from tests.support.repo import REPO
-from tests.test_attack_snapshots import bundle, killed_writer, live_copy
 
 pytestmark = pytest.mark.process
 

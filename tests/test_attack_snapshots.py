@@ -5,22 +5,17 @@ beside a file nobody had open."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import signal
-import stat
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import apsw
 import pytest
 
-from lab.hermes_fixtures import TINY, built_db, writer_env
 from statewarden.maintenance.snapshots import (
     list_snapshots,
     newest_of,
@@ -28,7 +23,8 @@ from statewarden.maintenance.snapshots import (
     snapshots_dir,
     take_snapshot,
 )
-from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+from tests.support.live_bundle import bundle, killed_writer, live_copy
+from tests.support.maintenance import rows
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.process
@@ -45,20 +41,6 @@ def take(db: Path) -> subprocess.CompletedProcess[str]:
         stdin=subprocess.DEVNULL,
         timeout=120,
     )
-
-
-def bundle(folder: Path) -> dict[str, str]:
-    """Each entry of ``folder``: a regular file's SHA-256, a symlink's target, else its mode."""
-    out = {}
-    for p in sorted(folder.iterdir()):
-        st = os.lstat(p)
-        if stat.S_ISREG(st.st_mode):
-            out[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
-        elif stat.S_ISLNK(st.st_mode):
-            out[p.name] = "-> " + os.readlink(p)
-        else:
-            out[p.name] = stat.filemode(st.st_mode)
-    return out
 
 
 def kept() -> list[str]:
@@ -122,13 +104,6 @@ def test_a_live_file_that_is_no_database_is_refused_as_check_refuses_it(
     assert_refused(db, 4, says)
 
 
-def live_copy(home: Path) -> Path:
-    home.mkdir(parents=True, exist_ok=True)
-    db = home / "state.db"
-    shutil.copyfile(built_db(TINY), db)
-    return db
-
-
 @pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
 @pytest.mark.parametrize("plant", ["symlink", "fifo", "folder"])
 def test_a_planted_sidecar_is_never_read_through_nor_created_beside(
@@ -156,39 +131,6 @@ def test_a_planted_sidecar_is_never_read_through_nor_created_beside(
     assert victim.read_bytes() == before
 
 
-def killed_writer(home: Path, bin_dir: Path) -> None:
-    """A real Hermes writer (SessionDB) commits in WAL mode and is killed with SIGKILL:
-    its -wal holds commits the file lacks."""
-    install_fake_hermes(bin_dir)
-    log = home.parent / "committed.log"
-    env = writer_env(home)
-    env[WRITE_EVERY_ENV] = "0.01"
-    env[LOG_ENV] = str(log)
-    proc = subprocess.Popen([str(bin_dir / "hermes"), "chat"], env=env, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == b"ready"
-    while not log.exists() or len(log.read_text().splitlines()) < 20:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
-
-
-def sqlite_view(db: Path, sql: str) -> list[tuple[apsw.SQLiteValue, ...]]:
-    """What SQLite presents for the bundle of ``db``, read from a copy of it."""
-    view = db.parent.parent / "view"
-    view.mkdir()
-    for sfx in ("", "-wal"):
-        if Path(f"{db}{sfx}").exists():
-            shutil.copyfile(f"{db}{sfx}", view / f"state.db{sfx}")
-    conn = apsw.Connection(str(view / "state.db"))
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
-        shutil.rmtree(view)
-
-
 def test_a_wal_with_no_shm_is_copied_whole_and_no_shm_is_created(tmp_path: Path) -> None:
     """A closed WAL database whose -wal holds commits and whose -shm is gone (a copied
     bundle, a cleaned folder): the snapshot holds those commits, and no -shm appears
@@ -197,7 +139,7 @@ def test_a_wal_with_no_shm_is_copied_whole_and_no_shm_is_created(tmp_path: Path)
     killed_writer(db.parent, tmp_path / "bin")
     Path(f"{db}-shm").unlink()
     sql = "SELECT count(*), max(id) FROM messages"
-    expected = sqlite_view(db, sql)
+    expected = rows(db, sql)
     before = bundle(db.parent)
     done = take(db)
     assert done.returncode == 0, done.stderr

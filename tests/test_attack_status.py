@@ -15,8 +15,9 @@ import pytest
 from statewarden.cli.status_output import VERDICTS, verification
 from statewarden.daemon import verify
 from statewarden.daemon.verify import recorded
+from tests.support.live_bundle import bundle, killed_writer, live_copy
+from tests.support.maintenance import rows
 from tests.support.repo import REPO
-from tests.test_attack_snapshots import bundle, killed_writer, live_copy, sqlite_view
 
 pytestmark = pytest.mark.process
 
@@ -147,7 +148,7 @@ def test_a_symlinked_state_db_is_read_with_the_real_files_sidecars(tmp_path: Pat
     for sfx in ("", "-wal", "-shm"):
         Path(f"{db}{sfx}").rename(f"{real}{sfx}")
     db.symlink_to(real.name)
-    (pages,) = sqlite_view(real, "PRAGMA page_count")
+    (pages,) = rows(real, "PRAGMA page_count")
     done = subprocess.run(
         [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db), "--json"],
         capture_output=True,

@@ -14,7 +14,8 @@ import pytest
 
 from statewarden.daemon.verify import check_live, snapshot_copy
 from statewarden.errors import DatabaseUnreadable
-from tests.test_attack_snapshots import bundle, killed_writer, live_copy, sqlite_view
+from tests.support.live_bundle import bundle, killed_writer, live_copy
+from tests.support.maintenance import rows
 
 pytestmark = pytest.mark.process
 
@@ -36,7 +37,7 @@ def test_a_symlinked_state_db_is_verified_with_the_real_files_wal(tmp_path: Path
     for sfx in ("", "-wal", "-shm"):
         Path(f"{db}{sfx}").rename(f"{real}{sfx}")
     db.symlink_to(real.name)
-    (want,) = sqlite_view(real, "SELECT (SELECT count(*) FROM sessions), count(*) FROM messages")
+    (want,) = rows(real, "SELECT (SELECT count(*) FROM sessions), count(*) FROM messages")
     got = (
         rows_checked(db, tmp_path / "work", "sessions"),
         rows_checked(db, tmp_path / "work", "messages"),
@@ -51,7 +52,7 @@ def test_the_backup_copy_of_a_closed_wal_creates_no_shm(tmp_path: Path) -> None:
     killed_writer(db.parent, tmp_path / "bin")
     Path(f"{db}-shm").unlink()
     sql = "SELECT count(*), max(id) FROM messages"
-    want = sqlite_view(db, sql)
+    want = rows(db, sql)
     before = bundle(db.parent)
     copy = snapshot_copy(db, tmp_path / "work")
     assert bundle(db.parent) == before

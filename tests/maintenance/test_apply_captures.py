@@ -23,7 +23,7 @@ import pytest
 
 from lab.hermes_fixtures import SMALL, TINY, built_db, hermes_python, writer_env
 from statewarden.maintenance.swap import list_quarantine
-from tests.recovery.test_captures import CAPTURE, capture_of, image_and_wal
+from tests.support.captures import CAPTURE, capture_of, image_and_wal
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import maintenance_config, report_of, rows, run_maintenance

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.hermes_fixtures import TINY, built_db
-from tests.recovery.test_captures import capture_of, image_and_wal
+from tests.support.captures import capture_of, image_and_wal
 from tests.support.cli import run_installed
 
 

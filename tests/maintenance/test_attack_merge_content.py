@@ -12,9 +12,9 @@ import apsw
 import pytest
 
 from lab.hermes_fixtures import NEWEST, make_home
-from tests.maintenance.test_merge import report_of
 from tests.support.cli import run_ctl
 from tests.support.maintenance import maintenance_config, rows, run_maintenance
+from tests.support.merging import report_of
 from tests.support.vanishing import damage, hermes_starts_fresh
 
 BIG = "A" * (10 * 1024 * 1024)

@@ -14,9 +14,9 @@ import pytest
 
 from lab.hermes_fixtures import NEWEST_HERMES, NEWEST_WAL, Spec, make_home
 from statewarden.maintenance.swap import list_quarantine
-from tests.maintenance.test_merge import Writer, report_of
 from tests.support.cli import run_ctl
 from tests.support.maintenance import maintenance_config, run_maintenance
+from tests.support.merging import Writer, report_of
 from tests.support.vanishing import damage, hermes_starts_fresh
 from tests.support.waiting import wait_for
 

@@ -17,8 +17,8 @@ from lab.hermes_fixtures import NEWEST_HERMES, Spec, make_home
 from statewarden.errors import MergeRefused
 from statewarden.maintenance.merge import prepare_source
 from statewarden.recovery import recover
-from tests.maintenance.test_merge import Vanished, quarantined, report_of
 from tests.support.maintenance import maintenance_config, run_maintenance
+from tests.support.merging import Vanished, quarantined, report_of
 
 # A name Hermes 0.22 gives only to the file it renames away from state.db.
 PLANTED = "state.db.zeroed-20260101-000000-4242.bak"

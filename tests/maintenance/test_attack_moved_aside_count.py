@@ -13,7 +13,7 @@ import pytest
 
 from lab.hermes_fixtures import NEWEST_WAL, make_home
 from statewarden.moved_aside import WAL_BESIDE, count_held
-from tests.maintenance.test_merge import Writer
+from tests.support.merging import Writer
 from tests.support.waiting import wait_for
 
 ASIDE = "state.db.notadb-20261201-120000-77.bak"

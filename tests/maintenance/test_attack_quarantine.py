@@ -18,9 +18,9 @@ import pytest
 
 from lab.hermes_fixtures import NEWEST_HERMES, NEWEST_WAL, Spec, make_home
 from statewarden.maintenance.swap import list_quarantine
-from tests.maintenance.test_merge import Vanished, Writer
 from tests.support.cli import run_ctl, run_installed
 from tests.support.maintenance import maintenance_config, rows, run_maintenance
+from tests.support.merging import Vanished, Writer
 from tests.support.waiting import wait_for
 
 

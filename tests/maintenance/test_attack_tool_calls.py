@@ -12,10 +12,10 @@ import apsw
 import pytest
 
 from lab.hermes_fixtures import NEWEST, TINY, built_db, make_home
-from tests.maintenance.test_merge import report_of
-from tests.recovery.test_captures import capture_of, image_and_wal
+from tests.support.captures import capture_of, image_and_wal
 from tests.support.cli import run_ctl
 from tests.support.maintenance import maintenance_config, rows, run_maintenance
+from tests.support.merging import report_of
 from tests.support.vanishing import damage, hermes_starts_fresh
 
 DEEP = "[" * 100_000 + "]" * 100_000
