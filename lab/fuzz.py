@@ -663,6 +663,10 @@ FINDINGS: dict[str, int] = {
     # orphan leaf (no leaf type) and no damaged leaf (no tree reaches it); 22 intact
     # messages dropped. A page nothing reaches whose header is destroyed is carved whole.
     "headerless_leaf_no_tree_reaches": 7068,
+    # Random bytes over the only sessions page's cell pointers: one pointer landed on
+    # a garbled cell read as rowid 17 (set aside: NULL where Hermes allows none), and
+    # the real session 17, carved from the page, was skipped as a rowid already read.
+    "garbled_cell_under_a_carved_rows_rowid": 7175,
     # Random bytes over a message's text while both FTS content tables are damaged
     # (no vote): check called it derived and recover bulk-copied the changed text.
     "bad_text_while_the_copies_cannot_vote": 1149,

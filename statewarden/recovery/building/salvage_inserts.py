@@ -83,7 +83,7 @@ class SalvageInserts(BuildPart):
 
     def add_carved(self, tc: TableCopy) -> None:
         """Rows carved from the table's leaves whose header or cell pointers are
-        damaged, for rowids the b-tree lacks, each only if an intact index or FTS copy
+        damaged, for rowids the output lacks, each only if an intact index or FTS copy
         of the table lists it (stale cells of deleted rows stay in a page's free
         space)."""
         rows = self.inputs.carved.get(tc.obj.name, [])
@@ -94,7 +94,9 @@ class SalvageInserts(BuildPart):
         vouched = tc.known_keys() | tc.index_keys
         vouched |= self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
         for rowid, values in rows:
-            if rowid in tc.rowids:
+            # A rowid the b-tree read blocks a carved row only when a row is in under it:
+            # a garbled cell read under a real row's rowid was set aside.
+            if rowid in tc.rowids and self._holds(tc, rowid):
                 continue
             self._insert_salvaged(tc, rowid, list(values), vouched)
 
