@@ -23,7 +23,7 @@ from statewarden.maintenance.snapshots import (
     snapshots_dir,
     take_snapshot,
 )
-from tests.support.live_bundle import bundle, killed_writer, live_copy
+from tests.support.live_bundle import bundle, killed_writer, live_copy, plant_sidecar
 from tests.support.maintenance import rows
 from tests.support.repo import REPO
 
@@ -115,14 +115,7 @@ def test_a_planted_sidecar_is_never_read_through_nor_created_beside(
     the live bundle and the symlink's target unchanged."""
     db = live_copy(tmp_path / "home")
     victim = tmp_path / "victim"
-    victim.write_bytes(os.urandom(40_000))
-    side = Path(f"{db}{suffix}")
-    if plant == "symlink":
-        side.symlink_to(victim)
-    elif plant == "fifo":
-        os.mkfifo(side)
-    else:
-        side.mkdir()
+    plant_sidecar(db, suffix, plant, victim)
     before = victim.read_bytes()
     if plant == "symlink":
         assert_refused(db, 1, "is a symlink")

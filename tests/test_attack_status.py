@@ -15,7 +15,7 @@ import pytest
 from statewarden.cli.status_output import VERDICTS, verification
 from statewarden.daemon import verify
 from statewarden.daemon.verify import recorded
-from tests.support.live_bundle import bundle, killed_writer, live_copy
+from tests.support.live_bundle import bundle, killed_writer, live_copy, plant_sidecar
 from tests.support.maintenance import rows
 from tests.support.repo import REPO
 
@@ -52,14 +52,7 @@ def test_a_planted_sidecar_is_named_and_nothing_is_created(
     are unchanged."""
     db = live_copy(tmp_path / "home")
     victim = tmp_path / "victim"
-    victim.write_bytes(os.urandom(40_000))
-    side = Path(f"{db}{suffix}")
-    if plant == "symlink":
-        side.symlink_to(victim)
-    elif plant == "fifo":
-        os.mkfifo(side)
-    else:
-        side.mkdir()
+    plant_sidecar(db, suffix, plant, victim)
     before, target = bundle(db.parent), victim.read_bytes()
     found = problems(status(db))
     assert len(found) == 1, found

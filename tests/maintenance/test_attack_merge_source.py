@@ -5,7 +5,6 @@ moved aside itself, the other home's state.db written by Hermes 0.22."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -13,12 +12,11 @@ from typing import Any
 
 import pytest
 
-from lab.hermes_fixtures import NEWEST_HERMES, Spec, make_home
 from statewarden.errors import MergeRefused
 from statewarden.maintenance.merge import prepare_source
 from statewarden.recovery import recover
 from tests.support.maintenance import maintenance_config, run_maintenance
-from tests.support.merging import Vanished, quarantined, report_of
+from tests.support.merging import Vanished, other_home_db, quarantined, report_of, sha
 
 # A name Hermes 0.22 gives only to the file it renames away from state.db.
 PLANTED = "state.db.zeroed-20260101-000000-4242.bak"
@@ -36,13 +34,7 @@ def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
 
 @pytest.fixture(scope="module")
 def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another Hermes home's state.db: other sessions, another store_instance_id."""
-    home = tmp_path_factory.mktemp("other") / "hermes"
-    return make_home(home, Spec(hermes=NEWEST_HERMES, seed=5)) / "state.db"
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return other_home_db(tmp_path_factory.mktemp("other"))
 
 
 def _symlink(other: Path, planted: Path) -> None:

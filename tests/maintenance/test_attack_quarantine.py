@@ -6,7 +6,6 @@ state.db written by Hermes 0.22."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -16,11 +15,11 @@ from pathlib import Path
 import apsw
 import pytest
 
-from lab.hermes_fixtures import NEWEST_HERMES, NEWEST_WAL, Spec, make_home
+from lab.hermes_fixtures import NEWEST_WAL, make_home
 from statewarden.maintenance.swap import list_quarantine
 from tests.support.cli import run_ctl, run_installed
 from tests.support.maintenance import maintenance_config, rows, run_maintenance
-from tests.support.merging import Vanished, Writer
+from tests.support.merging import Vanished, Writer, other_home_db, sha
 from tests.support.waiting import wait_for
 
 
@@ -36,13 +35,7 @@ def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
 
 @pytest.fixture(scope="module")
 def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another Hermes home, WAL mode: its state.db and a -wal (other sessions)."""
-    home = tmp_path_factory.mktemp("other") / "hermes"
-    return make_home(home, Spec(hermes=NEWEST_HERMES, seed=5)) / "state.db"
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return other_home_db(tmp_path_factory.mktemp("other"))
 
 
 def _symlink_to_another(kept: Path, other: Path) -> None:

@@ -54,3 +54,16 @@ def killed_writer(home: Path, bin_dir: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
+
+
+def plant_sidecar(db: Path, suffix: str, plant: str, victim: Path) -> None:
+    """Put at ``db``'s sidecar ``suffix`` a ``symlink`` to ``victim`` (40 kB of random
+    bytes, written here), a ``fifo`` or a ``folder``."""
+    victim.write_bytes(os.urandom(40_000))
+    side = Path(f"{db}{suffix}")
+    if plant == "symlink":
+        side.symlink_to(victim)
+    elif plant == "fifo":
+        os.mkfifo(side)
+    else:
+        side.mkdir()

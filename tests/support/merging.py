@@ -4,6 +4,7 @@ quarantined, and a run's JSON report."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 from lab.hermes_fixtures import (
     NEWEST,
     NEWEST_HERMES,
+    Spec,
     hermes_python,
     make_home,
     writer_env,
@@ -88,3 +90,13 @@ def report_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
         return dict(json.loads(proc.stdout))
     except ValueError:
         raise AssertionError(f"no JSON report: rc {proc.returncode}: {proc.stderr}") from None
+
+
+def other_home_db(base: Path) -> Path:
+    """Another Hermes home's state.db under ``base``: other sessions, another
+    ``store_instance_id``."""
+    return make_home(base / "hermes", Spec(hermes=NEWEST_HERMES, seed=5)) / "state.db"
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
