@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import ctl_process
 from tests.support.live_bundle import bundle, killed_writer, live_copy
-from tests.support.repo import REPO
 
 pytestmark = pytest.mark.process
 
@@ -42,15 +42,7 @@ def unknown_holder(db: Path) -> Iterator[None]:
 
 
 def holders(db: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "holders", "--db", str(db)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    return ctl_process("holders", "--db", str(db))
 
 
 def assert_harmless(db: Path) -> None:

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,24 +22,16 @@ from statewarden.maintenance.snapshots import (
     snapshots_dir,
     take_snapshot,
 )
+from tests.support.cli import ctl_process
 from tests.support.live_bundle import bundle, killed_writer, live_copy, plant_sidecar
 from tests.support.maintenance import rows
-from tests.support.repo import REPO
 
 pytestmark = pytest.mark.process
 
 
 def take(db: Path) -> subprocess.CompletedProcess[str]:
     """``statewardenctl snapshots take --db DB`` as a process (a FIFO would hang it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--db", str(db)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    return ctl_process("snapshots", "take", "--db", str(db))
 
 
 def kept() -> list[str]:
@@ -260,16 +251,7 @@ def test_one_database_not_kept_leaves_the_others_their_snapshot(tmp_path: Path) 
     home.mkdir()
     (home / "state.db").write_bytes(b"")
     live_copy(home / "profiles" / "work")
-    done = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-        env={**os.environ, "HERMES_HOME": str(home)},
-    )
+    done = ctl_process("snapshots", "take", env={**os.environ, "HERMES_HOME": str(home)})
     assert done.returncode == 4, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "empty (0 bytes)" in done.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,24 +14,16 @@ import pytest
 from statewarden.cli.status_output import VERDICTS, verification
 from statewarden.daemon import verify
 from statewarden.daemon.verify import recorded
+from tests.support.cli import ctl_process
 from tests.support.live_bundle import bundle, killed_writer, live_copy, plant_sidecar
 from tests.support.maintenance import rows
-from tests.support.repo import REPO
 
 pytestmark = pytest.mark.process
 
 
 def status(db: Path) -> subprocess.CompletedProcess[str]:
     """``statewardenctl status --db DB`` as a process (a FIFO -journal hung it)."""
-    return subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    return ctl_process("status", "--db", str(db))
 
 
 def problems(done: subprocess.CompletedProcess[str]) -> list[str]:
@@ -102,15 +93,7 @@ def test_a_damaged_verification_record_is_never_shown_as_a_verdict(
     done = status(db)
     assert done.returncode == 0, done.stderr
     assert "  last verified   never" in done.stdout.splitlines()
-    as_json = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    as_json = _checked(ctl_process("status", "--db", str(db), "--json"))
     (database,) = json.loads(as_json.stdout, parse_constant=reject_constant)["databases"]
     assert database["verified"] is None
 
@@ -142,17 +125,14 @@ def test_a_symlinked_state_db_is_read_with_the_real_files_sidecars(tmp_path: Pat
         Path(f"{db}{sfx}").rename(f"{real}{sfx}")
     db.symlink_to(real.name)
     (pages,) = rows(real, "PRAGMA page_count")
-    done = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "status", "--db", str(db), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    done = _checked(ctl_process("status", "--db", str(db), "--json"))
     (database,) = json.loads(done.stdout)["databases"]
     assert database["wal_bytes"] == Path(f"{real}-wal").stat().st_size
     assert database["size_bytes"] == real.stat().st_size
     assert database["page_count"] == pages[0]
     assert database["problems"] == []
+
+
+def _checked(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, done.stderr
+    return done

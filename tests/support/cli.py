@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from click.testing import CliRunner
 
 from statewarden.cli.ctl import main as ctl
+from tests.support.repo import REPO
+
+if TYPE_CHECKING:
+    from subprocess import CompletedProcess
 
 
 class CtlRun(NamedTuple):
@@ -46,3 +50,22 @@ def run_installed(
         check=False,
     )
     return CtlRun(r.returncode, r.stdout, r.stderr)
+
+
+def ctl_process(*args: str, env: Mapping[str, str] | None = None) -> CompletedProcess[str]:
+    """``statewardenctl ARGS`` as a process of this interpreter, from the repository, its
+    stdin closed: for a command that might hang (a FIFO beside a database), which 120 s
+    end. ``env`` replaces the environment when given."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.ctl", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=None if env is None else dict(env),
+    )
