@@ -556,6 +556,17 @@ def _unexplained(diag: Diagnosis, report: dict[str, Any]) -> list[str]:
                     for r in c.rows_rotted
                     if r not in unproven.get(c.table, set()) and not lost(c.table, r)
                 ],
+                copies_rotted={
+                    fts: kept
+                    for fts, rowids in c.copies_rotted.items()
+                    if (
+                        kept := [
+                            r
+                            for r in rowids
+                            if r not in unproven.get(c.table, set()) and not lost(c.table, r)
+                        ]
+                    )
+                },
             )
             for c in diag.copies
         ],
