@@ -92,6 +92,11 @@ UNLISTED = (
     "read through the b-tree, but none of the table's intact indexes lists its rowid"
     " and no search-index copy holds it: a garbled cell, not a row"
 )
+ABOVE_SEQUENCE = (
+    "read through the b-tree with columns that do not read, under a rowid above the"
+    " table's AUTOINCREMENT sequence ({seq}), which SQLite never gave out, and listed by"
+    " no index or search-index copy: a garbled cell, not a row"
+)
 
 
 def zeroed_columns(hit: list[int] | None, cols: list[str], key_idx: list[int]) -> list[str] | None:

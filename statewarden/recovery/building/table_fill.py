@@ -10,6 +10,7 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.building.build import (
+    ABOVE_SEQUENCE,
     BAD_TEXT_REASON,
     CROSS_LINKED,
     MISFIT_REASON,
@@ -34,6 +35,7 @@ from statewarden.recovery.evidence.column_types import column_checks, misfit_col
 from statewarden.recovery.evidence.copies import agrees_with_copies, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows
 from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
+from statewarden.recovery.evidence.lost_writes import sequence_of
 from statewarden.sqlite import json_value, quote_ident
 
 # Constraint failures no row SQLite stored can meet: the table refused it when written.
@@ -168,13 +170,13 @@ class TableFill(BuildPart):
         zeroed = self.inputs.diag.zeroed_cells.get(obj.name, {})
         crossed = self.inputs.diag.cross_linked.get(obj.name, {})
         checks = column_checks(obj)
+        seq = sequence_of(self.src, obj.name)
 
         def on_row(row: tuple[Any, ...]) -> None:
-            if self._unlisted(tc, int(row[0])):
-                # Read through the b-tree, but no intact index of the table lists it
-                # (two or more would) and no FTS copy holds it: a garbled cell that
-                # decodes, not a row. Set aside, never copied as a good row.
-                self._set_aside(tc, int(row[0]), dict(zip(cols, row[1:], strict=True)), UNLISTED)
+            if why_garbled := self._garbled(tc, int(row[0]), partial, seq):
+                # A garbled cell that decodes, not a row: set aside, never copied as a
+                # good row.
+                self._set_aside(tc, int(row[0]), dict(zip(cols, row[1:], strict=True)), why_garbled)
                 return
             tc.report.source_rows += 1
             key = int(row[0]) if not key_idx else tuple(row[i] for i in key_idx)
@@ -292,6 +294,25 @@ class TableFill(BuildPart):
                 f" UTF-8 (changed on disk): those columns are unreadable, unless their"
                 f" search-index copies restore them (rowids {shown})"
             )
+
+    def _garbled(
+        self, tc: TableCopy, rowid: int, partial: dict[int, list[str]], seq: int | None
+    ) -> str | None:
+        """Why the row read under ``rowid`` is a garbled cell, not a row (None: it may be
+        a row): no intact index lists it, though two or more of them list every row,
+        and no FTS copy holds it (``_unlisted``); or some of its columns do not read and
+        its rowid is above the table's AUTOINCREMENT sequence ``seq``, which SQLite
+        never gave out, and no index, FTS copy or old index's page lists it (a whole row
+        above a sequence whose page is older is kept: its columns read)."""
+        if self._unlisted(tc, rowid):
+            return UNLISTED
+        if seq is None or rowid <= seq or not partial.get(rowid):
+            return None
+        witnesses = (tc.listed_by, tc.fts_rowids, tc.hint_rowids)
+        old = self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
+        if rowid in old or any(rowid in w for w in witnesses):
+            return None
+        return ABOVE_SEQUENCE.format(seq=seq)
 
     def _unlisted(self, tc: TableCopy, rowid: int) -> bool:
         """Does no intact index of the table list ``rowid``, though two or more of
