@@ -21,6 +21,7 @@ from statewarden.recovery.building.build import (
     ZEROED_REASON,
     Build,
     BuildPart,
+    RebuildInputs,
     TableCopy,
     insert_sql,
     insert_statement,
@@ -173,7 +174,7 @@ class TableFill(BuildPart):
         seq = sequence_of(self.src, obj.name)
 
         def on_row(row: tuple[Any, ...]) -> None:
-            if why_garbled := self._garbled(tc, int(row[0]), partial, seq):
+            if why_garbled := garbled(tc, int(row[0]), partial, seq, self.inputs):
                 # A garbled cell that decodes, not a row: set aside, never copied as a
                 # good row.
                 self._set_aside(tc, int(row[0]), dict(zip(cols, row[1:], strict=True)), why_garbled)
@@ -294,35 +295,6 @@ class TableFill(BuildPart):
                 f" UTF-8 (changed on disk): those columns are unreadable, unless their"
                 f" search-index copies restore them (rowids {shown})"
             )
-
-    def _garbled(
-        self, tc: TableCopy, rowid: int, partial: dict[int, list[str]], seq: int | None
-    ) -> str | None:
-        """Why the row read under ``rowid`` is a garbled cell, not a row (None: it may be
-        a row): no intact index lists it, though two or more of them list every row,
-        and no FTS copy holds it (``_unlisted``); or some of its columns do not read and
-        its rowid is above the table's AUTOINCREMENT sequence ``seq``, which SQLite
-        never gave out, and no index, FTS copy or old index's page lists it (a whole row
-        above a sequence whose page is older is kept: its columns read)."""
-        if self._unlisted(tc, rowid):
-            return UNLISTED
-        if seq is None or rowid <= seq or not partial.get(rowid):
-            return None
-        witnesses = (tc.listed_by, tc.fts_rowids, tc.hint_rowids)
-        old = self.inputs.listed_by_old_indexes.get(tc.obj.name, set())
-        if rowid in old or any(rowid in w for w in witnesses):
-            return None
-        return ABOVE_SEQUENCE.format(seq=seq)
-
-    def _unlisted(self, tc: TableCopy, rowid: int) -> bool:
-        """Does no intact index of the table list ``rowid``, though two or more of
-        them list every row, and no FTS copy hold it?"""
-        return (
-            tc.intact_indexes >= 2
-            and rowid not in tc.listed_by
-            and rowid not in tc.fts_rowids
-            and not tc.obj.without_rowid
-        )
 
     def _fill_missing(
         self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
@@ -451,3 +423,38 @@ class TableFill(BuildPart):
                 "row": {c: json_value(v) for c, v in row.items()},
             }
         )
+
+
+def garbled(
+    tc: TableCopy,
+    rowid: int,
+    partial: dict[int, list[str]],
+    seq: int | None,
+    inputs: RebuildInputs,
+) -> str | None:
+    """Why the row read under ``rowid`` is a garbled cell, not a row (None: it may be
+    a row): no intact index lists it, though two or more of them list every row,
+    and no FTS copy holds it (``unlisted``); or some of its columns do not read and
+    its rowid is above the table's AUTOINCREMENT sequence ``seq``, which SQLite
+    never gave out, and no index, FTS copy or old index's page (``inputs``) lists it
+    (a whole row above a sequence whose page is older is kept: its columns read)."""
+    if unlisted(tc, rowid):
+        return UNLISTED
+    if seq is None or rowid <= seq or not partial.get(rowid):
+        return None
+    witnesses = (tc.listed_by, tc.fts_rowids, tc.hint_rowids)
+    old = inputs.listed_by_old_indexes.get(tc.obj.name, set())
+    if rowid in old or any(rowid in w for w in witnesses):
+        return None
+    return ABOVE_SEQUENCE.format(seq=seq)
+
+
+def unlisted(tc: TableCopy, rowid: int) -> bool:
+    """Does no intact index of the table list ``rowid``, though two or more of
+    them list every row, and no FTS copy hold it?"""
+    return (
+        tc.intact_indexes >= 2
+        and rowid not in tc.listed_by
+        and rowid not in tc.fts_rowids
+        and not tc.obj.without_rowid
+    )
