@@ -23,6 +23,7 @@ from statewarden.config_literals import no_config_file
 from statewarden.daemon import request, socket_path
 from statewarden.errors import ConfigError, DaemonNotRunning
 from statewarden.json_output import json_document
+from statewarden.json_text import LATEST_TIME
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -194,7 +195,6 @@ def _json(data: dict[str, Any]) -> None:
 # What a verification's ``result`` may be (statewarden.daemon.verify: a damage class of
 # check, or "failed"); a record with anything else is no verification.
 VERDICTS = frozenset({"none", "derived", "base", "unreadable", "failed"})
-LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: the last time a date can show
 
 
 def verification(v: object) -> dict[str, Any] | None:

@@ -62,6 +62,7 @@ from statewarden.config import Config, WatchConfig
 from statewarden.daemon.databases import WatchedDatabases
 from statewarden.errors import DatabaseChanged, StatewardenError
 from statewarden.incidents import Found, Observation, Signal
+from statewarden.json_text import LATEST_TIME, typed_record
 from statewarden.kinds import KINDS, Severity
 from statewarden.maintenance import backup_copy, in_progress, lock_holder, run_dir
 from statewarden.priority import IDLE_NICE, IOPRIO_CLASS_IDLE, idle_priority, io_class_of
@@ -545,7 +546,6 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "messages": (int, type(None)),
 }
 VERDICTS = frozenset({HEALTHY, "derived", "base", "unreadable", FAILED})
-LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 
 
 def recorded(v: object) -> Verified | None:
@@ -553,17 +553,8 @@ def recorded(v: object) -> Verified | None:
     (a field of the wrong type, an unknown result, a time that is no date, NaN): such a
     database is verified again ("first"), never left unverified for good (a NaN time
     made it due never) nor shown with a verdict no check gave."""
-    if not isinstance(v, dict):
-        return None
-    values = {k: v[k] for k in _RECORD_TYPES if k in v}
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, _RECORD_TYPES[key]):
-            return None
-    try:
-        out = Verified(**values)
-    except TypeError:  # a field missing
-        return None
-    if out.result not in VERDICTS or not 0 <= out.at <= LATEST_TIME:
+    out = typed_record(Verified, v, _RECORD_TYPES)
+    if out is None or out.result not in VERDICTS or not 0 <= out.at <= LATEST_TIME:
         return None
     if not all(isinstance(f, str) for f in out.findings):
         return None

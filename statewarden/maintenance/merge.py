@@ -87,6 +87,7 @@ from typing import Any, TypeVar
 import apsw
 
 from statewarden.errors import DatabaseError, MergeRefused, StatewardenError, UsageError
+from statewarden.json_text import parse_json
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.maintenance.snapshots import list_snapshots
 from statewarden.maintenance.swap import list_quarantine
@@ -692,8 +693,8 @@ def tool_calls_len(value: Any) -> int:
     if value is None or value == "":
         return 0
     try:
-        parsed = json.loads(value) if isinstance(value, str) else value
-    except (ValueError, RecursionError):
+        parsed = parse_json(value) if isinstance(value, str) else value
+    except ValueError:
         return 1
     return len(parsed) if isinstance(parsed, list) else 1
 

@@ -59,7 +59,7 @@ from statewarden.errors import (
     StatewardenError,
     copy_failed,
 )
-from statewarden.json_text import parse_json
+from statewarden.json_text import LATEST_TIME, parse_json, typed_record
 from statewarden.maintenance.prebuild import file_sha256
 from statewarden.progress import ProgressFn
 from statewarden.recovery import check_database
@@ -412,7 +412,6 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "seconds": (int, float),
     "check": (str,),
 }
-LATEST_TIME = 253402300799.0  # 9999-12-31T23:59:59Z: the last time a date can show
 META_MAX_BYTES = 64 * 1024
 
 
@@ -429,17 +428,8 @@ def _read_meta(meta: Path) -> Snapshot | None:
             data = parse_json(f.read(META_MAX_BYTES))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
-        return None
-    values = {k: data[k] for k in _FIELD_TYPES if k in data}
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, _FIELD_TYPES[key]):
-            return None
-    try:
-        snap = Snapshot(**values)
-    except TypeError:  # a field missing
-        return None
-    if not 0 <= snap.taken_at <= LATEST_TIME:  # NaN fails both
+    snap = typed_record(Snapshot, data, _FIELD_TYPES)
+    if snap is None or not 0 <= snap.taken_at <= LATEST_TIME:  # NaN fails both
         return None
     own = meta.with_suffix(".db")
     if os.path.realpath(snap.path) != os.path.realpath(own):

@@ -43,6 +43,7 @@ from typing import Any
 
 from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import FenceError
+from statewarden.json_text import parse_json
 from statewarden.maintenance import fence
 from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, sidecar
 
@@ -504,8 +505,8 @@ def list_quarantine(state_dir: Path) -> list[QuarantineEntry]:
         if folder.is_symlink() or not manifest.is_file():
             continue
         try:
-            data = json.loads(manifest.read_text())
-        except (OSError, ValueError, RecursionError):  # unreadable, not JSON, nested too deep
+            data = parse_json(manifest.read_text())
+        except (OSError, ValueError):  # unreadable, not JSON, nested too deep
             continue
         if isinstance(data, dict):
             out.append(_entry(folder, data))
