@@ -26,6 +26,7 @@ import pytest
 
 from lab.hermes_fixtures import TINY, WRITER, hermes_python, holding, make_home, writer_env
 from statewarden.holders.processes import PF_KTHREAD
+from tests.support.ns_holders import holders_in_a_private_pid_namespace
 from tests.support.privileges import SETPRIV, USER
 from tests.support.repo import REPO
 
@@ -793,30 +794,13 @@ class TestRestrictedProc:
         Both signs are reported on their own: the mount option, and a lock owner in
         /proc/locks that /proc does not list (what remains when the option is not seen).
         """
-        proc = subprocess.run(
-            [
-                "unshare",
-                "-m",
-                "-p",
-                "--fork",
-                "--mount-proc",
-                "sh",
-                "-c",
-                '"$@"; exit $?',
-                "sh",
-                sys.executable,
-                "-m",
-                "tests.support.ns_holders",
-                str(user_home.home),
-                "--db",
-                str(user_home.db),
-                "--json",
-                "--no-systemd",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
+        out = holders_in_a_private_pid_namespace(
+            user_home.home,
+            "--db",
+            str(user_home.db),
+            "--json",
+            "--no-systemd",
+            own_mounts=True,
             env={
                 **os.environ,
                 "NS_HIDEPID": "2",
@@ -825,8 +809,6 @@ class TestRestrictedProc:
                 "XDG_CONFIG_HOME": str(user_home.config_dir),
             },
         )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
         assert out["rc"] == 1, out
         data = json.loads(out["stdout"])
         assert data["complete"] is False
@@ -843,30 +825,13 @@ class TestRestrictedProc:
 
     def test_hidepid_exempts_its_gid_group(self, user_home: Home) -> None:
         """hidepid=2,gid=G: a member of G sees every process, so the scan can be complete."""
-        proc = subprocess.run(
-            [
-                "unshare",
-                "-m",
-                "-p",
-                "--fork",
-                "--mount-proc",
-                "sh",
-                "-c",
-                '"$@"; exit $?',
-                "sh",
-                sys.executable,
-                "-m",
-                "tests.support.ns_holders",
-                str(user_home.home),
-                "--db",
-                str(user_home.db),
-                "--json",
-                "--no-systemd",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
+        out = holders_in_a_private_pid_namespace(
+            user_home.home,
+            "--db",
+            str(user_home.db),
+            "--json",
+            "--no-systemd",
+            own_mounts=True,
             env={
                 **os.environ,
                 "NS_HIDEPID": f"2,gid={PROC_GROUP}",
@@ -876,8 +841,6 @@ class TestRestrictedProc:
                 "XDG_CONFIG_HOME": str(user_home.config_dir),
             },
         )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
         data = json.loads(out["stdout"])
         assert out["rc"] == 0, data["problems"]
         assert data["complete"] is True

@@ -35,6 +35,7 @@ from statewarden.holders.processes import (
 from statewarden.holders.scan import Holder, HolderScan, HolderScanner, idle_workers
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import PIDFILE_ENV, install_fake_hermes
+from tests.support.ns_holders import holders_in_a_private_pid_namespace
 from tests.support.privileges import IS_ROOT, needs_root
 from tests.support.procs import alive
 from tests.support.repo import REPO
@@ -714,33 +715,9 @@ class TestFailClosed:
     @needs_root
     def test_complete_scan_in_a_private_pid_namespace(self, hermes_home: Path) -> None:
         """With every process inspectable, the scan is complete: exit 0 and the documented table."""
-        proc = subprocess.run(
-            # Under sh, so the driver is not the namespace's PID 1 (whose children would
-            # have PPID 1 and count as orphans).
-            [
-                "unshare",
-                "--pid",
-                "--fork",
-                "--mount-proc",
-                "sh",
-                "-c",
-                '"$@"; exit $?',
-                "sh",
-                sys.executable,
-                "-m",
-                "tests.support.ns_holders",
-                str(hermes_home),
-                "--db",
-                str(hermes_home / "state.db"),
-                "--no-systemd",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
+        out = holders_in_a_private_pid_namespace(
+            hermes_home, "--db", str(hermes_home / "state.db"), "--no-systemd"
         )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
         assert out["rc"] == 0, out
         lines = out["stdout"].splitlines()
         assert lines[0] == f"default: {hermes_home / 'state.db'}"

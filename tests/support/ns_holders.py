@@ -22,11 +22,42 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from lab.hermes_fixtures import holding
+from tests.support.repo import REPO
+
+
+def holders_in_a_private_pid_namespace(
+    home: Path,
+    *cli_args: str,
+    own_mounts: bool = False,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run this driver in a fresh PID namespace and return what it printed.
+
+    Under ``sh``, so the driver is not the namespace's PID 1 (whose children would have
+    PPID 1 and count as orphans). ``own_mounts`` gives the namespace its own mount
+    namespace as well, which a ``NS_HIDEPID`` remount needs; ``env`` replaces the
+    environment (the ``NS_*`` settings go there). The ``unshare`` itself must succeed.
+    """
+    unshare = ["unshare", *(["-m", "-p"] if own_mounts else ["--pid"]), "--fork", "--mount-proc"]
+    driver = [sys.executable, "-m", "tests.support.ns_holders", str(home), *cli_args]
+    proc = subprocess.run(
+        [*unshare, "sh", "-c", '"$@"; exit $?', "sh", *driver],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
 
 
 def main() -> None:
+    """Start the holder (unless told not to), run the CLI, print one JSON object."""
     home = Path(sys.argv[1])
     args = sys.argv[2:]
     hidepid = os.environ.get("NS_HIDEPID")
