@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
@@ -52,19 +53,44 @@ def handle_errors_failing_with(failed: int) -> Callable[[F], F]:
     return decorate
 
 
+class Given(click.ParamType):
+    """The type of every option and argument that takes text: an empty value (``--db ""``,
+    what an unset shell variable gives) is a usage error naming the option (exit 2).
+    Taken as "not given", it would mean the default database; taken as a path, the
+    current folder. ``path``: the value is handed on as a ``Path``."""
+
+    name = "text"
+
+    def __init__(self, *, path: bool = False) -> None:
+        self.path = path
+        if path:
+            self.name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``value`` as given (a ``Path`` for ``path``); an empty one fails."""
+        if isinstance(value, str) and value == "":
+            self.fail("it is empty (an unset variable?): give a value or leave it out", param, ctx)
+        return Path(value) if self.path and isinstance(value, str) else value
+
+
+TEXT = Given()
+PATH = Given(path=True)
+
 config_option = click.option(
     "--config",
     "config_path",
-    type=str,
+    type=TEXT,
     default=None,
     help="Config file (default: $STATEWARDEN_CONFIG, else "
     "$XDG_CONFIG_HOME/statewarden/config.yaml).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 db_option = click.option(
-    "--db", type=str, default=None, help="A state.db path instead of discovery."
+    "--db", type=TEXT, default=None, help="A state.db path instead of discovery."
 )
-profile_option = click.option("--profile", type=str, default=None, help="Only this Hermes profile.")
+profile_option = click.option(
+    "--profile", type=TEXT, default=None, help="Only this Hermes profile."
+)
 
 
 def print_json(data: Mapping[str, Any]) -> None:

@@ -16,6 +16,7 @@ import click
 
 from statewarden.alerts import SINK_NAMES, outbox_status, routes_of, send_test, supervisor
 from statewarden.cli._common import (
+    TEXT,
     config_option,
     get_config,
     handle_errors,
@@ -139,7 +140,7 @@ def test_cmd(config_path: str | None, sink: str | None, as_json: bool) -> None:
 
 
 @alerts_group.command("supervisor-failed")
-@click.argument("unit", default="statewarden.service")
+@click.argument("unit", default="statewarden.service", type=TEXT)
 @config_option
 @json_option
 @handle_errors

@@ -9,6 +9,7 @@ import click
 
 from statewarden.byte_sizes import human_bytes
 from statewarden.cli._common import (
+    TEXT,
     config_option,
     db_option,
     echo_line,
@@ -29,7 +30,7 @@ from statewarden.errors import UsageError, path_error
 @json_option
 @click.option(
     "--work-dir",
-    type=str,
+    type=TEXT,
     default=None,
     help="Where the private copies are made (default: $TMPDIR, else /tmp).",
 )

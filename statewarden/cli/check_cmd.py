@@ -7,6 +7,7 @@ import os
 import click
 
 from statewarden.cli._common import (
+    TEXT,
     config_option,
     db_option,
     echo_line,
@@ -114,7 +115,7 @@ def default_work_parent() -> Path:
 )
 @click.option(
     "--work-dir",
-    type=str,
+    type=TEXT,
     default=None,
     help="Where the private copy is made (default: $TMPDIR, else /tmp).",
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from statewarden.cli import install as inst
-from statewarden.cli._common import handle_errors, print_json
+from statewarden.cli._common import PATH, handle_errors, print_json
 from statewarden.config import (
     ALERTMANAGER_CREDENTIAL,
     APPRISE_CREDENTIAL,
@@ -27,7 +27,7 @@ def _manifest() -> Path:
 @click.option("--now", is_flag=True, help="Start (or restart, if its file changed) the unit now.")
 @click.option(
     "--unit-dir",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Where to write the units (default ~/.config/systemd/user).",
 )
@@ -37,14 +37,14 @@ def _manifest() -> Path:
 )
 @click.option(
     "--telegram-token-file",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Give the units this file (mode 600) as the Telegram token credential"
     " (LoadCredential=telegram-token:PATH).",
 )
 @click.option(
     "--apprise-urls-file",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Give the units this file (mode 600) of Apprise URLs as a credential"
     " (LoadCredential=apprise-urls:PATH;"
@@ -52,7 +52,7 @@ def _manifest() -> Path:
 )
 @click.option(
     "--heartbeat-url-file",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Give the daemon's unit this file (mode 600) with the heartbeat push URL"
     " as a credential (LoadCredential=heartbeat-url:PATH;"
@@ -60,7 +60,7 @@ def _manifest() -> Path:
 )
 @click.option(
     "--alertmanager-url-file",
-    type=click.Path(path_type=Path),
+    type=PATH,
     default=None,
     help="Give the units this file (mode 600) with an Alertmanager URL that carries"
     " a secret as a credential (LoadCredential=alertmanager-url:PATH;"

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from statewarden.cli._common import (
+    TEXT,
     config_option,
     db_option,
     echo_line,
@@ -150,6 +151,7 @@ def action_of(action: str, *, resume: bool, merge_from: str | None, apply: bool)
 @click.option(
     "--merge-from",
     "merge_from",
+    type=TEXT,
     metavar="PATH",
     help="Merge the sessions of an earlier file of this database (the file Hermes moved"
     " aside, as the sessions_vanished incident names it) with the current ones.",

@@ -10,6 +10,7 @@ import click
 
 from statewarden.byte_sizes import human_bytes
 from statewarden.cli._common import (
+    TEXT,
     config_option,
     echo_line,
     get_config,
@@ -53,7 +54,7 @@ def list_cmd(*, config_path: str | None, as_json: bool) -> None:
 
 
 @quarantine_group.command("restore")
-@click.argument("name")
+@click.argument("name", type=TEXT)
 @config_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation on a terminal.")
 @click.option("--force", is_flag=True, help="Also stop interactive and non-Hermes holders.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from statewarden.cli._common import echo_line, handle_errors, json_option, print_json
+from statewarden.cli._common import TEXT, echo_line, handle_errors, json_option, print_json
 from statewarden.cli._progress import progress_option, progress_reporter
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS
 
@@ -14,14 +14,16 @@ if TYPE_CHECKING:
 
 
 @click.command("recover")
-@click.option("--source", required=True, type=str, help="The damaged state.db (only read).")
-@click.option("--output", required=True, type=str, help="The new database (must not exist).")
-@click.option("--report", "report_path", type=str, default=None, help="Write the JSON report here.")
+@click.option("--source", required=True, type=TEXT, help="The damaged state.db (only read).")
+@click.option("--output", required=True, type=TEXT, help="The new database (must not exist).")
+@click.option(
+    "--report", "report_path", type=TEXT, default=None, help="Write the JSON report here."
+)
 @click.option(
     "--extra-source",
     "extra_sources",
     multiple=True,
-    type=str,
+    type=TEXT,
     help="Another copy that may prove a lost row (a snapshot, a retired WAL capture folder,"
     " a pre-update backup); repeat for more. Verified before use.",
 )

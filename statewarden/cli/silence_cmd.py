@@ -17,6 +17,7 @@ import click
 
 from statewarden.alerts import SilenceFile, describe, listing
 from statewarden.cli._common import (
+    TEXT,
     config_option,
     echo_line,
     get_config,
@@ -54,10 +55,12 @@ def silence_group() -> None:
 
 
 @silence_group.command("add")
-@click.option("--kind", "kind", required=True, help="The incident kind to mute.")
-@click.option("--db", "db", default=None, help="Only this state.db (default: every one).")
-@click.option("--for", "for_", required=True, help="How long: 30m, 2h, 1d.")
-@click.option("--reason", required=True, help="Why (shown by silence list and alerts).")
+@click.option("--kind", "kind", type=TEXT, required=True, help="The incident kind to mute.")
+@click.option(
+    "--db", "db", type=TEXT, default=None, help="Only this state.db (default: every one)."
+)
+@click.option("--for", "for_", type=TEXT, required=True, help="How long: 30m, 2h, 1d.")
+@click.option("--reason", type=TEXT, required=True, help="Why (shown by silence list and alerts).")
 @config_option
 @json_option
 @handle_errors
@@ -112,7 +115,7 @@ def list_cmd(config_path: str | None, as_json: bool) -> None:
 
 
 @silence_group.command("expire")
-@click.argument("silence_id", metavar="ID")
+@click.argument("silence_id", type=TEXT, metavar="ID")
 @config_option
 @json_option
 @handle_errors
