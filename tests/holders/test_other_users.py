@@ -152,6 +152,21 @@ def holders_as_user(
     )
 
 
+def json_of_python_as_user(code: str, h: Home) -> Any:
+    """Run Python ``code`` as the second uid with the database path as its argument; it
+    must succeed, and what it printed is read as JSON."""
+    proc = subprocess.run(
+        [*SETPRIV, sys.executable, "-c", code, str(h.db)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "HOME": "/nonexistent"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def fail_config(h: Home) -> str:
     path = h.config_dir / "fail.yaml"
     path.write_text("holders:\n  other_users: fail\n")
@@ -419,19 +434,10 @@ class TestOtherUsers:
         )
         with holding(user_home.home) as root_writer:
             procs.append(idle := idle_root())
-            proc = subprocess.run(
-                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                check=False,
-                env={**os.environ, "HOME": "/nonexistent"},
-            )
+            out = json_of_python_as_user(code, user_home)
             start = int(
                 Path(f"/proc/{root_writer.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
             )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
         quick, named = out["False"], out["True"]
         assert quick["complete"] is named["complete"] is True
         assert [root_writer.pid, "locks", "python", os.getpid(), start] in quick["holders"]
@@ -461,16 +467,7 @@ class TestOtherUsers:
             " sys.modules, 'holders': [[h.pid, h.via] for h in r.holders]}))\n"
         )
         with holding(user_home.home) as root_writer:
-            proc = subprocess.run(
-                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                check=False,
-                env={**os.environ, "HOME": "/nonexistent"},
-            )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
+            out = json_of_python_as_user(code, user_home)
         assert out["threads"] is False
         assert out["complete"] is True
         assert [root_writer.pid, "locks"] in out["holders"]
@@ -491,16 +488,7 @@ class TestOtherUsers:
         )
         procs.append(mine := user_writer(user_home))
         with holding(user_home.home) as root_writer:
-            proc = subprocess.run(
-                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                check=False,
-                env={**os.environ, "HOME": "/nonexistent"},
-            )
-        assert proc.returncode == 0, proc.stderr
-        out = json.loads(proc.stdout)
+            out = json_of_python_as_user(code, user_home)
         assert out["complete"] is True
         kinds = {(k, key) for k, key, _ in out["signals"]}
         assert ("unexpected_holder", str(root_writer.pid)) in kinds
@@ -526,16 +514,7 @@ class TestReload:
             "print(json.dumps([before.complete, after.complete, after.coverage]))\n"
         )
         with holding(user_home.home):
-            proc = subprocess.run(
-                [*SETPRIV, sys.executable, "-c", code, str(user_home.db)],
-                capture_output=True,
-                text=True,
-                cwd=REPO,
-                check=False,
-                env={**os.environ, "HOME": "/nonexistent"},
-            )
-        assert proc.returncode == 0, proc.stderr
-        before, after, coverage = json.loads(proc.stdout)
+            before, after, coverage = json_of_python_as_user(code, user_home)
         assert before is False
         assert after is True
         assert coverage["uncovered"] == 0
@@ -787,6 +766,28 @@ class TestOfdLocks:
         ]
 
 
+def scan_as_user_under_hidepid(h: Home, hidepid: str, groups: str | None = None) -> dict[str, Any]:
+    """``holders --json`` as the second uid (in ``groups`` if given) in a private PID
+    namespace whose /proc is mounted ``hidepid=<hidepid>``, beside a root holder."""
+    groups_env = {"NS_GROUPS": groups} if groups else {}
+    return holders_in_a_private_pid_namespace(
+        h.home,
+        "--db",
+        str(h.db),
+        "--json",
+        "--no-systemd",
+        own_mounts=True,
+        env={
+            **os.environ,
+            "NS_HIDEPID": hidepid,
+            "NS_UID": str(USER),
+            **groups_env,
+            "HOME": "/nonexistent",
+            "XDG_CONFIG_HOME": str(h.config_dir),
+        },
+    )
+
+
 class TestRestrictedProc:
     def test_hidepid_is_never_complete(self, user_home: Home) -> None:
         """/proc mounted hidepid=2: root's holder is hidden; the scan says so and exits 1.
@@ -794,21 +795,7 @@ class TestRestrictedProc:
         Both signs are reported on their own: the mount option, and a lock owner in
         /proc/locks that /proc does not list (what remains when the option is not seen).
         """
-        out = holders_in_a_private_pid_namespace(
-            user_home.home,
-            "--db",
-            str(user_home.db),
-            "--json",
-            "--no-systemd",
-            own_mounts=True,
-            env={
-                **os.environ,
-                "NS_HIDEPID": "2",
-                "NS_UID": str(USER),
-                "HOME": "/nonexistent",
-                "XDG_CONFIG_HOME": str(user_home.config_dir),
-            },
-        )
+        out = scan_as_user_under_hidepid(user_home, "2")
         assert out["rc"] == 1, out
         data = json.loads(out["stdout"])
         assert data["complete"] is False
@@ -825,22 +812,7 @@ class TestRestrictedProc:
 
     def test_hidepid_exempts_its_gid_group(self, user_home: Home) -> None:
         """hidepid=2,gid=G: a member of G sees every process, so the scan can be complete."""
-        out = holders_in_a_private_pid_namespace(
-            user_home.home,
-            "--db",
-            str(user_home.db),
-            "--json",
-            "--no-systemd",
-            own_mounts=True,
-            env={
-                **os.environ,
-                "NS_HIDEPID": f"2,gid={PROC_GROUP}",
-                "NS_UID": str(USER),
-                "NS_GROUPS": str(PROC_GROUP),
-                "HOME": "/nonexistent",
-                "XDG_CONFIG_HOME": str(user_home.config_dir),
-            },
-        )
+        out = scan_as_user_under_hidepid(user_home, f"2,gid={PROC_GROUP}", groups=str(PROC_GROUP))
         data = json.loads(out["stdout"])
         assert out["rc"] == 0, data["problems"]
         assert data["complete"] is True
