@@ -33,6 +33,7 @@ from statewarden.systemd import (
 )
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import install_fake_hermes
+from tests.support.privileges import SETPRIV
 from tests.support.repo import REPO
 from tests.support.systemd_harness import UserSystemd, unavailable_reason, user_systemd
 from tests.support.waiting import WAIT_S, wait_for
@@ -153,12 +154,7 @@ class TestBusWithoutSystemd:
         )
         proc = subprocess.run(
             [
-                "setpriv",
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
+                *SETPRIV,
                 sys.executable,
                 "-c",
                 code,

@@ -18,7 +18,7 @@ import pytest
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL
 from tests.support.maintenance import ctl, maintenance_config, report_of
-from tests.support.privileges import needs_root
+from tests.support.privileges import SETPRIV, needs_root
 from tests.support.repo import REPO
 
 PREFIX = "statewardenctl: maintenance: "
@@ -121,12 +121,7 @@ def test_unreadable_processes_of_other_users_are_one_line() -> None:
         }
         proc = subprocess.run(
             [
-                "setpriv",
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
+                *SETPRIV,
                 sys.executable,
                 "-m",
                 "statewarden.cli.ctl",

@@ -36,7 +36,7 @@ from statewarden.holders.scan import Holder, HolderScan, HolderScanner, idle_wor
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.support.ns_holders import holders_in_a_private_pid_namespace
-from tests.support.privileges import IS_ROOT, needs_root
+from tests.support.privileges import IS_ROOT, SETPRIV, needs_root
 from tests.support.procs import alive
 from tests.support.repo import REPO
 from tests.support.waiting import WAIT_S, wait_for
@@ -811,12 +811,7 @@ class TestCli:
                     p.chmod(0o755 if p.is_dir() else 0o644)
                 proc = subprocess.run(
                     [
-                        "setpriv",
-                        "--reuid",
-                        "65534",
-                        "--regid",
-                        "65534",
-                        "--clear-groups",
+                        *SETPRIV,
                         sys.executable,
                         "-m",
                         "statewarden.cli.ctl",

@@ -29,11 +29,12 @@ from tests.support.maintenance import (
     exempt_comms,
     integrity,
     maintenance_config,
+    phantom_home_for_nobody,
     report_of,
     rows,
     session_ids,
 )
-from tests.support.privileges import needs_root
+from tests.support.privileges import SETPRIV, needs_root
 from tests.support.repo import REPO
 
 WAIT_S = 60.0
@@ -487,34 +488,15 @@ class TestUnprivileged:
         and the database is repaired; the serve that came back fails to open it."""
         base = Path(tempfile.mkdtemp(prefix="statewarden-maint-"))
         try:
-            base.chmod(0o755)
-            case = phantom_row(base / "home", SMALL)
+            case, env = phantom_home_for_nobody(base, stop_grace="3s")
             distinct = sorted(set(session_ids(case.db)))
-            install_fake_hermes(base / "bin")
-            (base / "state").mkdir()
-            (base / "config.yaml").write_text(
-                json.dumps({"maintenance": {"settle": "1s", "stop_grace": "3s"}})
-            )
-            subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-            env = {
-                **os.environ,
-                "BASE": str(base),
-                "PY": sys.executable,
-                "REPO": str(REPO),
-                "STATEWARDEN_CONFIG": str(base / "config.yaml"),
-            }
             proc = subprocess.run(
                 [
                     "unshare",
                     "--pid",
                     "--fork",
                     "--mount-proc",
-                    "setpriv",
-                    "--reuid",
-                    "65534",
-                    "--regid",
-                    "65534",
-                    "--clear-groups",
+                    *SETPRIV,
                     "sh",
                     "-c",
                     NS_SCRIPT,

@@ -15,9 +15,10 @@ from typing import Any
 import apsw
 import pytest
 
-from lab.hermes_fixtures import writer_env
+from lab.corruption import Case, phantom_row
+from lab.hermes_fixtures import SMALL, writer_env
 from statewarden.holders.scan import HolderScanner
-from tests.support.fake_hermes import WRITE_EVERY_ENV
+from tests.support.fake_hermes import WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.repo import REPO
 
 
@@ -107,6 +108,29 @@ def session_ids(db: Path) -> list[str]:
 
 def integrity(db: Path) -> str:
     return str(rows(db, "PRAGMA integrity_check")[0][0])
+
+
+def phantom_home_for_nobody(base: Path, *, stop_grace: str) -> tuple[Case, dict[str, str]]:
+    """Fill ``base`` for maintenance run by uid 65534 (nobody) from a shell script: a Hermes
+    home with a phantom row, the ``hermes`` stand-in in ``bin``, a state folder and a config
+    with a 1 s settle and ``stop_grace``, all owned by that uid. Returns the case and the
+    environment the script reads (``BASE``, ``PY``, ``REPO``, ``STATEWARDEN_CONFIG``)."""
+    base.chmod(0o755)
+    case = phantom_row(base / "home", SMALL)
+    install_fake_hermes(base / "bin")
+    (base / "state").mkdir()
+    (base / "config.yaml").write_text(
+        json.dumps({"maintenance": {"settle": "1s", "stop_grace": stop_grace}})
+    )
+    subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+    env = {
+        **os.environ,
+        "BASE": str(base),
+        "PY": sys.executable,
+        "REPO": str(REPO),
+        "STATEWARDEN_CONFIG": str(base / "config.yaml"),
+    }
+    return case, env
 
 
 class FakeHermes:

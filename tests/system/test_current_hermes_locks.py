@@ -20,10 +20,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL
-from tests.support.fake_hermes import install_fake_hermes
-from tests.support.repo import REPO
+from tests.support.maintenance import phantom_home_for_nobody
+from tests.support.privileges import SETPRIV
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root (setpriv); run the suite as root, as CI does"
@@ -64,34 +62,10 @@ def test_maintenance_as_the_user_stops_an_ofd_writer_and_repairs() -> None:
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )
     try:
-        base.chmod(0o755)
-        case = phantom_row(base / "home", SMALL)
+        case, env = phantom_home_for_nobody(base, stop_grace="5s")
         distinct = sorted(set(session_ids(case.db)))
-        install_fake_hermes(base / "bin")
-        (base / "state").mkdir()
-        (base / "config.yaml").write_text(
-            json.dumps({"maintenance": {"settle": "1s", "stop_grace": "5s"}})
-        )
-        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
-        env = {
-            **os.environ,
-            "BASE": str(base),
-            "PY": sys.executable,
-            "REPO": str(REPO),
-            "STATEWARDEN_CONFIG": str(base / "config.yaml"),
-        }
         proc = subprocess.run(
-            [
-                "setpriv",
-                "--reuid",
-                "65534",
-                "--regid",
-                "65534",
-                "--clear-groups",
-                "sh",
-                "-c",
-                SCRIPT,
-            ],
+            [*SETPRIV, "sh", "-c", SCRIPT],
             env=env,
             capture_output=True,
             text=True,
