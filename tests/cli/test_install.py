@@ -31,6 +31,7 @@ from statewarden.incidents.signals import KINDS
 from tests.support.cli import run_installed as ctl
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.install import Installed
+from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.repo import REPO
 from tests.support.systemd_harness import unavailable_reason, user_systemd
 from tests.support.waiting import wait_for
@@ -531,17 +532,14 @@ def test_a_full_disk_half_way_is_one_line_and_the_next_install_finishes(
     env = offline_env(tmp_path)
     data = data_dir_of(env)
     data.mkdir(parents=True)
-    r = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", FULL_DISK_SCRIPT],
+    r = sh_in_private_mounts(
+        FULL_DISK_SCRIPT,
         env={
             **env,
             "DATA": str(data),
             "UNITS": str(unit_dir_of(env)),
             "CTL": str(Path(sys.executable).parent / "statewardenctl"),
         },
-        capture_output=True,
-        text=True,
-        check=False,
         timeout=120,
     )
     assert "first=1" in r.stdout, r.stdout + r.stderr

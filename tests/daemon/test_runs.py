@@ -47,6 +47,7 @@ from statewarden.targets import Target
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.maintenance import FakeHermes, exempt_comms, integrity, session_ids
+from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.repo import REPO
 from tests.support.waiting import wait_for
 
@@ -513,15 +514,7 @@ def test_a_full_state_dir_costs_the_outcome_not_the_run(tmp_path: Path, fake_bin
     }
     chat = FakeHermes(fake_bin, home, "chat")
     try:
-        proc = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
-            env=env,
-            timeout=300,
-        )
+        proc = sh_in_private_mounts(script, env=env)
     finally:
         chat.stop()
     assert "Traceback" not in proc.stderr

@@ -20,6 +20,7 @@ import pytest
 
 from lab.demo_database import build_demo_database
 from statewarden.demo.database import write_database
+from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.privileges import needs_root
 from tests.support.repo import REPO
 
@@ -259,16 +260,7 @@ def test_full_disk_fails_cleanly(tmp_path: Path, size: str) -> None:
     env = clean_env(tmp_path)
     tmp = env["TMPDIR"]
     script = f'mount -t tmpfs -o size={size} tmpfs "{tmp}" && "$@"; echo "rc=$?"; ls -A "{tmp}"'
-    proc = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script, "sh", *CTL],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = sh_in_private_mounts(script, "sh", *CTL, env=env, timeout=600)
     lines = proc.stdout.rstrip("\n").splitlines()
     assert lines[-1] == "rc=1", proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr

@@ -27,6 +27,7 @@ from tests.support.captures import CAPTURE, capture_of, image_and_wal
 from tests.support.cli import run_ctl
 from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import maintenance_config, report_of, rows, run_maintenance
+from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.privileges import needs_root
 
 FOREIGN = "state.db.retired-wal-20261130-230000-43"
@@ -326,13 +327,7 @@ def test_a_quarantine_on_another_filesystem_gets_the_capture_whole(
         f"{sys.executable} -m statewarden.cli.ctl maintenance --db {h.db} --apply-captures"
         f" --yes --json > {out}; echo rc=$?; cp -a {state}/statewarden/quarantine {kept}"
     )
-    proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "XDG_STATE_HOME": str(state)},
-    )
+    proc = sh_in_private_mounts(script, env={**os.environ, "XDG_STATE_HOME": str(state)})
     assert proc.stdout.splitlines() == ["rc=0"], proc.stdout + proc.stderr
     rep = json.loads(out.read_text())
     assert rep["outcome"] == "applied"

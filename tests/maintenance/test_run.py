@@ -34,6 +34,7 @@ from tests.support.maintenance import (
     rows,
     session_ids,
 )
+from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.privileges import SETPRIV, needs_root
 from tests.support.repo import REPO
 
@@ -367,14 +368,7 @@ class TestFullDisk:
             f"{sys.executable} -m statewarden.cli.ctl maintenance --db {mnt}/home/state.db"
             f" --yes --json; echo rc=$?; sha256sum {src} {mnt}/home/state.db; ls -a {mnt}/home"
         )
-        proc = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
-            timeout=300,
-        )
+        proc = sh_in_private_mounts(script)
         assert "rc=1" in proc.stdout, proc.stdout + proc.stderr
         assert "not enough free space" in proc.stdout
         sums = {
@@ -398,14 +392,7 @@ class TestFullDisk:
             f"{sys.executable} -m statewarden.cli.ctl maintenance --db {mnt}/home/state.db"
             f" --yes; echo rc=$?; ls -a {mnt}/home; cmp {src} {mnt}/home/state.db && echo same"
         )
-        proc = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
-            timeout=300,
-        )
+        proc = sh_in_private_mounts(script)
         out = proc.stdout + proc.stderr
         assert "Traceback" not in out
         assert "failed before stopping anything" in proc.stdout, out

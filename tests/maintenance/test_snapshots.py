@@ -34,6 +34,7 @@ from tests.support.maintenance import (
     report_of,
     rows,
 )
+from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.privileges import needs_root
 from tests.support.repo import REPO
 
@@ -310,15 +311,7 @@ def test_a_full_disk_keeps_no_half_snapshot(tmp_path: Path, size: str) -> None:
         f'"{sys.executable}" -m statewarden.cli.ctl snapshots take --db "{db}"; '
         f'echo "rc=$?"; ls -A "{state}/statewarden/snapshots"'
     )
-    proc = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-        env={**os.environ, "XDG_STATE_HOME": str(state)},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    proc = sh_in_private_mounts(script, env={**os.environ, "XDG_STATE_HOME": str(state)})
     lines = proc.stdout.splitlines()
     assert lines[0] == "rc=1", proc.stderr
     assert lines[1:] == [".lock"]
