@@ -164,22 +164,31 @@ class TestEveryHostileAnswer:
         assert leaks(repr(log.lines) + json.dumps(d.health.to_json())) == []
 
 
+def deliver_after(
+    api: BotApi, answer: str, tmp_path: Path, *, retry_max_s: float, delivered: list[bool]
+) -> tuple[Delivery, Outbox]:
+    """Queue one alert for Telegram and try to deliver it once per item of ``delivered``,
+    the Bot API giving ``answer`` first; each try's outcome must be the item's."""
+    api.script = [answer]
+    box = Outbox(tmp_path / "outbox", max_entries=10)
+    box.put(note("a"), "telegram")
+    sink = TelegramSink(hostile_cfg(api), ENV)
+    d = Delivery(sink, box, retry_max_s=retry_max_s, log=Log())
+
+    async def go() -> None:
+        for want in delivered:
+            assert bool(await d.deliver_one()) is want
+        await sink.close()
+
+    asyncio.run(go())
+    return d, box
+
+
 class TestBounds:
     def test_a_100_mb_answer_is_cut_at_64_kib(self, api: BotApi, tmp_path: Path) -> None:
         """The answer is read streaming and cut past 64 KiB: the server gets only as far as
         the socket buffers before the client hangs up, and the retry delivers."""
-        api.script = ["huge"]
-        box = Outbox(tmp_path / "outbox", max_entries=10)
-        box.put(note("a"), "telegram")
-        sink = TelegramSink(hostile_cfg(api), ENV)
-        d = Delivery(sink, box, retry_max_s=0.1, log=Log())
-
-        async def go() -> None:
-            assert not await d.deliver_one()
-            assert await d.deliver_one()
-            await sink.close()
-
-        asyncio.run(go())
+        deliver_after(api, "huge", tmp_path, retry_max_s=0.1, delivered=[False, True])
         assert MAX_ANSWER_BYTES == 64 * 1024
         assert api.sent_bytes["huge"] < 32 * 1024 * 1024  # of 100 MB
         assert len(api.accepted) == 1
@@ -187,33 +196,13 @@ class TestBounds:
     def test_a_dripping_answer_is_cut_at_the_deadline(self, api: BotApi, tmp_path: Path) -> None:
         """Headers, then a byte every 0.3 s (each read well within the 1 s timeout): the
         request ends at its 1.5 s deadline, long before the 1,000 bytes are out."""
-        api.script = ["drip"]
-        box = Outbox(tmp_path / "outbox", max_entries=10)
-        box.put(note("a"), "telegram")
-        sink = TelegramSink(hostile_cfg(api), ENV)
-        d = Delivery(sink, box, retry_max_s=0.1, log=Log())
-
-        async def go() -> None:
-            assert not await d.deliver_one()
-            await sink.close()
-
-        asyncio.run(go())
+        d, _box = deliver_after(api, "drip", tmp_path, retry_max_s=0.1, delivered=[False])
         assert d.health.last_error.endswith("within the 1.5 s deadline")
         assert api.sent_bytes["drip"] < 100
 
     def test_retry_after_of_10_to_the_9_is_capped(self, api: BotApi, tmp_path: Path) -> None:
         """retry_after 10**9 s (2058) waits alerts.retry_max at most, and says so."""
-        api.script = ["429far"]
-        box = Outbox(tmp_path / "outbox", max_entries=10)
-        box.put(note("a"), "telegram")
-        sink = TelegramSink(hostile_cfg(api), ENV)
-        d = Delivery(sink, box, retry_max_s=300.0, log=Log())
-
-        async def go() -> None:
-            assert not await d.deliver_one()
-            await sink.close()
-
-        asyncio.run(go())
+        d, box = deliver_after(api, "429far", tmp_path, retry_max_s=300.0, delivered=[False])
         assert d.health.retry_at is not None
         assert d.health.retry_at <= time.time() + 300.0
         assert "(retry_after 1e+09 s: capped at alerts.retry_max, 300 s)" in d.health.last_error
