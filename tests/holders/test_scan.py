@@ -534,6 +534,26 @@ class TestLocks:
         assert entry["flags"] == ["LOST-LOCKS"]
 
 
+def assert_a_late_open_is_found(
+    db: Path, helpers: Callable[[str, Path], Helper], *, watch_opens: bool = True
+) -> None:
+    """A process the first scan saw holding nothing opens ``db`` afterwards: the next
+    incremental scan (no rescans of cached processes) finds it."""
+    code = (
+        "import sys; print('ready', flush=True); sys.stdin.readline();"
+        " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()"
+    )
+    late = helpers(code, db)
+    scanner = HolderScanner([db], refresh_per_scan=0, watch_opens=watch_opens)
+    assert late.pid not in pids(scanner.scan()[0])
+    assert late.proc.stdin is not None
+    assert late.proc.stdout is not None
+    late.proc.stdin.write("go\n")
+    late.proc.stdin.flush()
+    assert late.proc.stdout.readline().strip() == "opened"
+    assert late.pid in pids(scanner.scan(full=False)[0])
+
+
 class TestIncremental:
     def test_new_and_gone_holders_are_seen(self, hermes_home: Path) -> None:
         """An incremental re-scan sees a holder that started and one that exited since."""
@@ -553,20 +573,7 @@ class TestIncremental:
         self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
     ) -> None:
         """A process cached as a non-holder that opens state.db later is found incrementally."""
-        db = hermes_home / "state.db"
-        code = (
-            "import sys; print('ready', flush=True); sys.stdin.readline();"
-            " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()"
-        )
-        late = helpers(code, db)
-        scanner = HolderScanner([db], refresh_per_scan=0)
-        assert late.pid not in pids(scanner.scan()[0])
-        assert late.proc.stdin is not None
-        assert late.proc.stdout is not None
-        late.proc.stdin.write("go\n")
-        late.proc.stdin.flush()
-        assert late.proc.stdout.readline().strip() == "opened"
-        assert late.pid in pids(scanner.scan(full=False)[0])
+        assert_a_late_open_is_found(hermes_home / "state.db", helpers)
 
     def test_replaced_files_force_a_full_rescan(self, hermes_home: Path) -> None:
         """When a target file's inode changes, cached matches are dropped: a full scan runs."""
@@ -613,20 +620,7 @@ class TestOpenWatch:
         self, hermes_home: Path, helpers: Callable[[str, Path], Helper]
     ) -> None:
         """With the watch off, a cached process that opens state.db later is still found."""
-        db = hermes_home / "state.db"
-        code = (
-            "import sys; print('ready', flush=True); sys.stdin.readline();"
-            " f = open(sys.argv[1], 'rb'); print('opened', flush=True); sys.stdin.read()"
-        )
-        late = helpers(code, db)
-        scanner = HolderScanner([db], refresh_per_scan=0, watch_opens=False)
-        assert late.pid not in pids(scanner.scan()[0])
-        assert late.proc.stdin is not None
-        assert late.proc.stdout is not None
-        late.proc.stdin.write("go\n")
-        late.proc.stdin.flush()
-        assert late.proc.stdout.readline().strip() == "opened"
-        assert late.pid in pids(scanner.scan(full=False)[0])
+        assert_a_late_open_is_found(hermes_home / "state.db", helpers, watch_opens=False)
 
 
 class TestThreads:
