@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from click.testing import CliRunner
@@ -52,15 +52,18 @@ def run_installed(
     return CtlRun(r.returncode, r.stdout, r.stderr)
 
 
-def ctl_process(*args: str, env: Mapping[str, str] | None = None) -> CompletedProcess[str]:
+def ctl_process(
+    *args: str, env: Mapping[str, str] | None = None, prefix: Sequence[str] = ()
+) -> CompletedProcess[str]:
     """``statewardenctl ARGS`` as a process of this interpreter, from the repository, its
     stdin closed: for a command that might hang (a FIFO beside a database), which 120 s
-    end. ``env`` replaces the environment when given."""
+    end. ``env`` replaces the environment when given; ``prefix`` runs it through another
+    command (``setpriv`` to another uid, ``nsenter`` into a namespace)."""
     import subprocess
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", *args],
+        [*prefix, sys.executable, "-m", "statewarden.cli.ctl", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -34,6 +34,7 @@ from statewarden.incidents.book import IncidentBook
 from statewarden.incidents.signals import Signal
 from statewarden.incidents.timeline import Timeline
 from statewarden.watch.logtail import LogTailer
+from tests.support.cli import ctl_process
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.privileges import needs_root
 from tests.support.waiting import wait_for as eventually
@@ -830,22 +831,7 @@ class TestUnreadableJournal:
             ns = ("nsenter", "-t", str(manager.manager_pid), "-m")
 
             def incidents() -> list[dict[str, Any]]:
-                r = subprocess.run(
-                    [
-                        *ns,
-                        *AS_NOBODY,
-                        sys.executable,
-                        "-m",
-                        "statewarden.cli.ctl",
-                        "incidents",
-                        "--json",
-                    ],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
+                r = ctl_process("incidents", "--json", env=env, prefix=(*ns, *AS_NOBODY))
                 assert r.returncode == 0, r.stderr
                 return [i for i in json.loads(r.stdout)["incidents"] if i["key"] == "journal"]
 

@@ -27,7 +27,7 @@ from statewarden.recovery_files import scan
 from statewarden.targets import target_for_db
 from statewarden.watch.files import FileWatcher
 from statewarden.watch.monitor import TargetMonitor
-from tests.support.cli import run_ctl
+from tests.support.cli import ctl_process, run_ctl
 from tests.support.daemon import DaemonProc, daemon_env
 from tests.support.privileges import needs_root
 from tests.support.repo import REPO
@@ -497,21 +497,7 @@ class TestNoInotify:
             }
 
             def incidents(kind: str) -> list[dict[str, Any]]:
-                r = subprocess.run(
-                    [
-                        *as_uid(uid),
-                        sys.executable,
-                        "-m",
-                        "statewarden.cli.ctl",
-                        "incidents",
-                        "--json",
-                    ],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
+                r = ctl_process("incidents", "--json", env=env, prefix=as_uid(uid))
                 assert r.returncode == 0, r.stderr
                 return [i for i in json.loads(r.stdout)["incidents"] if i["kind"] == kind]
 
@@ -543,34 +529,13 @@ class TestNoInotify:
                         "holder open watch: this user's inotify instances are used up"
                     )
                     # Still detecting: a log line written now becomes an incident.
-                    with open(home / "logs" / "agent.log", "a", encoding="utf-8") as f:
-                        f.write(
-                            log_line(
-                                dt.datetime.now(),
-                                "ERROR",
-                                "gateway.session",
-                                "state.db save failed: database disk image is malformed",
-                            )
-                            + "\n"
-                        )
-                        f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
+                    log_a_save_failure(
+                        home / "logs" / "agent.log",
+                        "state.db save failed: database disk image is malformed",
+                    )
                     (corrupt,) = eventually(lambda: incidents("corruption"), what="corruption")
                     assert "database disk image is malformed" in corrupt["summary"]
-                    status = subprocess.run(
-                        [
-                            *as_uid(uid),
-                            sys.executable,
-                            "-m",
-                            "statewarden.cli.ctl",
-                            "status",
-                            "--json",
-                        ],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=60,
-                        check=False,
-                    )
+                    status = ctl_process("status", "--json", env=env, prefix=as_uid(uid))
                     inotify = json.loads(status.stdout)["inotify"]
                     assert inotify["file_events"].startswith("file events: this user's inotify")
                 except BaseException:
@@ -583,6 +548,14 @@ class TestNoInotify:
                 assert d.stop() == 0
         finally:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def log_a_save_failure(log: Path, message: str) -> None:
+    """Append Hermes' ERROR line ``message`` from gateway.session to ``log``, and an INFO
+    line after it (the line that tells the tail the ERROR line is whole)."""
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(log_line(dt.datetime.now(), "ERROR", "gateway.session", message) + "\n")
+        f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
 
 
 # A user namespace of its own has its own inotify limits (/proc/sys/user/max_inotify_*,
@@ -618,17 +591,10 @@ class TestNoInotifyWatches:
                 in (inc["summary"])
             )
             assert "sudo sysctl fs.inotify.max_user_watches=" in inc["summary"]
-            with open(hermes_home / "logs" / "errors.log", "a", encoding="utf-8") as f:
-                f.write(
-                    log_line(
-                        dt.datetime.now(),
-                        "ERROR",
-                        "gateway.session",
-                        "state.db routing save failed: database disk image is malformed",
-                    )
-                    + "\n"
-                )
-                f.write(log_line(dt.datetime.now(), "INFO", "gateway.run", "x") + "\n")
+            log_a_save_failure(
+                hermes_home / "logs" / "errors.log",
+                "state.db routing save failed: database disk image is malformed",
+            )
             eventually(lambda: d.incidents_of("corruption"), what="corruption while degraded")
             raise_it = subprocess.run(
                 [
