@@ -687,6 +687,24 @@ FINDINGS: dict[str, int] = {
     # An FTS content page back to an older image names rowid 1924145348609: reported
     # as a lost message that never existed.
     "fts_copy_names_a_rowid_past_the_sequence": 605,
+    # A zeroed 4 KiB block over the trigram index's config root (its header kept) and its
+    # first data leaf: the "Fragmentation ... on page 45" line, no tree named, could not
+    # be attributed (SQLite's dbstat fails on the damaged file) and check said base. A
+    # page line naming a root page is that root's b-tree's; dbstat walks tree by tree.
+    "page_line_on_a_derived_root": 7141,
+    # The header of the sqlite_sequence page zeroed: check said base, though the table
+    # holds only AUTOINCREMENT's counters, which recover sets from the rows. Derived.
+    "zeroed_sequence_header": 7189,
+    # A zeroed block over gateway_routing's unique index and the header of the (empty)
+    # compression_locks root: "no row can be read" was base, though its two intact
+    # indexes list no row (as recover said); and the index root's "Fragmentation" line
+    # went to compression_locks, the tree named before it.
+    "unreadable_table_its_indexes_list_empty": 7637,
+    # A message's record scribbled (its columns do not read) while a trigram content
+    # page is malformed: the comparison with the FTS copies failed as a whole and its
+    # fallback read stopped at the same row: check said derived. The rows are now read
+    # past damage, and a row whose columns do not read is base damage.
+    "unreadable_row_while_a_copy_is_malformed": 7297,
 }
 
 # The same, for seeds run with single bits flipped (``run_seed(..., bit_flips=True)``);

@@ -32,8 +32,10 @@ from statewarden.recovery.decoding.integrity import (
     IntegrityCheck,
     group_errors,
 )
+from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.pages import DatabaseFile
-from statewarden.recovery.decoding.schema import Schema, read_schema
+from statewarden.recovery.decoding.scan import scan_table
+from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.recovery.diagnosis import Diagnosis, TableFacts, classify, worst
@@ -43,7 +45,7 @@ from statewarden.recovery.evidence.foreign_cells import foreign_by_table
 from statewarden.recovery.evidence.lost_writes import find_lost_writes
 from statewarden.recovery.fts_checks import CHECK_CUT_SHORT, FtsPending, _fts_verdicts
 from statewarden.recovery.table_scans import _scan_facts, counts_disagree
-from statewarden.sqlite import classify_error
+from statewarden.sqlite import classify_error, quote_ident
 
 _TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
 
@@ -176,8 +178,11 @@ _PAGE_RE = re.compile(r"\bof page (\d+)\b|\bon page (\d+)\b|^Page (\d+)\b")
 def _attribute_by_page(conn: apsw.Connection, schema: Schema, groups: list[ErrorGroup]) -> None:
     """Lines the check printed with no b-tree named ("Multiple uses for byte 3508 of
     page 273"): when every page they name belongs to an index or an FTS shadow table
-    (SQLite's ``dbstat`` says whose), the group is derived damage, named after it."""
-    for g in groups:
+    (SQLite's ``dbstat`` says whose, ``_page_owners``), the group is derived damage,
+    named after it. A page no b-tree that can be walked reaches keeps its line
+    unattributed: the verdict stays the careful one."""
+    named: dict[int, set[int]] = {}  # group index -> the pages its lines name
+    for i, g in enumerate(groups):
         if g.kind != "unknown" or g.derived or g.errors != len(g.sample):
             continue
         pages: set[int] = set()
@@ -189,25 +194,105 @@ def _attribute_by_page(conn: apsw.Connection, schema: Schema, groups: list[Error
                 pages = set()
                 break
             pages.add(int(next(x for x in m.groups() if x)))
-        if not pages:
+        if pages:
+            named[i] = pages
+    if not named:
+        return
+    owners = _page_owners(conn, schema, set().union(*named.values()))
+    for i, pages in named.items():
+        if not pages <= owners.keys():
             continue
-        owners: set[str] = set()
-        found: set[int] = set()
+        names = set().union(*(owners[p] for p in pages))
+        objs = [schema.by_name(o) for o in names]
+        if all(o is not None and (o.type == "index" or o.shadow_of is not None) for o in objs):
+            groups[i].derived = True
+            groups[i].object = ", ".join(sorted(names))
+
+
+def _page_owners(conn: apsw.Connection, schema: Schema, pages: set[int]) -> dict[int, set[str]]:
+    """The b-trees that reach each of ``pages``, by SQLite's ``dbstat``. Its walk of the
+    whole file ends at the first page of any b-tree it cannot read (on a damaged file,
+    often one the lines do not name), so then each b-tree is walked on its own: one
+    whose walk fails is left out, and a page only it reaches has no owner here."""
+    whole = _walked(conn, pages, "SELECT name, pageno FROM dbstat")
+    if whole is not None:
+        return whole
+    owners: dict[int, set[str]] = {}
+    for obj in schema.objects:
+        if obj.rootpage:
+            sql = "SELECT name, pageno FROM dbstat WHERE name = ?"
+            for page, names in (_walked(conn, pages, sql, obj.name) or {}).items():
+                owners.setdefault(page, set()).update(names)
+    return owners
+
+
+def _walked(
+    conn: apsw.Connection, pages: set[int], sql: str, *args: str
+) -> dict[int, set[str]] | None:
+    """Page -> the b-trees ``dbstat`` (queried by ``sql``) finds reaching it, of
+    ``pages``; None when the walk fails (a page it cannot read)."""
+    found: dict[int, set[str]] = {}
+    try:
+        for name, pageno in conn.execute(sql, args):
+            if pageno in pages:
+                found.setdefault(int(pageno), set()).add(str(name))
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        if isinstance(exc, apsw.InterruptError):
+            raise
+        return None
+    return found
+
+
+def _unread_held_nothing(
+    conn: apsw.Connection, schema: Schema, tables: list[TableFacts], groups: list[ErrorGroup]
+) -> None:
+    """Tables whose full scan could not read stretches of rowids (a page of the table
+    that cannot be read), where every index of the whole table that the integrity check
+    walked and found nothing in lists exactly the rowids the scan read, and at least one
+    does: those stretches held no row (nothing is lost; the table's b-tree is rebuilt
+    from the rows), as recover's accounting says of the same file. Their facts say so
+    (``TableFacts.unread_held_nothing``, which names it). Only when the check walked
+    every b-tree (its page accounting done): an index it did not walk is no witness."""
+    flagged = {g.object for g in groups}
+    for t in tables:
+        obj = schema.by_name(t.name)
+        if not t.unreadable_ranges or obj is None or obj.without_rowid:
+            continue
+        listed = _intact_index_rowids(conn, schema, obj, flagged)
+        if listed is None:
+            continue
+        read = _rowids_read(conn, t.name)
+        t.unread_held_nothing = all(rowids == read for rowids in listed)
+
+
+def _rowids_read(conn: apsw.Connection, table: str) -> KeySet:
+    """The rowids a full scan of ``table`` reads, past damaged stretches (``scan.py``)."""
+    read = KeySet()
+    scan_table(conn, table, [], lambda row: read.add(int(row[0])))
+    return read
+
+
+def _intact_index_rowids(
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, flagged: set[str]
+) -> list[KeySet] | None:
+    """The rowids each index of the whole of ``obj`` lists, of those the integrity check
+    found nothing in (not ``flagged``), each read whole; None when there is no such
+    index, or one of them cannot be read whole."""
+    out = []
+    t = quote_ident(obj.name)
+    for idx in schema.objects:
+        if idx.type != "index" or idx.tbl_name != obj.name or idx.name in flagged:
+            continue
+        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
+            continue  # a partial index lists only some rows
         try:
-            for name, pageno in conn.execute("SELECT name, pageno FROM dbstat"):
-                if pageno in pages:
-                    owners.add(str(name))
-                    found.add(int(pageno))
+            sql = f"SELECT rowid FROM {t} INDEXED BY {quote_ident(idx.name)}"
+            out.append(KeySet(r[0] for r in conn.execute(sql)))
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise
-            continue
-        objs = [schema.by_name(o) for o in owners]
-        if found == pages and all(
-            o is not None and (o.type == "index" or o.shadow_of is not None) for o in objs
-        ):
-            g.derived = True
-            g.object = ", ".join(sorted(owners))
+            return None
+    return out or None
 
 
 def _add_cross_links(result: Diagnosis, db: Path, schema: Schema) -> None:
@@ -341,6 +426,8 @@ def _verdict(
         t.stale_index_entries = [r for r in facts.index_only[t.name] if r not in g.rowids]
     groups = group_errors(lines, schema)
     _attribute_by_page(conn, schema, groups)
+    if check.pages_accounted():
+        _unread_held_nothing(conn, schema, tables, groups)
     roots = schema.by_root()
     twice = {
         roots[int(m.group(1))].name
@@ -367,7 +454,7 @@ def _verdict(
         damage = worst(damage, "base")
     damage = worst(damage, lost.damage)
     for c in facts.copies:
-        if c.rows_rotted or c.rows_bad_text:
+        if c.rows_rotted or c.rows_bad_text or c.rows_unreadable:
             damage = worst(damage, "base")
         if c.copies_rotted:
             damage = worst(damage, "derived")

@@ -2,8 +2,9 @@
 (``Diagnosis``), the findings they make and their JSON; and the damage class.
 
 Damage classes, worst last: ``none``; ``derived`` (only indexes and FTS shadow tables,
-which can be rebuilt from base tables without loss, or a table's b-tree whose every row
-still reads once while its indexes or FTS copies list no other); ``base`` (a table
+which can be rebuilt from base tables without loss, ``sqlite_sequence``'s counters, set
+again from the rows, or a table's b-tree whose every row still reads once while its
+indexes or FTS copies list no other); ``base`` (a table
 holding data is damaged: rows are missing or may be, as SQLite reads the file, or
 committed WAL transactions are dropped); ``unreadable`` (header, schema or page 1).
 ``classify`` is the one definition; check and recover both use it.
@@ -50,6 +51,10 @@ class TableFacts:
     page_referenced_twice: bool = False
     # An index of the whole table or an FTS copy cross-checks the full scan's rowids.
     witnessed: bool = False
+    # The stretches the full scan could not read held no row: every index of the whole
+    # table that the integrity check walked and found nothing in lists exactly the
+    # rowids the scan read (``diagnose._unread_held_nothing``).
+    unread_held_nothing: bool = False
     # The rowids the table's FTS copies hold (``copies.fts_rowids``), as read for the
     # diagnosis, when ``fts_copies_read``: the rebuild takes them from here rather than
     # read them again (``TableFill.read_fts_rowids``). Not part of the JSON.
@@ -61,7 +66,7 @@ class TableFacts:
         return (
             self.witnessed
             and self.scan_rows == self.distinct_keys
-            and not self.unreadable_ranges
+            and (not self.unreadable_ranges or self.unread_held_nothing)
             and not self.unreadable_rows
             and not self.duplicate_keys
             and not self.duplicate_rowids
@@ -127,6 +132,11 @@ class TableFacts:
                 out.append(f"{self.name}: no row can be read by a full scan")
             else:
                 out.append(f"{self.name}: {describe_range(lo, hi)} cannot be read")
+        if self.unreadable_ranges and self.unread_held_nothing:
+            out.append(
+                f"{self.name}: its intact indexes list exactly the {self.scan_rows} rows"
+                " read: what could not be read held no other row"
+            )
         return out
 
 
@@ -253,17 +263,23 @@ def classify(
         if g.kind == "schema":
             return "unreadable"
         facts = by_name.get(g.object) if g.kind == "table" else None
-        if facts is not None and complete and facts.every_row_accounted_for():
+        if (
+            facts is not None
+            and (complete or facts.unread_held_nothing)
+            and facts.every_row_accounted_for()
+        ):
             # The b-tree is damaged but every row reads, once, and the table's indexes
             # or FTS copies list no other: a rebuild loses nothing (leaves swapped, a
-            # freelist that also lists a live page).
+            # freelist that also lists a live page). Where the scan could not read
+            # stretches of it, its intact indexes listing exactly the rows read is the
+            # rows-against-indexes check a stopped integrity check did not make.
             damage = worst(damage, "derived")
             continue
         damage = worst(damage, "derived" if g.derived else "base")
     for t in tables:
         if (
             t.scan_rows != t.distinct_keys
-            or t.unreadable_ranges
+            or (t.unreadable_ranges and not t.unread_held_nothing)
             or t.duplicate_keys
             or t.text_repaired
             or t.missing_rows

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,6 +246,8 @@ _CHECK_RE = re.compile(r"^CHECK constraint failed in (\S+)")
 # "malformed inverted index for FTS5 table main.x", "fts5: checksum mismatch for table "x""
 _FTS_RE = re.compile(r"\bFTS5 table (?:main\.)?(\S+)|^fts5: .*\btable \"([^\"]+)\"", re.I)
 _FREELIST_RE = re.compile(r"^(?:Freelist|Main freelist)")
+# A page's own lines, printed once its cells are checked, with no tree named.
+PAGE_LINE_RE = re.compile(r"^(?:Multiple uses for byte \d+ of|Fragmentation of .* on) page (\d+)\b")
 
 
 @dataclass
@@ -707,6 +709,9 @@ def _lines(rows: list[str]) -> list[str]:
 
 
 def _group_for(obj: SchemaObject, schema: Schema) -> ErrorGroup:
+    """The group of ``obj``'s b-tree. ``sqlite_sequence`` holds no rows of anyone's, only
+    AUTOINCREMENT's counters, which follow the rows (recover sets each from its table's
+    rows): damage confined to it is derived, as an index's is."""
     if obj.rootpage == SCHEMA_ROOT_PAGE:
         kind = "schema"
     elif obj.shadow_of is not None:
@@ -720,21 +725,21 @@ def _group_for(obj: SchemaObject, schema: Schema) -> ErrorGroup:
         kind=kind,
         logical_table=schema.logical_table(obj),
         root_page=obj.rootpage or None,
-        derived=schema.is_derived(obj),
+        derived=schema.is_derived(obj) or obj.name == "sqlite_sequence",
     )
 
 
 def group_errors(lines: list[str], schema: Schema) -> list[ErrorGroup]:
     """Attribute each error line to a b-tree; a line with no tree of its own (``Multiple
-    uses for byte ...``) belongs to the tree named by the line before it."""
+    uses for byte ...``) belongs to the tree named by the line before it, unless the
+    page it names is a root page: then it is that root's b-tree's (SQLite checks each
+    page of a tree before its root, so the tree named before it may be another)."""
     roots = schema.by_root()
     groups: dict[str, ErrorGroup] = {}
     current: ErrorGroup | None = None
 
-    def group(key: str, make: Callable[[], ErrorGroup]) -> ErrorGroup:
-        if key not in groups:
-            groups[key] = make()
-        return groups[key]
+    def group(made: ErrorGroup) -> ErrorGroup:
+        return groups.setdefault(made.object, made)
 
     for line in lines:
         g: ErrorGroup | None = None
@@ -742,33 +747,29 @@ def group_errors(lines: list[str], schema: Schema) -> list[ErrorGroup]:
             root = int(m.group(1))
             obj = roots.get(root)
             if root == SCHEMA_ROOT_PAGE:
-                g = group(
-                    "sqlite_schema", lambda: ErrorGroup("sqlite_schema", "schema", None, 1, False)
-                )
+                g = group(ErrorGroup("sqlite_schema", "schema", None, 1, False))
             elif obj is not None:
-                g = group(obj.name, lambda o=obj: _group_for(o, schema))  # type: ignore[misc]
+                g = group(_group_for(obj, schema))
             current = g
         elif NEVER_USED_RE.match(line):
-            g = group(
-                "(unattached pages)",
-                lambda: ErrorGroup("(unattached pages)", "unattached", None, None, True),
-            )
             current = None
+            g = group(ErrorGroup("(unattached pages)", "unattached", None, None, True))
         elif (
             m := _INDEX_RE.match(line)
             or _TABLE_VALUE_RE.match(line)
             or _CHECK_RE.match(line)
             or _FTS_RE.search(line)
         ) and (obj := schema.by_name(m.group(1) or m.group(m.lastindex or 1))):
-            g = group(obj.name, lambda o=obj: _group_for(o, schema))  # type: ignore[misc]
-            current = None
+            g, current = group(_group_for(obj, schema)), None
+        elif (m := PAGE_LINE_RE.match(line)) and (obj := roots.get(int(m.group(1)))):
+            # The root is the last page of its tree SQLite checks: the tree is done.
+            g, current = group(_group_for(obj, schema)), None
         elif _FREELIST_RE.match(line):
-            g = group("(freelist)", lambda: ErrorGroup("(freelist)", "freelist", None, None, True))
-            current = None
+            g, current = group(ErrorGroup("(freelist)", "freelist", None, None, True)), None
         elif current is not None:
             g = current
         if g is None:
-            g = group("(other)", lambda: ErrorGroup("(other)", "unknown", None, None, False))
+            g = group(ErrorGroup("(other)", "unknown", None, None, False))
         g.errors += 1
         if len(g.sample) < SAMPLE_LINES_PER_GROUP:
             g.sample.append(line)

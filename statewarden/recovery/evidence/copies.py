@@ -26,6 +26,7 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
 from statewarden.sqlite import quote_ident
@@ -82,6 +83,10 @@ class CopyCheck:
     # Rows that differ from copies that disagree with each other, whose text is not
     # UTF-8 (Hermes writes none): the row changed on disk, whatever the copies did.
     rows_bad_text: list[int] = field(default_factory=list)
+    # Rows some of whose columns SQLite cannot read (their record or overflow chain is
+    # damaged), found when the comparison itself stopped on damage: held against no
+    # copy, but SQLite, and so Hermes, reads them wrong or not at all.
+    rows_unreadable: list[int] = field(default_factory=list)
     copies_rotted: dict[str, list[int]] = field(default_factory=dict)  # fts -> rowids
     missing_from_copies: dict[str, int] = field(default_factory=dict)
     error: str | None = None
@@ -93,6 +98,12 @@ class CopyCheck:
             out.append(
                 f"{self.table}: {n} row{'s' if n != 1 else ''} whose text is not valid"
                 f" UTF-8 (changed on disk; {rowids_shown(self.rows_bad_text)})"
+            )
+        if self.rows_unreadable:
+            n = len(self.rows_unreadable)
+            out.append(
+                f"{self.table}: {n} row{'s' if n != 1 else ''} with columns that cannot be"
+                f" read ({rowids_shown(self.rows_unreadable)})"
             )
         if self.rows_rotted:
             n = len(self.rows_rotted)
@@ -208,9 +219,11 @@ def compare(
             if isinstance(exc, apsw.InterruptError):
                 raise
             check.error = str(exc).split("\n", 1)[0]
-            # No vote without the copies: text that is not UTF-8 still says a row
-            # changed on disk (a full read of the table, on damage only).
-            check.rows_bad_text = _scan_bad_text(conn, schema, table)
+            # No vote without the copies (one malformed copy, or a row that cannot be
+            # read, stops the comparison as a whole): text that is not UTF-8, or columns
+            # that do not read, still say a row changed on disk (a full read of the
+            # table past damage, on damage only).
+            _scan_rows(conn, check, obj, records)
         out.append(check)
     return out
 
@@ -267,36 +280,30 @@ def _differing(conn: apsw.Connection, fs: list[Feed], own: OwnRows | None) -> di
     return {f.fts: got for f, got in zip(fs, found, strict=True)}
 
 
-def _scan_bad_text(conn: apsw.Connection, schema: Schema, table: str) -> list[int]:
-    """Rowids of ``table`` with a text value that is not valid UTF-8, read as bytes
-    past damaged stretches (a read error ends the search, keeping what it found)."""
-    obj = schema.by_name(table)
+def _scan_rows(
+    conn: apsw.Connection, check: CopyCheck, obj: SchemaObject | None, records: Records | None
+) -> None:
+    """The rows of ``check``'s table with a text value that is not valid UTF-8
+    (``rows_bad_text``) or a column that cannot be read (``rows_unreadable``), read past
+    damaged stretches and rows (``scan.py``); ``records``: other tables' cells its
+    b-tree reaches, which are no rows of it."""
     if obj is None or obj.without_rowid:
-        return []
-    try:
-        row = conn.execute("PRAGMA encoding").fetchone()
-    except apsw.Error:
-        return []
-    if row is None or str(row[0]).upper() != "UTF-8":
-        return []  # the bytes are UTF-16: SQLite converts them, never invalid here
-    cols = ", ".join(
-        f"CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) END"
-        for q in (quote_ident(c.name) for c in obj.stored_columns)
+        return
+    own = OwnRows(obj, records or {})
+    cols = [c.name for c in obj.stored_columns]
+    bad: dict[int, list[str]] = {}
+    unread: dict[int, list[str]] = {}
+    scan_table(
+        conn,
+        obj.name,
+        own.columns(cols),
+        own.keep(cols, lambda row: None),
+        on_partial=unread.__setitem__,
+        on_bad_text=bad.__setitem__,
     )
-    out = []
-    try:
-        for row in conn.execute(f"SELECT rowid, {cols} FROM {quote_ident(table)} NOT INDEXED"):
-            for v in row[1:]:
-                if isinstance(v, bytes):
-                    try:
-                        v.decode("utf-8")
-                    except UnicodeDecodeError:
-                        out.append(int(row[0]))
-                        break
-    except apsw.Error as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
-    return out
+    foreign = set(own.left_out)
+    check.rows_bad_text = sorted(r for r in bad if r not in foreign)
+    check.rows_unreadable = sorted(r for r in unread if r not in foreign)
 
 
 def _bad_text(conn: apsw.Connection, table: str, rowids: set[int]) -> list[int]:
