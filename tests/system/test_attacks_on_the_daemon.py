@@ -60,6 +60,29 @@ def corruption_line(text: str = "database disk image is malformed") -> str:
     return log_line(dt.datetime.now(), "ERROR", "gateway.session", f"state.db save failed: {text}")
 
 
+def daemon_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``statewarden run`` (plain log lines) with exactly ``env``: for a start that must
+    be refused, so it is ended after 60 s."""
+    return subprocess.run(
+        [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def source_and_shared_folder(open_base: Path, mode: int) -> tuple[Path, str, Path]:
+    """A Hermes state.db in ``open_base``, its digest, and a folder ``shared`` of ``mode``
+    beside it where another user can plant names."""
+    source = make_home(open_base / "hermes", TINY) / "state.db"
+    shared = open_base / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    return source, sha(source), shared
+
+
 @pytest.fixture
 def open_base() -> Iterator[Path]:
     """A folder under /tmp that uid 65534 can reach (pytest's tmp_path is root-only)."""
@@ -79,12 +102,8 @@ class TestPlantedNames:
     def test_report_tmp_symlink_to_the_source_cannot_overwrite_it(self, open_base: Path) -> None:
         """Another user plants ``R.tmp`` -> the source in a shared folder: the source
         keeps every byte, the report is a new regular file, the planted link is untouched."""
-        home = make_home(open_base / "hermes", TINY)
-        source = home / "state.db"
-        before = sha(source)
-        shared = open_base / "shared"
-        shared.mkdir()
-        shared.chmod(0o1777)  # writable by everyone, sticky like /tmp (without it: refused)
+        # writable by everyone, sticky like /tmp (without it: refused)
+        source, before, shared = source_and_shared_folder(open_base, 0o1777)
         report = shared / "report.json"
         planted = shared / "report.json.tmp"
         subprocess.run([*AS_NOBODY, "ln", "-s", str(source), str(planted)], check=True)
@@ -108,12 +127,7 @@ class TestPlantedNames:
     def test_report_name_planted_as_symlink_is_refused(self, open_base: Path) -> None:
         """The report name itself planted as a symlink to the source: refused (exit 2)
         before any work; the source unchanged."""
-        home = make_home(open_base / "hermes", TINY)
-        source = home / "state.db"
-        before = sha(source)
-        shared = open_base / "shared"
-        shared.mkdir()
-        shared.chmod(0o777)
+        source, before, shared = source_and_shared_folder(open_base, 0o777)
         report = shared / "report.json"
         subprocess.run([*AS_NOBODY, "ln", "-s", str(source), str(report)], check=True)
         code, _out, err = run_ctl(
@@ -170,14 +184,7 @@ class TestForeignFolders:
         sdir = Path(env["XDG_STATE_HOME"]) / "statewarden"
         sdir.mkdir(parents=True, mode=0o700)
         os.chown(sdir, NOBODY, NOBODY)
-        r = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        r = daemon_run(env)
         assert r.returncode == 2
         assert f"{sdir}: owned by uid {NOBODY}, not by you (uid 0)" in r.stderr
         assert "Traceback" not in r.stderr
@@ -190,14 +197,7 @@ class TestForeignFolders:
         sdir = Path(env["XDG_STATE_HOME"]) / "statewarden"
         sdir.mkdir(parents=True)
         sdir.chmod(0o770)
-        r = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        r = daemon_run(env)
         assert r.returncode == 2
         assert "writable by its group (mode 0770)" in r.stderr
         assert os.listdir(sdir) == []
@@ -212,14 +212,7 @@ class TestOneDaemon:
     ) -> None:
         """A second `statewarden run` on the same state folder exits 5 with one line
         naming the first one's pid; the first keeps serving."""
-        r = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.daemon_cmd", "run", "--log-format", "plain"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        r = daemon_run(env)
         assert r.returncode == 5
         err = [x for x in r.stderr.splitlines() if "error" in x]
         assert len(err) == 1
