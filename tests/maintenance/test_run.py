@@ -22,6 +22,7 @@ from lab.corruption import phantom_row, zeroed_leaf
 from lab.hermes_fixtures import SMALL, TINY, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
 from statewarden.maintenance.ledger import read_ledger, run_dir
+from tests.support.cli import ctl_process
 from tests.support.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.support.maintenance import (
     FakeHermes,
@@ -516,32 +517,12 @@ def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str
     db, distinct = phantom
     rep = report_of(ctl("--db", str(db), "--yes", "--json"))
     assert rep["outcome"] == "repaired"
-    listed = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "list", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    )
+    listed = ctl_process("quarantine", "list", "--json")
+    listed.check_returncode()
     entries = json.loads(listed.stdout)["quarantine"]
     assert [e["name"] for e in entries] == [Path(rep["quarantine"]).name]
     assert entries[0]["db"] == str(db)
-    restored = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "statewarden.cli.ctl",
-            "quarantine",
-            "restore",
-            entries[0]["name"],
-            "--yes",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
+    restored = ctl_process("quarantine", "restore", entries[0]["name"], "--yes", "--json")
     # The original was damaged, and the post-check says so: exit 1, but swapped back.
     assert restored.returncode == 1, restored.stderr
     back = report_of(restored)
@@ -549,13 +530,8 @@ def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str
     assert "the post-check failed: integrity FAILED" in back["message"]
     ids = session_ids(db)
     assert len(ids) == len(distinct) + 1  # the original again, phantom row and all
-    listed = subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "quarantine", "list", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=True,
-    )
+    listed = ctl_process("quarantine", "list", "--json")
+    listed.check_returncode()
     assert len(json.loads(listed.stdout)["quarantine"]) == 2
 
 
@@ -587,22 +563,7 @@ class TestSnapshots:
         w = FakeHermes(fake_bin, home, "dashboard", write_every=0.05)
         try:
             for _ in range(4):  # one more than snapshots_keep
-                r = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "statewarden.cli.ctl",
-                        "snapshots",
-                        "take",
-                        "--db",
-                        str(home / "state.db"),
-                        "--json",
-                    ],
-                    capture_output=True,
-                    text=True,
-                    cwd=REPO,
-                    check=False,
-                )
+                r = ctl_process("snapshots", "take", "--db", str(home / "state.db"), "--json")
                 assert r.returncode == 0, r.stderr
         finally:
             w.stop()
@@ -610,13 +571,8 @@ class TestSnapshots:
         assert snap["integrity"] == "ok"
         assert snap["sessions"] == SMALL.sessions + 1  # plus the writer's own session
         assert integrity(Path(snap["path"])) == "ok"
-        listed = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "--json"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=True,
-        )
+        listed = ctl_process("snapshots", "--json")
+        listed.check_returncode()
         assert len(json.loads(listed.stdout)["snapshots"]) == 3
 
     def test_a_damaged_file_gives_no_snapshot(
@@ -625,13 +581,7 @@ class TestSnapshots:
         """``snapshots take`` on a damaged file fails its check (exit 1, no traceback) and keeps no
         copy."""
         db, _ = phantom
-        r = subprocess.run(
-            [sys.executable, "-m", "statewarden.cli.ctl", "snapshots", "take", "--db", str(db)],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            check=False,
-        )
+        r = ctl_process("snapshots", "take", "--db", str(db))
         assert r.returncode == 1
         assert "the snapshot failed its check (base damage" in r.stderr
         assert "Traceback" not in r.stderr
