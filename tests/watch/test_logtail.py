@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,12 @@ from hypothesis import strategies as st
 from lab.hermes_fixtures import hermes_python, log_line
 from statewarden.targets import Target
 from statewarden.watch.log_reader import LogReader
-from statewarden.watch.logtail import DEFAULT_MAX_LINE_BYTES, LOG_NAMES, LogTailer
+from statewarden.watch.logtail import (
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RECORD_CHARS,
+    LOG_NAMES,
+    LogTailer,
+)
 from statewarden.watch.records import LogRecord, starts_record
 
 pytestmark = pytest.mark.process
@@ -812,6 +817,38 @@ class TestRestart:
         assert messages(b.poll()) == ["line 1"]
 
 
+def tail_in_pieces(
+    data: bytes,
+    cuts: list[int],
+    after_poll: Callable[[LogTailer, list[LogRecord]], None],
+    limit: int,
+    record_chars: int = DEFAULT_MAX_RECORD_CHARS,
+) -> tuple[list[LogRecord], tuple[object, ...]]:
+    """Write ``data`` to a new agent.log in pieces split at ``cuts`` (out of range: the
+    end), a tailer reading it from the start polling after each piece and handing what it
+    got to ``after_poll``. Returns what the final flush gives and the tailer's counts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp) / "logs"
+        logs.mkdir()
+        t = LogTailer(
+            logs,
+            Path(tmp) / "o.json",
+            start_at_end=False,
+            idle_flush_s=3600.0,
+            max_line_bytes=limit,
+            max_record_chars=record_chars,
+        )
+        pos = 0
+        for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:
+            append_bytes(logs / "agent.log", data[pos:split])
+            pos = max(pos, split)
+            after_poll(t, t.poll())
+        flushed = t.flush()
+        counts = dataclasses.astuple(t.stats)
+        t.close()
+    return flushed, counts
+
+
 _LINE_TEXT = st.text(st.characters(blacklist_characters="\n\r\x00", codec="utf-8"), max_size=120)
 
 
@@ -847,23 +884,9 @@ class TestChunkBoundaries:
                 expected[-1].append(kept(text))
         want = ["\n".join(r).rstrip() for r in expected]
         want = [w for w in want if w.strip()]
-        with tempfile.TemporaryDirectory() as tmp:
-            logs = Path(tmp) / "logs"
-            logs.mkdir()
-            t = LogTailer(
-                logs,
-                Path(tmp) / "o.json",
-                start_at_end=False,
-                idle_flush_s=3600.0,
-                max_line_bytes=limit,
-            )
-            got: list[LogRecord] = []
-            pos = 0
-            for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:
-                append_bytes(logs / "agent.log", data[pos:split])
-                pos = max(pos, split)
-                got += t.poll()
-            got += t.flush()
+        got: list[LogRecord] = []
+        flushed, _ = tail_in_pieces(data, cuts, lambda _t, polled: got.extend(polled), limit)
+        got += flushed
         assert [r.text.rstrip() for r in got] == want
 
 
@@ -878,28 +901,15 @@ _ASCII_TEXT = st.text(st.sampled_from("ab :#\t-0123"), max_size=60)
 class TestWholeBlockReading:
     @staticmethod
     def _read(data: bytes, cuts: list[int], limit: int, record_chars: int) -> list[object]:
-        with tempfile.TemporaryDirectory() as tmp:
-            logs = Path(tmp) / "logs"
-            logs.mkdir()
-            t = LogTailer(
-                logs,
-                Path(tmp) / "o.json",
-                start_at_end=False,
-                idle_flush_s=3600.0,
-                max_line_bytes=limit,
-                max_record_chars=record_chars,
-            )
-            seen: list[object] = []
-            pos = 0
-            for split in [*sorted(min(c, len(data)) for c in cuts), len(data)]:
-                append_bytes(logs / "agent.log", data[pos:split])
-                pos = max(pos, split)
-                got = t.poll()
-                seen.append([(r.text, r.truncated, r.at, r.message) for r in got])
-                seen.append(t.offsets()["agent.log"]["offset"])
-            seen.append([(r.text, r.truncated) for r in t.flush()])
-            seen.append(dataclasses.astuple(t.stats))
-            t.close()
+        seen: list[object] = []
+
+        def after_poll(t: LogTailer, got: list[LogRecord]) -> None:
+            seen.append([(r.text, r.truncated, r.at, r.message) for r in got])
+            seen.append(t.offsets()["agent.log"]["offset"])
+
+        flushed, counts = tail_in_pieces(data, cuts, after_poll, limit, record_chars)
+        seen.append([(r.text, r.truncated) for r in flushed])
+        seen.append(counts)
         return seen
 
     @settings(max_examples=200, deadline=None)
