@@ -85,6 +85,25 @@ def deliver(sink: AlertmanagerSink, outbox: Outbox, n: Notification) -> Delivery
     return d
 
 
+def deliver_with_password(
+    tmp_path: Path, password: str, answer: str
+) -> tuple[PushServer, Path, Outbox, Delivery]:
+    """One alert delivered to a server that gives ``answer``, through a URL file (mode
+    0600) whose URL carries user ``statewarden`` and ``password``; the server is stopped
+    and returned with what it saw, with the URL file, the outbox and the delivery."""
+    s = PushServer(default=answer)
+    try:
+        url_file = tmp_path / "am.url"
+        url_file.write_text(f"http://statewarden:{password}@127.0.0.1:{s.port}/\n")
+        url_file.chmod(0o600)
+        sink = AlertmanagerSink(AlertmanagerConfig(enabled=True, url_file=url_file, timeout=2.0))
+        outbox = Outbox(tmp_path / "outbox", max_entries=10)
+        d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
+    finally:
+        s.stop()
+    return s, url_file, outbox, d
+
+
 class TestSink:
     def test_firing_then_resolved(self, tmp_path: Path, am: Alertmanager, hook: PushServer) -> None:
         """Posted: the labels (alertname = kind, severity, database, profile, host,
@@ -178,18 +197,7 @@ class TestSecretUrl:
         """From url_file: the request carries the URL's user and password as HTTP basic
         auth; a refusal names the server by scheme, host and port only, and no text of
         the sink (error, answer) holds the password."""
-        s = PushServer(default="404")
-        try:
-            url_file = tmp_path / "am.url"
-            url_file.write_text(f"http://statewarden:s3cret-pa55word@127.0.0.1:{s.port}/\n")
-            url_file.chmod(0o600)
-            sink = AlertmanagerSink(
-                AlertmanagerConfig(enabled=True, url_file=url_file, timeout=2.0)
-            )
-            outbox = Outbox(tmp_path / "outbox", max_entries=10)
-            d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
-        finally:
-            s.stop()
+        s, url_file, outbox, d = deliver_with_password(tmp_path, "s3cret-pa55word", "404")
         (hit,) = s.requests
         assert hit.path == "/api/v2/alerts"
         assert hit.headers["authorization"] == "Basic c3RhdGV3YXJkZW46czNjcmV0LXBhNTV3b3Jk"
@@ -205,18 +213,7 @@ class TestSecretUrl:
     ) -> None:
         """A server that repeats the Basic credentials in its refusal: the password (with a
         dot, under 8 characters, percent-encoded) is in no text of the sink."""
-        s = PushServer(default="echo")
-        try:
-            url_file = tmp_path / "am.url"
-            url_file.write_text(f"http://statewarden:{password}@127.0.0.1:{s.port}/\n")
-            url_file.chmod(0o600)
-            sink = AlertmanagerSink(
-                AlertmanagerConfig(enabled=True, url_file=url_file, timeout=2.0)
-            )
-            outbox = Outbox(tmp_path / "outbox", max_entries=10)
-            d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))
-        finally:
-            s.stop()
+        _s, _url_file, outbox, d = deliver_with_password(tmp_path, password, "echo")
         assert d.health.state == "rejected"
         shown = " ".join((d.health.last_error, d.health.last_answer, str(outbox.pending())))
         assert "bad credentials" in shown  # the echo is there, its secret is not
