@@ -17,7 +17,7 @@ from tests.support.suite import LONG_TIMEOUT_S, in_ci
 from tests.support.tiers import Spawns, implied_tier, marked_tiers, tier_of
 
 # Fixtures more than one directory uses, defined in tests/support.
-pytest_plugins = ["pytester", "tests.support.units"]
+pytest_plugins = ["pytester", "tests.support.units", "tests.support.merging"]
 
 SPAWNS = Spawns()
 

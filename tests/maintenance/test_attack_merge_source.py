@@ -16,7 +16,7 @@ from statewarden.errors import MergeRefused
 from statewarden.maintenance.merge import prepare_source
 from statewarden.recovery import recover
 from tests.support.maintenance import maintenance_config, run_maintenance
-from tests.support.merging import Vanished, other_home_db, quarantined, report_of, sha
+from tests.support.merging import Vanished, quarantined, report_of, sha
 
 # A name Hermes 0.22 gives only to the file it renames away from state.db.
 PLANTED = "state.db.zeroed-20260101-000000-4242.bak"
@@ -25,16 +25,6 @@ PLANTED = "state.db.zeroed-20260101-000000-4242.bak"
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return maintenance_config(tmp_path, monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
-    return Vanished(tmp_path_factory.mktemp("vanished"))
-
-
-@pytest.fixture(scope="module")
-def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return other_home_db(tmp_path_factory.mktemp("other"))
 
 
 def _symlink(other: Path, planted: Path) -> None:

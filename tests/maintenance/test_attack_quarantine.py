@@ -19,23 +19,13 @@ from lab.hermes_fixtures import NEWEST_WAL, make_home
 from statewarden.maintenance.swap import list_quarantine
 from tests.support.cli import run_ctl, run_installed
 from tests.support.maintenance import maintenance_config, rows, run_maintenance
-from tests.support.merging import Vanished, Writer, other_home_db, sha
+from tests.support.merging import Vanished, Writer, sha
 from tests.support.waiting import wait_for
 
 
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return maintenance_config(tmp_path, monkeypatch)
-
-
-@pytest.fixture(scope="module")
-def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
-    return Vanished(tmp_path_factory.mktemp("vanished"))
-
-
-@pytest.fixture(scope="module")
-def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return other_home_db(tmp_path_factory.mktemp("other"))
 
 
 def _symlink_to_another(kept: Path, other: Path) -> None:

@@ -61,11 +61,6 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
-    return Vanished(tmp_path_factory.mktemp("vanished"))
-
-
 def assert_merged_once(db: Path, current: Path) -> None:
     """``db`` holds every session and message of the old file (NEWEST as it was written)
     and of ``current`` (the fresh file as the run found it at the swap), each exactly

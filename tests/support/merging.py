@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lab.hermes_fixtures import (
     NEWEST,
     NEWEST_HERMES,
@@ -96,6 +98,18 @@ def other_home_db(base: Path) -> Path:
     """Another Hermes home's state.db under ``base``: other sessions, another
     ``store_instance_id``."""
     return make_home(base / "hermes", Spec(hermes=NEWEST_HERMES, seed=5)) / "state.db"
+
+
+@pytest.fixture(scope="module")
+def vanished(tmp_path_factory: pytest.TempPathFactory) -> Vanished:
+    """The maker of homes whose state.db Hermes moved aside (``Vanished``), one a test module."""
+    return Vanished(tmp_path_factory.mktemp("vanished"))
+
+
+@pytest.fixture(scope="module")
+def other_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another Hermes home's state.db, once per test module."""
+    return other_home_db(tmp_path_factory.mktemp("other"))
 
 
 def sha(path: Path) -> str:
