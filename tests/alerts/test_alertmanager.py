@@ -27,6 +27,7 @@ from statewarden.incidents.book import IncidentBook
 from tests.support.alerts import DB, Log, sig
 from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
+from tests.support.secret_files import unfit_secret_file
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.process
@@ -224,18 +225,12 @@ class TestSecretUrl:
     def test_a_url_file_that_cannot_be_used_keeps_the_entry(self, tmp_path: Path, how: str) -> None:
         """A URL file readable by others, a symlink, a missing file or text that is not
         one http(s) URL: the entry waits in the outbox, the sink says why (rejected)."""
-        real = tmp_path / "real"
-        real.write_text("http://127.0.0.1:1\n")
-        real.chmod(0o600)
         url_file = tmp_path / "am.url"
-        if how == "readable by others":
-            url_file.write_text("http://127.0.0.1:1\n")
-            url_file.chmod(0o644)
-        elif how == "symlink":
-            url_file.symlink_to(real)
-        elif how == "not a URL":
+        if how == "not a URL":
             url_file.write_text("am.example:9093 s3cret\n")
             url_file.chmod(0o600)
+        else:
+            unfit_secret_file(url_file, how, "http://127.0.0.1:1\n")
         sink = AlertmanagerSink(AlertmanagerConfig(enabled=True, url_file=url_file))
         outbox = Outbox(tmp_path / "outbox", max_entries=10)
         d = deliver(sink, outbox, Notification("k1", "firing", "box", T0, [item()]))

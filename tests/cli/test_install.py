@@ -33,6 +33,7 @@ from tests.support.hermes_logs import hermes_logger, malformed
 from tests.support.install import Installed
 from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.repo import REPO
+from tests.support.secret_files import unfit_secret_file
 from tests.support.systemd_harness import unavailable_reason, user_systemd
 from tests.support.waiting import wait_for
 
@@ -202,15 +203,7 @@ class TestWithoutManager:
         """The same checks as the token file: one line naming the file, exit 1, nothing
         written."""
         env = offline_env(tmp_path)
-        real = tmp_path / "real"
-        real.write_text("http://127.0.0.1:1/x\n")
-        real.chmod(0o600)
-        path = tmp_path / "secret"
-        if how == "readable by others":
-            path.write_text("http://127.0.0.1:1/x\n")
-            path.chmod(0o644)
-        elif how == "symlink":
-            path.symlink_to(real)
+        path = unfit_secret_file(tmp_path / "secret", how, "http://127.0.0.1:1/x\n")
         r = ctl("install", option, str(path), env=env)
         assert r.exit_code == 1
         assert r.stderr.count("\n") == 1
@@ -222,17 +215,7 @@ class TestWithoutManager:
         """A token file readable by others, a symlink or a folder is a one-line error (exit 1)
         naming the path, and no unit is written."""
         env = offline_env(tmp_path)
-        real = tmp_path / "real.token"
-        real.write_text("123:abc\n")
-        real.chmod(0o600)
-        token = tmp_path / "telegram.token"
-        if how == "readable by others":
-            token.write_text("123:abc\n")
-            token.chmod(0o644)
-        elif how == "symlink":
-            token.symlink_to(real)
-        elif how == "folder":
-            token.mkdir()
+        token = unfit_secret_file(tmp_path / "telegram.token", how, "123:abc\n")
         r = ctl("install", "--telegram-token-file", str(token), env=env)
         assert r.exit_code == 1
         assert r.stderr.count("\n") == 1
