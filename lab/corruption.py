@@ -48,6 +48,13 @@ class Case:
     # rowids deleted before the damage whose cells are still whole on their page
     deleted: dict[str, list[int]] = field(default_factory=dict)
 
+    def damaged(self, page: int, note: str) -> Case:
+        """Name ``page`` as damaged and say what the damage was: the last step of most
+        damages, which then hand the case back."""
+        self.damaged_pages.append(page)
+        self.note = note
+        return self
+
 
 def table_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
     """Rows of a query on a closed file (used on pristine copies and outputs)."""
@@ -175,9 +182,7 @@ def phantom_row(dest_dir: Path, spec: AnySpec = SMALL, cell: int = 5) -> Case:
     case = fresh_copy(dest_dir, spec)
     leaf, rowid = duplicate_cell(case.db, "sessions", cell)
     case.phantom = {"sessions": rowid}
-    case.damaged_pages.append(leaf)
-    case.note = f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) stored twice"
-    return case
+    return case.damaged(leaf, f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) stored twice")
 
 
 def zeroed_leaf(
@@ -614,9 +619,7 @@ def bit_rot(dest_dir: Path, where: str, rowid: int = 50, spec: Spec = SMALL) -> 
     i, new = _same_length_change(word.encode())
     _write(case.db, at + i, new)
     case.phantom = {table: rowid}
-    case.damaged_pages.append(leaf)
-    case.note = f"{table} rowid {rowid}: one letter of {word!r} changed"
-    return case
+    return case.damaged(leaf, f"{table} rowid {rowid}: one letter of {word!r} changed")
 
 
 LONG_PROMPT_WRITER = """
@@ -740,9 +743,7 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     _write(case.db, base + 4, struct.pack(">I", count + 1))
     _write(case.db, base + 8 + 4 * count, struct.pack(">I", live))
     _write(case.db, 36, struct.pack(">I", free + 1))
-    case.damaged_pages.append(trunk)
-    case.note = f"messages leaf {live} also listed on the freelist (trunk {trunk})"
-    return case
+    return case.damaged(trunk, f"messages leaf {live} also listed on the freelist (trunk {trunk})")
 
 
 def _encode_varint(v: int) -> bytes:
@@ -833,9 +834,9 @@ def garbled_cell(
     blob = head + random.Random(seed).randbytes(64 - len(head))
     _write(case.db, (leaf - 1) * pf.page_size + start, blob)
     case.lost_rowids = {"sessions": [rowid]}
-    case.damaged_pages.append(leaf)
-    case.note = f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) garbled, read as rowid 95"
-    return case
+    return case.damaged(
+        leaf, f"sessions leaf {leaf}: cell {cell} (rowid {rowid}) garbled, read as rowid 95"
+    )
 
 
 def zeroed_shadow_root(dest_dir: Path, shadow: str, spec: AnySpec = SMALL) -> Case:
@@ -866,9 +867,7 @@ def zeroed_fts_structure(dest_dir: Path, fts: str = "messages_fts", spec: Spec =
     start, end = _cell_span(pf, leaf, 10)
     assert end - start < pf.page_size // 4, "the structure record fits in its cell"
     _write(case.db, start, b"\x00" * (end - start))
-    case.damaged_pages.append(leaf)
-    case.note = f"{table} rowid 10 (the structure record) zeroed on page {leaf}"
-    return case
+    return case.damaged(leaf, f"{table} rowid 10 (the structure record) zeroed on page {leaf}")
 
 
 def zeroed_cell_header(
@@ -883,9 +882,7 @@ def zeroed_cell_header(
     leaf = leaves[1]
     _write(case.db, (leaf - 1) * pf.page_size + pf.cell_offsets(leaf)[cell], b"\x00\x00")
     case.lost_rowids = {table: [pf.leaf_rowids(leaf)[cell]]}
-    case.damaged_pages.append(leaf)
-    case.note = f"{table} leaf {leaf}: cell {cell} header zeroed (reads as rowid 0)"
-    return case
+    return case.damaged(leaf, f"{table} leaf {leaf}: cell {cell} header zeroed (reads as rowid 0)")
 
 
 def gaps_then_zeroed_interior(dest_dir: Path, spec: Spec = SMALL) -> Case:
@@ -985,9 +982,7 @@ def damaged_leaf_structure(
     else:  # pragma: no cover - a typo in a test
         raise ValueError(what)
     case.unreached = {table: pf.leaf_rowids(leaf)}
-    case.damaged_pages.append(leaf)
-    case.note = f"{table} leaf {leaf}: its {what} zeroed ({count} cells)"
-    return case
+    return case.damaged(leaf, f"{table} leaf {leaf}: its {what} zeroed ({count} cells)")
 
 
 def random_bytes(dest_dir: Path, seed: int, spec: Spec = SMALL) -> Case:
@@ -1013,9 +1008,9 @@ def random_bytes(dest_dir: Path, seed: int, spec: Spec = SMALL) -> Case:
         if start < pos + size and off < start + 64:
             hit.append(rowid)
     case.lost_rowids = {table: sorted(hit)}
-    case.damaged_pages.append(leaf)
-    case.note = f"{table} leaf {leaf}: 64 random bytes at offset {start} (seed {seed})"
-    return case
+    return case.damaged(
+        leaf, f"{table} leaf {leaf}: 64 random bytes at offset {start} (seed {seed})"
+    )
 
 
 def zeroed_sector_in_cell(dest_dir: Path, rowid: int = 60, spec: Spec = SMALL) -> Case:
@@ -1048,9 +1043,9 @@ def zeroed_sector_in_cell(dest_dir: Path, rowid: int = 60, spec: Spec = SMALL) -
     _write(case.db, sector, bytes(512))
     case.lost_rowids = {"messages": sorted(hit)}
     case.phantom = {"messages": rid}
-    case.damaged_pages.append(leaf)
-    case.note = f"messages leaf {leaf}: the sector at {sector} zeroed (rowid {rid}'s record tail)"
-    return case
+    return case.damaged(
+        leaf, f"messages leaf {leaf}: the sector at {sector} zeroed (rowid {rid}'s record tail)"
+    )
 
 
 def lost_writes(dest_dir: Path) -> Case:
@@ -1237,9 +1232,7 @@ def flipped_serial_type(
         raise LookupError(f"serial type {old} ^ {mask} = {new} cannot be read")
     _write(case.db, last, bytes([data[last] ^ mask]))
     case.phantom = {"messages": rowid}
-    case.damaged_pages.append(leaf)
-    case.note = f"messages rowid {rowid}: {column}'s serial type {old} read as {new}"
-    return case
+    return case.damaged(leaf, f"messages rowid {rowid}: {column}'s serial type {old} read as {new}")
 
 
 def _serial_width(t: int) -> int:
@@ -1365,9 +1358,9 @@ def zeroed_sector_at_cell_start(
     if not witnesses:
         _zero_witnesses(case, pf, table)
     case.lost_rowids = {table: sorted(hit)}
-    case.damaged_pages.append(leaf)
-    case.note = f"{table} leaf {leaf}: the sector at {sector} zeroed (cell {cell}'s start)"
-    return case
+    return case.damaged(
+        leaf, f"{table} leaf {leaf}: the sector at {sector} zeroed (cell {cell}'s start)"
+    )
 
 
 def lost_overflow_pointer(dest_dir: Path, which: int = 0, spec: Spec = SMALL) -> Case:
