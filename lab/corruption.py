@@ -321,13 +321,23 @@ def _two_sessions(path: Path, column: str) -> tuple[tuple[int, str], tuple[int, 
     raise LookupError(f"no two sessions with {column} of equal length")
 
 
+def _later_takes_earlier(
+    dest_dir: Path, spec: Spec, column: str
+) -> tuple[Case, tuple[int, str], tuple[int, str]]:
+    """Of two sessions whose ``column`` values have one length, the later one's value
+    overwritten with the earlier one's, recorded as the collision; returns the case and
+    the (rowid, value) of the earlier and the later session as they were."""
+    case = fresh_copy(dest_dir, spec)
+    (ra, a), (rb, b) = _two_sessions(case.db, column)
+    _replace_in_row(case, "sessions", rb, b, a)
+    case.collision = {"rowid": rb, "key": a, "old_key": b, "kept_rowid": ra}
+    return case, (ra, a), (rb, b)
+
+
 def duplicate_key(dest_dir: Path, spec: Spec = SMALL) -> Case:
     """A later session's id overwritten with an earlier session's id: two different rows
     claim one primary key (the unique index still lists the old id)."""
-    case = fresh_copy(dest_dir, spec)
-    (ra, id_a), (rb, id_b) = _two_sessions(case.db, "id")
-    _replace_in_row(case, "sessions", rb, id_b, id_a)
-    case.collision = {"rowid": rb, "key": id_a, "old_key": id_b, "kept_rowid": ra}
+    case, (ra, id_a), (rb, id_b) = _later_takes_earlier(dest_dir, spec, "id")
     case.note = f"sessions rowid {rb}: id {id_b} overwritten with {id_a} (held by rowid {ra})"
     return case
 
@@ -335,10 +345,7 @@ def duplicate_key(dest_dir: Path, spec: Spec = SMALL) -> Case:
 def duplicate_title(dest_dir: Path, spec: Spec = SMALL) -> Case:
     """A later session's title overwritten with an earlier session's title: two different
     rows claim one value of the UNIQUE title index."""
-    case = fresh_copy(dest_dir, spec)
-    (ra, t_a), (rb, t_b) = _two_sessions(case.db, "title")
-    _replace_in_row(case, "sessions", rb, t_b, t_a)
-    case.collision = {"rowid": rb, "key": t_a, "old_key": t_b, "kept_rowid": ra}
+    case, (ra, t_a), (rb, t_b) = _later_takes_earlier(dest_dir, spec, "title")
     case.note = f"sessions rowid {rb}: title {t_b!r} overwritten with {t_a!r} (rowid {ra})"
     return case
 
@@ -475,6 +482,31 @@ def flipped_child_pointer(
     return case
 
 
+def _messages_deleted(
+    case: Case,
+    dest_dir: Path,
+    where: str,
+    args: tuple[int, ...] = (),
+    *,
+    secure_delete_off: bool = False,
+) -> PristineFile:
+    """Delete the messages ``where`` names as Hermes does (the sessions' counts follow),
+    in rollback mode, with SQLite's ``secure_delete`` off if asked (freed pages keep
+    their cells); the file after the delete is the case's truth (``pristine.db`` in
+    ``dest_dir``). Returns the file as it now is."""
+    conn = apsw.Connection(str(case.db))
+    if secure_delete_off:
+        conn.execute("PRAGMA secure_delete=OFF")
+    with conn:
+        conn.execute(f"DELETE FROM messages WHERE {where}", args)
+        recount_messages(conn)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    case.pristine = dest_dir / "pristine.db"
+    shutil.copyfile(case.db, case.pristine)
+    return PristineFile(case.db)
+
+
 def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec = SMALL) -> Case:
     """Messages ``first``..``last`` deleted (as Hermes' ``DELETE``, FTS triggers and
     all), then the freelist's first trunk pointer in the header zeroed: the freed
@@ -483,16 +515,9 @@ def lost_freelist(dest_dir: Path, first: int = 400, last: int = 700, spec: Spec 
     ``lost_rowids`` lists the deleted rowids: they must never come back.
     """
     case = fresh_copy(dest_dir, spec)
-    conn = apsw.Connection(str(case.db))
-    conn.execute("PRAGMA secure_delete=OFF")
-    with conn:
-        conn.execute("DELETE FROM messages WHERE id BETWEEN ? AND ?", (first, last))
-        recount_messages(conn)
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    shutil.copyfile(case.db, dest_dir / "pristine.db")
-    case.pristine = dest_dir / "pristine.db"
-    pf = PristineFile(case.db)
+    pf = _messages_deleted(
+        case, dest_dir, "id BETWEEN ? AND ?", (first, last), secure_delete_off=True
+    )
     (trunk,) = struct.unpack(">I", pf.data[32:36])
     assert trunk, "the delete freed no page"
     _write(case.db, 32, b"\x00\x00\x00\x00")
@@ -686,15 +711,7 @@ def stale_index_entries(
     case = fresh_copy(dest_dir, spec)
     before = PristineFile(case.db)
     _, idx_leaves = before.tree_pages(case.roots["idx_messages_session"])
-    conn = apsw.Connection(str(case.db))
-    with conn:
-        conn.execute(f"DELETE FROM messages WHERE id IN ({', '.join(str(r) for r in rowids)})")
-        recount_messages(conn)
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    shutil.copyfile(case.db, dest_dir / "pristine.db")
-    case.pristine = dest_dir / "pristine.db"
-    after = PristineFile(case.db)
+    after = _messages_deleted(case, dest_dir, f"id IN ({', '.join(str(r) for r in rowids)})")
     for leaf in idx_leaves:
         if before.page(leaf) != after.page(leaf):
             _write(case.db, (leaf - 1) * before.page_size, before.page(leaf))
@@ -726,15 +743,7 @@ def freelist_lists_live_page(dest_dir: Path, spec: Spec = SMALL) -> Case:
     both in use and "free". Every row is intact; ``pristine`` is the file after the
     delete."""
     case = fresh_copy(dest_dir, spec)
-    conn = apsw.Connection(str(case.db))
-    with conn:
-        conn.execute("DELETE FROM messages WHERE id BETWEEN 400 AND 700")
-        recount_messages(conn)
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    shutil.copyfile(case.db, dest_dir / "pristine.db")
-    case.pristine = dest_dir / "pristine.db"
-    pf = PristineFile(case.db)
+    pf = _messages_deleted(case, dest_dir, "id BETWEEN 400 AND 700")
     trunk, free = struct.unpack(">II", pf.data[32:40])
     _, leaves = pf.tree_pages(case.roots["messages"])
     live = leaves[2]
@@ -890,17 +899,7 @@ def gaps_then_zeroed_interior(dest_dir: Path, spec: Spec = SMALL) -> Case:
     page of ``messages`` zeroed: every remaining row is on an orphaned leaf, intact.
     ``pristine`` is the file after the delete; nothing is lost."""
     case = fresh_copy(dest_dir, spec)
-    conn = apsw.Connection(str(case.db))
-    with conn:
-        conn.execute(
-            "DELETE FROM messages WHERE id BETWEEN 300 AND 305 OR id BETWEEN 1200 AND 1201"
-        )
-        recount_messages(conn)
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    case.pristine = dest_dir / "pristine.db"
-    shutil.copyfile(case.db, case.pristine)
-    pf = PristineFile(case.db)
+    pf = _messages_deleted(case, dest_dir, "id BETWEEN 300 AND 305 OR id BETWEEN 1200 AND 1201")
     interior, _ = pf.tree_pages(case.roots["messages"])
     target = interior[-1]
     zero_page(case, target)
