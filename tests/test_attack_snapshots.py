@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,13 @@ from statewarden.maintenance.snapshots import (
     take_snapshot,
 )
 from tests.support.cli import ctl_process
-from tests.support.live_bundle import bundle, killed_writer, live_copy, plant_sidecar
+from tests.support.live_bundle import (
+    bundle,
+    killed_writer,
+    live_copy,
+    plant_sidecar,
+    plant_wal_of_another_database,
+)
 from tests.support.maintenance import rows
 
 pytestmark = pytest.mark.process
@@ -143,15 +148,7 @@ def test_a_wal_of_another_database_gives_no_snapshot(tmp_path: Path) -> None:
     other database; the take refuses it as check does (exit 4), keeps nothing and
     creates no -shm (it kept a "verified" copy of the other database, with no sessions)."""
     db = live_copy(tmp_path / "home")
-    other = tmp_path / "other.db"
-    conn = apsw.Connection(str(other))
-    conn.execute("PRAGMA journal_mode=WAL").fetchall()
-    conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
-    conn.execute("CREATE TABLE t(x)")
-    for _ in range(50):
-        conn.execute("INSERT INTO t VALUES (randomblob(2000))")
-    shutil.copyfile(f"{other}-wal", f"{db}-wal")
-    conn.close()
+    plant_wal_of_another_database(db, tmp_path / "other.db")
     assert_refused(db, 4, "belongs to another database")
 
 

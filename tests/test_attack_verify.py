@@ -14,7 +14,12 @@ import pytest
 
 from statewarden.daemon.verify import check_live, snapshot_copy
 from statewarden.errors import DatabaseUnreadable
-from tests.support.live_bundle import bundle, killed_writer, live_copy
+from tests.support.live_bundle import (
+    bundle,
+    killed_writer,
+    live_copy,
+    plant_wal_of_another_database,
+)
 from tests.support.maintenance import rows
 
 pytestmark = pytest.mark.process
@@ -68,15 +73,7 @@ def test_the_backup_copy_is_never_of_another_database(tmp_path: Path) -> None:
     """A -wal another database wrote, beside state.db: the backup-API copy is refused as
     check refuses that -wal (it copied the other database SQLite replays over the file)."""
     db = live_copy(tmp_path / "home")
-    other = tmp_path / "other.db"
-    conn = apsw.Connection(str(other))
-    conn.execute("PRAGMA journal_mode=WAL").fetchall()
-    conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
-    conn.execute("CREATE TABLE t(x)")
-    for _ in range(50):
-        conn.execute("INSERT INTO t VALUES (randomblob(2000))")
-    shutil.copyfile(f"{other}-wal", f"{db}-wal")
-    conn.close()
+    plant_wal_of_another_database(db, tmp_path / "other.db")
     before = bundle(db.parent)
     with pytest.raises(DatabaseUnreadable, match="belongs to another database"):
         snapshot_copy(db, tmp_path / "work")

@@ -13,6 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import apsw
+
 from lab.hermes_fixtures import TINY, built_db, writer_env
 from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 
@@ -67,3 +69,16 @@ def plant_sidecar(db: Path, suffix: str, plant: str, victim: Path) -> None:
         os.mkfifo(side)
     else:
         side.mkdir()
+
+
+def plant_wal_of_another_database(db: Path, other: Path) -> None:
+    """Put beside ``db`` a ``-wal`` that another database (made at ``other``, 50 rows of
+    2 kB never checkpointed) wrote: SQLite would replay it over ``db``."""
+    conn = apsw.Connection(str(other))
+    conn.execute("PRAGMA journal_mode=WAL").fetchall()
+    conn.execute("PRAGMA wal_autocheckpoint=0").fetchall()
+    conn.execute("CREATE TABLE t(x)")
+    for _ in range(50):
+        conn.execute("INSERT INTO t VALUES (randomblob(2000))")
+    shutil.copyfile(f"{other}-wal", f"{db}-wal")
+    conn.close()
