@@ -42,6 +42,21 @@ from tests.support.repo import REPO
 WAIT_S = 60.0
 
 
+def maintenance_beside(
+    fake_bin: Path, home: Path, command: str, *args: str
+) -> tuple[subprocess.CompletedProcess[str], bool, int]:
+    """``statewardenctl maintenance ARGS`` while ``hermes COMMAND`` runs on ``home``:
+    the run, whether that Hermes was still alive when it ended, and its pid (it is
+    stopped since)."""
+    w = FakeHermes(fake_bin, home, command)
+    try:
+        proc = ctl(*args)
+        alive = w.proc.poll() is None
+    finally:
+        w.stop()
+    return proc, alive, w.pid
+
+
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return maintenance_config(tmp_path, monkeypatch)
@@ -130,12 +145,9 @@ class TestRepair:
         """A healthy file is checked while Hermes runs; nothing is stopped or swapped."""
         home = make_home(tmp_path / "home", TINY)
         ino = (home / "state.db").stat().st_ino
-        w = FakeHermes(fake_bin, home, "dashboard")
-        try:
-            proc = ctl("--db", str(home / "state.db"), "--yes", "--json")
-            alive = w.proc.poll() is None
-        finally:
-            w.stop()
+        proc, alive, _ = maintenance_beside(
+            fake_bin, home, "dashboard", "--db", str(home / "state.db"), "--yes", "--json"
+        )
         assert proc.returncode == 0, proc.stderr
         assert report_of(proc)["outcome"] == "healthy: nothing to repair"
         assert alive
@@ -148,14 +160,11 @@ class TestRepair:
         """--dry-run prints how each holder would be stopped, does nothing, and the holder keeps
         running."""
         db, _ = phantom
-        w = FakeHermes(fake_bin, db.parent, "serve")
-        try:
-            proc = ctl("--db", str(db), "--dry-run")
-            alive = w.proc.poll() is None
-        finally:
-            w.stop()
+        proc, alive, pid = maintenance_beside(
+            fake_bin, db.parent, "serve", "--db", str(db), "--dry-run"
+        )
         assert proc.returncode == 0, proc.stderr
-        assert f"pid {w.pid} serve (hermes serve): SIGTERM, then SIGKILL" in proc.stderr
+        assert f"pid {pid} serve (hermes serve): SIGTERM, then SIGKILL" in proc.stderr
         assert "dry run: nothing done" in proc.stdout
         assert alive
 
@@ -164,12 +173,7 @@ class TestRepair:
     ) -> None:
         """The user's own `hermes chat` is not killed unless they say so: exit 5."""
         db, _ = phantom
-        w = FakeHermes(fake_bin, db.parent, "chat")
-        try:
-            proc = ctl("--db", str(db), "--yes")
-            alive = w.proc.poll() is None
-        finally:
-            w.stop()
+        proc, alive, _ = maintenance_beside(fake_bin, db.parent, "chat", "--db", str(db), "--yes")
         assert proc.returncode == 5, proc.stderr
         assert "the user's interactive Hermes (cli)" in proc.stdout
         assert alive
