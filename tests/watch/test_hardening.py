@@ -56,6 +56,21 @@ def as_uid(uid: int) -> tuple[str, ...]:
     return ("setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups")
 
 
+def what_python_prints(code: str, *args: str, prefix: Sequence[str] = ()) -> str:
+    """Run Python ``code`` with ``args`` from the repository (through ``prefix``, such as
+    ``setpriv`` to another uid); it must succeed. Returns what it printed, stripped."""
+    r = subprocess.run(
+        [*prefix, sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
 def monitor_for(home: Path) -> TargetMonitor:
     (home / "logs").mkdir(parents=True, exist_ok=True)
     return TargetMonitor(target_for_db(home / "state.db"), Config())
@@ -265,16 +280,8 @@ class TestRecoveryFilesScan:
                 "(i,) = scan(Path(sys.argv[1]) / 'state.db').items\n"
                 "print(i.name, i.bytes, i.problem)\n"
             )
-            r = subprocess.run(
-                [*as_uid(free_uid()), sys.executable, "-c", probe, str(base)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-                cwd=REPO,
-            )
-            assert r.returncode == 0, r.stderr
-            assert r.stdout.strip() == "pending_messages 0 cannot be listed: Permission denied"
+            said = what_python_prints(probe, str(base), prefix=as_uid(free_uid()))
+            assert said == "pending_messages 0 cannot be listed: Permission denied"
         finally:
             shutil.rmtree(base, ignore_errors=True)
 
@@ -457,16 +464,8 @@ class TestNoInotify:
         limit = inotify_limit("max_user_instances")
         assert limit is not None
         with inotify_used_up(uid):
-            r = subprocess.run(
-                [*as_uid(uid), sys.executable, "-c", probe],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-                cwd=REPO,
-            )
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.strip() == (
+            said = what_python_prints(probe, prefix=as_uid(uid))
+        assert said == (
             "True this user's inotify instances are used up (fs.inotify.max_user_instances="
             f"{limit}) (inotify_init1: Too many open files); raise it: sudo sysctl "
             f"fs.inotify.max_user_instances={max(1024, 2 * limit)}"
@@ -632,16 +631,7 @@ class TestInotifyMessages:
             "from statewarden.inotify import unavailable\n"
             "print(unavailable(errno.EMFILE, 'inotify_init1'))\n"
         )
-        r = subprocess.run(
-            [sys.executable, "-c", probe],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd=REPO,
-        )
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.strip() == (
+        assert what_python_prints(probe) == (
             "this process has no file descriptors left (RLIMIT_NOFILE) (inotify_init1)"
         )
 
