@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from statewarden.cli import status_cmd
 from statewarden.daemon.verify import VERIFIED_FILE
+from tests.support.cli import installed_ctl_imports
 from tests.support.daemon import DaemonProc
 
-LAUNCHER = Path(sys.executable).with_name("statewardenctl")
 # Modules no status and no --help needs; a name covers its submodules.
 NEVER = ("asyncio", "dbus_fast", "structlog", "rich", "statewarden.daemon.verify")
 NOT_FOR_HELP = (*NEVER, "statewarden.recovery", "apsw", "statewarden.config")
@@ -27,19 +26,7 @@ NOT_FOR_HELP = (*NEVER, "statewarden.recovery", "apsw", "statewarden.config")
 
 def run(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """The installed ``statewardenctl ARGS`` in ``env``; with the modules it imported."""
-    proc = subprocess.run(
-        [str(LAUNCHER), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
-    )
-    modules = {
-        line.rsplit("|", 1)[1].strip()
-        for line in proc.stderr.splitlines()
-        if line.startswith("import time:")
-    }
-    return proc, modules
+    return installed_ctl_imports(*args, env=env)
 
 
 def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:

@@ -23,10 +23,10 @@ from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.errors import SystemdUnavailable
 from statewarden.manager_socket import unreachable_reason
 from statewarden.systemd import list_units_sync
+from tests.support.cli import installed_ctl_imports
 from tests.support.waiting import WAIT_S
 
 REPO = Path(__file__).resolve().parents[2]
-LAUNCHER = Path(sys.executable).with_name("statewardenctl")
 # What only talking D-Bus needs: none of it may load where no manager can answer.
 CLIENT_MODULES = frozenset({"statewarden.systemd", "dbus_fast", "asyncio", "structlog.dev"})
 # The client's own answer, in a process of the same environment as the command's.
@@ -53,20 +53,7 @@ def holders_as_typed(
 ) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """The installed ``statewardenctl holders --db DB`` (no --no-systemd), a whole process;
     with the modules it imported."""
-    proc = subprocess.run(
-        [str(LAUNCHER), "holders", "--db", str(db)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
-    )
-    modules = {
-        line.rsplit("|", 1)[1].strip()
-        for line in proc.stderr.splitlines()
-        if line.startswith("import time:")
-    }
-    return proc, modules
+    return installed_ctl_imports("holders", "--db", str(db), env=env)
 
 
 def client_says(env: dict[str, str]) -> str:

@@ -72,3 +72,28 @@ def ctl_process(
         timeout=120,
         env=None if env is None else dict(env),
     )
+
+
+def installed_ctl_imports(
+    *args: str, env: Mapping[str, str]
+) -> tuple[CompletedProcess[str], set[str]]:
+    """The installed ``statewardenctl ARGS`` as a whole process with exactly ``env``
+    (from the repository), and the modules it imported (``PYTHONPROFILEIMPORTTIME``)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("statewardenctl")), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return proc, modules
