@@ -6,7 +6,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
@@ -53,7 +53,13 @@ def handle_errors_failing_with(failed: int) -> Callable[[F], F]:
     return decorate
 
 
-class Given(click.ParamType):
+if TYPE_CHECKING:
+    _TextType = click.ParamType[Any, Any]  # generic since click 8.2
+else:
+    _TextType = click.ParamType
+
+
+class Given(_TextType):
     """The type of every option and argument that takes text: an empty value (``--db ""``,
     what an unset shell variable gives) is a usage error naming the option (exit 2).
     Taken as "not given", it would mean the default database; taken as a path, the
