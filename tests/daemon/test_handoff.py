@@ -16,13 +16,11 @@ from typing import Any
 
 import pytest
 
-from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL
 from statewarden.config import load_config
 from statewarden.maintenance.run import PAST_THE_SWAP, MaintenanceRun, Options
 from statewarden.targets import Target
-from tests.support.daemon import DaemonProc, daemon_env
-from tests.support.maintenance import exempt_comms, session_ids
+from tests.support.daemon import DaemonProc
+from tests.support.maintenance import phantom_home_for_the_daemon, session_ids
 from tests.support.repo import REPO
 
 WAIT_S = 120.0
@@ -31,26 +29,19 @@ WAIT_S = 120.0
 def setup(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A phantom-row home, a config with short times (stop_grace 3 s: a holder that
     ignores SIGTERM keeps a run busy that long), and a daemon environment for it."""
-    case = phantom_row(tmp_path / "hermes", SMALL)
-    (case.db.parent / "logs").mkdir(exist_ok=True)
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "holders": {"exempt_comms": exempt_comms()},
-                "maintenance": {
-                    "settle": "0.5s",
-                    "stop_grace": "3s",
-                    "auto_repair": "never",
-                    "settle_timeout": "20s",
-                },
-                "watch": {"verify_interval": "1d"},
-            }
-        )
+    db, env = phantom_home_for_the_daemon(
+        tmp_path,
+        {
+            "maintenance": {
+                "settle": "0.5s",
+                "stop_grace": "3s",
+                "auto_repair": "never",
+                "settle_timeout": "20s",
+            },
+            "watch": {"verify_interval": "1d"},
+        },
     )
-    env = daemon_env(tmp_path, case.db.parent)
-    env["STATEWARDEN_CONFIG"] = str(config)
-    return case.db, env
+    return db, env
 
 
 def stubborn_holder(db: Path) -> subprocess.Popen[bytes]:

@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 
 from lab.bot_api import BotApi
-from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL, TINY, make_home
+from lab.hermes_fixtures import TINY, make_home
 from statewarden.alerts.message import plain_text
 from statewarden.alerts.outbox import Outbox
 from statewarden.alerts.router import Route, Router
@@ -44,9 +43,15 @@ from statewarden.maintenance.ledger import (
     run_lock,
 )
 from statewarden.targets import Target
-from tests.support.daemon import DaemonProc, daemon_env
+from tests.support.daemon import DaemonProc
 from tests.support.hermes_logs import hermes_logger, malformed
-from tests.support.maintenance import FakeHermes, exempt_comms, integrity, session_ids
+from tests.support.maintenance import (
+    FakeHermes,
+    exempt_comms,
+    integrity,
+    phantom_home_for_the_daemon,
+    session_ids,
+)
 from tests.support.mount_namespace import sh_in_private_mounts
 from tests.support.repo import REPO
 from tests.support.waiting import wait_for
@@ -68,33 +73,26 @@ def api() -> Iterator[BotApi]:
 def setup(tmp_path: Path, api: BotApi, **maintenance: object) -> tuple[Path, dict[str, str]]:
     """A Hermes home with a phantom row, and a daemon environment whose alerts go to
     the local Bot API server."""
-    case = phantom_row(tmp_path / "hermes", SMALL)
-    (case.db.parent / "logs").mkdir(exist_ok=True)
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "holders": {"exempt_comms": exempt_comms()},
-                "maintenance": {"settle": "0.5s", "stop_grace": "3s", **maintenance},
-                "alerts": {
-                    "retry_max": "500ms",
-                    "group_wait": "300ms",
-                    "journald": {"enabled": True},
-                    "telegram": {
-                        "enabled": True,
-                        "chat_id": "123456789",
-                        "api_base": api.url,
-                        "min_interval": "50ms",
-                        "timeout": "2s",
-                    },
+    db, env = phantom_home_for_the_daemon(
+        tmp_path,
+        {
+            "maintenance": {"settle": "0.5s", "stop_grace": "3s", **maintenance},
+            "alerts": {
+                "retry_max": "500ms",
+                "group_wait": "300ms",
+                "journald": {"enabled": True},
+                "telegram": {
+                    "enabled": True,
+                    "chat_id": "123456789",
+                    "api_base": api.url,
+                    "min_interval": "50ms",
+                    "timeout": "2s",
                 },
-            }
-        )
+            },
+        },
     )
-    env = daemon_env(tmp_path, case.db.parent)
-    env["STATEWARDEN_CONFIG"] = str(config)
     env["STATEWARDEN_TELEGRAM_TOKEN"] = TOKEN
-    return case.db, env
+    return db, env
 
 
 def ctl(env: dict[str, str], *args: str) -> subprocess.Popen[str]:

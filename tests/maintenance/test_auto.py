@@ -11,30 +11,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.corruption import phantom_row
-from lab.hermes_fixtures import SMALL, TINY, log_line, make_home
+from lab.hermes_fixtures import TINY, log_line, make_home
 from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.support.daemon import DaemonProc, daemon_env
-from tests.support.maintenance import exempt_comms, integrity, session_ids
+from tests.support.maintenance import (
+    exempt_comms,
+    integrity,
+    phantom_home_for_the_daemon,
+    session_ids,
+)
 from tests.support.repo import REPO
 from tests.support.waiting import wait_for as eventually
 
 
 def setup(tmp_path: Path, **maintenance: object) -> tuple[Path, dict[str, str]]:
-    case = phantom_row(tmp_path / "hermes", SMALL)
-    (case.db.parent / "logs").mkdir(exist_ok=True)
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        json.dumps(
-            {
-                "holders": {"exempt_comms": exempt_comms()},
-                "maintenance": {"settle": "0.5s", **maintenance},
-            }
-        )
+    db, env = phantom_home_for_the_daemon(
+        tmp_path,
+        {
+            "maintenance": {"settle": "0.5s", **maintenance},
+        },
     )
-    env = daemon_env(tmp_path, case.db.parent)
-    env["STATEWARDEN_CONFIG"] = str(config)
-    return case.db, env
+    return db, env
 
 
 def ledger(db: Path, env: dict[str, str]) -> list[dict[str, object]]:

@@ -18,6 +18,7 @@ import pytest
 from lab.corruption import Case, phantom_row
 from lab.hermes_fixtures import SMALL, writer_env
 from statewarden.holders.scan import HolderScanner
+from tests.support.daemon import daemon_env
 from tests.support.fake_hermes import WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.repo import REPO
 
@@ -108,6 +109,21 @@ def session_ids(db: Path) -> list[str]:
 
 def integrity(db: Path) -> str:
     return str(rows(db, "PRAGMA integrity_check")[0][0])
+
+
+def phantom_home_for_the_daemon(
+    tmp_path: Path, settings: dict[str, Any]
+) -> tuple[Path, dict[str, str]]:
+    """A Hermes home with a phantom row (and a logs folder) in ``tmp_path``, a config of
+    ``settings`` that also exempts this machine's uninspectable processes, and a daemon
+    environment that reads it. Returns the database and the environment."""
+    case = phantom_row(tmp_path / "hermes", SMALL)
+    (case.db.parent / "logs").mkdir(exist_ok=True)
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({"holders": {"exempt_comms": exempt_comms()}, **settings}))
+    env = daemon_env(tmp_path, case.db.parent)
+    env["STATEWARDEN_CONFIG"] = str(config)
+    return case.db, env
 
 
 def phantom_home_for_nobody(base: Path, *, stop_grace: str) -> tuple[Case, dict[str, str]]:
