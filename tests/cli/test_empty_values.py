@@ -77,10 +77,18 @@ def invocation(words: list[str], cmd: click.Command, empty: click.Parameter) -> 
     return args
 
 
+@pytest.fixture
+def empty_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with nothing in it, and no XDG or Hermes variable pointing elsewhere."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HERMES_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path
+
+
 @pytest.mark.parametrize(("group", "words", "cmd", "param"), TEXT_PARAMS)
 def test_an_empty_value_is_a_usage_error(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    empty_home: Path,
     group: click.Group,
     words: list[str],
     cmd: click.Command,
@@ -88,15 +96,12 @@ def test_an_empty_value_is_a_usage_error(
 ) -> None:
     """``CMD --option ""``: exit 2 with the option named and the reason, before the
     command does anything (an empty home: nothing is created in it)."""
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for var in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HERMES_HOME"):
-        monkeypatch.delenv(var, raising=False)
     result = CliRunner().invoke(group, invocation(words, cmd, param))
     assert result.exit_code == EXIT_USAGE, result.output
     assert "it is empty" in result.output
     named = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
     assert named in result.output
-    assert list(tmp_path.iterdir()) == []
+    assert list(empty_home.iterdir()) == []
 
 
 @pytest.mark.process
@@ -106,8 +111,14 @@ def test_the_installed_command_refuses_an_empty_db(tmp_path: Path, command: str)
     ``--db ""`` is exit 2 and one line naming ``--db``, no report of another file."""
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     run = subprocess.run(
-        [sys.executable, "-c", "from statewarden.cli.quick import main; main()", command]
-        + ["--db", ""],
+        [
+            sys.executable,
+            "-c",
+            "from statewarden.cli.quick import main; main()",
+            command,
+            "--db",
+            "",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -115,5 +126,6 @@ def test_the_installed_command_refuses_an_empty_db(tmp_path: Path, command: str)
         check=False,
     )
     assert run.returncode == EXIT_USAGE, run.stderr
-    assert "'--db'" in run.stderr and "it is empty" in run.stderr
+    assert "'--db'" in run.stderr
+    assert "it is empty" in run.stderr
     assert run.stdout == ""
