@@ -45,11 +45,15 @@ def commands(group: click.Group, path: list[str]) -> list[tuple[list[str], click
 ALL = [(daemon_main, words, cmd) for words, cmd in commands(daemon_main, [])] + [
     (ctl_main, words, cmd) for words, cmd in commands(ctl_main, [])
 ]
-TEXT_PARAMS = [
-    pytest.param(group, words, cmd, p, id=" ".join([*words, p.opts[0]]))
+TEXT_CASES = [
+    (group, words, cmd, p)
     for group, words, cmd in ALL
     for p in cmd.params
     if not isinstance(p.type, NOT_TEXT) and not (isinstance(p, click.Option) and p.is_flag)
+]
+TEXT_PARAMS = [
+    pytest.param(group, words, cmd, p, id=" ".join([*words, p.opts[0]]))
+    for group, words, cmd, p in TEXT_CASES
 ]
 
 
@@ -59,7 +63,7 @@ def test_every_text_parameter_refuses_an_empty_value() -> None:
     assert len(TEXT_PARAMS) > 40  # the walk reached the commands
     plain = [
         " ".join([*words, p.opts[0]])
-        for _, words, _, p, *_ in (tp.values for tp in TEXT_PARAMS)
+        for _, words, _, p in TEXT_CASES
         if not isinstance(p.type, Given)
     ]
     assert plain == []
