@@ -244,26 +244,33 @@ def create_new(path: Path) -> int:
 COPY_CHUNK_BYTES = 8 * 1024 * 1024
 
 
-def copy_bytes(src: int, dst: int) -> Iterator[int]:
-    """Copy what is left of descriptor ``src`` to ``dst``, yielding the bytes copied by
-    each step (at most ``COPY_CHUNK_BYTES``).
+def copy_bytes(src: int, dst: int, limit: int | None = None) -> Iterator[int]:
+    """Copy what is left of descriptor ``src`` to ``dst`` (at most ``limit`` bytes),
+    yielding the bytes copied by each step (at most ``COPY_CHUNK_BYTES``).
 
     ``copy_file_range``: the kernel copies (or shares the blocks, on a filesystem with
     reflinks) without the bytes passing through this process. Where it is refused
     (another filesystem on an old kernel, a filesystem without it) the rest is read and
     written.
     """
-    while True:
+    left = limit  # None: to the end
+
+    def step() -> int:
+        return COPY_CHUNK_BYTES if left is None else min(left, COPY_CHUNK_BYTES)
+
+    while left != 0:
         try:
-            n = os.copy_file_range(src, dst, COPY_CHUNK_BYTES)
+            n = os.copy_file_range(src, dst, step())
         except OSError:
             # Refused here (or a real error, which the plain read or write raises again).
             break
         if n == 0:
             return
+        left = None if left is None else left - n
         yield n
-    while chunk := os.read(src, COPY_CHUNK_BYTES):
+    while left != 0 and (chunk := os.read(src, step())):
         view = memoryview(chunk)
         while view:
             view = view[os.write(dst, view) :]
+        left = None if left is None else left - len(chunk)
         yield len(chunk)

@@ -376,6 +376,7 @@ def _copy_consistent(
     dest = work_dir / source.name
     for _ in range(attempts):
         before = fingerprint(source)
+        log = _committed_log(source)
         done = 0
         for suffix in COPY_SUFFIXES:
             target = Path(f"{dest}{suffix}")
@@ -387,18 +388,107 @@ def _copy_consistent(
                 continue
             try:
                 with src, os.fdopen(create_new(target), "wb") as out:
-                    for copied in copy_bytes(src.fileno(), out.fileno()):
+                    # A -wal as long as it was when the attempt began: a writer
+                    # appending all the while would keep a copy to its end going.
+                    limit = _wal_bytes(before) if suffix == WAL_SUFFIX else None
+                    for copied in copy_bytes(src.fileno(), out.fileno(), limit):
                         done += copied
                         if progress:
                             progress("copy", done, size)
             except OSError as exc:
                 raise copy_failed(source, work_dir.parent, exc) from None
-        if fingerprint(source) == before:
+        after = fingerprint(source)
+        if after == before:
+            return dest
+        if log is not None and _only_appended(source, before, after, log):
+            os.truncate(sidecar(dest, WAL_SUFFIX), log.committed_bytes)
             return dest
     raise DatabaseChanged(
         f"{source}: changed while it was being copied ({attempts} attempts)",
         hint="a live writer holds it; stop Hermes (see statewardenctl holders) and retry",
     )
+
+
+@dataclass(frozen=True)
+class CommittedLog:
+    """A live ``-wal``'s committed frames, as its writer's wal-index (the ``-shm``) says:
+    ``header``, the ``-wal``'s first 32 bytes; ``committed_bytes``, where its last
+    committed frame ends. A frame up to there is never written again until the log
+    starts over, which gives the ``-wal`` a new header."""
+
+    header: bytes
+    committed_bytes: int
+
+
+# The wal-index header SQLite keeps at the start of the -shm, twice (48 bytes each, in
+# the machine's byte order): version, -, change counter, initialised, checksum order,
+# page size, last committed frame (mxFrame), pages, frame checksum, salts, checksum.
+_SHM_HEADER = struct.Struct("=IIIBBHI")
+_SHM_HEADER_BYTES = 48
+_WAL_INDEX_VERSION = 3007000
+
+
+def _committed_log(source: Path) -> CommittedLog | None:
+    """What ``source``'s ``-shm`` says of its ``-wal`` now (None: no ``-wal`` header, or
+    a wal-index that is not this log's, or not whole: torn between its two copies, not
+    initialised, of another generation's salts or another page size)."""
+    try:
+        with open(sidecar(source, WAL_SUFFIX), "rb") as f:
+            head = f.read(32)
+        with open(sidecar(source, SHM_SUFFIX), "rb") as f:
+            index = f.read(2 * _SHM_HEADER_BYTES)
+    except OSError:
+        return None
+    if len(head) < 32 or len(index) < 2 * _SHM_HEADER_BYTES:
+        return None
+    first = index[:_SHM_HEADER_BYTES]
+    if first != index[_SHM_HEADER_BYTES:]:
+        return None
+    version, _, _, initialised, _, size, frames = _SHM_HEADER.unpack_from(first)
+    page_size = 65536 if size == 1 else size
+    if version != _WAL_INDEX_VERSION or initialised != 1 or first[32:40] != head[16:24]:
+        return None
+    if struct.unpack(">I", head[8:12])[0] != page_size:
+        return None
+    return CommittedLog(head, 32 + frames * (24 + page_size))
+
+
+def _wal_bytes(before: Fingerprint) -> int | None:
+    """The ``-wal``'s size in ``before`` (None: it had none)."""
+    for entry in before:
+        if entry[0] == WAL_SUFFIX and len(entry) > 1:
+            return int(entry[1])
+    return None
+
+
+def _only_appended(
+    source: Path, before: Fingerprint, after: Fingerprint, log: CommittedLog
+) -> bool:
+    """Whether the bundle changed during the copy only by what its writer wrote to the
+    ``-wal`` past ``log``'s committed frames: the file is the same (no checkpoint wrote
+    to it), no journal came or went, the ``-wal`` is the same file, no shorter, and has
+    the same header (a log that starts over gets new salts). The copy cut at the end of
+    those frames is then the database as of that commit. The ``-shm``, which is not
+    copied, changes with every commit.
+
+    A live writer commits every few milliseconds: before this, every attempt of a copy
+    that takes longer saw a commit, and each was a whole copy written for nothing
+    before the backup API's copy (four copies of the file where one does)."""
+    try:
+        with open(sidecar(source, WAL_SUFFIX), "rb") as f:
+            if f.read(32) != log.header:
+                return False
+    except OSError:
+        return False
+    for old, new in zip(before, after, strict=True):
+        if old == new or old[0] == SHM_SUFFIX:
+            continue
+        if old[0] != WAL_SUFFIX or len(old) == 1 or len(new) == 1:
+            return False
+        (_, old_size, *_, old_inode), (_, new_size, *_, new_inode) = old, new
+        if new_inode != old_inode or new_size < old_size or old_size < log.committed_bytes:
+            return False
+    return True
 
 
 def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:

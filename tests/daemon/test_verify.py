@@ -257,15 +257,22 @@ def test_verify_names_what_it_cannot_find(daemon: DaemonProc) -> None:
 def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
     tmp_path: Path,
 ) -> None:
-    """A real SessionDB writer commits every half millisecond on a 10 MB database: a raw
-    copy of the bundle is hardly ever consistent, so the verification checks a
+    """A real SessionDB writer commits every half millisecond on a 10 MB database and
+    folds each commit into the file (a passive checkpoint; frames only appended to the
+    -wal leave a raw copy consistent): a raw copy of the bundle is hardly ever
+    consistent, so the verification checks a
     consistent copy taken through the backup API instead: a verdict (healthy), not a
     failed verification; the writer commits on throughout, and its -wal is not
     checkpointed by the daemon. A starved writer can leave one raw copy consistent on a
     loaded machine, so up to three verifications run: each gives a verdict, and one at
     least was made through the backup API."""
     from lab.hermes_fixtures import SMALL, make_home
-    from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+    from tests.support.fake_hermes import (
+        CHECKPOINT_ENV,
+        LOG_ENV,
+        WRITE_EVERY_ENV,
+        install_fake_hermes,
+    )
 
     home = make_home(tmp_path / "hermes", SMALL)
     (home / "logs").mkdir(exist_ok=True)
@@ -274,7 +281,7 @@ def test_a_writer_too_busy_for_a_raw_copy_is_verified_through_the_backup_api(
     env = configured(tmp_path, home, verify_interval="1h")
     writer = subprocess.Popen(
         [str(tmp_path / "bin" / "hermes"), "dashboard"],
-        env={**env, WRITE_EVERY_ENV: "0.0005", LOG_ENV: str(log)},
+        env={**env, WRITE_EVERY_ENV: "0.0005", LOG_ENV: str(log), CHECKPOINT_ENV: "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

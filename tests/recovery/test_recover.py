@@ -379,8 +379,9 @@ class TestInterruptAndLiveWriter:
         assert fingerprint(case.db) == before
 
     def test_source_changing_during_the_copy_is_refused(self, tmp_path: Path) -> None:
-        """A writer commits to the source while its bundle is copied (each time the copy
-        reports progress): after three attempts the copy is refused, exit 1."""
+        """A writer commits to the source and folds the commit into the file (a
+        checkpoint) while its bundle is copied (each time the copy reports progress):
+        after three attempts the copy is refused, exit 1."""
         case = corruption.fresh_copy(tmp_path / "db")
         writer = apsw.Connection(str(case.db))
         writer.execute("PRAGMA journal_mode=WAL")
@@ -392,6 +393,7 @@ class TestInterruptAndLiveWriter:
             if phase == "copy":
                 n[0] += 1
                 writer.execute("INSERT INTO state_meta(key, value) VALUES (?, 'x')", (f"k{n[0]}",))
+                writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
         try:
             with pytest.raises(DatabaseChanged, match="changed while it was being copied"):

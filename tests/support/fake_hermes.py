@@ -10,7 +10,9 @@ the holding process writes its pid there (atomically) once the database is open.
 With ``$FAKE_HERMES_WRITE_EVERY`` (seconds) it appends a message that often; with
 ``$FAKE_HERMES_LOG`` as well, each message says ``tick <pid> <n>`` and, once SessionDB
 has committed it, its id and text are appended to that file (one line each), so a test
-knows every row that was committed. With
+knows every row that was committed; with ``$FAKE_HERMES_CHECKPOINT`` set as well, each
+commit is folded into state.db at once (a passive checkpoint: the file itself changes
+with every commit, not only its -wal). With
 ``$FAKE_HERMES_OFD_GUARD`` (the lab folder) it adds the open file description locks of
 Hermes since 0.20 (``lab/lockguard.py``) and lifts them before it closes, as Hermes does.
 """
@@ -27,6 +29,7 @@ from typing import Any
 PIDFILE_ENV = "FAKE_HERMES_PIDFILE"
 WRITE_EVERY_ENV = "FAKE_HERMES_WRITE_EVERY"
 LOG_ENV = "FAKE_HERMES_LOG"
+CHECKPOINT_ENV = "FAKE_HERMES_CHECKPOINT"
 OFD_GUARD_ENV = "FAKE_HERMES_OFD_GUARD"
 
 
@@ -74,12 +77,15 @@ def main() -> None:
     print("ready", flush=True)
     every = float(os.environ.get(WRITE_EVERY_ENV) or 0)
     log = os.environ.get(LOG_ENV)
+    fold = bool(os.environ.get(CHECKPOINT_ENV))
     n = 0
     while signal.sigtimedwait({signal.SIGTERM}, every or 3600) is None:
         if every:
             n += 1
             text = f"tick {os.getpid()} {n}" if log else f"tick {n}"
             msg_id = db.append_message(sid, "assistant", text)
+            if fold:
+                db._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             if log:
                 with open(log, "a") as f:  # after the commit: only committed rows
                     f.write(f"{msg_id}\t{text}\n")

@@ -1,0 +1,167 @@
+"""A raw copy taken while Hermes writes is the database as of a commit.
+
+A live writer in WAL mode commits by appending frames to the ``-wal``; the file itself
+changes only when a checkpoint folds them in. A copy of the bundle during which only
+the ``-wal`` changed (the same file, not shorter, the same header) is consistent once
+its ``-wal`` is cut where the frames committed when the copy began end, as the
+writer's wal-index (the ``-shm``) said then (``bundle._only_appended``): past them a
+log that started over is written over frames of the one before, so a copy can hold an
+old frame between new ones (a real Hermes writer showed it). Before, any commit during the copy made it start over,
+so under a writer committing every few milliseconds every attempt was a whole copy
+written for nothing, and the daemon's verification fell back to the backup API.
+
+The invariant, held here: every copy made holds every row committed before it began,
+none committed after, and reads clean (no WAL note, integrity ok); a change that is
+not an append (a checkpoint) still makes the copy start over.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+from lab import corruption
+from lab.hermes_fixtures import SMALL, make_home
+from statewarden.errors import DatabaseChanged
+from statewarden.recovery.bundle import make_work_copy
+from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
+
+
+def keys_in(db: Path) -> set[str]:
+    """The ``state_meta`` keys of a folded copy, read through SQLite."""
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        return {str(r[0]) for r in conn.execute("SELECT key FROM state_meta")}
+    finally:
+        conn.close()
+
+
+# A writer in a process of its own, as Hermes is (a process that reads the -shm raw
+# would drop its own connections' locks on it: docs/safety.md rule 2): each line of
+# its stdin is a key to insert (and, with "fold", a checkpoint); it answers "ok".
+WRITER = """
+import sys, apsw
+conn = apsw.Connection(sys.argv[1])
+conn.execute("PRAGMA journal_mode=WAL")
+conn.execute("PRAGMA wal_autocheckpoint=0")
+print("ok", flush=True)
+for line in sys.stdin:
+    key, _, fold = line.strip().partition(" ")
+    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, 'x')", (key,))
+    if fold:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    print("ok", flush=True)
+"""
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("fold", [False, True], ids=["appends", "checkpoints"])
+def test_commits_during_the_copy(tmp_path: Path, fold: bool) -> None:
+    """A writer commits at each step of the copy. Appends only: the first attempt is
+    the copy, holding the rows committed before it began and none of those committed
+    during it. With each commit folded into the file: no attempt is consistent, and
+    the copy is refused."""
+    case = corruption.fresh_copy(tmp_path / "db")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(case.db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdin is not None
+    assert writer.stdout is not None
+    stdin, stdout = writer.stdin, writer.stdout
+
+    def commit(key: str) -> None:
+        stdin.write(f"{key}{' fold' if fold else ''}\n")
+        stdin.flush()
+        assert stdout.readline().strip() == "ok"
+
+    assert stdout.readline().strip() == "ok"
+    committed = {f"before{i}" for i in range(3)}
+    for key in sorted(committed):
+        commit(key)
+    during: list[str] = []
+
+    def write(phase: str, done: int, total: int) -> None:
+        if phase == "copy":
+            during.append(f"during{len(during)}")
+            commit(during[-1])
+
+    try:
+        if fold:
+            with pytest.raises(DatabaseChanged):
+                make_work_copy(case.db, tmp_path / "work", attempts=2, progress=write)
+            return
+        work = make_work_copy(case.db, tmp_path / "work", attempts=1, progress=write)
+    finally:
+        stdin.close()
+        writer.wait(timeout=30)
+        stdout.close()
+    try:
+        assert during  # the writer did commit while the copy was made
+        assert work.notes == []
+        keys = keys_in(work.db)
+        assert committed <= keys
+        assert not keys & set(during)
+    finally:
+        work.cleanup()
+
+
+@pytest.mark.process
+def test_hermes_writing_while_copies_are_made(tmp_path: Path) -> None:
+    """Hermes' own SessionDB appends a message every millisecond (with its own
+    checkpoints, every 50 writes) while twelve copies are made: each copy made holds
+    every message committed before it began and reads clean; a checkpoint during a
+    copy still makes it start over, but not every copy meets one."""
+    home = make_home(tmp_path / "hermes", SMALL)
+    install_fake_hermes(tmp_path / "bin")
+    log = tmp_path / "commits.log"
+    env = {**os.environ, "HERMES_HOME": str(home), WRITE_EVERY_ENV: "0.001", LOG_ENV: str(log)}
+    writer = subprocess.Popen(
+        [str(tmp_path / "bin" / "hermes"), "dashboard"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def logged() -> set[str]:
+        return {ln.split("\t")[1] for ln in log.read_text().splitlines()} if log.exists() else set()
+
+    made = changed = 0
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "ready"
+        for i in range(12):
+            before = logged()
+            try:
+                work = make_work_copy(home / "state.db", tmp_path / f"w{i}")
+            except DatabaseChanged:
+                changed += 1
+                continue
+            try:
+                assert work.notes == []
+                conn = apsw.Connection(str(work.db), flags=apsw.SQLITE_OPEN_READONLY)
+                assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+                ticks = {
+                    str(r[0])
+                    for r in conn.execute(
+                        "SELECT content FROM messages WHERE content LIKE 'tick %'"
+                    )
+                }
+                conn.close()
+                assert before <= ticks
+                made += 1
+            finally:
+                work.cleanup()
+        assert writer.poll() is None
+    finally:
+        writer.terminate()
+        writer.communicate(timeout=30)
+    assert made >= 1, f"every one of 12 copies saw a checkpoint ({changed})"
