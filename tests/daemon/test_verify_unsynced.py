@@ -55,8 +55,9 @@ print(json.dumps({"copy": copied, "damage": diagnosis.damage,
 """
 
 
-# Hermes' SessionDB committing one message after another until its stdin closes: no raw
-# copy of the bundle is consistent under it.
+# Hermes' SessionDB committing one message after another until its stdin closes, each
+# folded into state.db at once (a passive checkpoint): no raw copy of the bundle is
+# consistent under it (one that only appends to the -wal leaves the raw copy good).
 BUSY_WRITER = """
 import sys, threading
 from hermes_state import SessionDB
@@ -70,6 +71,7 @@ n = 0
 while not stop.is_set():
     n += 1
     db.append_message("busy", "assistant", f"tick {n}")
+    db._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 db.close()
 """
 
@@ -117,7 +119,7 @@ def test_the_private_copy_is_removed_before_any_of_it_is_written_out(
     them out, bar a few pages: none was synced. Before, the fold's checkpoint synced the
     raw copy and the backup API copy was synced on its commit: a whole database's worth
     was written out. Raw: Hermes holds the file with its frames in the -wal (the copy is
-    folded); backup API: Hermes commits one message after another."""
+    folded); backup API: Hermes commits one message after another, each checkpointed."""
     home = make_home(tmp_path / "hermes", SMALL)
     db = home / "state.db"
     size = db.stat().st_size
