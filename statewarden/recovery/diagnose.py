@@ -33,11 +33,10 @@ from statewarden.recovery.decoding.integrity import (
     group_errors,
 )
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.pages import DatabaseFile, ZeroedCells
 from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
-from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.recovery.diagnosis import Diagnosis, TableFacts, classify, worst
 from statewarden.recovery.evidence.column_types import find_misfits
 from statewarden.recovery.evidence.copies import CopyCheck

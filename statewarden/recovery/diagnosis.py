@@ -19,8 +19,8 @@ from statewarden.recovery.decoding.integrity import (
     ErrorGroup,
 )
 from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.pages import ZeroedCells
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
-from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.recovery.evidence.column_types import Misfits
 from statewarden.recovery.evidence.copies import CopyCheck, rowids_shown, sample
 from statewarden.recovery.evidence.foreign_cells import Records

@@ -43,23 +43,19 @@ from statewarden.recovery.decoding.page_format import (
     varint,
 )
 from statewarden.recovery.decoding.pages import (
+    SECTOR,
     DatabaseFile,
-    _tree_leaves,
-    _walk_table_tree,
-    find_leaf,
-)
-from statewarden.recovery.decoding.schema import Schema, read_schema
-from statewarden.recovery.decoding.zeroed_columns import (
     ZeroedCells,
     _columns_hit,
     _payload_segments,
+    _tree_leaves,
+    _walk_table_tree,
     _zeroed_runs,
-)
-from statewarden.recovery.decoding.zeroed_sectors import (
-    SECTOR,
     _zeroed_sector_pages,
+    find_leaf,
     zeroed_sectors_of,
 )
+from statewarden.recovery.decoding.schema import Schema, read_schema
 
 # -- the reference walks ------------------------------------------------------------
 

@@ -19,17 +19,19 @@ from statewarden.recovery.decoding.page_format import (
     _whole_by_size,
     varint,
 )
-from statewarden.recovery.decoding.pages import DatabaseFile, _tree_leaves
-from statewarden.recovery.decoding.schema import Schema
-from statewarden.recovery.decoding.zeroed_columns import (
+from statewarden.recovery.decoding.pages import (
+    ZERO_SCAN_CHUNK,
+    DatabaseFile,
     Segment,
     ZeroedCells,
     ZeroRun,
     _columns_hit,
     _payload_segments,
+    _tree_leaves,
     _zeroed_runs,
+    zeroed_sectors_of,
 )
-from statewarden.recovery.decoding.zeroed_sectors import ZERO_SCAN_CHUNK, zeroed_sectors_of
+from statewarden.recovery.decoding.schema import Schema
 
 
 def _may_hold_payload(db: DatabaseFile, n: int, stretches: list[tuple[int, int]]) -> bool:

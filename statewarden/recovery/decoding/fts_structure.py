@@ -20,14 +20,14 @@ import apsw
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.decoding.page_format import varint
+from statewarden.recovery.decoding.pages import ZeroedCells
 from statewarden.recovery.decoding.schema import Schema
-from statewarden.recovery.decoding.zeroed_columns import ZeroedCells
 from statewarden.sqlite import quote_ident
 
 STRUCTURE_ROWID = 10
 _V2 = b"\xff\x00\x00\x01"
 # A run of zero bytes this long could be (part of) a zeroed sector
-# (zeroed_sectors.MIN_ZERO_STRETCH).
+# (pages.MIN_ZERO_STRETCH).
 _SHORTEST_RUN = 16
 
 

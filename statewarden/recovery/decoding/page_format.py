@@ -4,7 +4,7 @@ and the sizes of a record's serial types."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from statewarden.errors import PageFormatError
 
@@ -29,24 +29,6 @@ def place_cells(page: bytearray, cells: list[bytes], usable: int) -> tuple[int, 
         page[content : content + len(cell)] = cell
         pointers.append(content)
     return content, pointers
-
-
-class PageReads(Protocol):
-    """The reads of one open file that the zeroed-sector search makes: those of
-    ``pages.DatabaseFile``, which itself uses the search (so the search names only what
-    it reads, not the class)."""
-
-    page_size: int
-    page_count: int
-    usable: int
-
-    def page(self, n: int) -> bytes: ...
-
-    def raw_pages(self, first: int, count: int) -> bytes: ...
-
-    def cell_offsets(self, n: int) -> list[int]: ...
-
-    def _local_size(self, payload: int, *, table: bool) -> int: ...
 
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -114,16 +96,3 @@ def _serial_size(t: int) -> int:
             raise PageFormatError(f"reserved serial type {t}")
         return (0, 1, 2, 3, 4, 6, 8, 8, 0, 0)[t]
     return (t - 12) // 2 if t % 2 == 0 else (t - 13) // 2
-
-
-def table_cell_start(db: PageReads, n: int, off: int) -> tuple[bytes, int, int, int, int]:
-    """(page ``n`` as read, payload size, rowid, where the payload starts, how much of
-    it the cell holds) of the table-leaf cell at ``off`` of page ``n``; PageFormatError
-    when the part the cell holds runs past the page."""
-    pg = db.page(n)
-    size, pos = varint(pg, off)
-    rowid, pos = varint(pg, pos)
-    local = db._local_size(size, table=True)
-    if pos + local > db.usable:
-        raise PageFormatError(f"page {n}: cell at {off} runs past the page")
-    return pg, size, rowid, pos, local

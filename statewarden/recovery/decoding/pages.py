@@ -4,35 +4,41 @@ nor apsw's bundled one has): ``DatabaseFile`` reads a page when wanted, decodes 
 table leaf's cells (varints, the record format, overflow chains) into ``(rowid,
 values)`` and tells the pages the b-trees and the freelist reach; the walks down one
 table's b-tree (the leaf that holds a rowid, the leaves it reaches) read through it.
+Where its wholly zeroed 512-byte sectors lie (a census of every page taken in one
+sequential read: each page's first four bytes, and its stretches of zeroed sectors where
+those may lie in a record's bytes; the search of single pages), and which columns of one
+table-leaf cell lie in zeroed bytes (where each stretch of its payload lies, the runs of
+it in zeroed sectors, and whether its own bytes prove those zeros a sector's and not the
+record's: a real of 0.0 is eight zero bytes SQLite wrote).
 
 Call only with no SQLite connection open to ``path`` in this process (docs/safety.md rule 2).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import struct
+import sys
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.decoding.page_format import (
     _INTERIOR,
     MAX_OVERFLOW_PAGES_PER_CELL,
     PAGE_INDEX_INTERIOR,
+    PAGE_INDEX_LEAF,
     PAGE_TABLE_INTERIOR,
     PAGE_TABLE_LEAF,
     _header_of,
+    _serial_size,
     _whole_by_size,
-    table_cell_start,
     varint,
 )
-from statewarden.recovery.decoding.zeroed_columns import (
-    _columns_hit,
-    _payload_segments,
-    _zeroed_runs,
-)
-from statewarden.recovery.decoding.zeroed_sectors import PageCensus, _take_census, zeroed_sectors_of
 from statewarden.sqlite import parse_header
 
 
@@ -386,6 +392,313 @@ def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
         else:
             damaged.append(n)
     return leaves, damaged
+
+
+def table_cell_start(db: DatabaseFile, n: int, off: int) -> tuple[bytes, int, int, int, int]:
+    """(page ``n`` as read, payload size, rowid, where the payload starts, how much of
+    it the cell holds) of the table-leaf cell at ``off`` of page ``n``; PageFormatError
+    when the part the cell holds runs past the page."""
+    pg = db.page(n)
+    size, pos = varint(pg, off)
+    rowid, pos = varint(pg, pos)
+    local = db._local_size(size, table=True)
+    if pos + local > db.usable:
+        raise PageFormatError(f"page {n}: cell at {off} runs past the page")
+    return pg, size, rowid, pos, local
+
+
+# -- where a file's wholly zeroed sectors lie ---------------------------------------
+
+SECTOR = 512
+# The shortest run of zero bytes taken for (part of) a zeroed sector.
+MIN_ZERO_STRETCH = 16
+_ZERO_RUN_RE = re.compile(rb"\x00{%d,}" % MIN_ZERO_STRETCH)
+_ZERO_STRETCH = bytes(MIN_ZERO_STRETCH)
+# How much of the file the zeroed-sector search reads at once.
+ZERO_SCAN_CHUNK = 4 << 20
+
+
+@dataclass
+class PageCensus:
+    """What one sequential read of every page of a file tells (the file's own bytes,
+    no overlay): each page's first four bytes as a big-endian number (a b-tree page's
+    type byte is its top byte, an overflow or freelist trunk page's next page is all
+    of it), and the pages that hold a wholly zeroed 512-byte sector: with their
+    stretches of zeroed sectors (:func:`zeroed_sectors`) where those may lie in a
+    record's bytes, in ``passed`` where they cannot (an index or interior page; a
+    table leaf with no zero byte in its cell content area that a stretch could hold)."""
+
+    first_words: array[int]
+    zeroed: dict[int, list[tuple[int, int]]]
+    passed: set[int]
+
+
+def _take_census(db: DatabaseFile) -> PageCensus:
+    """The :class:`PageCensus` of ``db``, read in page-aligned chunks of
+    ``ZERO_SCAN_CHUNK`` bytes (memory bounded at any size)."""
+    census = PageCensus(array("I"), {}, set())
+    ps = db.page_size
+    per_chunk = max(1, ZERO_SCAN_CHUNK // ps)
+    for first in range(1, db.page_count + 1, per_chunk):
+        count = min(per_chunk, db.page_count - first + 1)
+        data = db.raw_pages(first, count)
+        data = data[: len(data) // ps * ps]  # (a file cut short meanwhile)
+        census.first_words.frombytes(memoryview(data).cast("I")[:: ps // 4].tobytes())
+        for i in _zeroed_sector_pages(data, ps):
+            n, base = first + i, i * ps
+            if not _may_hold_zeroed_payload(data, base, ps, 100 if n == 1 else 0):
+                census.passed.add(n)
+            elif stretches := _zeroed_stretches(data, base, ps):
+                census.zeroed[n] = stretches
+    if sys.byteorder == "little":
+        census.first_words.byteswap()
+    census.first_words.extend(itertools.repeat(0, db.page_count - len(census.first_words)))
+    return census
+
+
+def _may_hold_zeroed_payload(data: bytes, base: int, ps: int, h: int) -> bool:
+    """Could a stretch of zeroed sectors of the page at ``base`` of ``data`` lie in a
+    record's bytes (``_may_hold_payload``, which this never contradicts)? Not on an
+    index or interior page; on a table leaf only when a zero byte of its cell content
+    area could belong to one: the first (a stretch running into the area) or one of
+    ``MIN_ZERO_STRETCH`` in a row inside it."""
+    kind = data[base + h]
+    if kind in (PAGE_TABLE_INTERIOR, PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF):
+        return False
+    if kind != PAGE_TABLE_LEAF:
+        return True
+    content = int.from_bytes(data[base + h + 5 : base + h + 7], "big") or 65536
+    if content >= ps:
+        return False
+    return data[base + content] == 0 or data.find(_ZERO_STRETCH, base + content, base + ps) >= 0
+
+
+def zeroed_sectors_of(db: DatabaseFile, pages: set[int]) -> dict[int, list[tuple[int, int]]]:
+    """:func:`zeroed_sectors` of ``pages`` alone (each read by itself)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for n in pages:
+        if 1 <= n <= db.page_count:
+            out.update(_zeroed_in(db.raw_pages(n, 1), n, db.page_size))
+    return out
+
+
+def _zeroed_in(data: bytes, first: int, page_size: int) -> dict[int, list[tuple[int, int]]]:
+    """:func:`zeroed_sectors` of ``data``, the pages from ``first`` on."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for i in _zeroed_sector_pages(data, page_size):
+        if stretches := _zeroed_stretches(data, i * page_size, page_size):
+            out[first + i] = stretches
+    return out
+
+
+def _zeroed_sector_pages(data: bytes, page_size: int) -> list[int]:
+    """Indexes (from 0) of the pages of ``data`` that hold a wholly zeroed sector (one
+    of the whole 512-byte sectors from ``data``'s start). Each sector's first and last
+    bytes are taken at once (a sliced step, for the whole of ``data``); only a sector
+    whose both are zero is compared whole, and only up to a page's first such one."""
+    zero = bytes(SECTOR)
+    whole = len(data) // SECTOR
+    end = whole * SECTOR
+    # A zero byte at i: sector i's first and last bytes are both zero.
+    ends = int.from_bytes(data[0:end:SECTOR], "little") | int.from_bytes(
+        data[SECTOR - 1 : end : SECTOR], "little"
+    )
+    marks = ends.to_bytes(whole, "little")
+    per_page = page_size // SECTOR
+    pages: list[int] = []
+    i = marks.find(0)
+    while i >= 0:
+        base = i * SECTOR
+        if data[base : base + SECTOR] == zero:
+            page = i // per_page
+            pages.append(page)
+            i = marks.find(0, (page + 1) * per_page)  # the page is a candidate
+        else:
+            i = marks.find(0, i + 1)
+    return pages
+
+
+def _zeroed_stretches(data: bytes, base: int, page_size: int) -> list[tuple[int, int]]:
+    """The stretches of zeroed sectors of the page at ``base`` of ``data``."""
+    out = []
+    for m in _ZERO_RUN_RE.finditer(data, base, base + page_size):
+        lo, hi = m.start() - base, m.end() - base
+        if lo // SECTOR == (hi - 1) // SECTOR and lo % SECTOR and hi % SECTOR:
+            continue  # inside one sector, touching neither of its ends: not a sector's
+        out.append((lo, hi))
+    return out
+
+
+# -- which columns of a cell lie in zeroed bytes ------------------------------------
+
+# A record may end in a zero byte or two of its own (an integer, a real); this many of
+# its bytes in a wholly zeroed sector are the sector's, not the record's. (A sector
+# that holds the start of a cell is never zero: a cell starts with its payload size.)
+MIN_ZEROED_RUN = 4
+# The most zero bytes a record can end in by itself: an 8-byte real or integer whose
+# low bytes are zero (2.0 ends in seven).
+MAX_NUMBER_ZEROS = 7
+
+# rowid -> positions of the columns whose bytes were zeroed (None: its record header
+# was, so no column can be trusted).
+ZeroedCells = dict[int, list[int] | None]
+
+
+class ZeroRun(NamedTuple):
+    """A stretch ``lo`` .. ``hi`` of a record's payload (payload offsets) that lies in
+    zeros, ``stretch`` (offsets in ``page``) the whole run of zeros it lies in.
+    ``short``: zeros that run on past the payload's end, no more than a number's own
+    low bytes (``MAX_NUMBER_ZEROS``) followed by unused space. ``proven``: zeroed
+    whatever the record says (bytes past the cell that another row's chain owns)."""
+
+    lo: int
+    hi: int
+    short: bool
+    page: int = 0
+    stretch: tuple[int, int] = (0, 0)
+    proven: bool = False
+
+
+# (payload offset, length, page, offset in the page) of one stretch of a payload
+Segment = tuple[int, int, int, int]
+
+
+def _payload_segments(db: DatabaseFile, n: int, off: int) -> tuple[int, list[Segment]]:
+    """(rowid, stretches) of a table-leaf cell: where each stretch of its payload lies
+    (in the cell, then on its overflow pages)."""
+    pg, size, rowid, pos, local = table_cell_start(db, n, off)
+    segs: list[Segment] = [(0, local, n, pos)]
+    if local < size:
+        (nxt,) = struct.unpack(">I", pg[pos + local : pos + local + 4])
+        at = local
+        seen: set[int] = set()
+        while at < size and nxt and 1 <= nxt <= db.page_count and nxt not in seen:
+            seen.add(nxt)
+            length = min(db.usable - 4, size - at)
+            segs.append((at, length, nxt, 4))
+            at += length
+            (nxt,) = struct.unpack(">I", db.page(nxt)[:4])
+    return rowid, segs
+
+
+def _zeroed_runs(segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]) -> list[ZeroRun]:
+    """Stretches of a payload that lie in stretches of zeros that reach a sector's
+    boundary (``zeroed``), each at least ``MIN_ZEROED_RUN`` long (``ZeroRun``: only
+    text or a blob counts a *short* one). Whether they are a zeroed sector's or the
+    record's own zeros is for ``_columns_hit`` to prove."""
+    runs = []
+    for at, length, page, start in segs:
+        for lo, hi in zeroed.get(page, ()):
+            a, b = max(lo, start), min(hi, start + length)
+            if b - a >= MIN_ZEROED_RUN:
+                short = hi > start + length and b - a <= MAX_NUMBER_ZEROS
+                runs.append(ZeroRun(at + a - start, at + b - start, short, page, (lo, hi)))
+    return runs
+
+
+def _columns_hit(db: DatabaseFile, segs: list[Segment], runs: list[ZeroRun]) -> list[int] | None:
+    """Positions of the record's columns whose bytes overlap the runs of ``runs`` its
+    bytes prove zeroed (``_zeros_proven``; a short run only text or a blob: see
+    ``ZeroRun``); None when such a run reaches its header (or the header cannot be
+    read). A run of zeros the record's own values explain (a real of 0.0, serial types
+    of NULL) is no damage: a row whose costs are 0.0 is the row that was written."""
+    _, length, page, start = segs[0]
+    local = bytes(db.page(page)[start : start + length])
+    columns: list[tuple[int, int, int]] = []  # (serial type, body offset, width)
+    try:
+        hsize, pos = varint(local, 0)
+        if hsize > len(local):
+            return None
+        body = hsize
+        while pos < hsize:
+            t, pos = varint(local, pos)
+            columns.append((t, body, _serial_size(t)))
+            body += columns[-1][2]
+    except PageFormatError:
+        return None
+    # A header that does not account for the payload byte for byte is not the header
+    # SQLite wrote (a serial type zeroed into NULL takes no bytes).
+    whole = body == sum(length for _, length, _, _ in segs)
+    zeroed = [
+        r
+        for r in runs
+        if r.proven or _zeros_proven(db, segs, r, hsize=hsize, whole=whole, columns=columns)
+    ]
+    if any(r.lo < max(hsize, 1) for r in zeroed):
+        return None
+    return [
+        i
+        for i, (t, at, width) in enumerate(columns)
+        if width
+        and any(r.lo < at + width and at < r.hi and (t >= 12 or not r.short) for r in zeroed)
+    ]
+
+
+def _zeros_proven(
+    db: DatabaseFile,
+    segs: list[Segment],
+    run: ZeroRun,
+    *,
+    hsize: int,
+    whole: bool,
+    columns: list[tuple[int, int, int]],
+) -> bool:
+    """Do the bytes prove ``run``'s zeros a zeroed sector's, not the record's own? They
+    do when they take a byte that is never zero where SQLite wrote it: the header's
+    size (the first byte of the payload), a serial type of a header that no longer
+    accounts for the payload, the first byte of a cell on the leaf (a payload size),
+    a byte of text or a blob (Hermes writes no zero bytes in either), or the high bytes
+    of an integer (SQLite writes each integer in the fewest bytes that hold it: zeroed
+    high bytes leave one it would have written shorter). Zeros in reals (0.0 is eight
+    of them), in the serial types of NULLs and in an integer's low bytes prove nothing."""
+    if run.lo == 0 or (run.lo < hsize and not whole):
+        return True
+    if run.page == segs[0][2] and _holds_a_cell_start(db, run):
+        return True
+    for t, at, width in columns:
+        if not width or not (run.lo < at + width and at < run.hi):
+            continue
+        if t >= 12:
+            return True
+        if t <= 6 and not _fewest_bytes(_payload_bytes(db, segs, at, width), t):
+            return True
+    return False
+
+
+def _holds_a_cell_start(db: DatabaseFile, run: ZeroRun) -> bool:
+    """Does the run of zeros ``run`` lies in take the first byte of a cell of its page
+    (a payload size, never zero: a record has at least its header's size)?"""
+    lo, hi = run.stretch
+    try:
+        return any(lo <= off < hi for off in db.cell_offsets(run.page))
+    except (PageFormatError, struct.error):
+        return False
+
+
+def _payload_bytes(db: DatabaseFile, segs: list[Segment], at: int, width: int) -> bytes:
+    """Bytes ``at`` .. ``at + width`` of the payload ``segs`` locates (fewer where its
+    chain ends early)."""
+    out = bytearray()
+    for pat, length, page, start in segs:
+        a, b = max(at, pat), min(at + width, pat + length)
+        if a < b:
+            out += db.page(page)[start + a - pat : start + b - pat]
+    return bytes(out)
+
+
+def _fewest_bytes(raw: bytes, t: int) -> bool:
+    """Is ``raw``, an integer of serial type ``t`` (1 to 6), in the fewest bytes SQLite
+    would write it in (0 and 1 in none: types 8 and 9)? True when ``raw`` is cut short
+    (nothing to tell)."""
+    if len(raw) != _serial_size(t):
+        return True
+    v = int.from_bytes(raw, "big", signed=True)
+    if v in (0, 1):
+        return False
+    for fewer, bits in enumerate((8, 16, 24, 32, 48), 1):
+        if -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+            return t == fewer
+    return t == 6
 
 
 # -- cells that run into zeroed sectors ---------------------------------------------

@@ -20,8 +20,7 @@ from statewarden.recovery.decoding.page_format import (
     place_cells,
     varint,
 )
-from statewarden.recovery.decoding.pages import DatabaseFile
-from statewarden.recovery.decoding.zeroed_sectors import ZERO_SCAN_CHUNK
+from statewarden.recovery.decoding.pages import ZERO_SCAN_CHUNK, DatabaseFile
 
 SCHEMA_TYPES = ("table", "index", "view", "trigger")
 
