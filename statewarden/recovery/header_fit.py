@@ -16,7 +16,7 @@ from statewarden.errors import (
 )
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema_root import is_schema_record
-from statewarden.recovery.evidence.lost_header import infer_page_size, rewrite_header
+from statewarden.recovery.evidence.lost_schema import infer_page_size, rewrite_header
 from statewarden.sidecars import WAL_SUFFIX, sidecar
 from statewarden.sqlite import (
     HEADER_SIZE,
@@ -28,7 +28,7 @@ from statewarden.sqlite import (
 
 def infer_header(copy: Path, source: Path, error: DatabaseUnreadable) -> tuple[HeaderFacts, str]:
     """A destroyed header replaced in the private copy by a fresh one, with the page
-    size the pages prove (``lost_header.infer_page_size``); ``error`` is raised when no
+    size the pages prove (``lost_schema.infer_page_size``); ``error`` is raised when no
     size is clearly the file's (then it is no database statewarden can read)."""
     found = infer_page_size(copy)
     if found is None:

@@ -37,7 +37,7 @@ from statewarden.demo.damage import PristineFile
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.evidence.found_trees import freed_pages
 from statewarden.recovery.evidence.known_schemas import KNOWN_SCHEMAS
-from statewarden.recovery.evidence.lost_header import infer_page_size
+from statewarden.recovery.evidence.lost_schema import infer_page_size
 from tests.support.cli import run_ctl
 from tests.support.recovery import assert_every_table_pristine, base_tables
 from tests.support.recovery import recover_with_stderr as recover

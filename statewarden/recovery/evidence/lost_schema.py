@@ -4,7 +4,7 @@ When the 100-byte header is gone, or page 1 and every ``sqlite_schema`` leaf wit
 SQLite cannot read anything, though the tables' pages are intact. This module rebuilds
 page 1 of the private copy from what the other pages prove (sqlite.org/fileformat2.html):
 
-1. the page size (``lost_header.py``): at each candidate size from 512 to 65536 that
+1. the page size (``infer_page_size``): at each candidate size from 512 to 65536 that
    divides the file's length, count the pages whose b-tree header is consistent (a
    page type, a cell-pointer array and cells inside the page, an interior page's
    children inside the file); the true size has the most, and no other size as many.
@@ -25,7 +25,7 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    carry more fields than the layout gives it is taken by the names of its known
    columns, the fields past them kept in ``unnamed_column_<n>`` columns
    (``_take_wider``), and a tree that fits no table is left out: cannot verify;
-4. page 1 is written (``rebuild_from_known_schema``, ``schema_pages.py``) as the root of
+4. page 1 is written (``rebuild_from_known_schema``, ``_page1``) as the root of
    a new ``sqlite_schema`` holding that layout's rows, each table's root the largest
    tree of its shape, or the tree at the root the creation order proves
    (``created_roots``: SQLite gives each object created the next page, before any row,
@@ -44,12 +44,21 @@ Only the private copy is written. Call with no SQLite connection open to it
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import apsw
 
+from statewarden.errors import DatabaseUnreadable, PageFormatError
+from statewarden.recovery.decoding.page_format import (
+    PAGE_INDEX_LEAF,
+    PAGE_TABLE_INTERIOR,
+    PAGE_TABLE_LEAF,
+    encode_varint,
+    place_cells,
+)
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.evidence.found_trees import Tree, btree_roots, find_trees
 from statewarden.recovery.evidence.known_schemas import (
@@ -63,9 +72,8 @@ from statewarden.recovery.evidence.layout_choice import (
     newer_schema_text,
     unnamed_columns,
 )
-from statewarden.recovery.evidence.schema_pages import _empty_leaf, _page1, _schema_leaves
 from statewarden.sidecars import WAL_SUFFIX, sidecar
-from statewarden.sqlite import HEADER_SIZE, quote_ident
+from statewarden.sqlite import HEADER_SIZE, SQLITE_MAGIC, quote_ident
 
 
 @dataclass
@@ -344,3 +352,201 @@ def reindex(path: Path, lost: LostSchema) -> list[str]:
             f.seek((n - 1) * page_size)
             f.write(bytes(page_size))
     return failed
+
+
+# -- a destroyed header: the page size the pages prove, a fresh header --------------
+
+PAGE_SIZES = tuple(512 << i for i in range(8))
+
+
+# Pages read per candidate page size: enough to tell the sizes apart on any file.
+PAGES_READ_FOR_SIZE = 50_000
+
+
+def infer_page_size(path: Path) -> tuple[int, str] | None:
+    """(page size, why) for a file whose header is destroyed, or None when no size
+    is clearly the file's (no b-tree page at any size, or two sizes tie)."""
+    size = path.stat().st_size
+    scores: dict[int, int] = {}
+    for ps in PAGE_SIZES:
+        if size % ps or size < 2 * ps:
+            continue
+        db = DatabaseFile(path, page_size=ps)
+        try:
+            last = min(db.page_count, PAGES_READ_FOR_SIZE)
+            scores[ps] = sum(1 for n in range(2, last + 1) if _plausible(db, n))
+        finally:
+            db.close()
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])
+    if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return None
+    best, count = ranked[0]
+    runner = f"; at {ranked[1][0]} bytes {ranked[1][1]}" if len(ranked) > 1 else ""
+    return best, f"{count} pages have a consistent b-tree header at {best} bytes{runner}"
+
+
+def _plausible(db: DatabaseFile, n: int) -> bool:
+    """Does page ``n`` read as a b-tree page at ``db``'s page size?"""
+    try:
+        _kind, h, _count = db.btree_header(n)
+        offs = db.cell_offsets(n)
+        pg = db.page(n)
+        (first_free,) = struct.unpack(">H", pg[h + 1 : h + 3])
+        (content,) = struct.unpack(">H", pg[h + 5 : h + 7])
+        content = content or 65536
+        if content > db.page_size or (offs and content > min(offs)):
+            return False
+        if first_free and not h + 8 <= first_free < db.page_size:
+            return False
+        return all(2 <= c <= db.page_count for c in db.children(n))
+    except (PageFormatError, struct.error):
+        return False
+
+
+def fresh_header(page_size: int, page_count: int, *, wal: bool) -> bytes:
+    """A 100-byte header, UTF-8, no reserved bytes, no freelist known; in WAL mode only
+    when ``wal`` (the file has a ``-wal``): a file closed cleanly leaves none in either
+    mode, and Hermes 0.22 keeps a file in rollback mode where it will not create WAL
+    (a SQLite with the WAL-reset bug) but switches a rollback file it may run in WAL
+    back to WAL itself, so rollback is the mode that takes no choice from it."""
+    h = bytearray(HEADER_SIZE)
+    h[0:16] = SQLITE_MAGIC
+    struct.pack_into(">H", h, 16, 1 if page_size == 65536 else page_size)
+    version = 2 if wal else 1
+    h[18:24] = bytes([version, version, 0, 64, 32, 32])
+    struct.pack_into(">II", h, 24, 1, page_count)  # change counter, page count
+    struct.pack_into(">II", h, 40, 1, 4)  # schema cookie, schema format
+    struct.pack_into(">I", h, 56, 1)  # UTF-8
+    struct.pack_into(">II", h, 92, 1, apsw.SQLITE_VERSION_NUMBER)
+    return bytes(h)
+
+
+def rewrite_header(path: Path, page_size: int) -> None:
+    """Give a private copy whose header is destroyed a fresh one (page 1's b-tree is
+    left as it is)."""
+    pages = path.stat().st_size // page_size
+    with open(path, "r+b") as f:
+        f.write(fresh_header(page_size, pages, wal=sidecar(path, WAL_SUFFIX).exists()))
+
+
+# -- the pages of a rebuilt sqlite_schema -------------------------------------------
+
+
+def encode_record(values: list[Any]) -> bytes:
+    """SQLite's record format for NULL, integers and text (the schema's values)."""
+    types: list[int] = []
+    body = bytearray()
+    for v in values:
+        if v is None:
+            types.append(0)
+        elif isinstance(v, int) and v in (0, 1):
+            types.append(8 + v)
+        elif isinstance(v, int):
+            for t, width in ((1, 1), (2, 2), (3, 3), (4, 4), (5, 6), (6, 8)):
+                if -(1 << (8 * width - 1)) <= v < 1 << (8 * width - 1):
+                    types.append(t)
+                    body += v.to_bytes(width, "big", signed=True)
+                    break
+        else:
+            raw = str(v).encode()
+            types.append(2 * len(raw) + 13)
+            body += raw
+    head = b"".join(encode_varint(t) for t in types)
+    size = len(head) + 1
+    while len(head) + len(encode_varint(size)) != size:
+        size = len(head) + len(encode_varint(size))
+    return encode_varint(size) + head + bytes(body)
+
+
+def _empty_leaf(page_size: int, usable: int, table: bool) -> bytes:
+    page = bytearray(page_size)
+    page[0] = PAGE_TABLE_LEAF if table else PAGE_INDEX_LEAF
+    struct.pack_into(">H", page, 5, usable % 65536)
+    return bytes(page)
+
+
+def _cells(records: list[list[Any]], usable: int) -> list[bytes]:
+    out = []
+    for rowid, values in enumerate(records, start=1):
+        payload = encode_record(values)
+        if len(payload) > usable - 35:
+            raise DatabaseUnreadable(
+                f"the known schema's row for {values[1]} does not fit a page of {usable} bytes"
+            )
+        out.append(encode_varint(len(payload)) + encode_varint(rowid) + payload)
+    return out
+
+
+def _leaf(cells: list[bytes], page_size: int, usable: int, h: int, prefix: bytes) -> bytes:
+    page = bytearray(page_size)
+    page[:h] = prefix
+    content, pointers = place_cells(page, cells, usable)
+    struct.pack_into(">BHHHB", page, h, PAGE_TABLE_LEAF, 0, len(cells), content % 65536, 0)
+    for i, p in enumerate(pointers):
+        struct.pack_into(">H", page, h + 8 + 2 * i, p)
+    return bytes(page)
+
+
+def _schema_leaves(records: list[list[Any]], page_size: int, usable: int) -> list[bytes]:
+    """The schema rows packed into table leaves, in rowid order (one leaf when they
+    fit page 1 after its header: none, page 1 itself holds them)."""
+    cells = _cells(records, usable)
+    if 8 + sum(len(c) + 2 for c in cells) <= usable - HEADER_SIZE:
+        return []  # page 1 alone holds them (see _page1)
+    groups: list[list[bytes]] = [[]]
+    used = 8
+    for cell in cells:
+        if used + len(cell) + 2 > usable:
+            groups.append([])
+            used = 8
+        groups[-1].append(cell)
+        used += len(cell) + 2
+    return [_leaf(g, page_size, usable, 0, b"") for g in groups]
+
+
+def _page1(  # noqa: PLR0917 - one page from its parts
+    header: bytes,
+    leaves: list[bytes],
+    first_leaf: int,
+    page_size: int,
+    usable: int,
+    total: int,
+    records: list[list[Any]],
+    *,
+    wal: bool,
+) -> bytes:
+    """Page 1: the header (kept when it was intact, with the new page count) and the
+    root of ``sqlite_schema``: a leaf holding every row, or an interior page over
+    ``leaves`` (numbered from ``first_leaf``)."""
+    if header.startswith(SQLITE_MAGIC):
+        head = bytearray(header)
+        change = struct.unpack(">I", head[24:28])[0]
+        struct.pack_into(">I", head, 28, total)
+        struct.pack_into(">I", head, 92, change)
+    else:
+        head = bytearray(fresh_header(page_size, total, wal=wal))
+    if not leaves:
+        return _leaf(_cells(records, usable), page_size, usable, HEADER_SIZE, bytes(head))
+    page = bytearray(page_size)
+    page[:HEADER_SIZE] = head
+    cells = []
+    rowid = 0
+    for i, leaf in enumerate(leaves[:-1]):
+        rowid += struct.unpack(">H", leaf[3:5])[0]
+        cells.append(struct.pack(">I", first_leaf + i) + encode_varint(rowid))
+    content, pointers = place_cells(page, cells, usable)
+    h = HEADER_SIZE
+    struct.pack_into(
+        ">BHHHBI",
+        page,
+        h,
+        PAGE_TABLE_INTERIOR,
+        0,
+        len(pointers),
+        content,
+        0,
+        first_leaf + len(leaves) - 1,
+    )
+    for i, p in enumerate(pointers):
+        struct.pack_into(">H", page, h + 12 + 2 * i, p)
+    return bytes(page)
