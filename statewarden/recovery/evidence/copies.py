@@ -132,26 +132,29 @@ def rowids_shown(rowids: list[int]) -> str:
     return f"rowid{'s' if len(rowids) != 1 else ''} {sample(rowids)}"
 
 
-def _split_top(s: str) -> list[str]:
-    """Split at commas outside parentheses and quotes."""
-    parts, depth, cur, quote = [], 0, [], ""
-    for ch in s:
+def split_outside(s: str, sep: str) -> list[str]:
+    """Split at ``sep`` outside parentheses and quotes, each part stripped."""
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote, i = 0, "", 0
+    while i < len(s):
+        ch = s[i]
         if quote:
-            cur.append(ch)
             if ch == quote:
                 quote = ""
-            continue
-        if ch in "'\"":
+        elif ch in "'\"":
             quote = ch
         elif ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif ch == "," and depth == 0:
+        elif depth == 0 and s.startswith(sep, i):
             parts.append("".join(cur).strip())
             cur = []
+            i += len(sep)
             continue
         cur.append(ch)
+        i += 1
     parts.append("".join(cur).strip())
     return parts
 
@@ -159,7 +162,7 @@ def _split_top(s: str) -> list[str]:
 def _mapping(fts: SchemaObject, cols: str, values: str) -> tuple[str, dict[str, str]] | None:
     """(rowid expression, FTS content column -> expression) of one ``INSERT INTO fts``."""
     names = [c.strip().strip('"`[]').lower() for c in cols.split(",")]
-    exprs = [_NEW_RE.sub("b.", e) for e in _split_top(values)]
+    exprs = [_NEW_RE.sub("b.", e) for e in split_outside(values, ",")]
     fts_cols = [c.name.lower() for c in fts.columns if not c.hidden]
     if len(names) != len(exprs) or "rowid" not in names:
         return None

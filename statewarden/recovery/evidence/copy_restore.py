@@ -14,7 +14,7 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.decoding.schema import Schema
-from statewarden.recovery.evidence.copies import CopyCheck, _copies_agree, feeds
+from statewarden.recovery.evidence.copies import CopyCheck, _copies_agree, feeds, split_outside
 from statewarden.sqlite import quote_ident
 
 REBUILT_TABLE_PREFIX = "statewarden_rebuilt_"
@@ -131,8 +131,7 @@ def _parts(expr: str) -> list[tuple[str, str]] | None:
     """An expression ``a || ' ' || COALESCE(b.x, '')`` as [("text", " "), ("column",
     "x"), ...]; None for any other shape (it cannot be solved for a column)."""
     out: list[tuple[str, str]] = []
-    for raw in _split_concat(expr):
-        part = raw.strip()
+    for part in split_outside(expr, "||"):
         if m := _LITERAL_PART_RE.match(part):
             out.append(("text", m.group(1).replace("''", "'")))
         elif m := _COLUMN_PART_RE.match(part):
@@ -140,36 +139,6 @@ def _parts(expr: str) -> list[tuple[str, str]] | None:
         else:
             return None
     return out
-
-
-def _split_concat(s: str) -> list[str]:
-    """Split at ``||`` outside parentheses and quotes."""
-    parts, depth, cur, quote, i = [], 0, [], "", 0
-    while i < len(s):
-        ch = s[i]
-        if quote:
-            cur.append(ch)
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-            cur.append(ch)
-        elif ch == "(":
-            depth += 1
-            cur.append(ch)
-        elif ch == ")":
-            depth -= 1
-            cur.append(ch)
-        elif s.startswith("||", i) and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            i += 2
-            continue
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return parts
 
 
 def solve_for_one_column(expr: str, row: dict[str, Any], copy: str) -> dict[str, str]:
