@@ -248,12 +248,20 @@ def copy_bytes(src: int, dst: int, limit: int | None = None) -> Iterator[int]:
     """Copy what is left of descriptor ``src`` to ``dst`` (at most ``limit`` bytes),
     yielding the bytes copied by each step (at most ``COPY_CHUNK_BYTES``).
 
+    A regular file is copied only as far as it reached when the copy began: a file that
+    grows meanwhile (a live writer appending) cannot keep a copy going for ever, and
+    every caller refuses the copy of a file that changed while it was copied anyway.
+
     ``copy_file_range``: the kernel copies (or shares the blocks, on a filesystem with
     reflinks) without the bytes passing through this process. Where it is refused
     (another filesystem on an old kernel, a filesystem without it) the rest is read and
     written.
     """
-    left = limit  # None: to the end
+    left = limit  # None: to the end (a pipe, a device)
+    st = os.fstat(src)
+    if stat.S_ISREG(st.st_mode):
+        there = max(0, st.st_size - os.lseek(src, 0, os.SEEK_CUR))
+        left = there if left is None else min(left, there)
 
     def step() -> int:
         return COPY_CHUNK_BYTES if left is None else min(left, COPY_CHUNK_BYTES)
