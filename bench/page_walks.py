@@ -36,9 +36,11 @@ sys.path.insert(0, str(REPO))
 
 from lab.hermes_fixtures import LARGE, MEDIUM, built_db  # noqa: E402
 from statewarden.demo.damage import PristineFile, schema_roots, write_at  # noqa: E402
-from statewarden.recovery.decoding.carving import carve_damaged_leaves  # noqa: E402
+from statewarden.recovery.decoding.carving import (  # noqa: E402
+    carve_damaged_leaves,
+    orphan_table_leaves,
+)
 from statewarden.recovery.decoding.damaged_cells import zeroed_cells  # noqa: E402
-from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves  # noqa: E402
 from statewarden.recovery.decoding.pages import DatabaseFile  # noqa: E402
 from statewarden.recovery.decoding.schema import Schema, read_schema  # noqa: E402
 

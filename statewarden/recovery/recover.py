@@ -15,7 +15,7 @@ Steps (each only as far as the damage needs):
    then completed from the rest of its chain where the file still has it.
 4. Whenever a table shows damage (a read error or not: pages no b-tree reaches, a
    count the planner disagrees with, a page referenced twice), rows on leaves no b-tree
-   reaches are decoded from the file's pages (``orphan_leaves.py``) and added for rowids the
+   reaches are decoded from the file's pages (``carving.py``) and added for rowids the
    table lacks; with a damaged freelist only rows an index or FTS copy lists (deleted
    rows stay deleted). Rows of committed WAL transactions SQLite does not replay are
    added from the frame images (``wal.py``). Rows still missing whose text survives in

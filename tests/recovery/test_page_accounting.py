@@ -20,13 +20,13 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL
 from statewarden.recovery.building.salvage import never_used
+from statewarden.recovery.decoding.carving import orphan_table_leaves
 from statewarden.recovery.decoding.integrity import (
     NEVER_USED_RE,
     IntegrityCheck,
     accounting_skipped,
     pages_accounted,
 )
-from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves
 from statewarden.recovery.decoding.page_format import PAGE_TABLE_LEAF
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import read_schema

@@ -27,6 +27,7 @@ from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo.damage import write_at
 from statewarden.errors import DatabaseUnreadable, PageFormatError
 from statewarden.recovery.decoding import carving
+from statewarden.recovery.decoding.carving import orphan_table_leaves
 from statewarden.recovery.decoding.damaged_cells import (
     _leaves_leading_into,
     _may_hold_payload,
@@ -34,7 +35,6 @@ from statewarden.recovery.decoding.damaged_cells import (
     zeroed_cells_in,
     zeroed_sectors,
 )
-from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves
 from statewarden.recovery.decoding.page_format import (
     PAGE_INDEX_INTERIOR,
     PAGE_TABLE_INTERIOR,

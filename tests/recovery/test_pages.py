@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from lab import corruption
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.orphan_leaves import orphan_table_leaves, salvage_rows
+from statewarden.recovery.decoding.carving import orphan_table_leaves, salvage_rows
 from statewarden.recovery.decoding.page_format import varint
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import read_schema

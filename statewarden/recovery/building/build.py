@@ -135,7 +135,7 @@ class RebuildInputs:
     schema: Schema
     diag: Diagnosis
     damaged: set[str]  # tables copied row by row
-    # Rows decoded from leaves no b-tree reaches (``orphan_leaves.salvage_rows``).
+    # Rows decoded from leaves no b-tree reaches (``carving.salvage_rows``).
     salvaged: SalvagedRows = field(default_factory=dict)
     # False when the freelist is damaged: an unreached leaf may then be a freed page
     # holding deleted rows, so only rows an index or FTS copy vouches for are taken.

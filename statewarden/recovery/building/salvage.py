@@ -1,6 +1,6 @@
 """Salvage: rows decoded from the work copy's pages, around the build.
 
-Before the build, ``decode_rows`` decodes (``orphan_leaves.py``, ``wal_rows.py``) what
+Before the build, ``decode_rows`` decodes (``carving.py``, ``wal_rows.py``) what
 the b-tree cannot give: leaves no b-tree reaches and damaged leaves of the damaged tables, and the
 page images of committed WAL transactions SQLite does not replay; the build adds them
 where the dedupe and vouching rules allow (``rebuild.py``). After it,
@@ -29,9 +29,8 @@ from statewarden.recovery.building.build import (
 )
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.decoding.broken_cells import partial_columns, record_by_its_header
-from statewarden.recovery.decoding.carving import carve_damaged_leaves
+from statewarden.recovery.decoding.carving import carve_damaged_leaves, record_fits, salvage_rows
 from statewarden.recovery.decoding.integrity import NEVER_USED_RE
-from statewarden.recovery.decoding.orphan_leaves import record_fits, salvage_rows
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.decoding.wal_rows import WalRows, rows_from_images
 from statewarden.recovery.diagnosis import Diagnosis

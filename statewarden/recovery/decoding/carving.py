@@ -1,9 +1,25 @@
-"""Rows carved from the leaves of a table whose page structure is damaged: a leaf whose
+"""Rows read from table leaves by their shape, where their table's b-tree no longer
+gives them (sqlite.org/fileformat2.html).
+
+Leaves no b-tree reaches (``salvage_rows``): a damaged interior page orphans every leaf
+below it, the rows still on disk but out of any query's reach. Every b-tree is walked
+from the roots in ``sqlite_schema`` and the freelist (a page that fails to parse is not
+descended), or the "never used" pages of a completed integrity check are taken; each
+table leaf (type 0x0D) nothing reaches is decoded into ``(rowid, values)`` and given to
+the one table whose shape its records fit (field count, the rowid alias stored as NULL,
+no number in a TEXT column, no NULL in a NOT NULL one: ``record_fits``). Freelist pages
+are never read for rows: they hold deleted data.
+
+Rows carved from the leaves of a table whose page structure is damaged: a leaf whose
 header or cell pointers do not read is carved whole (every offset tried), one whose
 pointers read but whose cells are garbled, or whose cells and free space do not fill it
 (a pointer a flipped bit moved), gives its pointed cells and then the whole cells no
 pointer reaches. A carved row is taken only when an intact index or FTS copy vouches
-for it (the caller's rule): a deleted row's bytes can stay on a page."""
+for it (the caller's rule): a deleted row's bytes can stay on a page.
+
+Call only with no SQLite connection open to the file in this process (docs/safety.md
+rule 2).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.orphan_leaves import record_fits
-from statewarden.recovery.decoding.page_format import BTREE_TYPES, Row, _header_of, varint
+from statewarden.recovery.decoding.page_format import (
+    BTREE_TYPES,
+    PAGE_TABLE_LEAF,
+    Row,
+    _header_of,
+    varint,
+)
 from statewarden.recovery.decoding.pages import DatabaseFile, _walk_table_tree
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
@@ -225,3 +246,102 @@ def _header_fields(record: bytes, at: int, hsize: int) -> int:
         _, at = varint(record, at)
         fields += 1
     return fields
+
+
+# -- leaves no b-tree reaches, given to a table by their records' shape -------------
+
+
+def orphan_table_leaves(db: DatabaseFile, roots: list[int]) -> list[int]:
+    reached = db.reachable(roots)
+    out = []
+    for n in range(1, db.page_count + 1):
+        if n not in reached and db.page_kind(n) == PAGE_TABLE_LEAF:
+            out.append(n)
+    return out
+
+
+def record_fits(obj: SchemaObject, values: list[Any]) -> bool:
+    """Could this record be a row of ``obj``, by its shape alone?
+
+    At most as many fields as the table stores (fewer after an ``ALTER TABLE ADD
+    COLUMN``); the INTEGER PRIMARY KEY column stored as NULL (its value is the rowid);
+    no number in a TEXT column (SQLite converts them to text); no NULL in a NOT NULL one.
+    """
+    cols = obj.stored_columns
+    if len(values) > len(cols):
+        return False
+    alias = obj.rowid_alias
+    for col, v in zip(cols, values, strict=False):
+        if col.name == alias:
+            if v is not None:
+                return False
+        elif v is None:
+            if col.notnull:
+                return False
+        elif col.text_affinity and isinstance(v, int | float):
+            return False
+    return True
+
+
+def salvage_rows(
+    path: Path, schema: Schema, tables: list[str], unreached: list[int] | None = None
+) -> dict[str, list[Row]]:
+    """Rows on orphaned table leaves, assigned to the wanted ``tables`` by record shape.
+
+    A leaf goes to a table when every decodable record fits it (``record_fits``) and at
+    least one record has all its columns; every rowid table of the schema (FTS shadow
+    tables included) is a candidate, and a leaf that fits more than one is left out: it
+    cannot be attributed safely. ``unreached``, when given, lists the pages no b-tree
+    or the freelist reaches (from a completed integrity check's "never used" lines),
+    which spares the walk over every page.
+    """
+    db = DatabaseFile(path)
+    try:
+        if unreached is not None:
+            leaves = []
+            for n in unreached:
+                try:
+                    if db.page_kind(n) == PAGE_TABLE_LEAF:
+                        leaves.append(n)
+                except PageFormatError:
+                    continue
+            return _assign(db, schema, tables, leaves)
+        roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
+        return _assign(db, schema, tables, orphan_table_leaves(db, roots))
+    finally:
+        db.close()
+
+
+def rowid_tables(schema: Schema) -> list[SchemaObject]:
+    """The tables of ``schema`` that keep rows in a rowid b-tree of their own (FTS
+    shadow tables included): the tables a leaf read by its shape may belong to."""
+    return [
+        o
+        for o in schema.tables()
+        if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
+    ]
+
+
+def _assign(
+    db: DatabaseFile, schema: Schema, tables: list[str], leaves: list[int]
+) -> dict[str, list[Row]]:
+    candidates = rowid_tables(schema)
+    out: dict[str, list[Row]] = {name: [] for name in tables if schema.by_name(name) is not None}
+    for leaf in leaves:
+        try:
+            rows, _bad = db.leaf_rows(leaf)
+        except PageFormatError:
+            continue
+        if not rows:
+            continue
+        most = max(len(v) for _, v in rows)
+        fits = [
+            o.name
+            for o in candidates
+            if most == len(o.stored_columns) and all(record_fits(o, v) for _, v in rows)
+        ]
+        if len(fits) == 1 and fits[0] in out:
+            out[fits[0]].extend(rows)
+    for rows in out.values():
+        rows.sort(key=lambda r: r[0])
+    return out

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.orphan_leaves import _assign
+from statewarden.recovery.decoding.carving import _assign
 from statewarden.recovery.decoding.page_format import PAGE_TABLE_INTERIOR, Row, varint
 from statewarden.recovery.decoding.pages import DatabaseFile, _walk_table_tree
 from statewarden.recovery.decoding.schema import Schema

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.orphan_leaves import record_fits
+from statewarden.recovery.decoding.carving import record_fits
 from statewarden.recovery.decoding.page_format import PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
@@ -104,7 +104,7 @@ def _named_by_tree(raw: DatabaseFile, root: int, pages: set[int]) -> set[int]:
 
 
 def fits(obj: SchemaObject, values: list[Any]) -> bool:
-    """``orphan_leaves.record_fits``, and no NOT NULL column without a DEFAULT past the
+    """``carving.record_fits``, and no NOT NULL column without a DEFAULT past the
     record's last field (``ALTER TABLE ADD COLUMN`` cannot add one: every record of
     the table has a field for it)."""
     cols = obj.stored_columns

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statewarden.recovery.decoding.orphan_leaves import record_fits
+from statewarden.recovery.decoding.carving import record_fits, rowid_tables
 from statewarden.recovery.decoding.page_format import (
     Row,
 )
@@ -29,17 +29,9 @@ WIDER_MIN_COLUMNS = 8
 SEQUENCE = "sqlite_sequence"
 
 
-def _candidates(schema: Schema) -> list[SchemaObject]:
-    return [
-        o
-        for o in schema.tables()
-        if o.rootpage and not o.without_rowid and not o.is_virtual and o.stored_columns
-    ]
-
-
 def _fit(candidates: list[SchemaObject], rows: list[Row]) -> list[SchemaObject]:
     """The one table whose shape every record fits (at least one with all its
-    columns), as ``orphan_leaves`` gives orphan leaves to tables; among several, the one whose
+    columns), as ``salvage_rows`` gives orphan leaves to tables; among several, the one whose
     declared column types agree with the most values (text in TEXT columns, numbers in
     REAL and INTEGER ones), if only one does."""
     if not rows:
@@ -203,7 +195,7 @@ def _fit_layout(
     a tree on one of them is left to the salvage of unreached leaves. ``wider``: the
     file is a newer Hermes' (``_take_wider``)."""
     schema, fks = layout_schema(rows)
-    cands = [o for o in _candidates(schema) if o.name not in present]
+    cands = [o for o in rowid_tables(schema) if o.name not in present]
     base = {o.name for o in schema.base_tables()} | {SEQUENCE}
     per_table = _present_trees(schema, present, trees)
     proven = _proven_trees(schema, trees, created, present)
@@ -264,7 +256,7 @@ def _take_wider(
     cannot verify). Returns the leaves taken."""
     wanting = [
         o
-        for o in _candidates(schema)
+        for o in rowid_tables(schema)
         if o.name not in per_table
         and o.name not in present
         and o.name != SEQUENCE

@@ -14,7 +14,7 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    points to is a root; its leaves hold records of one table's shape;
 3. the layout (``layout_choice.py``, ``layout_fit.py``): each of Hermes' known schemas
    (``known_schemas.py``) is matched against the trees' records (the number of fields
-   and their types, ``orphan_leaves.record_fits``); the one whose tables the most
+   and their types, ``carving.record_fits``); the one whose tables the most
    leaves fit is taken, one with both ``sessions`` and ``messages`` found before one with either
    (and another of its tables). A core table no tree fits is looked for among the pages
    whose header is destroyed, by the cells carved from them (``_headless_roots``); one

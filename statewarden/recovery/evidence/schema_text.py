@@ -9,7 +9,7 @@ row), so a record with more is the proof: the stored text is damaged, not the ro
 
 When one of Hermes' known texts for that table (``known_schemas.py``) has exactly as
 many columns as the longest records, holds every column the damaged text still names
-in the same order, and fits every record sampled (``orphan_leaves.record_fits``), that text (of
+in the same order, and fits every record sampled (``carving.record_fits``), that text (of
 several, the one of the layout sharing most texts with the file) is put back in the
 private copy's ``sqlite_schema``, and the note says so; the rows then read in their
 own columns. Without such a text the note says the table's rows cannot
@@ -27,7 +27,7 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
-from statewarden.recovery.decoding.orphan_leaves import record_fits
+from statewarden.recovery.decoding.carving import record_fits
 from statewarden.recovery.decoding.page_format import PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF
 from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import SchemaObject, read_schema
