@@ -48,10 +48,10 @@ from statewarden.errors import (
 )
 from statewarden.progress import ProgressFn
 from statewarden.recovery.decoding import journal
-from statewarden.recovery.decoding.schema_root import rebuild_schema_root
-from statewarden.recovery.decoding.schema_tree import (
+from statewarden.recovery.decoding.schema_root import (
     highest_reached_with,
     reached_past_size,
+    rebuild_schema_root,
     schema_records,
     schema_rowid_gaps,
 )
@@ -601,7 +601,7 @@ def _fit_commit_size(copy: Path, wal: WalFacts, source: Path, *, broken: bool) -
     damaged, after the copy's ``-wal`` was given the size its pages prove.
 
     The size a commit leaves is the highest page its b-trees and freelist reach
-    (``schema_tree.highest_reached_with``, the replayed frames over the file). A size past
+    (``schema_root.highest_reached_with``, the replayed frames over the file). A size past
     every page the file and the WAL hold (SQLite reads, but cannot checkpoint), or,
     when the copy read with the WAL is ``broken``, a size short of pages the b-trees
     reach (SQLite cuts live pages off) is the field's damage, not the pages'. The

@@ -68,7 +68,7 @@ from statewarden.recovery.decoding.integrity import EarlyChecker
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, scan_table
 from statewarden.recovery.decoding.schema import Schema, read_schema
-from statewarden.recovery.decoding.schema_tree import schema_rowid_gaps
+from statewarden.recovery.decoding.schema_root import schema_rowid_gaps
 from statewarden.recovery.diagnose import diagnose_ahead_of_fts
 from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import Feed

@@ -34,7 +34,7 @@ from lab.hot_journal import (
     spilled_past_header,
     uncommitted_rows,
 )
-from statewarden.recovery.decoding.schema_tree import reached_past_size
+from statewarden.recovery.decoding.schema_root import reached_past_size
 from statewarden.sidecars import JOURNAL_SUFFIX, sidecar
 from tests.support.cli import run_ctl
 

@@ -1,6 +1,9 @@
 """Page 1 rebuilt as the root of the ``sqlite_schema`` leaves still intact, and what
 tells a ``sqlite_schema`` record (five fields: a type SQLite knows, three strings, an
-integer, SQL text) from other rows.
+integer, SQL text) from other rows. The schema's own b-tree read raw from page 1, as far
+as it goes: its records, the rowids it lacks (schema rows lost with a destroyed leaf),
+and the highest page its trees and the freelist reach (what the header's database size
+must cover).
 
 Call only with no SQLite connection open to the file in this process (docs/safety.md
 rule 2)."""
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +24,12 @@ from statewarden.recovery.decoding.page_format import (
     place_cells,
     varint,
 )
-from statewarden.recovery.decoding.pages import ZERO_SCAN_CHUNK, DatabaseFile
+from statewarden.recovery.decoding.pages import ZERO_SCAN_CHUNK, DatabaseFile, _tree_leaves
 
 SCHEMA_TYPES = ("table", "index", "view", "trigger")
 
 
-def _schema_record(values: list[Any]) -> bool:
+def is_schema_record(values: list[Any]) -> bool:
     """Does this record look like a row of ``sqlite_schema`` (type, name, tbl_name,
     rootpage, sql)?"""
     if len(values) != 5:
@@ -104,7 +108,7 @@ def _schema_leaves(db: DatabaseFile) -> list[tuple[int, int, int]]:
                 rows, bad = db.leaf_rows(n)
             except PageFormatError:
                 continue
-            if rows and not bad and all(_schema_record(v) for _, v in rows):
+            if rows and not bad and all(is_schema_record(v) for _, v in rows):
                 rowids = [r for r, _ in rows]
                 leaves.append((min(rowids), max(rowids), n))
     return leaves
@@ -112,7 +116,7 @@ def _schema_leaves(db: DatabaseFile) -> list[tuple[int, int, int]]:
 
 def _may_open_schema_leaf(db: DatabaseFile, pg: bytes, words: tuple[bytes, ...]) -> bool:
     """Could the table leaf ``pg`` (not page 1) be a ``sqlite_schema`` leaf? False only
-    when its first cell surely does not decode to a schema record (``_schema_record``):
+    when its first cell surely does not decode to a schema record (``is_schema_record``):
     no cell, or a record held in the cell whose header does not give five columns, the
     first a text that is one of ``words`` (the schema types in the file's encoding).
     Whatever cannot be told from the cell's own bytes is left to the full decoding."""
@@ -142,6 +146,83 @@ def _may_open_schema_leaf(db: DatabaseFile, pg: bytes, words: tuple[bytes, ...])
     return local[hsize : hsize + width] in words
 
 
-def is_schema_record(values: list[Any]) -> bool:
-    """Does this record look like a row of ``sqlite_schema``?"""
-    return _schema_record(values)
+# -- the schema's own b-tree read raw from page 1 -----------------------------------
+
+
+def schema_records(path: Path) -> list[list[Any]]:
+    """The ``sqlite_schema`` rows (type, name, tbl_name, rootpage, sql) its b-tree
+    from page 1 still reaches, read raw. Call with no SQLite connection open to
+    ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        return [v for _, v in _schema_rows(db) if is_schema_record(v)]
+    finally:
+        db.close()
+
+
+def _schema_rows(db: DatabaseFile) -> Iterator[tuple[int, list[Any]]]:
+    """The rows of the leaves the b-tree from page 1 reaches (none of a leaf that does
+    not read)."""
+    for n in _tree_leaves(db, 1):
+        try:
+            rows, _bad = db.leaf_rows(n)
+        except (PageFormatError, struct.error, IndexError):
+            continue
+        yield from rows
+
+
+def reached_past_size(path: Path) -> int | None:
+    """The highest page past the header's database size that the b-trees of the
+    schema (read as far as the file goes) or the freelist reach, None if none does
+    (or the header's size is not less than the file's). Such a page is a live page:
+    the header's size is then the damaged field, not the tail."""
+    db = DatabaseFile(path)
+    try:
+        size = db.page_count
+        if size >= db.file_pages:
+            return None
+        db.page_count = db.file_pages
+        highest = _highest_reached(db)
+        return highest if highest > size else None
+    finally:
+        db.close()
+
+
+def highest_reached_with(path: Path, images: dict[int, bytes]) -> int:
+    """The highest page the b-trees of the schema or the freelist reach in the file at
+    ``path`` with the page ``images`` (page number -> image, a WAL's replayed frames)
+    read in place of its pages: the database size those pages make."""
+    db = DatabaseFile(path)
+    try:
+        db.overlay = {n: img for n, img in images.items() if len(img) == db.page_size}
+        db.page_count = max([db.file_pages, *db.overlay])
+        if 1 in db.overlay:
+            db.freelist_trunk = struct.unpack(">I", db.overlay[1][32:36])[0]
+        return _highest_reached(db)
+    finally:
+        db.close()
+
+
+def _highest_reached(db: DatabaseFile) -> int:
+    roots = [1, *(v[3] for _, v in _schema_rows(db) if is_schema_record(v) and v[3] > 0)]
+    return max(db.reachable(roots), default=0)
+
+
+def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:
+    """Rowid stretches ``sqlite_schema`` lacks, from 1 to its highest rowid: schema
+    rows lost with a destroyed leaf when page 1 was rebuilt from the leaves left
+    (``rebuild_schema_root``). SQLite numbers schema rows 1, 2, 3, ...; a stretch
+    missing here held objects (tables, indexes) the rebuilt schema no longer names.
+    Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
+    db = DatabaseFile(path)
+    try:
+        rowids = {r for r, _ in _schema_rows(db)}
+    finally:
+        db.close()
+    gaps: list[tuple[int, int]] = []
+    expect = 1
+    for r in sorted(rowids):
+        if r > expect:
+            gaps.append((expect, r - 1))
+        expect = max(expect, r + 1)
+    return gaps
