@@ -12,7 +12,7 @@ page 1 of the private copy from what the other pages prove (sqlite.org/fileforma
    (``fresh_header``);
 2. the tables' trees (``found_trees.py``): every table b-tree page no interior page
    points to is a root; its leaves hold records of one table's shape;
-3. the layout (``layout_choice.py``, ``layout_fit.py``): each of Hermes' known schemas
+3. the layout (``layout_choice.py``): each of Hermes' known schemas
    (``known_schemas.py``) is matched against the trees' records (the number of fields
    and their types, ``carving.record_fits``); the one whose tables the most
    leaves fit is taken, one with both ``sessions`` and ``messages`` found before one with either
