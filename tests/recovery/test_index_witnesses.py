@@ -43,7 +43,7 @@ def _both(
     conn = _open(built_db(SMALL))
     try:
         schema = read_schema(conn)
-        everything = indexed_values(conn, schema, table, None, broken_roots=set())
+        everything = indexed_values(conn, schema, table, broken_roots=set())
         drop_misshapen(everything, misshapen)
         readings = index_readings(conn, schema, table, broken_roots=set())
         in_order = list(indexed_values_in_order(conn, readings, misshapen=misshapen))
@@ -134,7 +134,7 @@ def test_a_full_tmp_is_an_error_never_fewer_witnesses(full_tmpdir: Path) -> None
         _read_sorted("FILE")
     conn = _open(built_db(TALL))
     try:
-        everything = indexed_values(conn, read_schema(conn), "messages", None, broken_roots=set())
+        everything = indexed_values(conn, read_schema(conn), "messages", broken_roots=set())
     finally:
         conn.close()
     assert dict(_read_sorted("MEMORY")) == everything
@@ -188,7 +188,7 @@ def test_windows_keep_a_partial_index_to_its_own_rows(tmp_path: Path) -> None:
         )
     try:
         schema = read_schema(conn)
-        everything = indexed_values(conn, schema, "t", None, broken_roots=set())
+        everything = indexed_values(conn, schema, "t", broken_roots=set())
         readings = index_readings(conn, schema, "t", broken_roots=set())
         for windows in ([], [500, 1000, 1500], list(range(0, 2100, 37))):
             got = dict(indexed_values_in_order(conn, readings, windows=windows))

@@ -150,9 +150,7 @@ class RowRepair(BuildPart):
         obj = tc.obj
         misshapen = self.inputs.diag.lost_writes.misshapen
         if self.inputs.index_pages:
-            everything = indexed_values(
-                self.src, self.inputs.schema, obj.name, None, broken_roots=broken
-            )
+            everything = indexed_values(self.src, self.inputs.schema, obj.name, broken_roots=broken)
             drop_misshapen(everything, misshapen)
             self._add_old_index_entries(tc, everything)
             return iter(sorted(everything.items())), {c for e in everything.values() for c in e}

@@ -23,21 +23,18 @@ def indexed_values(
     conn: apsw.Connection,
     schema: Schema,
     table: str,
-    rowids: set[int] | None,
     *,
     broken_roots: set[int],
 ) -> dict[int, dict[str, list[tuple[Any, str]]]]:
-    """For each of ``rowids`` (None: every rowid), the column values the intact
-    indexes of ``table`` hold for it (column -> [(value, index name), ...], one per
-    index that holds the column), read from the indexes alone (covering reads: the
-    table is not touched). A partial index vouches for the rows it lists; indexes on
-    expressions are left out, and so is an index whose own b-tree is damaged."""
+    """For each rowid, the column values the intact indexes of ``table`` hold for it
+    (column -> [(value, index name), ...], one per index that holds the column), read
+    from the indexes alone (covering reads: the table is not touched). A partial index
+    vouches for the rows it lists; indexes on expressions are left out, and so is an
+    index whose own b-tree is damaged."""
     out: dict[int, dict[str, list[tuple[Any, str]]]] = {}
     for reading in index_readings(conn, schema, table, broken_roots=broken_roots):
         try:
             for row in conn.execute(reading.sql):
-                if rowids is not None and int(row[0]) not in rowids:
-                    continue
                 got = out.setdefault(int(row[0]), {})
                 for c, v in zip(reading.columns, row[1:], strict=True):
                     got.setdefault(c, []).append((v, reading.name))

@@ -306,7 +306,7 @@ def _gone(
         return None
     listed = {
         rowid: v
-        for rowid, held in indexed_values(conn, schema, parent, None, broken_roots=broken).items()
+        for rowid, held in indexed_values(conn, schema, parent, broken_roots=broken).items()
         for v, _ in held.get(to, [])
         if v in refs
     }
@@ -332,7 +332,7 @@ def _hold_against_indexes(
     (those of the index's shape); a row read from another table's leaf (``foreign``:
     rowid -> records there) is no row of ``obj`` and is not held against them."""
     try:
-        entries = indexed_values(conn, schema, obj.name, None, broken_roots=broken)
+        entries = indexed_values(conn, schema, obj.name, broken_roots=broken)
         if raw is not None:
             misshapen = _misshapen_indexes(conn, schema, obj, raw)
             found.misshapen.update(misshapen)
