@@ -73,7 +73,6 @@ def scan_table(
     columns: Sequence[str],
     on_row: Callable[[Row], None],
     *,
-    db_name: str = "main",
     hints: Sequence[int] | KeySet = (),
     on_partial: Callable[[int, list[str]], None] | None = None,
     on_bad_text: Callable[[int, list[str]], None] | None = None,
@@ -89,7 +88,7 @@ def scan_table(
     valid UTF-8 is delivered with U+FFFD for the bad bytes, those columns given to
     ``on_bad_text(rowid, columns)`` just before the row.
     """
-    scan = _Scan(conn, table, columns, on_row, db_name=db_name, hints=hints)
+    scan = _Scan(conn, table, columns, on_row, hints=hints)
     scan.on_partial = on_partial
     scan.on_bad_text = on_bad_text
     return scan.run()
@@ -106,7 +105,6 @@ class _Scan:
         columns: Sequence[str],
         on_row: Callable[[Row], None],
         *,
-        db_name: str,
         hints: Sequence[int] | KeySet,
     ) -> None:
         self.conn = conn
@@ -115,7 +113,7 @@ class _Scan:
         # A KeySet: a million listed rowids as a sorted list and a set of Python ints
         # cost about 100 MiB.
         self.hint_set = hints if isinstance(hints, KeySet) else KeySet(hints)
-        self.t = t = f"{quote_ident(db_name)}.{quote_ident(table)}"
+        self.t = t = f'"main".{quote_ident(table)}'
         cols = "".join(", " + quote_ident(c) for c in columns)
         self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
         self.probe = f"SELECT rowid FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1"
