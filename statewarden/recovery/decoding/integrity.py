@@ -188,7 +188,6 @@ class EarlyChecker:
         self,
         uri: str,
         names: Collection[str],
-        busy_ms: int = _CHILD_BUSY_TIMEOUT_MS,
         *,
         mapped: int = 0,
         btrees: list[str] | None = None,
@@ -199,7 +198,7 @@ class EarlyChecker:
         child, self._child = self._child, None
         if child is None:
             return None
-        told = _told(uri, names, busy_ms, mapped, btrees)
+        told = _told(uri, names, _CHILD_BUSY_TIMEOUT_MS, mapped, btrees)
         assert child.stdin is not None
         try:
             child.stdin.write(told.encode() + b"\n")
