@@ -58,13 +58,13 @@ def _scan_facts(
 def table_facts(
     conn: apsw.Connection,
     obj: SchemaObject,
-    schema: Schema | None = None,
+    schema: Schema,
     *,
     foreign: Records | None = None,
     indexes_agree: bool = False,
 ) -> TableFacts:
     """Planner count, full-scan count, distinct keys and phantom duplicates of one table;
-    with ``schema``, rowids its indexes or FTS copies hold that the table lacks.
+    the rowids its indexes or FTS copies hold that the table lacks.
     ``foreign``: other tables' cells its b-tree reaches, which are no rows of it.
     ``indexes_agree``: SQLite's integrity check of the b-trees found nothing (no line,
     not stopped), so each full index lists exactly the table's rowids (every row has
@@ -89,8 +89,7 @@ def table_facts(
 
     # Agreeing indexes tell the scan nothing: its rows come in order, all listed, and
     # none is listed that it lacks (``_rows_elsewhere``'s second list stays empty).
-    read = schema is not None and not indexes_agree
-    hints = _index_rowids(conn, schema, obj) if schema is not None and read else KeySet()
+    hints = KeySet() if indexes_agree else _index_rowids(conn, schema, obj)
     own = OwnRows(obj, foreign or {})
     result: ScanResult = scan_table(
         conn, obj.name, own.columns(key_cols), own.keep(key_cols, on_row), hints=hints
@@ -105,18 +104,16 @@ def table_facts(
         planner_error = str(exc).split("\n", 1)[0]
     missing: list[int] = []
     stale: list[int] = []
-    witnessed = False
     copies: KeySet | None = None
-    if schema is not None:
-        witnessed = any(
-            o.type == "index"
-            and o.tbl_name == obj.name
-            and not (o.sql and re.search(r"\bWHERE\b", o.sql, re.I))
-            for o in schema.objects
-        )
-        if key == ["rowid"]:
-            copies = fts_rowids(conn, schema, obj.name)
-            missing, stale = _rows_elsewhere(conn, obj, rowids, hints, copies)
+    witnessed = any(
+        o.type == "index"
+        and o.tbl_name == obj.name
+        and not (o.sql and re.search(r"\bWHERE\b", o.sql, re.I))
+        for o in schema.objects
+    )
+    if key == ["rowid"]:
+        copies = fts_rowids(conn, schema, obj.name)
+        missing, stale = _rows_elsewhere(conn, obj, rowids, hints, copies)
     return TableFacts(
         name=obj.name,
         key=key,
@@ -133,7 +130,7 @@ def table_facts(
         stale_index_entries=stale,
         witnessed=witnessed,
         fts_copies=copies,
-        fts_copies_read=key == ["rowid"] and schema is not None,
+        fts_copies_read=key == ["rowid"],
     )
 
 
