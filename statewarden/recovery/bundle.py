@@ -55,7 +55,18 @@ from statewarden.recovery.decoding.schema_root import (
     schema_records,
     schema_rowid_gaps,
 )
-from statewarden.recovery.decoding.wal import WalFacts, read_wal, rewrite_commit_size
+from statewarden.recovery.decoding.wal import (
+    HEADER_BYTES,
+    WalFacts,
+    read_wal,
+    rewrite_commit_size,
+)
+from statewarden.recovery.decoding.wal_index import (
+    INDEX_HEADER_BYTES,
+    CommittedLog,
+    committed_log,
+    ends_there,
+)
 from statewarden.recovery.evidence.lost_schema import LostSchema, rebuild_from_known_schema, reindex
 from statewarden.recovery.evidence.schema_text import put_back_short_texts
 from statewarden.recovery.header_fit import (
@@ -400,7 +411,7 @@ def _copy_consistent(
         after = fingerprint(source)
         if after == before:
             return dest
-        if log is not None and _only_appended(source, before, after, log):
+        if log is not None and _only_appended(source, before, after, log, dest):
             os.truncate(sidecar(dest, WAL_SUFFIX), log.committed_bytes)
             return dest
     raise DatabaseChanged(
@@ -409,48 +420,17 @@ def _copy_consistent(
     )
 
 
-@dataclass(frozen=True)
-class CommittedLog:
-    """A live ``-wal``'s committed frames, as its writer's wal-index (the ``-shm``) says:
-    ``header``, the ``-wal``'s first 32 bytes; ``committed_bytes``, where its last
-    committed frame ends. A frame up to there is never written again until the log
-    starts over, which gives the ``-wal`` a new header."""
-
-    header: bytes
-    committed_bytes: int
-
-
-# The wal-index header SQLite keeps at the start of the -shm, twice (48 bytes each, in
-# the machine's byte order): version, -, change counter, initialised, checksum order,
-# page size, last committed frame (mxFrame), pages, frame checksum, salts, checksum.
-_SHM_HEADER = struct.Struct("=IIIBBHI")
-_SHM_HEADER_BYTES = 48
-_WAL_INDEX_VERSION = 3007000
-
-
 def _committed_log(source: Path) -> CommittedLog | None:
-    """What ``source``'s ``-shm`` says of its ``-wal`` now (None: no ``-wal`` header, or
-    a wal-index that is not this log's, or not whole: torn between its two copies, not
-    initialised, of another generation's salts or another page size)."""
+    """What ``source``'s ``-shm`` says of its ``-wal`` now (``wal_index.committed_log``;
+    None: no ``-wal`` header, or no whole wal-index of this log)."""
     try:
         with open(sidecar(source, WAL_SUFFIX), "rb") as f:
-            head = f.read(32)
+            head = f.read(HEADER_BYTES)
         with open(sidecar(source, SHM_SUFFIX), "rb") as f:
-            index = f.read(2 * _SHM_HEADER_BYTES)
+            index = f.read(2 * INDEX_HEADER_BYTES)
     except OSError:
         return None
-    if len(head) < 32 or len(index) < 2 * _SHM_HEADER_BYTES:
-        return None
-    first = index[:_SHM_HEADER_BYTES]
-    if first != index[_SHM_HEADER_BYTES:]:
-        return None
-    version, _, _, initialised, _, size, frames = _SHM_HEADER.unpack_from(first)
-    page_size = 65536 if size == 1 else size
-    if version != _WAL_INDEX_VERSION or initialised != 1 or first[32:40] != head[16:24]:
-        return None
-    if struct.unpack(">I", head[8:12])[0] != page_size:
-        return None
-    return CommittedLog(head, 32 + frames * (24 + page_size))
+    return committed_log(head, index)
 
 
 def _wal_bytes(before: Fingerprint) -> int | None:
@@ -462,14 +442,16 @@ def _wal_bytes(before: Fingerprint) -> int | None:
 
 
 def _only_appended(
-    source: Path, before: Fingerprint, after: Fingerprint, log: CommittedLog
+    source: Path, before: Fingerprint, after: Fingerprint, log: CommittedLog, dest: Path
 ) -> bool:
     """Whether the bundle changed during the copy only by what its writer wrote to the
     ``-wal`` past ``log``'s committed frames: the file is the same (no checkpoint wrote
     to it), no journal came or went, the ``-wal`` is the same file, no shorter, and has
-    the same header (a log that starts over gets new salts). The copy cut at the end of
-    those frames is then the database as of that commit. The ``-shm``, which is not
-    copied, changes with every commit.
+    the same header (a log that starts over gets new salts); and the copied ``-wal``
+    (``dest``'s) bears the index out, its last commit where the index says
+    (``wal_index.ends_there``: a stale or forged ``-shm`` names an older one). The
+    copy cut at the end of those frames is then the database as of that commit. The
+    ``-shm``, which is not copied, changes with every commit.
 
     A live writer commits every few milliseconds: before this, every attempt of a copy
     that takes longer saw a commit, and each was a whole copy written for nothing
@@ -488,7 +470,15 @@ def _only_appended(
         (_, old_size, *_, old_inode), (_, new_size, *_, new_inode) = old, new
         if new_inode != old_inode or new_size < old_size or old_size < log.committed_bytes:
             return False
-    return True
+    copied = sidecar(dest, WAL_SUFFIX)
+    try:
+        fd = os.open(copied, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return ends_there(fd, log, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import apsw
@@ -30,34 +29,7 @@ from lab.hermes_fixtures import SMALL, make_home
 from statewarden.errors import DatabaseChanged
 from statewarden.recovery.bundle import make_work_copy
 from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
-
-
-def keys_in(db: Path) -> set[str]:
-    """The ``state_meta`` keys of a folded copy, read through SQLite."""
-    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-        return {str(r[0]) for r in conn.execute("SELECT key FROM state_meta")}
-    finally:
-        conn.close()
-
-
-# A writer in a process of its own, as Hermes is (a process that reads the -shm raw
-# would drop its own connections' locks on it: docs/safety.md rule 2): each line of
-# its stdin is a key to insert (and, with "fold", a checkpoint); it answers "ok".
-WRITER = """
-import sys, apsw
-conn = apsw.Connection(sys.argv[1])
-conn.execute("PRAGMA journal_mode=WAL")
-conn.execute("PRAGMA wal_autocheckpoint=0")
-print("ok", flush=True)
-for line in sys.stdin:
-    key, _, fold = line.strip().partition(" ")
-    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, 'x')", (key,))
-    if fold:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-    print("ok", flush=True)
-"""
+from tests.support.key_writer import EXCLUSIVE_WRITER, KeyWriter, keys_in
 
 
 @pytest.mark.process
@@ -68,31 +40,16 @@ def test_commits_during_the_copy(tmp_path: Path, fold: bool) -> None:
     during it. With each commit folded into the file: no attempt is consistent, and
     the copy is refused."""
     case = corruption.fresh_copy(tmp_path / "db")
-    writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(case.db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert writer.stdin is not None
-    assert writer.stdout is not None
-    stdin, stdout = writer.stdin, writer.stdout
-
-    def commit(key: str) -> None:
-        stdin.write(f"{key}{' fold' if fold else ''}\n")
-        stdin.flush()
-        assert stdout.readline().strip() == "ok"
-
-    assert stdout.readline().strip() == "ok"
+    writer = KeyWriter(case.db, fold=fold)
     committed = {f"before{i}" for i in range(3)}
     for key in sorted(committed):
-        commit(key)
+        writer.commit(key)
     during: list[str] = []
 
     def write(phase: str, done: int, total: int) -> None:
         if phase == "copy":
             during.append(f"during{len(during)}")
-            commit(during[-1])
+            writer.commit(during[-1])
 
     try:
         if fold:
@@ -101,9 +58,7 @@ def test_commits_during_the_copy(tmp_path: Path, fold: bool) -> None:
             return
         work = make_work_copy(case.db, tmp_path / "work", attempts=1, progress=write)
     finally:
-        stdin.close()
-        writer.wait(timeout=30)
-        stdout.close()
+        writer.close()
     try:
         assert during  # the writer did commit while the copy was made
         assert work.notes == []
@@ -165,3 +120,40 @@ def test_hermes_writing_while_copies_are_made(tmp_path: Path) -> None:
         writer.terminate()
         writer.communicate(timeout=30)
     assert made >= 1, f"every one of 12 copies saw a checkpoint ({changed})"
+
+
+@pytest.mark.process
+def test_a_stale_wal_index_does_not_cut_the_copy(tmp_path: Path) -> None:
+    """A writer killed leaves its -shm behind; the next opens the database in exclusive
+    locking mode and commits on in the same log, never touching the -shm, whose salts
+    still match. Every copy made holds every row committed before it began: before,
+    the copy was cut where the stale index said, and rows committed long before were
+    missing from a copy that read clean (10 of 2,850 in the case that found it)."""
+    case = corruption.fresh_copy(tmp_path / "db")
+    first = KeyWriter(case.db)
+    for i in range(3):
+        first.commit(f"first{i}")
+    first.kill()
+    assert os.path.exists(f"{case.db}-shm")
+    second = KeyWriter(case.db, EXCLUSIVE_WRITER)
+    committed = {f"first{i}" for i in range(3)} | {f"second{i}" for i in range(20)}
+    try:
+        for i in range(20):
+            second.commit(f"second{i}")
+        during: list[str] = []
+
+        def write(phase: str, done: int, total: int) -> None:
+            if phase == "copy":
+                during.append(f"during{len(during)}")
+                second.commit(during[-1])
+
+        try:
+            work = make_work_copy(case.db, tmp_path / "work", attempts=2, progress=write)
+        except DatabaseChanged:
+            return  # no attempt was consistent: refused, nothing passed off
+    finally:
+        second.close()
+    try:
+        assert committed <= keys_in(work.db)
+    finally:
+        work.cleanup()
