@@ -65,7 +65,7 @@ from statewarden.recovery.decoding.wal_index import (
     INDEX_HEADER_BYTES,
     CommittedLog,
     committed_log,
-    ends_there,
+    names_a_commit,
 )
 from statewarden.recovery.evidence.lost_schema import LostSchema, rebuild_from_known_schema, reindex
 from statewarden.recovery.evidence.schema_text import put_back_short_texts
@@ -447,11 +447,14 @@ def _only_appended(
     """Whether the bundle changed during the copy only by what its writer wrote to the
     ``-wal`` past ``log``'s committed frames: the file is the same (no checkpoint wrote
     to it), no journal came or went, the ``-wal`` is the same file, no shorter, and has
-    the same header (a log that starts over gets new salts); and the copied ``-wal``
-    (``dest``'s) bears the index out, its last commit where the index says
-    (``wal_index.ends_there``: a stale or forged ``-shm`` names an older one). The
-    copy cut at the end of those frames is then the database as of that commit. The
-    ``-shm``, which is not copied, changes with every commit.
+    the same header (a log that starts over gets new salts); the index is live, its
+    writer having committed meanwhile (its change counter moved: a ``-shm`` left by a
+    writer killed earlier stands still while one that keeps its index in its own memory
+    writes on); and the copied ``-wal`` (``dest``'s) bears the index out
+    (``wal_index.names_a_commit``). The copy cut at the end of those frames is then
+    the database as of that commit: what the writer wrote past them during the copy is
+    left out (after a log started over, that is over older frames, in a ``-wal`` that
+    no longer grows). The ``-shm``, which is not copied, changes with every commit.
 
     A live writer commits every few milliseconds: before this, every attempt of a copy
     that takes longer saw a commit, and each was a whole copy written for nothing
@@ -470,13 +473,15 @@ def _only_appended(
         (_, old_size, *_, old_inode), (_, new_size, *_, new_inode) = old, new
         if new_inode != old_inode or new_size < old_size or old_size < log.committed_bytes:
             return False
-    copied = sidecar(dest, WAL_SUFFIX)
+    now = _committed_log(source)
+    if now is None or now.header != log.header or now.change == log.change:
+        return False
     try:
-        fd = os.open(copied, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(sidecar(dest, WAL_SUFFIX), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
-        return ends_there(fd, log, os.fstat(fd).st_size)
+        return names_a_commit(fd, log)
     finally:
         os.close(fd)
 

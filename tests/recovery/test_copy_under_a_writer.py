@@ -70,6 +70,45 @@ def test_commits_during_the_copy(tmp_path: Path, fold: bool) -> None:
 
 
 @pytest.mark.process
+def test_commits_over_a_log_started_again(tmp_path: Path) -> None:
+    """After a checkpoint the log starts over from its first frame, over the frames of
+    the one before, and the -wal no longer grows: commits during the copy change it
+    in place. The copy is still kept, holding the rows committed before it began and
+    none of those committed during it (the first wal-index check refused every such
+    copy: a writer of Hermes' pace then fell back to the backup API)."""
+    case = corruption.fresh_copy(tmp_path / "db")
+    writer = KeyWriter(case.db)
+    committed = {f"old{i}" for i in range(40)} | {"fold", "before0", "before1"}
+    during: list[str] = []
+
+    def write(phase: str, done: int, total: int) -> None:
+        if phase == "copy":
+            during.append(f"during{len(during)}")
+            writer.commit(during[-1])
+
+    try:
+        for i in range(40):
+            writer.commit(f"old{i}")
+        writer.commit("fold", fold=True)  # every frame folded in: the next write starts over
+        size = os.path.getsize(f"{case.db}-wal")
+        writer.commit("before0")
+        writer.commit("before1")
+        assert os.path.getsize(f"{case.db}-wal") == size  # written over the old log
+        work = make_work_copy(case.db, tmp_path / "work", attempts=1, progress=write)
+        assert os.path.getsize(f"{case.db}-wal") == size
+    finally:
+        writer.close()
+    try:
+        assert during
+        assert work.notes == []
+        keys = keys_in(work.db)
+        assert committed <= keys
+        assert not keys & set(during)
+    finally:
+        work.cleanup()
+
+
+@pytest.mark.process
 def test_hermes_writing_while_copies_are_made(tmp_path: Path) -> None:
     """Hermes' own SessionDB appends a message every millisecond (with its own
     checkpoints, every 50 writes) while twelve copies are made: each copy made holds

@@ -3,10 +3,12 @@
 
 The ``-shm`` of a live writer says where its last commit ends; a raw copy taken while
 the writer appends is cut there. An index that is not whole (torn between its two
-copies, failing its own checksum, of other salts), one older than the log (left by a
-writer killed earlier), or one naming a frame inside a transaction, must never cut a
-copy: ``committed_log`` refuses the first kind, ``ends_there`` the others. The bytes
-are a real writer's, read while it holds the database open.
+copies, failing its own checksum, of other salts) or one naming a frame that is no
+commit of the log must never cut a copy: ``committed_log`` refuses the first kind,
+``names_a_commit`` the second. (One left by a writer killed earlier names a real commit;
+that it stands still while the log grows is what gives it away:
+``test_copy_under_a_writer.py``.) The bytes are a real writer's, read while it holds the
+database open.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from statewarden.recovery.decoding.wal_index import (
     INDEX_HEADER_BYTES,
     CommittedLog,
     committed_log,
-    ends_there,
+    names_a_commit,
 )
 from tests.support.key_writer import KeyWriter
 
@@ -47,7 +49,7 @@ def bears_out(wal: bytes, log: CommittedLog, tmp_path: Path) -> bool:
     path.write_bytes(wal)
     fd = os.open(path, os.O_RDONLY)
     try:
-        return ends_there(fd, log, len(wal))
+        return names_a_commit(fd, log)
     finally:
         os.close(fd)
 
@@ -79,24 +81,24 @@ def test_the_live_index_is_borne_out(live: tuple[bytes, bytes, bytes], tmp_path:
     assert bears_out(wal, log, tmp_path)
 
 
-def test_an_index_older_than_the_log_is_not(
-    live: tuple[bytes, bytes, bytes], tmp_path: Path
+def test_an_older_index_moves_on_when_its_writer_commits(
+    live: tuple[bytes, bytes, bytes],
 ) -> None:
-    """The index as it was after the first commit (a writer killed then, another going
-    on without the -shm): whole and of this log's salts, but the -wal holds two commits
-    past it."""
-    early, _, wal = live
-    log = committed_log(wal[:32], early)
-    assert log is not None
-    assert log.committed_bytes < len(wal)
-    assert not bears_out(wal, log, tmp_path)
+    """The index after the first commit and after the third: the same log, a commit the
+    -wal holds each, and the change counter a copy looks at moved."""
+    early, index, wal = live
+    before, after = committed_log(wal[:32], early), committed_log(wal[:32], index)
+    assert before is not None
+    assert after is not None
+    assert before.frames < after.frames
+    assert before.change != after.change
 
 
 def test_an_index_naming_another_frame_is_not(
     live: tuple[bytes, bytes, bytes], tmp_path: Path
 ) -> None:
     """mxFrame moved one frame back, or to none, its own checksum made right: the frame
-    it names does not carry the checksum it gives, or commits follow it."""
+    it names is no commit, or does not carry the checksum the index gives."""
     _, index, wal = live
     log = committed_log(wal[:32], index)
     assert log is not None

@@ -50,9 +50,11 @@ class KeyWriter:
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         assert self.stdout.readline().strip() == "ok"
 
-    def commit(self, key: str) -> None:
-        """``key`` inserted and committed (and checkpointed, with ``fold``)."""
-        self.stdin.write(f"{key}{' fold' if self.fold else ''}\n")
+    def commit(self, key: str, *, fold: bool | None = None) -> None:
+        """``key`` inserted and committed (and checkpointed, with ``fold``: this
+        writer's own, unless given)."""
+        fold = self.fold if fold is None else fold
+        self.stdin.write(f"{key}{' fold' if fold else ''}\n")
         self.stdin.flush()
         assert self.stdout.readline().strip() == "ok"
 

@@ -7,10 +7,12 @@ the checksum order, the page size, the last committed frame (``mxFrame``), the d
 size in pages, the checksum of frame ``mxFrame``, the ``-wal``'s salts, and a checksum
 of the first 40 bytes. A writer updates it after its commit frame is written.
 
-Nothing here trusts it alone: a ``-shm`` left by a writer killed earlier, while another
-keeps the index in its own memory (``locking_mode=EXCLUSIVE``), or one written by
-anyone, can carry this log's salts and name an older commit. :func:`ends_there` holds
-the index against the ``-wal``'s own frames.
+An index is not trusted alone: one written by anyone can carry this log's salts and
+name a frame that is no commit (:func:`names_a_commit` holds it against the ``-wal``'s
+own frames), and a ``-shm`` left by a writer killed earlier, while another keeps its
+index in its own memory (``locking_mode=EXCLUSIVE``), names a real but old commit: only
+its standing still while the ``-wal`` changes tells that one (``CommittedLog.change``,
+held by the copy in ``recovery/bundle.py``).
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ _INDEX_HEADER = struct.Struct("=IIIBBHII2I2I2I")
 class CommittedLog:
     """A live ``-wal``'s committed frames, as its wal-index says: ``header``, the
     ``-wal``'s first 32 bytes; ``frames``, the last committed frame's number (from 1; 0:
-    none); ``frame_checksum``, the checksum that frame carries; ``page_size``. A frame up
-    to there is never written again until the log starts over, which gives the ``-wal``
-    a new header."""
+    none); ``frame_checksum``, the checksum that frame carries; ``page_size``;
+    ``change``, the counter its writer moves at every commit. A frame up to there is
+    never written again until the log starts over, which gives the ``-wal`` a new
+    header."""
 
     header: bytes
     frames: int
     frame_checksum: tuple[int, int]
     page_size: int
+    change: int
 
     @property
     def committed_bytes(self) -> int:
@@ -58,8 +62,8 @@ def committed_log(wal_header: bytes, index: bytes) -> CommittedLog | None:
     first = index[:INDEX_HEADER_BYTES]
     if first != index[INDEX_HEADER_BYTES : 2 * INDEX_HEADER_BYTES]:
         return None
-    (version, _, _, initialised, _, size, frames, _, c1, c2, _, _, k1, k2) = _INDEX_HEADER.unpack(
-        first
+    (version, _, change, initialised, _, size, frames, _, c1, c2, _, _, k1, k2) = (
+        _INDEX_HEADER.unpack(first)
     )
     native_big = sys.byteorder == "big"
     if version != WAL_INDEX_VERSION or initialised != 1:
@@ -71,38 +75,21 @@ def committed_log(wal_header: bytes, index: bytes) -> CommittedLog | None:
         return None
     if struct.unpack(">I", wal_header[8:12])[0] != page_size:
         return None
-    return CommittedLog(bytes(wal_header[:HEADER_BYTES]), frames, (c1, c2), page_size)
+    return CommittedLog(bytes(wal_header[:HEADER_BYTES]), frames, (c1, c2), page_size, change)
 
 
-def ends_there(fd: int, log: CommittedLog, size: int) -> bool:
-    """Whether the ``-wal`` open at ``fd`` (its first ``size`` bytes) bears ``log`` out:
+def names_a_commit(fd: int, log: CommittedLog) -> bool:
+    """Whether the ``-wal`` open at ``fd`` bears ``log`` out: it has ``log``'s header, and
     its frame ``log.frames`` is a commit frame of this log's salts carrying the index's
-    checksum (with none, the index's checksum is the log header's), and no frame after
-    it up to ``size`` is a commit frame of this log (SQLite, reading the log afresh,
-    would replay up to there). A frame after it that carries the salts but no commit is
-    a transaction under way, which no reader sees."""
+    checksum (with no frame, the index's checksum is the log header's)."""
     header = os.pread(fd, HEADER_BYTES, 0)
     if header != log.header:
         return False
-    salts = header[16:24]
-    frame_bytes = FRAME_HEADER_BYTES + log.page_size
     if log.frames == 0:
-        if struct.unpack(">2I", header[24:32]) != log.frame_checksum:
-            return False
-    else:
-        at = HEADER_BYTES + (log.frames - 1) * frame_bytes
-        last = os.pread(fd, FRAME_HEADER_BYTES, at)
-        if len(last) < FRAME_HEADER_BYTES or last[8:16] != salts:
-            return False
-        _, commit, _, _, k1, k2 = struct.unpack(">6I", last)
-        if commit == 0 or (k1, k2) != log.frame_checksum:
-            return False
-    at = log.committed_bytes
-    while at + FRAME_HEADER_BYTES <= size:
-        frame = os.pread(fd, FRAME_HEADER_BYTES, at)
-        if len(frame) < FRAME_HEADER_BYTES or frame[8:16] != salts:
-            return True  # the log's own frames end here
-        if struct.unpack(">I", frame[4:8])[0] != 0:
-            return False  # a commit the index does not name
-        at += frame_bytes
-    return True
+        return struct.unpack(">2I", header[24:32]) == log.frame_checksum
+    at = HEADER_BYTES + (log.frames - 1) * (FRAME_HEADER_BYTES + log.page_size)
+    last = os.pread(fd, FRAME_HEADER_BYTES, at)
+    if len(last) < FRAME_HEADER_BYTES or last[8:16] != header[16:24]:
+        return False
+    _, commit, _, _, k1, k2 = struct.unpack(">6I", last)
+    return commit != 0 and (k1, k2) == log.frame_checksum
