@@ -27,9 +27,37 @@ import pytest
 from lab import corruption
 from lab.hermes_fixtures import SMALL, make_home
 from statewarden.errors import DatabaseChanged
-from statewarden.recovery.bundle import make_work_copy
+from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from tests.support.fake_hermes import LOG_ENV, WRITE_EVERY_ENV, install_fake_hermes
 from tests.support.key_writer import EXCLUSIVE_WRITER, KeyWriter, keys_in
+
+
+def copied_while_committing(
+    db: Path, work: Path, writer: KeyWriter, attempts: int
+) -> tuple[WorkCopy, list[str]]:
+    """``make_work_copy`` of ``db`` while ``writer`` commits a key at each step of the
+    copy: the copy and the keys committed during it."""
+    during: list[str] = []
+
+    def write(phase: str, done: int, total: int) -> None:
+        if phase == "copy":
+            during.append(f"during{len(during)}")
+            writer.commit(during[-1])
+
+    return make_work_copy(db, work, attempts=attempts, progress=write), during
+
+
+def assert_as_it_began(work: WorkCopy, committed: set[str], during: list[str]) -> None:
+    """The copy reads clean, with every key of ``committed`` and none of ``during``
+    (the writer did commit during it); removed after."""
+    try:
+        assert during
+        assert work.notes == []
+        keys = keys_in(work.db)
+        assert committed <= keys
+        assert not keys & set(during)
+    finally:
+        work.cleanup()
 
 
 @pytest.mark.process
@@ -44,29 +72,15 @@ def test_commits_during_the_copy(tmp_path: Path, fold: bool) -> None:
     committed = {f"before{i}" for i in range(3)}
     for key in sorted(committed):
         writer.commit(key)
-    during: list[str] = []
-
-    def write(phase: str, done: int, total: int) -> None:
-        if phase == "copy":
-            during.append(f"during{len(during)}")
-            writer.commit(during[-1])
-
     try:
         if fold:
             with pytest.raises(DatabaseChanged):
-                make_work_copy(case.db, tmp_path / "work", attempts=2, progress=write)
+                copied_while_committing(case.db, tmp_path / "work", writer, attempts=2)
             return
-        work = make_work_copy(case.db, tmp_path / "work", attempts=1, progress=write)
+        work, during = copied_while_committing(case.db, tmp_path / "work", writer, attempts=1)
     finally:
         writer.close()
-    try:
-        assert during  # the writer did commit while the copy was made
-        assert work.notes == []
-        keys = keys_in(work.db)
-        assert committed <= keys
-        assert not keys & set(during)
-    finally:
-        work.cleanup()
+    assert_as_it_began(work, committed, during)
 
 
 @pytest.mark.process
@@ -79,13 +93,6 @@ def test_commits_over_a_log_started_again(tmp_path: Path) -> None:
     case = corruption.fresh_copy(tmp_path / "db")
     writer = KeyWriter(case.db)
     committed = {f"old{i}" for i in range(40)} | {"fold", "before0", "before1"}
-    during: list[str] = []
-
-    def write(phase: str, done: int, total: int) -> None:
-        if phase == "copy":
-            during.append(f"during{len(during)}")
-            writer.commit(during[-1])
-
     try:
         for i in range(40):
             writer.commit(f"old{i}")
@@ -94,18 +101,11 @@ def test_commits_over_a_log_started_again(tmp_path: Path) -> None:
         writer.commit("before0")
         writer.commit("before1")
         assert os.path.getsize(f"{case.db}-wal") == size  # written over the old log
-        work = make_work_copy(case.db, tmp_path / "work", attempts=1, progress=write)
+        work, during = copied_while_committing(case.db, tmp_path / "work", writer, attempts=1)
         assert os.path.getsize(f"{case.db}-wal") == size
     finally:
         writer.close()
-    try:
-        assert during
-        assert work.notes == []
-        keys = keys_in(work.db)
-        assert committed <= keys
-        assert not keys & set(during)
-    finally:
-        work.cleanup()
+    assert_as_it_began(work, committed, during)
 
 
 @pytest.mark.process
@@ -179,15 +179,8 @@ def test_a_stale_wal_index_does_not_cut_the_copy(tmp_path: Path) -> None:
     try:
         for i in range(20):
             second.commit(f"second{i}")
-        during: list[str] = []
-
-        def write(phase: str, done: int, total: int) -> None:
-            if phase == "copy":
-                during.append(f"during{len(during)}")
-                second.commit(during[-1])
-
         try:
-            work = make_work_copy(case.db, tmp_path / "work", attempts=2, progress=write)
+            work, _ = copied_while_committing(case.db, tmp_path / "work", second, attempts=2)
         except DatabaseChanged:
             return  # no attempt was consistent: refused, nothing passed off
     finally:
