@@ -459,12 +459,6 @@ def _only_appended(
     A live writer commits every few milliseconds: before this, every attempt of a copy
     that takes longer saw a commit, and each was a whole copy written for nothing
     before the backup API's copy (four copies of the file where one does)."""
-    try:
-        with open(sidecar(source, WAL_SUFFIX), "rb") as f:
-            if f.read(32) != log.header:
-                return False
-    except OSError:
-        return False
     for old, new in zip(before, after, strict=True):
         if old == new or old[0] == SHM_SUFFIX:
             continue
@@ -473,7 +467,7 @@ def _only_appended(
         (_, old_size, *_, old_inode), (_, new_size, *_, new_inode) = old, new
         if new_inode != old_inode or new_size < old_size or old_size < log.committed_bytes:
             return False
-    now = _committed_log(source)
+    now = _committed_log(source)  # (its header: the -wal's now)
     if now is None or now.header != log.header or now.change == log.change:
         return False
     try:
