@@ -4,6 +4,12 @@ The bundle is ``state.db`` and its ``-wal``, ``-shm`` and ``-journal``, where SQ
 them (through a symlink to the database file, next to the file it leads to). A
 descriptor or a map matches by ``(st_dev, st_ino)``; one that names a bundle file by
 path but not by inode is **stale**: an old or deleted file still written through.
+
+The inodes are read once, when a scan begins; a file can be deleted meanwhile and its
+number given to another file (Hermes 0.22 in rollback mode creates and deletes its
+``-journal`` at every transaction; another Hermes' next journal, anywhere on the same
+filesystem, may get the number). So an inode matches only while it is the bundle file:
+the path the descriptor or map shows is the file's, or the file there still has it.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ Hit = tuple[int, str, bool]
 class Bundle(FrozenRecord):
     """One database's files as a scan matches them."""
 
-    __slots__ = ("db", "dir_real", "ids", "name_bytes", "names", "real")
+    __slots__ = ("db", "dir_real", "ids", "name_bytes", "names", "paths", "real")
     db: str  # as the caller named it (what the report shows)
     real: str  # the file SQLite opens for it: symlinks followed, as SQLite follows them
     dir_real: str
     ids: dict[str, tuple[int, int] | None]  # file name -> (dev, ino) now
     names: dict[str, str]  # actual file name on disk -> name in FILE_NAMES
+    paths: dict[str, str]  # name in FILE_NAMES -> the file's path (symlinks followed)
     name_bytes: bytes  # the database's file name, as memory maps spell it
 
     def __init__(
@@ -39,12 +46,14 @@ class Bundle(FrozenRecord):
         names: dict[str, str],
         name_bytes: bytes,
     ) -> None:
+        dir_real = os.path.dirname(real)
         self._set(
             db=db,
             real=real,
-            dir_real=os.path.dirname(real),
+            dir_real=dir_real,
             ids=ids,
             names=names,
+            paths={name: os.path.join(dir_real, file) for file, name in names.items()},
             name_bytes=name_bytes,
         )
 
@@ -83,7 +92,12 @@ def match_descriptor(fst: os.stat_result, link: str, bundles: list[Bundle]) -> H
     for i, t in enumerate(bundles):
         for name, fid in t.ids.items():
             if fid == key:
-                return (i, name, False)
+                try:
+                    where = os.readlink(link)
+                except OSError:
+                    where = ""
+                # Otherwise the number is another file's now: no file of ours.
+                return (i, name, False) if still_the_file(t, name, key, where) else None
     if fst.st_nlink:
         # Linked somewhere: not a deleted or replaced bundle file (a file renamed
         # away, e.g. into quarantine, no longer carries a bundle name either).
@@ -93,6 +107,17 @@ def match_descriptor(fst: os.stat_result, link: str, bundles: list[Bundle]) -> H
     except OSError:
         return None
     return stale_name(where, bundles)
+
+
+def still_the_file(t: Bundle, name: str, key: tuple[int, int], where: str) -> bool:
+    """Whether a descriptor or map on inode ``key``, the one bundle ``t``'s file ``name``
+    had when the scan began, holds that file: ``where`` (the path ``/proc`` shows for
+    it) is the file's path, or the file at that path has ``key`` still (a process that
+    opened it by another path: a hard link, another mount namespace)."""
+    if where.endswith(_DELETED):
+        where = where[: -len(_DELETED)]
+    path = t.paths[name]
+    return where == path or stat_id(path) == key
 
 
 def stale_name(where: str, bundles: list[Bundle]) -> Hit | None:
@@ -134,7 +159,9 @@ def match_maps(
         hit: Hit | None = None
         if key in wanted:
             i, name = wanted[key]
-            hit = (i, name, False)
+            fid = bundles[i].ids[name]
+            if fid is not None and still_the_file(bundles[i], name, fid, parts[5]):
+                hit = (i, name, False)
         else:
             hit = stale_name(parts[5], bundles)
             if hit is not None:
