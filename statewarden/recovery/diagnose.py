@@ -279,11 +279,9 @@ def _intact_index_rowids(
     index, or one of them cannot be read whole."""
     out = []
     t = quote_ident(obj.name)
-    for idx in schema.objects:
-        if idx.type != "index" or idx.tbl_name != obj.name or idx.name in flagged:
+    for idx in schema.full_indexes(obj.name):
+        if idx.name in flagged:
             continue
-        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
-            continue  # a partial index lists only some rows
         try:
             sql = f"SELECT rowid FROM {t} INDEXED BY {quote_ident(idx.name)}"
             out.append(KeySet(r[0] for r in conn.execute(sql)))

@@ -7,7 +7,6 @@ index may be the broken part (docs/stories.md story 3)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
@@ -105,12 +104,7 @@ def table_facts(
     missing: list[int] = []
     stale: list[int] = []
     copies: KeySet | None = None
-    witnessed = any(
-        o.type == "index"
-        and o.tbl_name == obj.name
-        and not (o.sql and re.search(r"\bWHERE\b", o.sql, re.I))
-        for o in schema.objects
-    )
+    witnessed = bool(schema.full_indexes(obj.name))
     if key == ["rowid"]:
         copies = fts_rowids(conn, schema, obj.name)
         missing, stale = _rows_elsewhere(conn, obj, rowids, hints, copies)
@@ -141,11 +135,7 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> K
     out = KeySet()
     if obj.without_rowid:
         return out
-    for idx in schema.objects:
-        if idx.type != "index" or idx.tbl_name != obj.name:
-            continue
-        if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
-            continue  # a partial index lists only some rows
+    for idx in schema.full_indexes(obj.name):
         try:
             sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
             out.update(r[0] for r in conn.execute(sql))

@@ -48,11 +48,10 @@ from statewarden.recovery.decoding.pages import (
     ZeroedCells,
     _columns_hit,
     _payload_segments,
-    _tree_leaves,
-    _walk_table_tree,
     _zeroed_runs,
     _zeroed_sector_pages,
     find_leaf,
+    table_tree,
     zeroed_sectors_of,
 )
 from statewarden.recovery.decoding.schema import Schema, read_schema
@@ -115,11 +114,12 @@ def plain_orphans(db: DatabaseFile, roots: list[int]) -> list[int]:
     return out
 
 
-def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
-    """(table leaves, pages that do not parse as table pages) of the tree at ``root``,
-    every page read whole."""
+def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int], list[int]]:
+    """(table leaves, pages that do not parse as table pages, interior pages whose
+    children parse) of the tree at ``root``, every page read whole."""
     leaves: list[int] = []
     damaged: list[int] = []
+    interiors: list[int] = []
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -131,6 +131,7 @@ def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
             kind, _, _ = db.btree_header(n)
             if kind == PAGE_TABLE_INTERIOR:
                 stack.extend(db.children(n))
+                interiors.append(n)
                 continue
             if kind != PAGE_TABLE_LEAF:
                 raise PageFormatError("not a table page")
@@ -138,7 +139,7 @@ def plain_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
             damaged.append(n)
             continue
         leaves.append(n)
-    return leaves, damaged
+    return leaves, damaged, interiors
 
 
 def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[Row]]:
@@ -151,7 +152,7 @@ def plain_carved(db: DatabaseFile, schema: Schema) -> dict[str, list[Row]]:
     for obj in schema.tables():
         if not obj.rootpage or obj.without_rowid or obj.is_virtual:
             continue
-        leaves, damaged = plain_table_tree(db, obj.rootpage)
+        leaves, damaged, _ = plain_table_tree(db, obj.rootpage)
         readable = []
         for n in leaves:
             try:
@@ -303,14 +304,13 @@ def answers(path: Path, schema: Schema, page_size: int, *, plain: bool) -> dict[
         out: dict[str, Any] = {
             "reachable": db.reachable(roots),
             "orphans": orphan_table_leaves(db, roots),
-            "trees": {o.rootpage: _walk_table_tree(db, o.rootpage) for o in schema.objects},
+            "trees": {o.rootpage: table_tree(db, o.rootpage) for o in schema.objects},
             "zeroed": zeroed_cells_in(db, schema),
             "sectors": zeroed_sectors(db),
         }
         # The same walks once the census is taken (types from it, not from the pages).
-        trees = {o.rootpage: _walk_table_tree(db, o.rootpage) for o in schema.objects}
-        assert trees == out["trees"]
-        assert {r: _tree_leaves(db, r) for r in trees} == {r: t[0] for r, t in trees.items()}
+        again = {o.rootpage: table_tree(db, o.rootpage) for o in schema.objects}
+        assert again == out["trees"]
         return out
     finally:
         db.close()
@@ -406,7 +406,7 @@ def test_zeroed_sector_on_an_overflow_page(tmp_path: Path) -> None:
     assert fast["zeroed"]["sessions"][rowid]  # some columns, the header intact
     db = DatabaseFile(case.db)
     try:
-        leaves = {n for o in schema.tables() for n in _tree_leaves(db, o.rootpage)}
+        leaves = {n for o in schema.tables() for n in table_tree(db, o.rootpage).leaves}
         leading = _leaves_leading_into(db, leaves, {chain[1]})
     finally:
         db.close()

@@ -63,11 +63,7 @@ class TableFill(BuildPart):
         obj = tc.obj
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         t = quote_ident(obj.name)
-        for idx in self.inputs.schema.objects:
-            if idx.type != "index" or idx.tbl_name != obj.name:
-                continue
-            if idx.sql and re.search(r"\bWHERE\b", idx.sql, re.I):
-                continue  # a partial index lists only some rows
+        for idx in self.inputs.schema.full_indexes(obj.name):
             try:
                 info = self.src.execute(f"PRAGMA index_info({quote_ident(idx.name)})")
                 cols = [r[2] for r in info]

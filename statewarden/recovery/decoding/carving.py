@@ -38,7 +38,7 @@ from statewarden.recovery.decoding.page_format import (
     _header_of,
     varint,
 )
-from statewarden.recovery.decoding.pages import DatabaseFile, _walk_table_tree
+from statewarden.recovery.decoding.pages import DatabaseFile, table_tree
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
 
@@ -75,7 +75,7 @@ def carve_damaged_leaves(
             if obj is None or not obj.rootpage or obj.without_rowid or obj.is_virtual:
                 continue
             rows = out.setdefault(name, [])
-            leaves, damaged = _walk_table_tree(db, obj.rootpage)
+            leaves, damaged, _ = table_tree(db, obj.rootpage)
             garbled, unreadable, counts = survey_leaves(db, leaves)
             counts.add(len(obj.stored_columns))
             counts_of[name] = counts

@@ -27,8 +27,8 @@ from statewarden.recovery.decoding.pages import (
     ZeroRun,
     _columns_hit,
     _payload_segments,
-    _tree_leaves,
     _zeroed_runs,
+    table_tree,
     zeroed_sectors_of,
 )
 from statewarden.recovery.decoding.schema import Schema
@@ -87,7 +87,7 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
         return {}
     free = db.freelist_pages()
     leaves_of = {
-        o.name: _tree_leaves(db, o.rootpage)
+        o.name: table_tree(db, o.rootpage).leaves
         for o in schema.tables()
         if o.rootpage and not o.without_rowid and not o.is_virtual
     }
@@ -215,7 +215,7 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
         for o in schema.tables():
             if not o.rootpage or o.without_rowid or o.is_virtual:
                 continue
-            for n, off, rowid, segs in _cells_of(db, _tree_leaves(db, o.rootpage)):
+            for n, off, rowid, segs in _cells_of(db, table_tree(db, o.rootpage).leaves):
                 # (the size varint read as _payload_segments has just read it)
                 size, _ = varint(db.page(n), off)
                 if len(segs) < 2:

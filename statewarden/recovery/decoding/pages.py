@@ -367,13 +367,24 @@ def find_leaf(db: DatabaseFile, root: int, rowid: int) -> int | None:
     return None
 
 
-def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]:
-    """(the table leaves the b-tree at ``root`` reaches, the pages it reaches that do
-    not parse as table pages: header or children); a page that does not parse is not
+class TableTree(NamedTuple):
+    """The pages the table b-tree at a root reaches (``table_tree``)."""
+
+    leaves: list[int]  # its table leaves
+    damaged: list[int]  # pages that do not parse as table pages: header or children
+    interiors: list[int]  # its interior pages whose children parse
+
+    @property
+    def pages(self) -> set[int]:
+        return {*self.leaves, *self.damaged, *self.interiors}
+
+
+def table_tree(db: DatabaseFile, root: int) -> TableTree:
+    """The pages the table b-tree at ``root`` reaches; a page that does not parse is not
     descended. Only interior pages are read whole: a leaf is known by its type byte
     (``DatabaseFile.page_kind``), its cells are not read."""
-    leaves: list[int] = []
-    damaged: list[int] = []
+    tree = TableTree([], [], [])
+    leaves, damaged = tree.leaves, tree.damaged
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -387,11 +398,13 @@ def _walk_table_tree(db: DatabaseFile, root: int) -> tuple[list[int], list[int]]
                 stack.extend(db.children(n))
             except (PageFormatError, struct.error, IndexError):
                 damaged.append(n)
+            else:
+                tree.interiors.append(n)
         elif kind == PAGE_TABLE_LEAF:
             leaves.append(n)
         else:
             damaged.append(n)
-    return leaves, damaged
+    return tree
 
 
 def table_cell_start(db: DatabaseFile, n: int, off: int) -> tuple[bytes, int, int, int, int]:
@@ -699,15 +712,3 @@ def _fewest_bytes(raw: bytes, t: int) -> bool:
         if -(1 << (bits - 1)) <= v < 1 << (bits - 1):
             return t == fewer
     return t == 6
-
-
-# -- cells that run into zeroed sectors ---------------------------------------------
-
-
-def _tree_leaves(db: DatabaseFile, root: int) -> list[int]:
-    """Table leaves a b-tree reaches (a page that does not parse is not descended);
-    only its interior pages are read, the leaves known by their type byte."""
-    return _walk_table_tree(db, root)[0]
-
-
-# -- overflow chains that lead to the same pages ------------------------------------

@@ -6,7 +6,7 @@ stop with an error. This reader then finds where reading can resume: a one-row p
 exponential search followed by bisection narrows the unreadable stretch to the smallest
 rowid range bounded by readable leaves. A row whose own content cannot be read (a broken
 overflow chain) is read column by column: it is kept with the columns that can be read
-and the others listed (``partial``), or, if none can, skipped and counted alone
+and the others named (``on_partial``), or, if none can, skipped and counted alone
 (docs/safety.md rule 8). The cell a stream stopped at is found by walking the same
 stretch for rowids only (no record is decoded); a cell whose rowid is out of order
 (not above the row before it and below every cell after it that reads: garbled) never
@@ -50,11 +50,7 @@ class ScanResult:
     unreadable_rows: int = 0  # single rows whose content failed (counted alone)
     unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
-    # rowid -> its columns whose text is not valid UTF-8 (changed bytes: unreadable)
-    bad_text: dict[int, list[str]] = field(default_factory=dict)
-    partial: dict[int, list[str]] = field(default_factory=dict)  # rowid -> unreadable columns
     out_of_order: list[int] = field(default_factory=list)  # garbled cells' rowids, withheld
-    first_error: str | None = None
 
     def add_range(self, lo: int, hi: int) -> None:
         if self.unreadable_ranges and self.unreadable_ranges[-1][1] + 1 >= lo:
@@ -83,8 +79,8 @@ def scan_table(
     a duplicate is belongs to the caller. ``hints`` are rowids known to exist (from an
     intact index): where reading can resume is searched among them first. A row only
     some of whose columns can be read (a broken overflow chain) is delivered with
-    ``None`` for the others, which are listed in ``ScanResult.partial`` and given to
-    ``on_partial(rowid, columns)`` just before the row. A row with text that is not
+    ``None`` for the others, which are given to ``on_partial(rowid, columns)`` just
+    before the row. A row with text that is not
     valid UTF-8 is delivered with U+FFFD for the bad bytes, those columns given to
     ``on_bad_text(rowid, columns)`` just before the row.
     """
@@ -173,7 +169,6 @@ class _Scan:
             self.start = resume_at
         # A b-tree scribbled into cycles can keep a scan going for ever.
         lo = MIN_ROWID if self.last is None else self.last + 1
-        result.first_error = result.first_error or "too many damaged stretches"
         result.add_range(min(lo, MAX_ROWID), MAX_ROWID)
         return result
 
@@ -302,7 +297,6 @@ class _Scan:
             exc = err.cause
             if isinstance(exc, apsw.Error) and not _is_damage(exc):
                 raise exc from None
-            result.first_error = result.first_error or str(exc).split("\n", 1)[0]
             return False
         finally:
             last = self.last  # rows delivered late do not move the position
@@ -407,7 +401,6 @@ class _Scan:
             row, bad = _lenient_row(self.conn, self.t, self.columns, rowid)
             rows = [row]
             result.text_repaired.append(rowid)
-            result.bad_text[rowid] = bad
             if self.on_bad_text and bad:
                 self.on_bad_text(rowid, bad)
         except apsw.Error as exc:
@@ -416,7 +409,6 @@ class _Scan:
             partial = _partial_row(self.conn, self.t, self.columns, rowid)
             if partial is not None:
                 row, missing = partial
-                result.partial[rowid] = missing
                 if self.on_partial:
                     self.on_partial(rowid, missing)
                 rows = [row]

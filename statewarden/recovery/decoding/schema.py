@@ -21,6 +21,7 @@ SCHEMA_ROOT_PAGE = 1
 _CONTENT_OPTION_RE = re.compile(r"\bcontent\s*=\s*(?:'((?:[^']|'')*)'|\"([^\"]*)\"|(\w+))", re.I)
 _USING_RE = re.compile(r"\bUSING\s+(\w+)", re.I)
 _WITHOUT_ROWID_RE = re.compile(r"\)\s*WITHOUT\s+ROWID\s*;?\s*$", re.I)
+_PARTIAL_RE = re.compile(r"\bWHERE\b(.*)$", re.I | re.S)
 
 
 @dataclass
@@ -68,6 +69,12 @@ class SchemaObject:
         return [c for c in self.columns if c.hidden in (0, 1)]
 
     @property
+    def partial_condition(self) -> str | None:
+        """A partial index's WHERE condition: it lists only the rows that meet it."""
+        m = _PARTIAL_RE.search(self.sql or "") if self.type == "index" else None
+        return m.group(1).strip() if m else None
+
+    @property
     def rowid_alias(self) -> str | None:
         """The INTEGER PRIMARY KEY column that is the rowid, if there is one."""
         if self.without_rowid or self.type != "table":
@@ -102,6 +109,15 @@ class Schema:
 
     def tables(self) -> list[SchemaObject]:
         return [o for o in self.objects if o.type == "table"]
+
+    def full_indexes(self, table: str) -> list[SchemaObject]:
+        """The indexes of ``table`` that list every row of it (a partial index lists
+        only the rows that meet its condition)."""
+        return [
+            o
+            for o in self.objects
+            if o.type == "index" and o.tbl_name == table and o.partial_condition is None
+        ]
 
     def base_tables(self) -> list[SchemaObject]:
         """Tables that hold data: not virtual, not an FTS shadow, not sqlite_* internals."""

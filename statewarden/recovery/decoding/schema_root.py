@@ -24,7 +24,7 @@ from statewarden.recovery.decoding.page_format import (
     place_cells,
     varint,
 )
-from statewarden.recovery.decoding.pages import ZERO_SCAN_CHUNK, DatabaseFile, _tree_leaves
+from statewarden.recovery.decoding.pages import ZERO_SCAN_CHUNK, DatabaseFile, table_tree
 
 SCHEMA_TYPES = ("table", "index", "view", "trigger")
 
@@ -163,7 +163,7 @@ def schema_records(path: Path) -> list[list[Any]]:
 def _schema_rows(db: DatabaseFile) -> Iterator[tuple[int, list[Any]]]:
     """The rows of the leaves the b-tree from page 1 reaches (none of a leaf that does
     not read)."""
-    for n in _tree_leaves(db, 1):
+    for n in table_tree(db, 1).leaves:
         try:
             rows, _bad = db.leaf_rows(n)
         except (PageFormatError, struct.error, IndexError):

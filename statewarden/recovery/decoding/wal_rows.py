@@ -14,8 +14,8 @@ from typing import Any
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.decoding.carving import _assign
-from statewarden.recovery.decoding.page_format import PAGE_TABLE_INTERIOR, Row, varint
-from statewarden.recovery.decoding.pages import DatabaseFile, _walk_table_tree
+from statewarden.recovery.decoding.page_format import Row, varint
+from statewarden.recovery.decoding.pages import DatabaseFile, table_tree
 from statewarden.recovery.decoding.schema import Schema
 
 
@@ -88,31 +88,14 @@ def _table_changes(
     """(the leaves of the tree at ``root`` that are new images in ``final``, the
     rowids on the leaves of ``base``'s tree that ``final`` rewrote, no longer reaches
     or holds as an ``unknown`` page, every page ``final``'s tree reaches)."""
-    base_leaves, _ = _walk_table_tree(base, root)
-    leaves, bad = _walk_table_tree(final, root)
-    seen = set(leaves) | set(bad) | _interiors(final, root)
+    base_leaves = table_tree(base, root).leaves
+    tree = table_tree(final, root)
+    leaves, seen = tree.leaves, tree.pages
     changed = [n for n in base_leaves if n in final.overlay or n not in seen or n in unknown]
     gone: set[int] = set()
     for n in changed:
         gone.update(_leaf_rowids(base, n))
     return [n for n in leaves if n in final.overlay], gone, seen
-
-
-def _interiors(db: DatabaseFile, root: int) -> set[int]:
-    """The interior pages of the table b-tree at ``root`` (those that parse)."""
-    out: set[int] = set()
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n in out or not 1 <= n <= db.page_count or db.page_kind(n) != PAGE_TABLE_INTERIOR:
-            continue
-        try:
-            kids = db.children(n)
-        except (PageFormatError, struct.error, IndexError):
-            continue
-        out.add(n)
-        stack.extend(kids)
-    return out
 
 
 def _rows_of(db: DatabaseFile, n: int) -> list[Row]:

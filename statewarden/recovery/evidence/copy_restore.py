@@ -15,6 +15,7 @@ import apsw
 
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.evidence.copies import CopyCheck, _copies_agree, feeds, split_outside
+from statewarden.recovery.evidence.index_witnesses import index_readings
 from statewarden.sqlite import quote_ident
 
 REBUILT_TABLE_PREFIX = "statewarden_rebuilt_"
@@ -54,25 +55,16 @@ def rebuild_from_copies(
     if not rowids:
         return []
     out = {r: RebuiltRow(r, {}, {}, None) for r in sorted(rowids)}
-    for idx in schema.objects:
-        if idx.type != "index" or idx.tbl_name != table or idx.rootpage in broken_roots:
-            continue
+    for reading in index_readings(conn, schema, table, broken_roots=broken_roots):
         try:
-            cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
-            if not cols or any(c is None for c in cols):
-                continue
-            sel = ", ".join(quote_ident(str(c)) for c in cols)
-            sql = (
-                f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
-            )
-            for row in conn.execute(sql):
+            for row in conn.execute(reading.sql):
                 got = out.get(int(row[0]))
                 if got is None:
                     continue
-                for c, v in zip(cols, row[1:], strict=True):
-                    if str(c) not in got.values:
-                        got.values[str(c)] = v
-                        got.sources[str(c)] = f"index {idx.name}"
+                for c, v in zip(reading.columns, row[1:], strict=True):
+                    if c not in got.values:
+                        got.values[c] = v
+                        got.sources[c] = f"index {reading.name}"
         except (apsw.Error, UnicodeDecodeError) as exc:
             if isinstance(exc, apsw.InterruptError):
                 raise

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,8 +103,7 @@ def index_readings(
             continue
         sel = ", ".join(quote_ident(str(c)) for c in cols)
         sql = f"SELECT rowid, {sel} FROM {quote_ident(table)} INDEXED BY {quote_ident(idx.name)}"
-        partial = re.search(r"\bWHERE\b(.*)$", idx.sql or "", re.I | re.S)
-        condition = partial.group(1).strip() if partial else None
+        condition = idx.partial_condition
         out.append(IndexReading(idx.name, [str(c) for c in cols], sql, condition or None))
     return out
 

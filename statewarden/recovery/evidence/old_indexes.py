@@ -13,7 +13,6 @@ deleted). Pages are read raw: call with no SQLite connection open to the file
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,11 +109,9 @@ def _index_positions(schema: Schema, obj: SchemaObject) -> list[tuple[str, list[
     conn = apsw.Connection(":memory:")
     try:
         conn.execute(obj.sql)
-        for idx in schema.objects:
-            if idx.type != "index" or idx.tbl_name != obj.name or idx.sql is None:
+        for idx in schema.full_indexes(obj.name):
+            if idx.sql is None:
                 continue
-            if re.search(r"\bWHERE\b", idx.sql, re.IGNORECASE):
-                continue  # a partial index lists only some rows
             try:
                 conn.execute(idx.sql)
                 info = conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall()
