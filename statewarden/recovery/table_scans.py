@@ -8,6 +8,7 @@ index may be the broken part (docs/stories.md story 3)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -17,7 +18,7 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import ScanResult, scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.diagnosis import TableFacts
-from statewarden.recovery.evidence.copies import CopyCheck, compare, fts_rowids
+from statewarden.recovery.evidence.copies import CopyCheck, compare, feeds, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
 from statewarden.recovery.evidence.lost_writes import sequence_of
 from statewarden.sqlite import quote_ident
@@ -47,7 +48,7 @@ def _scan_facts(
         tables.append(facts)
     if progress:
         progress("scan tables", len(base), len(base))
-    orphans, fk_errors = foreign_key_orphans(conn, base, foreign)
+    orphans, fk_errors = foreign_key_orphans(conn, base, foreign, proved=indexes_agree)
     if progress:
         progress("compare FTS copies", 0, 1)
     copies = compare(conn, schema, foreign)
@@ -68,9 +69,14 @@ def table_facts(
     ``indexes_agree``: SQLite's integrity check of the b-trees found nothing (no line,
     not stopped), so each full index lists exactly the table's rowids (every row has
     its entry, and no index more entries than the table rows): the rowids the indexes
-    list are then the rowids the scan reads, and are not read from them again."""
+    list are then the rowids the scan reads, and are not read from them again; and a
+    rowid table's rows are counted, not scanned (``_proved_facts``)."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
+    if indexes_agree and not key_cols and not foreign:
+        proved = _proved_facts(conn, obj, schema)
+        if proved is not None:
+            return proved
     rowids = KeySet()  # rowids read (a KeySet: a million rows cost no 100 MiB)
     again: Counter[int] = Counter()  # rowid -> times read after the first
     keys: dict[Any, int] = {}  # key columns -> the first rowid read with them
@@ -125,6 +131,54 @@ def table_facts(
         witnessed=witnessed,
         fts_copies=copies,
         fts_copies_read=key == ["rowid"],
+    )
+
+
+def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> TableFacts | None:
+    """``table_facts`` of a rowid table in a file whose b-trees SQLite's complete
+    integrity check found nothing wrong in, without a scan: the check proved that its
+    rowids rise (each stored once, none unreadable) and that each full index lists
+    exactly its rows, so the planner's count is the scan's, every rowid distinct; the
+    rowids its FTS copies hold that it lacks are looked up in it by SQL. The facts a
+    full scan gives (tests/recovery/test_proved_facts.py holds both to the same
+    answers). None when the count fails: the scan then says why."""
+    t = quote_ident(obj.name)
+    try:
+        row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
+    except apsw.Error:
+        return None
+    if row is None:
+        return None
+    rows = int(row[0])
+    seq = sequence_of(conn, obj.name)
+    # AUTOINCREMENT never gave out a rowid above the sequence (``_rows_elsewhere``).
+    cap = "" if seq is None else f" AND id <= {int(seq)}"
+    missing: set[int] = set()
+    for f in feeds(schema):
+        if f.table != obj.name:
+            continue
+        sql = (
+            f"SELECT id FROM {quote_ident(f.fts + '_content')} NOT INDEXED"
+            f" WHERE typeof(id) = 'integer'{cap} AND id NOT IN (SELECT rowid FROM {t})"
+        )
+        try:
+            missing.update(int(r[0]) for r in conn.execute(sql))
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            continue  # a damaged copy vouches for nothing
+    return TableFacts(
+        name=obj.name,
+        key=obj.key_columns,
+        planner_rows=rows,
+        scan_rows=rows,
+        distinct_keys=rows,
+        duplicate_rowids={},
+        duplicate_keys=0,
+        unreadable_rows=0,
+        unreadable_ranges=[],
+        missing_rows=sorted(missing),
+        witnessed=bool(schema.full_indexes(obj.name)),
     )
 
 
@@ -212,13 +266,16 @@ def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[
         return []
 
 
-def orphan_rows(conn: apsw.Connection, table: str, foreign: OwnRows | None = None) -> int:
+def orphan_rows(
+    conn: apsw.Connection, table: str, foreign: OwnRows | None = None, *, proved: bool = False
+) -> int:
     """Rows of ``table`` whose parent row is missing, found by full scans of both
     tables that read past damage (``scan.py``). ``foreign_key_check`` looks parents up
     through the parent's index, which on a damaged file still lists parents whose rows
     are gone, and fails outright on an unreadable page. Each row counts once however
     many of its foreign keys fail; check and recover count orphans with this function.
-    ``foreign`` leaves out other tables' cells the table's b-tree reaches.
+    ``foreign`` leaves out other tables' cells the table's b-tree reaches; ``proved``:
+    see ``_each_row``.
     """
     fks: dict[int, list[tuple[str, str, str | None]]] = {}
     for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
@@ -233,7 +290,8 @@ def orphan_rows(conn: apsw.Connection, table: str, foreign: OwnRows | None = Non
             info = conn.execute(f"PRAGMA table_info({quote_ident(parent)})").fetchall()
             pk = sorted((int(r[5] or 0), str(r[1])) for r in info if r[5])
             to = [name for _, name in pk] or ["rowid"]
-        rules.append(([p[1] for p in parts], _key_values(conn, parent, [str(t) for t in to])))
+        keys = _key_values(conn, parent, [str(t) for t in to], proved=proved)
+        rules.append(([p[1] for p in parts], keys))
     columns = list(dict.fromkeys(c for cols, _ in rules for c in cols))
     at = {c: i + 1 for i, c in enumerate(columns)}
     # Each rule as (its columns' places in a row, the parent's keys), looked up once.
@@ -248,34 +306,77 @@ def orphan_rows(conn: apsw.Connection, table: str, foreign: OwnRows | None = Non
                 orphans += 1
                 return
 
+    def start_over() -> None:
+        nonlocal orphans
+        orphans = 0
+
     if foreign is None:
-        scan_table(conn, table, columns, on_row)
+        _each_row(conn, table, columns, on_row, proved=proved, start_over=start_over)
     else:
         scan_table(conn, table, foreign.columns(columns), foreign.keep(columns, on_row))
     return orphans
 
 
-def _key_values(conn: apsw.Connection, table: str, columns: list[str]) -> set[tuple[Any, ...]]:
+def _key_values(
+    conn: apsw.Connection, table: str, columns: list[str], *, proved: bool
+) -> set[tuple[Any, ...]]:
     out: set[tuple[Any, ...]] = set()
-    if columns == ["rowid"]:
-        scan_table(conn, table, [], lambda row: out.add((row[0],)))
-    else:
-        scan_table(conn, table, columns, lambda row: out.add(tuple(row[1:])))
+    by_rowid = columns == ["rowid"]
+
+    def add(row: tuple[Any, ...]) -> None:
+        out.add((row[0],) if by_rowid else tuple(row[1:]))
+
+    _each_row(conn, table, [] if by_rowid else columns, add, proved=proved, start_over=out.clear)
     return out
 
 
+def _each_row(
+    conn: apsw.Connection,
+    table: str,
+    columns: list[str],
+    on_row: Callable[[tuple[Any, ...]], None],
+    *,
+    proved: bool,
+    start_over: Callable[[], None],
+) -> None:
+    """Each row of ``table`` (its rowid and ``columns``) to ``on_row``, as ``scan_table``
+    delivers them. ``proved``: SQLite's complete integrity check of the b-trees found
+    nothing (every page reads, each table's rowids rise), so a plain full scan delivers
+    the same rows in the same order, without the work ``scan.py`` does to read past
+    damage; one that fails even so calls ``start_over`` and the rows are read by
+    ``scan_table``, as without the proof."""
+    if proved:
+        cols = "".join(", " + quote_ident(c) for c in columns)
+        try:
+            for row in conn.execute(
+                f'SELECT rowid{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
+            ):
+                on_row(row)
+            return
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            if isinstance(exc, apsw.InterruptError):
+                raise
+            start_over()
+    scan_table(conn, table, columns, on_row)
+
+
 def foreign_key_orphans(
-    conn: apsw.Connection, tables: list[SchemaObject], foreign: dict[str, Records] | None = None
+    conn: apsw.Connection,
+    tables: list[SchemaObject],
+    foreign: dict[str, Records] | None = None,
+    *,
+    proved: bool = False,
 ) -> tuple[dict[str, int], list[str]]:
     """Rows per table whose parent row is missing (``foreign_key_check``), table by table
     so that one unreadable table does not hide the others; ``foreign``: other tables'
-    cells each table's b-tree reaches (``foreign_cells.py``), which are no rows of it."""
+    cells each table's b-tree reaches (``foreign_cells.py``), which are no rows of it;
+    ``proved``: see ``_each_row``."""
     counts: dict[str, int] = {}
     errors = []
     for obj in tables:
         found = (foreign or {}).get(obj.name)
         try:
-            n = orphan_rows(conn, obj.name, OwnRows(obj, found) if found else None)
+            n = orphan_rows(conn, obj.name, OwnRows(obj, found) if found else None, proved=proved)
         except apsw.Error as exc:
             errors.append(f"{obj.name}: {str(exc).split(chr(10), 1)[0]}")
             continue

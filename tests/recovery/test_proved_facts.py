@@ -1,0 +1,114 @@
+"""What a complete, clean integrity check of the b-trees proves is not scanned for again,
+and the facts come out the same.
+
+``check`` waits for SQLite's check of the b-trees before it scans the tables; when that
+check finds nothing (every page reads, each table's rowids rise, each full index lists
+exactly its table's rows), a rowid table's rows are counted rather than scanned, the rowids
+its FTS copies hold that it lacks are looked up by SQL, and the orphans are counted by
+plain full scans rather than ``scan.py``'s reads past damage (``table_scans.py``).
+Invariant: with the proof and without it, the same facts, on healthy files of every Hermes
+layout and on files whose b-trees are clean but whose rows are not (rows deleted behind
+their FTS copies, a copy above the AUTOINCREMENT sequence, a session deleted under its
+messages).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import apsw
+import pytest
+
+from lab.hermes_fixtures import MAIN_EXTERNAL, NEWEST, OLDEST, TALL, TINY, AnySpec, built_db
+from statewarden.recovery.decoding.schema import read_schema
+from statewarden.recovery.diagnose import diagnose
+from statewarden.recovery.table_scans import _scan_facts
+
+pytestmark = pytest.mark.unit
+
+SPECS: dict[str, AnySpec] = {
+    "0.13.0": OLDEST,
+    "0.19.0": TINY,
+    "0.22": NEWEST,
+    "main": MAIN_EXTERNAL,
+    "tall": TALL,
+}
+# The layouts whose FTS tables keep their own copy of each message's text.
+OWN_COPIES = ("0.13.0", "0.19.0")
+
+
+def facts(db: Path, *, proved: bool) -> tuple[Any, ...]:
+    conn = apsw.Connection(str(db))
+    try:
+        return _scan_facts(conn, read_schema(conn), None, {}, indexes_agree=proved)
+    finally:
+        conn.close()
+
+
+def rows_gone_behind_their_copies(db: Path) -> tuple[list[int], int]:
+    """Three messages deleted with the triggers that would remove their FTS copies
+    dropped, the newest of them above the sequence lowered under it, and a session
+    deleted under its messages: b-trees SQLite finds clean, rows that are not. Returns
+    (the rowids deleted, the one above the sequence)."""
+    conn = apsw.Connection(str(db))
+    try:
+        triggers = [
+            (str(name), str(sql))
+            for name, sql in conn.execute(
+                "SELECT name, sql FROM sqlite_schema"
+                " WHERE type = 'trigger' AND tbl_name = 'messages'"
+            )
+        ]
+        for name, _sql in triggers:
+            conn.execute(f'DROP TRIGGER "{name}"')
+        newest = int(conn.execute("SELECT max(rowid) FROM messages").fetchall()[0][0] or 0)
+        gone = [r for (r,) in conn.execute("SELECT rowid FROM messages LIMIT 2 OFFSET 5")]
+        gone.append(newest)
+        conn.execute(f"DELETE FROM messages WHERE rowid IN ({', '.join(map(str, gone))})")
+        conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'messages'", (newest - 1,))
+        conn.execute(
+            "DELETE FROM sessions WHERE id = (SELECT session_id FROM messages LIMIT 1 OFFSET 40)"
+        )
+        for _name, sql in triggers:
+            conn.execute(sql)
+    finally:
+        conn.close()
+    return gone, newest
+
+
+@pytest.mark.parametrize("layout", SPECS)
+def test_a_healthy_file_has_the_same_facts_with_the_proof_and_without(
+    tmp_path: Path, layout: str
+) -> None:
+    """Every table's facts, the orphans, the failed foreign-key checks and the FTS
+    copies compared are the same with the proof as without it."""
+    db = tmp_path / "state.db"
+    shutil.copyfile(built_db(SPECS[layout]), db)
+    assert facts(db, proved=True) == facts(db, proved=False)
+
+
+@pytest.mark.parametrize("layout", ["0.13.0", "0.19.0", "0.22"])
+def test_rows_gone_behind_clean_b_trees_are_the_same_facts_with_the_proof(
+    tmp_path: Path, layout: str
+) -> None:
+    """Rows deleted behind their FTS copies are missing rows (where the FTS tables keep
+    their own copies) and the messages of a deleted session are orphans, with the proof
+    as without it; the copy above the sequence is no missing row in either. The b-trees
+    are clean (``check`` takes the proof on this file)."""
+    db = tmp_path / "state.db"
+    shutil.copyfile(built_db(SPECS[layout]), db)
+    gone, above = rows_gone_behind_their_copies(db)
+    proved = facts(db, proved=True)
+    assert proved == facts(db, proved=False)
+    tables, orphans, _fk_errors, _copies = proved
+    (messages,) = [t for t in tables if t.name == "messages"]
+    expected = sorted(set(gone) - {above}) if layout in OWN_COPIES else []
+    assert messages.missing_rows == expected
+    assert orphans.get("messages", 0) > 0
+    diagnosis = diagnose(db)
+    assert diagnosis.integrity_ok  # the b-trees are clean: the proof is taken
+    assert diagnosis.orphans == orphans
+    (seen,) = [t for t in diagnosis.tables if t.name == "messages"]
+    assert seen.missing_rows == messages.missing_rows
