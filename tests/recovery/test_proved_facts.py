@@ -50,7 +50,8 @@ def facts(db: Path, *, proved: bool) -> tuple[Any, ...]:
 def rows_gone_behind_their_copies(db: Path) -> tuple[list[int], int]:
     """Three messages deleted with the triggers that would remove their FTS copies
     dropped, the newest of them above the sequence lowered under it, and a session
-    deleted under its messages: b-trees SQLite finds clean, rows that are not. Returns
+    deleted under its messages, a message whose session id is not UTF-8: b-trees SQLite
+    finds clean, rows that are not. Returns
     (the rowids deleted, the one above the sequence)."""
     conn = apsw.Connection(str(db))
     try:
@@ -70,6 +71,11 @@ def rows_gone_behind_their_copies(db: Path) -> tuple[list[int], int]:
         conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = 'messages'", (newest - 1,))
         conn.execute(
             "DELETE FROM sessions WHERE id = (SELECT session_id FROM messages LIMIT 1 OFFSET 40)"
+        )
+        # A parent key that is not UTF-8: Python cannot read the row as text, SQLite can.
+        conn.execute(
+            "UPDATE messages SET session_id = CAST(x'ff6f' AS TEXT)"
+            " WHERE rowid = (SELECT min(rowid) FROM messages)"
         )
         for _name, sql in triggers:
             conn.execute(sql)
