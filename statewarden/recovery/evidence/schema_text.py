@@ -79,12 +79,12 @@ def _short_text(db: DatabaseFile, obj: SchemaObject, stored: dict[str, str]) -> 
     those on its last leaf (the newest rows carry every column; one garbled cell that
     decodes with many fields is no proof)."""
     leaves = _sampled_leaves(db, obj.rootpage)
-    records = [r for n in leaves for r in _records(db, n)]
     last = _records(db, leaves[-1]) if leaves else []
     declared = len(obj.stored_columns)
     longer = [len(v) for v in last if len(v) > declared]
     if 2 * len(longer) <= len(last):
-        return None
+        return None  # (the other leaves sampled are read only for a text to put back)
+    records = [r for n in leaves[:-1] for r in _records(db, n)] + last
     most = max(longer)
     return ShortText(obj.name, declared, most, _known_text(obj, records, most, stored))
 
