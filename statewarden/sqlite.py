@@ -218,6 +218,14 @@ def is_hot_journal_error(exc: BaseException) -> bool:
     )
 
 
+def raise_if_interrupted(exc: BaseException) -> None:
+    """Raise ``exc`` again when it is an interrupt (``apsw.InterruptError``: the run was
+    stopped), which says nothing of the file; any other error of a read is damage, and
+    the caller goes on past it."""
+    if isinstance(exc, apsw.InterruptError):
+        raise exc
+
+
 def quote_ident(name: str) -> str:
     """Quote an identifier for SQL text (doubling embedded quotes)."""
     return '"' + name.replace('"', '""') + '"'

@@ -44,7 +44,7 @@ from statewarden.recovery.evidence.foreign_cells import foreign_by_table
 from statewarden.recovery.evidence.lost_writes import find_lost_writes
 from statewarden.recovery.fts_checks import CHECK_CUT_SHORT, FtsPending, _fts_verdicts
 from statewarden.recovery.table_scans import _scan_facts, counts_disagree
-from statewarden.sqlite import classify_error, quote_ident
+from statewarden.sqlite import classify_error, quote_ident, raise_if_interrupted
 
 _TWICE_RE = re.compile(r"^Tree (\d+) .*2nd reference to page")
 
@@ -236,8 +236,7 @@ def _walked(
             if pageno in pages:
                 found.setdefault(int(pageno), set()).add(str(name))
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return None
     return found
 
@@ -286,8 +285,7 @@ def _intact_index_rowids(
             sql = f"SELECT rowid FROM {t} INDEXED BY {quote_ident(idx.name)}"
             out.append(KeySet(r[0] for r in conn.execute(sql)))
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             return None
     return out or None
 

@@ -18,7 +18,7 @@ from statewarden.recovery.decoding.integrity import (
 )
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.diagnosis import Diagnosis, classify, worst
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 # integrity_check's line when a read error ended it (the virtual tables' checks may
 # not have run).
@@ -156,7 +156,6 @@ def fts_integrity(
             )
             out[obj.name] = "ok"
         except apsw.Error as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             out[obj.name] = str(exc).split("\n", 1)[0]
     return out

@@ -21,7 +21,7 @@ from statewarden.recovery.diagnosis import TableFacts
 from statewarden.recovery.evidence.copies import CopyCheck, compare, feeds, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
 from statewarden.recovery.evidence.lost_writes import sequence_of
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 
 def _scan_facts(
@@ -164,8 +164,7 @@ def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> T
         try:
             missing.update(int(r[0]) for r in conn.execute(sql))
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue  # a damaged copy vouches for nothing
     return TableFacts(
         name=obj.name,
@@ -194,8 +193,7 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> K
             sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
             out.update(r[0] for r in conn.execute(sql))
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue
     return out
 
@@ -261,8 +259,7 @@ def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[
                 out.append((int(rowid), n, every))
         return out
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return []
 
 
@@ -354,8 +351,7 @@ def _each_row(
                 on_row(row)
             return
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             start_over()
     scan_table(conn, table, columns, on_row)
 

@@ -33,7 +33,7 @@ from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.evidence.copies import Feed
 from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.recovery.table_scans import orphan_rows
-from statewarden.sqlite import hermes_schema_version, quote_ident, read_header
+from statewarden.sqlite import hermes_schema_version, quote_ident, raise_if_interrupted, read_header
 
 _WORD_RE = re.compile(r"[A-Za-z0-9]{3,}")
 
@@ -199,8 +199,7 @@ def _by_construction(conn: apsw.Connection, feed: Feed) -> bool:
             f"SELECT count(*) FROM {content} AS c JOIN {quote_ident(docsize)} AS d ON d.id = c.id",
         )
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return False
     return rows == sizes == joined
 

@@ -29,7 +29,7 @@ import apsw
 from statewarden.progress import ProgressFn
 from statewarden.recovery.decoding.schema import SCHEMA_ROOT_PAGE, Schema, SchemaObject
 from statewarden.sidecars import WAL_SUFFIX, sidecar
-from statewarden.sqlite import quote_ident, uri_for
+from statewarden.sqlite import quote_ident, raise_if_interrupted, uri_for
 
 # The check's error cap is set above anything a file can produce; --max-errors only
 # shortens what is printed.
@@ -607,8 +607,7 @@ def _virtual_tables(conn: apsw.Connection) -> list[str]:
             )
         ]
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return []
 
 
@@ -680,8 +679,7 @@ def accounting_skipped(conn: apsw.Connection) -> bool | None:
         for row in conn.execute("PRAGMA main.table_list"):
             return str(row[2]) in ("view", "virtual")
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
     return None
 
 
@@ -697,8 +695,7 @@ def _pragma_rows(conn: apsw.Connection, sql: str) -> tuple[list[str], str | None
         for (row,) in conn.execute(sql):
             rows.append(str(row))
     except apsw.Error as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return rows, str(exc).split("\n", 1)[0]
     return rows, None
 

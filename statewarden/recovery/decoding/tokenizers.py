@@ -15,7 +15,7 @@ import re
 import apsw
 
 from statewarden.recovery.decoding.schema import Schema
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 _TOKENIZE_RE = re.compile(r"\btokenize\s*=\s*(?:'((?:[^']|'')*)'|\"([^\"]*)\"|(\w+))", re.I)
 _PROBE = "statewarden_tokenizer_probe"
@@ -52,8 +52,7 @@ def _probe(conn: apsw.Connection, tok: str) -> str | None:
         conn.execute(f"CREATE VIRTUAL TABLE temp.{q} USING fts5(x, tokenize={lit})")
         conn.execute(f"INSERT INTO temp.{q}(x) VALUES ('probe')")
     except apsw.Error as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return str(exc).split("\n", 1)[0]
     finally:
         conn.execute(f"DROP TABLE IF EXISTS temp.{q}")

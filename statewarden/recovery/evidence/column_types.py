@@ -30,7 +30,7 @@ import apsw
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.copies import rowids_shown
 from statewarden.recovery.evidence.known_schemas import LAYOUTS
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 # hermes_cli/timefmt.py (Hermes 0.22): EPOCH_MIN, EPOCH_MAX.
 EPOCH_MIN = 0.0
@@ -151,8 +151,7 @@ def find_misfits(conn: apsw.Connection, schema: Schema) -> list[Misfits]:
                     name for (_i, name, _k), hit in zip(checks, row[1:], strict=True) if hit
                 ]
         except apsw.Error as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             found.complete = False
         if found.rows:
             out.append(found)

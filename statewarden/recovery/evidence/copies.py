@@ -29,7 +29,7 @@ from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 _INSERT_RE = re.compile(
     r"\bAFTER\s+INSERT\s+ON\s+[\"`\[]?(\w+)[\"`\]]?\s.*?\bBEGIN\s+INSERT\s+INTO\s+"
@@ -219,8 +219,7 @@ def compare(
         try:
             _compare(conn, check, fs, OwnRows(obj, records) if obj and records else None)
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             check.error = str(exc).split("\n", 1)[0]
             # No vote without the copies (one malformed copy, or a row that cannot be
             # read, stops the comparison as a whole): text that is not UTF-8, or columns
@@ -319,8 +318,7 @@ def _bad_text(conn: apsw.Connection, table: str, rowids: set[int]) -> list[int]:
         except UnicodeDecodeError:
             out.append(rowid)
         except apsw.Error as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
     return out
 
 
@@ -354,8 +352,7 @@ def fts_rowids(conn: apsw.Connection, schema: Schema, table: str) -> KeySet | No
         try:
             kept = _rowids_read(conn, sql)
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue  # a damaged copy vouches for nothing
         if out is None:
             out = kept
@@ -431,8 +428,7 @@ def agrees_with_copies(
                 (rowid,) if under is None else (under, rowid),
             ).fetchone()
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             return None
         if got is None:
             continue

@@ -16,7 +16,7 @@ import apsw
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.evidence.copies import CopyCheck, _copies_agree, feeds, split_outside
 from statewarden.recovery.evidence.index_witnesses import index_readings
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 REBUILT_TABLE_PREFIX = "statewarden_rebuilt_"
 
@@ -66,8 +66,7 @@ def rebuild_from_copies(
                         got.values[c] = v
                         got.sources[c] = f"index {reading.name}"
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue
     for f in feeds(schema):
         if f.table != table or "c0" not in f.columns:
@@ -79,8 +78,7 @@ def rebuild_from_copies(
             try:
                 row = conn.execute(f"SELECT c0 FROM {content} WHERE id = ?", (r.rowid,)).fetchone()
             except (apsw.Error, UnicodeDecodeError) as exc:
-                if isinstance(exc, apsw.InterruptError):
-                    raise
+                raise_if_interrupted(exc)
                 break
             if row is not None and isinstance(row[0], str):
                 r.search_text = row[0]
@@ -195,8 +193,7 @@ def restore_from_copies(
         try:
             agreed = _copies_agree(src, fs[0], fs[1], agreed)
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             agreed = set()
     rowids = sorted(set(check.rows_rotted) | agreed)
     if not fs or not rowids:
@@ -221,8 +218,7 @@ def restore_from_copies(
             got = src.execute(f"SELECT c0 FROM {content} WHERE id = ?", (rowid,)).fetchone()
             values = dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue
         if got is None or values is None or not isinstance(got[0], str):
             continue

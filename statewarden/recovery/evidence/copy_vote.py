@@ -18,7 +18,7 @@ import apsw
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.evidence.copies import CopyCheck, Feed, feeds
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 _END = (float("inf"), ())
 
@@ -29,8 +29,7 @@ def _stream(conn: apsw.Connection, sql: str) -> Iterator[tuple[Any, tuple[Any, .
         for row in conn.execute(sql):
             yield int(row[0]), tuple(row[1:])
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
     yield _END
 
 
@@ -68,8 +67,7 @@ def rows_differing_from_copies(
         try:
             return [r for r in _joined(dst, check.table, fs) if r in read]
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
     return _merged(src, dst, check.table, fs, read)
 
 

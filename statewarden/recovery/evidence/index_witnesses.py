@@ -15,7 +15,7 @@ import apsw
 
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.decoding.schema import Schema
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 
 def indexed_values(
@@ -38,8 +38,7 @@ def indexed_values(
                 for c, v in zip(reading.columns, row[1:], strict=True):
                     got.setdefault(c, []).append((v, reading.name))
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue
     return out
 
@@ -96,8 +95,7 @@ def index_readings(
         try:
             cols = [r[2] for r in conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})")]
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, apsw.InterruptError):
-                raise
+            raise_if_interrupted(exc)
             continue
         if not cols or any(c is None for c in cols):
             continue

@@ -44,7 +44,7 @@ from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.copies import agrees_with_copies, feeds, rowids_shown
 from statewarden.recovery.evidence.foreign_cells import foreign_records, reads_as, referenced_twice
 from statewarden.recovery.evidence.index_witnesses import indexed_values
-from statewarden.sqlite import json_value, quote_ident
+from statewarden.sqlite import json_value, quote_ident, raise_if_interrupted
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
 _TREE_RE = re.compile(r"^Tree (\d+) ")
@@ -278,8 +278,7 @@ def _referenced_but_gone(
             if gone is not None:
                 out.append(gone)
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
     return out
 
 
@@ -338,8 +337,7 @@ def _hold_against_indexes(
             found.misshapen.update(misshapen)
             drop_misshapen(entries, misshapen)
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return
     cols = sorted({c for e in entries.values() for c in e})
     if not cols:
@@ -381,8 +379,7 @@ def _hold_against_indexes(
         scan_table(conn, obj.name, cols, on_row)
         _name_moved_records(conn, schema, obj, entries, found)
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
     for index, rowids in older.items():
         found.older_entries[index] = sorted(rowids)
 
@@ -540,8 +537,7 @@ def sequence_of(conn: apsw.Connection, table: str) -> int | None:
             "SELECT seq FROM sqlite_sequence NOT INDEXED WHERE name = ?", (table,)
         ).fetchone()
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return None
     return row[0] if row is not None and isinstance(row[0], int) else None
 
@@ -555,8 +551,7 @@ def _given_out(conn: apsw.Connection, table: str, index_only: list[int]) -> Give
     try:
         top = conn.execute(f"SELECT max(rowid) FROM {quote_ident(table)} NOT INDEXED").fetchone()
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, apsw.InterruptError):
-            raise
+        raise_if_interrupted(exc)
         return None
     highest = top[0] if top is not None and top[0] is not None else 0
     if not isinstance(seq, int) or not isinstance(highest, int) or seq <= highest:
