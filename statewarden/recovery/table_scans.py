@@ -8,7 +8,7 @@ index may be the broken part (docs/stories.md story 3)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import apsw
@@ -48,7 +48,8 @@ def _scan_facts(
         tables.append(facts)
     if progress:
         progress("scan tables", len(base), len(base))
-    orphans, fk_errors = foreign_key_orphans(conn, base, foreign, proved=indexes_agree)
+    proved = frozenset(o.name for o in schema.tables() if o.rowid_table and indexes_agree)
+    orphans, fk_errors = foreign_key_orphans(conn, base, foreign, proved=proved)
     if progress:
         progress("compare FTS copies", 0, 1)
     copies = compare(conn, schema, foreign)
@@ -73,7 +74,7 @@ def table_facts(
     rowid table's rows are counted, not scanned (``_proved_facts``)."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
-    if indexes_agree and not key_cols and not foreign:
+    if indexes_agree and not key_cols and not foreign and obj.rowid_table:
         proved = _proved_facts(conn, obj, schema)
         if proved is not None:
             return proved
@@ -135,13 +136,15 @@ def table_facts(
 
 
 def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> TableFacts | None:
-    """``table_facts`` of a rowid table in a file whose b-trees SQLite's complete
-    integrity check found nothing wrong in, without a scan: the check proved that its
-    rowids rise (each stored once, none unreadable) and that each full index lists
-    exactly its rows, so the planner's count is the scan's, every rowid distinct; the
-    rowids its FTS copies hold that it lacks are looked up in it by SQL. The facts a
-    full scan gives (tests/recovery/test_proved_facts.py holds both to the same
-    answers). None when the count fails: the scan then says why."""
+    """``table_facts`` of a rowid table (``SchemaObject.rowid_table``) in a file whose
+    b-trees SQLite's complete integrity check found nothing wrong in, without a scan:
+    the check proved that its rowids rise (each stored once, none unreadable) and that
+    each full index lists exactly its rows, so the planner's count is the scan's, every
+    rowid distinct; the rowids its FTS copies hold that it lacks are looked up in it by
+    SQL (FTS5's own ``_content`` tables, whose ids are their rowids, rising too). The
+    facts a full scan gives (tests/recovery/test_proved_facts.py holds both to the same
+    answers). None when the count fails or a copy is not in a table of FTS5's shape:
+    the scan then reads them."""
     t = quote_ident(obj.name)
     try:
         row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
@@ -157,6 +160,11 @@ def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> T
     for f in feeds(schema):
         if f.table != obj.name:
             continue
+        content = schema.by_name(f.fts + "_content")
+        if content is None:
+            continue  # no copy to read (nor does the scan's query find one)
+        if not (content.rowid_table and content.rowid_alias == "id"):
+            return None  # not FTS5's own table: its ids need not rise; the scan reads them
         sql = (
             f"SELECT id FROM {quote_ident(f.fts + '_content')} NOT INDEXED"
             f" WHERE typeof(id) = 'integer'{cap} AND id NOT IN (SELECT rowid FROM {t})"
@@ -264,7 +272,11 @@ def counts_disagree(conn: apsw.Connection, db_name: str = "main") -> list[tuple[
 
 
 def orphan_rows(
-    conn: apsw.Connection, table: str, foreign: OwnRows | None = None, *, proved: bool = False
+    conn: apsw.Connection,
+    table: str,
+    foreign: OwnRows | None = None,
+    *,
+    proved: Collection[str] = (),
 ) -> int:
     """Rows of ``table`` whose parent row is missing, found by full scans of both
     tables that read past damage (``scan.py``). ``foreign_key_check`` looks parents up
@@ -272,7 +284,7 @@ def orphan_rows(
     are gone, and fails outright on an unreadable page. Each row counts once however
     many of its foreign keys fail; check and recover count orphans with this function.
     ``foreign`` leaves out other tables' cells the table's b-tree reaches; ``proved``:
-    see ``_each_row``.
+    the tables read by a plain scan (``_each_row``).
     """
     fks: dict[int, list[tuple[str, str, str | None]]] = {}
     for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
@@ -287,7 +299,7 @@ def orphan_rows(
             info = conn.execute(f"PRAGMA table_info({quote_ident(parent)})").fetchall()
             pk = sorted((int(r[5] or 0), str(r[1])) for r in info if r[5])
             to = [name for _, name in pk] or ["rowid"]
-        keys = _key_values(conn, parent, [str(t) for t in to], proved=proved)
+        keys = _key_values(conn, parent, [str(t) for t in to], proved=parent in proved)
         rules.append(([p[1] for p in parts], keys))
     columns = list(dict.fromkeys(c for cols, _ in rules for c in cols))
     at = {c: i + 1 for i, c in enumerate(columns)}
@@ -308,7 +320,7 @@ def orphan_rows(
         orphans = 0
 
     if foreign is None:
-        _each_row(conn, table, columns, on_row, proved=proved, start_over=start_over)
+        _each_row(conn, table, columns, on_row, proved=table in proved, start_over=start_over)
     else:
         scan_table(conn, table, foreign.columns(columns), foreign.keep(columns, on_row))
     return orphans
@@ -337,11 +349,12 @@ def _each_row(
     start_over: Callable[[], None],
 ) -> None:
     """Each row of ``table`` (its rowid and ``columns``) to ``on_row``, as ``scan_table``
-    delivers them. ``proved``: SQLite's complete integrity check of the b-trees found
-    nothing (every page reads, each table's rowids rise), so a plain full scan delivers
-    the same rows in the same order, without the work ``scan.py`` does to read past
-    damage; one that fails even so calls ``start_over`` and the rows are read by
-    ``scan_table``, as without the proof."""
+    delivers them. ``proved``: ``table`` is a rowid table (``SchemaObject.rowid_table``)
+    in which SQLite's complete integrity check of the b-trees found nothing (every page
+    reads, its rowids rise), so a plain full scan delivers the same rows in the same
+    order, without the work ``scan.py`` does to read past damage; one that fails even so
+    calls ``start_over`` and the rows are read by ``scan_table``, as without the proof.
+    (A virtual table or a view is no b-tree the check read: never ``proved``.)"""
     if proved:
         cols = "".join(", " + quote_ident(c) for c in columns)
         try:
@@ -361,12 +374,12 @@ def foreign_key_orphans(
     tables: list[SchemaObject],
     foreign: dict[str, Records] | None = None,
     *,
-    proved: bool = False,
+    proved: Collection[str] = (),
 ) -> tuple[dict[str, int], list[str]]:
     """Rows per table whose parent row is missing (``foreign_key_check``), table by table
     so that one unreadable table does not hide the others; ``foreign``: other tables'
     cells each table's b-tree reaches (``foreign_cells.py``), which are no rows of it;
-    ``proved``: see ``_each_row``."""
+    ``proved``: the tables read by a plain scan (``_each_row``)."""
     counts: dict[str, int] = {}
     errors = []
     for obj in tables:

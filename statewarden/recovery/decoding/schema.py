@@ -69,6 +69,18 @@ class SchemaObject:
         return [c for c in self.columns if c.hidden in (0, 1)]
 
     @property
+    def rowid_table(self) -> bool:
+        """An ordinary table whose b-tree is keyed by its rowid, and where the word
+        ``rowid`` names that (none of its columns is called so): not a view, a virtual
+        table or a WITHOUT ROWID table."""
+        return (
+            self.type == "table"
+            and not self.is_virtual
+            and not self.without_rowid
+            and all(c.name.lower() != "rowid" for c in self.columns)
+        )
+
+    @property
     def partial_condition(self) -> str | None:
         """A partial index's WHERE condition: it lists only the rows that meet it."""
         m = _PARTIAL_RE.search(self.sql or "") if self.type == "index" else None
