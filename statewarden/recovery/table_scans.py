@@ -16,7 +16,7 @@ import apsw
 from statewarden.progress import ProgressFn
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import ScanResult, scan_table
-from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.decoding.schema import Schema, SchemaObject, declares_without_rowid
 from statewarden.recovery.diagnosis import TableFacts
 from statewarden.recovery.evidence.copies import CopyCheck, compare, feeds, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
@@ -74,6 +74,8 @@ def table_facts(
     rowid table's rows are counted, not scanned (``_proved_facts``)."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
+    if obj.without_rowid:
+        return _keyed_facts(conn, obj, schema)
     if indexes_agree and not key_cols and not foreign and obj.rowid_table:
         proved = _proved_facts(conn, obj, schema)
         if proved is not None:
@@ -185,6 +187,49 @@ def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> T
         unreadable_rows=0,
         unreadable_ranges=[],
         missing_rows=sorted(missing),
+        witnessed=bool(schema.full_indexes(obj.name)),
+    )
+
+
+def _keyed_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> TableFacts:
+    """``table_facts`` of a WITHOUT ROWID table: its rows are the b-tree of its primary
+    key, with no rowid a scan could resume at past a damaged page, so it is read by one
+    plain full scan; a read that fails ends it, the rows the planner counts past it
+    unreadable (the integrity check names the damaged pages)."""
+    t = quote_ident(obj.name)
+    planner: int | None = None
+    planner_error = None
+    try:
+        row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
+        planner = int(row[0]) if row else None
+    except apsw.Error as exc:
+        planner_error = str(exc).split("\n", 1)[0]
+    cols = ", ".join(quote_ident(c) for c in obj.key_columns)
+    read = 0
+    keys: set[tuple[Any, ...]] = set()
+    twice: set[tuple[Any, ...]] = set()
+    unreadable = 0
+    try:
+        for row in conn.execute(f"SELECT {cols} FROM {t} NOT INDEXED"):
+            read += 1
+            k = tuple(row)
+            if k in keys:
+                twice.add(k)
+            keys.add(k)
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        raise_if_interrupted(exc)
+        unreadable = max(1, (planner or 0) - read)
+    return TableFacts(
+        name=obj.name,
+        key=obj.key_columns,
+        planner_rows=planner,
+        scan_rows=read,
+        distinct_keys=len(keys),
+        duplicate_rowids={},
+        duplicate_keys=len(twice),
+        unreadable_rows=unreadable,
+        unreadable_ranges=[],
+        planner_error=planner_error,
         witnessed=bool(schema.full_indexes(obj.name)),
     )
 
@@ -354,9 +399,15 @@ def _each_row(
     reads, its rowids rise), so a plain full scan delivers the same rows in the same
     order, without the work ``scan.py`` does to read past damage; one that fails even so
     calls ``start_over`` and the rows are read by ``scan_table``, as without the proof.
-    (A virtual table or a view is no b-tree the check read: never ``proved``.)"""
+    (A virtual table or a view is no b-tree the check read: never ``proved``.) A
+    WITHOUT ROWID table has no rowid to read past damage by: one plain scan, ``None``
+    in the rowid's place, its error the caller's to report."""
+    cols = "".join(", " + quote_ident(c) for c in columns)
+    if _without_rowid(conn, table):
+        for row in conn.execute(f'SELECT NULL{cols} FROM "main".{quote_ident(table)} NOT INDEXED'):
+            on_row(row)
+        return
     if proved:
-        cols = "".join(", " + quote_ident(c) for c in columns)
         try:
             for row in conn.execute(
                 f'SELECT rowid{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
@@ -367,6 +418,16 @@ def _each_row(
             raise_if_interrupted(exc)
             start_over()
     scan_table(conn, table, columns, on_row)
+
+
+def _without_rowid(conn: apsw.Connection, table: str) -> bool:
+    try:
+        row = conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+    except apsw.Error:
+        return False
+    return row is not None and isinstance(row[0], str) and declares_without_rowid(row[0])
 
 
 def foreign_key_orphans(
@@ -386,7 +447,8 @@ def foreign_key_orphans(
         found = (foreign or {}).get(obj.name)
         try:
             n = orphan_rows(conn, obj.name, OwnRows(obj, found) if found else None, proved=proved)
-        except apsw.Error as exc:
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            raise_if_interrupted(exc)
             errors.append(f"{obj.name}: {str(exc).split(chr(10), 1)[0]}")
             continue
         if n:

@@ -159,6 +159,11 @@ class Schema:
         return obj.tbl_name
 
 
+def declares_without_rowid(sql: str | None) -> bool:
+    """Whether the CREATE TABLE text ``sql`` makes a WITHOUT ROWID table."""
+    return bool(sql and _WITHOUT_ROWID_RE.search(sql))
+
+
 def read_schema(conn: apsw.Connection) -> Schema:
     """Read ``sqlite_schema`` and the column lists; raises apsw errors as they come."""
     rows = conn.execute(
@@ -186,7 +191,7 @@ def read_schema(conn: apsw.Connection) -> Schema:
                 c = _CONTENT_OPTION_RE.search(o.sql)
                 if c:
                     o.fts_content = next(g for g in c.groups() if g is not None)
-        o.without_rowid = bool(_WITHOUT_ROWID_RE.search(o.sql))
+        o.without_rowid = declares_without_rowid(o.sql)
     for o in objects:
         if o.type == "table" and o.module is None:
             for fts in fts_tables:
