@@ -40,6 +40,8 @@ MAX_RESUMES = 100_000
 # the sector holding its start was zeroed, and each such cell is a row of its own.
 MAX_COPIES_PER_ROWID = 2
 MAX_ROWID = 2**63 - 1
+# The names SQLite reads a rowid table's rowid by, where no column takes them.
+ROWID_NAMES = ("rowid", "_rowid_", "oid")
 
 Row = tuple[Any, ...]
 
@@ -110,9 +112,10 @@ class _Scan:
         # cost about 100 MiB.
         self.hint_set = hints if isinstance(hints, KeySet) else KeySet(hints)
         self.t = t = f'"main".{quote_ident(table)}'
+        self.r = r = rowid_word(conn, table)
         cols = "".join(", " + quote_ident(c) for c in columns)
-        self.one = f"SELECT rowid{cols} FROM {t} NOT INDEXED WHERE rowid = ?"
-        self.probe = f"SELECT rowid FROM {t} NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1"
+        self.one = f"SELECT {r}{cols} FROM {t} NOT INDEXED WHERE {r} = ?"
+        self.probe = f"SELECT {r} FROM {t} NOT INDEXED WHERE {r} >= ? ORDER BY {r} LIMIT 1"
         self.t_cols = cols
         self.result = ScanResult()
         self.last: int | None = None  # the rowid of the last row delivered, in b-tree order
@@ -186,7 +189,7 @@ class _Scan:
             self.tried.add(h)
             try:
                 found = self.conn.execute(
-                    f"SELECT rowid FROM {self.t} NOT INDEXED WHERE rowid = ?", (h,)
+                    f"SELECT {self.r} FROM {self.t} NOT INDEXED WHERE {self.r} = ?", (h,)
                 ).fetchone()
             except apsw.Error as exc:
                 if not _is_damage(exc):
@@ -202,17 +205,17 @@ class _Scan:
     def _select(self, start: int | None, what: str) -> tuple[str, tuple[int, ...]]:
         if start is None:
             return f"SELECT {what} FROM {self.t} NOT INDEXED", ()
-        where = "WHERE rowid >= ? ORDER BY rowid"
+        where = f"WHERE {self.r} >= ? ORDER BY {self.r}"
         return f"SELECT {what} FROM {self.t} NOT INDEXED {where}", (start,)
 
     def _what(self) -> str:
         """The columns of a stream; a cell already read on its own is not decoded
         again (a garbled record would stop the stream at it once more)."""
         if not self.alone:
-            return "rowid" + self.t_cols
+            return self.r + self.t_cols
         skip = ", ".join(str(r) for r in sorted(self.alone))
-        return "rowid" + "".join(
-            f", CASE WHEN rowid IN ({skip}) THEN NULL ELSE {quote_ident(c)} END"
+        return self.r + "".join(
+            f", CASE WHEN {self.r} IN ({skip}) THEN NULL ELSE {quote_ident(c)} END"
             for c in self.columns
         )
 
@@ -323,7 +326,7 @@ class _Scan:
         the cell, so that a garbled rowid never moves the position.
         """
         start, n = self.start, self.returned
-        sql, args = self._select(start, "rowid")
+        sql, args = self._select(start, self.r)
         got: list[int] = []
         ended = False  # the walk read past the cell to the table's end
         try:
@@ -373,7 +376,7 @@ class _Scan:
         that decodes as an existing row's rowid, and the row's own cell): delivered,
         once. None for the cell read on its own (it fails as it failed, or reads the
         same), known by its place from then on: a stream started over meets it again."""
-        sql, args = self._select(start, "rowid" + self.t_cols)
+        sql, args = self._select(start, self.r + self.t_cols)
         row = None
         try:
             row = self.conn.execute(f"{sql} LIMIT 1 OFFSET {place}", args).fetchone()
@@ -398,7 +401,7 @@ class _Scan:
         try:
             rows = [tuple(r) for r in self.conn.execute(self.one, (rowid,)).fetchall()]
         except UnicodeDecodeError:
-            row, bad = _lenient_row(self.conn, self.t, self.columns, rowid)
+            row, bad = _lenient_row(self.conn, self.t, self.r, self.columns, rowid)
             rows = [row]
             result.text_repaired.append(rowid)
             if self.on_bad_text and bad:
@@ -406,7 +409,7 @@ class _Scan:
         except apsw.Error as exc:
             if not _is_damage(exc):
                 raise
-            partial = _partial_row(self.conn, self.t, self.columns, rowid)
+            partial = _partial_row(self.conn, self.t, self.r, self.columns, rowid)
             if partial is not None:
                 row, missing = partial
                 if self.on_partial:
@@ -424,7 +427,7 @@ class _Scan:
 
 
 def _partial_row(
-    conn: apsw.Connection, t: str, columns: Sequence[str], rowid: int
+    conn: apsw.Connection, t: str, r: str, columns: Sequence[str], rowid: int
 ) -> tuple[Row, list[str]] | None:
     """The row with each column read on its own: (row with None where a column cannot
     be read, those columns), or None if no column can be read. A column stored in the
@@ -434,11 +437,11 @@ def _partial_row(
     for c in columns:
         q = quote_ident(c)
         try:
-            got = conn.execute(f"SELECT {q} FROM {t} NOT INDEXED WHERE rowid = ?", (rowid,))
+            got = conn.execute(f"SELECT {q} FROM {t} NOT INDEXED WHERE {r} = ?", (rowid,))
             row = got.fetchone()
             values.append(None if row is None else row[0])
         except UnicodeDecodeError:
-            values.append(_lenient_row(conn, t, [c], rowid)[0][1])
+            values.append(_lenient_row(conn, t, r, [c], rowid)[0][1])
         except apsw.Error as exc:
             if not _is_damage(exc):
                 raise
@@ -469,7 +472,7 @@ def _rows(conn: apsw.Connection, sql: str, args: tuple[int, ...]) -> Iterator[Ro
 
 
 def _lenient_row(
-    conn: apsw.Connection, t: str, columns: Sequence[str], rowid: int
+    conn: apsw.Connection, t: str, r: str, columns: Sequence[str], rowid: int
 ) -> tuple[Row, list[str]]:
     """A row whose TEXT is not valid UTF-8 (scribbled bytes): text is read as bytes and
     decoded with U+FFFD for what cannot be decoded; other values are read as they are.
@@ -478,9 +481,7 @@ def _lenient_row(
         f", typeof({q}), CASE WHEN typeof({q}) = 'text' THEN CAST({q} AS BLOB) ELSE {q} END"
         for q in (quote_ident(c) for c in columns)
     )
-    raw = conn.execute(
-        f"SELECT rowid{parts} FROM {t} NOT INDEXED WHERE rowid = ?", (rowid,)
-    ).fetchone()
+    raw = conn.execute(f"SELECT {r}{parts} FROM {t} NOT INDEXED WHERE {r} = ?", (rowid,)).fetchone()
     assert raw is not None
     values: list[Any] = [int(raw[0])]
     bad = []
@@ -494,6 +495,18 @@ def _lenient_row(
                 bad.append(c)
         values.append(value)
     return tuple(values), bad
+
+
+def rowid_word(conn: apsw.Connection, table: str) -> str:
+    """The name that reads ``table``'s rowid in SQL: ``rowid``, unless one of its columns
+    is called so (then ``_rowid_``, else ``oid``: SQLite names the rowid by each of the
+    three its columns do not take; with all three taken, ``rowid``)."""
+    try:
+        info = conn.execute(f'PRAGMA "main".table_xinfo({quote_ident(table)})').fetchall()
+    except apsw.Error:
+        return "rowid"
+    taken = {str(row[1]).lower() for row in info}
+    return next((w for w in ROWID_NAMES if w not in taken), "rowid")
 
 
 def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:

@@ -1,10 +1,13 @@
-"""A WITHOUT ROWID table is read as what it is: rows keyed by their primary key.
+"""Tables of every shape SQLite makes are read as what they are.
 
-`check` read every table by rowid; a WITHOUT ROWID table has none, so its full scan read
-no row and a healthy file was reported as base damage ("no row can be read by a full
-scan"), and its foreign keys could not be checked. Hermes keeps none today; a later
-schema may (the daemon's verification would then alert on every healthy file).
-Invariant: a healthy file is healthy whatever its tables' shape.
+A WITHOUT ROWID table is rows keyed by their primary key: `check` read every table by
+rowid, a WITHOUT ROWID table has none, so its full scan read no row and a healthy file
+was reported as base damage ("no row can be read by a full scan"), its foreign keys
+unchecked. A table with a column called ``rowid`` has its rowid under ``_rowid_`` or
+``oid``: the scans read the column instead (a healthy file with that column repeating
+was "phantom duplicates", one holding NULL an unexpected error). Hermes keeps neither
+today; a later schema may, and the daemon's verification would then alert on every
+healthy file. Invariant: a healthy file is healthy whatever its tables' shape.
 """
 
 from __future__ import annotations
@@ -80,3 +83,25 @@ def test_orphans_of_and_under_a_without_rowid_table_are_counted(tmp_path: Path) 
     db = hermes_with_keyed_tables(tmp_path, orphans=True)
     assert diagnose(db).orphans == {"session_tags": 1, "labels": 1}
     assert facts(db, proved=True) == facts(db, proved=False)
+
+
+@pytest.mark.parametrize(
+    "values", [[1, 1, 1], [None, "abc", 2.5]], ids=["repeating", "null-text-real"]
+)
+def test_a_column_called_rowid_is_not_read_as_the_rowid(tmp_path: Path, values: list[Any]) -> None:
+    """A table with a column called ``rowid`` (its rowid read as ``_rowid_``): healthy,
+    every row read once; and with ``_rowid_`` taken too (read as ``oid``)."""
+    db = tmp_path / "odd.db"
+    conn = apsw.Connection(str(db))
+    try:
+        conn.execute("CREATE TABLE t(rowid, x); CREATE TABLE u(rowid, _rowid_, x)")
+        for i, v in enumerate(values):
+            conn.execute("INSERT INTO t VALUES (?, ?)", (v, i))
+            conn.execute("INSERT INTO u VALUES (?, ?, ?)", (v, v, i))
+    finally:
+        conn.close()
+    d = diagnose(db)
+    assert (d.damage, d.notes) == ("none", [])
+    for t in d.tables:
+        assert t.findings() == []
+        assert t.scan_rows == t.distinct_keys == len(values)
