@@ -66,7 +66,7 @@ from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.check import header_count_wrong
 from statewarden.recovery.decoding.integrity import EarlyChecker
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, scan_table
+from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, rowid_word
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.schema_root import schema_rowid_gaps
 from statewarden.recovery.diagnose import diagnose_ahead_of_fts
@@ -81,6 +81,7 @@ from statewarden.recovery.evidence.other_copies import (
 from statewarden.recovery.fts_checks import FtsPending
 from statewarden.recovery.report import Report, TableReport
 from statewarden.recovery.stale_counts import drop_rows_made_good, settle_counts
+from statewarden.recovery.table_scans import each_row
 from statewarden.recovery.verify import verify_output
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
 from statewarden.sqlite import hermes_schema_version, quote_ident
@@ -626,7 +627,7 @@ def _measure_only(db: Path, schema: Schema) -> dict[str, TableCopy]:
                 tc.report.source_rows += 1
                 tc.source_keys.add(keyf(row))
 
-            scan_table(conn, obj.name, key_cols, on_row)
+            each_row(conn, obj.name, key_cols, on_row)
             out[obj.name] = tc
         return out
     finally:
@@ -648,8 +649,13 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             out_keys = KeySet()
             keyf = key_fn(obj)
             n = 0
+            # (a WITHOUT ROWID table has none; a rowid is read by the name its columns
+            # leave it, as the scans read it)
+            rowid = "NULL" if obj.without_rowid else rowid_word(conn, name)
             with contextlib.suppress(apsw.Error):
-                for row in conn.execute(f"SELECT rowid{sel} FROM {quote_ident(name)} NOT INDEXED"):
+                for row in conn.execute(
+                    f"SELECT {rowid}{sel} FROM {quote_ident(name)} NOT INDEXED"
+                ):
                     n += 1
                     out_keys.add(keyf(tuple(row)))
             read_keys = tc.source_keys | tc.page_keys

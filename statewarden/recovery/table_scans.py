@@ -329,7 +329,7 @@ def orphan_rows(
     are gone, and fails outright on an unreadable page. Each row counts once however
     many of its foreign keys fail; check and recover count orphans with this function.
     ``foreign`` leaves out other tables' cells the table's b-tree reaches; ``proved``:
-    the tables read by a plain scan (``_each_row``).
+    the tables read by a plain scan (``each_row``).
     """
     fks: dict[int, list[tuple[str, str, str | None]]] = {}
     for row in conn.execute(f"PRAGMA foreign_key_list({quote_ident(table)})"):
@@ -365,7 +365,7 @@ def orphan_rows(
         orphans = 0
 
     if foreign is None:
-        _each_row(conn, table, columns, on_row, proved=table in proved, start_over=start_over)
+        each_row(conn, table, columns, on_row, proved=table in proved, start_over=start_over)
     else:
         scan_table(conn, table, foreign.columns(columns), foreign.keep(columns, on_row))
     return orphans
@@ -380,25 +380,26 @@ def _key_values(
     def add(row: tuple[Any, ...]) -> None:
         out.add((row[0],) if by_rowid else tuple(row[1:]))
 
-    _each_row(conn, table, [] if by_rowid else columns, add, proved=proved, start_over=out.clear)
+    each_row(conn, table, [] if by_rowid else columns, add, proved=proved, start_over=out.clear)
     return out
 
 
-def _each_row(
+def each_row(
     conn: apsw.Connection,
     table: str,
     columns: list[str],
     on_row: Callable[[tuple[Any, ...]], None],
     *,
-    proved: bool,
-    start_over: Callable[[], None],
+    proved: bool = False,
+    start_over: Callable[[], None] | None = None,
 ) -> None:
     """Each row of ``table`` (its rowid and ``columns``) to ``on_row``, as ``scan_table``
     delivers them. ``proved``: ``table`` is a rowid table (``SchemaObject.rowid_table``)
     in which SQLite's complete integrity check of the b-trees found nothing (every page
     reads, its rowids rise), so a plain full scan delivers the same rows in the same
     order, without the work ``scan.py`` does to read past damage; one that fails even so
-    calls ``start_over`` and the rows are read by ``scan_table``, as without the proof.
+    calls ``start_over`` (what ``on_row`` kept is to be forgotten) and the rows are read
+    by ``scan_table``, as without the proof.
     (A virtual table or a view is no b-tree the check read: never ``proved``.) A
     WITHOUT ROWID table has no rowid to read past damage by: one plain scan, ``None``
     in the rowid's place, its error the caller's to report."""
@@ -416,7 +417,8 @@ def _each_row(
             return
         except (apsw.Error, UnicodeDecodeError) as exc:
             raise_if_interrupted(exc)
-            start_over()
+            if start_over is not None:
+                start_over()
     scan_table(conn, table, columns, on_row)
 
 
@@ -440,7 +442,7 @@ def foreign_key_orphans(
     """Rows per table whose parent row is missing (``foreign_key_check``), table by table
     so that one unreadable table does not hide the others; ``foreign``: other tables'
     cells each table's b-tree reaches (``foreign_cells.py``), which are no rows of it;
-    ``proved``: the tables read by a plain scan (``_each_row``)."""
+    ``proved``: the tables read by a plain scan (``each_row``)."""
     counts: dict[str, int] = {}
     errors = []
     for obj in tables:

@@ -19,12 +19,12 @@ from typing import Any
 import apsw
 import pytest
 
+from lab.corruption import phantom_row
 from lab.hermes_fixtures import TINY, built_db
 from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.diagnose import diagnose
+from statewarden.recovery.recover import recover
 from statewarden.recovery.table_scans import _scan_facts
-
-pytestmark = pytest.mark.unit
 
 KEYED = """
     CREATE TABLE session_tags(
@@ -62,6 +62,7 @@ def hermes_with_keyed_tables(tmp_path: Path, *, orphans: bool) -> Path:
     return db
 
 
+@pytest.mark.unit
 def test_a_healthy_file_with_without_rowid_tables_is_healthy(tmp_path: Path) -> None:
     """Damage none; each WITHOUT ROWID table read whole (the planner's count and the
     full scan's agree, every key distinct); its foreign keys checked."""
@@ -77,6 +78,7 @@ def test_a_healthy_file_with_without_rowid_tables_is_healthy(tmp_path: Path) -> 
     assert facts(db, proved=True) == facts(db, proved=False)
 
 
+@pytest.mark.unit
 def test_orphans_of_and_under_a_without_rowid_table_are_counted(tmp_path: Path) -> None:
     """A WITHOUT ROWID child whose parent row is missing, and a rowid child whose
     WITHOUT ROWID parent row is missing: one orphan each, with the proof and without."""
@@ -85,6 +87,7 @@ def test_orphans_of_and_under_a_without_rowid_table_are_counted(tmp_path: Path) 
     assert facts(db, proved=True) == facts(db, proved=False)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "values", [[1, 1, 1], [None, "abc", 2.5]], ids=["repeating", "null-text-real"]
 )
@@ -105,3 +108,29 @@ def test_a_column_called_rowid_is_not_read_as_the_rowid(tmp_path: Path, values: 
     for t in d.tables:
         assert t.findings() == []
         assert t.scan_rows == t.distinct_keys == len(values)
+
+
+@pytest.mark.process  # recover checks FTS5 in a child process
+@pytest.mark.parametrize("damaged", [False, True], ids=["healthy", "phantom-row"])
+def test_recover_counts_a_without_rowid_table_by_its_keys(tmp_path: Path, damaged: bool) -> None:
+    """``recover`` of a file with WITHOUT ROWID tables, healthy (nothing to do) and with
+    a phantom row (rebuilt row by row): each such table complete, every row in the
+    output and counted, no loss. Its report said every row lost ("failed") while the
+    output held them all, and counted none of a healthy file's."""
+    if damaged:
+        db = phantom_row(tmp_path / "hermes", TINY).db
+        conn = apsw.Connection(str(db))
+        try:
+            conn.execute(KEYED)
+        finally:
+            conn.close()
+    else:
+        db = hermes_with_keyed_tables(tmp_path, orphans=False)
+    out = tmp_path / "out.db"
+    report = recover(db, out)
+    assert report.verified
+    assert not report.loss_detected
+    assert report.strategy == ("rebuild" if damaged else "none")
+    for name, rows in (("session_tags", 17), ("tag_names", 2)):
+        t = report.tables[name]
+        assert (t.status, t.lost, t.source_rows, t.recovered) == ("complete", 0, rows, rows)
