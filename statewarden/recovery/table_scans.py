@@ -103,13 +103,7 @@ def table_facts(
         conn, obj.name, own.columns(key_cols), own.keep(key_cols, on_row), hints=hints
     )
     result.rows_read -= len(own.left_out)
-    planner: int | None = None
-    planner_error = None
-    try:
-        row = conn.execute(f"SELECT count(*) FROM {quote_ident(obj.name)}").fetchone()
-        planner = int(row[0]) if row else None
-    except apsw.Error as exc:
-        planner_error = str(exc).split("\n", 1)[0]
+    planner, planner_error = _planner_count(conn, obj.name)
     missing: list[int] = []
     stale: list[int] = []
     copies: KeySet | None = None
@@ -148,13 +142,9 @@ def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> T
     answers). None when the count fails or a copy is not in a table of FTS5's shape:
     the scan then reads them."""
     t = quote_ident(obj.name)
-    try:
-        row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
-    except apsw.Error:
+    rows, failed = _planner_count(conn, obj.name)
+    if rows is None or failed:
         return None
-    if row is None:
-        return None
-    rows = int(row[0])
     seq = sequence_of(conn, obj.name)
     # AUTOINCREMENT never gave out a rowid above the sequence (``_rows_elsewhere``).
     cap = "" if seq is None else f" AND id <= {int(seq)}"
@@ -191,19 +181,22 @@ def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> T
     )
 
 
+def _planner_count(conn: apsw.Connection, table: str) -> tuple[int | None, str | None]:
+    """(the rows the query planner counts in ``table``, or None; why it failed, or None)."""
+    try:
+        row = conn.execute(f"SELECT count(*) FROM {quote_ident(table)}").fetchone()
+    except apsw.Error as exc:
+        return None, str(exc).split("\n", 1)[0]
+    return (int(row[0]) if row else None), None
+
+
 def _keyed_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> TableFacts:
     """``table_facts`` of a WITHOUT ROWID table: its rows are the b-tree of its primary
     key, with no rowid a scan could resume at past a damaged page, so it is read by one
     plain full scan; a read that fails ends it, the rows the planner counts past it
     unreadable (the integrity check names the damaged pages)."""
     t = quote_ident(obj.name)
-    planner: int | None = None
-    planner_error = None
-    try:
-        row = conn.execute(f"SELECT count(*) FROM {t}").fetchone()
-        planner = int(row[0]) if row else None
-    except apsw.Error as exc:
-        planner_error = str(exc).split("\n", 1)[0]
+    planner, planner_error = _planner_count(conn, obj.name)
     cols = ", ".join(quote_ident(c) for c in obj.key_columns)
     read = 0
     keys: set[tuple[Any, ...]] = set()

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import apsw
 import pytest
 
 from lab.hermes_fixtures import MAIN_EXTERNAL, NEWEST, OLDEST, TALL, TINY, AnySpec, built_db
-from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.diagnose import diagnose
-from statewarden.recovery.table_scans import _scan_facts
+from tests.support.recovery import scan_facts
 
 pytestmark = pytest.mark.unit
 
@@ -37,14 +35,6 @@ SPECS: dict[str, AnySpec] = {
 }
 # The layouts whose FTS tables keep their own copy of each message's text.
 OWN_COPIES = ("0.13.0", "0.19.0")
-
-
-def facts(db: Path, *, proved: bool) -> tuple[Any, ...]:
-    conn = apsw.Connection(str(db))
-    try:
-        return _scan_facts(conn, read_schema(conn), None, {}, indexes_agree=proved)
-    finally:
-        conn.close()
 
 
 def rows_gone_behind_their_copies(db: Path) -> tuple[list[int], int]:
@@ -92,7 +82,7 @@ def test_a_healthy_file_has_the_same_facts_with_the_proof_and_without(
     copies compared are the same with the proof as without it."""
     db = tmp_path / "state.db"
     shutil.copyfile(built_db(SPECS[layout]), db)
-    assert facts(db, proved=True) == facts(db, proved=False)
+    assert scan_facts(db, proved=True) == scan_facts(db, proved=False)
 
 
 @pytest.mark.parametrize("layout", ["0.13.0", "0.19.0", "0.22"])
@@ -106,8 +96,8 @@ def test_rows_gone_behind_clean_b_trees_are_the_same_facts_with_the_proof(
     db = tmp_path / "state.db"
     shutil.copyfile(built_db(SPECS[layout]), db)
     gone, above = rows_gone_behind_their_copies(db)
-    proved = facts(db, proved=True)
-    assert proved == facts(db, proved=False)
+    proved = scan_facts(db, proved=True)
+    assert proved == scan_facts(db, proved=False)
     tables, orphans, _fk_errors, _copies = proved
     (messages,) = [t for t in tables if t.name == "messages"]
     expected = sorted(set(gone) - {above}) if layout in OWN_COPIES else []
@@ -179,4 +169,4 @@ def test_what_the_proof_does_not_cover_is_scanned(tmp_path: Path, case: str) -> 
     finally:
         conn.close()
     assert btrees_clean(db)
-    assert facts(db, proved=True) == facts(db, proved=False)
+    assert scan_facts(db, proved=True) == scan_facts(db, proved=False)

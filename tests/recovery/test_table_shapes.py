@@ -21,10 +21,9 @@ import pytest
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import TINY, built_db
-from statewarden.recovery.decoding.schema import read_schema
 from statewarden.recovery.diagnose import diagnose
 from statewarden.recovery.recover import recover
-from statewarden.recovery.table_scans import _scan_facts
+from tests.support.recovery import scan_facts
 
 KEYED = """
     CREATE TABLE session_tags(
@@ -41,14 +40,6 @@ ORPHANS = """
     INSERT INTO session_tags VALUES ('no such session', 'a');
     INSERT INTO labels(name) VALUES ('no such tag');
 """
-
-
-def facts(db: Path, *, proved: bool) -> tuple[Any, ...]:
-    conn = apsw.Connection(str(db))
-    try:
-        return _scan_facts(conn, read_schema(conn), None, {}, indexes_agree=proved)
-    finally:
-        conn.close()
 
 
 def hermes_with_keyed_tables(tmp_path: Path, *, orphans: bool) -> Path:
@@ -75,7 +66,7 @@ def test_a_healthy_file_with_without_rowid_tables_is_healthy(tmp_path: Path) -> 
         assert t.findings() == []
         assert t.planner_rows == t.scan_rows == t.distinct_keys
         assert rows is None or t.scan_rows == rows
-    assert facts(db, proved=True) == facts(db, proved=False)
+    assert scan_facts(db, proved=True) == scan_facts(db, proved=False)
 
 
 @pytest.mark.unit
@@ -84,7 +75,7 @@ def test_orphans_of_and_under_a_without_rowid_table_are_counted(tmp_path: Path) 
     WITHOUT ROWID parent row is missing: one orphan each, with the proof and without."""
     db = hermes_with_keyed_tables(tmp_path, orphans=True)
     assert diagnose(db).orphans == {"session_tags": 1, "labels": 1}
-    assert facts(db, proved=True) == facts(db, proved=False)
+    assert scan_facts(db, proved=True) == scan_facts(db, proved=False)
 
 
 @pytest.mark.unit

@@ -14,6 +14,7 @@ from lab.corruption import table_rows as rows
 from lab.hermes_fixtures import SMALL, built_db
 from statewarden.demo import damage
 from statewarden.recovery.decoding.schema import read_schema
+from statewarden.recovery.table_scans import _scan_facts
 from tests.support.cli import run_ctl
 
 
@@ -134,3 +135,13 @@ def assert_same_rows(out: Path, table: str, missing: set[int] = frozenset()) -> 
         r for r in pristine(f"SELECT rowid, * FROM {table} ORDER BY rowid") if r[0] not in missing
     ]
     assert rows(out, f"SELECT rowid, * FROM {table} ORDER BY rowid") == want
+
+
+def scan_facts(db: Path, *, proved: bool) -> tuple[Any, ...]:
+    """``check``'s full-scan facts of ``db`` (``table_scans._scan_facts``), with what a
+    clean check of the b-trees proves taken as proved or not."""
+    conn = apsw.Connection(str(db))
+    try:
+        return _scan_facts(conn, read_schema(conn), None, {}, indexes_agree=proved)
+    finally:
+        conn.close()
