@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -205,8 +206,14 @@ def commit_delay(
     windows: list[tuple[str, float, float]] = []
     loads: dict[str, list[float]] = {c: [] for c in CONDITIONS}
     outcomes: list[str] = []
+    lines: list[str] = []
+    # Its lines are read as they come: a pipe left unread fills (about 1,450 commits'
+    # lines) and blocks the writer in its next print, so that no stretch after holds a
+    # commit (a long run, as at load, where the verification at idle priority waits).
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
+        reader.start()
         # The writer's first commits settle, and its first checkpoint (Hermes folds
         # its log every 50 writes, a second in) passes: that one alone took 125-146 ms
         # whatever ran beside it, and always fell in the first stretch, a verification.
@@ -227,8 +234,9 @@ def commit_delay(
                 time.sleep(0.2)  # nothing straddles two stretches
     finally:
         proc.stdin.close()
-    out = proc.stdout.read()
     proc.wait(timeout=60)
+    reader.join(timeout=60)
+    out = "".join(lines)
     # Every 1000th write Hermes merges its FTS segments (``optimize``) in the commit: its
     # own upkeep, seconds on a large file, landing in whichever stretch it falls in.
     commits = [
