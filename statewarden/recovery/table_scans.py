@@ -142,8 +142,8 @@ def _proved_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> T
     answers). None when the count fails or a copy is not in a table of FTS5's shape:
     the scan then reads them."""
     t = quote_ident(obj.name)
-    rows, failed = _planner_count(conn, obj.name)
-    if rows is None or failed:
+    rows, _failed = _planner_count(conn, obj.name)
+    if rows is None:
         return None
     seq = sequence_of(conn, obj.name)
     # AUTOINCREMENT never gave out a rowid above the sequence (``_rows_elsewhere``).
