@@ -256,6 +256,7 @@ def run_case(
         f" {t_check / floors['integrity']:.2f}x the healthy file's (goal <= 1.5x)",
     )
     out = work / f"{name}-recovered.db"
+    out.unlink(missing_ok=True)  # a --keep folder used before
     t_rec, report = timed(lambda: recover(case.db, out))
     doc = report.to_json()
     line(
@@ -375,6 +376,7 @@ def main() -> None:
         (base / "vacuum.db").unlink()
         t_check, _ = timed(lambda: check_database(healthy, base))
         line("statewardenctl check", t_check, f"{t_check / t_ic:.2f}x integrity_check")
+        (base / "healthy-recovered.db").unlink(missing_ok=True)  # a --keep folder used before
         t_rec, _ = timed(lambda: recover(healthy, base / "healthy-recovered.db"))
         line("statewardenctl recover", t_rec, f"{t_rec / t_vac:.2f}x VACUUM INTO")
         t_fts = fts_rebuild(healthy, base / "fts-rebuild.db")

@@ -89,7 +89,7 @@ def fit_header_fields(
         fixes.append((18, bytes([v, v]), f"file format versions {was}, read as {v}"))
     if not 1 <= header.schema_format <= 4:
         fixes.append((44, struct.pack(">I", 4), f"schema format {header.schema_format}, read as 4"))
-    encodings = _schema_encodings(copy)
+    encodings = _schema_encodings(copy, header.text_encoding)
     if len(encodings) == 1 and encodings[0] != header.text_encoding:
         code = {v: k for k, v in TEXT_ENCODINGS.items()}[encodings[0]]
         what = f"text encoding {header.text_encoding}, but the schema reads as {encodings[0]}"
@@ -108,19 +108,24 @@ def fit_header_fields(
     )
 
 
-def _schema_encodings(copy: Path) -> list[str]:
+def _schema_encodings(copy: Path, header_encoding: str) -> list[str]:
     """The text encodings in which the records of page 1's ``sqlite_schema`` tree
-    read as schema rows (type, name, ... as text), each with a ``CREATE`` statement."""
+    read as schema rows (type, name, ... as text), each with a ``CREATE`` statement;
+    only ``[header_encoding]`` when the header's own encoding reads (whatever else
+    does, no other is then the one encoding the schema proves)."""
     found = []
     try:
         db = DatabaseFile(copy)
     except (OSError, ValueError, DatabaseUnreadable):
         return []
     try:
-        for encoding in TEXT_ENCODINGS.values():
+        ordered = sorted(TEXT_ENCODINGS.values(), key=lambda e: e != header_encoding)
+        for encoding in ordered:
             db.encoding = encoding
             if _reads_as_schema(db):
                 found.append(encoding)
+                if encoding == header_encoding:
+                    break
     finally:
         db.close()
     return found
