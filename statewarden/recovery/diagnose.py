@@ -100,16 +100,17 @@ def diagnose_ahead_of_fts(
         raw = str(exc)
     pending: FtsPending | None = None
     try:
+        named = work.source if work is not None else db  # errors name the database
         try:
             conn = apsw.Connection(str(db))
         except apsw.Error as exc:
-            raise classify_error(db, exc) from None
+            raise classify_error(named, exc) from None
         try:
             try:
                 schema = read_schema(conn)
             except (apsw.Error, UnicodeDecodeError) as exc:
                 raise DatabaseUnreadable(
-                    f"{db}: the schema (sqlite_schema) cannot be read: {exc}"
+                    f"{named}: the schema (sqlite_schema) cannot be read: {exc}"
                 ) from None
             result, running = _diagnose(
                 conn, db, schema, progress, truncated, raw=raw, defer=defer, early=early

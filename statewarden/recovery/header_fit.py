@@ -77,7 +77,7 @@ def fit_header_fields(
     """Header fields that make SQLite refuse a file whose pages are intact, fixed in
     the private copy as the file proves them (the source is not touched): the file
     format versions (1 or 2; the other one's value when it is valid, else 2 with a
-    ``-wal`` and 1 without), the schema format (1 to 4; else 4, what SQLite writes),
+    ``-wal`` and 1 without), the schema format (0 to 4; else 4, what SQLite writes),
     and the text encoding, when the ``sqlite_schema`` records read as text in exactly
     one encoding and it is not the header's."""
     fixes: list[tuple[int, bytes, str]] = []
@@ -87,7 +87,7 @@ def fit_header_fields(
         v = versions[0] if versions else 2 if wal else 1
         was = f"{header.write_version}/{header.read_version}"
         fixes.append((18, bytes([v, v]), f"file format versions {was}, read as {v}"))
-    if not 1 <= header.schema_format <= 4:
+    if not 0 <= header.schema_format <= 4:  # 0: a file with no schema yet, read as 1
         fixes.append((44, struct.pack(">I", 4), f"schema format {header.schema_format}, read as 4"))
     encodings = _schema_encodings(copy, header.text_encoding)
     if len(encodings) == 1 and encodings[0] != header.text_encoding:

@@ -66,7 +66,7 @@ from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.check import header_count_wrong
 from statewarden.recovery.decoding.integrity import EarlyChecker
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID, rowid_word
+from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.schema_root import schema_rowid_gaps
 from statewarden.recovery.diagnose import diagnose_ahead_of_fts
@@ -108,6 +108,9 @@ def recover(
     check_sources(extras.paths)
     source = Path(source)
     output = Path(output)
+    for path, option in ((output, "--output"), (report_path, "--report")):
+        if path is not None and _of_bundle(Path(path), source):
+            raise UsageError(f"{path}: a name of the source's files; {option} must be another")
     if os.path.lexists(output):
         raise UsageError(f"{output}: already exists; refusing to overwrite it")
     if not output.parent.is_dir():
@@ -142,6 +145,19 @@ def recover(
         if report.verified:
             _publish(work.work_dir / "output.db", output)
         return report
+
+
+def _of_bundle(path: Path, source: Path) -> bool:
+    """Is ``path`` one of the names of ``source``'s bundle (the database, its ``-wal``,
+    ``-shm`` or ``-journal``), by its own name or the one its symlinks lead to? A file
+    written there would become part of the database SQLite opens next."""
+    try:
+        real = source.resolve()
+        names = {os.path.abspath(sidecar(db, s)) for db in (source, real) for s in BUNDLE_SUFFIXES}
+        written = {os.path.abspath(path), os.path.join(path.parent.resolve(), path.name)}
+    except (OSError, RuntimeError):
+        return False  # a path that does not resolve: the checks after say what it is
+    return bool(names & written)
 
 
 def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
@@ -651,7 +667,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
             n = 0
             # (a WITHOUT ROWID table has none; a rowid is read by the name its columns
             # leave it, as the scans read it)
-            rowid = "NULL" if obj.without_rowid else rowid_word(conn, name)
+            rowid = obj.rowid_name or "NULL"
             with contextlib.suppress(apsw.Error):
                 for row in conn.execute(
                     f"SELECT {rowid}{sel} FROM {quote_ident(name)} NOT INDEXED"
@@ -668,7 +684,8 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                 )
             known = read_keys | witnessed
             lost = known - out_keys
-            r.unnamed_lost += _garbled_lost(conn, name, tc.garbled)
+            if obj.rowid_name is not None:
+                r.unnamed_lost += _garbled_lost(conn, name, obj.rowid_name, tc.garbled)
             r.recovered = n
             r.source_distinct = len(read_keys)
             r.lost = len(lost)
@@ -692,7 +709,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
                     f" list exactly the {n} rows recovered{others}: nothing else was there"
                 )
                 r.unreadable_ranges = []
-            if r.lost == 0 and not r.unreadable_ranges and not r.unnamed_lost:
+            if not (r.lost or r.unreadable_ranges or r.unnamed_lost or r.unread_stretch):
                 r.status = "complete"
             elif n == 0 and known:
                 r.status = "failed"
@@ -703,7 +720,7 @@ def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
         conn.close()
 
 
-def _garbled_lost(conn: apsw.Connection, table: str, garbled: list[int]) -> int:
+def _garbled_lost(conn: apsw.Connection, table: str, word: str, garbled: list[int]) -> int:
     """The rows lost unnamed that garbled cells stand for: each cell the table's b-tree
     reached (in a cell pointer slot of a live leaf) that decodes to no row the table
     could store is a row it held, its key unknown; but not when the output holds a row
@@ -711,7 +728,7 @@ def _garbled_lost(conn: apsw.Connection, table: str, garbled: list[int]) -> int:
     garbled cell a damaged second reading of it). Cells carved from free space are no
     such rows (they may be deleted ones), and a carved cell is taken only when a
     witness names its key, so its loss is counted by that key."""
-    sql = f"SELECT 1 FROM main.{quote_ident(table)} WHERE rowid = ?"
+    sql = f"SELECT 1 FROM main.{quote_ident(table)} WHERE {word} = ?"
     lost = 0
     for rowid in garbled:
         try:

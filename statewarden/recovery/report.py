@@ -6,7 +6,8 @@ or (for a table with FTS copies) the copies hold its rowid, else an index whose 
 b-tree is intact lists it; it is *lost* when the output has no row with that key.
 ``loss_detected`` is true exactly when some known key is lost, some rowid range of the
 source could not be read at all (its keys cannot even be listed), a row was kept
-with unreadable columns (partial) or contradicting its witnesses (unverified), or a
+with unreadable columns (partial) or contradicting its witnesses (unverified), a
+stretch of a table no name reaches by rowid could not be read (``unread_stretch``), or a
 session's message_count disagrees with the messages recovered for it (a stale row,
 or messages missing), or a lost write left rows older than their index entries or
 rowids given out that only an index lists (``lost_writes.py``), or rows of a schema
@@ -80,6 +81,10 @@ class TableReport:
     # Rows the b-tree reached whose key was read from damaged bytes (a zeroed cell reads
     # as rowid 0): lost, but no key names them (not in ``lost``; in ``lost_at_most``).
     unnamed_lost: int = 0
+    # A table no name reaches by rowid (``scan.keyed_scan``): the keys of the rows
+    # around a stretch that could not be read (None: the table's start or end, or
+    # rows nothing names), whose rows cannot be counted; None: no such stretch.
+    unread_stretch: list[Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +114,7 @@ class TableReport:
             "lost_keys": [list(k) if isinstance(k, tuple) else k for k in self.lost_keys],
             "lost": self.lost,
             "unnamed_lost": self.unnamed_lost,
+            "unread_stretch": self.unread_stretch,
             "lost_at_most": self.lost_at_most(),
         }
 
@@ -116,6 +122,8 @@ class TableReport:
         """The rows lost known (``lost``), those lost unnamed (``unnamed_lost``) and
         those the unreadable ranges could have held (one per rowid, none of them
         deleted); None when a range is open-ended (no ``sqlite_sequence`` bounds it)."""
+        if self.unread_stretch is not None:
+            return None
         if any(lo == MIN_ROWID or hi == MAX_ROWID for lo, hi in self.unreadable_ranges):
             return None
         ranges = sorted(self.unreadable_ranges)
@@ -195,7 +203,12 @@ class Report:
         listed = self.count_mismatches or self.stale_rows or self.given_out
         lost_schema = self.schema_rows_lost or self.rows_left_out or self.tables_lost
         return bool(listed or lost_schema) or any(
-            t.lost or t.unreadable_ranges or t.partial or t.unverified or t.unnamed_lost
+            t.lost
+            or t.unreadable_ranges
+            or t.partial
+            or t.unverified
+            or t.unnamed_lost
+            or t.unread_stretch is not None
             for t in self.tables.values()
         )
 

@@ -15,8 +15,8 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.scan import ScanResult, scan_table
-from statewarden.recovery.decoding.schema import Schema, SchemaObject, declares_without_rowid
+from statewarden.recovery.decoding.scan import ScanResult, keyed_scan, rowid_word, scan_table
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.diagnosis import TableFacts
 from statewarden.recovery.evidence.copies import CopyCheck, compare, feeds, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows, Records
@@ -74,7 +74,7 @@ def table_facts(
     rowid table's rows are counted, not scanned (``_proved_facts``)."""
     key = obj.key_columns
     key_cols = [c for c in key if c != "rowid"]
-    if obj.without_rowid:
+    if obj.rowid_name is None:
         return _keyed_facts(conn, obj, schema)
     if indexes_agree and not key_cols and not foreign and obj.rowid_table:
         proved = _proved_facts(conn, obj, schema)
@@ -191,27 +191,25 @@ def _planner_count(conn: apsw.Connection, table: str) -> tuple[int | None, str |
 
 
 def _keyed_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> TableFacts:
-    """``table_facts`` of a WITHOUT ROWID table: its rows are the b-tree of its primary
-    key, with no rowid a scan could resume at past a damaged page, so it is read by one
-    plain full scan; a read that fails ends it, the rows the planner counts past it
-    unreadable (the integrity check names the damaged pages)."""
-    t = quote_ident(obj.name)
+    """``table_facts`` of a table no name reaches by rowid (``keyed_scan``): a WITHOUT
+    ROWID table, whose rows are the b-tree of its primary key, or one whose columns
+    take ``rowid``, ``_rowid_`` and ``oid`` (keyed by its declared primary key, else
+    counted: nothing names its rows). The rows the planner counts past what the scans
+    read are unreadable (the integrity check names the damaged pages)."""
     planner, planner_error = _planner_count(conn, obj.name)
-    cols = ", ".join(quote_ident(c) for c in obj.key_columns)
-    read = 0
+    key = [] if obj.key_columns == ["rowid"] else obj.key_columns
     keys: set[tuple[Any, ...]] = set()
     twice: set[tuple[Any, ...]] = set()
-    unreadable = 0
-    try:
-        for row in conn.execute(f"SELECT {cols} FROM {t} NOT INDEXED"):
-            read += 1
-            k = tuple(row)
-            if k in keys:
-                twice.add(k)
-            keys.add(k)
-    except (apsw.Error, UnicodeDecodeError) as exc:
-        raise_if_interrupted(exc)
-        unreadable = max(1, (planner or 0) - read)
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        k = row[1:] if key else (len(keys),)
+        if k in keys:
+            twice.add(k)
+        keys.add(k)
+
+    result = keyed_scan(conn, obj.name, key, on_row)
+    read = result.rows_read
+    unreadable = max(1, (planner or 0) - read) if result.stretch_unread else 0
     return TableFacts(
         name=obj.name,
         key=obj.key_columns,
@@ -232,11 +230,12 @@ def _index_rowids(conn: apsw.Connection, schema: Schema, obj: SchemaObject) -> K
     and what tells a garbled cell (a rowid out of order that no index lists) from a
     row (``scan.py``)."""
     out = KeySet()
-    if obj.without_rowid:
+    if obj.rowid_name is None:
         return out
     for idx in schema.full_indexes(obj.name):
         try:
-            sql = f"SELECT rowid FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(idx.name)}"
+            t, i = quote_ident(obj.name), quote_ident(idx.name)
+            sql = f"SELECT {obj.rowid_name} FROM {t} INDEXED BY {i}"
             out.update(r[0] for r in conn.execute(sql))
         except (apsw.Error, UnicodeDecodeError) as exc:
             raise_if_interrupted(exc)
@@ -393,18 +392,18 @@ def each_row(
     order, without the work ``scan.py`` does to read past damage; one that fails even so
     calls ``start_over`` (what ``on_row`` kept is to be forgotten) and the rows are read
     by ``scan_table``, as without the proof.
-    (A virtual table or a view is no b-tree the check read: never ``proved``.) A
-    WITHOUT ROWID table has no rowid to read past damage by: one plain scan, ``None``
-    in the rowid's place, its error the caller's to report."""
+    (A virtual table or a view is no b-tree the check read: never ``proved``.) A table
+    no name reaches by rowid (WITHOUT ROWID, or its columns take all three) is read by
+    ``keyed_scan``, ``None`` in the rowid's place."""
     cols = "".join(", " + quote_ident(c) for c in columns)
-    if _without_rowid(conn, table):
-        for row in conn.execute(f'SELECT NULL{cols} FROM "main".{quote_ident(table)} NOT INDEXED'):
-            on_row(row)
+    word = rowid_word(conn, table)
+    if word is None:
+        keyed_scan(conn, table, columns, on_row)
         return
     if proved:
         try:
             for row in conn.execute(
-                f'SELECT rowid{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
+                f'SELECT {word}{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
             ):
                 on_row(row)
             return
@@ -413,16 +412,6 @@ def each_row(
             if start_over is not None:
                 start_over()
     scan_table(conn, table, columns, on_row)
-
-
-def _without_rowid(conn: apsw.Connection, table: str) -> bool:
-    try:
-        row = conn.execute(
-            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)
-        ).fetchone()
-    except apsw.Error:
-        return False
-    return row is not None and isinstance(row[0], str) and declares_without_rowid(row[0])
 
 
 def foreign_key_orphans(

@@ -7,6 +7,7 @@ compared with the pristine row, column by column.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import struct
@@ -431,6 +432,34 @@ class TestRefusals:
         assert code == 2
         assert err == f"statewardenctl: error: {out}: already exists; refusing to overwrite it\n"
         assert out.read_text() == "keep me"
+
+    @pytest.mark.parametrize(
+        ("option", "suffix", "through_link"),
+        [("--output", "-wal", False), ("--report", "-journal", False), ("--output", "", True)],
+        ids=["output-wal", "report-journal", "output-through-a-link"],
+    )
+    def test_a_name_of_the_source_s_files(
+        self, tmp_path: Path, option: str, suffix: str, through_link: bool
+    ) -> None:
+        """--output or --report naming the source's -wal, -journal or the database itself
+        (by a symlinked folder): SQLite would take a file written there for part of the
+        database. Exit 2, one line, nothing written."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        folder = case.db.parent
+        if through_link:
+            (tmp_path / "link").symlink_to(folder)
+            folder = tmp_path / "link"
+        target = folder / f"{case.db.name}{suffix}"
+        args = {"--output": str(tmp_path / "out.db"), option: str(target)}
+        before = sorted(p.name for p in case.db.parent.iterdir())
+        code, _, err = run_ctl("recover", "--source", str(case.db), *itertools.chain(*args.items()))
+        assert code == 2
+        assert err == (
+            f"statewardenctl: error: {target}: a name of the source's files; {option} must be"
+            " another\n"
+        )
+        assert sorted(p.name for p in case.db.parent.iterdir()) == before
+        assert not (tmp_path / "out.db").exists()
 
     @pytest.mark.parametrize(
         ("content", "message"),

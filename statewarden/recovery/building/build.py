@@ -9,6 +9,7 @@ is. The parts: ``table_fill.py`` (rows into the output, the dedupe rule), ``salv
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,8 +71,13 @@ class TableCopy:
 
 
 def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
-    """Key of a scanned row ``(rowid, *key columns)``."""
+    """Key of a scanned row ``(rowid, *key columns)``. A table no name reaches by rowid
+    and with no primary key declared has nothing that names a row: each scan numbers
+    its rows from 0, so the key sets of two scans compare as their counts do."""
     if obj.key_columns == ["rowid"]:
+        if obj.rowid_name is None:
+            place = itertools.count()
+            return lambda row: next(place)
         return lambda row: int(row[0])
     n = len(obj.key_columns)
     return lambda row: tuple(row[1 : 1 + n])
@@ -108,18 +114,39 @@ def zeroed_columns(hit: list[int] | None, cols: list[str], key_idx: list[int]) -
 
 
 def stored_names(obj: SchemaObject) -> list[str]:
+    """The columns a row's record holds, in its order (``SchemaObject.stored_columns``)."""
     return [c.name for c in obj.stored_columns]
 
 
-def insert_sql(obj: SchemaObject, cols: list[str]) -> str:
-    """The INSERT of one row of ``obj`` with ``cols`` (and its rowid, unless a column
-    is its alias); written once per table and columns, not per row."""
-    return insert_statement(obj.name, not obj.rowid_alias, tuple(cols))
+@dataclass(frozen=True)
+class RowShape:
+    """How one table's rows are written: ``rowid``, the name its rowid is given under
+    (None where a column is its alias, or no name reaches it: SQLite gives one), and
+    its generated columns, whose values SQLite computes (an INSERT naming one fails)."""
+
+    table: str
+    rowid: str | None
+    generated: frozenset[str]
+
+    @classmethod
+    def of(cls, obj: SchemaObject) -> RowShape:
+        return cls(obj.name, None if obj.rowid_alias else obj.rowid_name, obj.generated)
+
+    def insert(
+        self, cols: list[str], rowid: int | None, values: list[Any]
+    ) -> tuple[str, list[Any]]:
+        """The INSERT of one row (``values`` of ``cols``, read under ``rowid``) and its
+        parameters; the statement written once per table and columns, not per row."""
+        if self.generated:
+            kept = [i for i, c in enumerate(cols) if c not in self.generated]
+            cols, values = [cols[i] for i in kept], [values[i] for i in kept]
+        sql = insert_statement(self.table, self.rowid, tuple(cols))
+        return sql, values if self.rowid is None else [rowid, *values]
 
 
 @functools.lru_cache(maxsize=256)
-def insert_statement(table: str, with_rowid: bool, cols: tuple[str, ...]) -> str:
-    rid = ["rowid"] if with_rowid else []
+def insert_statement(table: str, rowid: str | None, cols: tuple[str, ...]) -> str:
+    rid = [rowid] if rowid is not None else []
     names = ", ".join(quote_ident(c) for c in [*rid, *cols])
     marks = ", ".join("?" for _ in range(len(rid) + len(cols)))
     return f"INSERT INTO main.{quote_ident(table)}({names}) VALUES ({marks})"

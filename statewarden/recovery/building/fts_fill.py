@@ -63,9 +63,14 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         elif obj.fts_content:
             intact = obj.name not in bad_fts and not flagged & _shadows(schema, obj.name)
             modes[obj.name] = "external" if intact else "rebuild"
-        elif owner is not None and obj.name in bad_fts:
+        elif obj.name in bad_fts:
             content_ok = f"{obj.name}_content" not in flagged and obj.name not in rotted
-            modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
+            if owner is None:
+                # Its own content is the only copy of its text: the index is made
+                # again from it when it is intact, else what reads is copied.
+                modes[obj.name] = "reindex" if content_ok else "copy"
+            else:
+                modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
         elif owner is not None and owner in damaged:
             modes[obj.name] = "reconcile" if obj.name in fed else "triggers"
         else:
@@ -218,9 +223,18 @@ class FtsFill(BuildPart):
             if mode == "reindex" and (name in self.fts_reconciled or not owner_damaged):
                 self._note_reindexed(name)
         elif mode == "none":
+            # Its index was the only copy of what it held: left empty, all of it is lost
+            # (unless the source's held nothing).
+            try:
+                held = self.src.execute(f"SELECT count(*) FROM {q}").get
+            except apsw.Error:
+                held = None
             self.report.notes.append(
-                f"{name}: contentless FTS table left empty (nothing to rebuild it from)"
+                f"{name}: contentless FTS table left empty (nothing to rebuild it from;"
+                f" the source's held {'an unknown number of' if held is None else held} rows)"
             )
+            if held != 0 and name not in self.report.tables_lost:
+                self.report.tables_lost.append(name)
 
     def _note_reindexed(self, name: str) -> None:
         """An own-content FTS table whose index FTS5's 'rebuild' just made from the

@@ -24,18 +24,28 @@ import apsw
 
 from statewarden.errors import FtsCopyFailed, FtsModesChanged, FtsVerdictsMissing
 from statewarden.progress import ProgressFn
-from statewarden.recovery.building.build import Build, RebuildInputs, TableCopy
+from statewarden.recovery.building.build import Build, RebuildInputs, RowShape, TableCopy
 from statewarden.recovery.building.fts_fill import FtsFill
+from statewarden.recovery.building.keyed_fill import count_only, keyed_copy
 from statewarden.recovery.building.row_repair import RowRepair
 from statewarden.recovery.building.salvage_inserts import SalvageInserts
 from statewarden.recovery.building.table_fill import TableFill
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, inserts_into
 from statewarden.recovery.evidence.copies import Feed
+from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.recovery.report import Report, TableReport
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
-from statewarden.sqlite import uri_for
+from statewarden.sqlite import quote_ident, uri_for
 
 _ENCODINGS = {"utf-8": "UTF-8", "utf-16le": "UTF-16le", "utf-16be": "UTF-16be"}
+
+
+def _made_as_shadow(conn: apsw.Connection, table: str) -> bool:
+    """Is ``table`` in ``conn``'s main database a shadow table its virtual table made?"""
+    row = conn.execute(
+        "SELECT type FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
+    ).fetchone()
+    return row is not None and row[0] == "shadow"
 
 
 def _feeding_triggers(schema: Schema, fts_names: set[str]) -> set[str]:
@@ -91,7 +101,7 @@ class Rebuild:
         # Kept across the builds of one run (a build that starts over keeps them):
         self.force_triggers: set[str] = set()  # FTS tables filled by triggers
         self.indexes_first = False  # every index built before the rows (``_can_wait``)
-        self._aliases: dict[str, str | None] = {}  # table -> its rowid alias column
+        self._shapes: dict[str, RowShape] = {}  # table -> how its rows are written
         self._copy_verdicts: dict[Path, str | None] = {}  # other copies judged
 
     def run(self) -> dict[str, TableCopy] | None:
@@ -161,6 +171,7 @@ class Rebuild:
             flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI,
         )
         self.copies = {}
+        self._not_created: set[str] = set()  # objects the output could not create
         dst = self.dst
         try:
             dst.execute(f"PRAGMA page_size={hdr.page_size}")
@@ -172,7 +183,7 @@ class Rebuild:
             if bulk:
                 dst.execute("ATTACH ? AS src", (ro,))
             build = Build(self.inputs, self.report, self.progress, self.src, dst, bulk, self.copies)
-            fill = TableFill(build, self._aliases)
+            fill = TableFill(build, self._shapes)
             repair = RowRepair(build)
             fts = FtsFill(build, repair, self.force_triggers)
             fts_mode = fts.modes()
@@ -231,8 +242,14 @@ class Rebuild:
             self.copies[obj.name] = tc
             fill.read_index_keys(tc)
             fill.read_fts_rowids(tc)
+            if obj.name in self._not_created:
+                count_only(fill, tc)  # nowhere to write them: every row lost, counted
+                continue
             if not bulk or obj.name in self.inputs.damaged or not fill.bulk_copy(tc):
-                fill.row_copy(tc)
+                if obj.rowid_name is None:
+                    keyed_copy(fill, tc)
+                else:
+                    fill.row_copy(tc)
             salvage.add_unreached(tc)
             salvage.add_carved(tc)
             salvage.add_wal_rows(tc)
@@ -258,11 +275,23 @@ class Rebuild:
                 try:
                     self.dst.execute(obj.sql)
                 except apsw.Error as exc:
+                    if isinstance(exc, MACHINE_ERRORS):
+                        raise
+                    if obj.type == "table" and _made_as_shadow(self.dst, obj.name):
+                        # Its virtual table (an R-Tree, FTS4) made it, with rows of its
+                        # own: emptied, it takes the source's rows as any table does.
+                        self.dst.execute(f"DELETE FROM main.{quote_ident(obj.name)}")
+                        continue
                     self.report.notes.append(f"could not create {obj.type} {obj.name}: {exc}")
+                    self._not_created.add(obj.name)
 
     def _waiting_indexes(self) -> list[SchemaObject]:
         """The indexes built once the rows are in (``_can_wait``), in schema order."""
-        return [o for o in self.inputs.schema.objects if o.type == "index" and _can_wait(o)]
+        return [
+            o
+            for o in self.inputs.schema.objects
+            if o.type == "index" and _can_wait(o) and o.tbl_name not in self._not_created
+        ]
 
     def _build_indexes(self, indexes: list[SchemaObject]) -> None:
         """Build the indexes that waited for the rows; one that fails starts the build
@@ -295,6 +324,8 @@ class Rebuild:
 
     def _copy_sequences(self) -> None:
         """Keep AUTOINCREMENT counters at least where the source had them (no id reuse)."""
+        if self.inputs.schema.by_name("sqlite_sequence") is None:
+            return  # no table of the source has AUTOINCREMENT
         try:
             rows = self.src.execute("SELECT name, seq FROM sqlite_sequence NOT INDEXED").fetchall()
         except apsw.Error as exc:

@@ -15,8 +15,8 @@ from statewarden.recovery.building.build import (
     TREE_RE,
     Build,
     BuildPart,
+    RowShape,
     TableCopy,
-    insert_sql,
     stored_names,
 )
 from statewarden.recovery.building.table_fill import TableFill
@@ -288,9 +288,7 @@ class SalvageInserts(BuildPart):
             self.dst.execute("SAVEPOINT other")
             try:
                 if why is None:
-                    self.dst.execute(
-                        insert_sql(obj, cols), values if obj.rowid_alias else [rowid, *values]
-                    )
+                    self.dst.execute(*RowShape.of(obj).insert(cols, rowid, values))
                     why = fts_disagreement((self.dst, self.src), fed, changed, obj.name, rowid)
             except apsw.Error as exc:
                 self.dst.execute("ROLLBACK TO other")

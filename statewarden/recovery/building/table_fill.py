@@ -22,9 +22,8 @@ from statewarden.recovery.building.build import (
     Build,
     BuildPart,
     RebuildInputs,
+    RowShape,
     TableCopy,
-    insert_sql,
-    insert_statement,
     key_fn,
     stored_names,
     zeroed_columns,
@@ -47,9 +46,17 @@ _UNIQUE_RE = re.compile(r"UNIQUE constraint failed: (.+)$")
 class TableFill(BuildPart):
     """Rows into the output, table by table."""
 
-    def __init__(self, build: Build, aliases: dict[str, str | None]) -> None:
+    def __init__(self, build: Build, shapes: dict[str, RowShape]) -> None:
         super().__init__(build)
-        self._aliases = aliases  # table -> its rowid alias column, across builds
+        self._shapes = shapes  # table -> how its rows are written, across builds
+
+    def shape(self, obj: SchemaObject) -> RowShape:
+        """How ``obj``'s rows are written, worked out once a table (its properties read
+        every column)."""
+        shape = self._shapes.get(obj.name)
+        if shape is None:
+            shape = self._shapes[obj.name] = RowShape.of(obj)
+        return shape
 
     def read_index_keys(self, tc: TableCopy) -> None:
         """Keys listed by the source's indexes: rows known to exist even when the table's
@@ -72,12 +79,15 @@ class TableFill(BuildPart):
             if not cols or any(c is None for c in cols) or not set(key_cols) <= set(cols):
                 continue
             order = ", ".join(quote_ident(str(c)) for c in cols)
-            select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else "rowid"
+            word = obj.rowid_name
+            if not key_cols and word is None:
+                continue  # nothing names its rows: no index entry names one either
+            select = ", ".join(quote_ident(c) for c in key_cols) if key_cols else str(word)
             # Read whole before any of it counts (a damaged index says nothing
             # reliable), into KeySets rather than a list of a million tuples.
             keys, rowids = KeySet(), KeySet()
             sql = (
-                f"SELECT {'NULL' if obj.without_rowid else 'rowid'}, {select}"
+                f"SELECT {word or 'NULL'}, {select}"
                 f" FROM {t} INDEXED BY {quote_ident(idx.name)} ORDER BY {order}"
             )
             try:
@@ -91,7 +101,7 @@ class TableFill(BuildPart):
                     keys = rowids
             except (apsw.Error, UnicodeDecodeError):
                 continue  # a damaged index says nothing reliable
-            if not obj.without_rowid:
+            if word is not None:
                 tc.hint_rowids |= rowids
             tc.hint_keys |= keys
             if idx.rootpage not in broken_trees:
@@ -123,23 +133,24 @@ class TableFill(BuildPart):
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         keyf = key_fn(obj)
         sel = "".join(", " + quote_ident(c) for c in key_cols)
-        rowids = "rowid" if not obj.without_rowid else "NULL"
+        word = obj.rowid_name
         t = quote_ident(obj.name)
         keys, read_rowids = KeySet(), KeySet()
         try:
-            cursor = self.src.execute(f"SELECT {rowids}{sel} FROM {t} NOT INDEXED")
-            if key_cols:
+            cursor = self.src.execute(f"SELECT {word or 'NULL'}{sel} FROM {t} NOT INDEXED")
+            if key_cols or word is None:
                 for r in cursor:
                     keys.add(keyf(r))
-                    if not obj.without_rowid:
+                    if word is not None:
                         read_rowids.add(r[0])
             else:  # the key is the rowid
                 read_rowids.update(r[0] for r in cursor)
                 keys = read_rowids
         except UnicodeDecodeError:
             return False
-        cols = ", ".join(quote_ident(c) for c in stored_names(obj))
-        rid = "" if obj.rowid_alias or obj.without_rowid else "rowid, "
+        shape = self.shape(obj)
+        cols = ", ".join(quote_ident(c) for c in stored_names(obj) if c not in shape.generated)
+        rid = "" if shape.rowid is None else f"{shape.rowid}, "
         self.dst.execute("SAVEPOINT bulk")
         try:
             self.dst.execute(
@@ -152,7 +163,7 @@ class TableFill(BuildPart):
         self.dst.execute("RELEASE bulk")
         # Every row read went in: a rowid (or a WITHOUT ROWID table's key, never NULL)
         # read twice would have failed the INSERT.
-        tc.report.source_rows += len(keys) if obj.without_rowid else len(read_rowids)
+        tc.report.source_rows += len(keys) if word is None else len(read_rowids)
         tc.source_keys |= keys
         tc.rowids |= read_rowids
         return True
@@ -321,7 +332,7 @@ class TableFill(BuildPart):
     def insert_row(
         self,
         tc: TableCopy,
-        rowid: int,
+        rowid: int | None,
         values: list[Any],
         cols: list[str],
         *,
@@ -329,19 +340,13 @@ class TableFill(BuildPart):
     ) -> bool:
         """Insert one row; on a conflict apply the dedupe rule. True if the row is in.
         ``reached``: the row's cell sat in a cell pointer slot of a leaf the table's
-        b-tree walk reached (a row the table held, whatever it now decodes to)."""
-        obj = tc.obj
+        b-tree walk reached (a row the table held, whatever it now decodes to).
+        ``rowid`` None: a row of a table no name reaches by rowid (``keyed_copy``)."""
         try:
-            alias = self._aliases.get(obj.name, False)
-            if alias is False:  # worked out once a table: the property reads every column
-                alias = self._aliases[obj.name] = obj.rowid_alias
-            self.dst.execute(
-                insert_statement(obj.name, not alias, tuple(cols)),
-                values if alias else [rowid, *values],
-            )
+            self.dst.execute(*self.shape(tc.obj).insert(cols, rowid, values))
             return True
         except apsw.ConstraintError as exc:
-            if reached and str(exc).startswith(IMPOSSIBLE_ROWS):
+            if reached and rowid is not None and str(exc).startswith(IMPOSSIBLE_ROWS):
                 tc.garbled.append(rowid)
             return self._conflict(tc, rowid, values, cols, str(exc))
         except apsw.Error as exc:
@@ -353,15 +358,20 @@ class TableFill(BuildPart):
             return False
 
     def _conflict(
-        self, tc: TableCopy, rowid: int, values: list[Any], cols: list[str], message: str
+        self, tc: TableCopy, rowid: int | None, values: list[Any], cols: list[str], message: str
     ) -> bool:
         obj = tc.obj
         row = dict(zip(cols, values, strict=True))
         t = quote_ident(obj.name)
         sel = ", ".join(quote_ident(c) for c in cols)
-        existing = self.dst.execute(
-            f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)
-        ).fetchone()
+        word = obj.rowid_name
+        existing = (
+            None
+            if word is None or rowid is None
+            else self.dst.execute(
+                f"SELECT {sel} FROM main.{t} WHERE {word} = ?", (rowid,)
+            ).fetchone()
+        )
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         if existing is None and key_cols:
             where = " AND ".join(f"{quote_ident(c)} IS ?" for c in key_cols)
@@ -389,16 +399,18 @@ class TableFill(BuildPart):
         return False
 
     def _rename(
-        self, tc: TableCopy, rowid: int, row: dict[str, Any], columns: list[str], message: str
+        self,
+        tc: TableCopy,
+        rowid: int | None,
+        row: dict[str, Any],
+        columns: list[str],
+        message: str,
     ) -> bool:
         new = dict(row)
         for c in columns:
             new[c] = f"{row[c]}{RENAME_SUFFIX.format(rowid=rowid)}"
-        values = list(new.values())
         try:
-            self.dst.execute(
-                insert_sql(tc.obj, list(new)), values if tc.obj.rowid_alias else [rowid, *values]
-            )
+            self.dst.execute(*self.shape(tc.obj).insert(list(new), rowid, list(new.values())))
         except apsw.Error as exc:
             self._set_aside(tc, rowid, row, f"{message}; renaming failed: {exc}")
             return False
@@ -409,7 +421,9 @@ class TableFill(BuildPart):
         )
         return True
 
-    def _set_aside(self, tc: TableCopy, rowid: int, row: dict[str, Any], reason: str) -> None:
+    def _set_aside(
+        self, tc: TableCopy, rowid: int | None, row: dict[str, Any], reason: str
+    ) -> None:
         tc.report.set_aside += 1
         self.report.set_aside.append(
             {

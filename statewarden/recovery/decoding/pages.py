@@ -660,10 +660,12 @@ def _zeros_proven(
     do when they take a byte that is never zero where SQLite wrote it: the header's
     size (the first byte of the payload), a serial type of a header that no longer
     accounts for the payload, the first byte of a cell on the leaf (a payload size),
-    a byte of text or a blob (Hermes writes no zero bytes in either), or the high bytes
-    of an integer (SQLite writes each integer in the fewest bytes that hold it: zeroed
-    high bytes leave one it would have written shorter). Zeros in reals (0.0 is eight
-    of them), in the serial types of NULLs and in an integer's low bytes prove nothing."""
+    a byte of text (no writer puts a sector of NUL characters in text), or the high
+    bytes of an integer (SQLite writes each integer in the fewest bytes that hold it:
+    zeroed high bytes leave one it would have written shorter). Zeros in a blob (a
+    ``zeroblob``, an R-Tree node, a sparse image are zeros written), in reals (0.0 is
+    eight of them), in the serial types of NULLs and in an integer's low bytes prove
+    nothing."""
     if run.lo == 0 or (run.lo < hsize and not whole):
         return True
     if run.page == segs[0][2] and _holds_a_cell_start(db, run):
@@ -671,8 +673,8 @@ def _zeros_proven(
     for t, at, width in columns:
         if not width or not (run.lo < at + width and at < run.hi):
             continue
-        if t >= 12:
-            return True
+        if t >= 13 and t % 2:
+            return True  # text
         if t <= 6 and not _fewest_bytes(_payload_bytes(db, segs, at, width), t):
             return True
     return False

@@ -12,7 +12,7 @@ stretch for rowids only (no record is decoded); a cell whose rowid is out of ord
 (not above the row before it and below every cell after it that reads: garbled) never
 moves the position: the stream starts over from where it was and steps over that cell,
 so the rows after it are still read; another cell that reads as the same rowid is
-read by its place.
+read by its place. A table no name reaches by rowid is read by ``keyed_scan``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.sqlite import quote_ident
+from statewarden.recovery.decoding.schema import declares_without_rowid, rowid_name_among
+from statewarden.sqlite import quote_ident, raise_if_interrupted
 
 MIN_ROWID = -(2**63)
 # After a damaged stretch, rowids are probed one by one this many times before the
@@ -40,8 +41,6 @@ MAX_RESUMES = 100_000
 # the sector holding its start was zeroed, and each such cell is a row of its own.
 MAX_COPIES_PER_ROWID = 2
 MAX_ROWID = 2**63 - 1
-# The names SQLite reads a rowid table's rowid by, where no column takes them.
-ROWID_NAMES = ("rowid", "_rowid_", "oid")
 
 Row = tuple[Any, ...]
 
@@ -53,6 +52,11 @@ class ScanResult:
     unreadable_ranges: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive
     text_repaired: list[int] = field(default_factory=list)  # rowids with non-UTF-8 text
     out_of_order: list[int] = field(default_factory=list)  # garbled cells' rowids, withheld
+    # A table no rowid name reaches (``keyed_scan``): a stretch could not be read, and
+    # the rows around it: the last read before it and the first after it, read from
+    # the other end (None: none).
+    stretch_unread: bool = False
+    around_stretch: tuple[Row | None, Row | None] = (None, None)
 
     def add_range(self, lo: int, hi: int) -> None:
         if self.unreadable_ranges and self.unreadable_ranges[-1][1] + 1 >= lo:
@@ -86,7 +90,10 @@ def scan_table(
     valid UTF-8 is delivered with U+FFFD for the bad bytes, those columns given to
     ``on_bad_text(rowid, columns)`` just before the row.
     """
-    scan = _Scan(conn, table, columns, on_row, hints=hints)
+    word = rowid_word(conn, table)
+    if word is None:
+        return keyed_scan(conn, table, columns, on_row)
+    scan = _Scan(conn, (table, word), columns, on_row, hints=hints)
     scan.on_partial = on_partial
     scan.on_bad_text = on_bad_text
     return scan.run()
@@ -99,20 +106,21 @@ class _Scan:
     def __init__(
         self,
         conn: apsw.Connection,
-        table: str,
+        table: tuple[str, str],
         columns: Sequence[str],
         on_row: Callable[[Row], None],
         *,
         hints: Sequence[int] | KeySet,
     ) -> None:
+        """``table``: its name, and the name that reads its rowid (``rowid_word``)."""
         self.conn = conn
         self.columns = list(columns)
         self.on_row = on_row
         # A KeySet: a million listed rowids as a sorted list and a set of Python ints
         # cost about 100 MiB.
         self.hint_set = hints if isinstance(hints, KeySet) else KeySet(hints)
-        self.t = t = f'"main".{quote_ident(table)}'
-        self.r = r = rowid_word(conn, table)
+        self.t = t = f'"main".{quote_ident(table[0])}'
+        self.r = r = table[1]
         cols = "".join(", " + quote_ident(c) for c in columns)
         self.one = f"SELECT {r}{cols} FROM {t} NOT INDEXED WHERE {r} = ?"
         self.probe = f"SELECT {r} FROM {t} NOT INDEXED WHERE {r} >= ? ORDER BY {r} LIMIT 1"
@@ -497,16 +505,59 @@ def _lenient_row(
     return tuple(values), bad
 
 
-def rowid_word(conn: apsw.Connection, table: str) -> str:
-    """The name that reads ``table``'s rowid in SQL: ``rowid``, unless one of its columns
-    is called so (then ``_rowid_``, else ``oid``: SQLite names the rowid by each of the
-    three its columns do not take; with all three taken, ``rowid``)."""
+def rowid_word(conn: apsw.Connection, table: str) -> str | None:
+    """The name that reads ``table``'s rowid in SQL (``schema.rowid_name_among``); None
+    for a WITHOUT ROWID table and one whose columns take all three names."""
     try:
+        row = conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
         info = conn.execute(f'PRAGMA "main".table_xinfo({quote_ident(table)})').fetchall()
     except apsw.Error:
         return "rowid"
-    taken = {str(row[1]).lower() for row in info}
-    return next((w for w in ROWID_NAMES if w not in taken), "rowid")
+    if row is not None and isinstance(row[0], str) and declares_without_rowid(row[0]):
+        return None
+    return rowid_name_among(str(r[1]) for r in info)
+
+
+def keyed_scan(
+    conn: apsw.Connection, table: str, columns: Sequence[str], on_row: Callable[[Row], None]
+) -> ScanResult:
+    """``on_row((None, *columns))`` for every row of a table no name reaches by rowid (a
+    WITHOUT ROWID table, or one whose columns take all three names) that plain full
+    scans read: one from the start; when it stops on damage, one from the end
+    (``PRAGMA reverse_unordered_selects``: a full scan then walks the b-tree backwards)
+    until it stops too, or comes to the last row the first one read. Without a rowid
+    nothing tells where reading could resume in between: that stretch is unread, its
+    rows uncounted (``ScanResult.stretch_unread``, with the rows around it)."""
+    result = ScanResult()
+    cols = "".join(", " + quote_ident(c) for c in columns)
+    sql = f'SELECT NULL{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
+    last: Row | None = None
+    try:
+        for row in conn.execute(sql):
+            on_row(row)
+            result.rows_read += 1
+            last = row
+        return result
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        raise_if_interrupted(exc)
+    result.stretch_unread = True
+    first: Row | None = None
+    conn.execute("PRAGMA reverse_unordered_selects = 1")
+    try:
+        for row in conn.execute(sql):
+            if columns and row == last:
+                break  # where the first read stopped: nothing was left unread
+            on_row(row)
+            result.rows_read += 1
+            first = row
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        raise_if_interrupted(exc)
+    finally:
+        conn.execute("PRAGMA reverse_unordered_selects = 0")
+    result.around_stretch = (last, first)
+    return result
 
 
 def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:

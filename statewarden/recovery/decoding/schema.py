@@ -10,6 +10,7 @@ table serves, what a table's key is, and in which order to recreate the objects.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import apsw
@@ -22,6 +23,8 @@ _CONTENT_OPTION_RE = re.compile(r"\bcontent\s*=\s*(?:'((?:[^']|'')*)'|\"([^\"]*)
 _USING_RE = re.compile(r"\bUSING\s+(\w+)", re.I)
 _WITHOUT_ROWID_RE = re.compile(r"\)\s*WITHOUT\s+ROWID\s*;?\s*$", re.I)
 _PARTIAL_RE = re.compile(r"\bWHERE\b(.*)$", re.I | re.S)
+# The names SQL reads a rowid by, in the order taken: each names it unless a column does.
+ROWID_NAMES = ("rowid", "_rowid_", "oid")
 
 
 @dataclass
@@ -65,20 +68,29 @@ class SchemaObject:
 
     @property
     def stored_columns(self) -> list[Column]:
-        """Columns that hold values in the record (generated columns excluded)."""
-        return [c for c in self.columns if c.hidden in (0, 1)]
+        """Columns that hold values in the record, in its order: a STORED generated
+        column (``hidden`` 3) among them, a VIRTUAL one (2) not."""
+        return [c for c in self.columns if c.hidden in (0, 1, 3)]
+
+    @property
+    def generated(self) -> frozenset[str]:
+        """Generated columns: read, never written (an INSERT naming one fails)."""
+        return frozenset(c.name for c in self.columns if c.hidden in (2, 3))
+
+    @property
+    def rowid_name(self) -> str | None:
+        """The name SQL reads this table's rowid by (:func:`rowid_name_among`); None for
+        a WITHOUT ROWID table, and for one whose columns take all three names."""
+        if self.without_rowid:
+            return None
+        return rowid_name_among(c.name for c in self.columns)
 
     @property
     def rowid_table(self) -> bool:
         """An ordinary table whose b-tree is keyed by its rowid, and where the word
         ``rowid`` names that (none of its columns is called so): not a view, a virtual
         table or a WITHOUT ROWID table."""
-        return (
-            self.type == "table"
-            and not self.is_virtual
-            and not self.without_rowid
-            and all(c.name.lower() != "rowid" for c in self.columns)
-        )
+        return self.type == "table" and not self.is_virtual and self.rowid_name == "rowid"
 
     @property
     def partial_condition(self) -> str | None:
@@ -159,6 +171,15 @@ class Schema:
         return obj.tbl_name
 
 
+def rowid_name_among(columns: Iterable[str]) -> str | None:
+    """The name that reads the rowid of a table with ``columns``: ``rowid``, unless a
+    column is called so (then ``_rowid_``, else ``oid``); None when the columns take all
+    three: no SQL reaches that rowid, and the table is read by its columns alone, as a
+    WITHOUT ROWID table is."""
+    taken = {c.lower() for c in columns}
+    return next((w for w in ROWID_NAMES if w not in taken), None)
+
+
 def declares_without_rowid(sql: str | None) -> bool:
     """Whether the CREATE TABLE text ``sql`` makes a WITHOUT ROWID table."""
     return bool(sql and _WITHOUT_ROWID_RE.search(sql))
@@ -197,9 +218,10 @@ def read_schema(conn: apsw.Connection) -> Schema:
             for fts in fts_tables:
                 if o.name.startswith(fts) and o.name[len(fts) :] in FTS_SHADOW_SUFFIXES:
                     o.shadow_of = fts
-        if o.type == "table" and o.module == "fts5":
-            # One FTS5 cannot open (a damaged config page or structure record) has no
-            # columns: its shadow tables are read as plain tables, the table itself never.
+        if o.type == "table" and o.module is not None:
+            # A virtual table that cannot open (an FTS5 table's damaged config page or
+            # structure record; a module this SQLite lacks) has no columns: its shadow
+            # tables are read as plain tables, the table itself never.
             try:
                 o.columns = _columns(conn, o.name)
             except apsw.Error as exc:

@@ -36,12 +36,24 @@ from statewarden.sqlite import quote_ident, raise_if_interrupted
 EPOCH_MIN = 0.0
 EPOCH_MAX = 4_200_000_000.0
 
-HERMES_TABLES = frozenset(
-    name
-    for layout in LAYOUTS.values()
-    for kind, name, _tbl, _sql in layout.objects
-    if kind == "table"
-)
+# Each Hermes table's CREATE TABLE texts, as Hermes' known layouts store them, up to the
+# closing parenthesis: ALTER TABLE ... ADD COLUMN writes the new column there, so a table
+# a later Hermes widened still begins with one of them.
+HERMES_TEXTS: dict[str, frozenset[str]] = {}
+for _layout in LAYOUTS.values():
+    for _kind, _name, _tbl, _sql in _layout.objects:
+        if _kind == "table" and _sql and not _sql.startswith("CREATE VIRTUAL"):
+            _open = _sql[: _sql.rstrip().rfind(")")]
+            HERMES_TEXTS[_name] = HERMES_TEXTS.get(_name, frozenset()) | {_open}
+
+
+def hermes_table(obj: SchemaObject) -> bool:
+    """Is ``obj`` a table Hermes wrote: its name one of Hermes' tables and its text one
+    Hermes writes for it (or that text widened by ALTER TABLE)? Another program's table
+    of the same name is held to no rule of Hermes'."""
+    texts = HERMES_TEXTS.get(obj.name, frozenset())
+    return obj.sql is not None and any(obj.sql.startswith(t) for t in texts)
+
 
 # The kinds of check: the storage classes a column never holds (and, for an epoch,
 # numbers outside the window).
@@ -69,7 +81,7 @@ def _is_epoch(name: str) -> bool:
 def column_checks(obj: SchemaObject) -> list[tuple[int, str, str]]:
     """(position among the stored columns, name, kind) of each column of ``obj`` held
     to a rule; none for a table no Hermes layout has."""
-    if obj.name not in HERMES_TABLES or obj.without_rowid:
+    if obj.without_rowid or not hermes_table(obj):
         return []
     out = []
     for i, col in enumerate(obj.stored_columns):

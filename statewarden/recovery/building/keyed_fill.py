@@ -1,0 +1,58 @@
+"""The rows of a table no name reaches by rowid (a WITHOUT ROWID table, or one whose
+columns take ``rowid``, ``_rowid_`` and ``oid``), and of a table the output could not
+create: what ``TableFill.row_copy`` does for a rowid table, without a rowid to read
+past damage by or a table to write into."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statewarden.recovery.building.build import TableCopy, key_fn, stored_names
+from statewarden.recovery.building.table_fill import TableFill
+from statewarden.recovery.decoding.scan import keyed_scan, scan_table
+from statewarden.sqlite import json_value
+
+
+def keyed_copy(fill: TableFill, tc: TableCopy) -> None:
+    """A damaged table no name reaches by rowid, row by row as ``keyed_scan`` reads it:
+    from the start, then from the end past the stretch it could not read, each row
+    through the dedupe rule by its key. The rows of that stretch cannot be counted: the
+    report says so (``TableReport.unread_stretch``), and loss is detected."""
+    obj = tc.obj
+    cols = stored_names(obj)
+    at = [cols.index(c) + 1 for c in obj.key_columns if c != "rowid"]
+    place = iter(range(1 << 62))  # nothing names a row: its place in the scan does
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        key = tuple(row[i] for i in at) if at else next(place)
+        tc.report.source_rows += 1
+        tc.source_keys.add(key)
+        fill.insert_row(tc, None, list(row[1:]), cols, reached=True)
+
+    result = keyed_scan(fill.src, obj.name, cols, on_row)
+    if result.stretch_unread:
+        before, after = (
+            None if r is None else [json_value(r[i]) for i in at] or None
+            for r in result.around_stretch
+        )
+        tc.report.unread_stretch = [before, after]
+        fill.report.notes.append(
+            f"{obj.name}: a stretch of its rows could not be read (no rowid tells where"
+            f" reading could resume past it): between the rows keyed {before} and"
+            f" {after} (None: the table's start or end), their number unknown"
+        )
+
+
+def count_only(fill: TableFill, tc: TableCopy) -> None:
+    """A table the output could not create (a collation or module this SQLite lacks,
+    the note says which): its rows read and keyed, none written; the accounting finds
+    every one lost."""
+    obj = tc.obj
+    keyf = key_fn(obj)
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        tc.report.source_rows += 1
+        tc.source_keys.add(keyf(row))
+
+    key_cols = [c for c in obj.key_columns if c != "rowid"]
+    scan_table(fill.src, obj.name, key_cols, on_row)
