@@ -176,7 +176,7 @@ class RowRepair(BuildPart):
         ``DIFFERING_ROWS_MOST`` rows differ: then every row is compared)."""
         if not self.attached:
             return None
-        t = quote_ident(tc.obj.name)
+        t, rid = quote_ident(tc.obj.name), tc.obj.rowid_sql
         out = KeySet()
         found = 0
         for r in readings:
@@ -189,9 +189,9 @@ class RowRepair(BuildPart):
                 for i, c in enumerate(cols)
             )
             sql = (
-                f"SELECT s.rid FROM (SELECT rowid AS rid, {picked} FROM src.{t}"
+                f"SELECT s.rid FROM (SELECT {rid} AS rid, {picked} FROM src.{t}"
                 f" INDEXED BY {quote_ident(r.name)}{where} LIMIT -1) AS s"
-                f" JOIN main.{t} AS d ON d.rowid = s.rid WHERE NOT ({same})"
+                f" JOIN main.{t} AS d ON d.{rid} = s.rid WHERE NOT ({same})"
             )
             try:
                 for (rowid,) in self.dst.execute(sql):
@@ -232,7 +232,7 @@ class RowRepair(BuildPart):
         kept: those of the rows known damaged (``suspects``: ``_settle_partial`` reads
         them) and of every row that differs from one."""
         entries: dict[int, Witnesses] = {}
-        t = quote_ident(tc.obj.name)
+        t, rid = quote_ident(tc.obj.name), tc.obj.rowid_sql
         sel = ", ".join(quote_ident(c) for c in indexed)
         # A value renamed by the dedupe rule differs from its index entry on purpose.
         renamed = {
@@ -241,7 +241,7 @@ class RowRepair(BuildPart):
         unverified: list[int] = []
         fixes: list[tuple[int, str, Any, Any, list[str]]] = []
         ahead = next(witnessed, None)
-        for row in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t} ORDER BY rowid"):
+        for row in self.dst.execute(f"SELECT {rid}, {sel} FROM main.{t} ORDER BY {rid}"):
             rowid = int(row[0])
             while ahead is not None and ahead[0] < rowid:
                 if ahead[0] in suspects:
@@ -297,7 +297,7 @@ class RowRepair(BuildPart):
         broken |= self.build.rebuilt_index_roots()
         witnessed, held = self._index_witnesses(tc, broken, suspects)
         cols = stored_names(obj)
-        indexed = [c for c in cols if c in held]
+        indexed = [c for c in cols if c in held and c not in obj.generated]
         if not indexed:
             return {r: w for r, w in witnessed if r in suspects}
         entries, fixes, unverified = self._compare_rows(tc, witnessed, indexed, suspects, stale)
@@ -306,7 +306,8 @@ class RowRepair(BuildPart):
         for rowid, col, value, stored, by in fixes:
             before = self._key_of(tc, key_cols, rowid) if col in key_cols else None
             self.dst.execute(
-                f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE rowid = ?", (value, rowid)
+                f"UPDATE main.{t} SET {quote_ident(col)} = ? WHERE {obj.rowid_sql} = ?",
+                (value, rowid),
             )
             if before is not None:
                 # The key read was a changed one, never a row's: the row's is restored.
@@ -362,8 +363,8 @@ class RowRepair(BuildPart):
     def _key_of(self, tc: TableCopy, key_cols: list[str], rowid: int) -> tuple[Any, ...]:
         """The key of the output's row ``rowid`` (as ``key_fn`` makes a scanned row's)."""
         sel = ", ".join(quote_ident(c) for c in key_cols)
-        t = quote_ident(tc.obj.name)
-        row = self.dst.execute(f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
+        t, rid = quote_ident(tc.obj.name), tc.obj.rowid_sql
+        row = self.dst.execute(f"SELECT {sel} FROM main.{t} WHERE {rid} = ?", (rowid,)).fetchone()
         return tuple(row) if row is not None else ()
 
     def _add_old_index_entries(
@@ -378,7 +379,8 @@ class RowRepair(BuildPart):
         held = indexed_columns(self.inputs.schema, tc.obj)
         sel = ", ".join(quote_ident(c) if c in held else "NULL" for c in stored_names(tc.obj))
         rows = {
-            int(r[0]): list(r[1:]) for r in self.dst.execute(f"SELECT rowid, {sel} FROM main.{t}")
+            int(r[0]): list(r[1:])
+            for r in self.dst.execute(f"SELECT {tc.obj.rowid_sql}, {sel} FROM main.{t}")
         }
         old = old_index_witnesses(self.inputs.index_pages, self.inputs.schema, tc.obj.name, rows)
         for rowid, cols in old.items():

@@ -182,7 +182,7 @@ def _whole_by_own_chain(
     got = partial_columns(db, obj.rootpage, rowid, roots, foreign)
     sel = ", ".join(quote_ident(c) for c in cols)
     row = conn.execute(
-        f"SELECT {sel} FROM {quote_ident(obj.name)} WHERE rowid = ?", (rowid,)
+        f"SELECT {sel} FROM {quote_ident(obj.name)} WHERE {obj.rowid_sql} = ?", (rowid,)
     ).fetchone()
     if row is None or set(got) != set(range(len(cols))):
         return False
@@ -223,10 +223,13 @@ def _complete_partial_rows(
             ):
                 if obj.rowid_alias and obj.rowid_alias in cols:
                     whole[cols.index(obj.rowid_alias)] = entry["rowid"]
-                sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols[: len(whole)])
+                written = [
+                    (c, v) for c, v in zip(cols, whole, strict=False) if c not in obj.generated
+                ]
+                sets = ", ".join(f"{quote_ident(c)} = ?" for c, _ in written)
                 conn.execute(
-                    f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
-                    [*whole, entry["rowid"]],
+                    f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE {obj.rowid_sql} = ?",
+                    [*(v for _, v in written), entry["rowid"]],
                 )
                 report.notes.append(
                     f"{obj.name} rowid {entry['rowid']}: its cell's payload size disagrees"
@@ -240,13 +243,16 @@ def _complete_partial_rows(
             found = {
                 cols[i]: v
                 for i, v in got.items()
-                if i < len(cols) and cols[i] in entry["columns"] and cols[i] not in changed
+                if i < len(cols)
+                and cols[i] in entry["columns"]
+                and cols[i] not in changed
+                and cols[i] not in obj.generated
             }
             if not found:
                 continue
             sets = ", ".join(f"{quote_ident(c)} = ?" for c in found)
             conn.execute(
-                f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE rowid = ?",
+                f"UPDATE {quote_ident(obj.name)} SET {sets} WHERE {obj.rowid_sql} = ?",
                 [*found.values(), entry["rowid"]],
             )
             entry["recovered_from_pages"] = sorted(found, key=cols.index)
@@ -280,7 +286,7 @@ def _agrees_with_witnesses(
         return True
     sel = ", ".join(quote_ident(c) for c in restored)
     row = conn.execute(
-        f"SELECT {sel} FROM {quote_ident(obj.name)} WHERE rowid = ?", (rowid,)
+        f"SELECT {sel} FROM {quote_ident(obj.name)} WHERE {obj.rowid_sql} = ?", (rowid,)
     ).fetchone()
     return row is not None and all(
         cols.index(c) < len(whole) and whole[cols.index(c)] == v

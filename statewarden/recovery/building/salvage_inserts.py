@@ -75,9 +75,9 @@ class SalvageInserts(BuildPart):
 
     def _holds(self, tc: TableCopy, rowid: int) -> bool:
         """Does the output hold a row under ``rowid``?"""
-        t = quote_ident(tc.obj.name)
+        t, rid = quote_ident(tc.obj.name), tc.obj.rowid_sql
         return (
-            self.dst.execute(f"SELECT 1 FROM main.{t} WHERE rowid = ?", (rowid,)).fetchone()
+            self.dst.execute(f"SELECT 1 FROM main.{t} WHERE {rid} = ?", (rowid,)).fetchone()
             is not None
         )
 
@@ -153,13 +153,15 @@ class SalvageInserts(BuildPart):
                 continue
             sel = ", ".join(quote_ident(c) for c in cols)
             have = self.dst.execute(
-                f"SELECT {sel} FROM main.{t} WHERE rowid = ?", (rowid,)
+                f"SELECT {sel} FROM main.{t} WHERE {obj.rowid_sql} = ?", (rowid,)
             ).fetchone()
             if have is None or list(have) == values:
                 continue
-            sets = ", ".join(f"{quote_ident(c)} = ?" for c in cols)
+            written = [(c, v) for c, v in zip(cols, values, strict=True) if c not in obj.generated]
+            sets = ", ".join(f"{quote_ident(c)} = ?" for c, _ in written)
+            update = f"UPDATE main.{t} SET {sets} WHERE {obj.rowid_sql} = ?"
             try:
-                self.dst.execute(f"UPDATE main.{t} SET {sets} WHERE rowid = ?", [*values, rowid])
+                self.dst.execute(update, [*(v for _, v in written), rowid])
             except apsw.Error as exc:
                 self.report.notes.append(
                     f"{obj.name} rowid {rowid}: its newer version from the -wal was not"
@@ -177,13 +179,13 @@ class SalvageInserts(BuildPart):
         gone = sorted(self.inputs.wal_rows.gone.get(obj.name, set()) & tc.rowids)
         key_cols = [c for c in obj.key_columns if c != "rowid"]
         sel = "".join(", " + quote_ident(c) for c in key_cols)
-        t = quote_ident(obj.name)
+        t, rid = quote_ident(obj.name), obj.rowid_sql
         for rowid in gone:
-            row = self.dst.execute(f"SELECT rowid{sel} FROM main.{t} WHERE rowid = ?", (rowid,))
+            row = self.dst.execute(f"SELECT {rid}{sel} FROM main.{t} WHERE {rid} = ?", (rowid,))
             found = row.fetchone()
             if found is None:
                 continue
-            self.dst.execute(f"DELETE FROM main.{t} WHERE rowid = ?", (rowid,))
+            self.dst.execute(f"DELETE FROM main.{t} WHERE {rid} = ?", (rowid,))
             key = rowid if not key_cols else tuple(found[1:])
             for keys in (tc.source_keys, tc.page_keys, tc.index_keys, tc.hint_keys):
                 keys.discard(key)
@@ -323,7 +325,10 @@ class SalvageInserts(BuildPart):
         if not tc.has_fts_copies:
             return
         have = KeySet(
-            r[0] for r in self.dst.execute(f"SELECT rowid FROM main.{quote_ident(tc.obj.name)}")
+            r[0]
+            for r in self.dst.execute(
+                f"SELECT {tc.obj.rowid_sql} FROM main.{quote_ident(tc.obj.name)}"
+            )
         )
         lost = tc.fts_rowids - have
         if not lost:

@@ -86,6 +86,12 @@ class SchemaObject:
         return rowid_name_among(c.name for c in self.columns)
 
     @property
+    def rowid_sql(self) -> str:
+        """``rowid_name`` in SQL that reads rows by rowid (a table none reaches is never
+        read so: ``rowid``, as SQL would say)."""
+        return self.rowid_name or "rowid"
+
+    @property
     def rowid_table(self) -> bool:
         """An ordinary table whose b-tree is keyed by its rowid, and where the word
         ``rowid`` names that (none of its columns is called so): not a view, a virtual
