@@ -534,30 +534,55 @@ def keyed_scan(
     cols = "".join(", " + quote_ident(c) for c in columns)
     sql = f'SELECT NULL{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
     last: Row | None = None
-    try:
-        for row in conn.execute(sql):
-            on_row(row)
-            result.rows_read += 1
-            last = row
+    forward = _UntilDamage(conn, sql)
+    for row in forward:
+        on_row(row)
+        result.rows_read += 1
+        last = row
+    if not forward.damaged:
         return result
-    except (apsw.Error, UnicodeDecodeError) as exc:
-        raise_if_interrupted(exc)
     result.stretch_unread = True
     first: Row | None = None
     conn.execute("PRAGMA reverse_unordered_selects = 1")
     try:
-        for row in conn.execute(sql):
+        for row in _UntilDamage(conn, sql):
             if columns and row == last:
                 break  # where the first read stopped: nothing was left unread
             on_row(row)
             result.rows_read += 1
             first = row
-    except (apsw.Error, UnicodeDecodeError) as exc:
-        raise_if_interrupted(exc)
     finally:
         conn.execute("PRAGMA reverse_unordered_selects = 0")
     result.around_stretch = (last, first)
     return result
+
+
+class _UntilDamage:
+    """The rows one SELECT reads, to its end or to a read that fails (``damaged``).
+    Only the reads are caught: what the caller does with a row (a write that fails on
+    a full disk among it) is never taken for damage."""
+
+    def __init__(self, conn: apsw.Connection, sql: str) -> None:
+        self.conn, self.sql = conn, sql
+        self.damaged = False
+
+    def __iter__(self) -> Iterator[Row]:
+        try:
+            cursor = self.conn.execute(self.sql)  # (apsw takes the first step here)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            raise_if_interrupted(exc)
+            self.damaged = True
+            return
+        while True:
+            try:
+                row = next(cursor)
+            except StopIteration:
+                return
+            except (apsw.Error, UnicodeDecodeError) as exc:
+                raise_if_interrupted(exc)
+                self.damaged = True
+                return
+            yield row
 
 
 def _probe(conn: apsw.Connection, sql: str, p: int) -> tuple[str, int | None]:
