@@ -328,8 +328,9 @@ class Report:
                 + (
                     f"; {m['written']} written (every message of the session came back;"
                     " its other columns may be as old)"
-                    if m.get("written") is not None
-                    else ""
+                    if m.get("proven")
+                    else f"; {m['written']} written, the messages recovered (so that the"
+                    " output passes check; the count the file held is the one above)"
                 )
             )
         for s in self.stale_rows:

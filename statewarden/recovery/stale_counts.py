@@ -1,8 +1,15 @@
 """Sessions of a recovered file whose ``message_count`` disagrees with their messages
 (``counts_disagree``): each named in the report's ``count_mismatches`` (``stale``: the
-row is older than its messages, a lost write; or ``messages missing``), a stale count
-written true where the output proves it, and each table's stale rows counted; a row
-listed stale that the output holds made good is taken off the list."""
+row is older than its messages, a lost write; or ``messages missing``) with the count it
+held, and each table's stale rows counted; a row listed stale that the output holds
+made good is taken off the list.
+
+Every file ``recover`` writes passes ``check`` (docs/safety.md rule 16), and ``check``
+holds a count that disagrees with its session's messages for damage: so each such
+count is written. A stale count is written true where the output proves it
+(``proven``); any other, as the messages the output holds for the session (all of
+them: the highest count an intact file can hold), the count the file held kept in the
+report. The loss the disagreement showed stays in the report."""
 
 from __future__ import annotations
 
@@ -28,9 +35,13 @@ def settle_counts(built: Path, copies: dict[str, TableCopy], report: Report) -> 
         stale = {s["rowid"] for s in report.stale_rows if s["table"] == "sessions"}
         for rowid, stored, counted in found:
             what = "stale" if stored < counted or rowid in stale else "messages missing"
-            written = None
+            proven = None
             if what == "stale" and rowid not in stale:
-                written = _true_count(conn, copies, rowid, counted)
+                proven = _true_count(conn, copies, rowid, counted)
+            if proven is None:
+                conn.execute(
+                    "UPDATE sessions SET message_count = ? WHERE rowid = ?", (counted, rowid)
+                )
             report.count_mismatches.append(
                 {
                     "table": "sessions",
@@ -38,7 +49,8 @@ def settle_counts(built: Path, copies: dict[str, TableCopy], report: Report) -> 
                     "message_count": stored,
                     "messages": counted,
                     "what": what,
-                    "written": written,
+                    "written": counted,
+                    "proven": proven is not None,
                 }
             )
     finally:

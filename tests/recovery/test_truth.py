@@ -347,8 +347,8 @@ class TestLostWrites:
         got = {r[0]: r for r in rows(out, sql)}
         differ = {r for r in got if got[r] != want.get(r)}
         # A stale count the output proves is written true (the row then is Hermes'
-        # again); the others are kept as read, and differ.
-        written = {m["rowid"] for m in stale if m["written"] is not None}
+        # again); the others are written as the messages recovered, and differ.
+        written = {m["rowid"] for m in stale if m["proven"]}
         assert {m["rowid"] for m in stale} - written == differ
         assert all(got[r] == want[r] for r in written)
         assert len(stale) == case.phantom["sessions"]
