@@ -38,7 +38,7 @@ from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.diagnosis import Diagnosis, TableFacts, classify, worst
-from statewarden.recovery.evidence.column_types import find_misfits
+from statewarden.recovery.evidence.column_types import find_misfits, hermes_table
 from statewarden.recovery.evidence.copies import CopyCheck
 from statewarden.recovery.evidence.foreign_cells import foreign_by_table
 from statewarden.recovery.evidence.lost_writes import find_lost_writes
@@ -145,7 +145,8 @@ def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedC
     if isinstance(raw, str):
         return raw
     try:
-        return zeroed_cells_in(raw, schema)
+        hermes = {o.name for o in schema.tables() if hermes_table(o)}
+        return zeroed_cells_in(raw, schema, text_proves=hermes)
     except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
         return str(exc)
 

@@ -36,7 +36,6 @@ Both folders are tried (a file created and removed) before the work starts.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import os
@@ -44,10 +43,7 @@ import re
 import tempfile
 import threading
 import time
-from array import array
-from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import Any
 
 import apsw
 
@@ -55,7 +51,8 @@ from statewarden.atomic import fsync_dir, write_new
 from statewarden.errors import StatewardenError, UsageError, path_error
 from statewarden.json_output import json_document
 from statewarden.progress import ProgressFn
-from statewarden.recovery.building.build import RebuildInputs, TableCopy, key_fn
+from statewarden.recovery.accounting import account, measure_only
+from statewarden.recovery.building.build import RebuildInputs, TableCopy
 from statewarden.recovery.building.rebuild import Rebuild
 from statewarden.recovery.building.salvage import (
     complete_salvage,
@@ -65,8 +62,6 @@ from statewarden.recovery.building.salvage import (
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.check import header_count_wrong
 from statewarden.recovery.decoding.integrity import EarlyChecker
-from statewarden.recovery.decoding.keysets import KeySet
-from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.schema_root import schema_rowid_gaps
 from statewarden.recovery.diagnose import diagnose_ahead_of_fts
@@ -79,12 +74,11 @@ from statewarden.recovery.evidence.other_copies import (
     open_copies,
 )
 from statewarden.recovery.fts_checks import FtsPending
-from statewarden.recovery.report import Report, TableReport
+from statewarden.recovery.report import Report
 from statewarden.recovery.stale_counts import drop_rows_made_good, settle_counts
-from statewarden.recovery.table_scans import each_row
 from statewarden.recovery.verify import verify_output
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
-from statewarden.sqlite import hermes_schema_version, quote_ident
+from statewarden.sqlite import hermes_schema_version
 
 # A recovery writes the work copy and the output next to each other.
 SPACE_FACTOR = 2
@@ -111,6 +105,10 @@ def recover(
     for path, option in ((output, "--output"), (report_path, "--report")):
         if path is not None and _of_bundle(Path(path), source):
             raise UsageError(f"{path}: a name of the source's files; {option} must be another")
+    if _of_bundle(source, output):
+        # SQLite would take the source for the output's -wal or -journal, and replay
+        # or delete it the first time the output is opened.
+        raise UsageError(f"{source}: a name of the output's files; --output must be another")
     if os.path.lexists(output):
         raise UsageError(f"{output}: already exists; refusing to overwrite it")
     if not output.parent.is_dir():
@@ -424,7 +422,7 @@ def _copy_whole(
     report.strategy = "none"
     with report.timed("rebuild"):
         _vacuum_into(work.db, built, work.source_header.journal_mode)
-        copies = _measure_only(work.db, schema)
+        copies = measure_only(work.db, schema)
     return copies, {o.name for o in schema.tables() if o.module == "fts5"}
 
 
@@ -498,7 +496,7 @@ def _verify(
     with report.timed("verify"):
         # Accounted and its stale counts settled first: the verification sees the file
         # as it is published.
-        _account(built, copies, report)
+        account(built, copies, report)
         drop_rows_made_good(built, report)
         settle_counts(built, copies, report)
         flush = _Flush(built)
@@ -627,171 +625,3 @@ def _set_journal_mode(path: Path, journal_mode: str) -> None:
         conn.execute(f"PRAGMA journal_mode={'WAL' if journal_mode == 'wal' else 'DELETE'}")
     finally:
         conn.close()
-
-
-def _measure_only(db: Path, schema: Schema) -> dict[str, TableCopy]:
-    """Source key sets of a healthy database (for the loss comparison)."""
-    conn = apsw.Connection(str(db))
-    try:
-        out = {}
-        for obj in schema.base_tables():
-            tc = TableCopy(obj, TableReport())
-            keyf = key_fn(obj)
-            key_cols = [c for c in obj.key_columns if c != "rowid"]
-
-            def on_row(row: tuple[Any, ...], tc: TableCopy = tc, keyf: Any = keyf) -> None:
-                tc.report.source_rows += 1
-                tc.source_keys.add(keyf(row))
-
-            each_row(conn, obj.name, key_cols, on_row)
-            out[obj.name] = tc
-        return out
-    finally:
-        conn.close()
-
-
-# -- accounting ----------------------------------------------------------------------
-
-
-def _account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
-    """Fill the per-table report from key sets measured on the source copy and the output."""
-    conn = apsw.Connection(str(built))
-    try:
-        for name, tc in copies.items():
-            r = tc.report
-            obj = tc.obj
-            key_cols = [c for c in obj.key_columns if c != "rowid"]
-            sel = "".join(", " + quote_ident(c) for c in key_cols)
-            out_keys = KeySet()
-            keyf = key_fn(obj)
-            n = 0
-            # (a WITHOUT ROWID table has none; a rowid is read by the name its columns
-            # leave it, as the scans read it)
-            rowid = obj.rowid_name or "NULL"
-            with contextlib.suppress(apsw.Error):
-                for row in conn.execute(
-                    f"SELECT {rowid}{sel} FROM {quote_ident(name)} NOT INDEXED"
-                ):
-                    n += 1
-                    out_keys.add(keyf(tuple(row)))
-            read_keys = tc.source_keys | tc.page_keys
-            witnessed = tc.known_keys()
-            if tc.sequence is not None:
-                # AUTOINCREMENT never gave out a rowid above the table's sequence: a
-                # copy that names one holds a garbled cell, not a row that existed.
-                witnessed = KeySet(
-                    k for k in witnessed if not isinstance(k, int) or k <= tc.sequence
-                )
-            known = read_keys | witnessed
-            lost = known - out_keys
-            if obj.rowid_name is not None:
-                r.unnamed_lost += _garbled_lost(conn, name, obj.rowid_name, tc.garbled)
-            r.recovered = n
-            r.source_distinct = len(read_keys)
-            r.lost = len(lost)
-            r.lost_keys = _sorted_keys(lost)
-            if r.unreadable_ranges:
-                r.unreadable_ranges = _bounded(
-                    _uncovered(r.unreadable_ranges, tc, known), tc.sequence
-                )
-            if r.unreadable_ranges and not lost and tc.indexed and tc.index_keys == out_keys:
-                # An index whose own b-tree is intact lists every row of the table, and
-                # it lists exactly the rows the output holds: the stretches that could
-                # not be read held no other row (gaps left by deleted rows).
-                shown = ", ".join(f"{lo}..{hi}" for lo, hi in r.unreadable_ranges[:5])
-                others = (
-                    f" ({r.recovered_from_other_copies} of them from other copies)"
-                    if r.recovered_from_other_copies
-                    else ""
-                )
-                report.notes.append(
-                    f"{name}: rowids {shown} could not be read, but its intact indexes"
-                    f" list exactly the {n} rows recovered{others}: nothing else was there"
-                )
-                r.unreadable_ranges = []
-            if not (r.lost or r.unreadable_ranges or r.unnamed_lost or r.unread_stretch):
-                r.status = "complete"
-            elif n == 0 and known:
-                r.status = "failed"
-            else:
-                r.status = "partial"
-            report.tables[name] = r
-    finally:
-        conn.close()
-
-
-def _garbled_lost(conn: apsw.Connection, table: str, word: str, garbled: list[int]) -> int:
-    """The rows lost unnamed that garbled cells stand for: each cell the table's b-tree
-    reached (in a cell pointer slot of a live leaf) that decodes to no row the table
-    could store is a row it held, its key unknown; but not when the output holds a row
-    under the cell's rowid (a table holds one row per rowid: that row is the one, the
-    garbled cell a damaged second reading of it). Cells carved from free space are no
-    such rows (they may be deleted ones), and a carved cell is taken only when a
-    witness names its key, so its loss is counted by that key."""
-    sql = f"SELECT 1 FROM main.{quote_ident(table)} WHERE {word} = ?"
-    lost = 0
-    for rowid in garbled:
-        try:
-            held = conn.execute(sql, (rowid,)).fetchone() is not None
-        except apsw.Error:
-            held = False
-        lost += not held
-    return lost
-
-
-def _sorted_keys(keys: AbstractSet[Any]) -> list[Any]:
-    try:
-        return sorted(keys)
-    except TypeError:  # keys of mixed types (NULL in a key column): any stable order
-        return sorted(keys, key=repr)
-
-
-def _bounded(ranges: list[list[int]], sequence: int | None) -> list[list[int]]:
-    """Open-ended ranges cut at the table's ``sqlite_sequence``: AUTOINCREMENT never
-    gave out a rowid above it, so no row can be missing there."""
-    if sequence is None:
-        return ranges
-    out = []
-    for lo, hi in ranges:
-        if lo > sequence:
-            continue
-        out.append([lo, min(hi, sequence)])
-    return out
-
-
-def _uncovered(ranges: list[list[int]], tc: TableCopy, known: KeySet) -> list[list[int]]:
-    """The parts of unreadable ranges that rows decoded from pages do not account for.
-
-    Between two consecutive rowids decoded from pages nothing is missing only if they
-    are consecutive integers; any gap stays unreadable (rowids, not keys: a table
-    keyed by another column, like ``sessions.id``, is placed by its rows' rowids).
-    When a range was (partly) filled from pages, its open ends (below the first or
-    above the last row of the whole key space) are dropped unless a key known from an
-    index lies there (or a known key that is not a rowid was not read, since it cannot
-    be placed): every orphaned leaf of the table was decoded, so rows there would have
-    been found.
-    """
-    rowids = sorted(tc.page_rowids)
-    known_ints = array("q", known.ints())  # ascending
-    # A known key that is not a rowid (``sessions.id``) cannot be placed in rowid
-    # space: an open end may hold it unless every such key's row was read.
-    unplaced = any(not isinstance(k, int) for k in known - tc.source_keys - tc.page_keys)
-    out: list[list[int]] = []
-    for lo, hi in ranges:
-        inside = [r for r in rowids if lo <= r <= hi]
-        pieces = []
-        cur = lo
-        for r in inside:
-            if r > cur:
-                pieces.append([cur, r - 1])
-            cur = r + 1
-        if cur <= hi:
-            pieces.append([cur, hi])
-        for a, b in pieces:
-            open_end = a == MIN_ROWID or b == MAX_ROWID
-            i = bisect.bisect_left(known_ints, a)
-            known_inside = i < len(known_ints) and known_ints[i] <= b
-            if inside and open_end and not unplaced and not known_inside:
-                continue
-            out.append([a, b])
-    return out

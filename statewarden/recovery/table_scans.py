@@ -207,7 +207,7 @@ def _keyed_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> Ta
             twice.add(k)
         keys.add(k)
 
-    result = keyed_scan(conn, obj.name, key, on_row)
+    result = keyed_scan(conn, obj.name, key, on_row, keyed=bool(key))
     read = result.rows_read
     unreadable = max(1, (planner or 0) - read) if result.stretch_unread else 0
     return TableFacts(

@@ -36,7 +36,7 @@ FLOORS: list[tuple[str, set[str]]] = [
         },
     ),
     ("building", {p.stem for p in (RECOVERY / "building").glob("*.py")} - {"__init__"}),
-    ("commands", {"recover", "check", "captures", "stale_counts"}),
+    ("commands", {"recover", "check", "captures", "stale_counts", "accounting"}),
 ]
 
 

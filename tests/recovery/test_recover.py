@@ -461,6 +461,25 @@ class TestRefusals:
         assert sorted(p.name for p in case.db.parent.iterdir()) == before
         assert not (tmp_path / "out.db").exists()
 
+    @pytest.mark.parametrize("suffix", ["-journal", "-wal"])
+    def test_the_source_is_a_name_of_the_output_s_files(self, tmp_path: Path, suffix: str) -> None:
+        """--source y.db-journal --output y.db: SQLite would take the source for the
+        output's hot journal (or WAL) and roll it back (replay it) and delete it the
+        first time the output is opened. Exit 2, one line, the source untouched."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        source = tmp_path / f"y.db{suffix}"
+        case.db.rename(source)
+        before = source.read_bytes()
+        out = tmp_path / "y.db"
+        code, _, err = run_ctl("recover", "--source", str(source), "--output", str(out))
+        assert code == 2
+        assert err == (
+            f"statewardenctl: error: {source}: a name of the output's files; --output must be"
+            " another\n"
+        )
+        assert source.read_bytes() == before
+        assert not out.exists()
+
     @pytest.mark.parametrize(
         ("content", "message"),
         [

@@ -32,7 +32,8 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
     when its base table was copied row by row, ``reconcile`` them with the rows the
     output holds); ``reindex``: copy only its intact content table and let FTS5's
     ``'rebuild'`` make the index (then reconcile); ``triggers`` (repopulated as the
-    feeding table is copied); ``rebuild`` (external content); ``none`` (contentless).
+    feeding table is copied); ``rebuild`` (external content); ``none`` (contentless,
+    its index damaged: nothing to make it again from).
 
     Shadow tables are intact when no integrity error touches them and FTS5's own check
     (index against content) passed: copying them is far cheaper than tokenising every
@@ -59,7 +60,9 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
         if obj.name in diag.unverifiable:
             modes[obj.name] = "carry"
         elif obj.fts_content == "":
-            modes[obj.name] = "none"
+            # Its index is all it holds: copied when intact, else nothing rebuilds it.
+            intact = obj.name not in bad_fts and not flagged & _shadows(schema, obj.name)
+            modes[obj.name] = "copy" if intact else "none"
         elif obj.fts_content:
             intact = obj.name not in bad_fts and not flagged & _shadows(schema, obj.name)
             modes[obj.name] = "external" if intact else "rebuild"

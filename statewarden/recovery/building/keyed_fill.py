@@ -29,7 +29,7 @@ def keyed_copy(fill: TableFill, tc: TableCopy) -> None:
         tc.source_keys.add(key)
         fill.insert_row(tc, None, list(row[1:]), cols, reached=True)
 
-    result = keyed_scan(fill.src, obj.name, cols, on_row)
+    result = keyed_scan(fill.src, obj.name, cols, on_row, keyed=bool(at))
     if result.stretch_unread:
         before, after = (
             None if r is None else [json_value(r[i]) for i in at] or None

@@ -250,6 +250,8 @@ class Rebuild:
                     keyed_copy(fill, tc)
                 else:
                     fill.row_copy(tc)
+            if obj.rowid_name is None and not obj.without_rowid:
+                continue  # rows decoded from pages are placed by a rowid no SQL reaches
             salvage.add_unreached(tc)
             salvage.add_carved(tc)
             salvage.add_wal_rows(tc)

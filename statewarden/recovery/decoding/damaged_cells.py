@@ -9,7 +9,7 @@ rule 2)."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 from statewarden.errors import PageFormatError
@@ -74,11 +74,15 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
         db.close()
 
 
-def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
+def zeroed_cells_in(
+    db: DatabaseFile, schema: Schema, text_proves: Collection[str] | None = None
+) -> dict[str, ZeroedCells]:
     """:func:`zeroed_cells` of a file already open for raw reads. A caller that holds
     SQLite connections to the file meanwhile opens ``db`` before the first of them and
     closes it after the last (docs/safety.md rule 2: no descriptor of the file is
-    closed while a connection holds locks on it)."""
+    closed while a connection holds locks on it). ``text_proves``: the tables whose
+    writer puts no NUL character in text (zeros there prove a zeroed sector); None:
+    every table."""
     # (the census leaves out pages whose zeroed sectors lie in no record's bytes, by
     # the file's own bytes: those of newer images are looked at whole)
     sectors = zeroed_sectors(db) if db.overlay else db.census().zeroed
@@ -105,7 +109,8 @@ def zeroed_cells_in(db: DatabaseFile, schema: Schema) -> dict[str, ZeroedCells]:
             if not any(p in zeroed for _, _, p, _ in segs):
                 continue
             runs = _zeroed_runs(segs, zeroed)
-            hit = _columns_hit(db, segs, runs) if runs else []
+            proves = text_proves is None or name in text_proves
+            hit = _columns_hit(db, segs, runs, text_proves=proves) if runs else []
             if hit is None or hit:
                 found[rowid] = hit
         if found:

@@ -609,12 +609,16 @@ def _zeroed_runs(segs: list[Segment], zeroed: dict[int, list[tuple[int, int]]]) 
     return runs
 
 
-def _columns_hit(db: DatabaseFile, segs: list[Segment], runs: list[ZeroRun]) -> list[int] | None:
+def _columns_hit(
+    db: DatabaseFile, segs: list[Segment], runs: list[ZeroRun], *, text_proves: bool = True
+) -> list[int] | None:
     """Positions of the record's columns whose bytes overlap the runs of ``runs`` its
     bytes prove zeroed (``_zeros_proven``; a short run only text or a blob: see
     ``ZeroRun``); None when such a run reaches its header (or the header cannot be
     read). A run of zeros the record's own values explain (a real of 0.0, serial types
-    of NULL) is no damage: a row whose costs are 0.0 is the row that was written."""
+    of NULL) is no damage: a row whose costs are 0.0 is the row that was written.
+    ``text_proves``: the table's writer puts no NUL character in text (Hermes'), so
+    zeros in text prove a zeroed sector (``_zeros_proven``)."""
     _, length, page, start = segs[0]
     local = bytes(db.page(page)[start : start + length])
     columns: list[tuple[int, int, int]] = []  # (serial type, body offset, width)
@@ -635,7 +639,10 @@ def _columns_hit(db: DatabaseFile, segs: list[Segment], runs: list[ZeroRun]) -> 
     zeroed = [
         r
         for r in runs
-        if r.proven or _zeros_proven(db, segs, r, hsize=hsize, whole=whole, columns=columns)
+        if r.proven
+        or _zeros_proven(
+            db, segs, r, hsize=hsize, whole=whole, columns=columns, text_proves=text_proves
+        )
     ]
     if any(r.lo < max(hsize, 1) for r in zeroed):
         return None
@@ -655,17 +662,18 @@ def _zeros_proven(
     hsize: int,
     whole: bool,
     columns: list[tuple[int, int, int]],
+    text_proves: bool,
 ) -> bool:
     """Do the bytes prove ``run``'s zeros a zeroed sector's, not the record's own? They
     do when they take a byte that is never zero where SQLite wrote it: the header's
     size (the first byte of the payload), a serial type of a header that no longer
     accounts for the payload, the first byte of a cell on the leaf (a payload size),
-    a byte of text (no writer puts a sector of NUL characters in text), or the high
-    bytes of an integer (SQLite writes each integer in the fewest bytes that hold it:
-    zeroed high bytes leave one it would have written shorter). Zeros in a blob (a
-    ``zeroblob``, an R-Tree node, a sparse image are zeros written), in reals (0.0 is
-    eight of them), in the serial types of NULLs and in an integer's low bytes prove
-    nothing."""
+    a byte of text where its writer puts no NUL character (``text_proves``: Hermes'
+    tables; another program may), or the high bytes of an integer (SQLite writes each
+    integer in the fewest bytes that hold it: zeroed high bytes leave one it would have
+    written shorter). Zeros in a blob (a ``zeroblob``, an R-Tree node, a sparse image
+    are zeros written), in reals (0.0 is eight of them), in the serial types of NULLs
+    and in an integer's low bytes prove nothing."""
     if run.lo == 0 or (run.lo < hsize and not whole):
         return True
     if run.page == segs[0][2] and _holds_a_cell_start(db, run):
@@ -673,7 +681,7 @@ def _zeros_proven(
     for t, at, width in columns:
         if not width or not (run.lo < at + width and at < run.hi):
             continue
-        if t >= 13 and t % 2:
+        if t >= 13 and t % 2 and text_proves:
             return True  # text
         if t <= 6 and not _fewest_bytes(_payload_bytes(db, segs, at, width), t):
             return True

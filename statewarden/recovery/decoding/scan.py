@@ -521,13 +521,19 @@ def rowid_word(conn: apsw.Connection, table: str) -> str | None:
 
 
 def keyed_scan(
-    conn: apsw.Connection, table: str, columns: Sequence[str], on_row: Callable[[Row], None]
+    conn: apsw.Connection,
+    table: str,
+    columns: Sequence[str],
+    on_row: Callable[[Row], None],
+    *,
+    keyed: bool = False,
 ) -> ScanResult:
     """``on_row((None, *columns))`` for every row of a table no name reaches by rowid (a
     WITHOUT ROWID table, or one whose columns take all three names) that plain full
     scans read: one from the start; when it stops on damage, one from the end
     (``PRAGMA reverse_unordered_selects``: a full scan then walks the b-tree backwards)
-    until it stops too, or comes to the last row the first one read. Without a rowid
+    until it stops too, or (``keyed``: ``columns`` hold a key, no two rows read alike)
+    comes to the last row the first one read. Without a rowid
     nothing tells where reading could resume in between: that stretch is unread, its
     rows uncounted (``ScanResult.stretch_unread``, with the rows around it)."""
     result = ScanResult()
@@ -546,7 +552,7 @@ def keyed_scan(
     conn.execute("PRAGMA reverse_unordered_selects = 1")
     try:
         for row in _UntilDamage(conn, sql):
-            if columns and row == last:
+            if keyed and row == last:
                 break  # where the first read stopped: nothing was left unread
             on_row(row)
             result.rows_read += 1
