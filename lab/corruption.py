@@ -160,6 +160,21 @@ def lost_last_leaf(dest_dir: Path, table: str, *, view_first: bool, spec: Spec =
 def zero_middle_leaf(db: Path, table: str = "messages") -> list[int]:
     """Zero the middle leaf of ``table`` in the closed file ``db`` (any file, not only a
     fixture copy); the rowids that lived on it, ascending."""
+    pf, leaf = _middle_leaf(db, table)
+    rowids = sorted(pf.leaf_rowids(leaf))
+    _write(db, (leaf - 1) * pf.page_size, bytes(pf.page_size))
+    return rowids
+
+
+def zero_middle_leaf_page(db: Path, table: str) -> int:
+    """Zero the middle leaf of the b-tree of ``table`` (a table, an index, or a WITHOUT
+    ROWID table's index b-tree) in the closed file ``db``; its page number."""
+    pf, leaf = _middle_leaf(db, table)
+    _write(db, (leaf - 1) * pf.page_size, bytes(pf.page_size))
+    return leaf
+
+
+def _middle_leaf(db: Path, table: str) -> tuple[PristineFile, int]:
     conn = apsw.Connection(str(db))
     try:
         root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,)).get)
@@ -167,9 +182,7 @@ def zero_middle_leaf(db: Path, table: str = "messages") -> list[int]:
         conn.close()
     pf = PristineFile(db)
     _, leaves = pf.tree_pages(root)
-    leaf = leaves[len(leaves) // 2]
-    _write(db, (leaf - 1) * pf.page_size, bytes(pf.page_size))
-    return sorted(pf.leaf_rowids(leaf))
+    return pf, leaves[len(leaves) // 2]
 
 
 def phantom_row(dest_dir: Path, spec: AnySpec = SMALL, cell: int = 5) -> Case:

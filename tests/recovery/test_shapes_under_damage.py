@@ -35,9 +35,8 @@ from typing import Any
 import apsw
 import pytest
 
-from lab.corruption import phantom_row
+from lab.corruption import phantom_row, zero_middle_leaf_page
 from lab.hermes_fixtures import TINY
-from statewarden.demo.damage import PristineFile, write_at
 from statewarden.recovery.check import check_database
 from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.recover import recover
@@ -60,21 +59,6 @@ def numbered(select: str) -> str:
         f"WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {ROWS})"
         f" SELECT {select} FROM g"
     )
-
-
-def zero_middle_leaf(db: Path, table: str) -> int:
-    """Zero the middle leaf of ``table``'s b-tree (a table or a WITHOUT ROWID index
-    b-tree); its page number."""
-    conn = apsw.Connection(str(db))
-    try:
-        root = int(conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,)).get)
-    finally:
-        conn.close()
-    pf = PristineFile(db)
-    _, leaves = pf.tree_pages(root)
-    leaf = leaves[len(leaves) // 2]
-    write_at(db, (leaf - 1) * pf.page_size, bytes(pf.page_size))
-    return leaf
 
 
 def all_rows(db: Path, table: str) -> list[tuple[Any, ...]]:
@@ -146,7 +130,7 @@ def test_a_damaged_without_rowid_table_is_read_from_both_ends(tmp_path: Path) ->
         " INSERT INTO w " + numbered("n, printf('v%d', n), randomblob(n % 40)"),
     )
     pristine = set(all_rows(db, "w"))
-    zero_middle_leaf(db, "w")
+    zero_middle_leaf_page(db, "w")
     readable = probed_rows(db, "SELECT * FROM w WHERE k = ?", list(range(1, ROWS + 1)))
     assert 0 < len(readable) < ROWS
     report, out = recovered(db, tmp_path)
@@ -169,7 +153,7 @@ def test_a_damaged_table_keeps_its_column_called_rowid(tmp_path: Path) -> None:
         " INSERT INTO t " + numbered("printf('r%d', n), randomblob(30)"),
     )
     pristine = set(all_rows(db, "t"))
-    zero_middle_leaf(db, "t")
+    zero_middle_leaf_page(db, "t")
     readable = probed_rows(
         db, 'SELECT "rowid", a FROM t WHERE _rowid_ = ?', list(range(1, ROWS + 1))
     )
@@ -221,7 +205,7 @@ def test_a_stored_generated_column_is_read_from_the_record(tmp_path: Path, damag
         d = checked(db)
         assert (d.damage, d.notes) == ("none", [])
     else:
-        zero_middle_leaf(db, "t")
+        zero_middle_leaf_page(db, "t")
     readable = probed_rows(db, "SELECT * FROM t WHERE id = ?", list(range(1, ROWS + 1)))
     report, out = recovered(db, tmp_path)
     held = set(all_rows(out, "t"))
@@ -301,7 +285,7 @@ def test_an_fts_table_with_its_own_content_is_indexed_again(tmp_path: Path) -> N
         " INSERT INTO keep " + numbered("n, n") + ";"
         " INSERT INTO f(rowid, a) " + FTS_ROWS,
     )
-    zero_middle_leaf(db, "f_data")
+    zero_middle_leaf_page(db, "f_data")
     report, out = recovered(db, tmp_path)
     assert not report.loss_detected
     assert all_rows(out, "keep") == all_rows(db, "keep")
@@ -324,7 +308,7 @@ def test_a_contentless_fts_table_left_empty_is_a_loss(tmp_path: Path) -> None:
         tmp_path / "c.db",
         "CREATE VIRTUAL TABLE f USING fts5(a, content=''); INSERT INTO f(rowid, a) " + FTS_ROWS,
     )
-    zero_middle_leaf(db, "f_data")
+    zero_middle_leaf_page(db, "f_data")
     report, _ = recovered(db, tmp_path)
     assert report.loss_detected
     assert report.tables_lost == ["f"]
@@ -343,7 +327,7 @@ def test_an_r_tree_comes_through_a_rebuild(tmp_path: Path) -> None:
         " CREATE TABLE s(id INTEGER PRIMARY KEY, v); INSERT INTO s "
         + numbered("n, randomblob(100)"),
     )
-    zero_middle_leaf(db, "s")
+    zero_middle_leaf_page(db, "s")
     report, out = recovered(db, tmp_path)
     assert report.strategy == "rebuild"
     assert all_rows(out, "r") == all_rows(db, "r")
@@ -369,7 +353,7 @@ def test_rows_alike_in_a_table_no_name_reaches_by_rowid_are_all_read(tmp_path: P
         " INSERT INTO u " + numbered("n % 7, n % 7, n % 7, n % 3"),
     )
     pristine = all_rows(db, "u")
-    zero_middle_leaf(db, "u")
+    zero_middle_leaf_page(db, "u")
     report, out = recovered(db, tmp_path)
     held = all_rows(out, "u")
     t = report.tables["u"]
@@ -393,7 +377,7 @@ def test_an_intact_contentless_fts_table_is_copied(tmp_path: Path) -> None:
         " CREATE TABLE s(id INTEGER PRIMARY KEY, v); INSERT INTO s "
         + numbered("n, randomblob(100)"),
     )
-    zero_middle_leaf(db, "s")
+    zero_middle_leaf_page(db, "s")
     report, out = recovered(db, tmp_path)
     assert report.tables_lost == []
     conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READONLY)
