@@ -102,7 +102,6 @@ class WorkCopy:
     db: Path
     source: Path
     source_header: HeaderFacts
-    copied: tuple[str, ...]  # which bundle members existed and were copied
     # set when the file is shorter than its header says, or a database size (the
     # header's, a WAL commit's) is damaged
     truncated_note: str | None
@@ -298,7 +297,7 @@ def make_work_copy(
         page_size_note = "; ".join(filter(None, [page_size_note, fields_note])) or None
         wal = _read_wal(copy, header)
         file_header = header
-        header = _check_wal_belongs(copy, header, source, wal)
+        header = _check_wal_belongs(header, source, wal)
         size_note = None
         if wal is not None and not wal.ignored:
             size_note = _fit_commit_size(copy, wal, source, broken=False)
@@ -325,7 +324,6 @@ def make_work_copy(
             db=copy,
             source=source,
             source_header=header,
-            copied=tuple(s for s in COPY_SUFFIXES if os.path.exists(f"{copy}{s}") or s == ""),
             truncated_note=truncated,
             wal=wal,
             schema_note=schema_note,
@@ -502,9 +500,7 @@ def _read_wal(copy: Path, header: HeaderFacts) -> WalFacts | None:
     return facts
 
 
-def _check_wal_belongs(
-    copy: Path, header: HeaderFacts, source: Path, wal: WalFacts | None
-) -> HeaderFacts:
+def _check_wal_belongs(header: HeaderFacts, source: Path, wal: WalFacts | None) -> HeaderFacts:
     """Refuse a valid ``-wal`` that was written for another database.
 
     Nothing in a WAL names its database, so two facts are checked: the WAL's page size

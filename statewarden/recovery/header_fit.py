@@ -118,16 +118,13 @@ def _schema_encodings(copy: Path, header_encoding: str) -> list[str]:
         db = DatabaseFile(copy)
     except (OSError, ValueError, DatabaseUnreadable):
         return []
-    try:
-        ordered = sorted(TEXT_ENCODINGS.values(), key=lambda e: e != header_encoding)
-        for encoding in ordered:
+    with db:
+        for encoding in sorted(TEXT_ENCODINGS.values(), key=lambda e: e != header_encoding):
             db.encoding = encoding
             if _reads_as_schema(db):
                 found.append(encoding)
                 if encoding == header_encoding:
                     break
-    finally:
-        db.close()
     return found
 
 

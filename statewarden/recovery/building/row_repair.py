@@ -16,7 +16,6 @@ from statewarden.recovery.building.build import (
     DIFFERING_ROWS_MOST,
     TREE_RE,
     WITNESS_WINDOW_ROWS,
-    Build,
     BuildPart,
     TableCopy,
     stored_names,
@@ -41,9 +40,6 @@ from statewarden.sqlite import json_value, quote_ident
 
 class RowRepair(BuildPart):
     """Rows in the output completed or corrected from their witnesses."""
-
-    def __init__(self, build: Build) -> None:
-        super().__init__(build)
 
     def restore_from_copies(self) -> None:
         """Rows that differ from two FTS copies that agree with each other (changed on

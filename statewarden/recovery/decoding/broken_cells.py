@@ -25,13 +25,11 @@ def record_by_its_header(path: Path, root: int, rowid: int) -> list[Any] | None:
     the cell's page (no overflow), overlaps no other cell and decodes to the end
     exactly (``record``); None otherwise. Call with no SQLite connection open to
     ``path`` (docs/safety.md rule 2)."""
-    db = DatabaseFile(path)
-    try:
-        return _record_by_its_header(db, root, rowid)
-    except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
-        return None
-    finally:
-        db.close()
+    with DatabaseFile(path) as db:
+        try:
+            return _record_by_its_header(db, root, rowid)
+        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+            return None
 
 
 def _record_by_its_header(db: DatabaseFile, root: int, rowid: int) -> list[Any] | None:
@@ -93,13 +91,11 @@ def partial_columns(
     its own rest may then start right there. Call with no SQLite connection open to
     ``path`` (docs/safety.md rule 2).
     """
-    db = DatabaseFile(path)
-    try:
-        return _partial_columns(db, root, rowid, roots, foreign)
-    except (PageFormatError, struct.error, IndexError):
-        return {}
-    finally:
-        db.close()
+    with DatabaseFile(path) as db:
+        try:
+            return _partial_columns(db, root, rowid, roots, foreign)
+        except (PageFormatError, struct.error, IndexError):
+            return {}
 
 
 def _partial_columns(

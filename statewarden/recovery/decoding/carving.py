@@ -66,8 +66,7 @@ def carve_damaged_leaves(
     is carved whole too, its rows given to the one table they all fit. None: they are
     found by walking every b-tree.
     """
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         out: dict[str, list[Row]] = {}
         counts_of: dict[str, set[int]] = {}
         for name in tables:
@@ -99,8 +98,6 @@ def carve_damaged_leaves(
             if len(owners) == 1:
                 out[owners[0]].extend(carved)
         return {name: _one_version(rows) for name, rows in out.items() if rows}
-    finally:
-        db.close()
 
 
 def _headerless_pages(
@@ -295,8 +292,7 @@ def salvage_rows(
     or the freelist reaches (from a completed integrity check's "never used" lines),
     which spares the walk over every page.
     """
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         if unreached is not None:
             leaves = []
             for n in unreached:
@@ -308,8 +304,6 @@ def salvage_rows(
             return _assign(db, schema, tables, leaves)
         roots = [o.rootpage for o in schema.objects if o.rootpage] + [1]
         return _assign(db, schema, tables, orphan_table_leaves(db, roots))
-    finally:
-        db.close()
 
 
 def rowid_tables(schema: Schema) -> list[SchemaObject]:

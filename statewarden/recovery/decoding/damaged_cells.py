@@ -67,11 +67,8 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
     ``MIN_ZEROED_RUN`` or more bytes in one is listed with the columns those bytes
     belong to. Call with no SQLite connection open to ``path`` (docs/safety.md rule 2).
     """
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         return zeroed_cells_in(db, schema)
-    finally:
-        db.close()
 
 
 def zeroed_cells_in(
@@ -213,8 +210,7 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
     bytes past its cell. When neither or both fit, both are listed. Call with no
     SQLite connection open to ``path`` (docs/safety.md rule 2).
     """
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         claims: dict[int, list[tuple[str, int, bool]]] = {}
         local_of: dict[tuple[str, int], tuple[int, list[Segment]]] = {}
         for o in schema.tables():
@@ -248,8 +244,6 @@ def cross_linked_cells(path: Path, schema: Schema) -> tuple[dict[str, ZeroedCell
             if (t, r) not in losers and any(p in shared for _, _, p, _ in segs[1:]):
                 owned.update(p for _, _, p, _ in segs[1:])
         return out, owned
-    finally:
-        db.close()
 
 
 def zeroed_sectors(db: DatabaseFile) -> dict[int, list[tuple[int, int]]]:

@@ -266,10 +266,6 @@ class KeySet(MutableSet[Any]):
         out._next_look = max(FIRST_LOOK, 2 * len(out._loose))
         return out
 
-    @classmethod
-    def _from_iterable(cls, it: Iterable[Any]) -> KeySet:
-        return cls(it)
-
     # -- with another KeySet, bitmap by bitmap -----------------------------------
 
     def _union_keyset(self, other: KeySet) -> None:

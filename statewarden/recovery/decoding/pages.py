@@ -16,12 +16,14 @@ Call only with no SQLite connection open to ``path`` in this process (docs/safet
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
 import struct
 import sys
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -116,6 +118,12 @@ class DatabaseFile:
             os.close(self._fd)
             self._fd = -1
 
+    def __enter__(self) -> DatabaseFile:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def btree_header(self, n: int) -> tuple[int, int, int]:
         """(page type, header offset, cell count) of a b-tree page."""
         return _header_of(n, self.page(n))
@@ -207,7 +215,7 @@ class DatabaseFile:
             if off <= safe and _whole_by_size(pg, off + skip, most):
                 continue
             try:
-                seen.update(self._overflow_pages_of(n, pg, kind, off))
+                seen.update(self._overflow_pages_of(pg, kind, off))
             except (struct.error, IndexError):
                 continue  # a garbled cell whose payload runs past the page
 
@@ -228,7 +236,7 @@ class DatabaseFile:
             trunk = nxt
         return out
 
-    def _overflow_pages_of(self, n: int, pg: bytes, kind: int, off: int) -> list[int]:
+    def _overflow_pages_of(self, pg: bytes, kind: int, off: int) -> list[int]:
         pos = off + (4 if kind == PAGE_INDEX_INTERIOR else 0)
         size, pos = varint(pg, pos)
         if kind == PAGE_TABLE_LEAF:
@@ -379,31 +387,39 @@ class TableTree(NamedTuple):
         return {*self.leaves, *self.damaged, *self.interiors}
 
 
-def table_tree(db: DatabaseFile, root: int) -> TableTree:
-    """The pages the table b-tree at ``root`` reaches; a page that does not parse is not
-    descended. Only interior pages are read whole: a leaf is known by its type byte
-    (``DatabaseFile.page_kind``), its cells are not read."""
-    tree = TableTree([], [], [])
-    leaves, damaged = tree.leaves, tree.damaged
+def tree_walk(
+    db: DatabaseFile, roots: list[int], interior: int = PAGE_TABLE_INTERIOR
+) -> Iterator[tuple[int, int, list[int] | None]]:
+    """Each page of the file the b-trees at ``roots`` reach, once: (page, its type byte,
+    its children when it is an ``interior`` page whose children read, else None). A page
+    whose children do not read is not descended; only interior pages are read whole (a
+    leaf is known by its type byte: ``DatabaseFile.page_kind``)."""
     seen: set[int] = set()
-    stack = [root]
+    stack = list(roots)
     while stack:
         n = stack.pop()
         if n in seen or not 1 <= n <= db.page_count:
             continue
         seen.add(n)
         kind = db.page_kind(n)
-        if kind == PAGE_TABLE_INTERIOR:
-            try:
-                stack.extend(db.children(n))
-            except (PageFormatError, struct.error, IndexError):
-                damaged.append(n)
-            else:
-                tree.interiors.append(n)
-        elif kind == PAGE_TABLE_LEAF:
-            leaves.append(n)
+        kids = None
+        if kind == interior:
+            with contextlib.suppress(PageFormatError, struct.error, IndexError):
+                kids = db.children(n)
+                stack.extend(kids)
+        yield n, kind, kids
+
+
+def table_tree(db: DatabaseFile, root: int) -> TableTree:
+    """The pages the table b-tree at ``root`` reaches (``tree_walk``)."""
+    tree = TableTree([], [], [])
+    for n, kind, kids in tree_walk(db, [root]):
+        if kind == PAGE_TABLE_LEAF:
+            tree.leaves.append(n)
+        elif kids is not None:
+            tree.interiors.append(n)
         else:
-            damaged.append(n)
+            tree.damaged.append(n)
     return tree
 
 

@@ -56,8 +56,7 @@ def rebuild_schema_root(path: Path) -> int:
     0 (and writes nothing) when no such leaf exists. Call with no SQLite connection
     open to ``path`` (docs/safety.md rule 2).
     """
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         leaves = _schema_leaves(db)
         leaves.sort()
         if any(a[1] >= b[0] for a, b in itertools.pairwise(leaves)):
@@ -67,8 +66,6 @@ def rebuild_schema_root(path: Path) -> int:
         page = bytearray(db.page(1))
         page_size = db.page_size
         usable = db.usable
-    finally:
-        db.close()
     cells = [struct.pack(">I", n) + encode_varint(hi) for _, hi, n in leaves[:-1]]
     content, pointers = place_cells(page, cells, usable)
     h = 100
@@ -153,11 +150,8 @@ def schema_records(path: Path) -> list[list[Any]]:
     """The ``sqlite_schema`` rows (type, name, tbl_name, rootpage, sql) its b-tree
     from page 1 still reaches, read raw. Call with no SQLite connection open to
     ``path`` (docs/safety.md rule 2)."""
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         return [v for _, v in _schema_rows(db) if is_schema_record(v)]
-    finally:
-        db.close()
 
 
 def _schema_rows(db: DatabaseFile) -> Iterator[tuple[int, list[Any]]]:
@@ -176,31 +170,25 @@ def reached_past_size(path: Path) -> int | None:
     schema (read as far as the file goes) or the freelist reach, None if none does
     (or the header's size is not less than the file's). Such a page is a live page:
     the header's size is then the damaged field, not the tail."""
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         size = db.page_count
         if size >= db.file_pages:
             return None
         db.page_count = db.file_pages
         highest = _highest_reached(db)
         return highest if highest > size else None
-    finally:
-        db.close()
 
 
 def highest_reached_with(path: Path, images: dict[int, bytes]) -> int:
     """The highest page the b-trees of the schema or the freelist reach in the file at
     ``path`` with the page ``images`` (page number -> image, a WAL's replayed frames)
     read in place of its pages: the database size those pages make."""
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         db.overlay = {n: img for n, img in images.items() if len(img) == db.page_size}
         db.page_count = max([db.file_pages, *db.overlay])
         if 1 in db.overlay:
             db.freelist_trunk = struct.unpack(">I", db.overlay[1][32:36])[0]
         return _highest_reached(db)
-    finally:
-        db.close()
 
 
 def _highest_reached(db: DatabaseFile) -> int:
@@ -214,11 +202,8 @@ def schema_rowid_gaps(path: Path) -> list[tuple[int, int]]:
     (``rebuild_schema_root``). SQLite numbers schema rows 1, 2, 3, ...; a stretch
     missing here held objects (tables, indexes) the rebuilt schema no longer names.
     Call with no SQLite connection open to ``path`` (docs/safety.md rule 2)."""
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         rowids = {r for r, _ in _schema_rows(db)}
-    finally:
-        db.close()
     gaps: list[tuple[int, int]] = []
     expect = 1
     for r in sorted(rowids):

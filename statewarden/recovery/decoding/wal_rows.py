@@ -49,9 +49,7 @@ def rows_from_images(
     ``unknown``: pages whose newest image is a damaged frame's (0: any page); when the
     new tree reaches one, its deletions are only ``unsure`` and the images' table leaves
     it does not reach are assigned by record shape (they may be its own)."""
-    base = DatabaseFile(path)
-    final = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as base, DatabaseFile(path) as final:
         final.overlay = {n: img for n, img in images.items() if len(img) == final.page_size}
         final.page_count = max([final.page_count, *final.overlay])
         out = WalRows()
@@ -77,9 +75,6 @@ def rows_from_images(
         for rows in out.rows.values():
             rows.sort(key=lambda r: r[0])
         return out
-    finally:
-        base.close()
-        final.close()
 
 
 def _table_changes(

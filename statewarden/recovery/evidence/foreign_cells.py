@@ -19,8 +19,8 @@ from typing import Any
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.decoding.carving import record_fits
-from statewarden.recovery.decoding.page_format import PAGE_TABLE_INTERIOR, PAGE_TABLE_LEAF
-from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.page_format import PAGE_TABLE_LEAF
+from statewarden.recovery.decoding.pages import DatabaseFile, tree_walk
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 
 SECOND_REFERENCE_RE = re.compile(r"2nd reference to page (\d+)$")
@@ -41,18 +41,10 @@ def foreign_records(raw: DatabaseFile, obj: SchemaObject, pages: set[int]) -> Re
     another table's leaf that a wrong child pointer of ``obj``'s b-tree names, whose
     cells SQLite reads as rows of ``obj`` under their own rowids. Rowid -> records."""
     out: Records = {}
-    todo, seen = sorted(pages), set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
+    for n, kind, _kids in tree_walk(raw, sorted(pages)):
+        if kind != PAGE_TABLE_LEAF:
             continue
-        seen.add(n)
         try:
-            kind = raw.page_kind(n)
-            if kind == PAGE_TABLE_INTERIOR:
-                todo.extend(raw.children(n))
-            if kind != PAGE_TABLE_LEAF:
-                continue
             rows, _bad = raw.leaf_rows(n)
         except (PageFormatError, struct.error):
             continue
@@ -85,22 +77,7 @@ def foreign_by_table(
 def _named_by_tree(raw: DatabaseFile, root: int, pages: set[int]) -> set[int]:
     """Those of ``pages`` a child pointer of the table b-tree rooted at ``root`` names,
     however deep (each interior page it reaches is read once)."""
-    named: set[int] = set()
-    todo, seen = [root], set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        try:
-            if raw.page_kind(n) != PAGE_TABLE_INTERIOR:
-                continue
-            kids = raw.children(n)
-        except (PageFormatError, struct.error):
-            continue
-        named.update(k for k in kids if k in pages)
-        todo.extend(kids)
-    return named
+    return {k for _, _, kids in tree_walk(raw, [root]) for k in kids or () if k in pages}
 
 
 def fits(obj: SchemaObject, values: list[Any]) -> bool:

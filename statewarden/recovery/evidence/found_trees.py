@@ -232,9 +232,6 @@ class _FreedPages:
 
     def pages(self) -> set[int]:
         if self.found is None:
-            db = DatabaseFile(self.path)
-            try:
+            with DatabaseFile(self.path) as db:
                 self.found = freed_pages(db)
-            finally:
-                db.close()
         return self.found

@@ -144,13 +144,10 @@ def _headless_roots(
     for them); the pages the trees found reach (overflow pages too) are not looked at.
     Returns the pages taken."""
     schema, _fks = layout_schema(rows)
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         # the pages of the trees found, their overflow pages among them, are no root
         taken = db.reachable([*(t.root for t in trees), *present.values()])
         pages = [n for n in range(2, db.page_count + 1) if n not in taken and _headless(db, n)]
-    finally:
-        db.close()
     found = 0
     for name in HERMES_CORE:
         obj = schema.by_name(name)

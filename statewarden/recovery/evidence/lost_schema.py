@@ -199,14 +199,11 @@ def rebuild_from_known_schema(
     (one line) when no Hermes layout fits."""
     present = present or {}
     views = [list(r) for r in kept or [] if str(r[0]) == "view"]
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         trees = find_trees(db)
         roots = btree_roots(db)
         page_size, usable, page_count = db.page_size, db.usable, db.page_count
         header = db.page(1)[:HEADER_SIZE]
-    finally:
-        db.close()
     choice = _choose_layout(path, source, present, trees, roots, views={str(v[1]) for v in views})
     layout, found = choice.layout, choice.found
     description, known = KNOWN_SCHEMAS[layout]
@@ -371,12 +368,9 @@ def infer_page_size(path: Path) -> tuple[int, str] | None:
     for ps in PAGE_SIZES:
         if size % ps or size < 2 * ps:
             continue
-        db = DatabaseFile(path, page_size=ps)
-        try:
+        with DatabaseFile(path, page_size=ps) as db:
             last = min(db.page_count, PAGES_READ_FOR_SIZE)
             scores[ps] = sum(1 for n in range(2, last + 1) if _plausible(db, n))
-        finally:
-            db.close()
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])
     if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
         return None

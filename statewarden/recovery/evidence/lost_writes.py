@@ -38,7 +38,7 @@ import apsw
 
 from statewarden.errors import PageFormatError
 from statewarden.recovery.decoding.page_format import PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF, varint
-from statewarden.recovery.decoding.pages import DatabaseFile
+from statewarden.recovery.decoding.pages import DatabaseFile, tree_walk
 from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.copies import agrees_with_copies, feeds, rowids_shown
@@ -466,18 +466,11 @@ def misshapen_entries(raw: DatabaseFile, root: int, fields: int) -> set[int] | N
     """Rowids (the last field) of the entries of the index b-tree at ``root`` whose
     record has not ``fields`` fields; None when such an entry's rowid cannot be read."""
     out: set[int] = set()
-    todo, seen = [root], set()
     most = (raw.usable - 12) * 64 // 255 - 23  # the largest payload an index cell holds whole
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
+    for n, kind, kids in tree_walk(raw, [root], interior=PAGE_INDEX_INTERIOR):
+        if kind != PAGE_INDEX_LEAF and kids is None:
+            continue  # no index page, or one whose children do not read
         try:
-            kind, _, _ = raw.btree_header(n)
-            if kind not in (PAGE_INDEX_LEAF, PAGE_INDEX_INTERIOR):
-                continue
-            todo.extend(raw.children(n))
             pg = raw.page(n)
             offsets = raw.cell_offsets(n)
         except (PageFormatError, struct.error):

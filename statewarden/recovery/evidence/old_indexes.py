@@ -192,8 +192,7 @@ def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
     the deleted rows' entries, and vouches for none of them; when it proves them all,
     no other page is kept. Call with no SQLite connection open to ``path``
     (docs/safety.md rule 2)."""
-    db = DatabaseFile(path)
-    try:
+    with DatabaseFile(path) as db:
         roots = [o.rootpage for o in schema.objects if o.type == "index" and o.rootpage]
         reached = db.reachable(roots)
         created = created_roots(btree_roots(db), schema)
@@ -213,8 +212,6 @@ def index_pages(path: Path, schema: Schema) -> list[IndexPage]:
             if entries := _index_entries(db, n):
                 out.append(IndexPage(entries, n in reached, mine, proven))
         return out
-    finally:
-        db.close()
 
 
 def old_index_witnesses(

@@ -63,11 +63,8 @@ def put_back_short_texts(copy: Path, source: Path) -> str | None:
         o for o in schema.base_tables() if o.rootpage and not o.without_rowid and o.stored_columns
     ]
     stored = {o.name: o.sql for o in schema.objects if o.sql is not None}
-    db = DatabaseFile(copy)
-    try:
+    with DatabaseFile(copy) as db:
         short = [s for o in tables if (s := _short_text(db, o, stored)) is not None]
-    finally:
-        db.close()
     if not short:
         return None
     _write_texts(copy, [s for s in short if s.known is not None])
