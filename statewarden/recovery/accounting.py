@@ -31,7 +31,7 @@ def measure_only(db: Path, schema: Schema) -> dict[str, TableCopy]:
         for obj in schema.base_tables():
             tc = TableCopy(obj, TableReport())
             keyf = key_fn(obj)
-            key_cols = [c for c in obj.key_columns if c != "rowid"]
+            key_cols = obj.key_names
 
             def on_row(row: tuple[Any, ...], tc: TableCopy = tc, keyf: Any = keyf) -> None:
                 tc.report.source_rows += 1
@@ -51,7 +51,7 @@ def account(built: Path, copies: dict[str, TableCopy], report: Report) -> None:
         for name, tc in copies.items():
             r = tc.report
             obj = tc.obj
-            key_cols = [c for c in obj.key_columns if c != "rowid"]
+            key_cols = obj.key_names
             sel = "".join(", " + quote_ident(c) for c in key_cols)
             out_keys = KeySet()
             keyf = key_fn(obj)

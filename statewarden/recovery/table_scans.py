@@ -73,7 +73,7 @@ def table_facts(
     list are then the rowids the scan reads, and are not read from them again; and a
     rowid table's rows are counted, not scanned (``_proved_facts``)."""
     key = obj.key_columns
-    key_cols = [c for c in key if c != "rowid"]
+    key_cols = obj.key_names
     if obj.rowid_name is None:
         return _keyed_facts(conn, obj, schema)
     if indexes_agree and not key_cols and not foreign and obj.rowid_table:
@@ -197,7 +197,7 @@ def _keyed_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> Ta
     counted: nothing names its rows). The rows the planner counts past what the scans
     read are unreadable (the integrity check names the damaged pages)."""
     planner, planner_error = _planner_count(conn, obj.name)
-    key = [] if obj.key_columns == ["rowid"] else obj.key_columns
+    key = obj.key_names
     keys: set[tuple[Any, ...]] = set()
     twice: set[tuple[Any, ...]] = set()
 

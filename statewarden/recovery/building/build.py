@@ -74,12 +74,12 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
     """Key of a scanned row ``(rowid, *key columns)``. A table no name reaches by rowid
     and with no primary key declared has nothing that names a row: each scan numbers
     its rows from 0, so the key sets of two scans compare as their counts do."""
-    if obj.key_columns == ["rowid"]:
+    n = len(obj.key_names)
+    if not n:
         if obj.rowid_name is None:
             place = itertools.count()
             return lambda row: next(place)
         return lambda row: int(row[0])
-    n = len(obj.key_columns)
     return lambda row: tuple(row[1 : 1 + n])
 
 

@@ -20,7 +20,7 @@ def keyed_copy(fill: TableFill, tc: TableCopy) -> None:
     report says so (``TableReport.unread_stretch``), and loss is detected."""
     obj = tc.obj
     cols = stored_names(obj)
-    at = [cols.index(c) + 1 for c in obj.key_columns if c != "rowid"]
+    at = [cols.index(c) + 1 for c in obj.key_names]
     place = iter(range(1 << 62))  # nothing names a row: its place in the scan does
 
     def on_row(row: tuple[Any, ...]) -> None:
@@ -54,5 +54,5 @@ def count_only(fill: TableFill, tc: TableCopy) -> None:
         tc.report.source_rows += 1
         tc.source_keys.add(keyf(row))
 
-    key_cols = [c for c in obj.key_columns if c != "rowid"]
+    key_cols = obj.key_names
     scan_table(fill.src, obj.name, key_cols, on_row)

@@ -298,7 +298,7 @@ class RowRepair(BuildPart):
             return {r: w for r, w in witnessed if r in suspects}
         entries, fixes, unverified = self._compare_rows(tc, witnessed, indexed, suspects, stale)
         t = quote_ident(obj.name)
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         for rowid, col, value, stored, by in fixes:
             before = self._key_of(tc, key_cols, rowid) if col in key_cols else None
             self.dst.execute(

@@ -108,7 +108,7 @@ class SalvageInserts(BuildPart):
         values = values[: len(cols)]
         if obj.rowid_alias and obj.rowid_alias in cols:
             values[cols.index(obj.rowid_alias)] = rowid
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         if key_cols and not set(key_cols) <= set(cols):
             return
         key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
@@ -146,7 +146,7 @@ class SalvageInserts(BuildPart):
                     tc.rowids.add(rowid)
                     tc.report.source_rows += 1
                     tc.report.recovered_from_wal += 1
-                    key_cols = [c for c in obj.key_columns if c != "rowid"]
+                    key_cols = obj.key_names
                     key = rowid if not key_cols else tuple(values[cols.index(c)] for c in key_cols)
                     tc.page_keys.add(key)
                     tc.page_rowids.add(rowid)
@@ -177,7 +177,7 @@ class SalvageInserts(BuildPart):
         is a damaged frame's) are kept, listed as unverified."""
         obj = tc.obj
         gone = sorted(self.inputs.wal_rows.gone.get(obj.name, set()) & tc.rowids)
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         sel = "".join(", " + quote_ident(c) for c in key_cols)
         t, rid = quote_ident(obj.name), obj.rowid_sql
         for rowid in gone:
@@ -230,7 +230,7 @@ class SalvageInserts(BuildPart):
         known = tc.known_keys()
         ranges = [(lo, hi) for lo, hi in tc.report.unreadable_ranges]
         cols = stored_names(obj)
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         for copy in self.inputs.others:
             if not self._of_this_database(copy):
                 continue

@@ -68,7 +68,7 @@ class TableFill(BuildPart):
         }
         broken_trees |= self.build.rebuilt_index_roots()
         obj = tc.obj
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         t = quote_ident(obj.name)
         for idx in self.inputs.schema.full_indexes(obj.name):
             try:
@@ -130,7 +130,7 @@ class TableFill(BuildPart):
         a key column), the table goes row by row, where such rows are handled one by one.
         """
         obj = tc.obj
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         keyf = key_fn(obj)
         sel = "".join(", " + quote_ident(c) for c in key_cols)
         word = obj.rowid_name
@@ -171,7 +171,7 @@ class TableFill(BuildPart):
     def row_copy(self, tc: TableCopy) -> None:
         obj = tc.obj
         cols = stored_names(obj)
-        key_idx = [cols.index(c) + 1 for c in obj.key_columns if c != "rowid"]
+        key_idx = [cols.index(c) + 1 for c in obj.key_names]
         seen = [0]
         partial: dict[int, list[str]] = {}
 
@@ -372,7 +372,7 @@ class TableFill(BuildPart):
                 f"SELECT {sel} FROM main.{t} WHERE {word} = ?", (rowid,)
             ).fetchone()
         )
-        key_cols = [c for c in obj.key_columns if c != "rowid"]
+        key_cols = obj.key_names
         if existing is None and key_cols:
             where = " AND ".join(f"{quote_ident(c)} IS ?" for c in key_cols)
             existing = self.dst.execute(

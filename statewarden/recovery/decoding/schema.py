@@ -115,6 +115,14 @@ class SchemaObject:
         return None
 
     @property
+    def key_names(self) -> list[str]:
+        """The columns of ``key_columns`` (none when the rowid is the key; a WITHOUT
+        ROWID table's are its primary key's, whatever they are called)."""
+        if self.without_rowid:
+            return self.key_columns
+        return [c for c in self.key_columns if c != "rowid"]
+
+    @property
     def key_columns(self) -> list[str]:
         """The columns that identify a row: the declared primary key, else the rowid."""
         pks = sorted((c for c in self.columns if c.pk), key=lambda c: c.pk)
