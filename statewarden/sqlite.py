@@ -226,6 +226,24 @@ def raise_if_interrupted(exc: BaseException) -> None:
         raise exc
 
 
+# Errors of the machine, not of the file read: they end the run, never a reading.
+MACHINE_ERRORS = (
+    apsw.InterruptError,
+    apsw.FullError,
+    apsw.IOError,
+    apsw.CantOpenError,
+    apsw.NoMemError,
+)
+
+
+def raise_if_machine(exc: BaseException) -> None:
+    """Raise ``exc`` again when it is an error of the machine (``MACHINE_ERRORS``: a full
+    disk, an I/O error, no memory, an interrupt), which says nothing of the file or the
+    row at hand: the run ends."""
+    if isinstance(exc, MACHINE_ERRORS):
+        raise exc
+
+
 def quote_ident(name: str) -> str:
     """Quote an identifier for SQL text (doubling embedded quotes)."""
     return '"' + name.replace('"', '""') + '"'

@@ -31,9 +31,14 @@ from statewarden.recovery.decoding.integrity import IntegrityCheck
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.tokenizers import unloadable
 from statewarden.recovery.evidence.copies import Feed
-from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.recovery.table_scans import orphan_rows
-from statewarden.sqlite import hermes_schema_version, quote_ident, raise_if_interrupted, read_header
+from statewarden.sqlite import (
+    hermes_schema_version,
+    quote_ident,
+    raise_if_interrupted,
+    raise_if_machine,
+    read_header,
+)
 
 _WORD_RE = re.compile(r"[A-Za-z0-9]{3,}")
 
@@ -132,8 +137,7 @@ def verify_output(
         except apsw.Error as exc:
             v.problems.append(f"schema_version unreadable: {exc}")
     except apsw.Error as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise  # a full disk or an I/O error says nothing of the file: no verdict
+        raise_if_machine(exc)  # a full disk or an I/O error says nothing of the file: no verdict
         v.problems.append(f"verification stopped: {exc}")
     finally:
         conn.close()

@@ -19,8 +19,7 @@ from statewarden.recovery.building.row_repair import RowRepair
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import Feed, feeds
-from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_machine
 
 # FTS5's structure record of an index with no segment (cookie 0, no level, no segment,
 # write counter 0), as FTS5 itself writes it for a new table.
@@ -267,8 +266,7 @@ class FtsFill(BuildPart):
                 return
             rows = self.src.execute(f"SELECT * FROM {s} NOT INDEXED").fetchall()
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, MACHINE_ERRORS):
-                raise  # a full disk is no damage of the FTS table's: the run ends
+            raise_if_machine(exc)  # a full disk is no damage of the FTS table's: the run ends
             if name in self.inputs.schema.fts_owner and name not in self.force_triggers:
                 raise FtsCopyFailed(name, str(exc)) from None
             self.report.notes.append(f"{name}: copying {shadow} failed: {exc}")

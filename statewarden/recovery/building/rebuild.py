@@ -32,10 +32,9 @@ from statewarden.recovery.building.salvage_inserts import SalvageInserts
 from statewarden.recovery.building.table_fill import TableFill
 from statewarden.recovery.decoding.schema import Schema, SchemaObject, inserts_into
 from statewarden.recovery.evidence.copies import Feed
-from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.recovery.report import Report, TableReport
 from statewarden.sidecars import BUNDLE_SUFFIXES, sidecar
-from statewarden.sqlite import quote_ident, uri_for
+from statewarden.sqlite import quote_ident, raise_if_machine, uri_for
 
 _ENCODINGS = {"utf-8": "UTF-8", "utf-16le": "UTF-16le", "utf-16be": "UTF-16be"}
 
@@ -277,8 +276,7 @@ class Rebuild:
                 try:
                     self.dst.execute(obj.sql)
                 except apsw.Error as exc:
-                    if isinstance(exc, MACHINE_ERRORS):
-                        raise
+                    raise_if_machine(exc)
                     if obj.type == "table" and _made_as_shadow(self.dst, obj.name):
                         # Its virtual table (an R-Tree, FTS4) made it, with rows of its
                         # own: emptied, it takes the source's rows as any table does.

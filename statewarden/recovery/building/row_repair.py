@@ -25,7 +25,6 @@ from statewarden.recovery.evidence.copies import feeds
 from statewarden.recovery.evidence.copy_restore import restore_from_copies
 from statewarden.recovery.evidence.copy_vote import rows_differing_from_copies
 from statewarden.recovery.evidence.index_witnesses import (
-    MACHINE_ERRORS,
     IndexReading,
     Witnesses,
     index_readings,
@@ -35,7 +34,7 @@ from statewarden.recovery.evidence.index_witnesses import (
 )
 from statewarden.recovery.evidence.lost_writes import drop_misshapen
 from statewarden.recovery.evidence.old_indexes import indexed_columns, old_index_witnesses
-from statewarden.sqlite import json_value, quote_ident
+from statewarden.sqlite import json_value, quote_ident, raise_if_machine
 
 
 class RowRepair(BuildPart):
@@ -196,8 +195,7 @@ class RowRepair(BuildPart):
                         if found > DIFFERING_ROWS_MOST:
                             return None
             except (apsw.Error, UnicodeDecodeError) as exc:
-                if isinstance(exc, MACHINE_ERRORS):
-                    raise
+                raise_if_machine(exc)
                 if self._unreadable(r):
                     continue  # no witness either way (a partial index the planner refuses)
                 return None

@@ -34,9 +34,8 @@ from statewarden.recovery.decoding.schema import SchemaObject
 from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
 from statewarden.recovery.evidence.copies import agrees_with_copies, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows
-from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS
 from statewarden.recovery.evidence.lost_writes import sequence_of
-from statewarden.sqlite import json_value, quote_ident
+from statewarden.sqlite import json_value, quote_ident, raise_if_machine
 
 # Constraint failures no row SQLite stored can meet: the table refused it when written.
 IMPOSSIBLE_ROWS = ("NOT NULL constraint failed", "CHECK constraint failed")
@@ -350,8 +349,7 @@ class TableFill(BuildPart):
                 tc.garbled.append(rowid)
             return self._conflict(tc, rowid, values, cols, str(exc))
         except apsw.Error as exc:
-            if isinstance(exc, MACHINE_ERRORS):
-                raise  # a full disk is no fault of the row's: the run ends
+            raise_if_machine(exc)  # a full disk is no fault of the row's: the run ends
             self._set_aside(
                 tc, rowid, dict(zip(cols, values, strict=True)), f"insert failed: {exc}"
             )

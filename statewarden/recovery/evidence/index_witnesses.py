@@ -15,7 +15,7 @@ import apsw
 
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.decoding.schema import Schema
-from statewarden.sqlite import quote_ident, raise_if_interrupted
+from statewarden.sqlite import quote_ident, raise_if_interrupted, raise_if_machine
 
 
 def indexed_values(
@@ -44,16 +44,6 @@ def indexed_values(
 
 
 Witnesses = dict[str, list[tuple[Any, str]]]
-
-
-# Errors of the machine, not of the file read: they end the run, never a reading.
-MACHINE_ERRORS = (
-    apsw.InterruptError,
-    apsw.FullError,
-    apsw.IOError,
-    apsw.CantOpenError,
-    apsw.NoMemError,
-)
 
 
 @dataclass(frozen=True)
@@ -159,8 +149,7 @@ def _index_reader(
     except (apsw.Error, UnicodeDecodeError) as exc:
         # The sort by rowid may spill to a temporary file: no room for it is no
         # verdict on the index, and must not quietly take a witness away.
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         failed.add(name)
         return
 
@@ -184,8 +173,7 @@ def indexed_values_of(
                 sql = reading.where(f"rowid IN ({', '.join('?' for _ in chunk)})")
                 got.extend(tuple(row) for row in conn.execute(sql, tuple(chunk)))
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, MACHINE_ERRORS):
-                raise
+            raise_if_machine(exc)
             continue
         for row in got:
             held = out.setdefault(int(row[0]), {})

@@ -56,7 +56,7 @@ from statewarden.errors import UsageError
 from statewarden.json_text import parse_json
 from statewarden.recovery.decoding.schema import SchemaObject
 from statewarden.recovery.evidence.copies import Feed
-from statewarden.recovery.evidence.index_witnesses import MACHINE_ERRORS, Witnesses
+from statewarden.recovery.evidence.index_witnesses import Witnesses
 from statewarden.recovery_files import (
     MANIFEST_MAX_BYTES,
     PRE_UPDATE_INFIX,
@@ -64,7 +64,7 @@ from statewarden.recovery_files import (
     RETIRED_WAL_MANIFEST,
 )
 from statewarden.sidecars import WAL_SUFFIX, sidecar
-from statewarden.sqlite import quote_ident
+from statewarden.sqlite import quote_ident, raise_if_machine
 
 INTEGRITY_MAX_ERRORS = 100
 
@@ -367,8 +367,7 @@ def foreign(
             )
         return None
     except apsw.Error as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         return f"it cannot be read ({exc})"
     finally:
         conn.close()
@@ -386,8 +385,7 @@ def _meta(conn: apsw.Connection, key: str) -> str | None:
             if v not in (None, "")
         }
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         return None
     return found.pop() if len(found) == 1 else None
 
@@ -406,8 +404,7 @@ def _shared_rows(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
         ).fetchall()
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         return 0
     for (table,) in tables:
         parents = _parent_columns(src, str(table))
@@ -444,8 +441,7 @@ def _parent_columns(src: apsw.Connection, table: str) -> list[str]:
             return []
         return sorted({str(r[3]) for r in src.execute(f"PRAGMA foreign_key_list({t})")})
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         return []
 
 
@@ -467,8 +463,7 @@ def _sample(conn: apsw.Connection, t: str, sel: str) -> list[tuple[int, tuple[An
                 out[int(row[0])] = tuple(row[1:])
         return sorted(out.items())
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         return []
 
 
@@ -476,8 +471,7 @@ def _row_at(src: apsw.Connection, t: str, sel: str, rowid: int) -> tuple[Any, ..
     try:
         row = src.execute(f"SELECT {sel} FROM {t} WHERE rowid = ?", (rowid,)).fetchone()
     except (apsw.Error, UnicodeDecodeError) as exc:
-        if isinstance(exc, MACHINE_ERRORS):
-            raise
+        raise_if_machine(exc)
         return None
     return None if row is None else tuple(row)
 
@@ -525,8 +519,7 @@ def fts_disagreement(
                 (None if got is None else got[0],),
             ).fetchone()
         except (apsw.Error, UnicodeDecodeError) as exc:
-            if isinstance(exc, MACHINE_ERRORS):
-                raise
+            raise_if_machine(exc)
             continue
         if held is None:
             continue
