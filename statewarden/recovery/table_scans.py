@@ -207,9 +207,11 @@ def _keyed_facts(conn: apsw.Connection, obj: SchemaObject, schema: Schema) -> Ta
             twice.add(k)
         keys.add(k)
 
-    result = keyed_scan(conn, obj.name, key, on_row, keyed=bool(key))
+    result = keyed_scan(conn, obj.name, key, on_row, key=key)
     read = result.rows_read
-    unreadable = max(1, (planner or 0) - read) if result.stretch_unread else 0
+    unreadable = len(result.unreadable_keys)
+    if result.stretch_unread:
+        unreadable = max(unreadable + 1, (planner or 0) - read)
     return TableFacts(
         name=obj.name,
         key=obj.key_columns,

@@ -29,7 +29,16 @@ def keyed_copy(fill: TableFill, tc: TableCopy) -> None:
         tc.source_keys.add(key)
         fill.insert_row(tc, None, list(row[1:]), cols, reached=True)
 
-    result = keyed_scan(fill.src, obj.name, cols, on_row, keyed=bool(at))
+    result = keyed_scan(fill.src, obj.name, cols, on_row, key=obj.key_names)
+    if result.unreadable_keys:
+        # Rows whose key reads and whose other columns do not: lost, named by their key.
+        tc.source_keys.update(result.unreadable_keys)
+        tc.report.unreadable_rows += len(result.unreadable_keys)
+        shown = ", ".join(str(list(k)) for k in result.unreadable_keys[:10])
+        fill.report.notes.append(
+            f"{obj.name}: {len(result.unreadable_keys)} rows whose key reads but whose"
+            f" other columns do not were not copied (keys {shown})"
+        )
     if result.stretch_unread:
         before, after = (
             None if r is None else [json_value(r[i]) for i in at] or None

@@ -57,6 +57,8 @@ class ScanResult:
     # the other end (None: none).
     stretch_unread: bool = False
     around_stretch: tuple[Row | None, Row | None] = (None, None)
+    # ... and the keys of single rows there that do not read (skipped, named).
+    unreadable_keys: list[tuple[Any, ...]] = field(default_factory=list)
 
     def add_range(self, lo: int, hi: int) -> None:
         if self.unreadable_ranges and self.unreadable_ranges[-1][1] + 1 >= lo:
@@ -526,41 +528,121 @@ def keyed_scan(
     columns: Sequence[str],
     on_row: Callable[[Row], None],
     *,
-    keyed: bool = False,
+    key: Sequence[str] = (),
 ) -> ScanResult:
     """``on_row((None, *columns))`` for every row of a table no name reaches by rowid (a
-    WITHOUT ROWID table, or one whose columns take all three names) that plain full
-    scans read: one from the start; when it stops on damage, one from the end
-    (``PRAGMA reverse_unordered_selects``: a full scan then walks the b-tree backwards)
-    until it stops too, or (``keyed``: ``columns`` hold a key, no two rows read alike)
-    comes to the last row the first one read. Without a rowid
-    nothing tells where reading could resume in between: that stretch is unread, its
-    rows uncounted (``ScanResult.stretch_unread``, with the rows around it)."""
+    WITHOUT ROWID table, or one whose columns take all three names) that the reads
+    below read.
+
+    One plain scan from the start; where it stops on damage, one from the end (``PRAGMA
+    reverse_unordered_selects``: a full scan walks the b-tree backwards) until it stops
+    too, or (with ``key``) comes to the last row read from the start. With ``key``
+    (columns among ``columns`` that name a row: the primary key), each scan that stops
+    goes on by key (``KeyedResume``): the row after the last read is read alone, and one
+    that does not read is skipped and named (``ScanResult.unreadable_keys``), as a rowid
+    scan skips a row (docs/safety.md rule 8). Where no next key reads (a damaged page),
+    nothing tells where reading could resume: that stretch is unread, its rows
+    uncounted (``ScanResult.stretch_unread``, with the rows around it)."""
     result = ScanResult()
     cols = "".join(", " + quote_ident(c) for c in columns)
-    sql = f'SELECT NULL{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
+    plain = f'SELECT NULL{cols} FROM "main".{quote_ident(table)} NOT INDEXED'
+    resume = KeyedResume(conn, table, cols, [list(columns).index(k) + 1 for k in key], key)
     last: Row | None = None
-    forward = _UntilDamage(conn, sql)
-    for row in forward:
+    for row in (forward := _UntilDamage(conn, plain)):
         on_row(row)
         result.rows_read += 1
         last = row
-    if not forward.damaged:
+    last, damaged = resume.onward(forward.damaged, last, on_row, result)
+    if not damaged:
         return result
     result.stretch_unread = True
     first: Row | None = None
     conn.execute("PRAGMA reverse_unordered_selects = 1")
     try:
-        for row in _UntilDamage(conn, sql):
-            if keyed and row == last:
-                break  # where the first read stopped: nothing was left unread
+        backward = _UntilDamage(conn, plain)
+        for row in backward:
+            if key and row == last:
+                backward.damaged = False  # where the first read stopped: nothing unread
+                break
             on_row(row)
             result.rows_read += 1
             first = row
     finally:
         conn.execute("PRAGMA reverse_unordered_selects = 0")
-    result.around_stretch = (last, first)
+    first, damaged = resume.onward(backward.damaged, first, on_row, result, down_to=last)
+    result.stretch_unread = damaged
+    result.around_stretch = (last, first) if damaged else (None, None)
     return result
+
+
+class KeyedResume:
+    """A keyed scan's read past a row that does not read (``keyed_scan``): by the key's
+    own order, up (``>``) after a read from the start, down (``<``) after one from the
+    end."""
+
+    def __init__(
+        self, conn: apsw.Connection, table: str, cols: str, at: list[int], key: Sequence[str]
+    ) -> None:
+        self.conn, self.at, self.cols = conn, at, cols
+        self.t = f'"main".{quote_ident(table)}'
+        self.names = [quote_ident(k) for k in key]
+        self.marks = ", ".join("?" for _ in key)
+
+    def onward(
+        self,
+        damaged: bool,
+        last: Row | None,
+        on_row: Callable[[Row], None],
+        result: ScanResult,
+        *,
+        down_to: Row | None = None,
+    ) -> tuple[Row | None, bool]:
+        """Go on from ``last`` while the read stopped on damage: the next key looked up,
+        the row there read alone (skipped and named when it does not read), then the rest
+        streamed from it. Down (``down_to`` given: the last row read up) it stops above
+        that row. Returns the last row read and whether a read still stops on damage."""
+        if not damaged or not self.at or last is None:
+            return last, damaged
+        names, marks = ", ".join(self.names), self.marks
+        op, order = (">", "") if down_to is None else ("<", " DESC")
+        by = ", ".join(f"{n}{order}" for n in self.names)
+        floor: tuple[Any, ...] = ()
+        above = ""
+        if down_to is not None:
+            floor = tuple(down_to[i] for i in self.at)
+            above = f" AND ({names}) > ({marks})"
+        t, cols = self.t, self.cols
+        after = (
+            f"SELECT {names} FROM {t} WHERE ({names}) {op} ({marks}){above} ORDER BY {by} LIMIT 1"
+        )
+        alone = f"SELECT NULL{cols} FROM {t} WHERE ({names}) = ({marks})"
+        rest = f"SELECT NULL{cols} FROM {t} WHERE ({names}) {op}= ({marks}){above} ORDER BY {by}"
+        held = tuple(last[i] for i in self.at)
+        while True:
+            probe = _UntilDamage(self.conn, after, (*held, *floor))
+            found = list(probe)
+            if probe.damaged:
+                return last, True  # no next key reads: a damaged page
+            if not found:
+                return last, False  # nothing after it: nothing left unread
+            held = tuple(found[0])
+            one = _UntilDamage(self.conn, alone, held)
+            if one.damaged or not list(one):
+                result.unreadable_keys.append(held)  # the row there does not read
+                continue
+            stream = _UntilDamage(self.conn, rest, (*held, *floor))
+            read = 0
+            for row in stream:
+                on_row(row)
+                result.rows_read += 1
+                read += 1
+                last = row
+            if not stream.damaged:
+                return last, False
+            if read:
+                held = tuple(last[i] for i in self.at)
+            else:  # it reads alone, but no read from it does: skipped all the same
+                result.unreadable_keys.append(held)
 
 
 class _UntilDamage:
@@ -568,13 +650,13 @@ class _UntilDamage:
     Only the reads are caught: what the caller does with a row (a write that fails on
     a full disk among it) is never taken for damage."""
 
-    def __init__(self, conn: apsw.Connection, sql: str) -> None:
-        self.conn, self.sql = conn, sql
+    def __init__(self, conn: apsw.Connection, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self.conn, self.sql, self.params = conn, sql, params
         self.damaged = False
 
     def __iter__(self) -> Iterator[Row]:
         try:
-            cursor = self.conn.execute(self.sql)  # (apsw takes the first step here)
+            cursor = self.conn.execute(self.sql, self.params)  # (apsw takes the first step)
         except (apsw.Error, UnicodeDecodeError) as exc:
             raise_if_interrupted(exc)
             self.damaged = True
