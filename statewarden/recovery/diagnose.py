@@ -24,10 +24,10 @@ from statewarden.errors import (
 )
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.decoding.checks_child import EarlyChecker
 from statewarden.recovery.decoding.damaged_cells import cross_linked_cells, zeroed_cells_in
 from statewarden.recovery.decoding.fts_structure import own_zeros_left_out
 from statewarden.recovery.decoding.integrity import (
-    EarlyChecker,
     ErrorGroup,
     IntegrityCheck,
     group_errors,

@@ -61,7 +61,7 @@ from statewarden.recovery.building.salvage import (
 )
 from statewarden.recovery.bundle import WorkCopy, make_work_copy
 from statewarden.recovery.check import header_count_wrong
-from statewarden.recovery.decoding.integrity import EarlyChecker
+from statewarden.recovery.decoding.checks_child import EarlyChecker
 from statewarden.recovery.decoding.schema import Schema, read_schema
 from statewarden.recovery.decoding.schema_root import schema_rowid_gaps
 from statewarden.recovery.diagnose import diagnose_ahead_of_fts

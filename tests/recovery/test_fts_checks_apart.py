@@ -14,14 +14,15 @@ from pathlib import Path
 
 import apsw
 
-from statewarden.recovery.decoding.integrity import EarlyChecker, IntegrityCheck, apart_checks_argv
+from statewarden.recovery.decoding.checks_child import EarlyChecker, apart_checks_argv
+from statewarden.recovery.decoding.integrity import IntegrityCheck
 from statewarden.sqlite import uri_for
 from tests.support.repo import REPO
 
 # The parent: starts the checker as IntegrityCheck does, says its pid, then waits to be killed.
 PARENT = """
 import subprocess, sys, time
-from statewarden.recovery.decoding.integrity import apart_checks_argv
+from statewarden.recovery.decoding.checks_child import apart_checks_argv
 child = subprocess.Popen(apart_checks_argv(sys.argv[1], ["docs_fts"], busy_ms=120_000),
                          stdout=subprocess.DEVNULL)
 print(child.pid, flush=True)
@@ -32,7 +33,7 @@ time.sleep(300)
 # The parent: starts a checker ahead of its file, as recover does, says its pid, waits.
 EARLY_PARENT = """
 import time
-from statewarden.recovery.decoding.integrity import EarlyChecker
+from statewarden.recovery.decoding.checks_child import EarlyChecker
 early = EarlyChecker()
 print(early._child.pid, flush=True)
 time.sleep(300)

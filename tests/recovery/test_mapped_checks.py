@@ -24,7 +24,8 @@ import pytest
 
 from lab import corruption
 from lab.hermes_fixtures import SMALL
-from statewarden.recovery.decoding.integrity import EarlyChecker, IntegrityCheck
+from statewarden.recovery.decoding.checks_child import EarlyChecker
+from statewarden.recovery.decoding.integrity import IntegrityCheck
 
 TABLES = ["sessions", "messages"]
 CASES: dict[str, Callable[[Path], corruption.Case]] = {

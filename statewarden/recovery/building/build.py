@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import apsw
 
 from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
+from statewarden.recovery.decoding.integrity import broken_trees
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.decoding.wal_rows import WalRows
@@ -34,7 +34,6 @@ from statewarden.sqlite import quote_ident
 
 PROGRESS_EVERY_ROWS = 1000
 RENAME_SUFFIX = " (duplicate, rowid {rowid})"
-TREE_RE = re.compile(r"^Tree (\d+) ")
 SalvagedRows = dict[str, list[tuple[int, list[Any]]]]
 
 
@@ -197,6 +196,11 @@ class Build:
     dst: apsw.Connection
     attached: bool
     copies: dict[str, TableCopy] = field(default_factory=dict)
+
+    def unwitnessed_roots(self) -> set[int]:
+        """Roots of the b-trees whose entries witness nothing: those the integrity check
+        names, and the indexes filled from their own tables (``rebuilt_index_roots``)."""
+        return broken_trees(self.inputs.diag.error_lines) | self.rebuilt_index_roots()
 
     def rebuilt_index_roots(self) -> set[int]:
         """Roots of the indexes filled from their own tables in the copy (a schema

@@ -14,7 +14,6 @@ import apsw
 
 from statewarden.recovery.building.build import (
     DIFFERING_ROWS_MOST,
-    TREE_RE,
     WITNESS_WINDOW_ROWS,
     BuildPart,
     TableCopy,
@@ -278,9 +277,6 @@ class RowRepair(BuildPart):
             return {}
         suspects = {e["rowid"] for e in self.report.partial_rows if e["table"] == obj.name}
         suspects |= {e["rowid"] for e in self.report.restored_from_copies if e["table"] == obj.name}
-        broken = {
-            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := TREE_RE.match(ln))
-        }
         # A row older than its index entries (a lost write) stays as it was once
         # written, named stale (``lost_writes.py``), not patched into a mix.
         stale = {
@@ -288,8 +284,7 @@ class RowRepair(BuildPart):
             for s in self.inputs.diag.lost_writes.stale_rows
             if s.table == obj.name and not s.restorable
         }
-        broken |= self.build.rebuilt_index_roots()
-        witnessed, held = self._index_witnesses(tc, broken, suspects)
+        witnessed, held = self._index_witnesses(tc, self.build.unwitnessed_roots(), suspects)
         cols = stored_names(obj)
         indexed = [c for c in cols if c in held and c not in obj.generated]
         if not indexed:

@@ -12,7 +12,6 @@ from typing import Any
 import apsw
 
 from statewarden.recovery.building.build import (
-    TREE_RE,
     Build,
     BuildPart,
     RowShape,
@@ -276,9 +275,7 @@ class SalvageInserts(BuildPart):
             return
         obj = tc.obj
         cols = stored_names(obj)
-        broken = {
-            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := TREE_RE.match(ln))
-        } | self.build.rebuilt_index_roots()
+        broken = self.build.unwitnessed_roots()
         readings = index_readings(self.src, self.inputs.schema, obj.name, broken_roots=broken)
         entries = indexed_values_of(self.src, readings, [r for r, _ in rows])
         drop_misshapen(entries, self.inputs.diag.lost_writes.misshapen)
@@ -333,11 +330,12 @@ class SalvageInserts(BuildPart):
         lost = tc.fts_rowids - have
         if not lost:
             return
-        broken = {
-            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := TREE_RE.match(ln))
-        }
         rows = rebuild_from_copies(
-            self.src, self.inputs.schema, tc.obj.name, lost, broken_roots=broken
+            self.src,
+            self.inputs.schema,
+            tc.obj.name,
+            lost,
+            broken_roots=self.build.unwitnessed_roots(),
         )
         if not rows:
             return

@@ -16,7 +16,6 @@ from statewarden.recovery.building.build import (
     MISFIT_REASON,
     PROGRESS_EVERY_ROWS,
     RENAME_SUFFIX,
-    TREE_RE,
     UNLISTED,
     ZEROED_REASON,
     Build,
@@ -62,10 +61,7 @@ class TableFill(BuildPart):
         own pages can no longer be read. An index whose own b-tree is damaged is no
         witness (its entries may be garbage), but every readable index helps find where
         a damaged scan can resume (``hint_keys``)."""
-        broken_trees = {
-            int(m.group(1)) for ln in self.inputs.diag.error_lines if (m := TREE_RE.match(ln))
-        }
-        broken_trees |= self.build.rebuilt_index_roots()
+        broken_trees = self.build.unwitnessed_roots()
         obj = tc.obj
         key_cols = obj.key_names
         t = quote_ident(obj.name)

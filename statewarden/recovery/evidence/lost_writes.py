@@ -37,6 +37,7 @@ from typing import Any
 import apsw
 
 from statewarden.errors import PageFormatError
+from statewarden.recovery.decoding.integrity import broken_trees
 from statewarden.recovery.decoding.page_format import PAGE_INDEX_INTERIOR, PAGE_INDEX_LEAF, varint
 from statewarden.recovery.decoding.pages import DatabaseFile, tree_walk
 from statewarden.recovery.decoding.scan import scan_table
@@ -47,7 +48,6 @@ from statewarden.recovery.evidence.index_witnesses import indexed_values
 from statewarden.sqlite import json_value, quote_ident, raise_if_interrupted
 
 _MISSING_FROM_INDEX_RE = re.compile(r"^row \d+ missing from index (\S+)")
-_TREE_RE = re.compile(r"^Tree (\d+) ")
 
 
 @dataclass
@@ -236,7 +236,7 @@ def find_lost_writes(
     index's shape, and which rows a table's b-tree reads from another table's leaf;
     without it every entry is taken as its index's, every row read as the table's."""
     found = LostWrites()
-    broken = {int(m.group(1)) for ln in error_lines if (m := _TREE_RE.match(ln))}
+    broken = broken_trees(error_lines)
     twice = referenced_twice(error_lines)
     tables: set[str] = set()
     for ln in error_lines:
