@@ -412,3 +412,23 @@ def test_a_row_that_does_not_read_is_skipped_by_its_key(tmp_path: Path) -> None:
     assert (300,) in t.lost_keys
     assert (1200,) in t.lost_keys
     assert report.loss_detected
+
+
+@pytest.mark.process
+def test_an_r_tree_whose_shadow_table_is_damaged_is_a_loss_not_a_failure(tmp_path: Path) -> None:
+    """A leaf of an R-Tree's node table zeroed: its shadow tables no longer agree with
+    each other, so the R-Tree is left as creating it makes it, named in tables_lost, and
+    every other table is recovered. Its rows were copied as they read, the output failed
+    verification, and nothing was written, the healthy table beside it neither."""
+    db = made(
+        tmp_path / "r.db",
+        "CREATE VIRTUAL TABLE r USING rtree(id, x0, x1, y0, y1);"
+        " INSERT INTO r " + numbered("n, n, n + 1, n, n + 2") + ";"
+        " CREATE TABLE s(id INTEGER PRIMARY KEY, v); INSERT INTO s " + numbered("n, n * 2"),
+    )
+    zero_middle_leaf_page(db, "r_node")
+    report, out = recovered(db, tmp_path)
+    assert report.tables_lost == ["r"]
+    assert report.loss_detected
+    assert all_rows(out, "s") == all_rows(db, "s")
+    assert all_rows(out, "r") == []

@@ -171,6 +171,8 @@ class Rebuild:
         )
         self.copies = {}
         self._not_created: set[str] = set()  # objects the output could not create
+        # shadow table -> its virtual table, where the virtual table made it
+        self._made_shadows: dict[str, str] = {}
         dst = self.dst
         try:
             dst.execute(f"PRAGMA page_size={hdr.page_size}")
@@ -244,6 +246,8 @@ class Rebuild:
             if obj.name in self._not_created:
                 count_only(fill, tc)  # nowhere to write them: every row lost, counted
                 continue
+            if obj.name in self._made_shadows and not self._take_shadow(fill, tc):
+                continue
             if not bulk or obj.name in self.inputs.damaged or not fill.bulk_copy(tc):
                 if obj.rowid_name is None:
                     keyed_copy(fill, tc)
@@ -257,6 +261,31 @@ class Rebuild:
             if obj.name in self.inputs.damaged:
                 salvage.add_from_other_copies(tc)
         self._copy_sequences()
+
+    def _owner_of(self, shadow: str) -> str:
+        """The virtual table a shadow table is named after (``<table>_<suffix>``)."""
+        owners = [o.name for o in self.inputs.schema.tables() if o.is_virtual]
+        return max((o for o in owners if shadow.startswith(f"{o}_")), key=len, default="")
+
+    def _take_shadow(self, fill: TableFill, tc: TableCopy) -> bool:
+        """A shadow table its virtual table made in the output: emptied to take the
+        source's rows (True), unless a shadow table of the same virtual table is
+        damaged: rows read from them would not agree with each other, so the virtual
+        table is left as its creation made it (empty), its rows counted lost, and it is
+        named in ``tables_lost`` (False)."""
+        owner = self._made_shadows[tc.obj.name]
+        family = {s for s, o in self._made_shadows.items() if o == owner}
+        if not owner or not family & self.inputs.damaged:
+            self.dst.execute(f"DELETE FROM main.{quote_ident(tc.obj.name)}")
+            return True
+        count_only(fill, tc)
+        if owner not in self.report.tables_lost:
+            self.report.tables_lost.append(owner)
+            self.report.notes.append(
+                f"{owner}: its shadow tables ({', '.join(sorted(family))}) are damaged: left"
+                " empty, as creating it makes it (its rows do not agree with each other)"
+            )
+        return False
 
     def _fill_fts_tables(self, fts: FtsFill, fts_mode: dict[str, str]) -> None:
         with self.report.timed("fts"):
@@ -279,8 +308,8 @@ class Rebuild:
                     raise_if_machine(exc)
                     if obj.type == "table" and _made_as_shadow(self.dst, obj.name):
                         # Its virtual table (an R-Tree, FTS4) made it, with rows of its
-                        # own: emptied, it takes the source's rows as any table does.
-                        self.dst.execute(f"DELETE FROM main.{quote_ident(obj.name)}")
+                        # own: it takes the source's rows instead (``_fill_tables``).
+                        self._made_shadows[obj.name] = self._owner_of(obj.name)
                         continue
                     self.report.notes.append(f"could not create {obj.type} {obj.name}: {exc}")
                     self._not_created.add(obj.name)
