@@ -31,6 +31,7 @@ from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.decoding.broken_cells import partial_columns, record_by_its_header
 from statewarden.recovery.decoding.carving import carve_damaged_leaves, record_fits, salvage_rows
 from statewarden.recovery.decoding.integrity import NEVER_USED_RE
+from statewarden.recovery.decoding.pages import DatabaseFile
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.decoding.wal_rows import WalRows, rows_from_images
 from statewarden.recovery.diagnosis import Diagnosis
@@ -123,7 +124,8 @@ def complete_salvage(inputs: RebuildInputs, report: Report, copies: dict[str, Ta
     from an unattached chain held against their FTS copies."""
     db, built, schema = inputs.work.db, inputs.built, inputs.schema
     foreign = set(inputs.diag.cross_linked_pages)
-    _complete_partial_rows(db, built, schema, report, copies, foreign=foreign)
+    with DatabaseFile(db) as raw:  # closed before a connection opens the copy (rule 2)
+        _complete_partial_rows(raw, built, schema, report, copies, foreign=foreign)
     _check_completed_against_copies(db, built, schema, report, copies)
 
 
@@ -143,6 +145,7 @@ def verify_by_own_chains(
         uri_for(inputs.built, mode="ro"), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
     )
     kept = []
+    raw = DatabaseFile(inputs.work.db)  # (no connection to the copy is open: rule 2)
     try:
         for entry in report.unverified_rows:
             obj = schema.by_name(entry["table"])
@@ -151,7 +154,7 @@ def verify_by_own_chains(
                 or obj.without_rowid
                 or entry.get("why") not in ("", ZEROED_REASON)
                 or not _whole_by_own_chain(
-                    conn, inputs.work.db, obj, entry["rowid"], roots=roots, foreign=foreign
+                    conn, raw, obj, entry["rowid"], roots=roots, foreign=foreign
                 )
             ):
                 kept.append(entry)
@@ -163,13 +166,14 @@ def verify_by_own_chains(
                 " verified"
             )
     finally:
+        raw.close()
         conn.close()
     report.unverified_rows = kept
 
 
 def _whole_by_own_chain(
     conn: apsw.Connection,
-    db: Path,
+    db: DatabaseFile,
     obj: SchemaObject,
     rowid: int,
     *,
@@ -193,7 +197,7 @@ def _whole_by_own_chain(
 
 
 def _complete_partial_rows(
-    db: Path,
+    db: DatabaseFile,
     built: Path,
     schema: Schema,
     report: Report,

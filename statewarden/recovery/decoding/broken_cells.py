@@ -10,7 +10,6 @@ rule 2)."""
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 from typing import Any
 
 from statewarden.errors import PageFormatError
@@ -18,18 +17,17 @@ from statewarden.recovery.decoding.page_format import _serial_size, varint
 from statewarden.recovery.decoding.pages import DatabaseFile, find_leaf
 
 
-def record_by_its_header(path: Path, root: int, rowid: int) -> list[Any] | None:
+def record_by_its_header(db: DatabaseFile, root: int, rowid: int) -> list[Any] | None:
     """The record of row ``rowid``, read by its own header when its cell's payload-size
     varint is wrong (a flipped bit): the header lists every column's serial type, so
     it gives the record's length itself. Taken only when that record lies wholly in
     the cell's page (no overflow), overlaps no other cell and decodes to the end
-    exactly (``record``); None otherwise. Call with no SQLite connection open to
-    ``path`` (docs/safety.md rule 2)."""
-    with DatabaseFile(path) as db:
-        try:
-            return _record_by_its_header(db, root, rowid)
-        except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
-            return None
+    exactly (``record``); None otherwise. ``db``: opened with no SQLite connection open
+    to the file in this process (docs/safety.md rule 2)."""
+    try:
+        return _record_by_its_header(db, root, rowid)
+    except (PageFormatError, struct.error, IndexError, UnicodeDecodeError):
+        return None
 
 
 def _record_by_its_header(db: DatabaseFile, root: int, rowid: int) -> list[Any] | None:
@@ -73,7 +71,7 @@ def _chain(db: DatabaseFile, first: int, limit: int) -> list[int] | None:
 
 
 def partial_columns(
-    path: Path,
+    db: DatabaseFile,
     root: int,
     rowid: int,
     roots: list[int],
@@ -88,14 +86,13 @@ def partial_columns(
     break are counted as whole pages. A column whose bytes all lie in known parts is
     decoded; the others are left out. ``foreign`` are overflow pages another row's
     chain owns (``cross_linked_cells``): the chain breaks where it reaches one, and
-    its own rest may then start right there. Call with no SQLite connection open to
-    ``path`` (docs/safety.md rule 2).
+    its own rest may then start right there. ``db``: opened with no SQLite connection
+    open to the file in this process (docs/safety.md rule 2).
     """
-    with DatabaseFile(path) as db:
-        try:
-            return _partial_columns(db, root, rowid, roots, foreign)
-        except (PageFormatError, struct.error, IndexError):
-            return {}
+    try:
+        return _partial_columns(db, root, rowid, roots, foreign)
+    except (PageFormatError, struct.error, IndexError):
+        return {}
 
 
 def _partial_columns(

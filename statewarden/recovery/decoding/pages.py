@@ -82,6 +82,7 @@ class DatabaseFile:
         self.overlay: dict[int, bytes] = {}
         self._zeroed: dict[int, list[tuple[int, int]]] | None = None
         self._census: PageCensus | None = None
+        self._reached: dict[tuple[tuple[int, ...], int], set[int]] = {}
 
     def runs_into_zeros(self, n: int, off: int) -> bool:
         """Does the table-leaf cell at ``off`` of page ``n`` run into a zeroed sector
@@ -178,7 +179,17 @@ class DatabaseFile:
     # -- reachability ----------------------------------------------------------------
 
     def reachable(self, roots: list[int]) -> set[int]:
-        """Pages reached from the b-tree roots (with overflow pages) and the freelist."""
+        """Pages reached from the b-tree roots (with overflow pages) and the freelist;
+        walked once per roots while no page image overlays the file's."""
+        key = (tuple(roots), self.page_count)
+        if not self.overlay and key in self._reached:
+            return self._reached[key]
+        seen = self._reach(roots)
+        if not self.overlay:
+            self._reached[key] = seen
+        return seen
+
+    def _reach(self, roots: list[int]) -> set[int]:
         seen: set[int] = set()
         stack = [r for r in roots if r]
         while stack:
