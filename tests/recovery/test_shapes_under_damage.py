@@ -432,3 +432,39 @@ def test_an_r_tree_whose_shadow_table_is_damaged_is_a_loss_not_a_failure(tmp_pat
     assert report.loss_detected
     assert all_rows(out, "s") == all_rows(db, "s")
     assert all_rows(out, "r") == []
+
+
+@pytest.mark.process
+def test_an_fts_table_whose_own_content_is_damaged_keeps_what_reads(tmp_path: Path) -> None:
+    """An FTS5 table no other table feeds, a leaf of its content table zeroed: the
+    content rows that read are copied one by one and the index made again from them;
+    the rows lost are reported under the content table, and the table beside it is
+    whole. Its shadow tables were copied as they read, the output failed verification,
+    and nothing was written."""
+    db = made(
+        tmp_path / "f.db",
+        "CREATE VIRTUAL TABLE f USING fts5(a);"
+        " INSERT INTO f(rowid, a) " + FTS_ROWS + ";"
+        " CREATE TABLE keep(id INTEGER PRIMARY KEY, v); INSERT INTO keep " + numbered("n, n"),
+    )
+    zero_middle_leaf_page(db, "f_content")
+    readable = probed_rows(
+        db, "SELECT id, c0 FROM f_content WHERE id = ?", list(range(1, ROWS + 1))
+    )
+    report, out = recovered(db, tmp_path)
+    t = report.tables["f_content"]
+    assert report.loss_detected
+    assert t.recovered == len(readable) < ROWS
+    assert t.status == "partial"
+    assert t.unreadable_ranges  # the zeroed leaf's rowids: nothing else names them
+    assert all_rows(out, "keep") == all_rows(db, "keep")
+    held = set(all_rows(out, "f"))
+    assert len(held) == len(readable)
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        (n,) = next(iter(readable))[:1]
+        assert conn.execute("SELECT rowid FROM f WHERE f MATCH ?", (f"tok{n}",)).fetchall() == [
+            (n,)
+        ]
+    finally:
+        conn.close()

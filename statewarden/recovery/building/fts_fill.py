@@ -11,14 +11,13 @@ import re
 import apsw
 
 from statewarden.errors import FtsCopyFailed, FtsModesChanged, FtsVerdictsMissing, StatewardenError
-from statewarden.recovery.building.build import (
-    Build,
-    BuildPart,
-)
+from statewarden.recovery.building.build import Build, BuildPart, TableCopy
 from statewarden.recovery.building.row_repair import RowRepair
+from statewarden.recovery.building.table_fill import TableFill
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import Feed, feeds
+from statewarden.recovery.report import TableReport
 from statewarden.sqlite import quote_ident, raise_if_machine
 
 # FTS5's structure record of an index with no segment (cookie 0, no level, no segment,
@@ -69,8 +68,9 @@ def _fts_modes(schema: Schema, damaged: set[str], diag: Diagnosis) -> dict[str, 
             content_ok = f"{obj.name}_content" not in flagged and obj.name not in rotted
             if owner is None:
                 # Its own content is the only copy of its text: the index is made
-                # again from it when it is intact, else what reads is copied.
-                modes[obj.name] = "reindex" if content_ok else "copy"
+                # again from it, the rows of a damaged content table that read first
+                # copied one by one (``salvage``).
+                modes[obj.name] = "reindex" if content_ok else "salvage"
             else:
                 modes[obj.name] = "reindex" if content_ok and obj.name in fed else "triggers"
         elif owner is not None and owner in damaged:
@@ -208,6 +208,9 @@ class FtsFill(BuildPart):
                 self.dst.execute(f"INSERT INTO main.{q}({q}) VALUES('rebuild')")
             except apsw.Error as exc:
                 self.report.notes.append(f"{name}: FTS 'rebuild' failed: {exc}")
+        elif mode == "salvage":
+            self._salvage_content(name)
+            self.fill(name, "rebuild")
         elif mode in ("copy", "reconcile", "reindex"):
             if mode == "copy":
                 self.fts_unchanged.add(name)
@@ -237,6 +240,23 @@ class FtsFill(BuildPart):
             )
             if held != 0 and name not in self.report.tables_lost:
                 self.report.tables_lost.append(name)
+
+    def _salvage_content(self, name: str) -> None:
+        """An FTS5 table no other table feeds, its content table damaged: the content
+        rows that read copied one by one past the damage (``TableFill.row_copy``), and
+        accounted as a table of their own (``<name>_content`` in the report: the rows
+        that did not read are its loss); FTS5's 'rebuild' then makes the index."""
+        content = self.inputs.schema.by_name(f"{name}_content")
+        if content is None:
+            return
+        self.dst.execute(f"DELETE FROM main.{quote_ident(content.name)}")
+        tc = TableCopy(content, TableReport())
+        self.copies[content.name] = tc
+        TableFill(self.build, {}).row_copy(tc)
+        self.report.notes.append(
+            f"{name}: its content table is damaged: the rows that read were copied one by"
+            f" one and its index made again from them ({content.name} in the tables above)"
+        )
 
     def _note_reindexed(self, name: str) -> None:
         """An own-content FTS table whose index FTS5's 'rebuild' just made from the
