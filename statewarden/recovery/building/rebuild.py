@@ -173,6 +173,8 @@ class Rebuild:
         self._not_created: set[str] = set()  # objects the output could not create
         # shadow table -> its virtual table, where the virtual table made it
         self._made_shadows: dict[str, str] = {}
+        # virtual table -> its rows written through it (None: its read failed)
+        self._through: dict[str, int | None] = {}
         dst = self.dst
         try:
             dst.execute(f"PRAGMA page_size={hdr.page_size}")
@@ -270,14 +272,21 @@ class Rebuild:
     def _take_shadow(self, fill: TableFill, tc: TableCopy) -> bool:
         """A shadow table its virtual table made in the output: emptied to take the
         source's rows (True), unless a shadow table of the same virtual table is
-        damaged: rows read from them would not agree with each other, so the virtual
-        table is left as its creation made it (empty), its rows counted lost, and it is
-        named in ``tables_lost`` (False)."""
+        damaged: rows read from them would not agree with each other. The virtual table
+        then takes its rows as it reads them in the source, through itself
+        (``_rows_through``), its shadow tables made by it (False); where that read
+        fails, it is left as its creation made it (empty), its shadow tables' rows
+        counted lost, and it is named in ``tables_lost`` (False)."""
         owner = self._made_shadows[tc.obj.name]
         family = {s for s, o in self._made_shadows.items() if o == owner}
         if not owner or not family & self.inputs.damaged:
             self.dst.execute(f"DELETE FROM main.{quote_ident(tc.obj.name)}")
             return True
+        if owner not in self._through and owner not in self.report.tables_lost:
+            self._through[owner] = self._rows_through(owner)
+        if self._through.get(owner) is not None:
+            del self.copies[tc.obj.name]  # its virtual table wrote it: no rows of its own
+            return False
         count_only(fill, tc)
         if owner not in self.report.tables_lost:
             self.report.tables_lost.append(owner)
@@ -286,6 +295,32 @@ class Rebuild:
                 " empty, as creating it makes it (its rows do not agree with each other)"
             )
         return False
+
+    def _rows_through(self, table: str) -> int | None:
+        """The rows of the virtual table ``table`` as it reads them in the source
+        (rowid and columns), written through it in the output; how many, or None (and
+        nothing written) when the read fails."""
+        obj = self.inputs.schema.by_name(table)
+        cols = [quote_ident(c.name) for c in obj.columns if not c.hidden] if obj else []
+        if not cols:
+            return None
+        names, q = ", ".join(["rowid", *cols]), quote_ident(table)
+        marks = ", ".join("?" for _ in range(len(cols) + 1))
+        self.dst.execute("SAVEPOINT through")
+        try:
+            rows = self.src.execute(f"SELECT {names} FROM {q}").fetchall()
+            self.dst.executemany(f"INSERT INTO main.{q}({names}) VALUES ({marks})", rows)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            raise_if_machine(exc)
+            self.dst.execute("ROLLBACK TO through")
+            self.dst.execute("RELEASE through")
+            return None
+        self.dst.execute("RELEASE through")
+        self.report.notes.append(
+            f"{table}: its shadow tables are damaged; its {len(rows)} rows, read through it"
+            " in the source, were written through it again (it made its shadow tables)"
+        )
+        return len(rows)
 
     def _fill_fts_tables(self, fts: FtsFill, fts_mode: dict[str, str]) -> None:
         with self.report.timed("fts"):
