@@ -291,8 +291,8 @@ class Rebuild:
         if owner not in self.report.tables_lost:
             self.report.tables_lost.append(owner)
             self.report.notes.append(
-                f"{owner}: its shadow tables ({', '.join(sorted(family))}) are damaged: left"
-                " empty, as creating it makes it (its rows do not agree with each other)"
+                f"{owner}: its shadow tables ({', '.join(sorted(family))}) are damaged and"
+                " it does not read through itself either: left empty, as creating it makes it"
             )
         return False
 
