@@ -389,6 +389,8 @@ class Report:
                 if counts
                 else "loss detected: schema rows on a destroyed page (objects missing)"
                 if self.schema_rows_lost
+                else "loss detected: a stretch of rows no rowid reaches could not be read"
+                if any(t.unread_stretch is not None for t in self.tables.values())
                 else "loss detected: unreadable rowid ranges"
             )
         return loss

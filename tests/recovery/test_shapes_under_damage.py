@@ -141,6 +141,9 @@ def test_a_damaged_without_rowid_table_is_read_from_both_ends(tmp_path: Path) ->
     assert t.unread_stretch is not None
     assert t.status == "partial"
     assert t.source_rows == t.recovered == len(held)
+    assert report.render()[-1] == (
+        "result: verified, loss detected: a stretch of rows no rowid reaches could not be read"
+    )
 
 
 @pytest.mark.process
