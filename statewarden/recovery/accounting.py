@@ -14,12 +14,11 @@ from typing import Any
 
 import apsw
 
-from statewarden.recovery.building.build import TableCopy, key_fn
+from statewarden.recovery.building.build import TableCopy, count_source_keys, key_fn
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import MAX_ROWID, MIN_ROWID
 from statewarden.recovery.decoding.schema import Schema
 from statewarden.recovery.report import Report, TableReport
-from statewarden.recovery.table_scans import each_row
 from statewarden.sqlite import quote_ident
 
 
@@ -29,16 +28,8 @@ def measure_only(db: Path, schema: Schema) -> dict[str, TableCopy]:
     try:
         out = {}
         for obj in schema.base_tables():
-            tc = TableCopy(obj, TableReport())
-            keyf = key_fn(obj)
-            key_cols = obj.key_names
-
-            def on_row(row: tuple[Any, ...], tc: TableCopy = tc, keyf: Any = keyf) -> None:
-                tc.report.source_rows += 1
-                tc.source_keys.add(keyf(row))
-
-            each_row(conn, obj.name, key_cols, on_row)
-            out[obj.name] = tc
+            out[obj.name] = tc = TableCopy(obj, TableReport())
+            count_source_keys(conn, tc)
         return out
     finally:
         conn.close()

@@ -21,6 +21,7 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery.bundle import WorkCopy
 from statewarden.recovery.decoding.integrity import broken_trees
 from statewarden.recovery.decoding.keysets import KeySet
+from statewarden.recovery.decoding.scan import scan_table
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.decoding.wal_rows import WalRows
 from statewarden.recovery.diagnosis import Diagnosis
@@ -80,6 +81,18 @@ def key_fn(obj: SchemaObject) -> Callable[[tuple[Any, ...]], Any]:
             return lambda row: next(place)
         return lambda row: int(row[0])
     return lambda row: tuple(row[1 : 1 + n])
+
+
+def count_source_keys(conn: apsw.Connection, tc: TableCopy) -> None:
+    """Every row of ``tc``'s table that a scan reads past damage (``scan_table``),
+    counted and keyed into ``tc`` (``source_rows``, ``source_keys``), none written."""
+    keyf = key_fn(tc.obj)
+
+    def on_row(row: tuple[Any, ...]) -> None:
+        tc.report.source_rows += 1
+        tc.source_keys.add(keyf(row))
+
+    scan_table(conn, tc.obj.name, tc.obj.key_names, on_row)
 
 
 # The index entries of this many rows are sorted at a time (``_index_witnesses``): about

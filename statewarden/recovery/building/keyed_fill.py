@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from statewarden.recovery.building.build import TableCopy, key_fn, stored_names
+from statewarden.recovery.building.build import TableCopy, count_source_keys, key_fn, stored_names
 from statewarden.recovery.building.table_fill import TableFill
-from statewarden.recovery.decoding.scan import keyed_scan, scan_table
+from statewarden.recovery.decoding.scan import keyed_scan
 from statewarden.sqlite import json_value
 
 
@@ -21,10 +21,10 @@ def keyed_copy(fill: TableFill, tc: TableCopy) -> None:
     obj = tc.obj
     cols = stored_names(obj)
     at = [cols.index(c) + 1 for c in obj.key_names]
-    place = iter(range(1 << 62))  # nothing names a row: its place in the scan does
+    keyf = key_fn(obj)  # (a table with no key: each row numbered by its place)
 
     def on_row(row: tuple[Any, ...]) -> None:
-        key = tuple(row[i] for i in at) if at else next(place)
+        key = keyf((None, *(row[i] for i in at)))
         tc.report.source_rows += 1
         tc.source_keys.add(key)
         fill.insert_row(tc, None, list(row[1:]), cols, reached=True)
@@ -56,12 +56,4 @@ def count_only(fill: TableFill, tc: TableCopy) -> None:
     """A table the output could not create (a collation or module this SQLite lacks,
     the note says which): its rows read and keyed, none written; the accounting finds
     every one lost."""
-    obj = tc.obj
-    keyf = key_fn(obj)
-
-    def on_row(row: tuple[Any, ...]) -> None:
-        tc.report.source_rows += 1
-        tc.source_keys.add(keyf(row))
-
-    key_cols = obj.key_names
-    scan_table(fill.src, obj.name, key_cols, on_row)
+    count_source_keys(fill.src, tc)
