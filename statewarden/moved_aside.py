@@ -26,7 +26,7 @@ import apsw
 
 from statewarden.errors import DatabaseError
 from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX
-from statewarden.sqlite import closed_wal, is_hot_journal_error, no_sidecars, open_readonly
+from statewarden.sqlite import is_hot_journal_error, no_sidecars, read_live, readonly
 
 # After "state.db.": what Hermes found (a zeroed header, or not a database), then its time
 # stamp and pid (``unknown`` when it had no clock), ``.bak`` last.
@@ -120,19 +120,21 @@ def count_held(path: Path, *, live: bool = False) -> Held:
         return Held(0, 0, 0)
     if not live and any(os.path.lexists(f"{path}{s}") for s in (WAL_SUFFIX, SHM_SUFFIX)):
         return Held(size, None, None, WAL_BESIDE)
-    immutable = closed_wal(path) if live else no_sidecars(path)
+
+    def counts(conn: apsw.Connection) -> Held:
+        return Held(size, _count(conn, "sessions"), _count(conn, "messages"))
+
     try:
-        conn = open_readonly(path, immutable=immutable)
+        if live:  # a writer may open it during the read (read_live)
+            return read_live(path, counts)
+        with readonly(path, immutable=no_sidecars(path)) as conn:
+            return counts(conn)
     except DatabaseError as exc:
         return Held(size, None, None, exc.message)
-    try:
-        return Held(size, _count(conn, "sessions"), _count(conn, "messages"))
     except apsw.Error as exc:
         if is_hot_journal_error(exc):
             return Held(size, None, None, HOT_JOURNAL)
         return Held(size, None, None, str(exc).split("\n", 1)[0])
-    finally:
-        conn.close()
 
 
 def _count(conn: apsw.Connection, table: str) -> int:

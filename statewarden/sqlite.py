@@ -38,8 +38,11 @@ _HEADER_NAMES = frozenset(
 )
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
-    from typing import Any
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
     from statewarden.sqlite_header import HEADER_SIZE as HEADER_SIZE  # noqa: PLC0414
     from statewarden.sqlite_header import SQLITE_MAGIC as SQLITE_MAGIC  # noqa: PLC0414
@@ -61,6 +64,7 @@ else:
 # A reader waits at most this long for a lock; it must never make a Hermes writer wait,
 # and Hermes' own busy timeout is 1 s, so ours is far below it.
 READ_BUSY_TIMEOUT_MS = 200
+LIVE_READ_ATTEMPTS = 3  # immutable reads of a live file a writer came into, then a locked one
 
 # SQLite's SQLITE_ERROR text for a schema format number above the one it knows.
 UNSUPPORTED_FORMAT = "unsupported file format"
@@ -183,6 +187,54 @@ class readonly:
         traceback: TracebackType | None,
     ) -> None:
         self.conn.close()
+
+
+def read_live(
+    path: str | os.PathLike[str],
+    read: Callable[[apsw.Connection], T],
+    *,
+    busy_timeout_ms: int = READ_BUSY_TIMEOUT_MS,
+) -> T:
+    """``read`` over a file a writer may open at any moment (Hermes' live database), as
+    SQLite presents it, never written. A WAL file nobody has open (:func:`closed_wal`)
+    is read ``immutable`` (a plain read-only open would leave an empty ``-wal`` and
+    ``-shm`` behind), but an immutable reader takes no lock: a writer that opens the
+    file meanwhile and checkpoints changes pages under it, and the read may see a file
+    that never existed (a maintenance run's post-check once called a healthy file
+    damaged that way). So an immutable read counts only if, once it is done, still no
+    sidecar lies beside the file and the file is the same (inode, size, mtime, ctime);
+    otherwise it is read again: immutable if the writer has gone again, else through a
+    plain read-only connection, which takes SQLite's locks and sees the writer's
+    ``-wal``. Errors of an immutable read are raised only when the file did not change."""
+    for _ in range(LIVE_READ_ATTEMPTS):
+        if not closed_wal(path):
+            break
+        before = _identity(path)
+        try:
+            with readonly(path, busy_timeout_ms=busy_timeout_ms, immutable=True) as conn:
+                result = read(conn)
+        except (apsw.Error, DatabaseError):
+            if _untouched(path, before):
+                raise
+            continue
+        if _untouched(path, before):
+            return result
+    with readonly(path, busy_timeout_ms=busy_timeout_ms) as conn:
+        return read(conn)
+
+
+def _untouched(path: str | os.PathLike[str], before: tuple[int, int, int, int] | None) -> bool:
+    """Still no sidecar beside ``path``, and the file as it was ``before``."""
+    return before is not None and no_sidecars(path) and _identity(path) == before
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int, int, int] | None:
+    """What changes when a writer touches the main file: inode, size, mtime, ctime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def classify_error(path: str | os.PathLike[str], exc: BaseException) -> DatabaseError:

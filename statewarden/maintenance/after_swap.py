@@ -18,7 +18,7 @@ from statewarden.holders import HolderScanner
 from statewarden.maintenance.report import PostCheck
 from statewarden.maintenance.swap import prune
 from statewarden.maintenance.transcripts import ImportLimits, import_diverted, pending_sources
-from statewarden.sqlite import closed_wal, open_readonly
+from statewarden.sqlite import read_live
 
 if TYPE_CHECKING:
     from statewarden.maintenance.state import RunState
@@ -59,13 +59,9 @@ def post_check(run: RunState) -> None:
     run.journal.step("post-check")
     integrity: str | list[str]
     try:
-        # Immutable when no sidecar exists: a plain read-only open would leave an
-        # empty -wal and -shm behind (only a writer may delete them).
-        conn = open_readonly(run.db, busy_timeout_ms=1000, immutable=closed_wal(run.db))
-        try:
-            rows = conn.execute(f"PRAGMA integrity_check({POST_CHECK_MAX_ERRORS})").fetchall()
-        finally:
-            conn.close()
+        # The units run again: one may open the file during the check (read_live).
+        query = f"PRAGMA integrity_check({POST_CHECK_MAX_ERRORS})"
+        rows = read_live(run.db, lambda conn: conn.execute(query).fetchall(), busy_timeout_ms=1000)
         integrity = "ok" if rows == [("ok",)] else [str(r[0]) for r in rows]
     except (StatewardenError, apsw.Error) as exc:
         integrity = f"could not be checked: {exc}"

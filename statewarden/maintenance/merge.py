@@ -96,11 +96,12 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery import make_work_copy
 from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import (
-    closed_wal,
     is_hot_journal_error,
     no_sidecars,
     open_readonly,
     quote_ident,
+    read_live,
+    readonly,
     uri_for,
 )
 
@@ -246,10 +247,12 @@ def _meta_ids(path: Path, work_parent: Path) -> set[str]:
 
     try:
         if no_sidecars(path):
-            return _read_with(path, True, ids)
+            with readonly(path, immutable=True) as conn:
+                return ids(conn)
         work = make_work_copy(path, work_parent)
         try:
-            return _read_with(work.db, True, ids)
+            with readonly(work.db, immutable=True) as conn:
+                return ids(conn)
         finally:
             work.cleanup()
     except (StatewardenError, OSError, apsw.Error):
@@ -353,23 +356,16 @@ def _read_presented(path: Path, work_parent: Path, read: Callable[[apsw.Connecti
     back, and an immutable one would see the half-written pages: the file is then read
     through a private copy of it and its journal, rolled back there (``make_work_copy``)."""
     try:
-        return _read_with(path, closed_wal(path), read)
+        return read_live(path, read)
     except apsw.Error as exc:
         if not is_hot_journal_error(exc):
             raise
     work = make_work_copy(path, work_parent)
     try:
-        return _read_with(work.db, True, read)
+        with readonly(work.db, immutable=True) as conn:
+            return read(conn)
     finally:
         work.cleanup()
-
-
-def _read_with(path: Path, immutable: bool, read: Callable[[apsw.Connection], T]) -> T:
-    conn = open_readonly(path, immutable=immutable)
-    try:
-        return read(conn)
-    finally:
-        conn.close()
 
 
 def _meta(conn: apsw.Connection) -> dict[str, str]:

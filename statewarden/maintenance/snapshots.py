@@ -72,12 +72,14 @@ from statewarden.sidecars import (
 from statewarden.sqlite import (
     HeaderFacts,
     classify_error,
+    no_sidecars,
     open_readonly,
     pragma_int,
     read_header,
 )
 
 SNAPSHOTS_DIR = "snapshots"
+ALONE_ATTEMPTS = 3  # copies of a file alone before "a writer opened it meanwhile" is final
 LOCK_NAME = ".lock"
 LOCK_WAIT_S = 60.0  # another snapshot being taken: wait this long for it
 HEALTHY = "none"  # the check's verdict for a snapshot that counts
@@ -198,9 +200,13 @@ def backup_copy(db: Path, folder: Path, *, synced: bool = True) -> Path:
     return dest
 
 
-def _backup(db: Path, dest: Path, *, synced: bool = True) -> None:
+def _backup(db: Path, dest: Path, *, synced: bool = True, attempts: int = ALONE_ATTEMPTS) -> None:
     """Copy ``db`` as SQLite presents it into ``dest``, or raise: never a copy of another
-    file, and nothing written beside the live file (see :func:`_look`)."""
+    file, and nothing written beside the live file (see :func:`_look`). A copy read
+    ``immutable`` (the file alone) counts only if no writer opened the file meanwhile
+    (an immutable reader takes no lock, and a writer's checkpoint would change pages
+    under it): else it is taken again, now through SQLite's locks and the writer's
+    ``-wal``, up to ``attempts`` times."""
     header, identity, present = _look(db)
     work: Path | None = None
     try:
@@ -214,7 +220,16 @@ def _backup(db: Path, dest: Path, *, synced: bool = True) -> None:
             # WAL with no -wal nor -journal: the main file alone is the database, read
             # immutable (a read-only connection would leave an empty -wal and -shm).
             alone = header.journal_mode == "wal" and not present & {WAL_SUFFIX, JOURNAL_SUFFIX}
+            real = os.path.realpath(db)
+            before = _fingerprint(real)
             cookie = _backup_from(db, dest, db, immutable=alone, synced=synced)
+            if alone and (not no_sidecars(real) or _fingerprint(real) != before):
+                if attempts <= 1:
+                    raise DatabaseChanged(
+                        f"{db}: a writer opened it while it was copied; nothing kept, try again"
+                    )
+                _backup(db, dest, synced=synced, attempts=attempts - 1)
+                return
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
