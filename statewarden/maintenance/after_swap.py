@@ -88,11 +88,16 @@ def post_check(run: RunState) -> None:
         holders=[h.pid for h in scan.holders],
         ok=integrity == "ok" and not stale,
         summary=(
-            f"integrity {integrity if integrity == 'ok' else 'FAILED'},"
+            f"integrity {_integrity_word(integrity)},"
             f" {len(scan.holders)} holder(s) on the new file,"
             f" {len(stale)} holding an old inode"
         ),
     )
+
+
+def _integrity_word(integrity: str | list[str]) -> str:
+    """``ok``; ``FAILED`` (errors found); or why the new file could not be checked."""
+    return "FAILED" if isinstance(integrity, list) else integrity
 
 
 def import_diverted_transcripts(run: RunState) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 from statewarden.errors import EXIT_OK
 from statewarden.systemd import JobResult
 
+POST_CHECK_ERRORS_SHOWN = 3  # the text report's first integrity errors of a failed post-check
+
 
 def rows_lost(table: dict[str, Any]) -> int:
     """The rows one table of a recover report lost: those known by key (``lost``) and
@@ -249,6 +251,9 @@ class RunReport:
         lines.extend(self._captures_lines())
         if self.post_check is not None:
             lines.append(f"  post-check: {self.post_check.summary}")
+            if isinstance(self.post_check.integrity, list):
+                shown = self.post_check.integrity[:POST_CHECK_ERRORS_SHOWN]
+                lines.extend(f"    {e}" for e in shown)
         lines.extend(self._recover_lines())
         for f in self.failures:
             lines.append(f"  failed: {f.step}: {f.error}")

@@ -76,6 +76,7 @@ def test_every_typed_record_comes_back_from_its_json() -> None:
         "  start again yourself: hermes chat (was pid 4242)",
         "  running again: hermes serve (pid 9; whatever started it started it again)",
         "  post-check: integrity FAILED, ...",
+        "    page 3: bad",
         "  failed: import: a fault injected at import",
     ]
 
