@@ -12,6 +12,7 @@ import click
 
 from statewarden.cli import _plain
 from statewarden.cli._plain import errors_as_exit_codes, printable
+from statewarden.cli._progress import PROGRESS_CHOICES
 from statewarden.errors import EXIT_FAILED
 from statewarden.json_output import json_document
 
@@ -96,6 +97,16 @@ db_option = click.option(
 )
 profile_option = click.option(
     "--profile", type=TEXT, default=None, help="Only this Hermes profile."
+)
+
+
+progress_option = click.option(
+    "--progress",
+    "progress_mode",
+    type=click.Choice(PROGRESS_CHOICES),
+    default="auto",
+    show_default=True,
+    help="Progress on stderr: a bar on a TTY (auto), JSON lines, or none.",
 )
 
 

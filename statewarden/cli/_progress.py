@@ -5,18 +5,19 @@ terminal and stays silent otherwise; ``json`` writes one JSON object per event o
 (``{"schema_version": 1, "event": "progress", "phase": ..., "done": ..., "total": ...}``),
 so stdout keeps only the command's result, also with ``--json``. The bar has no colour
 when ``NO_COLOR`` is set (non-empty) or stderr is not a terminal (``--progress bar``).
+No click here: ``check`` runs without it (``cli/quick.py``); the option is in ``_common``.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import click
-
-from statewarden.cli._common import print_json_line
+from statewarden.cli._plain import write_line
+from statewarden.json_output import json_document
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,16 +27,6 @@ if TYPE_CHECKING:
 
 PROGRESS_CHOICES = ("auto", "bar", "json", "none")
 JSON_MIN_INTERVAL_S = 0.5
-
-
-progress_option = click.option(
-    "--progress",
-    "progress_mode",
-    type=click.Choice(PROGRESS_CHOICES),
-    default="auto",
-    show_default=True,
-    help="Progress on stderr: a bar on a TTY (auto), JSON lines, or none.",
-)
 
 
 @contextmanager
@@ -54,7 +45,7 @@ def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
                 return
             last[phase] = now
             event = {"event": "progress", "phase": phase, "done": done, "total": total}
-            print_json_line(event, err=True)
+            write_line(json.dumps(json_document(event), default=str), err=True)
 
         yield emit
         return

@@ -17,9 +17,10 @@ from statewarden.cli._common import (
     json_option,
     print_json,
     profile_option,
+    progress_option,
     select_targets,
 )
-from statewarden.cli._progress import progress_option, progress_reporter
+from statewarden.cli._progress import progress_reporter
 from statewarden.errors import UsageError, path_error
 
 
@@ -58,7 +59,7 @@ def captures(
     """
     # The engine only when it runs: `captures --help` and a usage error start without it.
 
-    from statewarden.cli.check_cmd import default_work_parent, work_parent  # noqa: PLC0415
+    from statewarden.cli.check_output import default_work_parent, work_parent  # noqa: PLC0415
     from statewarden.recovery import read_captures  # noqa: PLC0415
 
     targets, note = select_targets(config_path, db, profile)

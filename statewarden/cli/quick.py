@@ -1,13 +1,16 @@
-"""``statewardenctl``'s entry point: ``holders`` and ``status`` with plain options run
-without click.
+"""``statewardenctl``'s entry point: ``holders``, ``status`` and ``check`` with plain
+options run without click.
 
 ``statewardenctl holders`` is what a script or a watchdog runs again and again, next to
-``fuser``, and ``status`` is the first thing a user types; click and the command group
-are about half of their imports. When a command's arguments are only the options in
-:data:`HOLDERS_VALUES` / :data:`HOLDERS_FLAGS` (``status``: :data:`STATUS_VALUES` /
-:data:`STATUS_FLAGS`), they are read here and the command runs through the same code as
-its click command (:mod:`statewarden.cli.holders_output`,
-:mod:`statewarden.cli.status_output`), printing the same. Anything else (``--help``,
+``fuser``, ``status`` is the first thing a user types, and ``check`` is measured against
+SQLite's own ``integrity_check``; click and the command group are about half of their
+imports (``check``'s: a third, next to the engine's). When a command's arguments are
+only the options in :data:`HOLDERS_VALUES` / :data:`HOLDERS_FLAGS` (``status``:
+:data:`STATUS_VALUES` / :data:`STATUS_FLAGS`; ``check``: :data:`CHECK_VALUES` /
+:data:`CHECK_FLAGS`), they are read here and the command runs through the same code
+as its click command (:mod:`statewarden.cli.holders_output`,
+:mod:`statewarden.cli.status_output`, :mod:`statewarden.cli.check_output`), printing the
+same. Anything else (``--help``,
 ``--watch``, an option without its value, an unknown option, another command) goes to
 the click group (:mod:`statewarden.cli.ctl`), which reads and reports it as always.
 This module and :mod:`statewarden.config_literals` are the package's two fast paths.
@@ -36,6 +39,13 @@ HOLDERS_FLAGS = {
 }
 STATUS_VALUES = {"--config": "config_path", "--db": "db", "--profile": "profile"}
 STATUS_FLAGS = {"--json": "as_json"}
+CHECK_VALUES = {
+    **STATUS_VALUES,
+    "--max-errors": "max_errors",
+    "--work-dir": "work_dir",
+    "--progress": "progress_mode",
+}
+CHECK_FLAGS = {"--json": "as_json"}
 
 
 def holders_options(args: list[str]) -> dict[str, str | bool | None] | None:
@@ -141,6 +151,58 @@ def run_status(options: dict[str, str | bool | None]) -> int:
     return 1  # pragma: no cover - errors_as_exit_codes exits
 
 
+def check_options(args: list[str]) -> dict[str, str | bool | int | None] | None:
+    """The options of ``check ARGS`` as the click command takes them (``--max-errors``
+    a whole number, ``--progress`` one of its choices, ``auto`` when not given), or None
+    when click should read them instead (and answer what is wrong with them)."""
+    from statewarden.cli._progress import PROGRESS_CHOICES  # noqa: PLC0415
+
+    plain = plain_options(args, CHECK_VALUES, CHECK_FLAGS)
+    if plain is None:
+        return None
+    options: dict[str, str | bool | int | None] = dict(plain)
+    options["progress_mode"] = plain["progress_mode"] or "auto"
+    if options["progress_mode"] not in PROGRESS_CHOICES:
+        return None
+    max_errors = plain["max_errors"]
+    if isinstance(max_errors, str):
+        try:
+            options["max_errors"] = int(max_errors)  # what click's INT type does
+        except ValueError:
+            return None
+    return options
+
+
+def run_check(options: dict[str, str | bool | int | None]) -> int:
+    """``statewardenctl check`` as the click command runs it; returns its exit code."""
+    from statewarden.cli._plain import errors_as_exit_codes  # noqa: PLC0415
+    from statewarden.errors import EXIT_NOT_CHECKED  # noqa: PLC0415
+
+    with errors_as_exit_codes(PROG, failed=EXIT_NOT_CHECKED):
+        from statewarden.cli.check_output import report_check  # noqa: PLC0415
+
+        config_path, db, profile, work_dir, progress_mode = (
+            options[k] for k in ("config_path", "db", "profile", "work_dir", "progress_mode")
+        )
+        max_errors = options["max_errors"]
+        assert config_path is None or isinstance(config_path, str)
+        assert db is None or isinstance(db, str)
+        assert profile is None or isinstance(profile, str)
+        assert work_dir is None or isinstance(work_dir, str)
+        assert isinstance(progress_mode, str)
+        assert max_errors is None or isinstance(max_errors, int)
+        return report_check(
+            config_path,
+            db,
+            profile,
+            as_json=bool(options["as_json"]),
+            max_errors=max_errors,
+            work_dir=work_dir,
+            progress_mode=progress_mode,
+        )
+    return 1  # pragma: no cover - errors_as_exit_codes exits
+
+
 def end(code: int) -> NoReturn:
     """End the process with ``code`` once stdout and stderr are written out.
 
@@ -172,6 +234,10 @@ def main() -> None:
         options = plain_options(args[1:], STATUS_VALUES, STATUS_FLAGS)
         if options is not None:
             end(run_status(options))
+    elif args[:1] == ["check"]:
+        checking = check_options(args[1:])
+        if checking is not None:
+            end(run_check(checking))
     from statewarden.cli.ctl import main as ctl_main  # noqa: PLC0415
 
     ctl_main()

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import click
 
-from statewarden.cli._common import TEXT, echo_line, handle_errors, json_option, print_json
-from statewarden.cli._progress import progress_option, progress_reporter
+from statewarden.cli._common import (
+    TEXT,
+    echo_line,
+    handle_errors,
+    json_option,
+    print_json,
+    progress_option,
+)
+from statewarden.cli._progress import progress_reporter
 from statewarden.errors import EXIT_FAILED, EXIT_OK, EXIT_RECOVERED_WITH_LOSS
 
 TYPE_CHECKING = False

@@ -17,10 +17,11 @@ from statewarden.cli._common import (
     json_option,
     print_json,
     profile_option,
+    progress_option,
     select_targets,
 )
 from statewarden.cli._group import CommandGroup
-from statewarden.cli._progress import progress_option, progress_reporter
+from statewarden.cli._progress import progress_reporter
 from statewarden.config import state_dir
 from statewarden.errors import StatewardenError, UsageError
 from statewarden.maintenance import list_snapshots, take_snapshot
