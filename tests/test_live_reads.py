@@ -108,7 +108,8 @@ def test_a_writer_that_stays_is_read_through_its_wal(tmp_path: Path) -> None:
                 text=True,
             )
             writer.append(proc)
-            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
         return count(conn)
 
     try:

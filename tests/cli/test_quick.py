@@ -20,38 +20,8 @@ from lab.hermes_fixtures import TINY, holding, make_home
 from statewarden.cli._plain import ENV_DEBUG, errors_as_exit_codes
 from statewarden.cli.quick import holders_options
 from statewarden.errors import EXIT_FAILED, EXIT_INTERRUPTED, UsageError
+from tests.support.quick import CLICK, PROBE, QUICK, loaded, run
 from tests.support.repo import REPO
-
-QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
-CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
-# The modules a run loaded, printed at exit to stderr (after the command's own output):
-# at the interpreter's exit, or at the quick path's own end (os._exit, no teardown).
-# Space-separated, not JSON: the probe must not load json (and re) itself.
-PROBE = (
-    "import atexit, os, sys\n"
-    "def modules(): print('MODULES ' + ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
-    "atexit.register(modules)\n"
-    "ending = os._exit\n"
-    "def end(code):\n"
-    "    modules()\n"
-    "    sys.stderr.flush()\n"
-    "    ending(code)\n"
-    "os._exit = end\n"
-    "from statewarden.cli.quick import main\n"
-    "main()\n"
-)
-
-
-def loaded(stderr: str) -> list[str]:
-    """The modules the probe printed."""
-    return stderr.rsplit("MODULES ", 1)[1].split()
-
-
-def run(base: list[str], *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    # argv[0] is the program's name in click's messages: the same for both ways.
-    return subprocess.run(
-        [*base, *args], capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120
-    )
 
 
 @pytest.fixture

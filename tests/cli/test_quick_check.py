@@ -11,8 +11,6 @@ and JSON, progress events, and bad input.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,42 +20,10 @@ from lab.hermes_fixtures import TINY, make_home
 from statewarden.cli.quick import check_options
 from statewarden.errors import EXIT_USAGE
 from tests.support.daemon import daemon_env
-from tests.support.repo import REPO
+from tests.support.quick import CLICK, PROBED, QUICK, loaded, run
+from tests.support.quick import both_ways as both
 
 pytestmark = pytest.mark.process  # each case is two whole processes
-
-QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
-CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
-# The modules a run loaded, printed to stderr as the quick path ends (os._exit).
-PROBE = (
-    "import os, sys\n"
-    "ending = os._exit\n"
-    "def end(code):\n"
-    "    print('MODULES ' + ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
-    "    sys.stderr.flush()\n"
-    "    ending(code)\n"
-    "os._exit = end\n"
-    "from statewarden.cli.quick import main\n"
-    "main()\n"
-)
-
-
-def run(base: list[str], *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*base, *args], capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=300
-    )
-
-
-def both_ways(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``check ARGS`` through the quick path and through click; they must agree."""
-    quick = run(QUICK, "check", *args, env=env)
-    slow = run(CLICK, "check", *args, env=env)
-    assert (quick.returncode, quick.stdout, quick.stderr) == (
-        slow.returncode,
-        slow.stdout,
-        slow.stderr,
-    ), args
-    return quick
 
 
 @pytest.fixture
@@ -75,26 +41,29 @@ def test_a_healthy_file_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
     """A healthy Hermes file: the same report, exit 0, in text, JSON and with progress
     events (which go to stderr, the same both ways once their times are left out)."""
     db = make_home(tmp_path / "hermes", TINY) / "state.db"
-    text = both_ways("--db", str(db), env=env)
+    text = both("check", "--db", str(db), env=env)
     assert text.returncode == 0
     assert "damage: none (healthy)" in text.stdout
-    document = json.loads(both_ways("--db", str(db), "--json", "--max-errors", "0", env=env).stdout)
+    document = json.loads(
+        both("check", "--db", str(db), "--json", "--max-errors", "0", env=env).stdout
+    )
     assert document["damage"] == "none"
     quick = run(QUICK, "check", "--db", str(db), "--progress", "json", "--json", env=env)
     slow = run(CLICK, "check", "--db", str(db), "--progress=json", "--json", env=env)
     assert quick.returncode == slow.returncode == 0
     assert json.loads(quick.stdout)["damage"] == json.loads(slow.stdout)["damage"]
     phases = [json.loads(line)["phase"] for line in quick.stderr.splitlines()]
-    assert phases and phases == [json.loads(line)["phase"] for line in slow.stderr.splitlines()]
+    assert phases
+    assert phases == [json.loads(line)["phase"] for line in slow.stderr.splitlines()]
 
 
 def test_base_damage_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
     """A phantom row: base damage, exit 3, the same findings and error lines both ways."""
     case = phantom_row(tmp_path / "phantom", TINY)
-    text = both_ways("--db", str(case.db), "--max-errors", "3", env=env)
+    text = both("check", "--db", str(case.db), "--max-errors", "3", env=env)
     assert text.returncode == 3
     assert "phantom duplicate" in text.stdout
-    document = json.loads(both_ways("--db", str(case.db), "--json", env=env).stdout)
+    document = json.loads(both("check", "--db", str(case.db), "--json", env=env).stdout)
     assert document["damage"] == "base"
 
 
@@ -130,17 +99,9 @@ def test_bad_input_both_ways(tmp_path: Path, env: dict[str, str], args: tuple[st
 def test_quick_check_loads_no_click(tmp_path: Path, env: dict[str, str]) -> None:
     """The point of the quick path: ``check`` with plain options never imports click."""
     db = make_home(tmp_path / "hermes", TINY) / "state.db"
-    r = subprocess.run(
-        [sys.executable, "-c", PROBE, "check", "--db", str(db), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    r = run(PROBED, "check", "--db", str(db), "--json", env=env)
     assert r.returncode == 0, r.stderr
-    modules = r.stderr.rsplit("MODULES ", 1)[1].split()
+    modules = loaded(r.stderr)
     assert "statewarden.cli.check_output" in modules
     assert "click" not in modules
     assert json.loads(r.stdout)["damage"] == "none"

@@ -10,8 +10,6 @@ the same stdout, stderr and exit code: with no Hermes home, on real Hermes datab
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,40 +18,8 @@ from lab.hermes_fixtures import TINY, make_home
 from statewarden.cli.quick import STATUS_FLAGS, STATUS_VALUES, plain_options
 from statewarden.errors import EXIT_USAGE
 from tests.support.daemon import DaemonProc, daemon_env
-from tests.support.repo import REPO
-
-QUICK = [sys.executable, "-c", "from statewarden.cli.quick import main; main()"]
-CLICK = [sys.executable, "-m", "statewarden.cli.ctl"]
-# The modules a run loaded, printed to stderr as the quick path ends (os._exit).
-PROBE = (
-    "import os, sys\n"
-    "ending = os._exit\n"
-    "def end(code):\n"
-    "    print('MODULES ' + ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
-    "    sys.stderr.flush()\n"
-    "    ending(code)\n"
-    "os._exit = end\n"
-    "from statewarden.cli.quick import main\n"
-    "main()\n"
-)
-
-
-def run(base: list[str], *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*base, *args], capture_output=True, text=True, cwd=REPO, env=env, check=False, timeout=120
-    )
-
-
-def both_ways(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``status ARGS`` through the quick path and through click; they must agree."""
-    quick = run(QUICK, "status", *args, env=env)
-    slow = run(CLICK, "status", *args, env=env)
-    assert (quick.returncode, quick.stdout, quick.stderr) == (
-        slow.returncode,
-        slow.stdout,
-        slow.stderr,
-    ), args
-    return quick
+from tests.support.quick import CLICK, PROBED, QUICK, loaded, run
+from tests.support.quick import both_ways as both
 
 
 @pytest.fixture
@@ -67,10 +33,10 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 def test_no_hermes_home_both_ways(env: dict[str, str]) -> None:
     """Nothing to report is said the same way, with exit 0, in text and JSON."""
-    text = both_ways(env=env)
+    text = both("status", env=env)
     assert text.returncode == 0
     assert "no Hermes home found" in text.stdout
-    document = json.loads(both_ways("--json", env=env).stdout)
+    document = json.loads(both("status", "--json", env=env).stdout)
     assert document["databases"] == []
 
 
@@ -78,12 +44,12 @@ def test_real_databases_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
     """A Hermes home with two profiles: every database's facts, the same both ways."""
     home = make_home(tmp_path / "hermes", TINY, profiles=("work",))
     env["HERMES_HOME"] = str(home)
-    text = both_ways(env=env)
+    text = both("status", env=env)
     assert text.returncode == 0
     assert str(home / "state.db") in text.stdout
     assert str(home / "profiles" / "work" / "state.db") in text.stdout
     assert "(daemon not running: computed locally)" in text.stderr
-    document = json.loads(both_ways("--json", env=env).stdout)
+    document = json.loads(both("status", "--json", env=env).stdout)
     assert document["source"] == "local"
     assert {d["profile"] for d in document["databases"]} == {"default", "work"}
     for args in (
@@ -91,7 +57,7 @@ def test_real_databases_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
         ("--profile=work", "--json"),
         ("--db", str(home / "state.db")),
     ):
-        assert both_ways(*args, env=env).returncode == 0
+        assert both("status", *args, env=env).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -141,17 +107,9 @@ def test_against_a_running_daemon_both_ways(tmp_path: Path) -> None:
 def test_quick_status_loads_no_click(tmp_path: Path, env: dict[str, str]) -> None:
     """The point of the quick path: ``status`` with plain options never imports click."""
     env["HERMES_HOME"] = str(make_home(tmp_path / "hermes", TINY))
-    r = subprocess.run(
-        [sys.executable, "-c", PROBE, "status", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        check=False,
-        timeout=120,
-    )
+    r = run(PROBED, "status", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    modules = r.stderr.rsplit("MODULES ", 1)[1].split()
+    modules = loaded(r.stderr)
     assert "statewarden.cli.status_output" in modules
     assert "click" not in modules
     assert json.loads(r.stdout)["source"] == "local"
