@@ -111,7 +111,7 @@ class Journal:
         self.report.failures.append(Failure(step, error))
         self.emit("step-failed", step=step, error=error)
         with contextlib.suppress(OSError, StatewardenError):
-            self.ledger.step("step-failed", step=step, error=error)
+            self.ledger.step("step-failed", failed=step, error=error)
 
     def guarded(self, step: str, work: Callable[[], object]) -> None:
         """Run ``work``: a failure is recorded, never raised."""

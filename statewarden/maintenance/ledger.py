@@ -174,6 +174,8 @@ class Ledger:
         """Record that step ``name`` is about to start; durable when this returns."""
         if self._fd is None:
             raise StatewardenError("the run ledger is not open")
+        if "step" in data or "at" in data:  # they would overwrite the step's own name, time
+            raise ValueError(f"ledger step {name}: 'step' and 'at' are the ledger's own keys")
         line = json.dumps({"step": name, "at": round(time.time(), 3), **data}, default=str)
         try:
             os.write(self._fd, line.encode() + b"\n")

@@ -30,7 +30,7 @@ from statewarden.maintenance.catch_up import catch_up, verify_source
 from statewarden.maintenance.journal import Abort, crash_point, what_failed
 from statewarden.maintenance.new_file import prebuild
 from statewarden.maintenance.quiesce import complete_scan
-from statewarden.maintenance.report import RunReport
+from statewarden.maintenance.report import Failure, RunReport
 from statewarden.maintenance.stopping import (
     named,
     no_holders,
@@ -146,6 +146,15 @@ def swap_in(run: RunState) -> None:
         _put_back(run, exc)
     run.swapped = True
     run.swap_files = res.files
+    if res.unfinished:
+        run.report.failures.append(
+            Failure(
+                "swap",
+                f"the new file is in place, but {qdir}/manifest.json was not written"
+                f" ({res.unfinished}): the original is kept there all the same, and"
+                " `statewardenctl quarantine list` does not show it",
+            )
+        )
     if run.journal.resuming:
         run.report.notes.append("resumed after an interruption during the swap: rolled forward")
         return

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from statewarden.atomic import private_dir, write_atomic
-from statewarden.errors import FenceError
+from statewarden.errors import FenceError, StatewardenError
 from statewarden.json_text import parse_json
 from statewarden.maintenance import fence
 from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, sidecar
@@ -66,6 +66,7 @@ class SwapResult:
     files: dict[str, str] = field(default_factory=dict)  # name -> sha256
     copied: bool = False  # the state dir is on another filesystem
     swap_s: float = 0.0
+    unfinished: str = ""  # why the manifest (or the original's mode) was not written
 
 
 @dataclass(frozen=True)
@@ -241,8 +242,10 @@ def swap(
     works there) is made relative to a descriptor of that folder, on names opened with
     ``O_NOFOLLOW``; the new file gets its owner and mode through its own descriptor,
     once proven to be ``sealed``. ``after(stage)`` is called once the sidecars are
-    moved (``sidecars-moved``) and once the original has its name in quarantine
-    (``original-kept``).
+    moved (``sidecars-moved``), once the original has its name in quarantine
+    (``original-kept``) and once the new file has the database's (``renamed``). From
+    there the swap is done: an error in what follows (the manifest, the original's mode)
+    is :attr:`SwapResult.unfinished`, never raised.
     """
     started = time.monotonic()
     private_dir(qdir.parent, what="quarantine")
@@ -259,7 +262,18 @@ def swap(
     finally:
         os.close(dfd)
     result.swap_s = time.monotonic() - started
-    return _finish(db, qdir, orig, run_id, result)
+    try:
+        if after is not None:
+            after("renamed")
+        return _finish(db, qdir, orig, run_id, result)
+    except Exception as exc:  # noqa: BLE001 - the new file has the name: the swap is done
+        # Whatever the bookkeeping says: a full disk here once kept Hermes stopped,
+        # "could not be undone", and every --resume failed.
+        plain = isinstance(exc, OSError) and not isinstance(exc, StatewardenError)
+        result.unfinished = (
+            str(exc.strerror or exc) if isinstance(exc, OSError) and plain else str(exc)
+        )
+        return result
 
 
 def _swap_at(

@@ -26,7 +26,7 @@ from tests.support.units import DASHBOARD, GATEWAY
 # Every point a run passes after its first stop, in order (the swap's own two halfway
 # points included); a fault before the swap rolls back, one after it is recorded.
 BEFORE_SWAP = ("fence", "settle", "verify-source", "swap", "sidecars-moved", "original-kept")
-AFTER_SWAP = ("swapped", "restart", "post-check")
+AFTER_SWAP = ("renamed", "swapped", "restart", "post-check")
 
 
 def active(manager: UserSystemd, unit: str) -> str:

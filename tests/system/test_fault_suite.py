@@ -48,6 +48,7 @@ STEPS = [
     "swap",
     "sidecars-moved",
     "original-kept",
+    "renamed",
     "swapped",
     "post-check",
 ]
