@@ -130,6 +130,7 @@ def swap_in(run: RunState) -> None:
     qdir = run.quarantine
     sealed = _resumed_swap(run) if run.journal.resuming else _last_look_and_seal(run)
     run.swap_begun = True
+    touched: list[str] = []
     try:
         res = swap(
             run.db,
@@ -139,11 +140,12 @@ def swap_in(run: RunState) -> None:
             run.report.run_id,
             sealed=sealed,
             after=crash_point,
+            touched=touched,
         )
     except Exception as exc:
         if run.journal.resuming:
             raise  # the ledger says it began: never rolled back, --resume again
-        _put_back(run, exc)
+        _put_back(run, exc, touched)
     run.swapped = True
     run.swap_files = res.files
     if res.unfinished:
@@ -224,17 +226,22 @@ def _nobody_holds_the_original(run: RunState) -> None:
         )
 
 
-def _put_back(run: RunState, exc: Exception) -> NoReturn:
+def _put_back(run: RunState, exc: Exception, touched: list[str]) -> NoReturn:
     """A swap that could not write (a full disk, a quarantine folder that became a
     symlink) or failed any other way: while the original still has its name, what
     was moved goes back and the run rolls back (an :class:`Abort`). If that cannot be
     done, the units stay stopped (the original's log is in quarantine) and the error
-    says why."""
+    says why. When no sidecar left the database's folder (``touched`` is empty), the
+    original is whole where it was: the run rolls back whatever the quarantine folder
+    has become (a planted symlink once kept Hermes stopped with nothing moved)."""
     reason = f"the swap failed: {what_failed(exc)}"
     run.journal.failed("swap", exc)
     try:
         put_back(run.db, run.quarantine, run.the_fence().orig)
     except Exception as again:  # noqa: BLE001 - named below, units kept stopped
+        if not touched:
+            run.swap_begun = False
+            raise Abort(reason, EXIT_FAILED) from None
         run.keep_stopped = f"the swap could not be undone: {what_failed(again)}"
         raise StatewardenError(
             f"{run.db}: {reason}; it could not be undone: {what_failed(again)};"

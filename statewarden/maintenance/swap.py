@@ -235,6 +235,7 @@ def swap(
     *,
     sealed: NewFile,
     after: Callable[[str], None] | None = None,
+    touched: list[str] | None = None,
 ) -> SwapResult:
     """Swap ``new`` in at ``db``; the original and its sidecars end in ``qdir``.
 
@@ -245,7 +246,9 @@ def swap(
     moved (``sidecars-moved``), once the original has its name in quarantine
     (``original-kept``) and once the new file has the database's (``renamed``). From
     there the swap is done: an error in what follows (the manifest, the original's mode)
-    is :attr:`SwapResult.unfinished`, never raised.
+    is :attr:`SwapResult.unfinished`, never raised. ``touched`` gets the name of each
+    sidecar before it leaves the database's folder: when the swap fails, only those
+    have to be put back (:func:`put_back`).
     """
     started = time.monotonic()
     private_dir(qdir.parent, what="quarantine")
@@ -255,7 +258,15 @@ def swap(
         qfd = _open_dir(qdir)
         try:
             result = _swap_at(
-                dfd, qfd, db=db, new=new, qdir=qdir, orig=orig, sealed=sealed, after=after
+                dfd,
+                qfd,
+                db=db,
+                new=new,
+                qdir=qdir,
+                orig=orig,
+                sealed=sealed,
+                after=after,
+                touched=[] if touched is None else touched,
             )
         finally:
             os.close(qfd)
@@ -286,6 +297,7 @@ def _swap_at(
     orig: fence.Original,
     sealed: NewFile,
     after: Callable[[str], None] | None,
+    touched: list[str],
 ) -> SwapResult:
     result = SwapResult(qdir)
     name = db.name
@@ -298,6 +310,8 @@ def _swap_at(
     for sfx in SIDECAR_SUFFIXES:
         side = sidecar(db, sfx).name
         here, kept_side = _lstat_at(dfd, side), _lstat_at(qfd, side)
+        if here is not None:
+            touched.append(side)
         if here is not None and kept_side is None:
             result.copied |= _move(dfd, side, qfd)
         elif here is not None and kept_side is not None:

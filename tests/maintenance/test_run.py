@@ -357,34 +357,6 @@ class TestCrash:
         assert report_of(again)["outcome"] == "nothing to resume"
 
 
-def test_a_failure_once_the_new_file_has_the_name_never_keeps_hermes_stopped(
-    config: Path, phantom: tuple[Path, list[str]], fake_bin: Path
-) -> None:
-    """An error right after the rename (a full disk for the quarantine's manifest, here
-    injected): the swap is done, so the run goes on. It ends repaired, the failure
-    named (exit 1), the holder named to start again, nothing left to resume. Before, it
-    said "could not be undone", kept Hermes stopped, and every --resume failed."""
-    db, distinct = phantom
-    w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.1)
-    try:
-        env = {**os.environ, "STATEWARDEN_FAIL_AT": "renamed"}
-        proc = ctl("--db", str(db), "--yes", "--json", env=env)
-    finally:
-        w.stop()
-    rep = report_of(proc)
-    assert proc.returncode == 1, proc.stderr
-    assert rep["outcome"] == "repaired"
-    (failure,) = rep["failures"]
-    assert failure["step"] == "swap"
-    assert "a fault injected at renamed" in failure["error"]
-    assert "manifest.json was not written" in failure["error"]
-    assert [p["command"] for p in rep["start_again"]] == ["hermes dashboard"]
-    assert stat.S_IMODE(db.stat().st_mode) == 0o644
-    assert set(distinct) <= set(session_ids(db))
-    assert ledger_of(db)[-1]["step"] == "finished"
-    assert report_of(ctl("--db", str(db), "--resume", "--json"))["outcome"] == "nothing to resume"
-
-
 @needs_root
 class TestFullDisk:
     def test_no_room_for_the_prebuild_stops_nothing(
