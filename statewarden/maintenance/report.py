@@ -228,7 +228,8 @@ class RunReport:
         if self.downtime_s is not None:
             lines.append(f"  downtime: {self.downtime_s:.3f} s (first stop -> last unit active)")
         elif self.units_stopped or self.start_again:
-            lines.append("  stopped and started again, nothing swapped")
+            swapped = self.outcome in ("repaired", "swapped", "merged")
+            lines.append(f"  stopped and started again{'' if swapped else ', nothing swapped'}")
         if self.swap_s is not None:
             lines.append(f"  swap: {self.swap_s * 1000:.1f} ms")
         if self.quarantine:

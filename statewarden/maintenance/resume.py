@@ -55,6 +55,7 @@ def _swap_as_the_ledger_has_it(
     run.quarantine = Path(line["quarantine"])
     run.report.quarantine = str(run.quarantine)
     run.resumed_ino = line.get("new_ino")
+    run.resumed_original = line.get("original")
     run.captures = [str(n) for n in line.get("captures") or []]
     run.already_swapped = os.stat(run.db).st_ino == run.resumed_ino
     if first != "swap":  # the swap is done: the steps go on after it

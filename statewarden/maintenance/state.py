@@ -87,6 +87,7 @@ class RunState:
         self.quarantine = Path()  # where the swap puts the original
         self.swap_files: Any = None  # what the swap moved (its ledger line)
         self.resumed_ino: int | None = None  # the new file's inode, as the ledger has it
+        self.resumed_original: dict[str, list[int]] | None = None  # swap.original_facts
         self.already_swapped = False  # a resume found the new file in place
         self.checkpoint_failed: str | None = None
         self.swap_begun = False  # the swap has begun moving files (or a resume found it so)

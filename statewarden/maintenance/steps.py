@@ -39,7 +39,7 @@ from statewarden.maintenance.stopping import (
     snapshot_before_stop,
     stop,
 )
-from statewarden.maintenance.swap import NewFile, put_back, seal, swap
+from statewarden.maintenance.swap import NewFile, original_facts, put_back, seal, swap
 from statewarden.maintenance.wording import incomplete_reason
 
 if TYPE_CHECKING:
@@ -132,6 +132,8 @@ def swap_in(run: RunState) -> None:
     run.swap_begun = True
     touched: list[str] = []
     try:
+        if run.journal.resuming and not run.already_swapped:
+            _unchanged_since_the_swap_began(run)
         res = swap(
             run.db,
             run.new,
@@ -142,10 +144,11 @@ def swap_in(run: RunState) -> None:
             after=crash_point,
             touched=touched,
         )
-    except Exception as exc:
-        if run.journal.resuming:
-            raise  # the ledger says it began: never rolled back, --resume again
-        _put_back(run, exc, touched)
+    except Exception as exc:  # noqa: BLE001 - rule 14: put back and roll back, or say why not
+        # A resumed swap whose new file is gone or changed rolls back too, while the
+        # original has its name (put_back makes sure): an earlier attempt may have
+        # moved its sidecars, so they are always looked for.
+        _put_back(run, exc, ["(an earlier attempt)"] if run.journal.resuming else touched)
     run.swapped = True
     run.swap_files = res.files
     if res.unfinished:
@@ -184,6 +187,7 @@ def _last_look_and_seal(run: RunState) -> NewFile:
             quarantine=str(run.quarantine),
             new_ino=sealed.ino,
             new_file=sealed.to_json(),
+            original=original_facts(run.db, run.quarantine),
             **_captures(run),
         )
     except Exception as exc:  # noqa: BLE001 - rule 14: roll back, start again
@@ -205,9 +209,24 @@ def _resumed_swap(run: RunState) -> NewFile:
         resumed=True,
         new_ino=run.resumed_ino,
         new_file=sealed.to_json(),
+        original=run.resumed_original,
         **_captures(run),
     )
     return sealed
+
+
+def _unchanged_since_the_swap_began(run: RunState) -> None:
+    """A resumed swap rolls forward only if nobody wrote the original since its ledger
+    line: a process the fence does not stop (root's) may have, and the new file lacks
+    what it wrote (a resume once reported "repaired" without a session and its
+    messages). A ledger from before this was recorded has nothing to compare."""
+    recorded = run.resumed_original
+    if recorded is not None and original_facts(run.db, run.quarantine) != recorded:
+        raise StatewardenError(
+            f"{run.db}: written while the run was interrupted (by a process the fence"
+            " does not stop: root's); the new file lacks what it wrote, so it is not"
+            " swapped in"
+        )
 
 
 def _captures(run: RunState) -> dict[str, list[str]]:
@@ -237,7 +256,7 @@ def _put_back(run: RunState, exc: Exception, touched: list[str]) -> NoReturn:
     reason = f"the swap failed: {what_failed(exc)}"
     run.journal.failed("swap", exc)
     try:
-        put_back(run.db, run.quarantine, run.the_fence().orig)
+        kept = put_back(run.db, run.quarantine, run.the_fence().orig)
     except Exception as again:  # noqa: BLE001 - named below, units kept stopped
         if not touched:
             run.swap_begun = False
@@ -249,6 +268,13 @@ def _put_back(run: RunState, exc: Exception, touched: list[str]) -> NoReturn:
             hint="free space, then statewardenctl maintenance --resume",
         ) from None
     run.swap_begun = False  # undone: nothing is half-way
+    run.report.quarantine = None  # put back: nothing of the original is kept there
+    for name in kept:
+        run.report.quarantine = str(run.quarantine)
+        run.report.notes.append(
+            f"{run.quarantine / name}: the original's, from before the interruption, kept"
+            f" there: a process made another {name} beside the database meanwhile"
+        )
     raise Abort(reason, EXIT_FAILED)
 
 

@@ -45,7 +45,7 @@ from statewarden.atomic import private_dir, write_atomic
 from statewarden.errors import FenceError, StatewardenError
 from statewarden.json_text import parse_json
 from statewarden.maintenance import fence
-from statewarden.sidecars import SHM_SUFFIX, SIDECAR_SUFFIXES, sidecar
+from statewarden.sidecars import JOURNAL_SUFFIX, SHM_SUFFIX, SIDECAR_SUFFIXES, WAL_SUFFIX, sidecar
 
 MANIFEST = "manifest.json"
 _CHUNK = 8 * 1024 * 1024
@@ -380,10 +380,34 @@ def _keep_original(dfd: int, qfd: int, db: Path, orig: fence.Original) -> bool:
         os.close(ofd)
 
 
-def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
+def original_facts(db: Path, qdir: Path) -> dict[str, list[int]]:
+    """Size and mtime of the original and of its ``-wal`` and ``-journal``, wherever the
+    swap has them (beside the database, else moved into ``qdir``). A resumed swap
+    compares them with the ledger's: a process the fence does not stop (root's) may
+    have written the original while the run was interrupted, and the new file lacks
+    what it wrote."""
+    facts: dict[str, list[int]] = {}
+    for sfx in ("", WAL_SUFFIX, JOURNAL_SUFFIX):
+        for folder in (db.parent, qdir):
+            try:
+                st = os.lstat(folder / f"{db.name}{sfx}")
+            except OSError:
+                continue
+            facts[sfx or "db"] = [st.st_size, st.st_mtime_ns]
+            break
+    return facts
+
+
+def put_back(db: Path, qdir: Path, orig: fence.Original) -> list[str]:
     """Undo a swap that failed before the new file took the name (a full disk in the
     quarantine): each sidecar moved to quarantine goes back beside the original, and
-    what this run left in ``qdir`` is removed. The original never left ``db``."""
+    what this run left in ``qdir`` is removed. The original never left ``db``.
+
+    A ``-wal`` or ``-journal`` in quarantine whose name is taken beside the database by
+    a file of another size is not the same file (a process wrote the database while the
+    run was interrupted, and made a new one): it stays in ``qdir``, never deleted, and
+    its name is returned."""
+    kept: list[str] = []
     dfd = _open_dir(db.parent)
     try:
         if not _is(dfd, db.name, orig.ino, orig.dev):
@@ -391,7 +415,7 @@ def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
         try:
             qfd = _open_dir(qdir)
         except FileNotFoundError:
-            return
+            return kept
         except OSError as exc:
             raise FenceError(f"{qdir}: cannot be opened to undo the swap: {exc.strerror}") from None
         try:
@@ -399,7 +423,10 @@ def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
                 side = sidecar(db, sfx).name
                 if _lstat_at(qfd, side) is None:
                     continue
-                if _lstat_at(dfd, side) is not None:
+                here = _lstat_at(dfd, side)
+                if here is not None and sfx != SHM_SUFFIX and not _same_bytes(dfd, qfd, side):
+                    kept.append(side)  # another file: it may hold commits nothing else has
+                elif here is not None:
                     os.unlink(side, dir_fd=qfd)  # a whole copy whose source was never unlinked
                 else:
                     _move(qfd, side, dfd)
@@ -412,6 +439,33 @@ def put_back(db: Path, qdir: Path, orig: fence.Original) -> None:
         os.close(dfd)
     with contextlib.suppress(OSError):
         os.rmdir(qdir)
+    return kept
+
+
+def _same_bytes(dfd: int, qfd: int, name: str) -> bool:
+    """Whether ``name`` beside the database and ``name`` in quarantine hold the same
+    bytes (never following a symlink); False when either cannot be read."""
+    try:
+        a = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return False
+    try:
+        b = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=qfd)
+    except OSError:
+        os.close(a)
+        return False
+    try:
+        while True:
+            x, y = os.read(a, 1 << 20), os.read(b, 1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
+    except OSError:
+        return False
+    finally:
+        os.close(a)
+        os.close(b)
 
 
 def _finish(

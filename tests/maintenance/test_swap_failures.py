@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from tests.support.maintenance import (
     report_of,
     session_ids,
 )
+from tests.support.privileges import needs_root
 from tests.support.repo import REPO
 
 pytestmark = pytest.mark.process  # real maintenance runs and a real Hermes stand-in
@@ -140,3 +142,71 @@ def test_a_symlink_planted_as_the_runs_quarantine_folder_rolls_back(
     assert list(elsewhere.iterdir()) == []
     assert ledger_of(db)[-1]["step"] == "finished"
     assert report_of(ctl("--db", str(db), "--resume", "--json"))["outcome"] == "nothing to resume"
+
+
+@pytest.mark.parametrize(
+    ("step", "how"), [("swap", "removed"), ("sidecars-moved", "removed"), ("swap", "grown")]
+)
+def test_a_resumed_swap_whose_new_file_is_gone_or_changed_rolls_back(
+    config: Path, phantom: tuple[Path, list[str]], fake_bin: Path, step: str, how: str
+) -> None:
+    """kill -9 during the swap, then the pre-built new file is removed (a cleaner of
+    temporary files) or written to: --resume cannot roll forward, and rolls back while
+    the original has its name (its sidecars brought back from quarantine): exit 1, the
+    original in place with its mode and every row, nothing left to resume. Before,
+    every --resume failed and Hermes stayed stopped with state.db at mode 000."""
+    db, distinct = phantom
+    mode = stat.S_IMODE(db.stat().st_mode)
+    w = FakeHermes(fake_bin, db.parent, "dashboard", write_every=0.1)
+    try:
+        crashed = ctl("--db", str(db), "--yes", env={**os.environ, "STATEWARDEN_CRASH_AT": step})
+    finally:
+        w.stop()
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    (new,) = db.parent.glob(".statewarden-new-*")
+    if how == "removed":
+        new.unlink()
+    else:
+        with open(new, "ab") as f:
+            f.write(b"\0" * 4096)
+    resumed = ctl("--db", str(db), "--resume", "--json")
+    rep = report_of(resumed)
+    assert resumed.returncode == 1, resumed.stderr
+    assert rep["outcome"] == "rolled back: the database is unchanged"
+    assert rep["quarantine"] is None
+    assert stat.S_IMODE(db.stat().st_mode) == mode
+    assert set(distinct) <= set(session_ids(db))
+    assert not list(db.parent.glob(".statewarden-new-*"))
+    assert ledger_of(db)[-1]["step"] == "finished"
+    assert report_of(ctl("--db", str(db), "--resume", "--json"))["outcome"] == "nothing to resume"
+
+
+BY_HAND = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('by_hand', 'cli', 1.0)")
+conn.close()
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("step", ["swap", "sidecars-moved", "original-kept"])
+def test_a_resumed_swap_rolls_back_when_the_original_was_written_meanwhile(
+    config: Path, phantom: tuple[Path, list[str]], step: str
+) -> None:
+    """kill -9 during the swap; then root's Hermes (the fence does not stop root) is
+    started by hand, commits a session and closes: --resume would swap in a file without
+    that session, so it rolls back (exit 1), and the session is in the live file. Before,
+    the resume said "repaired" (exit 0) and the session was only in quarantine."""
+    db, distinct = phantom
+    crashed = ctl("--db", str(db), "--yes", env={**os.environ, "STATEWARDEN_CRASH_AT": step})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    subprocess.run([sys.executable, "-c", BY_HAND, str(db)], check=True, timeout=60)
+    resumed = ctl("--db", str(db), "--resume", "--json")
+    rep = report_of(resumed)
+    assert resumed.returncode == 1, resumed.stderr
+    assert rep["outcome"] == "rolled back: the database is unchanged"
+    assert "written while the run was interrupted" in rep["message"]
+    assert "by_hand" in session_ids(db)
+    assert set(distinct) <= set(session_ids(db))
+    assert ledger_of(db)[-1]["step"] == "finished"
