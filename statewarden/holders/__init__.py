@@ -21,6 +21,7 @@ HOMES = {
     "ReadAhead": "locks",
     "human_age": "processes",
     "read_cmdline": "processes",
+    "read_environ_var": "processes",
     "read_stat": "processes",
     "read_uid": "processes",
     "short_command": "processes",
@@ -46,6 +47,7 @@ else:  # the same names, typed, for mypy (tests/project/test_layers.py holds the
     from statewarden.holders.opens import OpenWatch as OpenWatch
     from statewarden.holders.processes import human_age as human_age
     from statewarden.holders.processes import read_cmdline as read_cmdline
+    from statewarden.holders.processes import read_environ_var as read_environ_var
     from statewarden.holders.processes import read_stat as read_stat
     from statewarden.holders.processes import read_uid as read_uid
     from statewarden.holders.processes import short_command as short_command

@@ -248,7 +248,7 @@ def _restart_all(runs: list[MaintenanceRun]) -> None:
         r.not_started = [u for u in lead.not_started if u in r.stopped_units]
         r.report.units_started = [u for u in lead.report.units_started if u.unit in units]
         r.report.units_stopped = list(r.stopped_units)
-        r.report.start_again = start_again(r.signalled)
+        r.report.start_again = start_again(r.signalled, r.db)
         r.note_downtime()
 
 

@@ -14,11 +14,13 @@ it came from, so the user knows what keeps starting it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from statewarden.errors import QuiesceFailed, SystemdCallFailed, SystemdUnavailable
 from statewarden.holders import (
@@ -26,6 +28,7 @@ from statewarden.holders import (
     HolderScanner,
     annotate,
     read_cmdline,
+    read_environ_var,
     read_stat,
     read_uid,
     short_command,
@@ -97,10 +100,13 @@ def terminate_all(targets: Sequence[tuple[int, int | None]], grace_s: float) -> 
     return how
 
 
-def running_again(commands: Sequence[str], gone: set[int]) -> dict[str, int]:
+def running_again(commands: Sequence[str], gone: set[int], db: Path) -> dict[str, int]:
     """Of ``commands`` (as :func:`short_command` names them), those a live process of
-    this uid runs now that is none of the processes signalled (``gone``): started again
-    by whoever respawns it (the desktop app's ``serve --isolated``). command -> pid."""
+    this uid runs now that is none of the processes signalled (``gone``) and that is a
+    Hermes of ``db`` (:func:`_of_database`): started again by whoever respawns it (the
+    desktop app's ``serve --isolated``). command -> pid. The same command of another
+    Hermes home is not it (a report once said another home's gateway was this one's,
+    running again, while this one's stayed stopped)."""
     wanted = set(commands)
     found: dict[str, int] = {}
     me = os.getuid()
@@ -114,9 +120,35 @@ def running_again(commands: Sequence[str], gone: set[int]) -> dict[str, int]:
         except OSError:
             continue
         command = short_command(read_cmdline(pid))
-        if command in wanted and command not in found:
+        if command in wanted and command not in found and _of_database(pid, db):
             found[command] = pid
     return found
+
+
+def _of_database(pid: int, db: Path) -> bool:
+    """Whether process ``pid`` is a Hermes of ``db``: it holds the file now, or its
+    Hermes home (``$HERMES_HOME``, else ``$HOME/.hermes``, from its environment) is the
+    folder of ``db`` or the home whose profile ``db`` is."""
+    real = os.path.realpath(db)
+    try:
+        with os.scandir(f"/proc/{pid}/fd") as fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd.path) == real:
+                        return True
+    except OSError:
+        pass
+    home = read_environ_var(pid, "HERMES_HOME")
+    if not home:
+        user_home = read_environ_var(pid, "HOME")
+        if not user_home:
+            return False
+        home = os.path.join(user_home, ".hermes")
+    folder = os.path.dirname(real)
+    home = os.path.realpath(home)
+    profile_of = os.path.dirname(os.path.dirname(folder))
+    in_profiles = os.path.basename(os.path.dirname(folder)) == "profiles"
+    return folder == home or (in_profiles and profile_of == home)
 
 
 def complete_scan(scanner: HolderScanner, gap_s: float = SCAN_GAP_S) -> HolderScan:

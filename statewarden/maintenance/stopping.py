@@ -27,6 +27,8 @@ from statewarden.maintenance.snapshots import take_snapshot
 from statewarden.maintenance.wording import incomplete_reason
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from statewarden.maintenance.state import RunState
 
 UNIT_START_CHECK_S = 1.0
@@ -178,11 +180,11 @@ def restart(run: RunState) -> list[str]:
     else:
         run.note_downtime()
     run.report.units_stopped = list(run.stopped_units)
-    run.report.start_again = start_again(run.signalled)
+    run.report.start_again = start_again(run.signalled, run.db)
     return failed
 
 
-def start_again(signalled: list[dict[str, Any]]) -> list[StartAgain]:
+def start_again(signalled: list[dict[str, Any]], db: Path) -> list[StartAgain]:
     """The processes the run signalled, once per command: each either running again
     (its respawner started it: ``running_again`` names the new pid) or for the user to
     start again."""
@@ -191,7 +193,7 @@ def start_again(signalled: list[dict[str, Any]]) -> list[StartAgain]:
         return []
     gone = {int(s["pid"]) for s in signalled}
     try:
-        again = running_again(commands, gone)
+        again = running_again(commands, gone, db)
     except OSError:
         again = {}
     out = []
