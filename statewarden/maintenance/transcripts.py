@@ -71,6 +71,9 @@ SESSIONS = "sessions"
 SPOOL = "pending_messages"
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_SPOOL_ENTRY_BYTES = 16 * 1024 * 1024
+# Lists and objects nested deeper than this in one line make it no message: far beyond
+# anything Hermes writes, and far below the depth Python's JSON encoder gives up at.
+MAX_NESTING = 200
 BATCH_LINES = 500
 BUSY_TIMEOUT_MS = 10_000
 LAST_TIMESTAMP = 253402300799.0  # 9999-12-31T23:59:59Z
@@ -284,13 +287,35 @@ def _lines(fd: int) -> Iterator[bytes | None]:
 
 
 def _parse(data: bytes | str | None) -> Any:
+    """One line's JSON; None for a line that is none, or whose JSON nests deeper than
+    :data:`MAX_NESTING` (Python's encoder, which writes the message into SQLite, would
+    fail on it: such a line once failed the whole import, every other line with it)."""
     if data is None:
         return None
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(text) if text.strip() else None
+        value = json.loads(text) if text.strip() else None
     except (ValueError, RecursionError):
         return None
+    return None if _nests_deeper(value, MAX_NESTING) else value
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether lists and objects in ``value`` nest more than ``limit`` deep (walked
+    without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _jsonl_source(dfd: int, name: str, home: Path, owner: int, limits: ImportLimits) -> _Source:

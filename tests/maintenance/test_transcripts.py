@@ -348,7 +348,9 @@ class TestBadInput:
         self, hermes_home: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A year-1 timestamp, a lone surrogate, an integer over 2**63, bytes that are not
-        UTF-8 and an overlong line: each counted by reason, every good line imported."""
+        UTF-8, an overlong line and content nested 990 deep (it parses, but Python's
+        encoder fails on it: it once failed the whole import): each counted by reason,
+        every good line imported."""
         monkeypatch.setattr(transcripts, "MAX_LINE_BYTES", 4096)
         path = hermes_home / "sessions" / f"{NEW}.jsonl"
         write_jsonl(
@@ -359,6 +361,7 @@ class TestBadInput:
                 {"role": "user", "content": 2**63 + 1},
                 {"role": "user", "content": "big", "timestamp": 10**400},
                 {"role": "user", "content": "x" * 5000},
+                '{"role": "user", "content": ' + "[" * 990 + "]" * 990 + "}",
                 {"role": "assistant", "content": "kept", "timestamp": 1796160002.0},
             ],
         )
@@ -371,7 +374,7 @@ class TestBadInput:
         assert f.skipped == {
             "text that is not valid UTF-8 (a lone surrogate)": 1,
             "an integer outside SQLite's 64 bits": 1,
-            "not a JSON object": 2,  # the overlong line, the bytes that are not UTF-8
+            "not a JSON object": 3,  # the overlong line, not UTF-8, nested too deep
         }
         assert f.odd_timestamps == 2
         assert f.imported == 4  # hello, big, kept, last
