@@ -18,7 +18,7 @@ from statewarden.recovery.building.build import (
     TableCopy,
     stored_names,
 )
-from statewarden.recovery.building.table_fill import TableFill
+from statewarden.recovery.building.table_fill import TableFill, misfits
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.diagnosis import Diagnosis
 from statewarden.recovery.evidence.copies import feeds
@@ -114,11 +114,17 @@ class SalvageInserts(BuildPart):
         if vouched is not None and key not in vouched and rowid not in vouched:
             tc.report.unvouched_skipped += 1
             return
+        hit = misfits(self.src, self.inputs.schema, obj, rowid=rowid, values=values, cols=cols)
+        if hit is None:
+            return  # a key Hermes never writes: the record changed on disk
         tc.rowids.add(rowid)
         tc.report.source_rows += 1
         tc.page_keys.add(key)
         tc.page_rowids.add(rowid)
-        if self.fill.insert_row(tc, rowid, values, cols):
+        if hit:
+            if self.fill.write_partial(tc, rowid, values, cols, hit):
+                tc.report.recovered_from_pages += 1
+        elif self.fill.insert_row(tc, rowid, values, cols):
             tc.report.recovered_from_pages += 1
 
     def add_wal_rows(self, tc: TableCopy) -> None:

@@ -29,8 +29,8 @@ from statewarden.recovery.building.build import (
 )
 from statewarden.recovery.decoding.keysets import KeySet
 from statewarden.recovery.decoding.scan import ScanResult, scan_table
-from statewarden.recovery.decoding.schema import SchemaObject
-from statewarden.recovery.evidence.column_types import column_checks, misfit_columns
+from statewarden.recovery.decoding.schema import Schema, SchemaObject
+from statewarden.recovery.evidence.column_types import column_checks, misfit_columns, unwitnessed
 from statewarden.recovery.evidence.copies import agrees_with_copies, fts_rowids
 from statewarden.recovery.evidence.foreign_cells import OwnRows
 from statewarden.recovery.evidence.lost_writes import sequence_of
@@ -175,6 +175,9 @@ class TableFill(BuildPart):
         checks = column_checks(obj)
         seq = sequence_of(self.src, obj.name)
 
+        def at(row: tuple[Any, ...]) -> dict[str, Any]:
+            return {"rowid": int(row[0]), "values": list(row[1:]), "cols": cols, "checks": checks}
+
         def on_row(row: tuple[Any, ...]) -> None:
             if why_garbled := garbled(tc, int(row[0]), partial, seq, self.inputs):
                 # A garbled cell that decodes, not a row: set aside, never copied as a
@@ -200,10 +203,8 @@ class TableFill(BuildPart):
             elif int(row[0]) in zeroed:
                 hit = zeroed_columns(zeroed[int(row[0])], cols, key_idx)
                 why = ZEROED_REASON
-            elif misfit := misfit_columns(checks, values):
-                # A value Hermes never writes there: the record changed on disk.
-                keyed = any(cols.index(c) + 1 in key_idx for c in misfit)
-                hit, why = (None if keyed else misfit), MISFIT_REASON
+            elif (misfit := misfits(self.src, self.inputs.schema, obj, **at(row))) != []:
+                hit, why = misfit, MISFIT_REASON
             if hit is not None and int(row[0]) in bad_text and why != CROSS_LINKED:
                 # Hermes writes valid UTF-8 only: such text was changed on disk.
                 bad = bad_text.pop(int(row[0]))
@@ -221,7 +222,7 @@ class TableFill(BuildPart):
                     values[cols.index(c)] = None
             tc.rowids.add(int(row[0]))
             if missing is not None:
-                filled = self._fill_missing(obj, cols, values, missing)
+                filled = fill_missing(self.dst, obj, cols, values, missing)
             put = self.insert_row(tc, int(row[0]), values, cols, reached=True)
             if put and missing is not None:
                 tc.report.partial += 1
@@ -298,31 +299,34 @@ class TableFill(BuildPart):
                 f" search-index copies restore them (rowids {shown})"
             )
 
-    def _fill_missing(
-        self, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
-    ) -> dict[str, Any]:
-        """Fill the unreadable columns of a partial row in place (the rule is
-        ``report.PARTIAL_RULE``); return the values put where NULL is not allowed."""
-        filled = {}
-        by_name = {c.name: c for c in obj.stored_columns}
-        for name in missing:
-            col = by_name.get(name)
-            if col is None or not col.notnull:
-                continue
-            value: Any
-            if col.default is not None:
-                try:
-                    row = self.dst.execute(f"SELECT {col.default}").fetchone()
-                    value = row[0] if row else None
-                except apsw.Error:
-                    value = None
-            else:
-                value = None
-            if value is None:
-                value = "" if col.text_affinity else 0
-            values[cols.index(name)] = value
-            filled[name] = value
-        return filled
+    def write_partial(
+        self,
+        tc: TableCopy,
+        rowid: int,
+        values: list[Any],
+        cols: list[str],
+        hit: list[str],
+    ) -> bool:
+        """Insert a row whose ``hit`` columns cannot be trusted (set to NULL, or filled
+        where NULL is not allowed), and report it among the partial rows; True if it
+        went in."""
+        for c in hit:
+            values[cols.index(c)] = None
+        filled = fill_missing(self.dst, tc.obj, cols, values, hit)
+        if not self.insert_row(tc, rowid, values, cols):
+            return False
+        tc.report.partial += 1
+        self.report.partial_rows.append(
+            {
+                "table": tc.obj.name,
+                "rowid": rowid,
+                "columns": hit,
+                "filled": {c: json_value(v) for c, v in filled.items()},
+                "why": MISFIT_REASON,
+                "changed": hit,
+            }
+        )
+        return True
 
     def insert_row(
         self,
@@ -462,3 +466,54 @@ def unlisted(tc: TableCopy, rowid: int) -> bool:
         and rowid not in tc.fts_rowids
         and not tc.obj.without_rowid
     )
+
+
+def misfits(
+    src: apsw.Connection,
+    schema: Schema,
+    obj: SchemaObject,
+    *,
+    rowid: int,
+    values: list[Any],
+    cols: list[str],
+    checks: list[tuple[int, str, str]] | None = None,
+) -> list[str] | None:
+    """The columns of a row read from the source (``values``, of ``cols``) holding a
+    value Hermes never writes there that no index of the source vouches for
+    (``column_types``): the record changed on disk. None when a key column is one of
+    them (no column of the row can be trusted then). Every path a row takes into the
+    output holds it to this rule (a row salvaged from pages once kept such a value,
+    and ``check`` called the output damaged)."""
+    found = misfit_columns(column_checks(obj) if checks is None else checks, values)
+    if not found:
+        return []
+    by_name = dict(zip(cols, values, strict=False))
+    found = unwitnessed(src, schema, obj, rowid=rowid, misfit=found, values=by_name)
+    return None if any(c in obj.key_names for c in found) else found
+
+
+def fill_missing(
+    dst: apsw.Connection, obj: SchemaObject, cols: list[str], values: list[Any], missing: list[str]
+) -> dict[str, Any]:
+    """Fill the unreadable columns of a partial row in place (the rule is
+    ``report.PARTIAL_RULE``); return the values put where NULL is not allowed."""
+    filled = {}
+    by_name = {c.name: c for c in obj.stored_columns}
+    for name in missing:
+        col = by_name.get(name)
+        if col is None or not col.notnull:
+            continue
+        value: Any
+        if col.default is not None:
+            try:
+                row = dst.execute(f"SELECT {col.default}").fetchone()
+                value = row[0] if row else None
+            except apsw.Error:
+                value = None
+        else:
+            value = None
+        if value is None:
+            value = "" if col.text_affinity else 0
+        values[cols.index(name)] = value
+        filled[name] = value
+    return filled

@@ -18,6 +18,13 @@ stores the role it is given, ``session_meta`` among them) nor any shape of a too
 id, so a flipped bit that keeps such text valid UTF-8 ('user' read as 'useR') cannot be
 told from a value Hermes wrote, unless a witness (an index entry, an FTS copy) holds the
 column. The rules apply to the tables of Hermes' known layouts only (``known_schemas``).
+
+A witness works the other way too (:func:`unwitnessed`): a value an index entry of the
+same row holds as well was written through SQLite as it reads (a change on disk does
+not reach the index too), so it is a value someone wrote, not damage, however odd: a
+timestamp of -1.5, a session id stored as a blob. ``check`` calls it no damage and
+``recover`` copies it as it is (it once wrote a placeholder, then the index's value
+back, and ``check`` called its own output damaged).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import apsw
 from statewarden.recovery.decoding.schema import Schema, SchemaObject
 from statewarden.recovery.evidence.copies import rowids_shown
 from statewarden.recovery.evidence.known_schemas import LAYOUTS
-from statewarden.sqlite import quote_ident, raise_if_interrupted
+from statewarden.sqlite import quote_ident, raise_if_interrupted, raise_if_machine
 
 # hermes_cli/timefmt.py (Hermes 0.22): EPOCH_MIN, EPOCH_MAX.
 EPOCH_MIN = 0.0
@@ -157,14 +164,99 @@ def find_misfits(conn: apsw.Connection, schema: Schema) -> list[Misfits]:
             f"SELECT rowid, {', '.join(exprs)} FROM {quote_ident(obj.name)} NOT INDEXED"
             f" WHERE {' OR '.join(exprs)}"
         )
+        hits: list[tuple[int, list[str]]] = []
         try:
             for row in conn.execute(sql):
-                found.rows[int(row[0])] = [
-                    name for (_i, name, _k), hit in zip(checks, row[1:], strict=True) if hit
-                ]
+                misfit = [name for (_i, name, _k), hit in zip(checks, row[1:], strict=True) if hit]
+                hits.append((int(row[0]), misfit))
         except apsw.Error as exc:
             raise_if_interrupted(exc)
             found.complete = False
+        for rowid, misfit in hits:
+            by_name = _row_values(conn, obj, rowid)
+            left = (
+                misfit
+                if by_name is None
+                else unwitnessed(conn, schema, obj, rowid=rowid, misfit=misfit, values=by_name)
+            )
+            if left:
+                found.rows[rowid] = left
         if found.rows:
             out.append(found)
     return out
+
+
+def _row_values(conn: apsw.Connection, obj: SchemaObject, rowid: int) -> dict[str, Any] | None:
+    """Row ``rowid`` of ``obj`` by column; None when it does not read (text that is not
+    UTF-8 among its values: then no witness is looked for)."""
+    names = [c.name for c in obj.stored_columns]
+    sql = (
+        f"SELECT {', '.join(map(quote_ident, names))} FROM {quote_ident(obj.name)} WHERE rowid = ?"
+    )
+    try:
+        row = conn.execute(sql, (rowid,)).fetchone()
+    except (apsw.Error, UnicodeDecodeError) as exc:
+        raise_if_machine(exc)
+        return None
+    return None if row is None else dict(zip(names, row, strict=True))
+
+
+def unwitnessed(
+    conn: apsw.Connection,
+    schema: Schema,
+    obj: SchemaObject,
+    *,
+    rowid: int,
+    misfit: list[str],
+    values: dict[str, Any],
+) -> list[str]:
+    """Of the ``misfit`` columns of row ``rowid`` (``values``: the row's columns by
+    name), those no index vouches for: an entry of an index of ``obj`` that lists every
+    row, on plain columns, holding this row's value there (read from the index alone)."""
+    if not misfit:
+        return misfit
+    indexes: list[list[str]] = []
+    for idx in schema.full_indexes(obj.name):
+        try:
+            info = conn.execute(f"PRAGMA index_info({quote_ident(idx.name)})").fetchall()
+        except apsw.Error as exc:
+            raise_if_machine(exc)
+            continue
+        names = [None if r[2] is None else str(r[2]) for r in info]
+        if names and all(n is not None and n in values for n in names):
+            indexes.append([idx.name, *[str(n) for n in names]])
+    return [
+        c
+        for c in misfit
+        if not any(
+            _held(conn, obj, rowid=rowid, column=c, index=ix, values=values) for ix in indexes
+        )
+    ]
+
+
+def _held(
+    conn: apsw.Connection,
+    obj: SchemaObject,
+    *,
+    rowid: int,
+    column: str,
+    index: list[str],
+    values: dict[str, Any],
+) -> bool:
+    """Whether ``index`` (its name, then its columns) holds row ``rowid`` with its
+    columns up to ``column`` as ``values`` has them: the index's own entry, found
+    through it (``INDEXED BY``), never the table's record."""
+    name, columns = index[0], index[1:]
+    if column not in columns:
+        return False
+    lead = columns[: columns.index(column) + 1]
+    where = " AND ".join(f"{quote_ident(c)} IS ?" for c in lead)
+    sql = (
+        f"SELECT 1 FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(name)}"
+        f" WHERE {where} AND {obj.rowid_sql} = ? LIMIT 1"
+    )
+    try:
+        return conn.execute(sql, (*[values[c] for c in lead], rowid)).fetchone() is not None
+    except apsw.Error as exc:
+        raise_if_machine(exc)
+        return False
