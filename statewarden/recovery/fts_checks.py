@@ -125,11 +125,32 @@ def _fts_verdicts(
     # b-tree check; the FTS tables' own checks ran on connections of their own.
     cut_short = any(ln.strip() == CHECK_CUT_SHORT for ln in lines)
     if complete and not cut_short and not any(g.kind == "unknown" for g in groups):
-        return fts_from_integrity_lines(lines, schema)
+        return _read_through(conn, schema, fts_from_integrity_lines(lines, schema))
     if all(name in own for name in fts5):
         # Their own checks ran on a connection of their own, whatever stopped the rest.
-        return {name: own[name] for name in fts5}
+        return _read_through(conn, schema, {name: own[name] for name in fts5})
     return fts_integrity(conn, schema, progress, skip=set(unverifiable))
+
+
+def _read_through(
+    conn: apsw.Connection, schema: Schema, verdicts: dict[str, str]
+) -> dict[str, str]:
+    """``verdicts``, each external-content FTS5 table that passed also read once through
+    itself: ``integrity_check``'s own FTS5 check never reads the content table, and one
+    whose content no longer has the columns it names (a column renamed by hand) passed
+    it while no search could run (``SELECT`` failed with "no such column")."""
+    out = dict(verdicts)
+    for obj in schema.tables():
+        if obj.module != "fts5" or not obj.fts_content or out.get(obj.name) != "ok":
+            continue
+        try:
+            conn.execute(f"SELECT * FROM {quote_ident(obj.name)} LIMIT 1").fetchall()
+        except apsw.Error as exc:
+            raise_if_interrupted(exc)
+            out[obj.name] = f"its content does not read through it: {str(exc).split(chr(10))[0]}"
+        except UnicodeDecodeError:
+            pass  # a value that is not UTF-8 reads as an error in Python only
+    return out
 
 
 def fts_integrity(
