@@ -164,7 +164,7 @@ def build_new_file(
             text = exc.message.replace(str(work.db), str(db))
             raise DatabaseError(
                 f"{db}: the new file could not be built next to it: {text}",
-                hint="nothing was stopped or changed; free some space and retry",
+                hint=_retry_hint(text),
             ) from None
         finally:
             work.cleanup()
@@ -177,8 +177,17 @@ def build_new_file(
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise DatabaseError(
             f"{db}: the new file could not be built next to it: {reason}",
-            hint="nothing was stopped or changed; free some space and retry",
+            hint=_retry_hint(reason),
         ) from None
+
+
+def _retry_hint(reason: str) -> str:
+    """What to do before trying again: room for a full disk, access for a refusal (the
+    words of ``strerror`` for EACCES, EPERM and EROFS)."""
+    refused = ("Permission denied", "Operation not permitted", "Read-only file system")
+    if any(words in reason for words in refused):
+        return "nothing was stopped or changed; let this user write there, then retry"
+    return "nothing was stopped or changed; free some space and retry"
 
 
 def build_copy_as_is(

@@ -125,6 +125,16 @@ def running_again(commands: Sequence[str], gone: set[int], db: Path) -> dict[str
     return found
 
 
+def still_runs(pid: int, command: str, db: Path) -> bool:
+    """Whether ``pid`` is still a process of this uid running ``command`` for ``db``."""
+    try:
+        if read_uid(pid) != os.getuid():
+            return False
+        return short_command(read_cmdline(pid)) == command and _of_database(pid, db)
+    except OSError:
+        return False
+
+
 def _of_database(pid: int, db: Path) -> bool:
     """Whether process ``pid`` is a Hermes of ``db``: it holds the file now, or its
     Hermes home (``$HERMES_HOME``, else ``$HOME/.hermes``, from its environment) is the

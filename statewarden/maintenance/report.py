@@ -237,7 +237,9 @@ class RunReport:
         for u in self.units_started:
             lines.append(f"  unit {u.unit}: start {u.result}, now {u.state}")
         for p in self.start_again:
-            if p.running_again:
+            if p.running_again == p.pid:
+                lines.append(f"  still running: {p.command} (pid {p.pid}; it was never stopped)")
+            elif p.running_again:
                 lines.append(
                     f"  running again: {p.command} (pid {p.running_again}; whatever"
                     " started it started it again)"

@@ -18,6 +18,7 @@ from statewarden.maintenance.quiesce import (
     running_again,
     start_ticks_of,
     start_units,
+    still_runs,
     stop_units,
     terminate_all,
     unit_states,
@@ -199,5 +200,10 @@ def start_again(signalled: list[dict[str, Any]], db: Path) -> list[StartAgain]:
     out = []
     for command in commands:
         pids = [s["pid"] for s in signalled if s["command"] == command]
-        out.append(StartAgain(pids[-1], command, again.get(command)))
+        last = int(pids[-1])
+        # A run killed between its ledger line and the signal never stopped it: the
+        # same process runs on (it must not be started a second time).
+        out.append(
+            StartAgain(last, command, last if still_runs(last, command, db) else again.get(command))
+        )
     return out

@@ -337,9 +337,14 @@ class TestCrash:
             assert crashed.returncode == -signal.SIGKILL, crashed.stderr
             assert db.exists()
             resumed = ctl("--db", str(db), "--resume", "--json")
+            never_stopped = w.proc.poll() is None
         finally:
             w.stop()
         rep = report_of(resumed)
+        # A Hermes the run never got to stop is said to run still, never to be started
+        # by hand a second time.
+        for again in rep["start_again"]:
+            assert (again["running_again"] == w.pid) == never_stopped, (step, again)
         forward = CRASH_STEPS.index(step) >= CRASH_STEPS.index("swap")
         if forward:
             assert resumed.returncode == 0, resumed.stderr
@@ -512,6 +517,40 @@ class TestUnprivileged:
             assert integrity(case.db) == "ok"
             assert case.db.stat().st_uid == 65534
             assert stat.S_IMODE(case.db.stat().st_mode) == 0o644
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+    def test_a_home_this_user_cannot_write_says_so(self, tmp_path: Path) -> None:
+        """As the database's owner (uid 65534), the Hermes home read-only: the run
+        stops nothing (exit 1, one line), and the line says the user must be let
+        write there, not that space is short."""
+        base = Path(tempfile.mkdtemp(prefix="statewarden-maint-"))
+        try:
+            case, env = phantom_home_for_nobody(base, stop_grace="3s")
+            case.db.parent.chmod(0o555)
+            proc = subprocess.run(
+                [
+                    *SETPRIV,
+                    sys.executable,
+                    "-m",
+                    "statewarden.cli.ctl",
+                    "maintenance",
+                    "--db",
+                    str(case.db),
+                    "--yes",
+                ],
+                env={**env, "XDG_STATE_HOME": str(base / "state"), "HOME": str(base)},
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=300,
+            )
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            assert "Traceback" not in proc.stderr
+            assert "Permission denied" in proc.stdout + proc.stderr
+            assert "let this user write there" in proc.stdout + proc.stderr
+            assert "free some space" not in proc.stdout + proc.stderr
         finally:
             shutil.rmtree(base, ignore_errors=True)
 
