@@ -14,14 +14,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lab.corruption import phantom_row, zeroed_leaf
 from lab.hermes_fixtures import SMALL, TINY, make_home, writer_env
 from statewarden.holders.scan import HolderScanner
-from statewarden.maintenance.ledger import read_ledger, run_dir
+from statewarden.maintenance.ledger import run_dir
 from tests.support.cli import ctl_process
 from tests.support.fake_hermes import PIDFILE_ENV, install_fake_hermes
 from tests.support.maintenance import (
@@ -29,6 +28,7 @@ from tests.support.maintenance import (
     ctl,
     exempt_comms,
     integrity,
+    ledger_of,
     maintenance_config,
     phantom_home_for_nobody,
     report_of,
@@ -84,13 +84,6 @@ def phantom(tmp_path: Path) -> tuple[Path, list[str]]:
     before = session_ids(case.db)
     assert len(before) == len(set(before)) + 1  # the phantom: one row stored twice
     return case.db, sorted(set(before))
-
-
-def ledger_of(db: Path) -> list[dict[str, Any]]:
-    state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
-    record = read_ledger(run_dir(state, db) / "run.jsonl")
-    assert record is not None
-    return record.entries
 
 
 class TestRepair:

@@ -8,16 +8,16 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lab.hermes_fixtures import SMALL, make_home
-from statewarden.maintenance.ledger import LedgerRecord, read_ledger, run_dir
+from statewarden.maintenance.ledger import LedgerRecord
 from statewarden.maintenance.resume import resume_point
 from statewarden.maintenance.steps import NAMES
 from tests.support.maintenance import (
     exempt_comms,
+    ledger_of,
     maintenance_config,
     run_maintenance,
     session_ids,
@@ -28,13 +28,6 @@ from tests.support.units import DASHBOARD, GATEWAY
 # Ledger lines that are not steps of the list: one per holder stopped, the roll-back,
 # a failure, the end.
 NOT_STEPS = {"begin", "stop-unit", "signal", "rollback", "step-failed", "finished"}
-
-
-def ledger_of(db: Path) -> list[dict[str, Any]]:
-    state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
-    record = read_ledger(run_dir(state, db) / "run.jsonl")
-    assert record is not None
-    return record.entries
 
 
 @pytest.fixture

@@ -18,17 +18,16 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL
-from statewarden.maintenance.ledger import read_ledger, run_dir
 from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import (
     FakeHermes,
     ctl,
+    ledger_of,
     maintenance_config,
     report_of,
     session_ids,
@@ -58,13 +57,6 @@ def phantom(tmp_path: Path) -> tuple[Path, list[str]]:
     """A Hermes home whose sessions table has a phantom row; and the distinct ids before."""
     case = phantom_row(tmp_path / "home", SMALL)
     return case.db, sorted(set(session_ids(case.db)))
-
-
-def ledger_of(db: Path) -> list[dict[str, Any]]:
-    state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
-    record = read_ledger(run_dir(state, db) / "run.jsonl")
-    assert record is not None
-    return record.entries
 
 
 def test_a_failure_once_the_new_file_has_the_name_never_keeps_hermes_stopped(

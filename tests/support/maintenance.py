@@ -103,6 +103,16 @@ def rows(db: Path, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
             conn.close()
 
 
+def ledger_of(db: Path) -> list[dict[str, Any]]:
+    """The lines of the run ledger of ``db`` (the state folder ``$XDG_STATE_HOME`` names)."""
+    from statewarden.maintenance.ledger import read_ledger, run_dir
+
+    state = Path(os.environ["XDG_STATE_HOME"]) / "statewarden"
+    record = read_ledger(run_dir(state, db) / "run.jsonl")
+    assert record is not None
+    return record.entries
+
+
 def session_ids(db: Path) -> list[str]:
     return [r[0] for r in rows(db, "SELECT id FROM sessions NOT INDEXED")]
 
