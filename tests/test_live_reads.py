@@ -65,7 +65,9 @@ def write(db: Path, rows: int) -> None:
 
 
 def count(conn: apsw.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM t").fetchone()[0])
+    row = conn.execute("SELECT count(*) FROM t").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def sidecars(db: Path) -> list[str]:
