@@ -15,6 +15,7 @@ those meets damage after all the whole build starts over row by row.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from copy import deepcopy
@@ -263,6 +264,7 @@ class Rebuild:
             if obj.name in self.inputs.damaged:
                 salvage.add_from_other_copies(tc)
         self._copy_sequences()
+        copy_statistics(self.src, self.dst, self.inputs.schema, self.report.notes)
 
     def _owner_of(self, shadow: str) -> str:
         """The virtual table a shadow table is named after (``<table>_<suffix>``)."""
@@ -405,3 +407,34 @@ class Rebuild:
                 self.dst.execute(
                     "INSERT INTO main.sqlite_sequence(name, seq) VALUES (?, ?)", (name, seq)
                 )
+
+
+STATISTICS = ("sqlite_stat1", "sqlite_stat4")
+
+
+def copy_statistics(
+    src: apsw.Connection, dst: apsw.Connection, schema: Schema, notes: list[str]
+) -> None:
+    """The query planner's statistics (``sqlite_stat1``, ``sqlite_stat4``: what
+    ``ANALYZE`` and ``PRAGMA optimize`` wrote) copied as the source holds them: rows that
+    read are never left out unnamed. SQLite makes the tables itself (``ANALYZE`` of the
+    schema table, which measures nothing); one it cannot make, or whose rows do not
+    read, is named in the notes (``ANALYZE`` makes them again)."""
+    present = [name for name in STATISTICS if schema.by_name(name) is not None]
+    if not present:
+        return
+    with contextlib.suppress(apsw.Error):
+        dst.execute("ANALYZE main.sqlite_schema")
+    for name in present:
+        try:
+            rows = src.execute(f"SELECT * FROM {name}").fetchall()
+            dst.execute(f"DELETE FROM main.{name}")
+            if rows:
+                marks = ", ".join("?" * len(rows[0]))
+                dst.executemany(f"INSERT INTO main.{name} VALUES ({marks})", rows)
+        except (apsw.Error, UnicodeDecodeError) as exc:
+            raise_if_machine(exc)
+            notes.append(
+                f"{name} (the query planner's statistics) not copied: {str(exc).splitlines()[0]};"
+                " ANALYZE makes them again"
+            )
