@@ -14,6 +14,8 @@ own, changed through SQLite as another program would.
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,41 @@ def test_a_salvaged_row_is_held_to_the_rule_the_rebuild_is(tmp_path: Path) -> No
     assert (partial["rowid"], partial["columns"]) == (5, ["content"])
     assert one(out, "SELECT content FROM messages WHERE id = 5") is None
     assert one(out, "SELECT count(*) FROM messages") == one(db, "SELECT count(*) FROM messages")
+
+
+def test_a_witnessed_value_beside_text_that_is_not_utf8(tmp_path: Path) -> None:
+    """The same row holds a timestamp of -1.5 (the index holds it too) and content that
+    is not UTF-8 (Python cannot read it): the witness is still asked, in SQL, so check
+    calls it healthy as it does each alone, and recover keeps both."""
+    db = hermes_file(
+        tmp_path,
+        "UPDATE messages SET timestamp = -1.5, content = CAST(x'ff41ff' AS TEXT) WHERE id = 5",
+    )
+    diag = check_database(db, tmp_path)
+    assert not diag.misfits
+    out = tmp_path / "out.db"
+    report = recover(db, out)
+    assert report.verified, report.verification
+    assert one(out, "SELECT timestamp FROM messages WHERE id = 5") == -1.5
+    assert one(out, "SELECT hex(content) FROM messages WHERE id = 5") == "FF41FF"
+
+
+def test_a_column_called_rowid_is_no_rowid(tmp_path: Path) -> None:
+    """messages widened by a column called ``rowid`` (ALTER TABLE ADD COLUMN), one
+    content stored as a blob: the rows are addressed by the name their rowid keeps, no
+    traceback; check calls it base damage, and recover's output passes check."""
+    db = hermes_file(tmp_path, "UPDATE messages SET content = CAST(content AS BLOB) WHERE id = 5")
+    # The SQLite apsw bundles refuses that column ("cannot add rowid alias"); the
+    # system's, which Hermes writes with on Debian 12, adds it: in a process of its own.
+    add = (
+        "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).connection.close()"
+    )
+    alter = 'ALTER TABLE messages ADD COLUMN "rowid" TEXT'
+    subprocess.run([sys.executable, "-c", add, str(db), alter], check=True, timeout=60)
+    diag = check_database(db, tmp_path)
+    assert diag.damage == "base"
+    assert [m.rows for m in diag.misfits if m.table == "messages"] == [{5: ["content"]}]
+    out = tmp_path / "out.db"
+    report = recover(db, out)
+    assert report.verified, report.verification
+    assert check_database(out, tmp_path).damage == "none"

@@ -114,7 +114,7 @@ class SalvageInserts(BuildPart):
         if vouched is not None and key not in vouched and rowid not in vouched:
             tc.report.unvouched_skipped += 1
             return
-        hit = misfits(self.src, self.inputs.schema, obj, rowid=rowid, values=values, cols=cols)
+        hit = misfits(self.src, self.inputs.schema, obj, rowid=rowid, values=values)
         if hit is None:
             return  # a key Hermes never writes: the record changed on disk
         tc.rowids.add(rowid)

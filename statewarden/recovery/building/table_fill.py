@@ -176,7 +176,7 @@ class TableFill(BuildPart):
         seq = sequence_of(self.src, obj.name)
 
         def at(row: tuple[Any, ...]) -> dict[str, Any]:
-            return {"rowid": int(row[0]), "values": list(row[1:]), "cols": cols, "checks": checks}
+            return {"rowid": int(row[0]), "values": list(row[1:]), "checks": checks}
 
         def on_row(row: tuple[Any, ...]) -> None:
             if why_garbled := garbled(tc, int(row[0]), partial, seq, self.inputs):
@@ -475,10 +475,9 @@ def misfits(
     *,
     rowid: int,
     values: list[Any],
-    cols: list[str],
     checks: list[tuple[int, str, str]] | None = None,
 ) -> list[str] | None:
-    """The columns of a row read from the source (``values``, of ``cols``) holding a
+    """The columns of a row read from the source (``values``, its stored columns) holding a
     value Hermes never writes there that no index of the source vouches for
     (``column_types``): the record changed on disk. None when a key column is one of
     them (no column of the row can be trusted then). Every path a row takes into the
@@ -487,8 +486,7 @@ def misfits(
     found = misfit_columns(column_checks(obj) if checks is None else checks, values)
     if not found:
         return []
-    by_name = dict(zip(cols, values, strict=False))
-    found = unwitnessed(src, schema, obj, rowid=rowid, misfit=found, values=by_name)
+    found = unwitnessed(src, schema, obj, rowid=rowid, misfit=found)
     return None if any(c in obj.key_names for c in found) else found
 
 

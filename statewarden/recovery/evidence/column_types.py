@@ -150,19 +150,20 @@ class Misfits:
 
 
 def find_misfits(conn: apsw.Connection, schema: Schema) -> list[Misfits]:
-    """Each Hermes table's rows holding a value Hermes never writes in its column, by
-    one full scan per table (``NOT INDEXED``); a read error ends a table's scan,
-    keeping what it found. Only tables with such rows are listed."""
+    """Each Hermes table's rows holding a value Hermes never writes in its column that no
+    index entry of the row holds too (:func:`unwitnessed`), by one full scan per table
+    (``NOT INDEXED``); a read error ends a table's scan, keeping what it found. Only
+    tables with such rows are listed."""
     out = []
     for obj in schema.base_tables():
         checks = column_checks(obj)
-        if not checks:
+        if not checks or obj.rowid_name is None:
             continue
         found = Misfits(obj.name)
         exprs = [_misfit_sql(name, kind) for _i, name, kind in checks]
         sql = (
-            f"SELECT rowid, {', '.join(exprs)} FROM {quote_ident(obj.name)} NOT INDEXED"
-            f" WHERE {' OR '.join(exprs)}"
+            f"SELECT {obj.rowid_sql}, {', '.join(exprs)} FROM {quote_ident(obj.name)}"
+            f" NOT INDEXED WHERE {' OR '.join(exprs)}"
         )
         hits: list[tuple[int, list[str]]] = []
         try:
@@ -173,48 +174,23 @@ def find_misfits(conn: apsw.Connection, schema: Schema) -> list[Misfits]:
             raise_if_interrupted(exc)
             found.complete = False
         for rowid, misfit in hits:
-            by_name = _row_values(conn, obj, rowid)
-            left = (
-                misfit
-                if by_name is None
-                else unwitnessed(conn, schema, obj, rowid=rowid, misfit=misfit, values=by_name)
-            )
-            if left:
+            if left := unwitnessed(conn, schema, obj, rowid=rowid, misfit=misfit):
                 found.rows[rowid] = left
         if found.rows:
             out.append(found)
     return out
 
 
-def _row_values(conn: apsw.Connection, obj: SchemaObject, rowid: int) -> dict[str, Any] | None:
-    """Row ``rowid`` of ``obj`` by column; None when it does not read (text that is not
-    UTF-8 among its values: then no witness is looked for)."""
-    names = [c.name for c in obj.stored_columns]
-    sql = (
-        f"SELECT {', '.join(map(quote_ident, names))} FROM {quote_ident(obj.name)} WHERE rowid = ?"
-    )
-    try:
-        row = conn.execute(sql, (rowid,)).fetchone()
-    except (apsw.Error, UnicodeDecodeError) as exc:
-        raise_if_machine(exc)
-        return None
-    return None if row is None else dict(zip(names, row, strict=True))
-
-
 def unwitnessed(
-    conn: apsw.Connection,
-    schema: Schema,
-    obj: SchemaObject,
-    *,
-    rowid: int,
-    misfit: list[str],
-    values: dict[str, Any],
+    conn: apsw.Connection, schema: Schema, obj: SchemaObject, *, rowid: int, misfit: list[str]
 ) -> list[str]:
-    """Of the ``misfit`` columns of row ``rowid`` (``values``: the row's columns by
-    name), those no index vouches for: an entry of an index of ``obj`` that lists every
-    row, on plain columns, holding this row's value there (read from the index alone)."""
-    if not misfit:
+    """Of the ``misfit`` columns of row ``rowid``, those no index vouches for: an entry
+    of an index of ``obj`` that lists every row, on plain columns, holding this row's
+    value there. Compared in SQL, value to value, so a row with text that is not UTF-8
+    elsewhere is asked the same (Python cannot read such text)."""
+    if not misfit or obj.rowid_name is None:
         return misfit
+    columns = {c.name for c in obj.stored_columns}
     indexes: list[list[str]] = []
     for idx in schema.full_indexes(obj.name):
         try:
@@ -223,40 +199,33 @@ def unwitnessed(
             raise_if_machine(exc)
             continue
         names = [None if r[2] is None else str(r[2]) for r in info]
-        if names and all(n is not None and n in values for n in names):
+        if names and all(n is not None and n in columns for n in names):
             indexes.append([idx.name, *[str(n) for n in names]])
     return [
         c
         for c in misfit
-        if not any(
-            _held(conn, obj, rowid=rowid, column=c, index=ix, values=values) for ix in indexes
-        )
+        if not any(_held(conn, obj, rowid=rowid, column=c, index=ix) for ix in indexes)
     ]
 
 
 def _held(
-    conn: apsw.Connection,
-    obj: SchemaObject,
-    *,
-    rowid: int,
-    column: str,
-    index: list[str],
-    values: dict[str, Any],
+    conn: apsw.Connection, obj: SchemaObject, *, rowid: int, column: str, index: list[str]
 ) -> bool:
     """Whether ``index`` (its name, then its columns) holds row ``rowid`` with its
-    columns up to ``column`` as ``values`` has them: the index's own entry, found
-    through it (``INDEXED BY``), never the table's record."""
+    columns up to ``column`` as the row's record has them: the index's own entry, found
+    through it (``INDEXED BY``), each value taken from the record by rowid."""
     name, columns = index[0], index[1:]
     if column not in columns:
         return False
+    table, rid = quote_ident(obj.name), obj.rowid_sql
     lead = columns[: columns.index(column) + 1]
-    where = " AND ".join(f"{quote_ident(c)} IS ?" for c in lead)
-    sql = (
-        f"SELECT 1 FROM {quote_ident(obj.name)} INDEXED BY {quote_ident(name)}"
-        f" WHERE {where} AND {obj.rowid_sql} = ? LIMIT 1"
+    where = " AND ".join(
+        f"{quote_ident(c)} IS (SELECT {quote_ident(c)} FROM {table} NOT INDEXED WHERE {rid} = ?1)"
+        for c in lead
     )
+    sql = f"SELECT 1 FROM {table} INDEXED BY {quote_ident(name)} WHERE {where} AND {rid} = ?1"
     try:
-        return conn.execute(sql, (*[values[c] for c in lead], rowid)).fetchone() is not None
+        return conn.execute(sql, (rowid,)).fetchone() is not None
     except apsw.Error as exc:
         raise_if_machine(exc)
         return False
