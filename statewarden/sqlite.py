@@ -17,6 +17,7 @@ which on Debian 12 is 3.40.1, older than the WAL-reset fix of 3.51.3.
 from __future__ import annotations
 
 import os
+import time
 
 import apsw
 
@@ -64,7 +65,8 @@ else:
 # A reader waits at most this long for a lock; it must never make a Hermes writer wait,
 # and Hermes' own busy timeout is 1 s, so ours is far below it.
 READ_BUSY_TIMEOUT_MS = 200
-LIVE_READ_ATTEMPTS = 3  # immutable reads of a live file a writer came into, then a locked one
+LIVE_READ_ATTEMPTS = 3  # reads of a live file a writer came into (or kept busy)
+LIVE_READ_PAUSE_S = 0.1
 
 # SQLite's SQLITE_ERROR text for a schema format number above the one it knows.
 UNSUPPORTED_FORMAT = "unsupported file format"
@@ -219,8 +221,17 @@ def read_live(
             continue
         if _untouched(path, before):
             return result
-    with readonly(path, busy_timeout_ms=busy_timeout_ms) as conn:
-        return read(conn)
+    for attempt in range(LIVE_READ_ATTEMPTS):
+        try:
+            with readonly(path, busy_timeout_ms=busy_timeout_ms) as conn:
+                return read(conn)
+        except (apsw.BusyError, apsw.SchemaChangeError):
+            # A writer's lock held past the timeout, or its VACUUM or schema change
+            # under the read: nothing the file holds, so it is read again.
+            if attempt == LIVE_READ_ATTEMPTS - 1:
+                raise
+            time.sleep(LIVE_READ_PAUSE_S)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def _untouched(path: str | os.PathLike[str], before: tuple[int, int, int, int] | None) -> bool:

@@ -194,3 +194,23 @@ def test_a_snapshot_copied_while_a_writer_came_in_is_copied_again(
         conn.close()
     assert copies == [True, True]
     assert sidecars(db) == []
+
+
+@pytest.mark.parametrize("error", [apsw.BusyError, apsw.SchemaChangeError])
+def test_a_busy_or_changing_writer_makes_the_read_wait_not_fail(
+    tmp_path: Path, error: type[apsw.Error]
+) -> None:
+    """A writer's lock held past the timeout, or its VACUUM under the read, says nothing
+    of the file: the read is taken again (a post-check once failed a healthy file so)."""
+    db = closed_file(tmp_path)
+    Path(f"{db}-wal").write_bytes(b"")  # a writer is there: the locked read is taken
+    calls: list[int] = []
+
+    def read(conn: apsw.Connection) -> int:
+        calls.append(0)
+        if len(calls) == 1:
+            raise error("database is locked")
+        return count(conn)
+
+    assert read_live(db, read) == ROWS
+    assert len(calls) == 2

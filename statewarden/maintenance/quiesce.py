@@ -138,7 +138,7 @@ def still_runs(pid: int, command: str, db: Path) -> bool:
 def _of_database(pid: int, db: Path) -> bool:
     """Whether process ``pid`` is a Hermes of ``db``: it holds the file now, or its
     Hermes home (``$HERMES_HOME``, else ``$HOME/.hermes``, from its environment) is the
-    folder of ``db`` or the home whose profile ``db`` is."""
+    folder of ``db``."""
     real = os.path.realpath(db)
     try:
         with os.scandir(f"/proc/{pid}/fd") as fds:
@@ -154,11 +154,10 @@ def _of_database(pid: int, db: Path) -> bool:
         if not user_home:
             return False
         home = os.path.join(user_home, ".hermes")
-    folder = os.path.dirname(real)
-    home = os.path.realpath(home)
-    profile_of = os.path.dirname(os.path.dirname(folder))
-    in_profiles = os.path.basename(os.path.dirname(folder)) == "profiles"
-    return folder == home or (in_profiles and profile_of == home)
+    # The home itself only: a process of the home a profile lives in is the default
+    # profile's (another profile's Hermes was once named this one's, running again); one
+    # that works on a profile of its home holds that profile's file once it runs.
+    return os.path.dirname(real) == os.path.realpath(home)
 
 
 def complete_scan(scanner: HolderScanner, gap_s: float = SCAN_GAP_S) -> HolderScan:

@@ -228,8 +228,10 @@ class RunReport:
         if self.downtime_s is not None:
             lines.append(f"  downtime: {self.downtime_s:.3f} s (first stop -> last unit active)")
         elif self.units_stopped or self.start_again:
+            done = ["units stopped and started again"] if self.units_stopped else []
+            done += ["processes stopped (named below)"] if self.start_again else []
             swapped = self.outcome in ("repaired", "swapped", "merged")
-            lines.append(f"  stopped and started again{'' if swapped else ', nothing swapped'}")
+            lines.append(f"  {'; '.join(done)}{'' if swapped else ', nothing swapped'}")
         if self.swap_s is not None:
             lines.append(f"  swap: {self.swap_s * 1000:.1f} ms")
         if self.quarantine:

@@ -381,7 +381,7 @@ def _keep_original(dfd: int, qfd: int, db: Path, orig: fence.Original) -> bool:
 
 
 def original_facts(db: Path, qdir: Path) -> dict[str, list[int]]:
-    """Size and mtime of the original and of its ``-wal`` and ``-journal``, wherever the
+    """Inode, size and mtime of the original and of its ``-wal`` and ``-journal``, wherever the
     swap has them (beside the database, else moved into ``qdir``). A resumed swap
     compares them with the ledger's: a process the fence does not stop (root's) may
     have written the original while the run was interrupted, and the new file lacks
@@ -393,7 +393,7 @@ def original_facts(db: Path, qdir: Path) -> dict[str, list[int]]:
                 st = os.lstat(folder / f"{db.name}{sfx}")
             except OSError:
                 continue
-            facts[sfx or "db"] = [st.st_size, st.st_mtime_ns]
+            facts[sfx or "db"] = [st.st_ino, st.st_size, st.st_mtime_ns]
             break
     return facts
 

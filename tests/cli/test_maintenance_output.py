@@ -81,7 +81,8 @@ def test_no_downtime_for_a_run_that_stopped_nothing(config: Path, tmp_path: Path
 def test_a_rolled_back_run_has_no_downtime_figure(config: Path, tmp_path: Path) -> None:
     """A holder that stops, then a writer opens the file during the settle of a run
     that cannot finish (settle_timeout): rolled back; the report says the holders were
-    stopped and started again, with no downtime figure."""
+    stopped (a process is not started again by the run: it is named), with no downtime
+    figure."""
     case = phantom_row(tmp_path / "home", SMALL)
     cfg = json.loads(config.read_text())
     cfg["maintenance"].update(settle="30s", settle_timeout="2s")
@@ -96,7 +97,8 @@ def test_a_rolled_back_run_has_no_downtime_figure(config: Path, tmp_path: Path) 
     lines = proc.stdout.splitlines()
     assert lines[0] == f"maintenance repair of {case.db}: rolled back: the database is unchanged"
     assert lines[1] == "  aborted and rolled back: holders did not settle within 2 s"
-    assert "  stopped and started again, nothing swapped" in lines
+    # The holder was a process (no unit): stopped, and named below to start again.
+    assert "  processes stopped (named below), nothing swapped" in lines
     assert not [line for line in lines if "downtime:" in line]
     assert report_of(ctl("--db", str(case.db), "--yes", "--json", "--dry-run"))
 

@@ -71,7 +71,7 @@ def test_every_typed_record_comes_back_from_its_json() -> None:
     assert data["start_again"][1] == {"pid": 7, "command": "hermes serve", "running_again": 9}
     assert report.render()[1:] == [
         "  swap            0.250 s",
-        "  stopped and started again",
+        "  processes stopped (named below)",
         "  unit a.service: start done, now active",
         "  start again yourself: hermes chat (was pid 4242)",
         "  running again: hermes serve (pid 9; whatever started it started it again)",

@@ -2,9 +2,9 @@
 
 A run on home A stopped A's gateway; home B's gateway ran the same command, and the
 report said B's was A's "running again" (whatever started it started it again), so
-nobody started A's. Invariant: a process is this database's, running again, only if it
-holds the file or its Hermes home (``$HERMES_HOME``, else ``$HOME/.hermes``) is the
-database's home or the home whose profile the database is. Real processes: the Hermes
+nobody started A's (and the default profile's was named a profile's). Invariant: a
+process is this database's, running again, only if it holds the file or its Hermes home
+(``$HERMES_HOME``, else ``$HOME/.hermes``) is the database's own folder. Real processes: the Hermes
 stand-in (Hermes' own SessionDB) on two real homes.
 """
 
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.process  # real Hermes stand-ins
 
 def test_the_same_command_of_another_home_is_not_running_again(tmp_path: Path) -> None:
     """B's dashboard runs; A's was stopped: nothing of A's runs again. B's is found
-    for B's database, and for a profile of B's home."""
+    for B's database, not for a profile of B's home; the profile's own dashboard is
+    found for the profile's database only."""
     bin_dir = tmp_path / "bin"
     install_fake_hermes(bin_dir)
     a = make_home(tmp_path / "a", TINY)
@@ -35,8 +36,16 @@ def test_the_same_command_of_another_home_is_not_running_again(tmp_path: Path) -
         command = short_command(read_cmdline(other.pid))
         assert running_again([command], set(), a / "state.db") == {}
         assert running_again([command], set(), b / "state.db") == {command: other.pid}
+        # The default profile's Hermes is not a profile's (it was once named one's).
         work = b / "profiles" / "work" / "state.db"
-        assert running_again([command], set(), work) == {command: other.pid}
+        assert running_again([command], set(), work) == {}
         assert running_again([command], {other.pid}, b / "state.db") == {}
     finally:
         other.stop()
+    profile = FakeHermes(bin_dir, work.parent, "dashboard", write_every=0.5)
+    try:
+        command = short_command(read_cmdline(profile.pid))
+        assert running_again([command], set(), work) == {command: profile.pid}
+        assert running_again([command], set(), b / "state.db") == {}
+    finally:
+        profile.stop()
