@@ -225,18 +225,16 @@ class TableFill(BuildPart):
                 filled = fill_missing(self.dst, obj, cols, values, missing)
             put = self.insert_row(tc, int(row[0]), values, cols, reached=True)
             if put and missing is not None:
-                tc.report.partial += 1
-                entry: dict[str, Any] = {
-                    "table": obj.name,
-                    "rowid": int(row[0]),
-                    "columns": missing,
-                    "filled": {c: json_value(v) for c, v in filled.items()},
-                }
-                if why:
-                    entry["why"] = why
-                if why and why != CROSS_LINKED:
-                    entry["changed"] = [c for c in missing if c in hit_names]
-                self.report.partial_rows.append(entry)
+                changed = [c for c in missing if c in hit_names]
+                note_partial(
+                    self.report.partial_rows,
+                    tc,
+                    int(row[0]),
+                    missing,
+                    filled,
+                    why=why,
+                    changed=changed if why != CROSS_LINKED else None,
+                )
             seen[0] += 1
             if self.progress and seen[0] % PROGRESS_EVERY_ROWS == 0:
                 self.progress(f"copy {obj.name}", seen[0], 0)
@@ -315,16 +313,8 @@ class TableFill(BuildPart):
         filled = fill_missing(self.dst, tc.obj, cols, values, hit)
         if not self.insert_row(tc, rowid, values, cols):
             return False
-        tc.report.partial += 1
-        self.report.partial_rows.append(
-            {
-                "table": tc.obj.name,
-                "rowid": rowid,
-                "columns": hit,
-                "filled": {c: json_value(v) for c, v in filled.items()},
-                "why": MISFIT_REASON,
-                "changed": hit,
-            }
+        note_partial(
+            self.report.partial_rows, tc, rowid, hit, filled, why=MISFIT_REASON, changed=hit
         )
         return True
 
@@ -515,3 +505,30 @@ def fill_missing(
         values[cols.index(name)] = value
         filled[name] = value
     return filled
+
+
+def note_partial(
+    partial_rows: list[dict[str, Any]],
+    tc: TableCopy,
+    rowid: int,
+    columns: list[str],
+    filled: dict[str, Any],
+    *,
+    why: str | None,
+    changed: list[str] | None,
+) -> None:
+    """A row written with ``columns`` it could not read or trust, among the partial
+    rows: ``filled`` the values put where NULL is not allowed, ``why`` the reason
+    (none: a chain cut short), ``changed`` those the record holds changed."""
+    tc.report.partial += 1
+    entry: dict[str, Any] = {
+        "table": tc.obj.name,
+        "rowid": rowid,
+        "columns": columns,
+        "filled": {c: json_value(v) for c, v in filled.items()},
+    }
+    if why:
+        entry["why"] = why
+    if why and changed is not None:
+        entry["changed"] = changed
+    partial_rows.append(entry)
