@@ -234,6 +234,34 @@ def read_live(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+def require_database(path: str | os.PathLike[str], *, hint: str | None = None) -> None:
+    """``path`` reads as a SQLite database: its header, then, when no sidecar lies
+    beside it, its schema, read ``immutable`` (nothing written, not even a ``-shm``);
+    else :class:`DatabaseUnreadable` in one line, with ``hint``. A file with sidecars
+    is read by the caller's own reads (a reader would rebuild the ``-shm`` a killed
+    writer left, which a run quarantines as it found it); an error that is not the
+    file's (a writer's lock held on, a hot journal) is left to them too."""
+    from statewarden.sqlite_header import read_header  # noqa: PLC0415 - its one caller here
+
+    try:
+        read_header(path)
+    except DatabaseUnreadable as exc:
+        raise DatabaseUnreadable(exc.message, hint=hint) from None
+    before = _identity(path)
+    if not no_sidecars(path):
+        return
+    try:
+        with readonly(path, immutable=True) as conn:
+            conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+    except DatabaseUnreadable as exc:
+        if _untouched(path, before):  # (a writer that came in meanwhile: not the file's)
+            raise DatabaseUnreadable(exc.message, hint=hint) from None
+    except apsw.Error as exc:
+        error = classify_error(path, exc)
+        if isinstance(error, DatabaseUnreadable) and _untouched(path, before):
+            raise DatabaseUnreadable(error.message, hint=hint) from None
+
+
 def _untouched(path: str | os.PathLike[str], before: tuple[int, int, int, int] | None) -> bool:
     """Still no sidecar beside ``path``, and the file as it was ``before``."""
     return before is not None and no_sidecars(path) and _identity(path) == before
@@ -254,7 +282,8 @@ def classify_error(path: str | os.PathLike[str], exc: BaseException) -> Database
     if isinstance(exc, apsw.NotADBError):
         return DatabaseUnreadable(f"{path}: not a SQLite database ({text})")
     if isinstance(exc, apsw.CorruptError):
-        return DatabaseUnreadable(f"{path}: database disk image is malformed ({text})")
+        said = "database disk image is malformed"
+        return DatabaseUnreadable(f"{path}: {said}" + (f" ({text})" if text != said else ""))
     if isinstance(exc, apsw.BusyError | apsw.LockedError):
         return DatabaseError(f"{path}: busy, a writer holds a lock ({text})")
     if is_hot_journal_error(exc):

@@ -96,6 +96,7 @@ from statewarden.progress import ProgressFn
 from statewarden.recovery import make_work_copy
 from statewarden.sidecars import SIDECAR_SUFFIXES
 from statewarden.sqlite import (
+    classify_error,
     is_hot_journal_error,
     no_sidecars,
     open_readonly,
@@ -359,7 +360,7 @@ def _read_presented(path: Path, work_parent: Path, read: Callable[[apsw.Connecti
         return read_live(path, read)
     except apsw.Error as exc:
         if not is_hot_journal_error(exc):
-            raise
+            raise classify_error(path, exc) from None
     work = make_work_copy(path, work_parent)
     try:
         with readonly(work.db, immutable=True) as conn:

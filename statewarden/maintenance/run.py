@@ -69,6 +69,12 @@ from statewarden.maintenance.wording import folded_problems
 from statewarden.maintenance.work_folders import remove_work_folders
 from statewarden.recovery import check_database
 from statewarden.recovery import exit_code_for as check_exit_code
+from statewarden.sqlite import require_database
+
+# Actions whose job includes a file that does not read (check names it, repair recovers
+# it, restore replaces it); every other action needs the live file to read.
+READS_DAMAGE = ("check", "repair", "restore")
+REPAIR_FIRST = "repair it first: statewardenctl maintenance --action repair"
 
 
 class MaintenanceRun(RunState):
@@ -129,6 +135,10 @@ class MaintenanceRun(RunState):
             self.report.exit_code = check_exit_code(diag.damage)
             self.report.notes.extend(diag.findings())
             return self.report
+        if self.options.action not in READS_DAMAGE:
+            # The other actions carry the live file's rows over as SQLite reads them:
+            # a file that does not read is one line, before anything is planned.
+            require_database(self.db, hint=REPAIR_FIRST)
         self.fence = Fence.of(self.db)
         if self.options.action == "merge":
             prepare_merge(self)
