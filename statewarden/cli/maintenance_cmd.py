@@ -236,8 +236,9 @@ def maintenance(
     cancelled and rolled back, 2 usage (a --merge-from path that cannot be used: none, a
     directory, an empty file), 3 the repair would lose rows (nothing swapped without
     --accept-loss) or swapped with accepted loss, 4 unreadable, 5 refused (a holder that
-    may not be stopped, another run in progress on the database, or a --merge-from file
-    that is not this database's earlier file).
+    may not be stopped, another run in progress on the database or one that did not
+    finish (--resume takes it up), or a --merge-from file that is not this database's
+    earlier file).
 
     Example: statewardenctl maintenance --profile default --dry-run
     """

@@ -45,6 +45,7 @@ from statewarden.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     Cancelled,
+    RunInProgress,
     StatewardenError,
 )
 from statewarden.maintenance import outcomes
@@ -125,7 +126,7 @@ class MaintenanceRun(RunState):
         confirmed)."""
         record = read_ledger(self.ledger.path)
         if record is not None and not record.finished:
-            raise StatewardenError(
+            raise RunInProgress(
                 f"{self.db}: an earlier maintenance run did not finish",
                 hint="statewardenctl maintenance --resume finishes or rolls it back",
             )

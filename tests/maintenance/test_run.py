@@ -231,13 +231,13 @@ class TestRefusals:
     def test_unfinished_run_blocks_a_new_one(
         self, config: Path, phantom: tuple[Path, list[str]]
     ) -> None:
-        """After a run killed with SIGKILL mid-way, a new run is refused (exit 1) and points at
-        --resume."""
+        """After a run killed with SIGKILL mid-way, a new run is refused (exit 5, as the
+        help says of a run not finished) and points at --resume."""
         db, _ = phantom
         env = {**os.environ, "STATEWARDEN_CRASH_AT": "prebuild"}
         assert ctl("--db", str(db), "--yes", env=env).returncode == -signal.SIGKILL
         proc = ctl("--db", str(db), "--yes")
-        assert proc.returncode == 1
+        assert proc.returncode == 5
         assert "an earlier maintenance run did not finish" in proc.stderr
         assert "--resume" in proc.stderr
 
