@@ -165,7 +165,17 @@ def bundle_bytes(db: Path) -> int:
     return total
 
 
-def check_free_space(directory: Path, needed: int) -> None:
+# The files a work folder holds at most: the folder, its lock, the copy with its -wal,
+# -shm and -journal (WORK_COPY_FILES); and per output written beside them, the output
+# with its own three (OUTPUT_FILES). Each takes an inode of the folder's file system.
+WORK_COPY_FILES = 6
+OUTPUT_FILES = 4
+
+
+def check_free_space(directory: Path, needed: int, *, outputs: int = 0) -> None:
+    """Room under ``directory`` for ``needed`` bytes and the files of a work folder with
+    ``outputs`` outputs beside its copy: one line saying what is short, else nothing.
+    (A file system that counts no inodes, ``f_files`` 0, is not held to a count.)"""
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
     if free < needed + FREE_SPACE_MARGIN_BYTES:
@@ -173,6 +183,13 @@ def check_free_space(directory: Path, needed: int) -> None:
             f"{directory}: not enough free space: {free} bytes free,"
             f" {needed + FREE_SPACE_MARGIN_BYTES} needed",
             hint="free some space there or choose another folder",
+        )
+    files = WORK_COPY_FILES + OUTPUT_FILES * outputs
+    if st.f_files and st.f_favail < files:
+        raise CopyFailed(
+            f"{directory}: not enough free inodes: {st.f_favail} files can still be"
+            f" made there, {files} needed",
+            hint="remove some files there or choose another folder",
         )
 
 
@@ -278,7 +295,7 @@ def make_work_copy(
     work_parent.mkdir(parents=True, exist_ok=True)
     work_parent = work_parent.resolve()
     check_work_parent(work_parent)
-    check_free_space(work_parent, size * space_factor)
+    check_free_space(work_parent, size * space_factor, outputs=space_factor - 1)
     remove_abandoned(work_parent)
     work_dir = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=work_parent))
     lock_fd = None

@@ -132,7 +132,7 @@ def recover(
         copied = round(time.monotonic() - started, 3)
         try:
             report = _recover_copy(work, output, progress, extras, early)
-        except (apsw.FullError, apsw.IOError) as exc:
+        except (apsw.FullError, apsw.IOError, apsw.CantOpenError) as exc:
             raise _not_built(output, exc) from None
         report.timings = {"copy": copied, **report.timings}
         if not report.verified:
@@ -160,12 +160,18 @@ def _of_bundle(path: Path, source: Path) -> bool:
 
 def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
     """The recovered file could not be written or read back next to ``output``: no room
-    (or SQLite's temporary folder full), or an I/O error. One line, nothing judged."""
+    (or SQLite's temporary folder full), no file can be made there (no inodes left), or
+    an I/O error. One line, nothing judged."""
     nothing = "nothing was written at the output and the source was not changed"
     if isinstance(exc, apsw.FullError):
         return StatewardenError(
             f"{output.parent}: no room left to write the recovered file there ({exc}); {nothing}",
             hint="free some space there or in SQLite's temporary folder, and retry",
+        )
+    if isinstance(exc, apsw.CantOpenError):
+        return StatewardenError(
+            f"{output.parent}: a file of the recovery could not be made there ({exc}); {nothing}",
+            hint="a folder out of free inodes or space fails this way: check both, and retry",
         )
     return StatewardenError(
         f"{output.parent}: writing or reading the recovered file there failed ({exc}); {nothing}",
