@@ -35,34 +35,28 @@ from statewarden.cli.maintenance_output import finish, printer
 from statewarden.errors import UsageError
 from statewarden.maintenance import ACTIONS, MaintenanceRun, Options, Plan, execute_all, resume_all
 
-
-@contextlib.contextmanager
-def ctrl_c_cancels(run: MaintenanceRun) -> Iterator[None]:
-    """Ctrl-C (SIGINT) asks the run to cancel; the run answers at its next step."""
-
-    def on_sigint(_signum: int, _frame: Any) -> None:
-        run.cancel()
-
-    old = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
+# Signals that end a command run by hand: Ctrl-C, a ``kill`` (SIGTERM), a terminal or an
+# SSH session closed under it (SIGHUP). Each asks the runs to cancel as Ctrl-C does, so
+# that no signal but SIGKILL ends a run with Hermes stopped (a SIGKILL leaves the run's
+# ledger to --resume).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
-def ctrl_c_cancels_all(runs: list[MaintenanceRun]) -> Iterator[None]:
-    """Ctrl-C (SIGINT) asks every run to cancel (those past their swap finish)."""
+def signals_cancel(runs: list[MaintenanceRun]) -> Iterator[None]:
+    """Ctrl-C (SIGINT), SIGTERM and SIGHUP ask every run to cancel: each rolls back at
+    its next step before its swap, and from the swap on finishes."""
 
-    def on_sigint(_signum: int, _frame: Any) -> None:
+    def on_signal(_signum: int, _frame: Any) -> None:
         for run in runs:
             run.cancel()
 
-    old = signal.signal(signal.SIGINT, on_sigint)
+    old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def each_profile(
@@ -89,7 +83,7 @@ def each_profile(
             )
             for t in targets
         ]
-        with ctrl_c_cancels_all(runs):
+        with signals_cancel(runs):
             report = resume_all(runs) if resume else execute_all(runs)
     if as_json:
         print_json(report.to_json())
@@ -311,6 +305,6 @@ def one_profile(
     options.confirm = confirm
     with progress_reporter("json" if as_json else "auto") as progress:
         run = MaintenanceRun(targets[0], config, options, emit=printer(as_json), progress=progress)
-        with ctrl_c_cancels(run):
+        with signals_cancel([run]):
             report = run.resume() if resume else run.execute()
     finish(report, as_json)

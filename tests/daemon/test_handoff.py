@@ -193,7 +193,7 @@ class TestWithoutDaemon:
     ) -> None:
         """A real SIGINT delivered the moment the swap step begins (through the CLI's
         Ctrl-C handler): refused with the reason, and the run finishes the repair."""
-        from statewarden.cli.maintenance_cmd import ctrl_c_cancels
+        from statewarden.cli.maintenance_cmd import signals_cancel
 
         db, env = setup(tmp_path)
         for name in ("XDG_STATE_HOME", "XDG_RUNTIME_DIR", "STATEWARDEN_CONFIG"):
@@ -208,7 +208,7 @@ class TestWithoutDaemon:
 
         target = Target("default", db.parent, db, db.parent / "logs", "hermes-gateway.service")
         run = MaintenanceRun(target, config, Options(), emit=emit)
-        with ctrl_c_cancels(run):
+        with signals_cancel([run]):
             report = run.execute()
         assert report.outcome == "repaired"
         assert report.exit_code == 0
