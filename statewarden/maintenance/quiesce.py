@@ -100,15 +100,18 @@ def terminate_all(targets: Sequence[tuple[int, int | None]], grace_s: float) -> 
     return how
 
 
-def running_again(commands: Sequence[str], gone: set[int], db: Path) -> dict[str, int]:
-    """Of ``commands`` (as :func:`short_command` names them), those a live process of
-    this uid runs now that is none of the processes signalled (``gone``) and that is a
-    Hermes of ``db`` (:func:`_of_database`): started again by whoever respawns it (the
-    desktop app's ``serve --isolated``). command -> pid. The same command of another
-    Hermes home is not it (a report once said another home's gateway was this one's,
-    running again, while this one's stayed stopped)."""
+def running_again(
+    commands: Sequence[str], gone: set[int], db: Path
+) -> dict[str, list[tuple[int, int]]]:
+    """Of ``commands`` (as :func:`short_command` names them), those live processes of
+    this uid run now that are none of the processes signalled (``gone``) and that are
+    a Hermes of ``db`` (:func:`_of_database`): started again by whoever respawns them
+    (the desktop app's ``serve --isolated``). command -> [(pid, parent pid)], every
+    such process. The same command of another Hermes home is not it (a report once
+    said another home's gateway was this one's, running again, while this one's
+    stayed stopped)."""
     wanted = set(commands)
-    found: dict[str, int] = {}
+    found: dict[str, list[tuple[int, int]]] = {}
     me = os.getuid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in gone:
@@ -117,11 +120,11 @@ def running_again(commands: Sequence[str], gone: set[int], db: Path) -> dict[str
         try:
             if read_uid(pid) != me:
                 continue
+            command = short_command(read_cmdline(pid))
+            if command in wanted and _of_database(pid, db):
+                found.setdefault(command, []).append((pid, read_stat(pid).ppid))
         except OSError:
             continue
-        command = short_command(read_cmdline(pid))
-        if command in wanted and command not in found and _of_database(pid, db):
-            found[command] = pid
     return found
 
 

@@ -36,7 +36,10 @@ def take_up(run: RunState, record: LedgerRecord) -> str | None:
     for e in record.steps("stop-unit"):
         if e["unit"] not in run.stopped_units:
             run.stopped_units.append(e["unit"])
-    run.signalled = [{"pid": e["pid"], "command": e["command"]} for e in record.steps("signal")]
+    run.signalled = [
+        {k: e[k] for k in ("pid", "command", "parent", "settle") if k in e}
+        for e in record.steps("signal")
+    ]
     first = resume_point(record)
     swap_line = record.last("swap")
     if swap_line is None:

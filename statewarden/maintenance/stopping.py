@@ -81,12 +81,21 @@ def stop(run: RunState) -> None:
     targets = []
     for d in run.plan.signals:
         ticks = start_ticks_of(d.pid)
-        run.journal.step("signal", pid=d.pid, command=d.command)
+        run.journal.step("signal", pid=d.pid, command=d.command, parent=_parent(d))
         run.mark_down()
         targets.append((d.pid, ticks))
     ended = terminate_all(targets, run.mc.stop_grace)
     for d in run.plan.signals:
-        run.signalled.append({"pid": d.pid, "command": d.command, "ended": ended[d.pid]})
+        run.signalled.append(
+            {"pid": d.pid, "command": d.command, "parent": _parent(d), "ended": ended[d.pid]}
+        )
+
+
+def _parent(d: Any) -> int | None:
+    """The pid of the parent of the holder ``d`` decides about (None: not known)."""
+    parents = getattr(d, "parents", None) or []
+    pid = parents[0].get("pid") if parents else None
+    return pid if isinstance(pid, int) else None
 
 
 def settle(run: RunState) -> None:
@@ -101,10 +110,18 @@ def settle(run: RunState) -> None:
             run.stopped_units.append(unit)
 
     def on_signal(d: Any) -> None:
-        run.ledger.step("signal", pid=d.pid, command=d.command)
+        parent = _parent(d)
+        run.ledger.step("signal", pid=d.pid, command=d.command, parent=parent, settle=True)
         run.mark_down()
         run.signalled.append(
-            {"pid": d.pid, "command": d.command, "ended": "signalled", "origin": describe_origin(d)}
+            {
+                "pid": d.pid,
+                "command": d.command,
+                "parent": parent,
+                "settle": True,
+                "ended": "signalled",
+                "origin": describe_origin(d),
+            }
         )
 
     result = Settler(
@@ -186,24 +203,54 @@ def restart(run: RunState) -> list[str]:
 
 
 def start_again(signalled: list[dict[str, Any]], db: Path) -> list[StartAgain]:
-    """The processes the run signalled, once per command: each either running again
-    (its respawner started it: ``running_again`` names the new pid) or for the user to
-    start again."""
-    commands = list(dict.fromkeys(str(s["command"]) for s in signalled))
-    if not commands:
+    """Each process the run stopped, once: running again (its respawner started it:
+    ``running_again`` names the new pid), still running (never stopped), or for the
+    user to start again. The processes the stop signalled each ran in their own right
+    (two with one command line are two); one signalled while settling came back in the
+    place of one stopped before, of its command (:func:`_stopped_processes`). Each is
+    matched with a live process of its command for ``db`` that none was, one each: one
+    with the same parent first (its respawner), then any other."""
+    stopped = _stopped_processes(signalled)
+    if not stopped:
         return []
     gone = {int(s["pid"]) for s in signalled}
     try:
-        again = running_again(commands, gone, db)
+        live = running_again(list(dict.fromkeys(p["command"] for p in stopped)), gone, db)
     except OSError:
-        again = {}
-    out = []
-    for command in commands:
-        pids = [s["pid"] for s in signalled if s["command"] == command]
-        last = int(pids[-1])
-        # A run killed between its ledger line and the signal never stopped it: the
-        # same process runs on (it must not be started a second time).
-        out.append(
-            StartAgain(last, command, last if still_runs(last, command, db) else again.get(command))
-        )
+        live = {}
+    again: dict[int, int | None] = {}
+    for p in stopped:  # a run killed between its ledger line and the signal: still runs
+        last = int(p["pid"])
+        if still_runs(last, p["command"], db):
+            again[last] = last
+    for same_parent in (True, False):
+        for p in stopped:
+            last = int(p["pid"])
+            if last in again:
+                continue
+            for candidate in live.get(p["command"], []):
+                if not same_parent or candidate[1] in p["parents"]:
+                    again[last] = candidate[0]
+                    live[p["command"]].remove(candidate)
+                    break
+    return [StartAgain(int(p["pid"]), p["command"], again.get(int(p["pid"]))) for p in stopped]
+
+
+def _stopped_processes(signalled: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes behind ``signalled``, in order: {"pid": the last one signalled,
+    "command", "parents": the parent pids seen}. One signalled while settling
+    (``settle``) came back in the place of the last one before it of its command with
+    the same parent, else of the last one of its command; else it is one more."""
+    out: list[dict[str, Any]] = []
+    for s in signalled:
+        command, parent = str(s["command"]), s.get("parent")
+        same = [p for p in out if p["command"] == command]
+        if s.get("settle") and same:
+            taken = [p for p in same if parent in p["parents"]] or same
+            taken[-1]["pid"] = s["pid"]
+            taken[-1]["parents"].add(parent)
+        else:
+            out.append({"pid": s["pid"], "command": command, "parents": {parent}})
+    for p in out:
+        p["parents"].discard(None)
     return out

@@ -385,8 +385,9 @@ class TestFullDisk:
         assert "Traceback" not in proc.stderr
 
     def test_disk_fills_during_the_prebuild(self, config: Path, tmp_path: Path) -> None:
-        """Space enough, but the filesystem runs out (of inodes) while the new file is
-        written: one line, exit 1, nothing stopped, nothing of ours left behind."""
+        """Space enough, but too few inodes for the new file's work folder (it once ran
+        out of them while the new file was written): said before the build, one line,
+        exit 1, nothing stopped, nothing of ours left behind."""
         src = make_home(tmp_path / "src", TINY) / "state.db"
         mnt = tmp_path / "mnt"
         mnt.mkdir()
@@ -400,7 +401,7 @@ class TestFullDisk:
         out = proc.stdout + proc.stderr
         assert "Traceback" not in out
         assert "failed before stopping anything" in proc.stdout, out
-        assert "the new file could not be built next to it" in proc.stdout
+        assert "not enough free inodes" in proc.stdout
         assert "rc=1" in proc.stdout
         after = proc.stdout.split("rc=1")[1]
         assert ".statewarden" not in after
