@@ -104,6 +104,13 @@ _FILE_KINDS = {
 }
 
 
+def _mode_or_zero(path: Path | str | os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return 0
+
+
 def open_regular(path: Path | str | os.PathLike[str]) -> BinaryIO:
     """Open ``path`` for raw reading only if it is a regular file (symlinks followed).
 
@@ -111,7 +118,14 @@ def open_regular(path: Path | str | os.PathLike[str]) -> BinaryIO:
     open or the reads forever and a device such as ``/dev/zero`` never ends, so either
     is refused with :class:`DatabaseUnreadable` before a byte is read.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        # A socket cannot be opened at all (ENXIO, "no such device or address"): say
+        # what it is, as of any other file that is no database.
+        if stat.S_ISSOCK(_mode_or_zero(path)):
+            raise DatabaseUnreadable(f"{path}: is a socket, not a database") from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -7,6 +7,7 @@ The click command (:mod:`statewarden.cli.holders_cmd`) and the quick entry point
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 
@@ -64,11 +65,16 @@ def exit_code(scans: list[HolderScan]) -> int:
 
 
 def check_db(db: str) -> None:
+    """``--db`` names a file this user can look at: one line saying why not (exit 2)."""
     path = os.path.expanduser(db)
-    if os.path.isdir(path):
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except FileNotFoundError:
+        raise UsageError(f"--db {db}: no such file") from None
+    except OSError as exc:  # a folder this user may not search: not "no such file"
+        raise UsageError(f"--db {db}: {exc.strerror or exc}") from None
+    if is_dir:
         raise UsageError(f"--db {db}: is a directory; give the path of the state.db file")
-    if not os.path.exists(path):
-        raise UsageError(f"--db {db}: no such file")
 
 
 def _fds(h: Holder) -> str:

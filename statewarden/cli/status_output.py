@@ -44,7 +44,9 @@ def _or_dash(value: object) -> str:
 
 def _render(st: DatabaseStatus) -> None:
     _line(f"{st.profile}: {st.path}")
-    if not st.exists:
+    if st.exists is None:
+        _line("  state.db        cannot be looked at (see the problem below)")
+    elif not st.exists:
         _line("  state.db        not present")
     else:
         _line(f"  size            {human_bytes(st.size_bytes)}")

@@ -37,6 +37,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 from statewarden.atomic import private_dir
 from statewarden.errors import (
@@ -47,6 +48,7 @@ from statewarden.errors import (
     Cancelled,
     RunInProgress,
     StatewardenError,
+    path_error,
 )
 from statewarden.maintenance import outcomes
 from statewarden.maintenance.fence import Fence
@@ -71,10 +73,25 @@ from statewarden.maintenance.work_folders import remove_work_folders
 from statewarden.recovery import check_database
 from statewarden.recovery import exit_code_for as check_exit_code
 from statewarden.sqlite import require_database
+from statewarden.sqlite_header import open_regular
 
 # Actions whose job includes a file that does not read (check names it, repair recovers
 # it, restore replaces it); every other action needs the live file to read.
 READS_DAMAGE = ("check", "repair", "restore")
+
+
+def looked_at(db: Path) -> None:
+    """``db`` looked at as ``check`` looks at it first, by every action on it: a path
+    that cannot be read as named (missing, a folder the user cannot search, a file they
+    may not read) is one line, exit 2; one that names no regular file (a folder, a
+    FIFO, a device) is exit 4. Nothing is read but the open's answer."""
+    try:
+        with open_regular(db):
+            pass
+    except OSError as exc:
+        raise path_error(exc.filename or db, exc) from None
+
+
 REPAIR_FIRST = "repair it first: statewardenctl maintenance --action repair"
 
 
@@ -92,6 +109,8 @@ class MaintenanceRun(RunState):
             self.report.notes.append(f"removed the work folder of a killed run: {path}")
 
     def execute(self) -> RunReport:
+        if self.options.action != "restore":  # (it may put back a file that is gone)
+            looked_at(self.db)
         self._private_folder()
         with run_lock(self.folder):
             if not self.options.dry_run:

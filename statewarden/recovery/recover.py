@@ -113,15 +113,17 @@ def recover(
         raise UsageError(f"{output}: already exists; refusing to overwrite it")
     if not output.parent.is_dir():
         raise UsageError(f"{output.parent}: {_not_a_folder(output.parent)} for --output")
+    if report_path is not None and os.path.abspath(report_path) == os.path.abspath(output):
+        raise UsageError(f"{report_path}: --report and --output name the same file")
     if report_path is not None and os.path.lexists(report_path):
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
     if report_path is not None and not Path(report_path).parent.is_dir():
         parent = Path(report_path).parent
         raise UsageError(f"{parent}: {_not_a_folder(parent)} for --report")
     # Both folders are tried before any work: a read-only one fails now, not after it.
-    _check_writable(output.parent, "--output")
+    _check_writable(output, "--output")
     if report_path is not None:
-        _check_writable(Path(report_path).parent, "--report")
+        _check_writable(Path(report_path), "--report")
     started = time.monotonic()
     # FTS5's own checks, the longest part of a recovery, run in a child process: it
     # starts loading now, while the work copy is made (``EarlyChecker``).
@@ -148,14 +150,34 @@ def recover(
 def _of_bundle(path: Path, source: Path) -> bool:
     """Is ``path`` one of the names of ``source``'s bundle (the database, its ``-wal``,
     ``-shm`` or ``-journal``), by its own name or the one its symlinks lead to? A file
-    written there would become part of the database SQLite opens next."""
+    written there would become part of the database SQLite opens next. Folders are
+    told apart by what they are (device and inode), not by how they are named: the
+    source's folder reached through a bind mount is the same folder."""
     try:
         real = source.resolve()
         names = {os.path.abspath(sidecar(db, s)) for db in (source, real) for s in BUNDLE_SUFFIXES}
         written = {os.path.abspath(path), os.path.join(path.parent.resolve(), path.name)}
     except (OSError, RuntimeError):
         return False  # a path that does not resolve: the checks after say what it is
-    return bool(names & written)
+    return bool(names & written) or _same_folder_and_name(path, source, real)
+
+
+def _same_folder_and_name(path: Path, source: Path, real: Path) -> bool:
+    """Is ``path`` in the folder of ``source`` or of its real file (the same device and
+    inode), under the name of one of that file's bundle members?"""
+    try:
+        folder = os.stat(path.parent)
+    except OSError:
+        return False
+    for db in (source, real):
+        try:
+            theirs = os.stat(db.parent)
+        except OSError:
+            continue
+        same = (folder.st_dev, folder.st_ino) == (theirs.st_dev, theirs.st_ino)
+        if same and path.name in {f"{db.name}{s}" for s in BUNDLE_SUFFIXES}:
+            return True
+    return False
 
 
 def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
@@ -190,14 +212,22 @@ def _not_a_folder(path: Path) -> str:
     return "not a directory"
 
 
-def _check_writable(directory: Path, option: str) -> None:
-    """Create and remove a file in ``directory``, or fail with one line (exit 2)."""
+def _check_writable(path: Path, option: str) -> None:
+    """Create and remove a file in ``path``'s folder, and hold ``path``'s name to the
+    longest that folder takes, or fail with one line (exit 2)."""
+    directory = path.parent
     try:
         fd, name = tempfile.mkstemp(prefix=".statewarden-probe-", dir=directory)
     except OSError as exc:
         raise UsageError(f"{directory}: cannot write there for {option}: {exc.strerror}") from None
     os.close(fd)
     os.unlink(name)
+    try:
+        longest = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return
+    if len(os.fsencode(path.name)) > longest:
+        raise UsageError(f"{path}: file name too long ({option}; at most {longest} bytes)")
 
 
 def _write_report(path: Path, report: Report) -> None:

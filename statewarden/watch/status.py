@@ -69,7 +69,7 @@ class DatabaseStatus:
     home: str
     path: str
     gateway_unit: str
-    exists: bool
+    exists: bool | None  # None: not known (a folder this user may not search)
     size_bytes: int | None = None
     page_size: int | None = None
     page_count: int | None = None
@@ -108,6 +108,20 @@ def _filesystem(path: Path, mounts: list[Mount]) -> FilesystemFacts | None:
 def database_status(target: Target, mounts: list[Mount] | None = None) -> DatabaseStatus:
     """Everything ``status`` reports about one target; problems are listed, not raised."""
     mounts = read_mounts() if mounts is None else mounts
+    try:
+        os.stat(target.db)
+    except FileNotFoundError:
+        pass  # said below, with what else is known
+    except OSError as exc:  # a folder this user may not search: nothing can be looked at
+        st = DatabaseStatus(
+            profile=target.name,
+            home=str(target.home),
+            path=str(target.db),
+            gateway_unit=target.gateway_unit,
+            exists=None,
+        )
+        st.problems.append(f"{target.db}: cannot be looked at: {exc.strerror or exc}")
+        return st
     st = DatabaseStatus(
         profile=target.name,
         home=str(target.home),

@@ -12,6 +12,7 @@ import json
 import os
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import apsw
@@ -34,6 +35,7 @@ from tests.support.recovery import (
     scrambled_fts_index,
 )
 from tests.support.recovery import recover_reported as recover_json
+from tests.support.repo import REPO
 
 REPORT_KEYS = {"source", "output", "strategy", "verified", "loss_detected", "tables", "lost"}
 TABLE_KEYS = {
@@ -460,6 +462,70 @@ class TestRefusals:
         )
         assert sorted(p.name for p in case.db.parent.iterdir()) == before
         assert not (tmp_path / "out.db").exists()
+
+    @pytest.mark.parametrize("option", ["--output", "--report"])
+    def test_a_name_too_long_is_refused_before_any_work(self, tmp_path: Path, option: str) -> None:
+        """A name longer than its folder takes: exit 2, one line, before the recovery
+        (it once ended, after the whole recovery, in "unexpected OSError")."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        long = tmp_path / ("a" * 300 + ".db")
+        args = {"--output": str(tmp_path / "out.db"), option: str(long)}
+        code, out, err = run_ctl(
+            "recover", "--source", str(case.db), *itertools.chain(*args.items())
+        )
+        assert code == 2, out + err
+        assert err == (
+            f"statewardenctl: error: {long}: file name too long ({option}; at most 255 bytes)\n"
+        )
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
+
+    def test_report_and_output_the_same_file(self, tmp_path: Path) -> None:
+        """--report naming the --output: exit 2, one line, before any work (the report
+        was once refused after the recovery, left at the output's path)."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        same = tmp_path / "same.db"
+        code, out, err = run_ctl(
+            "recover", "--source", str(case.db), "--output", str(same), "--report", str(same)
+        )
+        assert code == 2, out + err
+        assert err == f"statewardenctl: error: {same}: --report and --output name the same file\n"
+        assert not same.exists()
+
+    @pytest.mark.parametrize("option", ["--output", "--report"])
+    def test_a_name_of_the_source_s_files_through_a_bind_mount(
+        self, tmp_path: Path, option: str
+    ) -> None:
+        """The source's folder bind-mounted elsewhere is the same folder (the same device
+        and inode): its -journal named there is refused as by its own name (it was
+        written, and the next open of the source deleted the recovered file). Exit 2,
+        one line, nothing written. In a private mount namespace, as root."""
+        if os.geteuid() != 0:
+            pytest.skip("a bind mount needs root")
+        case = corruption.fresh_copy(tmp_path / "db")
+        bind = tmp_path / "bind"
+        bind.mkdir()
+        target = bind / f"{case.db.name}-journal"
+        out = tmp_path / "out.db"
+        args = {"--output": str(out), option: str(target)}
+        script = (
+            f"mount --bind {case.db.parent} {bind} && {sys.executable} -m statewarden.cli.ctl"
+            f" recover --source {case.db} " + " ".join(f"{k} {v}" for k, v in args.items())
+        )
+        before = sorted(p.name for p in case.db.parent.iterdir())
+        r = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO,
+        )
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr == (
+            f"statewardenctl: error: {target}: a name of the source's files; {option} must be"
+            " another\n"
+        )
+        assert sorted(p.name for p in case.db.parent.iterdir()) == before
+        assert not out.exists()
 
     @pytest.mark.parametrize("suffix", ["-journal", "-wal"])
     def test_the_source_is_a_name_of_the_output_s_files(self, tmp_path: Path, suffix: str) -> None:
