@@ -307,13 +307,47 @@ def _swap_at(
         if _lstat_at(qfd, name) is None:
             raise FenceError(f"{db}: no longer the file this run fenced; not swapped")
         return result
+    # The new file gets its owner and mode and reaches the disk first: from the moment
+    # the sidecars leave to the rename, a process that ignores the fence (root's) and
+    # opens the database makes new sidecars beside it, which the new file would be read
+    # with. That stretch is kept to a link and a rename, no fsync of a whole file.
+    fd = _open_proven(dfd, new.name, new, sealed)
+    try:
+        if os.geteuid() == 0 or orig.uid == os.geteuid():
+            # Not root: a file we create is ours, which is the original's owner already.
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, orig.uid, orig.gid)
+        os.fchmod(fd, orig.mode)
+        os.fsync(fd)
+        result.copied |= _move_sidecars(dfd, qfd, db, touched)
+        if after is not None:
+            after("sidecars-moved")
+        if not _is(qfd, name, orig.ino, orig.dev) and _lstat_at(qfd, name) is None:
+            result.copied |= _keep_original(dfd, qfd, db, orig)
+        os.fsync(qfd)
+        if after is not None:
+            after("original-kept")
+        # The name must still be this file at the rename (the last look before it).
+        if not _is(dfd, new.name, sealed.ino, sealed.dev):
+            raise FenceError(f"{new}: replaced at the swap; the original stays in place")
+        os.rename(new.name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(fd)
+    os.fsync(dfd)
+    return result
+
+
+def _move_sidecars(dfd: int, qfd: int, db: Path, touched: list[str]) -> bool:
+    """Move the original's sidecars from the database's folder into quarantine (each
+    named in ``touched`` first); True if one was copied across filesystems."""
+    copied = False
     for sfx in SIDECAR_SUFFIXES:
         side = sidecar(db, sfx).name
         here, kept_side = _lstat_at(dfd, side), _lstat_at(qfd, side)
         if here is not None:
             touched.append(side)
         if here is not None and kept_side is None:
-            result.copied |= _move(dfd, side, qfd)
+            copied |= _move(dfd, side, qfd)
         elif here is not None and kept_side is not None:
             # Copied whole by an earlier attempt (only a whole copy gets the name), then
             # interrupted before the unlink: the one beside the database must go, or the
@@ -323,29 +357,7 @@ def _swap_at(
                     f"{db.parent / side}: differs from its copy in quarantine; not swapped"
                 )
             os.unlink(side, dir_fd=dfd)
-    if after is not None:
-        after("sidecars-moved")
-    if not _is(qfd, name, orig.ino, orig.dev) and _lstat_at(qfd, name) is None:
-        result.copied |= _keep_original(dfd, qfd, db, orig)
-    os.fsync(qfd)
-    if after is not None:
-        after("original-kept")
-    fd = _open_proven(dfd, new.name, new, sealed)
-    try:
-        if os.geteuid() == 0 or orig.uid == os.geteuid():
-            # Not root: a file we create is ours, which is the original's owner already.
-            with contextlib.suppress(PermissionError):
-                os.fchown(fd, orig.uid, orig.gid)
-        os.fchmod(fd, orig.mode)
-        os.fsync(fd)
-        # The name must still be this file at the rename (the last look before it).
-        if not _is(dfd, new.name, sealed.ino, sealed.dev):
-            raise FenceError(f"{new}: replaced at the swap; the original stays in place")
-        os.rename(new.name, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    finally:
-        os.close(fd)
-    os.fsync(dfd)
-    return result
+    return copied
 
 
 def _keep_original(dfd: int, qfd: int, db: Path, orig: fence.Original) -> bool:
