@@ -7,10 +7,26 @@ lists the first sentence of each command's help whole, wrapped under its name in
 
 from __future__ import annotations
 
+from typing import IO, Any
+
 import click
 
 # Longer than any first sentence: click then stops at the sentence's end, not at a width.
 WHOLE_SUMMARY_CHARS = 10_000
+
+
+def _usage_error_in_one_line(self: click.UsageError, file: IO[Any] | None = None) -> None:
+    """A usage error (an unknown option or command, a bad value) as one line, as every
+    other error of ``statewardenctl`` and ``statewarden`` is: what was wrong, and where
+    the help is. (click prints the usage, a hint and the error on four lines.)"""
+    ctx = self.ctx
+    path = ctx.command_path if ctx is not None else "statewardenctl"
+    prog = (ctx.find_root().info_name if ctx is not None else None) or "statewardenctl"
+    message = self.format_message().rstrip(".")
+    click.echo(f"{prog}: error: {message} (see {path} --help)", file=file, err=True)
+
+
+click.UsageError.show = _usage_error_in_one_line  # type: ignore[method-assign]
 
 
 class CommandGroup(click.Group):

@@ -240,4 +240,4 @@ def main() -> None:
             end(run_check(checking))
     from statewarden.cli.ctl import main as ctl_main  # noqa: PLC0415
 
-    ctl_main()
+    ctl_main(prog_name=PROG)

@@ -80,3 +80,27 @@ def test_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["nope"])
     assert result.exit_code == 2
     assert "No such command 'nope'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["maintenance", "--bogus"],
+            "No such option '--bogus' (see statewardenctl maintenance --help)",
+        ),
+        (["recover"], "Missing option '--source' (see statewardenctl recover --help)"),
+        (["nope"], "No such command 'nope' (see statewardenctl --help)"),
+        (["maintenance", "--action", "x"], "Invalid value for '--action'"),
+    ],
+)
+def test_a_usage_error_is_one_line(args: list[str], said: str) -> None:
+    """Invariant: bad input is one line and a documented exit code. A usage error click
+    finds (an unknown option or command, a missing or bad value) is one line on stderr,
+    exit 2, naming where the help is (click printed the usage, a hint and the error on
+    four lines)."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("statewardenctl: error: ")
+    assert said in line
