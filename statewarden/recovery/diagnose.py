@@ -139,14 +139,17 @@ def diagnose_ahead_of_fts(
     return result, pending
 
 
-def _zeroed_search(raw: DatabaseFile | str, schema: Schema) -> dict[str, ZeroedCells] | str:
-    """Rows that run into zeroed sectors (``damaged_cells.zeroed_cells_in``), or why the search
-    failed (``raw``: the open file, or why it could not be opened)."""
+def _zeroed_search(
+    raw: DatabaseFile | str, schema: Schema, destroyed: dict[str, int]
+) -> dict[str, ZeroedCells] | str:
+    """Rows that run into zeroed sectors (``damaged_cells.zeroed_cells_in``; ``destroyed``
+    gets the cells that begin in one), or why the search failed (``raw``: the open file,
+    or why it could not be opened)."""
     if isinstance(raw, str):
         return raw
     try:
         hermes = {o.name for o in schema.tables() if hermes_table(o)}
-        return zeroed_cells_in(raw, schema, text_proves=hermes)
+        return zeroed_cells_in(raw, schema, text_proves=hermes, destroyed=destroyed)
     except (OSError, ValueError) as exc:  # a PageFormatError is a ValueError
         return str(exc)
 
@@ -321,6 +324,7 @@ class _Facts:
     copies: list[CopyCheck]
     counts: list[tuple[int, int, int]]
     zeroed: dict[str, ZeroedCells] | str
+    destroyed: dict[str, int]  # cells that begin in zeroed bytes, per table
     # Rowids only an index lists, per table, as the scan found them (before the lost
     # writes take the rowids given out from them).
     index_only: dict[str, list[int]]
@@ -358,7 +362,8 @@ def _diagnose(
     agree = not defer and check.btree_result() == ([], None)
     scanned = _scan_facts(conn, schema, progress, {}, indexes_agree=agree)
     # Raw reads while the checks run (SQLite releases the GIL): see ``diagnose``.
-    zeroed = _zeroed_search(raw, schema)
+    destroyed: dict[str, int] = {}
+    zeroed = _zeroed_search(raw, schema, destroyed)
     # Cells of another table's leaf a wrong child pointer names are no rows of the
     # table whose b-tree reaches them (``foreign_cells.py``): the scans are made again
     # without them when the b-tree check names such a leaf.
@@ -378,6 +383,7 @@ def _diagnose(
         copies=copies,
         counts=counts,
         zeroed=zeroed,
+        destroyed=destroyed,
         index_only={t.name: t.stale_index_entries for t in tables},
         unverifiable=unloadable(conn, schema),
         truncated=truncated is not None,
@@ -478,7 +484,25 @@ def _verdict(
     )
     result.damage = worst(result.damage, "base" if result.misfits else "none")
     _add_zeroed_cells(result, own_zeros_left_out(conn, schema, facts.zeroed), schema)
+    _add_destroyed_cells(result, facts.destroyed, schema)
     return result
+
+
+def _add_destroyed_cells(result: Diagnosis, found: dict[str, int], schema: Schema) -> None:
+    """Cells that begin in zeroed bytes, which SQLite reads as rows of rowid 0 with
+    nothing stored: each was a row, lost. Base damage in a base table; in an FTS shadow
+    table the FTS table is rebuilt (derived)."""
+    for name, n in found.items():
+        obj = schema.by_name(name)
+        if obj is None:
+            continue
+        result.destroyed_cells[name] = n
+        if obj.shadow_of is not None:
+            if result.fts.get(obj.shadow_of, "ok") == "ok":
+                result.fts[obj.shadow_of] = f"{n} cells of {name} destroyed by zeroed bytes"
+            result.damage = worst(result.damage, "derived")
+        else:
+            result.damage = worst(result.damage, "base")
 
 
 def exit_code_for(damage: str) -> int:

@@ -179,6 +179,9 @@ class Diagnosis:
     # the columns hit (None: its header was hit). SQLite reads them with the zeros as
     # their values, and no integrity check sees it (damaged_cells.zeroed_cells).
     zeroed_cells: dict[str, ZeroedCells] = field(default_factory=dict)
+    # Cells that begin in zeroed bytes, per table: SQLite reads each as a row of rowid 0
+    # with nothing stored; the row the cell held is lost (damaged_cells._destroyed_on).
+    destroyed_cells: dict[str, int] = field(default_factory=dict)
     # Rows whose overflow chain leads into pages another row's chain owns, per table
     # (rowid -> positions of the columns past the cell), and the pages claimed twice
     # and their owners' (damaged_cells.cross_linked_cells).
@@ -224,6 +227,11 @@ class Diagnosis:
             out.append(
                 f"{name}: {n} row{'s' if n != 1 else ''} run into zeroed bytes, read as"
                 f" values by SQLite ({rowids_shown(sorted(cells))})"
+            )
+        for name, n in self.destroyed_cells.items():
+            out.append(
+                f"{name}: {n} cell{'s' if n != 1 else ''} destroyed by zeroed bytes, read by"
+                " SQLite as rows of rowid 0 with nothing stored (the rows they held are lost)"
             )
         out.extend(
             f"{t}: {n} orphan row{'s' if n != 1 else ''} (foreign_key_check)"

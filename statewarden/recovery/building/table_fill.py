@@ -169,8 +169,8 @@ class TableFill(BuildPart):
         key_idx = [cols.index(c) + 1 for c in obj.key_names]
         seen = [0]
         partial: dict[int, list[str]] = {}
-
         zeroed = self.inputs.diag.zeroed_cells.get(obj.name, {})
+        destroyed = [self.inputs.diag.destroyed_cells.get(obj.name, 0)]
         crossed = self.inputs.diag.cross_linked.get(obj.name, {})
         checks = column_checks(obj)
         seq = sequence_of(self.src, obj.name)
@@ -179,6 +179,8 @@ class TableFill(BuildPart):
             return {"rowid": int(row[0]), "values": list(row[1:]), "checks": checks}
 
         def on_row(row: tuple[Any, ...]) -> None:
+            if _destroyed(tc, destroyed, cols, row):
+                return
             if why_garbled := garbled(tc, int(row[0]), partial, seq, self.inputs):
                 # A garbled cell that decodes, not a row: set aside, never copied as a
                 # good row.
@@ -421,6 +423,26 @@ class TableFill(BuildPart):
                 "row": {c: json_value(v) for c, v in row.items()},
             }
         )
+
+
+def _destroyed(tc: TableCopy, left: list[int], cols: list[str], row: tuple[Any, ...]) -> bool:
+    """Is ``row`` one of the cells that begin in zeroed bytes (``left``: how many are
+    still to come, ``Diagnosis.destroyed_cells``), read as a row of rowid 0? The row the
+    cell held is lost, its key unknown: counted so, never written."""
+    if not left[0] or not _nothing_stored(tc.obj, cols, row):
+        return False
+    left[0] -= 1
+    tc.report.unnamed_lost += 1
+    return True
+
+
+def _nothing_stored(obj: SchemaObject, cols: list[str], row: tuple[Any, ...]) -> bool:
+    """Is ``row`` (rowid, then ``cols``) what SQLite reads from a cell of zeros: rowid 0
+    and no column stored (NULL; the rowid's alias column 0)?"""
+    if row[0] != 0:
+        return False
+    alias = obj.rowid_alias
+    return all(v is None or (c == alias and v == 0) for c, v in zip(cols, row[1:], strict=True))
 
 
 def garbled(

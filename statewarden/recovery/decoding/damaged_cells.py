@@ -72,14 +72,18 @@ def zeroed_cells(path: Path, schema: Schema) -> dict[str, ZeroedCells]:
 
 
 def zeroed_cells_in(
-    db: DatabaseFile, schema: Schema, text_proves: Collection[str] | None = None
+    db: DatabaseFile,
+    schema: Schema,
+    text_proves: Collection[str] | None = None,
+    destroyed: dict[str, int] | None = None,
 ) -> dict[str, ZeroedCells]:
     """:func:`zeroed_cells` of a file already open for raw reads. A caller that holds
     SQLite connections to the file meanwhile opens ``db`` before the first of them and
     closes it after the last (docs/safety.md rule 2: no descriptor of the file is
     closed while a connection holds locks on it). ``text_proves``: the tables whose
     writer puts no NUL character in text (zeros there prove a zeroed sector); None:
-    every table."""
+    every table. ``destroyed`` gets, per table, the cells of its leaves that begin in
+    a zeroed stretch (:func:`_destroyed_on`)."""
     # (the census leaves out pages whose zeroed sectors lie in no record's bytes, by
     # the file's own bytes: those of newer images are looked at whole)
     sectors = zeroed_sectors(db) if db.overlay else db.census().zeroed
@@ -100,6 +104,9 @@ def zeroed_cells_in(
     leading = _leaves_leading_into(db, on_leaf, set(zeroed)) if others else set()
     out: dict[str, ZeroedCells] = {}
     for name, leaves in leaves_of.items():
+        lost = sum(_destroyed_on(db, n, zeroed[n]) for n in leaves if n in zeroed)
+        if lost and destroyed is not None:
+            destroyed[name] = lost
         found: ZeroedCells = {}
         wanted = (n for n in leaves if n in zeroed or n in leading)
         for _n, _off, rowid, segs in _cells_of(db, wanted):
@@ -113,6 +120,19 @@ def zeroed_cells_in(
         if found:
             out[name] = found
     return out
+
+
+def _destroyed_on(db: DatabaseFile, page: int, stretches: list[tuple[int, int]]) -> int:
+    """The cells of table leaf ``page`` that begin in one of its zeroed ``stretches``:
+    their payload size and rowid read as 0, so SQLite reads each as a row of rowid 0
+    with no column stored. None of that is the row the cell held: it was destroyed,
+    its key unknown (a cell of a row never starts with a zero byte: a payload size
+    of 0 is no record)."""
+    try:
+        offsets = db.cell_offsets(page)
+    except (PageFormatError, struct.error):
+        return 0
+    return sum(any(lo <= off < hi for lo, hi in stretches) for off in offsets)
 
 
 def _cells_of(
