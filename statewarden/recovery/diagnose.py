@@ -164,16 +164,25 @@ def _add_zeroed_cells(
         result.notes.append(f"the search for zeroed sectors failed: {found}")
         return
     for name, cells in found.items():
-        obj = schema.by_name(name)
-        if obj is None:
-            continue
-        result.zeroed_cells[name] = cells
-        if obj.shadow_of is not None:
-            if result.fts.get(obj.shadow_of, "ok") == "ok":
-                result.fts[obj.shadow_of] = f"{len(cells)} rows of {name} run into zeroed bytes"
-            result.damage = worst(result.damage, "derived")
-        else:
-            result.damage = worst(result.damage, "base")
+        verdict = f"{len(cells)} rows of {name} run into zeroed bytes"
+        if _table_damaged(result, schema, name, verdict):
+            result.zeroed_cells[name] = cells
+
+
+def _table_damaged(result: Diagnosis, schema: Schema, name: str, fts_verdict: str) -> bool:
+    """Damage found in table ``name``: base damage in a base table; in an FTS shadow
+    table its FTS table is rebuilt from its base table (derived damage, ``fts_verdict``
+    its verdict unless it has one). False: no such table."""
+    obj = schema.by_name(name)
+    if obj is None:
+        return False
+    if obj.shadow_of is not None:
+        if result.fts.get(obj.shadow_of, "ok") == "ok":
+            result.fts[obj.shadow_of] = fts_verdict
+        result.damage = worst(result.damage, "derived")
+    else:
+        result.damage = worst(result.damage, "base")
+    return True
 
 
 _PAGE_RE = re.compile(r"\bof page (\d+)\b|\bon page (\d+)\b|^Page (\d+)\b")
@@ -493,16 +502,8 @@ def _add_destroyed_cells(result: Diagnosis, found: dict[str, int], schema: Schem
     nothing stored: each was a row, lost. Base damage in a base table; in an FTS shadow
     table the FTS table is rebuilt (derived)."""
     for name, n in found.items():
-        obj = schema.by_name(name)
-        if obj is None:
-            continue
-        result.destroyed_cells[name] = n
-        if obj.shadow_of is not None:
-            if result.fts.get(obj.shadow_of, "ok") == "ok":
-                result.fts[obj.shadow_of] = f"{n} cells of {name} destroyed by zeroed bytes"
-            result.damage = worst(result.damage, "derived")
-        else:
-            result.damage = worst(result.damage, "base")
+        if _table_damaged(result, schema, name, f"{n} cells of {name} destroyed by zeroed bytes"):
+            result.destroyed_cells[name] = n
 
 
 def exit_code_for(damage: str) -> int:
