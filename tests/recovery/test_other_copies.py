@@ -5,11 +5,13 @@ deleted since that copy never does (docs/safety.md, "Rows from other copies").""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import apsw
+import pytest
 
 from lab import corruption
 from lab.corruption import PristineFile
@@ -228,6 +230,29 @@ class TestOtherKinds:
         )
         assert code == 2
         assert f"{tmp_path / 'nope.db'}: no such file for --extra-source" in stderr
+        assert not out.exists()
+
+    @pytest.mark.parametrize("kind", ["a FIFO", "a device"])
+    def test_an_extra_source_that_is_no_file_says_what_it_is(
+        self, tmp_path: Path, kind: str
+    ) -> None:
+        """A FIFO or a device as --extra-source: exit 2, one line saying it is no regular
+        file (it was called "no such file"), no output written."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        out = tmp_path / "out.db"
+        extra = tmp_path / "fifo"
+        if kind == "a FIFO":
+            os.mkfifo(extra)
+        else:
+            extra = Path("/dev/zero")
+        code, _stdout, stderr = run_ctl(
+            "recover", "--source", str(case.db), "--output", str(out), "--extra-source", str(extra)
+        )
+        assert code == 2
+        assert stderr == (
+            f"statewardenctl: error: {extra}: not a regular file (a FIFO, a device?) for"
+            " --extra-source\n"
+        )
         assert not out.exists()
 
 

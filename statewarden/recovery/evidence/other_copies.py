@@ -52,7 +52,7 @@ from typing import Any
 import apsw
 
 from statewarden.atomic import copy_bytes, create_new
-from statewarden.errors import UsageError
+from statewarden.errors import UsageError, path_error
 from statewarden.json_text import parse_json
 from statewarden.recovery.decoding.schema import SchemaObject
 from statewarden.recovery.evidence.copies import Feed
@@ -127,11 +127,17 @@ def kind_of(path: Path) -> str:
 def check_sources(paths: list[Path]) -> None:
     """Fail with one line (exit 2) for a path that is neither a file nor a capture."""
     for p in paths:
-        if p.is_dir():
+        try:
+            mode = os.stat(p).st_mode
+        except FileNotFoundError:
+            raise UsageError(f"{p}: no such file for --extra-source") from None
+        except OSError as exc:
+            raise path_error(p, exc, option="--extra-source") from None
+        if stat.S_ISDIR(mode):
             if not (p / RETIRED_WAL_MANIFEST).is_file():
                 raise UsageError(f"{p}: a folder without {RETIRED_WAL_MANIFEST} for --extra-source")
-        elif not p.is_file():
-            raise UsageError(f"{p}: no such file for --extra-source")
+        elif not stat.S_ISREG(mode):
+            raise UsageError(f"{p}: not a regular file (a FIFO, a device?) for --extra-source")
 
 
 @dataclass(frozen=True)
