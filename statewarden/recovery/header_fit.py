@@ -71,13 +71,21 @@ def fit_page_size(copy: Path, header: HeaderFacts, source: Path) -> tuple[Header
     return dataclasses.replace(header, page_size=page_size), note
 
 
+# Bytes 21 to 23 of the header: the maximum and minimum embedded payload fractions and
+# the leaf payload fraction, fixed at 64, 32 and 32 (SQLite refuses a file without).
+PAYLOAD_FRACTIONS_AT = 21
+PAYLOAD_FRACTIONS = bytes([64, 32, 32])
+
+
 def fit_header_fields(
     copy: Path, header: HeaderFacts, source: Path
 ) -> tuple[HeaderFacts, str | None]:
     """Header fields that make SQLite refuse a file whose pages are intact, fixed in
     the private copy as the file proves them (the source is not touched): the file
     format versions (1 or 2; the other one's value when it is valid, else 2 with a
-    ``-wal`` and 1 without), the schema format (0 to 4; else 4, what SQLite writes),
+    ``-wal`` and 1 without), the payload fractions (bytes 21 to 23: 64, 32 and 32 in
+    every file, SQLite refuses any other), the schema format (0 to 4; else 4, what
+    SQLite writes),
     and the text encoding, when the ``sqlite_schema`` records read as text in exactly
     one encoding and it is not the header's."""
     fixes: list[tuple[int, bytes, str]] = []
@@ -87,6 +95,14 @@ def fit_header_fields(
         v = versions[0] if versions else 2 if wal else 1
         was = f"{header.write_version}/{header.read_version}"
         fixes.append((18, bytes([v, v]), f"file format versions {was}, read as {v}"))
+    with open(copy, "rb") as f:
+        f.seek(PAYLOAD_FRACTIONS_AT)
+        fractions = f.read(len(PAYLOAD_FRACTIONS))
+    if fractions != PAYLOAD_FRACTIONS:
+        was = "/".join(str(b) for b in fractions)
+        fixes.append(
+            (PAYLOAD_FRACTIONS_AT, PAYLOAD_FRACTIONS, f"payload fractions {was}, read as 64/32/32")
+        )
     if not 0 <= header.schema_format <= 4:  # 0: a file with no schema yet, read as 1
         fixes.append((44, struct.pack(">I", 4), f"schema format {header.schema_format}, read as 4"))
     encodings = _schema_encodings(copy, header.text_encoding)

@@ -219,6 +219,29 @@ def test_write_failure_while_copying(db: Path, tmp_path: Path) -> None:
         assert os.listdir(work) == []
 
 
+@pytest.mark.parametrize(("at", "value"), [(21, 0), (22, 64), (23, 255)])
+def test_payload_fractions_other_than_sqlites_are_unreadable(
+    db: Path, tmp_path: Path, at: int, value: int
+) -> None:
+    """Header bytes 21 to 23 (the payload fractions, 64, 32 and 32 in every file) set to
+    anything else: SQLite refuses the file ("file is not a database"), and ``check`` and
+    ``recover`` refused it too (exit 4). ``check`` now exits 4 naming the field it read
+    as SQLite writes it; ``recover`` brings every row back (exit 0) in a file ``check``
+    finds healthy."""
+    with open(db, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([value]))
+    code, out, err = run_ctl("check", "--db", str(db), "--work-dir", str(tmp_path / "w"))
+    assert (code, err) == (4, "")
+    assert "payload fractions" in out
+    assert "read as 64/32/32" in out
+    out_db = tmp_path / "o.db"
+    code, _, err = run_ctl("recover", "--source", str(db), "--output", str(out_db))
+    assert (code, err) == (0, "")
+    code, out, err = run_ctl("check", "--db", str(out_db), "--work-dir", str(tmp_path / "w"))
+    assert code == 0, out + err
+
+
 def test_unsupported_schema_format_is_unreadable(db: Path, tmp_path: Path) -> None:
     """The header's schema format number 4 -> 9: SQLite answers "unsupported file
     format", which was exit 1 (``check``: "derived damage only"; ``recover``: "failed").
