@@ -19,11 +19,14 @@ def _usage_error_in_one_line(self: click.UsageError, file: IO[Any] | None = None
     """A usage error (an unknown option or command, a bad value) as one line, as every
     other error of ``statewardenctl`` and ``statewarden`` is: what was wrong, and where
     the help is. (click prints the usage, a hint and the error on four lines.)"""
+    names = []  # the commands by their own names, however the program was started
     ctx = self.ctx
-    path = ctx.command_path if ctx is not None else "statewardenctl"
-    prog = (ctx.find_root().info_name if ctx is not None else None) or "statewardenctl"
+    while ctx is not None:
+        names.append(ctx.command.name or ctx.info_name or "")
+        ctx = ctx.parent
+    path = " ".join(reversed(names)) or "statewardenctl"
     message = self.format_message().rstrip(".")
-    click.echo(f"{prog}: error: {message} (see {path} --help)", file=file, err=True)
+    click.echo(f"{path.split()[0]}: error: {message} (see {path} --help)", file=file, err=True)
 
 
 click.UsageError.show = _usage_error_in_one_line  # type: ignore[method-assign]

@@ -52,9 +52,17 @@ def test_a_healthy_file_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
     slow = run(CLICK, "check", "--db", str(db), "--progress=json", "--json", env=env)
     assert quick.returncode == slow.returncode == 0
     assert json.loads(quick.stdout)["damage"] == json.loads(slow.stdout)["damage"]
-    phases = [json.loads(line)["phase"] for line in quick.stderr.splitlines()]
+    phases = _steady_phases(quick.stderr)
     assert phases
-    assert phases == [json.loads(line)["phase"] for line in slow.stderr.splitlines()]
+    assert phases == _steady_phases(slow.stderr)
+
+
+def _steady_phases(stderr: str) -> list[str]:
+    """The progress events' phases, but "FTS check": that one is told only while the
+    FTS checks are still running once the rest is done, which a loaded machine decides
+    (the two runs once differed by it alone)."""
+    phases = [json.loads(line)["phase"] for line in stderr.splitlines()]
+    return [p for p in phases if p != "FTS check"]
 
 
 def test_base_damage_both_ways(tmp_path: Path, env: dict[str, str]) -> None:
