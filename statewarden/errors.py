@@ -237,7 +237,10 @@ class MergeRefused(StatewardenError):
 
 
 class RunLocked(StatewardenError):
-    """Another maintenance run holds this database's lock."""
+    """Another maintenance run holds this database's lock (refused, as a run in
+    progress is)."""
+
+    exit_code = EXIT_REFUSED
 
 
 class FenceError(StatewardenError):

@@ -95,7 +95,7 @@ def parse_header(data: bytes, source: str = "database") -> HeaderFacts:
     )
 
 
-_FILE_KINDS = {
+FILE_KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
@@ -129,7 +129,7 @@ def open_regular(path: Path | str | os.PathLike[str]) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            kind = FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
             raise DatabaseUnreadable(f"{path}: is {kind}, not a database")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

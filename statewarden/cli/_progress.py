@@ -38,14 +38,23 @@ def progress_reporter(mode: str) -> Iterator[ProgressFn | None]:
         return
     if mode == "json":
         last: dict[str, float] = {}
+        muted = [False]
 
         def emit(phase: str, done: int, total: int) -> None:
             now = time.monotonic()
-            if total and done < total and now - last.get(phase, 0.0) < JSON_MIN_INTERVAL_S:
+            if muted[0] or (
+                total and done < total and now - last.get(phase, 0.0) < JSON_MIN_INTERVAL_S
+            ):
                 return
             last[phase] = now
             event = {"event": "progress", "phase": phase, "done": done, "total": total}
-            write_line(json.dumps(json_document(event), default=str), err=True)
+            try:
+                write_line(json.dumps(json_document(event), default=str), err=True)
+            except OSError:
+                # Progress nobody can read any more (a closed terminal, a full disk under
+                # a redirect) never stops the work it reports on: a copy once failed as
+                # "no space" in the folder it copied to, which had 61 GB free.
+                muted[0] = True
 
         yield emit
         return

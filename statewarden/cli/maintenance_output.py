@@ -20,9 +20,10 @@ def printer(as_json: bool, draw: ProgressFn | None = None, profile: str | None =
     prefix = PREFIX if profile is None else f"{PREFIX}{profile}: "
 
     def emit(event: dict[str, Any]) -> None:
-        # Whoever reads the events may go away (a pipe closed, the daemon stopped): the
-        # run goes on to its end, which its ledger and outcome record.
-        with contextlib.suppress(BrokenPipeError):
+        # Whoever reads the events may go away (a pipe closed, the daemon stopped, a
+        # terminal closed: EIO; a full disk under a redirect): the run goes on to its
+        # end, which its ledger and outcome record.
+        with contextlib.suppress(OSError):
             show(event)
 
     def show(event: dict[str, Any]) -> None:

@@ -84,8 +84,16 @@ class Journal:
         self.resuming = False
 
     def emit(self, event: str, **data: Any) -> None:
-        if self._emit is not None:
+        """The event to whoever follows the run (a terminal, the daemon's client). A
+        write that fails there (a closed SSH session, a full disk under a redirect)
+        never stops the run: it goes on unheard, its ledger and report its record (a
+        SIGHUP's answer, unwritable, once kept the run from finishing its ledger)."""
+        if self._emit is None:
+            return
+        try:
             self._emit({"event": event, "db": str(self.db), **data})
+        except OSError:
+            self._emit = None
 
     def step(self, name: str, **data: Any) -> None:
         """Ledger line first (durable), then the event; timings per step."""

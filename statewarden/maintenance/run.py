@@ -34,6 +34,7 @@ import contextlib
 import datetime as dt
 import functools
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -46,6 +47,7 @@ from statewarden.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     Cancelled,
+    DatabaseUnreadable,
     RunInProgress,
     StatewardenError,
     path_error,
@@ -73,7 +75,7 @@ from statewarden.maintenance.work_folders import remove_work_folders
 from statewarden.recovery import check_database
 from statewarden.recovery import exit_code_for as check_exit_code
 from statewarden.sqlite import require_database
-from statewarden.sqlite_header import open_regular
+from statewarden.sqlite_header import FILE_KINDS
 
 # Actions whose job includes a file that does not read (check names it, repair recovers
 # it, restore replaces it); every other action needs the live file to read.
@@ -81,15 +83,18 @@ READS_DAMAGE = ("check", "repair", "restore")
 
 
 def looked_at(db: Path) -> None:
-    """``db`` looked at as ``check`` looks at it first, by every action on it: a path
-    that cannot be read as named (missing, a folder the user cannot search, a file they
-    may not read) is one line, exit 2; one that names no regular file (a folder, a
-    FIFO, a device) is exit 4. Nothing is read but the open's answer."""
+    """``db`` looked at as ``check`` looks at it first, by every action on it and by
+    ``--resume``: a path that cannot be used as named (missing, a folder the user cannot
+    search) is one line, exit 2; one that names no regular file (a folder, a FIFO, a
+    socket, a device) is exit 4. A stat, not an open: a file a killed run left fenced
+    (mode 000) is still looked at, and its run taken up or named."""
     try:
-        with open_regular(db):
-            pass
+        mode = os.stat(db).st_mode
     except OSError as exc:
         raise path_error(exc.filename or db, exc) from None
+    if not stat.S_ISREG(mode):
+        kind = FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise DatabaseUnreadable(f"{db}: is {kind}, not a database")
 
 
 REPAIR_FIRST = "repair it first: statewardenctl maintenance --action repair"
@@ -366,6 +371,7 @@ class MaintenanceRun(RunState):
     def resume(self) -> RunReport:
         """Finish or roll back the run the ledger records as unfinished: the same steps,
         from the one the ledger says (``resume.resume_point``)."""
+        looked_at(self.db)
         self._private_folder()
         with run_lock(self.folder):
             record = read_ledger(self.ledger.path)

@@ -28,6 +28,7 @@ COMMANDS = [
     ("maintenance", "--yes", "--here"),
     ("maintenance", "--dry-run", "--here"),
     ("maintenance", "--action", "vacuum", "--yes", "--here"),
+    ("maintenance", "--resume", "--here"),  # (it once said "nothing to resume", exit 0)
     ("holders",),
 ]
 
@@ -99,7 +100,7 @@ def test_status_names_a_folder_the_user_cannot_search(
     ],
     ids=["missing", "a folder", "a FIFO", "a socket"],
 )
-@pytest.mark.parametrize("command", COMMANDS[:4], ids=" ".join)
+@pytest.mark.parametrize("command", COMMANDS[:5], ids=" ".join)
 def test_a_path_that_names_no_database_has_one_exit_code(
     tmp_path: Path, command: tuple[str, ...], make: object, code: int
 ) -> None:

@@ -548,6 +548,47 @@ class TestUnprivileged:
         finally:
             shutil.rmtree(base, ignore_errors=True)
 
+    def test_a_run_killed_with_the_file_fenced_is_taken_up_by_its_owner(
+        self, tmp_path: Path
+    ) -> None:
+        """As the database's owner (uid 65534): a run killed with SIGKILL after the fence
+        leaves state.db at mode 000, which the owner may not open. The next run is
+        refused as a run that did not finish (exit 5, pointing at --resume), not as a
+        file it may not read, and --resume as the owner rolls the run back: the mode
+        as it was, the rows as they were."""
+        base = Path(tempfile.mkdtemp(prefix="statewarden-maint-"))
+        try:
+            case, env = phantom_home_for_nobody(base, stop_grace="3s")
+            mode = stat.S_IMODE(case.db.stat().st_mode)
+            distinct = sorted(set(session_ids(case.db)))
+            env = {**env, "XDG_STATE_HOME": str(base / "state"), "HOME": str(base)}
+
+            def as_owner(*args: str, crash: str = "") -> subprocess.CompletedProcess[str]:
+                extra = {"STATEWARDEN_CRASH_AT": crash} if crash else {}
+                command = ["maintenance", "--db", str(case.db), "--yes", "--here", *args]
+                return subprocess.run(
+                    [*SETPRIV, sys.executable, "-m", "statewarden.cli.ctl", *command],
+                    env={**env, **extra},
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    timeout=300,
+                )
+
+            assert as_owner(crash="settle").returncode == -signal.SIGKILL
+            assert stat.S_IMODE(case.db.stat().st_mode) == 0
+            again = as_owner()
+            assert again.returncode == 5, again.stdout + again.stderr
+            assert "an earlier maintenance run did not finish" in again.stderr
+            assert "--resume" in again.stderr
+            resumed = as_owner("--resume")
+            assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # rolled back
+            assert stat.S_IMODE(case.db.stat().st_mode) == mode
+            assert sorted(set(session_ids(case.db))) == distinct
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
 
 def test_quarantine_list_and_restore(config: Path, phantom: tuple[Path, list[str]]) -> None:
     """A repaired file's original is listed, and restoring it swaps it back in (the
@@ -776,9 +817,13 @@ def test_holders_that_ignore_sigterm_are_stopped_together(tmp_path: Path) -> Non
     )
 
 
-def test_a_racing_run_is_named_by_its_pid(config: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", [(), ("--resume",), ("--dry-run",)], ids=" ".join)
+def test_a_racing_run_is_named_by_its_pid(
+    config: Path, tmp_path: Path, how: tuple[str, ...]
+) -> None:
     """Two runs racing: the second used to say "pid ?" when the first had its lock but
-    had not written its pid yet. The kernel's lock table names it."""
+    had not written its pid yet. The kernel's lock table names it. Refused, exit 5, as
+    the help says of a run in progress (it was 1), for a run, a resume and a dry run."""
     import fcntl
 
     from statewarden.atomic import private_dir
@@ -788,10 +833,10 @@ def test_a_racing_run_is_named_by_its_pid(config: Path, tmp_path: Path) -> None:
     fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # locked, no pid written yet
-        proc = ctl("--db", str(db), "--yes")
+        proc = ctl("--db", str(db), "--yes", *how)
     finally:
         os.close(fd)
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 5, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "statewardenctl: error: another maintenance run is in progress on this database"
         f" (pid {os.getpid()}) (wait for it to finish)"

@@ -9,6 +9,7 @@ a writer through Hermes' own SessionDB."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import pytest
 
 from lab.corruption import phantom_row
 from lab.hermes_fixtures import SMALL
+from statewarden.maintenance.run import PAST_THE_SWAP
 from tests.support.fake_hermes import install_fake_hermes
 from tests.support.maintenance import (
     FakeHermes,
@@ -89,3 +91,34 @@ def test_a_signal_after_the_stop_rolls_the_run_back(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "did not finish" not in again.stderr
     assert os.path.exists(db)
+
+
+def test_an_answer_nobody_can_read_does_not_keep_the_ledger_open(tmp_path: Path) -> None:
+    """A cancel asked past the swap (a SIGHUP as an SSH session closes) is answered on
+    the run's output, which cannot be written any more (a closed terminal: EIO; a full
+    disk under a redirect: ENOSPC). The run goes on unheard and finishes its ledger: the
+    next run is not refused (the failed write once kept the ``finished`` line out)."""
+    from statewarden.maintenance.journal import Journal
+    from statewarden.maintenance.ledger import Ledger, read_ledger
+    from statewarden.maintenance.report import RunReport
+
+    heard: list[dict[str, object]] = []
+
+    def terminal(event: dict[str, object]) -> None:
+        if event["event"] == "cancel":
+            raise OSError(errno.EIO, "Input/output error")
+        heard.append(event)
+
+    ledger = Ledger(tmp_path)
+    journal = Journal(tmp_path / "state.db", ledger, RunReport("state.db", "repair"), terminal)
+    ledger.create({"run_id": "r", "db": "state.db"})
+    journal.step("swap")
+    journal.commit()
+    assert journal.cancel() == (False, PAST_THE_SWAP)
+    journal.step("post-check")
+    report = journal.finish("repaired", 0)
+    record = read_ledger(ledger.path)
+    assert record is not None
+    assert record.finished
+    assert report.exit_code == 0
+    assert [e["event"] for e in heard] == ["step"]  # unheard from the failed write on
