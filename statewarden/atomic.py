@@ -138,9 +138,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+# The most of a file's name its temporary name repeats: any name a folder takes then has
+# a temporary one it takes too (a report's name of 242 to 255 bytes, past the room the
+# temporary name's ends left, once failed at the end of a whole recovery).
+TEMPORARY_NAME_KEEPS = 64
+
+
 def _temporary(path: Path, data: bytes) -> Path:
     """A new, fsynced temporary file next to ``path`` holding ``data``."""
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    kept = os.fsencode(path.name)[:TEMPORARY_NAME_KEEPS].decode("utf-8", "ignore")
+    fd, name = tempfile.mkstemp(prefix=f".{kept}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
         _write_all(fd, data)

@@ -113,7 +113,7 @@ def recover(
         raise UsageError(f"{output}: already exists; refusing to overwrite it")
     if not output.parent.is_dir():
         raise UsageError(f"{output.parent}: {_not_a_folder(output.parent)} for --output")
-    if report_path is not None and os.path.abspath(report_path) == os.path.abspath(output):
+    if report_path is not None and _same_place(Path(report_path), output):
         raise UsageError(f"{report_path}: --report and --output name the same file")
     if report_path is not None and os.path.lexists(report_path):
         raise UsageError(f"{report_path}: already exists; refusing to overwrite it")
@@ -160,6 +160,19 @@ def _of_bundle(path: Path, source: Path) -> bool:
     except (OSError, RuntimeError):
         return False  # a path that does not resolve: the checks after say what it is
     return bool(names & written) or _same_folder_and_name(path, source, real)
+
+
+def _same_place(one: Path, other: Path) -> bool:
+    """Do ``one`` and ``other`` name one place: the same name in the same folder, the
+    folders told apart by device and inode (a symlinked or bind-mounted spelling of a
+    folder is that folder)?"""
+    if os.path.abspath(one) == os.path.abspath(other):
+        return True
+    try:
+        a, b = os.stat(one.parent), os.stat(other.parent)
+    except OSError:
+        return False
+    return one.name == other.name and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _same_folder_and_name(path: Path, source: Path, real: Path) -> bool:

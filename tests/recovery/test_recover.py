@@ -479,17 +479,42 @@ class TestRefusals:
         )
         assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]
 
-    def test_report_and_output_the_same_file(self, tmp_path: Path) -> None:
-        """--report naming the --output: exit 2, one line, before any work (the report
-        was once refused after the recovery, left at the output's path)."""
+    @pytest.mark.parametrize("spelling", ["as given", "through a symlinked folder"])
+    def test_report_and_output_the_same_file(self, tmp_path: Path, spelling: str) -> None:
+        """--report naming the --output, as given or through a symlink to its folder:
+        exit 2, one line, before any work (the report was once refused after the
+        recovery, left at the output's path)."""
         case = corruption.fresh_copy(tmp_path / "db")
         same = tmp_path / "same.db"
+        report = same
+        if spelling != "as given":
+            (tmp_path / "link").symlink_to(tmp_path)
+            report = tmp_path / "link" / "same.db"
         code, out, err = run_ctl(
-            "recover", "--source", str(case.db), "--output", str(same), "--report", str(same)
+            "recover", "--source", str(case.db), "--output", str(same), "--report", str(report)
         )
         assert code == 2, out + err
-        assert err == f"statewardenctl: error: {same}: --report and --output name the same file\n"
+        assert err == (
+            f"statewardenctl: error: {report}: --report and --output name the same file\n"
+        )
         assert not same.exists()
+
+    def test_a_report_name_as_long_as_the_folder_takes_is_written(self, tmp_path: Path) -> None:
+        """A --report name of 255 bytes (the most the folder takes) is written: its
+        temporary name is shorter (names of 242 to 255 bytes failed at the end)."""
+        case = corruption.fresh_copy(tmp_path / "db")
+        report = tmp_path / ("r" * 250 + ".json")
+        code, out, err = run_ctl(
+            "recover",
+            "--source",
+            str(case.db),
+            "--output",
+            str(tmp_path / "o.db"),
+            "--report",
+            str(report),
+        )
+        assert code == 0, out + err
+        assert json.loads(report.read_text())["verified"] is True
 
     @pytest.mark.parametrize("option", ["--output", "--report"])
     def test_a_name_of_the_source_s_files_through_a_bind_mount(

@@ -74,7 +74,11 @@ class RowRepair(BuildPart):
                 self._restored(tc, r.rowid, r.column, r.stored, r.copies)
             # A partial row is already a loss, and may yet be completed (salvage.py).
             partial = {e["rowid"] for e in self.report.partial_rows if e["table"] == check.table}
-            kept = [r for r in check.rows_rotted if r not in restored and r not in partial]
+            kept = [
+                r
+                for r in check.rows_rotted
+                if r not in restored and r not in partial and _written(self.dst, check.table, r)
+            ]
             if done:
                 shown = ", ".join(str(r) for r in sorted(restored)[:20])
                 self.report.notes.append(
@@ -424,3 +428,13 @@ class RowRepair(BuildPart):
                     }
                 )
         self.report.partial_rows = kept
+
+
+def _written(dst: apsw.Connection, table: str, rowid: int) -> bool:
+    """Does the output hold a row of ``table`` under ``rowid``? (A row lost is no row
+    kept as stored: it was once named both.)"""
+    sql = f"SELECT 1 FROM main.{quote_ident(table)} WHERE rowid = ?"
+    try:
+        return dst.execute(sql, (rowid,)).fetchone() is not None
+    except apsw.Error:
+        return True  # (unknown: counted unverified, the careful side)
