@@ -236,7 +236,7 @@ def read_live(
 
 def require_database(path: str | os.PathLike[str], *, hint: str | None = None) -> None:
     """``path`` reads as a SQLite database: its header, then, when no sidecar lies
-    beside it, its schema, read ``immutable`` (nothing written, not even a ``-shm``);
+    beside it, its schema (:func:`read_live`: nothing written, not even a ``-shm``);
     else :class:`DatabaseUnreadable` in one line, with ``hint``. A file with sidecars
     is read by the caller's own reads (a reader would rebuild the ``-shm`` a killed
     writer left, which a run quarantines as it found it); an error that is not the
@@ -247,19 +247,17 @@ def require_database(path: str | os.PathLike[str], *, hint: str | None = None) -
         read_header(path)
     except DatabaseUnreadable as exc:
         raise DatabaseUnreadable(exc.message, hint=hint) from None
-    before = _identity(path)
     if not no_sidecars(path):
         return
+    error: DatabaseError | None = None
     try:
-        with readonly(path, immutable=True) as conn:
-            conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
-    except DatabaseUnreadable as exc:
-        if _untouched(path, before):  # (a writer that came in meanwhile: not the file's)
-            raise DatabaseUnreadable(exc.message, hint=hint) from None
+        read_live(path, lambda conn: conn.execute("SELECT count(*) FROM sqlite_schema").get)
     except apsw.Error as exc:
         error = classify_error(path, exc)
-        if isinstance(error, DatabaseUnreadable) and _untouched(path, before):
-            raise DatabaseUnreadable(error.message, hint=hint) from None
+    except DatabaseError as exc:
+        error = exc
+    if isinstance(error, DatabaseUnreadable):
+        raise DatabaseUnreadable(error.message, hint=hint) from None
 
 
 def _untouched(path: str | os.PathLike[str], before: tuple[int, int, int, int] | None) -> bool:

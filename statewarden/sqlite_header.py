@@ -95,13 +95,19 @@ def parse_header(data: bytes, source: str = "database") -> HeaderFacts:
     )
 
 
-FILE_KINDS = {
+_FILE_KINDS = {
     stat.S_IFIFO: "a FIFO",
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
     stat.S_IFSOCK: "a socket",
     stat.S_IFDIR: "a directory",
 }
+
+
+def not_a_database(path: object, mode: int) -> DatabaseUnreadable:
+    """The one line for a path whose file (of ``mode``) is no regular file: what it is."""
+    kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return DatabaseUnreadable(f"{path}: is {kind}, not a database")
 
 
 def _mode_or_zero(path: Path | str | os.PathLike[str]) -> int:
@@ -123,14 +129,13 @@ def open_regular(path: Path | str | os.PathLike[str]) -> BinaryIO:
     except OSError:
         # A socket cannot be opened at all (ENXIO, "no such device or address"): say
         # what it is, as of any other file that is no database.
-        if stat.S_ISSOCK(_mode_or_zero(path)):
-            raise DatabaseUnreadable(f"{path}: is a socket, not a database") from None
+        if stat.S_ISSOCK(mode := _mode_or_zero(path)):
+            raise not_a_database(path, mode) from None
         raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-            raise DatabaseUnreadable(f"{path}: is {kind}, not a database")
+            raise not_a_database(path, mode)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

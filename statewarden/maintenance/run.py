@@ -47,7 +47,6 @@ from statewarden.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     Cancelled,
-    DatabaseUnreadable,
     RunInProgress,
     StatewardenError,
     path_error,
@@ -75,7 +74,7 @@ from statewarden.maintenance.work_folders import remove_work_folders
 from statewarden.recovery import check_database
 from statewarden.recovery import exit_code_for as check_exit_code
 from statewarden.sqlite import require_database
-from statewarden.sqlite_header import FILE_KINDS
+from statewarden.sqlite_header import not_a_database
 
 # Actions whose job includes a file that does not read (check names it, repair recovers
 # it, restore replaces it); every other action needs the live file to read.
@@ -93,8 +92,7 @@ def looked_at(db: Path) -> None:
     except OSError as exc:
         raise path_error(exc.filename or db, exc) from None
     if not stat.S_ISREG(mode):
-        kind = FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise DatabaseUnreadable(f"{db}: is {kind}, not a database")
+        raise not_a_database(db, mode)
 
 
 REPAIR_FIRST = "repair it first: statewardenctl maintenance --action repair"

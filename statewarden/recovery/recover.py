@@ -155,11 +155,9 @@ def _of_bundle(path: Path, source: Path) -> bool:
     source's folder reached through a bind mount is the same folder."""
     try:
         real = source.resolve()
-        names = {os.path.abspath(sidecar(db, s)) for db in (source, real) for s in BUNDLE_SUFFIXES}
-        written = {os.path.abspath(path), os.path.join(path.parent.resolve(), path.name)}
     except (OSError, RuntimeError):
         return False  # a path that does not resolve: the checks after say what it is
-    return bool(names & written) or _same_folder_and_name(path, source, real)
+    return any(_same_place(path, sidecar(db, s)) for db in (source, real) for s in BUNDLE_SUFFIXES)
 
 
 def _same_place(one: Path, other: Path) -> bool:
@@ -173,24 +171,6 @@ def _same_place(one: Path, other: Path) -> bool:
     except OSError:
         return False
     return one.name == other.name and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _same_folder_and_name(path: Path, source: Path, real: Path) -> bool:
-    """Is ``path`` in the folder of ``source`` or of its real file (the same device and
-    inode), under the name of one of that file's bundle members?"""
-    try:
-        folder = os.stat(path.parent)
-    except OSError:
-        return False
-    for db in (source, real):
-        try:
-            theirs = os.stat(db.parent)
-        except OSError:
-            continue
-        same = (folder.st_dev, folder.st_ino) == (theirs.st_dev, theirs.st_ino)
-        if same and path.name in {f"{db.name}{s}" for s in BUNDLE_SUFFIXES}:
-            return True
-    return False
 
 
 def _not_built(output: Path, exc: apsw.Error) -> StatewardenError:
