@@ -33,6 +33,7 @@ from tests.support.maintenance import (
     phantom_home_for_nobody,
     report_of,
     rows,
+    run_maintenance,
     session_ids,
 )
 from tests.support.mount_namespace import sh_in_private_mounts
@@ -522,23 +523,12 @@ class TestUnprivileged:
         try:
             case, env = phantom_home_for_nobody(base, stop_grace="3s")
             case.db.parent.chmod(0o555)
-            proc = subprocess.run(
-                [
-                    *SETPRIV,
-                    sys.executable,
-                    "-m",
-                    "statewarden.cli.ctl",
-                    "maintenance",
-                    "--db",
-                    str(case.db),
-                    "--yes",
-                ],
+            proc = run_maintenance(
+                "--db",
+                str(case.db),
+                "--yes",
                 env={**env, "XDG_STATE_HOME": str(base / "state"), "HOME": str(base)},
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=300,
+                prefix=SETPRIV,
             )
             assert proc.returncode == 1, proc.stdout + proc.stderr
             assert "Traceback" not in proc.stderr
@@ -565,16 +555,8 @@ class TestUnprivileged:
 
             def as_owner(*args: str, crash: str = "") -> subprocess.CompletedProcess[str]:
                 extra = {"STATEWARDEN_CRASH_AT": crash} if crash else {}
-                command = ["maintenance", "--db", str(case.db), "--yes", "--here", *args]
-                return subprocess.run(
-                    [*SETPRIV, sys.executable, "-m", "statewarden.cli.ctl", *command],
-                    env={**env, **extra},
-                    cwd=REPO,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                    timeout=300,
-                )
+                command = ["--db", str(case.db), "--yes", "--here", *args]
+                return run_maintenance(*command, env={**env, **extra}, prefix=SETPRIV)
 
             assert as_owner(crash="settle").returncode == -signal.SIGKILL
             assert stat.S_IMODE(case.db.stat().st_mode) == 0

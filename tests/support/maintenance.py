@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +57,14 @@ def maintenance_config(
 
 
 def run_maintenance(
-    *args: str, env: Mapping[str, str] | None = None
+    *args: str, env: Mapping[str, str] | None = None, prefix: Sequence[str] = ()
 ) -> subprocess.CompletedProcess[str]:
     """``statewardenctl maintenance ARGS`` as a whole process (stopping units and
     holders is what it does: never in the test's own process), with ``env`` as its
-    environment (this process's when None), no stdin, five minutes at most."""
+    environment (this process's when None), no stdin, five minutes at most; through
+    ``prefix`` when given (``setpriv`` to another uid)."""
     return subprocess.run(
-        [sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
+        [*prefix, sys.executable, "-m", "statewarden.cli.ctl", "maintenance", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
